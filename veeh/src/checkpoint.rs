@@ -1,0 +1,210 @@
+//! Whole-VM checkpoint and restore (H §4.4; shared/notes/libvirt-lab.md,
+//! "Live whole-VM checkpoint").
+//!
+//! Checkpoint: a live external snapshot writes memory+device state to a file
+//! while the guest runs on; at that instant the VEE's overlay freezes and
+//! the guest writes to a new top layer. The frozen overlay is copied, the top
+//! layer is committed back into the overlay (so chains never grow), and both
+//! parts are pushed to the image repository as blobs. Restore pulls them by
+//! ID on any compatible host, points the disk at the local copy of the base
+//! image and resumes the guest where it was.
+
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use interfaces::repo_client::{BlobKind, PushMeta};
+use interfaces::vhi::{CheckpointRecord, CompatibilityProfile, RestoreRequest, VeeStatus};
+use interfaces::BlobId;
+
+use crate::domain_xml::{self, PathMap};
+use crate::host::{now_ms, Host};
+use crate::qemu_img;
+use crate::vee_store::VeeRecord;
+
+/// Why a checkpoint taken under `taken` cannot be restored on `here`, naming
+/// the first mismatching field; `None` when compatible. QEMU loads state
+/// from its own or an older version, so `qemu_version` may be newer here.
+pub fn incompatibility(taken: &CompatibilityProfile, here: &CompatibilityProfile) -> Option<String> {
+    for (field, a, b) in [
+        ("arch", &taken.arch, &here.arch),
+        ("machine", &taken.machine, &here.machine),
+        ("accel", &taken.accel, &here.accel),
+        ("cpu_model", &taken.cpu_model, &here.cpu_model),
+    ] {
+        if a != b {
+            return Some(format!("compatibility profile field `{field}`: checkpoint has {a:?}, this host {b:?}"));
+        }
+    }
+    let v = |s: &str| s.split('.').map(|p| p.parse::<u32>().unwrap_or(0)).collect::<Vec<_>>();
+    if v(&taken.qemu_version) > v(&here.qemu_version) {
+        return Some(format!(
+            "compatibility profile field `qemu_version`: checkpoint has {:?}, this host's {:?} is older",
+            taken.qemu_version, here.qemu_version
+        ));
+    }
+    None
+}
+
+impl Host {
+    /// Takes a consistent whole-VM checkpoint of a running VEE and pushes it
+    /// to the image repository. The VEE runs on afterwards unless
+    /// `stop_after`. Downtime is libvirt's measurement when it gives one,
+    /// else the wall time of the snapshot call (an upper bound).
+    pub async fn checkpoint(&self, vee_id: &str, stop_after: bool) -> Result<CheckpointRecord> {
+        let rec = self.vees.get(vee_id)?;
+        let cp_id = uuid::Uuid::new_v4().to_string();
+        let dir = self.vees.dir(vee_id).join("checkpoints").join(&cp_id);
+        std::fs::create_dir_all(&dir)?;
+        let result = self.checkpoint_into(&rec, &cp_id, &dir, stop_after).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        if result.is_ok() {
+            self.event(vee_id, "checkpointed", cp_id);
+        }
+        result
+    }
+
+    async fn checkpoint_into(&self, rec: &VeeRecord, cp_id: &str, dir: &std::path::Path, stop_after: bool) -> Result<CheckpointRecord> {
+        let vee_id = rec.vee_id.clone();
+        let memory = dir.join("memory.state");
+        let overlay = self.vees.overlay(&vee_id);
+        let has_disk = !rec.image.is_empty();
+        let top = self.vees.dir(&vee_id).join(format!("top-{cp_id}.qcow2"));
+        let started = Instant::now();
+        let downtime = {
+            let (id, m, t, name) = (vee_id.clone(), memory.display().to_string(), top.display().to_string(), format!("cp-{cp_id}"));
+            self.blocking(move |hv| hv.live_snapshot(&id, &name, &m, &t)).await?
+        };
+        let wall_ms = started.elapsed().as_millis() as u64;
+        let frozen = dir.join("disk.qcow2");
+        if has_disk {
+            std::fs::copy(&overlay, &frozen).with_context(|| format!("copy frozen overlay {}", overlay.display()))?;
+            let id = vee_id.clone();
+            self.blocking(move |hv| hv.block_commit_active(&id, std::time::Duration::from_secs(120))).await?;
+            let _ = std::fs::remove_file(&top);
+        }
+        if stop_after {
+            let id = vee_id.clone();
+            self.blocking(move |hv| hv.destroy(&id)).await?;
+        }
+        let label = |kind: &str| format!("vee-{vee_id}-{cp_id}-{kind}");
+        let mut meta = PushMeta::new(label("memory"), BlobKind::CheckpointMemory);
+        meta.labels.insert("vee".into(), vee_id.clone());
+        let memory_blob = self.repo.push_file(&memory, &meta).await.context("push checkpoint memory")?;
+        let memory_bytes = std::fs::metadata(&memory)?.len();
+        let (disk_blob, disk_bytes) = if has_disk {
+            let mut meta = PushMeta::new(label("disk"), BlobKind::CheckpointDisk);
+            meta.format = Some("qcow2".into());
+            meta.labels.insert("vee".into(), vee_id.clone());
+            (self.repo.push_file(&frozen, &meta).await.context("push checkpoint disk")?.to_string(), std::fs::metadata(&frozen)?.len())
+        } else {
+            (String::new(), 0)
+        };
+        Ok(CheckpointRecord {
+            checkpoint_id: cp_id.to_string(),
+            vee_id: vee_id.clone(),
+            memory_blob: memory_blob.to_string(),
+            memory_bytes,
+            disk_blob,
+            disk_bytes,
+            taken_at_unix_ms: now_ms(),
+            downtime_ms: downtime.unwrap_or(wall_ms),
+            profile: Some(self.profile().await?),
+            spec: Some(rec.to_spec()),
+            host: self.cfg.host.clone(),
+        })
+    }
+
+    /// Restores a checkpoint (taken here or on any compatible host) and
+    /// resumes the guest. Refused, naming the field, when the compatibility
+    /// profile does not match, or when the VEE already runs here.
+    pub async fn restore(&self, req: RestoreRequest) -> Result<VeeStatus> {
+        let cp = req.checkpoint.context("field `checkpoint` is required")?;
+        let spec = req.spec.or(cp.spec.clone()).context("field `spec` is required")?;
+        let taken = cp.profile.clone().context("checkpoint has no compatibility profile")?;
+        if let Some(why) = incompatibility(&taken, &self.profile().await?) {
+            bail!("checkpoint {} cannot be restored on {}: {why}", cp.checkpoint_id, self.cfg.host);
+        }
+        let rec = VeeRecord::from_spec(&spec)?;
+        let vee_id = rec.vee_id.clone();
+        if self.blocking({
+            let id = vee_id.clone();
+            move |hv| hv.state(&id)
+        })
+        .await?
+        .is_some()
+        {
+            bail!("VEE {vee_id} already has a domain on {}", self.cfg.host);
+        }
+        let mut reply = Default::default();
+        let paths = self.ensure_images(&rec, &mut reply).await?;
+        self.vees.save(&rec)?;
+        let dir = self.vees.dir(&vee_id);
+        let memory = dir.join(format!("restore-{}.state", cp.checkpoint_id));
+        let mem_id: BlobId = cp.memory_blob.parse().context("checkpoint field `memory_blob`")?;
+        self.repo.pull(&mem_id, &memory, None).await.context("pull checkpoint memory")?;
+        let overlay = self.vees.overlay(&vee_id);
+        if !cp.disk_blob.is_empty() {
+            let disk_id: BlobId = cp.disk_blob.parse().context("checkpoint field `disk_blob`")?;
+            let tmp = dir.join("overlay.restore.qcow2");
+            let _ = std::fs::remove_file(&tmp);
+            self.repo.pull(&disk_id, &tmp, None).await.context("pull checkpoint disk")?;
+            if let Some(base) = &paths.base {
+                qemu_img::rebase_unsafe(&tmp, base)?;
+            }
+            std::fs::rename(&tmp, &overlay)?;
+        }
+        let result = async {
+            let m = memory.display().to_string();
+            let saved = self.blocking(move |hv| hv.save_image_xml(&m)).await?;
+            let map = PathMap {
+                disk: paths.base.as_ref().map(|_| overlay.clone()),
+                kernel: paths.kernel.clone(),
+                initrd: paths.initrd.clone(),
+                console: Some(self.vees.console(&vee_id)),
+            };
+            let xml = domain_xml::rewrite_for(&saved, &map, &self.cfg.host)?;
+            std::fs::write(dir.join("domain.xml"), &xml)?;
+            let m = memory.display().to_string();
+            self.blocking(move |hv| hv.restore(&m, &xml)).await
+        }
+        .await;
+        let _ = std::fs::remove_file(&memory);
+        result?;
+        self.event(&vee_id, "restored", cp.checkpoint_id.clone());
+        tracing::info!(vee = %vee_id, checkpoint = %cp.checkpoint_id, "restored");
+        self.status(&vee_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile() -> CompatibilityProfile {
+        CompatibilityProfile {
+            arch: "x86_64".into(),
+            machine: "pc-i440fx-7.2".into(),
+            qemu_version: "7.2.0".into(),
+            libvirt_version: "9.0.0".into(),
+            accel: "tcg".into(),
+            cpu_model: "qemu64".into(),
+        }
+    }
+
+    #[test]
+    fn same_profile_is_compatible_and_newer_qemu_may_load() {
+        assert_eq!(incompatibility(&profile(), &profile()), None);
+        let newer = CompatibilityProfile { qemu_version: "7.10.0".into(), ..profile() };
+        assert_eq!(incompatibility(&profile(), &newer), None);
+    }
+
+    #[test]
+    fn mismatch_names_the_field() {
+        let kvm = CompatibilityProfile { accel: "kvm".into(), ..profile() };
+        assert!(incompatibility(&profile(), &kvm).unwrap().contains("`accel`"));
+        let older = CompatibilityProfile { qemu_version: "7.1.0".into(), ..profile() };
+        assert!(incompatibility(&profile(), &older).unwrap().contains("`qemu_version`"));
+        let q35 = CompatibilityProfile { machine: "pc-q35-7.2".into(), ..profile() };
+        assert!(incompatibility(&profile(), &q35).unwrap().contains("`machine`"));
+    }
+}

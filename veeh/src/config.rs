@@ -1,0 +1,111 @@
+//! The VEEH's configuration file (TOML), `veeh serve --config FILE`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Which accelerator guests run under.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AccelChoice {
+    /// KVM only when /proc/cpuinfo has `vmx` or `svm` (nested KVM without
+    /// them makes no progress: shared/notes/libvirt-lab.md), otherwise TCG.
+    #[default]
+    Auto,
+    Kvm,
+    Tcg,
+}
+
+/// Capacity this VEEH offers to its VEEM.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Capacity {
+    /// Virtual CPUs.
+    pub vcpus: u32,
+    /// Memory in MiB.
+    pub memory_mib: u64,
+    /// Disk in GiB.
+    pub disk_gib: u64,
+}
+
+/// `veeh serve --config FILE`.
+///
+/// ```toml
+/// host = "host-a1"
+/// site_id = "site-a"
+/// libvirt_uri = "qemu:///system"
+/// listen = "127.0.0.1:7101"
+/// state_dir = "/var/lib/vee/host-a1"
+/// cache_dir = "/var/lib/vee/host-a1/cache"
+/// cache_limit_mib = 4096
+/// migration_address = "127.0.0.1"
+/// accel = "auto"
+/// image_repo = "http://127.0.0.1:7000"
+/// image_repo_token = "secret"
+/// [capacity]
+/// vcpus = 2
+/// memory_mib = 1024
+/// disk_gib = 20
+/// ```
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VeehConfig {
+    /// Host name, unique within the site; owner mark in domain metadata.
+    pub host: String,
+    /// Site this host belongs to.
+    pub site_id: String,
+    /// libvirt URI of this host's libvirtd as this VEEH reaches it.
+    pub libvirt_uri: String,
+    /// URI a peer libvirtd uses to reach this host's libvirtd for incoming
+    /// migrations (defaults to `libvirt_uri`).
+    #[serde(default)]
+    pub peer_libvirt_uri: Option<String>,
+    /// VHI gRPC listen address.
+    pub listen: SocketAddr,
+    /// Per-VEE directories (overlays, consoles, records).
+    pub state_dir: PathBuf,
+    /// Image cache (defaults to `state_dir/cache`).
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
+    /// Cache size limit in MiB above which unused images are evicted (LRU).
+    #[serde(default = "default_cache_limit_mib")]
+    pub cache_limit_mib: u64,
+    /// Address the migration and NBD disk streams of incoming migrations
+    /// use, e.g. `127.0.0.1`.
+    pub migration_address: String,
+    #[serde(default)]
+    pub accel: AccelChoice,
+    /// Image repository base URL.
+    pub image_repo: String,
+    #[serde(default)]
+    pub image_repo_token: Option<String>,
+    pub capacity: Capacity,
+}
+
+fn default_cache_limit_mib() -> u64 {
+    4096
+}
+
+impl VeehConfig {
+    /// Reads and parses `path`. Errors name the file and the field.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let cfg: Self = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        if cfg.host.is_empty() || cfg.host.contains('/') {
+            anyhow::bail!("{}: field `host`: must be a non-empty name without '/'", path.display());
+        }
+        Ok(cfg)
+    }
+
+    /// The image cache directory.
+    pub fn cache_dir(&self) -> PathBuf {
+        self.cache_dir.clone().unwrap_or_else(|| self.state_dir.join("cache"))
+    }
+
+    /// The libvirt URI peers migrate to.
+    pub fn peer_libvirt_uri(&self) -> &str {
+        self.peer_libvirt_uri.as_deref().unwrap_or(&self.libvirt_uri)
+    }
+}

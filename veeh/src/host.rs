@@ -1,0 +1,342 @@
+//! A VEE host: the operations behind the VHI, independent of gRPC.
+//! Lifecycle and images here; checkpoints in `checkpoint`, live migration in
+//! `migration`.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use interfaces::repo_client::RepoClient;
+use interfaces::vhi::{self, CompatibilityProfile, HostEvent, VeeSpec, VeeState};
+use interfaces::BlobId;
+use tokio::sync::broadcast;
+
+use crate::accel::Accel;
+use crate::config::VeehConfig;
+use crate::domain_xml::{self, DomainSpec};
+use crate::hypervisor::{DomainState, Hypervisor};
+use crate::image_cache::ImageCache;
+use crate::qemu_img;
+use crate::vee_store::{VeeRecord, VeeStore};
+
+/// Local paths of the images a VEE boots from.
+#[derive(Clone, Debug, Default)]
+pub struct ImagePaths {
+    pub base: Option<PathBuf>,
+    pub kernel: Option<PathBuf>,
+    pub initrd: Option<PathBuf>,
+}
+
+/// See the module documentation.
+pub struct Host {
+    pub cfg: VeehConfig,
+    pub accel: Accel,
+    pub hv: Arc<Hypervisor>,
+    pub cache: ImageCache,
+    pub repo: RepoClient,
+    pub vees: VeeStore,
+    pub events: broadcast::Sender<HostEvent>,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn blob(field: &str, id: &str) -> Result<Option<BlobId>> {
+    if id.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(id.parse().with_context(|| format!("field `{field}`"))?))
+}
+
+/// VHI state of a libvirt domain state.
+pub fn vhi_state(s: Option<DomainState>) -> VeeState {
+    match s {
+        None => VeeState::Absent,
+        Some(DomainState::Running) => VeeState::Running,
+        Some(DomainState::Paused) => VeeState::Paused,
+        Some(DomainState::Shutoff) => VeeState::Shutoff,
+        Some(DomainState::Crashed) => VeeState::Crashed,
+        Some(DomainState::Other) => VeeState::Unknown,
+    }
+}
+
+impl Host {
+    /// Opens libvirt, the image cache and the VEE records of `cfg`.
+    pub fn open(cfg: VeehConfig) -> Result<Arc<Self>> {
+        let accel = Accel::detect(cfg.accel);
+        let hv = Arc::new(Hypervisor::open(&cfg.libvirt_uri, &cfg.host)?);
+        let repo = RepoClient::new(&cfg.image_repo, cfg.image_repo_token.clone())?;
+        let cache = ImageCache::new(&cfg.cache_dir(), cfg.cache_limit_mib, repo.clone())?;
+        let vees = VeeStore::open(&cfg.state_dir)?;
+        let (events, _) = broadcast::channel(256);
+        tracing::info!(host = %cfg.host, uri = %cfg.libvirt_uri, accel = accel.name(), "VEEH ready");
+        Ok(Arc::new(Self { cfg, accel, hv, cache, repo, vees, events }))
+    }
+
+    /// Runs a blocking libvirt call off the async runtime.
+    pub async fn blocking<T: Send + 'static>(&self, f: impl FnOnce(&Hypervisor) -> Result<T> + Send + 'static) -> Result<T> {
+        let hv = self.hv.clone();
+        tokio::task::spawn_blocking(move || f(&hv)).await?
+    }
+
+    /// Emits a host event to WatchEvents subscribers.
+    pub fn event(&self, vee_id: &str, kind: &str, detail: impl Into<String>) {
+        let _ = self.events.send(HostEvent { vee_id: vee_id.into(), kind: kind.into(), detail: detail.into(), at_unix_ms: now_ms() });
+    }
+
+    /// The host's compatibility profile (H §4.4): a checkpoint restores only
+    /// onto a host whose profile matches.
+    pub async fn profile(&self) -> Result<CompatibilityProfile> {
+        let facts = self.blocking(|hv| hv.facts()).await?;
+        Ok(CompatibilityProfile {
+            arch: std::env::consts::ARCH.to_string(),
+            machine: facts.machine,
+            qemu_version: facts.qemu_version,
+            libvirt_version: facts.libvirt_version,
+            accel: self.accel.name().to_string(),
+            cpu_model: match self.accel {
+                Accel::Tcg => "qemu64".into(),
+                Accel::Kvm => "host-model".into(),
+            },
+        })
+    }
+
+    pub async fn host_info(&self) -> Result<vhi::HostInfoReply> {
+        Ok(vhi::HostInfoReply {
+            host: self.cfg.host.clone(),
+            site_id: self.cfg.site_id.clone(),
+            vcpus: self.cfg.capacity.vcpus,
+            memory_mib: self.cfg.capacity.memory_mib,
+            disk_gib: self.cfg.capacity.disk_gib,
+            profile: Some(self.profile().await?),
+            libvirt_uri: self.cfg.peer_libvirt_uri().to_string(),
+            migration_address: self.cfg.migration_address.clone(),
+        })
+    }
+
+    /// Pulls (or finds in the cache) every image `rec` names.
+    pub async fn ensure_images(&self, rec: &VeeRecord, reply: &mut vhi::PrepareReply) -> Result<ImagePaths> {
+        let mut paths = ImagePaths::default();
+        for (field, id, slot) in [
+            ("image", &rec.image, &mut paths.base),
+            ("kernel", &rec.kernel, &mut paths.kernel),
+            ("initrd", &rec.initrd, &mut paths.initrd),
+        ] {
+            if let Some(id) = blob(field, id)? {
+                let c = self.cache.ensure(&id).await.with_context(|| format!("VEE {}: field `{field}`", rec.vee_id))?;
+                if c.pulled {
+                    reply.pulled.push(id.to_string());
+                    reply.bytes_pulled += c.bytes;
+                } else {
+                    reply.cached.push(id.to_string());
+                }
+                *slot = Some(c.path);
+            }
+        }
+        Ok(paths)
+    }
+
+    /// Paths of images already in the cache (after `prepare`).
+    pub fn image_paths(&self, rec: &VeeRecord) -> Result<ImagePaths> {
+        Ok(ImagePaths {
+            base: blob("image", &rec.image)?.map(|id| self.cache.path(&id)),
+            kernel: blob("kernel", &rec.kernel)?.map(|id| self.cache.path(&id)),
+            initrd: blob("initrd", &rec.initrd)?.map(|id| self.cache.path(&id)),
+        })
+    }
+
+    /// Prepare: images into the cache, the VEE's record and an empty
+    /// overlay on the base image. Evicts unused images above the limit.
+    pub async fn prepare(&self, spec: &VeeSpec) -> Result<vhi::PrepareReply> {
+        let rec = VeeRecord::from_spec(spec)?;
+        let mut reply = vhi::PrepareReply::default();
+        let paths = self.ensure_images(&rec, &mut reply).await?;
+        if let Some(existing) = self.vees.load(&rec.vee_id)? {
+            if existing.incoming {
+                anyhow::bail!("VEE {} is being received by a migration here", rec.vee_id);
+            }
+        }
+        self.vees.save(&rec)?;
+        let overlay = self.vees.overlay(&rec.vee_id);
+        if let (Some(base), false) = (&paths.base, overlay.exists()) {
+            qemu_img::create_overlay(base, &overlay, rec.disk_gib * 1024 * 1024 * 1024)?;
+        }
+        let in_use = self.images_in_use()?;
+        for id in self.cache.evict(&in_use)? {
+            tracing::info!(%id, "evicted from the image cache");
+        }
+        Ok(reply)
+    }
+
+    /// Blob IDs any VEE on this host references.
+    pub fn images_in_use(&self) -> Result<HashSet<BlobId>> {
+        let mut set = HashSet::new();
+        for r in self.vees.list()? {
+            for id in [&r.image, &r.kernel, &r.initrd] {
+                if let Ok(id) = id.parse() {
+                    set.insert(id);
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    /// The domain XML of `rec` with this host's paths.
+    pub fn domain_spec(&self, rec: &VeeRecord) -> Result<DomainSpec> {
+        let paths = self.image_paths(rec)?;
+        Ok(DomainSpec {
+            vee_id: rec.vee_id.clone(),
+            service_id: rec.service_id.clone(),
+            owner: self.cfg.host.clone(),
+            accel: self.accel,
+            vcpus: rec.vcpus,
+            memory_mib: rec.memory_mib,
+            disk: paths.base.map(|_| self.vees.overlay(&rec.vee_id)),
+            kernel: paths.kernel,
+            initrd: paths.initrd,
+            cmdline: rec.cmdline.clone(),
+            console: self.vees.console(&rec.vee_id),
+        })
+    }
+
+    /// Create: prepare if needed and write the domain XML (domains are
+    /// transient: Start hands the XML to libvirt).
+    pub async fn create(&self, spec: &VeeSpec) -> Result<vhi::VeeStatus> {
+        if self.vees.load(&spec.vee_id)?.is_none() || !self.vees.overlay(&spec.vee_id).exists() && !spec.image.is_empty() {
+            self.prepare(spec).await?;
+        }
+        let rec = self.vees.get(&spec.vee_id)?;
+        let xml = domain_xml::generate(&self.domain_spec(&rec)?);
+        std::fs::write(self.vees.dir(&rec.vee_id).join("domain.xml"), xml)?;
+        self.event(&rec.vee_id, "defined", "");
+        self.status(&rec.vee_id).await
+    }
+
+    pub async fn start(&self, vee_id: &str) -> Result<vhi::VeeStatus> {
+        let rec = self.vees.get(vee_id)?;
+        if self.blocking({
+            let id = vee_id.to_string();
+            move |hv| hv.state(&id)
+        })
+        .await?
+            == Some(DomainState::Running)
+        {
+            return self.status(vee_id).await;
+        }
+        let path = self.vees.dir(vee_id).join("domain.xml");
+        let xml = std::fs::read_to_string(&path).with_context(|| format!("VEE {vee_id} is not created on this host"))?;
+        self.blocking(move |hv| hv.create(&xml)).await?;
+        tracing::info!(vee = %rec.vee_id, "started");
+        self.event(vee_id, "started", "");
+        self.status(vee_id).await
+    }
+
+    pub async fn status(&self, vee_id: &str) -> Result<vhi::VeeStatus> {
+        let id = vee_id.to_string();
+        let state = self.blocking(move |hv| hv.state(&id)).await?;
+        let mut st = vhi_state(state);
+        if st == VeeState::Absent && self.vees.load(vee_id)?.is_some() {
+            st = VeeState::Defined;
+        }
+        Ok(vhi::VeeStatus { vee_id: vee_id.into(), state: st as i32, domain: domain_xml::domain_name(vee_id) })
+    }
+
+    pub async fn shutdown(&self, vee_id: &str, timeout_s: u32) -> Result<vhi::VeeStatus> {
+        let id = vee_id.to_string();
+        let timeout = Duration::from_secs(timeout_s.max(1) as u64);
+        let clean = self.blocking(move |hv| hv.shutdown(&id, timeout)).await?;
+        self.event(vee_id, "stopped", if clean { "acpi" } else { "destroyed after timeout" });
+        self.status(vee_id).await
+    }
+
+    /// Hard stop; with `remove` also deletes the VEE's files and record.
+    pub async fn destroy(&self, vee_id: &str, remove: bool) -> Result<vhi::VeeStatus> {
+        crate::vee_store::check_vee_id(vee_id)?;
+        let id = vee_id.to_string();
+        self.blocking(move |hv| hv.destroy(&id)).await?;
+        if remove {
+            self.vees.remove(vee_id)?;
+        }
+        self.event(vee_id, "stopped", if remove { "destroyed, files removed" } else { "destroyed" });
+        self.status(vee_id).await
+    }
+
+    pub async fn suspend(&self, vee_id: &str) -> Result<vhi::VeeStatus> {
+        let id = vee_id.to_string();
+        self.blocking(move |hv| hv.suspend(&id)).await?;
+        self.event(vee_id, "suspended", "");
+        self.status(vee_id).await
+    }
+
+    pub async fn resume(&self, vee_id: &str) -> Result<vhi::VeeStatus> {
+        let id = vee_id.to_string();
+        self.blocking(move |hv| hv.resume(&id)).await?;
+        self.event(vee_id, "resumed", "");
+        self.status(vee_id).await
+    }
+
+    /// Resource counters of a running VEE.
+    pub async fn stats(&self, vee_id: &str) -> Result<vhi::VeeStats> {
+        let id = vee_id.to_string();
+        let c = self.blocking(move |hv| hv.counters(&id)).await?;
+        Ok(vhi::VeeStats {
+            vee_id: vee_id.into(),
+            cpu_seconds: c.cpu_seconds,
+            memory_mib: c.memory_mib,
+            disk_read_bytes: c.disk_read_bytes,
+            disk_write_bytes: c.disk_write_bytes,
+            net_rx_bytes: 0,
+            net_tx_bytes: 0,
+            at_unix_ms: now_ms(),
+        })
+    }
+
+    /// What libvirt really runs for this VEEH.
+    pub async fn list_domains(&self) -> Result<vhi::DomainList> {
+        let doms = self.blocking(|hv| hv.owned_domains()).await?;
+        Ok(vhi::DomainList {
+            domains: doms
+                .into_iter()
+                .map(|d| vhi::DomainInfo { vee_id: d.vee_id, domain: d.name, state: vhi_state(Some(d.state)) as i32 })
+                .collect(),
+        })
+    }
+
+    /// The last `tail_bytes` (default 4 KiB) of the VEE's serial console.
+    pub fn console(&self, vee_id: &str, tail_bytes: u64) -> Result<String> {
+        crate::vee_store::check_vee_id(vee_id)?;
+        let data = std::fs::read(self.vees.console(vee_id)).with_context(|| format!("VEE {vee_id}: no console log on this host"))?;
+        let n = if tail_bytes == 0 { 4096 } else { tail_bytes as usize };
+        let start = data.len().saturating_sub(n);
+        Ok(String::from_utf8_lossy(&data[start..]).into_owned())
+    }
+
+    /// Polls libvirt every `period` and emits an event for each change of
+    /// an owned domain's state (started, stopped, suspended, resumed,
+    /// crashed, vanished).
+    pub fn spawn_state_watch(self: &Arc<Self>, period: Duration) {
+        let host = self.clone();
+        tokio::spawn(async move {
+            let mut last: std::collections::HashMap<String, DomainState> = Default::default();
+            loop {
+                tokio::time::sleep(period).await;
+                let Ok(doms) = host.blocking(|hv| hv.owned_domains()).await else { continue };
+                let mut now = std::collections::HashMap::new();
+                for d in doms {
+                    if last.get(&d.vee_id) != Some(&d.state) {
+                        host.event(&d.vee_id, "state", format!("{:?}", d.state).to_lowercase());
+                    }
+                    now.insert(d.vee_id, d.state);
+                }
+                for gone in last.keys().filter(|k| !now.contains_key(*k)) {
+                    host.event(gone, "state", "absent");
+                }
+                last = now;
+            }
+        });
+    }
+}

@@ -1,0 +1,408 @@
+//! The VEEH's only door to libvirt: one connection to one libvirtd, domains
+//! named `vee-<uuid>` and marked with this VEEH as owner. Every call is
+//! blocking; the VHI server runs them on tokio's blocking pool.
+//!
+//! Several VEEHs may share one libvirtd (the lab does): each sees and
+//! touches only the domains whose metadata names it as owner.
+
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use virt::connect::Connect;
+use virt::domain::{Domain, MigrateParameters};
+use virt::sys;
+
+use crate::domain_xml::{self, domain_name};
+
+/// libvirt's view of one of our domains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DomainState {
+    Running,
+    Paused,
+    Shutoff,
+    Crashed,
+    Other,
+}
+
+/// One domain this VEEH owns, as libvirt reports it.
+#[derive(Clone, Debug)]
+pub struct OwnedDomain {
+    pub vee_id: String,
+    pub name: String,
+    pub state: DomainState,
+    pub service_id: String,
+}
+
+/// Resource counters of a running domain.
+#[derive(Clone, Debug, Default)]
+pub struct DomainCounters {
+    /// CPU time used, seconds.
+    pub cpu_seconds: f64,
+    /// Current memory, MiB.
+    pub memory_mib: u64,
+    pub disk_read_bytes: u64,
+    pub disk_write_bytes: u64,
+}
+
+/// Versions and machine facts that go into the compatibility profile.
+#[derive(Clone, Debug)]
+pub struct HostFacts {
+    /// QEMU version, e.g. `7.2.0`.
+    pub qemu_version: String,
+    pub libvirt_version: String,
+    /// Canonical machine type `pc` resolves to, e.g. `pc-i440fx-7.2`.
+    pub machine: String,
+}
+
+/// A libvirt connection that reconnects when libvirtd restarts.
+pub struct Hypervisor {
+    uri: String,
+    owner: String,
+    conn: RwLock<Connect>,
+}
+
+fn version_string(v: u32) -> String {
+    format!("{}.{}.{}", v / 1_000_000, (v / 1000) % 1000, v % 1000)
+}
+
+impl Hypervisor {
+    /// Opens `uri` for the VEEH named `owner`. libvirt's own printing of
+    /// errors to stderr is switched off: errors come back as values.
+    pub fn open(uri: &str, owner: &str) -> Result<Self> {
+        virt::error::clear_error_callback();
+        let conn = Connect::open(Some(uri)).with_context(|| format!("libvirt {uri}"))?;
+        Ok(Self { uri: uri.to_string(), owner: owner.to_string(), conn: RwLock::new(conn) })
+    }
+
+    /// The libvirt URI this VEEH uses.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// Runs `f` on the connection; if it fails and the connection is dead
+    /// (libvirtd restarted), reconnects once and runs `f` again.
+    fn with<T>(&self, f: impl Fn(&Connect) -> Result<T>) -> Result<T> {
+        let first = {
+            let c = self.conn.read().unwrap();
+            match f(&c) {
+                Ok(v) => return Ok(v),
+                Err(e) if c.is_alive().unwrap_or(false) => return Err(e),
+                Err(e) => e,
+            }
+        };
+        tracing::warn!(uri = %self.uri, error = %first, "libvirt connection lost; reconnecting");
+        let fresh = Connect::open(Some(&self.uri)).with_context(|| format!("reconnect to {}", self.uri))?;
+        let old = std::mem::replace(&mut *self.conn.write().unwrap(), fresh);
+        // Closing a connection to a dead daemon may fail, and virt's Drop
+        // panics on that: let the old handle go without closing it.
+        std::mem::forget(old);
+        let c = self.conn.read().unwrap();
+        f(&c)
+    }
+
+    fn owned(&self, c: &Connect, vee_id: &str) -> Result<Option<Domain>> {
+        let dom = match c.lookup_domain_by_name(&domain_name(vee_id)) {
+            Ok(d) => d,
+            Err(e) if e.code().is(virt::error::ErrorNumber::NoDomain) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let xml = dom.xml_desc(0)?;
+        match domain_xml::ownership(&xml) {
+            Some(o) if o.owner == self.owner => Ok(Some(dom)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Our domain of `vee_id`. Errors when libvirt has none (or another
+    /// VEEH owns it).
+    fn domain(&self, c: &Connect, vee_id: &str) -> Result<Domain> {
+        self.owned(c, vee_id)?.ok_or_else(|| anyhow!("VEE {vee_id}: no domain {} owned by {} at {}", domain_name(vee_id), self.owner, self.uri))
+    }
+
+    /// Starts a transient domain from `xml`.
+    pub fn create(&self, xml: &str) -> Result<()> {
+        self.with(|c| {
+            c.create_domain_xml(xml, 0).context("create domain")?;
+            Ok(())
+        })
+    }
+
+    /// The state of `vee_id`'s domain; `None` when libvirt has none of ours.
+    pub fn state(&self, vee_id: &str) -> Result<Option<DomainState>> {
+        self.with(|c| match self.owned(c, vee_id)? {
+            None => Ok(None),
+            Some(d) => Ok(Some(map_state(d.state()?.0))),
+        })
+    }
+
+    /// Hard stop. Succeeds when the domain is already gone.
+    pub fn destroy(&self, vee_id: &str) -> Result<()> {
+        self.with(|c| {
+            if let Some(d) = self.owned(c, vee_id)? {
+                if d.is_active()? {
+                    d.destroy()?;
+                }
+                if d.is_persistent().unwrap_or(false) {
+                    d.undefine()?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// ACPI shutdown; after `timeout` the domain is destroyed. Returns true
+    /// when the guest shut down by itself.
+    pub fn shutdown(&self, vee_id: &str, timeout: Duration) -> Result<bool> {
+        self.with(|c| {
+            let d = self.domain(c, vee_id)?;
+            let _ = d.shutdown();
+            Ok(())
+        })?;
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if self.state(vee_id)?.is_none() {
+                return Ok(true);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        self.destroy(vee_id)?;
+        Ok(false)
+    }
+
+    pub fn suspend(&self, vee_id: &str) -> Result<()> {
+        self.with(|c| Ok(self.domain(c, vee_id)?.suspend().map(|_| ())?))
+    }
+
+    pub fn resume(&self, vee_id: &str) -> Result<()> {
+        self.with(|c| Ok(self.domain(c, vee_id)?.resume().map(|_| ())?))
+    }
+
+    /// The live domain XML (`migratable` drops host-local details).
+    pub fn xml(&self, vee_id: &str, migratable: bool) -> Result<String> {
+        let flags = if migratable { sys::VIR_DOMAIN_XML_MIGRATABLE } else { 0 };
+        self.with(|c| Ok(self.domain(c, vee_id)?.xml_desc(flags)?))
+    }
+
+    /// Domains this VEEH owns, whatever their state.
+    pub fn owned_domains(&self) -> Result<Vec<OwnedDomain>> {
+        self.with(|c| {
+            let mut out = Vec::new();
+            for d in c.list_all_domains(0)? {
+                let Ok(name) = d.name() else { continue };
+                let Some(vee_id) = domain_xml::vee_id_of(&name) else { continue };
+                let Ok(xml) = d.xml_desc(0) else { continue };
+                let Some(o) = domain_xml::ownership(&xml) else { continue };
+                if o.owner != self.owner {
+                    continue;
+                }
+                let state = d.state().map(|s| map_state(s.0)).unwrap_or(DomainState::Other);
+                out.push(OwnedDomain { vee_id: vee_id.to_string(), name, state, service_id: o.service_id });
+            }
+            Ok(out)
+        })
+    }
+
+    /// CPU, memory and disk counters of `vee_id`'s domain.
+    pub fn counters(&self, vee_id: &str) -> Result<DomainCounters> {
+        self.with(|c| {
+            let d = self.domain(c, vee_id)?;
+            let info = d.info()?;
+            let blk = d.block_stats("vda").ok();
+            Ok(DomainCounters {
+                cpu_seconds: info.cpu_time as f64 / 1e9,
+                memory_mib: info.memory / 1024,
+                disk_read_bytes: blk.as_ref().map(|b| b.rd_bytes.max(0) as u64).unwrap_or(0),
+                disk_write_bytes: blk.as_ref().map(|b| b.wr_bytes.max(0) as u64).unwrap_or(0),
+            })
+        })
+    }
+
+    /// QEMU and libvirt versions and the canonical `pc` machine type.
+    pub fn facts(&self) -> Result<HostFacts> {
+        self.with(|c| {
+            let caps = c.capabilities()?;
+            Ok(HostFacts {
+                qemu_version: version_string(c.hyp_version()?),
+                libvirt_version: version_string(c.lib_version()?),
+                machine: canonical_pc_machine(&caps).unwrap_or_else(|| "pc".into()),
+            })
+        })
+    }
+
+    /// Live external snapshot of memory+device state to `memory_file` and of
+    /// disk `vda` (the guest goes on writing to `new_top`; its previous
+    /// overlay becomes read-only and consistent with `memory_file`).
+    /// Returns the guest downtime in ms as libvirt measured it, when it did.
+    /// (shared/notes/libvirt-lab.md, "Live whole-VM checkpoint".)
+    pub fn live_snapshot(&self, vee_id: &str, name: &str, memory_file: &str, new_top: &str) -> Result<Option<u64>> {
+        let xml = format!(
+            "<domainsnapshot><name>{name}</name><memory snapshot='external' file='{memory_file}'/><disks><disk name='vda' snapshot='external' type='file'><driver type='qcow2'/><source file='{new_top}'/></disk></disks></domainsnapshot>"
+        );
+        self.with(|c| {
+            let d = self.domain(c, vee_id)?;
+            d.create_snapshot_xml(&xml, sys::VIR_DOMAIN_SNAPSHOT_CREATE_LIVE | sys::VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA)
+                .context("live snapshot")?;
+            let stats = d.job_stats(sys::VIR_DOMAIN_JOB_STATS_COMPLETED).ok();
+            Ok(stats.and_then(|s| s.downtime))
+        })
+    }
+
+    /// Merges the active top layer of `vda` into its backing file and pivots
+    /// the guest onto it (`virsh blockcommit --active --pivot`), so snapshot
+    /// chains do not grow without bound.
+    pub fn block_commit_active(&self, vee_id: &str, timeout: Duration) -> Result<()> {
+        self.with(|c| {
+            let d = self.domain(c, vee_id)?;
+            let disk = std::ffi::CString::new("vda").unwrap();
+            // SAFETY: valid domain pointer and NUL-terminated disk name; NULL
+            // base/top mean "the backing file" and "the active layer".
+            let rc = unsafe {
+                sys::virDomainBlockCommit(d.as_ptr(), disk.as_ptr(), std::ptr::null(), std::ptr::null(), 0, sys::VIR_DOMAIN_BLOCK_COMMIT_ACTIVE)
+            };
+            if rc < 0 {
+                bail!("block commit: {}", virt::error::Error::last_error());
+            }
+            let start = Instant::now();
+            loop {
+                let mut info: sys::virDomainBlockJobInfo = unsafe { std::mem::zeroed() };
+                // SAFETY: info is a valid out pointer.
+                let rc = unsafe { sys::virDomainGetBlockJobInfo(d.as_ptr(), disk.as_ptr(), &mut info, 0) };
+                if rc < 0 {
+                    bail!("block job info: {}", virt::error::Error::last_error());
+                }
+                if rc == 1 && info.end > 0 && info.cur == info.end {
+                    break;
+                }
+                if start.elapsed() > timeout {
+                    bail!("block commit did not converge in {timeout:?}");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // SAFETY: as above.
+            let rc = unsafe { sys::virDomainBlockJobAbort(d.as_ptr(), disk.as_ptr(), sys::VIR_DOMAIN_BLOCK_JOB_ABORT_PIVOT) };
+            if rc < 0 {
+                bail!("block commit pivot: {}", virt::error::Error::last_error());
+            }
+            loop {
+                let mut info: sys::virDomainBlockJobInfo = unsafe { std::mem::zeroed() };
+                let rc = unsafe { sys::virDomainGetBlockJobInfo(d.as_ptr(), disk.as_ptr(), &mut info, 0) };
+                if rc <= 0 || start.elapsed() > timeout {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(())
+        })
+    }
+
+    /// The domain XML stored in a saved memory-state file.
+    pub fn save_image_xml(&self, memory_file: &str) -> Result<String> {
+        self.with(|c| Ok(c.save_image_xml_desc(memory_file, 0)?))
+    }
+
+    /// Restores a domain from `memory_file` with `xml` (its paths rewritten
+    /// to this host's), running.
+    pub fn restore(&self, memory_file: &str, xml: &str) -> Result<()> {
+        self.with(|c| {
+            c.restore_domain_flags(memory_file, Some(xml), sys::VIR_DOMAIN_SAVE_RUNNING)
+                .with_context(|| format!("restore from {memory_file}"))?;
+            Ok(())
+        })
+    }
+
+    /// Live migration with incremental storage copy to `dest_uri`
+    /// (`VIR_MIGRATE_LIVE | PEER2PEER | NON_SHARED_INC` with dest XML,
+    /// migration URI and disks URI: lab notes, "Live migration between the
+    /// sites"). Blocks until done; on failure libvirt keeps the domain
+    /// running here.
+    pub fn migrate(&self, vee_id: &str, dest_uri: &str, dest_xml: &str, migration_uri: &str, disks_uri: &str, max_downtime_ms: u64) -> Result<()> {
+        let d = self.with(|c| self.domain(c, vee_id))?;
+        if max_downtime_ms > 0 {
+            let _ = d.migrate_set_max_downtime(max_downtime_ms, 0);
+        }
+        let params = MigrateParameters {
+            dest_xml: Some(dest_xml.to_string()),
+            uri: Some(migration_uri.to_string()),
+            disks_uri: Some(disks_uri.to_string()),
+            migrate_disks: vec!["vda".into()],
+            ..Default::default()
+        };
+        d.migrate_to_uri3(Some(dest_uri), params, sys::VIR_MIGRATE_LIVE | sys::VIR_MIGRATE_PEER2PEER | sys::VIR_MIGRATE_NON_SHARED_INC)
+            .with_context(|| format!("migrate VEE {vee_id} to {dest_uri}"))?;
+        Ok(())
+    }
+
+    /// Progress of the job running on `vee_id`'s domain: (processed,
+    /// remaining, total) bytes; `None` when no job runs.
+    pub fn job_progress(&self, vee_id: &str) -> Option<(u64, u64, u64)> {
+        let c = self.conn.read().ok()?;
+        let d = c.lookup_domain_by_name(&domain_name(vee_id)).ok()?;
+        let s = d.job_stats(0).ok()?;
+        if s.r#type == sys::VIR_DOMAIN_JOB_NONE as i32 {
+            return None;
+        }
+        Some((s.data_processed.unwrap_or(0), s.data_remaining.unwrap_or(0), s.data_total.unwrap_or(0)))
+    }
+}
+
+/// Downtime in ms of the last completed job (incoming migration) of domain
+/// `vee_id` at `uri`.
+pub fn completed_job_downtime(uri: &str, vee_id: &str) -> Option<u64> {
+    let c = Connect::open(Some(uri)).ok()?;
+    let d = c.lookup_domain_by_name(&domain_name(vee_id)).ok()?;
+    let r = d.job_stats(sys::VIR_DOMAIN_JOB_STATS_COMPLETED).ok().and_then(|s| s.downtime);
+    drop(d);
+    std::mem::forget(c);
+    r
+}
+
+fn map_state(s: virt::domain::DomainStateEnum) -> DomainState {
+    use virt::domain::DomainState as L;
+    use virt::enumutil::Enum;
+    match s {
+        Enum::Known(L::Running) | Enum::Known(L::Blocked) => DomainState::Running,
+        Enum::Known(L::Paused) | Enum::Known(L::PMSuspended) => DomainState::Paused,
+        Enum::Known(L::Shutoff) | Enum::Known(L::Shutdown) => DomainState::Shutoff,
+        Enum::Known(L::Crashed) => DomainState::Crashed,
+        _ => DomainState::Other,
+    }
+}
+
+/// `canonical` attribute of the `pc` machine in libvirt's capabilities XML.
+fn canonical_pc_machine(caps: &str) -> Option<String> {
+    let doc = roxmltree::Document::parse(caps).ok()?;
+    doc.descendants()
+        .find(|n| n.has_tag_name("machine") && n.text() == Some("pc") && n.attribute("canonical").is_some())
+        .and_then(|n| n.attribute("canonical"))
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_print_as_dotted() {
+        assert_eq!(version_string(7_002_000), "7.2.0");
+        assert_eq!(version_string(9_000_000), "9.0.0");
+    }
+
+    #[test]
+    fn canonical_machine_is_read_from_capabilities() {
+        let caps = "<capabilities><guest><arch name='x86_64'><machine maxCpus='255'>pc-i440fx-7.2</machine><machine canonical='pc-i440fx-7.2' maxCpus='255'>pc</machine></arch></guest></capabilities>";
+        assert_eq!(canonical_pc_machine(caps).as_deref(), Some("pc-i440fx-7.2"));
+    }
+
+    /// libvirt's in-process test driver: the fake "test" domain has no
+    /// VEEH metadata, so this VEEH owns nothing there and never touches it.
+    #[test]
+    fn foreign_domains_are_invisible() {
+        let h = Hypervisor::open("test:///default", "host-x").unwrap();
+        assert!(h.owned_domains().unwrap().is_empty());
+        assert_eq!(h.state("test").unwrap(), None);
+        assert!(h.destroy("test").is_ok());
+        let c = Connect::open(Some("test:///default")).unwrap();
+        assert!(c.lookup_domain_by_name("test").unwrap().is_active().unwrap());
+    }
+}

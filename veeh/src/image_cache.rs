@@ -1,0 +1,135 @@
+//! The host's image cache: base images, kernels and initrds pulled by ID
+//! from the image repository, verified, shared read-only by every VEE on the
+//! host, and evicted least-recently-used above a size limit, never while a
+//! VEE uses them.
+//!
+//! Layout under the cache directory:
+//! `blobs/<hex>` the content (mode 0444), `blobs/<hex>.verified` the size and
+//! mtime (ns) it had when its digest was last checked, `blobs/<hex>.used`
+//! whose mtime is the last use.
+
+use std::collections::HashSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::{Context, Result};
+use interfaces::repo_client::RepoClient;
+use interfaces::BlobId;
+use tokio::sync::Mutex;
+
+/// Outcome of [`ImageCache::ensure`].
+#[derive(Clone, Debug)]
+pub struct Cached {
+    pub path: PathBuf,
+    /// True when the blob was fetched from the repository now.
+    pub pulled: bool,
+    /// Bytes fetched (0 when served from the cache).
+    pub bytes: u64,
+}
+
+/// See the module documentation.
+pub struct ImageCache {
+    dir: PathBuf,
+    limit_bytes: u64,
+    repo: RepoClient,
+    pulls: Mutex<()>,
+}
+
+fn stamp(path: &Path) -> Option<String> {
+    let m = std::fs::metadata(path).ok()?;
+    let mtime = m.modified().ok()?.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_nanos();
+    Some(format!("{} {}", m.len(), mtime))
+}
+
+impl ImageCache {
+    /// A cache in `dir` holding at most `limit_mib` MiB of unused images.
+    pub fn new(dir: &Path, limit_mib: u64, repo: RepoClient) -> Result<Self> {
+        std::fs::create_dir_all(dir.join("blobs")).with_context(|| format!("{}", dir.display()))?;
+        Ok(Self { dir: dir.to_path_buf(), limit_bytes: limit_mib * 1024 * 1024, repo, pulls: Mutex::new(()) })
+    }
+
+    /// Where blob `id` lives in the cache.
+    pub fn path(&self, id: &BlobId) -> PathBuf {
+        self.dir.join("blobs").join(id.hex())
+    }
+
+    fn sidecar(&self, id: &BlobId, ext: &str) -> PathBuf {
+        self.dir.join("blobs").join(format!("{}.{ext}", id.hex()))
+    }
+
+    /// True when the cached file is present and its digest is known good:
+    /// checked now when its size or mtime changed since the last check.
+    async fn verified(&self, id: &BlobId) -> bool {
+        let path = self.path(id);
+        let Some(now) = stamp(&path) else { return false };
+        if std::fs::read_to_string(self.sidecar(id, "verified")).ok().as_deref() == Some(now.as_str()) {
+            return true;
+        }
+        match interfaces::repo_client::sink::hash_file(&path).await {
+            Ok(w) if &w.id == id => {
+                let _ = std::fs::write(self.sidecar(id, "verified"), now);
+                true
+            }
+            _ => {
+                tracing::warn!(%id, "cached blob fails verification; pulling it again");
+                let _ = std::fs::remove_file(&path);
+                false
+            }
+        }
+    }
+
+    /// Makes blob `id` present and verified in the cache, pulling it from
+    /// the repository when needed. Errors name the ID and the reason
+    /// (unknown to the repository, digest mismatch, I/O).
+    pub async fn ensure(&self, id: &BlobId) -> Result<Cached> {
+        let _guard = self.pulls.lock().await;
+        let path = self.path(id);
+        let cached = self.verified(id).await;
+        let mut bytes = 0;
+        if !cached {
+            bytes = self.repo.pull(id, &path, None).await.with_context(|| format!("pull {id} into the image cache"))?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444))?;
+            if let Some(s) = stamp(&path) {
+                std::fs::write(self.sidecar(id, "verified"), s)?;
+            }
+        }
+        std::fs::write(self.sidecar(id, "used"), b"")?;
+        Ok(Cached { path, pulled: !cached, bytes })
+    }
+
+    /// Removes least-recently-used blobs not in `in_use` until the cache
+    /// holds at most its limit. Returns the IDs removed.
+    pub fn evict(&self, in_use: &HashSet<BlobId>) -> Result<Vec<BlobId>> {
+        let mut entries = Vec::new();
+        let mut total = 0u64;
+        for e in std::fs::read_dir(self.dir.join("blobs"))? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.contains('.') {
+                continue;
+            }
+            let Ok(id) = format!("sha256:{name}").parse::<BlobId>() else { continue };
+            let size = e.metadata()?.len();
+            total += size;
+            let used = std::fs::metadata(self.sidecar(&id, "used")).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+            entries.push((used, id, size));
+        }
+        entries.sort_by_key(|(used, _, _)| *used);
+        let mut removed = Vec::new();
+        for (_, id, size) in entries {
+            if total <= self.limit_bytes {
+                break;
+            }
+            if in_use.contains(&id) {
+                continue;
+            }
+            for p in [self.path(&id), self.sidecar(&id, "verified"), self.sidecar(&id, "used")] {
+                let _ = std::fs::remove_file(p);
+            }
+            total -= size;
+            removed.push(id);
+        }
+        Ok(removed)
+    }
+}

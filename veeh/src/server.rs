@@ -1,0 +1,125 @@
+//! The VHI gRPC server (tonic) over a [`Host`].
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use interfaces::vhi::vhi_server::{Vhi, VhiServer};
+use interfaces::vhi::*;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status};
+
+use crate::host::Host;
+
+/// The VHI service.
+pub struct VhiService {
+    host: Arc<Host>,
+}
+
+/// Maps an error to a gRPC status: bad fields are `InvalidArgument`, unknown
+/// VEEs `NotFound`, refusals `FailedPrecondition`, the rest `Internal`; the
+/// message is the whole error chain.
+fn status(e: anyhow::Error) -> Status {
+    let msg = format!("{e:#}");
+    if msg.contains("field `") && !msg.contains("compatibility profile") {
+        Status::invalid_argument(msg)
+    } else if msg.contains("is not on this host") || msg.contains("no domain") || msg.contains("not found") {
+        Status::not_found(msg)
+    } else if msg.contains("cannot be restored") || msg.contains("already") {
+        Status::failed_precondition(msg)
+    } else {
+        Status::internal(msg)
+    }
+}
+
+type R<T> = Result<Response<T>, Status>;
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+fn ok<T>(r: anyhow::Result<T>) -> R<T> {
+    r.map(Response::new).map_err(status)
+}
+
+impl VhiService {
+    pub fn new(host: Arc<Host>) -> VhiServer<Self> {
+        VhiServer::new(Self { host })
+    }
+}
+
+#[tonic::async_trait]
+impl Vhi for VhiService {
+    async fn host_info(&self, _: Request<Empty>) -> R<HostInfoReply> {
+        ok(self.host.host_info().await)
+    }
+    async fn prepare(&self, r: Request<VeeSpec>) -> R<PrepareReply> {
+        ok(self.host.prepare(r.get_ref()).await)
+    }
+    async fn create(&self, r: Request<VeeSpec>) -> R<VeeStatus> {
+        ok(self.host.create(r.get_ref()).await)
+    }
+    async fn start(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+        ok(self.host.start(&r.get_ref().vee_id).await)
+    }
+    async fn shutdown(&self, r: Request<ShutdownRequest>) -> R<VeeStatus> {
+        let r = r.into_inner();
+        ok(self.host.shutdown(&r.vee_id, r.timeout_s).await)
+    }
+    async fn destroy(&self, r: Request<DestroyRequest>) -> R<VeeStatus> {
+        let r = r.into_inner();
+        ok(self.host.destroy(&r.vee_id, r.remove).await)
+    }
+    async fn suspend(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+        ok(self.host.suspend(&r.get_ref().vee_id).await)
+    }
+    async fn resume(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+        ok(self.host.resume(&r.get_ref().vee_id).await)
+    }
+    async fn checkpoint(&self, r: Request<CheckpointRequest>) -> R<CheckpointRecord> {
+        let r = r.into_inner();
+        ok(self.host.checkpoint(&r.vee_id, r.stop_after).await)
+    }
+    async fn restore(&self, r: Request<RestoreRequest>) -> R<VeeStatus> {
+        ok(self.host.restore(r.into_inner()).await)
+    }
+    async fn prepare_incoming(&self, r: Request<VeeSpec>) -> R<IncomingTarget> {
+        ok(self.host.prepare_incoming(r.get_ref()).await)
+    }
+    async fn complete_incoming(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+        ok(self.host.complete_incoming(&r.get_ref().vee_id).await)
+    }
+    async fn abort_incoming(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+        ok(self.host.abort_incoming(&r.get_ref().vee_id).await)
+    }
+
+    type MigrateOutStream = BoxStream<MigrationProgress>;
+    async fn migrate_out(&self, r: Request<MigrateOutRequest>) -> R<Self::MigrateOutStream> {
+        let r = r.into_inner();
+        let target = r.target.ok_or_else(|| Status::invalid_argument("field `target` is required"))?;
+        self.host.vees.get(&r.vee_id).map_err(status)?;
+        let (tx, rx) = mpsc::channel(16);
+        let host = self.host.clone();
+        tokio::spawn(async move {
+            // The outcome travels in the stream's last message.
+            let _ = host.migrate_out(&r.vee_id, target, r.max_downtime_ms, tx).await;
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(Ok))))
+    }
+
+    async fn stats(&self, r: Request<VeeRef>) -> R<VeeStats> {
+        ok(self.host.stats(&r.get_ref().vee_id).await)
+    }
+    async fn list_domains(&self, _: Request<Empty>) -> R<DomainList> {
+        ok(self.host.list_domains().await)
+    }
+    async fn console(&self, r: Request<ConsoleRequest>) -> R<ConsoleReply> {
+        let r = r.into_inner();
+        ok(self.host.console(&r.vee_id, r.tail_bytes).map(|text| ConsoleReply { text }))
+    }
+
+    type WatchEventsStream = BoxStream<HostEvent>;
+    async fn watch_events(&self, _: Request<Empty>) -> R<Self::WatchEventsStream> {
+        let rx = self.host.events.subscribe();
+        Ok(Response::new(Box::pin(BroadcastStream::new(rx).filter_map(|e| e.ok().map(Ok)))))
+    }
+}

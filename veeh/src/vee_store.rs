@@ -1,0 +1,179 @@
+//! The VEEH's records of its VEEs: one directory per VEE under
+//! `state_dir/vees/<uuid>/` holding `vee.json` (the spec), `overlay.qcow2`
+//! (the VEE's private disk on the cached base image) and `console.log`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use interfaces::vhi::VeeSpec;
+use serde::{Deserialize, Serialize};
+
+/// What the VEEH remembers of a VEE (the VHI `VeeSpec`, plus local flags).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct VeeRecord {
+    pub vee_id: String,
+    pub service_id: String,
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Memory, MiB.
+    pub memory_mib: u64,
+    /// Disk, GiB.
+    pub disk_gib: u64,
+    pub image: String,
+    pub kernel: String,
+    pub initrd: String,
+    pub cmdline: String,
+    /// Prepared as the destination of a live migration, not yet completed.
+    #[serde(default)]
+    pub incoming: bool,
+}
+
+impl VeeRecord {
+    /// Checks the spec: a UUID VEE ID (it names a directory), sizes > 0.
+    pub fn from_spec(spec: &VeeSpec) -> Result<Self> {
+        check_vee_id(&spec.vee_id)?;
+        if spec.vcpus == 0 {
+            bail!("VEE {}: field `vcpus` must be at least 1", spec.vee_id);
+        }
+        if spec.memory_mib == 0 {
+            bail!("VEE {}: field `memory_mib` must be at least 1", spec.vee_id);
+        }
+        if spec.image.is_empty() && spec.kernel.is_empty() {
+            bail!("VEE {}: needs an `image` or a `kernel` to boot", spec.vee_id);
+        }
+        Ok(Self {
+            vee_id: spec.vee_id.clone(),
+            service_id: spec.service_id.clone(),
+            vcpus: spec.vcpus,
+            memory_mib: spec.memory_mib,
+            disk_gib: spec.disk_gib,
+            image: spec.image.clone(),
+            kernel: spec.kernel.clone(),
+            initrd: spec.initrd.clone(),
+            cmdline: spec.cmdline.clone(),
+            incoming: false,
+        })
+    }
+
+    /// Back to the VHI message.
+    pub fn to_spec(&self) -> VeeSpec {
+        VeeSpec {
+            vee_id: self.vee_id.clone(),
+            service_id: self.service_id.clone(),
+            vcpus: self.vcpus,
+            memory_mib: self.memory_mib,
+            disk_gib: self.disk_gib,
+            image: self.image.clone(),
+            kernel: self.kernel.clone(),
+            initrd: self.initrd.clone(),
+            cmdline: self.cmdline.clone(),
+        }
+    }
+}
+
+/// Errors unless `vee_id` is a UUID (so it is safe as a file name).
+pub fn check_vee_id(vee_id: &str) -> Result<()> {
+    uuid::Uuid::parse_str(vee_id).with_context(|| format!("field `vee_id`: {vee_id:?} is not a UUID"))?;
+    Ok(())
+}
+
+/// The directory tree of VEE records.
+pub struct VeeStore {
+    root: PathBuf,
+}
+
+impl VeeStore {
+    pub fn open(state_dir: &Path) -> Result<Self> {
+        let root = state_dir.join("vees");
+        std::fs::create_dir_all(&root).with_context(|| root.display().to_string())?;
+        Ok(Self { root })
+    }
+
+    pub fn dir(&self, vee_id: &str) -> PathBuf {
+        self.root.join(vee_id)
+    }
+
+    /// The VEE's private qcow2 overlay.
+    pub fn overlay(&self, vee_id: &str) -> PathBuf {
+        self.dir(vee_id).join("overlay.qcow2")
+    }
+
+    /// The VEE's serial console log.
+    pub fn console(&self, vee_id: &str) -> PathBuf {
+        self.dir(vee_id).join("console.log")
+    }
+
+    /// Writes the record atomically (temp file + rename).
+    pub fn save(&self, rec: &VeeRecord) -> Result<()> {
+        let dir = self.dir(&rec.vee_id);
+        std::fs::create_dir_all(&dir)?;
+        let tmp = dir.join("vee.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(rec)?)?;
+        std::fs::rename(&tmp, dir.join("vee.json"))?;
+        Ok(())
+    }
+
+    pub fn load(&self, vee_id: &str) -> Result<Option<VeeRecord>> {
+        check_vee_id(vee_id)?;
+        match std::fs::read(self.dir(vee_id).join("vee.json")) {
+            Ok(b) => Ok(Some(serde_json::from_slice(&b)?)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The record of `vee_id`, or an error saying this host has no such VEE.
+    pub fn get(&self, vee_id: &str) -> Result<VeeRecord> {
+        self.load(vee_id)?.with_context(|| format!("VEE {vee_id} is not on this host"))
+    }
+
+    pub fn list(&self) -> Result<Vec<VeeRecord>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&self.root)? {
+            let name = e?.file_name().to_string_lossy().into_owned();
+            if let Ok(Some(r)) = self.load(&name) {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes the VEE's directory and everything in it.
+    pub fn remove(&self, vee_id: &str) -> Result<()> {
+        check_vee_id(vee_id)?;
+        match std::fs::remove_dir_all(self.dir(vee_id)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(id: &str) -> VeeSpec {
+        VeeSpec { vee_id: id.into(), vcpus: 1, memory_mib: 128, kernel: "k".into(), ..Default::default() }
+    }
+
+    #[test]
+    fn records_round_trip_and_remove() {
+        let t = tempfile::tempdir().unwrap();
+        let s = VeeStore::open(t.path()).unwrap();
+        let id = uuid::Uuid::new_v4().to_string();
+        let r = VeeRecord::from_spec(&spec(&id)).unwrap();
+        s.save(&r).unwrap();
+        assert_eq!(s.get(&id).unwrap(), r);
+        assert_eq!(s.list().unwrap().len(), 1);
+        s.remove(&id).unwrap();
+        assert!(s.load(&id).unwrap().is_none());
+    }
+
+    #[test]
+    fn path_like_ids_and_zero_sizes_are_refused() {
+        assert!(VeeRecord::from_spec(&spec("../../etc")).unwrap_err().to_string().contains("vee_id"));
+        let id = uuid::Uuid::new_v4().to_string();
+        let err = VeeRecord::from_spec(&VeeSpec { memory_mib: 0, ..spec(&id) }).unwrap_err().to_string();
+        assert!(err.contains("memory_mib"), "{err}");
+    }
+}
