@@ -1,1 +1,8 @@
-//! Helpers for the end-to-end tests: the lab, the guest image, daemons.
+//! Helpers for the end-to-end tests: the two-site lab that
+//! `scripts/setup-host` starts, the tiny guest of `scripts/build-guest-image`,
+//! and real daemons (`image-repo`, `veeh`, `veem`) started as processes.
+//! Nothing here mocks libvirt.
+
+pub mod daemons;
+pub mod guest;
+pub mod lab;

@@ -315,8 +315,9 @@ impl Hypervisor {
     /// (`VIR_MIGRATE_LIVE | PEER2PEER | NON_SHARED_INC` with dest XML,
     /// migration URI and disks URI: lab notes, "Live migration between the
     /// sites"). Blocks until done; on failure libvirt keeps the domain
-    /// running here.
-    pub fn migrate(&self, vee_id: &str, dest_uri: &str, dest_xml: &str, migration_uri: &str, disks_uri: &str, max_downtime_ms: u64) -> Result<()> {
+    /// running here. `bandwidth_mib_s` 0 means unlimited.
+    #[allow(clippy::too_many_arguments)]
+    pub fn migrate(&self, vee_id: &str, dest_uri: &str, dest_xml: &str, migration_uri: &str, disks_uri: &str, max_downtime_ms: u64, bandwidth_mib_s: u64) -> Result<()> {
         let d = self.with(|c| self.domain(c, vee_id))?;
         if max_downtime_ms > 0 {
             let _ = d.migrate_set_max_downtime(max_downtime_ms, 0);
@@ -326,6 +327,7 @@ impl Hypervisor {
             uri: Some(migration_uri.to_string()),
             disks_uri: Some(disks_uri.to_string()),
             migrate_disks: vec!["vda".into()],
+            bandwidth: (bandwidth_mib_s > 0).then_some(bandwidth_mib_s),
             ..Default::default()
         };
         d.migrate_to_uri3(Some(dest_uri), params, sys::VIR_MIGRATE_LIVE | sys::VIR_MIGRATE_PEER2PEER | sys::VIR_MIGRATE_NON_SHARED_INC)

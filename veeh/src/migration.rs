@@ -95,8 +95,9 @@ impl Host {
 
     /// Source side: live-migrates `vee_id` to `target`, sending progress on
     /// `progress` every 500 ms and a final `done` or `failed` message with
-    /// total time and downtime in ms.
-    pub async fn migrate_out(&self, vee_id: &str, target: IncomingTarget, max_downtime_ms: u64, progress: mpsc::Sender<MigrationProgress>) -> Result<()> {
+    /// total time and downtime in ms. `limits` is (max downtime ms,
+    /// bandwidth MiB/s), 0 for libvirt's default.
+    pub async fn migrate_out(&self, vee_id: &str, target: IncomingTarget, limits: (u64, u64), progress: mpsc::Sender<MigrationProgress>) -> Result<()> {
         let rec = self.vees.get(vee_id)?;
         let id = vee_id.to_string();
         let xml = self.blocking(move |hv| hv.xml(&id, true)).await?;
@@ -113,7 +114,7 @@ impl Host {
         let hv = self.hv.clone();
         let (id, t) = (vee_id.to_string(), target.clone());
         let mut job = tokio::task::spawn_blocking(move || {
-            hv.migrate(&id, &t.libvirt_uri, &dest_xml, &t.migration_uri, &t.disks_uri, max_downtime_ms)
+            hv.migrate(&id, &t.libvirt_uri, &dest_xml, &t.migration_uri, &t.disks_uri, limits.0, limits.1)
         });
         let _ = progress.send(MigrationProgress { phase: "preparing".into(), ..Default::default() }).await;
         let outcome = loop {

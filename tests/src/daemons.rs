@@ -1,0 +1,197 @@
+//! Real daemons as child processes: the image repository and VEEHs (VEEMs
+//! in later tests). Each writes its log into its test directory; dropping
+//! a [`Daemon`] kills it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
+use interfaces::vhi::vhi_client::VhiClient;
+use interfaces::vhi::{ConsoleRequest, VeeSpec};
+use tonic::transport::Channel;
+
+use crate::guest::{last_tick, GuestImage};
+use crate::lab::{binary, free_port};
+
+/// A child process killed (SIGKILL) on drop.
+pub struct Daemon {
+    pub name: String,
+    pub child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `bin args…` with stdout+stderr to `dir/<name>.log`.
+    pub fn spawn(name: &str, bin: &str, args: &[&str], dir: &Path) -> Self {
+        let log = dir.join(format!("{name}.log"));
+        let f = std::fs::File::create(&log).unwrap();
+        let child = Command::new(binary(bin))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::from(f.try_clone().unwrap()))
+            .stderr(Stdio::from(f))
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {bin}: {e}"));
+        Self { name: name.into(), child: Some(child), log }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The daemon's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Panics with the log unless the process is still running.
+    pub fn assert_alive(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            if let Ok(Some(st)) = c.try_wait() {
+                panic!("{} exited ({st}); log:\n{}", self.name, self.log_text());
+            }
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A running `image-repo serve` on a loopback port.
+pub struct ImageRepo {
+    pub daemon: Daemon,
+    pub url: String,
+    pub token: String,
+}
+
+impl ImageRepo {
+    pub async fn start(dir: &Path) -> Self {
+        let port = free_port();
+        let data = dir.join("repo");
+        let listen = format!("127.0.0.1:{port}");
+        let token = "test-write-token".to_string();
+        let daemon = Daemon::spawn("image-repo", "image-repo", &["serve", "--listen", &listen, "--data", data.to_str().unwrap(), "--token", &token], dir);
+        let url = format!("http://{listen}");
+        let client = RepoClient::new(&url, Some(token.clone())).unwrap();
+        let start = Instant::now();
+        while client.list().await.is_err() {
+            assert!(start.elapsed() < Duration::from_secs(20), "image-repo did not answer; log:\n{}", daemon.log_text());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Self { daemon, url, token }
+    }
+
+    pub fn client(&self) -> RepoClient {
+        RepoClient::new(&self.url, Some(self.token.clone())).unwrap()
+    }
+
+    /// Pushes the guest's kernel, initrd and data disk; returns their IDs.
+    pub async fn push_guest(&self, g: &GuestImage) -> GuestIds {
+        let c = self.client();
+        let kernel = c.push_file(&g.kernel, &PushMeta::new("vee-guest-kernel", BlobKind::Kernel)).await.unwrap().to_string();
+        let initrd = c.push_file(&g.initrd, &PushMeta::new("vee-guest-initrd", BlobKind::Initrd)).await.unwrap().to_string();
+        let mut meta = PushMeta::new("vee-guest-disk", BlobKind::Disk);
+        meta.format = Some("qcow2".into());
+        let disk = c.push_file(&g.disk, &meta).await.unwrap().to_string();
+        GuestIds { kernel, initrd, disk, cmdline: g.cmdline.clone() }
+    }
+}
+
+/// Repository IDs of the guest's images.
+#[derive(Clone, Debug)]
+pub struct GuestIds {
+    pub kernel: String,
+    pub initrd: String,
+    pub disk: String,
+    pub cmdline: String,
+}
+
+impl GuestIds {
+    /// A VHI spec for a new VEE of the tiny guest: 1 vCPU, 128 MiB, 1 GiB.
+    pub fn spec(&self, service_id: &str) -> VeeSpec {
+        VeeSpec {
+            vee_id: uuid::Uuid::new_v4().to_string(),
+            service_id: service_id.into(),
+            vcpus: 1,
+            memory_mib: 128,
+            disk_gib: 1,
+            image: self.disk.clone(),
+            kernel: self.kernel.clone(),
+            initrd: self.initrd.clone(),
+            cmdline: self.cmdline.clone(),
+        }
+    }
+}
+
+/// A running `veeh serve`.
+pub struct Veeh {
+    pub daemon: Daemon,
+    pub host: String,
+    pub endpoint: String,
+    pub state_dir: PathBuf,
+}
+
+impl Veeh {
+    /// Starts VEEH `host` of `site` on libvirt `uri`, state under
+    /// `dir/<host>`, capacity 2 vCPUs / 1024 MiB / 20 GiB.
+    pub async fn start(dir: &Path, host: &str, site: &str, uri: &str, repo: &ImageRepo) -> Self {
+        let port = free_port();
+        let state_dir = dir.join(host);
+        std::fs::create_dir_all(&state_dir).unwrap();
+        let cfg = format!(
+            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"127.0.0.1\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n",
+            state_dir.display(),
+            repo.url,
+            repo.token
+        );
+        let cfg_path = dir.join(format!("{host}.toml"));
+        std::fs::write(&cfg_path, cfg).unwrap();
+        let daemon = Daemon::spawn(host, "veeh", &["serve", "--config", cfg_path.to_str().unwrap()], dir);
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let mut v = Self { daemon, host: host.into(), endpoint, state_dir };
+        let start = Instant::now();
+        loop {
+            if VhiClient::connect(v.endpoint.clone()).await.is_ok() {
+                break;
+            }
+            v.daemon.assert_alive();
+            assert!(start.elapsed() < Duration::from_secs(30), "veeh {host} did not answer; log:\n{}", v.daemon.log_text());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        v
+    }
+
+    pub async fn client(&self) -> VhiClient<Channel> {
+        VhiClient::connect(self.endpoint.clone()).await.unwrap()
+    }
+}
+
+/// The VEE's console through the VHI Console call.
+pub async fn console(c: &mut VhiClient<Channel>, vee_id: &str) -> String {
+    c.console(ConsoleRequest { vee_id: vee_id.into(), tail_bytes: 2048 }).await.map(|r| r.into_inner().text).unwrap_or_default()
+}
+
+/// Waits until the VEE's console shows tick `min` or later; returns the
+/// last (tick, disk tick). Panics with the console tail after `timeout`.
+pub async fn wait_tick(c: &mut VhiClient<Channel>, vee_id: &str, min: u64, timeout: Duration) -> (u64, Option<u64>) {
+    let start = Instant::now();
+    let mut text = String::new();
+    while start.elapsed() < timeout {
+        text = console(c, vee_id).await;
+        if let Some(t) = last_tick(&text) {
+            if t.0 >= min {
+                return t;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    panic!("VEE {vee_id} did not reach tick {min} in {timeout:?}; console tail:\n{text}");
+}

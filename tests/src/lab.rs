@@ -1,0 +1,56 @@
+//! The lab: URIs of both sites, the serial lock for guest-booting tests,
+//! per-test directories, free ports, and the built binaries.
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+
+/// Site A's libvirtd (the machine's own).
+pub const SITE_A_URI: &str = "qemu:///system";
+/// Site B's libvirtd (a second libvirtd in its own namespace).
+pub const SITE_B_URI: &str = "qemu+tcp://127.0.0.1:16510/system";
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// A built binary of the workspace (`scripts/test` builds them first).
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let p = exe.parent().unwrap().parent().unwrap().join(name);
+    assert!(p.exists(), "{} is not built: run `cargo build --workspace --bins` (scripts/test does)", p.display());
+    p
+}
+
+/// Holds the lab for one guest-booting test at a time (2 cores; across
+/// test binaries too). Released on drop.
+pub struct LabLock(#[allow(dead_code)] File);
+
+/// Takes the lab lock, waiting for other tests.
+pub fn lock() -> LabLock {
+    std::fs::create_dir_all(scratch_root()).unwrap();
+    let f = File::create(scratch_root().join("lab.lock")).unwrap();
+    f.lock().unwrap();
+    LabLock(f)
+}
+
+/// `target/e2e`: where tests keep their directories (reachable from site
+/// B's namespace, unlike /run or /var/lib/libvirt).
+pub fn scratch_root() -> PathBuf {
+    repo_root().join("target").join("e2e")
+}
+
+/// A fresh directory `target/e2e/<name>-<random>` for one test; what a
+/// failed run left behind cannot collide with the next.
+pub fn test_dir(name: &str) -> PathBuf {
+    let d = scratch_root().join(format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
