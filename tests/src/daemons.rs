@@ -137,13 +137,29 @@ pub struct Veeh {
     pub host: String,
     pub endpoint: String,
     pub state_dir: PathBuf,
+    pub uri: String,
+}
+
+impl Drop for Veeh {
+    /// Kills the daemon and destroys every domain it still owns, also when
+    /// a test panics.
+    fn drop(&mut self) {
+        self.daemon.kill();
+        if let Ok(hv) = veeh::hypervisor::Hypervisor::open(&self.uri, &self.host) {
+            for d in hv.owned_domains().unwrap_or_default() {
+                let _ = hv.destroy(&d.vee_id);
+            }
+        }
+    }
 }
 
 impl Veeh {
-    /// Starts VEEH `host` of `site` on libvirt `uri`, state under
+    /// Starts a VEEH named `<host>-<random>` (so domains a failed run left
+    /// behind belong to nobody here) of `site` on libvirt `uri`, state under
     /// `dir/<host>`, capacity 2 vCPUs / 1024 MiB / 20 GiB.
     pub async fn start(dir: &Path, host: &str, site: &str, uri: &str, repo: &ImageRepo) -> Self {
         let port = free_port();
+        let host = &format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
         let state_dir = dir.join(host);
         std::fs::create_dir_all(&state_dir).unwrap();
         let cfg = format!(
@@ -156,7 +172,7 @@ impl Veeh {
         std::fs::write(&cfg_path, cfg).unwrap();
         let daemon = Daemon::spawn(host, "veeh", &["serve", "--config", cfg_path.to_str().unwrap()], dir);
         let endpoint = format!("http://127.0.0.1:{port}");
-        let mut v = Self { daemon, host: host.into(), endpoint, state_dir };
+        let mut v = Self { daemon, host: host.into(), endpoint, state_dir, uri: uri.into() };
         let start = Instant::now();
         loop {
             if VhiClient::connect(v.endpoint.clone()).await.is_ok() {

@@ -4,5 +4,6 @@
 //! Nothing here mocks libvirt.
 
 pub mod daemons;
+pub mod disk;
 pub mod guest;
 pub mod lab;

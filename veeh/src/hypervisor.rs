@@ -255,10 +255,12 @@ impl Hypervisor {
         self.with(|c| {
             let d = self.domain(c, vee_id)?;
             let disk = std::ffi::CString::new("vda").unwrap();
-            // SAFETY: valid domain pointer and NUL-terminated disk name; NULL
-            // base/top mean "the backing file" and "the active layer".
+            // SAFETY: valid domain pointer and NUL-terminated disk name.
+            // NULL top is the active layer; SHALLOW commits it into its
+            // immediate backing file (the VEE's overlay), never deeper into
+            // the shared read-only base image.
             let rc = unsafe {
-                sys::virDomainBlockCommit(d.as_ptr(), disk.as_ptr(), std::ptr::null(), std::ptr::null(), 0, sys::VIR_DOMAIN_BLOCK_COMMIT_ACTIVE)
+                sys::virDomainBlockCommit(d.as_ptr(), disk.as_ptr(), std::ptr::null(), std::ptr::null(), 0, sys::VIR_DOMAIN_BLOCK_COMMIT_ACTIVE | sys::VIR_DOMAIN_BLOCK_COMMIT_SHALLOW)
             };
             if rc < 0 {
                 bail!("block commit: {}", virt::error::Error::last_error());

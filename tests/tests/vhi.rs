@@ -1,0 +1,229 @@
+//! A real `veeh` process over gRPC against the lab's libvirtds and the tiny
+//! guest: boot, checkpoint and restore on a second host, live migration from
+//! site A to site B, an interrupted migration, and libvirtd restarting under
+//! a running VEEH.
+
+use std::process::Command;
+use std::time::Duration;
+
+use e2e::daemons::{console, wait_tick, ImageRepo, Veeh};
+use e2e::{disk, guest, lab};
+use futures::StreamExt;
+use interfaces::vhi::vhi_client::VhiClient;
+use interfaces::vhi::*;
+use tonic::transport::Channel;
+
+const BOOT: Duration = Duration::from_secs(120);
+
+async fn boot(c: &mut VhiClient<Channel>, spec: &VeeSpec) -> (u64, Option<u64>) {
+    c.prepare(spec.clone()).await.unwrap();
+    c.create(spec.clone()).await.unwrap();
+    let st = c.start(VeeRef { vee_id: spec.vee_id.clone() }).await.unwrap().into_inner();
+    assert_eq!(st.state(), VeeState::Running);
+    wait_tick(c, &spec.vee_id, 3, BOOT).await
+}
+
+async fn domains(c: &mut VhiClient<Channel>) -> Vec<DomainInfo> {
+    c.list_domains(Empty {}).await.unwrap().into_inner().domains
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("vhi-checkpoint");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a1 = Veeh::start(&dir, "cp-a1", "site-a", lab::SITE_A_URI, &repo).await;
+    let a2 = Veeh::start(&dir, "cp-a2", "site-a", lab::SITE_A_URI, &repo).await;
+    let (mut c1, mut c2) = (a1.client().await, a2.client().await);
+    let spec = ids.spec("svc-checkpoint");
+    let vee = spec.vee_id.clone();
+    boot(&mut c1, &spec).await;
+
+    let before = guest::last_tick(&console(&mut c1, &vee).await).unwrap().0;
+    let cp = c1.checkpoint(CheckpointRequest { vee_id: vee.clone(), stop_after: false }).await.unwrap().into_inner();
+    let after = guest::last_tick(&console(&mut c1, &vee).await).unwrap().0;
+    assert!(cp.memory_blob.starts_with("sha256:") && cp.disk_blob.starts_with("sha256:"));
+    assert!(cp.memory_bytes > 1 << 20, "memory state of a 128 MiB guest: {} bytes", cp.memory_bytes);
+    let profile = cp.profile.clone().unwrap();
+    assert!(!profile.machine.is_empty() && !profile.qemu_version.is_empty() && !profile.accel.is_empty());
+    // The VEE runs on after the checkpoint.
+    wait_tick(&mut c1, &vee, after + 2, Duration::from_secs(30)).await;
+    // The repository holds both parts.
+    let r = repo.client();
+    for id in [&cp.memory_blob, &cp.disk_blob] {
+        assert!(r.head(&id.parse().unwrap()).await.unwrap().is_some(), "{id} not in the repository");
+    }
+
+    // Host a1 loses the VEE; a2 restores it from the checkpoint.
+    c1.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await.unwrap();
+    let left = domains(&mut c1).await;
+    assert!(left.is_empty(), "{left:?}");
+    let st = c2.restore(RestoreRequest { spec: Some(spec.clone()), checkpoint: Some(cp.clone()) }).await.unwrap().into_inner();
+    assert_eq!(st.state(), VeeState::Running);
+    let resumed = wait_tick(&mut c2, &vee, 1, Duration::from_secs(30)).await;
+    let first_after_restore = guest::ticks(&console(&mut c2, &vee).await)[0];
+    assert!(
+        first_after_restore > before && first_after_restore <= after + 1,
+        "counter must continue from the checkpoint (between {before} and {after}), not restart: first tick after restore {first_after_restore}"
+    );
+    assert_eq!(resumed.1, Some(resumed.0), "the restored guest reads its own ticks back from disk");
+    let last = wait_tick(&mut c2, &vee, first_after_restore + 2, Duration::from_secs(30)).await.0;
+
+    // Restoring the same VEE a second time while it runs is refused.
+    let again = c2.restore(RestoreRequest { spec: Some(spec.clone()), checkpoint: Some(cp.clone()) }).await.unwrap_err();
+    assert_eq!(again.code(), tonic::Code::FailedPrecondition, "{again:?}");
+    // So is a checkpoint whose compatibility profile does not match.
+    let mut foreign = cp.clone();
+    foreign.profile.as_mut().unwrap().accel = if profile.accel == "tcg" { "kvm".into() } else { "tcg".into() };
+    let err = c1.restore(RestoreRequest { spec: Some(spec.clone()), checkpoint: Some(foreign) }).await.unwrap_err();
+    assert!(err.message().contains("`accel`"), "{}", err.message());
+    assert!(domains(&mut c1).await.is_empty());
+
+    // The disk holds every tick, 1..n, across the checkpoint and restore.
+    c2.destroy(DestroyRequest { vee_id: vee.clone(), remove: false }).await.unwrap();
+    let on_disk = disk::ticks_on_disk(&a2.state_dir.join("vees").join(&vee).join("overlay.qcow2"), &dir);
+    disk::assert_contiguous(&on_disk, last);
+    c2.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await.unwrap();
+    assert!(!a2.state_dir.join("vees").join(&vee).exists());
+    drop((a1, a2, repo));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+async fn migrate(c: &mut VhiClient<Channel>, vee: &str, target: IncomingTarget, bandwidth_mib_s: u64) -> Vec<MigrationProgress> {
+    let req = MigrateOutRequest { vee_id: vee.into(), target: Some(target), max_downtime_ms: 500, bandwidth_mib_s };
+    let mut s = c.migrate_out(req).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    while let Some(p) = s.next().await {
+        seen.push(p.unwrap());
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_live_migration_from_site_a_to_site_b_keeps_the_counter_going() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("vhi-migrate");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a = Veeh::start(&dir, "mig-a1", "site-a", lab::SITE_A_URI, &repo).await;
+    let b = Veeh::start(&dir, "mig-b1", "site-b", lab::SITE_B_URI, &repo).await;
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    let spec = ids.spec("svc-migrate");
+    let vee = spec.vee_id.clone();
+    boot(&mut ca, &spec).await;
+    let before = wait_tick(&mut ca, &vee, 4, BOOT).await.0;
+
+    let target = cb.prepare_incoming(spec.clone()).await.unwrap().into_inner();
+    assert_eq!(target.libvirt_uri, lab::SITE_B_URI);
+    assert!(target.disk_path.starts_with(b.state_dir.to_str().unwrap()));
+    let progress = migrate(&mut ca, &vee, target, 0).await;
+    let last = progress.last().unwrap();
+    assert_eq!(last.phase, "done", "migration failed: {:?}", last.error);
+    assert!(last.total_ms > 0);
+    cb.complete_incoming(VeeRef { vee_id: vee.clone() }).await.unwrap();
+
+    // Exactly one copy: at B, none at A.
+    assert!(domains(&mut ca).await.is_empty(), "VEE still at site A");
+    let at_b = domains(&mut cb).await;
+    assert_eq!(at_b.len(), 1);
+    assert_eq!(at_b[0].state(), VeeState::Running);
+    let first_at_b = {
+        wait_tick(&mut cb, &vee, 1, Duration::from_secs(30)).await;
+        guest::ticks(&console(&mut cb, &vee).await)[0]
+    };
+    assert!(first_at_b > before, "counter must go on at B (was {before} at A), got {first_at_b}");
+    let (n, d) = wait_tick(&mut cb, &vee, first_at_b + 2, Duration::from_secs(30)).await;
+    assert_eq!(d, Some(n), "the guest at B reads its ticks back from its disk");
+    assert!(!a.state_dir.join("vees").join(&vee).exists(), "site A keeps no files of a migrated VEE");
+
+    cb.destroy(DestroyRequest { vee_id: vee.clone(), remove: false }).await.unwrap();
+    let on_disk = disk::ticks_on_disk(&b.state_dir.join("vees").join(&vee).join("overlay.qcow2"), &dir);
+    disk::assert_contiguous(&on_disk, n);
+    cb.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await.unwrap();
+    drop((a, b, repo));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_migration_whose_destination_dies_leaves_the_vee_running_at_the_source() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("vhi-migrate-fail");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a = Veeh::start(&dir, "migf-a1", "site-a", lab::SITE_A_URI, &repo).await;
+    let b = Veeh::start(&dir, "migf-b1", "site-b", lab::SITE_B_URI, &repo).await;
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    let spec = ids.spec("svc-migrate-fail");
+    let vee = spec.vee_id.clone();
+    boot(&mut ca, &spec).await;
+    let target = cb.prepare_incoming(spec.clone()).await.unwrap().into_inner();
+
+    // Throttle to 4 MiB/s so the copy takes long enough to kill the
+    // destination QEMU (the one started with -incoming) midway.
+    let name = format!("guest=vee-{vee}");
+    let killer = std::thread::spawn(move || {
+        for _ in 0..200 {
+            let out = Command::new("pgrep").args(["-f", &format!("{name}.*-incoming")]).output().unwrap();
+            let pids = String::from_utf8_lossy(&out.stdout).to_string();
+            if let Some(pid) = pids.split_whitespace().next() {
+                std::thread::sleep(Duration::from_secs(2));
+                return Command::new("kill").args(["-9", pid]).status().unwrap().success();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    });
+    let progress = migrate(&mut ca, &vee, target, 4).await;
+    assert!(killer.join().unwrap(), "never saw the destination QEMU");
+    let last = progress.last().unwrap();
+    assert_eq!(last.phase, "failed", "{progress:?}");
+    assert!(!last.error.is_empty());
+
+    // Still running at the source, counter going on; the destination cleans up.
+    let at_a = domains(&mut ca).await;
+    assert_eq!(at_a.len(), 1);
+    assert_eq!(at_a[0].state(), VeeState::Running);
+    let now = guest::last_tick(&console(&mut ca, &vee).await).unwrap().0;
+    wait_tick(&mut ca, &vee, now + 2, Duration::from_secs(30)).await;
+    cb.abort_incoming(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    assert!(domains(&mut cb).await.is_empty());
+    assert!(!b.state_dir.join("vees").join(&vee).exists(), "destination left its prepared files");
+
+    ca.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await.unwrap();
+    drop((a, b, repo));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_libvirtd_restart_under_a_running_veeh() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("vhi-libvirtd-restart");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a = Veeh::start(&dir, "rst-a1", "site-a", lab::SITE_A_URI, &repo).await;
+    let mut c = a.client().await;
+    let spec = ids.spec("svc-restart");
+    let vee = spec.vee_id.clone();
+    boot(&mut c, &spec).await;
+
+    let pidfile = "/var/lib/vee-lab/run/site-a-libvirtd.pid";
+    let pid = std::fs::read_to_string(pidfile).expect("site A libvirtd started by scripts/setup-host");
+    assert!(Command::new("kill").arg(pid.trim()).status().unwrap().success());
+    std::thread::sleep(Duration::from_secs(1));
+    let st = Command::new("bash").arg(lab::repo_root().join("scripts/setup-host")).output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+
+    // The VEEH reconnects: the guest never stopped and every call works.
+    let doms = domains(&mut c).await;
+    assert_eq!(doms.len(), 1, "{doms:?}");
+    assert_eq!(doms[0].state(), VeeState::Running);
+    let now = guest::last_tick(&console(&mut c, &vee).await).unwrap().0;
+    wait_tick(&mut c, &vee, now + 2, Duration::from_secs(30)).await;
+    let stats = c.stats(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    assert!(stats.cpu_seconds > 0.0 && stats.memory_mib >= 100, "{stats:?}");
+    c.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await.unwrap();
+    assert!(domains(&mut c).await.is_empty());
+    drop((a, repo));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
