@@ -1,0 +1,127 @@
+//! What each subcommand does.
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
+
+use super::progress::Bar;
+use super::{output, Command, Format, PushArgs, RepoArgs, ServeArgs};
+use crate::server::{self, Config, Overrides, Server};
+
+/// The first bytes of a qcow2 image.
+const QCOW2_MAGIC: &[u8; 4] = b"QFI\xfb";
+
+/// Runs one subcommand. Errors: whatever failed, with context.
+pub async fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Serve(args) => serve(args).await,
+        Command::Push(args) => push(args).await,
+        Command::Pull(args) => {
+            let repo = client(&args.repo)?;
+            let bar = Bar::new(&format!("pull {}", short(&args.id.to_string())));
+            let callback = bar.callback();
+            let result = repo.pull(&args.id, &args.output, Some(&callback)).await;
+            bar.finish();
+            let size = result?;
+            println!("pulled {} to {} ({size} bytes, sha256 verified)", args.id, args.output.display());
+            Ok(())
+        }
+        Command::Ls(args) => {
+            let blobs = client(&args.repo)?.list().await?;
+            match args.output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&blobs)?),
+                Format::Text => print!("{}", output::table(&blobs)),
+            }
+            Ok(())
+        }
+        Command::Show(args) => {
+            let meta = client(&args.repo)?
+                .head(&args.id)
+                .await?
+                .ok_or_else(|| interfaces::Error::BlobNotFound { id: args.id.to_string() })?;
+            match args.output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&meta)?),
+                Format::Text => print!("{}", output::details(&meta)),
+            }
+            Ok(())
+        }
+        Command::Rm(args) => {
+            client(&args.repo)?.delete(&args.id, args.force).await?;
+            println!("deleted {}", args.id);
+            Ok(())
+        }
+        Command::Pin(args) => {
+            client(&args.repo)?.pin(&args.id, &args.name).await?;
+            println!("pinned {} as {}", args.id, args.name);
+            Ok(())
+        }
+        Command::Unpin(args) => {
+            client(&args.repo)?.unpin(&args.id, &args.name).await?;
+            println!("unpinned {} from {}", args.id, args.name);
+            Ok(())
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let overrides = Overrides {
+        listen: args.listen,
+        data: args.data,
+        token: args.token,
+        protect_reads: args.protect_reads,
+        max_bytes: args.max_bytes,
+    };
+    let config = Config::load(args.config.as_deref(), overrides)?;
+    let server = Server::bind(config).await?;
+    // Plain line on stdout so that scripts and tests learn the bound port.
+    println!("listening on {}", server.local_addr()?);
+    server.run(server::shutdown_signal()).await
+}
+
+async fn push(args: PushArgs) -> Result<()> {
+    let repo = client(&args.repo)?;
+    let name = match args.name {
+        Some(n) => n,
+        None => args
+            .file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .with_context(|| format!("{} has no file name; pass --name", args.file.display()))?,
+    };
+    let format = match (args.format, args.kind) {
+        (Some(f), _) => Some(f),
+        (None, BlobKind::Disk) => Some(sniff_format(&args.file)?.to_string()),
+        (None, _) => None,
+    };
+    let meta = PushMeta {
+        name,
+        kind: args.kind,
+        format,
+        labels: args.labels.into_iter().collect(),
+    };
+    let bar = Bar::new(&format!("push {}", meta.name));
+    let callback = bar.callback();
+    let result = repo.push_file_with_progress(&args.file, &meta, Some(&callback)).await;
+    bar.finish();
+    println!("{}", result?);
+    Ok(())
+}
+
+/// `qcow2` if the file starts with the qcow2 magic, else `raw`.
+fn sniff_format(path: &Path) -> Result<&'static str> {
+    let mut magic = [0u8; 4];
+    let mut file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let n = file.read(&mut magic).with_context(|| format!("reading {}", path.display()))?;
+    Ok(if n == 4 && &magic == QCOW2_MAGIC { "qcow2" } else { "raw" })
+}
+
+fn client(args: &RepoArgs) -> Result<RepoClient> {
+    Ok(RepoClient::new(&args.repo, args.token.clone())?)
+}
+
+/// `sha256:0123456789ab` for progress labels.
+fn short(id: &str) -> &str {
+    &id[..id.len().min(19)]
+}

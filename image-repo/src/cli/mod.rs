@@ -1,0 +1,198 @@
+//! The `image-repo` command line: `serve` runs the repository; `push`,
+//! `pull`, `ls`, `show`, `rm`, `pin` and `unpin` talk to one.
+
+mod commands;
+mod output;
+mod progress;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use interfaces::repo_client::BlobKind;
+use interfaces::BlobId;
+
+/// Content-addressed repository of VEE images, kernels, initrds and checkpoints.
+#[derive(Debug, Parser)]
+#[command(name = "image-repo", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the repository server.
+    Serve(ServeArgs),
+    /// Upload a file; prints its ID alone on the last line.
+    Push(PushArgs),
+    /// Download a blob by ID, verifying its sha256, resuming FILE.partial.
+    Pull(PullArgs),
+    /// List the stored blobs.
+    Ls(LsArgs),
+    /// Show the metadata of one blob.
+    Show(ShowArgs),
+    /// Delete a blob (pinned blobs need --force).
+    Rm(RmArgs),
+    /// Pin a blob so that it is not deleted without --force.
+    Pin(PinArgs),
+    /// Remove a pin (succeeds if the pin was not set).
+    Unpin(PinArgs),
+}
+
+/// Options of `serve`; flags override the configuration file.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML configuration file (listen, data, token, protect_reads, read_tokens, max_bytes, reserve_bytes).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:7480].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Data directory.
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Write token needed to push, delete and pin.
+    #[arg(long, value_name = "TOKEN", env = "IMAGE_REPO_WRITE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Require a token for reads too.
+    #[arg(long)]
+    pub protect_reads: bool,
+    /// Quota on the stored content, in bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub max_bytes: Option<u64>,
+}
+
+/// Where the repository is and how to authenticate.
+#[derive(Debug, Args)]
+pub struct RepoArgs {
+    /// Base URL of the repository, e.g. http://10.0.0.5:7480.
+    #[arg(long, value_name = "URL", env = "IMAGE_REPO_URL")]
+    pub repo: String,
+    /// Bearer token (needed to push, delete and pin, and to read from a protected repository).
+    #[arg(long, value_name = "TOKEN", env = "IMAGE_REPO_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// Options of `push`.
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// File to upload.
+    pub file: PathBuf,
+    /// Name recorded with the blob [default: the file name].
+    #[arg(long)]
+    pub name: Option<String>,
+    /// What the blob holds.
+    #[arg(long, default_value = "disk", value_parser = parse_kind)]
+    pub kind: BlobKind,
+    /// Image format (qcow2, raw) [default for disks: qcow2 if the file has the qcow2 magic, else raw].
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Label KEY=VALUE (repeatable), e.g. --label os=debian --label arch=x86_64.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = interfaces::repo_client::types::parse_label)]
+    pub labels: Vec<(String, String)>,
+    #[command(flatten)]
+    pub repo: RepoArgs,
+}
+
+/// Options of `pull`.
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// ID of the blob (sha256:<64 hex>).
+    #[arg(value_parser = parse_id)]
+    pub id: BlobId,
+    /// Where to write it.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub repo: RepoArgs,
+}
+
+/// Output formats of `ls` and `show`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// For humans.
+    Text,
+    /// JSON (a list for `ls`, an object for `show`).
+    Json,
+}
+
+/// Options of `ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: Format,
+    #[command(flatten)]
+    pub repo: RepoArgs,
+}
+
+/// Options of `show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// ID of the blob.
+    #[arg(value_parser = parse_id)]
+    pub id: BlobId,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: Format,
+    #[command(flatten)]
+    pub repo: RepoArgs,
+}
+
+/// Options of `rm`.
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// ID of the blob.
+    #[arg(value_parser = parse_id)]
+    pub id: BlobId,
+    /// Delete even if pinned.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub repo: RepoArgs,
+}
+
+/// Options of `pin` and `unpin`.
+#[derive(Debug, Args)]
+pub struct PinArgs {
+    /// ID of the blob.
+    #[arg(value_parser = parse_id)]
+    pub id: BlobId,
+    /// Pin name, e.g. site-b or checkpoint:42.
+    pub name: String,
+    #[command(flatten)]
+    pub repo: RepoArgs,
+}
+
+fn parse_id(s: &str) -> Result<BlobId, String> {
+    s.parse().map_err(|e: interfaces::Error| e.to_string())
+}
+
+fn parse_kind(s: &str) -> Result<BlobKind, String> {
+    s.parse()
+}
+
+/// Parses the command line, runs it and returns the exit code (0 on
+/// success, 1 on error, 2 on bad usage). Errors are printed to stderr.
+pub async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match commands::run(cli.command).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

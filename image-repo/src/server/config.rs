@@ -1,0 +1,168 @@
+//! Configuration of the repository server: a TOML file, overridden by flags.
+//!
+//! ```toml
+//! listen = "0.0.0.0:7480"         # address to serve on; port 0 picks a free port
+//! data = "/var/lib/image-repo"    # blobs/, blobs/.tmp/ and meta/ (sled) live here
+//! token = "change-me"             # bearer token needed to push, delete and pin
+//! protect_reads = false           # true: reads need the write token or a read token
+//! read_tokens = ["reader-1"]      # tokens that may only read (when protect_reads)
+//! max_bytes = 1_000_000_000_000   # optional quota on the stored content, in bytes
+//! reserve_bytes = 67_108_864      # free space to leave on the disk, in bytes
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+/// Default address the server listens on.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7480";
+/// Default free space left on the data disk, in bytes (64 MiB).
+pub const DEFAULT_RESERVE_BYTES: u64 = 64 << 20;
+
+/// Server configuration. See the module documentation for the file format.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Data directory (created if missing).
+    pub data: PathBuf,
+    /// The write token: needed to push, delete, pin and unpin.
+    pub token: String,
+    /// Whether reads (download, metadata, list) need a token too.
+    #[serde(default)]
+    pub protect_reads: bool,
+    /// Tokens that may read but not write (used when `protect_reads`).
+    #[serde(default)]
+    pub read_tokens: Vec<String>,
+    /// Quota: most bytes of content stored in all; `None` for no quota.
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+    /// Free space kept on the data disk; an upload that would eat into it is
+    /// refused with 507 before any byte is written.
+    #[serde(default = "default_reserve")]
+    pub reserve_bytes: u64,
+}
+
+fn default_listen() -> SocketAddr {
+    DEFAULT_LISTEN.parse().expect("valid default address")
+}
+
+fn default_reserve() -> u64 {
+    DEFAULT_RESERVE_BYTES
+}
+
+/// Command-line values that override or replace the configuration file.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `--listen`
+    pub listen: Option<SocketAddr>,
+    /// `--data`
+    pub data: Option<PathBuf>,
+    /// `--token`
+    pub token: Option<String>,
+    /// `--protect-reads`
+    pub protect_reads: bool,
+    /// `--max-bytes`
+    pub max_bytes: Option<u64>,
+}
+
+impl Config {
+    /// Reads `file` (if given) and applies `overrides`. Errors: the file cannot
+    /// be read or parsed (naming the file and field), or `data` or `token` is
+    /// missing or empty.
+    pub fn load(file: Option<&Path>, overrides: Overrides) -> Result<Self> {
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+                text.parse::<toml::Table>()
+                    .with_context(|| format!("config {} is not valid TOML", path.display()))?
+            }
+            None => toml::Table::new(),
+        };
+        if let Some(listen) = overrides.listen {
+            table.insert("listen".into(), listen.to_string().into());
+        }
+        if let Some(data) = &overrides.data {
+            table.insert("data".into(), data.display().to_string().into());
+        }
+        if let Some(token) = overrides.token {
+            table.insert("token".into(), token.into());
+        }
+        if overrides.protect_reads {
+            table.insert("protect_reads".into(), true.into());
+        }
+        if let Some(max) = overrides.max_bytes {
+            let max = i64::try_from(max).context("--max-bytes is too large")?;
+            table.insert("max_bytes".into(), max.into());
+        }
+        let from = file
+            .map(|p| format!("config {}", p.display()))
+            .unwrap_or_else(|| "command line".into());
+        for (key, flag) in [("data", "--data DIR"), ("token", "--token TOKEN")] {
+            if !table.contains_key(key) {
+                bail!("{from}: `{key}` is required (set it in the config file or pass {flag})");
+            }
+        }
+        let config: Config = table.try_into().with_context(|| format!("{from}: invalid configuration"))?;
+        config.validate().with_context(|| format!("{from}: invalid configuration"))?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let visible = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic());
+        if !visible(&self.token) {
+            bail!("`token` must be non-empty visible ASCII");
+        }
+        if let Some(bad) = self.read_tokens.iter().position(|t| !visible(t)) {
+            bail!("`read_tokens[{bad}]` must be non-empty visible ASCII");
+        }
+        if self.token.len() < 16 {
+            tracing::warn!("the write token is shorter than 16 characters");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_file_and_required_fields_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("repo.toml");
+        std::fs::write(&file, "data = \"/srv/repo\"\ntoken = \"file-token\"\nprotect_reads = false\n").unwrap();
+        let over = Overrides {
+            token: Some("flag-token".into()),
+            protect_reads: true,
+            ..Default::default()
+        };
+        let c = Config::load(Some(&file), over).unwrap();
+        assert_eq!(c.token, "flag-token");
+        assert!(c.protect_reads);
+        assert_eq!(c.data, Path::new("/srv/repo"));
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+
+        let err = Config::load(
+            None,
+            Overrides {
+                data: Some("/x".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("`token` is required"), "{err}");
+
+        std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\nlisten = 5\n").unwrap();
+        let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
+        assert!(err.contains("listen"), "{err}");
+
+        std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\ncolour = 1\n").unwrap();
+        let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
+        assert!(err.contains("colour"), "{err}");
+    }
+}

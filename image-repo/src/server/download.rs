@@ -1,0 +1,155 @@
+//! Download: `GET` and `HEAD` of a blob's content, with single `Range`
+//! requests (`bytes=A-B`, `bytes=A-`, `bytes=-N`) for resuming.
+
+use std::io::SeekFrom;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use interfaces::repo_client::protocol::CONTENT_ID_HEADER;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio_util::io::ReaderStream;
+
+use super::auth::{require, Access};
+use super::error::{parse_id, ApiError};
+use super::AppState;
+
+/// Size of the chunks read from disk and sent, in bytes.
+const DOWNLOAD_CHUNK: usize = 512 * 1024;
+
+/// Which bytes of a blob a request asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Wanted {
+    /// No (usable) range: the whole blob, 200.
+    Full,
+    /// Bytes `start..=end`, 206.
+    Part { start: u64, end: u64 },
+    /// A range outside the blob, 416.
+    Unsatisfiable,
+}
+
+/// Reads a `Range` header against a blob of `size` bytes. Ranges this server
+/// does not serve (other units, several ranges, malformed) are ignored, as
+/// RFC 9110 allows, and the whole blob is sent.
+pub fn parse_range(value: &str, size: u64) -> Wanted {
+    let Some(spec) = value.trim().strip_prefix("bytes=") else {
+        return Wanted::Full;
+    };
+    if spec.contains(',') {
+        return Wanted::Full;
+    }
+    let Some((a, b)) = spec.trim().split_once('-') else {
+        return Wanted::Full;
+    };
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(start), Ok(end)) if start <= end => {
+            if start >= size {
+                Wanted::Unsatisfiable
+            } else {
+                Wanted::Part {
+                    start,
+                    end: end.min(size - 1),
+                }
+            }
+        }
+        (Ok(start), Err(_)) if b.is_empty() => {
+            if start >= size {
+                Wanted::Unsatisfiable
+            } else {
+                Wanted::Part { start, end: size - 1 }
+            }
+        }
+        (Err(_), Ok(n)) if a.is_empty() => {
+            if n == 0 || size == 0 {
+                Wanted::Unsatisfiable
+            } else {
+                Wanted::Part {
+                    start: size.saturating_sub(n),
+                    end: size - 1,
+                }
+            }
+        }
+        _ => Wanted::Full,
+    }
+}
+
+/// `GET` / `HEAD /v1/blobs/{id}`.
+pub async fn download(
+    State(app): State<AppState>,
+    method: Method,
+    Path(raw_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    require(&app.config, &headers, Access::Read)?;
+    let id = parse_id(&raw_id)?;
+    let meta = app
+        .store
+        .get(&id)
+        .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?
+        .ok_or_else(|| ApiError::not_found(&id))?;
+    let size = meta.size;
+    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
+    let (status, start, len) = match range.map(|r| parse_range(r, size)).unwrap_or(Wanted::Full) {
+        Wanted::Full => (StatusCode::OK, 0, size),
+        Wanted::Part { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
+        Wanted::Unsatisfiable => return Err(ApiError::range_not_satisfiable(&id, range.unwrap_or(""), size)),
+    };
+
+    let mut resp = Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header(header::CONTENT_LENGTH, len)
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::ETAG, format!("\"{id}\""))
+        .header(header::CACHE_CONTROL, "public, max-age=31536000, immutable")
+        .header(CONTENT_ID_HEADER, id.to_string());
+    if status == StatusCode::PARTIAL_CONTENT {
+        resp = resp.header(header::CONTENT_RANGE, format!("bytes {start}-{}/{size}", start + len - 1));
+    }
+    let body = if method == Method::HEAD {
+        Body::empty()
+    } else {
+        let path = app.store.blob_path(&id);
+        let mut file = match tokio::fs::File::open(&path).await {
+            Ok(f) => f,
+            // Deleted between the metadata lookup and the open.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ApiError::not_found(&id)),
+            Err(e) => return Err(ApiError::internal(format!("opening content of {id}"), e)),
+        };
+        if start > 0 {
+            file.seek(SeekFrom::Start(start))
+                .await
+                .map_err(|e| ApiError::internal(format!("seeking in content of {id}"), e))?;
+        }
+        tracing::info!(%id, start, len, "sending blob");
+        Body::from_stream(ReaderStream::with_capacity(file.take(len), DOWNLOAD_CHUNK))
+    };
+    let mut resp = resp.body(body).map_err(|e| ApiError::internal("building response", e))?;
+    if method == Method::HEAD {
+        // Keep the length of the content, not of the empty body.
+        resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("bytes=0-9", 100), Wanted::Part { start: 0, end: 9 });
+        assert_eq!(parse_range("bytes=90-", 100), Wanted::Part { start: 90, end: 99 });
+        assert_eq!(parse_range("bytes=90-500", 100), Wanted::Part { start: 90, end: 99 });
+        assert_eq!(parse_range("bytes=-10", 100), Wanted::Part { start: 90, end: 99 });
+        assert_eq!(parse_range("bytes=-1000", 100), Wanted::Part { start: 0, end: 99 });
+        assert_eq!(parse_range("bytes=100-", 100), Wanted::Unsatisfiable);
+        assert_eq!(parse_range("bytes=-0", 100), Wanted::Unsatisfiable);
+        assert_eq!(parse_range("bytes=0-", 0), Wanted::Unsatisfiable);
+        assert_eq!(parse_range("bytes=5-1", 100), Wanted::Full);
+        assert_eq!(parse_range("bytes=0-1,5-6", 100), Wanted::Full);
+        assert_eq!(parse_range("items=0-1", 100), Wanted::Full);
+        assert_eq!(parse_range("bytes=x-", 100), Wanted::Full);
+    }
+}

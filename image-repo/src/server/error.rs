@@ -1,0 +1,150 @@
+//! Errors of the HTTP handlers: a status, a machine-readable code and a
+//! sentence naming the ID or field and the reason, sent as a JSON
+//! [`ErrorBody`].
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use interfaces::repo_client::protocol::{codes, ErrorBody};
+use interfaces::BlobId;
+
+/// An error answer of the repository.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    actual: Option<String>,
+    content_range: Option<String>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            actual: None,
+            content_range: None,
+        }
+    }
+
+    /// 400: malformed ID, metadata or request.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, codes::BAD_REQUEST, message)
+    }
+
+    /// 400 about one field: "`field`: reason".
+    pub fn bad_field(field: &str, reason: &str) -> Self {
+        Self::bad_request(format!("field `{field}`: {reason}"))
+    }
+
+    /// 401: missing or wrong bearer token.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED, message)
+    }
+
+    /// 404: no such blob.
+    pub fn not_found(id: &BlobId) -> Self {
+        Self::new(StatusCode::NOT_FOUND, codes::NOT_FOUND, format!("blob {id} not found"))
+    }
+
+    /// 404 for a path the API does not have.
+    pub fn no_route(path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            codes::NOT_FOUND,
+            format!("no such API path {path:?}; paths start with /v1"),
+        )
+    }
+
+    /// 422: the content hashes to `actual`, not to the declared `id`.
+    pub fn digest_mismatch(id: &BlobId, actual: &BlobId, len: u64) -> Self {
+        let mut e = Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            codes::DIGEST_MISMATCH,
+            format!("blob {id}: the {len} bytes received hash to {actual}, not the declared ID; nothing stored"),
+        );
+        e.actual = Some(actual.to_string());
+        e
+    }
+
+    /// 409: delete of a pinned blob without force.
+    pub fn pinned(id: &BlobId, pins: &[String]) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            codes::PINNED,
+            format!("blob {id} is pinned by {}; unpin it or delete with force", pins.join(", ")),
+        )
+    }
+
+    /// 400: the upload body ended early or broke off.
+    pub fn interrupted(id: &BlobId, received: u64, why: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            codes::INTERRUPTED,
+            format!("upload of {id} interrupted after {received} bytes ({why}); nothing stored"),
+        )
+    }
+
+    /// 507: no room (disk full, reserve or quota).
+    pub fn insufficient_storage(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INSUFFICIENT_STORAGE, codes::INSUFFICIENT_STORAGE, message)
+    }
+
+    /// 416: the range lies outside the blob of `size` bytes.
+    pub fn range_not_satisfiable(id: &BlobId, range: &str, size: u64) -> Self {
+        let mut e = Self::new(
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            codes::RANGE_NOT_SATISFIABLE,
+            format!("blob {id}: range {range:?} is outside its {size} bytes"),
+        );
+        e.content_range = Some(format!("bytes */{size}"));
+        e
+    }
+
+    /// 500: logs `err` with `context` and answers with both.
+    pub fn internal(context: impl Into<String>, err: impl std::fmt::Display) -> Self {
+        let context = context.into();
+        tracing::error!(%err, "{context}");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL, format!("{context}: {err}"))
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status.as_u16(), self.code, self.message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_client_error() {
+            tracing::info!(status = self.status.as_u16(), code = self.code, "{}", self.message);
+        }
+        let body = ErrorBody {
+            code: self.code.to_string(),
+            error: self.message,
+            actual: self.actual,
+        };
+        let mut resp = (self.status, Json(body)).into_response();
+        let headers = resp.headers_mut();
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"image-repo\""));
+        }
+        if let Some(range) = self.content_range.and_then(|r| HeaderValue::from_str(&r).ok()) {
+            headers.insert(header::CONTENT_RANGE, range);
+        }
+        resp
+    }
+}
+
+/// Parses an ID from a path segment. Errors: 400 with the parse error.
+pub fn parse_id(raw: &str) -> Result<BlobId, ApiError> {
+    raw.parse().map_err(|e: interfaces::Error| ApiError::bad_request(e.to_string()))
+}

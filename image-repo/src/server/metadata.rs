@@ -1,0 +1,137 @@
+//! Metadata of the stored blobs in sled: one JSON record per blob, keyed by
+//! the 32-byte digest. A format version in the database lets a later
+//! version read or refuse old data explicitly.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use interfaces::repo_client::BlobMeta;
+use interfaces::BlobId;
+
+/// Version of the record layout written by this build.
+pub const FORMAT_VERSION: &str = "1";
+const FORMAT_KEY: &[u8] = b"format_version";
+
+/// The metadata database.
+pub struct MetaDb {
+    db: sled::Db,
+    blobs: sled::Tree,
+}
+
+impl MetaDb {
+    /// Opens (or creates) the database in `dir`. Errors: sled cannot open it
+    /// (for instance another server holds it) or it has another format version.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let db = sled::open(dir).with_context(|| format!("opening metadata database {}", dir.display()))?;
+        match db.get(FORMAT_KEY)? {
+            None => {
+                db.insert(FORMAT_KEY, FORMAT_VERSION)?;
+            }
+            Some(v) if v.as_ref() == FORMAT_VERSION.as_bytes() => {}
+            Some(v) => bail!(
+                "metadata database {} has format version {:?}; this build reads version {FORMAT_VERSION}",
+                dir.display(),
+                String::from_utf8_lossy(&v)
+            ),
+        }
+        let blobs = db.open_tree("blobs")?;
+        Ok(Self { db, blobs })
+    }
+
+    /// The record of `id`, if any. Errors: the database or the record is unreadable.
+    pub fn get(&self, id: &BlobId) -> Result<Option<BlobMeta>> {
+        match self.blobs.get(key(id))? {
+            Some(raw) => Ok(Some(decode(&raw).with_context(|| format!("metadata of {id}"))?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Inserts or replaces the record of `meta.id` and flushes it to disk.
+    /// Errors: the database cannot write.
+    pub async fn put(&self, meta: &BlobMeta) -> Result<()> {
+        self.blobs.insert(key(&meta.id), serde_json::to_vec(meta)?)?;
+        self.db.flush_async().await?;
+        Ok(())
+    }
+
+    /// Removes the record of `id` and flushes. Returns the removed record.
+    pub async fn remove(&self, id: &BlobId) -> Result<Option<BlobMeta>> {
+        let old = self.blobs.remove(key(id))?;
+        self.db.flush_async().await?;
+        Ok(match old {
+            Some(raw) => Some(decode(&raw)?),
+            None => None,
+        })
+    }
+
+    /// Every record, sorted by name then ID. Errors: a record is unreadable.
+    pub fn list(&self) -> Result<Vec<BlobMeta>> {
+        let mut all = Vec::new();
+        for item in self.blobs.iter() {
+            let (_, raw) = item?;
+            all.push(decode(&raw)?);
+        }
+        all.sort_by(|a, b| (&a.name, &a.id).cmp(&(&b.name, &b.id)));
+        Ok(all)
+    }
+
+    /// Sum of the sizes of all blobs, in bytes.
+    pub fn total_size(&self) -> Result<u64> {
+        Ok(self.list()?.iter().map(|m| m.size).sum())
+    }
+}
+
+fn key(id: &BlobId) -> Vec<u8> {
+    hex::decode(id.hex()).expect("hex of a BlobId decodes")
+}
+
+fn decode(raw: &[u8]) -> Result<BlobMeta> {
+    serde_json::from_slice(raw).context("corrupt metadata record")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use interfaces::repo_client::BlobKind;
+
+    fn meta(name: &str, content: &[u8]) -> BlobMeta {
+        BlobMeta {
+            id: BlobId::of(content),
+            name: name.into(),
+            kind: BlobKind::Kernel,
+            format: None,
+            size: content.len() as u64,
+            created: chrono::Utc::now(),
+            labels: Default::default(),
+            pins: vec![],
+        }
+    }
+
+    #[tokio::test]
+    async fn records_survive_reopen_and_list_sorted() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = MetaDb::open(dir.path()).unwrap();
+            db.put(&meta("b", b"two")).await.unwrap();
+            db.put(&meta("a", b"one")).await.unwrap();
+        }
+        let db = MetaDb::open(dir.path()).unwrap();
+        let names: Vec<_> = db.list().unwrap().into_iter().map(|m| m.name).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(db.total_size().unwrap(), 6);
+        assert_eq!(db.remove(&BlobId::of(b"one")).await.unwrap().unwrap().name, "a");
+        assert!(db.get(&BlobId::of(b"one")).unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn refuses_another_format_version() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            db.insert(FORMAT_KEY, "99").unwrap();
+            db.flush().unwrap();
+        }
+        let err = MetaDb::open(dir.path()).err().unwrap().to_string();
+        assert!(err.contains("format version \"99\""), "{err}");
+    }
+}

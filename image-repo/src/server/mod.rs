@@ -1,0 +1,87 @@
+//! The image repository server: content-addressed blobs over HTTP/1.1
+//! (axum) with metadata in sled. See `interfaces::repo_client::protocol`
+//! for the API and [`store`] for the layout on disk.
+
+pub mod auth;
+pub mod config;
+pub mod download;
+pub mod error;
+pub mod metadata;
+pub mod routes;
+pub mod store;
+pub mod upload;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tokio::net::TcpListener;
+
+pub use config::{Config, Overrides};
+
+/// What every handler shares.
+pub struct App {
+    /// The configuration in force.
+    pub config: Config,
+    /// Blobs and metadata.
+    pub store: store::Store,
+}
+
+/// Shared handle on [`App`].
+pub type AppState = Arc<App>;
+
+/// A bound, not yet running server.
+pub struct Server {
+    listener: TcpListener,
+    app: AppState,
+}
+
+impl Server {
+    /// Opens the store in `config.data` and binds `config.listen`.
+    /// Errors: the data directory or database cannot be opened (e.g. another
+    /// server uses it) or the address cannot be bound.
+    pub async fn bind(config: Config) -> Result<Self> {
+        let store = store::Store::open(&config.data).with_context(|| format!("opening data directory {}", config.data.display()))?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {}", config.listen))?;
+        Ok(Self {
+            listener,
+            app: Arc::new(App { config, store }),
+        })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        Ok(self.listener.local_addr()?)
+    }
+
+    /// Serves until `shutdown` completes, then finishes the requests in flight.
+    /// Errors: the listener fails.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+        let addr = self.local_addr()?;
+        tracing::info!(%addr, data = %self.app.config.data.display(), protect_reads = self.app.config.protect_reads, "image repository serving");
+        axum::serve(self.listener, routes::router(self.app))
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        tracing::info!("image repository stopped");
+        Ok(())
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

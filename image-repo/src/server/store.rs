@@ -1,0 +1,260 @@
+//! The repository's storage: content files named by digest, temporary upload
+//! files beside them (same file system, so the final rename is atomic), and
+//! the metadata database. Layout under the data directory:
+//!
+//! ```text
+//! blobs/<64 hex>      content, visible only after verification
+//! blobs/.tmp/<n>      uploads in progress (emptied at start)
+//! meta/               sled metadata database
+//! ```
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{Context, Result};
+use interfaces::repo_client::{BlobMeta, PushMeta};
+use interfaces::BlobId;
+use tokio::sync::Mutex;
+
+use super::metadata::MetaDb;
+
+/// Outcome of storing a verified upload.
+pub enum Stored {
+    /// The content was new and is now stored.
+    New(BlobMeta),
+    /// The content was already stored; the existing record is returned.
+    Existing(BlobMeta),
+}
+
+/// Outcome of a delete.
+pub enum Deleted {
+    /// Removed; the record it had.
+    Removed(BlobMeta),
+    /// No such blob.
+    NotFound,
+    /// Pinned and not forced; the pins.
+    Pinned(Vec<String>),
+}
+
+/// Blob files plus metadata, with the lock that orders commits, deletes and
+/// pin changes.
+pub struct Store {
+    blobs: PathBuf,
+    tmp: PathBuf,
+    meta: MetaDb,
+    next_upload: AtomicU64,
+    lock: Mutex<()>,
+}
+
+/// A temporary upload file, removed when dropped unless committed.
+pub struct TempFile {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl TempFile {
+    /// Where the upload is written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.keep {
+            if let Err(e) = std::fs::remove_file(&self.path) {
+                if e.kind() != io::ErrorKind::NotFound {
+                    tracing::warn!(path = %self.path.display(), error = %e, "cannot remove temporary upload");
+                }
+            }
+        }
+    }
+}
+
+impl Store {
+    /// Opens the store in `data`, creating its directories, emptying the
+    /// temporary directory and removing content files that have no metadata
+    /// (left by a crash between rename and metadata write). Errors: the
+    /// directories cannot be created or the database cannot be opened.
+    pub fn open(data: &Path) -> Result<Self> {
+        let blobs = data.join("blobs");
+        let tmp = blobs.join(".tmp");
+        std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let meta = MetaDb::open(&data.join("meta"))?;
+        for entry in std::fs::read_dir(&tmp).with_context(|| format!("reading {}", tmp.display()))? {
+            let path = entry?.path();
+            tracing::info!(path = %path.display(), "removing leftover temporary upload");
+            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+        for entry in std::fs::read_dir(&blobs)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(id) = format!("sha256:{name}").parse::<BlobId>() else {
+                continue;
+            };
+            if meta.get(&id)?.is_none() {
+                tracing::warn!(%id, "removing content file without metadata");
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(Self {
+            blobs,
+            tmp,
+            meta,
+            next_upload: AtomicU64::new(0),
+            lock: Mutex::new(()),
+        })
+    }
+
+    /// Path of the content of `id`.
+    pub fn blob_path(&self, id: &BlobId) -> PathBuf {
+        self.blobs.join(id.hex())
+    }
+
+    /// A fresh temporary file name for an upload (the file is not created).
+    pub fn temp_file(&self) -> TempFile {
+        let n = self.next_upload.fetch_add(1, Ordering::Relaxed);
+        TempFile {
+            path: self.tmp.join(format!("upload-{n}")),
+            keep: false,
+        }
+    }
+
+    /// Bytes available to unprivileged writers on the data file system.
+    pub fn free_bytes(&self) -> io::Result<u64> {
+        let st = nix::sys::statvfs::statvfs(&self.blobs).map_err(io::Error::from)?;
+        Ok((st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64))
+    }
+
+    /// The metadata of `id`, if stored. Errors: the database is unreadable.
+    pub fn get(&self, id: &BlobId) -> Result<Option<BlobMeta>> {
+        self.meta.get(id)
+    }
+
+    /// All records, sorted by name then ID.
+    pub fn list(&self) -> Result<Vec<BlobMeta>> {
+        self.meta.list()
+    }
+
+    /// Bytes of content stored in all.
+    pub fn total_size(&self) -> Result<u64> {
+        self.meta.total_size()
+    }
+
+    /// Makes a verified upload visible as `id`: renames `temp` into place
+    /// and records `meta`. If the content is already stored, `temp` is
+    /// dropped and the existing record kept. Errors: rename or database.
+    pub async fn commit(&self, mut temp: TempFile, id: &BlobId, size: u64, meta: PushMeta) -> Result<Stored> {
+        let _guard = self.lock.lock().await;
+        if let Some(existing) = self.meta.get(id)? {
+            if self.blob_path(id).exists() {
+                return Ok(Stored::Existing(existing));
+            }
+            tracing::warn!(%id, "metadata without content file; storing the content again");
+        }
+        let dest = self.blob_path(id);
+        std::fs::rename(&temp.path, &dest).with_context(|| format!("renaming {} to {}", temp.path.display(), dest.display()))?;
+        temp.keep = true;
+        sync_dir(&self.blobs);
+        let record = BlobMeta {
+            id: id.clone(),
+            name: meta.name,
+            kind: meta.kind,
+            format: meta.format,
+            size,
+            created: chrono::Utc::now(),
+            labels: meta.labels,
+            pins: Vec::new(),
+        };
+        if let Err(e) = self.meta.put(&record).await {
+            let _ = std::fs::remove_file(&dest);
+            return Err(e.context(format!("recording metadata of {id}")));
+        }
+        Ok(Stored::New(record))
+    }
+
+    /// Deletes `id` unless pinned (or `force`). Metadata goes first, so a
+    /// crash in between leaves a content file that the next start removes.
+    pub async fn delete(&self, id: &BlobId, force: bool) -> Result<Deleted> {
+        let _guard = self.lock.lock().await;
+        let Some(meta) = self.meta.get(id)? else {
+            return Ok(Deleted::NotFound);
+        };
+        if !meta.pins.is_empty() && !force {
+            return Ok(Deleted::Pinned(meta.pins));
+        }
+        self.meta.remove(id).await?;
+        let path = self.blob_path(id);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e).with_context(|| format!("removing {}", path.display())),
+            _ => {}
+        }
+        sync_dir(&self.blobs);
+        Ok(Deleted::Removed(meta))
+    }
+
+    /// Sets (`on`) or clears a pin of `id`; idempotent. Returns the updated
+    /// record, or `None` if `id` is not stored.
+    pub async fn set_pin(&self, id: &BlobId, pin: &str, on: bool) -> Result<Option<BlobMeta>> {
+        let _guard = self.lock.lock().await;
+        let Some(mut meta) = self.meta.get(id)? else { return Ok(None) };
+        let had = meta.pins.iter().any(|p| p == pin);
+        if on && !had {
+            meta.pins.push(pin.to_string());
+            meta.pins.sort();
+        } else if !on && had {
+            meta.pins.retain(|p| p != pin);
+        } else {
+            return Ok(Some(meta));
+        }
+        self.meta.put(&meta).await?;
+        Ok(Some(meta))
+    }
+}
+
+/// Makes renames and removals in `dir` durable; logs a failure.
+fn sync_dir(dir: &Path) {
+    if let Err(e) = std::fs::File::open(dir).and_then(|d| d.sync_all()) {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot sync directory");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use interfaces::repo_client::BlobKind;
+
+    #[tokio::test]
+    async fn start_removes_leftovers_and_orphans() {
+        let dir = tempfile::tempdir().unwrap();
+        let orphan = BlobId::of(b"orphan");
+        {
+            let store = Store::open(dir.path()).unwrap();
+            std::fs::write(store.temp_file().path(), b"half an upload").unwrap();
+            std::fs::write(store.blob_path(&orphan), b"orphan").unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path().join("blobs/.tmp")).unwrap().count(), 0);
+        assert!(!store.blob_path(&orphan).exists());
+    }
+
+    #[tokio::test]
+    async fn pins_block_delete_until_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let id = BlobId::of(b"x");
+        let temp = store.temp_file();
+        std::fs::write(temp.path(), b"x").unwrap();
+        assert!(matches!(
+            store.commit(temp, &id, 1, PushMeta::new("x", BlobKind::Disk)).await.unwrap(),
+            Stored::New(_)
+        ));
+        store.set_pin(&id, "site-b", true).await.unwrap();
+        store.set_pin(&id, "site-b", true).await.unwrap();
+        assert!(matches!(store.delete(&id, false).await.unwrap(), Deleted::Pinned(p) if p == ["site-b"]));
+        assert!(matches!(store.delete(&id, true).await.unwrap(), Deleted::Removed(_)));
+        assert!(!store.blob_path(&id).exists());
+        assert!(matches!(store.delete(&id, true).await.unwrap(), Deleted::NotFound));
+    }
+}

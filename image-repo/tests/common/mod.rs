@@ -1,0 +1,243 @@
+//! Starts the real `image-repo` binary on a free loopback port with a
+//! temporary data directory, and helpers shared by the integration tests.
+#![allow(dead_code)] // each test crate uses a different part
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+
+use interfaces::repo_client::RepoClient;
+
+/// The write token of test servers.
+pub const TOKEN: &str = "test-write-token-0123456789";
+/// A read-only token (for servers with `protect_reads`).
+pub const READ_TOKEN: &str = "test-read-token-0123456789";
+
+/// The `image-repo` binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_image-repo")
+}
+
+/// How to start a test server.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Require a token for reads.
+    pub protect_reads: bool,
+    /// Quota in bytes.
+    pub max_bytes: Option<u64>,
+    /// Reserve in bytes (default 0 in tests).
+    pub reserve_bytes: u64,
+    /// Use this data directory instead of a fresh temporary one.
+    pub data: Option<PathBuf>,
+    /// Pass everything as flags instead of a config file.
+    pub flags_only: bool,
+}
+
+/// A running repository server (killed on drop).
+pub struct Repo {
+    child: Option<Child>,
+    _stdout: Option<BufReader<ChildStdout>>,
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+    /// `127.0.0.1:PORT`
+    pub addr: String,
+    /// The data directory.
+    pub data: PathBuf,
+    opts: Options,
+    dir: tempfile::TempDir,
+}
+
+impl Repo {
+    /// A server with default options.
+    pub fn start() -> Repo {
+        Repo::start_with(Options::default())
+    }
+
+    /// A server with `opts`.
+    pub fn start_with(opts: Options) -> Repo {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = opts.data.clone().unwrap_or_else(|| dir.path().join("data"));
+        let mut repo = Repo {
+            child: None,
+            _stdout: None,
+            url: String::new(),
+            addr: String::new(),
+            data,
+            opts,
+            dir,
+        };
+        repo.spawn("127.0.0.1:0");
+        repo
+    }
+
+    fn spawn(&mut self, listen: &str) {
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve").arg("--listen").arg(listen);
+        if self.opts.flags_only {
+            cmd.arg("--data").arg(&self.data).arg("--token").arg(TOKEN);
+            if self.opts.protect_reads {
+                cmd.arg("--protect-reads");
+            }
+            if let Some(max) = self.opts.max_bytes {
+                cmd.arg("--max-bytes").arg(max.to_string());
+            }
+        } else {
+            let mut config = format!(
+                "data = {:?}\ntoken = {TOKEN:?}\nprotect_reads = {}\nread_tokens = [{READ_TOKEN:?}]\nreserve_bytes = {}\n",
+                self.data.display().to_string(),
+                self.opts.protect_reads,
+                self.opts.reserve_bytes
+            );
+            if let Some(max) = self.opts.max_bytes {
+                config.push_str(&format!("max_bytes = {max}\n"));
+            }
+            let file = self.dir.path().join("repo.toml");
+            std::fs::write(&file, config).unwrap();
+            cmd.arg("--config").arg(file);
+        }
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).unwrap();
+        cmd.env("RUST_LOG", "info")
+            .env_remove("IMAGE_REPO_WRITE_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(log);
+        let mut child = cmd.spawn().expect("spawn image-repo serve");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("server did not start: {line:?}\n{}", self.log()))
+            .to_string();
+        self.url = format!("http://{addr}");
+        self.addr = addr;
+        self.child = Some(child);
+        self._stdout = Some(stdout);
+    }
+
+    /// Kills the server (SIGKILL) and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self._stdout = None;
+    }
+
+    /// Starts the server again on the same address and data directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        let addr = self.addr.clone();
+        self.spawn(&addr);
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    /// What the server logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// A client with the write token.
+    pub fn client(&self) -> RepoClient {
+        RepoClient::new(&self.url, Some(TOKEN.into())).unwrap()
+    }
+
+    /// A client with `token`.
+    pub fn client_with(&self, token: Option<&str>) -> RepoClient {
+        RepoClient::new(&self.url, token.map(String::from)).unwrap()
+    }
+
+    /// A `image-repo` command aimed at this server through the environment,
+    /// with the write token.
+    pub fn cli(&self) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.env("IMAGE_REPO_URL", &self.url)
+            .env("IMAGE_REPO_TOKEN", TOKEN)
+            .env_remove("RUST_LOG");
+        cmd
+    }
+
+    /// Content files in the data directory (hex names).
+    pub fn blob_files(&self) -> Vec<String> {
+        names(&self.data.join("blobs")).into_iter().filter(|n| n != ".tmp").collect()
+    }
+
+    /// Files in the temporary upload directory.
+    pub fn tmp_files(&self) -> Vec<String> {
+        names(&self.data.join("blobs/.tmp"))
+    }
+
+    /// Waits up to 5 s for the temporary directory to be empty; returns what is left.
+    pub fn wait_tmp_empty(&self) -> Vec<String> {
+        for _ in 0..50 {
+            if self.tmp_files().is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        self.tmp_files()
+    }
+
+    /// A scratch directory that lives as long as the server.
+    pub fn scratch(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Repo {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect(),
+        Err(_) => vec![],
+    };
+    v.sort();
+    v
+}
+
+/// `len` pseudo-random bytes from `seed` (xorshift), without a rand crate.
+pub fn content(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Writes `data` to `dir/name` and returns the path.
+pub fn write_file(dir: &Path, name: &str, data: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, data).unwrap();
+    p
+}
+
+/// Runs `cmd`, returning its output with stdout and stderr as strings.
+pub fn run(cmd: &mut Command) -> (Output, String, String) {
+    let out = cmd.output().expect("run image-repo");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stdout, stderr)
+}
+
+/// Runs `cmd` and panics with its output unless it succeeded; returns stdout.
+pub fn run_ok(cmd: &mut Command) -> String {
+    let (out, stdout, stderr) = run(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\nstdout: {stdout}\nstderr: {stderr}",
+        out.status
+    );
+    stdout
+}

@@ -1,0 +1,292 @@
+//! Client of the image repository (DESIGN.md §3): push, pull with on-the-fly
+//! sha256 verification and resume, metadata, delete and pins.
+//!
+//! ```no_run
+//! # async fn demo() -> interfaces::Result<()> {
+//! use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
+//! let repo = RepoClient::new("http://127.0.0.1:7480", Some("secret".into()))?;
+//! let id = repo.push_file("disk.qcow2".as_ref(), &PushMeta::new("disk.qcow2", BlobKind::Disk)).await?;
+//! repo.pull(&id, "/var/cache/veeh/disk.qcow2".as_ref(), None).await?;
+//! # Ok(()) }
+//! ```
+
+mod pull;
+mod push;
+
+pub mod protocol;
+pub mod retry;
+pub mod sink;
+pub mod types;
+
+use std::fmt;
+use std::time::Duration;
+
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+
+use crate::blob_id::BlobId;
+use crate::error::{Error, Result};
+use protocol::{codes, ErrorBody, API_PREFIX};
+
+pub use retry::RetryPolicy;
+pub use types::{BlobKind, BlobMeta, PushMeta};
+
+/// Progress callback: `(bytes done, bytes in total)`. For a resumed pull,
+/// `done` starts at the length already on disk.
+pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Send + Sync);
+
+/// Timeout for establishing a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Timeout for one read on an established connection (a stalled transfer).
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Handle on one image repository. Cheap to clone (the connection pool is
+/// shared).
+#[derive(Clone)]
+pub struct RepoClient {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+    retry: RetryPolicy,
+}
+
+impl fmt::Debug for RepoClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RepoClient")
+            .field("base", &self.base)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+impl RepoClient {
+    /// A client of the repository at `base_url` (e.g. `http://10.0.0.5:7480`,
+    /// a path prefix is kept),
+    /// sending `token` as bearer token when given (needed to push, delete and
+    /// pin, and to read from a repository that protects reads). Retries with
+    /// [`RetryPolicy::default`].
+    ///
+    /// Errors: [`Error::Repository`] if `base_url` is not an `http` URL (the
+    /// workspace builds reqwest without TLS) or the token is not a valid
+    /// header value.
+    pub fn new(base_url: &str, token: Option<String>) -> Result<Self> {
+        let bad = |reason: String| Error::Repository {
+            what: format!("repository URL {base_url:?}"),
+            reason,
+        };
+        let url = reqwest::Url::parse(base_url).map_err(|e| bad(e.to_string()))?;
+        if url.scheme() != "http" {
+            return Err(bad(
+                "scheme must be http (this build has no TLS; use the site network or a TLS proxy)".into(),
+            ));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(bad("must not have a query or fragment".into()));
+        }
+        if let Some(t) = &token {
+            if t.is_empty() || reqwest::header::HeaderValue::from_str(&format!("Bearer {t}")).is_err() {
+                return Err(Error::Repository {
+                    what: "repository token".into(),
+                    reason: "must be non-empty visible ASCII".into(),
+                });
+            }
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(Self {
+            http,
+            base: base_url.trim_end_matches('/').to_string(),
+            token,
+            retry: RetryPolicy::default(),
+        })
+    }
+
+    /// The same client with another retry policy.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// The repository's base URL, without a trailing `/`.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Metadata of blob `id`, or `None` if the repository does not hold it.
+    /// Errors: [`Error::Repository`] when unreachable or refused (401).
+    pub async fn head(&self, id: &BlobId) -> Result<Option<BlobMeta>> {
+        let what = format!("metadata of {id}");
+        let resp = self.send(&what, || self.request(Method::GET, &format!("/blobs/{id}/meta"))).await?;
+        if resp.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let resp = check(&what, Some(id), resp).await?;
+        resp.json().await.map(Some).map_err(|e| transport(&what, &e))
+    }
+
+    /// Metadata of every blob, sorted by name then ID.
+    /// Errors: [`Error::Repository`] when unreachable or refused.
+    pub async fn list(&self) -> Result<Vec<BlobMeta>> {
+        let what = "list of blobs".to_string();
+        let resp = self.send(&what, || self.request(Method::GET, "/blobs")).await?;
+        let resp = check(&what, None, resp).await?;
+        resp.json().await.map_err(|e| transport(&what, &e))
+    }
+
+    /// Deletes blob `id` and its metadata. A blob with pins is deleted only
+    /// with `force`. Errors: [`Error::BlobNotFound`]; [`Error::Repository`]
+    /// naming the pins when pinned, or on 401.
+    pub async fn delete(&self, id: &BlobId, force: bool) -> Result<()> {
+        let what = format!("delete {id}");
+        let path = format!("/blobs/{id}{}", if force { "?force=true" } else { "" });
+        let resp = self.send(&what, || self.request(Method::DELETE, &path)).await?;
+        check(&what, Some(id), resp).await.map(drop)
+    }
+
+    /// Sets pin `pin` on blob `id` (idempotent); a pinned blob is deleted only
+    /// with force. Errors: [`Error::BlobNotFound`]; [`Error::Repository`] for
+    /// an invalid pin name (see [`types::validate_pin`]) or on 401.
+    pub async fn pin(&self, id: &BlobId, pin: &str) -> Result<()> {
+        self.pin_request(Method::PUT, id, pin).await
+    }
+
+    /// Clears pin `pin` of blob `id` (idempotent: clearing an absent pin
+    /// succeeds). Errors: as for [`RepoClient::pin`].
+    pub async fn unpin(&self, id: &BlobId, pin: &str) -> Result<()> {
+        self.pin_request(Method::DELETE, id, pin).await
+    }
+
+    async fn pin_request(&self, method: Method, id: &BlobId, pin: &str) -> Result<()> {
+        let verb = if method == Method::PUT { "pin" } else { "unpin" };
+        let what = format!("{verb} {id} as {pin:?}");
+        types::validate_pin(pin).map_err(|reason| Error::Repository {
+            what: what.clone(),
+            reason,
+        })?;
+        let path = format!("/blobs/{id}/pins/{pin}");
+        let resp = self.send(&what, || self.request(method.clone(), &path)).await?;
+        check(&what, Some(id), resp).await.map(drop)
+    }
+
+    /// Asks whether a push of `id` with `size` bytes and `meta` would be
+    /// accepted (token, metadata, room) before sending any content.
+    /// Returns true if the blob is already stored.
+    /// Errors: [`Error::Repository`] with the server's reason.
+    pub async fn check_push(&self, id: &BlobId, size: u64, meta: &PushMeta) -> Result<bool> {
+        let what = format!("push {id}");
+        let mut query = protocol::meta_to_query(meta);
+        query.push(("size".into(), size.to_string()));
+        let path = format!("/blobs/{id}/check");
+        let resp = self.send(&what, || self.request(Method::POST, &path).query(&query)).await?;
+        let resp = check(&what, Some(id), resp).await?;
+        let reply: protocol::CheckReply = resp.json().await.map_err(|e| transport(&what, &e))?;
+        Ok(reply.exists)
+    }
+
+    /// A request to `API_PREFIX + path` with the bearer token.
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let req = self.http.request(method, format!("{}{API_PREFIX}{path}", self.base));
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    /// Sends the request built by `build`, retrying transient failures.
+    async fn send(&self, what: &str, build: impl Fn() -> RequestBuilder) -> Result<Response> {
+        let mut attempt = 1;
+        loop {
+            let outcome = build().send().await;
+            let retry = match &outcome {
+                Ok(resp) => retry::is_transient_status(resp.status()),
+                Err(e) => retry::is_transient(e),
+            };
+            if !retry || attempt >= self.retry.attempts {
+                return outcome.map_err(|e| transport_after(what, &e, attempt));
+            }
+            tracing::debug!(what, attempt, "retrying image repository request");
+            tokio::time::sleep(self.retry.backoff(attempt)).await;
+            attempt += 1;
+        }
+    }
+}
+
+/// Passes a successful response through; turns an error status into the
+/// matching [`Error`] (404 of a blob -> [`Error::BlobNotFound`], 422 ->
+/// [`Error::DigestMismatch`], else [`Error::Repository`] with the server's
+/// message).
+async fn check(what: &str, id: Option<&BlobId>, resp: Response) -> Result<Response> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let text = resp.text().await.unwrap_or_default();
+    let body: Option<ErrorBody> = serde_json::from_str(&text).ok();
+    let code = body.as_ref().map(|b| b.code.as_str()).unwrap_or("");
+    match (id, code) {
+        (Some(id), codes::NOT_FOUND) => return Err(Error::BlobNotFound { id: id.to_string() }),
+        (Some(id), codes::DIGEST_MISMATCH) => {
+            let actual = body.as_ref().and_then(|b| b.actual.clone()).unwrap_or_else(|| "unknown".into());
+            return Err(Error::DigestMismatch {
+                id: id.to_string(),
+                actual,
+            });
+        }
+        _ => {}
+    }
+    let message = match body {
+        Some(b) => b.error,
+        None if text.trim().is_empty() => "no details".to_string(),
+        None => text.trim().chars().take(300).collect(),
+    };
+    Err(Error::Repository {
+        what: what.to_string(),
+        reason: format!("{status}: {message}"),
+    })
+}
+
+fn transport(what: &str, err: &reqwest::Error) -> Error {
+    transport_after(what, err, 1)
+}
+
+/// A transport error with its whole source chain (reqwest's own message alone
+/// rarely says why).
+fn transport_after(what: &str, err: &reqwest::Error, attempts: u32) -> Error {
+    let mut reason = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        reason.push_str(": ");
+        reason.push_str(&s.to_string());
+        source = s.source();
+    }
+    if attempts > 1 {
+        reason.push_str(&format!(" (after {attempts} attempts)"));
+    }
+    Error::Repository {
+        what: what.to_string(),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_accepts_http_urls_only_and_keeps_a_prefix() {
+        let c = RepoClient::new("http://10.0.0.5:7480/repo/", None).unwrap();
+        assert_eq!(c.base_url(), "http://10.0.0.5:7480/repo");
+        for bad in ["https://x", "ftp://x", "http://x/?a=b", "not a url"] {
+            let err = RepoClient::new(bad, None).unwrap_err().to_string();
+            assert!(err.contains(&format!("{bad:?}")), "{bad}: {err}");
+        }
+        let err = RepoClient::new("http://x", Some("bad\ntoken".into())).unwrap_err().to_string();
+        assert!(err.contains("token"), "{err}");
+        let debug = format!("{:?}", RepoClient::new("http://x", Some("secret".into())).unwrap());
+        assert!(!debug.contains("secret"), "{debug}");
+    }
+}

@@ -1,0 +1,176 @@
+//! The HTTP protocol of the image repository, shared by the client and the
+//! server so both sides agree on paths, query fields and error bodies.
+//!
+//! | method | path | what |
+//! | --- | --- | --- |
+//! | GET | `/v1/health` | `ok`, never needs a token |
+//! | GET | `/v1/blobs` (alias `/v1/images`) | JSON list of [`BlobMeta`](super::BlobMeta) |
+//! | POST | `/v1/blobs/{id}/check?size=N&<meta>` | would a push of `{id}` be accepted? JSON [`CheckReply`] |
+//! | PUT | `/v1/blobs/{id}?<meta>` | upload; 201 stored, 200 already present, 422 digest mismatch |
+//! | GET, HEAD | `/v1/blobs/{id}` | content, `Range: bytes=` honoured (206, 416) |
+//! | GET | `/v1/blobs/{id}/meta` | JSON [`BlobMeta`](super::BlobMeta) |
+//! | DELETE | `/v1/blobs/{id}?force=true` | 204; 409 while pinned and not forced |
+//! | PUT, DELETE | `/v1/blobs/{id}/pins/{pin}` | set or clear a pin (idempotent), 204 |
+//!
+//! `<meta>` is `name=..&kind=..&format=..&label.<key>=<value>...`. Errors carry
+//! a JSON [`ErrorBody`]. Writes need `Authorization: Bearer <token>`.
+
+use serde::{Deserialize, Serialize};
+
+use super::types::{BlobKind, PushMeta};
+
+/// Prefix of every versioned path.
+pub const API_PREFIX: &str = "/v1";
+/// Query field prefix of labels: `label.os=debian`.
+pub const LABEL_PREFIX: &str = "label.";
+/// Response header naming the content ID of a blob download.
+pub const CONTENT_ID_HEADER: &str = "x-content-id";
+
+/// Body of every error response.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Machine-readable code, e.g. `not_found`, `digest_mismatch`.
+    pub code: String,
+    /// Sentence for humans naming the ID or field and the reason.
+    pub error: String,
+    /// For `digest_mismatch`: the digest the content really had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actual: Option<String>,
+}
+
+/// Reply of the upload check (`POST /v1/blobs/{id}/check`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CheckReply {
+    /// The blob is already stored: a push can be skipped.
+    pub exists: bool,
+}
+
+/// Error codes the server sends in [`ErrorBody::code`].
+pub mod codes {
+    /// Malformed ID, metadata or request.
+    pub const BAD_REQUEST: &str = "bad_request";
+    /// Missing or wrong bearer token.
+    pub const UNAUTHORIZED: &str = "unauthorized";
+    /// No such blob.
+    pub const NOT_FOUND: &str = "not_found";
+    /// Content does not hash to the declared ID.
+    pub const DIGEST_MISMATCH: &str = "digest_mismatch";
+    /// Delete of a pinned blob without force.
+    pub const PINNED: &str = "pinned";
+    /// The upload ended before its declared length.
+    pub const INTERRUPTED: &str = "upload_interrupted";
+    /// No room for the blob (disk full or quota).
+    pub const INSUFFICIENT_STORAGE: &str = "insufficient_storage";
+    /// Range outside the blob.
+    pub const RANGE_NOT_SATISFIABLE: &str = "range_not_satisfiable";
+    /// Anything else on the server.
+    pub const INTERNAL: &str = "internal";
+}
+
+/// Query pairs that carry `meta` on an upload.
+pub fn meta_to_query(meta: &PushMeta) -> Vec<(String, String)> {
+    let mut q = vec![("name".to_string(), meta.name.clone()), ("kind".to_string(), meta.kind.to_string())];
+    if let Some(f) = &meta.format {
+        q.push(("format".into(), f.clone()));
+    }
+    for (k, v) in &meta.labels {
+        q.push((format!("{LABEL_PREFIX}{k}"), v.clone()));
+    }
+    q
+}
+
+/// Reads the upload metadata from query pairs (other keys listed in
+/// `extra` are skipped) and validates it. Errors: `(field, reason)`.
+pub fn meta_from_query(pairs: &[(String, String)], extra: &[&str]) -> Result<PushMeta, (String, String)> {
+    let mut name = None;
+    let mut kind = None;
+    let mut format = None;
+    let mut labels = std::collections::BTreeMap::new();
+    for (k, v) in pairs {
+        let dup = |f: &str| (f.to_string(), "given more than once".to_string());
+        match k.as_str() {
+            "name" => {
+                if name.replace(v.clone()).is_some() {
+                    return Err(dup("name"));
+                }
+            }
+            "kind" => {
+                let parsed = v.parse::<BlobKind>().map_err(|r| ("kind".to_string(), r))?;
+                if kind.replace(parsed).is_some() {
+                    return Err(dup("kind"));
+                }
+            }
+            "format" => {
+                if format.replace(v.clone()).is_some() {
+                    return Err(dup("format"));
+                }
+            }
+            _ if k.starts_with(LABEL_PREFIX) => {
+                let key = &k[LABEL_PREFIX.len()..];
+                if labels.insert(key.to_string(), v.clone()).is_some() {
+                    return Err(dup(k));
+                }
+            }
+            _ if extra.contains(&k.as_str()) => {}
+            _ => return Err((k.clone(), "unknown query field".to_string())),
+        }
+    }
+    let meta = PushMeta {
+        name: name.ok_or_else(|| ("name".to_string(), "is required".to_string()))?,
+        kind: kind.ok_or_else(|| ("kind".to_string(), "is required".to_string()))?,
+        format,
+        labels,
+    };
+    meta.validate()?;
+    Ok(meta)
+}
+
+/// Parses a `Content-Range` header of a 206 (`bytes START-END/TOTAL`) or a
+/// 416 (`bytes */TOTAL`) reply into `(Some((start, end_inclusive)), total)`
+/// or `(None, total)`. Returns `None` if the header is not of that shape.
+pub fn parse_content_range(value: &str) -> Option<(Option<(u64, u64)>, u64)> {
+    let rest = value.trim().strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let total = total.parse().ok()?;
+    if range == "*" {
+        return Some((None, total));
+    }
+    let (s, e) = range.split_once('-')?;
+    Some((Some((s.parse().ok()?, e.parse().ok()?)), total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meta_round_trips_through_query() {
+        let mut meta = PushMeta::new("debian.qcow2", BlobKind::Disk);
+        meta.format = Some("qcow2".into());
+        meta.labels.insert("os".into(), "debian".into());
+        let q = meta_to_query(&meta);
+        assert_eq!(meta_from_query(&q, &[]).unwrap(), meta);
+    }
+
+    #[test]
+    fn query_errors_name_the_field() {
+        let q = vec![("name".to_string(), "a/b".to_string()), ("kind".to_string(), "disk".to_string())];
+        assert_eq!(meta_from_query(&q, &[]).unwrap_err().0, "name");
+        let q = vec![("name".to_string(), "a".to_string())];
+        assert_eq!(meta_from_query(&q, &[]).unwrap_err(), ("kind".into(), "is required".into()));
+        let q = vec![
+            ("name".into(), "a".into()),
+            ("kind".into(), "disk".into()),
+            ("size".into(), "1".into()),
+        ];
+        assert_eq!(meta_from_query(&q, &[]).unwrap_err().0, "size");
+        assert!(meta_from_query(&q, &["size"]).is_ok());
+    }
+
+    #[test]
+    fn content_range_shapes() {
+        assert_eq!(parse_content_range("bytes 10-19/100"), Some((Some((10, 19)), 100)));
+        assert_eq!(parse_content_range("bytes */100"), Some((None, 100)));
+        assert_eq!(parse_content_range("items 1-2/3"), None);
+    }
+}
