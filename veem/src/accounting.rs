@@ -1,0 +1,163 @@
+//! Usage records (E PII §V, Req. 1): the executing site meters each VEE
+//! through its VEEH's Stats every `usage_interval_s` and writes usage
+//! records (CPU s, MiB·s, disk and network bytes over the interval). Records
+//! of VEEs run for a peer go back to the primary site, stamped with this
+//! site's ID; the primary appends its own ID and drops duplicates by record
+//! ID. Records survive restarts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use interfaces::vhi;
+use interfaces::vmi::{self, UsageBatch};
+
+use crate::manager::Veem;
+use crate::model::{Location, UsageRec, VeeState, ViolationRec};
+use crate::peers;
+use crate::store::Tree;
+
+/// Counters of the previous metering round of one VEE.
+#[derive(Clone, Copy, Default)]
+struct Last {
+    at_ms: i64,
+    cpu: f64,
+    disk: u64,
+    net: u64,
+}
+
+pub fn to_vmi(u: &UsageRec) -> vmi::UsageRecord {
+    vmi::UsageRecord {
+        record_id: u.record_id.clone(),
+        abc_id: u.abc_id.clone(),
+        vee_id: u.vee_id.clone(),
+        site_chain: u.site_chain.clone(),
+        start_unix: u.start_unix,
+        end_unix: u.end_unix,
+        cpu_seconds: u.cpu_seconds,
+        memory_mib_seconds: u.memory_mib_seconds,
+        disk_bytes: u.disk_bytes,
+        net_bytes: u.net_bytes,
+    }
+}
+
+impl Veem {
+    /// Meters every running local VEE every `usage_interval_s` and pushes
+    /// unsent records of VEEs run for peers to their primary sites.
+    pub fn spawn_accounting(self: &Arc<Self>) {
+        let veem = self.clone();
+        tokio::spawn(async move {
+            let mut last: HashMap<String, Last> = HashMap::new();
+            loop {
+                tokio::time::sleep(Duration::from_secs(veem.cfg.usage_interval_s.max(1))).await;
+                if let Err(e) = veem.meter_round(&mut last).await {
+                    tracing::warn!(error = %format!("{e:#}"), "metering round failed");
+                }
+                if let Err(e) = veem.push_usage().await {
+                    tracing::warn!(error = %format!("{e:#}"), "usage push failed; will retry");
+                }
+            }
+        });
+    }
+
+    async fn meter_round(&self, last: &mut HashMap<String, Last>) -> Result<()> {
+        for v in self.vees()? {
+            let Location::Host(h) = &v.location else { continue };
+            if !matches!(v.state, VeeState::Running | VeeState::Checkpointing) {
+                continue;
+            }
+            let Ok(mut c) = self.hosts.client(h) else { continue };
+            let Ok(s) = c.stats(vhi::VeeRef { vee_id: v.id.clone() }).await else { continue };
+            let s = s.into_inner();
+            let now = Last { at_ms: s.at_unix_ms, cpu: s.cpu_seconds, disk: s.disk_read_bytes + s.disk_write_bytes, net: s.net_rx_bytes + s.net_tx_bytes };
+            let Some(prev) = last.insert(v.id.clone(), now) else { continue };
+            if now.cpu < prev.cpu || now.at_ms <= prev.at_ms {
+                continue; // restarted elsewhere: counters began again
+            }
+            let secs = (now.at_ms - prev.at_ms) as f64 / 1000.0;
+            let rec = UsageRec {
+                record_id: uuid::Uuid::new_v4().to_string(),
+                abc_id: v.service_id.clone(),
+                vee_id: v.id.clone(),
+                site_chain: vec![self.cfg.site_id.clone()],
+                start_unix: prev.at_ms / 1000,
+                end_unix: now.at_ms / 1000,
+                cpu_seconds: now.cpu - prev.cpu,
+                memory_mib_seconds: s.memory_mib as f64 * secs,
+                disk_bytes: now.disk.saturating_sub(prev.disk),
+                net_bytes: now.net.saturating_sub(prev.net),
+                sent: v.for_peer.is_none(),
+            };
+            self.store.put(Tree::Usage, &rec.record_id, &rec)?;
+        }
+        Ok(())
+    }
+
+    /// Sends unsent records of VEEs run for peers to their primary sites.
+    pub async fn push_usage(&self) -> Result<()> {
+        let mut by_site: HashMap<String, Vec<UsageRec>> = HashMap::new();
+        for u in self.store.list::<UsageRec>(Tree::Usage)?.into_iter().filter(|u| !u.sent) {
+            let Ok(v) = self.vee(&u.vee_id) else { continue };
+            if let Some(site) = v.for_peer {
+                by_site.entry(site).or_default().push(u);
+            }
+        }
+        for (site, recs) in by_site {
+            let batch = UsageBatch { from_site: self.cfg.site_id.clone(), records: recs.iter().map(to_vmi).collect() };
+            peers::client(&self.cfg, &site)?.push_usage(batch).await.map_err(|s| anyhow!("{site}: {}", s.message()))?;
+            for mut u in recs {
+                u.sent = true;
+                self.store.put(Tree::Usage, &u.record_id.clone(), &u)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Primary side of PushUsage: stores records from `from`, appending this
+    /// site's ID to each chain; a record ID seen before is dropped.
+    pub fn receive_usage(&self, from: &str, batch: UsageBatch) -> Result<(u32, u32)> {
+        let (mut accepted, mut dup) = (0, 0);
+        for r in batch.records {
+            if r.site_chain.first().map(String::as_str) != Some(from) {
+                anyhow::bail!("usage record {}: site chain must start with the sending site {from}", r.record_id);
+            }
+            let mut chain = r.site_chain.clone();
+            chain.push(self.cfg.site_id.clone());
+            let rec = UsageRec {
+                record_id: r.record_id.clone(),
+                abc_id: r.abc_id,
+                vee_id: r.vee_id,
+                site_chain: chain,
+                start_unix: r.start_unix,
+                end_unix: r.end_unix,
+                cpu_seconds: r.cpu_seconds,
+                memory_mib_seconds: r.memory_mib_seconds,
+                disk_bytes: r.disk_bytes,
+                net_bytes: r.net_bytes,
+                sent: true,
+            };
+            if self.store.put_new(Tree::Usage, &r.record_id, &rec)? {
+                accepted += 1;
+            } else {
+                dup += 1;
+            }
+        }
+        Ok((accepted, dup))
+    }
+
+    /// Local and remote usage of a service, and its SLA violations.
+    pub fn usage_report(&self, service_id: &str) -> Result<vmi::UsageReport> {
+        let mut records: Vec<UsageRec> = self.store.list::<UsageRec>(Tree::Usage)?.into_iter().filter(|u| u.abc_id == service_id).collect();
+        records.sort_by_key(|u| (u.start_unix, u.vee_id.clone()));
+        let violations: Vec<ViolationRec> = self.store.list::<ViolationRec>(Tree::Violations)?.into_iter().filter(|v| v.service_id == service_id).collect();
+        Ok(vmi::UsageReport {
+            service_id: service_id.into(),
+            records: records.iter().map(to_vmi).collect(),
+            violations: violations
+                .iter()
+                .map(|v| vmi::SlaViolation { vee_id: v.vee_id.clone(), term: v.term.clone(), start_unix: v.start_unix, end_unix: v.end_unix, penalty: v.penalty })
+                .collect(),
+        })
+    }
+}

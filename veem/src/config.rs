@@ -1,0 +1,221 @@
+//! The VEEM's configuration file (TOML), `veem serve --config FILE`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+/// One VEEH of the site.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostEntry {
+    /// Host name (as the VEEH's own config names it).
+    pub name: String,
+    /// VHI endpoint, e.g. `http://127.0.0.1:7101`.
+    pub endpoint: String,
+    /// Region label for region-level affinity (default: the site ID).
+    #[serde(default)]
+    pub region: Option<String>,
+}
+
+/// Who a token speaks for.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case", tag = "role", content = "name")]
+pub enum Role {
+    /// A service provider: sees and manages only its own services.
+    Provider(String),
+    /// The site's operator: sees everything, approves migrations.
+    Operator,
+    /// A peer site's VEEM under a framework agreement: peer calls only.
+    Peer(String),
+}
+
+/// A bearer token and its role.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    pub token: String,
+    #[serde(flatten)]
+    pub role: Role,
+}
+
+/// What a framework agreement with a peer allows (E Ch 3.4).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Agreement {
+    /// vCPUs the peer accepts from us at most.
+    #[serde(default = "big")]
+    pub max_vcpus: u32,
+    /// Memory in MiB the peer accepts from us at most.
+    #[serde(default = "big64")]
+    pub max_memory_mib: u64,
+    /// Guarantee levels the peer accepts (empty = all).
+    #[serde(default)]
+    pub guarantee_levels: Vec<String>,
+    /// Price per VEE-hour, used to choose among peers.
+    #[serde(default)]
+    pub price_per_vee_hour: f64,
+}
+
+fn big() -> u32 {
+    u32::MAX
+}
+fn big64() -> u64 {
+    u64::MAX
+}
+
+/// A peer site.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerEntry {
+    pub site_id: String,
+    /// The peer VEEM's VMI endpoint.
+    pub endpoint: String,
+    /// Token this site presents to the peer.
+    pub token: String,
+    /// Marked unavailable: never used, the VEEM works alone.
+    #[serde(default)]
+    pub unavailable: bool,
+    pub agreement: Agreement,
+}
+
+/// Which migrations run without an operator's approval.
+#[derive(Clone, Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MigrationPolicy {
+    /// Reasons whose proposals run at once (e.g. `["failure-risk"]`);
+    /// everything else waits for an operator.
+    #[serde(default)]
+    pub auto_approve: Vec<String>,
+    /// Bandwidth limit of live migrations in MiB/s (0 = unlimited).
+    #[serde(default)]
+    pub bandwidth_mib_s: u64,
+}
+
+/// `veem serve --config FILE`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VeemConfig {
+    pub site_id: String,
+    /// VMI gRPC listen address.
+    pub listen: SocketAddr,
+    /// sled database directory.
+    pub db: PathBuf,
+    /// Image repository base URL.
+    pub image_repo: String,
+    #[serde(default)]
+    pub image_repo_token: Option<String>,
+    /// packing | striping | load-aware (OpenNebula's rank policies).
+    #[serde(default = "default_rank")]
+    pub rank_policy: String,
+    /// Seconds between heartbeats to each VEEH.
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_interval_s: u64,
+    /// Missed heartbeats after which a host is declared failed.
+    #[serde(default = "default_misses")]
+    pub heartbeat_miss_limit: u32,
+    /// Seconds between usage metering rounds.
+    #[serde(default = "default_usage")]
+    pub usage_interval_s: u64,
+    /// Planning slot length in seconds.
+    #[serde(default = "default_slot")]
+    pub slot_s: u64,
+    #[serde(default)]
+    pub hosts: Vec<HostEntry>,
+    #[serde(default)]
+    pub tokens: Vec<TokenEntry>,
+    #[serde(default)]
+    pub peers: Vec<PeerEntry>,
+    #[serde(default)]
+    pub migration: MigrationPolicy,
+}
+
+fn default_rank() -> String {
+    "packing".into()
+}
+fn default_heartbeat() -> u64 {
+    2
+}
+fn default_misses() -> u32 {
+    3
+}
+fn default_usage() -> u64 {
+    10
+}
+fn default_slot() -> u64 {
+    60
+}
+
+impl VeemConfig {
+    /// Reads and checks `path`; errors name the file, the field and why.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+        let cfg: Self = toml::from_str(&text).with_context(|| path.display().to_string())?;
+        cfg.check().with_context(|| path.display().to_string())?;
+        Ok(cfg)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.site_id.is_empty() {
+            bail!("field `site_id`: must not be empty");
+        }
+        if !["packing", "striping", "load-aware"].contains(&self.rank_policy.as_str()) {
+            bail!("field `rank_policy`: {:?} is not packing, striping or load-aware", self.rank_policy);
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, h) in self.hosts.iter().enumerate() {
+            if !names.insert(&h.name) {
+                bail!("field `hosts[{i}].name`: duplicate host {:?}", h.name);
+            }
+        }
+        let mut tokens = std::collections::HashSet::new();
+        for (i, t) in self.tokens.iter().enumerate() {
+            if t.token.len() < 8 {
+                bail!("field `tokens[{i}].token`: shorter than 8 characters");
+            }
+            if !tokens.insert(&t.token) {
+                bail!("field `tokens[{i}].token`: the same token twice");
+            }
+        }
+        if self.heartbeat_interval_s == 0 || self.heartbeat_miss_limit == 0 {
+            bail!("fields `heartbeat_interval_s` and `heartbeat_miss_limit` must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The role of a bearer token, if any.
+    pub fn role_of(&self, token: &str) -> Option<Role> {
+        self.tokens.iter().find(|t| t.token == token).map(|t| t.role.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "site_id = \"site-a\"\nlisten = \"127.0.0.1:7200\"\ndb = \"/tmp/x\"\nimage_repo = \"http://127.0.0.1:7000\"\n";
+
+    #[test]
+    fn parses_tokens_roles_hosts_and_peers() {
+        let text = format!(
+            "{BASE}[[hosts]]\nname = \"a1\"\nendpoint = \"http://127.0.0.1:7101\"\n[[tokens]]\ntoken = \"sp-acme-token\"\nrole = \"provider\"\nname = \"acme\"\n[[tokens]]\ntoken = \"operator-token\"\nrole = \"operator\"\n[[tokens]]\ntoken = \"peer-b-token\"\nrole = \"peer\"\nname = \"site-b\"\n[[peers]]\nsite_id = \"site-b\"\nendpoint = \"http://127.0.0.1:7300\"\ntoken = \"a-at-b-token\"\n[peers.agreement]\nprice_per_vee_hour = 0.5\n"
+        );
+        let cfg: VeemConfig = toml::from_str(&text).unwrap();
+        cfg.check().unwrap();
+        assert_eq!(cfg.role_of("sp-acme-token"), Some(Role::Provider("acme".into())));
+        assert_eq!(cfg.role_of("operator-token"), Some(Role::Operator));
+        assert_eq!(cfg.role_of("peer-b-token"), Some(Role::Peer("site-b".into())));
+        assert_eq!(cfg.role_of("nope"), None);
+        assert_eq!(cfg.peers[0].agreement.max_vcpus, u32::MAX);
+    }
+
+    #[test]
+    fn bad_rank_policy_and_duplicate_hosts_name_the_field() {
+        let cfg: VeemConfig = toml::from_str(&format!("{BASE}rank_policy = \"random\"\n")).unwrap();
+        assert!(cfg.check().unwrap_err().to_string().contains("rank_policy"));
+        let dup = format!("{BASE}[[hosts]]\nname = \"a\"\nendpoint = \"x\"\n[[hosts]]\nname = \"a\"\nendpoint = \"y\"\n");
+        let cfg: VeemConfig = toml::from_str(&dup).unwrap();
+        assert!(cfg.check().unwrap_err().to_string().contains("hosts[1].name"));
+    }
+}

@@ -1,0 +1,257 @@
+//! Negotiation, admission and deployment of service manifests
+//! (DESIGN.md §5-6; H §3.4: planning-based admission).
+//!
+//! A manifest is parsed and validated (errors name the field), its image IDs
+//! are checked against the image repository, then the planner answers
+//! accept, counter-offer or reject. Negotiate never reserves anything;
+//! Deploy reserves atomically and records the service and its VEEs before
+//! any VEEH is called, so a VEEM killed mid-deploy resumes from its records
+//! without duplicating a VEE.
+
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use interfaces::manifest::{CheckpointInterval, Manifest};
+use interfaces::vmi::NegotiateReply;
+use interfaces::BlobId;
+
+use crate::config::Role;
+use crate::manager::Veem;
+use crate::model::{now_ms, Location, ServiceRec, VeeRec, VeeState};
+use crate::planner::{checkpoint_plan, Admission, CheckpointPlan, ServiceRequest};
+use crate::store::Tree;
+
+/// Planned run time assumed for a service without a window, for the
+/// checkpoint count (s).
+pub const DEFAULT_RUN_TIME_S: u64 = 3600;
+/// Checkpoint cost assumed before one was measured (s); H eq. 3.16's `c`.
+pub const DEFAULT_CHECKPOINT_COST_S: f64 = 5.0;
+/// Window length of a service without one, in slots of the planner.
+pub const DEFAULT_WINDOW_SLOTS: u32 = 24 * 60;
+
+/// Why a manifest is refused before planning: the field and the reason.
+pub struct Refusal(pub Vec<String>);
+
+impl Veem {
+    /// Parses, validates and checks a manifest for `caller`: the provider
+    /// must be the caller's own, and every image ID must be in the image
+    /// repository.
+    pub async fn check_manifest(&self, caller: &Role, toml: &str) -> Result<Manifest, Refusal> {
+        let m = Manifest::from_toml(toml).map_err(|e| Refusal(vec![e.to_string()]))?;
+        if let Role::Provider(p) = caller {
+            if &m.service.provider != p {
+                return Err(Refusal(vec![format!("manifest field `service.provider`: {:?} is not the provider this token speaks for ({p:?})", m.service.provider)]));
+            }
+        }
+        let mut missing = Vec::new();
+        for (i, c) in m.components.iter().enumerate() {
+            let ids: [(&str, Option<&BlobId>); 3] = [("image", Some(&c.image)), ("kernel", c.kernel.as_ref()), ("initrd", c.initrd.as_ref())];
+            for (field, id) in ids {
+                let Some(id) = id else { continue };
+                match self.repo.head(id).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => missing.push(format!("manifest field `component[{i}].{field}`: {id} is not in the image repository")),
+                    Err(e) => missing.push(format!("manifest field `component[{i}].{field}`: cannot check {id}: {e}")),
+                }
+            }
+        }
+        if !missing.is_empty() {
+            return Err(Refusal(missing));
+        }
+        Ok(m)
+    }
+
+    /// The planner request of `m` as service `service_id`, with UUID VEE IDs.
+    pub fn request(&self, m: &Manifest, service_id: &str) -> ServiceRequest {
+        let clock = self.planner.lock().unwrap().clock();
+        let mut req = ServiceRequest::from_manifest(service_id, m, &clock, chrono::Utc::now().timestamp(), DEFAULT_WINDOW_SLOTS);
+        for c in &mut req.components {
+            for v in &mut c.vees {
+                *v = uuid::Uuid::new_v4().to_string();
+            }
+        }
+        req
+    }
+
+    /// Negotiate: accept, counter-offer (earliest feasible window) or reject
+    /// with reasons. Reserves nothing.
+    pub async fn negotiate(&self, caller: &Role, toml: &str) -> Result<NegotiateReply> {
+        let m = match self.check_manifest(caller, toml).await {
+            Ok(m) => m,
+            Err(Refusal(reasons)) => return Ok(NegotiateReply { verdict: "reject".into(), reasons, ..Default::default() }),
+        };
+        let req = self.request(&m, &uuid::Uuid::new_v4().to_string());
+        let verdict = self.planner.lock().unwrap().negotiate(&req);
+        Ok(self.reply(verdict))
+    }
+
+    fn reply(&self, verdict: Admission) -> NegotiateReply {
+        let clock = self.planner.lock().unwrap().clock();
+        match verdict {
+            Admission::Accepted(a) => NegotiateReply {
+                verdict: "accept".into(),
+                reasons: vec![],
+                earliest_start_unix: clock.start_of(a.window.start),
+                earliest_end_unix: clock.start_of(a.window.end),
+            },
+            Admission::CounterOffer { window, reasons } => NegotiateReply {
+                verdict: "counter-offer".into(),
+                reasons,
+                earliest_start_unix: clock.start_of(window.start),
+                earliest_end_unix: clock.start_of(window.end),
+            },
+            Admission::Rejected { reasons, .. } => NegotiateReply { verdict: "reject".into(), reasons, ..Default::default() },
+            Admission::NeedsPeerSpare { .. } => NegotiateReply {
+                verdict: "reject".into(),
+                reasons: vec!["guarantee `full` needs spare capacity at a peer site and none is reserved".into()],
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Deploy: admits atomically, records the service and its VEEs, and
+    /// starts them in the background (VEEs whose window starts later wait
+    /// for it). Errors carry the reasons; a refused manifest changes no
+    /// state.
+    pub async fn deploy(self: &Arc<Self>, caller: &Role, toml: &str) -> Result<ServiceRec> {
+        let m = match self.check_manifest(caller, toml).await {
+            Ok(m) => m,
+            Err(Refusal(reasons)) => bail!("rejected: {}", reasons.join("; ")),
+        };
+        let service_id = uuid::Uuid::new_v4().to_string();
+        let req = self.request(&m, &service_id);
+        let verdict = self.planner.lock().unwrap().admit(&req);
+        let admitted = match verdict {
+            Admission::Accepted(a) => a,
+            other => {
+                if m.sla.migration.allows_peer_site() && !self.cfg.peers.is_empty() {
+                    if let Some(svc) = self.deploy_remote(caller, &m, toml, &service_id, &req, &other).await? {
+                        return Ok(svc);
+                    }
+                }
+                let r = self.reply(other);
+                bail!("{}: {}", r.verdict, r.reasons.join("; "));
+            }
+        };
+        let clock = self.planner.lock().unwrap().clock();
+        let (start, end) = (clock.start_of(admitted.window.start).max(chrono::Utc::now().timestamp()), clock.start_of(admitted.window.end));
+        let interval = checkpoint_interval(&m, (end - start).max(1) as u64);
+        let mut svc = ServiceRec {
+            id: service_id.clone(),
+            name: m.service.name.clone(),
+            provider: m.service.provider.clone(),
+            manifest_toml: toml.to_string(),
+            guarantee: m.sla.guarantee.as_str().to_string(),
+            penalty_per_hour: m.sla.penalty_per_hour,
+            created_ms: now_ms(),
+            vees: vec![],
+            for_peer: match caller {
+                Role::Peer(site) => Some(site.clone()),
+                _ => None,
+            },
+        };
+        let mut vees = Vec::new();
+        for p in &admitted.placements {
+            let comp = m.component(&p.component).expect("placement of a manifest component");
+            let instance = req.components.iter().find(|c| c.name == p.component).and_then(|c| c.vees.iter().position(|v| v == &p.vee)).unwrap_or(0) as u32;
+            vees.push(VeeRec {
+                id: p.vee.clone(),
+                service_id: service_id.clone(),
+                component: p.component.clone(),
+                instance,
+                vcpus: comp.vcpus,
+                memory_mib: comp.memory_mib,
+                disk_gib: comp.disk_gib,
+                image: comp.image.to_string(),
+                kernel: comp.kernel.as_ref().map(|k| k.to_string()).unwrap_or_default(),
+                initrd: comp.initrd.as_ref().map(|k| k.to_string()).unwrap_or_default(),
+                cmdline: comp.cmdline.clone().unwrap_or_default(),
+                state: VeeState::Admitted,
+                location: Location::Host(p.host.clone()),
+                checkpoint_interval_s: interval,
+                last_checkpoint_ms: None,
+                latest_checkpoint: None,
+                guarantee: svc.guarantee.clone(),
+                migration_policy: format!("{:?}", m.sla.migration).to_lowercase(),
+                max_downtime_ms: m.sla.max_downtime_ms.unwrap_or(0),
+                window_start_unix: start,
+                window_end_unix: end,
+                updated_ms: now_ms(),
+                for_peer: svc.for_peer.clone(),
+            });
+        }
+        vees.sort_by(|a, b| (&a.component, a.instance).cmp(&(&b.component, b.instance)));
+        svc.vees = vees.iter().map(|v| v.id.clone()).collect();
+        // Records first, then the VEEHs: a crash from here on resumes.
+        self.persist_planner()?;
+        for v in &vees {
+            self.save_vee(v)?;
+        }
+        self.store.put(Tree::Services, &svc.id, &svc)?;
+        for v in &vees {
+            self.event(&v.id, &svc.id, "admitted", format!("on {}", v.host().unwrap_or("?")));
+        }
+        for id in &admitted.preempted {
+            let veem = self.clone();
+            let id = id.clone();
+            tokio::spawn(async move { veem.preempt_background(&id).await });
+        }
+        for v in &vees {
+            if v.window_start_unix <= chrono::Utc::now().timestamp() {
+                self.spawn_deploy(&v.id);
+            }
+        }
+        Ok(svc)
+    }
+
+    /// Starts deploying `vee_id` in the background.
+    pub fn spawn_deploy(self: &Arc<Self>, vee_id: &str) {
+        let veem = self.clone();
+        let id = vee_id.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = veem.deploy_vee(&id).await {
+                tracing::warn!(vee = %id, error = %format!("{e:#}"), "deploy failed");
+            }
+        });
+    }
+
+    /// Prepares, creates and starts one admitted VEE on its planned host.
+    /// Idempotent: a VEE already running there is only marked running.
+    pub async fn deploy_vee(&self, vee_id: &str) -> Result<()> {
+        let _g = self.lock_vee(vee_id).await;
+        let mut v = self.vee(vee_id)?;
+        if !matches!(v.state, VeeState::Admitted | VeeState::Deploying) {
+            return Ok(());
+        }
+        let Some(host) = v.host().map(str::to_string) else { bail!("VEE {vee_id} has no host") };
+        self.transition(&mut v, VeeState::Deploying, format!("on {host}"))?;
+        let result = async {
+            let mut c = self.hosts.client(&host)?;
+            let spec = v.spec();
+            c.prepare(spec.clone()).await?;
+            c.create(spec).await?;
+            c.start(interfaces::vhi::VeeRef { vee_id: vee_id.into() }).await?;
+            anyhow::Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => self.transition(&mut v, VeeState::Running, format!("on {host}")),
+            Err(e) => {
+                self.transition(&mut v, VeeState::Failed, format!("deploy on {host}: {e:#}"))?;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Checkpoint period of the manifest's VEEs in seconds (explicit, or the
+/// optimal count over the planned run time: H eq. 3.12-3.16).
+pub fn checkpoint_interval(m: &Manifest, run_time_s: u64) -> Option<u64> {
+    if let CheckpointInterval::Every(d) = &m.sla.checkpoint_interval {
+        return Some(d.as_secs().max(1));
+    }
+    match checkpoint_plan(&m.sla, run_time_s.min(DEFAULT_RUN_TIME_S * 24) as f64, DEFAULT_CHECKPOINT_COST_S) {
+        CheckpointPlan::None => None,
+        CheckpointPlan::Every { interval, .. } => Some(interval.as_secs().max(1)),
+    }
+}

@@ -1,0 +1,321 @@
+//! Federation with peer sites over the VMI (E PII §II-A, Ch 3.4; DESIGN.md
+//! §7). A VEE keeps its ID everywhere; the primary site records only the
+//! site a VEE runs at, never the host there.
+//!
+//! Primary side: remote placement of VEEs the site cannot admit, forwarding
+//! of actions on remote VEEs. Peer side: admission of incoming VEEs under
+//! the framework agreement (PrepareIncoming), completion, abort, and
+//! sending a VEE on (SendVee).
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use interfaces::manifest::{GuaranteeLevel, Manifest, MigrationPolicy};
+use interfaces::vhi;
+use interfaces::vmi::{IncomingReply, IncomingRequest, VeeActionRequest, VeeRef};
+
+use crate::config::Role;
+use crate::manager::Veem;
+use crate::model::{now_ms, Location, ServiceRec, VeeRec, VeeState};
+use crate::peers;
+use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
+use crate::store::Tree;
+
+impl Veem {
+    /// Places every VEE of a service the site cannot admit at peer sites,
+    /// cheapest agreement first; each peer applies its own admission and
+    /// may refuse. `None` when no peer takes them all (nothing is left
+    /// reserved anywhere).
+    pub async fn deploy_remote(self: &Arc<Self>, caller: &Role, m: &Manifest, toml: &str, service_id: &str, req: &ServiceRequest, verdict: &Admission) -> Result<Option<ServiceRec>> {
+        tracing::info!(service = %service_id, reasons = ?verdict.reasons(), "local admission failed; trying peer sites");
+        let mut svc = ServiceRec {
+            id: service_id.into(),
+            name: m.service.name.clone(),
+            provider: m.service.provider.clone(),
+            manifest_toml: toml.into(),
+            guarantee: m.sla.guarantee.as_str().into(),
+            penalty_per_hour: m.sla.penalty_per_hour,
+            created_ms: now_ms(),
+            vees: vec![],
+            for_peer: match caller {
+                Role::Peer(s) => Some(s.clone()),
+                _ => None,
+            },
+        };
+        let now = chrono::Utc::now().timestamp();
+        let clock = self.planner.lock().unwrap().clock();
+        let end = clock.start_of(req.window.end);
+        let mut placed: Vec<VeeRec> = Vec::new();
+        for comp in &req.components {
+            let c = m.component(&comp.name).context("component")?;
+            for (i, vee_id) in comp.vees.iter().enumerate() {
+                let mut v = VeeRec {
+                    id: vee_id.clone(),
+                    service_id: service_id.into(),
+                    component: comp.name.clone(),
+                    instance: i as u32,
+                    vcpus: c.vcpus,
+                    memory_mib: c.memory_mib,
+                    disk_gib: c.disk_gib,
+                    image: c.image.to_string(),
+                    kernel: c.kernel.as_ref().map(|x| x.to_string()).unwrap_or_default(),
+                    initrd: c.initrd.as_ref().map(|x| x.to_string()).unwrap_or_default(),
+                    cmdline: c.cmdline.clone().unwrap_or_default(),
+                    state: VeeState::Deploying,
+                    location: Location::Nowhere,
+                    checkpoint_interval_s: None,
+                    last_checkpoint_ms: None,
+                    latest_checkpoint: None,
+                    guarantee: svc.guarantee.clone(),
+                    migration_policy: "federation".into(),
+                    max_downtime_ms: m.sla.max_downtime_ms.unwrap_or(0),
+                    window_start_unix: now,
+                    window_end_unix: end,
+                    updated_ms: now_ms(),
+                    for_peer: svc.for_peer.clone(),
+                };
+                let mut last_err = String::from("no peer site's agreement admits it");
+                for p in peers::candidates(&self.cfg, c.vcpus, c.memory_mib, &svc.guarantee) {
+                    match self.send_incoming(&p.site_id, &v, true).await {
+                        Ok(_) => {
+                            v.location = Location::Site(p.site_id.clone());
+                            v.state = VeeState::Running;
+                            break;
+                        }
+                        Err(e) => last_err = format!("{}: {e:#}", p.site_id),
+                    }
+                }
+                if v.location == Location::Nowhere {
+                    for done in &placed {
+                        if let Location::Site(s) = &done.location {
+                            let _ = peers::client(&self.cfg, s)?.abort_incoming(VeeRef { vee_id: done.id.clone() }).await;
+                        }
+                    }
+                    tracing::warn!(vee = %v.id, %last_err, "no peer site took the VEE");
+                    return Ok(None);
+                }
+                placed.push(v);
+            }
+        }
+        svc.vees = placed.iter().map(|v| v.id.clone()).collect();
+        for v in &placed {
+            self.save_vee(v)?;
+        }
+        self.store.put(Tree::Services, &svc.id, &svc)?;
+        for v in &placed {
+            if let Location::Site(s) = &v.location {
+                self.event(&v.id, &svc.id, "placed-remotely", format!("at {s}"));
+            }
+        }
+        Ok(Some(svc))
+    }
+
+    /// Asks peer `site` to admit VEE `v` (booting it when `start_fresh`,
+    /// else preparing to receive a live migration).
+    pub async fn send_incoming(&self, site: &str, v: &VeeRec, start_fresh: bool) -> Result<IncomingReply> {
+        let req = IncomingRequest {
+            vee_id: v.id.clone(),
+            service_id: v.service_id.clone(),
+            primary_site: self.cfg.site_id.clone(),
+            vcpus: v.vcpus,
+            memory_mib: v.memory_mib,
+            disk_gib: v.disk_gib,
+            image: v.image.clone(),
+            kernel: v.kernel.clone(),
+            initrd: v.initrd.clone(),
+            cmdline: v.cmdline.clone(),
+            guarantee: v.guarantee.clone(),
+            start_fresh,
+        };
+        Ok(peers::client(&self.cfg, site)?.prepare_incoming(req).await.map_err(|s| anyhow!("{}", s.message()))?.into_inner())
+    }
+
+    /// Forwards an action on a VEE that runs at peer `site`.
+    pub async fn forward_action(&self, site: &str, vee_id: &str, action: &str, checkpoint_id: &str) -> Result<()> {
+        let req = VeeActionRequest { vee_id: vee_id.into(), action: action.into(), checkpoint_id: checkpoint_id.into() };
+        let info = peers::client(&self.cfg, site)?.vee_action(req).await.map_err(|s| anyhow!("site {site}: {}", s.message()))?.into_inner();
+        let mut v = self.vee(vee_id)?;
+        if let Ok(state) = serde_json::from_value::<VeeState>(serde_json::Value::String(info.state.clone())) {
+            if state != v.state {
+                self.transition(&mut v, state, format!("at {site}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Recovery at a peer site from a checkpoint is not offered by this
+    /// version: the caller records the VEE as not recovered.
+    pub async fn recover_at_peer(&self, vee_id: &str) -> Result<()> {
+        bail!("VEE {vee_id}: no local host can take it and recovery at a peer site is not offered by this VEEM version")
+    }
+
+    // ----- peer side -----
+
+    /// Admits an incoming VEE for primary site `from` under the framework
+    /// agreement and this site's own planner; boots it (`start_fresh`) or
+    /// prepares a VEEH to receive it by live migration.
+    pub async fn accept_incoming(self: &Arc<Self>, from: &str, r: IncomingRequest) -> Result<IncomingReply> {
+        if r.primary_site != from {
+            bail!("field `primary_site`: {:?} is not the calling site {from:?}", r.primary_site);
+        }
+        let agreement = &peers::peer(&self.cfg, from).with_context(|| format!("no framework agreement with {from}"))?.agreement;
+        if r.vcpus > agreement.max_vcpus || r.memory_mib > agreement.max_memory_mib {
+            bail!("the framework agreement with {from} admits at most {} vCPUs and {} MiB per VEE", agreement.max_vcpus, agreement.max_memory_mib);
+        }
+        if !agreement.guarantee_levels.is_empty() && !agreement.guarantee_levels.contains(&r.guarantee) {
+            bail!("the framework agreement with {from} does not admit guarantee {:?}", r.guarantee);
+        }
+        crate::model::check_uuid("vee_id", &r.vee_id)?;
+        if let Ok(existing) = self.vee(&r.vee_id) {
+            if existing.state.is_live() || existing.state == VeeState::Migrating {
+                bail!("VEE {} is already here", r.vee_id);
+            }
+        }
+        let guarantee: GuaranteeLevel = serde_json::from_value(serde_json::Value::String(r.guarantee.clone())).unwrap_or(GuaranteeLevel::Standard);
+        let clock = self.planner.lock().unwrap().clock();
+        let now = clock.slot_at(chrono::Utc::now().timestamp());
+        let req = ServiceRequest {
+            service_id: r.vee_id.clone(),
+            consumer: from.into(),
+            guarantee,
+            migration: MigrationPolicy::Site,
+            window: SlotRange::starting_at(now, crate::deploy::DEFAULT_WINDOW_SLOTS),
+            components: vec![ComponentRequest { name: "vee".into(), resources: Resources::new(r.vcpus, r.memory_mib, r.disk_gib), profile: None, vees: vec![r.vee_id.clone()] }],
+            constraints: vec![],
+            peer_spare: PeerSpare::NoneOffered,
+        };
+        let admitted = match self.planner.lock().unwrap().admit(&req) {
+            Admission::Accepted(a) => a,
+            other => bail!("site {} cannot admit VEE {}: {}", self.cfg.site_id, r.vee_id, other.reasons().join("; ")),
+        };
+        let host = admitted.placements[0].host.clone();
+        self.persist_planner()?;
+        let mut svc: ServiceRec = self.store.get(Tree::Services, &r.service_id)?.unwrap_or(ServiceRec {
+            id: r.service_id.clone(),
+            name: format!("for-{from}"),
+            provider: from.into(),
+            manifest_toml: String::new(),
+            guarantee: r.guarantee.clone(),
+            penalty_per_hour: 0.0,
+            created_ms: now_ms(),
+            vees: vec![],
+            for_peer: Some(from.into()),
+        });
+        if !svc.vees.contains(&r.vee_id) {
+            svc.vees.push(r.vee_id.clone());
+        }
+        self.store.put(Tree::Services, &svc.id, &svc)?;
+        let v = VeeRec {
+            id: r.vee_id.clone(),
+            service_id: r.service_id.clone(),
+            component: "vee".into(),
+            instance: 0,
+            vcpus: r.vcpus,
+            memory_mib: r.memory_mib,
+            disk_gib: r.disk_gib,
+            image: r.image.clone(),
+            kernel: r.kernel.clone(),
+            initrd: r.initrd.clone(),
+            cmdline: r.cmdline.clone(),
+            state: if r.start_fresh { VeeState::Admitted } else { VeeState::Migrating },
+            location: Location::Host(host.clone()),
+            checkpoint_interval_s: None,
+            last_checkpoint_ms: None,
+            latest_checkpoint: None,
+            guarantee: r.guarantee.clone(),
+            migration_policy: "site".into(),
+            max_downtime_ms: 0,
+            window_start_unix: chrono::Utc::now().timestamp(),
+            window_end_unix: clock.start_of(admitted.window.end),
+            updated_ms: now_ms(),
+            for_peer: Some(from.into()),
+        };
+        self.save_vee(&v)?;
+        self.event(&v.id, &v.service_id, "incoming", format!("from {from} on {host}"));
+        let result = async {
+            if r.start_fresh {
+                self.deploy_vee(&v.id).await?;
+                return Ok(IncomingReply { vee_id: v.id.clone(), ..Default::default() });
+            }
+            let t = self.hosts.client(&host)?.prepare_incoming(v.spec()).await.map_err(|s| anyhow!("{}", s.message()))?.into_inner();
+            Ok(incoming_reply(t))
+        }
+        .await;
+        if result.is_err() {
+            self.drop_incoming(&v.id).await;
+        }
+        result
+    }
+
+    /// Forgets an incoming VEE that did not arrive (planner, records).
+    async fn drop_incoming(&self, vee_id: &str) {
+        let _ = self.planner.lock().unwrap().release_service(vee_id);
+        let _ = self.persist_planner();
+        if let Ok(v) = self.vee(vee_id) {
+            let _ = self.store.remove(Tree::Vees, vee_id);
+            if let Ok(mut svc) = self.service(&v.service_id) {
+                svc.vees.retain(|x| x != vee_id);
+                let _ = self.store.put(Tree::Services, &svc.id, &svc);
+            }
+            self.event(vee_id, &v.service_id, "incoming", "aborted");
+        }
+    }
+
+    /// The VEE arrived at its VEEH: adopt it.
+    pub async fn complete_incoming(&self, vee_id: &str) -> Result<VeeRec> {
+        let _g = self.lock_vee(vee_id).await;
+        let mut v = self.vee(vee_id)?;
+        let host = v.host().context("incoming VEE has no host")?.to_string();
+        let st = self.hosts.client(&host)?.complete_incoming(vhi::VeeRef { vee_id: vee_id.into() }).await.map_err(|s| anyhow!("{}", s.message()))?.into_inner();
+        if st.state() != vhi::VeeState::Running {
+            bail!("VEE {vee_id} arrived but is {:?}", st.state());
+        }
+        self.transition(&mut v, VeeState::Running, format!("migrated in on {host}"))?;
+        Ok(v)
+    }
+
+    /// The migration failed: the VEEH removes what it prepared.
+    pub async fn abort_incoming(&self, vee_id: &str) -> Result<()> {
+        let v = self.vee(vee_id)?;
+        if v.state != VeeState::Migrating {
+            bail!("VEE {vee_id} is {} here, not an incoming migration", v.state.as_str());
+        }
+        if let Some(h) = v.host() {
+            self.hosts.client(h)?.abort_incoming(vhi::VeeRef { vee_id: vee_id.into() }).await.map_err(|s| anyhow!("{}", s.message()))?;
+        }
+        self.drop_incoming(vee_id).await;
+        Ok(())
+    }
+}
+
+/// The VMI reply for a VHI incoming target.
+pub fn incoming_reply(t: vhi::IncomingTarget) -> IncomingReply {
+    IncomingReply {
+        vee_id: t.vee_id,
+        libvirt_uri: t.libvirt_uri,
+        migration_uri: t.migration_uri,
+        disks_uri: t.disks_uri,
+        disk_path: t.disk_path,
+        kernel_path: t.kernel_path,
+        initrd_path: t.initrd_path,
+        console_path: t.console_path,
+        dest_xml: t.dest_xml,
+        host: t.host,
+    }
+}
+
+/// The VHI incoming target of a VMI reply.
+pub fn incoming_target(t: IncomingReply) -> vhi::IncomingTarget {
+    vhi::IncomingTarget {
+        vee_id: t.vee_id,
+        libvirt_uri: t.libvirt_uri,
+        migration_uri: t.migration_uri,
+        disks_uri: t.disks_uri,
+        disk_path: t.disk_path,
+        kernel_path: t.kernel_path,
+        initrd_path: t.initrd_path,
+        console_path: t.console_path,
+        dest_xml: t.dest_xml,
+        host: t.host,
+    }
+}

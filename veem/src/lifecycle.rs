@@ -1,0 +1,178 @@
+//! VEE actions (stop, suspend, resume, checkpoint, restore), the checkpoint
+//! schedule and the window scheduler.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
+use interfaces::vhi::{CheckpointRequest, DestroyRequest, RestoreRequest, ShutdownRequest, VeeRef};
+
+use crate::manager::Veem;
+use crate::model::{now_ms, CheckpointRec, Location, VeeRec, VeeState};
+use crate::store::Tree;
+
+impl Veem {
+    /// The host a VEE runs on, or an error saying where it is instead.
+    fn local_host(v: &VeeRec) -> Result<String> {
+        match &v.location {
+            Location::Host(h) => Ok(h.clone()),
+            Location::Site(s) => bail!("VEE {} runs at site {s}", v.id),
+            Location::Nowhere => bail!("VEE {} is not placed", v.id),
+        }
+    }
+
+    /// Applies a VMI VeeAction: stop | suspend | resume | checkpoint |
+    /// restore (`checkpoint_id` empty = latest valid).
+    pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: &str, checkpoint_id: &str) -> Result<VeeRec> {
+        if let Location::Site(site) = self.vee(vee_id)?.location {
+            self.forward_action(&site, vee_id, action, checkpoint_id).await?;
+            return self.vee(vee_id);
+        }
+        match action {
+            "stop" => self.stop_vee(vee_id).await?,
+            "suspend" | "resume" => {
+                let _g = self.lock_vee(vee_id).await;
+                let mut v = self.vee(vee_id)?;
+                let mut c = self.hosts.client(&Self::local_host(&v)?)?;
+                let r = VeeRef { vee_id: vee_id.into() };
+                if action == "suspend" {
+                    c.suspend(r).await?;
+                    self.transition(&mut v, VeeState::Suspended, "")?;
+                } else {
+                    c.resume(r).await?;
+                    self.transition(&mut v, VeeState::Running, "")?;
+                }
+            }
+            "checkpoint" => {
+                self.checkpoint_vee(vee_id).await?;
+            }
+            "restore" => self.restore_vee(vee_id, (!checkpoint_id.is_empty()).then_some(checkpoint_id)).await?,
+            other => bail!("field `action`: {other:?} is not stop, suspend, resume, checkpoint or restore"),
+        }
+        self.vee(vee_id)
+    }
+
+    /// Stops a VEE (ACPI, then destroy) and releases its reservation.
+    pub async fn stop_vee(&self, vee_id: &str) -> Result<()> {
+        let _g = self.lock_vee(vee_id).await;
+        let mut v = self.vee(vee_id)?;
+        if let Location::Host(h) = &v.location {
+            let mut c = self.hosts.client(h)?;
+            let _ = c.shutdown(ShutdownRequest { vee_id: vee_id.into(), timeout_s: 5 }).await;
+            c.destroy(DestroyRequest { vee_id: vee_id.into(), remove: true }).await?;
+        }
+        self.transition(&mut v, VeeState::Stopped, "")?;
+        let _ = self.planner.lock().unwrap().release_vee(vee_id);
+        self.persist_planner()?;
+        v.location = Location::Nowhere;
+        self.transition(&mut v, VeeState::Terminated, "")
+    }
+
+    /// Takes a whole-VM checkpoint of a running VEE (H §4.4) and records it;
+    /// its blobs are pinned in the image repository.
+    pub async fn checkpoint_vee(&self, vee_id: &str) -> Result<CheckpointRec> {
+        let _g = self.lock_vee(vee_id).await;
+        let mut v = self.vee(vee_id)?;
+        if v.state != VeeState::Running {
+            bail!("VEE {vee_id} is {}, not running", v.state.as_str());
+        }
+        let host = Self::local_host(&v)?;
+        self.transition(&mut v, VeeState::Checkpointing, format!("on {host}"))?;
+        let r = self.hosts.client(&host)?.checkpoint(CheckpointRequest { vee_id: vee_id.into(), stop_after: false }).await;
+        let rec = match r {
+            Ok(r) => r.into_inner(),
+            Err(e) => {
+                self.transition(&mut v, VeeState::Running, format!("checkpoint failed: {}", e.message()))?;
+                bail!("checkpoint of {vee_id}: {}", e.message());
+            }
+        };
+        let cp = CheckpointRec::new(&rec);
+        for blob in [&rec.memory_blob, &rec.disk_blob] {
+            if let Ok(id) = blob.parse() {
+                if let Err(e) = self.repo.pin(&id, &format!("{}-checkpoint-{}", self.cfg.site_id, cp.id)).await {
+                    tracing::warn!(%blob, error = %e, "cannot pin checkpoint blob");
+                }
+            }
+        }
+        self.store.put(Tree::Checkpoints, &cp.id, &cp)?;
+        v.latest_checkpoint = Some(cp.id.clone());
+        v.last_checkpoint_ms = Some(now_ms());
+        self.event(vee_id, &v.service_id, "checkpointed", format!("{} ({} ms downtime)", cp.id, rec.downtime_ms));
+        self.transition(&mut v, VeeState::Running, "")?;
+        Ok(cp)
+    }
+
+    /// The latest valid checkpoint of a VEE, or the named one.
+    pub fn checkpoint_of(&self, vee_id: &str, id: Option<&str>) -> Result<Option<CheckpointRec>> {
+        if let Some(id) = id {
+            let cp: CheckpointRec = self.store.get(Tree::Checkpoints, id)?.ok_or_else(|| anyhow!("checkpoint {id} not found"))?;
+            if cp.vee_id != vee_id {
+                bail!("checkpoint {id} is not of VEE {vee_id}");
+            }
+            return Ok(Some(cp));
+        }
+        let mut all: Vec<CheckpointRec> = self.store.list::<CheckpointRec>(Tree::Checkpoints)?.into_iter().filter(|c| c.vee_id == vee_id && c.valid).collect();
+        all.sort_by_key(|c| c.taken_ms);
+        Ok(all.pop())
+    }
+
+    /// Rolls a VEE back to a checkpoint on its current host.
+    pub async fn restore_vee(&self, vee_id: &str, checkpoint_id: Option<&str>) -> Result<()> {
+        let _g = self.lock_vee(vee_id).await;
+        let mut v = self.vee(vee_id)?;
+        let host = Self::local_host(&v)?;
+        let cp = self.checkpoint_of(vee_id, checkpoint_id)?.ok_or_else(|| anyhow!("VEE {vee_id} has no checkpoint"))?;
+        let mut c = self.hosts.client(&host)?;
+        c.destroy(DestroyRequest { vee_id: vee_id.into(), remove: false }).await?;
+        self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.id))?;
+        c.restore(RestoreRequest { spec: Some(v.spec()), checkpoint: Some(cp.record()?) }).await?;
+        self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.id))
+    }
+
+    /// Suspends a background VEE displaced by a stronger reservation.
+    pub async fn preempt_background(&self, vee_id: &str) {
+        let _g = self.lock_vee(vee_id).await;
+        let Ok(mut v) = self.vee(vee_id) else { return };
+        if let Location::Host(h) = &v.location {
+            if let Ok(mut c) = self.hosts.client(h) {
+                let _ = c.suspend(VeeRef { vee_id: vee_id.into() }).await;
+            }
+        }
+        let _ = self.transition(&mut v, VeeState::Suspended, "background VEE displaced to make room");
+    }
+
+    /// Every second: start VEEs whose window opened, take the checkpoints
+    /// that are due, stop VEEs whose window closed.
+    pub fn spawn_scheduler(self: &Arc<Self>) {
+        let veem = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let now = chrono::Utc::now().timestamp();
+                let Ok(vees) = veem.vees() else { continue };
+                for v in vees {
+                    match v.state {
+                        VeeState::Admitted if v.window_start_unix <= now && v.host().is_some() => veem.spawn_deploy(&v.id),
+                        VeeState::Running if v.window_end_unix <= now && v.host().is_some() => {
+                            let veem = veem.clone();
+                            tokio::spawn(async move { veem.stop_vee(&v.id).await });
+                        }
+                        VeeState::Running if v.host().is_some() => {
+                            let Some(every) = v.checkpoint_interval_s else { continue };
+                            let last = v.last_checkpoint_ms.unwrap_or(v.updated_ms);
+                            if now_ms() - last >= every as i64 * 1000 {
+                                let veem = veem.clone();
+                                tokio::spawn(async move {
+                                    if let Err(e) = veem.checkpoint_vee(&v.id).await {
+                                        tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "scheduled checkpoint failed");
+                                    }
+                                });
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        });
+    }
+}

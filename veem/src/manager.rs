@@ -1,0 +1,109 @@
+//! The VEEM's shared state and the small operations every workflow uses:
+//! records, events, the planner, per-VEE locks, VHI clients.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{anyhow, Context, Result};
+use interfaces::repo_client::RepoClient;
+use interfaces::vmi;
+use tokio::sync::broadcast;
+
+use crate::config::VeemConfig;
+use crate::hosts::HostPool;
+use crate::model::{now_ms, EventRec, ServiceRec, VeeRec, VeeState};
+use crate::planner::{Planner, PlannerConfig, RankPolicy, SlotClock};
+use crate::store::{Store, Tree};
+
+/// The VEE manager of one site.
+pub struct Veem {
+    pub cfg: VeemConfig,
+    pub store: Store,
+    /// Never held across an `.await`.
+    pub planner: Mutex<Planner>,
+    pub hosts: HostPool,
+    pub repo: RepoClient,
+    pub events: broadcast::Sender<vmi::Event>,
+    vee_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// The rank policy named in the configuration.
+pub fn rank_policy(name: &str) -> RankPolicy {
+    match name {
+        "striping" => RankPolicy::Striping,
+        "load-aware" => RankPolicy::LoadAware,
+        _ => RankPolicy::Packing,
+    }
+}
+
+impl Veem {
+    /// Opens the database and restores the planner (or starts an empty one).
+    pub fn open(cfg: VeemConfig) -> Result<Arc<Self>> {
+        let store = Store::open(&cfg.db)?;
+        let mut planner: Planner = match store.get(Tree::Meta, "planner")? {
+            Some(p) => p,
+            None => Planner::new(PlannerConfig { clock: SlotClock::new(0, cfg.slot_s as u32), ..PlannerConfig::default() }),
+        };
+        planner.set_rank_policy(rank_policy(&cfg.rank_policy));
+        let hosts = HostPool::new(&cfg.hosts)?;
+        let repo = RepoClient::new(&cfg.image_repo, cfg.image_repo_token.clone())?;
+        let (events, _) = broadcast::channel(1024);
+        Ok(Arc::new(Self { cfg, store, planner: Mutex::new(planner), hosts, repo, events, vee_locks: Mutex::new(HashMap::new()) }))
+    }
+
+    /// Writes the planner's state (reservations, hosts, services).
+    pub fn persist_planner(&self) -> Result<()> {
+        let p = self.planner.lock().unwrap().clone();
+        self.store.put(Tree::Meta, "planner", &p)
+    }
+
+    /// Serialises operations on one VEE.
+    pub async fn lock_vee(&self, vee_id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let m = self.vee_locks.lock().unwrap().entry(vee_id.to_string()).or_default().clone();
+        m.lock_owned().await
+    }
+
+    /// Persists and broadcasts an event.
+    pub fn event(&self, vee_id: &str, service_id: &str, kind: &str, detail: impl Into<String>) {
+        let e = EventRec { vee_id: vee_id.into(), service_id: service_id.into(), kind: kind.into(), detail: detail.into(), at_ms: now_ms() };
+        if let Err(err) = self.store.append_event(&e) {
+            tracing::error!(%err, "cannot persist event");
+        }
+        tracing::info!(vee = %e.vee_id, kind = %e.kind, detail = %e.detail, "event");
+        let _ = self.events.send(vmi::Event { vee_id: e.vee_id, service_id: e.service_id, kind: e.kind, detail: e.detail, at_unix_ms: e.at_ms });
+    }
+
+    pub fn vee(&self, id: &str) -> Result<VeeRec> {
+        self.store.get(Tree::Vees, id)?.ok_or_else(|| anyhow!("VEE {id} not found"))
+    }
+
+    pub fn service(&self, id: &str) -> Result<ServiceRec> {
+        self.store.get(Tree::Services, id)?.ok_or_else(|| anyhow!("service {id} not found"))
+    }
+
+    pub fn vees(&self) -> Result<Vec<VeeRec>> {
+        self.store.list(Tree::Vees)
+    }
+
+    pub fn save_vee(&self, v: &VeeRec) -> Result<()> {
+        self.store.put(Tree::Vees, &v.id, v)
+    }
+
+    /// Changes a VEE's state, persists it and emits the transition event.
+    pub fn transition(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>) -> Result<()> {
+        let from = vee.state;
+        vee.state = to;
+        vee.updated_ms = now_ms();
+        self.save_vee(vee).context("persist VEE")?;
+        let d: String = detail.into();
+        let text = if d.is_empty() { format!("{} -> {}", from.as_str(), to.as_str()) } else { format!("{} -> {}: {d}", from.as_str(), to.as_str()) };
+        self.event(&vee.id, &vee.service_id, "state", text);
+        Ok(())
+    }
+
+    /// Current slot of the planner's clock.
+    pub fn now_slot(&self) -> crate::planner::Slot {
+        let clock = self.planner.lock().unwrap().clock();
+        clock.slot_at(chrono::Utc::now().timestamp())
+    }
+}

@@ -1,0 +1,427 @@
+//! Migration proposals, operator approval and live migration of VEEs
+//! between hosts of the site and across sites (DESIGN.md §7; E Ch 3.4;
+//! B §2).
+//!
+//! A proposal names the VEE, where it is, where it should go and why.
+//! The site's policy runs some at once (`migration.auto_approve` reasons);
+//! the rest wait for an operator's `approve` or `reject`. Running a
+//! migration: the destination prepares (a VEEH of this site, or a peer
+//! VEEM's PrepareIncoming with its own admission), the source VEEH migrates
+//! live with incremental storage copy, the destination completes. On any
+//! failure the destination removes what it prepared and the VEE keeps
+//! running where it was: a VEE never runs in two places.
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use futures::StreamExt;
+use interfaces::vhi::{self, MigrateOutRequest};
+use interfaces::vmi::{IncomingReply, SendVeeRequest, VeeRef};
+
+use crate::federation::{incoming_reply, incoming_target};
+use crate::manager::Veem;
+use crate::model::{now_ms, Location, MigrationRec, VeeState};
+use crate::peers;
+use crate::store::Tree;
+
+/// Where a migration goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dest {
+    Host(String),
+    Site(String),
+}
+
+impl Dest {
+    pub fn parse(to: &str) -> Result<Self> {
+        match to.split_once(':') {
+            Some(("host", h)) => Ok(Dest::Host(h.into())),
+            Some(("site", s)) => Ok(Dest::Site(s.into())),
+            _ => bail!("migration target {to:?} is neither host:NAME nor site:ID"),
+        }
+    }
+}
+
+fn location_text(l: &Location) -> String {
+    match l {
+        Location::Host(h) => format!("host:{h}"),
+        Location::Site(s) => format!("site:{s}"),
+        Location::Nowhere => "nowhere".into(),
+    }
+}
+
+impl Veem {
+    pub fn migration(&self, id: &str) -> Result<MigrationRec> {
+        self.store.get(Tree::Migrations, id)?.ok_or_else(|| anyhow!("migration {id} not found"))
+    }
+
+    fn save_migration(&self, m: &MigrationRec) -> Result<()> {
+        self.store.put(Tree::Migrations, &m.id, m)?;
+        self.event(&m.vee_id, "", "migration", format!("{} {} -> {}: {}", m.id, m.from, m.to, m.state));
+        Ok(())
+    }
+
+    /// Records a proposal to move `vee_id` to `to`; runs it at once when the
+    /// site policy auto-approves `reason`. Errors when the target is
+    /// unknown, the same place, or forbidden by the VEE's migration policy.
+    pub fn propose(self: &Arc<Self>, vee_id: &str, to: Dest, reason: &str, by: &str) -> Result<MigrationRec> {
+        let v = self.vee(vee_id)?;
+        if !matches!(v.state, VeeState::Running) {
+            bail!("VEE {vee_id} is {}, only running VEEs migrate", v.state.as_str());
+        }
+        match &to {
+            Dest::Host(h) => {
+                if !self.hosts.names().contains(h) {
+                    bail!("field `to_host`: {h:?} is not a host of site {}", self.cfg.site_id);
+                }
+                if v.location == Location::Host(h.clone()) {
+                    bail!("VEE {vee_id} already runs on {h}");
+                }
+            }
+            Dest::Site(s) => {
+                if s != &self.cfg.site_id {
+                    peers::peer(&self.cfg, s).with_context(|| "field `to_site`".to_string())?;
+                    if v.migration_policy != "federation" {
+                        bail!("VEE {vee_id}: its SLA's migration policy is {:?}, not federation", v.migration_policy);
+                    }
+                }
+                if v.location == Location::Site(s.clone()) {
+                    bail!("VEE {vee_id} already runs at {s}");
+                }
+            }
+        }
+        let to_text = match &to {
+            Dest::Host(h) => format!("host:{h}"),
+            Dest::Site(s) => format!("site:{s}"),
+        };
+        let auto = self.cfg.migration.auto_approve.iter().any(|r| r == reason);
+        let mut m = MigrationRec {
+            id: uuid::Uuid::new_v4().to_string(),
+            vee_id: vee_id.into(),
+            from: location_text(&v.location),
+            to: to_text,
+            reason: reason.into(),
+            state: "proposed".into(),
+            decided_by: String::new(),
+            detail: format!("proposed by {by}"),
+            total_ms: 0,
+            downtime_ms: 0,
+            created_ms: now_ms(),
+        };
+        self.save_migration(&m)?;
+        if auto {
+            m.state = "approved".into();
+            m.decided_by = "site policy".into();
+            self.save_migration(&m)?;
+            self.spawn_migration(&m.id);
+        }
+        Ok(m)
+    }
+
+    /// An operator approves a proposal: it runs now.
+    pub fn approve(self: &Arc<Self>, id: &str, by: &str) -> Result<MigrationRec> {
+        let mut m = self.migration(id)?;
+        if m.state != "proposed" {
+            bail!("migration {id} is {}, not proposed", m.state);
+        }
+        m.state = "approved".into();
+        m.decided_by = by.into();
+        self.save_migration(&m)?;
+        self.spawn_migration(id);
+        Ok(m)
+    }
+
+    /// An operator rejects a proposal: nothing moves.
+    pub fn reject(&self, id: &str, by: &str, reason: &str) -> Result<MigrationRec> {
+        if reason.trim().is_empty() {
+            bail!("field `reason`: say why the migration is rejected");
+        }
+        let mut m = self.migration(id)?;
+        if m.state != "proposed" {
+            bail!("migration {id} is {}, not proposed", m.state);
+        }
+        m.state = "rejected".into();
+        m.decided_by = by.into();
+        m.detail = reason.into();
+        self.save_migration(&m)?;
+        Ok(m)
+    }
+
+    /// Operator's drain: proposes moving every VEE off `host`, each to the
+    /// host the planner would pick (reason `maintenance`).
+    pub fn drain(self: &Arc<Self>, host: &str, by: &str) -> Result<Vec<MigrationRec>> {
+        if !self.hosts.names().iter().any(|h| h == host) {
+            bail!("field `host`: {host:?} is not a host of site {}", self.cfg.site_id);
+        }
+        let mut out = Vec::new();
+        for v in self.vees()?.into_iter().filter(|v| v.host() == Some(host) && v.state == VeeState::Running) {
+            let target = {
+                let p = self.planner.lock().unwrap();
+                let now = self.now_slot();
+                self.hosts.names().into_iter().filter(|h| h != host).find(|h| p.clone().move_vee(&v.id, h, now).is_ok())
+            };
+            match target {
+                Some(t) => out.push(self.propose(&v.id, Dest::Host(t), "maintenance", by)?),
+                None => tracing::warn!(vee = %v.id, host, "no other host can take this VEE"),
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn spawn_migration(self: &Arc<Self>, id: &str) {
+        let veem = self.clone();
+        let id = id.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = veem.run_migration(&id).await {
+                tracing::warn!(migration = %id, error = %format!("{e:#}"), "migration failed");
+            }
+        });
+    }
+
+    /// Runs an approved migration to its end (done or failed).
+    pub async fn run_migration(&self, id: &str) -> Result<()> {
+        let mut m = self.migration(id)?;
+        let _g = self.lock_vee(&m.vee_id).await;
+        let mut v = self.vee(&m.vee_id)?;
+        if m.state != "approved" {
+            bail!("migration {id} is {}", m.state);
+        }
+        if v.state != VeeState::Running {
+            m.state = "failed".into();
+            m.detail = format!("VEE is {}, not running", v.state.as_str());
+            self.save_migration(&m)?;
+            bail!("{}", m.detail);
+        }
+        let dest = Dest::parse(&m.to)?;
+        m.state = "running".into();
+        self.save_migration(&m)?;
+        self.transition(&mut v, VeeState::Migrating, format!("to {}", m.to))?;
+        let started = std::time::Instant::now();
+        // A VEE coming home from a peer site needs a local reservation again.
+        let homecoming = matches!((&v.location, &dest), (Location::Site(_), Dest::Host(_)));
+        if let (true, Dest::Host(h)) = (homecoming, &dest) {
+            if let Err(e) = self.reserve_home(&v, h) {
+                m.state = "failed".into();
+                m.detail = format!("{e:#}");
+                self.save_migration(&m)?;
+                self.transition(&mut v, VeeState::Running, "migration failed; stays where it is")?;
+                return Err(e);
+            }
+        }
+        // 1. The destination prepares.
+        let prepared: Result<IncomingReply> = match &dest {
+            Dest::Host(h) => async { Ok(incoming_reply(self.hosts.client(h)?.prepare_incoming(v.spec()).await.map_err(|s| anyhow!("{h}: {}", s.message()))?.into_inner())) }.await,
+            Dest::Site(s) if s == &self.cfg.site_id => Err(anyhow!("migrating home needs a destination host: use --to-host")),
+            Dest::Site(s) => self.send_incoming(s, &v, false).await,
+        };
+        let outcome = match prepared {
+            Err(e) => Err(e.context("destination refused")),
+            Ok(target) => {
+                // 2. The source sends the VEE.
+                let sent = match v.location.clone() {
+                    Location::Host(src) => self.migrate_out(&src, &v.id, incoming_target(target), v.max_downtime_ms, &mut m).await,
+                    Location::Site(src) => {
+                        let r = peers::client(&self.cfg, &src)?.send_vee(SendVeeRequest { vee_id: v.id.clone(), target: Some(target) }).await;
+                        match r {
+                            Ok(info) => {
+                                let i = info.into_inner();
+                                if i.state == "done" { Ok((i.total_ms, i.downtime_ms)) } else { Err(anyhow!("site {src}: {}", i.detail)) }
+                            }
+                            Err(s) => Err(anyhow!("site {src}: {}", s.message())),
+                        }
+                    }
+                    Location::Nowhere => Err(anyhow!("VEE is not placed")),
+                };
+                // 3. The destination completes, or removes what it prepared.
+                match sent {
+                    Ok(times) => self.complete_at(&dest, &v.id).await.map(|_| times),
+                    Err(e) => {
+                        if let Err(a) = self.abort_at(&dest, &v.id).await {
+                            tracing::warn!(error = %a, "destination cleanup failed");
+                        }
+                        Err(e)
+                    }
+                }
+            }
+        };
+        match outcome {
+            Ok((total_ms, downtime_ms)) => {
+                let old = v.location.clone();
+                if let (Location::Host(_), Dest::Host(h)) = (&old, &dest) {
+                    let now = self.now_slot();
+                    let moved = self.planner.lock().unwrap().move_vee(&v.id, h, now);
+                    if let Err(e) = moved {
+                        tracing::warn!(error = %e, "planner could not move the reservation");
+                    }
+                } else if matches!(old, Location::Host(_)) {
+                    let _ = self.planner.lock().unwrap().release_vee(&v.id);
+                }
+                self.persist_planner()?;
+                v.location = match &dest {
+                    Dest::Host(h) => Location::Host(h.clone()),
+                    Dest::Site(s) => Location::Site(s.clone()),
+                };
+                self.transition(&mut v, VeeState::Running, format!("migrated to {}", m.to))?;
+                m.state = "done".into();
+                m.total_ms = if total_ms > 0 { total_ms } else { started.elapsed().as_millis() as u64 };
+                m.downtime_ms = downtime_ms;
+                m.detail = format!("{} ms, {} ms downtime", m.total_ms, downtime_ms);
+                self.save_migration(&m)?;
+                Ok(())
+            }
+            Err(e) => {
+                if homecoming {
+                    let _ = self.planner.lock().unwrap().release_service(&format!("home-{}", v.id));
+                    self.persist_planner()?;
+                }
+                self.transition(&mut v, VeeState::Running, format!("migration failed; stays at {}", m.from))?;
+                m.state = "failed".into();
+                m.detail = format!("{e:#}");
+                self.save_migration(&m)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Live-migrates a VEE off local host `src` to `target`, recording
+    /// progress in `m.detail`. Returns (total ms, downtime ms).
+    async fn migrate_out(&self, src: &str, vee_id: &str, target: vhi::IncomingTarget, max_downtime_ms: u64, m: &mut MigrationRec) -> Result<(u64, u64)> {
+        let req = MigrateOutRequest { vee_id: vee_id.into(), target: Some(target), max_downtime_ms, bandwidth_mib_s: self.cfg.migration.bandwidth_mib_s };
+        let mut stream = self.hosts.client(src)?.migrate_out(req).await.map_err(|s| anyhow!("{src}: {}", s.message()))?.into_inner();
+        let mut last = None;
+        while let Some(p) = stream.next().await {
+            let p = p.map_err(|s| anyhow!("{src}: {}", s.message()))?;
+            if p.phase == "copying" {
+                m.detail = format!("copying {} / {} MiB", p.data_processed >> 20, p.data_total >> 20);
+                let _ = self.store.put(Tree::Migrations, &m.id, m);
+            }
+            last = Some(p);
+        }
+        let p = last.ok_or_else(|| anyhow!("{src}: migration stream ended without a result"))?;
+        match p.phase.as_str() {
+            "done" => Ok((p.total_ms, p.downtime_ms)),
+            _ => Err(anyhow!("{src}: {}", p.error)),
+        }
+    }
+
+    async fn complete_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
+        match dest {
+            Dest::Host(h) => {
+                self.hosts.client(h)?.complete_incoming(vhi::VeeRef { vee_id: vee_id.into() }).await.map_err(|s| anyhow!("{h}: {}", s.message()))?;
+            }
+            Dest::Site(s) => {
+                peers::client(&self.cfg, s)?.complete_incoming(VeeRef { vee_id: vee_id.into() }).await.map_err(|e| anyhow!("{s}: {}", e.message()))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn abort_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
+        match dest {
+            Dest::Host(h) => {
+                self.hosts.client(h)?.abort_incoming(vhi::VeeRef { vee_id: vee_id.into() }).await.map_err(|s| anyhow!("{h}: {}", s.message()))?;
+            }
+            Dest::Site(s) => {
+                peers::client(&self.cfg, s)?.abort_incoming(VeeRef { vee_id: vee_id.into() }).await.map_err(|e| anyhow!("{s}: {}", e.message()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reserves local capacity on `host` for a VEE coming home from a peer
+    /// site (a one-VEE reservation under the planner service `home-<id>`).
+    fn reserve_home(&self, v: &crate::model::VeeRec, host: &str) -> Result<()> {
+        use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
+        let mut p = self.planner.lock().unwrap();
+        let clock = p.clock();
+        let now = clock.slot_at(chrono::Utc::now().timestamp());
+        let end = clock.slot_ceil(v.window_end_unix.max(chrono::Utc::now().timestamp() + 60));
+        let req = ServiceRequest {
+            service_id: format!("home-{}", v.id),
+            consumer: v.service_id.clone(),
+            guarantee: serde_json::from_value(serde_json::Value::String(v.guarantee.clone())).unwrap_or(interfaces::manifest::GuaranteeLevel::Standard),
+            migration: interfaces::manifest::MigrationPolicy::Federation,
+            window: SlotRange::new(now, end.max(now + 1)),
+            components: vec![ComponentRequest { name: v.component.clone(), resources: Resources::new(v.vcpus, v.memory_mib, v.disk_gib), profile: None, vees: vec![v.id.clone()] }],
+            constraints: vec![],
+            peer_spare: PeerSpare::NoneOffered,
+        };
+        match p.admit(&req) {
+            Admission::Accepted(a) => {
+                if a.placements[0].host != host {
+                    if let Err(e) = p.move_vee(&v.id, host, now) {
+                        let _ = p.release_service(&req.service_id);
+                        bail!("host {host} cannot take VEE {}: {e}", v.id);
+                    }
+                }
+                Ok(())
+            }
+            other => bail!("site {} cannot take VEE {} back: {}", self.cfg.site_id, v.id, other.reasons().join("; ")),
+        }
+    }
+
+    /// A peer site withdraws a VEE it runs for this site: the VEE migrates
+    /// home to the host the planner picks, without waiting for an operator.
+    pub fn withdrawn(self: &Arc<Self>, site: &str, vee_id: &str) -> Result<MigrationRec> {
+        let v = self.vee(vee_id)?;
+        if v.location != Location::Site(site.to_string()) {
+            bail!("VEE {vee_id} does not run at {site}");
+        }
+        let host = {
+            let p = self.planner.lock().unwrap();
+            let now = self.now_slot();
+            self.hosts.names().into_iter().find(|h| p.host_down(h).is_none() && p.host(h).is_some_and(|hs| {
+                let used = p.host_usage(h, now).unwrap_or_default();
+                crate::planner::Resources::new(v.vcpus, v.memory_mib, v.disk_gib).fits_in(&hs.capacity.saturating_sub(&used))
+            }))
+        };
+        let host = host.ok_or_else(|| anyhow!("no local host can take VEE {vee_id} back from {site}"))?;
+        let mut m = self.propose(vee_id, Dest::Host(host), &format!("withdrawn by {site}"), site)?;
+        if m.state == "proposed" {
+            m = self.approve(&m.id, &format!("withdrawal by {site}"))?;
+        }
+        Ok(m)
+    }
+
+    /// Peer side of SendVee: the primary site `from` asks this site to
+    /// live-migrate the VEE it runs for it to `target`.
+    pub async fn send_vee(&self, from: &str, vee_id: &str, target: IncomingReply) -> Result<MigrationRec> {
+        let _g = self.lock_vee(vee_id).await;
+        let mut v = self.vee(vee_id)?;
+        if v.for_peer.as_deref() != Some(from) {
+            bail!("VEE {vee_id} does not run here for {from}");
+        }
+        let src = v.host().context("VEE has no host here")?.to_string();
+        let mut m = MigrationRec {
+            id: uuid::Uuid::new_v4().to_string(),
+            vee_id: vee_id.into(),
+            from: format!("host:{src}"),
+            to: format!("site-of:{from}"),
+            reason: format!("requested by primary site {from}"),
+            state: "running".into(),
+            decided_by: from.into(),
+            detail: String::new(),
+            total_ms: 0,
+            downtime_ms: 0,
+            created_ms: now_ms(),
+        };
+        self.transition(&mut v, VeeState::Migrating, "sent on by the primary site")?;
+        match self.migrate_out(&src, vee_id, incoming_target(target), v.max_downtime_ms, &mut m).await {
+            Ok((t, d)) => {
+                m.state = "done".into();
+                m.total_ms = t;
+                m.downtime_ms = d;
+                let _ = self.planner.lock().unwrap().release_service(vee_id);
+                self.persist_planner()?;
+                v.location = Location::Nowhere;
+                self.transition(&mut v, VeeState::Terminated, "left for another site")?;
+            }
+            Err(e) => {
+                m.state = "failed".into();
+                m.detail = format!("{e:#}");
+                self.transition(&mut v, VeeState::Running, "send failed; stays here")?;
+            }
+        }
+        self.store.put(Tree::Migrations, &m.id, &m)?;
+        Ok(m)
+    }
+}

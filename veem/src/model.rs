@@ -1,0 +1,252 @@
+//! The VEEM's records (DESIGN.md §4): services, VEEs, checkpoints,
+//! migration proposals, usage records, SLA violations and events. All are
+//! persisted in sled (see `store`).
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// VEE states (DESIGN.md §4): pending -> admitted -> deploying -> running
+/// <-> suspended; running -> checkpointing -> running; running -> migrating
+/// -> running; running -> failed -> recovering -> running; any -> stopped ->
+/// terminated; rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VeeState {
+    Pending,
+    Admitted,
+    Deploying,
+    Running,
+    Suspended,
+    Checkpointing,
+    Migrating,
+    Failed,
+    Recovering,
+    Stopped,
+    Terminated,
+    Rejected,
+}
+
+impl VeeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VeeState::Pending => "pending",
+            VeeState::Admitted => "admitted",
+            VeeState::Deploying => "deploying",
+            VeeState::Running => "running",
+            VeeState::Suspended => "suspended",
+            VeeState::Checkpointing => "checkpointing",
+            VeeState::Migrating => "migrating",
+            VeeState::Failed => "failed",
+            VeeState::Recovering => "recovering",
+            VeeState::Stopped => "stopped",
+            VeeState::Terminated => "terminated",
+            VeeState::Rejected => "rejected",
+        }
+    }
+
+    /// States in which the VEE should be running somewhere.
+    pub fn is_live(self) -> bool {
+        matches!(self, VeeState::Running | VeeState::Checkpointing | VeeState::Migrating | VeeState::Suspended)
+    }
+}
+
+/// A service deployed from a manifest.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ServiceRec {
+    pub id: String,
+    pub name: String,
+    /// The service provider (for a service run for a peer: the peer site).
+    pub provider: String,
+    pub manifest_toml: String,
+    pub guarantee: String,
+    pub penalty_per_hour: f64,
+    pub created_ms: i64,
+    pub vees: Vec<String>,
+    /// Set when this site runs the service for a primary site.
+    #[serde(default)]
+    pub for_peer: Option<String>,
+}
+
+/// Where a VEE runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "at")]
+pub enum Location {
+    /// Not placed yet.
+    Nowhere,
+    /// On a host of this site.
+    Host(String),
+    /// At a peer site (the primary site does not know the host there).
+    Site(String),
+}
+
+/// One VEE (one VM).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VeeRec {
+    pub id: String,
+    pub service_id: String,
+    pub component: String,
+    pub instance: u32,
+    /// vCPUs.
+    pub vcpus: u32,
+    /// MiB.
+    pub memory_mib: u64,
+    /// GiB.
+    pub disk_gib: u64,
+    pub image: String,
+    pub kernel: String,
+    pub initrd: String,
+    pub cmdline: String,
+    pub state: VeeState,
+    pub location: Location,
+    /// Checkpoint period in seconds; `None`: on demand only.
+    pub checkpoint_interval_s: Option<u64>,
+    pub last_checkpoint_ms: Option<i64>,
+    pub latest_checkpoint: Option<String>,
+    pub guarantee: String,
+    pub migration_policy: String,
+    pub max_downtime_ms: u64,
+    /// Reserved window, Unix seconds.
+    pub window_start_unix: i64,
+    pub window_end_unix: i64,
+    pub updated_ms: i64,
+    /// Set when this site runs the VEE for a primary site.
+    #[serde(default)]
+    pub for_peer: Option<String>,
+}
+
+impl VeeRec {
+    /// The VHI spec of this VEE.
+    pub fn spec(&self) -> interfaces::vhi::VeeSpec {
+        interfaces::vhi::VeeSpec {
+            vee_id: self.id.clone(),
+            service_id: self.service_id.clone(),
+            vcpus: self.vcpus,
+            memory_mib: self.memory_mib,
+            disk_gib: self.disk_gib,
+            image: self.image.clone(),
+            kernel: self.kernel.clone(),
+            initrd: self.initrd.clone(),
+            cmdline: self.cmdline.clone(),
+        }
+    }
+
+    pub fn host(&self) -> Option<&str> {
+        match &self.location {
+            Location::Host(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// A whole-VM checkpoint: the VHI record (prost-encoded) and its validity.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CheckpointRec {
+    pub id: String,
+    pub vee_id: String,
+    pub taken_ms: i64,
+    pub valid: bool,
+    /// `interfaces::vhi::CheckpointRecord`, prost-encoded, hex.
+    pub record_hex: String,
+}
+
+impl CheckpointRec {
+    pub fn new(r: &interfaces::vhi::CheckpointRecord) -> Self {
+        use prost::Message;
+        Self { id: r.checkpoint_id.clone(), vee_id: r.vee_id.clone(), taken_ms: r.taken_at_unix_ms, valid: true, record_hex: hex_encode(&r.encode_to_vec()) }
+    }
+
+    pub fn record(&self) -> anyhow::Result<interfaces::vhi::CheckpointRecord> {
+        use prost::Message;
+        Ok(interfaces::vhi::CheckpointRecord::decode(hex_decode(&self.record_hex)?.as_slice())?)
+    }
+}
+
+fn hex_encode(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn hex_decode(s: &str) -> anyhow::Result<Vec<u8>> {
+    (0..s.len()).step_by(2).map(|i| Ok(u8::from_str_radix(&s[i..i + 2], 16)?)).collect()
+}
+
+/// A migration proposal and its fate (DESIGN.md §4).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MigrationRec {
+    pub id: String,
+    pub vee_id: String,
+    pub from: String,
+    /// `host:NAME` or `site:ID`.
+    pub to: String,
+    pub reason: String,
+    /// proposed | approved | rejected | running | done | failed
+    pub state: String,
+    pub decided_by: String,
+    pub detail: String,
+    pub total_ms: u64,
+    pub downtime_ms: u64,
+    pub created_ms: i64,
+}
+
+/// A usage record (E PII §V, Req. 1).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct UsageRec {
+    pub record_id: String,
+    /// ABC ID = service ID at the primary site.
+    pub abc_id: String,
+    pub vee_id: String,
+    /// Executing site first; each hop appends its own.
+    pub site_chain: Vec<String>,
+    pub start_unix: i64,
+    pub end_unix: i64,
+    pub cpu_seconds: f64,
+    pub memory_mib_seconds: f64,
+    pub disk_bytes: u64,
+    pub net_bytes: u64,
+    /// Pushed to the primary site (records of VEEs run for a peer).
+    #[serde(default)]
+    pub sent: bool,
+}
+
+/// An SLA violation with its penalty.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ViolationRec {
+    pub id: String,
+    pub service_id: String,
+    pub vee_id: String,
+    pub term: String,
+    pub start_unix: i64,
+    pub end_unix: i64,
+    pub penalty: f64,
+}
+
+/// An event (a state transition or an action), persisted.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EventRec {
+    pub vee_id: String,
+    pub service_id: String,
+    pub kind: String,
+    pub detail: String,
+    pub at_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_records_round_trip() {
+        let r = interfaces::vhi::CheckpointRecord { checkpoint_id: "c1".into(), vee_id: "v".into(), memory_bytes: 7, ..Default::default() };
+        let c = CheckpointRec::new(&r);
+        assert_eq!(c.record().unwrap(), r);
+    }
+}
+
+/// Errors unless `value` is a UUID; names the field.
+pub fn check_uuid(field: &str, value: &str) -> anyhow::Result<()> {
+    uuid::Uuid::parse_str(value).map_err(|_| anyhow::anyhow!("field `{field}`: {value:?} is not a UUID"))?;
+    Ok(())
+}

@@ -1,0 +1,65 @@
+//! VMI clients of peer VEEMs: each call carries the token this site
+//! presents to the peer under the framework agreement.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use interfaces::vmi::vmi_client::VmiClient;
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::config::{PeerEntry, VeemConfig};
+
+/// Adds `authorization: Bearer TOKEN` to every request.
+#[derive(Clone)]
+pub struct Bearer(pub tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl Bearer {
+    pub fn new(token: &str) -> Result<Self> {
+        Ok(Self(format!("Bearer {token}").parse().map_err(|_| anyhow!("token is not valid ASCII metadata"))?))
+    }
+}
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
+
+/// A VMI client with a bearer token.
+pub type PeerClient = VmiClient<InterceptedService<Channel, Bearer>>;
+
+/// A client of peer `site`. Errors if it is unknown or marked unavailable.
+pub fn client(cfg: &VeemConfig, site: &str) -> Result<PeerClient> {
+    let p = peer(cfg, site)?;
+    let ch = Endpoint::from_shared(p.endpoint.clone())
+        .map_err(|e| anyhow!("peer {site}: endpoint {:?}: {e}", p.endpoint))?
+        .connect_timeout(Duration::from_secs(3))
+        .connect_lazy();
+    Ok(VmiClient::with_interceptor(ch, Bearer::new(&p.token)?))
+}
+
+/// The configuration of an available peer site.
+pub fn peer<'a>(cfg: &'a VeemConfig, site: &str) -> Result<&'a PeerEntry> {
+    let p = cfg.peers.iter().find(|p| p.site_id == site).ok_or_else(|| anyhow!("site {site:?} is not a peer of {}", cfg.site_id))?;
+    if p.unavailable {
+        anyhow::bail!("peer site {site} is marked unavailable");
+    }
+    Ok(p)
+}
+
+/// Available peers whose agreement admits a VEE of this size and guarantee,
+/// cheapest first (E Ch 3.4: the agreement's price decides).
+pub fn candidates<'a>(cfg: &'a VeemConfig, vcpus: u32, memory_mib: u64, guarantee: &str) -> Vec<&'a PeerEntry> {
+    let mut v: Vec<&PeerEntry> = cfg
+        .peers
+        .iter()
+        .filter(|p| !p.unavailable)
+        .filter(|p| p.agreement.max_vcpus >= vcpus && p.agreement.max_memory_mib >= memory_mib)
+        .filter(|p| p.agreement.guarantee_levels.is_empty() || p.agreement.guarantee_levels.iter().any(|g| g == guarantee))
+        .collect();
+    v.sort_by(|a, b| a.agreement.price_per_vee_hour.total_cmp(&b.agreement.price_per_vee_hour));
+    v
+}

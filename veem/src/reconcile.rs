@@ -1,0 +1,109 @@
+//! Start-up reconciliation: the VEEM's records against what every VEEH
+//! reports (ListDomains). Each difference it resolves is logged and evented.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::Result;
+use interfaces::vhi::{self, DestroyRequest};
+
+use crate::manager::Veem;
+use crate::migration::Dest;
+use crate::model::{Location, MigrationRec, VeeState};
+use crate::store::Tree;
+
+impl Veem {
+    /// Resolves every difference between records and hosts:
+    /// - a VEE recorded admitted/deploying: deployed again (idempotent);
+    /// - a VEE recorded running whose host runs no such domain: failed, to
+    ///   recovery (restore from its latest checkpoint);
+    /// - a domain a host runs for a VEE recorded elsewhere or terminated:
+    ///   destroyed there (a VEE never runs in two places);
+    /// - a migration recorded running: completed if the VEE left its
+    ///   source, else aborted at the destination (the VEE stays).
+    pub async fn reconcile(self: &Arc<Self>) -> Result<()> {
+        let mut running: HashMap<String, HashMap<String, vhi::VeeState>> = HashMap::new();
+        for h in self.hosts.names() {
+            let Ok(mut c) = self.hosts.client(&h) else { continue };
+            match c.list_domains(vhi::Empty {}).await {
+                Ok(l) => {
+                    running.insert(h.clone(), l.into_inner().domains.into_iter().map(|d| (d.vee_id.clone(), d.state())).collect());
+                }
+                Err(e) => tracing::warn!(host = %h, error = %e.message(), "cannot reconcile with host"),
+            }
+        }
+        for mut m in self.store.list::<MigrationRec>(Tree::Migrations)?.into_iter().filter(|m| m.state == "running") {
+            let v = self.vee(&m.vee_id)?;
+            let Some(src) = v.host().map(str::to_string) else { continue };
+            let Some(doms) = running.get(&src) else { continue };
+            let dest = Dest::parse(&m.to)?;
+            if doms.contains_key(&v.id) {
+                let _ = self.abort_at(&dest, &v.id).await;
+                m.state = "failed".into();
+                m.detail = "the VEEM restarted mid-migration; the destination was aborted and the VEE stays at its source".into();
+            } else {
+                m.state = "approved".into();
+                m.detail = "the VEEM restarted mid-migration; the VEE left its source".into();
+            }
+            self.store.put(Tree::Migrations, &m.id, &m)?;
+            self.event(&v.id, &v.service_id, "reconcile", format!("migration {}: {}", m.id, m.detail));
+            let mut v = v;
+            if m.state == "approved" {
+                // The VEE left: finish at the destination.
+                let done = match &dest {
+                    Dest::Site(s) => crate::peers::client(&self.cfg, s)?.complete_incoming(interfaces::vmi::VeeRef { vee_id: v.id.clone() }).await.is_ok(),
+                    Dest::Host(h) => self.hosts.client(h)?.complete_incoming(vhi::VeeRef { vee_id: v.id.clone() }).await.is_ok(),
+                };
+                m.state = if done { "done".into() } else { "failed".into() };
+                self.store.put(Tree::Migrations, &m.id, &m)?;
+                if done {
+                    let _ = self.planner.lock().unwrap().release_vee(&v.id);
+                    self.persist_planner()?;
+                    v.location = match dest {
+                        Dest::Host(h) => Location::Host(h),
+                        Dest::Site(s) => Location::Site(s),
+                    };
+                }
+            }
+            if v.state == VeeState::Migrating {
+                self.transition(&mut v, VeeState::Running, "reconciled after restart")?;
+            } else {
+                self.save_vee(&v)?;
+            }
+        }
+        for mut v in self.vees()? {
+            match (v.location.clone(), v.state) {
+                (Location::Host(h), VeeState::Admitted | VeeState::Deploying) => {
+                    if running.get(&h).is_some_and(|d| d.get(&v.id) == Some(&vhi::VeeState::Running)) {
+                        self.event(&v.id, &v.service_id, "reconcile", format!("found running on {h}"));
+                        self.transition(&mut v, VeeState::Running, "reconciled")?;
+                    } else if v.window_start_unix <= chrono::Utc::now().timestamp() {
+                        self.event(&v.id, &v.service_id, "reconcile", format!("deploy on {h} resumed"));
+                        self.spawn_deploy(&v.id);
+                    }
+                }
+                (Location::Host(h), s) if s.is_live() || s == VeeState::Recovering => {
+                    if let Some(doms) = running.get(&h) {
+                        if !doms.contains_key(&v.id) {
+                            self.event(&v.id, &v.service_id, "reconcile", format!("not running on {h}: failed"));
+                            self.transition(&mut v, VeeState::Failed, format!("{h} does not run it"))?;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Domains a host runs that the records place elsewhere or nowhere.
+        for (h, doms) in &running {
+            for id in doms.keys() {
+                let keep = self.vee(id).map(|v| v.location == Location::Host(h.clone()) && v.state != VeeState::Terminated).unwrap_or(false);
+                if !keep {
+                    tracing::warn!(host = %h, vee = %id, "domain not in the records here: destroying it");
+                    self.event(id, "", "reconcile", format!("stray domain on {h} destroyed"));
+                    let _ = self.hosts.client(h)?.destroy(DestroyRequest { vee_id: id.clone(), remove: true }).await;
+                }
+            }
+        }
+        Ok(())
+    }
+}

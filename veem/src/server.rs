@@ -1,0 +1,308 @@
+//! The VMI gRPC server (tonic) with bearer-token roles: a service provider
+//! sees and acts on its own services only; the operator sees everything and
+//! decides migrations; a peer site may call only the peer operations (and
+//! act on the VEEs this site runs for it).
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use interfaces::vmi::vmi_server::{Vmi, VmiServer};
+use interfaces::vmi::*;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status};
+
+use crate::config::Role;
+use crate::manager::Veem;
+use crate::migration::Dest;
+use crate::model::{Location, MigrationRec, ServiceRec, VeeRec};
+
+pub struct VmiService {
+    veem: Arc<Veem>,
+}
+
+impl VmiService {
+    pub fn new(veem: Arc<Veem>) -> VmiServer<Self> {
+        VmiServer::new(Self { veem })
+    }
+}
+
+type R<T> = Result<Response<T>, Status>;
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// Maps an error to a status: unknown records are NotFound, refusals
+/// FailedPrecondition, bad fields InvalidArgument; the message is the chain.
+fn status(e: anyhow::Error) -> Status {
+    let msg = format!("{e:#}");
+    if msg.contains("not found") {
+        Status::not_found(msg)
+    } else if msg.starts_with("field `") || msg.contains("manifest field") {
+        Status::invalid_argument(msg)
+    } else {
+        Status::failed_precondition(msg)
+    }
+}
+
+fn ok<T>(r: anyhow::Result<T>) -> R<T> {
+    r.map(Response::new).map_err(status)
+}
+
+impl VmiService {
+    /// The caller's role from `authorization: Bearer TOKEN`.
+    fn caller<T>(&self, req: &Request<T>) -> Result<Role, Status> {
+        let token = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| Status::unauthenticated("missing `authorization: Bearer TOKEN`"))?;
+        self.veem.cfg.role_of(token).ok_or_else(|| Status::unauthenticated("unknown token"))
+    }
+
+    /// Service providers and operators only (no peers).
+    fn user<T>(&self, req: &Request<T>) -> Result<Role, Status> {
+        match self.caller(req)? {
+            Role::Peer(site) => Err(Status::permission_denied(format!("peer site {site} may call only peer operations"))),
+            r => Ok(r),
+        }
+    }
+
+    fn operator<T>(&self, req: &Request<T>) -> Result<String, Status> {
+        match self.caller(req)? {
+            Role::Operator => Ok("operator".into()),
+            _ => Err(Status::permission_denied("only the site's operator may do this")),
+        }
+    }
+
+    fn peer<T>(&self, req: &Request<T>) -> Result<String, Status> {
+        match self.caller(req)? {
+            Role::Peer(site) => Ok(site),
+            _ => Err(Status::permission_denied("peer operation: a peer site's token is required")),
+        }
+    }
+
+    /// The service, if `role` may see it (NotFound otherwise: a provider
+    /// cannot even learn that another's service exists).
+    fn visible_service(&self, role: &Role, id: &str) -> Result<ServiceRec, Status> {
+        let s = self.veem.service(id).map_err(status)?;
+        let mine = match role {
+            Role::Operator => true,
+            Role::Provider(p) => &s.provider == p && s.for_peer.is_none(),
+            Role::Peer(site) => s.for_peer.as_deref() == Some(site.as_str()),
+        };
+        if mine { Ok(s) } else { Err(Status::not_found(format!("service {id} not found"))) }
+    }
+
+    fn visible_vee(&self, role: &Role, id: &str) -> Result<VeeRec, Status> {
+        let v = self.veem.vee(id).map_err(status)?;
+        self.visible_service(role, &v.service_id).map_err(|_| Status::not_found(format!("VEE {id} not found")))?;
+        Ok(v)
+    }
+
+    fn vee_info(&self, role: &Role, v: &VeeRec) -> VeeInfo {
+        let location = match (&v.location, role) {
+            (Location::Site(s), _) => format!("remote ({s})"),
+            (Location::Host(h), Role::Operator) => format!("local ({h})"),
+            (Location::Host(_), _) => "local".into(),
+            (Location::Nowhere, _) => "none".into(),
+        };
+        VeeInfo {
+            vee_id: v.id.clone(),
+            service_id: v.service_id.clone(),
+            component: v.component.clone(),
+            instance: v.instance,
+            state: v.state.as_str().into(),
+            location,
+            vcpus: v.vcpus,
+            memory_mib: v.memory_mib,
+            latest_checkpoint: v.latest_checkpoint.clone().unwrap_or_default(),
+            updated_unix_ms: v.updated_ms,
+        }
+    }
+
+    fn service_info(&self, role: &Role, s: &ServiceRec) -> ServiceInfo {
+        let vees: Vec<VeeInfo> = s.vees.iter().filter_map(|id| self.veem.vee(id).ok()).map(|v| self.vee_info(role, &v)).collect();
+        let state = if vees.iter().all(|v| v.state == "running") { "running" } else if vees.iter().all(|v| v.state == "terminated") { "terminated" } else { "partial" };
+        ServiceInfo { service_id: s.id.clone(), name: s.name.clone(), provider: s.provider.clone(), state: state.into(), vees, guarantee: s.guarantee.clone() }
+    }
+}
+
+fn migration_info(m: &MigrationRec) -> MigrationInfo {
+    MigrationInfo {
+        migration_id: m.id.clone(),
+        vee_id: m.vee_id.clone(),
+        from: m.from.clone(),
+        to: m.to.clone(),
+        reason: m.reason.clone(),
+        state: m.state.clone(),
+        decided_by: m.decided_by.clone(),
+        detail: m.detail.clone(),
+        total_ms: m.total_ms,
+        downtime_ms: m.downtime_ms,
+        created_unix_ms: m.created_ms,
+    }
+}
+
+#[tonic::async_trait]
+impl Vmi for VmiService {
+    async fn negotiate(&self, r: Request<ManifestRequest>) -> R<NegotiateReply> {
+        let role = self.user(&r)?;
+        ok(self.veem.negotiate(&role, &r.get_ref().manifest_toml).await)
+    }
+
+    async fn deploy(&self, r: Request<ManifestRequest>) -> R<ServiceInfo> {
+        let role = self.user(&r)?;
+        let s = self.veem.deploy(&role, &r.get_ref().manifest_toml).await.map_err(status)?;
+        Ok(Response::new(self.service_info(&role, &s)))
+    }
+
+    async fn get_service(&self, r: Request<ServiceRef>) -> R<ServiceInfo> {
+        let role = self.user(&r)?;
+        let s = self.visible_service(&role, &r.get_ref().service_id)?;
+        Ok(Response::new(self.service_info(&role, &s)))
+    }
+
+    async fn list_services(&self, r: Request<Empty>) -> R<ServiceList> {
+        let role = self.user(&r)?;
+        let all: Vec<ServiceRec> = self.veem.store.list(crate::store::Tree::Services).map_err(status)?;
+        let services = all.iter().filter(|s| self.visible_service(&role, &s.id).is_ok()).map(|s| self.service_info(&role, s)).collect();
+        Ok(Response::new(ServiceList { services }))
+    }
+
+    async fn list_vees(&self, r: Request<ServiceRef>) -> R<VeeList> {
+        let role = self.user(&r)?;
+        let id = &r.get_ref().service_id;
+        let vees = if id.is_empty() {
+            self.veem.vees().map_err(status)?.iter().filter(|v| self.visible_service(&role, &v.service_id).is_ok()).map(|v| self.vee_info(&role, v)).collect()
+        } else {
+            self.service_info(&role, &self.visible_service(&role, id)?).vees
+        };
+        Ok(Response::new(VeeList { vees }))
+    }
+
+    async fn get_vee(&self, r: Request<VeeRef>) -> R<VeeInfo> {
+        let role = self.caller(&r)?;
+        let v = self.visible_vee(&role, &r.get_ref().vee_id)?;
+        Ok(Response::new(self.vee_info(&role, &v)))
+    }
+
+    async fn vee_action(&self, r: Request<VeeActionRequest>) -> R<VeeInfo> {
+        let role = self.caller(&r)?;
+        let req = r.into_inner();
+        self.visible_vee(&role, &req.vee_id)?;
+        let v = self.veem.vee_action(&req.vee_id, &req.action, &req.checkpoint_id).await.map_err(status)?;
+        Ok(Response::new(self.vee_info(&role, &v)))
+    }
+
+    async fn migrate(&self, r: Request<MigrateRequest>) -> R<MigrationInfo> {
+        let role = self.user(&r)?;
+        let req = r.into_inner();
+        self.visible_vee(&role, &req.vee_id)?;
+        let to = match (req.to_host.is_empty(), req.to_site.is_empty()) {
+            (false, true) => Dest::Host(req.to_host),
+            (true, false) => Dest::Site(req.to_site),
+            _ => return Err(Status::invalid_argument("give exactly one of `to_host` and `to_site`")),
+        };
+        let by = match &role {
+            Role::Provider(p) => format!("provider {p}"),
+            _ => "operator".into(),
+        };
+        let reason = if req.reason.is_empty() { "requested".to_string() } else { req.reason };
+        ok(self.veem.propose(&req.vee_id, to, &reason, &by).map(|m| migration_info(&m)))
+    }
+
+    async fn list_migrations(&self, r: Request<Empty>) -> R<MigrationList> {
+        let role = self.user(&r)?;
+        let all: Vec<MigrationRec> = self.veem.store.list(crate::store::Tree::Migrations).map_err(status)?;
+        let mut migrations: Vec<MigrationInfo> = all.iter().filter(|m| self.visible_vee(&role, &m.vee_id).is_ok()).map(migration_info).collect();
+        migrations.sort_by_key(|m| m.created_unix_ms);
+        Ok(Response::new(MigrationList { migrations }))
+    }
+
+    async fn approve_migration(&self, r: Request<MigrationRef>) -> R<MigrationInfo> {
+        let by = self.operator(&r)?;
+        ok(self.veem.approve(&r.get_ref().migration_id, &by).map(|m| migration_info(&m)))
+    }
+
+    async fn reject_migration(&self, r: Request<RejectRequest>) -> R<MigrationInfo> {
+        let by = self.operator(&r)?;
+        let req = r.into_inner();
+        ok(self.veem.reject(&req.migration_id, &by, &req.reason).map(|m| migration_info(&m)))
+    }
+
+    async fn drain(&self, r: Request<DrainRequest>) -> R<MigrationList> {
+        let by = self.operator(&r)?;
+        ok(self.veem.drain(&r.get_ref().host, &by).map(|l| MigrationList { migrations: l.iter().map(migration_info).collect() }))
+    }
+
+    type WatchEventsStream = BoxStream<Event>;
+    async fn watch_events(&self, r: Request<WatchRequest>) -> R<Self::WatchEventsStream> {
+        let role = self.caller(&r)?;
+        let service = r.into_inner().service_id;
+        if !service.is_empty() {
+            self.visible_service(&role, &service)?;
+        }
+        let veem = self.veem.clone();
+        let rx = self.veem.events.subscribe();
+        let stream = BroadcastStream::new(rx).filter_map(move |e| {
+            let e = e.ok()?;
+            let visible = match &role {
+                Role::Operator => true,
+                _ => veem.service(&e.service_id).ok().is_some_and(|s| match &role {
+                    Role::Provider(p) => &s.provider == p && s.for_peer.is_none(),
+                    Role::Peer(site) => s.for_peer.as_deref() == Some(site.as_str()),
+                    Role::Operator => true,
+                }),
+            };
+            (visible && (service.is_empty() || e.service_id == service)).then_some(Ok(e))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_usage(&self, r: Request<ServiceRef>) -> R<UsageReport> {
+        let role = self.user(&r)?;
+        self.visible_service(&role, &r.get_ref().service_id)?;
+        ok(self.veem.usage_report(&r.get_ref().service_id))
+    }
+
+    async fn prepare_incoming(&self, r: Request<IncomingRequest>) -> R<IncomingReply> {
+        let site = self.peer(&r)?;
+        ok(self.veem.accept_incoming(&site, r.into_inner()).await)
+    }
+
+    async fn complete_incoming(&self, r: Request<VeeRef>) -> R<VeeInfo> {
+        let site = self.peer(&r)?;
+        let role = Role::Peer(site);
+        self.visible_vee(&role, &r.get_ref().vee_id)?;
+        let v = self.veem.complete_incoming(&r.get_ref().vee_id).await.map_err(status)?;
+        Ok(Response::new(self.vee_info(&role, &v)))
+    }
+
+    async fn abort_incoming(&self, r: Request<VeeRef>) -> R<Empty> {
+        let site = self.peer(&r)?;
+        self.visible_vee(&Role::Peer(site), &r.get_ref().vee_id)?;
+        ok(self.veem.abort_incoming(&r.get_ref().vee_id).await.map(|_| Empty {}))
+    }
+
+    async fn withdraw(&self, r: Request<VeeRef>) -> R<Empty> {
+        let site = self.peer(&r)?;
+        ok(self.veem.withdrawn(&site, &r.get_ref().vee_id).map(|_| Empty {}))
+    }
+
+    async fn send_vee(&self, r: Request<SendVeeRequest>) -> R<MigrationInfo> {
+        let site = self.peer(&r)?;
+        let req = r.into_inner();
+        let target = req.target.ok_or_else(|| Status::invalid_argument("field `target` is required"))?;
+        ok(self.veem.send_vee(&site, &req.vee_id, target).await.map(|m| migration_info(&m)))
+    }
+
+    async fn push_usage(&self, r: Request<UsageBatch>) -> R<PushUsageReply> {
+        let site = self.peer(&r)?;
+        let batch = r.into_inner();
+        if batch.from_site != site {
+            return Err(Status::permission_denied(format!("field `from_site`: {:?} is not the calling site {site:?}", batch.from_site)));
+        }
+        ok(self.veem.receive_usage(&site, batch).map(|(accepted, duplicates)| PushUsageReply { accepted, duplicates }))
+    }
+}
