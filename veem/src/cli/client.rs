@@ -1,0 +1,76 @@
+//! Connecting to a VEEM's VMI and authenticating every call.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status};
+
+/// A VMI client whose every call carries the bearer token.
+pub type VmiClient = interfaces::vmi::vmi_client::VmiClient<InterceptedService<Channel, AuthInterceptor>>;
+
+/// How long to wait for the TCP (and HTTP/2) connection to the VEEM.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Adds `authorization: Bearer TOKEN` to every request (nothing without a token).
+#[derive(Debug, Clone, Default)]
+pub struct AuthInterceptor {
+    header: Option<MetadataValue<Ascii>>,
+}
+
+impl AuthInterceptor {
+    /// An interceptor for `token`; `None` or an empty token sends no header.
+    /// Fails if the token cannot be sent as gRPC metadata (e.g. non-ASCII).
+    pub fn new(token: Option<&str>) -> anyhow::Result<Self> {
+        let header = match token.map(str::trim) {
+            None | Some("") => None,
+            Some(t) => Some(
+                format!("Bearer {t}")
+                    .parse::<MetadataValue<Ascii>>()
+                    .map_err(|_| anyhow!("the token contains characters not allowed in gRPC metadata"))?,
+            ),
+        };
+        Ok(Self { header })
+    }
+}
+
+impl Interceptor for AuthInterceptor {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(h) = &self.header {
+            request.metadata_mut().insert("authorization", h.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// Connect to the VMI at `endpoint` (e.g. `http://127.0.0.1:7200`). The error
+/// names the endpoint that could not be reached.
+pub async fn connect(endpoint: &str, token: Option<&str>) -> anyhow::Result<VmiClient> {
+    let auth = AuthInterceptor::new(token)?;
+    let ep = Endpoint::from_shared(endpoint.to_string())
+        .map_err(|e| anyhow!("invalid endpoint URL {endpoint:?}: {e}"))?
+        .connect_timeout(CONNECT_TIMEOUT);
+    let channel = ep.connect().await.map_err(|e| {
+        // The transport error itself only says "transport error"; its sources say why.
+        let mut why = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            let msg = s.to_string();
+            // hyper repeats its own message one level down; say it once.
+            if !why.ends_with(&msg) {
+                why = format!("{why}: {msg}");
+            }
+            source = s.source();
+        }
+        anyhow!("cannot reach the VEEM at {endpoint}: {why}")
+    })?;
+    Ok(interfaces::vmi::vmi_client::VmiClient::with_interceptor(channel, auth))
+}
+
+/// Read a manifest file for Negotiate/Deploy.
+pub fn read_manifest(path: &std::path::Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read manifest {}", path.display()))
+}

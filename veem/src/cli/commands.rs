@@ -1,0 +1,342 @@
+//! The client subcommands: one VMI call each (plus polling for `--wait`),
+//! printed through [`super::output`].
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::bail;
+use interfaces::vmi;
+
+use super::client::{connect, read_manifest, VmiClient};
+use super::model::{Event, Migration, Negotiation, Service, Usage, Vee};
+use super::{exit, output, Cli, Command, OutputFormat};
+
+/// Exit code for a Negotiate verdict: 0 accept, 3 counter-offer, 4 reject;
+/// `None` for a verdict this CLI does not know.
+pub fn verdict_exit_code(verdict: &str) -> Option<u8> {
+    match verdict {
+        "accept" => Some(exit::OK),
+        "counter-offer" => Some(exit::COUNTER_OFFER),
+        "reject" => Some(exit::REJECT),
+        _ => None,
+    }
+}
+
+/// Migration states after which nothing more happens.
+pub fn is_terminal(state: &str) -> bool {
+    matches!(state, "done" | "failed" | "rejected")
+}
+
+/// The line printed on stderr for a failed command: `error: <code>: <message>`
+/// for a gRPC status, `error: <chain of causes>` otherwise.
+pub fn error_line(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<tonic::Status>() {
+        Some(s) if s.message().is_empty() => format!("error: {:?}: {}", s.code(), s.code()),
+        Some(s) => format!("error: {:?}: {}", s.code(), s.message()),
+        None => format!("error: {e:#}"),
+    }
+}
+
+/// Run a client subcommand, writing results to `out` and errors (and, with
+/// `--output json`, `--wait` progress) to `err`; return the exit code.
+pub async fn execute(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    match dispatch(cli, poll, out, err).await {
+        Ok(code) => code,
+        // The reader went away (`veem events | head`): not an error of ours.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            exit::OK
+        }
+        Err(e) => {
+            let _ = writeln!(err, "{}", error_line(&e));
+            exit::ERROR
+        }
+    }
+}
+
+fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+    let fmt = cli.global.output;
+    // Read local files before connecting, so their errors come first.
+    let manifest_toml = match &cli.command {
+        Command::Negotiate { manifest } | Command::Deploy { manifest } => read_manifest(manifest)?,
+        Command::Serve { .. } => bail!("`serve` runs the daemon, not a VMI call"),
+        _ => String::new(),
+    };
+    let mut c = connect(&cli.global.endpoint, cli.global.token.as_deref()).await?;
+    match &cli.command {
+        Command::Serve { .. } => unreachable!("handled above"),
+        Command::Negotiate { .. } => {
+            let r = c.negotiate(vmi::ManifestRequest { manifest_toml }).await?.into_inner();
+            print(out, &output::negotiation(&Negotiation::from(&r), fmt))?;
+            match verdict_exit_code(&r.verdict) {
+                Some(code) => return Ok(code),
+                None => bail!("unknown verdict {:?} from the VEEM", r.verdict),
+            }
+        }
+        Command::Deploy { .. } => {
+            let s = c.deploy(vmi::ManifestRequest { manifest_toml }).await?.into_inner();
+            print(out, &output::deployed(&Service::from(&s), fmt))?;
+        }
+        Command::Services => {
+            let l = c.list_services(vmi::Empty {}).await?.into_inner();
+            let list: Vec<Service> = l.services.iter().map(Service::from).collect();
+            print(out, &output::services(&list, fmt))?;
+        }
+        Command::Service { id } => {
+            let s = c.get_service(vmi::ServiceRef { service_id: id.clone() }).await?.into_inner();
+            print(out, &output::service(&Service::from(&s), fmt))?;
+        }
+        Command::Ls { service } => {
+            let service_id = service.clone().unwrap_or_default();
+            let l = c.list_vees(vmi::ServiceRef { service_id }).await?.into_inner();
+            let list: Vec<Vee> = l.vees.iter().map(Vee::from).collect();
+            print(out, &output::vees(&list, fmt))?;
+        }
+        Command::Show { vee } => {
+            let v = c.get_vee(vmi::VeeRef { vee_id: vee.clone() }).await?.into_inner();
+            print(out, &output::vee(&Vee::from(&v), fmt))?;
+        }
+        Command::Stop { vee } => vee_action(&mut c, vee, "stop", None, fmt, out).await?,
+        Command::Suspend { vee } => vee_action(&mut c, vee, "suspend", None, fmt, out).await?,
+        Command::Resume { vee } => vee_action(&mut c, vee, "resume", None, fmt, out).await?,
+        Command::Checkpoint { vee } => vee_action(&mut c, vee, "checkpoint", None, fmt, out).await?,
+        Command::Restore { vee, checkpoint } => vee_action(&mut c, vee, "restore", checkpoint.as_deref(), fmt, out).await?,
+        Command::Migrate {
+            vee,
+            to_host,
+            to_site,
+            reason,
+            wait,
+        } => {
+            let m = c
+                .migrate(vmi::MigrateRequest {
+                    vee_id: vee.clone(),
+                    to_host: to_host.clone().unwrap_or_default(),
+                    to_site: to_site.clone().unwrap_or_default(),
+                    reason: reason.clone().unwrap_or_default(),
+                })
+                .await?
+                .into_inner();
+            if *wait {
+                return wait_for_migration(&mut c, m, fmt, poll, out, err).await;
+            }
+            print(out, &output::migration(&Migration::from(&m), fmt))?;
+        }
+        Command::Migrations => {
+            let l = c.list_migrations(vmi::Empty {}).await?.into_inner();
+            let list: Vec<Migration> = l.migrations.iter().map(Migration::from).collect();
+            print(out, &output::migrations(&list, fmt))?;
+        }
+        Command::Approve { id, wait } => {
+            let m = c
+                .approve_migration(vmi::MigrationRef { migration_id: id.clone() })
+                .await?
+                .into_inner();
+            if *wait {
+                return wait_for_migration(&mut c, m, fmt, poll, out, err).await;
+            }
+            print(out, &output::migration(&Migration::from(&m), fmt))?;
+        }
+        Command::Reject { id, reason } => {
+            let m = c
+                .reject_migration(vmi::RejectRequest {
+                    migration_id: id.clone(),
+                    reason: reason.clone(),
+                })
+                .await?
+                .into_inner();
+            print(out, &output::migration(&Migration::from(&m), fmt))?;
+        }
+        Command::Drain { host } => {
+            let l = c.drain(vmi::DrainRequest { host: host.clone() }).await?.into_inner();
+            let list: Vec<Migration> = l.migrations.iter().map(Migration::from).collect();
+            print(out, &output::migrations(&list, fmt))?;
+        }
+        Command::Events { service } => {
+            let service_id = service.clone().unwrap_or_default();
+            let mut stream = c.watch_events(vmi::WatchRequest { service_id }).await?.into_inner();
+            while let Some(e) = stream.message().await? {
+                print(out, &output::event(&Event::from(&e), fmt))?;
+            }
+        }
+        Command::Usage { service } => {
+            let u = c
+                .get_usage(vmi::ServiceRef {
+                    service_id: service.clone(),
+                })
+                .await?
+                .into_inner();
+            print(out, &output::usage(&Usage::from(&u), fmt))?;
+        }
+    }
+    Ok(exit::OK)
+}
+
+async fn vee_action(
+    c: &mut VmiClient,
+    vee: &str,
+    action: &str,
+    checkpoint: Option<&str>,
+    fmt: OutputFormat,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let v = c
+        .vee_action(vmi::VeeActionRequest {
+            vee_id: vee.to_string(),
+            action: action.to_string(),
+            checkpoint_id: checkpoint.unwrap_or_default().to_string(),
+        })
+        .await?
+        .into_inner();
+    print(out, &output::vee(&Vee::from(&v), fmt))
+}
+
+/// One progress line of `--wait`: local time, migration ID, state and, while
+/// running (or once failed), the detail.
+pub fn progress_line(m: &vmi::MigrationInfo, now: chrono::DateTime<chrono::Utc>) -> String {
+    let mut line = format!(
+        "{} {}: {}",
+        now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        m.migration_id,
+        m.state
+    );
+    if matches!(m.state.as_str(), "running" | "failed" | "rejected") && !m.detail.is_empty() {
+        line += ": ";
+        line += &m.detail;
+    }
+    line.push('\n');
+    line
+}
+
+/// The closing line of `--wait` in table mode.
+pub fn outcome_line(m: &vmi::MigrationInfo) -> String {
+    match m.state.as_str() {
+        "done" => format!(
+            "migration {} done: {} -> {} in {} ms (downtime {} ms)\n",
+            m.migration_id, m.from, m.to, m.total_ms, m.downtime_ms
+        ),
+        state => {
+            let detail = if m.detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", m.detail)
+            };
+            format!("migration {} {state}{detail}\n", m.migration_id)
+        }
+    }
+}
+
+/// How many failed polls in a row `--wait` tolerates while the VEEM is
+/// unreachable (e.g. restarting) before giving up.
+const MAX_UNAVAILABLE_POLLS: u32 = 10;
+
+/// Poll ListMigrations until the migration reaches done/failed/rejected,
+/// printing each change (to `err` with `--output json`, so that stdout holds
+/// one JSON document). Exit code 0 only for `done`.
+async fn wait_for_migration(
+    c: &mut VmiClient,
+    first: vmi::MigrationInfo,
+    fmt: OutputFormat,
+    poll: Duration,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let id = first.migration_id.clone();
+    let mut current = first;
+    let mut shown = (current.state.clone(), current.detail.clone());
+    {
+        let progress: &mut dyn Write = if fmt == OutputFormat::Json { &mut *err } else { &mut *out };
+        print(progress, &progress_line(&current, chrono::Utc::now()))?;
+    }
+    let mut unavailable = 0;
+    while !is_terminal(&current.state) {
+        tokio::time::sleep(poll).await;
+        let list = match c.list_migrations(vmi::Empty {}).await {
+            Ok(l) => {
+                unavailable = 0;
+                l.into_inner()
+            }
+            Err(s) if s.code() == tonic::Code::Unavailable && unavailable < MAX_UNAVAILABLE_POLLS => {
+                unavailable += 1;
+                continue;
+            }
+            Err(s) => return Err(s.into()),
+        };
+        match list.migrations.into_iter().find(|m| m.migration_id == id) {
+            Some(m) => current = m,
+            None => bail!("migration {id} is no longer listed by the VEEM"),
+        }
+        let detail_matters = matches!(current.state.as_str(), "running" | "failed" | "rejected");
+        let changed = current.state != shown.0 || (detail_matters && current.detail != shown.1);
+        if changed {
+            shown = (current.state.clone(), current.detail.clone());
+            let progress: &mut dyn Write = if fmt == OutputFormat::Json { &mut *err } else { &mut *out };
+            print(progress, &progress_line(&current, chrono::Utc::now()))?;
+        }
+    }
+    match fmt {
+        OutputFormat::Json => print(out, &output::migration(&Migration::from(&current), fmt))?,
+        OutputFormat::Table => print(out, &outcome_line(&current))?,
+    }
+    Ok(if current.state == "done" { exit::OK } else { exit::ERROR })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiate_verdict_exit_codes() {
+        assert_eq!(verdict_exit_code("accept"), Some(0));
+        assert_eq!(verdict_exit_code("counter-offer"), Some(3));
+        assert_eq!(verdict_exit_code("reject"), Some(4));
+        assert_eq!(verdict_exit_code("maybe"), None);
+    }
+
+    #[test]
+    fn status_error_line() {
+        let e = anyhow::Error::from(tonic::Status::not_found("no VEE x"));
+        assert_eq!(error_line(&e), "error: NotFound: no VEE x");
+        let e = anyhow::Error::from(tonic::Status::permission_denied(""));
+        assert!(error_line(&e).starts_with("error: PermissionDenied: "));
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_line(&e), "error: outer: inner");
+    }
+
+    #[test]
+    fn wait_lines() {
+        let now = chrono::DateTime::from_timestamp(1_795_852_800, 0).unwrap();
+        let mut m = vmi::MigrationInfo {
+            migration_id: "m-1".into(),
+            from: "local (h1)".into(),
+            to: "remote (site-b)".into(),
+            state: "approved".into(),
+            detail: "queued".into(),
+            ..Default::default()
+        };
+        assert_eq!(progress_line(&m, now), "2026-11-28T08:00:00Z m-1: approved\n");
+        m.state = "running".into();
+        m.detail = "disk 40%".into();
+        assert_eq!(progress_line(&m, now), "2026-11-28T08:00:00Z m-1: running: disk 40%\n");
+        m.state = "done".into();
+        m.total_ms = 2100;
+        m.downtime_ms = 80;
+        assert_eq!(
+            outcome_line(&m),
+            "migration m-1 done: local (h1) -> remote (site-b) in 2100 ms (downtime 80 ms)\n"
+        );
+        m.state = "failed".into();
+        m.detail = "destination refused".into();
+        assert_eq!(outcome_line(&m), "migration m-1 failed: destination refused\n");
+        assert!(is_terminal("done") && is_terminal("failed") && is_terminal("rejected"));
+        assert!(!is_terminal("running") && !is_terminal("proposed"));
+    }
+}

@@ -1,0 +1,226 @@
+//! The `veem` command line: the daemon (`veem serve`) and the VMI client used
+//! by service providers and operators (DESIGN.md §3), in the style of the
+//! OpenStack and OpenNebula CLIs.
+//!
+//! Every client subcommand maps to one VMI rpc. Output is an aligned table
+//! (or `key: value` lines for a single object) by default, or one JSON
+//! document per command with `--output json`. Timestamps are printed as
+//! RFC3339.
+//!
+//! Exit codes: 0 success, 1 error (gRPC status, connection failure, a
+//! migration that did not finish), 2 usage error, 3 negotiation ended in a
+//! counter-offer, 4 negotiation rejected (see [`exit`]).
+
+mod client;
+mod commands;
+mod model;
+mod output;
+mod table;
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+
+pub use client::{connect, AuthInterceptor, VmiClient};
+
+/// Process exit codes of the `veem` command.
+pub mod exit {
+    /// The command succeeded (negotiation: accepted).
+    pub const OK: u8 = 0;
+    /// A gRPC error, a connection failure, an unreadable file, or a
+    /// migration that ended in any state but `done`.
+    pub const ERROR: u8 = 1;
+    /// Bad command line (reported by clap).
+    pub const USAGE: u8 = 2;
+    /// Negotiation ended in a counter-offer.
+    pub const COUNTER_OFFER: u8 = 3;
+    /// Negotiation rejected the manifest.
+    pub const REJECT: u8 = 4;
+}
+
+/// Default VMI endpoint of a local VEEM.
+pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7200";
+
+/// The `veem` command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "veem",
+    version,
+    about = "VEE manager: run the daemon, or manage services, VEEs and migrations through the VMI"
+)]
+pub struct Cli {
+    /// Options shared by all client subcommands.
+    #[command(flatten)]
+    pub global: GlobalOpts,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options of every client subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalOpts {
+    /// VMI endpoint of the VEEM.
+    #[arg(long, global = true, env = "VEEM_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
+    pub endpoint: String,
+    /// Bearer token; sent as `authorization: Bearer TOKEN` on every call.
+    #[arg(long, global = true, env = "VEEM_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Output format.
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns, or `key: value` lines for a single object.
+    Table,
+    /// One JSON document per command (one per line for `events`).
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the VEEM daemon.
+    Serve {
+        /// Daemon configuration file (TOML).
+        #[arg(long, env = "VEEM_CONFIG", value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Check a manifest without reserving anything (exit 0 accept, 3 counter-offer, 4 reject).
+    Negotiate {
+        /// Service manifest (TOML).
+        manifest: PathBuf,
+    },
+    /// Admit and deploy a manifest.
+    Deploy {
+        /// Service manifest (TOML).
+        manifest: PathBuf,
+    },
+    /// List the caller's services.
+    Services,
+    /// Show one service and its VEEs.
+    Service {
+        /// Service ID.
+        id: String,
+    },
+    /// List VEEs of a service, or of all the caller's services.
+    Ls {
+        /// Service ID; all services when omitted.
+        service: Option<String>,
+    },
+    /// Show one VEE.
+    Show {
+        /// VEE ID.
+        vee: String,
+    },
+    /// Stop a VEE.
+    Stop {
+        /// VEE ID.
+        vee: String,
+    },
+    /// Suspend a VEE.
+    Suspend {
+        /// VEE ID.
+        vee: String,
+    },
+    /// Resume a suspended VEE.
+    Resume {
+        /// VEE ID.
+        vee: String,
+    },
+    /// Take a checkpoint of a VEE now.
+    Checkpoint {
+        /// VEE ID.
+        vee: String,
+    },
+    /// Restore a VEE from a checkpoint.
+    Restore {
+        /// VEE ID.
+        vee: String,
+        /// Checkpoint ID; the latest one when omitted.
+        #[arg(long, value_name = "ID")]
+        checkpoint: Option<String>,
+    },
+    /// Migrate a VEE to another host of this site or to a peer site.
+    #[command(group(ArgGroup::new("target").required(true).args(["to_host", "to_site"])))]
+    Migrate {
+        /// VEE ID.
+        vee: String,
+        /// Destination host at this site.
+        #[arg(long, value_name = "HOST")]
+        to_host: Option<String>,
+        /// Destination peer site.
+        #[arg(long, value_name = "SITE")]
+        to_site: Option<String>,
+        /// Why (recorded with the proposal).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// Wait until the migration is done, failed or rejected (exit 1 unless done).
+        #[arg(long)]
+        wait: bool,
+    },
+    /// List migrations and proposals.
+    Migrations,
+    /// Approve a proposed migration.
+    Approve {
+        /// Migration ID.
+        id: String,
+        /// Wait until the migration is done, failed or rejected (exit 1 unless done).
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Reject a proposed migration.
+    Reject {
+        /// Migration ID.
+        id: String,
+        /// Why.
+        #[arg(long, value_name = "TEXT", required = true)]
+        reason: String,
+    },
+    /// Operator: propose migrating every VEE away from a host.
+    Drain {
+        /// Host name.
+        host: String,
+    },
+    /// Follow events (one line per event) until interrupted.
+    Events {
+        /// Only events of this service.
+        #[arg(long, value_name = "ID")]
+        service: Option<String>,
+    },
+    /// Usage records and SLA violations of a service.
+    Usage {
+        /// Service ID.
+        service: String,
+    },
+}
+
+/// How often `--wait` polls the migration list.
+pub const WAIT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Run a parsed command line to completion, printing to stdout/stderr, and
+/// return the process exit code. `serve` runs the daemon.
+pub async fn run(cli: Cli) -> ExitCode {
+    let code = match cli.command {
+        Command::Serve { ref config } => match crate::daemon::run(config).await {
+            Ok(()) => exit::OK,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                exit::ERROR
+            }
+        },
+        _ => {
+            let mut out = std::io::stdout();
+            let mut err = std::io::stderr();
+            commands::execute(&cli, WAIT_POLL_INTERVAL, &mut out, &mut err).await
+        }
+    };
+    ExitCode::from(code)
+}

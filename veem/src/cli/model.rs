@@ -1,0 +1,256 @@
+//! Plain serde mirrors of the VMI replies, as the CLI prints them: the same
+//! fields as the protobuf messages, with unix timestamps turned into RFC3339
+//! strings (`null` when the server left them at 0) and the field renamed
+//! without its unit suffix (`updated_unix_ms` -> `updated`).
+
+use chrono::{DateTime, SecondsFormat};
+use interfaces::vmi;
+use serde::Serialize;
+
+/// RFC3339 (UTC, `Z`) of a unix time in seconds; `None` for 0 or out of range.
+pub fn rfc3339_secs(unix: i64) -> Option<String> {
+    if unix == 0 {
+        return None;
+    }
+    DateTime::from_timestamp(unix, 0).map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+}
+
+/// RFC3339 (UTC, `Z`, milliseconds) of a unix time in milliseconds; `None`
+/// for 0 or out of range.
+pub fn rfc3339_ms(unix_ms: i64) -> Option<String> {
+    if unix_ms == 0 {
+        return None;
+    }
+    DateTime::from_timestamp_millis(unix_ms).map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
+}
+
+/// Reply of Negotiate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Negotiation {
+    /// `accept`, `counter-offer` or `reject`.
+    pub verdict: String,
+    /// Why (each a sentence from the planner).
+    pub reasons: Vec<String>,
+    /// Counter-offer: earliest feasible start.
+    pub earliest_start: Option<String>,
+    /// Counter-offer: end of the earliest feasible window.
+    pub earliest_end: Option<String>,
+}
+
+impl From<&vmi::NegotiateReply> for Negotiation {
+    fn from(r: &vmi::NegotiateReply) -> Self {
+        Self {
+            verdict: r.verdict.clone(),
+            reasons: r.reasons.clone(),
+            earliest_start: rfc3339_secs(r.earliest_start_unix),
+            earliest_end: rfc3339_secs(r.earliest_end_unix),
+        }
+    }
+}
+
+/// A VEE (VeeInfo).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Vee {
+    pub vee_id: String,
+    pub service_id: String,
+    pub component: String,
+    pub instance: u32,
+    pub state: String,
+    /// As the server gives it: `local (HOST)`, `local` or `remote (SITE)`.
+    pub location: String,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    pub latest_checkpoint: String,
+    pub updated: Option<String>,
+}
+
+impl From<&vmi::VeeInfo> for Vee {
+    fn from(v: &vmi::VeeInfo) -> Self {
+        Self {
+            vee_id: v.vee_id.clone(),
+            service_id: v.service_id.clone(),
+            component: v.component.clone(),
+            instance: v.instance,
+            state: v.state.clone(),
+            location: v.location.clone(),
+            vcpus: v.vcpus,
+            memory_mib: v.memory_mib,
+            latest_checkpoint: v.latest_checkpoint.clone(),
+            updated: rfc3339_ms(v.updated_unix_ms),
+        }
+    }
+}
+
+/// A service (ServiceInfo) with its VEEs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Service {
+    pub service_id: String,
+    pub name: String,
+    pub provider: String,
+    pub state: String,
+    pub guarantee: String,
+    pub vees: Vec<Vee>,
+}
+
+impl From<&vmi::ServiceInfo> for Service {
+    fn from(s: &vmi::ServiceInfo) -> Self {
+        Self {
+            service_id: s.service_id.clone(),
+            name: s.name.clone(),
+            provider: s.provider.clone(),
+            state: s.state.clone(),
+            guarantee: s.guarantee.clone(),
+            vees: s.vees.iter().map(Vee::from).collect(),
+        }
+    }
+}
+
+/// A migration or migration proposal (MigrationInfo).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Migration {
+    pub migration_id: String,
+    pub vee_id: String,
+    pub from: String,
+    pub to: String,
+    pub reason: String,
+    /// proposed | approved | rejected | running | done | failed
+    pub state: String,
+    pub decided_by: String,
+    pub detail: String,
+    pub total_ms: u64,
+    pub downtime_ms: u64,
+    pub created: Option<String>,
+}
+
+impl From<&vmi::MigrationInfo> for Migration {
+    fn from(m: &vmi::MigrationInfo) -> Self {
+        Self {
+            migration_id: m.migration_id.clone(),
+            vee_id: m.vee_id.clone(),
+            from: m.from.clone(),
+            to: m.to.clone(),
+            reason: m.reason.clone(),
+            state: m.state.clone(),
+            decided_by: m.decided_by.clone(),
+            detail: m.detail.clone(),
+            total_ms: m.total_ms,
+            downtime_ms: m.downtime_ms,
+            created: rfc3339_ms(m.created_unix_ms),
+        }
+    }
+}
+
+/// One event of WatchEvents.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    pub at: Option<String>,
+    pub service_id: String,
+    pub vee_id: String,
+    pub kind: String,
+    pub detail: String,
+}
+
+impl From<&vmi::Event> for Event {
+    fn from(e: &vmi::Event) -> Self {
+        Self {
+            at: rfc3339_ms(e.at_unix_ms),
+            service_id: e.service_id.clone(),
+            vee_id: e.vee_id.clone(),
+            kind: e.kind.clone(),
+            detail: e.detail.clone(),
+        }
+    }
+}
+
+/// One usage record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageRecord {
+    pub record_id: String,
+    pub abc_id: String,
+    pub vee_id: String,
+    /// Executing site first; each hop appends its own.
+    pub site_chain: Vec<String>,
+    pub start: Option<String>,
+    pub end: Option<String>,
+    pub cpu_seconds: f64,
+    pub memory_mib_seconds: f64,
+    pub disk_bytes: u64,
+    pub net_bytes: u64,
+}
+
+impl From<&vmi::UsageRecord> for UsageRecord {
+    fn from(r: &vmi::UsageRecord) -> Self {
+        Self {
+            record_id: r.record_id.clone(),
+            abc_id: r.abc_id.clone(),
+            vee_id: r.vee_id.clone(),
+            site_chain: r.site_chain.clone(),
+            start: rfc3339_secs(r.start_unix),
+            end: rfc3339_secs(r.end_unix),
+            cpu_seconds: r.cpu_seconds,
+            memory_mib_seconds: r.memory_mib_seconds,
+            disk_bytes: r.disk_bytes,
+            net_bytes: r.net_bytes,
+        }
+    }
+}
+
+/// One SLA violation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlaViolation {
+    pub vee_id: String,
+    pub term: String,
+    pub start: Option<String>,
+    pub end: Option<String>,
+    pub penalty: f64,
+}
+
+impl From<&vmi::SlaViolation> for SlaViolation {
+    fn from(v: &vmi::SlaViolation) -> Self {
+        Self {
+            vee_id: v.vee_id.clone(),
+            term: v.term.clone(),
+            start: rfc3339_secs(v.start_unix),
+            end: rfc3339_secs(v.end_unix),
+            penalty: v.penalty,
+        }
+    }
+}
+
+/// Sums over a usage report (computed by the CLI).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct UsageTotals {
+    pub cpu_seconds: f64,
+    pub memory_mib_seconds: f64,
+    pub disk_bytes: u64,
+    pub net_bytes: u64,
+    pub penalty: f64,
+}
+
+/// Reply of GetUsage, with totals.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Usage {
+    pub service_id: String,
+    pub records: Vec<UsageRecord>,
+    pub violations: Vec<SlaViolation>,
+    pub totals: UsageTotals,
+}
+
+impl From<&vmi::UsageReport> for Usage {
+    fn from(u: &vmi::UsageReport) -> Self {
+        let mut totals = UsageTotals::default();
+        for r in &u.records {
+            totals.cpu_seconds += r.cpu_seconds;
+            totals.memory_mib_seconds += r.memory_mib_seconds;
+            totals.disk_bytes = totals.disk_bytes.saturating_add(r.disk_bytes);
+            totals.net_bytes = totals.net_bytes.saturating_add(r.net_bytes);
+        }
+        totals.penalty = u.violations.iter().map(|v| v.penalty).sum();
+        Self {
+            service_id: u.service_id.clone(),
+            records: u.records.iter().map(UsageRecord::from).collect(),
+            violations: u.violations.iter().map(SlaViolation::from).collect(),
+            totals,
+        }
+    }
+}

@@ -1,0 +1,466 @@
+//! Argument parsing, and whole commands against an in-process mock VMI.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::Parser;
+use interfaces::vmi::vmi_server::{Vmi, VmiServer};
+use interfaces::vmi::*;
+use tonic::{Request, Response, Status};
+
+use super::commands::execute;
+use super::{exit, Cli, Command, OutputFormat};
+
+fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(std::iter::once("veem").chain(args.iter().copied()))
+}
+
+// ---------------------------------------------------------------- parsing
+
+#[test]
+fn migrate_needs_exactly_one_target() {
+    let e = parse(&["migrate", "v1"]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
+    assert_eq!(e.exit_code(), exit::USAGE as i32);
+    let e = parse(&["migrate", "v1", "--to-host", "h2", "--to-site", "site-b"]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ArgumentConflict);
+    assert_eq!(e.exit_code(), exit::USAGE as i32);
+
+    let cli = parse(&["migrate", "v1", "--to-site", "site-b", "--reason", "maintenance", "--wait"]).unwrap();
+    match cli.command {
+        Command::Migrate {
+            vee,
+            to_host,
+            to_site,
+            reason,
+            wait,
+        } => {
+            assert_eq!(vee, "v1");
+            assert_eq!(to_host, None);
+            assert_eq!(to_site.as_deref(), Some("site-b"));
+            assert_eq!(reason.as_deref(), Some("maintenance"));
+            assert!(wait);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        parse(&["migrate", "v1", "--to-host", "h2"]).unwrap().command,
+        Command::Migrate {
+            to_host: Some(_),
+            to_site: None,
+            wait: false,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn reject_requires_a_reason() {
+    let e = parse(&["reject", "m-1"]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
+    assert_eq!(e.exit_code(), exit::USAGE as i32);
+    let cli = parse(&["reject", "m-1", "--reason", "not now"]).unwrap();
+    assert!(matches!(cli.command, Command::Reject { ref id, ref reason } if id == "m-1" && reason == "not now"));
+}
+
+#[test]
+fn global_options_anywhere_and_defaults() {
+    let cli = parse(&["ls", "--output", "json", "--endpoint", "http://h:1", "--token", "t"]).unwrap();
+    assert_eq!(cli.global.output, OutputFormat::Json);
+    assert_eq!(cli.global.endpoint, "http://h:1");
+    assert_eq!(cli.global.token.as_deref(), Some("t"));
+    assert!(matches!(cli.command, Command::Ls { service: None }));
+    let cli = parse(&["-o", "table", "ls", "svc1"]).unwrap();
+    assert!(matches!(cli.command, Command::Ls { service: Some(ref s) } if s == "svc1"));
+    if std::env::var_os("VEEM_ENDPOINT").is_none() {
+        assert_eq!(parse(&["services"]).unwrap().global.endpoint, "http://127.0.0.1:7200");
+    }
+    assert_eq!(parse(&["services"]).unwrap().global.output, OutputFormat::Table);
+    assert_eq!(parse(&["-o", "yaml", "services"]).unwrap_err().kind(), ErrorKind::InvalidValue);
+}
+
+#[test]
+fn other_subcommands_parse() {
+    assert!(matches!(
+        parse(&["restore", "v1", "--checkpoint", "c9"]).unwrap().command,
+        Command::Restore { checkpoint: Some(ref c), .. } if c == "c9"
+    ));
+    assert!(matches!(
+        parse(&["restore", "v1"]).unwrap().command,
+        Command::Restore { checkpoint: None, .. }
+    ));
+    assert!(matches!(
+        parse(&["approve", "m-1", "--wait"]).unwrap().command,
+        Command::Approve { wait: true, .. }
+    ));
+    assert!(matches!(
+        parse(&["events", "--service", "s"]).unwrap().command,
+        Command::Events { service: Some(_) }
+    ));
+    assert!(matches!(
+        parse(&["serve", "--config", "/etc/veem.toml"]).unwrap().command,
+        Command::Serve { .. }
+    ));
+    for args in [
+        &["stop", "v"][..],
+        &["suspend", "v"],
+        &["resume", "v"],
+        &["checkpoint", "v"],
+        &["show", "v"],
+        &["service", "s"],
+        &["usage", "s"],
+        &["drain", "h1"],
+        &["migrations"],
+        &["negotiate", "m.toml"],
+        &["deploy", "m.toml"],
+    ] {
+        parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    }
+    assert_eq!(parse(&["show"]).unwrap_err().exit_code(), exit::USAGE as i32);
+    assert_eq!(parse(&["frobnicate"]).unwrap_err().exit_code(), exit::USAGE as i32);
+}
+
+#[test]
+fn token_interceptor_adds_bearer_header() {
+    use tonic::service::Interceptor;
+    let mut i = super::AuthInterceptor::new(Some("s3cret")).unwrap();
+    let req = i.call(Request::new(())).unwrap();
+    assert_eq!(req.metadata().get("authorization").unwrap(), "Bearer s3cret");
+    let mut none = super::AuthInterceptor::new(None).unwrap();
+    assert!(none.call(Request::new(())).unwrap().metadata().get("authorization").is_none());
+    assert!(super::AuthInterceptor::new(Some("bad\ntoken")).is_err());
+}
+
+// ---------------------------------------------------------------- mock VMI
+
+#[derive(Default)]
+struct Mock {
+    /// `authorization` metadata of every call.
+    auth: Mutex<Vec<Option<String>>>,
+    /// Requests seen, as debug strings.
+    seen: Mutex<Vec<String>>,
+    /// States that successive ListMigrations return for migration m-1.
+    migration_states: Mutex<Vec<(&'static str, &'static str)>>,
+}
+
+impl Mock {
+    fn note<T: std::fmt::Debug>(&self, req: &Request<T>) {
+        let auth = req.metadata().get("authorization").map(|v| v.to_str().unwrap().to_string());
+        self.auth.lock().unwrap().push(auth);
+        self.seen.lock().unwrap().push(format!("{:?}", req.get_ref()));
+    }
+}
+
+fn vee(id: &str, location: &str) -> VeeInfo {
+    VeeInfo {
+        vee_id: id.into(),
+        service_id: "svc1".into(),
+        component: "db".into(),
+        state: "running".into(),
+        location: location.into(),
+        vcpus: 1,
+        memory_mib: 256,
+        updated_unix_ms: 1_795_852_800_000,
+        ..Default::default()
+    }
+}
+
+fn migration(state: &str, detail: &str) -> MigrationInfo {
+    MigrationInfo {
+        migration_id: "m-1".into(),
+        vee_id: "v1".into(),
+        from: "local (h1)".into(),
+        to: "remote (site-b)".into(),
+        state: state.into(),
+        detail: detail.into(),
+        total_ms: 900,
+        downtime_ms: 40,
+        ..Default::default()
+    }
+}
+
+type R<T> = Result<Response<T>, Status>;
+
+/// The served handle (the trait cannot be implemented for `Arc<Mock>` itself).
+struct MockSvc(Arc<Mock>);
+
+impl std::ops::Deref for MockSvc {
+    type Target = Mock;
+    fn deref(&self) -> &Mock {
+        &self.0
+    }
+}
+
+#[tonic::async_trait]
+impl Vmi for MockSvc {
+    async fn negotiate(&self, r: Request<ManifestRequest>) -> R<NegotiateReply> {
+        self.note(&r);
+        let verdict = r.get_ref().manifest_toml.trim().to_string();
+        Ok(Response::new(NegotiateReply {
+            verdict,
+            reasons: vec!["because".into()],
+            earliest_start_unix: 1_795_852_800,
+            earliest_end_unix: 1_795_896_000,
+        }))
+    }
+    async fn deploy(&self, r: Request<ManifestRequest>) -> R<ServiceInfo> {
+        self.note(&r);
+        Err(Status::failed_precondition("manifest rejected: no capacity"))
+    }
+    async fn get_service(&self, r: Request<ServiceRef>) -> R<ServiceInfo> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
+    async fn list_services(&self, r: Request<Empty>) -> R<ServiceList> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
+    async fn list_vees(&self, r: Request<ServiceRef>) -> R<VeeList> {
+        self.note(&r);
+        Ok(Response::new(VeeList {
+            vees: vec![vee("v1", "local (h1)"), vee("v22", "remote (site-b)")],
+        }))
+    }
+    async fn get_vee(&self, r: Request<VeeRef>) -> R<VeeInfo> {
+        self.note(&r);
+        match r.get_ref().vee_id.as_str() {
+            "v1" => Ok(Response::new(vee("v1", "remote (site-b)"))),
+            other => Err(Status::not_found(format!("no VEE {other}"))),
+        }
+    }
+    async fn vee_action(&self, r: Request<VeeActionRequest>) -> R<VeeInfo> {
+        self.note(&r);
+        Ok(Response::new(vee(&r.get_ref().vee_id, "local")))
+    }
+    async fn migrate(&self, r: Request<MigrateRequest>) -> R<MigrationInfo> {
+        self.note(&r);
+        Ok(Response::new(migration("approved", "")))
+    }
+    async fn list_migrations(&self, r: Request<Empty>) -> R<MigrationList> {
+        self.note(&r);
+        let mut states = self.migration_states.lock().unwrap();
+        let (state, detail) = if states.len() > 1 { states.remove(0) } else { states[0] };
+        Ok(Response::new(MigrationList {
+            migrations: vec![migration(state, detail)],
+        }))
+    }
+    async fn approve_migration(&self, r: Request<MigrationRef>) -> R<MigrationInfo> {
+        self.note(&r);
+        Ok(Response::new(migration("approved", "")))
+    }
+    async fn reject_migration(&self, r: Request<RejectRequest>) -> R<MigrationInfo> {
+        self.note(&r);
+        Ok(Response::new(migration("rejected", "")))
+    }
+    async fn drain(&self, r: Request<DrainRequest>) -> R<MigrationList> {
+        self.note(&r);
+        Err(Status::permission_denied("operator only"))
+    }
+    type WatchEventsStream = tokio_stream::Iter<std::vec::IntoIter<Result<interfaces::vmi::Event, Status>>>;
+    async fn watch_events(&self, r: Request<WatchRequest>) -> R<Self::WatchEventsStream> {
+        self.note(&r);
+        let ev = |kind: &str, ms| interfaces::vmi::Event {
+            vee_id: "v1".into(),
+            service_id: "svc1".into(),
+            kind: kind.into(),
+            detail: String::new(),
+            at_unix_ms: ms,
+        };
+        Ok(Response::new(tokio_stream::iter(vec![
+            Ok(ev("deploying", 1_795_852_800_000)),
+            Ok(ev("running", 1_795_852_801_500)),
+        ])))
+    }
+    async fn get_usage(&self, r: Request<ServiceRef>) -> R<UsageReport> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
+    async fn prepare_incoming(&self, _: Request<IncomingRequest>) -> R<IncomingReply> {
+        Err(Status::unimplemented(""))
+    }
+    async fn complete_incoming(&self, _: Request<VeeRef>) -> R<VeeInfo> {
+        Err(Status::unimplemented(""))
+    }
+    async fn abort_incoming(&self, _: Request<VeeRef>) -> R<Empty> {
+        Err(Status::unimplemented(""))
+    }
+    async fn withdraw(&self, _: Request<VeeRef>) -> R<Empty> {
+        Err(Status::unimplemented(""))
+    }
+    async fn send_vee(&self, _: Request<SendVeeRequest>) -> R<MigrationInfo> {
+        Err(Status::unimplemented(""))
+    }
+    async fn push_usage(&self, _: Request<UsageBatch>) -> R<PushUsageReply> {
+        Err(Status::unimplemented(""))
+    }
+}
+
+/// Serve `mock` on a free local port; return its endpoint URL.
+async fn serve(mock: Arc<Mock>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(VmiServer::new(MockSvc(mock)))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    format!("http://{addr}")
+}
+
+/// Run `veem ARGS` against `endpoint`; return (exit code, stdout, stderr).
+async fn run(endpoint: &str, args: &[&str]) -> (u8, String, String) {
+    let mut full = vec!["--endpoint", endpoint, "--token", "tok-1"];
+    full.extend_from_slice(args);
+    let cli = parse(&full).unwrap();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = execute(&cli, Duration::from_millis(5), &mut out, &mut err).await;
+    (code, String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+}
+
+#[tokio::test]
+async fn negotiate_exit_codes_and_bearer_token() {
+    let mock = Arc::new(Mock::default());
+    let ep = serve(mock.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    for (verdict, code) in [("accept", 0), ("counter-offer", 3), ("reject", 4), ("dunno", 1)] {
+        let path = dir.path().join(format!("{verdict}.toml"));
+        std::fs::write(&path, verdict).unwrap();
+        let (c, out, err) = run(&ep, &["negotiate", path.to_str().unwrap()]).await;
+        assert_eq!(c, code, "{verdict}: {out} {err}");
+        assert!(out.starts_with(&format!("verdict: {verdict}\n")), "{out}");
+        if verdict == "counter-offer" {
+            assert!(out.contains("earliest window: 2026-11-28T08:00:00Z .. 2026-11-28T20:00:00Z"));
+        }
+    }
+    let auth = mock.auth.lock().unwrap();
+    assert_eq!(auth.len(), 4);
+    assert!(auth.iter().all(|a| a.as_deref() == Some("Bearer tok-1")), "{auth:?}");
+}
+
+#[tokio::test]
+async fn missing_manifest_is_an_error_before_connecting() {
+    let (c, out, err) = run("http://127.0.0.1:1", &["deploy", "/nonexistent/m.toml"]).await;
+    assert_eq!((c, out.as_str()), (exit::ERROR, ""));
+    assert!(err.starts_with("error: cannot read manifest /nonexistent/m.toml"), "{err}");
+}
+
+#[tokio::test]
+async fn grpc_errors_are_printed_with_their_code() {
+    let ep = serve(Arc::new(Mock::default())).await;
+    let (c, out, err) = run(&ep, &["show", "nope"]).await;
+    assert_eq!((c, out.as_str(), err.as_str()), (1, "", "error: NotFound: no VEE nope\n"));
+    let (c, _, err) = run(&ep, &["drain", "h1"]).await;
+    assert_eq!((c, err.as_str()), (1, "error: PermissionDenied: operator only\n"));
+}
+
+#[tokio::test]
+async fn unreachable_endpoint_is_named() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let (c, out, err) = run(&ep, &["services"]).await;
+    assert_eq!((c, out.as_str()), (exit::ERROR, ""));
+    assert!(err.starts_with(&format!("error: cannot reach the VEEM at {ep}")), "{err}");
+    let (c, _, err) = run("not a url", &["services"]).await;
+    assert_eq!(c, exit::ERROR);
+    assert!(err.contains("invalid endpoint URL"), "{err}");
+}
+
+#[tokio::test]
+async fn show_ls_and_actions() {
+    let mock = Arc::new(Mock::default());
+    let ep = serve(mock.clone()).await;
+    let (c, out, _) = run(&ep, &["show", "v1"]).await;
+    assert_eq!(c, 0);
+    assert!(out.lines().any(|l| l == "location: remote (site-b)"), "{out}");
+    assert!(out.lines().any(|l| l == "state: running"), "{out}");
+
+    let (c, out, _) = run(&ep, &["ls"]).await;
+    assert_eq!(c, 0);
+    assert_eq!(out.lines().count(), 3, "{out}");
+    let (_, out, _) = run(&ep, &["-o", "json", "ls", "svc1"]).await;
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["vees"][1]["location"], "remote (site-b)");
+
+    let (c, _, _) = run(&ep, &["restore", "v1", "--checkpoint", "c7"]).await;
+    assert_eq!(c, 0);
+    let (c, _, _) = run(&ep, &["suspend", "v1"]).await;
+    assert_eq!(c, 0);
+    let seen = mock.seen.lock().unwrap().join("\n");
+    assert!(seen.contains(r#"ServiceRef { service_id: "" }"#), "{seen}");
+    assert!(seen.contains(r#"ServiceRef { service_id: "svc1" }"#), "{seen}");
+    assert!(seen.contains(r#"action: "restore", checkpoint_id: "c7""#), "{seen}");
+    assert!(seen.contains(r#"action: "suspend", checkpoint_id: """#), "{seen}");
+}
+
+#[tokio::test]
+async fn migrate_wait_follows_states_until_done() {
+    let mock = Arc::new(Mock::default());
+    *mock.migration_states.lock().unwrap() = vec![
+        ("approved", ""),
+        ("running", "memory 10%"),
+        ("running", "memory 10%"),
+        ("running", "memory 80%"),
+        ("done", "ok"),
+    ];
+    let ep = serve(mock.clone()).await;
+    let (c, out, err) = run(&ep, &["migrate", "v1", "--to-site", "site-b", "--reason", "x", "--wait"]).await;
+    assert_eq!(c, 0, "{out}{err}");
+    let tails: Vec<&str> = out.lines().map(|l| l.split_once(' ').unwrap().1).collect();
+    assert_eq!(
+        tails,
+        [
+            "m-1: approved",
+            "m-1: running: memory 10%",
+            "m-1: running: memory 80%",
+            "m-1: done",
+            "m-1 done: local (h1) -> remote (site-b) in 900 ms (downtime 40 ms)",
+        ],
+        "{out}"
+    );
+    assert!(mock.seen.lock().unwrap()[0].contains(r#"to_host: "", to_site: "site-b", reason: "x""#));
+}
+
+#[tokio::test]
+async fn approve_wait_fails_unless_done_and_json_keeps_stdout_one_document() {
+    let mock = Arc::new(Mock::default());
+    *mock.migration_states.lock().unwrap() = vec![("running", "disk"), ("failed", "peer refused")];
+    let ep = serve(mock).await;
+    let (c, out, err) = run(&ep, &["-o", "json", "approve", "m-1", "--wait"]).await;
+    assert_eq!(c, exit::ERROR);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["state"], "failed");
+    assert_eq!(v["detail"], "peer refused");
+    assert_eq!(err.lines().count(), 3, "{err}");
+    assert!(err.lines().last().unwrap().ends_with("m-1: failed: peer refused"), "{err}");
+}
+
+#[tokio::test]
+async fn events_stream_lines() {
+    let ep = serve(Arc::new(Mock::default())).await;
+    let (c, out, _) = run(&ep, &["events", "--service", "svc1"]).await;
+    assert_eq!(c, 0);
+    assert_eq!(
+        out,
+        "2026-11-28T08:00:00.000Z svc1 v1 deploying\n2026-11-28T08:00:01.500Z svc1 v1 running\n"
+    );
+}
+
+#[tokio::test]
+async fn reject_and_deploy_errors() {
+    let mock = Arc::new(Mock::default());
+    let ep = serve(mock.clone()).await;
+    let (c, out, _) = run(&ep, &["reject", "m-1", "--reason", "busy"]).await;
+    assert_eq!(c, 0);
+    assert!(out.lines().any(|l| l == "state: rejected"), "{out}");
+    assert!(mock.seen.lock().unwrap()[0].contains(r#"reason: "busy""#));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.toml");
+    std::fs::write(&path, "[service]\nname = \"x\"\n").unwrap();
+    let (c, _, err) = run(&ep, &["deploy", path.to_str().unwrap()]).await;
+    assert_eq!(
+        (c, err.as_str()),
+        (1, "error: FailedPrecondition: manifest rejected: no capacity\n")
+    );
+}

@@ -1,0 +1,36 @@
+//! The `veem` binary: the VEEM daemon (`veem serve`) and the VMI client.
+//! Everything but process setup lives in [`veem::cli`].
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use veem::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    // Usage errors exit with 2 here (clap); `--help`/`--version` with 0.
+    let cli = Cli::parse();
+    let serve = matches!(cli.command, Command::Serve { .. });
+    if serve {
+        // Daemon logs on stderr; RUST_LOG overrides the level.
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .try_init();
+    }
+    // The daemon needs worker threads; a client makes one call at a time.
+    let runtime = if serve {
+        tokio::runtime::Builder::new_multi_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    };
+    match runtime {
+        Ok(rt) => rt.block_on(veem::cli::run(cli)),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::from(veem::cli::exit::ERROR)
+        }
+    }
+}
