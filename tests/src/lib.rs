@@ -7,3 +7,4 @@ pub mod daemons;
 pub mod disk;
 pub mod guest;
 pub mod lab;
+pub mod site;

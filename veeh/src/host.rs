@@ -38,6 +38,9 @@ pub struct Host {
     pub repo: RepoClient,
     pub vees: VeeStore,
     pub events: broadcast::Sender<HostEvent>,
+    /// Read once at start: libvirt's capabilities call is expensive (and
+    /// HostInfo is the VEEM's heartbeat).
+    facts: crate::hypervisor::HostFacts,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -73,8 +76,9 @@ impl Host {
         let cache = ImageCache::new(&cfg.cache_dir(), cfg.cache_limit_mib, repo.clone())?;
         let vees = VeeStore::open(&cfg.state_dir)?;
         let (events, _) = broadcast::channel(256);
-        tracing::info!(host = %cfg.host, uri = %cfg.libvirt_uri, accel = accel.name(), "VEEH ready");
-        Ok(Arc::new(Self { cfg, accel, hv, cache, repo, vees, events }))
+        let facts = hv.facts()?;
+        tracing::info!(host = %cfg.host, uri = %cfg.libvirt_uri, accel = accel.name(), qemu = %facts.qemu_version, machine = %facts.machine, "VEEH ready");
+        Ok(Arc::new(Self { cfg, accel, hv, cache, repo, vees, events, facts }))
     }
 
     /// Runs a blocking libvirt call off the async runtime.
@@ -91,7 +95,7 @@ impl Host {
     /// The host's compatibility profile (H §4.4): a checkpoint restores only
     /// onto a host whose profile matches.
     pub async fn profile(&self) -> Result<CompatibilityProfile> {
-        let facts = self.blocking(|hv| hv.facts()).await?;
+        let facts = self.facts.clone();
         Ok(CompatibilityProfile {
             arch: std::env::consts::ARCH.to_string(),
             machine: facts.machine,

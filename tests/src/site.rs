@@ -1,0 +1,140 @@
+//! A whole site as real processes: a VEEM over some VEEHs, with the tokens
+//! of two service providers, an operator and peer sites.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use interfaces::vmi::vmi_client::VmiClient;
+use interfaces::vmi::{VeeInfo, VeeRef};
+use veem::peers::{Bearer, PeerClient};
+
+use crate::daemons::{Daemon, ImageRepo, Veeh};
+use crate::lab::free_port;
+
+/// Token of service provider `acme`.
+pub const ACME: &str = "sp-acme-token";
+/// Token of service provider `globex`.
+pub const GLOBEX: &str = "sp-globex-token";
+/// The site operator's token.
+pub const OPERATOR: &str = "operator-token";
+
+/// A peer this site federates with.
+pub struct PeerLink {
+    pub site_id: String,
+    pub endpoint: String,
+    /// Token this site presents to the peer.
+    pub token_out: String,
+    /// Token the peer presents to this site.
+    pub token_in: String,
+}
+
+/// A running `veem serve`.
+pub struct Veem {
+    pub daemon: Daemon,
+    pub site_id: String,
+    pub endpoint: String,
+    pub config: PathBuf,
+    pub dir: PathBuf,
+}
+
+/// Writes the VEEM config of `site_id` over `hosts` and returns its path.
+pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, hosts: &[&Veeh], peers: &[PeerLink], extra: &str) -> PathBuf {
+    let mut cfg = format!(
+        "site_id = \"{site_id}\"\nlisten = \"127.0.0.1:{port}\"\ndb = \"{}\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\nheartbeat_interval_s = 1\nheartbeat_miss_limit = 3\nusage_interval_s = 3\n{extra}\n",
+        dir.join(format!("{site_id}.db")).display(),
+        repo.url,
+        repo.token
+    );
+    for h in hosts {
+        cfg += &format!("[[hosts]]\nname = \"{}\"\nendpoint = \"{}\"\n", h.host, h.endpoint);
+    }
+    for (t, role) in [(ACME, "role = \"provider\"\nname = \"acme\""), (GLOBEX, "role = \"provider\"\nname = \"globex\""), (OPERATOR, "role = \"operator\"")] {
+        cfg += &format!("[[tokens]]\ntoken = \"{t}\"\n{role}\n");
+    }
+    for p in peers {
+        cfg += &format!("[[tokens]]\ntoken = \"{}\"\nrole = \"peer\"\nname = \"{}\"\n", p.token_in, p.site_id);
+        cfg += &format!("[[peers]]\nsite_id = \"{}\"\nendpoint = \"{}\"\ntoken = \"{}\"\n[peers.agreement]\nprice_per_vee_hour = 0.1\n", p.site_id, p.endpoint, p.token_out);
+    }
+    let path = dir.join(format!("{site_id}.toml"));
+    std::fs::write(&path, cfg).unwrap();
+    path
+}
+
+impl Veem {
+    /// Starts the VEEM of `config` listening on `port`; waits until it
+    /// answers.
+    pub async fn start(dir: &Path, site_id: &str, port: u16, config: PathBuf) -> Self {
+        let daemon = Daemon::spawn(&format!("veem-{site_id}"), "veem", &["serve", "--config", config.to_str().unwrap()], dir);
+        let mut v = Self { daemon, site_id: site_id.into(), endpoint: format!("http://127.0.0.1:{port}"), config, dir: dir.into() };
+        let start = Instant::now();
+        loop {
+            if VmiClient::connect(v.endpoint.clone()).await.is_ok() {
+                break;
+            }
+            v.daemon.assert_alive();
+            assert!(start.elapsed() < Duration::from_secs(60), "veem {site_id} did not answer; log:\n{}", v.daemon.log_text());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        v
+    }
+
+    /// Kills (SIGKILL) and starts the VEEM again on the same config and
+    /// database.
+    pub async fn restart(&mut self) {
+        self.daemon.kill();
+        let port: u16 = self.endpoint.rsplit(':').next().unwrap().parse().unwrap();
+        let fresh = Veem::start(&self.dir, &self.site_id.clone(), port, self.config.clone()).await;
+        *self = fresh;
+    }
+
+    /// A VMI client presenting `token`.
+    pub async fn client(&self, token: &str) -> PeerClient {
+        let ch = tonic::transport::Endpoint::from_shared(self.endpoint.clone()).unwrap().connect().await.unwrap();
+        VmiClient::with_interceptor(ch, Bearer::new(token).unwrap())
+    }
+
+    /// Polls GetVee (as the operator) until `pred` holds; returns the info.
+    pub async fn wait_vee(&self, vee_id: &str, what: &str, timeout: Duration, pred: impl Fn(&VeeInfo) -> bool) -> VeeInfo {
+        let mut c = self.client(OPERATOR).await;
+        let start = Instant::now();
+        let mut last = None;
+        while start.elapsed() < timeout {
+            if let Ok(i) = c.get_vee(VeeRef { vee_id: vee_id.into() }).await {
+                let i = i.into_inner();
+                if pred(&i) {
+                    return i;
+                }
+                last = Some(i);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        panic!("VEE {vee_id} never became {what} in {timeout:?}; last {last:?}\nVEEM log tail:\n{}", tail(&self.daemon.log_text(), 4000));
+    }
+}
+
+/// The last `n` bytes of a text.
+pub fn tail(s: &str, n: usize) -> &str {
+    let mut i = s.len().saturating_sub(n);
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    &s[i..]
+}
+
+/// The host name in an operator's `local (HOST)` location.
+pub fn host_of(info: &VeeInfo) -> Option<String> {
+    info.location.strip_prefix("local (").and_then(|s| s.strip_suffix(')')).map(str::to_string)
+}
+
+/// A manifest of `instances` tiny guests with host anti-affinity.
+pub fn manifest(name: &str, provider: &str, ids: &crate::daemons::GuestIds, instances: u32, extra_sla: &str) -> String {
+    format!(
+        "[service]\nname = \"{name}\"\nprovider = \"{provider}\"\n[sla]\nguarantee = \"standard\"\nmigration = \"federation\"\npenalty_per_hour = 12.0\n{extra_sla}\n[[component]]\nname = \"web\"\ninstances = {instances}\nvcpus = 1\nmemory_mib = 128\ndisk_gib = 1\nimage = \"{}\"\nkernel = \"{}\"\ninitrd = \"{}\"\ncmdline = \"{}\"\n[[constraint]]\nkind = \"anti-affinity\"\nlevel = \"host\"\nscope = \"instance\"\ncomponents = [\"web\"]\n",
+        ids.disk, ids.kernel, ids.initrd, ids.cmdline
+    )
+}
+
+/// A free port for a VEEM.
+pub fn port() -> u16 {
+    free_port()
+}

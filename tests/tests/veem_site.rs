@@ -1,0 +1,161 @@
+//! One site with real `veem` and `veeh` processes and the tiny guest:
+//! deployment with host anti-affinity, provider isolation, checkpoints, a
+//! host failure recovered from the latest checkpoint, a rejected manifest
+//! that changes nothing, and a VEEM killed mid-deploy.
+
+use std::time::Duration;
+
+use e2e::daemons::{console, wait_tick, ImageRepo, Veeh};
+use e2e::site::{self, host_of, manifest, Veem, ACME, GLOBEX, OPERATOR};
+use e2e::{guest, lab};
+use interfaces::vhi::{self, DestroyRequest};
+use interfaces::vmi::*;
+
+const BOOT: Duration = Duration::from_secs(180);
+
+async fn domains(h: &Veeh) -> Vec<vhi::DomainInfo> {
+    h.client().await.list_domains(vhi::Empty {}).await.unwrap().into_inner().domains
+}
+
+fn by_name<'a>(hosts: &'a [&'a Veeh], name: &str) -> &'a Veeh {
+    hosts.iter().find(|h| h.host == name).unwrap_or_else(|| panic!("no host {name}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("veem-site");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a1 = Veeh::start(&dir, "a1", "site-a", lab::SITE_A_URI, &repo).await;
+    let a2 = Veeh::start(&dir, "a2", "site-a", lab::SITE_A_URI, &repo).await;
+    let a3 = Veeh::start(&dir, "a3", "site-a", lab::SITE_A_URI, &repo).await;
+    let port = site::port();
+    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&a1, &a2, &a3], &[], "");
+    let veem = Veem::start(&dir, "site-a", port, cfg).await;
+    let mut acme = veem.client(ACME).await;
+
+    // Two instances, host anti-affinity: two different hosts.
+    let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 2, "") }).await.unwrap().into_inner();
+    assert_eq!(svc.vees.len(), 2);
+    let mut placed = Vec::new();
+    for v in &svc.vees {
+        let info = veem.wait_vee(&v.vee_id, "running", BOOT, |i| i.state == "running").await;
+        placed.push((v.vee_id.clone(), host_of(&info).expect("operator sees the host")));
+    }
+    assert_ne!(placed[0].1, placed[1].1, "anti-affinity: both instances on one host");
+    let hosts = [&a1, &a2, &a3];
+    for (vee, host) in &placed {
+        wait_tick(&mut by_name(&hosts, host).client().await, vee, 2, BOOT).await;
+    }
+    // The service provider sees its VEEs, but not where they run.
+    let mine = acme.get_vee(VeeRef { vee_id: placed[0].0.clone() }).await.unwrap().into_inner();
+    assert_eq!(mine.location, "local");
+
+    // Another service provider cannot see them at all.
+    let mut globex = veem.client(GLOBEX).await;
+    assert_eq!(globex.get_service(ServiceRef { service_id: svc.service_id.clone() }).await.unwrap_err().code(), tonic::Code::NotFound);
+    assert_eq!(globex.get_vee(VeeRef { vee_id: placed[0].0.clone() }).await.unwrap_err().code(), tonic::Code::NotFound);
+    assert!(globex.list_services(Empty {}).await.unwrap().into_inner().services.is_empty());
+    assert!(globex.list_vees(ServiceRef { service_id: String::new() }).await.unwrap().into_inner().vees.is_empty());
+    let err = globex.vee_action(VeeActionRequest { vee_id: placed[0].0.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+
+    // Checkpoint the first VEE, note its counter, then its host fails.
+    let (victim, failed_host) = placed[0].clone();
+    let failed = by_name(&hosts, &failed_host);
+    let mut fc = failed.client().await;
+    let before = guest::last_tick(&console(&mut fc, &victim).await).unwrap().0;
+    let after_cp = acme.vee_action(VeeActionRequest { vee_id: victim.clone(), action: "checkpoint".into(), checkpoint_id: String::new() }).await.unwrap().into_inner();
+    assert!(!after_cp.latest_checkpoint.is_empty());
+    let after = guest::last_tick(&console(&mut fc, &victim).await).unwrap().0;
+    wait_tick(&mut fc, &victim, after + 3, Duration::from_secs(30)).await;
+    // The host dies: its VEEH is killed and its domains are gone.
+    let failed_index = hosts.iter().position(|h| h.host == failed_host).unwrap();
+    let mut owned = [a1, a2, a3];
+    owned[failed_index].daemon.kill();
+    let hv = veeh::hypervisor::Hypervisor::open(lab::SITE_A_URI, &failed_host).unwrap();
+    hv.destroy(&victim).unwrap();
+
+    // The VEEM declares the host failed and restores the VEE elsewhere.
+    let other = placed[1].1.clone();
+    let info = veem
+        .wait_vee(&victim, "running on another host", Duration::from_secs(120), |i| i.state == "running" && host_of(i).is_some_and(|h| h != failed_host))
+        .await;
+    let new_host = host_of(&info).unwrap();
+    assert_ne!(new_host, other, "anti-affinity holds after recovery");
+    let nh = owned.iter().find(|h| h.host == new_host).unwrap();
+    let mut nc = nh.client().await;
+    wait_tick(&mut nc, &victim, 1, Duration::from_secs(60)).await;
+    let first = guest::ticks(&console(&mut nc, &victim).await)[0];
+    assert!(first > before && first <= after + 1, "restored from the checkpoint (ticks {before}..={after}), first tick now {first}");
+    let usage = acme.get_usage(ServiceRef { service_id: svc.service_id.clone() }).await.unwrap().into_inner();
+    assert!(usage.violations.is_empty(), "a recovered VEE is no SLA violation: {:?}", usage.violations);
+
+    // Stop the service: nothing left on any host.
+    for (vee, _) in &placed {
+        acme.vee_action(VeeActionRequest { vee_id: vee.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    }
+    for h in owned.iter().enumerate().filter(|(i, _)| *i != failed_index).map(|(_, h)| h) {
+        assert!(domains(h).await.is_empty(), "{} still runs domains", h.host);
+    }
+    drop(veem);
+    drop(owned);
+    drop(repo);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("veem-restart");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a1 = Veeh::start(&dir, "r1", "site-a", lab::SITE_A_URI, &repo).await;
+    let a2 = Veeh::start(&dir, "r2", "site-a", lab::SITE_A_URI, &repo).await;
+    let port = site::port();
+    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&a1, &a2], &[], "");
+    let mut veem = Veem::start(&dir, "site-a", port, cfg).await;
+    let mut acme = veem.client(ACME).await;
+
+    // Rejected: an image the repository does not hold; too big; bad field.
+    let unknown = manifest("shop", "acme", &ids, 2, "").replace(&ids.disk, &format!("sha256:{}", "0".repeat(64)));
+    let e = acme.deploy(ManifestRequest { manifest_toml: unknown }).await.unwrap_err();
+    assert!(e.message().contains("component[0].image") && e.message().contains("not in the image repository"), "{}", e.message());
+    let e = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 3, "") }).await.unwrap_err();
+    assert!(e.message().contains("reject"), "3 anti-affine instances on 2 hosts: {}", e.message());
+    let e = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 2, "").replace("memory_mib = 128", "memory_mib = 0") }).await.unwrap_err();
+    assert!(e.message().contains("memory_mib"), "{}", e.message());
+    let e = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "globex", &ids, 1, "") }).await.unwrap_err();
+    assert!(e.message().contains("service.provider"), "{}", e.message());
+    let n = acme.negotiate(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 2, "") }).await.unwrap().into_inner();
+    assert_eq!(n.verdict, "accept");
+    assert!(acme.list_services(Empty {}).await.unwrap().into_inner().services.is_empty(), "nothing deployed by rejections or negotiation");
+    assert!(domains(&a1).await.is_empty() && domains(&a2).await.is_empty());
+
+    // Nothing was reserved: a deployment that needs both hosts fits. The
+    // VEEM is killed right after accepting it, mid-deploy.
+    let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 2, "") }).await.unwrap().into_inner();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    veem.restart().await;
+    for v in &svc.vees {
+        veem.wait_vee(&v.vee_id, "running", BOOT, |i| i.state == "running").await;
+    }
+    // Nothing lost, nothing duplicated: exactly one domain per VEE.
+    let (d1, d2) = (domains(&a1).await, domains(&a2).await);
+    assert_eq!(d1.len() + d2.len(), 2, "{d1:?} {d2:?}");
+    assert_eq!(d1.len(), 1);
+    let mut acme = veem.client(ACME).await;
+    let again = acme.get_service(ServiceRef { service_id: svc.service_id.clone() }).await.unwrap().into_inner();
+    assert_eq!(again.vees.len(), 2);
+    assert_eq!(again.state, "running");
+    for h in [&a1, &a2] {
+        for d in domains(h).await {
+            h.client().await.destroy(DestroyRequest { vee_id: d.vee_id, remove: true }).await.unwrap();
+        }
+    }
+    let mut op = veem.client(OPERATOR).await;
+    assert!(op.list_vees(ServiceRef { service_id: String::new() }).await.unwrap().into_inner().vees.len() == 2);
+    drop((veem, a1, a2, repo));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
