@@ -138,6 +138,7 @@ pub struct Veeh {
     pub endpoint: String,
     pub state_dir: PathBuf,
     pub uri: String,
+    pub config: PathBuf,
 }
 
 impl Drop for Veeh {
@@ -172,7 +173,7 @@ impl Veeh {
         std::fs::write(&cfg_path, cfg).unwrap();
         let daemon = Daemon::spawn(host, "veeh", &["serve", "--config", cfg_path.to_str().unwrap()], dir);
         let endpoint = format!("http://127.0.0.1:{port}");
-        let mut v = Self { daemon, host: host.into(), endpoint, state_dir, uri: uri.into() };
+        let mut v = Self { daemon, host: host.into(), endpoint, state_dir, uri: uri.into(), config: cfg_path.clone() };
         let start = Instant::now();
         loop {
             if VhiClient::connect(v.endpoint.clone()).await.is_ok() {
@@ -187,6 +188,20 @@ impl Veeh {
 
     pub async fn client(&self) -> VhiClient<Channel> {
         VhiClient::connect(self.endpoint.clone()).await.unwrap()
+    }
+
+    /// Starts the (killed) daemon again on the same configuration: the same
+    /// host coming back.
+    pub async fn restart(&mut self) {
+        self.daemon.kill();
+        let dir = self.config.parent().unwrap().to_path_buf();
+        self.daemon = Daemon::spawn(&format!("{}-again", self.host), "veeh", &["serve", "--config", self.config.to_str().unwrap()], &dir);
+        let start = Instant::now();
+        while VhiClient::connect(self.endpoint.clone()).await.is_err() {
+            self.daemon.assert_alive();
+            assert!(start.elapsed() < Duration::from_secs(30), "veeh {} did not come back", self.host);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 

@@ -52,6 +52,7 @@ impl Host {
     /// else the wall time of the snapshot call (an upper bound).
     pub async fn checkpoint(&self, vee_id: &str, stop_after: bool) -> Result<CheckpointRecord> {
         let rec = self.vees.get(vee_id)?;
+        let _g = self.lock_vee(vee_id).await;
         let cp_id = uuid::Uuid::new_v4().to_string();
         let dir = self.vees.dir(vee_id).join("checkpoints").join(&cp_id);
         std::fs::create_dir_all(&dir)?;
@@ -126,6 +127,7 @@ impl Host {
         }
         let rec = VeeRecord::from_spec(&spec)?;
         let vee_id = rec.vee_id.clone();
+        let _g = self.lock_vee(&vee_id).await;
         if self.blocking({
             let id = vee_id.clone();
             move |hv| hv.state(&id)

@@ -41,6 +41,9 @@ pub struct Host {
     /// Read once at start: libvirt's capabilities call is expensive (and
     /// HostInfo is the VEEM's heartbeat).
     facts: crate::hypervisor::HostFacts,
+    /// One lifecycle operation at a time per VEE: a retried call (say from
+    /// a restarted VEEM) waits for the first and then finds it done.
+    vee_locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -78,7 +81,13 @@ impl Host {
         let (events, _) = broadcast::channel(256);
         let facts = hv.facts()?;
         tracing::info!(host = %cfg.host, uri = %cfg.libvirt_uri, accel = accel.name(), qemu = %facts.qemu_version, machine = %facts.machine, "VEEH ready");
-        Ok(Arc::new(Self { cfg, accel, hv, cache, repo, vees, events, facts }))
+        Ok(Arc::new(Self { cfg, accel, hv, cache, repo, vees, events, facts, vee_locks: Default::default() }))
+    }
+
+    /// Serialises lifecycle operations on one VEE.
+    pub async fn lock_vee(&self, vee_id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let m = self.vee_locks.lock().unwrap().entry(vee_id.to_string()).or_default().clone();
+        m.lock_owned().await
     }
 
     /// Runs a blocking libvirt call off the async runtime.
@@ -157,6 +166,7 @@ impl Host {
     /// overlay on the base image. Evicts unused images above the limit.
     pub async fn prepare(&self, spec: &VeeSpec) -> Result<vhi::PrepareReply> {
         let rec = VeeRecord::from_spec(spec)?;
+        let _g = self.lock_vee(&rec.vee_id).await;
         let mut reply = vhi::PrepareReply::default();
         let paths = self.ensure_images(&rec, &mut reply).await?;
         if let Some(existing) = self.vees.load(&rec.vee_id)? {
@@ -210,6 +220,7 @@ impl Host {
     /// Create: prepare if needed and write the domain XML (domains are
     /// transient: Start hands the XML to libvirt).
     pub async fn create(&self, spec: &VeeSpec) -> Result<vhi::VeeStatus> {
+        crate::vee_store::check_vee_id(&spec.vee_id)?;
         if self.vees.load(&spec.vee_id)?.is_none() || !self.vees.overlay(&spec.vee_id).exists() && !spec.image.is_empty() {
             self.prepare(spec).await?;
         }
@@ -220,8 +231,10 @@ impl Host {
         self.status(&rec.vee_id).await
     }
 
+    /// Starts the created VEE; a VEE already running succeeds (idempotent).
     pub async fn start(&self, vee_id: &str) -> Result<vhi::VeeStatus> {
         let rec = self.vees.get(vee_id)?;
+        let _g = self.lock_vee(vee_id).await;
         if self.blocking({
             let id = vee_id.to_string();
             move |hv| hv.state(&id)
@@ -233,7 +246,12 @@ impl Host {
         }
         let path = self.vees.dir(vee_id).join("domain.xml");
         let xml = std::fs::read_to_string(&path).with_context(|| format!("VEE {vee_id} is not created on this host"))?;
-        self.blocking(move |hv| hv.create(&xml)).await?;
+        if let Err(e) = self.blocking(move |hv| hv.create(&xml)).await {
+            let id = vee_id.to_string();
+            if self.blocking(move |hv| hv.state(&id)).await? != Some(DomainState::Running) {
+                return Err(e);
+            }
+        }
         tracing::info!(vee = %rec.vee_id, "started");
         self.event(vee_id, "started", "");
         self.status(vee_id).await
@@ -260,6 +278,7 @@ impl Host {
     /// Hard stop; with `remove` also deletes the VEE's files and record.
     pub async fn destroy(&self, vee_id: &str, remove: bool) -> Result<vhi::VeeStatus> {
         crate::vee_store::check_vee_id(vee_id)?;
+        let _g = self.lock_vee(vee_id).await;
         let id = vee_id.to_string();
         self.blocking(move |hv| hv.destroy(&id)).await?;
         if remove {

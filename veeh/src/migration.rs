@@ -26,6 +26,7 @@ impl Host {
     pub async fn prepare_incoming(&self, spec: &VeeSpec) -> Result<IncomingTarget> {
         let mut rec = VeeRecord::from_spec(spec)?;
         let id = rec.vee_id.clone();
+        let _g = self.lock_vee(&id).await;
         if self.blocking({
             let id = id.clone();
             move |hv| hv.state(&id)

