@@ -63,7 +63,8 @@ pub struct VeehConfig {
     pub peer_libvirt_uri: Option<String>,
     /// VHI gRPC listen address.
     pub listen: SocketAddr,
-    /// Per-VEE directories (overlays, consoles, records).
+    /// Per-VEE directories (overlays, consoles, records); a relative path
+    /// is taken relative to the working directory.
     pub state_dir: PathBuf,
     /// Image cache (defaults to `state_dir/cache`).
     #[serde(default)]
@@ -92,10 +93,14 @@ impl VeehConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        let cfg: Self = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let mut cfg: Self = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         if cfg.host.is_empty() || cfg.host.contains('/') {
             anyhow::bail!("{}: field `host`: must be a non-empty name without '/'", path.display());
         }
+        // libvirt needs absolute paths: relative ones are relative to the
+        // working directory.
+        cfg.state_dir = std::path::absolute(&cfg.state_dir)?;
+        cfg.cache_dir = cfg.cache_dir.map(std::path::absolute).transpose()?;
         Ok(cfg)
     }
 
