@@ -1,0 +1,29 @@
+//! The VEE manager (VEEM) of one site: admits service manifests only when
+//! it can keep their SLA, plans where and when each VEE runs, drives the
+//! site's VEEHs over the VHI, checkpoints on the SLA's schedule, recovers
+//! VEEs of failed hosts, federates with peer sites over the VMI and keeps
+//! usage records (DESIGN.md §1, §4-7).
+//!
+//! Modules: `config`, `model` (records), `store` (sled), `manager` (shared
+//! state), `hosts` (VHI clients, heartbeats), `planner` (pure planning
+//! logic), `deploy` (negotiation, admission), `lifecycle` (actions,
+//! checkpoint schedule), `recovery`, `migration`, `federation`, `peers`,
+//! `accounting`, `reconcile`, `server` (VMI), `daemon`, `cli`.
+
+pub mod accounting;
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod deploy;
+pub mod federation;
+pub mod hosts;
+pub mod lifecycle;
+pub mod manager;
+pub mod migration;
+pub mod model;
+pub mod peers;
+pub mod planner;
+pub mod reconcile;
+pub mod recovery;
+pub mod server;
+pub mod store;
