@@ -1,0 +1,408 @@
+//! The SLA-aware planner (DESIGN.md §6; H §3.4-3.6, V §4, D §3.3, E PIII).
+//!
+//! Pure logic, no I/O. Time is slotted ([`slots`]); every admitted VEE holds
+//! a [`Reservation`] of resources on one host over a slot range. Admission
+//! of a service is atomic: every VEE of every component gets a host for
+//! every slot of the window, or nothing is reserved ([`admission`]). No host
+//! is ever overcommitted in any slot, and no earlier promise is broken
+//! (H Fig. 3.4 `conflict`): only background VEEs (H §3.2.2) may be
+//! displaced, and the caller is told which to suspend.
+//!
+//! Modules, by what they hold:
+//! - [`slots`]: slot clock, slot ranges, per-host usage step functions;
+//! - [`capacity`]: resources, host specs, compatibility profiles;
+//! - [`hosts`]: host registration, down / up, measured load, usage queries;
+//! - [`reservations`]: reservations, admitted services, release;
+//! - [`rank`]: host ranking policies (packing, striping, load-aware, as
+//!   OpenNebula's) and the host index that keeps admission fast;
+//! - [`constraints`]: affinity / anti-affinity filters (E PIII);
+//! - [`request`]: service requests (from manifests) and verdicts;
+//! - [`admission`]: the atomic admission and guarantee levels (spares for
+//!   enhanced, peer spares for full, displacing background);
+//! - [`counter_offer`]: the earliest feasible start, or why never;
+//! - [`checkpoint_count`]: optimal checkpoint count (H eq. 3.12-3.16);
+//! - [`recovery`]: new hosts for the VEEs of a failed host, moves;
+//! - [`remap`]: VRM remapping interval (V Fig. 7);
+//! - [`usage_limits`]: per-consumer usage SLAs (D §3.3).
+//!
+//! The planner is serde-serializable: only the hosts, reservations, services
+//! and limits are written; usage maps and indexes are rebuilt on load.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub mod admission;
+pub mod capacity;
+pub mod checkpoint_count;
+pub mod constraints;
+pub mod counter_offer;
+pub mod hosts;
+pub mod rank;
+pub mod recovery;
+pub mod remap;
+pub mod request;
+pub mod reservations;
+pub mod slots;
+pub mod usage_limits;
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_recovery;
+#[cfg(test)]
+mod tests_scale;
+
+pub use capacity::{Down, HostIdx, HostSpec, Profile, Resources};
+pub use checkpoint_count::{checkpoint_interval_s, checkpoint_plan, expected_run_time_s, optimal_checkpoints, CheckpointPlan};
+pub use rank::RankPolicy;
+pub use recovery::{RecoveryReport, RecoveryStep, RecoveryTarget};
+pub use remap::{RemapParams, RemapReport};
+pub use request::{Admission, Admitted, ComponentRequest, PeerSpare, Placement, RemoteNeed, ServiceRequest, SpareNeed};
+pub use reservations::{ComponentRecord, Reservation, ReservationKey, ServiceRecord};
+pub use slots::{Slot, SlotClock, SlotRange, UsageMap};
+pub use usage_limits::{ConsumerUsage, UsageLimit, UsageSnapshot};
+
+use capacity::HostRecord;
+use rank::HostIndex;
+
+/// ID of a VEE (assigned by the VEEM).
+pub type VeeId = String;
+/// ID of a service (assigned by the VEEM).
+pub type ServiceId = String;
+
+/// Errors of planner operations other than admission (admission answers
+/// with an [`Admission`] verdict instead).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// No host of that name.
+    #[error("unknown host {0:?}")]
+    UnknownHost(String),
+    /// A host of that name exists already.
+    #[error("host {0:?} exists already")]
+    DuplicateHost(String),
+    /// No reservation for that VEE.
+    #[error("unknown VEE {0:?}")]
+    UnknownVee(String),
+    /// No such service.
+    #[error("unknown service {0:?}")]
+    UnknownService(String),
+    /// The host still holds reservations.
+    #[error("host {host:?} still holds {count} reservations")]
+    HostInUse {
+        /// The host.
+        host: String,
+        /// How many reservations (VEEs and spares) it holds.
+        count: usize,
+    },
+    /// The operation would overcommit a host or break a constraint.
+    #[error("cannot place VEE {vee:?} on host {host:?}: {reason}")]
+    Infeasible {
+        /// The VEE.
+        vee: String,
+        /// The host asked for (`-` when none was).
+        host: String,
+        /// Why not.
+        reason: String,
+    },
+    /// A request that makes no sense (empty window, bad parameter).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+/// Planner settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannerConfig {
+    /// Slot length and origin.
+    pub clock: SlotClock,
+    /// How hosts are ranked.
+    pub rank: RankPolicy,
+    /// How far after the requested start a counter-offer may start, in slots.
+    pub counter_offer_horizon_slots: u32,
+    /// Most candidate starts tried when looking for a counter-offer.
+    pub counter_offer_max_tries: u32,
+}
+
+impl Default for PlannerConfig {
+    /// 60 s slots from the Unix epoch, packing, counter-offers within 7 days,
+    /// at most 64 tries.
+    fn default() -> Self {
+        PlannerConfig {
+            clock: SlotClock::new(0, 60),
+            rank: RankPolicy::Packing,
+            counter_offer_horizon_slots: 7 * 24 * 60,
+            counter_offer_max_tries: 64,
+        }
+    }
+}
+
+/// What is persisted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Persisted {
+    config: PlannerConfig,
+    hosts: Vec<HostRecord>,
+    profiles: Vec<Profile>,
+    sites: Vec<String>,
+    regions: Vec<String>,
+    /// Primary reservations by VEE.
+    primaries: HashMap<VeeId, Reservation>,
+    /// Local spares (enhanced) by protected VEE.
+    spares: HashMap<VeeId, Reservation>,
+    /// Spares at a peer site (full) by protected VEE.
+    peer_spares: HashMap<VeeId, SpareNeed>,
+    services: HashMap<ServiceId, ServiceRecord>,
+    usage_limits: HashMap<String, UsageLimit>,
+    consumer_usage: HashMap<String, ConsumerUsage>,
+}
+
+/// Per-host usage, derived from the reservations.
+#[derive(Debug, Clone, Default)]
+struct HostUsage {
+    /// Non-background reservations (incl. spares).
+    firm: UsageMap,
+    /// All reservations.
+    total: UsageMap,
+    /// `total.peak()`, kept up to date.
+    peak_total: Resources,
+    /// Reservations on the host by start slot.
+    res: BTreeSet<(Slot, ReservationKey)>,
+}
+
+/// Everything rebuilt from [`Persisted`] on load.
+#[derive(Debug, Clone, Default)]
+struct Derived {
+    host_names: HashMap<String, HostIdx>,
+    profile_ids: HashMap<Profile, u32>,
+    site_ids: HashMap<String, u32>,
+    region_ids: HashMap<String, u32>,
+    usage: Vec<HostUsage>,
+    /// Reservation end slots with counts (counter-offer candidates).
+    ends: BTreeMap<Slot, u32>,
+    /// Firm usage of VEEs per consumer (usage SLAs).
+    consumer_firm: HashMap<String, UsageMap>,
+    /// Firm usage of the site (remapping interval, usage SLAs).
+    site_firm: UsageMap,
+    index: HostIndex,
+}
+
+/// The planner: hosts, reservations and services of one site.
+#[derive(Debug, Clone, Default)]
+pub struct Planner {
+    p: Persisted,
+    d: Derived,
+}
+
+impl Serialize for Planner {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.p.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Planner {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Persisted::deserialize(d).map(Planner::rebuild)
+    }
+}
+
+fn intern<T: Clone + Eq + std::hash::Hash>(list: &mut Vec<T>, ids: &mut HashMap<T, u32>, v: &T) -> u32 {
+    if let Some(id) = ids.get(v) {
+        return *id;
+    }
+    let id = list.len() as u32;
+    list.push(v.clone());
+    ids.insert(v.clone(), id);
+    id
+}
+
+impl Planner {
+    /// An empty planner.
+    pub fn new(config: PlannerConfig) -> Self {
+        Planner {
+            p: Persisted {
+                config,
+                ..Persisted::default()
+            },
+            d: Derived::default(),
+        }
+    }
+
+    /// Rebuilds every derived structure from the persisted state.
+    fn rebuild(p: Persisted) -> Self {
+        let mut d = Derived::default();
+        for (i, x) in p.profiles.iter().enumerate() {
+            d.profile_ids.insert(x.clone(), i as u32);
+        }
+        for (i, x) in p.sites.iter().enumerate() {
+            d.site_ids.insert(x.clone(), i as u32);
+        }
+        for (i, x) in p.regions.iter().enumerate() {
+            d.region_ids.insert(x.clone(), i as u32);
+        }
+        d.usage = vec![HostUsage::default(); p.hosts.len()];
+        let mut planner = Planner { p, d };
+        for (i, h) in planner.p.hosts.iter().enumerate() {
+            if !h.removed {
+                planner.d.host_names.insert(h.spec.name.clone(), i as HostIdx);
+            }
+        }
+        let all: Vec<Reservation> = planner.p.primaries.values().chain(planner.p.spares.values()).cloned().collect();
+        for r in &all {
+            planner.account(r, true);
+        }
+        for h in 0..planner.p.hosts.len() as HostIdx {
+            planner.reindex(h);
+        }
+        planner
+    }
+
+    /// Settings.
+    pub fn config(&self) -> &PlannerConfig {
+        &self.p.config
+    }
+
+    /// The slot clock.
+    pub fn clock(&self) -> SlotClock {
+        self.p.config.clock
+    }
+
+    /// Changes the rank policy.
+    pub fn set_rank_policy(&mut self, rank: RankPolicy) {
+        self.p.config.rank = rank;
+    }
+
+    // ----- primitives used by the submodules -----
+
+    /// Adds a reservation (no check: callers check first).
+    pub(crate) fn insert_reservation(&mut self, r: Reservation) {
+        self.account(&r, true);
+        self.reindex(r.host);
+        let map = if r.spare { &mut self.p.spares } else { &mut self.p.primaries };
+        let old = map.insert(r.vee.clone(), r);
+        debug_assert!(old.is_none(), "reservation inserted twice");
+    }
+
+    /// Removes a reservation, returning it.
+    pub(crate) fn remove_reservation(&mut self, key: &ReservationKey) -> Option<Reservation> {
+        let map = if key.spare { &mut self.p.spares } else { &mut self.p.primaries };
+        let r = map.remove(&key.vee)?;
+        self.account(&r, false);
+        self.reindex(r.host);
+        Some(r)
+    }
+
+    /// Adds (`add`) or removes a reservation's usage everywhere it counts.
+    fn account(&mut self, r: &Reservation, add: bool) {
+        let u = &mut self.d.usage[r.host as usize];
+        let key = (r.range.start, r.key());
+        if add {
+            u.total.add(r.range, &r.resources);
+            u.peak_total = u.peak_total.max(&u.total.max_in(r.range));
+            if !r.background {
+                u.firm.add(r.range, &r.resources);
+            }
+            u.res.insert(key);
+            *self.d.ends.entry(r.range.end).or_insert(0) += 1;
+        } else {
+            let before = u.total.max_in(r.range);
+            u.total.sub(r.range, &r.resources);
+            let p = u.peak_total;
+            if before.vcpus == p.vcpus || before.memory_mib == p.memory_mib || before.disk_gib == p.disk_gib {
+                u.peak_total = u.total.peak();
+            }
+            if !r.background {
+                u.firm.sub(r.range, &r.resources);
+            }
+            u.res.remove(&key);
+            if let Some(n) = self.d.ends.get_mut(&r.range.end) {
+                *n -= 1;
+                if *n == 0 {
+                    self.d.ends.remove(&r.range.end);
+                }
+            }
+        }
+        if !r.background {
+            let site = &mut self.d.site_firm;
+            if add {
+                site.add(r.range, &r.resources)
+            } else {
+                site.sub(r.range, &r.resources)
+            }
+            if !r.spare {
+                if let Some(consumer) = self.p.services.get(&r.service).map(|s| s.consumer.clone()) {
+                    let m = self.d.consumer_firm.entry(consumer.clone()).or_default();
+                    if add {
+                        m.add(r.range, &r.resources)
+                    } else {
+                        m.sub(r.range, &r.resources)
+                    }
+                    if m.is_empty() {
+                        self.d.consumer_firm.remove(&consumer);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Puts host `h` back into the rank indexes with its current numbers.
+    fn reindex(&mut self, h: HostIdx) {
+        let rec = &self.p.hosts[h as usize];
+        if rec.removed {
+            self.d.index.remove(h);
+            return;
+        }
+        let free_mem = rec
+            .spec
+            .capacity
+            .memory_mib
+            .saturating_sub(self.d.usage[h as usize].peak_total.memory_mib);
+        self.d.index.set(h, rec.profile, free_mem, rec.measured_load);
+    }
+
+    /// Label of host `h` at a constraint level (host index, site id, region id).
+    pub(crate) fn label(&self, h: HostIdx, level: interfaces::manifest::ConstraintLevel) -> u32 {
+        use interfaces::manifest::ConstraintLevel::*;
+        let rec = &self.p.hosts[h as usize];
+        match level {
+            Host => h,
+            Site => rec.site,
+            Region => rec.region,
+        }
+    }
+
+    /// Checks the planner's invariants: derived usage equals the sum of the
+    /// reservations, no host is overcommitted in any slot, indexes agree.
+    /// For tests and debugging; O(reservations + steps).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let fresh = Planner::rebuild(self.p.clone());
+        for (i, (u, f)) in self.d.usage.iter().zip(&fresh.d.usage).enumerate() {
+            let name = &self.p.hosts[i].spec.name;
+            if u.total != f.total || u.firm != f.firm || u.res != f.res {
+                return Err(format!("host {name}: usage differs from the reservations"));
+            }
+            if u.peak_total != f.total.peak() {
+                return Err(format!("host {name}: stale peak {} vs {}", u.peak_total, f.total.peak()));
+            }
+            let cap = self.p.hosts[i].spec.capacity;
+            if let Some(s) = u.total.first_conflict(SlotRange::new(0, Slot::MAX), &Resources::ZERO, &cap) {
+                return Err(format!("host {name} overcommitted in slot {s}: {} > {cap}", u.total.at(s)));
+            }
+        }
+        if self.d.ends != fresh.d.ends || self.d.site_firm != fresh.d.site_firm {
+            return Err("end slots or site usage differ from the reservations".into());
+        }
+        if self.d.consumer_firm != fresh.d.consumer_firm {
+            return Err("consumer usage differs from the reservations".into());
+        }
+        if self.d.index != fresh.d.index {
+            return Err("host index differs from the reservations".into());
+        }
+        for r in self.p.primaries.values().chain(self.p.spares.values()) {
+            if !self.p.services.contains_key(&r.service) {
+                return Err(format!("reservation of {} names unknown service {}", r.vee, r.service));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,225 @@
+//! Property tests of the planner's invariants: after any sequence of
+//! admissions, releases, failures, remaps and moves no host is overcommitted
+//! in any slot; a request that is not accepted changes nothing; instance-
+//! scope anti-affinity never puts two instances on one host.
+
+use std::collections::HashSet;
+
+use interfaces::manifest::{ConstraintKind, ConstraintLevel, ConstraintScope, GuaranteeLevel};
+use proptest::prelude::*;
+
+use super::tests::{anti, fingerprint, request};
+use super::*;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Admit {
+        comps: Vec<(usize, u64, u32)>,
+        start: u32,
+        len: u32,
+        guarantee: usize,
+        anti: bool,
+        dry_run: bool,
+    },
+    Release(usize),
+    Fail {
+        host: usize,
+        now: u32,
+        interval: u32,
+    },
+    Up(usize),
+    Move {
+        vee: usize,
+        host: usize,
+        from: u32,
+    },
+    Forget(u32),
+}
+
+const GUARANTEES: [GuaranteeLevel; 5] = [
+    GuaranteeLevel::Background,
+    GuaranteeLevel::Legacy,
+    GuaranteeLevel::Standard,
+    GuaranteeLevel::Enhanced,
+    GuaranteeLevel::Full,
+];
+
+fn op() -> impl Strategy<Value = Op> {
+    let comp = (1usize..=3, 1u64..=8, 1u32..=2).prop_map(|(n, m, c)| (n, m * 128, c));
+    prop_oneof![
+        6 => (prop::collection::vec(comp, 1..=2), 0u32..40, 1u32..30, 0usize..5, any::<bool>(), any::<bool>())
+            .prop_map(|(comps, start, len, guarantee, anti, dry_run)| Op::Admit { comps, start, len, guarantee, anti, dry_run }),
+        2 => (0usize..16).prop_map(Op::Release),
+        1 => (0usize..4, 0u32..40, 1u32..20).prop_map(|(host, now, interval)| Op::Fail { host, now, interval }),
+        1 => (0usize..4).prop_map(Op::Up),
+        2 => (0usize..64, 0usize..4, 0u32..40).prop_map(|(vee, host, from)| Op::Move { vee, host, from }),
+        1 => (0u32..40).prop_map(Op::Forget),
+    ]
+}
+
+fn fresh() -> Planner {
+    let mut p = Planner::new(PlannerConfig {
+        counter_offer_horizon_slots: 60,
+        counter_offer_max_tries: 16,
+        ..PlannerConfig::default()
+    });
+    for (i, mib) in [1024u64, 2048, 512, 1536].into_iter().enumerate() {
+        p.add_host(HostSpec::new(
+            format!("h{i}"),
+            Resources::new(4, mib, 100),
+            if i < 3 { "s1" } else { "s2" },
+            "r1",
+        ))
+        .unwrap();
+    }
+    p
+}
+
+/// Every instance-scope host-level anti-affinity holds among the VEEs that
+/// hold a reservation.
+fn anti_affinity_holds(p: &Planner) -> Result<(), String> {
+    for id in p.service_ids() {
+        let svc = p.service(id).unwrap();
+        for c in svc
+            .constraints
+            .iter()
+            .filter(|c| c.kind == ConstraintKind::AntiAffinity && c.scope == ConstraintScope::Instance && c.level == ConstraintLevel::Host)
+        {
+            let mut seen = HashSet::new();
+            for comp in svc.components.iter().filter(|x| c.components.contains(&x.name)) {
+                for v in &comp.vees {
+                    if let Some(r) = p.reservation(v) {
+                        if !seen.insert(r.host) {
+                            return Err(format!("service {id}: two instances on host {}", p.host_name(r.host)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut p = fresh();
+    let mut services: Vec<String> = Vec::new();
+    let mut vees: Vec<String> = Vec::new();
+    for (n, op) in ops.into_iter().enumerate() {
+        match op {
+            Op::Admit {
+                comps,
+                start,
+                len,
+                guarantee,
+                anti: with_anti,
+                dry_run,
+            } => {
+                let id = format!("s{n}");
+                let spec: Vec<(String, usize, Resources)> = comps
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (k, m, c))| (format!("c{i}"), *k, Resources::new(*c, *m, 1)))
+                    .collect();
+                let spec_ref: Vec<(&str, usize, Resources)> = spec.iter().map(|(a, b, c)| (a.as_str(), *b, *c)).collect();
+                let window = SlotRange::starting_at(start, len);
+                let mut r = request(&id, GUARANTEES[guarantee], window, &spec_ref);
+                if with_anti {
+                    r.constraints = vec![anti(ConstraintLevel::Host, ConstraintScope::Instance, &["c0"])];
+                }
+                if r.guarantee == GuaranteeLevel::Full && start % 2 == 0 {
+                    r.peer_spare = PeerSpare::Offered { site: "peer".into() };
+                }
+                let before = fingerprint(&p);
+                let out = if dry_run { p.negotiate(&r) } else { p.admit(&r) };
+                match &out {
+                    Admission::Accepted(a) if !dry_run => {
+                        prop_assert_eq!(a.placements.len(), r.vee_count());
+                        for pl in &a.placements {
+                            prop_assert_eq!(pl.range, window);
+                            prop_assert_eq!(p.placement(&pl.vee), Some(pl.clone()));
+                        }
+                        for (pl, sp) in a.placements.iter().zip(&a.spares) {
+                            prop_assert_ne!(&pl.host, &sp.host);
+                        }
+                        if with_anti {
+                            let hosts: HashSet<_> = a.placements.iter().filter(|x| x.component == "c0").map(|x| &x.host).collect();
+                            prop_assert_eq!(hosts.len(), comps[0].0);
+                        }
+                        services.push(id);
+                        vees.extend(a.placements.iter().map(|x| x.vee.clone()));
+                    }
+                    _ => prop_assert_eq!(fingerprint(&p), before, "{:?} changed the planner", out),
+                }
+            }
+            Op::Release(i) => {
+                if !services.is_empty() {
+                    let id = services.remove(i % services.len());
+                    p.release_service(&id).unwrap();
+                }
+            }
+            Op::Fail { host, now, interval } => {
+                let name = format!("h{host}");
+                p.set_host_down(&name, now, interval).unwrap();
+                p.recover_host(&name, now).unwrap();
+                p.remap(&name, now, interval).unwrap();
+            }
+            Op::Up(host) => p.set_host_up(&format!("h{host}")).unwrap(),
+            Op::Move { vee, host, from } => {
+                if !vees.is_empty() {
+                    let v = &vees[vee % vees.len()];
+                    let before = fingerprint(&p);
+                    if p.move_vee(v, &format!("h{host}"), from).is_err() {
+                        prop_assert_eq!(fingerprint(&p), before, "a failed move changed the planner");
+                    }
+                }
+            }
+            Op::Forget(now) => {
+                p.forget_before(now);
+            }
+        }
+        if let Err(e) = p.check_invariants() {
+            return Err(TestCaseError::fail(format!("after op {n}: {e}")));
+        }
+        if let Err(e) = anti_affinity_holds(&p) {
+            return Err(TestCaseError::fail(format!("after op {n}: {e}")));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn invariants_hold_under_any_sequence(ops in prop::collection::vec(op(), 1..30)) {
+        run(ops)?;
+    }
+
+    #[test]
+    fn usage_map_matches_a_slot_array(ops in prop::collection::vec((0u32..50, 1u32..20, 1u64..100, any::<bool>()), 1..40)) {
+        let mut map = UsageMap::new();
+        let mut slots = vec![0u64; 80];
+        let mut added: Vec<(SlotRange, u64)> = Vec::new();
+        for (start, len, mib, remove) in ops {
+            if remove && !added.is_empty() {
+                let (range, m) = added.remove(start as usize % added.len());
+                map.sub(range, &Resources::new(0, m, 0));
+                for s in range.start..range.end { slots[s as usize] -= m; }
+            } else {
+                let range = SlotRange::starting_at(start, len);
+                map.add(range, &Resources::new(0, mib, 0));
+                for s in range.start..range.end { slots[s as usize] += mib; }
+                added.push((range, mib));
+            }
+            for (s, v) in slots.iter().enumerate() {
+                prop_assert_eq!(map.at(s as u32).memory_mib, *v);
+            }
+            let q = SlotRange::new(start, start + len);
+            let max = (q.start..q.end).map(|s| slots[s as usize]).max().unwrap_or(0);
+            prop_assert_eq!(map.max_in(q).memory_mib, max);
+            prop_assert_eq!(map.peak().memory_mib, *slots.iter().max().unwrap());
+        }
+        for (range, m) in added { map.sub(range, &Resources::new(0, m, 0)); }
+        prop_assert!(map.is_empty());
+    }
+}

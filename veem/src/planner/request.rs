@@ -1,0 +1,209 @@
+//! What admission takes and answers: the service request (from a
+//! manifest), placements, spare needs and the verdict (DESIGN.md §3
+//! Negotiate: accept | counter-offer with the earliest feasible window |
+//! reject with reasons).
+
+use interfaces::manifest::{Constraint, ConstraintLevel, GuaranteeLevel, Manifest, MigrationPolicy};
+use serde::{Deserialize, Serialize};
+
+use super::capacity::{Profile, Resources};
+use super::slots::{SlotClock, SlotRange};
+use super::{ServiceId, VeeId};
+
+/// One component of a [`ServiceRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComponentRequest {
+    /// Component name (constraints refer to it).
+    pub name: String,
+    /// Resources of each VEE.
+    pub resources: Resources,
+    /// Compatibility profile the hosts must have (`None`: any).
+    pub profile: Option<Profile>,
+    /// One ID per instance.
+    pub vees: Vec<VeeId>,
+}
+
+/// Whether a peer site offers a spare for a full-guarantee service.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerSpare {
+    /// Not asked yet: admission answers [`Admission::NeedsPeerSpare`].
+    #[default]
+    NotAsked,
+    /// The peer site `site` reserved the spares.
+    Offered {
+        /// The peer site.
+        site: String,
+    },
+    /// No peer site offers one: a full-guarantee request is rejected.
+    NoneOffered,
+}
+
+/// A service to admit: every VEE of every component over `window`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceRequest {
+    /// Service ID (unique in the planner).
+    pub service_id: ServiceId,
+    /// The consumer (service provider) whose usage SLA applies (D §3.3).
+    pub consumer: String,
+    /// Guarantee level (H §3.2.2).
+    pub guarantee: GuaranteeLevel,
+    /// Migration policy (H §3.2.3), kept for recovery.
+    pub migration: MigrationPolicy,
+    /// Slots to reserve.
+    pub window: SlotRange,
+    /// Components.
+    pub components: Vec<ComponentRequest>,
+    /// AA-constraints (E PIII).
+    pub constraints: Vec<Constraint>,
+    /// Peer-site spare for the full guarantee.
+    pub peer_spare: PeerSpare,
+}
+
+impl ServiceRequest {
+    /// The request for manifest `m`: its window in slots (clamped to start
+    /// no earlier than `now_unix_s`), or `default_slots` from now when it
+    /// has none. VEE IDs are `{service_id}-{component}-{instance}`.
+    pub fn from_manifest(service_id: &str, m: &Manifest, clock: &SlotClock, now_unix_s: i64, default_slots: u32) -> ServiceRequest {
+        let now = clock.slot_at(now_unix_s);
+        let window = match &m.sla.window {
+            Some(w) => clock.covering(w.start.timestamp(), w.end.timestamp()).from_slot(now),
+            None => SlotRange::starting_at(now, default_slots),
+        };
+        let components = m
+            .components
+            .iter()
+            .map(|c| ComponentRequest {
+                name: c.name.clone(),
+                resources: Resources::new(c.vcpus, c.memory_mib, c.disk_gib),
+                profile: None,
+                vees: (0..c.instances).map(|i| format!("{service_id}-{}-{i}", c.name)).collect(),
+            })
+            .collect();
+        ServiceRequest {
+            service_id: service_id.to_string(),
+            consumer: m.service.provider.clone(),
+            guarantee: m.sla.guarantee,
+            migration: m.sla.migration,
+            window,
+            components,
+            constraints: m.constraints.clone(),
+            peer_spare: PeerSpare::NotAsked,
+        }
+    }
+
+    /// Resources of all VEEs together (what the service holds per slot).
+    pub fn total_resources(&self) -> Resources {
+        self.components
+            .iter()
+            .fold(Resources::ZERO, |a, c| a + c.resources.times(c.vees.len() as u64))
+    }
+
+    /// Number of VEEs.
+    pub fn vee_count(&self) -> usize {
+        self.components.iter().map(|c| c.vees.len()).sum()
+    }
+}
+
+/// Where a VEE (or a spare) is placed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The VEE (for a spare: the VEE it protects).
+    pub vee: VeeId,
+    /// Its component.
+    pub component: String,
+    /// Host name.
+    pub host: String,
+    /// Slots.
+    pub range: SlotRange,
+    /// Resources per slot.
+    pub resources: Resources,
+}
+
+/// A spare a peer site must hold for a full-guarantee VEE.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpareNeed {
+    /// The VEE it protects.
+    pub vee: VeeId,
+    /// Its component.
+    pub component: String,
+    /// Resources per slot.
+    pub resources: Resources,
+    /// Slots.
+    pub range: SlotRange,
+    /// Compatibility profile, if the VEE requires one.
+    pub profile: Option<Profile>,
+    /// The peer site holding it, once offered.
+    pub site: Option<String>,
+}
+
+/// VEEs a site- or region-level anti-affinity sends to peer sites.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteNeed {
+    /// Index of the constraint in the request.
+    pub constraint: usize,
+    /// Its level.
+    pub level: ConstraintLevel,
+    /// What is missing locally.
+    pub reason: String,
+    /// The VEEs that cannot be placed locally.
+    pub vees: Vec<VeeId>,
+}
+
+/// An accepted service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Admitted {
+    /// Service ID.
+    pub service: ServiceId,
+    /// Reserved window.
+    pub window: SlotRange,
+    /// One per VEE.
+    pub placements: Vec<Placement>,
+    /// Local spares (enhanced), one per VEE.
+    pub spares: Vec<Placement>,
+    /// Peer-site spares (full), one per VEE.
+    pub peer_spares: Vec<SpareNeed>,
+    /// Background VEEs displaced to make room: suspend them.
+    pub preempted: Vec<VeeId>,
+}
+
+/// The planner's answer to a [`ServiceRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Admission {
+    /// Every VEE is placed (by [`Planner::admit`](super::Planner::admit): reserved).
+    Accepted(Admitted),
+    /// Full guarantee: feasible locally; ask peer sites for these spares,
+    /// then submit again with [`PeerSpare::Offered`] (or `NoneOffered`).
+    NeedsPeerSpare {
+        /// One per VEE.
+        spares: Vec<SpareNeed>,
+    },
+    /// Infeasible as asked; feasible over `window` (same length, later).
+    CounterOffer {
+        /// The earliest feasible window.
+        window: SlotRange,
+        /// Why the requested window is infeasible.
+        reasons: Vec<String>,
+    },
+    /// Infeasible; `remote` lists VEEs that would have to go to peer sites.
+    Rejected {
+        /// Why.
+        reasons: Vec<String>,
+        /// VEEs that site- or region-level anti-affinity sends elsewhere.
+        remote: Vec<RemoteNeed>,
+    },
+}
+
+impl Admission {
+    /// Whether the request was accepted.
+    pub fn is_accepted(&self) -> bool {
+        matches!(self, Admission::Accepted(_))
+    }
+
+    /// The reasons of a counter-offer or rejection (empty otherwise).
+    pub fn reasons(&self) -> &[String] {
+        match self {
+            Admission::CounterOffer { reasons, .. } | Admission::Rejected { reasons, .. } => reasons,
+            _ => &[],
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! Reservations and admitted services: the types, queries, release
+//! (service stopped) and forgetting the past.
+
+use interfaces::manifest::{Constraint, GuaranteeLevel, MigrationPolicy};
+use serde::{Deserialize, Serialize};
+
+use super::capacity::{HostIdx, Profile, Resources};
+use super::request::{Placement, SpareNeed};
+use super::slots::{Slot, SlotRange};
+use super::{PlanError, Planner, ServiceId, VeeId};
+
+/// Identifies a reservation: the VEE's own, or the spare protecting it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ReservationKey {
+    /// The VEE.
+    pub vee: VeeId,
+    /// `true` for the spare-capacity reservation protecting the VEE
+    /// (enhanced guarantee, H §3.2.2).
+    pub spare: bool,
+}
+
+/// Resources held on one host over a slot range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    /// The VEE (for a spare: the VEE it protects).
+    pub vee: VeeId,
+    /// Its service.
+    pub service: ServiceId,
+    /// Its component.
+    pub component: String,
+    /// The host (see [`Planner::host_name`]).
+    pub host: HostIdx,
+    /// Slots `[start, end)`.
+    pub range: SlotRange,
+    /// Resources held in every slot of the range.
+    pub resources: Resources,
+    /// Background VEE: runs in gaps, may be displaced.
+    pub background: bool,
+    /// Spare capacity for `vee`, not the VEE itself.
+    pub spare: bool,
+}
+
+impl Reservation {
+    /// Its key.
+    pub fn key(&self) -> ReservationKey {
+        ReservationKey {
+            vee: self.vee.clone(),
+            spare: self.spare,
+        }
+    }
+}
+
+/// An admitted service as the planner keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceRecord {
+    /// Service ID.
+    pub id: ServiceId,
+    /// The consumer (service provider) for usage SLAs.
+    pub consumer: String,
+    /// Guarantee level (H §3.2.2).
+    pub guarantee: GuaranteeLevel,
+    /// Migration policy (H §3.2.3).
+    pub migration: MigrationPolicy,
+    /// Reserved window.
+    pub window: SlotRange,
+    /// Components and their VEEs.
+    pub components: Vec<ComponentRecord>,
+    /// AA-constraints, as in the manifest.
+    pub constraints: Vec<Constraint>,
+}
+
+/// A component of an admitted service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComponentRecord {
+    /// Component name.
+    pub name: String,
+    /// Resources of each VEE.
+    pub resources: Resources,
+    /// Required compatibility profile, if any.
+    pub profile: Option<Profile>,
+    /// Its VEEs.
+    pub vees: Vec<VeeId>,
+}
+
+impl ServiceRecord {
+    /// The component `vee` belongs to.
+    pub fn component_of(&self, vee: &str) -> Option<&ComponentRecord> {
+        self.components.iter().find(|c| c.vees.iter().any(|v| v == vee))
+    }
+}
+
+impl Planner {
+    /// The reservation of VEE `vee`.
+    pub fn reservation(&self, vee: &str) -> Option<&Reservation> {
+        self.p.primaries.get(vee)
+    }
+
+    /// The local spare protecting `vee` (enhanced guarantee).
+    pub fn spare(&self, vee: &str) -> Option<&Reservation> {
+        self.p.spares.get(vee)
+    }
+
+    /// The peer-site spare protecting `vee` (full guarantee).
+    pub fn peer_spare(&self, vee: &str) -> Option<&SpareNeed> {
+        self.p.peer_spares.get(vee)
+    }
+
+    /// The reservation (or spare) with key `key`.
+    pub fn get(&self, key: &ReservationKey) -> Option<&Reservation> {
+        if key.spare {
+            self.p.spares.get(&key.vee)
+        } else {
+            self.p.primaries.get(&key.vee)
+        }
+    }
+
+    /// Where `vee` is placed, with the host's name.
+    pub fn placement(&self, vee: &str) -> Option<Placement> {
+        self.reservation(vee).map(|r| self.placement_of(r))
+    }
+
+    pub(crate) fn placement_of(&self, r: &Reservation) -> Placement {
+        Placement {
+            vee: r.vee.clone(),
+            component: r.component.clone(),
+            host: self.host_name(r.host).to_string(),
+            range: r.range,
+            resources: r.resources,
+        }
+    }
+
+    /// All reservations (VEEs and spares) on host `name`, by start slot.
+    pub fn reservations_on(&self, name: &str) -> Result<Vec<&Reservation>, PlanError> {
+        let h = self.host_idx(name)?;
+        Ok(self.d.usage[h as usize].res.iter().filter_map(|(_, k)| self.get(k)).collect())
+    }
+
+    /// Number of VEE reservations (spares not counted).
+    pub fn reservation_count(&self) -> usize {
+        self.p.primaries.len()
+    }
+
+    /// The admitted service `id`.
+    pub fn service(&self, id: &str) -> Option<&ServiceRecord> {
+        self.p.services.get(id)
+    }
+
+    /// IDs of all admitted services.
+    pub fn service_ids(&self) -> impl Iterator<Item = &ServiceId> {
+        self.p.services.keys()
+    }
+
+    /// Releases every reservation of service `id` (service stopped) and
+    /// forgets it. Returns its VEEs.
+    pub fn release_service(&mut self, id: &str) -> Result<Vec<VeeId>, PlanError> {
+        let svc = self.p.services.get(id).ok_or_else(|| PlanError::UnknownService(id.to_string()))?;
+        let vees: Vec<VeeId> = svc.components.iter().flat_map(|c| c.vees.iter().cloned()).collect();
+        for v in &vees {
+            self.drop_reservations_of(v);
+        }
+        self.p.services.remove(id);
+        Ok(vees)
+    }
+
+    /// Releases the reservations of one VEE (its own, its spares) and drops
+    /// it from its service. Errors: [`PlanError::UnknownVee`].
+    pub fn release_vee(&mut self, vee: &str) -> Result<(), PlanError> {
+        let service = self.service_of(vee).ok_or_else(|| PlanError::UnknownVee(vee.to_string()))?;
+        self.drop_reservations_of(vee);
+        if let Some(svc) = self.p.services.get_mut(&service) {
+            for c in &mut svc.components {
+                c.vees.retain(|v| v != vee);
+            }
+        }
+        Ok(())
+    }
+
+    /// The service `vee` belongs to (by its reservation or, for a suspended
+    /// background VEE, by the service records).
+    pub fn service_of(&self, vee: &str) -> Option<ServiceId> {
+        if let Some(r) = self.p.primaries.get(vee) {
+            return Some(r.service.clone());
+        }
+        self.p
+            .services
+            .values()
+            .find(|s| s.component_of(vee).is_some())
+            .map(|s| s.id.clone())
+    }
+
+    fn drop_reservations_of(&mut self, vee: &str) {
+        for spare in [false, true] {
+            self.remove_reservation(&ReservationKey {
+                vee: vee.to_string(),
+                spare,
+            });
+        }
+        self.p.peer_spares.remove(vee);
+    }
+
+    /// Forgets the past before slot `now`: drops every reservation that
+    /// ended by `now` (returns their keys) and cuts the running ones to
+    /// start at `now`, which keeps the usage maps small.
+    pub fn forget_before(&mut self, now: Slot) -> Vec<ReservationKey> {
+        let mut done = Vec::new();
+        let mut running = Vec::new();
+        for r in self.p.primaries.values().chain(self.p.spares.values()) {
+            if r.range.end <= now {
+                done.push(r.key());
+            } else if r.range.start < now {
+                running.push(r.key());
+            }
+        }
+        done.sort();
+        for k in &done {
+            self.remove_reservation(k);
+        }
+        for k in &running {
+            if let Some(mut r) = self.remove_reservation(k) {
+                r.range = r.range.from_slot(now);
+                self.insert_reservation(r);
+            }
+        }
+        done
+    }
+}
