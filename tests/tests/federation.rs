@@ -149,13 +149,16 @@ async fn lab_remote_placement_when_site_a_is_full() {
     let l = two_sites("fed-place", "").await;
     let mut acme = l.a.client(ACME).await;
     // Site A has one host: the second anti-affine instance goes to B.
+    // (A peer's token cannot use peer calls to deploy either.)
     let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &l.ids, 2, "") }).await.unwrap().into_inner();
     let mut locations = Vec::new();
     for v in &svc.vees {
         let i = l.a.wait_vee(&v.vee_id, "running", BOOT, |i| i.state == "running").await;
         locations.push(i.location.clone());
     }
-    assert!(locations.iter().any(|l| l.starts_with("remote (site-b)")) || locations.iter().all(|l| l == "remote (site-b)"), "{locations:?}");
+    // Anti-affinity: one instance on site A's only host, the other at B.
+    assert_eq!(locations.iter().filter(|l| l.starts_with("local (")).count(), 1, "{locations:?}");
+    assert_eq!(locations.iter().filter(|l| l.as_str() == "remote (site-b)").count(), 1, "{locations:?}");
     let remote = svc.vees.iter().zip(&locations).find(|(_, loc)| loc.as_str() == "remote (site-b)").unwrap().0.vee_id.clone();
     let shown = acme.get_vee(VeeRef { vee_id: remote.clone() }).await.unwrap().into_inner();
     assert_eq!(shown.location, "remote (site-b)", "the provider never sees the remote host");

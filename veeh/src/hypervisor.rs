@@ -243,8 +243,7 @@ impl Hypervisor {
             let d = self.domain(c, vee_id)?;
             d.create_snapshot_xml(&xml, sys::VIR_DOMAIN_SNAPSHOT_CREATE_LIVE | sys::VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA)
                 .context("live snapshot")?;
-            let stats = d.job_stats(sys::VIR_DOMAIN_JOB_STATS_COMPLETED).ok();
-            Ok(stats.and_then(|s| s.downtime))
+            Ok(job_stats(&d, sys::VIR_DOMAIN_JOB_STATS_COMPLETED).and_then(|s| s.downtime))
         })
     }
 
@@ -342,7 +341,7 @@ impl Hypervisor {
     pub fn job_progress(&self, vee_id: &str) -> Option<(u64, u64, u64)> {
         let c = self.conn.read().ok()?;
         let d = c.lookup_domain_by_name(&domain_name(vee_id)).ok()?;
-        let s = d.job_stats(0).ok()?;
+        let s = job_stats(&d, 0)?;
         if s.r#type == sys::VIR_DOMAIN_JOB_NONE as i32 {
             return None;
         }
@@ -350,12 +349,29 @@ impl Hypervisor {
     }
 }
 
+/// `virDomainGetJobStats` without the virt crate's wrapper, which builds a
+/// Vec from libvirt's NULL parameter list when a job has no statistics (an
+/// abort: "NonNull::new_unchecked requires that the pointer is non-null").
+fn job_stats(d: &Domain, flags: u32) -> Option<virt::domain::JobStats> {
+    let mut kind: std::os::raw::c_int = 0;
+    let mut params: sys::virTypedParameterPtr = std::ptr::null_mut();
+    let mut n: std::os::raw::c_int = 0;
+    // SAFETY: valid domain pointer and out pointers; libvirt allocates
+    // `params` with malloc (the allocator Vec uses here) or leaves it NULL.
+    let rc = unsafe { sys::virDomainGetJobStats(d.as_ptr(), &mut kind, &mut params, &mut n, flags) };
+    if rc < 0 {
+        return None;
+    }
+    let v = if params.is_null() || n <= 0 { Vec::new() } else { unsafe { Vec::from_raw_parts(params, n as usize, n as usize) } };
+    Some((kind, v).into())
+}
+
 /// Downtime in ms of the last completed job (incoming migration) of domain
 /// `vee_id` at `uri`.
 pub fn completed_job_downtime(uri: &str, vee_id: &str) -> Option<u64> {
     let c = Connect::open(Some(uri)).ok()?;
     let d = c.lookup_domain_by_name(&domain_name(vee_id)).ok()?;
-    let r = d.job_stats(sys::VIR_DOMAIN_JOB_STATS_COMPLETED).ok().and_then(|s| s.downtime);
+    let r = job_stats(&d, sys::VIR_DOMAIN_JOB_STATS_COMPLETED).and_then(|s| s.downtime);
     drop(d);
     std::mem::forget(c);
     r

@@ -121,14 +121,21 @@ impl Veem {
         let service_id = uuid::Uuid::new_v4().to_string();
         let req = self.request(&m, &service_id);
         let verdict = self.planner.lock().unwrap().admit(&req);
-        let admitted = match verdict {
-            Admission::Accepted(a) => a,
-            other => {
-                if m.sla.migration.allows_peer_site() && !self.cfg.peers.is_empty() {
-                    if let Some(svc) = self.deploy_remote(caller, &m, toml, &service_id, &req, &other).await? {
-                        return Ok(svc);
+        let federate = m.sla.migration.allows_peer_site() && !self.cfg.peers.is_empty();
+        let (admitted, remote) = match verdict {
+            Admission::Accepted(a) => (a, vec![]),
+            other if federate => match self.admit_in_part(&req) {
+                // As many VEEs as fit here, the rest at peer sites.
+                Some((a, rest)) => (a, rest),
+                None => match self.deploy_remote(caller, &m, toml, &service_id, &req, &other).await? {
+                    Some(svc) => return Ok(svc),
+                    None => {
+                        let r = self.reply(other);
+                        bail!("{}: {}", r.verdict, r.reasons.join("; "));
                     }
-                }
+                },
+            },
+            other => {
                 let r = self.reply(other);
                 bail!("{}: {}", r.verdict, r.reasons.join("; "));
             }
@@ -180,6 +187,15 @@ impl Veem {
                 for_peer: svc.for_peer.clone(),
             });
         }
+        if !remote.is_empty() {
+            match self.place_remote(&m, &service_id, &remote, end, svc.for_peer.clone()).await? {
+                Some(placed) => vees.extend(placed),
+                None => {
+                    let _ = self.planner.lock().unwrap().release_service(&service_id);
+                    bail!("reject: {} VEEs fit at site {} and no peer site takes the other {}", admitted.placements.len(), self.cfg.site_id, remote.len());
+                }
+            }
+        }
         vees.sort_by(|a, b| (&a.component, a.instance).cmp(&(&b.component, b.instance)));
         svc.vees = vees.iter().map(|v| v.id.clone()).collect();
         // Records first, then the VEEHs: a crash from here on resumes.
@@ -188,7 +204,7 @@ impl Veem {
             self.save_vee(v)?;
         }
         self.store.put(Tree::Services, &svc.id, &svc)?;
-        for v in &vees {
+        for v in vees.iter().filter(|v| v.host().is_some()) {
             self.event(&v.id, &svc.id, "admitted", format!("on {}", v.host().unwrap_or("?")));
         }
         for id in &admitted.preempted {
@@ -196,12 +212,33 @@ impl Veem {
             let id = id.clone();
             tokio::spawn(async move { veem.preempt_background(&id).await });
         }
-        for v in &vees {
+        for v in vees.iter().filter(|v| v.host().is_some()) {
             if v.window_start_unix <= chrono::Utc::now().timestamp() {
                 self.spawn_deploy(&v.id);
             }
         }
         Ok(svc)
+    }
+
+    /// Admits the largest prefix of the request's VEEs that fits at this
+    /// site (reserving it); returns the admission and the VEEs left over
+    /// `(component, instance, VEE ID)` for peer sites. `None` if not even
+    /// one VEE fits.
+    fn admit_in_part(&self, req: &ServiceRequest) -> Option<(crate::planner::Admitted, Vec<(String, u32, String)>)> {
+        let all: Vec<(String, u32, String)> =
+            req.components.iter().flat_map(|c| c.vees.iter().enumerate().map(move |(i, v)| (c.name.clone(), i as u32, v.clone()))).collect();
+        for k in (1..all.len()).rev() {
+            let keep: std::collections::HashSet<&String> = all[..k].iter().map(|x| &x.2).collect();
+            let mut sub = req.clone();
+            for c in &mut sub.components {
+                c.vees.retain(|v| keep.contains(v));
+            }
+            sub.components.retain(|c| !c.vees.is_empty());
+            if let Admission::Accepted(a) = self.planner.lock().unwrap().admit(&sub) {
+                return Some((a, all[k..].to_vec()));
+            }
+        }
+        None
     }
 
     /// Starts deploying `vee_id` in the background.

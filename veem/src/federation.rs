@@ -22,13 +22,20 @@ use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceR
 use crate::store::Tree;
 
 impl Veem {
-    /// Places every VEE of a service the site cannot admit at peer sites,
-    /// cheapest agreement first; each peer applies its own admission and
-    /// may refuse. `None` when no peer takes them all (nothing is left
-    /// reserved anywhere).
+    /// Places every VEE of a service the site cannot admit at peer sites
+    /// (see [`Veem::place_remote`]) and records the service. `None` when no
+    /// peer takes them all.
     pub async fn deploy_remote(self: &Arc<Self>, caller: &Role, m: &Manifest, toml: &str, service_id: &str, req: &ServiceRequest, verdict: &Admission) -> Result<Option<ServiceRec>> {
         tracing::info!(service = %service_id, reasons = ?verdict.reasons(), "local admission failed; trying peer sites");
-        let mut svc = ServiceRec {
+        let all: Vec<(String, u32, String)> =
+            req.components.iter().flat_map(|c| c.vees.iter().enumerate().map(move |(i, v)| (c.name.clone(), i as u32, v.clone()))).collect();
+        let for_peer = match caller {
+            Role::Peer(s) => Some(s.clone()),
+            _ => None,
+        };
+        let end = self.planner.lock().unwrap().clock().start_of(req.window.end);
+        let Some(placed) = self.place_remote(m, service_id, &all, end, for_peer.clone()).await? else { return Ok(None) };
+        let svc = ServiceRec {
             id: service_id.into(),
             name: m.service.name.clone(),
             provider: m.service.provider.clone(),
@@ -36,78 +43,77 @@ impl Veem {
             guarantee: m.sla.guarantee.as_str().into(),
             penalty_per_hour: m.sla.penalty_per_hour,
             created_ms: now_ms(),
-            vees: vec![],
-            for_peer: match caller {
-                Role::Peer(s) => Some(s.clone()),
-                _ => None,
-            },
+            vees: placed.iter().map(|v| v.id.clone()).collect(),
+            for_peer,
         };
+        self.store.put(Tree::Services, &svc.id, &svc)?;
+        Ok(Some(svc))
+    }
+
+    /// Places the VEEs `(component, instance, VEE ID)` of manifest `m` at
+    /// peer sites, cheapest agreement first; each peer applies its own
+    /// admission and may refuse. Records and returns them, or `None` (and
+    /// nothing left reserved at any peer) when some VEE finds no peer.
+    pub async fn place_remote(&self, m: &Manifest, service_id: &str, vees: &[(String, u32, String)], end_unix: i64, for_peer: Option<String>) -> Result<Option<Vec<VeeRec>>> {
         let now = chrono::Utc::now().timestamp();
-        let clock = self.planner.lock().unwrap().clock();
-        let end = clock.start_of(req.window.end);
+        let guarantee = m.sla.guarantee.as_str().to_string();
         let mut placed: Vec<VeeRec> = Vec::new();
-        for comp in &req.components {
-            let c = m.component(&comp.name).context("component")?;
-            for (i, vee_id) in comp.vees.iter().enumerate() {
-                let mut v = VeeRec {
-                    id: vee_id.clone(),
-                    service_id: service_id.into(),
-                    component: comp.name.clone(),
-                    instance: i as u32,
-                    vcpus: c.vcpus,
-                    memory_mib: c.memory_mib,
-                    disk_gib: c.disk_gib,
-                    image: c.image.to_string(),
-                    kernel: c.kernel.as_ref().map(|x| x.to_string()).unwrap_or_default(),
-                    initrd: c.initrd.as_ref().map(|x| x.to_string()).unwrap_or_default(),
-                    cmdline: c.cmdline.clone().unwrap_or_default(),
-                    state: VeeState::Deploying,
-                    location: Location::Nowhere,
-                    checkpoint_interval_s: None,
-                    last_checkpoint_ms: None,
-                    latest_checkpoint: None,
-                    guarantee: svc.guarantee.clone(),
-                    migration_policy: "federation".into(),
-                    max_downtime_ms: m.sla.max_downtime_ms.unwrap_or(0),
-                    window_start_unix: now,
-                    window_end_unix: end,
-                    updated_ms: now_ms(),
-                    for_peer: svc.for_peer.clone(),
-                };
-                let mut last_err = String::from("no peer site's agreement admits it");
-                for p in peers::candidates(&self.cfg, c.vcpus, c.memory_mib, &svc.guarantee) {
-                    match self.send_incoming(&p.site_id, &v, true).await {
-                        Ok(_) => {
-                            v.location = Location::Site(p.site_id.clone());
-                            v.state = VeeState::Running;
-                            break;
-                        }
-                        Err(e) => last_err = format!("{}: {e:#}", p.site_id),
+        for (component, instance, vee_id) in vees {
+            let c = m.component(component).context("component")?;
+            let mut v = VeeRec {
+                id: vee_id.clone(),
+                service_id: service_id.into(),
+                component: component.clone(),
+                instance: *instance,
+                vcpus: c.vcpus,
+                memory_mib: c.memory_mib,
+                disk_gib: c.disk_gib,
+                image: c.image.to_string(),
+                kernel: c.kernel.as_ref().map(|x| x.to_string()).unwrap_or_default(),
+                initrd: c.initrd.as_ref().map(|x| x.to_string()).unwrap_or_default(),
+                cmdline: c.cmdline.clone().unwrap_or_default(),
+                state: VeeState::Deploying,
+                location: Location::Nowhere,
+                checkpoint_interval_s: None,
+                last_checkpoint_ms: None,
+                latest_checkpoint: None,
+                guarantee: guarantee.clone(),
+                migration_policy: "federation".into(),
+                max_downtime_ms: m.sla.max_downtime_ms.unwrap_or(0),
+                window_start_unix: now,
+                window_end_unix: end_unix,
+                updated_ms: now_ms(),
+                for_peer: for_peer.clone(),
+            };
+            let mut last_err = String::from("no peer site's agreement admits it");
+            for p in peers::candidates(&self.cfg, c.vcpus, c.memory_mib, &guarantee) {
+                match self.send_incoming(&p.site_id, &v, true).await {
+                    Ok(_) => {
+                        v.location = Location::Site(p.site_id.clone());
+                        v.state = VeeState::Running;
+                        break;
                     }
+                    Err(e) => last_err = format!("{}: {e:#}", p.site_id),
                 }
-                if v.location == Location::Nowhere {
-                    for done in &placed {
-                        if let Location::Site(s) = &done.location {
-                            let _ = peers::client(&self.cfg, s)?.abort_incoming(VeeRef { vee_id: done.id.clone() }).await;
-                        }
-                    }
-                    tracing::warn!(vee = %v.id, %last_err, "no peer site took the VEE");
-                    return Ok(None);
-                }
-                placed.push(v);
             }
+            if v.location == Location::Nowhere {
+                for done in &placed {
+                    if let Location::Site(s) = &done.location {
+                        let _ = peers::client(&self.cfg, s)?.abort_incoming(VeeRef { vee_id: done.id.clone() }).await;
+                    }
+                }
+                tracing::warn!(vee = %v.id, %last_err, "no peer site took the VEE");
+                return Ok(None);
+            }
+            placed.push(v);
         }
-        svc.vees = placed.iter().map(|v| v.id.clone()).collect();
         for v in &placed {
             self.save_vee(v)?;
-        }
-        self.store.put(Tree::Services, &svc.id, &svc)?;
-        for v in &placed {
             if let Location::Site(s) = &v.location {
-                self.event(&v.id, &svc.id, "placed-remotely", format!("at {s}"));
+                self.event(&v.id, service_id, "placed-remotely", format!("at {s}"));
             }
         }
-        Ok(Some(svc))
+        Ok(Some(placed))
     }
 
     /// Asks peer `site` to admit VEE `v` (booting it when `start_fresh`,
@@ -248,7 +254,7 @@ impl Veem {
     }
 
     /// Forgets an incoming VEE that did not arrive (planner, records).
-    async fn drop_incoming(&self, vee_id: &str) {
+    pub(crate) async fn drop_incoming(&self, vee_id: &str) {
         let _ = self.planner.lock().unwrap().release_service(vee_id);
         let _ = self.persist_planner();
         if let Ok(v) = self.vee(vee_id) {

@@ -315,7 +315,21 @@ impl Veem {
         Ok(())
     }
 
+    /// Tells the destination to remove what it prepared; retried three
+    /// times a second apart (the destination may be busy or restarting).
     pub(crate) async fn abort_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
+        let mut last = None;
+        for _ in 0..3 {
+            match self.abort_once(dest, vee_id).await {
+                Ok(()) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+        Err(last.expect("three attempts"))
+    }
+
+    async fn abort_once(&self, dest: &Dest, vee_id: &str) -> Result<()> {
         match dest {
             Dest::Host(h) => {
                 self.hosts.client(h)?.abort_incoming(vhi::VeeRef { vee_id: vee_id.into() }).await.map_err(|s| anyhow!("{h}: {}", s.message()))?;

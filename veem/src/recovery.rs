@@ -40,6 +40,14 @@ impl Veem {
             self.preempt_background(id).await;
         }
         for step in report.steps {
+            // A VEE being received by a migration never ran here: the
+            // migration fails at its source, where it keeps running.
+            if let Ok(v) = self.vee(&step.vee) {
+                if v.state == VeeState::Migrating && v.for_peer.is_some() {
+                    self.drop_incoming(&v.id).await;
+                    continue;
+                }
+            }
             let target = match &step.target {
                 RecoveryTarget::Spare { host } | RecoveryTarget::Host { host } => Some(host.clone()),
                 _ => None,
