@@ -12,7 +12,8 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context, Result};
 use interfaces::manifest::{GuaranteeLevel, Manifest, MigrationPolicy};
 use interfaces::vhi;
-use interfaces::vmi::{IncomingReply, IncomingRequest, VeeActionRequest, VeeRef};
+use interfaces::vhi::IncomingTarget;
+use interfaces::vmi::{IncomingRequest, VeeActionRequest, VeeRef};
 
 use crate::config::Role;
 use crate::manager::Veem;
@@ -118,7 +119,7 @@ impl Veem {
 
     /// Asks peer `site` to admit VEE `v` (booting it when `start_fresh`,
     /// else preparing to receive a live migration).
-    pub async fn send_incoming(&self, site: &str, v: &VeeRec, start_fresh: bool) -> Result<IncomingReply> {
+    pub async fn send_incoming(&self, site: &str, v: &VeeRec, start_fresh: bool) -> Result<IncomingTarget> {
         let req = IncomingRequest {
             vee_id: v.id.clone(),
             service_id: v.service_id.clone(),
@@ -160,7 +161,7 @@ impl Veem {
     /// Admits an incoming VEE for primary site `from` under the framework
     /// agreement and this site's own planner; boots it (`start_fresh`) or
     /// prepares a VEEH to receive it by live migration.
-    pub async fn accept_incoming(self: &Arc<Self>, from: &str, r: IncomingRequest) -> Result<IncomingReply> {
+    pub async fn accept_incoming(self: &Arc<Self>, from: &str, r: IncomingRequest) -> Result<IncomingTarget> {
         if r.primary_site != from {
             bail!("field `primary_site`: {:?} is not the calling site {from:?}", r.primary_site);
         }
@@ -241,10 +242,9 @@ impl Veem {
         let result = async {
             if r.start_fresh {
                 self.deploy_vee(&v.id).await?;
-                return Ok(IncomingReply { vee_id: v.id.clone(), ..Default::default() });
+                return Ok(IncomingTarget { vee_id: v.id.clone(), ..Default::default() });
             }
-            let t = self.hosts.client(&host)?.prepare_incoming(v.spec()).await.map_err(|s| anyhow!("{}", s.message()))?.into_inner();
-            Ok(incoming_reply(t))
+            Ok(self.hosts.client(&host)?.prepare_incoming(v.spec()).await.map_err(|s| anyhow!("{}", s.message()))?.into_inner())
         }
         .await;
         if result.is_err() {
@@ -291,37 +291,5 @@ impl Veem {
         }
         self.drop_incoming(vee_id).await;
         Ok(())
-    }
-}
-
-/// The VMI reply for a VHI incoming target.
-pub fn incoming_reply(t: vhi::IncomingTarget) -> IncomingReply {
-    IncomingReply {
-        vee_id: t.vee_id,
-        libvirt_uri: t.libvirt_uri,
-        migration_uri: t.migration_uri,
-        disks_uri: t.disks_uri,
-        disk_path: t.disk_path,
-        kernel_path: t.kernel_path,
-        initrd_path: t.initrd_path,
-        console_path: t.console_path,
-        dest_xml: t.dest_xml,
-        host: t.host,
-    }
-}
-
-/// The VHI incoming target of a VMI reply.
-pub fn incoming_target(t: IncomingReply) -> vhi::IncomingTarget {
-    vhi::IncomingTarget {
-        vee_id: t.vee_id,
-        libvirt_uri: t.libvirt_uri,
-        migration_uri: t.migration_uri,
-        disks_uri: t.disks_uri,
-        disk_path: t.disk_path,
-        kernel_path: t.kernel_path,
-        initrd_path: t.initrd_path,
-        console_path: t.console_path,
-        dest_xml: t.dest_xml,
-        host: t.host,
     }
 }

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
 use interfaces::vhi::{self, MigrateOutRequest};
-use interfaces::vmi::{IncomingReply, SendVeeRequest, VeeRef};
+use interfaces::vhi::IncomingTarget;
+use interfaces::vmi::{SendVeeRequest, VeeRef};
 
-use crate::federation::{incoming_reply, incoming_target};
 use crate::manager::Veem;
 use crate::model::{now_ms, Location, MigrationRec, VeeState};
 use crate::peers;
@@ -208,8 +208,8 @@ impl Veem {
             }
         }
         // 1. The destination prepares.
-        let prepared: Result<IncomingReply> = match &dest {
-            Dest::Host(h) => async { Ok(incoming_reply(self.hosts.client(h)?.prepare_incoming(v.spec()).await.map_err(|s| anyhow!("{h}: {}", s.message()))?.into_inner())) }.await,
+        let prepared: Result<IncomingTarget> = match &dest {
+            Dest::Host(h) => async { Ok(self.hosts.client(h)?.prepare_incoming(v.spec()).await.map_err(|s| anyhow!("{h}: {}", s.message()))?.into_inner()) }.await,
             Dest::Site(s) if s == &self.cfg.site_id => Err(anyhow!("migrating home needs a destination host: use --to-host")),
             Dest::Site(s) => self.send_incoming(s, &v, false).await,
         };
@@ -218,7 +218,7 @@ impl Veem {
             Ok(target) => {
                 // 2. The source sends the VEE.
                 let sent = match v.location.clone() {
-                    Location::Host(src) => self.migrate_out(&src, &v.id, incoming_target(target), v.max_downtime_ms, &mut m).await,
+                    Location::Host(src) => self.migrate_out(&src, &v.id, target, v.max_downtime_ms, &mut m).await,
                     Location::Site(src) => {
                         let r = peers::client(&self.cfg, &src)?.send_vee(SendVeeRequest { vee_id: v.id.clone(), target: Some(target) }).await;
                         match r {
@@ -398,7 +398,7 @@ impl Veem {
 
     /// Peer side of SendVee: the primary site `from` asks this site to
     /// live-migrate the VEE it runs for it to `target`.
-    pub async fn send_vee(&self, from: &str, vee_id: &str, target: IncomingReply) -> Result<MigrationRec> {
+    pub async fn send_vee(&self, from: &str, vee_id: &str, target: IncomingTarget) -> Result<MigrationRec> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         if v.for_peer.as_deref() != Some(from) {
@@ -419,7 +419,7 @@ impl Veem {
             created_ms: now_ms(),
         };
         self.transition(&mut v, VeeState::Migrating, "sent on by the primary site")?;
-        match self.migrate_out(&src, vee_id, incoming_target(target), v.max_downtime_ms, &mut m).await {
+        match self.migrate_out(&src, vee_id, target, v.max_downtime_ms, &mut m).await {
             Ok((t, d)) => {
                 m.state = "done".into();
                 m.total_ms = t;

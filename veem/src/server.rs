@@ -266,7 +266,7 @@ impl Vmi for VmiService {
         ok(self.veem.usage_report(&r.get_ref().service_id))
     }
 
-    async fn prepare_incoming(&self, r: Request<IncomingRequest>) -> R<IncomingReply> {
+    async fn prepare_incoming(&self, r: Request<IncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
         let site = self.peer(&r)?;
         ok(self.veem.accept_incoming(&site, r.into_inner()).await)
     }

@@ -276,7 +276,7 @@ impl Vmi for MockSvc {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
-    async fn prepare_incoming(&self, _: Request<IncomingRequest>) -> R<IncomingReply> {
+    async fn prepare_incoming(&self, _: Request<IncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
         Err(Status::unimplemented(""))
     }
     async fn complete_incoming(&self, _: Request<VeeRef>) -> R<VeeInfo> {
