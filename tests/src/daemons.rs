@@ -163,8 +163,9 @@ impl Veeh {
         let host = &format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
         let state_dir = dir.join(host);
         std::fs::create_dir_all(&state_dir).unwrap();
+        let peer_uri = if uri == crate::lab::SITE_A_URI { crate::lab::SITE_A_PEER_URI } else { uri };
         let cfg = format!(
-            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"127.0.0.1\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n",
+            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"127.0.0.1\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n",
             state_dir.display(),
             repo.url,
             repo.token

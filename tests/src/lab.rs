@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 /// Site A's libvirtd (the machine's own).
 pub const SITE_A_URI: &str = "qemu:///system";
+/// Site A's libvirtd as a peer site's libvirtd reaches it (migrations to A).
+pub const SITE_A_PEER_URI: &str = "qemu+tcp://127.0.0.1:16509/system";
 /// Site B's libvirtd (a second libvirtd in its own namespace).
 pub const SITE_B_URI: &str = "qemu+tcp://127.0.0.1:16510/system";
 
