@@ -247,8 +247,21 @@ impl Host {
         let path = self.vees.dir(vee_id).join("domain.xml");
         let xml = std::fs::read_to_string(&path).with_context(|| format!("VEE {vee_id} is not created on this host"))?;
         if let Err(e) = self.blocking(move |hv| hv.create(&xml)).await {
-            let id = vee_id.to_string();
-            if self.blocking(move |hv| hv.state(&id)).await? != Some(DomainState::Running) {
+            // The domain may exist already: started by an earlier call whose
+            // caller went away, possibly still starting. Wait for it.
+            let mut running = false;
+            for _ in 0..40 {
+                let id = vee_id.to_string();
+                match self.blocking(move |hv| hv.state(&id)).await? {
+                    Some(DomainState::Running) => {
+                        running = true;
+                        break;
+                    }
+                    Some(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+                    None => break,
+                }
+            }
+            if !running {
                 return Err(e);
             }
         }

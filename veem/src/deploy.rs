@@ -277,6 +277,14 @@ impl Veem {
             anyhow::Ok(())
         }
         .await;
+        let result = match result {
+            // Whatever failed, a VEE its host runs is running.
+            Err(e) => match self.hosts.client(&host)?.list_domains(interfaces::vhi::Empty {}).await {
+                Ok(l) if l.get_ref().domains.iter().any(|d| d.vee_id == vee_id && d.state() == interfaces::vhi::VeeState::Running) => Ok(()),
+                _ => Err(e),
+            },
+            ok => ok,
+        };
         match result {
             Ok(()) => self.transition(&mut v, VeeState::Running, format!("on {host}")),
             Err(e) => {
