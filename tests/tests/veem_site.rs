@@ -136,7 +136,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     // Nothing was reserved: a deployment that needs both hosts fits. The
     // VEEM is killed right after accepting it, mid-deploy.
     let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 2, "") }).await.unwrap().into_inner();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Killed as soon as it answers: its VEEHs are still preparing.
     veem.restart().await;
     for v in &svc.vees {
         veem.wait_vee(&v.vee_id, "running", BOOT, |i| i.state == "running").await;
