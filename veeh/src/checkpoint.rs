@@ -128,15 +128,7 @@ impl Host {
         let rec = VeeRecord::from_spec(&spec)?;
         let vee_id = rec.vee_id.clone();
         let _g = self.lock_vee(&vee_id).await;
-        if self.blocking({
-            let id = vee_id.clone();
-            move |hv| hv.state(&id)
-        })
-        .await?
-        .is_some()
-        {
-            bail!("VEE {vee_id} already has a domain on {}", self.cfg.host);
-        }
+        self.ensure_no_domain(&vee_id).await?;
         let mut reply = Default::default();
         let paths = self.ensure_images(&rec, &mut reply).await?;
         self.vees.save(&rec)?;

@@ -96,6 +96,20 @@ impl Host {
         tokio::task::spawn_blocking(move || f(&hv)).await?
     }
 
+    /// libvirt's state of this VEEH's domain of `vee_id` (`None`: no domain).
+    pub async fn domain_state(&self, vee_id: &str) -> Result<Option<DomainState>> {
+        let id = vee_id.to_string();
+        self.blocking(move |hv| hv.state(&id)).await
+    }
+
+    /// Errors when this VEEH already runs a domain for `vee_id`.
+    pub async fn ensure_no_domain(&self, vee_id: &str) -> Result<()> {
+        if self.domain_state(vee_id).await?.is_some() {
+            anyhow::bail!("VEE {vee_id} already has a domain on {}", self.cfg.host);
+        }
+        Ok(())
+    }
+
     /// Emits a host event to WatchEvents subscribers.
     pub fn event(&self, vee_id: &str, kind: &str, detail: impl Into<String>) {
         let _ = self.events.send(HostEvent { vee_id: vee_id.into(), kind: kind.into(), detail: detail.into(), at_unix_ms: now_ms() });
@@ -235,13 +249,7 @@ impl Host {
     pub async fn start(&self, vee_id: &str) -> Result<vhi::VeeStatus> {
         let rec = self.vees.get(vee_id)?;
         let _g = self.lock_vee(vee_id).await;
-        if self.blocking({
-            let id = vee_id.to_string();
-            move |hv| hv.state(&id)
-        })
-        .await?
-            == Some(DomainState::Running)
-        {
+        if self.domain_state(vee_id).await? == Some(DomainState::Running) {
             return self.status(vee_id).await;
         }
         let path = self.vees.dir(vee_id).join("domain.xml");
@@ -251,8 +259,7 @@ impl Host {
             // caller went away, possibly still starting. Wait for it.
             let mut running = false;
             for _ in 0..40 {
-                let id = vee_id.to_string();
-                match self.blocking(move |hv| hv.state(&id)).await? {
+                match self.domain_state(vee_id).await? {
                     Some(DomainState::Running) => {
                         running = true;
                         break;
@@ -271,9 +278,7 @@ impl Host {
     }
 
     pub async fn status(&self, vee_id: &str) -> Result<vhi::VeeStatus> {
-        let id = vee_id.to_string();
-        let state = self.blocking(move |hv| hv.state(&id)).await?;
-        let mut st = vhi_state(state);
+        let mut st = vhi_state(self.domain_state(vee_id).await?);
         if st == VeeState::Absent && self.vees.load(vee_id)?.is_some() {
             st = VeeState::Defined;
         }

@@ -27,15 +27,7 @@ impl Host {
         let mut rec = VeeRecord::from_spec(spec)?;
         let id = rec.vee_id.clone();
         let _g = self.lock_vee(&id).await;
-        if self.blocking({
-            let id = id.clone();
-            move |hv| hv.state(&id)
-        })
-        .await?
-        .is_some()
-        {
-            bail!("VEE {id} already runs on {}", self.cfg.host);
-        }
+        self.ensure_no_domain(&id).await?;
         let mut reply = Default::default();
         let paths = self.ensure_images(&rec, &mut reply).await?;
         rec.incoming = true;
@@ -65,9 +57,7 @@ impl Host {
     /// Destination side: the VEE arrived and runs here; adopt it.
     pub async fn complete_incoming(&self, vee_id: &str) -> Result<VeeStatus> {
         let mut rec = self.vees.get(vee_id)?;
-        let id = vee_id.to_string();
-        let state = self.blocking(move |hv| hv.state(&id)).await?;
-        if state.is_none() {
+        if self.domain_state(vee_id).await?.is_none() {
             bail!("VEE {vee_id} has not arrived on {}", self.cfg.host);
         }
         rec.incoming = false;
