@@ -245,7 +245,8 @@ impl From<&vmi::UsageReport> for Usage {
             totals.disk_bytes = totals.disk_bytes.saturating_add(r.disk_bytes);
             totals.net_bytes = totals.net_bytes.saturating_add(r.net_bytes);
         }
-        totals.penalty = u.violations.iter().map(|v| v.penalty).sum();
+        // Summing an empty f64 iterator gives -0.0 (printed "-0.00"): start at 0.
+        totals.penalty = u.violations.iter().fold(0.0, |sum, v| sum + v.penalty);
         Self {
             service_id: u.service_id.clone(),
             records: u.records.iter().map(UsageRecord::from).collect(),
