@@ -81,6 +81,10 @@ fn last_tick(text: &str) -> Option<u64> {
     text.lines().rev().find_map(|l| l.trim().strip_prefix("tick ")?.split_whitespace().next()?.parse().ok())
 }
 
+/// PIDs of the daemons this run started and still runs (killed by the
+/// SIGTERM / SIGINT handler, which skips the destructors).
+static PIDS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
 /// A child process killed on drop.
 struct Daemon {
     name: String,
@@ -100,6 +104,7 @@ impl Daemon {
             .stderr(Stdio::from(f))
             .spawn()
             .with_context(|| format!("start {bin}"))?;
+        PIDS.lock().unwrap().push(child.id());
         Ok(Self { name: name.into(), child: Some(child), log })
     }
 
@@ -118,6 +123,7 @@ impl Drop for Daemon {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+            PIDS.lock().unwrap().retain(|p| *p != c.id());
         }
     }
 }
@@ -129,16 +135,19 @@ struct Cleanup {
     /// (libvirt URI, domain name) to destroy if still there.
     domains: std::sync::Mutex<Vec<(String, String)>>,
     keep_dir: bool,
+    done: std::sync::atomic::AtomicBool,
 }
 
 impl Cleanup {
-    fn track(&self, uri: &str, dom: &str) {
-        self.domains.lock().unwrap().push((uri.into(), dom.into()));
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
+    /// Kills the daemons still running, destroys the domains, removes the
+    /// directory; once.
+    fn run_now(&self) {
+        if self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        for pid in PIDS.lock().unwrap().drain(..) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
         for (uri, dom) in self.domains.lock().unwrap().iter() {
             for site in [uri.as_str(), SITE_A_URI, SITE_B_URI] {
                 let _ = Command::new("virsh").args(["-q", "-c", site, "destroy", dom]).stdout(Stdio::null()).stderr(Stdio::null()).status();
@@ -147,6 +156,16 @@ impl Drop for Cleanup {
         if !self.keep_dir {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+
+    fn track(&self, uri: &str, dom: &str) {
+        self.domains.lock().unwrap().push((uri.into(), dom.into()));
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        self.run_now();
     }
 }
 
@@ -272,6 +291,18 @@ struct Samples {
     raw_cp_downtime_from_libvirt: bool,
 }
 
+impl Samples {
+    /// Keeps the first `n` repetitions' samples.
+    fn truncate(&mut self, n: usize) {
+        for v in [
+            &mut self.boot.0, &mut self.boot.1, &mut self.checkpoint.0, &mut self.checkpoint.1, &mut self.save, &mut self.cp_downtime.0, &mut self.cp_downtime.1,
+            &mut self.restore.0, &mut self.restore.1, &mut self.migrate.0, &mut self.migrate.1, &mut self.mig_downtime.0, &mut self.mig_downtime.1,
+        ] {
+            v.truncate(n);
+        }
+    }
+}
+
 struct Ctx {
     ids: GuestIds,
     ca: VhiClient<Channel>,
@@ -284,6 +315,28 @@ struct Ctx {
     /// The cached base image and the overlays' virtual size.
     base: PathBuf,
     overlay_size: u64,
+    /// The VEE of the current repetition.
+    current: Option<String>,
+}
+
+impl Ctx {
+    /// After a failed repetition: waits (up to 2 min) for both libvirtds,
+    /// then removes the repetition's VEE through both VEEHs and destroys
+    /// every tracked domain.
+    async fn remove_leftovers(&mut self) {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(120) && !(virsh(SITE_A_URI, &["list"]).is_ok() && virsh(SITE_B_URI, &["list"]).is_ok()) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        if let Some(vee) = self.current.take() {
+            let _ = self.cb.abort_incoming(VeeRef { vee_id: vee.clone() }).await;
+            let _ = self.ca.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await;
+            let _ = self.cb.destroy(DestroyRequest { vee_id: vee, remove: true }).await;
+        }
+        for (uri, dom) in self.cleanup.domains.lock().unwrap().iter() {
+            let _ = Command::new("virsh").args(["-q", "-c", uri, "destroy", dom]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -320,7 +373,19 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
     let base_dir = std::env::var_os("BENCH_VHI_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target/bench"));
     let dir = base_dir.join(format!("vhi-{}", short_id()));
     std::fs::create_dir_all(&dir)?;
-    let cleanup = std::sync::Arc::new(Cleanup { dir: dir.clone(), domains: Default::default(), keep_dir: std::env::var_os("BENCH_KEEP").is_some() });
+    let cleanup = std::sync::Arc::new(Cleanup { dir: dir.clone(), domains: Default::default(), keep_dir: std::env::var_os("BENCH_KEEP").is_some(), done: Default::default() });
+    // SIGTERM / SIGINT: clean up (the destructors would not run), then exit.
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
+        let c = cleanup.clone();
+        tokio::spawn(async move {
+            let code = tokio::select! { _ = term.recv() => 143, _ = int.recv() => 130 };
+            eprintln!("vhi: interrupted; removing this run's domains, daemons and files");
+            tokio::task::spawn_blocking(move || c.run_now()).await.ok();
+            std::process::exit(code);
+        });
+    }
 
     // Image repository and the guest's images in it.
     let port = free_port();
@@ -365,13 +430,35 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
     let overlay_size = info["virtual-size"].as_u64().context("overlay virtual size")?;
     ca.destroy(DestroyRequest { vee_id: spec.vee_id.clone(), remove: true }).await?;
 
-    let mut ctx = Ctx { ids, ca, cb, cleanup: cleanup.clone(), template, template_dir, template_id: spec.vee_id.clone(), base, overlay_size };
+    let mut ctx = Ctx { ids, ca, cb, cleanup: cleanup.clone(), template, template_dir, template_id: spec.vee_id.clone(), base, overlay_size, current: None };
     let mut s = Samples { raw_cp_downtime_from_libvirt: true, ..Default::default() };
-    for i in 0..reps {
+    // Another user of the lab (a test restarting libvirtd, say) can break a
+    // repetition: it is then discarded, its domains removed, and run again,
+    // up to `reps` extra attempts in all.
+    let (mut i, mut failures) = (0, 0);
+    while i < reps {
         eprintln!("vhi: repetition {}/{reps}: ours", i + 1);
-        ours(&mut ctx, &mut s).await.with_context(|| format!("repetition {}: VHI", i + 1))?;
-        eprintln!("vhi: repetition {}/{reps}: raw virsh", i + 1);
-        raw(&mut ctx, &mut s, i).await.with_context(|| format!("repetition {}: raw virsh", i + 1))?;
+        let mut res = ours(&mut ctx, &mut s).await.with_context(|| format!("repetition {}: VHI", i + 1));
+        if res.is_ok() {
+            eprintln!("vhi: repetition {}/{reps}: raw virsh", i + 1);
+            res = raw(&mut ctx, &mut s, i).await.with_context(|| format!("repetition {}: raw virsh", i + 1));
+        }
+        if let Err(e) = res {
+            failures += 1;
+            if failures > reps {
+                return Err(e);
+            }
+            eprintln!("vhi: repetition {} failed, discarded and run again ({failures} failure(s) so far): {e:#}", i + 1);
+            s.truncate(i);
+            ctx.remove_leftovers().await;
+            continue;
+        }
+        eprintln!(
+            "vhi: repetition {} (ours / virsh, s): boot {:.3}/{:.3} checkpoint {:.3}/{:.3} save {:.3} cp-downtime {:.3}/{:.3} restore {:.3}/{:.3} migrate {:.3}/{:.3} mig-downtime {:.3}/{:.3}",
+            i + 1, s.boot.0[i], s.boot.1[i], s.checkpoint.0[i], s.checkpoint.1[i], s.save[i], s.cp_downtime.0[i], s.cp_downtime.1[i],
+            s.restore.0[i], s.restore.1[i], s.migrate.0[i], s.migrate.1[i], s.mig_downtime.0[i], s.mig_downtime.1[i]
+        );
+        i += 1;
     }
     drop((a, b, repo_daemon));
 
@@ -398,6 +485,7 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
     let dom = format!("vee-{vee}");
     ctx.cleanup.track(SITE_A_URI, &dom);
     ctx.cleanup.track(SITE_B_URI, &dom);
+    ctx.current = Some(vee.clone());
     let ca = &mut ctx.ca;
 
     let t = Instant::now();
@@ -442,6 +530,7 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
     let now = vhi_wait_tick(&mut ctx.cb, &vee, 1, Duration::from_secs(60)).await?;
     vhi_wait_tick(&mut ctx.cb, &vee, now + 1, Duration::from_secs(60)).await?;
     ctx.cb.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await?;
+    ctx.current = None;
     Ok(())
 }
 
@@ -457,6 +546,7 @@ async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> {
     ctx.cleanup.track(SITE_B_URI, &name);
     let rd = ctx.cleanup.dir.join(format!("raw-{i}"));
     let (da, db) = (rd.join("a"), rd.join("b"));
+    let _ = std::fs::remove_dir_all(&rd);
     std::fs::create_dir_all(&da)?;
     std::fs::create_dir_all(&db)?;
     let console = da.join("console.log");
