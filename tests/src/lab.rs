@@ -27,13 +27,20 @@ pub fn binary(name: &str) -> PathBuf {
 }
 
 /// Holds the lab for one guest-booting test at a time (2 cores; across
-/// test binaries too). Released on drop.
+/// test binaries and checkouts too). Released on drop.
 pub struct LabLock(#[allow(dead_code)] File);
+
+/// The machine-wide lab lock, `/var/lib/vee-lab/lab.lock`: the lab (both
+/// libvirtds) is one per machine, whatever checkout the tests run from.
+/// Take it with `flock /var/lib/vee-lab/lab.lock …` to run the demo or the
+/// bench beside the tests.
+pub const LAB_LOCK: &str = "/var/lib/vee-lab/lab.lock";
 
 /// Takes the lab lock, waiting for other tests.
 pub fn lock() -> LabLock {
     std::fs::create_dir_all(scratch_root()).unwrap();
-    let f = File::create(scratch_root().join("lab.lock")).unwrap();
+    std::fs::create_dir_all(Path::new(LAB_LOCK).parent().unwrap()).unwrap();
+    let f = File::options().create(true).truncate(false).write(true).open(LAB_LOCK).unwrap();
     f.lock().unwrap();
     LabLock(f)
 }
