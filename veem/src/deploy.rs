@@ -256,6 +256,17 @@ impl Veem {
         });
     }
 
+    /// Boots VEE `v` from its images on `host`: VHI Prepare (pull images,
+    /// create the overlay), Create, Start.
+    pub async fn boot_on(&self, host: &str, v: &VeeRec) -> Result<()> {
+        let mut c = self.hosts.client(host)?;
+        let spec = v.spec();
+        c.prepare(spec.clone()).await?;
+        c.create(spec).await?;
+        c.start(interfaces::vhi::VeeRef { vee_id: v.id.clone() }).await?;
+        Ok(())
+    }
+
     /// Prepares, creates and starts one admitted VEE on its planned host.
     /// Idempotent: a VEE already running there is only marked running.
     pub async fn deploy_vee(&self, vee_id: &str) -> Result<()> {
@@ -268,15 +279,7 @@ impl Veem {
         if v.state == VeeState::Admitted {
             self.transition(&mut v, VeeState::Deploying, format!("on {host}"))?;
         }
-        let result = async {
-            let mut c = self.hosts.client(&host)?;
-            let spec = v.spec();
-            c.prepare(spec.clone()).await?;
-            c.create(spec).await?;
-            c.start(interfaces::vhi::VeeRef { vee_id: vee_id.into() }).await?;
-            anyhow::Ok(())
-        }
-        .await;
+        let result = self.boot_on(&host, &v).await;
         let result = match result {
             // Whatever failed, a VEE its host runs is running.
             Err(e) => match self.hosts.client(&host)?.list_domains(interfaces::vhi::Empty {}).await {

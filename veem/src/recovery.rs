@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use interfaces::vhi::{RestoreRequest, VeeRef};
+use interfaces::vhi::RestoreRequest;
 
 use crate::manager::Veem;
 use crate::model::{Location, VeeState, ViolationRec};
@@ -92,10 +92,7 @@ impl Veem {
                 self.transition(&mut v, VeeState::Running, format!("restored from checkpoint {} on {to}", cp.id))
             }
             None => {
-                let spec = v.spec();
-                c.prepare(spec.clone()).await?;
-                c.create(spec).await?;
-                c.start(VeeRef { vee_id: vee_id.into() }).await?;
+                self.boot_on(to, &v).await?;
                 self.transition(&mut v, VeeState::Running, format!("restarted from its images on {to} (no checkpoint)"))
             }
         }
