@@ -61,15 +61,19 @@ pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, host
 }
 
 impl Veem {
-    /// Starts the VEEM of `config` listening on `port`; waits until it
-    /// answers.
+    /// Starts the VEEM of `config` listening on `port`; waits until this
+    /// VEEM (not whatever else may hold the port) answers a VMI call.
     pub async fn start(dir: &Path, site_id: &str, port: u16, config: PathBuf) -> Self {
         let daemon = Daemon::spawn(&format!("veem-{site_id}"), "veem", &["serve", "--config", config.to_str().unwrap()], dir);
         let mut v = Self { daemon, site_id: site_id.into(), endpoint: format!("http://127.0.0.1:{port}"), config, dir: dir.into() };
         let start = Instant::now();
         loop {
-            if VmiClient::connect(v.endpoint.clone()).await.is_ok() {
-                break;
+            if let Ok(ch) = tonic::transport::Endpoint::from_shared(v.endpoint.clone()).unwrap().connect().await {
+                let mut c = VmiClient::with_interceptor(ch, Bearer::new(OPERATOR).unwrap());
+                if c.list_migrations(interfaces::vmi::Empty {}).await.is_ok() {
+                    v.daemon.assert_alive();
+                    break;
+                }
             }
             v.daemon.assert_alive();
             assert!(start.elapsed() < Duration::from_secs(60), "veem {site_id} did not answer; log:\n{}", v.daemon.log_text());

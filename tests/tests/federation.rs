@@ -161,7 +161,10 @@ async fn lab_remote_placement_when_site_a_is_full() {
     let mut acme = l.a.client(ACME).await;
     // Site A has one host: the second anti-affine instance goes to B.
     // (A peer's token cannot use peer calls to deploy either.)
-    let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &l.ids, 2, "") }).await.unwrap().into_inner();
+    let svc = match acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &l.ids, 2, "") }).await {
+        Ok(r) => r.into_inner(),
+        Err(e) => panic!("{e:?}\nsite A:\n{}\nsite B:\n{}", site::tail(&l.a.daemon.log_text(), 3000), site::tail(&l._b.daemon.log_text(), 3000)),
+    };
     let mut locations = Vec::new();
     for v in &svc.vees {
         let i = l.a.wait_vee(&v.vee_id, "running", BOOT, |i| i.state == "running").await;

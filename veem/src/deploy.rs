@@ -128,10 +128,10 @@ impl Veem {
                 // As many VEEs as fit here, the rest at peer sites.
                 Some((a, rest)) => (a, rest),
                 None => match self.deploy_remote(caller, &m, toml, &service_id, &req, &other).await? {
-                    Some(svc) => return Ok(svc),
-                    None => {
+                    Ok(svc) => return Ok(svc),
+                    Err(why) => {
                         let r = self.reply(other);
-                        bail!("{}: {}", r.verdict, r.reasons.join("; "));
+                        bail!("{}: {}; {why}", r.verdict, r.reasons.join("; "));
                     }
                 },
             },
@@ -189,10 +189,10 @@ impl Veem {
         }
         if !remote.is_empty() {
             match self.place_remote(&m, &service_id, &remote, end, svc.for_peer.clone()).await? {
-                Some(placed) => vees.extend(placed),
-                None => {
+                Ok(placed) => vees.extend(placed),
+                Err(why) => {
                     let _ = self.planner.lock().unwrap().release_service(&service_id);
-                    bail!("reject: {} VEEs fit at site {} and no peer site takes the other {}", admitted.placements.len(), self.cfg.site_id, remote.len());
+                    bail!("reject: {} VEEs fit at site {} and no peer site takes the other {}: {why}", admitted.placements.len(), self.cfg.site_id, remote.len());
                 }
             }
         }

@@ -24,9 +24,9 @@ use crate::store::Tree;
 
 impl Veem {
     /// Places every VEE of a service the site cannot admit at peer sites
-    /// (see [`Veem::place_remote`]) and records the service. `None` when no
-    /// peer takes them all.
-    pub async fn deploy_remote(self: &Arc<Self>, caller: &Role, m: &Manifest, toml: &str, service_id: &str, req: &ServiceRequest, verdict: &Admission) -> Result<Option<ServiceRec>> {
+    /// (see [`Veem::place_remote`]) and records the service. `Ok(Err(why))`
+    /// when no peer takes them all, with the last peer's reason.
+    pub async fn deploy_remote(self: &Arc<Self>, caller: &Role, m: &Manifest, toml: &str, service_id: &str, req: &ServiceRequest, verdict: &Admission) -> Result<std::result::Result<ServiceRec, String>> {
         tracing::info!(service = %service_id, reasons = ?verdict.reasons(), "local admission failed; trying peer sites");
         let all: Vec<(String, u32, String)> =
             req.components.iter().flat_map(|c| c.vees.iter().enumerate().map(move |(i, v)| (c.name.clone(), i as u32, v.clone()))).collect();
@@ -35,7 +35,10 @@ impl Veem {
             _ => None,
         };
         let end = self.planner.lock().unwrap().clock().start_of(req.window.end);
-        let Some(placed) = self.place_remote(m, service_id, &all, end, for_peer.clone()).await? else { return Ok(None) };
+        let placed = match self.place_remote(m, service_id, &all, end, for_peer.clone()).await? {
+            Ok(p) => p,
+            Err(why) => return Ok(Err(why)),
+        };
         let svc = ServiceRec {
             id: service_id.into(),
             name: m.service.name.clone(),
@@ -48,14 +51,15 @@ impl Veem {
             for_peer,
         };
         self.store.put(Tree::Services, &svc.id, &svc)?;
-        Ok(Some(svc))
+        Ok(Ok(svc))
     }
 
     /// Places the VEEs `(component, instance, VEE ID)` of manifest `m` at
     /// peer sites, cheapest agreement first; each peer applies its own
-    /// admission and may refuse. Records and returns them, or `None` (and
-    /// nothing left reserved at any peer) when some VEE finds no peer.
-    pub async fn place_remote(&self, m: &Manifest, service_id: &str, vees: &[(String, u32, String)], end_unix: i64, for_peer: Option<String>) -> Result<Option<Vec<VeeRec>>> {
+    /// admission and may refuse. Records and returns them, or `Ok(Err(why))`
+    /// (and nothing left reserved at any peer) when some VEE finds no peer;
+    /// `why` names each peer's refusal.
+    pub async fn place_remote(&self, m: &Manifest, service_id: &str, vees: &[(String, u32, String)], end_unix: i64, for_peer: Option<String>) -> Result<std::result::Result<Vec<VeeRec>, String>> {
         let now = chrono::Utc::now().timestamp();
         let guarantee = m.sla.guarantee.as_str().to_string();
         let mut placed: Vec<VeeRec> = Vec::new();
@@ -86,7 +90,7 @@ impl Veem {
                 updated_ms: now_ms(),
                 for_peer: for_peer.clone(),
             };
-            let mut last_err = String::from("no peer site's agreement admits it");
+            let mut refusals: Vec<String> = Vec::new();
             for p in peers::candidates(&self.cfg, c.vcpus, c.memory_mib, &guarantee) {
                 match self.send_incoming(&p.site_id, &v, true).await {
                     Ok(_) => {
@@ -94,7 +98,7 @@ impl Veem {
                         v.state = VeeState::Running;
                         break;
                     }
-                    Err(e) => last_err = format!("{}: {e:#}", p.site_id),
+                    Err(e) => refusals.push(format!("{} refused: {e:#}", p.site_id)),
                 }
             }
             if v.location == Location::Nowhere {
@@ -103,8 +107,9 @@ impl Veem {
                         let _ = peers::client(&self.cfg, s)?.abort_incoming(VeeRef { vee_id: done.id.clone() }).await;
                     }
                 }
-                tracing::warn!(vee = %v.id, %last_err, "no peer site took the VEE");
-                return Ok(None);
+                let why = if refusals.is_empty() { "no peer site's framework agreement admits it".to_string() } else { refusals.join("; ") };
+                tracing::warn!(vee = %v.id, %why, "no peer site took the VEE");
+                return Ok(Err(why));
             }
             placed.push(v);
         }
@@ -114,7 +119,7 @@ impl Veem {
                 self.event(&v.id, service_id, "placed-remotely", format!("at {s}"));
             }
         }
-        Ok(Some(placed))
+        Ok(Ok(placed))
     }
 
     /// Asks peer `site` to admit VEE `v` (booting it when `start_fresh`,
