@@ -44,6 +44,11 @@ impl Daemon {
         }
     }
 
+    /// The daemon's process ID while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// The daemon's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -2,7 +2,9 @@
 //! site A is full, an operator-approved live migration A -> B with the
 //! counter going on and the disk ticks intact, a rejected proposal, a
 //! migration whose destination host dies, the primary VEEM killed
-//! mid-migration, usage records from B at A exactly once, and the roles.
+//! mid-migration, usage records from B at A exactly once, and the roles;
+//! checkpoints restored across sites when a host or a whole site fails, and
+//! a VEE withdrawn by the site running it.
 
 use std::process::Command;
 use std::time::Duration;
@@ -89,6 +91,10 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     assert_eq!(domains(&l.a1).await.len(), 1);
     assert!(domains(&l.b1).await.is_empty());
     assert_eq!(acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location, "local");
+    // Draining A's only host proposes nothing: no other host of A has room.
+    let drained = op.drain(DrainRequest { host: l.a1.host.clone() }).await.unwrap().into_inner();
+    assert!(drained.migrations.is_empty(), "{:?}", drained.migrations);
+    assert_eq!(acme.drain(DrainRequest { host: l.a1.host.clone() }).await.unwrap_err().code(), tonic::Code::PermissionDenied);
 
     // Approved: live migration to B; the counter goes on there.
     let before = guest::last_tick(&console(&mut ca, &vee).await).unwrap().0;
@@ -176,10 +182,33 @@ async fn lab_remote_placement_when_site_a_is_full() {
     let remote = svc.vees.iter().zip(&locations).find(|(_, loc)| loc.as_str() == "remote (site-b)").unwrap().0.vee_id.clone();
     let shown = acme.get_vee(VeeRef { vee_id: remote.clone() }).await.unwrap().into_inner();
     assert_eq!(shown.location, "remote (site-b)", "the provider never sees the remote host");
-    wait_tick(&mut l.b1.client().await, &remote, 2, BOOT).await;
-    for v in &svc.vees {
-        acme.vee_action(VeeActionRequest { vee_id: v.vee_id.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
-    }
+    let mut cb = l.b1.client().await;
+    wait_tick(&mut cb, &remote, 2, BOOT).await;
+
+    // Site B gives the VEE back (Withdraw). Only B's operator may; while
+    // anti-affinity keeps it off A's only host, A refuses and B keeps it.
+    let withdraw = VeeActionRequest { vee_id: remote.clone(), action: "withdraw".into(), checkpoint_id: String::new() };
+    let mut b_op = l._b.client(OPERATOR).await;
+    let e = acme.vee_action(withdraw.clone()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    let e = b_op.vee_action(withdraw.clone()).await.unwrap_err();
+    assert!(e.message().contains("no local host can take"), "{}", e.message());
+    assert_eq!(domains(&l.b1).await.len(), 1);
+    // Once the other instance stops, A takes it home: a live migration the
+    // service provider sees only as events; the counter goes on at A.
+    let local = svc.vees.iter().find(|v| v.vee_id != remote).unwrap().vee_id.clone();
+    acme.vee_action(VeeActionRequest { vee_id: local, action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    let last_at_b = guest::last_tick(&console(&mut cb, &remote).await).unwrap().0;
+    b_op.vee_action(withdraw).await.unwrap();
+    let home = l.a.wait_vee(&remote, "back home", BOOT, |i| i.state == "running" && i.location.starts_with("local")).await;
+    assert_eq!(acme.get_vee(VeeRef { vee_id: remote.clone() }).await.unwrap().into_inner().location, "local");
+    assert!(home.location.starts_with("local ("));
+    assert!(domains(&l.b1).await.is_empty(), "the VEE still runs at B");
+    let mut ca = l.a1.client().await;
+    wait_tick(&mut ca, &remote, last_at_b + 1, Duration::from_secs(60)).await;
+    let at_a = guest::ticks(&console(&mut ca, &remote).await);
+    assert!(at_a[0] > last_at_b, "counter went on at A: {last_at_b} at B, then {}", at_a[0]);
+    acme.vee_action(VeeActionRequest { vee_id: remote, action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
     let dir = l.dir.clone();
     drop(l);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -255,4 +284,84 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     let dir = l.dir.clone();
     drop(l);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
+    let _lab = lab::lock();
+    let mut l = two_sites("fed-recover", "").await;
+    let mut acme = l.a.client(ACME).await;
+    let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &l.ids, 1, "") }).await.unwrap().into_inner();
+    let vee = svc.vees[0].vee_id.clone();
+    l.a.wait_vee(&vee, "running", BOOT, |i| i.state == "running").await;
+    let mut ca = l.a1.client().await;
+    wait_tick(&mut ca, &vee, 3, BOOT).await;
+
+    // 1. A checkpoint taken at A; then A's only host fails: no local host
+    // is left, so the VEE is restored at B from A's checkpoint.
+    let (cp_a, before, after) = checkpoint(&mut acme, &mut ca, &vee).await;
+    l.a1.daemon.kill();
+    veeh::hypervisor::Hypervisor::open(lab::SITE_A_URI, &l.a1.host).unwrap().destroy(&vee).unwrap();
+    let info = l.a.wait_vee(&vee, "restored at site B", BOOT, |i| i.state == "running" && i.location == "remote (site-b)").await;
+    assert_eq!(info.latest_checkpoint, cp_a);
+    let mut cb = l.b1.client().await;
+    wait_tick(&mut cb, &vee, 1, Duration::from_secs(60)).await;
+    let first = guest::ticks(&console(&mut cb, &vee).await)[0];
+    assert!(first > before && first <= after + 1, "restored at B from A's checkpoint (ticks {before}..={after}), first tick at B {first}");
+
+    // 2. A's host is back. A checkpoint taken at B is recorded at A; then
+    // site B stops answering: A restores the VEE at home from B's
+    // checkpoint, and once B answers again B destroys its stale copy.
+    l.a1.restart().await;
+    let (cp_b, before, after) = checkpoint(&mut acme, &mut cb, &vee).await;
+    assert_ne!(cp_b, cp_a);
+    let b_pid = l._b.daemon.pid().unwrap().to_string();
+    assert!(Command::new("kill").args(["-STOP", &b_pid]).status().unwrap().success());
+    let info = l.a.wait_vee(&vee, "restored at home", BOOT, |i| i.state == "running" && i.location.starts_with("local")).await;
+    assert!(Command::new("kill").args(["-CONT", &b_pid]).status().unwrap().success());
+    assert_eq!(info.latest_checkpoint, cp_b);
+    // The console log on A's host still holds the first run's ticks, which
+    // went on past this checkpoint: the restored run starts where the
+    // counter drops.
+    let mut ca = l.a1.client().await;
+    let start = std::time::Instant::now();
+    let first = loop {
+        let ticks = guest::ticks(&console(&mut ca, &vee).await);
+        if let Some(t) = resumed_at(&ticks) {
+            break t;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "the restored guest prints nothing at A: {ticks:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(first > before && first <= after + 1, "restored at A from B's checkpoint (ticks {before}..={after}), first tick at A {first}");
+    let start = std::time::Instant::now();
+    while !domains(&l.b1).await.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(60), "B still runs its copy: {}", site::tail(&l.a.daemon.log_text(), 3000));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(domains(&l.a1).await.len(), 1);
+    let usage = acme.get_usage(ServiceRef { service_id: svc.service_id.clone() }).await.unwrap().into_inner();
+    assert!(usage.violations.is_empty(), "a recovered VEE is no SLA violation: {:?}", usage.violations);
+    acme.vee_action(VeeActionRequest { vee_id: vee.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    let dir = l.dir.clone();
+    drop(l);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Checkpoints `vee` through its primary site; returns the checkpoint ID
+/// and the guest's last tick just before and just after, then lets the
+/// guest tick on three more times.
+async fn checkpoint(acme: &mut veem::peers::PeerClient, host: &mut vhi::vhi_client::VhiClient<tonic::transport::Channel>, vee: &str) -> (String, u64, u64) {
+    let before = guest::last_tick(&console(host, vee).await).unwrap().0;
+    let info = acme.vee_action(VeeActionRequest { vee_id: vee.into(), action: "checkpoint".into(), checkpoint_id: String::new() }).await.unwrap().into_inner();
+    assert!(!info.latest_checkpoint.is_empty());
+    let after = guest::last_tick(&console(host, vee).await).unwrap().0;
+    wait_tick(host, vee, after + 3, Duration::from_secs(30)).await;
+    (info.latest_checkpoint, before, after)
+}
+
+/// The first tick of a second run in a console log: where the counter last
+/// went down; `None` while there is no second run.
+fn resumed_at(ticks: &[u64]) -> Option<u64> {
+    ticks.windows(2).rposition(|w| w[1] <= w[0]).map(|i| ticks[i + 1])
 }

@@ -159,13 +159,15 @@ pub fn rewrite_for(xml: &str, to: &PathMap, new_owner: &str) -> anyhow::Result<S
         attr_edit(source, "file", disk, &mut edits)?;
     }
     if let Some(console) = &to.console {
-        let serial = find(&|n: &roxmltree::Node| n.tag_name().name() == "serial")
-            .ok_or_else(|| anyhow::anyhow!("domain XML has no <serial>"))?;
-        let source = serial
-            .children()
-            .find(|c| c.tag_name().name() == "source")
-            .ok_or_else(|| anyhow::anyhow!("<serial> has no <source>"))?;
-        attr_edit(source, "path", console, &mut edits)?;
+        // The live XML repeats the serial port's file as <console>: both go.
+        find(&|n: &roxmltree::Node| n.tag_name().name() == "serial").ok_or_else(|| anyhow::anyhow!("domain XML has no <serial>"))?;
+        for dev in doc.descendants().filter(|n| matches!(n.tag_name().name(), "serial" | "console") && n.attribute("type") == Some("file")) {
+            let source = dev
+                .children()
+                .find(|c| c.tag_name().name() == "source")
+                .ok_or_else(|| anyhow::anyhow!("<{}> has no <source>", dev.tag_name().name()))?;
+            attr_edit(source, "path", console, &mut edits)?;
+        }
     }
     let owner = doc
         .descendants()
@@ -250,6 +252,16 @@ mod tests {
         assert!(out.contains("<source file='/b/x/overlay.qcow2'/>"));
         assert!(out.contains("<kernel>/b/cache/k</kernel>"));
         assert_eq!(ownership(&out).unwrap().owner, "host-b1");
+    }
+
+    #[test]
+    fn rewrite_moves_the_console_mirror_of_live_xml_too() {
+        // libvirt's live XML repeats the serial file as <console>.
+        let xml = generate(&spec()).replace("</devices>", "<console type='file'><source path='/s/a/console.log' append='on'/><target type='serial' port='0'/></console></devices>");
+        let to = PathMap { console: Some("/b/x/console.log".into()), ..Default::default() };
+        let out = rewrite_for(&xml, &to, "host-b1").unwrap();
+        assert!(!out.contains("/s/a/console.log"), "{out}");
+        assert_eq!(out.matches("/b/x/console.log").count(), 2);
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub async fn run(config: &Path) -> Result<()> {
     spawn_heartbeats(&veem);
     veem.spawn_scheduler();
     veem.spawn_accounting();
+    veem.spawn_peer_watch();
     tracing::info!(site = %veem.cfg.site_id, %listen, "VMI listening");
     tonic::transport::Server::builder()
         .add_service(VmiService::new(veem))

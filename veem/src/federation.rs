@@ -17,7 +17,7 @@ use interfaces::vmi::{IncomingRequest, VeeActionRequest, VeeRef};
 
 use crate::config::Role;
 use crate::manager::Veem;
-use crate::model::{now_ms, Location, ServiceRec, VeeRec, VeeState};
+use crate::model::{now_ms, CheckpointRec, Location, ServiceRec, VeeRec, VeeState};
 use crate::peers;
 use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
 use crate::store::Tree;
@@ -79,7 +79,8 @@ impl Veem {
                 cmdline: c.cmdline.clone().unwrap_or_default(),
                 state: VeeState::Deploying,
                 location: Location::Nowhere,
-                checkpoint_interval_s: None,
+                // The primary site keeps the SLA's checkpoint schedule.
+                checkpoint_interval_s: crate::deploy::checkpoint_interval(m, (end_unix - now).max(1) as u64),
                 last_checkpoint_ms: None,
                 latest_checkpoint: None,
                 guarantee: guarantee.clone(),
@@ -92,7 +93,7 @@ impl Veem {
             };
             let mut refusals: Vec<String> = Vec::new();
             for p in peers::candidates(&self.cfg, c.vcpus, c.memory_mib, &guarantee) {
-                match self.send_incoming(&p.site_id, &v, true).await {
+                match self.send_incoming(&p.site_id, &v, Incoming::Boot).await {
                     Ok(_) => {
                         v.location = Location::Site(p.site_id.clone());
                         v.state = VeeState::Running;
@@ -122,9 +123,15 @@ impl Veem {
         Ok(Ok(placed))
     }
 
-    /// Asks peer `site` to admit VEE `v` (booting it when `start_fresh`,
-    /// else preparing to receive a live migration).
-    pub async fn send_incoming(&self, site: &str, v: &VeeRec, start_fresh: bool) -> Result<IncomingTarget> {
+    /// Asks peer `site` to admit VEE `v` and to boot it, restore it from a
+    /// checkpoint or prepare to receive it by live migration (`how`).
+    /// Errors carry the peer's refusal (its admission, agreement or host).
+    pub async fn send_incoming(&self, site: &str, v: &VeeRec, how: Incoming) -> Result<IncomingTarget> {
+        let (start_fresh, restore_from) = match how {
+            Incoming::Boot => (true, None),
+            Incoming::Restore(cp) => (true, Some(cp)),
+            Incoming::Migration => (false, None),
+        };
         let req = IncomingRequest {
             vee_id: v.id.clone(),
             service_id: v.service_id.clone(),
@@ -138,15 +145,21 @@ impl Veem {
             cmdline: v.cmdline.clone(),
             guarantee: v.guarantee.clone(),
             start_fresh,
+            restore_from,
         };
         Ok(peers::client(&self.cfg, site)?.prepare_incoming(req).await.map_err(|s| anyhow!("{}", s.message()))?.into_inner())
     }
 
-    /// Forwards an action on a VEE that runs at peer `site`.
+    /// Forwards an action on a VEE that runs at peer `site`; a checkpoint
+    /// taken there is recorded here too, so that it can be restored at any
+    /// site (issue 6 §6).
     pub async fn forward_action(&self, site: &str, vee_id: &str, action: &str, checkpoint_id: &str) -> Result<()> {
         let req = VeeActionRequest { vee_id: vee_id.into(), action: action.into(), checkpoint_id: checkpoint_id.into() };
         let info = peers::client(&self.cfg, site)?.vee_action(req).await.map_err(|s| anyhow!("site {site}: {}", s.message()))?.into_inner();
         let mut v = self.vee(vee_id)?;
+        if let Some(rec) = info.checkpoint_record.as_ref().filter(|_| action == "checkpoint") {
+            self.record_checkpoint(&mut v, rec, &format!("at {site}")).await?;
+        }
         if let Ok(state) = serde_json::from_value::<VeeState>(serde_json::Value::String(info.state.clone())) {
             if state != v.state {
                 self.transition(&mut v, state, format!("at {site}"))?;
@@ -155,10 +168,66 @@ impl Veem {
         Ok(())
     }
 
-    /// Recovery at a peer site from a checkpoint is not offered by this
-    /// version: the caller records the VEE as not recovered.
-    pub async fn recover_at_peer(&self, vee_id: &str) -> Result<()> {
-        bail!("VEE {vee_id}: no local host can take it and recovery at a peer site is not offered by this VEEM version")
+    /// Restores (or, without a checkpoint, restarts) at a peer site a VEE
+    /// that no local host can take after a failure (H §4: the peer site is
+    /// the last resort before a penalty). Peers are tried cheapest first;
+    /// each applies its own admission and checks the checkpoint's
+    /// compatibility profile. `skip` is a site not to try (the one that
+    /// failed). Errors with every peer's refusal.
+    pub async fn recover_at_peer(&self, vee_id: &str, skip: Option<&str>) -> Result<()> {
+        let _g = self.lock_vee(vee_id).await;
+        let mut v = self.vee(vee_id)?;
+        let cp = self.checkpoint_of(vee_id, None)?;
+        if v.state != VeeState::Failed {
+            self.transition(&mut v, VeeState::Failed, "its host or site failed")?;
+        }
+        self.transition(&mut v, VeeState::Recovering, "at a peer site")?;
+        let mut refusals = Vec::new();
+        for p in peers::candidates(&self.cfg, v.vcpus, v.memory_mib, &v.guarantee) {
+            if Some(p.site_id.as_str()) == skip {
+                continue;
+            }
+            let how = match &cp {
+                Some(c) => Incoming::Restore(c.record()?),
+                None => Incoming::Boot,
+            };
+            match self.send_incoming(&p.site_id, &v, how).await {
+                Ok(_) => {
+                    let _ = self.planner.lock().unwrap().release_vee(vee_id);
+                    self.persist_planner()?;
+                    v.location = Location::Site(p.site_id.clone());
+                    let how = match &cp {
+                        Some(c) => format!("restored from checkpoint {} at {}", c.id, p.site_id),
+                        None => format!("restarted from its images at {} (no checkpoint)", p.site_id),
+                    };
+                    return self.transition(&mut v, VeeState::Running, how);
+                }
+                Err(e) => refusals.push(format!("{} refused: {e:#}", p.site_id)),
+            }
+        }
+        if refusals.is_empty() {
+            bail!("VEE {vee_id}: no local host can take it and no peer site's framework agreement admits it");
+        }
+        bail!("VEE {vee_id}: no local host can take it; {}", refusals.join("; "))
+    }
+
+    /// Records checkpoint `rec` of VEE `v` (taken here or `where_` at a
+    /// peer site) as its latest, pinning its blobs in the image repository.
+    pub(crate) async fn record_checkpoint(&self, v: &mut VeeRec, rec: &vhi::CheckpointRecord, where_: &str) -> Result<CheckpointRec> {
+        let cp = CheckpointRec::new(rec);
+        for blob in [&rec.memory_blob, &rec.disk_blob] {
+            if let Ok(id) = blob.parse() {
+                if let Err(e) = self.repo.pin(&id, &format!("{}-checkpoint-{}", self.cfg.site_id, cp.id)).await {
+                    tracing::warn!(%blob, error = %e, "cannot pin checkpoint blob");
+                }
+            }
+        }
+        self.store.put(Tree::Checkpoints, &cp.id, &cp)?;
+        v.latest_checkpoint = Some(cp.id.clone());
+        v.last_checkpoint_ms = Some(now_ms());
+        self.save_vee(v)?;
+        self.event(&v.id, &v.service_id, "checkpointed", format!("{} {where_} ({} ms downtime)", cp.id, rec.downtime_ms));
+        Ok(cp)
     }
 
     // ----- peer side -----
@@ -245,9 +314,16 @@ impl Veem {
         self.save_vee(&v)?;
         self.event(&v.id, &v.service_id, "incoming", format!("from {from} on {host}"));
         let result = async {
-            if r.start_fresh {
-                self.deploy_vee(&v.id).await?;
-                return Ok(IncomingTarget { vee_id: v.id.clone(), ..Default::default() });
+            match (r.start_fresh, r.restore_from) {
+                (true, Some(cp)) => {
+                    self.restore_incoming(&v.id, &host, cp).await?;
+                    return Ok(IncomingTarget { vee_id: v.id.clone(), ..Default::default() });
+                }
+                (true, None) => {
+                    self.deploy_vee(&v.id).await?;
+                    return Ok(IncomingTarget { vee_id: v.id.clone(), ..Default::default() });
+                }
+                (false, _) => {}
             }
             Ok(self.hosts.client(&host)?.prepare_incoming(v.spec()).await.map_err(|s| anyhow!("{}", s.message()))?.into_inner())
         }
@@ -285,16 +361,50 @@ impl Veem {
         Ok(v)
     }
 
-    /// The migration failed: the VEEH removes what it prepared.
+    /// Restores an admitted incoming VEE on `host` from checkpoint `cp`
+    /// (taken at any site); the VEEH refuses an incompatible profile.
+    async fn restore_incoming(&self, vee_id: &str, host: &str, cp: vhi::CheckpointRecord) -> Result<()> {
+        let _g = self.lock_vee(vee_id).await;
+        let mut v = self.vee(vee_id)?;
+        self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.checkpoint_id))?;
+        let r = self.hosts.client(host)?.restore(vhi::RestoreRequest { spec: Some(v.spec()), checkpoint: Some(cp.clone()) }).await;
+        if let Err(s) = r {
+            let _ = self.hosts.client(host)?.destroy(vhi::DestroyRequest { vee_id: vee_id.into(), remove: true }).await;
+            bail!("{host}: {}", s.message());
+        }
+        self.record_checkpoint(&mut v, &cp, "restored here").await?;
+        self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.checkpoint_id))?;
+        Ok(())
+    }
+
+    /// The primary site no longer wants the VEE here: an incoming
+    /// migration is aborted (the VEEH removes what it prepared), or a copy
+    /// it recovered elsewhere while this site did not answer is destroyed
+    /// (fencing: a VEE never runs in two places).
     pub async fn abort_incoming(&self, vee_id: &str) -> Result<()> {
+        let _g = self.lock_vee(vee_id).await;
         let v = self.vee(vee_id)?;
-        if v.state != VeeState::Migrating {
-            bail!("VEE {vee_id} is {} here, not an incoming migration", v.state.as_str());
-        }
         if let Some(h) = v.host() {
-            self.hosts.client(h)?.abort_incoming(vhi::VeeRef { vee_id: vee_id.into() }).await.map_err(|s| anyhow!("{}", s.message()))?;
+            let mut c = self.hosts.client(h)?;
+            if v.state == VeeState::Migrating {
+                c.abort_incoming(vhi::VeeRef { vee_id: vee_id.into() }).await.map_err(|s| anyhow!("{}", s.message()))?;
+            } else {
+                c.destroy(vhi::DestroyRequest { vee_id: vee_id.into(), remove: true }).await.map_err(|s| anyhow!("{}", s.message()))?;
+                tracing::warn!(vee = %vee_id, host = %h, "the primary site took this VEE back: destroyed the copy here");
+            }
         }
+        drop(_g);
         self.drop_incoming(vee_id).await;
         Ok(())
     }
+}
+
+/// How a peer site is to take a VEE ([`Veem::send_incoming`]).
+pub enum Incoming {
+    /// Boot it from its images (remote placement).
+    Boot,
+    /// Restore it from this checkpoint record (recovery at a peer site).
+    Restore(vhi::CheckpointRecord),
+    /// Prepare a VEEH to receive a live migration.
+    Migration,
 }

@@ -21,6 +21,7 @@ pub mod lifecycle;
 pub mod manager;
 pub mod migration;
 pub mod model;
+pub mod peer_watch;
 pub mod peers;
 pub mod planner;
 pub mod reconcile;

@@ -22,7 +22,9 @@ impl Veem {
     }
 
     /// Applies a VMI VeeAction: stop | suspend | resume | checkpoint |
-    /// restore (`checkpoint_id` empty = latest valid).
+    /// restore (`checkpoint_id` empty = latest valid) | withdraw (operator of
+    /// a site running the VEE for a peer: give it back, see
+    /// [`Veem::withdraw`]).
     pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: &str, checkpoint_id: &str) -> Result<VeeRec> {
         if let Location::Site(site) = self.vee(vee_id)?.location {
             self.forward_action(&site, vee_id, action, checkpoint_id).await?;
@@ -47,7 +49,8 @@ impl Veem {
                 self.checkpoint_vee(vee_id).await?;
             }
             "restore" => self.restore_vee(vee_id, (!checkpoint_id.is_empty()).then_some(checkpoint_id)).await?,
-            other => bail!("field `action`: {other:?} is not stop, suspend, resume, checkpoint or restore"),
+            "withdraw" => self.withdraw(vee_id).await?,
+            other => bail!("field `action`: {other:?} is not stop, suspend, resume, checkpoint, restore or withdraw"),
         }
         self.vee(vee_id)
     }
@@ -86,18 +89,7 @@ impl Veem {
                 bail!("checkpoint of {vee_id}: {}", e.message());
             }
         };
-        let cp = CheckpointRec::new(&rec);
-        for blob in [&rec.memory_blob, &rec.disk_blob] {
-            if let Ok(id) = blob.parse() {
-                if let Err(e) = self.repo.pin(&id, &format!("{}-checkpoint-{}", self.cfg.site_id, cp.id)).await {
-                    tracing::warn!(%blob, error = %e, "cannot pin checkpoint blob");
-                }
-            }
-        }
-        self.store.put(Tree::Checkpoints, &cp.id, &cp)?;
-        v.latest_checkpoint = Some(cp.id.clone());
-        v.last_checkpoint_ms = Some(now_ms());
-        self.event(vee_id, &v.service_id, "checkpointed", format!("{} ({} ms downtime)", cp.id, rec.downtime_ms));
+        let cp = self.record_checkpoint(&mut v, &rec, &format!("on {host}")).await?;
         self.transition(&mut v, VeeState::Running, "")?;
         Ok(cp)
     }
@@ -157,13 +149,19 @@ impl Veem {
                             let veem = veem.clone();
                             tokio::spawn(async move { veem.stop_vee(&v.id).await });
                         }
-                        VeeState::Running if v.host().is_some() => {
+                        // A VEE at a peer site is checkpointed there, on
+                        // the primary site's schedule.
+                        VeeState::Running if v.for_peer.is_none() => {
                             let Some(every) = v.checkpoint_interval_s else { continue };
                             let last = v.last_checkpoint_ms.unwrap_or(v.updated_ms);
                             if now_ms() - last >= every as i64 * 1000 && veem.try_busy(&v.id) {
                                 let veem = veem.clone();
                                 tokio::spawn(async move {
-                                    if let Err(e) = veem.checkpoint_vee(&v.id).await {
+                                    let r = match &v.location {
+                                        Location::Site(s) => veem.forward_action(s, &v.id, "checkpoint", "").await,
+                                        _ => veem.checkpoint_vee(&v.id).await.map(|_| ()),
+                                    };
+                                    if let Err(e) = r {
                                         tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "scheduled checkpoint failed");
                                     }
                                     veem.unbusy(&v.id);

@@ -52,12 +52,13 @@ impl Veem {
                 RecoveryTarget::Spare { host } | RecoveryTarget::Host { host } => Some(host.clone()),
                 _ => None,
             };
+            let why = format!("host {host} failed");
             let result = match target {
-                Some(to) => self.recover_vee_on(&step.vee, host, &to).await,
+                Some(to) => self.recover_vee_on(&step.vee, &why, &to).await,
                 None => {
                     let why = match &step.target {
                         RecoveryTarget::Unplaced { reason } => reason.clone(),
-                        RecoveryTarget::NeedsPeer | RecoveryTarget::PeerSpare { .. } => self.recover_at_peer(&step.vee).await.err().map(|e| format!("{e:#}")).unwrap_or_default(),
+                        RecoveryTarget::NeedsPeer | RecoveryTarget::PeerSpare { .. } => self.recover_at_peer(&step.vee, None).await.err().map(|e| format!("{e:#}")).unwrap_or_default(),
                         _ => String::new(),
                     };
                     if why.is_empty() {
@@ -68,20 +69,21 @@ impl Veem {
                 }
             };
             if let Err(e) = result {
-                self.record_unrecovered(&step.vee, host, &format!("{e:#}"))?;
+                self.record_unrecovered(&step.vee, &why, &format!("{e:#}"))?;
             }
         }
         Ok(())
     }
 
-    /// Restores (or, without a checkpoint, restarts) a VEE of `failed` on `to`.
-    async fn recover_vee_on(&self, vee_id: &str, failed: &str, to: &str) -> Result<()> {
+    /// Restores (or, without a checkpoint, restarts) on local host `to` a
+    /// VEE lost because `why` (e.g. "host a1 failed").
+    pub(crate) async fn recover_vee_on(&self, vee_id: &str, why: &str, to: &str) -> Result<()> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         if !v.state.is_live() && v.state != VeeState::Failed && v.state != VeeState::Deploying {
             return Ok(());
         }
-        self.transition(&mut v, VeeState::Failed, format!("host {failed} failed"))?;
+        self.transition(&mut v, VeeState::Failed, why.to_string())?;
         self.transition(&mut v, VeeState::Recovering, format!("to {to}"))?;
         v.location = Location::Host(to.to_string());
         self.save_vee(&v)?;
@@ -98,9 +100,10 @@ impl Veem {
         }
     }
 
-    /// Records a VEE that could not be recovered, with the manifest's
-    /// penalty for the rest of its window.
-    fn record_unrecovered(&self, vee_id: &str, host: &str, why: &str) -> Result<()> {
+    /// Records a VEE lost because `lost` (e.g. "host a1 failed") that could
+    /// not be recovered because `why`, with the manifest's penalty for the
+    /// rest of its window.
+    pub(crate) fn record_unrecovered(&self, vee_id: &str, lost: &str, why: &str) -> Result<()> {
         let mut v = self.vee(vee_id)?;
         let svc = self.service(&v.service_id)?;
         let start = chrono::Utc::now().timestamp();
@@ -110,7 +113,7 @@ impl Veem {
             id: uuid::Uuid::new_v4().to_string(),
             service_id: svc.id.clone(),
             vee_id: vee_id.into(),
-            term: format!("availability: host {host} failed and the VEE could not be recovered ({why})"),
+            term: format!("availability: {lost} and the VEE could not be recovered ({why})"),
             start_unix: start,
             end_unix: end,
             penalty,

@@ -118,6 +118,10 @@ impl VmiService {
             memory_mib: v.memory_mib,
             latest_checkpoint: v.latest_checkpoint.clone().unwrap_or_default(),
             updated_unix_ms: v.updated_ms,
+            checkpoint_record: match role {
+                Role::Peer(_) => self.veem.checkpoint_of(&v.id, None).ok().flatten().and_then(|c| c.record().ok()),
+                _ => None,
+            },
         }
     }
 
@@ -189,6 +193,9 @@ impl Vmi for VmiService {
 
     async fn vee_action(&self, r: Request<VeeActionRequest>) -> R<VeeInfo> {
         let role = self.caller(&r)?;
+        if r.get_ref().action == "withdraw" {
+            self.operator(&r)?;
+        }
         let req = r.into_inner();
         self.visible_vee(&role, &req.vee_id)?;
         let v = self.veem.vee_action(&req.vee_id, &req.action, &req.checkpoint_id).await.map_err(status)?;

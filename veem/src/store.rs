@@ -21,6 +21,8 @@ pub enum Tree {
     Violations,
     Events,
     Meta,
+    /// VEEs recovered away from a silent peer site (peer_watch::FenceRec).
+    Fenced,
 }
 
 impl Tree {
@@ -34,6 +36,7 @@ impl Tree {
             Tree::Violations => "violations",
             Tree::Events => "events",
             Tree::Meta => "meta",
+            Tree::Fenced => "fenced",
         }
     }
 }

@@ -108,6 +108,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         Command::Suspend { vee } => vee_action(&mut c, vee, "suspend", None, fmt, out).await?,
         Command::Resume { vee } => vee_action(&mut c, vee, "resume", None, fmt, out).await?,
         Command::Checkpoint { vee } => vee_action(&mut c, vee, "checkpoint", None, fmt, out).await?,
+        Command::Withdraw { vee } => vee_action(&mut c, vee, "withdraw", None, fmt, out).await?,
         Command::Restore { vee, checkpoint } => vee_action(&mut c, vee, "restore", checkpoint.as_deref(), fmt, out).await?,
         Command::Migrate {
             vee,

@@ -140,6 +140,12 @@ pub enum Command {
         /// VEE ID.
         vee: String,
     },
+    /// Operator of the site running a VEE for a peer site: give it back to
+    /// its primary site, which takes it home (Withdraw).
+    Withdraw {
+        /// VEE ID.
+        vee: String,
+    },
     /// Restore a VEE from a checkpoint.
     Restore {
         /// VEE ID.

@@ -321,6 +321,7 @@ mod tests {
             memory_mib: 256,
             latest_checkpoint: String::new(),
             updated_unix_ms: 1_795_852_800_123,
+            checkpoint_record: None,
         }
     }
 

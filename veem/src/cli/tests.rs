@@ -387,11 +387,14 @@ async fn show_ls_and_actions() {
     assert_eq!(c, 0);
     let (c, _, _) = run(&ep, &["suspend", "v1"]).await;
     assert_eq!(c, 0);
+    let (c, _, _) = run(&ep, &["withdraw", "v1"]).await;
+    assert_eq!(c, 0);
     let seen = mock.seen.lock().unwrap().join("\n");
     assert!(seen.contains(r#"ServiceRef { service_id: "" }"#), "{seen}");
     assert!(seen.contains(r#"ServiceRef { service_id: "svc1" }"#), "{seen}");
     assert!(seen.contains(r#"action: "restore", checkpoint_id: "c7""#), "{seen}");
     assert!(seen.contains(r#"action: "suspend", checkpoint_id: """#), "{seen}");
+    assert!(seen.contains(r#"action: "withdraw", checkpoint_id: """#), "{seen}");
 }
 
 #[tokio::test]

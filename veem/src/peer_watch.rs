@@ -1,0 +1,186 @@
+//! Watching the peer sites that run this site's VEEs. The primary site
+//! stays responsible for the SLA (DESIGN.md §7, E Ch 3.4), so it recovers
+//! what a failed peer ran, in the recovery order of H §4: a local host from
+//! the latest checkpoint (wherever it was taken), else another peer site,
+//! else an SLA violation with the manifest's penalty.
+//!
+//! Every heartbeat interval the primary site asks each peer for every VEE
+//! it runs there (GetVee, at most [`PEER_CALL_TIMEOUT`] each). A peer that
+//! answers none of them for `heartbeat_miss_limit` rounds in a row has
+//! failed; a VEE the peer reports failed, or no longer knows, is recovered
+//! alone. Before a VEE is recovered elsewhere it is *fenced*: when the peer
+//! answers again it is told to destroy its copy (AbortIncoming), so that a
+//! VEE never runs in two places for longer than the peer's silence.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use interfaces::vmi::VeeRef;
+use serde::{Deserialize, Serialize};
+
+use crate::manager::Veem;
+use crate::model::{Location, VeeRec, VeeState};
+use crate::peers;
+use crate::store::Tree;
+
+/// How long one call to a peer may take before it counts as unanswered.
+pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A VEE recovered away from `site`, whose copy there must be destroyed
+/// when the site answers again.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FenceRec {
+    pub vee_id: String,
+    pub site: String,
+}
+
+/// What one watch round learned about one peer.
+enum PeerAnswer {
+    /// The peer did not answer (`Unavailable`, timeout).
+    Silent,
+    /// The peer answered; these VEEs it reports failed or does not know.
+    Answered { lost: Vec<String> },
+}
+
+impl Veem {
+    /// Starts the peer watch loop (every `heartbeat_interval_s` seconds).
+    pub fn spawn_peer_watch(self: &Arc<Self>) {
+        let veem = self.clone();
+        tokio::spawn(async move {
+            let mut misses: HashMap<String, u32> = HashMap::new();
+            loop {
+                tokio::time::sleep(Duration::from_secs(veem.cfg.heartbeat_interval_s)).await;
+                veem.watch_round(&mut misses).await;
+            }
+        });
+    }
+
+    /// One round over every peer that runs VEEs of this site or still holds
+    /// fenced copies; `misses` counts silent rounds per peer.
+    async fn watch_round(self: &Arc<Self>, misses: &mut HashMap<String, u32>) {
+        let Ok(vees) = self.vees() else { return };
+        let fenced: Vec<FenceRec> = self.store.list(Tree::Fenced).unwrap_or_default();
+        let mut by_site: HashMap<String, Vec<VeeRec>> = HashMap::new();
+        for v in vees.into_iter().filter(|v| v.state == VeeState::Running) {
+            if let Location::Site(s) = &v.location {
+                by_site.entry(s.clone()).or_default().push(v);
+            }
+        }
+        for f in &fenced {
+            by_site.entry(f.site.clone()).or_default();
+        }
+        for (site, vees) in by_site {
+            match self.ask_peer(&site, &vees, &fenced).await {
+                PeerAnswer::Silent => {
+                    let n = misses.entry(site.clone()).or_default();
+                    *n += 1;
+                    if *n == self.cfg.heartbeat_miss_limit && !vees.is_empty() {
+                        tracing::error!(%site, "peer site missed its heartbeats: failed");
+                        self.event("", "", "peer-failed", format!("{site} did not answer {n} times; recovering its {} VEEs", vees.len()));
+                        for v in &vees {
+                            self.spawn_recover_from_peer(&v.id, &site);
+                        }
+                    }
+                }
+                PeerAnswer::Answered { lost } => {
+                    if misses.remove(&site).is_some_and(|n| n >= self.cfg.heartbeat_miss_limit) {
+                        self.event("", "", "peer-up", format!("{site} answers again"));
+                    }
+                    for id in lost {
+                        self.spawn_recover_from_peer(&id, &site);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Asks `site` about `vees`; an answering site is also told to destroy
+    /// the copies fenced at it.
+    async fn ask_peer(&self, site: &str, vees: &[VeeRec], fenced: &[FenceRec]) -> PeerAnswer {
+        let Ok(mut c) = peers::client(&self.cfg, site) else { return PeerAnswer::Answered { lost: vec![] } };
+        let mut answered = false;
+        let mut lost = Vec::new();
+        for v in vees {
+            match tokio::time::timeout(PEER_CALL_TIMEOUT, c.get_vee(VeeRef { vee_id: v.id.clone() })).await {
+                Ok(Ok(info)) => {
+                    answered = true;
+                    if info.get_ref().state == VeeState::Failed.as_str() {
+                        lost.push(v.id.clone());
+                    }
+                }
+                Ok(Err(s)) if s.code() == tonic::Code::NotFound => {
+                    answered = true;
+                    lost.push(v.id.clone());
+                }
+                _ => {}
+            }
+        }
+        for f in fenced.iter().filter(|f| f.site == site) {
+            match tokio::time::timeout(PEER_CALL_TIMEOUT, c.abort_incoming(VeeRef { vee_id: f.vee_id.clone() })).await {
+                Ok(r) => {
+                    answered = true;
+                    match r {
+                        Ok(_) => self.event(&f.vee_id, "", "fenced", format!("{site} destroyed its copy")),
+                        Err(s) if s.code() == tonic::Code::NotFound => {}
+                        Err(s) => {
+                            tracing::warn!(vee = %f.vee_id, %site, error = %s.message(), "fencing failed; retrying next round");
+                            continue;
+                        }
+                    }
+                    let _ = self.store.remove(Tree::Fenced, &f.vee_id);
+                }
+                Err(_) => {}
+            }
+        }
+        if answered || vees.is_empty() && !fenced.iter().any(|f| f.site == site) {
+            PeerAnswer::Answered { lost }
+        } else {
+            PeerAnswer::Silent
+        }
+    }
+
+    fn spawn_recover_from_peer(self: &Arc<Self>, vee_id: &str, site: &str) {
+        let (veem, vee_id, site) = (self.clone(), vee_id.to_string(), site.to_string());
+        tokio::spawn(async move {
+            if let Err(e) = veem.recover_from_peer(&vee_id, &site).await {
+                tracing::error!(vee = %vee_id, %site, error = %format!("{e:#}"), "recovery from a failed peer site failed");
+            }
+        });
+    }
+
+    /// Recovers VEE `vee_id`, lost at peer `site`: fences it there, then
+    /// restores it from its latest checkpoint on a local host (or restarts
+    /// it from its images without one), else at another peer site, else
+    /// records an SLA violation. Errors only when the records cannot be
+    /// written.
+    pub async fn recover_from_peer(self: &Arc<Self>, vee_id: &str, site: &str) -> Result<()> {
+        let v = self.vee(vee_id)?;
+        if v.location != Location::Site(site.to_string()) || !v.state.is_live() {
+            return Ok(());
+        }
+        self.store.put(Tree::Fenced, vee_id, &FenceRec { vee_id: vee_id.into(), site: site.into() })?;
+        let why = format!("site {site} lost it");
+        let local = match self.home_host(&v) {
+            Some(host) => match self.reserve_home(&v, &host) {
+                Ok(()) => match self.recover_vee_on(vee_id, &why, &host).await {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        let _ = self.planner.lock().unwrap().release_service(&format!("home-{vee_id}"));
+                        self.persist_planner()?;
+                        Err(e.context(format!("restore on {host}")))
+                    }
+                },
+                Err(e) => Err(e),
+            },
+            None => Err(anyhow!("no local host can take it")),
+        };
+        let Err(local) = local else { return Ok(()) };
+        tracing::warn!(vee = %vee_id, error = %format!("{local:#}"), "cannot recover locally; trying other peer sites");
+        if let Err(e) = self.recover_at_peer(vee_id, Some(site)).await {
+            self.record_unrecovered(vee_id, &why, &format!("{local:#}; {e:#}"))?;
+        }
+        Ok(())
+    }
+}
