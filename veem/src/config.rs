@@ -111,16 +111,17 @@ pub struct ProposalPolicy {
     /// it (default 300): freshly placed or moved VEEs stay put.
     #[serde(default = "default_settle")]
     pub settle_s: u64,
-    /// Seconds after an operator rejected a proposal during which the
-    /// planner does not propose the same reason for that VEE again
-    /// (default 600).
-    #[serde(default = "default_reject_hold")]
-    pub reject_hold_s: u64,
+    /// Seconds, counted from a proposal's creation, during which the
+    /// planner does not propose the same reason for the same VEE again once
+    /// that proposal was rejected by an operator or failed (default 600): no
+    /// nagging, no retry storm.
+    #[serde(default = "default_hold")]
+    pub hold_s: u64,
 }
 
 impl Default for ProposalPolicy {
     fn default() -> Self {
-        Self { interval_s: default_proposal_interval(), consolidation: false, settle_s: default_settle(), reject_hold_s: default_reject_hold() }
+        Self { interval_s: default_proposal_interval(), consolidation: false, settle_s: default_settle(), hold_s: default_hold() }
     }
 }
 
@@ -130,7 +131,7 @@ fn default_proposal_interval() -> u64 {
 fn default_settle() -> u64 {
     300
 }
-fn default_reject_hold() -> u64 {
+fn default_hold() -> u64 {
     600
 }
 
@@ -271,7 +272,7 @@ mod tests {
         assert_eq!((cfg.proposals.interval_s, cfg.proposals.consolidation), (10, false));
         let on: VeemConfig = toml::from_str(&format!("{BASE}[proposals]\nconsolidation = true\ninterval_s = 2\nsettle_s = 5\n")).unwrap();
         on.check().unwrap();
-        assert_eq!((on.proposals.interval_s, on.proposals.consolidation, on.proposals.settle_s, on.proposals.reject_hold_s), (2, true, 5, 600));
+        assert_eq!((on.proposals.interval_s, on.proposals.consolidation, on.proposals.settle_s, on.proposals.hold_s), (2, true, 5, 600));
         let e = toml::from_str::<VeemConfig>(&format!("{BASE}[proposals]\nconsolidate = true\n")).unwrap_err();
         assert!(e.to_string().contains("consolidate"), "{e}");
         let zero: VeemConfig = toml::from_str(&format!("{BASE}[proposals]\ninterval_s = 0\n")).unwrap();

@@ -19,12 +19,13 @@
 //!
 //! Rules for all: only `Running` VEEs on a host of this site whose SLA
 //! allows migration (not `none`); at most one open proposal (proposed,
-//! approved, running) per VEE; after an operator rejected a proposal, the
-//! same reason is not proposed again for that VEE for
-//! `proposals.reject_hold_s`; targets are hosts that answer heartbeats
-//! ([`Health::Up`]) and that no open proposal is moving VEEs off; every
-//! move passes the planner's check (capacity in every slot, compatibility
-//! profile, affinity constraints), cumulatively over the pass.
+//! approved, running) per VEE; once a proposal was rejected by an operator
+//! or failed, the same reason is not proposed for that VEE again within
+//! `proposals.hold_s` of its creation; targets are hosts that answer
+//! heartbeats ([`Health::Up`]) and that no open proposal is moving VEEs
+//! off; every move passes the planner's check (capacity in every slot,
+//! compatibility profile, affinity constraints), cumulatively over the
+//! pass.
 //!
 //! The decisions are pure functions over a [`Snapshot`] ([`plan`]); the
 //! VEEM builds the snapshot, calls them and proposes ([`Veem::proposal_pass`]).
@@ -120,7 +121,8 @@ pub struct Snapshot {
     pub hosts: Vec<HostView>,
     pub vees: Vec<VeeView>,
     pub open: Vec<OpenMove>,
-    /// (VEE, reason) pairs an operator rejected within the hold time.
+    /// (VEE, reason) pairs of proposals rejected or failed within the hold
+    /// time.
     pub held: BTreeSet<(String, Reason)>,
     /// Whether consolidation is enabled.
     pub consolidation: bool,
@@ -362,7 +364,7 @@ impl Veem {
         for m in self.store.list::<MigrationRec>(Tree::Migrations)? {
             match m.state.as_str() {
                 "proposed" | "approved" | "running" => open.push(OpenMove { from: host_in(&m.from), to: host_in(&m.to), vee_id: m.vee_id, reason: m.reason }),
-                "rejected" if now - m.created_ms < cfg.reject_hold_s as i64 * 1000 => held.extend(Reason::parse(&m.reason).map(|r| (m.vee_id, r))),
+                "rejected" | "failed" if now - m.created_ms < cfg.hold_s as i64 * 1000 => held.extend(Reason::parse(&m.reason).map(|r| (m.vee_id, r))),
                 _ => {}
             }
         }
