@@ -147,16 +147,20 @@ pub trait Mover: Clone {
     fn try_move(&mut self, vee: &str, to: &str) -> bool;
 }
 
-/// A copy of the real planner, moving reservations from slot `now` on.
+/// The real planner, moving reservations from slot `now` on: copied from
+/// `source` when the first move is tried (a pass that tries none copies
+/// nothing).
 #[derive(Clone, Debug)]
-pub struct PlannerMover {
-    pub planner: Planner,
+pub struct PlannerMover<'a> {
+    pub source: &'a std::sync::Mutex<Planner>,
+    pub copy: Option<Planner>,
     pub now: Slot,
 }
 
-impl Mover for PlannerMover {
+impl Mover for PlannerMover<'_> {
     fn try_move(&mut self, vee: &str, to: &str) -> bool {
-        self.planner.move_vee(vee, to, self.now).is_ok()
+        let p = self.copy.get_or_insert_with(|| self.source.lock().unwrap().clone());
+        p.move_vee(vee, to, self.now).is_ok()
     }
 }
 
@@ -309,6 +313,21 @@ fn host_in(place: &str) -> Option<String> {
     place.strip_prefix("host:").map(str::to_string)
 }
 
+/// The open moves among migration records, and the (VEE, reason) pairs of
+/// the planner's proposals rejected or failed less than `hold_s` seconds
+/// after their creation before `now_ms`.
+pub fn open_and_held(records: Vec<MigrationRec>, now_ms: i64, hold_s: u64) -> (Vec<OpenMove>, BTreeSet<(String, Reason)>) {
+    let (mut open, mut held) = (Vec::new(), BTreeSet::new());
+    for m in records {
+        match m.state.as_str() {
+            "proposed" | "approved" | "running" => open.push(OpenMove { from: host_in(&m.from), to: host_in(&m.to), vee_id: m.vee_id, reason: m.reason }),
+            "rejected" | "failed" if now_ms - m.created_ms < hold_s as i64 * 1000 => held.extend(Reason::parse(&m.reason).map(|r| (m.vee_id, r))),
+            _ => {}
+        }
+    }
+    (open, held)
+}
+
 /// Where the VEEM saw each VEE live since when: (host, ms since the Unix
 /// epoch). Kept by the proposal loop in memory (a restarted VEEM starts
 /// afresh, which only delays proposals).
@@ -360,26 +379,17 @@ impl Veem {
             let migratable = v.migration_policy != "none";
             vees.push(VeeView { id: v.id, state: v.state, location: v.location, migratable, checkpoint_interval_s: v.checkpoint_interval_s, last_checkpoint_ms: v.last_checkpoint_ms, on_host_since_ms: since });
         }
-        let (mut open, mut held) = (Vec::new(), BTreeSet::new());
-        for m in self.store.list::<MigrationRec>(Tree::Migrations)? {
-            match m.state.as_str() {
-                "proposed" | "approved" | "running" => open.push(OpenMove { from: host_in(&m.from), to: host_in(&m.to), vee_id: m.vee_id, reason: m.reason }),
-                "rejected" | "failed" if now - m.created_ms < cfg.hold_s as i64 * 1000 => held.extend(Reason::parse(&m.reason).map(|r| (m.vee_id, r))),
-                _ => {}
-            }
-        }
+        let (open, held) = open_and_held(self.store.list::<MigrationRec>(Tree::Migrations)?, now, cfg.hold_s);
         Ok(Snapshot { now_ms: now, hosts, vees, open, held, consolidation: cfg.consolidation, settle_s: cfg.settle_s })
     }
 
     /// One pass: builds the snapshot, decides ([`plan`]) on a copy of the
-    /// planner and proposes each move (by `planner`). Returns the proposals
+    /// planner (see [`PlannerMover`]) and proposes each move (by `planner`). Returns the proposals
     /// made; one that `propose` refuses (the VEE changed meanwhile) is
     /// logged and skipped. Errors only when the state cannot be read.
     pub fn proposal_pass(self: &Arc<Self>, seen: &mut Seen) -> Result<Vec<MigrationRec>> {
         let snapshot = self.proposal_snapshot(seen)?;
-        let now = self.now_slot();
-        let planner = self.planner.lock().unwrap().clone();
-        let mut mover = PlannerMover { planner, now };
+        let mut mover = PlannerMover { source: &self.planner, copy: None, now: self.now_slot() };
         let mut made = Vec::new();
         for p in plan(&snapshot, &mut mover) {
             match self.propose(&p.vee_id, Dest::Host(p.to.clone()), p.reason.as_str(), "planner") {

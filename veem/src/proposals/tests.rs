@@ -76,8 +76,8 @@ impl Site {
 
     /// One pass on a copy of the planner: (VEE, target, reason) triples.
     fn plan(&self) -> Vec<(String, String, &'static str)> {
-        let mut mover = PlannerMover { planner: self.planner.clone(), now: 0 };
-        plan(&self.snap, &mut mover).into_iter().map(|p| (p.vee_id, p.to, p.reason.as_str())).collect()
+        let source = std::sync::Mutex::new(self.planner.clone());
+        plan(&self.snap, &mut PlannerMover { source: &source, copy: None, now: 0 }).into_iter().map(|p| (p.vee_id, p.to, p.reason.as_str())).collect()
     }
 
     /// Marks the pass's proposals open, as `propose` would record them.
@@ -231,9 +231,10 @@ fn consolidation_moves_all_of_a_host_or_nothing() {
     s.service("s2", 640, false, &[("b", "h0")]);
     s.service("s3", 512, false, &[("c", "h1")]);
     s.service("s4", 256, false, &[("d", "h1")]);
-    let mut mover = PlannerMover { planner: s.planner.clone(), now: 0 };
+    let source = std::sync::Mutex::new(s.planner.clone());
+    let mut mover = PlannerMover { source: &source, copy: None, now: 0 };
     assert!(plan(&s.snap, &mut mover).is_empty());
-    assert_eq!(mover.planner.host_usage("h1", 0).unwrap(), s.planner.host_usage("h1", 0).unwrap(), "a's trial move is not kept");
+    assert!(mover.copy.is_none(), "a's trial move is not kept");
 }
 
 #[test]
@@ -263,4 +264,51 @@ fn consolidation_never_targets_a_host_being_emptied() {
     // h1 is the drain's target, so not a source; h0 goes, onto h1, not
     // onto the most loaded h2.
     assert_eq!(s.plan(), vec![p("a", "h1", "consolidation")]);
+}
+
+#[test]
+fn planner_copied_only_when_a_move_is_tried() {
+    let mut s = Site::new(2);
+    s.service("s1", 128, false, &[("a", "h0")]);
+    let source = std::sync::Mutex::new(s.planner.clone());
+    let mut mover = PlannerMover { source: &source, copy: None, now: 0 };
+    assert!(plan(&s.snap, &mut mover).is_empty());
+    assert!(mover.copy.is_none());
+    s.health("h0", Health::Missing(1));
+    assert_eq!(plan(&s.snap, &mut mover).len(), 1);
+    assert_eq!(mover.copy.unwrap().host_usage("h1", 0).unwrap(), Resources::new(1, 128, 1), "the accepted move is kept");
+}
+
+fn rec(vee: &str, reason: &str, state: &str, created_ms: i64) -> MigrationRec {
+    MigrationRec {
+        id: format!("{vee}-{state}"),
+        vee_id: vee.into(),
+        from: "host:h0".into(),
+        to: "host:h1".into(),
+        reason: reason.into(),
+        state: state.into(),
+        decided_by: String::new(),
+        detail: String::new(),
+        total_ms: 0,
+        downtime_ms: 0,
+        created_ms,
+    }
+}
+
+#[test]
+fn open_moves_and_holds_from_the_records() {
+    let records = vec![
+        rec("a", "maintenance", "proposed", NOW),
+        rec("b", "consolidation", "running", NOW),
+        rec("c", "failure-risk", "rejected", NOW - 599_000),
+        rec("d", "consolidation", "failed", NOW - 10_000),
+        rec("e", "sla-at-risk", "rejected", NOW - 600_000),
+        rec("f", "maintenance", "rejected", NOW),
+        rec("g", "consolidation", "done", NOW),
+    ];
+    let (open, held) = open_and_held(records, NOW, 600);
+    assert_eq!(open.iter().map(|m| m.vee_id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!((open[0].from.as_deref(), open[0].to.as_deref()), (Some("h0"), Some("h1")));
+    // e: held 600 s, over; f: an operator's reason, not the planner's.
+    assert_eq!(held, BTreeSet::from([("c".to_string(), Reason::FailureRisk), ("d".to_string(), Reason::Consolidation)]));
 }
