@@ -38,9 +38,18 @@ pub struct Veem {
 }
 
 /// Writes the VEEM config of `site_id` over `hosts` and returns its path.
+/// `extra` is TOML inserted before the hosts: top-level keys first, then
+/// tables; it may set `heartbeat_interval_s` (default 1),
+/// `heartbeat_miss_limit` (3) and `usage_interval_s` (3) itself.
 pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, hosts: &[&Veeh], peers: &[PeerLink], extra: &str) -> PathBuf {
+    let mut defaults = String::new();
+    for (key, value) in [("heartbeat_interval_s", 1), ("heartbeat_miss_limit", 3), ("usage_interval_s", 3)] {
+        if !extra.lines().any(|l| l.trim_start().starts_with(key)) {
+            defaults += &format!("{key} = {value}\n");
+        }
+    }
     let mut cfg = format!(
-        "site_id = \"{site_id}\"\nlisten = \"127.0.0.1:{port}\"\ndb = \"{}\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\nheartbeat_interval_s = 1\nheartbeat_miss_limit = 3\nusage_interval_s = 3\n{extra}\n",
+        "site_id = \"{site_id}\"\nlisten = \"127.0.0.1:{port}\"\ndb = \"{}\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n{defaults}{extra}\n",
         dir.join(format!("{site_id}.db")).display(),
         repo.url,
         repo.token

@@ -93,6 +93,48 @@ pub struct MigrationPolicy {
     pub bandwidth_mib_s: u64,
 }
 
+/// `[proposals]`: migrations the planner proposes by itself (see
+/// `crate::proposals`). Whether they run at once or wait for an operator is
+/// `[migration] auto_approve` (reasons `failure-risk`, `sla-at-risk`,
+/// `consolidation`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposalPolicy {
+    /// Seconds between two proposal passes (at least 1; default 10).
+    #[serde(default = "default_proposal_interval")]
+    pub interval_s: u64,
+    /// Whether to propose emptying the least-loaded host onto the others
+    /// (reason `consolidation`; default false).
+    #[serde(default)]
+    pub consolidation: bool,
+    /// Seconds a VEE must have been on its host before consolidation moves
+    /// it (default 300): freshly placed or moved VEEs stay put.
+    #[serde(default = "default_settle")]
+    pub settle_s: u64,
+    /// Seconds, counted from a proposal's creation, during which the
+    /// planner does not propose the same reason for the same VEE again once
+    /// that proposal was rejected by an operator or failed (default 600): no
+    /// nagging, no retry storm.
+    #[serde(default = "default_hold")]
+    pub hold_s: u64,
+}
+
+impl Default for ProposalPolicy {
+    fn default() -> Self {
+        Self { interval_s: default_proposal_interval(), consolidation: false, settle_s: default_settle(), hold_s: default_hold() }
+    }
+}
+
+fn default_proposal_interval() -> u64 {
+    10
+}
+fn default_settle() -> u64 {
+    300
+}
+fn default_hold() -> u64 {
+    600
+}
+
 /// `veem serve --config FILE`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -129,6 +171,8 @@ pub struct VeemConfig {
     pub peers: Vec<PeerEntry>,
     #[serde(default)]
     pub migration: MigrationPolicy,
+    #[serde(default)]
+    pub proposals: ProposalPolicy,
 }
 
 fn default_rank() -> String {
@@ -181,6 +225,9 @@ impl VeemConfig {
         if self.heartbeat_interval_s == 0 || self.heartbeat_miss_limit == 0 {
             bail!("fields `heartbeat_interval_s` and `heartbeat_miss_limit` must be at least 1");
         }
+        if self.proposals.interval_s == 0 {
+            bail!("field `proposals.interval_s`: must be at least 1 (seconds)");
+        }
         Ok(())
     }
 
@@ -217,5 +264,18 @@ mod tests {
         let dup = format!("{BASE}[[hosts]]\nname = \"a\"\nendpoint = \"x\"\n[[hosts]]\nname = \"a\"\nendpoint = \"y\"\n");
         let cfg: VeemConfig = toml::from_str(&dup).unwrap();
         assert!(cfg.check().unwrap_err().to_string().contains("hosts[1].name"));
+    }
+
+    #[test]
+    fn proposals_default_off_and_deny_unknown_fields() {
+        let cfg: VeemConfig = toml::from_str(BASE).unwrap();
+        assert_eq!((cfg.proposals.interval_s, cfg.proposals.consolidation), (10, false));
+        let on: VeemConfig = toml::from_str(&format!("{BASE}[proposals]\nconsolidation = true\ninterval_s = 2\nsettle_s = 5\n")).unwrap();
+        on.check().unwrap();
+        assert_eq!((on.proposals.interval_s, on.proposals.consolidation, on.proposals.settle_s, on.proposals.hold_s), (2, true, 5, 600));
+        let e = toml::from_str::<VeemConfig>(&format!("{BASE}[proposals]\nconsolidate = true\n")).unwrap_err();
+        assert!(e.to_string().contains("consolidate"), "{e}");
+        let zero: VeemConfig = toml::from_str(&format!("{BASE}[proposals]\ninterval_s = 0\n")).unwrap();
+        assert!(zero.check().unwrap_err().to_string().contains("proposals.interval_s"));
     }
 }

@@ -1,6 +1,6 @@
 //! `veem serve`: opens the state, registers the site's hosts with the
 //! planner, reconciles with what the VEEHs run, then serves the VMI and runs
-//! the heartbeat, scheduler and accounting loops.
+//! the heartbeat, scheduler, accounting and proposal loops.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -34,6 +34,7 @@ pub async fn run(config: &Path) -> Result<()> {
     veem.spawn_scheduler();
     veem.spawn_accounting();
     veem.spawn_peer_watch();
+    veem.spawn_proposals();
     tracing::info!(site = %veem.cfg.site_id, %listen, "VMI listening");
     tonic::transport::Server::builder()
         .add_service(VmiService::new(veem))

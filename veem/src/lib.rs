@@ -7,7 +7,8 @@
 //! Modules: `config`, `model` (records), `store` (sled), `manager` (shared
 //! state), `hosts` (VHI clients, heartbeats), `planner` (pure planning
 //! logic), `deploy` (negotiation, admission), `lifecycle` (actions,
-//! checkpoint schedule), `recovery`, `migration`, `federation`, `peers`,
+//! checkpoint schedule), `recovery`, `migration`, `proposals` (migrations the
+//! planner proposes by itself), `federation`, `peers`,
 //! `accounting`, `reconcile`, `server` (VMI), `daemon`, `cli`.
 
 pub mod accounting;
@@ -24,6 +25,7 @@ pub mod model;
 pub mod peer_watch;
 pub mod peers;
 pub mod planner;
+pub mod proposals;
 pub mod reconcile;
 pub mod recovery;
 pub mod server;

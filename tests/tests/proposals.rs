@@ -1,0 +1,210 @@
+//! Migrations the planner proposes by itself, on one site with real
+//! daemons and the tiny guest: a consolidation the site policy runs at once
+//! (the guest's counter goes on, nothing moves back), and a host missing
+//! heartbeats whose failure-risk proposal waits for the operator, who
+//! rejects it (nothing moves).
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use e2e::daemons::{console, wait_tick, ImageRepo, Veeh};
+use e2e::site::{self, host_of, manifest, Veem, ACME, OPERATOR};
+use e2e::{guest, lab};
+use interfaces::vhi;
+use interfaces::vmi::*;
+
+const BOOT: Duration = Duration::from_secs(180);
+
+async fn domains(h: &Veeh) -> Vec<vhi::DomainInfo> {
+    h.client().await.list_domains(vhi::Empty {}).await.unwrap().into_inner().domains
+}
+
+async fn migrations(v: &Veem) -> Vec<MigrationInfo> {
+    v.client(OPERATOR).await.list_migrations(Empty {}).await.unwrap().into_inner().migrations
+}
+
+/// Sends `signal` (e.g. `-STOP`) to a daemon's process.
+fn signal(h: &Veeh, signal: &str) {
+    let pid = h.daemon.child.as_ref().expect("running").id().to_string();
+    let st = Command::new("kill").args([signal, &pid]).status().unwrap();
+    assert!(st.success(), "kill {signal} {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
+    let _lab = lab::lock();
+    let t0 = Instant::now();
+    let dir = lab::test_dir("proposals-consolidate");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    // Two hosts of site A on two libvirtds (libvirt refuses to migrate a
+    // domain to the libvirtd it runs on): c2 uses the lab's second one.
+    let c1 = Veeh::start(&dir, "c1", "site-a", lab::SITE_A_URI, &repo).await;
+    let c2 = Veeh::start(&dir, "c2", "site-a", lab::SITE_B_URI, &repo).await;
+    let port = site::port();
+    // Striping spreads the two services; consolidation then packs them.
+    // settle_s: both guests tick before either may be moved.
+    let extra = "rank_policy = \"striping\"\n[proposals]\nconsolidation = true\ninterval_s = 2\nsettle_s = 30\n[migration]\nauto_approve = [\"consolidation\"]\n";
+    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&c1, &c2], &[], extra);
+    let veem = Veem::start(&dir, "site-a", port, cfg).await;
+    let mut acme = veem.client(ACME).await;
+
+    // Two single-instance services (no constraint between them).
+    let mut vees = Vec::new();
+    for name in ["shop", "blog"] {
+        let svc = acme.deploy(ManifestRequest { manifest_toml: manifest(name, "acme", &ids, 1, "") }).await.unwrap().into_inner();
+        vees.push(svc.vees[0].vee_id.clone());
+    }
+    let hosts = [&c1, &c2];
+    let mut placed = Vec::new();
+    for v in &vees {
+        let info = veem.wait_vee(v, "running", BOOT, |i| i.state == "running").await;
+        let h = host_of(&info).expect("operator sees the host");
+        let veeh = *hosts.iter().find(|x| x.host == h).unwrap();
+        placed.push((v.clone(), veeh));
+    }
+    assert_ne!(placed[0].1.host, placed[1].1.host, "striping: one service per host");
+    for (v, h) in &placed {
+        wait_tick(&mut h.client().await, v, 2, BOOT).await;
+    }
+    assert!(migrations(&veem).await.is_empty(), "nothing moved before the VEEs settled");
+
+    // Watch both consoles until the consolidation is done.
+    let mut last_seen = [0u64; 2];
+    let start = Instant::now();
+    let done = loop {
+        for (i, (v, h)) in placed.iter().enumerate() {
+            if let Some((n, _)) = guest::last_tick(&console(&mut h.client().await, v).await) {
+                last_seen[i] = last_seen[i].max(n);
+            }
+        }
+        let ms = migrations(&veem).await;
+        assert!(ms.len() <= 1, "one consolidation at a time: {ms:?}");
+        if let Some(m) = ms.first() {
+            assert!(!["failed", "rejected"].contains(&m.state.as_str()), "{m:?}\n{}", site::tail(&veem.daemon.log_text(), 3000));
+            if m.state == "done" {
+                break m.clone();
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(180), "no consolidation done: {ms:?}\n{}", site::tail(&veem.daemon.log_text(), 3000));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(done.reason, "consolidation");
+    assert_eq!(done.decided_by, "site policy");
+    let moved = placed.iter().position(|(v, _)| *v == done.vee_id).expect("one of the two VEEs moved");
+    let (src, dst) = (placed[moved].1, placed[1 - moved].1);
+    assert_eq!(done.from, format!("host:{}", src.host));
+    assert_eq!(done.to, format!("host:{}", dst.host));
+
+    // Both run on one host; the other is empty.
+    for v in &vees {
+        let info = veem.wait_vee(v, "running on the target", Duration::from_secs(30), |i| i.state == "running").await;
+        assert_eq!(host_of(&info).as_deref(), Some(dst.host.as_str()));
+    }
+    assert!(domains(src).await.is_empty(), "{} still runs a domain", src.host);
+    assert_eq!(domains(dst).await.len(), 2);
+    // The moved guest's counter goes on from where it was.
+    let mut dc = dst.client().await;
+    wait_tick(&mut dc, &done.vee_id, 1, Duration::from_secs(60)).await;
+    let first = guest::ticks(&console(&mut dc, &done.vee_id).await)[0];
+    assert!(last_seen[moved] >= 2 && first > last_seen[moved], "counter went on: {} at the source, then {first}", last_seen[moved]);
+    let (n, d) = wait_tick(&mut dc, &done.vee_id, first + 2, Duration::from_secs(30)).await;
+    assert_eq!(d, Some(n), "the disk holds every tick");
+
+    // The proposal was evented; nothing moves back in later passes.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(migrations(&veem).await.len(), 1, "no oscillation");
+    let log = veem.daemon.log_text();
+    assert!(log.contains(&format!("{} host:{} -> host:{}: proposed", done.migration_id, src.host, dst.host)), "no proposal event");
+
+    for v in &vees {
+        acme.vee_action(VeeActionRequest { vee_id: v.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    }
+    assert!(domains(dst).await.is_empty());
+    drop((veem, c1, c2, repo));
+    std::fs::remove_dir_all(&dir).unwrap();
+    eprintln!("consolidation test took {:?}", t0.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
+    let _lab = lab::lock();
+    let t0 = Instant::now();
+    let dir = lab::test_dir("proposals-risk");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let r1 = Veeh::start(&dir, "k1", "site-a", lab::SITE_A_URI, &repo).await;
+    let r2 = Veeh::start(&dir, "k2", "site-a", lab::SITE_B_URI, &repo).await;
+    let port = site::port();
+    // Heartbeats every 2 s (a silent VEEH costs 2 s more each); a host
+    // fails only after 20 misses, so a short stop is a risk, not a failure.
+    // Only consolidation runs without the operator.
+    let extra = "heartbeat_interval_s = 2\nheartbeat_miss_limit = 20\n[proposals]\ninterval_s = 1\n[migration]\nauto_approve = [\"consolidation\"]\n";
+    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&r1, &r2], &[], extra);
+    let veem = Veem::start(&dir, "site-a", port, cfg).await;
+    let mut acme = veem.client(ACME).await;
+    let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 1, "") }).await.unwrap().into_inner();
+    let vee = svc.vees[0].vee_id.clone();
+    let info = veem.wait_vee(&vee, "running", BOOT, |i| i.state == "running").await;
+    let h = host_of(&info).unwrap();
+    let (risky, other) = if h == r1.host { (&r1, &r2) } else { (&r2, &r1) };
+    let mut rc = risky.client().await;
+    wait_tick(&mut rc, &vee, 2, BOOT).await;
+    assert!(migrations(&veem).await.is_empty());
+
+    // The VEEH stops answering (its guests run on): the VEEM proposes
+    // moving the VEE away, and waits for the operator.
+    signal(risky, "-STOP");
+    let stopped = Instant::now();
+    let proposal = loop {
+        let ms = migrations(&veem).await;
+        if let Some(m) = ms.iter().find(|m| m.vee_id == vee) {
+            break m.clone();
+        }
+        if stopped.elapsed() > Duration::from_secs(30) {
+            signal(risky, "-CONT");
+            panic!("no failure-risk proposal after {:?}\n{}", stopped.elapsed(), site::tail(&veem.daemon.log_text(), 3000));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let stop_for = stopped.elapsed();
+    // A few more passes while it is still silent: still one proposal, waiting.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let ms = migrations(&veem).await;
+    signal(risky, "-CONT");
+    assert_eq!(ms.len(), 1, "one open proposal per VEE: {ms:?}");
+    assert_eq!(proposal.reason, "failure-risk");
+    assert_eq!(ms[0].state, "proposed", "failure-risk is not auto-approved: {:?}", ms[0]);
+    assert_eq!(ms[0].decided_by, "");
+    assert_eq!(proposal.from, format!("host:{}", risky.host));
+    assert_eq!(proposal.to, format!("host:{}", other.host));
+    assert!(veem.daemon.log_text().contains(&format!("{} host:{} -> host:{}: proposed", proposal.migration_id, risky.host, other.host)), "no proposal event");
+
+    // The host answers again; the operator rejects the proposal.
+    let back = Instant::now();
+    while rc.host_info(vhi::Empty {}).await.is_err() {
+        assert!(back.elapsed() < Duration::from_secs(20), "{} did not answer after SIGCONT", risky.host);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut op = veem.client(OPERATOR).await;
+    let r = op.reject_migration(RejectRequest { migration_id: proposal.migration_id.clone(), reason: "the host is back".into() }).await.unwrap().into_inner();
+    assert_eq!((r.state.as_str(), r.decided_by.as_str()), ("rejected", "operator"));
+
+    // Nothing moved, and nothing new is proposed.
+    let before = guest::last_tick(&console(&mut rc, &vee).await).unwrap().0;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let ms = migrations(&veem).await;
+    assert_eq!(ms.len(), 1, "{ms:?}");
+    let info = veem.wait_vee(&vee, "running", Duration::from_secs(10), |i| i.state == "running").await;
+    assert_eq!(host_of(&info).as_deref(), Some(risky.host.as_str()));
+    assert!(domains(other).await.is_empty());
+    wait_tick(&mut rc, &vee, before + 2, Duration::from_secs(30)).await;
+    let ticks = guest::ticks(&console(&mut rc, &vee).await);
+    assert!(ticks.windows(2).all(|w| w[1] > w[0]), "the guest never restarted: {ticks:?}");
+
+    acme.vee_action(VeeActionRequest { vee_id: vee.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    drop((veem, r1, r2, repo));
+    std::fs::remove_dir_all(&dir).unwrap();
+    eprintln!("failure-risk test took {:?} (VEEH stopped for {stop_for:?} until the proposal)", t0.elapsed());
+}
