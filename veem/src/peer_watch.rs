@@ -60,6 +60,9 @@ impl Veem {
     /// One round over every peer that runs VEEs of this site or still holds
     /// fenced copies; `misses` counts silent rounds per peer.
     async fn watch_round(self: &Arc<Self>, misses: &mut HashMap<String, u32>) {
+        if self.cfg.peers.is_empty() {
+            return;
+        }
         let Ok(vees) = self.vees() else { return };
         let fenced: Vec<FenceRec> = self.store.list(Tree::Fenced).unwrap_or_default();
         let mut by_site: HashMap<String, Vec<VeeRec>> = HashMap::new();
