@@ -15,7 +15,7 @@
 //!   two-site lab against the raw `virsh` operations on the identical
 //!   domain, in the same run: `{"rows": [{"name", "ours_s", "baseline",
 //!   "baseline_s", "ratio"}]}`. Needs `scripts/setup-host` and
-//!   `scripts/build-guest-image` first; hold `target/e2e/lab.lock`.
+//!   `scripts/build-guest-image` first; hold `/var/lib/vee-lab/lab.lock`.
 
 mod planner;
 mod veem_rss;

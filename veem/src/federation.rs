@@ -3,9 +3,12 @@
 //! site a VEE runs at, never the host there.
 //!
 //! Primary side: remote placement of VEEs the site cannot admit, forwarding
-//! of actions on remote VEEs. Peer side: admission of incoming VEEs under
-//! the framework agreement (PrepareIncoming), completion, abort, and
-//! sending a VEE on (SendVee).
+//! of actions on remote VEEs (checkpoints taken there are recorded here
+//! too), recovery at a peer site from a checkpoint. Peer side: admission of
+//! incoming VEEs under the framework agreement (PrepareIncoming: boot,
+//! restore from a checkpoint, or receive a migration), completion, abort
+//! and fencing, and sending a VEE on (SendVee). Watching the peers:
+//! [`crate::peer_watch`].
 
 use std::sync::Arc;
 
@@ -25,7 +28,7 @@ use crate::store::Tree;
 impl Veem {
     /// Places every VEE of a service the site cannot admit at peer sites
     /// (see [`Veem::place_remote`]) and records the service. `Ok(Err(why))`
-    /// when no peer takes them all, with the last peer's reason.
+    /// when no peer takes them all, with each peer's refusal.
     pub async fn deploy_remote(self: &Arc<Self>, caller: &Role, m: &Manifest, toml: &str, service_id: &str, req: &ServiceRequest, verdict: &Admission) -> Result<std::result::Result<ServiceRec, String>> {
         tracing::info!(service = %service_id, reasons = ?verdict.reasons(), "local admission failed; trying peer sites");
         let all: Vec<(String, u32, String)> =
@@ -152,7 +155,7 @@ impl Veem {
 
     /// Forwards an action on a VEE that runs at peer `site`; a checkpoint
     /// taken there is recorded here too, so that it can be restored at any
-    /// site (issue 6 §6).
+    /// site (both pull its blobs by ID: B §2; DESIGN.md §7).
     pub async fn forward_action(&self, site: &str, vee_id: &str, action: &str, checkpoint_id: &str) -> Result<()> {
         let req = VeeActionRequest { vee_id: vee_id.into(), action: action.into(), checkpoint_id: checkpoint_id.into() };
         let info = peers::client(&self.cfg, site)?.vee_action(req).await.map_err(|s| anyhow!("site {site}: {}", s.message()))?.into_inner();

@@ -62,11 +62,20 @@ impl Veem {
 
     /// Records a proposal to move `vee_id` to `to`; runs it at once when the
     /// site policy auto-approves `reason`. Errors when the target is
-    /// unknown, the same place, or forbidden by the VEE's migration policy.
+    /// unknown or the same place, when the VEE's migration policy forbids
+    /// it (`none`: never moved; `site`: no peer sites), or when the VEE
+    /// already has an open (proposed, approved or running) migration.
     pub fn propose(self: &Arc<Self>, vee_id: &str, to: Dest, reason: &str, by: &str) -> Result<MigrationRec> {
         let v = self.vee(vee_id)?;
         if !matches!(v.state, VeeState::Running) {
             bail!("VEE {vee_id} is {}, only running VEEs migrate", v.state.as_str());
+        }
+        if v.migration_policy == "none" {
+            bail!("VEE {vee_id}: its SLA's migration policy is \"none\" (never moved)");
+        }
+        let open = self.store.list::<MigrationRec>(Tree::Migrations)?.into_iter().find(|m| m.vee_id == vee_id && ["proposed", "approved", "running"].contains(&m.state.as_str()));
+        if let Some(m) = open {
+            bail!("VEE {vee_id} already has migration {} ({}, to {})", m.id, m.state, m.to);
         }
         match &to {
             Dest::Host(h) => {

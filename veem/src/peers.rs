@@ -63,3 +63,39 @@ pub fn candidates<'a>(cfg: &'a VeemConfig, vcpus: u32, memory_mib: u64, guarante
     v.sort_by(|a, b| a.agreement.price_per_vee_hour.total_cmp(&b.agreement.price_per_vee_hour));
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> VeemConfig {
+        let peer = |site: &str, price: f64, extra: &str| {
+            format!("[[peers]]\nsite_id = \"{site}\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"t-{site}\"\n{extra}[peers.agreement]\nprice_per_vee_hour = {price}\nmax_vcpus = 4\nguarantee_levels = [\"standard\"]\n")
+        };
+        let text = format!(
+            "site_id = \"site-a\"\nlisten = \"127.0.0.1:7200\"\ndb = \"/tmp/x\"\nimage_repo = \"http://127.0.0.1:7000\"\n{}{}{}",
+            peer("site-b", 0.5, ""),
+            peer("site-c", 0.1, ""),
+            peer("site-d", 0.01, "unavailable = true\n")
+        );
+        toml::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn candidates_are_the_available_peers_whose_agreement_admits_the_vee_cheapest_first() {
+        let cfg = cfg();
+        let sites = |v: Vec<&PeerEntry>| v.into_iter().map(|p| p.site_id.clone()).collect::<Vec<_>>();
+        assert_eq!(sites(candidates(&cfg, 2, 128, "standard")), ["site-c", "site-b"]);
+        assert!(candidates(&cfg, 8, 128, "standard").is_empty(), "more vCPUs than the agreements admit");
+        assert!(candidates(&cfg, 1, 128, "enhanced").is_empty(), "a guarantee level the agreements exclude");
+    }
+
+    #[tokio::test]
+    async fn a_peer_marked_unavailable_is_never_called() {
+        let cfg = cfg();
+        let e = client(&cfg, "site-d").unwrap_err().to_string();
+        assert!(e.contains("marked unavailable"), "{e}");
+        assert!(client(&cfg, "site-x").unwrap_err().to_string().contains("not a peer"));
+        assert!(client(&cfg, "site-b").is_ok());
+    }
+}
