@@ -211,7 +211,6 @@ fn write_config(dir: &Path, port: u16) -> Result<PathBuf> {
 fn records(veem: &Veem, m: &Manifest, req: &ServiceRequest, a: &Admitted) -> (ServiceRec, Vec<VeeRec>) {
     let clock = veem.planner.lock().unwrap().clock();
     let (start, end) = (clock.start_of(a.window.start).max(chrono_now()), clock.start_of(a.window.end));
-    let interval = veem::deploy::checkpoint_interval(m, (end - start).max(1) as u64);
     let mut svc = ServiceRec {
         id: req.service_id.clone(),
         name: m.service.name.clone(),
@@ -229,31 +228,7 @@ fn records(veem: &Veem, m: &Manifest, req: &ServiceRequest, a: &Admitted) -> (Se
         .map(|p| {
             let comp = m.component(&p.component).expect("placement of a manifest component");
             let instance = req.components.iter().find(|c| c.name == p.component).and_then(|c| c.vees.iter().position(|v| v == &p.vee)).unwrap_or(0) as u32;
-            VeeRec {
-                id: p.vee.clone(),
-                service_id: req.service_id.clone(),
-                component: p.component.clone(),
-                instance,
-                vcpus: comp.vcpus,
-                memory_mib: comp.memory_mib,
-                disk_gib: comp.disk_gib,
-                image: comp.image.to_string(),
-                kernel: comp.kernel.as_ref().map(|k| k.to_string()).unwrap_or_default(),
-                initrd: comp.initrd.as_ref().map(|k| k.to_string()).unwrap_or_default(),
-                cmdline: comp.cmdline.clone().unwrap_or_default(),
-                state: VeeState::Admitted,
-                location: Location::Host(p.host.clone()),
-                checkpoint_interval_s: interval,
-                last_checkpoint_ms: None,
-                latest_checkpoint: None,
-                guarantee: svc.guarantee.clone(),
-                migration_policy: format!("{:?}", m.sla.migration).to_lowercase(),
-                max_downtime_ms: m.sla.max_downtime_ms.unwrap_or(0),
-                window_start_unix: start,
-                window_end_unix: end,
-                updated_ms: now_ms(),
-                for_peer: None,
-            }
+            VeeRec { location: Location::Host(p.host.clone()), ..VeeRec::of_manifest(m, comp, instance, &p.vee, &req.service_id, (start, end)) }
         })
         .collect();
     vees.sort_by(|a, b| (&a.component, a.instance).cmp(&(&b.component, b.instance)));

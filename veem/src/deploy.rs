@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
-use interfaces::manifest::{CheckpointInterval, Manifest};
+use interfaces::manifest::{CheckpointInterval, Component, Manifest};
 use interfaces::vmi::NegotiateReply;
 use interfaces::BlobId;
 
@@ -142,7 +142,6 @@ impl Veem {
         };
         let clock = self.planner.lock().unwrap().clock();
         let (start, end) = (clock.start_of(admitted.window.start).max(chrono::Utc::now().timestamp()), clock.start_of(admitted.window.end));
-        let interval = checkpoint_interval(&m, (end - start).max(1) as u64);
         let mut svc = ServiceRec {
             id: service_id.clone(),
             name: m.service.name.clone(),
@@ -162,29 +161,9 @@ impl Veem {
             let comp = m.component(&p.component).expect("placement of a manifest component");
             let instance = req.components.iter().find(|c| c.name == p.component).and_then(|c| c.vees.iter().position(|v| v == &p.vee)).unwrap_or(0) as u32;
             vees.push(VeeRec {
-                id: p.vee.clone(),
-                service_id: service_id.clone(),
-                component: p.component.clone(),
-                instance,
-                vcpus: comp.vcpus,
-                memory_mib: comp.memory_mib,
-                disk_gib: comp.disk_gib,
-                image: comp.image.to_string(),
-                kernel: comp.kernel.as_ref().map(|k| k.to_string()).unwrap_or_default(),
-                initrd: comp.initrd.as_ref().map(|k| k.to_string()).unwrap_or_default(),
-                cmdline: comp.cmdline.clone().unwrap_or_default(),
-                state: VeeState::Admitted,
                 location: Location::Host(p.host.clone()),
-                checkpoint_interval_s: interval,
-                last_checkpoint_ms: None,
-                latest_checkpoint: None,
-                guarantee: svc.guarantee.clone(),
-                migration_policy: format!("{:?}", m.sla.migration).to_lowercase(),
-                max_downtime_ms: m.sla.max_downtime_ms.unwrap_or(0),
-                window_start_unix: start,
-                window_end_unix: end,
-                updated_ms: now_ms(),
                 for_peer: svc.for_peer.clone(),
+                ..VeeRec::of_manifest(&m, comp, instance, &p.vee, &service_id, (start, end))
             });
         }
         if !remote.is_empty() {
@@ -294,6 +273,41 @@ impl Veem {
                 self.transition(&mut v, VeeState::Failed, format!("deploy on {host}: {e:#}"))?;
                 Err(e)
             }
+        }
+    }
+}
+
+impl VeeRec {
+    /// The record of instance `instance` of component `c` of manifest `m`,
+    /// admitted for the window `(start, end)` in Unix seconds: resources
+    /// (vCPUs, MiB, GiB), image IDs and the SLA terms (guarantee, migration
+    /// policy, checkpoint period over the window, max downtime); not placed
+    /// yet (`Location::Nowhere`), not run for a peer.
+    pub fn of_manifest(m: &Manifest, c: &Component, instance: u32, vee_id: &str, service_id: &str, (start, end): (i64, i64)) -> VeeRec {
+        VeeRec {
+            id: vee_id.into(),
+            service_id: service_id.into(),
+            component: c.name.clone(),
+            instance,
+            vcpus: c.vcpus,
+            memory_mib: c.memory_mib,
+            disk_gib: c.disk_gib,
+            image: c.image.to_string(),
+            kernel: c.kernel.as_ref().map(|k| k.to_string()).unwrap_or_default(),
+            initrd: c.initrd.as_ref().map(|k| k.to_string()).unwrap_or_default(),
+            cmdline: c.cmdline.clone().unwrap_or_default(),
+            state: VeeState::Admitted,
+            location: Location::Nowhere,
+            checkpoint_interval_s: checkpoint_interval(m, (end - start).max(1) as u64),
+            last_checkpoint_ms: None,
+            latest_checkpoint: None,
+            guarantee: m.sla.guarantee.as_str().to_string(),
+            migration_policy: format!("{:?}", m.sla.migration).to_lowercase(),
+            max_downtime_ms: m.sla.max_downtime_ms.unwrap_or(0),
+            window_start_unix: start,
+            window_end_unix: end,
+            updated_ms: now_ms(),
+            for_peer: None,
         }
     }
 }

@@ -64,38 +64,13 @@ impl Veem {
     /// `why` names each peer's refusal.
     pub async fn place_remote(&self, m: &Manifest, service_id: &str, vees: &[(String, u32, String)], end_unix: i64, for_peer: Option<String>) -> Result<std::result::Result<Vec<VeeRec>, String>> {
         let now = chrono::Utc::now().timestamp();
-        let guarantee = m.sla.guarantee.as_str().to_string();
         let mut placed: Vec<VeeRec> = Vec::new();
         for (component, instance, vee_id) in vees {
             let c = m.component(component).context("component")?;
-            let mut v = VeeRec {
-                id: vee_id.clone(),
-                service_id: service_id.into(),
-                component: component.clone(),
-                instance: *instance,
-                vcpus: c.vcpus,
-                memory_mib: c.memory_mib,
-                disk_gib: c.disk_gib,
-                image: c.image.to_string(),
-                kernel: c.kernel.as_ref().map(|x| x.to_string()).unwrap_or_default(),
-                initrd: c.initrd.as_ref().map(|x| x.to_string()).unwrap_or_default(),
-                cmdline: c.cmdline.clone().unwrap_or_default(),
-                state: VeeState::Deploying,
-                location: Location::Nowhere,
-                // The primary site keeps the SLA's checkpoint schedule.
-                checkpoint_interval_s: crate::deploy::checkpoint_interval(m, (end_unix - now).max(1) as u64),
-                last_checkpoint_ms: None,
-                latest_checkpoint: None,
-                guarantee: guarantee.clone(),
-                migration_policy: "federation".into(),
-                max_downtime_ms: m.sla.max_downtime_ms.unwrap_or(0),
-                window_start_unix: now,
-                window_end_unix: end_unix,
-                updated_ms: now_ms(),
-                for_peer: for_peer.clone(),
-            };
+            // The primary site keeps the SLA's checkpoint schedule.
+            let mut v = VeeRec { state: VeeState::Deploying, for_peer: for_peer.clone(), ..VeeRec::of_manifest(m, c, *instance, vee_id, service_id, (now, end_unix)) };
             let mut refusals: Vec<String> = Vec::new();
-            for p in peers::candidates(&self.cfg, c.vcpus, c.memory_mib, &guarantee) {
+            for p in peers::candidates(&self.cfg, c.vcpus, c.memory_mib, &v.guarantee) {
                 match self.send_incoming(&p.site_id, &v, Incoming::Boot).await {
                     Ok(_) => {
                         v.location = Location::Site(p.site_id.clone());
