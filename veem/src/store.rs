@@ -49,7 +49,9 @@ pub struct Store {
 
 impl Store {
     pub fn open(path: &Path) -> Result<Self> {
-        let db = sled::open(path).with_context(|| format!("open database {}", path.display()))?;
+        // Every write flushes itself; without sled's background flusher
+        // thread, dropping the store releases the database at once.
+        let db = sled::Config::new().path(path).flush_every_ms(None).open().with_context(|| format!("open database {}", path.display()))?;
         Ok(Self { db })
     }
 
