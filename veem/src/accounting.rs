@@ -62,11 +62,8 @@ impl Veem {
     }
 
     async fn meter_round(&self, last: &mut HashMap<String, Last>) -> Result<()> {
-        for v in self.vees()? {
+        for v in self.vees_where(|v| matches!(v.location, Location::Host(_)) && matches!(v.state, VeeState::Running | VeeState::Checkpointing)) {
             let Location::Host(h) = &v.location else { continue };
-            if !matches!(v.state, VeeState::Running | VeeState::Checkpointing) {
-                continue;
-            }
             let Ok(mut c) = self.hosts.client(h) else { continue };
             let Ok(s) = c.stats(vhi::VeeRef { vee_id: v.id.clone() }).await else { continue };
             let s = s.into_inner();

@@ -317,7 +317,7 @@ impl Veem {
         let _ = self.planner.lock().unwrap().release_service(vee_id);
         let _ = self.persist_planner();
         if let Ok(v) = self.vee(vee_id) {
-            let _ = self.store.remove(Tree::Vees, vee_id);
+            let _ = self.remove_vee(vee_id);
             if let Ok(mut svc) = self.service(&v.service_id) {
                 svc.vees.retain(|x| x != vee_id);
                 let _ = self.store.put(Tree::Services, &svc.id, &svc);

@@ -140,38 +140,56 @@ impl Veem {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                let now = chrono::Utc::now().timestamp();
-                let Ok(vees) = veem.vees() else { continue };
-                for v in vees {
-                    match v.state {
-                        VeeState::Admitted if v.window_start_unix <= now && v.host().is_some() => veem.spawn_deploy(&v.id),
-                        VeeState::Running if v.window_end_unix <= now && v.host().is_some() => {
+                let (now, ms) = (chrono::Utc::now().timestamp(), now_ms());
+                for v in veem.vees_where(|v| due(v, now, ms).is_some()) {
+                    match due(&v, now, ms) {
+                        Some(Due::Deploy) => veem.spawn_deploy(&v.id),
+                        Some(Due::Stop) => {
                             let veem = veem.clone();
                             tokio::spawn(async move { veem.stop_vee(&v.id).await });
                         }
-                        // A VEE at a peer site is checkpointed there, on
-                        // the primary site's schedule.
-                        VeeState::Running if v.for_peer.is_none() => {
-                            let Some(every) = v.checkpoint_interval_s else { continue };
-                            let last = v.last_checkpoint_ms.unwrap_or(v.updated_ms);
-                            if now_ms() - last >= every as i64 * 1000 && veem.try_busy(&v.id) {
-                                let veem = veem.clone();
-                                tokio::spawn(async move {
-                                    let r = match &v.location {
-                                        Location::Site(s) => veem.forward_action(s, &v.id, "checkpoint", "").await,
-                                        _ => veem.checkpoint_vee(&v.id).await.map(|_| ()),
-                                    };
-                                    if let Err(e) = r {
-                                        tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "scheduled checkpoint failed");
-                                    }
-                                    veem.unbusy(&v.id);
-                                });
-                            }
+                        Some(Due::Checkpoint) if veem.try_busy(&v.id) => {
+                            let veem = veem.clone();
+                            tokio::spawn(async move {
+                                let r = match &v.location {
+                                    Location::Site(s) => veem.forward_action(s, &v.id, "checkpoint", "").await,
+                                    _ => veem.checkpoint_vee(&v.id).await.map(|_| ()),
+                                };
+                                if let Err(e) = r {
+                                    tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "scheduled checkpoint failed");
+                                }
+                                veem.unbusy(&v.id);
+                            });
                         }
                         _ => {}
                     }
                 }
             }
         });
+    }
+}
+
+/// What the scheduler owes a VEE now.
+enum Due {
+    /// Its window opened: deploy it on its planned host.
+    Deploy,
+    /// Its window closed: stop it.
+    Stop,
+    /// Its checkpoint period (seconds) has passed since the last one. A VEE
+    /// at a peer site is checkpointed there, on this site's schedule.
+    Checkpoint,
+}
+
+/// What is due for `v` at `now` (Unix seconds; `now_ms` the same in ms).
+fn due(v: &VeeRec, now: i64, now_ms: i64) -> Option<Due> {
+    match v.state {
+        VeeState::Admitted if v.window_start_unix <= now && v.host().is_some() => Some(Due::Deploy),
+        VeeState::Running if v.window_end_unix <= now && v.host().is_some() => Some(Due::Stop),
+        VeeState::Running if v.for_peer.is_none() => {
+            let every = v.checkpoint_interval_s?;
+            let last = v.last_checkpoint_ms.unwrap_or(v.updated_ms);
+            (now_ms - last >= every as i64 * 1000).then_some(Due::Checkpoint)
+        }
+        _ => None,
     }
 }

@@ -1,8 +1,8 @@
 //! The VEEM's shared state and the small operations every workflow uses:
 //! records, events, the planner, per-VEE locks, VHI clients.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::{anyhow, Context, Result};
 use interfaces::repo_client::RepoClient;
@@ -24,6 +24,10 @@ pub struct Veem {
     pub hosts: HostPool,
     pub repo: RepoClient,
     pub events: broadcast::Sender<vmi::Event>,
+    /// Every VEE record by ID, written through to the store: the periodic
+    /// loops (scheduler, metering, proposals, peer watch) scan this instead
+    /// of decoding the database each time.
+    vee_records: RwLock<BTreeMap<String, VeeRec>>,
     vee_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// VEEs with a background task (deploy, checkpoint) under way, so the
     /// scheduler does not queue another.
@@ -51,7 +55,8 @@ impl Veem {
         let hosts = HostPool::new(&cfg.hosts)?;
         let repo = RepoClient::new(&cfg.image_repo, cfg.image_repo_token.clone())?;
         let (events, _) = broadcast::channel(1024);
-        Ok(Arc::new(Self { cfg, store, planner: Mutex::new(planner), hosts, repo, events, vee_locks: Mutex::new(HashMap::new()), busy: Mutex::new(Default::default()) }))
+        let vee_records = RwLock::new(store.list::<VeeRec>(Tree::Vees)?.into_iter().map(|v| (v.id.clone(), v)).collect());
+        Ok(Arc::new(Self { cfg, store, planner: Mutex::new(planner), hosts, repo, events, vee_records, vee_locks: Mutex::new(HashMap::new()), busy: Mutex::new(Default::default()) }))
     }
 
     /// Writes the planner's state (reservations, hosts, services).
@@ -85,20 +90,41 @@ impl Veem {
         let _ = self.events.send(vmi::Event { vee_id: e.vee_id, service_id: e.service_id, kind: e.kind, detail: e.detail, at_unix_ms: e.at_ms });
     }
 
+    /// The record of VEE `id`; errors when there is none.
     pub fn vee(&self, id: &str) -> Result<VeeRec> {
-        self.store.get(Tree::Vees, id)?.ok_or_else(|| anyhow!("VEE {id} not found"))
+        self.vee_records.read().unwrap().get(id).cloned().ok_or_else(|| anyhow!("VEE {id} not found"))
     }
 
     pub fn service(&self, id: &str) -> Result<ServiceRec> {
         self.store.get(Tree::Services, id)?.ok_or_else(|| anyhow!("service {id} not found"))
     }
 
+    /// Every VEE record, in ID order.
     pub fn vees(&self) -> Result<Vec<VeeRec>> {
-        self.store.list(Tree::Vees)
+        Ok(self.vee_records.read().unwrap().values().cloned().collect())
     }
 
+    /// The VEE records for which `keep` holds, in ID order (copies only
+    /// those).
+    pub fn vees_where(&self, keep: impl Fn(&VeeRec) -> bool) -> Vec<VeeRec> {
+        self.vee_records.read().unwrap().values().filter(|v| keep(v)).cloned().collect()
+    }
+
+    /// Writes a VEE record (flushed to the store first).
     pub fn save_vee(&self, v: &VeeRec) -> Result<()> {
-        self.store.put(Tree::Vees, &v.id, v)
+        // Held across the write so that the store and the map agree.
+        let mut records = self.vee_records.write().unwrap();
+        self.store.put(Tree::Vees, &v.id, v)?;
+        records.insert(v.id.clone(), v.clone());
+        Ok(())
+    }
+
+    /// Forgets a VEE record.
+    pub fn remove_vee(&self, id: &str) -> Result<()> {
+        let mut records = self.vee_records.write().unwrap();
+        self.store.remove(Tree::Vees, id)?;
+        records.remove(id);
+        Ok(())
     }
 
     /// Changes a VEE's state, persists it and emits the transition event.

@@ -162,7 +162,7 @@ impl Veem {
             bail!("field `host`: {host:?} is not a host of site {}", self.cfg.site_id);
         }
         let mut out = Vec::new();
-        for v in self.vees()?.into_iter().filter(|v| v.host() == Some(host) && v.state == VeeState::Running) {
+        for v in self.vees_where(|v| v.host() == Some(host) && v.state == VeeState::Running) {
             let target = {
                 let now = self.now_slot();
                 let p = self.planner.lock().unwrap();
@@ -435,7 +435,7 @@ impl Veem {
         use interfaces::manifest::{ConstraintKind, ConstraintLevel, ConstraintScope, Manifest};
         let Ok(svc) = self.service(&v.service_id) else { return vec![] };
         let Ok(m) = Manifest::from_toml(&svc.manifest_toml) else { return vec![] };
-        let Ok(vees) = self.vees() else { return vec![] };
+        let vees = self.vees_where(|o| o.service_id == v.service_id);
         let mut out = Vec::new();
         for c in m.constraints.iter().filter(|c| c.kind == ConstraintKind::AntiAffinity && c.level == ConstraintLevel::Host) {
             if !c.components.contains(&v.component) {

@@ -63,10 +63,10 @@ impl Veem {
         if self.cfg.peers.is_empty() {
             return;
         }
-        let Ok(vees) = self.vees() else { return };
+        let vees = self.vees_where(|v| v.state == VeeState::Running && matches!(v.location, Location::Site(_)));
         let fenced: Vec<FenceRec> = self.store.list(Tree::Fenced).unwrap_or_default();
         let mut by_site: HashMap<String, Vec<VeeRec>> = HashMap::new();
-        for v in vees.into_iter().filter(|v| v.state == VeeState::Running) {
+        for v in vees {
             if let Location::Site(s) = &v.location {
                 by_site.entry(s.clone()).or_default().push(v);
             }
