@@ -203,6 +203,14 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     let ticks = guest::ticks(&console(&mut rc, &vee).await);
     assert!(ticks.windows(2).all(|w| w[1] > w[0]), "the guest never restarted: {ticks:?}");
 
+    // The operator drains the host: a maintenance proposal to the other
+    // host, waiting for approval; a second drain adds nothing.
+    let d = op.drain(DrainRequest { host: risky.host.clone() }).await.unwrap().into_inner().migrations;
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!((d[0].reason.as_str(), d[0].state.as_str(), d[0].to.clone()), ("maintenance", "proposed", format!("host:{}", other.host)));
+    assert!(op.drain(DrainRequest { host: risky.host.clone() }).await.unwrap().into_inner().migrations.is_empty());
+    op.reject_migration(RejectRequest { migration_id: d[0].migration_id.clone(), reason: "not today".into() }).await.unwrap();
+
     acme.vee_action(VeeActionRequest { vee_id: vee.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
     drop((veem, r1, r2, repo));
     std::fs::remove_dir_all(&dir).unwrap();

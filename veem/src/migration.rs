@@ -155,22 +155,29 @@ impl Veem {
         Ok(m)
     }
 
-    /// Operator's drain: proposes moving every VEE off `host`, each to the
-    /// host the planner would pick (reason `maintenance`).
+    /// Operator's drain: proposes moving every running VEE off `host`
+    /// (reason `maintenance`), each to the first up host, in configuration
+    /// order, where the planner can move it; the moves are tried on one copy
+    /// of the planner so that they add up (two VEEs are never sent to a
+    /// host with room for one). A VEE that cannot move, or already has an
+    /// open migration, is skipped with a warning. Errors when `host` is not
+    /// a host of this site.
     pub fn drain(self: &Arc<Self>, host: &str, by: &str) -> Result<Vec<MigrationRec>> {
         if !self.hosts.names().iter().any(|h| h == host) {
             bail!("field `host`: {host:?} is not a host of site {}", self.cfg.site_id);
         }
+        let targets: Vec<String> = self.hosts.names().into_iter().filter(|h| h != host && self.hosts.health(h) == crate::hosts::Health::Up).collect();
+        let now = self.now_slot();
+        let mut plan = self.planner.lock().unwrap().clone();
         let mut out = Vec::new();
         for v in self.vees_where(|v| v.host() == Some(host) && v.state == VeeState::Running) {
-            let target = {
-                let now = self.now_slot();
-                let p = self.planner.lock().unwrap();
-                self.hosts.names().into_iter().filter(|h| h != host).find(|h| p.clone().move_vee(&v.id, h, now).is_ok())
+            let Some(t) = targets.iter().find(|h| plan.move_vee(&v.id, h, now).is_ok()) else {
+                tracing::warn!(vee = %v.id, host, "drain: no other host can take this VEE");
+                continue;
             };
-            match target {
-                Some(t) => out.push(self.propose(&v.id, Dest::Host(t), "maintenance", by)?),
-                None => tracing::warn!(vee = %v.id, host, "no other host can take this VEE"),
+            match self.propose(&v.id, Dest::Host(t.clone()), "maintenance", by) {
+                Ok(m) => out.push(m),
+                Err(e) => tracing::warn!(vee = %v.id, host, error = %format!("{e:#}"), "drain: not proposed"),
             }
         }
         Ok(out)
