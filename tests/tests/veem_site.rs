@@ -92,6 +92,27 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     let usage = acme.get_usage(ServiceRef { service_id: svc.service_id.clone() }).await.unwrap().into_inner();
     assert!(usage.violations.is_empty(), "a recovered VEE is no SLA violation: {:?}", usage.violations);
 
+    // The operator sees the failed host and where the VEEs are now; the
+    // event history tells the story; a provider sees no hosts.
+    let mut op = veem.client(OPERATOR).await;
+    let hosts = op.list_hosts(Empty {}).await.unwrap().into_inner().hosts;
+    let status = |h: &str| hosts.iter().find(|x| x.name == h).unwrap().clone();
+    assert_eq!(status(&failed_host).health, "failed");
+    assert_eq!((status(&new_host).health.as_str(), status(&new_host).vees), ("up", 1));
+    assert!(status(&new_host).used_memory_mib >= 128 && status(&new_host).memory_mib > 0);
+    assert_eq!(acme.list_hosts(Empty {}).await.unwrap_err().code(), tonic::Code::PermissionDenied);
+    let history: Vec<Event> = {
+        let mut s = acme.watch_events(WatchRequest { service_id: svc.service_id.clone(), history_only: true }).await.unwrap().into_inner();
+        let mut v = Vec::new();
+        while let Some(e) = s.message().await.unwrap() {
+            v.push(e);
+        }
+        v
+    };
+    assert!(history.iter().any(|e| e.vee_id == victim && e.kind == "checkpointed"), "{history:?}");
+    assert!(history.iter().any(|e| e.vee_id == victim && e.detail.contains("restored from checkpoint") && e.detail.contains(&new_host)), "{history:?}");
+    assert!(history.iter().all(|e| e.service_id == svc.service_id), "only the provider's own events");
+
     // Stop the service: nothing left on any host.
     for (vee, _) in &placed {
         acme.vee_action(VeeActionRequest { vee_id: vee.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();

@@ -116,6 +116,50 @@ impl Health {
     }
 }
 
+impl Health {
+    /// `unknown`, `up`, `missing N heartbeats` or `failed`.
+    pub fn text(self) -> String {
+        match self {
+            Health::Unknown => "unknown".into(),
+            Health::Up => "up".into(),
+            Health::Missing(n) => format!("missing {n} heartbeats"),
+            Health::Failed => "failed".into(),
+        }
+    }
+}
+
+impl crate::manager::Veem {
+    /// Every VEEH of the site, in configuration order: health, the capacity
+    /// it offers (vCPUs, MiB, GiB), what the planner reserves on it in the
+    /// current slot, the VEEs placed on it and its accelerator. A host that
+    /// never answered shows zero capacity.
+    pub fn host_status(&self) -> Vec<interfaces::vmi::HostStatus> {
+        let now = self.now_slot();
+        let placed = self.vees_where(|v| v.host().is_some() && v.state.is_live());
+        let p = self.planner.lock().unwrap();
+        self.hosts
+            .names()
+            .into_iter()
+            .map(|h| {
+                let cap = p.host(&h).map(|s| s.capacity).unwrap_or_default();
+                let used = p.host_usage(&h, now).unwrap_or_default();
+                interfaces::vmi::HostStatus {
+                    health: self.hosts.health(&h).text(),
+                    vcpus: cap.vcpus,
+                    memory_mib: cap.memory_mib,
+                    disk_gib: cap.disk_gib,
+                    used_vcpus: used.vcpus,
+                    used_memory_mib: used.memory_mib,
+                    used_disk_gib: used.disk_gib,
+                    vees: placed.iter().filter(|v| v.host() == Some(h.as_str())).count() as u32,
+                    accel: p.host(&h).map(|s| s.profile.accel.clone()).unwrap_or_default(),
+                    name: h,
+                }
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -243,18 +243,21 @@ impl Vmi for VmiService {
         ok(self.veem.drain(&r.get_ref().host, &by).map(|l| MigrationList { migrations: l.iter().map(migration_info).collect() }))
     }
 
+    async fn list_hosts(&self, r: Request<Empty>) -> R<HostList> {
+        self.operator(&r)?;
+        Ok(Response::new(HostList { hosts: self.veem.host_status() }))
+    }
+
     type WatchEventsStream = BoxStream<Event>;
     async fn watch_events(&self, r: Request<WatchRequest>) -> R<Self::WatchEventsStream> {
         let role = self.caller(&r)?;
-        let service = r.into_inner().service_id;
+        let WatchRequest { service_id: service, history_only } = r.into_inner();
         if !service.is_empty() {
             self.visible_service(&role, &service)?;
         }
         let veem = self.veem.clone();
-        let rx = self.veem.events.subscribe();
-        let stream = BroadcastStream::new(rx).filter_map(move |e| {
-            let e = e.ok()?;
-            let visible = match &role {
+        let visible = move |e: &Event| {
+            let mine = match &role {
                 Role::Operator => true,
                 _ => veem.service(&e.service_id).ok().is_some_and(|s| match &role {
                     Role::Provider(p) => &s.provider == p && s.for_peer.is_none(),
@@ -262,7 +265,17 @@ impl Vmi for VmiService {
                     Role::Operator => true,
                 }),
             };
-            (visible && (service.is_empty() || e.service_id == service)).then_some(Ok(e))
+            mine && (service.is_empty() || e.service_id == service)
+        };
+        if history_only {
+            let mut past: Vec<Event> = self.veem.store.events().map_err(status)?.into_iter().map(|e| Event { vee_id: e.vee_id, service_id: e.service_id, kind: e.kind, detail: e.detail, at_unix_ms: e.at_ms }).filter(|e| visible(e)).collect();
+            past.sort_by_key(|e| e.at_unix_ms);
+            return Ok(Response::new(Box::pin(futures::stream::iter(past.into_iter().map(Ok)))));
+        }
+        let rx = self.veem.events.subscribe();
+        let stream = BroadcastStream::new(rx).filter_map(move |e| {
+            let e = e.ok()?;
+            visible(&e).then_some(Ok(e))
         });
         Ok(Response::new(Box::pin(stream)))
     }

@@ -8,7 +8,7 @@ use anyhow::bail;
 use interfaces::vmi;
 
 use super::client::{connect, read_manifest, VmiClient};
-use super::model::{Event, Migration, Negotiation, Service, Usage, Vee};
+use super::model::{Event, Migration, Negotiation, Service, SlaViolation, Usage, Vee};
 use super::{exit, output, Cli, Command, OutputFormat};
 
 /// Exit code for a Negotiate verdict: 0 accept, 3 counter-offer, 4 reject;
@@ -161,12 +161,28 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             let list: Vec<Migration> = l.migrations.iter().map(Migration::from).collect();
             print(out, &output::migrations(&list, fmt))?;
         }
-        Command::Events { service } => {
+        Command::Events { service, follow } => {
             let service_id = service.clone().unwrap_or_default();
-            let mut stream = c.watch_events(vmi::WatchRequest { service_id }).await?.into_inner();
+            let mut stream = c.watch_events(vmi::WatchRequest { service_id, history_only: !follow }).await?.into_inner();
             while let Some(e) = stream.message().await? {
                 print(out, &output::event(&Event::from(&e), fmt))?;
             }
+        }
+        Command::Hosts => {
+            let l = c.list_hosts(vmi::Empty {}).await?.into_inner();
+            print(out, &output::hosts(&l.hosts, fmt))?;
+        }
+        Command::Violations { service } => {
+            let ids: Vec<String> = match service {
+                Some(s) => vec![s.clone()],
+                None => c.list_services(vmi::Empty {}).await?.into_inner().services.into_iter().map(|s| s.service_id).collect(),
+            };
+            let mut all = Vec::new();
+            for service_id in ids {
+                let u = c.get_usage(vmi::ServiceRef { service_id: service_id.clone() }).await?.into_inner();
+                all.extend(u.violations.iter().map(|v| (service_id.clone(), SlaViolation::from(v))));
+            }
+            print(out, &output::violations(&all, fmt))?;
         }
         Command::Usage { service } => {
             let u = c

@@ -200,6 +200,19 @@ pub enum Command {
         /// Only events of this service.
         #[arg(long, value_name = "ID")]
         service: Option<String>,
+        /// Follow new events until interrupted (default: print the events
+        /// so far and exit).
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
+    /// Operator: the site's hosts with health, capacity, reservations now
+    /// and VEE count.
+    Hosts,
+    /// SLA violations and penalties of one service, or of all the caller's
+    /// services.
+    Violations {
+        /// Service ID.
+        service: Option<String>,
     },
     /// Usage records and SLA violations of a service.
     Usage {

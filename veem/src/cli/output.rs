@@ -1,9 +1,10 @@
 //! Rendering of VMI replies as text (tables and `key: value` lines) or JSON.
 //! Every function returns the whole text to print, ending in a newline.
 
+use interfaces::vmi;
 use serde::Serialize;
 
-use super::model::{Event, Migration, Negotiation, Service, Usage, Vee};
+use super::model::{Event, Migration, Negotiation, Service, SlaViolation, Usage, Vee};
 use super::table::Table;
 use super::OutputFormat;
 
@@ -288,20 +289,86 @@ pub fn usage(u: &Usage, format: OutputFormat) -> String {
     out += &t.render();
     out += &format!("\nSLA violations: {}\n", u.violations.len());
     if !u.violations.is_empty() {
-        let mut v = Table::new(&["VEE", "TERM", "START", "END", "PENALTY>"]);
-        for x in &u.violations {
-            v.row([
-                x.vee_id.clone(),
-                x.term.clone(),
-                opt(&x.start),
-                opt(&x.end),
-                format!("{:.2}", x.penalty),
-            ]);
-        }
-        out += &v.render();
+        out += &violation_table(u.violations.iter().map(|v| (None, v)));
     }
     out += &format!("total penalty: {:.2}\n", u.totals.penalty);
     out
+}
+
+/// Violations as a table; with a SERVICE column when `service` is given.
+fn violation_table<'a>(rows: impl Iterator<Item = (Option<&'a str>, &'a SlaViolation)>) -> String {
+    let rows: Vec<_> = rows.collect();
+    let with_service = rows.iter().any(|(s, _)| s.is_some());
+    let mut headers = vec!["VEE", "TERM", "START", "END", "PENALTY>"];
+    if with_service {
+        headers.insert(0, "SERVICE");
+    }
+    let mut t = Table::new(&headers);
+    for (service, x) in rows {
+        let mut cells = vec![x.vee_id.clone(), x.term.clone(), opt(&x.start), opt(&x.end), format!("{:.2}", x.penalty)];
+        if with_service {
+            cells.insert(0, service.unwrap_or_default().to_string());
+        }
+        t.row(cells);
+    }
+    t.render()
+}
+
+/// `violations`: `(service ID, violation)` pairs and the total penalty.
+pub fn violations(all: &[(String, SlaViolation)], format: OutputFormat) -> String {
+    #[derive(Serialize)]
+    struct Row<'a> {
+        service_id: &'a str,
+        #[serde(flatten)]
+        violation: &'a SlaViolation,
+    }
+    if format == OutputFormat::Json {
+        return json(&all.iter().map(|(s, v)| Row { service_id: s, violation: v }).collect::<Vec<_>>());
+    }
+    let total: f64 = all.iter().map(|(_, v)| v.penalty).sum();
+    let mut out = format!("SLA violations: {}\n", all.len());
+    if !all.is_empty() {
+        out += &violation_table(all.iter().map(|(s, v)| (Some(s.as_str()), v)));
+    }
+    out + &format!("total penalty: {total:.2}\n")
+}
+
+/// `hosts`: one row per host: health, capacity and what is reserved now
+/// (vCPUs, MiB, GiB), VEEs placed, accelerator.
+pub fn hosts(hosts: &[vmi::HostStatus], format: OutputFormat) -> String {
+    #[derive(Serialize)]
+    struct Host<'a> {
+        name: &'a str,
+        health: &'a str,
+        vcpus: u32,
+        memory_mib: u64,
+        disk_gib: u64,
+        used_vcpus: u32,
+        used_memory_mib: u64,
+        used_disk_gib: u64,
+        vees: u32,
+        accel: &'a str,
+    }
+    if format == OutputFormat::Json {
+        let list: Vec<Host> = hosts
+            .iter()
+            .map(|h| Host { name: &h.name, health: &h.health, vcpus: h.vcpus, memory_mib: h.memory_mib, disk_gib: h.disk_gib, used_vcpus: h.used_vcpus, used_memory_mib: h.used_memory_mib, used_disk_gib: h.used_disk_gib, vees: h.vees, accel: &h.accel })
+            .collect();
+        return json(&list);
+    }
+    let mut t = Table::new(&["HOST", "HEALTH", "vCPUs>", "MiB>", "GiB>", "VEES>", "ACCEL"]);
+    for h in hosts {
+        t.row([
+            h.name.clone(),
+            h.health.clone(),
+            format!("{}/{}", h.used_vcpus, h.vcpus),
+            format!("{}/{}", h.used_memory_mib, h.memory_mib),
+            format!("{}/{}", h.used_disk_gib, h.disk_gib),
+            h.vees.to_string(),
+            h.accel.clone(),
+        ]);
+    }
+    t.render()
 }
 
 #[cfg(test)]

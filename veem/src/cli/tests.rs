@@ -96,8 +96,10 @@ fn other_subcommands_parse() {
     ));
     assert!(matches!(
         parse(&["events", "--service", "s"]).unwrap().command,
-        Command::Events { service: Some(_) }
+        Command::Events { service: Some(_), follow: false }
     ));
+    assert!(matches!(parse(&["events", "-f"]).unwrap().command, Command::Events { service: None, follow: true }));
+    assert!(matches!(parse(&["violations"]).unwrap().command, Command::Violations { service: None }));
     assert!(matches!(
         parse(&["serve", "--config", "/etc/veem.toml"]).unwrap().command,
         Command::Serve { .. }
@@ -288,6 +290,11 @@ impl Vmi for MockSvc {
     async fn withdraw(&self, _: Request<VeeRef>) -> R<Empty> {
         Err(Status::unimplemented(""))
     }
+    async fn list_hosts(&self, r: Request<Empty>) -> R<HostList> {
+        self.note(&r);
+        let h = |name: &str, health: &str, vees| HostStatus { name: name.into(), health: health.into(), vcpus: 4, memory_mib: 4096, disk_gib: 20, used_vcpus: vees, used_memory_mib: 128 * vees as u64, used_disk_gib: vees as u64, vees, accel: "tcg".into() };
+        Ok(Response::new(HostList { hosts: vec![h("a1", "up", 2), h("a2", "missing 1 heartbeats", 0)] }))
+    }
     async fn send_vee(&self, _: Request<SendVeeRequest>) -> R<MigrationInfo> {
         Err(Status::unimplemented(""))
     }
@@ -442,12 +449,33 @@ async fn approve_wait_fails_unless_done_and_json_keeps_stdout_one_document() {
 #[tokio::test]
 async fn events_stream_lines() {
     let ep = serve(Arc::new(Mock::default())).await;
-    let (c, out, _) = run(&ep, &["events", "--service", "svc1"]).await;
+    let (c, out, _) = run(&ep, &["events", "--follow", "--service", "svc1"]).await;
     assert_eq!(c, 0);
     assert_eq!(
         out,
         "2026-11-28T08:00:00.000Z svc1 v1 deploying\n2026-11-28T08:00:01.500Z svc1 v1 running\n"
     );
+}
+
+#[tokio::test]
+async fn events_without_follow_ask_for_the_history_only() {
+    let mock = Arc::new(Mock::default());
+    let ep = serve(mock.clone()).await;
+    let (c, _, _) = run(&ep, &["events"]).await;
+    assert_eq!(c, 0);
+    assert!(mock.seen.lock().unwrap().join("\n").contains("history_only: true"));
+}
+
+#[tokio::test]
+async fn hosts_show_health_and_reservations() {
+    let ep = serve(Arc::new(Mock::default())).await;
+    let (c, out, _) = run(&ep, &["hosts"]).await;
+    assert_eq!(c, 0);
+    let a2 = out.lines().find(|l| l.starts_with("a2")).unwrap();
+    assert!(a2.contains("missing 1 heartbeats") && a2.contains("0/4096"), "{out}");
+    let (_, out, _) = run(&ep, &["-o", "json", "hosts"]).await;
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["used_memory_mib"], 256);
 }
 
 #[tokio::test]
