@@ -209,7 +209,7 @@ fn write_config(dir: &Path, port: u16) -> Result<PathBuf> {
 /// The service and VEE records `Veem::deploy` writes for admission `a` of
 /// `req` (service `sid`, manifest `m`), state admitted.
 fn records(veem: &Veem, m: &Manifest, req: &ServiceRequest, a: &Admitted) -> (ServiceRec, Vec<VeeRec>) {
-    let clock = veem.planner.lock().unwrap().clock();
+    let clock = veem.clock;
     let (start, end) = (clock.start_of(a.window.start).max(chrono_now()), clock.start_of(a.window.end));
     let mut svc = ServiceRec {
         id: req.service_id.clone(),

@@ -63,8 +63,7 @@ impl Veem {
 
     /// The planner request of `m` as service `service_id`, with UUID VEE IDs.
     pub fn request(&self, m: &Manifest, service_id: &str) -> ServiceRequest {
-        let clock = self.planner.lock().unwrap().clock();
-        let mut req = ServiceRequest::from_manifest(service_id, m, &clock, chrono::Utc::now().timestamp(), DEFAULT_WINDOW_SLOTS);
+        let mut req = ServiceRequest::from_manifest(service_id, m, &self.clock, chrono::Utc::now().timestamp(), DEFAULT_WINDOW_SLOTS);
         for c in &mut req.components {
             for v in &mut c.vees {
                 *v = uuid::Uuid::new_v4().to_string();
@@ -86,7 +85,7 @@ impl Veem {
     }
 
     fn reply(&self, verdict: Admission) -> NegotiateReply {
-        let clock = self.planner.lock().unwrap().clock();
+        let clock = self.clock;
         match verdict {
             Admission::Accepted(a) => NegotiateReply {
                 verdict: "accept".into(),
@@ -140,7 +139,7 @@ impl Veem {
                 bail!("{}: {}", r.verdict, r.reasons.join("; "));
             }
         };
-        let clock = self.planner.lock().unwrap().clock();
+        let clock = self.clock;
         let (start, end) = (clock.start_of(admitted.window.start).max(chrono::Utc::now().timestamp()), clock.start_of(admitted.window.end));
         let mut svc = ServiceRec {
             id: service_id.clone(),

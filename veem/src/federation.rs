@@ -37,7 +37,7 @@ impl Veem {
             Role::Peer(s) => Some(s.clone()),
             _ => None,
         };
-        let end = self.planner.lock().unwrap().clock().start_of(req.window.end);
+        let end = self.clock.start_of(req.window.end);
         let placed = match self.place_remote(m, service_id, &all, end, for_peer.clone()).await? {
             Ok(p) => p,
             Err(why) => return Ok(Err(why)),
@@ -156,6 +156,7 @@ impl Veem {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         let cp = self.checkpoint_of(vee_id, None)?;
+        let record = cp.as_ref().map(CheckpointRec::record).transpose()?;
         if v.state != VeeState::Failed {
             self.transition(&mut v, VeeState::Failed, "its host or site failed")?;
         }
@@ -165,8 +166,8 @@ impl Veem {
             if Some(p.site_id.as_str()) == skip {
                 continue;
             }
-            let how = match &cp {
-                Some(c) => Incoming::Restore(c.record()?),
+            let how = match &record {
+                Some(r) => Incoming::Restore(r.clone()),
                 None => Incoming::Boot,
             };
             match self.send_incoming(&p.site_id, &v, how).await {
@@ -187,25 +188,6 @@ impl Veem {
             bail!("VEE {vee_id}: no local host can take it and no peer site's framework agreement admits it");
         }
         bail!("VEE {vee_id}: no local host can take it; {}", refusals.join("; "))
-    }
-
-    /// Records checkpoint `rec` of VEE `v` (taken here or `where_` at a
-    /// peer site) as its latest, pinning its blobs in the image repository.
-    pub(crate) async fn record_checkpoint(&self, v: &mut VeeRec, rec: &vhi::CheckpointRecord, where_: &str) -> Result<CheckpointRec> {
-        let cp = CheckpointRec::new(rec);
-        for blob in [&rec.memory_blob, &rec.disk_blob] {
-            if let Ok(id) = blob.parse() {
-                if let Err(e) = self.repo.pin(&id, &format!("{}-checkpoint-{}", self.cfg.site_id, cp.id)).await {
-                    tracing::warn!(%blob, error = %e, "cannot pin checkpoint blob");
-                }
-            }
-        }
-        self.store.put(Tree::Checkpoints, &cp.id, &cp)?;
-        v.latest_checkpoint = Some(cp.id.clone());
-        v.last_checkpoint_ms = Some(now_ms());
-        self.save_vee(v)?;
-        self.event(&v.id, &v.service_id, "checkpointed", format!("{} {where_} ({} ms downtime)", cp.id, rec.downtime_ms));
-        Ok(cp)
     }
 
     // ----- peer side -----
@@ -231,8 +213,8 @@ impl Veem {
             }
         }
         let guarantee: GuaranteeLevel = serde_json::from_value(serde_json::Value::String(r.guarantee.clone())).unwrap_or(GuaranteeLevel::Standard);
-        let clock = self.planner.lock().unwrap().clock();
-        let now = clock.slot_at(chrono::Utc::now().timestamp());
+        let clock = self.clock;
+        let now = self.now_slot();
         let req = ServiceRequest {
             service_id: r.vee_id.clone(),
             consumer: from.into(),

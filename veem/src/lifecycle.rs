@@ -94,6 +94,25 @@ impl Veem {
         Ok(cp)
     }
 
+    /// Records checkpoint `rec` of VEE `v` (taken here or `where_` at a
+    /// peer site) as its latest, pinning its blobs in the image repository.
+    pub(crate) async fn record_checkpoint(&self, v: &mut VeeRec, rec: &interfaces::vhi::CheckpointRecord, where_: &str) -> Result<CheckpointRec> {
+        let cp = CheckpointRec::new(rec);
+        for blob in [&rec.memory_blob, &rec.disk_blob] {
+            if let Ok(id) = blob.parse() {
+                if let Err(e) = self.repo.pin(&id, &format!("{}-checkpoint-{}", self.cfg.site_id, cp.id)).await {
+                    tracing::warn!(%blob, error = %e, "cannot pin checkpoint blob");
+                }
+            }
+        }
+        self.store.put(Tree::Checkpoints, &cp.id, &cp)?;
+        v.latest_checkpoint = Some(cp.id.clone());
+        v.last_checkpoint_ms = Some(now_ms());
+        self.save_vee(v)?;
+        self.event(&v.id, &v.service_id, "checkpointed", format!("{} {where_} ({} ms downtime)", cp.id, rec.downtime_ms));
+        Ok(cp)
+    }
+
     /// The latest valid checkpoint of a VEE, or the named one.
     pub fn checkpoint_of(&self, vee_id: &str, id: Option<&str>) -> Result<Option<CheckpointRec>> {
         if let Some(id) = id {

@@ -21,6 +21,9 @@ pub struct Veem {
     pub store: Store,
     /// Never held across an `.await`.
     pub planner: Mutex<Planner>,
+    /// The planner's slot clock (fixed when the planner is created), kept
+    /// here so that reading the time never takes the planner's lock.
+    pub clock: SlotClock,
     pub hosts: HostPool,
     pub repo: RepoClient,
     pub events: broadcast::Sender<vmi::Event>,
@@ -52,11 +55,12 @@ impl Veem {
             None => Planner::new(PlannerConfig { clock: SlotClock::new(0, cfg.slot_s as u32), ..PlannerConfig::default() }),
         };
         planner.set_rank_policy(rank_policy(&cfg.rank_policy));
+        let clock = planner.clock();
         let hosts = HostPool::new(&cfg.hosts)?;
         let repo = RepoClient::new(&cfg.image_repo, cfg.image_repo_token.clone())?;
         let (events, _) = broadcast::channel(1024);
         let vee_records = RwLock::new(store.list::<VeeRec>(Tree::Vees)?.into_iter().map(|v| (v.id.clone(), v)).collect());
-        Ok(Arc::new(Self { cfg, store, planner: Mutex::new(planner), hosts, repo, events, vee_records, vee_locks: Mutex::new(HashMap::new()), busy: Mutex::new(Default::default()) }))
+        Ok(Arc::new(Self { cfg, store, planner: Mutex::new(planner), clock, hosts, repo, events, vee_records, vee_locks: Mutex::new(HashMap::new()), busy: Mutex::new(Default::default()) }))
     }
 
     /// Writes the planner's state (reservations, hosts, services).
@@ -139,9 +143,9 @@ impl Veem {
         Ok(())
     }
 
-    /// Current slot of the planner's clock.
+    /// Current slot of the planner's clock; takes no lock, so it may be
+    /// called with the planner locked.
     pub fn now_slot(&self) -> crate::planner::Slot {
-        let clock = self.planner.lock().unwrap().clock();
-        clock.slot_at(chrono::Utc::now().timestamp())
+        self.clock.slot_at(chrono::Utc::now().timestamp())
     }
 }

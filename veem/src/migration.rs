@@ -361,9 +361,9 @@ impl Veem {
     /// site (a one-VEE reservation under the planner service `home-<id>`).
     pub(crate) fn reserve_home(&self, v: &crate::model::VeeRec, host: &str) -> Result<()> {
         use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
+        let clock = self.clock;
+        let now = self.now_slot();
         let mut p = self.planner.lock().unwrap();
-        let clock = p.clock();
-        let now = clock.slot_at(chrono::Utc::now().timestamp());
         let end = clock.slot_ceil(v.window_end_unix.max(chrono::Utc::now().timestamp() + 60));
         let req = ServiceRequest {
             service_id: format!("home-{}", v.id),

@@ -118,10 +118,7 @@ impl VmiService {
             memory_mib: v.memory_mib,
             latest_checkpoint: v.latest_checkpoint.clone().unwrap_or_default(),
             updated_unix_ms: v.updated_ms,
-            checkpoint_record: match role {
-                Role::Peer(_) => self.veem.checkpoint_of(&v.id, None).ok().flatten().and_then(|c| c.record().ok()),
-                _ => None,
-            },
+            checkpoint_record: None,
         }
     }
 
@@ -199,7 +196,12 @@ impl Vmi for VmiService {
         let req = r.into_inner();
         self.visible_vee(&role, &req.vee_id)?;
         let v = self.veem.vee_action(&req.vee_id, &req.action, &req.checkpoint_id).await.map_err(status)?;
-        Ok(Response::new(self.vee_info(&role, &v)))
+        let mut info = self.vee_info(&role, &v);
+        // The primary site records a checkpoint taken here for its VEE.
+        if matches!(role, Role::Peer(_)) && req.action == "checkpoint" {
+            info.checkpoint_record = self.veem.checkpoint_of(&v.id, None).map_err(status)?.map(|c| c.record()).transpose().map_err(status)?;
+        }
+        Ok(Response::new(info))
     }
 
     async fn migrate(&self, r: Request<MigrateRequest>) -> R<MigrationInfo> {

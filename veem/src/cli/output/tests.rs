@@ -1,0 +1,225 @@
+use super::*;
+use interfaces::vmi;
+
+fn vee_info(location: &str) -> vmi::VeeInfo {
+    vmi::VeeInfo {
+        vee_id: "svc1-db-0".into(),
+        service_id: "svc1".into(),
+        component: "db".into(),
+        instance: 0,
+        state: "running".into(),
+        location: location.into(),
+        vcpus: 1,
+        memory_mib: 256,
+        latest_checkpoint: String::new(),
+        updated_unix_ms: 1_795_852_800_123,
+        checkpoint_record: None,
+    }
+}
+
+#[test]
+fn show_prints_state_and_location_verbatim() {
+    let out = vee(&Vee::from(&vee_info("remote (site-b)")), OutputFormat::Table);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines.contains(&"location: remote (site-b)"), "{out}");
+    assert!(lines.contains(&"state: running"), "{out}");
+    assert!(lines.contains(&"latest_checkpoint: -"), "{out}");
+    assert!(lines.contains(&"updated: 2026-11-28T08:00:00.123Z"), "{out}");
+    let out = vee(&Vee::from(&vee_info("local (host-1)")), OutputFormat::Table);
+    assert!(out.lines().any(|l| l == "location: local (host-1)"));
+}
+
+#[test]
+fn vee_json_shape() {
+    let out = vee(&Vee::from(&vee_info("local")), OutputFormat::Json);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["vee_id"], "svc1-db-0");
+    assert_eq!(v["location"], "local");
+    assert_eq!(v["memory_mib"], 256);
+    assert_eq!(v["updated"], "2026-11-28T08:00:00.123Z");
+    assert!(v.get("updated_unix_ms").is_none());
+}
+
+#[test]
+fn list_json_mirrors_the_list_messages() {
+    let vs = vec![Vee::from(&vee_info("local"))];
+    let v: serde_json::Value = serde_json::from_str(&vees(&vs, OutputFormat::Json)).unwrap();
+    assert_eq!(v["vees"].as_array().unwrap().len(), 1);
+    let v: serde_json::Value = serde_json::from_str(&migrations(&[], OutputFormat::Json)).unwrap();
+    assert_eq!(v, serde_json::json!({"migrations": []}));
+    let v: serde_json::Value = serde_json::from_str(&services(&[], OutputFormat::Json)).unwrap();
+    assert_eq!(v, serde_json::json!({"services": []}));
+}
+
+#[test]
+fn negotiation_counter_offer_text_and_json() {
+    let n = Negotiation::from(&vmi::NegotiateReply {
+        verdict: "counter-offer".into(),
+        reasons: vec!["not enough memory before 10:00".into()],
+        earliest_start_unix: 1_795_852_800,
+        earliest_end_unix: 1_795_896_000,
+    });
+    let out = negotiation(&n, OutputFormat::Table);
+    assert_eq!(
+        out,
+        "verdict: counter-offer\n\
+         earliest window: 2026-11-28T08:00:00Z .. 2026-11-28T20:00:00Z\n\
+         reasons:\n  - not enough memory before 10:00\n"
+    );
+    let v: serde_json::Value = serde_json::from_str(&negotiation(&n, OutputFormat::Json)).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({
+            "verdict": "counter-offer",
+            "reasons": ["not enough memory before 10:00"],
+            "earliest_start": "2026-11-28T08:00:00Z",
+            "earliest_end": "2026-11-28T20:00:00Z",
+        })
+    );
+    let accept = Negotiation::from(&vmi::NegotiateReply {
+        verdict: "accept".into(),
+        ..Default::default()
+    });
+    assert_eq!(negotiation(&accept, OutputFormat::Table), "verdict: accept\n");
+    let v: serde_json::Value = serde_json::from_str(&negotiation(&accept, OutputFormat::Json)).unwrap();
+    assert!(v["earliest_start"].is_null());
+}
+
+fn report() -> vmi::UsageReport {
+    vmi::UsageReport {
+        service_id: "svc1".into(),
+        records: vec![
+            vmi::UsageRecord {
+                record_id: "r1".into(),
+                abc_id: "svc1".into(),
+                vee_id: "svc1-db-0".into(),
+                site_chain: vec!["site-b".into(), "site-a".into()],
+                start_unix: 1_795_852_800,
+                end_unix: 1_795_852_860,
+                cpu_seconds: 30.5,
+                memory_mib_seconds: 15360.0,
+                disk_bytes: 1000,
+                net_bytes: 20,
+            },
+            vmi::UsageRecord {
+                record_id: "r2".into(),
+                abc_id: "svc1".into(),
+                vee_id: "svc1-db-1".into(),
+                site_chain: vec!["site-a".into()],
+                start_unix: 1_795_852_800,
+                end_unix: 1_795_852_860,
+                cpu_seconds: 1.0,
+                memory_mib_seconds: 100.0,
+                disk_bytes: 5,
+                net_bytes: 7,
+            },
+        ],
+        violations: vec![
+            vmi::SlaViolation {
+                vee_id: "svc1-db-0".into(),
+                term: "max_downtime_ms".into(),
+                start_unix: 1_795_852_800,
+                end_unix: 1_795_852_801,
+                penalty: 1.5,
+            },
+            vmi::SlaViolation {
+                vee_id: "svc1-db-1".into(),
+                term: "availability".into(),
+                start_unix: 1_795_852_800,
+                end_unix: 1_795_856_400,
+                penalty: 12.0,
+            },
+        ],
+    }
+}
+
+#[test]
+fn usage_table_totals_and_penalties() {
+    let out = usage(&Usage::from(&report()), OutputFormat::Table);
+    let lines: Vec<&str> = out.lines().collect();
+    let rec = lines.iter().find(|l| l.starts_with("r1 ")).unwrap();
+    assert!(rec.contains(" site-b,site-a "), "{out}");
+    assert!(rec.contains(" 2026-11-28T08:00:00Z "), "{out}");
+    let total = lines.iter().find(|l| l.starts_with("total ")).unwrap();
+    assert!(total.contains(" 31.5 ") && total.contains(" 15460.0 "), "{out}");
+    assert!(total.contains(" 1005 ") && total.ends_with(" 27"), "{out}");
+    assert!(!total.contains(" - "), "{out}");
+    // Totals share the record columns: same right edge as the header.
+    let header = lines.iter().find(|l| l.starts_with("RECORD")).unwrap();
+    assert_eq!(header.chars().count(), total.chars().count(), "{out}");
+    assert!(lines.contains(&"SLA violations: 2"), "{out}");
+    assert!(lines.iter().any(|l| l.starts_with("svc1-db-1") && l.ends_with("12.00")), "{out}");
+    assert_eq!(lines.last(), Some(&"total penalty: 13.50"));
+}
+
+#[test]
+fn usage_json_shape() {
+    let v: serde_json::Value = serde_json::from_str(&usage(&Usage::from(&report()), OutputFormat::Json)).unwrap();
+    assert_eq!(v["service_id"], "svc1");
+    assert_eq!(v["records"][0]["site_chain"], serde_json::json!(["site-b", "site-a"]));
+    assert_eq!(v["records"][0]["start"], "2026-11-28T08:00:00Z");
+    assert_eq!(v["violations"][1]["penalty"], 12.0);
+    assert_eq!(v["totals"]["penalty"], 13.5);
+    assert_eq!(v["totals"]["disk_bytes"], 1005);
+}
+
+#[test]
+fn event_line_has_rfc3339_time() {
+    let e = Event::from(&vmi::Event {
+        vee_id: "svc1-db-0".into(),
+        service_id: "svc1".into(),
+        kind: "state".into(),
+        detail: "running -> migrating".into(),
+        at_unix_ms: 1_795_852_800_005,
+    });
+    assert_eq!(
+        event(&e, OutputFormat::Table),
+        "2026-11-28T08:00:00.005Z svc1 svc1-db-0 state running -> migrating\n"
+    );
+    let json_line = event(&e, OutputFormat::Json);
+    assert_eq!(json_line.lines().count(), 1);
+    let v: serde_json::Value = serde_json::from_str(&json_line).unwrap();
+    assert_eq!(v["at"], "2026-11-28T08:00:00.005Z");
+}
+
+#[test]
+fn migrations_table_rows_align() {
+    let m = |id: &str, state: &str| {
+        Migration::from(&vmi::MigrationInfo {
+            migration_id: id.into(),
+            vee_id: "v".into(),
+            from: "local (h1)".into(),
+            to: "remote (site-b)".into(),
+            state: state.into(),
+            total_ms: 1234,
+            ..Default::default()
+        })
+    };
+    let out = migrations(&[m("m-1", "proposed"), m("m-22", "running")], OutputFormat::Table);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3);
+    let col = |l: &str, w: &str| l.find(w).unwrap();
+    assert_eq!(col(lines[0], "STATE"), col(lines[1], "proposed"));
+    assert_eq!(col(lines[0], "STATE"), col(lines[2], "running"));
+    assert!(lines[1].contains("remote (site-b)"));
+}
+
+#[test]
+fn service_and_deploy_text() {
+    let s = Service::from(&vmi::ServiceInfo {
+        service_id: "svc1".into(),
+        name: "webshop".into(),
+        provider: "acme".into(),
+        state: "running".into(),
+        vees: vec![vee_info("local")],
+        guarantee: "standard".into(),
+    });
+    let out = deployed(&s, OutputFormat::Table);
+    assert!(out.starts_with("service: svc1\n"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("VEE ") && l.contains("LOCATION")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("svc1-db-0 ")), "{out}");
+    let out = service(&s, OutputFormat::Table);
+    assert!(out.lines().any(|l| l == "guarantee: standard"));
+    let out = services(&[s], OutputFormat::Table);
+    assert!(out.lines().nth(1).unwrap().trim_end().ends_with(" 1"), "{out}");
+}
