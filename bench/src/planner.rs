@@ -59,8 +59,13 @@ fn scenario(hosts: usize, vees: usize) -> (Value, Planner) {
     let mut p = Planner::new(PlannerConfig::default());
     let t = Instant::now();
     for i in 0..hosts {
-        p.add_host(HostSpec::new(format!("h{i}"), Resources::new(32, 128 * 1024, 2000), "site-a", "region-1"))
-            .expect("add host");
+        p.add_host(HostSpec::new(
+            format!("h{i}"),
+            Resources::new(32, 128 * 1024, 2000),
+            "site-a",
+            "region-1",
+        ))
+        .expect("add host");
     }
     let add_hosts_s = t.elapsed().as_secs_f64();
     let services = vees / VEES_PER_SERVICE;

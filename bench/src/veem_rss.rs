@@ -227,8 +227,16 @@ fn records(veem: &Veem, m: &Manifest, req: &ServiceRequest, a: &Admitted) -> (Se
         .iter()
         .map(|p| {
             let comp = m.component(&p.component).expect("placement of a manifest component");
-            let instance = req.components.iter().find(|c| c.name == p.component).and_then(|c| c.vees.iter().position(|v| v == &p.vee)).unwrap_or(0) as u32;
-            VeeRec { location: Location::Host(p.host.clone()), ..VeeRec::of_manifest(m, comp, instance, &p.vee, &req.service_id, (start, end)) }
+            let instance = req
+                .components
+                .iter()
+                .find(|c| c.name == p.component)
+                .and_then(|c| c.vees.iter().position(|v| v == &p.vee))
+                .unwrap_or(0) as u32;
+            VeeRec {
+                location: Location::Host(p.host.clone()),
+                ..VeeRec::of_manifest(m, comp, instance, &p.vee, &req.service_id, (start, end))
+            }
         })
         .collect();
     vees.sort_by(|a, b| (&a.component, a.instance).cmp(&(&b.component, b.instance)));
@@ -237,7 +245,10 @@ fn records(veem: &Veem, m: &Manifest, req: &ServiceRequest, a: &Admitted) -> (Se
 }
 
 fn chrono_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 /// Writes the state of `hosts` hosts and `vees` running VEEs with the
@@ -267,7 +278,9 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
         let t = Instant::now();
         let verdict = veem.planner.lock().unwrap().admit(&req);
         admit_s += t.elapsed().as_secs_f64();
-        let Admission::Accepted(a) = verdict else { bail!("service {s} of {services} not admitted: {verdict:?}") };
+        let Admission::Accepted(a) = verdict else {
+            bail!("service {s} of {services} not admitted: {verdict:?}")
+        };
         let (svc, mut vs) = records(&veem, &m, &req, &a);
         // As `Veem::deploy`: VEE records, the service, `admitted` events.
         for v in &vs {
@@ -285,7 +298,11 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
         }
         written += 1 + 6 * vs.len();
         if (s + 1) % 2500 == 0 {
-            eprintln!("veem-rss: {} of {services} services recorded ({:.0} s)", s + 1, t_all.elapsed().as_secs_f64());
+            eprintln!(
+                "veem-rss: {} of {services} services recorded ({:.0} s)",
+                s + 1,
+                t_all.elapsed().as_secs_f64()
+            );
         }
     }
     let t = Instant::now();
@@ -309,7 +326,12 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
 fn spawn_daemon(dir: &Path, config: &Path, cleanup: &Cleanup) -> Result<u32> {
     let log = std::fs::File::create(dir.join("veem.log"))?;
     let mut cmd = Command::new(veem_binary()?);
-    cmd.args(["serve", "--config"]).arg(config).env("RUST_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::from(log.try_clone()?)).stderr(Stdio::from(log));
+    cmd.args(["serve", "--config"])
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log));
     // SAFETY: prctl is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
@@ -327,7 +349,10 @@ fn spawn_daemon(dir: &Path, config: &Path, cleanup: &Cleanup) -> Result<u32> {
 fn check_alive(dir: &Path, cleanup: &Cleanup) -> Result<()> {
     if let Some(c) = cleanup.child.lock().unwrap().as_mut() {
         if let Ok(Some(st)) = c.try_wait() {
-            bail!("veem serve exited ({st}); log:\n{}", std::fs::read_to_string(dir.join("veem.log")).unwrap_or_default());
+            bail!(
+                "veem serve exited ({st}); log:\n{}",
+                std::fs::read_to_string(dir.join("veem.log")).unwrap_or_default()
+            );
         }
     }
     Ok(())
@@ -374,13 +399,20 @@ async fn measure(dir: &Path, config: &Path, endpoint: &str, cleanup: &Cleanup) -
     let rss_idle = status_mib(pid, "VmRSS")?;
     eprintln!("veem-rss: after {IDLE_S} s idle: VmRSS {rss_idle:.1} MiB (max {rss_idle_max:.1}), CPU {idle_cpu_pct:.0} % of one core");
     let t = Instant::now();
-    let list = c.list_services(interfaces::vmi::Empty {}).await.context("ListServices")?.into_inner();
+    let list = c
+        .list_services(interfaces::vmi::Empty {})
+        .await
+        .context("ListServices")?
+        .into_inner();
     let list_s = t.elapsed().as_secs_f64();
     let listed_vees: usize = list.services.iter().map(|s| s.vees.len()).sum();
     let running = list.services.iter().filter(|s| s.state == "running").count();
     let rss_list = status_mib(pid, "VmRSS")?;
     let hwm = status_mib(pid, "VmHWM")?;
-    eprintln!("veem-rss: ListServices: {} services, {listed_vees} VEEs in {list_s:.2} s; VmRSS {rss_list:.1} MiB (peak {hwm:.1})", list.services.len());
+    eprintln!(
+        "veem-rss: ListServices: {} services, {listed_vees} VEEs in {list_s:.2} s; VmRSS {rss_list:.1} MiB (peak {hwm:.1})",
+        list.services.len()
+    );
     check_alive(dir, cleanup)?;
     let warnings = std::fs::read_to_string(dir.join("veem.log")).unwrap_or_default().lines().count();
     Ok(json!({
@@ -420,7 +452,12 @@ pub fn run(hosts: usize, vees: usize) -> Result<Value> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let dir = base_dir().join(format!("veem-rss-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]));
     std::fs::create_dir_all(&dir)?;
-    let cleanup = Arc::new(Cleanup { dir: dir.clone(), pid: AtomicU32::new(0), child: Mutex::new(None), done: AtomicBool::new(false) });
+    let cleanup = Arc::new(Cleanup {
+        dir: dir.clone(),
+        pid: AtomicU32::new(0),
+        child: Mutex::new(None),
+        done: AtomicBool::new(false),
+    });
     {
         let _g = rt.enter();
         use tokio::signal::unix::{signal, SignalKind};

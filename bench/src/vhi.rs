@@ -78,7 +78,9 @@ fn completed_downtime_ms(uri: &str, dom: &str) -> Option<f64> {
 
 /// The last `tick N` of a console text.
 fn last_tick(text: &str) -> Option<u64> {
-    text.lines().rev().find_map(|l| l.trim().strip_prefix("tick ")?.split_whitespace().next()?.parse().ok())
+    text.lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("tick ")?.split_whitespace().next()?.parse().ok())
 }
 
 /// PIDs of the daemons this run started and still runs (killed by the
@@ -105,13 +107,21 @@ impl Daemon {
             .spawn()
             .with_context(|| format!("start {bin}"))?;
         PIDS.lock().unwrap().push(child.id());
-        Ok(Self { name: name.into(), child: Some(child), log })
+        Ok(Self {
+            name: name.into(),
+            child: Some(child),
+            log,
+        })
     }
 
     fn check_alive(&mut self) -> Result<()> {
         if let Some(c) = self.child.as_mut() {
             if let Ok(Some(st)) = c.try_wait() {
-                bail!("{} exited ({st}); log:\n{}", self.name, std::fs::read_to_string(&self.log).unwrap_or_default());
+                bail!(
+                    "{} exited ({st}); log:\n{}",
+                    self.name,
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
             }
         }
         Ok(())
@@ -150,7 +160,11 @@ impl Cleanup {
         }
         for (uri, dom) in self.domains.lock().unwrap().iter() {
             for site in [uri.as_str(), SITE_A_URI, SITE_B_URI] {
-                let _ = Command::new("virsh").args(["-q", "-c", site, "destroy", dom]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+                let _ = Command::new("virsh")
+                    .args(["-q", "-c", site, "destroy", dom])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
             }
         }
         if !self.keep_dir {
@@ -196,11 +210,21 @@ async fn start_veeh(dir: &Path, name: &str, site: &str, uri: &str, repo_url: &st
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Ok(Veeh { _daemon: daemon, state_dir, endpoint })
+    Ok(Veeh {
+        _daemon: daemon,
+        state_dir,
+        endpoint,
+    })
 }
 
 async fn console(c: &mut VhiClient<Channel>, vee: &str) -> String {
-    c.console(ConsoleRequest { vee_id: vee.into(), tail_bytes: 2048 }).await.map(|r| r.into_inner().text).unwrap_or_default()
+    c.console(ConsoleRequest {
+        vee_id: vee.into(),
+        tail_bytes: 2048,
+    })
+    .await
+    .map(|r| r.into_inner().text)
+    .unwrap_or_default()
 }
 
 /// Polls the VHI console until a tick >= `min`; returns it.
@@ -222,7 +246,9 @@ async fn vhi_wait_tick(c: &mut VhiClient<Channel>, vee: &str, min: u64, timeout:
 async fn file_wait_tick(path: &Path, min: u64, timeout: Duration) -> Result<u64> {
     let t = Instant::now();
     loop {
-        let text = std::fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+        let text = std::fs::read(path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
         if let Some(n) = last_tick(&text).filter(|n| *n >= min) {
             return Ok(n);
         }
@@ -295,8 +321,19 @@ impl Samples {
     /// Keeps the first `n` repetitions' samples.
     fn truncate(&mut self, n: usize) {
         for v in [
-            &mut self.boot.0, &mut self.boot.1, &mut self.checkpoint.0, &mut self.checkpoint.1, &mut self.save, &mut self.cp_downtime.0, &mut self.cp_downtime.1,
-            &mut self.restore.0, &mut self.restore.1, &mut self.migrate.0, &mut self.migrate.1, &mut self.mig_downtime.0, &mut self.mig_downtime.1,
+            &mut self.boot.0,
+            &mut self.boot.1,
+            &mut self.checkpoint.0,
+            &mut self.checkpoint.1,
+            &mut self.save,
+            &mut self.cp_downtime.0,
+            &mut self.cp_downtime.1,
+            &mut self.restore.0,
+            &mut self.restore.1,
+            &mut self.migrate.0,
+            &mut self.migrate.1,
+            &mut self.mig_downtime.0,
+            &mut self.mig_downtime.1,
         ] {
             v.truncate(n);
         }
@@ -330,11 +367,21 @@ impl Ctx {
         }
         if let Some(vee) = self.current.take() {
             let _ = self.cb.abort_incoming(VeeRef { vee_id: vee.clone() }).await;
-            let _ = self.ca.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await;
+            let _ = self
+                .ca
+                .destroy(DestroyRequest {
+                    vee_id: vee.clone(),
+                    remove: true,
+                })
+                .await;
             let _ = self.cb.destroy(DestroyRequest { vee_id: vee, remove: true }).await;
         }
         for (uri, dom) in self.cleanup.domains.lock().unwrap().iter() {
-            let _ = Command::new("virsh").args(["-q", "-c", uri, "destroy", dom]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+            let _ = Command::new("virsh")
+                .args(["-q", "-c", uri, "destroy", dom])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
     }
 }
@@ -364,16 +411,25 @@ impl GuestIds {
 }
 
 pub async fn run(reps: usize) -> Result<Vec<Value>> {
-    let guest = std::env::var_os("GUEST_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target/guest"));
+    let guest = std::env::var_os("GUEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/guest"));
     for f in ["vmlinuz", "initrd.img", "disk.qcow2"] {
         if !guest.join(f).exists() {
             bail!("{} missing: run scripts/build-guest-image", guest.join(f).display());
         }
     }
-    let base_dir = std::env::var_os("BENCH_VHI_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target/bench"));
+    let base_dir = std::env::var_os("BENCH_VHI_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/bench"));
     let dir = base_dir.join(format!("vhi-{}", short_id()));
     std::fs::create_dir_all(&dir)?;
-    let cleanup = std::sync::Arc::new(Cleanup { dir: dir.clone(), domains: Default::default(), keep_dir: std::env::var_os("BENCH_KEEP").is_some(), done: Default::default() });
+    let cleanup = std::sync::Arc::new(Cleanup {
+        dir: dir.clone(),
+        domains: Default::default(),
+        keep_dir: std::env::var_os("BENCH_KEEP").is_some(),
+        done: Default::default(),
+    });
     // SIGTERM / SIGINT: clean up (the destructors would not run), then exit.
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -392,7 +448,12 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
     let listen = format!("127.0.0.1:{port}");
     let token = format!("bench-{}", short_id());
     let data = dir.join("repo");
-    let mut repo_daemon = Daemon::spawn("image-repo", "image-repo", &["serve", "--listen", &listen, "--data", data.to_str().unwrap(), "--token", &token], &dir)?;
+    let mut repo_daemon = Daemon::spawn(
+        "image-repo",
+        "image-repo",
+        &["serve", "--listen", &listen, "--data", data.to_str().unwrap(), "--token", &token],
+        &dir,
+    )?;
     let url = format!("http://{listen}");
     let repo = RepoClient::new(&url, Some(token.clone()))?;
     let t = Instant::now();
@@ -403,16 +464,30 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let kernel = repo.push_file(&guest.join("vmlinuz"), &PushMeta::new("vee-guest-kernel", BlobKind::Kernel)).await?.to_string();
-    let initrd = repo.push_file(&guest.join("initrd.img"), &PushMeta::new("vee-guest-initrd", BlobKind::Initrd)).await?.to_string();
+    let kernel = repo
+        .push_file(&guest.join("vmlinuz"), &PushMeta::new("vee-guest-kernel", BlobKind::Kernel))
+        .await?
+        .to_string();
+    let initrd = repo
+        .push_file(&guest.join("initrd.img"), &PushMeta::new("vee-guest-initrd", BlobKind::Initrd))
+        .await?
+        .to_string();
     let mut meta = PushMeta::new("vee-guest-disk", BlobKind::Disk);
     meta.format = Some("qcow2".into());
     let disk = repo.push_file(&guest.join("disk.qcow2"), &meta).await?.to_string();
-    let ids = GuestIds { kernel, initrd, disk, cmdline: "console=ttyS0 quiet".into() };
+    let ids = GuestIds {
+        kernel,
+        initrd,
+        disk,
+        cmdline: "console=ttyS0 quiet".into(),
+    };
 
     let a = start_veeh(&dir, "bench-a", "site-a", SITE_A_URI, &url, &token).await?;
     let b = start_veeh(&dir, "bench-b", "site-b", SITE_B_URI, &url, &token).await?;
-    let (mut ca, cb) = (VhiClient::connect(a.endpoint.clone()).await?, VhiClient::connect(b.endpoint.clone()).await?);
+    let (mut ca, cb) = (
+        VhiClient::connect(a.endpoint.clone()).await?,
+        VhiClient::connect(b.endpoint.clone()).await?,
+    );
 
     // Warm-up (not measured): the first deploy pulls the images into A's
     // cache; its domain XML is the raw baseline's template.
@@ -421,17 +496,45 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
     cleanup.track(SITE_A_URI, &format!("vee-{}", spec.vee_id));
     ca.prepare(spec.clone()).await?;
     ca.create(spec.clone()).await?;
-    ca.start(VeeRef { vee_id: spec.vee_id.clone() }).await?;
+    ca.start(VeeRef {
+        vee_id: spec.vee_id.clone(),
+    })
+    .await?;
     vhi_wait_tick(&mut ca, &spec.vee_id, 1, BOOT_TIMEOUT).await?;
     let template_dir = a.state_dir.join("vees").join(&spec.vee_id);
     let template = std::fs::read_to_string(template_dir.join("domain.xml")).context("the VEEH's domain.xml")?;
-    let info: Value = serde_json::from_str(&run_cmd("qemu-img", &["info", "--output=json", "-U", template_dir.join("overlay.qcow2").to_str().unwrap()])?)?;
-    let base = info["full-backing-filename"].as_str().or(info["backing-filename"].as_str()).context("overlay has no backing file")?.into();
+    let info: Value = serde_json::from_str(&run_cmd(
+        "qemu-img",
+        &["info", "--output=json", "-U", template_dir.join("overlay.qcow2").to_str().unwrap()],
+    )?)?;
+    let base = info["full-backing-filename"]
+        .as_str()
+        .or(info["backing-filename"].as_str())
+        .context("overlay has no backing file")?
+        .into();
     let overlay_size = info["virtual-size"].as_u64().context("overlay virtual size")?;
-    ca.destroy(DestroyRequest { vee_id: spec.vee_id.clone(), remove: true }).await?;
+    ca.destroy(DestroyRequest {
+        vee_id: spec.vee_id.clone(),
+        remove: true,
+    })
+    .await?;
 
-    let mut ctx = Ctx { ids, ca, cb, cleanup: cleanup.clone(), template, template_dir, template_id: spec.vee_id.clone(), base, overlay_size, current: None };
-    let mut s = Samples { raw_cp_downtime_from_libvirt: true, ..Default::default() };
+    let mut ctx = Ctx {
+        ids,
+        ca,
+        cb,
+        cleanup: cleanup.clone(),
+        template,
+        template_dir,
+        template_id: spec.vee_id.clone(),
+        base,
+        overlay_size,
+        current: None,
+    };
+    let mut s = Samples {
+        raw_cp_downtime_from_libvirt: true,
+        ..Default::default()
+    };
     // Another user of the lab (a test restarting libvirtd, say) can break a
     // repetition: it is then discarded, its domains removed, and run again,
     // up to `reps` extra attempts in all.
@@ -441,14 +544,19 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
         let mut res = ours(&mut ctx, &mut s).await.with_context(|| format!("repetition {}: VHI", i + 1));
         if res.is_ok() {
             eprintln!("vhi: repetition {}/{reps}: raw virsh", i + 1);
-            res = raw(&mut ctx, &mut s, i).await.with_context(|| format!("repetition {}: raw virsh", i + 1));
+            res = raw(&mut ctx, &mut s, i)
+                .await
+                .with_context(|| format!("repetition {}: raw virsh", i + 1));
         }
         if let Err(e) = res {
             failures += 1;
             if failures > reps {
                 return Err(e);
             }
-            eprintln!("vhi: repetition {} failed, discarded and run again ({failures} failure(s) so far): {e:#}", i + 1);
+            eprintln!(
+                "vhi: repetition {} failed, discarded and run again ({failures} failure(s) so far): {e:#}",
+                i + 1
+            );
             s.truncate(i);
             ctx.remove_leftovers().await;
             continue;
@@ -468,13 +576,48 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
         "virsh snapshot-create-as --live (wall time, libvirt gave no downtime)"
     };
     Ok(vec![
-        row("VEE deploy to first console tick, images cached (VHI Prepare+Create+Start)", &s.boot.0, "virsh create of the same domain XML on a fresh overlay, to first tick", &s.boot.1),
-        row("live checkpoint incl. push of memory+disk to image-repo (VHI Checkpoint)", &s.checkpoint.0, "virsh snapshot-create-as --live --memspec/--diskspec external, no upload", &s.checkpoint.1),
-        row("live checkpoint incl. push (VHI Checkpoint) vs stop-and-save", &s.checkpoint.0, "virsh save + cp overlay (guest stopped)", &s.save),
-        row("checkpoint guest downtime (CheckpointRecord.downtime_ms)", &s.cp_downtime.0, cp_dt_base, &s.cp_downtime.1),
-        row("restore incl. pull from image-repo (VHI Restore)", &s.restore.0, "virsh restore of a local state file", &s.restore.1),
-        row("live migration A->B with incremental disk copy, total (MigrateOut total_ms)", &s.migrate.0, "virsh migrate --live --p2p --copy-storage-inc --xml DEST.xml", &s.migrate.1),
-        row("live migration A->B guest downtime (MigrateOut downtime_ms)", &s.mig_downtime.0, "virsh migrate --live --p2p --copy-storage-inc (domjobinfo --completed at B)", &s.mig_downtime.1),
+        row(
+            "VEE deploy to first console tick, images cached (VHI Prepare+Create+Start)",
+            &s.boot.0,
+            "virsh create of the same domain XML on a fresh overlay, to first tick",
+            &s.boot.1,
+        ),
+        row(
+            "live checkpoint incl. push of memory+disk to image-repo (VHI Checkpoint)",
+            &s.checkpoint.0,
+            "virsh snapshot-create-as --live --memspec/--diskspec external, no upload",
+            &s.checkpoint.1,
+        ),
+        row(
+            "live checkpoint incl. push (VHI Checkpoint) vs stop-and-save",
+            &s.checkpoint.0,
+            "virsh save + cp overlay (guest stopped)",
+            &s.save,
+        ),
+        row(
+            "checkpoint guest downtime (CheckpointRecord.downtime_ms)",
+            &s.cp_downtime.0,
+            cp_dt_base,
+            &s.cp_downtime.1,
+        ),
+        row(
+            "restore incl. pull from image-repo (VHI Restore)",
+            &s.restore.0,
+            "virsh restore of a local state file",
+            &s.restore.1,
+        ),
+        row(
+            "live migration A->B with incremental disk copy, total (MigrateOut total_ms)",
+            &s.migrate.0,
+            "virsh migrate --live --p2p --copy-storage-inc --xml DEST.xml",
+            &s.migrate.1,
+        ),
+        row(
+            "live migration A->B guest downtime (MigrateOut downtime_ms)",
+            &s.mig_downtime.0,
+            "virsh migrate --live --p2p --copy-storage-inc (domjobinfo --completed at B)",
+            &s.mig_downtime.1,
+        ),
     ])
 }
 
@@ -497,13 +640,29 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
 
     vhi_wait_tick(ca, &vee, 3, Duration::from_secs(60)).await?;
     let t = Instant::now();
-    let cp = ca.checkpoint(CheckpointRequest { vee_id: vee.clone(), stop_after: false }).await?.into_inner();
+    let cp = ca
+        .checkpoint(CheckpointRequest {
+            vee_id: vee.clone(),
+            stop_after: false,
+        })
+        .await?
+        .into_inner();
     s.checkpoint.0.push(t.elapsed().as_secs_f64());
     s.cp_downtime.0.push(cp.downtime_ms as f64 / 1000.0);
 
-    ca.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await?;
+    ca.destroy(DestroyRequest {
+        vee_id: vee.clone(),
+        remove: true,
+    })
+    .await?;
     let t = Instant::now();
-    let st = ca.restore(RestoreRequest { spec: Some(spec.clone()), checkpoint: Some(cp) }).await?.into_inner();
+    let st = ca
+        .restore(RestoreRequest {
+            spec: Some(spec.clone()),
+            checkpoint: Some(cp),
+        })
+        .await?
+        .into_inner();
     s.restore.0.push(t.elapsed().as_secs_f64());
     if st.state() != VeeState::Running {
         bail!("restored VEE is {:?}", st.state());
@@ -512,7 +671,12 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
     vhi_wait_tick(ca, &vee, now + 1, Duration::from_secs(60)).await?;
 
     let target = ctx.cb.prepare_incoming(spec.clone()).await?.into_inner();
-    let req = MigrateOutRequest { vee_id: vee.clone(), target: Some(target), max_downtime_ms: 0, bandwidth_mib_s: 0 };
+    let req = MigrateOutRequest {
+        vee_id: vee.clone(),
+        target: Some(target),
+        max_downtime_ms: 0,
+        bandwidth_mib_s: 0,
+    };
     let mut stream = ca.migrate_out(req).await?.into_inner();
     let mut last = None;
     while let Some(p) = stream.next().await {
@@ -521,7 +685,12 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
     let last = last.context("MigrateOut sent nothing")?;
     if last.phase != "done" {
         let _ = ctx.cb.abort_incoming(VeeRef { vee_id: vee.clone() }).await;
-        let _ = ca.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await;
+        let _ = ca
+            .destroy(DestroyRequest {
+                vee_id: vee.clone(),
+                remove: true,
+            })
+            .await;
         bail!("migration {}: {}", last.phase, last.error);
     }
     ctx.cb.complete_incoming(VeeRef { vee_id: vee.clone() }).await?;
@@ -529,13 +698,32 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
     s.mig_downtime.0.push(last.downtime_ms as f64 / 1000.0);
     let now = vhi_wait_tick(&mut ctx.cb, &vee, 1, Duration::from_secs(60)).await?;
     vhi_wait_tick(&mut ctx.cb, &vee, now + 1, Duration::from_secs(60)).await?;
-    ctx.cb.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await?;
+    ctx.cb
+        .destroy(DestroyRequest {
+            vee_id: vee.clone(),
+            remove: true,
+        })
+        .await?;
     ctx.current = None;
     Ok(())
 }
 
 fn new_overlay(base: &Path, overlay: &Path, size: u64) -> Result<()> {
-    run_cmd("qemu-img", &["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base.to_str().unwrap(), overlay.to_str().unwrap(), &size.to_string()])?;
+    run_cmd(
+        "qemu-img",
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-F",
+            "qcow2",
+            "-b",
+            base.to_str().unwrap(),
+            overlay.to_str().unwrap(),
+            &size.to_string(),
+        ],
+    )?;
     Ok(())
 }
 
@@ -553,7 +741,10 @@ async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> {
     new_overlay(&ctx.base, &da.join("overlay.qcow2"), ctx.overlay_size)?;
     let xml = raw_xml(&ctx.template, &ctx.template_dir, &ctx.template_id, &da, &name);
     if !xml.contains(&da.join("overlay.qcow2").display().to_string()) || !xml.contains(&console.display().to_string()) {
-        bail!("the VEEH's domain XML does not name its overlay and console under {}", ctx.template_dir.display());
+        bail!(
+            "the VEEH's domain XML does not name its overlay and console under {}",
+            ctx.template_dir.display()
+        );
     }
     let xml_path = da.join("domain.xml");
     std::fs::write(&xml_path, &xml)?;
@@ -570,7 +761,20 @@ async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> {
     let memspec = format!("file={},snapshot=external", mem.display());
     let diskspec = format!("vda,snapshot=external,file={}", top.display());
     let t = Instant::now();
-    virsh(SITE_A_URI, &["snapshot-create-as", &name, "cp1", "--live", "--memspec", &memspec, "--diskspec", &diskspec, "--no-metadata"])?;
+    virsh(
+        SITE_A_URI,
+        &[
+            "snapshot-create-as",
+            &name,
+            "cp1",
+            "--live",
+            "--memspec",
+            &memspec,
+            "--diskspec",
+            &diskspec,
+            "--no-metadata",
+        ],
+    )?;
     let wall = t.elapsed().as_secs_f64();
     s.checkpoint.1.push(wall);
     match completed_downtime_ms(SITE_A_URI, &name) {
@@ -580,7 +784,10 @@ async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> {
             s.cp_downtime.1.push(wall)
         }
     }
-    virsh(SITE_A_URI, &["blockcommit", &name, "vda", "--active", "--shallow", "--pivot", "--wait"])?;
+    virsh(
+        SITE_A_URI,
+        &["blockcommit", &name, "vda", "--active", "--shallow", "--pivot", "--wait"],
+    )?;
     let _ = std::fs::remove_file(&top);
     let _ = std::fs::remove_file(&mem);
 
@@ -605,12 +812,24 @@ async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> {
     virsh(
         SITE_A_URI,
         &[
-            "migrate", "--live", "--p2p", "--copy-storage-inc", "--xml", dest_path.to_str().unwrap(), "--migrateuri", "tcp://127.0.0.1", "--disks-uri", "tcp://127.0.0.1", &name,
+            "migrate",
+            "--live",
+            "--p2p",
+            "--copy-storage-inc",
+            "--xml",
+            dest_path.to_str().unwrap(),
+            "--migrateuri",
+            "tcp://127.0.0.1",
+            "--disks-uri",
+            "tcp://127.0.0.1",
+            &name,
             SITE_B_URI,
         ],
     )?;
     s.migrate.1.push(t.elapsed().as_secs_f64());
-    s.mig_downtime.1.push(completed_downtime_ms(SITE_B_URI, &name).map(|ms| ms / 1000.0).unwrap_or(0.0));
+    s.mig_downtime
+        .1
+        .push(completed_downtime_ms(SITE_B_URI, &name).map(|ms| ms / 1000.0).unwrap_or(0.0));
     let now = file_wait_tick(&db.join("console.log"), 1, Duration::from_secs(60)).await?;
     file_wait_tick(&db.join("console.log"), now + 1, Duration::from_secs(60)).await?;
     virsh(SITE_B_URI, &["destroy", &name])?;

@@ -50,7 +50,10 @@ impl FromStr for BlobId {
     /// Errors: [`Error::InvalidBlobId`] unless `s` is `sha256:` followed by
     /// exactly 64 lowercase hex digits.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = |why: &str| Error::InvalidBlobId { id: s.to_string(), reason: why.to_string() };
+        let bad = |why: &str| Error::InvalidBlobId {
+            id: s.to_string(),
+            reason: why.to_string(),
+        };
         let hexpart = s.strip_prefix("sha256:").ok_or_else(|| bad("must start with 'sha256:'"))?;
         if hexpart.len() != 64 {
             return Err(bad("digest must be 64 hex digits"));
@@ -93,7 +96,13 @@ mod tests {
 
     #[test]
     fn rejects_malformed_ids_with_reason() {
-        for bad in ["", "md5:abc", "sha256:xyz", "sha256:../../etc/passwd", &format!("sha256:{}", "A".repeat(64))] {
+        for bad in [
+            "",
+            "md5:abc",
+            "sha256:xyz",
+            "sha256:../../etc/passwd",
+            &format!("sha256:{}", "A".repeat(64)),
+        ] {
             let err = bad.parse::<BlobId>().unwrap_err().to_string();
             assert!(err.contains("invalid blob ID"), "{bad}: {err}");
         }

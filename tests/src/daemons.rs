@@ -33,7 +33,11 @@ impl Daemon {
             .stderr(Stdio::from(f))
             .spawn()
             .unwrap_or_else(|e| panic!("start {bin}: {e}"));
-        Self { name: name.into(), child: Some(child), log }
+        Self {
+            name: name.into(),
+            child: Some(child),
+            log,
+        }
     }
 
     /// SIGKILL, as a crash would.
@@ -83,12 +87,21 @@ impl ImageRepo {
         let data = dir.join("repo");
         let listen = format!("127.0.0.1:{port}");
         let token = "test-write-token".to_string();
-        let daemon = Daemon::spawn("image-repo", "image-repo", &["serve", "--listen", &listen, "--data", data.to_str().unwrap(), "--token", &token], dir);
+        let daemon = Daemon::spawn(
+            "image-repo",
+            "image-repo",
+            &["serve", "--listen", &listen, "--data", data.to_str().unwrap(), "--token", &token],
+            dir,
+        );
         let url = format!("http://{listen}");
         let client = RepoClient::new(&url, Some(token.clone())).unwrap();
         let start = Instant::now();
         while client.list().await.is_err() {
-            assert!(start.elapsed() < Duration::from_secs(20), "image-repo did not answer; log:\n{}", daemon.log_text());
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "image-repo did not answer; log:\n{}",
+                daemon.log_text()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Self { daemon, url, token }
@@ -101,12 +114,25 @@ impl ImageRepo {
     /// Pushes the guest's kernel, initrd and data disk; returns their IDs.
     pub async fn push_guest(&self, g: &GuestImage) -> GuestIds {
         let c = self.client();
-        let kernel = c.push_file(&g.kernel, &PushMeta::new("vee-guest-kernel", BlobKind::Kernel)).await.unwrap().to_string();
-        let initrd = c.push_file(&g.initrd, &PushMeta::new("vee-guest-initrd", BlobKind::Initrd)).await.unwrap().to_string();
+        let kernel = c
+            .push_file(&g.kernel, &PushMeta::new("vee-guest-kernel", BlobKind::Kernel))
+            .await
+            .unwrap()
+            .to_string();
+        let initrd = c
+            .push_file(&g.initrd, &PushMeta::new("vee-guest-initrd", BlobKind::Initrd))
+            .await
+            .unwrap()
+            .to_string();
         let mut meta = PushMeta::new("vee-guest-disk", BlobKind::Disk);
         meta.format = Some("qcow2".into());
         let disk = c.push_file(&g.disk, &meta).await.unwrap().to_string();
-        GuestIds { kernel, initrd, disk, cmdline: g.cmdline.clone() }
+        GuestIds {
+            kernel,
+            initrd,
+            disk,
+            cmdline: g.cmdline.clone(),
+        }
     }
 }
 
@@ -168,7 +194,11 @@ impl Veeh {
         let host = &format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
         let state_dir = dir.join(host);
         std::fs::create_dir_all(&state_dir).unwrap();
-        let peer_uri = if uri == crate::lab::SITE_A_URI { crate::lab::SITE_A_PEER_URI } else { uri };
+        let peer_uri = if uri == crate::lab::SITE_A_URI {
+            crate::lab::SITE_A_PEER_URI
+        } else {
+            uri
+        };
         let cfg = format!(
             "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"127.0.0.1\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n",
             state_dir.display(),
@@ -179,14 +209,25 @@ impl Veeh {
         std::fs::write(&cfg_path, cfg).unwrap();
         let daemon = Daemon::spawn(host, "veeh", &["serve", "--config", cfg_path.to_str().unwrap()], dir);
         let endpoint = format!("http://127.0.0.1:{port}");
-        let mut v = Self { daemon, host: host.into(), endpoint, state_dir, uri: uri.into(), config: cfg_path.clone() };
+        let mut v = Self {
+            daemon,
+            host: host.into(),
+            endpoint,
+            state_dir,
+            uri: uri.into(),
+            config: cfg_path.clone(),
+        };
         let start = Instant::now();
         loop {
             if VhiClient::connect(v.endpoint.clone()).await.is_ok() {
                 break;
             }
             v.daemon.assert_alive();
-            assert!(start.elapsed() < Duration::from_secs(30), "veeh {host} did not answer; log:\n{}", v.daemon.log_text());
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "veeh {host} did not answer; log:\n{}",
+                v.daemon.log_text()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         v
@@ -201,7 +242,12 @@ impl Veeh {
     pub async fn restart(&mut self) {
         self.daemon.kill();
         let dir = self.config.parent().unwrap().to_path_buf();
-        self.daemon = Daemon::spawn(&format!("{}-again", self.host), "veeh", &["serve", "--config", self.config.to_str().unwrap()], &dir);
+        self.daemon = Daemon::spawn(
+            &format!("{}-again", self.host),
+            "veeh",
+            &["serve", "--config", self.config.to_str().unwrap()],
+            &dir,
+        );
         let start = Instant::now();
         while VhiClient::connect(self.endpoint.clone()).await.is_err() {
             self.daemon.assert_alive();
@@ -213,7 +259,13 @@ impl Veeh {
 
 /// The VEE's console through the VHI Console call.
 pub async fn console(c: &mut VhiClient<Channel>, vee_id: &str) -> String {
-    c.console(ConsoleRequest { vee_id: vee_id.into(), tail_bytes: 2048 }).await.map(|r| r.into_inner().text).unwrap_or_default()
+    c.console(ConsoleRequest {
+        vee_id: vee_id.into(),
+        tail_bytes: 2048,
+    })
+    .await
+    .map(|r| r.into_inner().text)
+    .unwrap_or_default()
 }
 
 /// Waits until the VEE's console shows tick `min` or later; returns the

@@ -8,7 +8,12 @@ use std::process::Command;
 /// (`e2fsck -fy`) and reads the file with `debugfs`.
 pub fn ticks_on_disk(overlay: &Path, scratch: &Path) -> Vec<u64> {
     let raw = scratch.join("inspect.raw");
-    let st = Command::new("qemu-img").args(["convert", "-U", "-O", "raw"]).arg(overlay).arg(&raw).status().unwrap();
+    let st = Command::new("qemu-img")
+        .args(["convert", "-U", "-O", "raw"])
+        .arg(overlay)
+        .arg(&raw)
+        .status()
+        .unwrap();
     assert!(st.success(), "qemu-img convert {}", overlay.display());
     let _ = Command::new("e2fsck").args(["-fy"]).arg(&raw).output().unwrap();
     let out = Command::new("debugfs").args(["-R", "cat /ticks"]).arg(&raw).output().unwrap();
@@ -25,5 +30,9 @@ pub fn assert_contiguous(ticks: &[u64], at_least: u64) {
     for (i, t) in ticks.iter().enumerate() {
         assert_eq!(*t, i as u64 + 1, "disk ticks must be 1..n without gaps or restarts: {ticks:?}");
     }
-    assert!(*ticks.last().unwrap() >= at_least, "disk holds ticks up to {} < {at_least}", ticks.last().unwrap());
+    assert!(
+        *ticks.last().unwrap() >= at_least,
+        "disk holds ticks up to {} < {at_least}",
+        ticks.last().unwrap()
+    );
 }

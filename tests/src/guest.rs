@@ -18,7 +18,9 @@ pub struct GuestImage {
 
 /// The built guest; panics with what to run when it is missing.
 pub fn image() -> GuestImage {
-    let dir = std::env::var_os("GUEST_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target/guest"));
+    let dir = std::env::var_os("GUEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/guest"));
     let g = GuestImage {
         kernel: dir.join("vmlinuz"),
         initrd: dir.join("initrd.img"),

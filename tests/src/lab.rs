@@ -22,7 +22,11 @@ pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     // target/<profile>/deps/<test> -> target/<profile>/<name>
     let p = exe.parent().unwrap().parent().unwrap().join(name);
-    assert!(p.exists(), "{} is not built: run `cargo build --workspace --bins` (scripts/test does)", p.display());
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo build --workspace --bins` (scripts/test does)",
+        p.display()
+    );
     p
 }
 

@@ -57,12 +57,22 @@ pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, host
     for h in hosts {
         cfg += &format!("[[hosts]]\nname = \"{}\"\nendpoint = \"{}\"\n", h.host, h.endpoint);
     }
-    for (t, role) in [(ACME, "role = \"provider\"\nname = \"acme\""), (GLOBEX, "role = \"provider\"\nname = \"globex\""), (OPERATOR, "role = \"operator\"")] {
+    for (t, role) in [
+        (ACME, "role = \"provider\"\nname = \"acme\""),
+        (GLOBEX, "role = \"provider\"\nname = \"globex\""),
+        (OPERATOR, "role = \"operator\""),
+    ] {
         cfg += &format!("[[tokens]]\ntoken = \"{t}\"\n{role}\n");
     }
     for p in peers {
-        cfg += &format!("[[tokens]]\ntoken = \"{}\"\nrole = \"peer\"\nname = \"{}\"\n", p.token_in, p.site_id);
-        cfg += &format!("[[peers]]\nsite_id = \"{}\"\nendpoint = \"{}\"\ntoken = \"{}\"\n[peers.agreement]\nprice_per_vee_hour = 0.1\n", p.site_id, p.endpoint, p.token_out);
+        cfg += &format!(
+            "[[tokens]]\ntoken = \"{}\"\nrole = \"peer\"\nname = \"{}\"\n",
+            p.token_in, p.site_id
+        );
+        cfg += &format!(
+            "[[peers]]\nsite_id = \"{}\"\nendpoint = \"{}\"\ntoken = \"{}\"\n[peers.agreement]\nprice_per_vee_hour = 0.1\n",
+            p.site_id, p.endpoint, p.token_out
+        );
     }
     let path = dir.join(format!("{site_id}.toml"));
     std::fs::write(&path, cfg).unwrap();
@@ -73,8 +83,19 @@ impl Veem {
     /// Starts the VEEM of `config` listening on `port`; waits until this
     /// VEEM (not whatever else may hold the port) answers a VMI call.
     pub async fn start(dir: &Path, site_id: &str, port: u16, config: PathBuf) -> Self {
-        let daemon = Daemon::spawn(&format!("veem-{site_id}"), "veem", &["serve", "--config", config.to_str().unwrap()], dir);
-        let mut v = Self { daemon, site_id: site_id.into(), endpoint: format!("http://127.0.0.1:{port}"), config, dir: dir.into() };
+        let daemon = Daemon::spawn(
+            &format!("veem-{site_id}"),
+            "veem",
+            &["serve", "--config", config.to_str().unwrap()],
+            dir,
+        );
+        let mut v = Self {
+            daemon,
+            site_id: site_id.into(),
+            endpoint: format!("http://127.0.0.1:{port}"),
+            config,
+            dir: dir.into(),
+        };
         let start = Instant::now();
         loop {
             if let Ok(ch) = tonic::transport::Endpoint::from_shared(v.endpoint.clone()).unwrap().connect().await {
@@ -85,7 +106,11 @@ impl Veem {
                 }
             }
             v.daemon.assert_alive();
-            assert!(start.elapsed() < Duration::from_secs(60), "veem {site_id} did not answer; log:\n{}", v.daemon.log_text());
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "veem {site_id} did not answer; log:\n{}",
+                v.daemon.log_text()
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         v
@@ -102,7 +127,11 @@ impl Veem {
 
     /// A VMI client presenting `token`.
     pub async fn client(&self, token: &str) -> PeerClient {
-        let ch = tonic::transport::Endpoint::from_shared(self.endpoint.clone()).unwrap().connect().await.unwrap();
+        let ch = tonic::transport::Endpoint::from_shared(self.endpoint.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
         VmiClient::with_interceptor(ch, Bearer::new(token).unwrap())
     }
 
@@ -121,7 +150,10 @@ impl Veem {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        panic!("VEE {vee_id} never became {what} in {timeout:?}; last {last:?}\nVEEM log tail:\n{}", tail(&self.daemon.log_text(), 4000));
+        panic!(
+            "VEE {vee_id} never became {what} in {timeout:?}; last {last:?}\nVEEM log tail:\n{}",
+            tail(&self.daemon.log_text(), 4000)
+        );
     }
 }
 
@@ -136,7 +168,10 @@ pub fn tail(s: &str, n: usize) -> &str {
 
 /// The host name in an operator's `local (HOST)` location.
 pub fn host_of(info: &VeeInfo) -> Option<String> {
-    info.location.strip_prefix("local (").and_then(|s| s.strip_suffix(')')).map(str::to_string)
+    info.location
+        .strip_prefix("local (")
+        .and_then(|s| s.strip_suffix(')'))
+        .map(str::to_string)
 }
 
 /// A manifest of `instances` tiny guests with host anti-affinity.

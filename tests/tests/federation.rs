@@ -37,20 +37,44 @@ async fn two_sites(name: &str, a_extra: &str) -> Lab {
     let a1 = Veeh::start(&dir, "fa1", "site-a", lab::SITE_A_URI, &repo).await;
     let b1 = Veeh::start(&dir, "fb1", "site-b", lab::SITE_B_URI, &repo).await;
     let (pa, pb) = (site::port(), site::port());
-    let to_b = PeerLink { site_id: "site-b".into(), endpoint: format!("http://127.0.0.1:{pb}"), token_out: A_TO_B.into(), token_in: B_TO_A.into() };
-    let to_a = PeerLink { site_id: "site-a".into(), endpoint: format!("http://127.0.0.1:{pa}"), token_out: B_TO_A.into(), token_in: A_TO_B.into() };
+    let to_b = PeerLink {
+        site_id: "site-b".into(),
+        endpoint: format!("http://127.0.0.1:{pb}"),
+        token_out: A_TO_B.into(),
+        token_in: B_TO_A.into(),
+    };
+    let to_a = PeerLink {
+        site_id: "site-a".into(),
+        endpoint: format!("http://127.0.0.1:{pa}"),
+        token_out: B_TO_A.into(),
+        token_in: A_TO_B.into(),
+    };
     let ca = site::write_config(&dir, "site-a", pa, &repo, &[&a1], &[to_b], a_extra);
     let cb = site::write_config(&dir, "site-b", pb, &repo, &[&b1], &[to_a], "");
     let a = Veem::start(&dir, "site-a", pa, ca).await;
     let b = Veem::start(&dir, "site-b", pb, cb).await;
-    Lab { dir, ids, a, _b: b, a1, b1, _repo: repo }
+    Lab {
+        dir,
+        ids,
+        a,
+        _b: b,
+        a1,
+        b1,
+        _repo: repo,
+    }
 }
 
 impl Lab {
     /// Deploys a one-VEE service as `acme` at site A; returns it and the
     /// VEE's ID once its guest has ticked three times.
     async fn deploy_one(&self, acme: &mut veem::peers::PeerClient) -> (ServiceInfo, String) {
-        let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &self.ids, 1, "") }).await.unwrap().into_inner();
+        let svc = acme
+            .deploy(ManifestRequest {
+                manifest_toml: manifest("shop", "acme", &self.ids, 1, ""),
+            })
+            .await
+            .unwrap()
+            .into_inner();
         let vee = svc.vees[0].vee_id.clone();
         self.a.wait_vee(&vee, "running", BOOT, |i| i.state == "running").await;
         wait_tick(&mut self.a1.client().await, &vee, 3, BOOT).await;
@@ -62,11 +86,24 @@ async fn wait_migration(v: &Veem, id: &str, timeout: Duration) -> MigrationInfo 
     let mut op = v.client(OPERATOR).await;
     let start = std::time::Instant::now();
     loop {
-        let m = op.list_migrations(Empty {}).await.unwrap().into_inner().migrations.into_iter().find(|m| m.migration_id == id).unwrap();
+        let m = op
+            .list_migrations(Empty {})
+            .await
+            .unwrap()
+            .into_inner()
+            .migrations
+            .into_iter()
+            .find(|m| m.migration_id == id)
+            .unwrap();
         if ["done", "failed", "rejected"].contains(&m.state.as_str()) {
             return m;
         }
-        assert!(start.elapsed() < timeout, "migration {id} still {} after {timeout:?}: {}", m.state, site::tail(&v.daemon.log_text(), 3000));
+        assert!(
+            start.elapsed() < timeout,
+            "migration {id} still {} after {timeout:?}: {}",
+            m.state,
+            site::tail(&v.daemon.log_text(), 3000)
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -85,33 +122,86 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
 
     // Roles: a peer token cannot deploy; a service provider cannot approve.
     let mut peer_at_a = l.a.client(B_TO_A).await;
-    let e = peer_at_a.deploy(ManifestRequest { manifest_toml: manifest("x", "acme", &l.ids, 1, "") }).await.unwrap_err();
+    let e = peer_at_a
+        .deploy(ManifestRequest {
+            manifest_toml: manifest("x", "acme", &l.ids, 1, ""),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
 
     // A proposal the operator rejects moves nothing.
-    let p = acme.migrate(MigrateRequest { vee_id: vee.clone(), to_host: String::new(), to_site: "site-b".into(), reason: "cheaper".into() }).await.unwrap().into_inner();
+    let p = acme
+        .migrate(MigrateRequest {
+            vee_id: vee.clone(),
+            to_host: String::new(),
+            to_site: "site-b".into(),
+            reason: "cheaper".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(p.state, "proposed");
     // One open proposal per VEE.
-    let e = acme.migrate(MigrateRequest { vee_id: vee.clone(), to_host: String::new(), to_site: "site-b".into(), reason: "again".into() }).await.unwrap_err();
+    let e = acme
+        .migrate(MigrateRequest {
+            vee_id: vee.clone(),
+            to_host: String::new(),
+            to_site: "site-b".into(),
+            reason: "again".into(),
+        })
+        .await
+        .unwrap_err();
     assert!(e.message().contains("already has migration"), "{}", e.message());
-    let e = acme.approve_migration(MigrationRef { migration_id: p.migration_id.clone() }).await.unwrap_err();
+    let e = acme
+        .approve_migration(MigrationRef {
+            migration_id: p.migration_id.clone(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
     let mut op = l.a.client(OPERATOR).await;
-    let r = op.reject_migration(RejectRequest { migration_id: p.migration_id.clone(), reason: "not now".into() }).await.unwrap().into_inner();
+    let r = op
+        .reject_migration(RejectRequest {
+            migration_id: p.migration_id.clone(),
+            reason: "not now".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(r.state, "rejected");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(domains(&l.a1).await.len(), 1);
     assert!(domains(&l.b1).await.is_empty());
-    assert_eq!(acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location, "local");
+    assert_eq!(
+        acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location,
+        "local"
+    );
     // Draining A's only host proposes nothing: no other host of A has room.
     let drained = op.drain(DrainRequest { host: l.a1.host.clone() }).await.unwrap().into_inner();
     assert!(drained.migrations.is_empty(), "{:?}", drained.migrations);
-    assert_eq!(acme.drain(DrainRequest { host: l.a1.host.clone() }).await.unwrap_err().code(), tonic::Code::PermissionDenied);
+    assert_eq!(
+        acme.drain(DrainRequest { host: l.a1.host.clone() }).await.unwrap_err().code(),
+        tonic::Code::PermissionDenied
+    );
 
     // Approved: live migration to B; the counter goes on there.
     let before = guest::last_tick(&console(&mut ca, &vee).await).unwrap().0;
-    let p = acme.migrate(MigrateRequest { vee_id: vee.clone(), to_host: String::new(), to_site: "site-b".into(), reason: "cheaper".into() }).await.unwrap().into_inner();
-    op.approve_migration(MigrationRef { migration_id: p.migration_id.clone() }).await.unwrap();
+    let p = acme
+        .migrate(MigrateRequest {
+            vee_id: vee.clone(),
+            to_host: String::new(),
+            to_site: "site-b".into(),
+            reason: "cheaper".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    op.approve_migration(MigrationRef {
+        migration_id: p.migration_id.clone(),
+    })
+    .await
+    .unwrap();
     let m = wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
     assert_eq!(m.state, "done", "{}", m.detail);
     let shown = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
@@ -130,8 +220,18 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     // Usage metered at B comes back to A, stamped with B's ID, once.
     let start = std::time::Instant::now();
     let remote = loop {
-        let u = acme.get_usage(ServiceRef { service_id: svc.service_id.clone() }).await.unwrap().into_inner();
-        let remote: Vec<UsageRecord> = u.records.into_iter().filter(|r| r.site_chain.first().map(String::as_str) == Some("site-b")).collect();
+        let u = acme
+            .get_usage(ServiceRef {
+                service_id: svc.service_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let remote: Vec<UsageRecord> = u
+            .records
+            .into_iter()
+            .filter(|r| r.site_chain.first().map(String::as_str) == Some("site-b"))
+            .collect();
         if remote.len() >= 2 {
             break remote;
         }
@@ -146,16 +246,41 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     let ids: std::collections::HashSet<_> = remote.iter().map(|r| r.record_id.clone()).collect();
     assert_eq!(ids.len(), remote.len(), "duplicate usage records");
     // A batch pushed twice is counted once.
-    let batch = UsageBatch { from_site: "site-b".into(), records: remote.iter().map(|r| UsageRecord { site_chain: vec!["site-b".into()], ..r.clone() }).collect() };
+    let batch = UsageBatch {
+        from_site: "site-b".into(),
+        records: remote
+            .iter()
+            .map(|r| UsageRecord {
+                site_chain: vec!["site-b".into()],
+                ..r.clone()
+            })
+            .collect(),
+    };
     let again = peer_at_a.push_usage(batch).await.unwrap().into_inner();
     assert_eq!((again.accepted, again.duplicates), (0, remote.len() as u32));
     // Home again: a VEE running remotely migrates back to a host of A.
     let last_at_b = guest::last_tick(&console(&mut cb, &vee).await).unwrap().0;
-    let p = acme.migrate(MigrateRequest { vee_id: vee.clone(), to_host: l.a1.host.clone(), to_site: String::new(), reason: "home".into() }).await.unwrap().into_inner();
-    op.approve_migration(MigrationRef { migration_id: p.migration_id.clone() }).await.unwrap();
+    let p = acme
+        .migrate(MigrateRequest {
+            vee_id: vee.clone(),
+            to_host: l.a1.host.clone(),
+            to_site: String::new(),
+            reason: "home".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    op.approve_migration(MigrationRef {
+        migration_id: p.migration_id.clone(),
+    })
+    .await
+    .unwrap();
     let m = wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
     assert_eq!(m.state, "done", "{}", m.detail);
-    assert_eq!(acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location, "local");
+    assert_eq!(
+        acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location,
+        "local"
+    );
     assert!(domains(&l.b1).await.is_empty(), "the VEE still runs at B");
     assert_eq!(domains(&l.a1).await.len(), 1);
     let back = {
@@ -165,7 +290,13 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         *guest::ticks(&text).iter().find(|t| **t > before).expect("ticks after coming home")
     };
     assert!(back > last_at_b, "counter went on after coming home: {last_at_b} at B, then {back}");
-    acme.vee_action(VeeActionRequest { vee_id: vee.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    acme.vee_action(VeeActionRequest {
+        vee_id: vee.clone(),
+        action: "stop".into(),
+        checkpoint_id: String::new(),
+    })
+    .await
+    .unwrap();
     assert!(domains(&l.a1).await.is_empty());
     let dir = l.dir.clone();
     drop(l);
@@ -179,9 +310,18 @@ async fn lab_remote_placement_when_site_a_is_full() {
     let mut acme = l.a.client(ACME).await;
     // Site A has one host: the second anti-affine instance goes to B.
     // (A peer's token cannot use peer calls to deploy either.)
-    let svc = match acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &l.ids, 2, "") }).await {
+    let svc = match acme
+        .deploy(ManifestRequest {
+            manifest_toml: manifest("shop", "acme", &l.ids, 2, ""),
+        })
+        .await
+    {
         Ok(r) => r.into_inner(),
-        Err(e) => panic!("{e:?}\nsite A:\n{}\nsite B:\n{}", site::tail(&l.a.daemon.log_text(), 3000), site::tail(&l._b.daemon.log_text(), 3000)),
+        Err(e) => panic!(
+            "{e:?}\nsite A:\n{}\nsite B:\n{}",
+            site::tail(&l.a.daemon.log_text(), 3000),
+            site::tail(&l._b.daemon.log_text(), 3000)
+        ),
     };
     let mut locations = Vec::new();
     for v in &svc.vees {
@@ -190,8 +330,20 @@ async fn lab_remote_placement_when_site_a_is_full() {
     }
     // Anti-affinity: one instance on site A's only host, the other at B.
     assert_eq!(locations.iter().filter(|l| l.starts_with("local (")).count(), 1, "{locations:?}");
-    assert_eq!(locations.iter().filter(|l| l.as_str() == "remote (site-b)").count(), 1, "{locations:?}");
-    let remote = svc.vees.iter().zip(&locations).find(|(_, loc)| loc.as_str() == "remote (site-b)").unwrap().0.vee_id.clone();
+    assert_eq!(
+        locations.iter().filter(|l| l.as_str() == "remote (site-b)").count(),
+        1,
+        "{locations:?}"
+    );
+    let remote = svc
+        .vees
+        .iter()
+        .zip(&locations)
+        .find(|(_, loc)| loc.as_str() == "remote (site-b)")
+        .unwrap()
+        .0
+        .vee_id
+        .clone();
     let shown = acme.get_vee(VeeRef { vee_id: remote.clone() }).await.unwrap().into_inner();
     assert_eq!(shown.location, "remote (site-b)", "the provider never sees the remote host");
     let mut cb = l.b1.client().await;
@@ -199,7 +351,11 @@ async fn lab_remote_placement_when_site_a_is_full() {
 
     // Site B gives the VEE back (Withdraw). Only B's operator may; while
     // anti-affinity keeps it off A's only host, A refuses and B keeps it.
-    let withdraw = VeeActionRequest { vee_id: remote.clone(), action: "withdraw".into(), checkpoint_id: String::new() };
+    let withdraw = VeeActionRequest {
+        vee_id: remote.clone(),
+        action: "withdraw".into(),
+        checkpoint_id: String::new(),
+    };
     let mut b_op = l._b.client(OPERATOR).await;
     let e = acme.vee_action(withdraw.clone()).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
@@ -209,18 +365,37 @@ async fn lab_remote_placement_when_site_a_is_full() {
     // Once the other instance stops, A takes it home: a live migration the
     // service provider sees only as events; the counter goes on at A.
     let local = svc.vees.iter().find(|v| v.vee_id != remote).unwrap().vee_id.clone();
-    acme.vee_action(VeeActionRequest { vee_id: local, action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    acme.vee_action(VeeActionRequest {
+        vee_id: local,
+        action: "stop".into(),
+        checkpoint_id: String::new(),
+    })
+    .await
+    .unwrap();
     let last_at_b = guest::last_tick(&console(&mut cb, &remote).await).unwrap().0;
     b_op.vee_action(withdraw).await.unwrap();
-    let home = l.a.wait_vee(&remote, "back home", BOOT, |i| i.state == "running" && i.location.starts_with("local")).await;
-    assert_eq!(acme.get_vee(VeeRef { vee_id: remote.clone() }).await.unwrap().into_inner().location, "local");
+    let home =
+        l.a.wait_vee(&remote, "back home", BOOT, |i| {
+            i.state == "running" && i.location.starts_with("local")
+        })
+        .await;
+    assert_eq!(
+        acme.get_vee(VeeRef { vee_id: remote.clone() }).await.unwrap().into_inner().location,
+        "local"
+    );
     assert!(home.location.starts_with("local ("));
     assert!(domains(&l.b1).await.is_empty(), "the VEE still runs at B");
     let mut ca = l.a1.client().await;
     wait_tick(&mut ca, &remote, last_at_b + 1, Duration::from_secs(60)).await;
     let at_a = guest::ticks(&console(&mut ca, &remote).await);
     assert!(at_a[0] > last_at_b, "counter went on at A: {last_at_b} at B, then {}", at_a[0]);
-    acme.vee_action(VeeActionRequest { vee_id: remote, action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    acme.vee_action(VeeActionRequest {
+        vee_id: remote,
+        action: "stop".into(),
+        checkpoint_id: String::new(),
+    })
+    .await
+    .unwrap();
     let dir = l.dir.clone();
     drop(l);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -235,7 +410,16 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     let (_, vee) = l.deploy_one(&mut acme).await;
 
     // 1. The destination host dies midway (its VEEH and the incoming QEMU).
-    let p = acme.migrate(MigrateRequest { vee_id: vee.clone(), to_host: String::new(), to_site: "site-b".into(), reason: "test".into() }).await.unwrap().into_inner();
+    let p = acme
+        .migrate(MigrateRequest {
+            vee_id: vee.clone(),
+            to_host: String::new(),
+            to_site: "site-b".into(),
+            reason: "test".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let pat = format!("guest=vee-{vee}.*-incoming");
     let start = std::time::Instant::now();
     loop {
@@ -262,7 +446,16 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     // 2. Site B's host is back; the primary VEEM is killed mid-migration.
     l.b1.restart().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let p = acme.migrate(MigrateRequest { vee_id: vee.clone(), to_host: String::new(), to_site: "site-b".into(), reason: "test".into() }).await.unwrap().into_inner();
+    let p = acme
+        .migrate(MigrateRequest {
+            vee_id: vee.clone(),
+            to_host: String::new(),
+            to_site: "site-b".into(),
+            reason: "test".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let start = std::time::Instant::now();
     while Command::new("pgrep").args(["-f", &pat]).output().unwrap().stdout.is_empty() {
         assert!(start.elapsed() < Duration::from_secs(60), "the second migration never started");
@@ -288,7 +481,13 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     let host = if da.is_empty() { &l.b1 } else { &l.a1 };
     let now = guest::last_tick(&console(&mut host.client().await, &vee).await).unwrap().0;
     wait_tick(&mut host.client().await, &vee, now + 2, Duration::from_secs(30)).await;
-    acme.vee_action(VeeActionRequest { vee_id: vee.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    acme.vee_action(VeeActionRequest {
+        vee_id: vee.clone(),
+        action: "stop".into(),
+        checkpoint_id: String::new(),
+    })
+    .await
+    .unwrap();
     let dir = l.dir.clone();
     drop(l);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -306,13 +505,23 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
     // is left, so the VEE is restored at B from A's checkpoint.
     let (cp_a, before, after) = checkpoint(&mut acme, &mut ca, &vee).await;
     l.a1.daemon.kill();
-    veeh::hypervisor::Hypervisor::open(lab::SITE_A_URI, &l.a1.host).unwrap().destroy(&vee).unwrap();
-    let info = l.a.wait_vee(&vee, "restored at site B", BOOT, |i| i.state == "running" && i.location == "remote (site-b)").await;
+    veeh::hypervisor::Hypervisor::open(lab::SITE_A_URI, &l.a1.host)
+        .unwrap()
+        .destroy(&vee)
+        .unwrap();
+    let info =
+        l.a.wait_vee(&vee, "restored at site B", BOOT, |i| {
+            i.state == "running" && i.location == "remote (site-b)"
+        })
+        .await;
     assert_eq!(info.latest_checkpoint, cp_a);
     let mut cb = l.b1.client().await;
     wait_tick(&mut cb, &vee, 1, Duration::from_secs(60)).await;
     let first = guest::ticks(&console(&mut cb, &vee).await)[0];
-    assert!(first > before && first <= after + 1, "restored at B from A's checkpoint (ticks {before}..={after}), first tick at B {first}");
+    assert!(
+        first > before && first <= after + 1,
+        "restored at B from A's checkpoint (ticks {before}..={after}), first tick at B {first}"
+    );
 
     // 2. A's host is back. A checkpoint taken at B is recorded at A; then
     // site B stops answering: A restores the VEE at home from B's
@@ -322,7 +531,11 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
     assert_ne!(cp_b, cp_a);
     let b_pid = l._b.daemon.pid().unwrap().to_string();
     assert!(Command::new("kill").args(["-STOP", &b_pid]).status().unwrap().success());
-    let info = l.a.wait_vee(&vee, "restored at home", BOOT, |i| i.state == "running" && i.location.starts_with("local")).await;
+    let info =
+        l.a.wait_vee(&vee, "restored at home", BOOT, |i| {
+            i.state == "running" && i.location.starts_with("local")
+        })
+        .await;
     assert!(Command::new("kill").args(["-CONT", &b_pid]).status().unwrap().success());
     assert_eq!(info.latest_checkpoint, cp_b);
     // The console log on A's host still holds the first run's ticks, which
@@ -335,19 +548,45 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
         if let Some(t) = resumed_at(&ticks) {
             break t;
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "the restored guest prints nothing at A: {ticks:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the restored guest prints nothing at A: {ticks:?}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    assert!(first > before && first <= after + 1, "restored at A from B's checkpoint (ticks {before}..={after}), first tick at A {first}");
+    assert!(
+        first > before && first <= after + 1,
+        "restored at A from B's checkpoint (ticks {before}..={after}), first tick at A {first}"
+    );
     let start = std::time::Instant::now();
     while !domains(&l.b1).await.is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(60), "B still runs its copy: {}", site::tail(&l.a.daemon.log_text(), 3000));
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "B still runs its copy: {}",
+            site::tail(&l.a.daemon.log_text(), 3000)
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert_eq!(domains(&l.a1).await.len(), 1);
-    let usage = acme.get_usage(ServiceRef { service_id: svc.service_id.clone() }).await.unwrap().into_inner();
-    assert!(usage.violations.is_empty(), "a recovered VEE is no SLA violation: {:?}", usage.violations);
-    acme.vee_action(VeeActionRequest { vee_id: vee.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    let usage = acme
+        .get_usage(ServiceRef {
+            service_id: svc.service_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        usage.violations.is_empty(),
+        "a recovered VEE is no SLA violation: {:?}",
+        usage.violations
+    );
+    acme.vee_action(VeeActionRequest {
+        vee_id: vee.clone(),
+        action: "stop".into(),
+        checkpoint_id: String::new(),
+    })
+    .await
+    .unwrap();
     let dir = l.dir.clone();
     drop(l);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -356,9 +595,21 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
 /// Checkpoints `vee` through its primary site; returns the checkpoint ID
 /// and the guest's last tick just before and just after, then lets the
 /// guest tick on three more times.
-async fn checkpoint(acme: &mut veem::peers::PeerClient, host: &mut vhi::vhi_client::VhiClient<tonic::transport::Channel>, vee: &str) -> (String, u64, u64) {
+async fn checkpoint(
+    acme: &mut veem::peers::PeerClient,
+    host: &mut vhi::vhi_client::VhiClient<tonic::transport::Channel>,
+    vee: &str,
+) -> (String, u64, u64) {
     let before = guest::last_tick(&console(host, vee).await).unwrap().0;
-    let info = acme.vee_action(VeeActionRequest { vee_id: vee.into(), action: "checkpoint".into(), checkpoint_id: String::new() }).await.unwrap().into_inner();
+    let info = acme
+        .vee_action(VeeActionRequest {
+            vee_id: vee.into(),
+            action: "checkpoint".into(),
+            checkpoint_id: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert!(!info.latest_checkpoint.is_empty());
     let after = guest::last_tick(&console(host, vee).await).unwrap().0;
     wait_tick(host, vee, after + 3, Duration::from_secs(30)).await;

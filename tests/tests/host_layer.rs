@@ -59,7 +59,10 @@ fn boots_the_tiny_guest_and_cleans_up() {
     hv.destroy(&vee_id).unwrap();
     assert_eq!(hv.state(&vee_id).unwrap(), None);
     let name = domain_xml::domain_name(&vee_id);
-    let virsh = Command::new("virsh").args(["-c", lab::SITE_A_URI, "list", "--all", "--name"]).output().unwrap();
+    let virsh = Command::new("virsh")
+        .args(["-c", lab::SITE_A_URI, "list", "--all", "--name"])
+        .output()
+        .unwrap();
     assert!(!String::from_utf8_lossy(&virsh.stdout).contains(&name), "domain {name} left behind");
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(!dir.exists());

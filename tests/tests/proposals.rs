@@ -20,7 +20,13 @@ async fn domains(h: &Veeh) -> Vec<vhi::DomainInfo> {
 }
 
 async fn migrations(v: &Veem) -> Vec<MigrationInfo> {
-    v.client(OPERATOR).await.list_migrations(Empty {}).await.unwrap().into_inner().migrations
+    v.client(OPERATOR)
+        .await
+        .list_migrations(Empty {})
+        .await
+        .unwrap()
+        .into_inner()
+        .migrations
 }
 
 /// Sends `signal` (e.g. `-STOP`) to a daemon's process.
@@ -52,7 +58,13 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
     // Two single-instance services (no constraint between them).
     let mut vees = Vec::new();
     for name in ["shop", "blog"] {
-        let svc = acme.deploy(ManifestRequest { manifest_toml: manifest(name, "acme", &ids, 1, "") }).await.unwrap().into_inner();
+        let svc = acme
+            .deploy(ManifestRequest {
+                manifest_toml: manifest(name, "acme", &ids, 1, ""),
+            })
+            .await
+            .unwrap()
+            .into_inner();
         vees.push(svc.vees[0].vee_id.clone());
     }
     let hosts = [&c1, &c2];
@@ -81,24 +93,37 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
         let ms = migrations(&veem).await;
         assert!(ms.len() <= 1, "one consolidation at a time: {ms:?}");
         if let Some(m) = ms.first() {
-            assert!(!["failed", "rejected"].contains(&m.state.as_str()), "{m:?}\n{}", site::tail(&veem.daemon.log_text(), 3000));
+            assert!(
+                !["failed", "rejected"].contains(&m.state.as_str()),
+                "{m:?}\n{}",
+                site::tail(&veem.daemon.log_text(), 3000)
+            );
             if m.state == "done" {
                 break m.clone();
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(180), "no consolidation done: {ms:?}\n{}", site::tail(&veem.daemon.log_text(), 3000));
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "no consolidation done: {ms:?}\n{}",
+            site::tail(&veem.daemon.log_text(), 3000)
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     assert_eq!(done.reason, "consolidation");
     assert_eq!(done.decided_by, "site policy");
-    let moved = placed.iter().position(|(v, _)| *v == done.vee_id).expect("one of the two VEEs moved");
+    let moved = placed
+        .iter()
+        .position(|(v, _)| *v == done.vee_id)
+        .expect("one of the two VEEs moved");
     let (src, dst) = (placed[moved].1, placed[1 - moved].1);
     assert_eq!(done.from, format!("host:{}", src.host));
     assert_eq!(done.to, format!("host:{}", dst.host));
 
     // Both run on one host; the other is empty.
     for v in &vees {
-        let info = veem.wait_vee(v, "running on the target", Duration::from_secs(30), |i| i.state == "running").await;
+        let info = veem
+            .wait_vee(v, "running on the target", Duration::from_secs(30), |i| i.state == "running")
+            .await;
         assert_eq!(host_of(&info).as_deref(), Some(dst.host.as_str()));
     }
     assert!(domains(src).await.is_empty(), "{} still runs a domain", src.host);
@@ -107,7 +132,11 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
     let mut dc = dst.client().await;
     wait_tick(&mut dc, &done.vee_id, 1, Duration::from_secs(60)).await;
     let first = guest::ticks(&console(&mut dc, &done.vee_id).await)[0];
-    assert!(last_seen[moved] >= 2 && first > last_seen[moved], "counter went on: {} at the source, then {first}", last_seen[moved]);
+    assert!(
+        last_seen[moved] >= 2 && first > last_seen[moved],
+        "counter went on: {} at the source, then {first}",
+        last_seen[moved]
+    );
     let (n, d) = wait_tick(&mut dc, &done.vee_id, first + 2, Duration::from_secs(30)).await;
     assert_eq!(d, Some(n), "the disk holds every tick");
 
@@ -115,10 +144,19 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert_eq!(migrations(&veem).await.len(), 1, "no oscillation");
     let log = veem.daemon.log_text();
-    assert!(log.contains(&format!("{} host:{} -> host:{}: proposed", done.migration_id, src.host, dst.host)), "no proposal event");
+    assert!(
+        log.contains(&format!("{} host:{} -> host:{}: proposed", done.migration_id, src.host, dst.host)),
+        "no proposal event"
+    );
 
     for v in &vees {
-        acme.vee_action(VeeActionRequest { vee_id: v.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+        acme.vee_action(VeeActionRequest {
+            vee_id: v.clone(),
+            action: "stop".into(),
+            checkpoint_id: String::new(),
+        })
+        .await
+        .unwrap();
     }
     assert!(domains(dst).await.is_empty());
     drop((veem, c1, c2, repo));
@@ -143,7 +181,13 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     let cfg = site::write_config(&dir, "site-a", port, &repo, &[&r1, &r2], &[], extra);
     let veem = Veem::start(&dir, "site-a", port, cfg).await;
     let mut acme = veem.client(ACME).await;
-    let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 1, "") }).await.unwrap().into_inner();
+    let svc = acme
+        .deploy(ManifestRequest {
+            manifest_toml: manifest("shop", "acme", &ids, 1, ""),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let vee = svc.vees[0].vee_id.clone();
     let info = veem.wait_vee(&vee, "running", BOOT, |i| i.state == "running").await;
     let h = host_of(&info).unwrap();
@@ -163,7 +207,11 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
         }
         if stopped.elapsed() > Duration::from_secs(30) {
             signal(risky, "-CONT");
-            panic!("no failure-risk proposal after {:?}\n{}", stopped.elapsed(), site::tail(&veem.daemon.log_text(), 3000));
+            panic!(
+                "no failure-risk proposal after {:?}\n{}",
+                stopped.elapsed(),
+                site::tail(&veem.daemon.log_text(), 3000)
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
@@ -178,17 +226,34 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     assert_eq!(ms[0].decided_by, "");
     assert_eq!(proposal.from, format!("host:{}", risky.host));
     assert_eq!(proposal.to, format!("host:{}", other.host));
-    assert!(veem.daemon.log_text().contains(&format!("{} host:{} -> host:{}: proposed", proposal.migration_id, risky.host, other.host)), "no proposal event");
+    assert!(
+        veem.daemon.log_text().contains(&format!(
+            "{} host:{} -> host:{}: proposed",
+            proposal.migration_id, risky.host, other.host
+        )),
+        "no proposal event"
+    );
 
     // The host answers again; the operator rejects the proposal.
     let back = Instant::now();
     while rc.host_info(vhi::Empty {}).await.is_err() {
-        assert!(back.elapsed() < Duration::from_secs(20), "{} did not answer after SIGCONT", risky.host);
+        assert!(
+            back.elapsed() < Duration::from_secs(20),
+            "{} did not answer after SIGCONT",
+            risky.host
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut op = veem.client(OPERATOR).await;
-    let r = op.reject_migration(RejectRequest { migration_id: proposal.migration_id.clone(), reason: "the host is back".into() }).await.unwrap().into_inner();
+    let r = op
+        .reject_migration(RejectRequest {
+            migration_id: proposal.migration_id.clone(),
+            reason: "the host is back".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!((r.state.as_str(), r.decided_by.as_str()), ("rejected", "operator"));
 
     // Nothing moved, and nothing new is proposed.
@@ -196,7 +261,9 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     let ms = migrations(&veem).await;
     assert_eq!(ms.len(), 1, "{ms:?}");
-    let info = veem.wait_vee(&vee, "running", Duration::from_secs(10), |i| i.state == "running").await;
+    let info = veem
+        .wait_vee(&vee, "running", Duration::from_secs(10), |i| i.state == "running")
+        .await;
     assert_eq!(host_of(&info).as_deref(), Some(risky.host.as_str()));
     assert!(domains(other).await.is_empty());
     wait_tick(&mut rc, &vee, before + 2, Duration::from_secs(30)).await;
@@ -205,14 +272,42 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
 
     // The operator drains the host: a maintenance proposal to the other
     // host, waiting for approval; a second drain adds nothing.
-    let d = op.drain(DrainRequest { host: risky.host.clone() }).await.unwrap().into_inner().migrations;
+    let d = op
+        .drain(DrainRequest { host: risky.host.clone() })
+        .await
+        .unwrap()
+        .into_inner()
+        .migrations;
     assert_eq!(d.len(), 1, "{d:?}");
-    assert_eq!((d[0].reason.as_str(), d[0].state.as_str(), d[0].to.clone()), ("maintenance", "proposed", format!("host:{}", other.host)));
-    assert!(op.drain(DrainRequest { host: risky.host.clone() }).await.unwrap().into_inner().migrations.is_empty());
-    op.reject_migration(RejectRequest { migration_id: d[0].migration_id.clone(), reason: "not today".into() }).await.unwrap();
+    assert_eq!(
+        (d[0].reason.as_str(), d[0].state.as_str(), d[0].to.clone()),
+        ("maintenance", "proposed", format!("host:{}", other.host))
+    );
+    assert!(op
+        .drain(DrainRequest { host: risky.host.clone() })
+        .await
+        .unwrap()
+        .into_inner()
+        .migrations
+        .is_empty());
+    op.reject_migration(RejectRequest {
+        migration_id: d[0].migration_id.clone(),
+        reason: "not today".into(),
+    })
+    .await
+    .unwrap();
 
-    acme.vee_action(VeeActionRequest { vee_id: vee.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+    acme.vee_action(VeeActionRequest {
+        vee_id: vee.clone(),
+        action: "stop".into(),
+        checkpoint_id: String::new(),
+    })
+    .await
+    .unwrap();
     drop((veem, r1, r2, repo));
     std::fs::remove_dir_all(&dir).unwrap();
-    eprintln!("failure-risk test took {:?} (VEEH stopped for {stop_for:?} until the proposal)", t0.elapsed());
+    eprintln!(
+        "failure-risk test took {:?} (VEEH stopped for {stop_for:?} until the proposal)",
+        t0.elapsed()
+    );
 }

@@ -36,7 +36,13 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     let mut acme = veem.client(ACME).await;
 
     // Two instances, host anti-affinity: two different hosts.
-    let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 2, "") }).await.unwrap().into_inner();
+    let svc = acme
+        .deploy(ManifestRequest {
+            manifest_toml: manifest("shop", "acme", &ids, 2, ""),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(svc.vees.len(), 2);
     let mut placed = Vec::new();
     for v in &svc.vees {
@@ -49,16 +55,53 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
         wait_tick(&mut by_name(&hosts, host).client().await, vee, 2, BOOT).await;
     }
     // The service provider sees its VEEs, but not where they run.
-    let mine = acme.get_vee(VeeRef { vee_id: placed[0].0.clone() }).await.unwrap().into_inner();
+    let mine = acme
+        .get_vee(VeeRef {
+            vee_id: placed[0].0.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(mine.location, "local");
 
     // Another service provider cannot see them at all.
     let mut globex = veem.client(GLOBEX).await;
-    assert_eq!(globex.get_service(ServiceRef { service_id: svc.service_id.clone() }).await.unwrap_err().code(), tonic::Code::NotFound);
-    assert_eq!(globex.get_vee(VeeRef { vee_id: placed[0].0.clone() }).await.unwrap_err().code(), tonic::Code::NotFound);
+    assert_eq!(
+        globex
+            .get_service(ServiceRef {
+                service_id: svc.service_id.clone()
+            })
+            .await
+            .unwrap_err()
+            .code(),
+        tonic::Code::NotFound
+    );
+    assert_eq!(
+        globex
+            .get_vee(VeeRef {
+                vee_id: placed[0].0.clone()
+            })
+            .await
+            .unwrap_err()
+            .code(),
+        tonic::Code::NotFound
+    );
     assert!(globex.list_services(Empty {}).await.unwrap().into_inner().services.is_empty());
-    assert!(globex.list_vees(ServiceRef { service_id: String::new() }).await.unwrap().into_inner().vees.is_empty());
-    let err = globex.vee_action(VeeActionRequest { vee_id: placed[0].0.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap_err();
+    assert!(globex
+        .list_vees(ServiceRef { service_id: String::new() })
+        .await
+        .unwrap()
+        .into_inner()
+        .vees
+        .is_empty());
+    let err = globex
+        .vee_action(VeeActionRequest {
+            vee_id: placed[0].0.clone(),
+            action: "stop".into(),
+            checkpoint_id: String::new(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
 
     // Checkpoint the first VEE, note its counter, then its host fails.
@@ -66,7 +109,15 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     let failed = by_name(&hosts, &failed_host);
     let mut fc = failed.client().await;
     let before = guest::last_tick(&console(&mut fc, &victim).await).unwrap().0;
-    let after_cp = acme.vee_action(VeeActionRequest { vee_id: victim.clone(), action: "checkpoint".into(), checkpoint_id: String::new() }).await.unwrap().into_inner();
+    let after_cp = acme
+        .vee_action(VeeActionRequest {
+            vee_id: victim.clone(),
+            action: "checkpoint".into(),
+            checkpoint_id: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert!(!after_cp.latest_checkpoint.is_empty());
     let after = guest::last_tick(&console(&mut fc, &victim).await).unwrap().0;
     wait_tick(&mut fc, &victim, after + 3, Duration::from_secs(30)).await;
@@ -80,7 +131,9 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     // The VEEM declares the host failed and restores the VEE elsewhere.
     let other = placed[1].1.clone();
     let info = veem
-        .wait_vee(&victim, "running on another host", Duration::from_secs(120), |i| i.state == "running" && host_of(i).is_some_and(|h| h != failed_host))
+        .wait_vee(&victim, "running on another host", Duration::from_secs(120), |i| {
+            i.state == "running" && host_of(i).is_some_and(|h| h != failed_host)
+        })
         .await;
     let new_host = host_of(&info).unwrap();
     assert_ne!(new_host, other, "anti-affinity holds after recovery");
@@ -88,9 +141,22 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     let mut nc = nh.client().await;
     wait_tick(&mut nc, &victim, 1, Duration::from_secs(60)).await;
     let first = guest::ticks(&console(&mut nc, &victim).await)[0];
-    assert!(first > before && first <= after + 1, "restored from the checkpoint (ticks {before}..={after}), first tick now {first}");
-    let usage = acme.get_usage(ServiceRef { service_id: svc.service_id.clone() }).await.unwrap().into_inner();
-    assert!(usage.violations.is_empty(), "a recovered VEE is no SLA violation: {:?}", usage.violations);
+    assert!(
+        first > before && first <= after + 1,
+        "restored from the checkpoint (ticks {before}..={after}), first tick now {first}"
+    );
+    let usage = acme
+        .get_usage(ServiceRef {
+            service_id: svc.service_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        usage.violations.is_empty(),
+        "a recovered VEE is no SLA violation: {:?}",
+        usage.violations
+    );
 
     // The operator sees the failed host and where the VEEs are now; the
     // event history tells the story; a provider sees no hosts.
@@ -102,20 +168,44 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     assert!(status(&new_host).used_memory_mib >= 128 && status(&new_host).memory_mib > 0);
     assert_eq!(acme.list_hosts(Empty {}).await.unwrap_err().code(), tonic::Code::PermissionDenied);
     let history: Vec<Event> = {
-        let mut s = acme.watch_events(WatchRequest { service_id: svc.service_id.clone(), history_only: true }).await.unwrap().into_inner();
+        let mut s = acme
+            .watch_events(WatchRequest {
+                service_id: svc.service_id.clone(),
+                history_only: true,
+            })
+            .await
+            .unwrap()
+            .into_inner();
         let mut v = Vec::new();
         while let Some(e) = s.message().await.unwrap() {
             v.push(e);
         }
         v
     };
-    assert!(history.iter().any(|e| e.vee_id == victim && e.kind == "checkpointed"), "{history:?}");
-    assert!(history.iter().any(|e| e.vee_id == victim && e.detail.contains("restored from checkpoint") && e.detail.contains(&new_host)), "{history:?}");
-    assert!(history.iter().all(|e| e.service_id == svc.service_id), "only the provider's own events");
+    assert!(
+        history.iter().any(|e| e.vee_id == victim && e.kind == "checkpointed"),
+        "{history:?}"
+    );
+    assert!(
+        history
+            .iter()
+            .any(|e| e.vee_id == victim && e.detail.contains("restored from checkpoint") && e.detail.contains(&new_host)),
+        "{history:?}"
+    );
+    assert!(
+        history.iter().all(|e| e.service_id == svc.service_id),
+        "only the provider's own events"
+    );
 
     // Stop the service: nothing left on any host.
     for (vee, _) in &placed {
-        acme.vee_action(VeeActionRequest { vee_id: vee.clone(), action: "stop".into(), checkpoint_id: String::new() }).await.unwrap();
+        acme.vee_action(VeeActionRequest {
+            vee_id: vee.clone(),
+            action: "stop".into(),
+            checkpoint_id: String::new(),
+        })
+        .await
+        .unwrap();
     }
     for h in owned.iter().enumerate().filter(|(i, _)| *i != failed_index).map(|(_, h)| h) {
         assert!(domains(h).await.is_empty(), "{} still runs domains", h.host);
@@ -142,21 +232,59 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     // Rejected: an image the repository does not hold; too big; bad field.
     let unknown = manifest("shop", "acme", &ids, 2, "").replace(&ids.disk, &format!("sha256:{}", "0".repeat(64)));
     let e = acme.deploy(ManifestRequest { manifest_toml: unknown }).await.unwrap_err();
-    assert!(e.message().contains("component[0].image") && e.message().contains("not in the image repository"), "{}", e.message());
-    let e = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 3, "") }).await.unwrap_err();
-    assert!(e.message().contains("reject"), "3 anti-affine instances on 2 hosts: {}", e.message());
-    let e = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 2, "").replace("memory_mib = 128", "memory_mib = 0") }).await.unwrap_err();
+    assert!(
+        e.message().contains("component[0].image") && e.message().contains("not in the image repository"),
+        "{}",
+        e.message()
+    );
+    let e = acme
+        .deploy(ManifestRequest {
+            manifest_toml: manifest("shop", "acme", &ids, 3, ""),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        e.message().contains("reject"),
+        "3 anti-affine instances on 2 hosts: {}",
+        e.message()
+    );
+    let e = acme
+        .deploy(ManifestRequest {
+            manifest_toml: manifest("shop", "acme", &ids, 2, "").replace("memory_mib = 128", "memory_mib = 0"),
+        })
+        .await
+        .unwrap_err();
     assert!(e.message().contains("memory_mib"), "{}", e.message());
-    let e = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "globex", &ids, 1, "") }).await.unwrap_err();
+    let e = acme
+        .deploy(ManifestRequest {
+            manifest_toml: manifest("shop", "globex", &ids, 1, ""),
+        })
+        .await
+        .unwrap_err();
     assert!(e.message().contains("service.provider"), "{}", e.message());
-    let n = acme.negotiate(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 2, "") }).await.unwrap().into_inner();
+    let n = acme
+        .negotiate(ManifestRequest {
+            manifest_toml: manifest("shop", "acme", &ids, 2, ""),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(n.verdict, "accept");
-    assert!(acme.list_services(Empty {}).await.unwrap().into_inner().services.is_empty(), "nothing deployed by rejections or negotiation");
+    assert!(
+        acme.list_services(Empty {}).await.unwrap().into_inner().services.is_empty(),
+        "nothing deployed by rejections or negotiation"
+    );
     assert!(domains(&a1).await.is_empty() && domains(&a2).await.is_empty());
 
     // Nothing was reserved: a deployment that needs both hosts fits. The
     // VEEM is killed right after accepting it, mid-deploy.
-    let svc = acme.deploy(ManifestRequest { manifest_toml: manifest("shop", "acme", &ids, 2, "") }).await.unwrap().into_inner();
+    let svc = acme
+        .deploy(ManifestRequest {
+            manifest_toml: manifest("shop", "acme", &ids, 2, ""),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     // Killed as soon as it answers: its VEEHs are still preparing.
     veem.restart().await;
     for v in &svc.vees {
@@ -167,16 +295,37 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     assert_eq!(d1.len() + d2.len(), 2, "{d1:?} {d2:?}");
     assert_eq!(d1.len(), 1);
     let mut acme = veem.client(ACME).await;
-    let again = acme.get_service(ServiceRef { service_id: svc.service_id.clone() }).await.unwrap().into_inner();
+    let again = acme
+        .get_service(ServiceRef {
+            service_id: svc.service_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(again.vees.len(), 2);
     assert_eq!(again.state, "running");
     for h in [&a1, &a2] {
         for d in domains(h).await {
-            h.client().await.destroy(DestroyRequest { vee_id: d.vee_id, remove: true }).await.unwrap();
+            h.client()
+                .await
+                .destroy(DestroyRequest {
+                    vee_id: d.vee_id,
+                    remove: true,
+                })
+                .await
+                .unwrap();
         }
     }
     let mut op = veem.client(OPERATOR).await;
-    assert!(op.list_vees(ServiceRef { service_id: String::new() }).await.unwrap().into_inner().vees.len() == 2);
+    assert!(
+        op.list_vees(ServiceRef { service_id: String::new() })
+            .await
+            .unwrap()
+            .into_inner()
+            .vees
+            .len()
+            == 2
+    );
     drop((veem, a1, a2, repo));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -18,7 +18,13 @@ const BOOT: Duration = Duration::from_secs(120);
 async fn boot(c: &mut VhiClient<Channel>, spec: &VeeSpec) -> (u64, Option<u64>) {
     c.prepare(spec.clone()).await.unwrap();
     c.create(spec.clone()).await.unwrap();
-    let st = c.start(VeeRef { vee_id: spec.vee_id.clone() }).await.unwrap().into_inner();
+    let st = c
+        .start(VeeRef {
+            vee_id: spec.vee_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(st.state(), VeeState::Running);
     wait_tick(c, &spec.vee_id, 3, BOOT).await
 }
@@ -41,10 +47,21 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
     boot(&mut c1, &spec).await;
 
     let before = guest::last_tick(&console(&mut c1, &vee).await).unwrap().0;
-    let cp = c1.checkpoint(CheckpointRequest { vee_id: vee.clone(), stop_after: false }).await.unwrap().into_inner();
+    let cp = c1
+        .checkpoint(CheckpointRequest {
+            vee_id: vee.clone(),
+            stop_after: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let after = guest::last_tick(&console(&mut c1, &vee).await).unwrap().0;
     assert!(cp.memory_blob.starts_with("sha256:") && cp.disk_blob.starts_with("sha256:"));
-    assert!(cp.memory_bytes > 1 << 20, "memory state of a 128 MiB guest: {} bytes", cp.memory_bytes);
+    assert!(
+        cp.memory_bytes > 1 << 20,
+        "memory state of a 128 MiB guest: {} bytes",
+        cp.memory_bytes
+    );
     let profile = cp.profile.clone().unwrap();
     assert!(!profile.machine.is_empty() && !profile.qemu_version.is_empty() && !profile.accel.is_empty());
     // The VEE runs on after the checkpoint.
@@ -56,10 +73,22 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
     }
 
     // Host a1 loses the VEE; a2 restores it from the checkpoint.
-    c1.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await.unwrap();
+    c1.destroy(DestroyRequest {
+        vee_id: vee.clone(),
+        remove: true,
+    })
+    .await
+    .unwrap();
     let left = domains(&mut c1).await;
     assert!(left.is_empty(), "{left:?}");
-    let st = c2.restore(RestoreRequest { spec: Some(spec.clone()), checkpoint: Some(cp.clone()) }).await.unwrap().into_inner();
+    let st = c2
+        .restore(RestoreRequest {
+            spec: Some(spec.clone()),
+            checkpoint: Some(cp.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(st.state(), VeeState::Running);
     let resumed = wait_tick(&mut c2, &vee, 1, Duration::from_secs(30)).await;
     let first_after_restore = guest::ticks(&console(&mut c2, &vee).await)[0];
@@ -71,27 +100,54 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
     let last = wait_tick(&mut c2, &vee, first_after_restore + 2, Duration::from_secs(30)).await.0;
 
     // Restoring the same VEE a second time while it runs is refused.
-    let again = c2.restore(RestoreRequest { spec: Some(spec.clone()), checkpoint: Some(cp.clone()) }).await.unwrap_err();
+    let again = c2
+        .restore(RestoreRequest {
+            spec: Some(spec.clone()),
+            checkpoint: Some(cp.clone()),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(again.code(), tonic::Code::FailedPrecondition, "{again:?}");
     // So is a checkpoint whose compatibility profile does not match.
     let mut foreign = cp.clone();
     foreign.profile.as_mut().unwrap().accel = if profile.accel == "tcg" { "kvm".into() } else { "tcg".into() };
-    let err = c1.restore(RestoreRequest { spec: Some(spec.clone()), checkpoint: Some(foreign) }).await.unwrap_err();
+    let err = c1
+        .restore(RestoreRequest {
+            spec: Some(spec.clone()),
+            checkpoint: Some(foreign),
+        })
+        .await
+        .unwrap_err();
     assert!(err.message().contains("`accel`"), "{}", err.message());
     assert!(domains(&mut c1).await.is_empty());
 
     // The disk holds every tick, 1..n, across the checkpoint and restore.
-    c2.destroy(DestroyRequest { vee_id: vee.clone(), remove: false }).await.unwrap();
+    c2.destroy(DestroyRequest {
+        vee_id: vee.clone(),
+        remove: false,
+    })
+    .await
+    .unwrap();
     let on_disk = disk::ticks_on_disk(&a2.state_dir.join("vees").join(&vee).join("overlay.qcow2"), &dir);
     disk::assert_contiguous(&on_disk, last);
-    c2.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await.unwrap();
+    c2.destroy(DestroyRequest {
+        vee_id: vee.clone(),
+        remove: true,
+    })
+    .await
+    .unwrap();
     assert!(!a2.state_dir.join("vees").join(&vee).exists());
     drop((a1, a2, repo));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 async fn migrate(c: &mut VhiClient<Channel>, vee: &str, target: IncomingTarget, bandwidth_mib_s: u64) -> Vec<MigrationProgress> {
-    let req = MigrateOutRequest { vee_id: vee.into(), target: Some(target), max_downtime_ms: 500, bandwidth_mib_s };
+    let req = MigrateOutRequest {
+        vee_id: vee.into(),
+        target: Some(target),
+        max_downtime_ms: 500,
+        bandwidth_mib_s,
+    };
     let mut s = c.migrate_out(req).await.unwrap().into_inner();
     let mut seen = Vec::new();
     while let Some(p) = s.next().await {
@@ -135,12 +191,25 @@ async fn lab_live_migration_from_site_a_to_site_b_keeps_the_counter_going() {
     assert!(first_at_b > before, "counter must go on at B (was {before} at A), got {first_at_b}");
     let (n, d) = wait_tick(&mut cb, &vee, first_at_b + 2, Duration::from_secs(30)).await;
     assert_eq!(d, Some(n), "the guest at B reads its ticks back from its disk");
-    assert!(!a.state_dir.join("vees").join(&vee).exists(), "site A keeps no files of a migrated VEE");
+    assert!(
+        !a.state_dir.join("vees").join(&vee).exists(),
+        "site A keeps no files of a migrated VEE"
+    );
 
-    cb.destroy(DestroyRequest { vee_id: vee.clone(), remove: false }).await.unwrap();
+    cb.destroy(DestroyRequest {
+        vee_id: vee.clone(),
+        remove: false,
+    })
+    .await
+    .unwrap();
     let on_disk = disk::ticks_on_disk(&b.state_dir.join("vees").join(&vee).join("overlay.qcow2"), &dir);
     disk::assert_contiguous(&on_disk, n);
-    cb.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await.unwrap();
+    cb.destroy(DestroyRequest {
+        vee_id: vee.clone(),
+        remove: true,
+    })
+    .await
+    .unwrap();
     drop((a, b, repo));
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -190,7 +259,12 @@ async fn lab_migration_whose_destination_dies_leaves_the_vee_running_at_the_sour
     assert!(domains(&mut cb).await.is_empty());
     assert!(!b.state_dir.join("vees").join(&vee).exists(), "destination left its prepared files");
 
-    ca.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await.unwrap();
+    ca.destroy(DestroyRequest {
+        vee_id: vee.clone(),
+        remove: true,
+    })
+    .await
+    .unwrap();
     drop((a, b, repo));
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -211,7 +285,10 @@ async fn lab_libvirtd_restart_under_a_running_veeh() {
     let pid = std::fs::read_to_string(pidfile).expect("site A libvirtd started by scripts/setup-host");
     assert!(Command::new("kill").arg(pid.trim()).status().unwrap().success());
     std::thread::sleep(Duration::from_secs(1));
-    let st = Command::new("bash").arg(lab::repo_root().join("scripts/setup-host")).output().unwrap();
+    let st = Command::new("bash")
+        .arg(lab::repo_root().join("scripts/setup-host"))
+        .output()
+        .unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
 
     // The VEEH reconnects: the guest never stopped and every call works.
@@ -222,7 +299,12 @@ async fn lab_libvirtd_restart_under_a_running_veeh() {
     wait_tick(&mut c, &vee, now + 2, Duration::from_secs(30)).await;
     let stats = c.stats(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
     assert!(stats.cpu_seconds > 0.0 && stats.memory_mib >= 100, "{stats:?}");
-    c.destroy(DestroyRequest { vee_id: vee.clone(), remove: true }).await.unwrap();
+    c.destroy(DestroyRequest {
+        vee_id: vee.clone(),
+        remove: true,
+    })
+    .await
+    .unwrap();
     assert!(domains(&mut c).await.is_empty());
     drop((a, repo));
     std::fs::remove_dir_all(&dir).unwrap();

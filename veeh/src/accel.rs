@@ -38,7 +38,11 @@ impl Accel {
                     .lines()
                     .filter(|l| l.starts_with("flags"))
                     .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
-                if hw && dev_kvm { Accel::Kvm } else { Accel::Tcg }
+                if hw && dev_kvm {
+                    Accel::Kvm
+                } else {
+                    Accel::Tcg
+                }
             }
         }
     }

@@ -32,7 +32,9 @@ pub fn incompatibility(taken: &CompatibilityProfile, here: &CompatibilityProfile
         ("cpu_model", &taken.cpu_model, &here.cpu_model),
     ] {
         if a != b {
-            return Some(format!("compatibility profile field `{field}`: checkpoint has {a:?}, this host {b:?}"));
+            return Some(format!(
+                "compatibility profile field `{field}`: checkpoint has {a:?}, this host {b:?}"
+            ));
         }
     }
     let v = |s: &str| s.split('.').map(|p| p.parse::<u32>().unwrap_or(0)).collect::<Vec<_>>();
@@ -72,7 +74,12 @@ impl Host {
         let top = self.vees.dir(&vee_id).join(format!("top-{cp_id}.qcow2"));
         let started = Instant::now();
         let downtime = {
-            let (id, m, t, name) = (vee_id.clone(), memory.display().to_string(), top.display().to_string(), format!("cp-{cp_id}"));
+            let (id, m, t, name) = (
+                vee_id.clone(),
+                memory.display().to_string(),
+                top.display().to_string(),
+                format!("cp-{cp_id}"),
+            );
             self.blocking(move |hv| hv.live_snapshot(&id, &name, &m, &t)).await?
         };
         let wall_ms = started.elapsed().as_millis() as u64;
@@ -80,7 +87,8 @@ impl Host {
         if has_disk {
             std::fs::copy(&overlay, &frozen).with_context(|| format!("copy frozen overlay {}", overlay.display()))?;
             let id = vee_id.clone();
-            self.blocking(move |hv| hv.block_commit_active(&id, std::time::Duration::from_secs(120))).await?;
+            self.blocking(move |hv| hv.block_commit_active(&id, std::time::Duration::from_secs(120)))
+                .await?;
             let _ = std::fs::remove_file(&top);
         }
         if stop_after {
@@ -96,7 +104,14 @@ impl Host {
             let mut meta = PushMeta::new(label("disk"), BlobKind::CheckpointDisk);
             meta.format = Some("qcow2".into());
             meta.labels.insert("vee".into(), vee_id.clone());
-            (self.repo.push_file(&frozen, &meta).await.context("push checkpoint disk")?.to_string(), std::fs::metadata(&frozen)?.len())
+            (
+                self.repo
+                    .push_file(&frozen, &meta)
+                    .await
+                    .context("push checkpoint disk")?
+                    .to_string(),
+                std::fs::metadata(&frozen)?.len(),
+            )
         } else {
             (String::new(), 0)
         };
@@ -188,17 +203,29 @@ mod tests {
     #[test]
     fn same_profile_is_compatible_and_newer_qemu_may_load() {
         assert_eq!(incompatibility(&profile(), &profile()), None);
-        let newer = CompatibilityProfile { qemu_version: "7.10.0".into(), ..profile() };
+        let newer = CompatibilityProfile {
+            qemu_version: "7.10.0".into(),
+            ..profile()
+        };
         assert_eq!(incompatibility(&profile(), &newer), None);
     }
 
     #[test]
     fn mismatch_names_the_field() {
-        let kvm = CompatibilityProfile { accel: "kvm".into(), ..profile() };
+        let kvm = CompatibilityProfile {
+            accel: "kvm".into(),
+            ..profile()
+        };
         assert!(incompatibility(&profile(), &kvm).unwrap().contains("`accel`"));
-        let older = CompatibilityProfile { qemu_version: "7.1.0".into(), ..profile() };
+        let older = CompatibilityProfile {
+            qemu_version: "7.1.0".into(),
+            ..profile()
+        };
         assert!(incompatibility(&profile(), &older).unwrap().contains("`qemu_version`"));
-        let q35 = CompatibilityProfile { machine: "pc-q35-7.2".into(), ..profile() };
+        let q35 = CompatibilityProfile {
+            machine: "pc-q35-7.2".into(),
+            ..profile()
+        };
         assert!(incompatibility(&profile(), &q35).unwrap().contains("`machine`"));
     }
 }

@@ -91,8 +91,7 @@ fn default_cache_limit_mib() -> u64 {
 impl VeehConfig {
     /// Reads and parses `path`. Errors name the file and the field.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let mut cfg: Self = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         if cfg.host.is_empty() || cfg.host.contains('/') {
             anyhow::bail!("{}: field `host`: must be a non-empty name without '/'", path.display());

@@ -42,7 +42,11 @@ pub fn vee_id_of(domain: &str) -> Option<&str> {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('\'', "&apos;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('\'', "&apos;")
+        .replace('"', "&quot;")
 }
 
 fn p(path: &Path) -> String {
@@ -112,7 +116,10 @@ pub fn ownership(xml: &str) -> Option<Ownership> {
             .unwrap_or_default()
             .to_string()
     };
-    Some(Ownership { owner: text("owner"), service_id: text("service") })
+    Some(Ownership {
+        owner: text("owner"),
+        service_id: text("service"),
+    })
 }
 
 /// Paths in a domain XML that a live migration or a restore must point at
@@ -144,11 +151,14 @@ pub fn rewrite_for(xml: &str, to: &PathMap, new_owner: &str) -> anyhow::Result<S
     };
     text_of("kernel", &to.kernel, &mut edits)?;
     text_of("initrd", &to.initrd, &mut edits)?;
-    let attr_edit = |node: roxmltree::Node, attr: &str, new: &Path, edits: &mut Vec<(std::ops::Range<usize>, String)>| -> anyhow::Result<()> {
-        let a = node.attribute_node(attr).ok_or_else(|| anyhow::anyhow!("<source> without {attr}"))?;
-        edits.push((a.range_value(), p(new)));
-        Ok(())
-    };
+    let attr_edit =
+        |node: roxmltree::Node, attr: &str, new: &Path, edits: &mut Vec<(std::ops::Range<usize>, String)>| -> anyhow::Result<()> {
+            let a = node
+                .attribute_node(attr)
+                .ok_or_else(|| anyhow::anyhow!("<source> without {attr}"))?;
+            edits.push((a.range_value(), p(new)));
+            Ok(())
+        };
     if let Some(disk) = &to.disk {
         let target = find(&|n: &roxmltree::Node| n.tag_name().name() == "target" && n.attribute("dev") == Some("vda"))
             .ok_or_else(|| anyhow::anyhow!("domain XML has no disk vda"))?;
@@ -161,7 +171,10 @@ pub fn rewrite_for(xml: &str, to: &PathMap, new_owner: &str) -> anyhow::Result<S
     if let Some(console) = &to.console {
         // The live XML repeats the serial port's file as <console>: both go.
         find(&|n: &roxmltree::Node| n.tag_name().name() == "serial").ok_or_else(|| anyhow::anyhow!("domain XML has no <serial>"))?;
-        for dev in doc.descendants().filter(|n| matches!(n.tag_name().name(), "serial" | "console") && n.attribute("type") == Some("file")) {
+        for dev in doc
+            .descendants()
+            .filter(|n| matches!(n.tag_name().name(), "serial" | "console") && n.attribute("type") == Some("file"))
+        {
             let source = dev
                 .children()
                 .find(|c| c.tag_name().name() == "source")
@@ -209,7 +222,13 @@ mod tests {
         let doc = roxmltree::Document::parse(&xml).unwrap();
         let root = doc.root_element();
         assert_eq!(root.attribute("type"), Some("qemu"));
-        let text = |t: &str| doc.descendants().find(|n| n.has_tag_name(t)).and_then(|n| n.text()).unwrap().to_string();
+        let text = |t: &str| {
+            doc.descendants()
+                .find(|n| n.has_tag_name(t))
+                .and_then(|n| n.text())
+                .unwrap()
+                .to_string()
+        };
         assert_eq!(text("name"), "vee-3b7c1a9e-0000-4000-8000-000000000001");
         assert_eq!(text("memory"), "128");
         assert_eq!(text("kernel"), "/c/blobs/k");
@@ -219,19 +238,28 @@ mod tests {
         assert!(!xml.contains("graphics"));
         assert_eq!(
             ownership(&xml),
-            Some(Ownership { owner: "host-a1".into(), service_id: "svc-1".into() })
+            Some(Ownership {
+                owner: "host-a1".into(),
+                service_id: "svc-1".into()
+            })
         );
     }
 
     #[test]
     fn kvm_uses_kvm_domain_type() {
-        let xml = generate(&DomainSpec { accel: Accel::Kvm, ..spec() });
+        let xml = generate(&DomainSpec {
+            accel: Accel::Kvm,
+            ..spec()
+        });
         assert!(xml.starts_with("<domain type='kvm'>"));
     }
 
     #[test]
     fn cmdline_is_escaped() {
-        let xml = generate(&DomainSpec { cmdline: "a<b & 'c'".into(), ..spec() });
+        let xml = generate(&DomainSpec {
+            cmdline: "a<b & 'c'".into(),
+            ..spec()
+        });
         assert!(roxmltree::Document::parse(&xml).is_ok());
         assert!(xml.contains("a&lt;b &amp; &apos;c&apos;"));
     }
@@ -257,8 +285,14 @@ mod tests {
     #[test]
     fn rewrite_moves_the_console_mirror_of_live_xml_too() {
         // libvirt's live XML repeats the serial file as <console>.
-        let xml = generate(&spec()).replace("</devices>", "<console type='file'><source path='/s/a/console.log' append='on'/><target type='serial' port='0'/></console></devices>");
-        let to = PathMap { console: Some("/b/x/console.log".into()), ..Default::default() };
+        let xml = generate(&spec()).replace(
+            "</devices>",
+            "<console type='file'><source path='/s/a/console.log' append='on'/><target type='serial' port='0'/></console></devices>",
+        );
+        let to = PathMap {
+            console: Some("/b/x/console.log".into()),
+            ..Default::default()
+        };
         let out = rewrite_for(&xml, &to, "host-b1").unwrap();
         assert!(!out.contains("/s/a/console.log"), "{out}");
         assert_eq!(out.matches("/b/x/console.log").count(), 2);

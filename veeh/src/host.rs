@@ -81,7 +81,17 @@ impl Host {
         let (events, _) = broadcast::channel(256);
         let facts = hv.facts()?;
         tracing::info!(host = %cfg.host, uri = %cfg.libvirt_uri, accel = accel.name(), qemu = %facts.qemu_version, machine = %facts.machine, "VEEH ready");
-        Ok(Arc::new(Self { cfg, accel, hv, cache, repo, vees, events, facts, vee_locks: Default::default() }))
+        Ok(Arc::new(Self {
+            cfg,
+            accel,
+            hv,
+            cache,
+            repo,
+            vees,
+            events,
+            facts,
+            vee_locks: Default::default(),
+        }))
     }
 
     /// Serialises lifecycle operations on one VEE.
@@ -112,7 +122,12 @@ impl Host {
 
     /// Emits a host event to WatchEvents subscribers.
     pub fn event(&self, vee_id: &str, kind: &str, detail: impl Into<String>) {
-        let _ = self.events.send(HostEvent { vee_id: vee_id.into(), kind: kind.into(), detail: detail.into(), at_unix_ms: now_ms() });
+        let _ = self.events.send(HostEvent {
+            vee_id: vee_id.into(),
+            kind: kind.into(),
+            detail: detail.into(),
+            at_unix_ms: now_ms(),
+        });
     }
 
     /// The host's compatibility profile (H §4.4): a checkpoint restores only
@@ -154,7 +169,11 @@ impl Host {
             ("initrd", &rec.initrd, &mut paths.initrd),
         ] {
             if let Some(id) = blob(field, id)? {
-                let c = self.cache.ensure(&id).await.with_context(|| format!("VEE {}: field `{field}`", rec.vee_id))?;
+                let c = self
+                    .cache
+                    .ensure(&id)
+                    .await
+                    .with_context(|| format!("VEE {}: field `{field}`", rec.vee_id))?;
                 if c.pulled {
                     reply.pulled.push(id.to_string());
                     reply.bytes_pulled += c.bytes;
@@ -282,7 +301,11 @@ impl Host {
         if st == VeeState::Absent && self.vees.load(vee_id)?.is_some() {
             st = VeeState::Defined;
         }
-        Ok(vhi::VeeStatus { vee_id: vee_id.into(), state: st as i32, domain: domain_xml::domain_name(vee_id) })
+        Ok(vhi::VeeStatus {
+            vee_id: vee_id.into(),
+            state: st as i32,
+            domain: domain_xml::domain_name(vee_id),
+        })
     }
 
     pub async fn shutdown(&self, vee_id: &str, timeout_s: u32) -> Result<vhi::VeeStatus> {
@@ -342,7 +365,11 @@ impl Host {
         Ok(vhi::DomainList {
             domains: doms
                 .into_iter()
-                .map(|d| vhi::DomainInfo { vee_id: d.vee_id, domain: d.name, state: vhi_state(Some(d.state)) as i32 })
+                .map(|d| vhi::DomainInfo {
+                    vee_id: d.vee_id,
+                    domain: d.name,
+                    state: vhi_state(Some(d.state)) as i32,
+                })
                 .collect(),
         })
     }
@@ -365,7 +392,9 @@ impl Host {
             let mut last: std::collections::HashMap<String, DomainState> = Default::default();
             loop {
                 tokio::time::sleep(period).await;
-                let Ok(doms) = host.blocking(|hv| hv.owned_domains()).await else { continue };
+                let Ok(doms) = host.blocking(|hv| hv.owned_domains()).await else {
+                    continue;
+                };
                 let mut now = std::collections::HashMap::new();
                 for d in doms {
                     if last.get(&d.vee_id) != Some(&d.state) {

@@ -72,7 +72,11 @@ impl Hypervisor {
     pub fn open(uri: &str, owner: &str) -> Result<Self> {
         virt::error::clear_error_callback();
         let conn = Connect::open(Some(uri)).with_context(|| format!("libvirt {uri}"))?;
-        Ok(Self { uri: uri.to_string(), owner: owner.to_string(), conn: RwLock::new(conn) })
+        Ok(Self {
+            uri: uri.to_string(),
+            owner: owner.to_string(),
+            conn: RwLock::new(conn),
+        })
     }
 
     /// The libvirt URI this VEEH uses.
@@ -117,7 +121,14 @@ impl Hypervisor {
     /// Our domain of `vee_id`. Errors when libvirt has none (or another
     /// VEEH owns it).
     fn domain(&self, c: &Connect, vee_id: &str) -> Result<Domain> {
-        self.owned(c, vee_id)?.ok_or_else(|| anyhow!("VEE {vee_id}: no domain {} owned by {} at {}", domain_name(vee_id), self.owner, self.uri))
+        self.owned(c, vee_id)?.ok_or_else(|| {
+            anyhow!(
+                "VEE {vee_id}: no domain {} owned by {} at {}",
+                domain_name(vee_id),
+                self.owner,
+                self.uri
+            )
+        })
     }
 
     /// Starts a transient domain from `xml`.
@@ -197,7 +208,12 @@ impl Hypervisor {
                     continue;
                 }
                 let state = d.state().map(|s| map_state(s.0)).unwrap_or(DomainState::Other);
-                out.push(OwnedDomain { vee_id: vee_id.to_string(), name, state, service_id: o.service_id });
+                out.push(OwnedDomain {
+                    vee_id: vee_id.to_string(),
+                    name,
+                    state,
+                    service_id: o.service_id,
+                });
             }
             Ok(out)
         })
@@ -241,8 +257,11 @@ impl Hypervisor {
         );
         self.with(|c| {
             let d = self.domain(c, vee_id)?;
-            d.create_snapshot_xml(&xml, sys::VIR_DOMAIN_SNAPSHOT_CREATE_LIVE | sys::VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA)
-                .context("live snapshot")?;
+            d.create_snapshot_xml(
+                &xml,
+                sys::VIR_DOMAIN_SNAPSHOT_CREATE_LIVE | sys::VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA,
+            )
+            .context("live snapshot")?;
             Ok(job_stats(&d, sys::VIR_DOMAIN_JOB_STATS_COMPLETED).and_then(|s| s.downtime))
         })
     }
@@ -259,7 +278,14 @@ impl Hypervisor {
             // immediate backing file (the VEE's overlay), never deeper into
             // the shared read-only base image.
             let rc = unsafe {
-                sys::virDomainBlockCommit(d.as_ptr(), disk.as_ptr(), std::ptr::null(), std::ptr::null(), 0, sys::VIR_DOMAIN_BLOCK_COMMIT_ACTIVE | sys::VIR_DOMAIN_BLOCK_COMMIT_SHALLOW)
+                sys::virDomainBlockCommit(
+                    d.as_ptr(),
+                    disk.as_ptr(),
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    0,
+                    sys::VIR_DOMAIN_BLOCK_COMMIT_ACTIVE | sys::VIR_DOMAIN_BLOCK_COMMIT_SHALLOW,
+                )
             };
             if rc < 0 {
                 bail!("block commit: {}", virt::error::Error::last_error());
@@ -318,7 +344,16 @@ impl Hypervisor {
     /// sites"). Blocks until done; on failure libvirt keeps the domain
     /// running here. `bandwidth_mib_s` 0 means unlimited.
     #[allow(clippy::too_many_arguments)]
-    pub fn migrate(&self, vee_id: &str, dest_uri: &str, dest_xml: &str, migration_uri: &str, disks_uri: &str, max_downtime_ms: u64, bandwidth_mib_s: u64) -> Result<()> {
+    pub fn migrate(
+        &self,
+        vee_id: &str,
+        dest_uri: &str,
+        dest_xml: &str,
+        migration_uri: &str,
+        disks_uri: &str,
+        max_downtime_ms: u64,
+        bandwidth_mib_s: u64,
+    ) -> Result<()> {
         let d = self.with(|c| self.domain(c, vee_id))?;
         if max_downtime_ms > 0 {
             let _ = d.migrate_set_max_downtime(max_downtime_ms, 0);
@@ -331,8 +366,12 @@ impl Hypervisor {
             bandwidth: (bandwidth_mib_s > 0).then_some(bandwidth_mib_s),
             ..Default::default()
         };
-        d.migrate_to_uri3(Some(dest_uri), params, sys::VIR_MIGRATE_LIVE | sys::VIR_MIGRATE_PEER2PEER | sys::VIR_MIGRATE_NON_SHARED_INC)
-            .with_context(|| format!("migrate VEE {vee_id} to {dest_uri}"))?;
+        d.migrate_to_uri3(
+            Some(dest_uri),
+            params,
+            sys::VIR_MIGRATE_LIVE | sys::VIR_MIGRATE_PEER2PEER | sys::VIR_MIGRATE_NON_SHARED_INC,
+        )
+        .with_context(|| format!("migrate VEE {vee_id} to {dest_uri}"))?;
         Ok(())
     }
 
@@ -345,7 +384,11 @@ impl Hypervisor {
         if s.r#type == sys::VIR_DOMAIN_JOB_NONE as i32 {
             return None;
         }
-        Some((s.data_processed.unwrap_or(0), s.data_remaining.unwrap_or(0), s.data_total.unwrap_or(0)))
+        Some((
+            s.data_processed.unwrap_or(0),
+            s.data_remaining.unwrap_or(0),
+            s.data_total.unwrap_or(0),
+        ))
     }
 }
 
@@ -362,7 +405,11 @@ fn job_stats(d: &Domain, flags: u32) -> Option<virt::domain::JobStats> {
     if rc < 0 {
         return None;
     }
-    let v = if params.is_null() || n <= 0 { Vec::new() } else { unsafe { Vec::from_raw_parts(params, n as usize, n as usize) } };
+    let v = if params.is_null() || n <= 0 {
+        Vec::new()
+    } else {
+        unsafe { Vec::from_raw_parts(params, n as usize, n as usize) }
+    };
     Some((kind, v).into())
 }
 

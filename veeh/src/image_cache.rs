@@ -46,7 +46,12 @@ impl ImageCache {
     /// A cache in `dir` holding at most `limit_mib` MiB of unused images.
     pub fn new(dir: &Path, limit_mib: u64, repo: RepoClient) -> Result<Self> {
         std::fs::create_dir_all(dir.join("blobs")).with_context(|| format!("{}", dir.display()))?;
-        Ok(Self { dir: dir.to_path_buf(), limit_bytes: limit_mib * 1024 * 1024, repo, pulls: Mutex::new(()) })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            limit_bytes: limit_mib * 1024 * 1024,
+            repo,
+            pulls: Mutex::new(()),
+        })
     }
 
     /// Where blob `id` lives in the cache.
@@ -88,14 +93,22 @@ impl ImageCache {
         let cached = self.verified(id).await;
         let mut bytes = 0;
         if !cached {
-            bytes = self.repo.pull(id, &path, None).await.with_context(|| format!("pull {id} into the image cache"))?;
+            bytes = self
+                .repo
+                .pull(id, &path, None)
+                .await
+                .with_context(|| format!("pull {id} into the image cache"))?;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444))?;
             if let Some(s) = stamp(&path) {
                 std::fs::write(self.sidecar(id, "verified"), s)?;
             }
         }
         std::fs::write(self.sidecar(id, "used"), b"")?;
-        Ok(Cached { path, pulled: !cached, bytes })
+        Ok(Cached {
+            path,
+            pulled: !cached,
+            bytes,
+        })
     }
 
     /// Removes least-recently-used blobs not in `in_use` until the cache
@@ -109,10 +122,14 @@ impl ImageCache {
             if name.contains('.') {
                 continue;
             }
-            let Ok(id) = format!("sha256:{name}").parse::<BlobId>() else { continue };
+            let Ok(id) = format!("sha256:{name}").parse::<BlobId>() else {
+                continue;
+            };
             let size = e.metadata()?.len();
             total += size;
-            let used = std::fs::metadata(self.sidecar(&id, "used")).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+            let used = std::fs::metadata(self.sidecar(&id, "used"))
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
             entries.push((used, id, size));
         }
         entries.sort_by_key(|(used, _, _)| *used);

@@ -88,7 +88,13 @@ impl Host {
     /// `progress` every 500 ms and a final `done` or `failed` message with
     /// total time and downtime in ms. `limits` is (max downtime ms,
     /// bandwidth MiB/s), 0 for libvirt's default.
-    pub async fn migrate_out(&self, vee_id: &str, target: IncomingTarget, limits: (u64, u64), progress: mpsc::Sender<MigrationProgress>) -> Result<()> {
+    pub async fn migrate_out(
+        &self,
+        vee_id: &str,
+        target: IncomingTarget,
+        limits: (u64, u64),
+        progress: mpsc::Sender<MigrationProgress>,
+    ) -> Result<()> {
         let rec = self.vees.get(vee_id)?;
         let id = vee_id.to_string();
         let xml = self.blocking(move |hv| hv.xml(&id, true)).await?;
@@ -107,7 +113,12 @@ impl Host {
         let mut job = tokio::task::spawn_blocking(move || {
             hv.migrate(&id, &t.libvirt_uri, &dest_xml, &t.migration_uri, &t.disks_uri, limits.0, limits.1)
         });
-        let _ = progress.send(MigrationProgress { phase: "preparing".into(), ..Default::default() }).await;
+        let _ = progress
+            .send(MigrationProgress {
+                phase: "preparing".into(),
+                ..Default::default()
+            })
+            .await;
         let outcome = loop {
             tokio::select! {
                 r = &mut job => break r?,
@@ -127,12 +138,20 @@ impl Host {
         match outcome {
             Ok(()) => {
                 let (uri, id) = (target.libvirt_uri.clone(), vee_id.to_string());
-                let downtime = tokio::task::spawn_blocking(move || hypervisor::completed_job_downtime(&uri, &id)).await.ok().flatten();
+                let downtime = tokio::task::spawn_blocking(move || hypervisor::completed_job_downtime(&uri, &id))
+                    .await
+                    .ok()
+                    .flatten();
                 self.vees.remove(vee_id)?;
                 self.event(vee_id, "migrated-out", format!("to {} in {total_ms} ms", target.host));
                 tracing::info!(vee = %vee_id, to = %target.host, total_ms, ?downtime, "migrated");
                 let _ = progress
-                    .send(MigrationProgress { phase: "done".into(), total_ms, downtime_ms: downtime.unwrap_or(0), ..Default::default() })
+                    .send(MigrationProgress {
+                        phase: "done".into(),
+                        total_ms,
+                        downtime_ms: downtime.unwrap_or(0),
+                        ..Default::default()
+                    })
                     .await;
                 Ok(())
             }
@@ -140,7 +159,14 @@ impl Host {
                 let msg = format!("{e:#}");
                 tracing::warn!(vee = %vee_id, to = %target.host, error = %msg, "migration failed; VEE stays here");
                 self.event(vee_id, "migration-failed", msg.clone());
-                let _ = progress.send(MigrationProgress { phase: "failed".into(), total_ms, error: msg.clone(), ..Default::default() }).await;
+                let _ = progress
+                    .send(MigrationProgress {
+                        phase: "failed".into(),
+                        total_ms,
+                        error: msg.clone(),
+                        ..Default::default()
+                    })
+                    .await;
                 Err(e)
             }
         }

@@ -7,7 +7,10 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 fn run(args: &[&str]) -> Result<String> {
-    let out = Command::new("qemu-img").args(args).output().context("run qemu-img (package qemu-utils)")?;
+    let out = Command::new("qemu-img")
+        .args(args)
+        .output()
+        .context("run qemu-img (package qemu-utils)")?;
     if !out.status.success() {
         bail!("qemu-img {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
     }
@@ -37,7 +40,18 @@ pub fn format(image: &Path) -> Result<String> {
 pub fn create_overlay(base: &Path, overlay: &Path, min_size_bytes: u64) -> Result<()> {
     let fmt = format(base)?;
     let size = virtual_size(base)?.max(min_size_bytes);
-    run(&["create", "-q", "-f", "qcow2", "-F", &fmt, "-b", s(base), s(overlay), &size.to_string()])?;
+    run(&[
+        "create",
+        "-q",
+        "-f",
+        "qcow2",
+        "-F",
+        &fmt,
+        "-b",
+        s(base),
+        s(overlay),
+        &size.to_string(),
+    ])?;
     Ok(())
 }
 

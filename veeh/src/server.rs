@@ -101,7 +101,9 @@ impl Vhi for VhiService {
         let host = self.host.clone();
         tokio::spawn(async move {
             // The outcome travels in the stream's last message.
-            let _ = host.migrate_out(&r.vee_id, target, (r.max_downtime_ms, r.bandwidth_mib_s), tx).await;
+            let _ = host
+                .migrate_out(&r.vee_id, target, (r.max_downtime_ms, r.bandwidth_mib_s), tx)
+                .await;
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(Ok))))
     }

@@ -153,7 +153,13 @@ mod tests {
     use super::*;
 
     fn spec(id: &str) -> VeeSpec {
-        VeeSpec { vee_id: id.into(), vcpus: 1, memory_mib: 128, kernel: "k".into(), ..Default::default() }
+        VeeSpec {
+            vee_id: id.into(),
+            vcpus: 1,
+            memory_mib: 128,
+            kernel: "k".into(),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -173,7 +179,12 @@ mod tests {
     fn path_like_ids_and_zero_sizes_are_refused() {
         assert!(VeeRecord::from_spec(&spec("../../etc")).unwrap_err().to_string().contains("vee_id"));
         let id = uuid::Uuid::new_v4().to_string();
-        let err = VeeRecord::from_spec(&VeeSpec { memory_mib: 0, ..spec(&id) }).unwrap_err().to_string();
+        let err = VeeRecord::from_spec(&VeeSpec {
+            memory_mib: 0,
+            ..spec(&id)
+        })
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("memory_mib"), "{err}");
     }
 }

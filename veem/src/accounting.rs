@@ -62,12 +62,21 @@ impl Veem {
     }
 
     async fn meter_round(&self, last: &mut HashMap<String, Last>) -> Result<()> {
-        for v in self.vees_where(|v| matches!(v.location, Location::Host(_)) && matches!(v.state, VeeState::Running | VeeState::Checkpointing)) {
+        for v in
+            self.vees_where(|v| matches!(v.location, Location::Host(_)) && matches!(v.state, VeeState::Running | VeeState::Checkpointing))
+        {
             let Location::Host(h) = &v.location else { continue };
             let Ok(mut c) = self.hosts.client(h) else { continue };
-            let Ok(s) = c.stats(vhi::VeeRef { vee_id: v.id.clone() }).await else { continue };
+            let Ok(s) = c.stats(vhi::VeeRef { vee_id: v.id.clone() }).await else {
+                continue;
+            };
             let s = s.into_inner();
-            let now = Last { at_ms: s.at_unix_ms, cpu: s.cpu_seconds, disk: s.disk_read_bytes + s.disk_write_bytes, net: s.net_rx_bytes + s.net_tx_bytes };
+            let now = Last {
+                at_ms: s.at_unix_ms,
+                cpu: s.cpu_seconds,
+                disk: s.disk_read_bytes + s.disk_write_bytes,
+                net: s.net_rx_bytes + s.net_tx_bytes,
+            };
             let Some(prev) = last.insert(v.id.clone(), now) else { continue };
             if now.cpu < prev.cpu || now.at_ms <= prev.at_ms {
                 continue; // restarted elsewhere: counters began again
@@ -101,8 +110,14 @@ impl Veem {
             }
         }
         for (site, recs) in by_site {
-            let batch = UsageBatch { from_site: self.cfg.site_id.clone(), records: recs.iter().map(to_vmi).collect() };
-            peers::client(&self.cfg, &site)?.push_usage(batch).await.map_err(|s| anyhow!("{site}: {}", s.message()))?;
+            let batch = UsageBatch {
+                from_site: self.cfg.site_id.clone(),
+                records: recs.iter().map(to_vmi).collect(),
+            };
+            peers::client(&self.cfg, &site)?
+                .push_usage(batch)
+                .await
+                .map_err(|s| anyhow!("{site}: {}", s.message()))?;
             for mut u in recs {
                 u.sent = true;
                 self.store.put(Tree::Usage, &u.record_id.clone(), &u)?;
@@ -145,15 +160,31 @@ impl Veem {
 
     /// Local and remote usage of a service, and its SLA violations.
     pub fn usage_report(&self, service_id: &str) -> Result<vmi::UsageReport> {
-        let mut records: Vec<UsageRec> = self.store.list::<UsageRec>(Tree::Usage)?.into_iter().filter(|u| u.abc_id == service_id).collect();
+        let mut records: Vec<UsageRec> = self
+            .store
+            .list::<UsageRec>(Tree::Usage)?
+            .into_iter()
+            .filter(|u| u.abc_id == service_id)
+            .collect();
         records.sort_by_key(|u| (u.start_unix, u.vee_id.clone()));
-        let violations: Vec<ViolationRec> = self.store.list::<ViolationRec>(Tree::Violations)?.into_iter().filter(|v| v.service_id == service_id).collect();
+        let violations: Vec<ViolationRec> = self
+            .store
+            .list::<ViolationRec>(Tree::Violations)?
+            .into_iter()
+            .filter(|v| v.service_id == service_id)
+            .collect();
         Ok(vmi::UsageReport {
             service_id: service_id.into(),
             records: records.iter().map(to_vmi).collect(),
             violations: violations
                 .iter()
-                .map(|v| vmi::SlaViolation { vee_id: v.vee_id.clone(), term: v.term.clone(), start_unix: v.start_unix, end_unix: v.end_unix, penalty: v.penalty })
+                .map(|v| vmi::SlaViolation {
+                    vee_id: v.vee_id.clone(),
+                    term: v.term.clone(),
+                    start_unix: v.start_unix,
+                    end_unix: v.end_unix,
+                    penalty: v.penalty,
+                })
                 .collect(),
         })
     }

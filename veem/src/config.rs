@@ -121,7 +121,12 @@ pub struct ProposalPolicy {
 
 impl Default for ProposalPolicy {
     fn default() -> Self {
-        Self { interval_s: default_proposal_interval(), consolidation: false, settle_s: default_settle(), hold_s: default_hold() }
+        Self {
+            interval_s: default_proposal_interval(),
+            consolidation: false,
+            settle_s: default_settle(),
+            hold_s: default_hold(),
+        }
     }
 }
 
@@ -272,7 +277,15 @@ mod tests {
         assert_eq!((cfg.proposals.interval_s, cfg.proposals.consolidation), (10, false));
         let on: VeemConfig = toml::from_str(&format!("{BASE}[proposals]\nconsolidation = true\ninterval_s = 2\nsettle_s = 5\n")).unwrap();
         on.check().unwrap();
-        assert_eq!((on.proposals.interval_s, on.proposals.consolidation, on.proposals.settle_s, on.proposals.hold_s), (2, true, 5, 600));
+        assert_eq!(
+            (
+                on.proposals.interval_s,
+                on.proposals.consolidation,
+                on.proposals.settle_s,
+                on.proposals.hold_s
+            ),
+            (2, true, 5, 600)
+        );
         let e = toml::from_str::<VeemConfig>(&format!("{BASE}[proposals]\nconsolidate = true\n")).unwrap_err();
         assert!(e.to_string().contains("consolidate"), "{e}");
         let zero: VeemConfig = toml::from_str(&format!("{BASE}[proposals]\ninterval_s = 0\n")).unwrap();

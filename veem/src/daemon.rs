@@ -55,8 +55,20 @@ async fn heartbeat_round(veem: &Arc<Veem>) {
             let known = veem.planner.lock().unwrap().host(&h).is_some();
             if !known {
                 let p = i.profile.unwrap_or_default();
-                let spec = HostSpec::new(&h, Resources::new(i.vcpus, i.memory_mib, i.disk_gib), &veem.cfg.site_id, veem.hosts.region(&h).unwrap_or_else(|| veem.cfg.site_id.clone()))
-                    .with_profile(Profile { arch: p.arch, machine: p.machine, qemu_version: p.qemu_version, libvirt_version: p.libvirt_version, accel: p.accel, cpu_model: p.cpu_model });
+                let spec = HostSpec::new(
+                    &h,
+                    Resources::new(i.vcpus, i.memory_mib, i.disk_gib),
+                    &veem.cfg.site_id,
+                    veem.hosts.region(&h).unwrap_or_else(|| veem.cfg.site_id.clone()),
+                )
+                .with_profile(Profile {
+                    arch: p.arch,
+                    machine: p.machine,
+                    qemu_version: p.qemu_version,
+                    libvirt_version: p.libvirt_version,
+                    accel: p.accel,
+                    cpu_model: p.cpu_model,
+                });
                 if let Err(e) = veem.planner.lock().unwrap().add_host(spec) {
                     tracing::warn!(host = %h, error = %e, "cannot add host to the planner");
                 }

@@ -40,17 +40,26 @@ impl Veem {
         let m = Manifest::from_toml(toml).map_err(|e| Refusal(vec![e.to_string()]))?;
         if let Role::Provider(p) = caller {
             if &m.service.provider != p {
-                return Err(Refusal(vec![format!("manifest field `service.provider`: {:?} is not the provider this token speaks for ({p:?})", m.service.provider)]));
+                return Err(Refusal(vec![format!(
+                    "manifest field `service.provider`: {:?} is not the provider this token speaks for ({p:?})",
+                    m.service.provider
+                )]));
             }
         }
         let mut missing = Vec::new();
         for (i, c) in m.components.iter().enumerate() {
-            let ids: [(&str, Option<&BlobId>); 3] = [("image", Some(&c.image)), ("kernel", c.kernel.as_ref()), ("initrd", c.initrd.as_ref())];
+            let ids: [(&str, Option<&BlobId>); 3] = [
+                ("image", Some(&c.image)),
+                ("kernel", c.kernel.as_ref()),
+                ("initrd", c.initrd.as_ref()),
+            ];
             for (field, id) in ids {
                 let Some(id) = id else { continue };
                 match self.repo.head(id).await {
                     Ok(Some(_)) => {}
-                    Ok(None) => missing.push(format!("manifest field `component[{i}].{field}`: {id} is not in the image repository")),
+                    Ok(None) => missing.push(format!(
+                        "manifest field `component[{i}].{field}`: {id} is not in the image repository"
+                    )),
                     Err(e) => missing.push(format!("manifest field `component[{i}].{field}`: cannot check {id}: {e}")),
                 }
             }
@@ -77,7 +86,13 @@ impl Veem {
     pub async fn negotiate(&self, caller: &Role, toml: &str) -> Result<NegotiateReply> {
         let m = match self.check_manifest(caller, toml).await {
             Ok(m) => m,
-            Err(Refusal(reasons)) => return Ok(NegotiateReply { verdict: "reject".into(), reasons, ..Default::default() }),
+            Err(Refusal(reasons)) => {
+                return Ok(NegotiateReply {
+                    verdict: "reject".into(),
+                    reasons,
+                    ..Default::default()
+                })
+            }
         };
         let req = self.request(&m, &uuid::Uuid::new_v4().to_string());
         let verdict = self.planner.lock().unwrap().negotiate(&req);
@@ -99,7 +114,11 @@ impl Veem {
                 earliest_start_unix: clock.start_of(window.start),
                 earliest_end_unix: clock.start_of(window.end),
             },
-            Admission::Rejected { reasons, .. } => NegotiateReply { verdict: "reject".into(), reasons, ..Default::default() },
+            Admission::Rejected { reasons, .. } => NegotiateReply {
+                verdict: "reject".into(),
+                reasons,
+                ..Default::default()
+            },
             Admission::NeedsPeerSpare { .. } => NegotiateReply {
                 verdict: "reject".into(),
                 reasons: vec!["guarantee `full` needs spare capacity at a peer site and none is reserved".into()],
@@ -140,7 +159,10 @@ impl Veem {
             }
         };
         let clock = self.clock;
-        let (start, end) = (clock.start_of(admitted.window.start).max(chrono::Utc::now().timestamp()), clock.start_of(admitted.window.end));
+        let (start, end) = (
+            clock.start_of(admitted.window.start).max(chrono::Utc::now().timestamp()),
+            clock.start_of(admitted.window.end),
+        );
         let mut svc = ServiceRec {
             id: service_id.clone(),
             name: m.service.name.clone(),
@@ -158,7 +180,12 @@ impl Veem {
         let mut vees = Vec::new();
         for p in &admitted.placements {
             let comp = m.component(&p.component).expect("placement of a manifest component");
-            let instance = req.components.iter().find(|c| c.name == p.component).and_then(|c| c.vees.iter().position(|v| v == &p.vee)).unwrap_or(0) as u32;
+            let instance = req
+                .components
+                .iter()
+                .find(|c| c.name == p.component)
+                .and_then(|c| c.vees.iter().position(|v| v == &p.vee))
+                .unwrap_or(0) as u32;
             vees.push(VeeRec {
                 location: Location::Host(p.host.clone()),
                 for_peer: svc.for_peer.clone(),
@@ -170,7 +197,12 @@ impl Veem {
                 Ok(placed) => vees.extend(placed),
                 Err(why) => {
                     let _ = self.planner.lock().unwrap().release_service(&service_id);
-                    bail!("reject: {} VEEs fit at site {} and no peer site takes the other {}: {why}", admitted.placements.len(), self.cfg.site_id, remote.len());
+                    bail!(
+                        "reject: {} VEEs fit at site {} and no peer site takes the other {}: {why}",
+                        admitted.placements.len(),
+                        self.cfg.site_id,
+                        remote.len()
+                    );
                 }
             }
         }
@@ -203,8 +235,11 @@ impl Veem {
     /// `(component, instance, VEE ID)` for peer sites. `None` if not even
     /// one VEE fits.
     fn admit_in_part(&self, req: &ServiceRequest) -> Option<(crate::planner::Admitted, Vec<(String, u32, String)>)> {
-        let all: Vec<(String, u32, String)> =
-            req.components.iter().flat_map(|c| c.vees.iter().enumerate().map(move |(i, v)| (c.name.clone(), i as u32, v.clone()))).collect();
+        let all: Vec<(String, u32, String)> = req
+            .components
+            .iter()
+            .flat_map(|c| c.vees.iter().enumerate().map(move |(i, v)| (c.name.clone(), i as u32, v.clone())))
+            .collect();
         for k in (1..all.len()).rev() {
             let keep: std::collections::HashSet<&String> = all[..k].iter().map(|x| &x.2).collect();
             let mut sub = req.clone();
@@ -253,7 +288,9 @@ impl Veem {
         if !matches!(v.state, VeeState::Admitted | VeeState::Deploying) {
             return Ok(());
         }
-        let Some(host) = v.host().map(str::to_string) else { bail!("VEE {vee_id} has no host") };
+        let Some(host) = v.host().map(str::to_string) else {
+            bail!("VEE {vee_id} has no host")
+        };
         if v.state == VeeState::Admitted {
             self.transition(&mut v, VeeState::Deploying, format!("on {host}"))?;
         }
@@ -261,7 +298,14 @@ impl Veem {
         let result = match result {
             // Whatever failed, a VEE its host runs is running.
             Err(e) => match self.hosts.client(&host)?.list_domains(interfaces::vhi::Empty {}).await {
-                Ok(l) if l.get_ref().domains.iter().any(|d| d.vee_id == vee_id && d.state() == interfaces::vhi::VeeState::Running) => Ok(()),
+                Ok(l)
+                    if l.get_ref()
+                        .domains
+                        .iter()
+                        .any(|d| d.vee_id == vee_id && d.state() == interfaces::vhi::VeeState::Running) =>
+                {
+                    Ok(())
+                }
                 _ => Err(e),
             },
             ok => ok,

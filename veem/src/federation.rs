@@ -29,10 +29,21 @@ impl Veem {
     /// Places every VEE of a service the site cannot admit at peer sites
     /// (see [`Veem::place_remote`]) and records the service. `Ok(Err(why))`
     /// when no peer takes them all, with each peer's refusal.
-    pub async fn deploy_remote(self: &Arc<Self>, caller: &Role, m: &Manifest, toml: &str, service_id: &str, req: &ServiceRequest, verdict: &Admission) -> Result<std::result::Result<ServiceRec, String>> {
+    pub async fn deploy_remote(
+        self: &Arc<Self>,
+        caller: &Role,
+        m: &Manifest,
+        toml: &str,
+        service_id: &str,
+        req: &ServiceRequest,
+        verdict: &Admission,
+    ) -> Result<std::result::Result<ServiceRec, String>> {
         tracing::info!(service = %service_id, reasons = ?verdict.reasons(), "local admission failed; trying peer sites");
-        let all: Vec<(String, u32, String)> =
-            req.components.iter().flat_map(|c| c.vees.iter().enumerate().map(move |(i, v)| (c.name.clone(), i as u32, v.clone()))).collect();
+        let all: Vec<(String, u32, String)> = req
+            .components
+            .iter()
+            .flat_map(|c| c.vees.iter().enumerate().map(move |(i, v)| (c.name.clone(), i as u32, v.clone())))
+            .collect();
         let for_peer = match caller {
             Role::Peer(s) => Some(s.clone()),
             _ => None,
@@ -62,13 +73,24 @@ impl Veem {
     /// admission and may refuse. Records and returns them, or `Ok(Err(why))`
     /// (and nothing left reserved at any peer) when some VEE finds no peer;
     /// `why` names each peer's refusal.
-    pub async fn place_remote(&self, m: &Manifest, service_id: &str, vees: &[(String, u32, String)], end_unix: i64, for_peer: Option<String>) -> Result<std::result::Result<Vec<VeeRec>, String>> {
+    pub async fn place_remote(
+        &self,
+        m: &Manifest,
+        service_id: &str,
+        vees: &[(String, u32, String)],
+        end_unix: i64,
+        for_peer: Option<String>,
+    ) -> Result<std::result::Result<Vec<VeeRec>, String>> {
         let now = chrono::Utc::now().timestamp();
         let mut placed: Vec<VeeRec> = Vec::new();
         for (component, instance, vee_id) in vees {
             let c = m.component(component).context("component")?;
             // The primary site keeps the SLA's checkpoint schedule.
-            let mut v = VeeRec { state: VeeState::Deploying, for_peer: for_peer.clone(), ..VeeRec::of_manifest(m, c, *instance, vee_id, service_id, (now, end_unix)) };
+            let mut v = VeeRec {
+                state: VeeState::Deploying,
+                for_peer: for_peer.clone(),
+                ..VeeRec::of_manifest(m, c, *instance, vee_id, service_id, (now, end_unix))
+            };
             let mut refusals: Vec<String> = Vec::new();
             for p in peers::candidates(&self.cfg, c.vcpus, c.memory_mib, &v.guarantee) {
                 match self.send_incoming(&p.site_id, &v, Incoming::Boot).await {
@@ -83,10 +105,16 @@ impl Veem {
             if v.location == Location::Nowhere {
                 for done in &placed {
                     if let Location::Site(s) = &done.location {
-                        let _ = peers::client(&self.cfg, s)?.abort_incoming(VeeRef { vee_id: done.id.clone() }).await;
+                        let _ = peers::client(&self.cfg, s)?
+                            .abort_incoming(VeeRef { vee_id: done.id.clone() })
+                            .await;
                     }
                 }
-                let why = if refusals.is_empty() { "no peer site's framework agreement admits it".to_string() } else { refusals.join("; ") };
+                let why = if refusals.is_empty() {
+                    "no peer site's framework agreement admits it".to_string()
+                } else {
+                    refusals.join("; ")
+                };
                 tracing::warn!(vee = %v.id, %why, "no peer site took the VEE");
                 return Ok(Err(why));
             }
@@ -125,15 +153,27 @@ impl Veem {
             start_fresh,
             restore_from,
         };
-        Ok(peers::client(&self.cfg, site)?.prepare_incoming(req).await.map_err(|s| anyhow!("{}", s.message()))?.into_inner())
+        Ok(peers::client(&self.cfg, site)?
+            .prepare_incoming(req)
+            .await
+            .map_err(|s| anyhow!("{}", s.message()))?
+            .into_inner())
     }
 
     /// Forwards an action on a VEE that runs at peer `site`; a checkpoint
     /// taken there is recorded here too, so that it can be restored at any
     /// site (both pull its blobs by ID: B §2; DESIGN.md §7).
     pub async fn forward_action(&self, site: &str, vee_id: &str, action: &str, checkpoint_id: &str) -> Result<()> {
-        let req = VeeActionRequest { vee_id: vee_id.into(), action: action.into(), checkpoint_id: checkpoint_id.into() };
-        let info = peers::client(&self.cfg, site)?.vee_action(req).await.map_err(|s| anyhow!("site {site}: {}", s.message()))?.into_inner();
+        let req = VeeActionRequest {
+            vee_id: vee_id.into(),
+            action: action.into(),
+            checkpoint_id: checkpoint_id.into(),
+        };
+        let info = peers::client(&self.cfg, site)?
+            .vee_action(req)
+            .await
+            .map_err(|s| anyhow!("site {site}: {}", s.message()))?
+            .into_inner();
         let mut v = self.vee(vee_id)?;
         if let Some(rec) = info.checkpoint_record.as_ref().filter(|_| action == "checkpoint") {
             self.record_checkpoint(&mut v, rec, &format!("at {site}")).await?;
@@ -199,9 +239,15 @@ impl Veem {
         if r.primary_site != from {
             bail!("field `primary_site`: {:?} is not the calling site {from:?}", r.primary_site);
         }
-        let agreement = &peers::peer(&self.cfg, from).with_context(|| format!("no framework agreement with {from}"))?.agreement;
+        let agreement = &peers::peer(&self.cfg, from)
+            .with_context(|| format!("no framework agreement with {from}"))?
+            .agreement;
         if r.vcpus > agreement.max_vcpus || r.memory_mib > agreement.max_memory_mib {
-            bail!("the framework agreement with {from} admits at most {} vCPUs and {} MiB per VEE", agreement.max_vcpus, agreement.max_memory_mib);
+            bail!(
+                "the framework agreement with {from} admits at most {} vCPUs and {} MiB per VEE",
+                agreement.max_vcpus,
+                agreement.max_memory_mib
+            );
         }
         if !agreement.guarantee_levels.is_empty() && !agreement.guarantee_levels.contains(&r.guarantee) {
             bail!("the framework agreement with {from} does not admit guarantee {:?}", r.guarantee);
@@ -212,7 +258,8 @@ impl Veem {
                 bail!("VEE {} is already here", r.vee_id);
             }
         }
-        let guarantee: GuaranteeLevel = serde_json::from_value(serde_json::Value::String(r.guarantee.clone())).unwrap_or(GuaranteeLevel::Standard);
+        let guarantee: GuaranteeLevel =
+            serde_json::from_value(serde_json::Value::String(r.guarantee.clone())).unwrap_or(GuaranteeLevel::Standard);
         let clock = self.clock;
         let now = self.now_slot();
         let req = ServiceRequest {
@@ -221,13 +268,23 @@ impl Veem {
             guarantee,
             migration: MigrationPolicy::Site,
             window: SlotRange::starting_at(now, crate::deploy::DEFAULT_WINDOW_SLOTS),
-            components: vec![ComponentRequest { name: "vee".into(), resources: Resources::new(r.vcpus, r.memory_mib, r.disk_gib), profile: None, vees: vec![r.vee_id.clone()] }],
+            components: vec![ComponentRequest {
+                name: "vee".into(),
+                resources: Resources::new(r.vcpus, r.memory_mib, r.disk_gib),
+                profile: None,
+                vees: vec![r.vee_id.clone()],
+            }],
             constraints: vec![],
             peer_spare: PeerSpare::NoneOffered,
         };
         let admitted = match self.planner.lock().unwrap().admit(&req) {
             Admission::Accepted(a) => a,
-            other => bail!("site {} cannot admit VEE {}: {}", self.cfg.site_id, r.vee_id, other.reasons().join("; ")),
+            other => bail!(
+                "site {} cannot admit VEE {}: {}",
+                self.cfg.site_id,
+                r.vee_id,
+                other.reasons().join("; ")
+            ),
         };
         let host = admitted.placements[0].host.clone();
         self.persist_planner()?;
@@ -277,15 +334,27 @@ impl Veem {
             match (r.start_fresh, r.restore_from) {
                 (true, Some(cp)) => {
                     self.restore_incoming(&v.id, &host, cp).await?;
-                    return Ok(IncomingTarget { vee_id: v.id.clone(), ..Default::default() });
+                    return Ok(IncomingTarget {
+                        vee_id: v.id.clone(),
+                        ..Default::default()
+                    });
                 }
                 (true, None) => {
                     self.deploy_vee(&v.id).await?;
-                    return Ok(IncomingTarget { vee_id: v.id.clone(), ..Default::default() });
+                    return Ok(IncomingTarget {
+                        vee_id: v.id.clone(),
+                        ..Default::default()
+                    });
                 }
                 (false, _) => {}
             }
-            Ok(self.hosts.client(&host)?.prepare_incoming(v.spec()).await.map_err(|s| anyhow!("{}", s.message()))?.into_inner())
+            Ok(self
+                .hosts
+                .client(&host)?
+                .prepare_incoming(v.spec())
+                .await
+                .map_err(|s| anyhow!("{}", s.message()))?
+                .into_inner())
         }
         .await;
         if result.is_err() {
@@ -313,7 +382,13 @@ impl Veem {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         let host = v.host().context("incoming VEE has no host")?.to_string();
-        let st = self.hosts.client(&host)?.complete_incoming(vhi::VeeRef { vee_id: vee_id.into() }).await.map_err(|s| anyhow!("{}", s.message()))?.into_inner();
+        let st = self
+            .hosts
+            .client(&host)?
+            .complete_incoming(vhi::VeeRef { vee_id: vee_id.into() })
+            .await
+            .map_err(|s| anyhow!("{}", s.message()))?
+            .into_inner();
         if st.state() != vhi::VeeState::Running {
             bail!("VEE {vee_id} arrived but is {:?}", st.state());
         }
@@ -327,9 +402,23 @@ impl Veem {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.checkpoint_id))?;
-        let r = self.hosts.client(host)?.restore(vhi::RestoreRequest { spec: Some(v.spec()), checkpoint: Some(cp.clone()) }).await;
+        let r = self
+            .hosts
+            .client(host)?
+            .restore(vhi::RestoreRequest {
+                spec: Some(v.spec()),
+                checkpoint: Some(cp.clone()),
+            })
+            .await;
         if let Err(s) = r {
-            let _ = self.hosts.client(host)?.destroy(vhi::DestroyRequest { vee_id: vee_id.into(), remove: true }).await;
+            let _ = self
+                .hosts
+                .client(host)?
+                .destroy(vhi::DestroyRequest {
+                    vee_id: vee_id.into(),
+                    remove: true,
+                })
+                .await;
             bail!("{host}: {}", s.message());
         }
         self.record_checkpoint(&mut v, &cp, "restored here").await?;
@@ -347,9 +436,16 @@ impl Veem {
         if let Some(h) = v.host() {
             let mut c = self.hosts.client(h)?;
             if v.state == VeeState::Migrating {
-                c.abort_incoming(vhi::VeeRef { vee_id: vee_id.into() }).await.map_err(|s| anyhow!("{}", s.message()))?;
+                c.abort_incoming(vhi::VeeRef { vee_id: vee_id.into() })
+                    .await
+                    .map_err(|s| anyhow!("{}", s.message()))?;
             } else {
-                c.destroy(vhi::DestroyRequest { vee_id: vee_id.into(), remove: true }).await.map_err(|s| anyhow!("{}", s.message()))?;
+                c.destroy(vhi::DestroyRequest {
+                    vee_id: vee_id.into(),
+                    remove: true,
+                })
+                .await
+                .map_err(|s| anyhow!("{}", s.message()))?;
                 tracing::warn!(vee = %vee_id, host = %h, "the primary site took this VEE back: destroyed the copy here");
             }
         }

@@ -50,9 +50,20 @@ impl HostPool {
                 .connect_timeout(Duration::from_secs(2))
                 .timeout(Duration::from_secs(600))
                 .connect_lazy();
-            hosts.insert(e.name.clone(), HostConn { entry: e.clone(), channel, health: Health::Unknown, info: None });
+            hosts.insert(
+                e.name.clone(),
+                HostConn {
+                    entry: e.clone(),
+                    channel,
+                    health: Health::Unknown,
+                    info: None,
+                },
+            );
         }
-        Ok(Self { hosts: Mutex::new(hosts), order: entries.iter().map(|e| e.name.clone()).collect() })
+        Ok(Self {
+            hosts: Mutex::new(hosts),
+            order: entries.iter().map(|e| e.name.clone()).collect(),
+        })
     }
 
     /// Host names in configuration order.
@@ -87,12 +98,18 @@ impl HostPool {
             Ok(mut c) => {
                 let mut req = tonic::Request::new(interfaces::vhi::Empty {});
                 req.set_timeout(Duration::from_secs(2));
-                tokio::time::timeout(Duration::from_secs(3), c.host_info(req)).await.ok().and_then(|r| r.ok()).map(|r| r.into_inner())
+                tokio::time::timeout(Duration::from_secs(3), c.host_info(req))
+                    .await
+                    .ok()
+                    .and_then(|r| r.ok())
+                    .map(|r| r.into_inner())
             }
             Err(_) => None,
         };
         let mut hosts = self.hosts.lock().unwrap();
-        let Some(h) = hosts.get_mut(name) else { return (Health::Unknown, None) };
+        let Some(h) = hosts.get_mut(name) else {
+            return (Health::Unknown, None);
+        };
         h.health = match (&reply, h.health) {
             (Some(_), _) => Health::Up,
             (None, Health::Failed) => Health::Failed,
@@ -168,7 +185,12 @@ mod tests {
     fn a_silent_host_fails_after_the_miss_limit() {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let pool = HostPool::new(&[HostEntry { name: "h".into(), endpoint: "http://127.0.0.1:9".into(), region: None }]).unwrap();
+            let pool = HostPool::new(&[HostEntry {
+                name: "h".into(),
+                endpoint: "http://127.0.0.1:9".into(),
+                region: None,
+            }])
+            .unwrap();
             // Never answered: stays Unknown (not failed) however long.
             assert_eq!(pool.heartbeat("h", 2).await.0, Health::Unknown);
             pool.hosts.lock().unwrap().get_mut("h").unwrap().health = Health::Up;

@@ -48,7 +48,10 @@ impl Veem {
             "checkpoint" => {
                 self.checkpoint_vee(vee_id).await?;
             }
-            "restore" => self.restore_vee(vee_id, (!checkpoint_id.is_empty()).then_some(checkpoint_id)).await?,
+            "restore" => {
+                self.restore_vee(vee_id, (!checkpoint_id.is_empty()).then_some(checkpoint_id))
+                    .await?
+            }
             "withdraw" => self.withdraw(vee_id).await?,
             other => bail!("field `action`: {other:?} is not stop, suspend, resume, checkpoint, restore or withdraw"),
         }
@@ -61,8 +64,17 @@ impl Veem {
         let mut v = self.vee(vee_id)?;
         if let Location::Host(h) = &v.location {
             let mut c = self.hosts.client(h)?;
-            let _ = c.shutdown(ShutdownRequest { vee_id: vee_id.into(), timeout_s: 5 }).await;
-            c.destroy(DestroyRequest { vee_id: vee_id.into(), remove: true }).await?;
+            let _ = c
+                .shutdown(ShutdownRequest {
+                    vee_id: vee_id.into(),
+                    timeout_s: 5,
+                })
+                .await;
+            c.destroy(DestroyRequest {
+                vee_id: vee_id.into(),
+                remove: true,
+            })
+            .await?;
         }
         self.transition(&mut v, VeeState::Stopped, "")?;
         let _ = self.planner.lock().unwrap().release_vee(vee_id);
@@ -81,7 +93,14 @@ impl Veem {
         }
         let host = Self::local_host(&v)?;
         self.transition(&mut v, VeeState::Checkpointing, format!("on {host}"))?;
-        let r = self.hosts.client(&host)?.checkpoint(CheckpointRequest { vee_id: vee_id.into(), stop_after: false }).await;
+        let r = self
+            .hosts
+            .client(&host)?
+            .checkpoint(CheckpointRequest {
+                vee_id: vee_id.into(),
+                stop_after: false,
+            })
+            .await;
         let rec = match r {
             Ok(r) => r.into_inner(),
             Err(e) => {
@@ -96,7 +115,12 @@ impl Veem {
 
     /// Records checkpoint `rec` of VEE `v` (taken here or `where_` at a
     /// peer site) as its latest, pinning its blobs in the image repository.
-    pub(crate) async fn record_checkpoint(&self, v: &mut VeeRec, rec: &interfaces::vhi::CheckpointRecord, where_: &str) -> Result<CheckpointRec> {
+    pub(crate) async fn record_checkpoint(
+        &self,
+        v: &mut VeeRec,
+        rec: &interfaces::vhi::CheckpointRecord,
+        where_: &str,
+    ) -> Result<CheckpointRec> {
         let cp = CheckpointRec::new(rec);
         for blob in [&rec.memory_blob, &rec.disk_blob] {
             if let Ok(id) = blob.parse() {
@@ -109,20 +133,33 @@ impl Veem {
         v.latest_checkpoint = Some(cp.id.clone());
         v.last_checkpoint_ms = Some(now_ms());
         self.save_vee(v)?;
-        self.event(&v.id, &v.service_id, "checkpointed", format!("{} {where_} ({} ms downtime)", cp.id, rec.downtime_ms));
+        self.event(
+            &v.id,
+            &v.service_id,
+            "checkpointed",
+            format!("{} {where_} ({} ms downtime)", cp.id, rec.downtime_ms),
+        );
         Ok(cp)
     }
 
     /// The latest valid checkpoint of a VEE, or the named one.
     pub fn checkpoint_of(&self, vee_id: &str, id: Option<&str>) -> Result<Option<CheckpointRec>> {
         if let Some(id) = id {
-            let cp: CheckpointRec = self.store.get(Tree::Checkpoints, id)?.ok_or_else(|| anyhow!("checkpoint {id} not found"))?;
+            let cp: CheckpointRec = self
+                .store
+                .get(Tree::Checkpoints, id)?
+                .ok_or_else(|| anyhow!("checkpoint {id} not found"))?;
             if cp.vee_id != vee_id {
                 bail!("checkpoint {id} is not of VEE {vee_id}");
             }
             return Ok(Some(cp));
         }
-        let mut all: Vec<CheckpointRec> = self.store.list::<CheckpointRec>(Tree::Checkpoints)?.into_iter().filter(|c| c.vee_id == vee_id && c.valid).collect();
+        let mut all: Vec<CheckpointRec> = self
+            .store
+            .list::<CheckpointRec>(Tree::Checkpoints)?
+            .into_iter()
+            .filter(|c| c.vee_id == vee_id && c.valid)
+            .collect();
         all.sort_by_key(|c| c.taken_ms);
         Ok(all.pop())
     }
@@ -132,11 +169,21 @@ impl Veem {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         let host = Self::local_host(&v)?;
-        let cp = self.checkpoint_of(vee_id, checkpoint_id)?.ok_or_else(|| anyhow!("VEE {vee_id} has no checkpoint"))?;
+        let cp = self
+            .checkpoint_of(vee_id, checkpoint_id)?
+            .ok_or_else(|| anyhow!("VEE {vee_id} has no checkpoint"))?;
         let mut c = self.hosts.client(&host)?;
-        c.destroy(DestroyRequest { vee_id: vee_id.into(), remove: false }).await?;
+        c.destroy(DestroyRequest {
+            vee_id: vee_id.into(),
+            remove: false,
+        })
+        .await?;
         self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.id))?;
-        c.restore(RestoreRequest { spec: Some(v.spec()), checkpoint: Some(cp.record()?) }).await?;
+        c.restore(RestoreRequest {
+            spec: Some(v.spec()),
+            checkpoint: Some(cp.record()?),
+        })
+        .await?;
         self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.id))
     }
 

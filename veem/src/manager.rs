@@ -52,7 +52,10 @@ impl Veem {
         let store = Store::open(&cfg.db)?;
         let mut planner: Planner = match store.get(Tree::Meta, "planner")? {
             Some(p) => p,
-            None => Planner::new(PlannerConfig { clock: SlotClock::new(0, cfg.slot_s as u32), ..PlannerConfig::default() }),
+            None => Planner::new(PlannerConfig {
+                clock: SlotClock::new(0, cfg.slot_s as u32),
+                ..PlannerConfig::default()
+            }),
         };
         planner.set_rank_policy(rank_policy(&cfg.rank_policy));
         let clock = planner.clock();
@@ -60,7 +63,18 @@ impl Veem {
         let repo = RepoClient::new(&cfg.image_repo, cfg.image_repo_token.clone())?;
         let (events, _) = broadcast::channel(1024);
         let vee_records = RwLock::new(store.list::<VeeRec>(Tree::Vees)?.into_iter().map(|v| (v.id.clone(), v)).collect());
-        Ok(Arc::new(Self { cfg, store, planner: Mutex::new(planner), clock, hosts, repo, events, vee_records, vee_locks: Mutex::new(HashMap::new()), busy: Mutex::new(Default::default()) }))
+        Ok(Arc::new(Self {
+            cfg,
+            store,
+            planner: Mutex::new(planner),
+            clock,
+            hosts,
+            repo,
+            events,
+            vee_records,
+            vee_locks: Mutex::new(HashMap::new()),
+            busy: Mutex::new(Default::default()),
+        }))
     }
 
     /// Writes the planner's state (reservations, hosts, services).
@@ -86,17 +100,34 @@ impl Veem {
 
     /// Persists and broadcasts an event.
     pub fn event(&self, vee_id: &str, service_id: &str, kind: &str, detail: impl Into<String>) {
-        let e = EventRec { vee_id: vee_id.into(), service_id: service_id.into(), kind: kind.into(), detail: detail.into(), at_ms: now_ms() };
+        let e = EventRec {
+            vee_id: vee_id.into(),
+            service_id: service_id.into(),
+            kind: kind.into(),
+            detail: detail.into(),
+            at_ms: now_ms(),
+        };
         if let Err(err) = self.store.append_event(&e) {
             tracing::error!(%err, "cannot persist event");
         }
         tracing::info!(vee = %e.vee_id, kind = %e.kind, detail = %e.detail, "event");
-        let _ = self.events.send(vmi::Event { vee_id: e.vee_id, service_id: e.service_id, kind: e.kind, detail: e.detail, at_unix_ms: e.at_ms });
+        let _ = self.events.send(vmi::Event {
+            vee_id: e.vee_id,
+            service_id: e.service_id,
+            kind: e.kind,
+            detail: e.detail,
+            at_unix_ms: e.at_ms,
+        });
     }
 
     /// The record of VEE `id`; errors when there is none.
     pub fn vee(&self, id: &str) -> Result<VeeRec> {
-        self.vee_records.read().unwrap().get(id).cloned().ok_or_else(|| anyhow!("VEE {id} not found"))
+        self.vee_records
+            .read()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| anyhow!("VEE {id} not found"))
     }
 
     pub fn service(&self, id: &str) -> Result<ServiceRec> {
@@ -138,7 +169,11 @@ impl Veem {
         vee.updated_ms = now_ms();
         self.save_vee(vee).context("persist VEE")?;
         let d: String = detail.into();
-        let text = if d.is_empty() { format!("{} -> {}", from.as_str(), to.as_str()) } else { format!("{} -> {}: {d}", from.as_str(), to.as_str()) };
+        let text = if d.is_empty() {
+            format!("{} -> {}", from.as_str(), to.as_str())
+        } else {
+            format!("{} -> {}: {d}", from.as_str(), to.as_str())
+        };
         self.event(&vee.id, &vee.service_id, "state", text);
         Ok(())
     }

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
-use interfaces::vhi::{self, MigrateOutRequest};
 use interfaces::vhi::IncomingTarget;
+use interfaces::vhi::{self, MigrateOutRequest};
 use interfaces::vmi::{SendVeeRequest, VeeRef};
 
 use crate::manager::Veem;
@@ -51,7 +51,9 @@ fn location_text(l: &Location) -> String {
 
 impl Veem {
     pub fn migration(&self, id: &str) -> Result<MigrationRec> {
-        self.store.get(Tree::Migrations, id)?.ok_or_else(|| anyhow!("migration {id} not found"))
+        self.store
+            .get(Tree::Migrations, id)?
+            .ok_or_else(|| anyhow!("migration {id} not found"))
     }
 
     fn save_migration(&self, m: &MigrationRec) -> Result<()> {
@@ -73,7 +75,11 @@ impl Veem {
         if v.migration_policy == "none" {
             bail!("VEE {vee_id}: its SLA's migration policy is \"none\" (never moved)");
         }
-        let open = self.store.list::<MigrationRec>(Tree::Migrations)?.into_iter().find(|m| m.vee_id == vee_id && ["proposed", "approved", "running"].contains(&m.state.as_str()));
+        let open = self
+            .store
+            .list::<MigrationRec>(Tree::Migrations)?
+            .into_iter()
+            .find(|m| m.vee_id == vee_id && ["proposed", "approved", "running"].contains(&m.state.as_str()));
         if let Some(m) = open {
             bail!("VEE {vee_id} already has migration {} ({}, to {})", m.id, m.state, m.to);
         }
@@ -90,7 +96,10 @@ impl Veem {
                 if s != &self.cfg.site_id {
                     peers::peer(&self.cfg, s).with_context(|| "field `to_site`".to_string())?;
                     if v.migration_policy != "federation" {
-                        bail!("VEE {vee_id}: its SLA's migration policy is {:?}, not federation", v.migration_policy);
+                        bail!(
+                            "VEE {vee_id}: its SLA's migration policy is {:?}, not federation",
+                            v.migration_policy
+                        );
                     }
                 }
                 if v.location == Location::Site(s.clone()) {
@@ -166,7 +175,12 @@ impl Veem {
         if !self.hosts.names().iter().any(|h| h == host) {
             bail!("field `host`: {host:?} is not a host of site {}", self.cfg.site_id);
         }
-        let targets: Vec<String> = self.hosts.names().into_iter().filter(|h| h != host && self.hosts.health(h) == crate::hosts::Health::Up).collect();
+        let targets: Vec<String> = self
+            .hosts
+            .names()
+            .into_iter()
+            .filter(|h| h != host && self.hosts.health(h) == crate::hosts::Health::Up)
+            .collect();
         let now = self.now_slot();
         let mut plan = self.planner.lock().unwrap().clone();
         let mut out = Vec::new();
@@ -225,7 +239,18 @@ impl Veem {
         }
         // 1. The destination prepares.
         let prepared: Result<IncomingTarget> = match &dest {
-            Dest::Host(h) => async { Ok(self.hosts.client(h)?.prepare_incoming(v.spec()).await.map_err(|s| anyhow!("{h}: {}", s.message()))?.into_inner()) }.await,
+            Dest::Host(h) => {
+                async {
+                    Ok(self
+                        .hosts
+                        .client(h)?
+                        .prepare_incoming(v.spec())
+                        .await
+                        .map_err(|s| anyhow!("{h}: {}", s.message()))?
+                        .into_inner())
+                }
+                .await
+            }
             Dest::Site(s) if s == &self.cfg.site_id => Err(anyhow!("migrating home needs a destination host: use --to-host")),
             Dest::Site(s) => self.send_incoming(s, &v, crate::federation::Incoming::Migration).await,
         };
@@ -236,11 +261,20 @@ impl Veem {
                 let sent = match v.location.clone() {
                     Location::Host(src) => self.migrate_out(&src, &v.id, target, v.max_downtime_ms, &mut m).await,
                     Location::Site(src) => {
-                        let r = peers::client(&self.cfg, &src)?.send_vee(SendVeeRequest { vee_id: v.id.clone(), target: Some(target) }).await;
+                        let r = peers::client(&self.cfg, &src)?
+                            .send_vee(SendVeeRequest {
+                                vee_id: v.id.clone(),
+                                target: Some(target),
+                            })
+                            .await;
                         match r {
                             Ok(info) => {
                                 let i = info.into_inner();
-                                if i.state == "done" { Ok((i.total_ms, i.downtime_ms)) } else { Err(anyhow!("site {src}: {}", i.detail)) }
+                                if i.state == "done" {
+                                    Ok((i.total_ms, i.downtime_ms))
+                                } else {
+                                    Err(anyhow!("site {src}: {}", i.detail))
+                                }
                             }
                             Err(s) => Err(anyhow!("site {src}: {}", s.message())),
                         }
@@ -278,7 +312,11 @@ impl Veem {
                 };
                 self.transition(&mut v, VeeState::Running, format!("migrated to {}", m.to))?;
                 m.state = "done".into();
-                m.total_ms = if total_ms > 0 { total_ms } else { started.elapsed().as_millis() as u64 };
+                m.total_ms = if total_ms > 0 {
+                    total_ms
+                } else {
+                    started.elapsed().as_millis() as u64
+                };
                 m.downtime_ms = downtime_ms;
                 m.detail = format!("{} ms, {} ms downtime", m.total_ms, downtime_ms);
                 self.save_migration(&m)?;
@@ -300,9 +338,27 @@ impl Veem {
 
     /// Live-migrates a VEE off local host `src` to `target`, recording
     /// progress in `m.detail`. Returns (total ms, downtime ms).
-    async fn migrate_out(&self, src: &str, vee_id: &str, target: vhi::IncomingTarget, max_downtime_ms: u64, m: &mut MigrationRec) -> Result<(u64, u64)> {
-        let req = MigrateOutRequest { vee_id: vee_id.into(), target: Some(target), max_downtime_ms, bandwidth_mib_s: self.cfg.migration.bandwidth_mib_s };
-        let mut stream = self.hosts.client(src)?.migrate_out(req).await.map_err(|s| anyhow!("{src}: {}", s.message()))?.into_inner();
+    async fn migrate_out(
+        &self,
+        src: &str,
+        vee_id: &str,
+        target: vhi::IncomingTarget,
+        max_downtime_ms: u64,
+        m: &mut MigrationRec,
+    ) -> Result<(u64, u64)> {
+        let req = MigrateOutRequest {
+            vee_id: vee_id.into(),
+            target: Some(target),
+            max_downtime_ms,
+            bandwidth_mib_s: self.cfg.migration.bandwidth_mib_s,
+        };
+        let mut stream = self
+            .hosts
+            .client(src)?
+            .migrate_out(req)
+            .await
+            .map_err(|s| anyhow!("{src}: {}", s.message()))?
+            .into_inner();
         let mut last = None;
         while let Some(p) = stream.next().await {
             let p = p.map_err(|s| anyhow!("{src}: {}", s.message()))?;
@@ -322,10 +378,17 @@ impl Veem {
     async fn complete_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
         match dest {
             Dest::Host(h) => {
-                self.hosts.client(h)?.complete_incoming(vhi::VeeRef { vee_id: vee_id.into() }).await.map_err(|s| anyhow!("{h}: {}", s.message()))?;
+                self.hosts
+                    .client(h)?
+                    .complete_incoming(vhi::VeeRef { vee_id: vee_id.into() })
+                    .await
+                    .map_err(|s| anyhow!("{h}: {}", s.message()))?;
             }
             Dest::Site(s) => {
-                peers::client(&self.cfg, s)?.complete_incoming(VeeRef { vee_id: vee_id.into() }).await.map_err(|e| anyhow!("{s}: {}", e.message()))?;
+                peers::client(&self.cfg, s)?
+                    .complete_incoming(VeeRef { vee_id: vee_id.into() })
+                    .await
+                    .map_err(|e| anyhow!("{s}: {}", e.message()))?;
             }
         }
         Ok(())
@@ -348,10 +411,17 @@ impl Veem {
     async fn abort_once(&self, dest: &Dest, vee_id: &str) -> Result<()> {
         match dest {
             Dest::Host(h) => {
-                self.hosts.client(h)?.abort_incoming(vhi::VeeRef { vee_id: vee_id.into() }).await.map_err(|s| anyhow!("{h}: {}", s.message()))?;
+                self.hosts
+                    .client(h)?
+                    .abort_incoming(vhi::VeeRef { vee_id: vee_id.into() })
+                    .await
+                    .map_err(|s| anyhow!("{h}: {}", s.message()))?;
             }
             Dest::Site(s) => {
-                peers::client(&self.cfg, s)?.abort_incoming(VeeRef { vee_id: vee_id.into() }).await.map_err(|e| anyhow!("{s}: {}", e.message()))?;
+                peers::client(&self.cfg, s)?
+                    .abort_incoming(VeeRef { vee_id: vee_id.into() })
+                    .await
+                    .map_err(|e| anyhow!("{s}: {}", e.message()))?;
             }
         }
         Ok(())
@@ -368,10 +438,16 @@ impl Veem {
         let req = ServiceRequest {
             service_id: format!("home-{}", v.id),
             consumer: v.service_id.clone(),
-            guarantee: serde_json::from_value(serde_json::Value::String(v.guarantee.clone())).unwrap_or(interfaces::manifest::GuaranteeLevel::Standard),
+            guarantee: serde_json::from_value(serde_json::Value::String(v.guarantee.clone()))
+                .unwrap_or(interfaces::manifest::GuaranteeLevel::Standard),
             migration: interfaces::manifest::MigrationPolicy::Federation,
             window: SlotRange::new(now, end.max(now + 1)),
-            components: vec![ComponentRequest { name: v.component.clone(), resources: Resources::new(v.vcpus, v.memory_mib, v.disk_gib), profile: None, vees: vec![v.id.clone()] }],
+            components: vec![ComponentRequest {
+                name: v.component.clone(),
+                resources: Resources::new(v.vcpus, v.memory_mib, v.disk_gib),
+                profile: None,
+                vees: vec![v.id.clone()],
+            }],
             constraints: vec![],
             peer_spare: PeerSpare::NoneOffered,
         };
@@ -385,7 +461,12 @@ impl Veem {
                 }
                 Ok(())
             }
-            other => bail!("site {} cannot take VEE {} back: {}", self.cfg.site_id, v.id, other.reasons().join("; ")),
+            other => bail!(
+                "site {} cannot take VEE {} back: {}",
+                self.cfg.site_id,
+                v.id,
+                other.reasons().join("; ")
+            ),
         }
     }
 
@@ -398,7 +479,9 @@ impl Veem {
         if v.location != Location::Site(site.to_string()) {
             bail!("VEE {vee_id} does not run at {site}");
         }
-        let host = self.home_host(&v).ok_or_else(|| anyhow!("no local host can take VEE {vee_id} back from {site}"))?;
+        let host = self
+            .home_host(&v)
+            .ok_or_else(|| anyhow!("no local host can take VEE {vee_id} back from {site}"))?;
         let mut m = self.propose(vee_id, Dest::Host(host), &format!("withdrawn by {site}"), site)?;
         if m.state == "proposed" {
             m = self.approve(&m.id, &format!("withdrawal by {site}"))?;
@@ -413,8 +496,13 @@ impl Veem {
     /// primary site refuses.
     pub async fn withdraw(&self, vee_id: &str) -> Result<()> {
         let v = self.vee(vee_id)?;
-        let Some(primary) = v.for_peer.clone() else { bail!("VEE {vee_id} does not run here for a peer site: nothing to withdraw") };
-        peers::client(&self.cfg, &primary)?.withdraw(VeeRef { vee_id: vee_id.into() }).await.map_err(|s| anyhow!("site {primary}: {}", s.message()))?;
+        let Some(primary) = v.for_peer.clone() else {
+            bail!("VEE {vee_id} does not run here for a peer site: nothing to withdraw")
+        };
+        peers::client(&self.cfg, &primary)?
+            .withdraw(VeeRef { vee_id: vee_id.into() })
+            .await
+            .map_err(|s| anyhow!("site {primary}: {}", s.message()))?;
         self.event(vee_id, &v.service_id, "withdrawn", format!("given back to {primary}"));
         Ok(())
     }
@@ -441,15 +529,25 @@ impl Veem {
     fn anti_affine_hosts(&self, v: &crate::model::VeeRec) -> Vec<String> {
         use interfaces::manifest::{ConstraintKind, ConstraintLevel, ConstraintScope, Manifest};
         let Ok(svc) = self.service(&v.service_id) else { return vec![] };
-        let Ok(m) = Manifest::from_toml(&svc.manifest_toml) else { return vec![] };
+        let Ok(m) = Manifest::from_toml(&svc.manifest_toml) else {
+            return vec![];
+        };
         let vees = self.vees_where(|o| o.service_id == v.service_id);
         let mut out = Vec::new();
-        for c in m.constraints.iter().filter(|c| c.kind == ConstraintKind::AntiAffinity && c.level == ConstraintLevel::Host) {
+        for c in m
+            .constraints
+            .iter()
+            .filter(|c| c.kind == ConstraintKind::AntiAffinity && c.level == ConstraintLevel::Host)
+        {
             if !c.components.contains(&v.component) {
                 continue;
             }
-            for other in vees.iter().filter(|o| o.service_id == v.service_id && o.id != v.id && o.state.is_live()) {
-                let covered = c.components.contains(&other.component) && (c.scope == ConstraintScope::Instance || other.component != v.component);
+            for other in vees
+                .iter()
+                .filter(|o| o.service_id == v.service_id && o.id != v.id && o.state.is_live())
+            {
+                let covered =
+                    c.components.contains(&other.component) && (c.scope == ConstraintScope::Instance || other.component != v.component);
                 if let (true, Some(h)) = (covered, other.host()) {
                     out.push(h.to_string());
                 }

@@ -50,7 +50,10 @@ impl VeeState {
 
     /// States in which the VEE should be running somewhere.
     pub fn is_live(self) -> bool {
-        matches!(self, VeeState::Running | VeeState::Checkpointing | VeeState::Migrating | VeeState::Suspended)
+        matches!(
+            self,
+            VeeState::Running | VeeState::Checkpointing | VeeState::Migrating | VeeState::Suspended
+        )
     }
 }
 
@@ -156,7 +159,13 @@ pub struct CheckpointRec {
 impl CheckpointRec {
     pub fn new(r: &interfaces::vhi::CheckpointRecord) -> Self {
         use prost::Message;
-        Self { id: r.checkpoint_id.clone(), vee_id: r.vee_id.clone(), taken_ms: r.taken_at_unix_ms, valid: true, record_hex: hex_encode(&r.encode_to_vec()) }
+        Self {
+            id: r.checkpoint_id.clone(),
+            vee_id: r.vee_id.clone(),
+            taken_ms: r.taken_at_unix_ms,
+            valid: true,
+            record_hex: hex_encode(&r.encode_to_vec()),
+        }
     }
 
     pub fn record(&self) -> anyhow::Result<interfaces::vhi::CheckpointRecord> {
@@ -239,7 +248,12 @@ mod tests {
 
     #[test]
     fn checkpoint_records_round_trip() {
-        let r = interfaces::vhi::CheckpointRecord { checkpoint_id: "c1".into(), vee_id: "v".into(), memory_bytes: 7, ..Default::default() };
+        let r = interfaces::vhi::CheckpointRecord {
+            checkpoint_id: "c1".into(),
+            vee_id: "v".into(),
+            memory_bytes: 7,
+            ..Default::default()
+        };
         let c = CheckpointRec::new(&r);
         assert_eq!(c.record().unwrap(), r);
     }

@@ -81,7 +81,12 @@ impl Veem {
                     *n += 1;
                     if *n == self.cfg.heartbeat_miss_limit && !vees.is_empty() {
                         tracing::error!(%site, "peer site missed its heartbeats: failed");
-                        self.event("", "", "peer-failed", format!("{site} did not answer {n} times; recovering its {} VEEs", vees.len()));
+                        self.event(
+                            "",
+                            "",
+                            "peer-failed",
+                            format!("{site} did not answer {n} times; recovering its {} VEEs", vees.len()),
+                        );
                         for v in &vees {
                             self.spawn_recover_from_peer(&v.id, &site);
                         }
@@ -102,7 +107,9 @@ impl Veem {
     /// Asks `site` about `vees`; an answering site is also told to destroy
     /// the copies fenced at it.
     async fn ask_peer(&self, site: &str, vees: &[VeeRec], fenced: &[FenceRec]) -> PeerAnswer {
-        let Ok(mut c) = peers::client(&self.cfg, site) else { return PeerAnswer::Answered { lost: vec![] } };
+        let Ok(mut c) = peers::client(&self.cfg, site) else {
+            return PeerAnswer::Answered { lost: vec![] };
+        };
         let mut answered = false;
         let mut lost = Vec::new();
         for v in vees {
@@ -163,7 +170,14 @@ impl Veem {
         if v.location != Location::Site(site.to_string()) || !v.state.is_live() {
             return Ok(());
         }
-        self.store.put(Tree::Fenced, vee_id, &FenceRec { vee_id: vee_id.into(), site: site.into() })?;
+        self.store.put(
+            Tree::Fenced,
+            vee_id,
+            &FenceRec {
+                vee_id: vee_id.into(),
+                site: site.into(),
+            },
+        )?;
         let why = format!("site {site} lost it");
         let local = match self.home_host(&v) {
             Some(host) => match self.reserve_home(&v, &host) {

@@ -17,7 +17,11 @@ pub struct Bearer(pub tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
 
 impl Bearer {
     pub fn new(token: &str) -> Result<Self> {
-        Ok(Self(format!("Bearer {token}").parse().map_err(|_| anyhow!("token is not valid ASCII metadata"))?))
+        Ok(Self(
+            format!("Bearer {token}")
+                .parse()
+                .map_err(|_| anyhow!("token is not valid ASCII metadata"))?,
+        ))
     }
 }
 
@@ -43,7 +47,11 @@ pub fn client(cfg: &VeemConfig, site: &str) -> Result<PeerClient> {
 
 /// The configuration of an available peer site.
 pub fn peer<'a>(cfg: &'a VeemConfig, site: &str) -> Result<&'a PeerEntry> {
-    let p = cfg.peers.iter().find(|p| p.site_id == site).ok_or_else(|| anyhow!("site {site:?} is not a peer of {}", cfg.site_id))?;
+    let p = cfg
+        .peers
+        .iter()
+        .find(|p| p.site_id == site)
+        .ok_or_else(|| anyhow!("site {site:?} is not a peer of {}", cfg.site_id))?;
     if p.unavailable {
         anyhow::bail!("peer site {site} is marked unavailable");
     }
@@ -86,8 +94,14 @@ mod tests {
         let cfg = cfg();
         let sites = |v: Vec<&PeerEntry>| v.into_iter().map(|p| p.site_id.clone()).collect::<Vec<_>>();
         assert_eq!(sites(candidates(&cfg, 2, 128, "standard")), ["site-c", "site-b"]);
-        assert!(candidates(&cfg, 8, 128, "standard").is_empty(), "more vCPUs than the agreements admit");
-        assert!(candidates(&cfg, 1, 128, "enhanced").is_empty(), "a guarantee level the agreements exclude");
+        assert!(
+            candidates(&cfg, 8, 128, "standard").is_empty(),
+            "more vCPUs than the agreements admit"
+        );
+        assert!(
+            candidates(&cfg, 1, 128, "enhanced").is_empty(),
+            "a guarantee level the agreements exclude"
+        );
     }
 
     #[tokio::test]

@@ -70,7 +70,9 @@ impl Reason {
 
     /// The reason named `s`, if it is one of the planner's.
     pub fn parse(s: &str) -> Option<Self> {
-        [Reason::FailureRisk, Reason::SlaAtRisk, Reason::Consolidation].into_iter().find(|r| r.as_str() == s)
+        [Reason::FailureRisk, Reason::SlaAtRisk, Reason::Consolidation]
+            .into_iter()
+            .find(|r| r.as_str() == s)
     }
 }
 
@@ -196,7 +198,11 @@ struct Pass<'a, M> {
 impl<M: Mover> Pass<'_, M> {
     /// Whether the pass may propose `reason` for `v` at all.
     fn eligible(&self, v: &VeeView, reason: Reason) -> bool {
-        v.state == VeeState::Running && v.migratable && matches!(v.location, Location::Host(_)) && !self.taken.contains(&v.id) && !self.s.held.contains(&(v.id.clone(), reason))
+        v.state == VeeState::Running
+            && v.migratable
+            && matches!(v.location, Location::Host(_))
+            && !self.taken.contains(&v.id)
+            && !self.s.held.contains(&(v.id.clone(), reason))
     }
 
     fn up(&self, host: &str) -> bool {
@@ -204,7 +210,11 @@ impl<M: Mover> Pass<'_, M> {
     }
 
     fn record(&mut self, vee: &str, from: &str, to: &str, reason: Reason) {
-        self.out.push(Proposal { vee_id: vee.into(), to: to.into(), reason });
+        self.out.push(Proposal {
+            vee_id: vee.into(),
+            to: to.into(),
+            reason,
+        });
         self.taken.insert(vee.into());
         self.sources.insert(from.into());
         self.targets.insert(to.into());
@@ -225,7 +235,12 @@ impl<M: Mover> Pass<'_, M> {
 
     fn failure_risk(&mut self) {
         let s = self.s;
-        let at_risk: BTreeSet<&str> = s.hosts.iter().filter(|h| matches!(h.health, Health::Missing(n) if n >= 1)).map(|h| h.name.as_str()).collect();
+        let at_risk: BTreeSet<&str> = s
+            .hosts
+            .iter()
+            .filter(|h| matches!(h.health, Health::Missing(n) if n >= 1))
+            .map(|h| h.name.as_str())
+            .collect();
         for v in &s.vees {
             if self.eligible(v, Reason::FailureRisk) && occupies(v).is_some_and(|h| at_risk.contains(h)) {
                 self.evacuate(v, Reason::FailureRisk, |_| true);
@@ -237,7 +252,12 @@ impl<M: Mover> Pass<'_, M> {
     /// VEE is overdue too (checkpoints fail there as well, or site-wide).
     fn sla_at_risk(&mut self) {
         let (s, now) = (self.s, self.s.now_ms);
-        let failing: BTreeSet<&str> = s.vees.iter().filter(|v| v.state == VeeState::Running && overdue(v, now)).filter_map(occupies).collect();
+        let failing: BTreeSet<&str> = s
+            .vees
+            .iter()
+            .filter(|v| v.state == VeeState::Running && overdue(v, now))
+            .filter_map(occupies)
+            .collect();
         for v in &s.vees {
             if self.eligible(v, Reason::SlaAtRisk) && overdue(v, now) && occupies(v).is_some_and(|h| self.up(h)) {
                 self.evacuate(v, Reason::SlaAtRisk, |to| !failing.contains(to));
@@ -258,8 +278,18 @@ impl<M: Mover> Pass<'_, M> {
             }
         }
         // Load: (VEEs on the host, permille of its memory reserved).
-        let load = |h: &HostView| (on.get(h.name.as_str()).map_or(0, Vec::len), h.used.memory_mib * 1000 / h.capacity.memory_mib.max(1));
-        let mut hosts: Vec<(usize, &HostView)> = s.hosts.iter().enumerate().filter(|(_, h)| h.health == Health::Up && on.contains_key(h.name.as_str())).collect();
+        let load = |h: &HostView| {
+            (
+                on.get(h.name.as_str()).map_or(0, Vec::len),
+                h.used.memory_mib * 1000 / h.capacity.memory_mib.max(1),
+            )
+        };
+        let mut hosts: Vec<(usize, &HostView)> = s
+            .hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.health == Health::Up && on.contains_key(h.name.as_str()))
+            .collect();
         hosts.sort_by_key(|(i, h)| (load(h), *i));
         let settled = |v: &VeeView| s.now_ms - v.on_host_since_ms >= s.settle_s as i64 * 1000;
         for (_, src) in &hosts {
@@ -269,7 +299,12 @@ impl<M: Mover> Pass<'_, M> {
                 continue;
             }
             // Targets: the most loaded first; never a host being emptied.
-            let targets: Vec<&str> = hosts.iter().rev().map(|(_, h)| h.name.as_str()).filter(|t| *t != src.name && !self.sources.contains(*t) && on[*t].iter().any(|v| v.state == VeeState::Running)).collect();
+            let targets: Vec<&str> = hosts
+                .iter()
+                .rev()
+                .map(|(_, h)| h.name.as_str())
+                .filter(|t| *t != src.name && !self.sources.contains(*t) && on[*t].iter().any(|v| v.state == VeeState::Running))
+                .collect();
             let mut trial = self.mover.clone();
             let mut moves = Vec::new();
             for v in vees {
@@ -296,7 +331,14 @@ pub fn plan<M: Mover>(s: &Snapshot, mover: &mut M) -> Vec<Proposal> {
     let mut vees = s.vees.clone();
     vees.sort_by(|a, b| a.id.cmp(&b.id));
     let s = &Snapshot { vees, ..s.clone() };
-    let mut pass = Pass { s, mover, out: Vec::new(), taken: BTreeSet::new(), sources: BTreeSet::new(), targets: BTreeSet::new() };
+    let mut pass = Pass {
+        s,
+        mover,
+        out: Vec::new(),
+        taken: BTreeSet::new(),
+        sources: BTreeSet::new(),
+        targets: BTreeSet::new(),
+    };
     for m in &s.open {
         pass.taken.insert(m.vee_id.clone());
         pass.sources.extend(m.from.clone());
@@ -320,8 +362,15 @@ pub fn open_and_held(records: Vec<MigrationRec>, now_ms: i64, hold_s: u64) -> (V
     let (mut open, mut held) = (Vec::new(), BTreeSet::new());
     for m in records {
         match m.state.as_str() {
-            "proposed" | "approved" | "running" => open.push(OpenMove { from: host_in(&m.from), to: host_in(&m.to), vee_id: m.vee_id, reason: m.reason }),
-            "rejected" | "failed" if now_ms - m.created_ms < hold_s as i64 * 1000 => held.extend(Reason::parse(&m.reason).map(|r| (m.vee_id, r))),
+            "proposed" | "approved" | "running" => open.push(OpenMove {
+                from: host_in(&m.from),
+                to: host_in(&m.to),
+                vee_id: m.vee_id,
+                reason: m.reason,
+            }),
+            "rejected" | "failed" if now_ms - m.created_ms < hold_s as i64 * 1000 => {
+                held.extend(Reason::parse(&m.reason).map(|r| (m.vee_id, r)))
+            }
             _ => {}
         }
     }
@@ -356,8 +405,17 @@ impl Veem {
         let health: Vec<(String, Health)> = self.hosts.names().into_iter().map(|h| (h.clone(), self.hosts.health(&h))).collect();
         let hosts = {
             let p = self.planner.lock().unwrap();
-            let known = health.into_iter().filter_map(|(name, health)| Some((p.host(&name)?.capacity, p.host_usage(&name, slot).ok()?, name, health)));
-            known.map(|(capacity, used, name, health)| HostView { name, health, capacity, used }).collect()
+            let known = health
+                .into_iter()
+                .filter_map(|(name, health)| Some((p.host(&name)?.capacity, p.host_usage(&name, slot).ok()?, name, health)));
+            known
+                .map(|(capacity, used, name, health)| HostView {
+                    name,
+                    health,
+                    capacity,
+                    used,
+                })
+                .collect()
         };
         let mut vees = Vec::new();
         for v in self.vees()? {
@@ -377,10 +435,26 @@ impl Veem {
                 }
             };
             let migratable = v.migration_policy != "none";
-            vees.push(VeeView { id: v.id, state: v.state, location: v.location, migratable, checkpoint_interval_s: v.checkpoint_interval_s, last_checkpoint_ms: v.last_checkpoint_ms, on_host_since_ms: since });
+            vees.push(VeeView {
+                id: v.id,
+                state: v.state,
+                location: v.location,
+                migratable,
+                checkpoint_interval_s: v.checkpoint_interval_s,
+                last_checkpoint_ms: v.last_checkpoint_ms,
+                on_host_since_ms: since,
+            });
         }
         let (open, held) = open_and_held(self.store.list::<MigrationRec>(Tree::Migrations)?, now, cfg.hold_s);
-        Ok(Snapshot { now_ms: now, hosts, vees, open, held, consolidation: cfg.consolidation, settle_s: cfg.settle_s })
+        Ok(Snapshot {
+            now_ms: now,
+            hosts,
+            vees,
+            open,
+            held,
+            consolidation: cfg.consolidation,
+            settle_s: cfg.settle_s,
+        })
     }
 
     /// One pass: builds the snapshot, decides ([`plan`]) on a copy of the
@@ -389,12 +463,18 @@ impl Veem {
     /// logged and skipped. Errors only when the state cannot be read.
     pub fn proposal_pass(self: &Arc<Self>, seen: &mut Seen) -> Result<Vec<MigrationRec>> {
         let snapshot = self.proposal_snapshot(seen)?;
-        let mut mover = PlannerMover { source: &self.planner, copy: None, now: self.now_slot() };
+        let mut mover = PlannerMover {
+            source: &self.planner,
+            copy: None,
+            now: self.now_slot(),
+        };
         let mut made = Vec::new();
         for p in plan(&snapshot, &mut mover) {
             match self.propose(&p.vee_id, Dest::Host(p.to.clone()), p.reason.as_str(), "planner") {
                 Ok(m) => made.push(m),
-                Err(e) => tracing::warn!(vee = %p.vee_id, to = %p.to, reason = p.reason.as_str(), error = %format!("{e:#}"), "planner proposal refused"),
+                Err(e) => {
+                    tracing::warn!(vee = %p.vee_id, to = %p.to, reason = p.reason.as_str(), error = %format!("{e:#}"), "planner proposal refused")
+                }
             }
         }
         Ok(made)

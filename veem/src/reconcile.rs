@@ -27,12 +27,20 @@ impl Veem {
             let Ok(mut c) = self.hosts.client(&h) else { continue };
             match c.list_domains(vhi::Empty {}).await {
                 Ok(l) => {
-                    running.insert(h.clone(), l.into_inner().domains.into_iter().map(|d| (d.vee_id.clone(), d.state())).collect());
+                    running.insert(
+                        h.clone(),
+                        l.into_inner().domains.into_iter().map(|d| (d.vee_id.clone(), d.state())).collect(),
+                    );
                 }
                 Err(e) => tracing::warn!(host = %h, error = %e.message(), "cannot reconcile with host"),
             }
         }
-        for mut m in self.store.list::<MigrationRec>(Tree::Migrations)?.into_iter().filter(|m| m.state == "running") {
+        for mut m in self
+            .store
+            .list::<MigrationRec>(Tree::Migrations)?
+            .into_iter()
+            .filter(|m| m.state == "running")
+        {
             let v = self.vee(&m.vee_id)?;
             let Some(src) = v.host().map(str::to_string) else { continue };
             let Some(doms) = running.get(&src) else { continue };
@@ -51,8 +59,16 @@ impl Veem {
             if m.state == "approved" {
                 // The VEE left: finish at the destination.
                 let done = match &dest {
-                    Dest::Site(s) => crate::peers::client(&self.cfg, s)?.complete_incoming(interfaces::vmi::VeeRef { vee_id: v.id.clone() }).await.is_ok(),
-                    Dest::Host(h) => self.hosts.client(h)?.complete_incoming(vhi::VeeRef { vee_id: v.id.clone() }).await.is_ok(),
+                    Dest::Site(s) => crate::peers::client(&self.cfg, s)?
+                        .complete_incoming(interfaces::vmi::VeeRef { vee_id: v.id.clone() })
+                        .await
+                        .is_ok(),
+                    Dest::Host(h) => self
+                        .hosts
+                        .client(h)?
+                        .complete_incoming(vhi::VeeRef { vee_id: v.id.clone() })
+                        .await
+                        .is_ok(),
                 };
                 m.state = if done { "done".into() } else { "failed".into() };
                 self.store.put(Tree::Migrations, &m.id, &m)?;
@@ -96,11 +112,21 @@ impl Veem {
         // Domains a host runs that the records place elsewhere or nowhere.
         for (h, doms) in &running {
             for id in doms.keys() {
-                let keep = self.vee(id).map(|v| v.location == Location::Host(h.clone()) && v.state != VeeState::Terminated).unwrap_or(false);
+                let keep = self
+                    .vee(id)
+                    .map(|v| v.location == Location::Host(h.clone()) && v.state != VeeState::Terminated)
+                    .unwrap_or(false);
                 if !keep {
                     tracing::warn!(host = %h, vee = %id, "domain not in the records here: destroying it");
                     self.event(id, "", "reconcile", format!("stray domain on {h} destroyed"));
-                    let _ = self.hosts.client(h)?.destroy(DestroyRequest { vee_id: id.clone(), remove: true }).await;
+                    let _ = self
+                        .hosts
+                        .client(h)?
+                        .destroy(DestroyRequest {
+                            vee_id: id.clone(),
+                            remove: true,
+                        })
+                        .await;
                 }
             }
         }

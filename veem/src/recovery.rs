@@ -30,7 +30,13 @@ impl Veem {
             p.set_host_down(host, now, interval)?;
             let report = p.recover_host(host, now)?;
             if let Ok(r) = p.remap(host, now, interval) {
-                tracing::info!(host, interval, remapped = r.remapped.len(), kept = r.kept.len(), "VRM remapping of future reservations");
+                tracing::info!(
+                    host,
+                    interval,
+                    remapped = r.remapped.len(),
+                    kept = r.kept.len(),
+                    "VRM remapping of future reservations"
+                );
             }
             report
         };
@@ -58,7 +64,12 @@ impl Veem {
                 None => {
                     let why = match &step.target {
                         RecoveryTarget::Unplaced { reason } => reason.clone(),
-                        RecoveryTarget::NeedsPeer | RecoveryTarget::PeerSpare { .. } => self.recover_at_peer(&step.vee, None).await.err().map(|e| format!("{e:#}")).unwrap_or_default(),
+                        RecoveryTarget::NeedsPeer | RecoveryTarget::PeerSpare { .. } => self
+                            .recover_at_peer(&step.vee, None)
+                            .await
+                            .err()
+                            .map(|e| format!("{e:#}"))
+                            .unwrap_or_default(),
                         _ => String::new(),
                     };
                     if why.is_empty() {
@@ -90,12 +101,20 @@ impl Veem {
         let mut c = self.hosts.client(to)?;
         match self.checkpoint_of(vee_id, None)? {
             Some(cp) => {
-                c.restore(RestoreRequest { spec: Some(v.spec()), checkpoint: Some(cp.record()?) }).await?;
+                c.restore(RestoreRequest {
+                    spec: Some(v.spec()),
+                    checkpoint: Some(cp.record()?),
+                })
+                .await?;
                 self.transition(&mut v, VeeState::Running, format!("restored from checkpoint {} on {to}", cp.id))
             }
             None => {
                 self.boot_on(to, &v).await?;
-                self.transition(&mut v, VeeState::Running, format!("restarted from its images on {to} (no checkpoint)"))
+                self.transition(
+                    &mut v,
+                    VeeState::Running,
+                    format!("restarted from its images on {to} (no checkpoint)"),
+                )
             }
         }
     }

@@ -91,12 +91,17 @@ impl VmiService {
             Role::Provider(p) => &s.provider == p && s.for_peer.is_none(),
             Role::Peer(site) => s.for_peer.as_deref() == Some(site.as_str()),
         };
-        if mine { Ok(s) } else { Err(Status::not_found(format!("service {id} not found"))) }
+        if mine {
+            Ok(s)
+        } else {
+            Err(Status::not_found(format!("service {id} not found")))
+        }
     }
 
     fn visible_vee(&self, role: &Role, id: &str) -> Result<VeeRec, Status> {
         let v = self.veem.vee(id).map_err(status)?;
-        self.visible_service(role, &v.service_id).map_err(|_| Status::not_found(format!("VEE {id} not found")))?;
+        self.visible_service(role, &v.service_id)
+            .map_err(|_| Status::not_found(format!("VEE {id} not found")))?;
         Ok(v)
     }
 
@@ -123,9 +128,27 @@ impl VmiService {
     }
 
     fn service_info(&self, role: &Role, s: &ServiceRec) -> ServiceInfo {
-        let vees: Vec<VeeInfo> = s.vees.iter().filter_map(|id| self.veem.vee(id).ok()).map(|v| self.vee_info(role, &v)).collect();
-        let state = if vees.iter().all(|v| v.state == "running") { "running" } else if vees.iter().all(|v| v.state == "terminated") { "terminated" } else { "partial" };
-        ServiceInfo { service_id: s.id.clone(), name: s.name.clone(), provider: s.provider.clone(), state: state.into(), vees, guarantee: s.guarantee.clone() }
+        let vees: Vec<VeeInfo> = s
+            .vees
+            .iter()
+            .filter_map(|id| self.veem.vee(id).ok())
+            .map(|v| self.vee_info(role, &v))
+            .collect();
+        let state = if vees.iter().all(|v| v.state == "running") {
+            "running"
+        } else if vees.iter().all(|v| v.state == "terminated") {
+            "terminated"
+        } else {
+            "partial"
+        };
+        ServiceInfo {
+            service_id: s.id.clone(),
+            name: s.name.clone(),
+            provider: s.provider.clone(),
+            state: state.into(),
+            vees,
+            guarantee: s.guarantee.clone(),
+        }
     }
 }
 
@@ -167,7 +190,11 @@ impl Vmi for VmiService {
     async fn list_services(&self, r: Request<Empty>) -> R<ServiceList> {
         let role = self.user(&r)?;
         let all: Vec<ServiceRec> = self.veem.store.list(crate::store::Tree::Services).map_err(status)?;
-        let services = all.iter().filter(|s| self.visible_service(&role, &s.id).is_ok()).map(|s| self.service_info(&role, s)).collect();
+        let services = all
+            .iter()
+            .filter(|s| self.visible_service(&role, &s.id).is_ok())
+            .map(|s| self.service_info(&role, s))
+            .collect();
         Ok(Response::new(ServiceList { services }))
     }
 
@@ -175,7 +202,13 @@ impl Vmi for VmiService {
         let role = self.user(&r)?;
         let id = &r.get_ref().service_id;
         let vees = if id.is_empty() {
-            self.veem.vees().map_err(status)?.iter().filter(|v| self.visible_service(&role, &v.service_id).is_ok()).map(|v| self.vee_info(&role, v)).collect()
+            self.veem
+                .vees()
+                .map_err(status)?
+                .iter()
+                .filter(|v| self.visible_service(&role, &v.service_id).is_ok())
+                .map(|v| self.vee_info(&role, v))
+                .collect()
         } else {
             self.service_info(&role, &self.visible_service(&role, id)?).vees
         };
@@ -195,11 +228,21 @@ impl Vmi for VmiService {
         }
         let req = r.into_inner();
         self.visible_vee(&role, &req.vee_id)?;
-        let v = self.veem.vee_action(&req.vee_id, &req.action, &req.checkpoint_id).await.map_err(status)?;
+        let v = self
+            .veem
+            .vee_action(&req.vee_id, &req.action, &req.checkpoint_id)
+            .await
+            .map_err(status)?;
         let mut info = self.vee_info(&role, &v);
         // The primary site records a checkpoint taken here for its VEE.
         if matches!(role, Role::Peer(_)) && req.action == "checkpoint" {
-            info.checkpoint_record = self.veem.checkpoint_of(&v.id, None).map_err(status)?.map(|c| c.record()).transpose().map_err(status)?;
+            info.checkpoint_record = self
+                .veem
+                .checkpoint_of(&v.id, None)
+                .map_err(status)?
+                .map(|c| c.record())
+                .transpose()
+                .map_err(status)?;
         }
         Ok(Response::new(info))
     }
@@ -217,14 +260,22 @@ impl Vmi for VmiService {
             Role::Provider(p) => format!("provider {p}"),
             _ => "operator".into(),
         };
-        let reason = if req.reason.is_empty() { "requested".to_string() } else { req.reason };
+        let reason = if req.reason.is_empty() {
+            "requested".to_string()
+        } else {
+            req.reason
+        };
         ok(self.veem.propose(&req.vee_id, to, &reason, &by).map(|m| migration_info(&m)))
     }
 
     async fn list_migrations(&self, r: Request<Empty>) -> R<MigrationList> {
         let role = self.user(&r)?;
         let all: Vec<MigrationRec> = self.veem.store.list(crate::store::Tree::Migrations).map_err(status)?;
-        let mut migrations: Vec<MigrationInfo> = all.iter().filter(|m| self.visible_vee(&role, &m.vee_id).is_ok()).map(migration_info).collect();
+        let mut migrations: Vec<MigrationInfo> = all
+            .iter()
+            .filter(|m| self.visible_vee(&role, &m.vee_id).is_ok())
+            .map(migration_info)
+            .collect();
         migrations.sort_by_key(|m| m.created_unix_ms);
         Ok(Response::new(MigrationList { migrations }))
     }
@@ -242,18 +293,25 @@ impl Vmi for VmiService {
 
     async fn drain(&self, r: Request<DrainRequest>) -> R<MigrationList> {
         let by = self.operator(&r)?;
-        ok(self.veem.drain(&r.get_ref().host, &by).map(|l| MigrationList { migrations: l.iter().map(migration_info).collect() }))
+        ok(self.veem.drain(&r.get_ref().host, &by).map(|l| MigrationList {
+            migrations: l.iter().map(migration_info).collect(),
+        }))
     }
 
     async fn list_hosts(&self, r: Request<Empty>) -> R<HostList> {
         self.operator(&r)?;
-        Ok(Response::new(HostList { hosts: self.veem.host_status() }))
+        Ok(Response::new(HostList {
+            hosts: self.veem.host_status(),
+        }))
     }
 
     type WatchEventsStream = BoxStream<Event>;
     async fn watch_events(&self, r: Request<WatchRequest>) -> R<Self::WatchEventsStream> {
         let role = self.caller(&r)?;
-        let WatchRequest { service_id: service, history_only } = r.into_inner();
+        let WatchRequest {
+            service_id: service,
+            history_only,
+        } = r.into_inner();
         if !service.is_empty() {
             self.visible_service(&role, &service)?;
         }
@@ -270,7 +328,21 @@ impl Vmi for VmiService {
             mine && (service.is_empty() || e.service_id == service)
         };
         if history_only {
-            let mut past: Vec<Event> = self.veem.store.events().map_err(status)?.into_iter().map(|e| Event { vee_id: e.vee_id, service_id: e.service_id, kind: e.kind, detail: e.detail, at_unix_ms: e.at_ms }).filter(|e| visible(e)).collect();
+            let mut past: Vec<Event> = self
+                .veem
+                .store
+                .events()
+                .map_err(status)?
+                .into_iter()
+                .map(|e| Event {
+                    vee_id: e.vee_id,
+                    service_id: e.service_id,
+                    kind: e.kind,
+                    detail: e.detail,
+                    at_unix_ms: e.at_ms,
+                })
+                .filter(|e| visible(e))
+                .collect();
             past.sort_by_key(|e| e.at_unix_ms);
             return Ok(Response::new(Box::pin(futures::stream::iter(past.into_iter().map(Ok)))));
         }
@@ -323,8 +395,14 @@ impl Vmi for VmiService {
         let site = self.peer(&r)?;
         let batch = r.into_inner();
         if batch.from_site != site {
-            return Err(Status::permission_denied(format!("field `from_site`: {:?} is not the calling site {site:?}", batch.from_site)));
+            return Err(Status::permission_denied(format!(
+                "field `from_site`: {:?} is not the calling site {site:?}",
+                batch.from_site
+            )));
         }
-        ok(self.veem.receive_usage(&site, batch).map(|(accepted, duplicates)| PushUsageReply { accepted, duplicates }))
+        ok(self
+            .veem
+            .receive_usage(&site, batch)
+            .map(|(accepted, duplicates)| PushUsageReply { accepted, duplicates }))
     }
 }

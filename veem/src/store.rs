@@ -53,7 +53,12 @@ impl Store {
         // thread, dropping the store releases the database at once. The
         // VEEM keeps its hot records in memory, so sled's page cache stays
         // small (64 MiB instead of sled's 1 GiB default).
-        let db = sled::Config::new().path(path).flush_every_ms(None).cache_capacity(64 << 20).open().with_context(|| format!("open database {}", path.display()))?;
+        let db = sled::Config::new()
+            .path(path)
+            .flush_every_ms(None)
+            .cache_capacity(64 << 20)
+            .open()
+            .with_context(|| format!("open database {}", path.display()))?;
         Ok(Self { db })
     }
 
@@ -70,14 +75,18 @@ impl Store {
 
     /// Writes `value` under `key` unless the key exists; true when written.
     pub fn put_new<T: Serialize>(&self, t: Tree, key: &str, value: &T) -> Result<bool> {
-        let r = self.tree(t)?.compare_and_swap(key.as_bytes(), None as Option<&[u8]>, Some(serde_json::to_vec(value)?))?;
+        let r = self
+            .tree(t)?
+            .compare_and_swap(key.as_bytes(), None as Option<&[u8]>, Some(serde_json::to_vec(value)?))?;
         self.db.flush()?;
         Ok(r.is_ok())
     }
 
     pub fn get<T: DeserializeOwned>(&self, t: Tree, key: &str) -> Result<Option<T>> {
         match self.tree(t)?.get(key.as_bytes())? {
-            Some(v) => Ok(Some(serde_json::from_slice(&v).with_context(|| format!("{} record {key}", t.name()))?)),
+            Some(v) => Ok(Some(
+                serde_json::from_slice(&v).with_context(|| format!("{} record {key}", t.name()))?,
+            )),
             None => Ok(None),
         }
     }
@@ -119,7 +128,14 @@ mod tests {
             s.put(Tree::Meta, "k", &42u32).unwrap();
             assert!(s.put_new(Tree::Meta, "n", &1u32).unwrap());
             assert!(!s.put_new(Tree::Meta, "n", &2u32).unwrap());
-            s.append_event(&EventRec { vee_id: "v".into(), service_id: "s".into(), kind: "k".into(), detail: "".into(), at_ms: 1 }).unwrap();
+            s.append_event(&EventRec {
+                vee_id: "v".into(),
+                service_id: "s".into(),
+                kind: "k".into(),
+                detail: "".into(),
+                at_ms: 1,
+            })
+            .unwrap();
         }
         let s = Store::open(t.path()).unwrap();
         assert_eq!(s.get::<u32>(Tree::Meta, "k").unwrap(), Some(42));

@@ -163,7 +163,13 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         }
         Command::Events { service, follow } => {
             let service_id = service.clone().unwrap_or_default();
-            let mut stream = c.watch_events(vmi::WatchRequest { service_id, history_only: !follow }).await?.into_inner();
+            let mut stream = c
+                .watch_events(vmi::WatchRequest {
+                    service_id,
+                    history_only: !follow,
+                })
+                .await?
+                .into_inner();
             while let Some(e) = stream.message().await? {
                 print(out, &output::event(&Event::from(&e), fmt))?;
             }
@@ -175,11 +181,23 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         Command::Violations { service } => {
             let ids: Vec<String> = match service {
                 Some(s) => vec![s.clone()],
-                None => c.list_services(vmi::Empty {}).await?.into_inner().services.into_iter().map(|s| s.service_id).collect(),
+                None => c
+                    .list_services(vmi::Empty {})
+                    .await?
+                    .into_inner()
+                    .services
+                    .into_iter()
+                    .map(|s| s.service_id)
+                    .collect(),
             };
             let mut all = Vec::new();
             for service_id in ids {
-                let u = c.get_usage(vmi::ServiceRef { service_id: service_id.clone() }).await?.into_inner();
+                let u = c
+                    .get_usage(vmi::ServiceRef {
+                        service_id: service_id.clone(),
+                    })
+                    .await?
+                    .into_inner();
                 all.extend(u.violations.iter().map(|v| (service_id.clone(), SlaViolation::from(v))));
             }
             print(out, &output::violations(&all, fmt))?;

@@ -305,7 +305,13 @@ fn violation_table<'a>(rows: impl Iterator<Item = (Option<&'a str>, &'a SlaViola
     }
     let mut t = Table::new(&headers);
     for (service, x) in rows {
-        let mut cells = vec![x.vee_id.clone(), x.term.clone(), opt(&x.start), opt(&x.end), format!("{:.2}", x.penalty)];
+        let mut cells = vec![
+            x.vee_id.clone(),
+            x.term.clone(),
+            opt(&x.start),
+            opt(&x.end),
+            format!("{:.2}", x.penalty),
+        ];
         if with_service {
             cells.insert(0, service.unwrap_or_default().to_string());
         }
@@ -323,7 +329,14 @@ pub fn violations(all: &[(String, SlaViolation)], format: OutputFormat) -> Strin
         violation: &'a SlaViolation,
     }
     if format == OutputFormat::Json {
-        return json(&all.iter().map(|(s, v)| Row { service_id: s, violation: v }).collect::<Vec<_>>());
+        return json(
+            &all.iter()
+                .map(|(s, v)| Row {
+                    service_id: s,
+                    violation: v,
+                })
+                .collect::<Vec<_>>(),
+        );
     }
     let total: f64 = all.iter().map(|(_, v)| v.penalty).sum();
     let mut out = format!("SLA violations: {}\n", all.len());
@@ -352,7 +365,18 @@ pub fn hosts(hosts: &[vmi::HostStatus], format: OutputFormat) -> String {
     if format == OutputFormat::Json {
         let list: Vec<Host> = hosts
             .iter()
-            .map(|h| Host { name: &h.name, health: &h.health, vcpus: h.vcpus, memory_mib: h.memory_mib, disk_gib: h.disk_gib, used_vcpus: h.used_vcpus, used_memory_mib: h.used_memory_mib, used_disk_gib: h.used_disk_gib, vees: h.vees, accel: &h.accel })
+            .map(|h| Host {
+                name: &h.name,
+                health: &h.health,
+                vcpus: h.vcpus,
+                memory_mib: h.memory_mib,
+                disk_gib: h.disk_gib,
+                used_vcpus: h.used_vcpus,
+                used_memory_mib: h.used_memory_mib,
+                used_disk_gib: h.used_disk_gib,
+                vees: h.vees,
+                accel: &h.accel,
+            })
             .collect();
         return json(&list);
     }

@@ -96,10 +96,22 @@ fn other_subcommands_parse() {
     ));
     assert!(matches!(
         parse(&["events", "--service", "s"]).unwrap().command,
-        Command::Events { service: Some(_), follow: false }
+        Command::Events {
+            service: Some(_),
+            follow: false
+        }
     ));
-    assert!(matches!(parse(&["events", "-f"]).unwrap().command, Command::Events { service: None, follow: true }));
-    assert!(matches!(parse(&["violations"]).unwrap().command, Command::Violations { service: None }));
+    assert!(matches!(
+        parse(&["events", "-f"]).unwrap().command,
+        Command::Events {
+            service: None,
+            follow: true
+        }
+    ));
+    assert!(matches!(
+        parse(&["violations"]).unwrap().command,
+        Command::Violations { service: None }
+    ));
     assert!(matches!(
         parse(&["serve", "--config", "/etc/veem.toml"]).unwrap().command,
         Command::Serve { .. }
@@ -292,8 +304,21 @@ impl Vmi for MockSvc {
     }
     async fn list_hosts(&self, r: Request<Empty>) -> R<HostList> {
         self.note(&r);
-        let h = |name: &str, health: &str, vees| HostStatus { name: name.into(), health: health.into(), vcpus: 4, memory_mib: 4096, disk_gib: 20, used_vcpus: vees, used_memory_mib: 128 * vees as u64, used_disk_gib: vees as u64, vees, accel: "tcg".into() };
-        Ok(Response::new(HostList { hosts: vec![h("a1", "up", 2), h("a2", "missing 1 heartbeats", 0)] }))
+        let h = |name: &str, health: &str, vees| HostStatus {
+            name: name.into(),
+            health: health.into(),
+            vcpus: 4,
+            memory_mib: 4096,
+            disk_gib: 20,
+            used_vcpus: vees,
+            used_memory_mib: 128 * vees as u64,
+            used_disk_gib: vees as u64,
+            vees,
+            accel: "tcg".into(),
+        };
+        Ok(Response::new(HostList {
+            hosts: vec![h("a1", "up", 2), h("a2", "missing 1 heartbeats", 0)],
+        }))
     }
     async fn send_vee(&self, _: Request<SendVeeRequest>) -> R<MigrationInfo> {
         Err(Status::unimplemented(""))

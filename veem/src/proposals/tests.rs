@@ -19,10 +19,22 @@ impl Site {
         let mut hosts = Vec::new();
         for i in 0..n {
             let name = format!("h{i}");
-            planner.add_host(HostSpec::new(&name, Resources::new(8, 1024, 100), "s1", "r1")).unwrap();
-            hosts.push(HostView { name, health: Health::Up, capacity: Resources::new(8, 1024, 100), used: Resources::ZERO });
+            planner
+                .add_host(HostSpec::new(&name, Resources::new(8, 1024, 100), "s1", "r1"))
+                .unwrap();
+            hosts.push(HostView {
+                name,
+                health: Health::Up,
+                capacity: Resources::new(8, 1024, 100),
+                used: Resources::ZERO,
+            });
         }
-        let snap = Snapshot { now_ms: NOW, hosts, settle_s: 60, ..Snapshot::default() };
+        let snap = Snapshot {
+            now_ms: NOW,
+            hosts,
+            settle_s: 60,
+            ..Snapshot::default()
+        };
         Site { planner, snap }
     }
 
@@ -31,7 +43,12 @@ impl Site {
     /// VEE on its host; the VEEs run there since an hour.
     fn service(&mut self, svc: &str, mib: u64, anti: bool, vees: &[(&str, &str)]) {
         let constraints = if anti {
-            vec![Constraint { kind: ConstraintKind::AntiAffinity, level: ConstraintLevel::Host, scope: ConstraintScope::Instance, components: vec!["web".into()] }]
+            vec![Constraint {
+                kind: ConstraintKind::AntiAffinity,
+                level: ConstraintLevel::Host,
+                scope: ConstraintScope::Instance,
+                components: vec!["web".into()],
+            }]
         } else {
             vec![]
         };
@@ -41,15 +58,24 @@ impl Site {
             guarantee: GuaranteeLevel::Standard,
             migration: MigrationPolicy::Site,
             window: SlotRange::new(0, 100_000),
-            components: vec![ComponentRequest { name: "web".into(), resources: Resources::new(1, mib, 1), profile: None, vees: vees.iter().map(|(v, _)| v.to_string()).collect() }],
+            components: vec![ComponentRequest {
+                name: "web".into(),
+                resources: Resources::new(1, mib, 1),
+                profile: None,
+                vees: vees.iter().map(|(v, _)| v.to_string()).collect(),
+            }],
             constraints,
             peer_spare: PeerSpare::NotAsked,
         };
-        let Admission::Accepted(a) = self.planner.admit(&req) else { panic!("service {svc} not admitted") };
+        let Admission::Accepted(a) = self.planner.admit(&req) else {
+            panic!("service {svc} not admitted")
+        };
         for (vee, host) in vees {
             let now_on = &a.placements.iter().find(|p| p.vee == *vee).unwrap().host;
             if now_on != host {
-                self.planner.move_vee(vee, host, 0).unwrap_or_else(|e| panic!("place {vee} on {host}: {e}"));
+                self.planner
+                    .move_vee(vee, host, 0)
+                    .unwrap_or_else(|e| panic!("place {vee} on {host}: {e}"));
             }
             self.snap.vees.push(VeeView {
                 id: vee.to_string(),
@@ -77,14 +103,34 @@ impl Site {
     /// One pass on a copy of the planner: (VEE, target, reason) triples.
     fn plan(&self) -> Vec<(String, String, &'static str)> {
         let source = std::sync::Mutex::new(self.planner.clone());
-        plan(&self.snap, &mut PlannerMover { source: &source, copy: None, now: 0 }).into_iter().map(|p| (p.vee_id, p.to, p.reason.as_str())).collect()
+        plan(
+            &self.snap,
+            &mut PlannerMover {
+                source: &source,
+                copy: None,
+                now: 0,
+            },
+        )
+        .into_iter()
+        .map(|p| (p.vee_id, p.to, p.reason.as_str()))
+        .collect()
     }
 
     /// Marks the pass's proposals open, as `propose` would record them.
     fn open_all(&mut self) {
         for (vee, to, reason) in self.plan() {
-            let from = self.snap.vees.iter().find(|v| v.id == vee).and_then(|v| occupies(v).map(str::to_string));
-            self.snap.open.push(OpenMove { vee_id: vee, from, to: Some(to), reason: reason.into() });
+            let from = self
+                .snap
+                .vees
+                .iter()
+                .find(|v| v.id == vee)
+                .and_then(|v| occupies(v).map(str::to_string));
+            self.snap.open.push(OpenMove {
+                vee_id: vee,
+                from,
+                to: Some(to),
+                reason: reason.into(),
+            });
         }
     }
 }
@@ -127,7 +173,18 @@ fn failure_risk_never_targets_a_host_that_is_not_up() {
 #[test]
 fn sla_at_risk_needs_no_checkpoint_on_the_host_for_twice_the_interval() {
     let mut s = Site::new(3);
-    s.service("s1", 128, false, &[("late", "h0"), ("fresh", "h0"), ("never", "h0"), ("arrived", "h0"), ("no-interval", "h0")]);
+    s.service(
+        "s1",
+        128,
+        false,
+        &[
+            ("late", "h0"),
+            ("fresh", "h0"),
+            ("never", "h0"),
+            ("arrived", "h0"),
+            ("no-interval", "h0"),
+        ],
+    );
     for id in ["late", "fresh", "never", "arrived"] {
         s.vee(id).checkpoint_interval_s = Some(60);
     }
@@ -158,7 +215,12 @@ fn no_second_proposal_while_one_is_open_nor_after_a_rejection() {
     let mut s = Site::new(3);
     s.service("s1", 128, false, &[("a", "h0"), ("b", "h0")]);
     s.health("h0", Health::Missing(1));
-    s.snap.open.push(OpenMove { vee_id: "a".into(), from: Some("h0".into()), to: Some("h2".into()), reason: "maintenance".into() });
+    s.snap.open.push(OpenMove {
+        vee_id: "a".into(),
+        from: Some("h0".into()),
+        to: Some("h2".into()),
+        reason: "maintenance".into(),
+    });
     assert_eq!(s.plan(), vec![p("b", "h1", "failure-risk")]);
     s.open_all();
     assert!(s.plan().is_empty(), "every VEE has an open proposal");
@@ -171,7 +233,12 @@ fn no_second_proposal_while_one_is_open_nor_after_a_rejection() {
 #[test]
 fn nothing_for_remote_non_running_or_unmovable_vees() {
     let mut s = Site::new(2);
-    s.service("s1", 128, false, &[("susp", "h0"), ("cp", "h0"), ("mig", "h0"), ("pinned", "h0"), ("remote", "h0")]);
+    s.service(
+        "s1",
+        128,
+        false,
+        &[("susp", "h0"), ("cp", "h0"), ("mig", "h0"), ("pinned", "h0"), ("remote", "h0")],
+    );
     s.vee("susp").state = VeeState::Suspended;
     s.vee("cp").state = VeeState::Checkpointing;
     s.vee("mig").state = VeeState::Migrating;
@@ -232,7 +299,11 @@ fn consolidation_moves_all_of_a_host_or_nothing() {
     s.service("s3", 512, false, &[("c", "h1")]);
     s.service("s4", 256, false, &[("d", "h1")]);
     let source = std::sync::Mutex::new(s.planner.clone());
-    let mut mover = PlannerMover { source: &source, copy: None, now: 0 };
+    let mut mover = PlannerMover {
+        source: &source,
+        copy: None,
+        now: 0,
+    };
     assert!(plan(&s.snap, &mut mover).is_empty());
     assert!(mover.copy.is_none(), "a's trial move is not kept");
 }
@@ -260,7 +331,12 @@ fn consolidation_never_targets_a_host_being_emptied() {
     s.service("s2", 128, false, &[("b", "h1"), ("c", "h1")]);
     s.service("s3", 128, false, &[("d", "h2"), ("e", "h2"), ("f", "h2")]);
     // An operator drains h2: f's proposal is open (h2 -> h1).
-    s.snap.open.push(OpenMove { vee_id: "f".into(), from: Some("h2".into()), to: Some("h1".into()), reason: "maintenance".into() });
+    s.snap.open.push(OpenMove {
+        vee_id: "f".into(),
+        from: Some("h2".into()),
+        to: Some("h1".into()),
+        reason: "maintenance".into(),
+    });
     // h1 is the drain's target, so not a source; h0 goes, onto h1, not
     // onto the most loaded h2.
     assert_eq!(s.plan(), vec![p("a", "h1", "consolidation")]);
@@ -271,12 +347,20 @@ fn planner_copied_only_when_a_move_is_tried() {
     let mut s = Site::new(2);
     s.service("s1", 128, false, &[("a", "h0")]);
     let source = std::sync::Mutex::new(s.planner.clone());
-    let mut mover = PlannerMover { source: &source, copy: None, now: 0 };
+    let mut mover = PlannerMover {
+        source: &source,
+        copy: None,
+        now: 0,
+    };
     assert!(plan(&s.snap, &mut mover).is_empty());
     assert!(mover.copy.is_none());
     s.health("h0", Health::Missing(1));
     assert_eq!(plan(&s.snap, &mut mover).len(), 1);
-    assert_eq!(mover.copy.unwrap().host_usage("h1", 0).unwrap(), Resources::new(1, 128, 1), "the accepted move is kept");
+    assert_eq!(
+        mover.copy.unwrap().host_usage("h1", 0).unwrap(),
+        Resources::new(1, 128, 1),
+        "the accepted move is kept"
+    );
 }
 
 fn rec(vee: &str, reason: &str, state: &str, created_ms: i64) -> MigrationRec {
@@ -310,5 +394,8 @@ fn open_moves_and_holds_from_the_records() {
     assert_eq!(open.iter().map(|m| m.vee_id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
     assert_eq!((open[0].from.as_deref(), open[0].to.as_deref()), (Some("h0"), Some("h1")));
     // e: held 600 s, over; f: an operator's reason, not the planner's.
-    assert_eq!(held, BTreeSet::from([("c".to_string(), Reason::FailureRisk), ("d".to_string(), Reason::Consolidation)]));
+    assert_eq!(
+        held,
+        BTreeSet::from([("c".to_string(), Reason::FailureRisk), ("d".to_string(), Reason::Consolidation)])
+    );
 }
