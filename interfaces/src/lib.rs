@@ -3,6 +3,7 @@
 //! shared error type. No daemon code lives here (DESIGN.md §2).
 
 pub mod blob_id;
+pub mod database;
 pub mod error;
 pub mod manifest;
 pub mod repo_client;

@@ -49,16 +49,10 @@ pub struct Store {
 
 impl Store {
     pub fn open(path: &Path) -> Result<Self> {
-        // Every write flushes itself; without sled's background flusher
-        // thread, dropping the store releases the database at once. The
-        // VEEM keeps its hot records in memory, so sled's page cache stays
-        // small (64 MiB instead of sled's 1 GiB default).
-        let db = sled::Config::new()
-            .path(path)
-            .flush_every_ms(None)
-            .cache_capacity(64 << 20)
-            .open()
-            .with_context(|| format!("open database {}", path.display()))?;
+        // Every write flushes itself. The VEEM keeps its hot records in
+        // memory, so sled's page cache stays small (64 MiB instead of
+        // sled's 1 GiB default).
+        let db = interfaces::database::open_database(path, 64).with_context(|| format!("open database {}", path.display()))?;
         Ok(Self { db })
     }
 

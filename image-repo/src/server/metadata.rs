@@ -22,10 +22,11 @@ impl MetaDb {
     /// Opens (or creates) the database in `dir`. Errors: sled cannot open it
     /// (for instance another server holds it) or it has another format version.
     pub fn open(dir: &Path) -> Result<Self> {
-        let db = sled::open(dir).with_context(|| format!("opening metadata database {}", dir.display()))?;
+        let db = interfaces::database::open_database(dir, 16).with_context(|| format!("opening metadata database {}", dir.display()))?;
         match db.get(FORMAT_KEY)? {
             None => {
                 db.insert(FORMAT_KEY, FORMAT_VERSION)?;
+                db.flush()?;
             }
             Some(v) if v.as_ref() == FORMAT_VERSION.as_bytes() => {}
             Some(v) => bail!(
@@ -36,6 +37,15 @@ impl MetaDb {
         }
         let blobs = db.open_tree("blobs")?;
         Ok(Self { db, blobs })
+    }
+
+    /// Flushes on a blocking thread. Not sled's `flush_async`: its worker
+    /// still holds the database for a moment after the flush is reported,
+    /// so a database dropped right after it could not be reopened at once.
+    async fn flush(&self) -> Result<()> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || db.flush()).await.context("flush task")??;
+        Ok(())
     }
 
     /// The record of `id`, if any. Errors: the database or the record is unreadable.
@@ -50,14 +60,14 @@ impl MetaDb {
     /// Errors: the database cannot write.
     pub async fn put(&self, meta: &BlobMeta) -> Result<()> {
         self.blobs.insert(key(&meta.id), serde_json::to_vec(meta)?)?;
-        self.db.flush_async().await?;
+        self.flush().await?;
         Ok(())
     }
 
     /// Removes the record of `id` and flushes. Returns the removed record.
     pub async fn remove(&self, id: &BlobId) -> Result<Option<BlobMeta>> {
         let old = self.blobs.remove(key(id))?;
-        self.db.flush_async().await?;
+        self.flush().await?;
         Ok(match old {
             Some(raw) => Some(decode(&raw)?),
             None => None,
@@ -127,7 +137,7 @@ mod tests {
     async fn refuses_another_format_version() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let db = sled::open(dir.path()).unwrap();
+            let db = interfaces::database::open_database(dir.path(), 16).unwrap();
             db.insert(FORMAT_KEY, "99").unwrap();
             db.flush().unwrap();
         }
