@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use interfaces::vmi::vmi_client::VmiClient;
-use interfaces::vmi::{VeeInfo, VeeRef};
+use interfaces::vmi::{ManifestRequest, NegotiateReply, ServiceInfo, VeeInfo, VeeRef};
 use veem::peers::{Bearer, PeerClient};
 
 use crate::daemons::{Daemon, ImageRepo, Veeh};
@@ -180,6 +180,17 @@ pub fn manifest(name: &str, provider: &str, ids: &crate::daemons::GuestIds, inst
         "[service]\nname = \"{name}\"\nprovider = \"{provider}\"\n[sla]\nguarantee = \"standard\"\nmigration = \"federation\"\npenalty_per_hour = 12.0\n{extra_sla}\n[[component]]\nname = \"web\"\ninstances = {instances}\nvcpus = 1\nmemory_mib = 128\ndisk_gib = 1\nimage = \"{}\"\nkernel = \"{}\"\ninitrd = \"{}\"\ncmdline = \"{}\"\n[[constraint]]\nkind = \"anti-affinity\"\nlevel = \"host\"\nscope = \"instance\"\ncomponents = [\"web\"]\n",
         ids.disk, ids.kernel, ids.initrd, ids.cmdline
     )
+}
+
+/// Negotiates `manifest_toml` with `c`; panics on a VMI error (a refusal
+/// is a verdict, not an error).
+pub async fn negotiate(c: &mut PeerClient, manifest_toml: String) -> NegotiateReply {
+    c.negotiate(ManifestRequest { manifest_toml }).await.unwrap().into_inner()
+}
+
+/// Deploys `manifest_toml` with `c`: the service, or the VMI error.
+pub async fn deploy(c: &mut PeerClient, manifest_toml: String) -> Result<ServiceInfo, tonic::Status> {
+    c.deploy(ManifestRequest { manifest_toml }).await.map(|r| r.into_inner())
 }
 
 /// A free port for a VEEM.

@@ -225,50 +225,36 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     let a1 = Veeh::start(&dir, "r1", "site-a", lab::SITE_A_URI, &repo).await;
     let a2 = Veeh::start(&dir, "r2", "site-a", lab::SITE_A_URI, &repo).await;
     let port = site::port();
-    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&a1, &a2], &[], "");
+    // acme's usage SLA (D §3.3): never more than 3 vCPUs at this site.
+    let limit = "[usage_limits.acme]\nkind = \"fixed\"\nlimit = { vcpus = 3, memory_mib = 1024, disk_gib = 10 }\n";
+    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&a1, &a2], &[], limit);
     let mut veem = Veem::start(&dir, "site-a", port, cfg).await;
     let mut acme = veem.client(ACME).await;
 
     // Rejected: an image the repository does not hold; too big; bad field.
     let unknown = manifest("shop", "acme", &ids, 2, "").replace(&ids.disk, &format!("sha256:{}", "0".repeat(64)));
-    let e = acme.deploy(ManifestRequest { manifest_toml: unknown }).await.unwrap_err();
+    let e = site::deploy(&mut acme, unknown).await.unwrap_err();
     assert!(
         e.message().contains("component[0].image") && e.message().contains("not in the image repository"),
         "{}",
         e.message()
     );
-    let e = acme
-        .deploy(ManifestRequest {
-            manifest_toml: manifest("shop", "acme", &ids, 3, ""),
-        })
-        .await
-        .unwrap_err();
+    let e = site::deploy(&mut acme, manifest("shop", "acme", &ids, 3, "")).await.unwrap_err();
     assert!(
         e.message().contains("reject"),
         "3 anti-affine instances on 2 hosts: {}",
         e.message()
     );
-    let e = acme
-        .deploy(ManifestRequest {
-            manifest_toml: manifest("shop", "acme", &ids, 2, "").replace("memory_mib = 128", "memory_mib = 0"),
-        })
-        .await
-        .unwrap_err();
+    let e = site::deploy(
+        &mut acme,
+        manifest("shop", "acme", &ids, 2, "").replace("memory_mib = 128", "memory_mib = 0"),
+    )
+    .await
+    .unwrap_err();
     assert!(e.message().contains("memory_mib"), "{}", e.message());
-    let e = acme
-        .deploy(ManifestRequest {
-            manifest_toml: manifest("shop", "globex", &ids, 1, ""),
-        })
-        .await
-        .unwrap_err();
+    let e = site::deploy(&mut acme, manifest("shop", "globex", &ids, 1, "")).await.unwrap_err();
     assert!(e.message().contains("service.provider"), "{}", e.message());
-    let n = acme
-        .negotiate(ManifestRequest {
-            manifest_toml: manifest("shop", "acme", &ids, 2, ""),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let n = site::negotiate(&mut acme, manifest("shop", "acme", &ids, 2, "")).await;
     assert_eq!(n.verdict, "accept");
     assert!(
         acme.list_services(Empty {}).await.unwrap().into_inner().services.is_empty(),
@@ -278,13 +264,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
 
     // Nothing was reserved: a deployment that needs both hosts fits. The
     // VEEM is killed right after accepting it, mid-deploy.
-    let svc = acme
-        .deploy(ManifestRequest {
-            manifest_toml: manifest("shop", "acme", &ids, 2, ""),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let svc = site::deploy(&mut acme, manifest("shop", "acme", &ids, 2, "")).await.unwrap();
     // Killed as soon as it answers: its VEEHs are still preparing.
     veem.restart().await;
     for v in &svc.vees {
@@ -304,6 +284,26 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
         .into_inner();
     assert_eq!(again.vees.len(), 2);
     assert_eq!(again.state, "running");
+
+    // The usage SLA, read again from the configuration after the restart:
+    // acme holds 2 vCPUs, so 2 more are refused although the hosts have
+    // room for them; 1 more is within the limit; globex has no limit.
+    let over = site::negotiate(&mut acme, manifest("shop2", "acme", &ids, 2, "")).await;
+    assert_eq!(over.verdict, "reject", "{over:?}");
+    assert!(
+        over.reasons
+            .iter()
+            .any(|r| r.contains("usage SLA of consumer \"acme\"") && r.contains("fixed limit")),
+        "{over:?}"
+    );
+    let e = site::deploy(&mut acme, manifest("shop2", "acme", &ids, 2, "")).await.unwrap_err();
+    assert!(e.message().contains("fixed limit"), "{}", e.message());
+    let within = site::negotiate(&mut acme, manifest("shop2", "acme", &ids, 1, "")).await;
+    assert_eq!(within.verdict, "accept", "{within:?}");
+    let mut globex = veem.client(GLOBEX).await;
+    let other = site::negotiate(&mut globex, manifest("bazaar", "globex", &ids, 2, "")).await;
+    assert_eq!(other.verdict, "accept", "no limit for globex: {other:?}");
+    assert_eq!(acme.list_services(Empty {}).await.unwrap().into_inner().services.len(), 1);
     for h in [&a1, &a2] {
         for d in domains(h).await {
             h.client()

@@ -14,8 +14,9 @@ use interfaces::vhi;
 use interfaces::vmi::{self, UsageBatch};
 
 use crate::manager::Veem;
-use crate::model::{Location, UsageRec, VeeState, ViolationRec};
+use crate::model::{Location, ServiceRec, UsageRec, VeeState, ViolationRec};
 use crate::peers;
+use crate::planner::{ConsumerUsage, Resources};
 use crate::store::Tree;
 
 /// Counters of the previous metering round of one VEE.
@@ -25,6 +26,28 @@ struct Last {
     cpu: f64,
     disk: u64,
     net: u64,
+}
+
+/// Average use over the `window_s` seconds before `now_unix` from usage
+/// records: vCPUs = CPU seconds / window, MiB = MiB·s / window, each rounded
+/// to the nearest unit; a record that overlaps the window only in part
+/// counts in proportion. Disk is not metered as a rate here (0 GiB).
+pub fn average_use(records: &[UsageRec], now_unix: i64, window_s: u64) -> Resources {
+    let window = window_s.max(1) as f64;
+    let from = now_unix - window_s as i64;
+    let (mut cpu, mut mib) = (0.0, 0.0);
+    for u in records {
+        let overlap = (u.end_unix.min(now_unix) - u.start_unix.max(from)) as f64;
+        let length = (u.end_unix - u.start_unix) as f64;
+        let share = if length <= 0.0 {
+            f64::from(u8::from(u.end_unix > from && u.end_unix <= now_unix))
+        } else {
+            (overlap / length).clamp(0.0, 1.0)
+        };
+        cpu += u.cpu_seconds * share;
+        mib += u.memory_mib_seconds * share;
+    }
+    Resources::new((cpu / window).round() as u32, (mib / window).round() as u64, 0)
 }
 
 pub fn to_vmi(u: &UsageRec) -> vmi::UsageRecord {
@@ -53,6 +76,9 @@ impl Veem {
                 tokio::time::sleep(Duration::from_secs(veem.cfg.usage_interval_s.max(1))).await;
                 if let Err(e) = veem.meter_round(&mut last).await {
                     tracing::warn!(error = %format!("{e:#}"), "metering round failed");
+                }
+                if let Err(e) = veem.update_consumer_usage() {
+                    tracing::warn!(error = %format!("{e:#}"), "consumer usage averages not updated");
                 }
                 if let Err(e) = veem.push_usage().await {
                     tracing::warn!(error = %format!("{e:#}"), "usage push failed; will retry");
@@ -96,6 +122,56 @@ impl Veem {
                 sent: v.for_peer.is_none(),
             };
             self.store.put(Tree::Usage, &rec.record_id, &rec)?;
+        }
+        Ok(())
+    }
+
+    /// Feeds the planner the metered averages (EA_i over T_epoch, BA_i over
+    /// T_burst) of every consumer with a commitment usage SLA (D §3.3),
+    /// from the usage records of what ran at this site. Consumers without
+    /// such a limit cost nothing here.
+    pub fn update_consumer_usage(&self) -> Result<()> {
+        let windows: Vec<(&String, u64, u64)> = self
+            .cfg
+            .usage_limits
+            .iter()
+            .filter_map(|(name, l)| l.windows_s().map(|(e, b)| (name, e, b)))
+            .collect();
+        if windows.is_empty() {
+            return Ok(());
+        }
+        let providers: HashMap<String, String> = self
+            .store
+            .list::<ServiceRec>(Tree::Services)?
+            .into_iter()
+            .map(|s| (s.id, s.provider))
+            .collect();
+        let consumer_of = |u: &UsageRec| -> Option<String> {
+            match self.vee(&u.vee_id) {
+                Ok(v) => v.for_peer.or_else(|| providers.get(&v.service_id).cloned()),
+                Err(_) => providers.get(&u.abc_id).cloned(),
+            }
+        };
+        let mut by_consumer: HashMap<String, Vec<UsageRec>> = HashMap::new();
+        for u in self.store.list::<UsageRec>(Tree::Usage)? {
+            if u.site_chain.first() != Some(&self.cfg.site_id) {
+                continue; // used at another site: not this site's capacity
+            }
+            if let Some(c) = consumer_of(&u) {
+                by_consumer.entry(c).or_default().push(u);
+            }
+        }
+        let now = chrono::Utc::now().timestamp();
+        let mut p = self.planner.lock().unwrap();
+        for (name, epoch_s, burst_s) in windows {
+            let recs = by_consumer.get(name).map_or(&[][..], Vec::as_slice);
+            p.record_consumer_usage(
+                name,
+                ConsumerUsage {
+                    epoch_avg: average_use(recs, now, epoch_s),
+                    burst_avg: average_use(recs, now, burst_s),
+                },
+            );
         }
         Ok(())
     }
@@ -187,5 +263,39 @@ impl Veem {
                 })
                 .collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(start: i64, end: i64, cpu: f64, mib_s: f64) -> UsageRec {
+        UsageRec {
+            record_id: format!("{start}"),
+            abc_id: "svc".into(),
+            vee_id: "v".into(),
+            site_chain: vec!["site-a".into()],
+            start_unix: start,
+            end_unix: end,
+            cpu_seconds: cpu,
+            memory_mib_seconds: mib_s,
+            disk_bytes: 0,
+            net_bytes: 0,
+            sent: true,
+        }
+    }
+
+    #[test]
+    fn average_use_counts_what_falls_in_the_window() {
+        // Two vCPUs busy and 512 MiB held for the last 100 s of a 200 s window.
+        let recs: Vec<UsageRec> = (0..10).map(|i| rec(900 + i * 10, 910 + i * 10, 20.0, 5120.0)).collect();
+        assert_eq!(average_use(&recs, 1000, 100), Resources::new(2, 512, 0));
+        assert_eq!(average_use(&recs, 1000, 200), Resources::new(1, 256, 0));
+        // Half of the oldest record falls in a 95 s window.
+        assert_eq!(average_use(&recs[..1], 1000, 95), Resources::new(0, 27, 0));
+        // Records after `now` or before the window do not count.
+        assert_eq!(average_use(&recs, 900, 100), Resources::ZERO);
+        assert_eq!(average_use(&[], 1000, 100), Resources::ZERO);
     }
 }

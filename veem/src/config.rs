@@ -3,8 +3,12 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use std::collections::BTreeMap;
+
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
+
+use crate::planner::{Resources, UsageLimit};
 
 /// One VEEH of the site.
 #[derive(Clone, Debug, Deserialize)]
@@ -178,6 +182,76 @@ pub struct VeemConfig {
     pub migration: MigrationPolicy,
     #[serde(default)]
     pub proposals: ProposalPolicy,
+    /// `[usage_limits.NAME]`: the usage SLA of a service provider or of a
+    /// peer site (D §3.3), checked when a service is negotiated or
+    /// admitted. Consumers not named here have no limit.
+    #[serde(default)]
+    pub usage_limits: BTreeMap<String, UsageLimitEntry>,
+}
+
+/// A consumer's usage SLA as the configuration states it (D §3.3). Limits
+/// are absolute amounts (`{ vcpus, memory_mib, disk_gib }`, all three
+/// required); windows are in seconds.
+///
+/// ```toml
+/// [usage_limits.acme]
+/// kind = "fixed"              # never more than this at once
+/// limit = { vcpus = 8, memory_mib = 16384, disk_gib = 200 }
+///
+/// [usage_limits.globex]
+/// kind = "commitment"         # D's commitment-AP, on metered averages
+/// epoch_limit = { vcpus = 4, memory_mib = 8192, disk_gib = 100 }
+/// epoch_s = 86400
+/// burst_limit = { vcpus = 8, memory_mib = 16384, disk_gib = 200 }
+/// burst_s = 3600
+/// ```
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case", tag = "kind", deny_unknown_fields)]
+pub enum UsageLimitEntry {
+    /// Hard limit on what the consumer holds at once.
+    Fixed { limit: Resources },
+    /// Limit enforced only when the site has no room for the request.
+    Extensible { limit: Resources },
+    /// Epoch and burst limits on the consumer's metered average usage.
+    Commitment {
+        epoch_limit: Resources,
+        /// T_epoch in seconds.
+        epoch_s: u64,
+        burst_limit: Resources,
+        /// T_burst in seconds.
+        burst_s: u64,
+    },
+}
+
+impl UsageLimitEntry {
+    /// The planner's form, with the windows in slots of `slot_s` seconds
+    /// (rounded up).
+    pub fn to_planner(&self, slot_s: u64) -> UsageLimit {
+        let slots = |s: u64| s.div_ceil(slot_s.max(1)).min(u32::MAX as u64) as u32;
+        match self.clone() {
+            UsageLimitEntry::Fixed { limit } => UsageLimit::Fixed { limit },
+            UsageLimitEntry::Extensible { limit } => UsageLimit::Extensible { limit },
+            UsageLimitEntry::Commitment {
+                epoch_limit,
+                epoch_s,
+                burst_limit,
+                burst_s,
+            } => UsageLimit::Commitment {
+                epoch_limit,
+                epoch_slots: slots(epoch_s),
+                burst_limit,
+                burst_slots: slots(burst_s),
+            },
+        }
+    }
+
+    /// T_epoch and T_burst in seconds, for a commitment limit.
+    pub fn windows_s(&self) -> Option<(u64, u64)> {
+        match self {
+            UsageLimitEntry::Commitment { epoch_s, burst_s, .. } => Some((*epoch_s, *burst_s)),
+            _ => None,
+        }
+    }
 }
 
 fn default_rank() -> String {
@@ -200,8 +274,21 @@ impl VeemConfig {
     /// Reads and checks `path`; errors name the file, the field and why.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
-        let cfg: Self = toml::from_str(&text).with_context(|| path.display().to_string())?;
-        cfg.check().with_context(|| path.display().to_string())?;
+        Self::parse(&text).with_context(|| path.display().to_string())
+    }
+
+    /// Parses and checks a configuration's text; errors name the field
+    /// (`field `usage_limits.acme.limit`: missing field `disk_gib``).
+    pub fn parse(text: &str) -> Result<Self> {
+        let cfg: Self = serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
+            let path = e.path().to_string();
+            let message = e.into_inner().message().trim().to_string();
+            match path.as_str() {
+                "." | "?" => anyhow::anyhow!("{message}"),
+                _ => anyhow::anyhow!("field `{path}`: {message}"),
+            }
+        })?;
+        cfg.check()?;
         Ok(cfg)
     }
 
@@ -232,6 +319,13 @@ impl VeemConfig {
         }
         if self.proposals.interval_s == 0 {
             bail!("field `proposals.interval_s`: must be at least 1 (seconds)");
+        }
+        for (name, limit) in &self.usage_limits {
+            if let Some((epoch_s, burst_s)) = limit.windows_s() {
+                if epoch_s == 0 || burst_s == 0 {
+                    bail!("field `usage_limits.{name}`: epoch_s and burst_s must be at least 1 (seconds)");
+                }
+            }
         }
         Ok(())
     }
@@ -290,5 +384,60 @@ mod tests {
         assert!(e.to_string().contains("consolidate"), "{e}");
         let zero: VeemConfig = toml::from_str(&format!("{BASE}[proposals]\ninterval_s = 0\n")).unwrap();
         assert!(zero.check().unwrap_err().to_string().contains("proposals.interval_s"));
+    }
+
+    #[test]
+    fn usage_limits_parse_into_planner_limits_and_bad_ones_name_the_field() {
+        let text = format!(
+            "{BASE}slot_s = 60\n[usage_limits.acme]\nkind = \"fixed\"\nlimit = {{ vcpus = 2, memory_mib = 256, disk_gib = 2 }}\n\
+             [usage_limits.globex]\nkind = \"commitment\"\nepoch_limit = {{ vcpus = 4, memory_mib = 512, disk_gib = 8 }}\nepoch_s = 3601\n\
+             burst_limit = {{ vcpus = 8, memory_mib = 1024, disk_gib = 16 }}\nburst_s = 600\n"
+        );
+        let cfg: VeemConfig = toml::from_str(&text).unwrap();
+        cfg.check().unwrap();
+        assert_eq!(
+            cfg.usage_limits["acme"].to_planner(cfg.slot_s),
+            UsageLimit::Fixed {
+                limit: Resources::new(2, 256, 2)
+            }
+        );
+        assert_eq!(
+            cfg.usage_limits["globex"].to_planner(cfg.slot_s),
+            UsageLimit::Commitment {
+                epoch_limit: Resources::new(4, 512, 8),
+                epoch_slots: 61,
+                burst_limit: Resources::new(8, 1024, 16),
+                burst_slots: 10,
+            }
+        );
+        let e = VeemConfig::parse(&format!("{BASE}[usage_limits.acme]\nkind = \"hard\"\n")).unwrap_err();
+        assert!(
+            e.to_string().contains("field `usage_limits.acme.kind`") && e.to_string().contains("hard"),
+            "{e}"
+        );
+        let e = VeemConfig::parse(&format!(
+            "{BASE}[usage_limits.acme]\nkind = \"fixed\"\nlimit = {{ vcpus = 2, memory = 256, disk_gib = 2 }}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("field `usage_limits.acme`") && e.to_string().contains("unknown field `memory`"),
+            "{e}"
+        );
+        let zero = VeemConfig::parse(&format!(
+            "{BASE}[usage_limits.g]\nkind = \"commitment\"\nepoch_limit = {{ vcpus = 1, memory_mib = 1, disk_gib = 1 }}\nepoch_s = 0\n\
+             burst_limit = {{ vcpus = 1, memory_mib = 1, disk_gib = 1 }}\nburst_s = 60\n"
+        ))
+        .unwrap_err();
+        assert!(zero.to_string().contains("usage_limits.g"), "{zero}");
+    }
+
+    #[test]
+    fn the_lab_configurations_are_valid() {
+        for site in ["a", "b"] {
+            let path = format!("{}/../configs/lab/veem-site-{site}.toml", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap().replace("@DEMO@", "/tmp/demo");
+            let cfg = VeemConfig::parse(&text).unwrap_or_else(|e| panic!("{path}: {e:#}"));
+            assert_eq!(cfg.site_id, format!("site-{site}"));
+        }
     }
 }

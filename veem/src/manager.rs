@@ -58,6 +58,7 @@ impl Veem {
             }),
         };
         planner.set_rank_policy(rank_policy(&cfg.rank_policy));
+        planner.replace_usage_limits(cfg.usage_limits.iter().map(|(name, l)| (name.clone(), l.to_planner(cfg.slot_s))));
         let clock = planner.clock();
         let hosts = HostPool::new(&cfg.hosts)?;
         let repo = RepoClient::new(&cfg.image_repo, cfg.image_repo_token.clone())?;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// An amount of host resources: vCPUs, memory in MiB, disk in GiB.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Resources {
     /// Virtual CPUs.
     pub vcpus: u32,

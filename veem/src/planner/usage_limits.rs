@@ -143,6 +143,12 @@ impl Planner {
         }
     }
 
+    /// Replaces every usage SLA by `limits` (the site's configuration is
+    /// the authority: a consumer it no longer names has no limit).
+    pub fn replace_usage_limits(&mut self, limits: impl IntoIterator<Item = (String, UsageLimit)>) {
+        self.p.usage_limits = limits.into_iter().filter(|(_, l)| *l != UsageLimit::NoLimit).collect();
+    }
+
     /// The usage SLA of `consumer`.
     pub fn usage_limit(&self, consumer: &str) -> &UsageLimit {
         static NONE: UsageLimit = UsageLimit::NoLimit;
