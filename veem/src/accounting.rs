@@ -298,4 +298,50 @@ mod tests {
         assert_eq!(average_use(&recs, 900, 100), Resources::ZERO);
         assert_eq!(average_use(&[], 1000, 100), Resources::ZERO);
     }
+
+    #[test]
+    fn a_commitment_limit_is_fed_with_the_averages_of_what_ran_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = crate::config::VeemConfig::parse(&format!(
+            "site_id = \"site-a\"\nlisten = \"127.0.0.1:1\"\ndb = \"{}\"\nimage_repo = \"http://127.0.0.1:1\"\n\
+             [usage_limits.acme]\nkind = \"commitment\"\nepoch_limit = {{ vcpus = 4, memory_mib = 4096, disk_gib = 40 }}\nepoch_s = 400\n\
+             burst_limit = {{ vcpus = 8, memory_mib = 8192, disk_gib = 80 }}\nburst_s = 100\n",
+            dir.path().join("db").display()
+        ))
+        .unwrap();
+        let veem = Veem::open(cfg).unwrap();
+        let service = ServiceRec {
+            id: "svc".into(),
+            name: "shop".into(),
+            provider: "acme".into(),
+            manifest_toml: String::new(),
+            guarantee: "standard".into(),
+            penalty_per_hour: 0.0,
+            created_ms: 0,
+            vees: vec![],
+            for_peer: None,
+        };
+        veem.store.put(Tree::Services, "svc", &service).unwrap();
+        let now = chrono::Utc::now().timestamp();
+        // The last 100 s: 2 vCPUs busy, 512 MiB held, metered here.
+        for i in 0..10 {
+            let r = rec(now - 100 + i * 10, now - 90 + i * 10, 20.0, 5120.0);
+            veem.store.put(Tree::Usage, &r.record_id, &r).unwrap();
+        }
+        // Used at site B: not this site's capacity.
+        let mut remote = rec(now - 50, now - 40, 1000.0, 1e6);
+        remote.record_id = "remote".into();
+        remote.site_chain = vec!["site-b".into(), "site-a".into()];
+        veem.store.put(Tree::Usage, "remote", &remote).unwrap();
+
+        veem.update_consumer_usage().unwrap();
+        let p = veem.planner.lock().unwrap();
+        let measured = p.usage_snapshot("acme", crate::planner::SlotRange::new(0, 1)).measured;
+        assert_eq!(measured.burst_avg, Resources::new(2, 512, 0));
+        assert_eq!(measured.epoch_avg, Resources::new(1, 128, 0), "the same use spread over 400 s");
+        assert_eq!(
+            p.usage_snapshot("globex", crate::planner::SlotRange::new(0, 1)).measured,
+            ConsumerUsage::default()
+        );
+    }
 }
