@@ -304,6 +304,11 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     let other = site::negotiate(&mut globex, manifest("bazaar", "globex", &ids, 2, "")).await;
     assert_eq!(other.verdict, "accept", "no limit for globex: {other:?}");
     assert_eq!(acme.list_services(Empty {}).await.unwrap().into_inner().services.len(), 1);
+    let mine = acme.list_usage_limits(Empty {}).await.unwrap().into_inner().limits;
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    assert_eq!((mine[0].consumer.as_str(), mine[0].kind.as_str()), ("acme", "fixed"));
+    assert_eq!(mine[0].held.as_ref().map(|h| (h.vcpus, h.memory_mib)), Some((2, 256)));
+    assert!(globex.list_usage_limits(Empty {}).await.unwrap().into_inner().limits.is_empty());
     for h in [&a1, &a2] {
         for d in domains(h).await {
             h.client()

@@ -16,7 +16,8 @@ use interfaces::vmi::{self, UsageBatch};
 use crate::manager::Veem;
 use crate::model::{Location, ServiceRec, UsageRec, VeeState, ViolationRec};
 use crate::peers;
-use crate::planner::{ConsumerUsage, Resources};
+use crate::config::UsageLimitEntry;
+use crate::planner::{ConsumerUsage, Resources, SlotRange};
 use crate::store::Tree;
 
 /// Counters of the previous metering round of one VEE.
@@ -174,6 +175,52 @@ impl Veem {
             );
         }
         Ok(())
+    }
+
+    /// The configured usage SLAs of the consumers `visible` admits, in name
+    /// order, with what each holds in the current slot and, for commitment
+    /// limits, the latest metered averages.
+    pub fn usage_limits(&self, visible: impl Fn(&str) -> bool) -> Vec<vmi::UsageLimitInfo> {
+        let amount = |r: Resources| Some(vmi::Amount {
+            vcpus: r.vcpus,
+            memory_mib: r.memory_mib,
+            disk_gib: r.disk_gib,
+        });
+        let now = self.now_slot();
+        let p = self.planner.lock().unwrap();
+        self.cfg
+            .usage_limits
+            .iter()
+            .filter(|(name, _)| visible(name))
+            .map(|(name, l)| {
+                let snapshot = p.usage_snapshot(name, SlotRange::new(now, now + 1));
+                let mut info = vmi::UsageLimitInfo {
+                    consumer: name.clone(),
+                    held: amount(snapshot.held),
+                    ..Default::default()
+                };
+                match l {
+                    UsageLimitEntry::Fixed { limit } | UsageLimitEntry::Extensible { limit } => {
+                        info.kind = if matches!(l, UsageLimitEntry::Fixed { .. }) { "fixed" } else { "extensible" }.into();
+                        info.limit = amount(*limit);
+                    }
+                    UsageLimitEntry::Commitment {
+                        epoch_limit,
+                        epoch_s,
+                        burst_limit,
+                        burst_s,
+                    } => {
+                        info.kind = "commitment".into();
+                        info.limit = amount(*epoch_limit);
+                        info.burst_limit = amount(*burst_limit);
+                        (info.epoch_s, info.burst_s) = (*epoch_s, *burst_s);
+                        info.epoch_avg = amount(snapshot.measured.epoch_avg);
+                        info.burst_avg = amount(snapshot.measured.burst_avg);
+                    }
+                }
+                info
+            })
+            .collect()
     }
 
     /// Sends unsent records of VEEs run for peers to their primary sites.

@@ -305,6 +305,15 @@ impl Vmi for VmiService {
         }))
     }
 
+    async fn list_usage_limits(&self, r: Request<Empty>) -> R<UsageLimitList> {
+        let role = self.caller(&r)?;
+        let limits = self.veem.usage_limits(|consumer| match &role {
+            Role::Operator => true,
+            Role::Provider(name) | Role::Peer(name) => name == consumer,
+        });
+        Ok(Response::new(UsageLimitList { limits }))
+    }
+
     type WatchEventsStream = BoxStream<Event>;
     async fn watch_events(&self, r: Request<WatchRequest>) -> R<Self::WatchEventsStream> {
         let role = self.caller(&r)?;

@@ -178,6 +178,10 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             let l = c.list_hosts(vmi::Empty {}).await?.into_inner();
             print(out, &output::hosts(&l.hosts, fmt))?;
         }
+        Command::Limits => {
+            let l = c.list_usage_limits(vmi::Empty {}).await?.into_inner();
+            print(out, &output::usage_limits(&l.limits, fmt))?;
+        }
         Command::Violations { service } => {
             let ids: Vec<String> = match service {
                 Some(s) => vec![s.clone()],

@@ -208,6 +208,9 @@ pub enum Command {
     /// Operator: the site's hosts with health, capacity, reservations now
     /// and VEE count.
     Hosts,
+    /// Usage SLAs (D §3.3) and what is held now: the caller's own, or every
+    /// consumer's for the operator.
+    Limits,
     /// SLA violations and penalties of one service, or of all the caller's
     /// services.
     Violations {

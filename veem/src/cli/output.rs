@@ -395,5 +395,76 @@ pub fn hosts(hosts: &[vmi::HostStatus], format: OutputFormat) -> String {
     t.render()
 }
 
+/// `limits`: one row per consumer: kind, limit (for commitment: epoch and
+/// burst limits with their windows), held now and, for commitment, the
+/// metered averages; amounts as `vCPUs/MiB/GiB`.
+pub fn usage_limits(limits: &[vmi::UsageLimitInfo], format: OutputFormat) -> String {
+    #[derive(Serialize)]
+    struct Amount {
+        vcpus: u32,
+        memory_mib: u64,
+        disk_gib: u64,
+    }
+    #[derive(Serialize)]
+    struct Limit<'a> {
+        consumer: &'a str,
+        kind: &'a str,
+        limit: Option<Amount>,
+        burst_limit: Option<Amount>,
+        epoch_s: u64,
+        burst_s: u64,
+        held: Option<Amount>,
+        epoch_avg: Option<Amount>,
+        burst_avg: Option<Amount>,
+    }
+    let plain = |a: &Option<vmi::Amount>| {
+        a.as_ref().map(|a| Amount {
+            vcpus: a.vcpus,
+            memory_mib: a.memory_mib,
+            disk_gib: a.disk_gib,
+        })
+    };
+    if format == OutputFormat::Json {
+        let list: Vec<Limit> = limits
+            .iter()
+            .map(|l| Limit {
+                consumer: &l.consumer,
+                kind: &l.kind,
+                limit: plain(&l.limit),
+                burst_limit: plain(&l.burst_limit),
+                epoch_s: l.epoch_s,
+                burst_s: l.burst_s,
+                held: plain(&l.held),
+                epoch_avg: plain(&l.epoch_avg),
+                burst_avg: plain(&l.burst_avg),
+            })
+            .collect();
+        return json(&list);
+    }
+    let text = |a: &Option<vmi::Amount>| {
+        a.as_ref()
+            .map_or_else(|| "-".to_string(), |a| format!("{}/{}/{}", a.vcpus, a.memory_mib, a.disk_gib))
+    };
+    let mut t = Table::new(&["CONSUMER", "KIND", "LIMIT (vCPUs/MiB/GiB)", "HELD NOW", "MEASURED"]);
+    for l in limits {
+        let (limit, measured) = if l.kind == "commitment" {
+            (
+                format!(
+                    "epoch {} over {} s, burst {} over {} s",
+                    text(&l.limit),
+                    l.epoch_s,
+                    text(&l.burst_limit),
+                    l.burst_s
+                ),
+                format!("epoch {}, burst {}", text(&l.epoch_avg), text(&l.burst_avg)),
+            )
+        } else {
+            (text(&l.limit), "-".to_string())
+        };
+        t.row([l.consumer.clone(), l.kind.clone(), limit, text(&l.held), measured]);
+    }
+    t.render()
+}
+
 #[cfg(test)]
 mod tests;

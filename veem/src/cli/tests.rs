@@ -320,6 +320,38 @@ impl Vmi for MockSvc {
             hosts: vec![h("a1", "up", 2), h("a2", "missing 1 heartbeats", 0)],
         }))
     }
+    async fn list_usage_limits(&self, r: Request<Empty>) -> R<UsageLimitList> {
+        self.note(&r);
+        let a = |vcpus, memory_mib, disk_gib| {
+            Some(Amount {
+                vcpus,
+                memory_mib,
+                disk_gib,
+            })
+        };
+        Ok(Response::new(UsageLimitList {
+            limits: vec![
+                UsageLimitInfo {
+                    consumer: "acme".into(),
+                    kind: "fixed".into(),
+                    limit: a(3, 1024, 10),
+                    held: a(2, 256, 2),
+                    ..Default::default()
+                },
+                UsageLimitInfo {
+                    consumer: "globex".into(),
+                    kind: "commitment".into(),
+                    limit: a(4, 4096, 40),
+                    burst_limit: a(8, 8192, 80),
+                    epoch_s: 86400,
+                    burst_s: 3600,
+                    held: a(1, 128, 1),
+                    epoch_avg: a(1, 100, 0),
+                    burst_avg: a(2, 128, 0),
+                },
+            ],
+        }))
+    }
     async fn send_vee(&self, _: Request<SendVeeRequest>) -> R<MigrationInfo> {
         Err(Status::unimplemented(""))
     }
@@ -501,6 +533,25 @@ async fn hosts_show_health_and_reservations() {
     let (_, out, _) = run(&ep, &["-o", "json", "hosts"]).await;
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v[0]["used_memory_mib"], 256);
+}
+
+#[tokio::test]
+async fn limits_show_each_consumers_usage_sla_and_what_it_holds() {
+    let ep = serve(Arc::new(Mock::default())).await;
+    let (c, out, _) = run(&ep, &["limits"]).await;
+    assert_eq!(c, 0);
+    let acme = out.lines().find(|l| l.starts_with("acme")).unwrap();
+    assert!(acme.contains("fixed") && acme.contains("3/1024/10") && acme.contains("2/256/2"), "{out}");
+    let globex = out.lines().find(|l| l.starts_with("globex")).unwrap();
+    assert!(
+        globex.contains("epoch 4/4096/40 over 86400 s, burst 8/8192/80 over 3600 s") && globex.contains("epoch 1/100/0, burst 2/128/0"),
+        "{out}"
+    );
+    let (_, out, _) = run(&ep, &["-o", "json", "limits"]).await;
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["held"]["vcpus"], 2);
+    assert_eq!(v[1]["burst_limit"]["memory_mib"], 8192);
+    assert!(v[0]["burst_limit"].is_null());
 }
 
 #[tokio::test]
