@@ -69,7 +69,20 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// Kills the daemon; when a test fails, first prints the warnings and
+    /// errors from its log (the last 30), so that a failure in CI says
+    /// what the daemons saw.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let text = self.log_text();
+            let lines: Vec<&str> = text.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+            if !lines.is_empty() {
+                eprintln!("--- {} ({}): warnings and errors ---", self.name, self.log.display());
+                for l in &lines[lines.len().saturating_sub(30)..] {
+                    eprintln!("{l}");
+                }
+            }
+        }
         self.kill();
     }
 }

@@ -608,7 +608,7 @@ async fn checkpoint(
             checkpoint_id: String::new(),
         })
         .await
-        .unwrap()
+        .unwrap_or_else(|e| panic!("checkpoint of {vee}: {}", e.message()))
         .into_inner();
     assert!(!info.latest_checkpoint.is_empty());
     let after = guest::last_tick(&console(host, vee).await).unwrap().0;

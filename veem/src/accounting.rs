@@ -13,10 +13,10 @@ use anyhow::{anyhow, Result};
 use interfaces::vhi;
 use interfaces::vmi::{self, UsageBatch};
 
+use crate::config::UsageLimitEntry;
 use crate::manager::Veem;
 use crate::model::{Location, ServiceRec, UsageRec, VeeState, ViolationRec};
 use crate::peers;
-use crate::config::UsageLimitEntry;
 use crate::planner::{ConsumerUsage, Resources, SlotRange};
 use crate::store::Tree;
 
@@ -181,11 +181,13 @@ impl Veem {
     /// order, with what each holds in the current slot and, for commitment
     /// limits, the latest metered averages.
     pub fn usage_limits(&self, visible: impl Fn(&str) -> bool) -> Vec<vmi::UsageLimitInfo> {
-        let amount = |r: Resources| Some(vmi::Amount {
-            vcpus: r.vcpus,
-            memory_mib: r.memory_mib,
-            disk_gib: r.disk_gib,
-        });
+        let amount = |r: Resources| {
+            Some(vmi::Amount {
+                vcpus: r.vcpus,
+                memory_mib: r.memory_mib,
+                disk_gib: r.disk_gib,
+            })
+        };
         let now = self.now_slot();
         let p = self.planner.lock().unwrap();
         self.cfg
@@ -201,7 +203,12 @@ impl Veem {
                 };
                 match l {
                     UsageLimitEntry::Fixed { limit } | UsageLimitEntry::Extensible { limit } => {
-                        info.kind = if matches!(l, UsageLimitEntry::Fixed { .. }) { "fixed" } else { "extensible" }.into();
+                        info.kind = if matches!(l, UsageLimitEntry::Fixed { .. }) {
+                            "fixed"
+                        } else {
+                            "extensible"
+                        }
+                        .into();
                         info.limit = amount(*limit);
                     }
                     UsageLimitEntry::Commitment {

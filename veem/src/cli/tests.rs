@@ -541,7 +541,10 @@ async fn limits_show_each_consumers_usage_sla_and_what_it_holds() {
     let (c, out, _) = run(&ep, &["limits"]).await;
     assert_eq!(c, 0);
     let acme = out.lines().find(|l| l.starts_with("acme")).unwrap();
-    assert!(acme.contains("fixed") && acme.contains("3/1024/10") && acme.contains("2/256/2"), "{out}");
+    assert!(
+        acme.contains("fixed") && acme.contains("3/1024/10") && acme.contains("2/256/2"),
+        "{out}"
+    );
     let globex = out.lines().find(|l| l.starts_with("globex")).unwrap();
     assert!(
         globex.contains("epoch 4/4096/40 over 86400 s, burst 8/8192/80 over 3600 s") && globex.contains("epoch 1/100/0, burst 2/128/0"),
