@@ -72,7 +72,7 @@ fn completed_downtime_ms(uri: &str, dom: &str) -> Option<f64> {
     let out = virsh(uri, &["domjobinfo", dom, "--completed"]).ok()?;
     out.lines().find_map(|l| {
         let v = l.trim().strip_prefix("Total downtime:")?;
-        v.trim().split_whitespace().next()?.parse().ok()
+        v.split_whitespace().next()?.parse().ok()
     })
 }
 

@@ -32,6 +32,9 @@ pub const DEFAULT_WINDOW_SLOTS: u32 = 24 * 60;
 /// Why a manifest is refused before planning: the field and the reason.
 pub struct Refusal(pub Vec<String>);
 
+/// A VEE that did not fit at this site: (component, instance, VEE ID).
+type LeftOver = (String, u32, String);
+
 impl Veem {
     /// Parses, validates and checks a manifest for `caller`: the provider
     /// must be the caller's own, and every image ID must be in the image
@@ -234,8 +237,8 @@ impl Veem {
     /// site (reserving it); returns the admission and the VEEs left over
     /// `(component, instance, VEE ID)` for peer sites. `None` if not even
     /// one VEE fits.
-    fn admit_in_part(&self, req: &ServiceRequest) -> Option<(crate::planner::Admitted, Vec<(String, u32, String)>)> {
-        let all: Vec<(String, u32, String)> = req
+    fn admit_in_part(&self, req: &ServiceRequest) -> Option<(crate::planner::Admitted, Vec<LeftOver>)> {
+        let all: Vec<LeftOver> = req
             .components
             .iter()
             .flat_map(|c| c.vees.iter().enumerate().map(move |(i, v)| (c.name.clone(), i as u32, v.clone())))

@@ -135,7 +135,7 @@ impl Veem {
     pub async fn send_incoming(&self, site: &str, v: &VeeRec, how: Incoming) -> Result<IncomingTarget> {
         let (start_fresh, restore_from) = match how {
             Incoming::Boot => (true, None),
-            Incoming::Restore(cp) => (true, Some(cp)),
+            Incoming::Restore(cp) => (true, Some(*cp)),
             Incoming::Migration => (false, None),
         };
         let req = IncomingRequest {
@@ -207,7 +207,7 @@ impl Veem {
                 continue;
             }
             let how = match &record {
-                Some(r) => Incoming::Restore(r.clone()),
+                Some(r) => Incoming::Restore(Box::new(r.clone())),
                 None => Incoming::Boot,
             };
             match self.send_incoming(&p.site_id, &v, how).await {
@@ -460,7 +460,7 @@ pub enum Incoming {
     /// Boot it from its images (remote placement).
     Boot,
     /// Restore it from this checkpoint record (recovery at a peer site).
-    Restore(vhi::CheckpointRecord),
+    Restore(Box<vhi::CheckpointRecord>),
     /// Prepare a VEEH to receive a live migration.
     Migration,
 }

@@ -242,6 +242,12 @@ pub struct EventRec {
     pub at_ms: i64,
 }
 
+/// Errors unless `value` is a UUID; names the field.
+pub fn check_uuid(field: &str, value: &str) -> anyhow::Result<()> {
+    uuid::Uuid::parse_str(value).map_err(|_| anyhow::anyhow!("field `{field}`: {value:?} is not a UUID"))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,10 +263,4 @@ mod tests {
         let c = CheckpointRec::new(&r);
         assert_eq!(c.record().unwrap(), r);
     }
-}
-
-/// Errors unless `value` is a UUID; names the field.
-pub fn check_uuid(field: &str, value: &str) -> anyhow::Result<()> {
-    uuid::Uuid::parse_str(value).map_err(|_| anyhow::anyhow!("field `{field}`: {value:?} is not a UUID"))?;
-    Ok(())
 }

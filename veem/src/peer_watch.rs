@@ -128,21 +128,19 @@ impl Veem {
             }
         }
         for f in fenced.iter().filter(|f| f.site == site) {
-            match tokio::time::timeout(PEER_CALL_TIMEOUT, c.abort_incoming(VeeRef { vee_id: f.vee_id.clone() })).await {
-                Ok(r) => {
-                    answered = true;
-                    match r {
-                        Ok(_) => self.event(&f.vee_id, "", "fenced", format!("{site} destroyed its copy")),
-                        Err(s) if s.code() == tonic::Code::NotFound => {}
-                        Err(s) => {
-                            tracing::warn!(vee = %f.vee_id, %site, error = %s.message(), "fencing failed; retrying next round");
-                            continue;
-                        }
-                    }
-                    let _ = self.store.remove(Tree::Fenced, &f.vee_id);
+            let Ok(r) = tokio::time::timeout(PEER_CALL_TIMEOUT, c.abort_incoming(VeeRef { vee_id: f.vee_id.clone() })).await else {
+                continue; // no answer in time
+            };
+            answered = true;
+            match r {
+                Ok(_) => self.event(&f.vee_id, "", "fenced", format!("{site} destroyed its copy")),
+                Err(s) if s.code() == tonic::Code::NotFound => {}
+                Err(s) => {
+                    tracing::warn!(vee = %f.vee_id, %site, error = %s.message(), "fencing failed; retrying next round");
+                    continue;
                 }
-                Err(_) => {}
             }
+            let _ = self.store.remove(Tree::Fenced, &f.vee_id);
         }
         if answered || vees.is_empty() && !fenced.iter().any(|f| f.site == site) {
             PeerAnswer::Answered { lost }
