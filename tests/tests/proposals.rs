@@ -2,7 +2,8 @@
 //! daemons and the tiny guest: a consolidation the site policy runs at once
 //! (the guest's counter goes on, nothing moves back), and a host missing
 //! heartbeats whose failure-risk proposal waits for the operator, who
-//! rejects it (nothing moves).
+//! rejects it (nothing moves); a source host that hangs mid-migration
+//! fails the migration instead of holding its VEE, which is recovered.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -310,4 +311,114 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
         "failure-risk test took {:?} (VEEH stopped for {stop_for:?} until the proposal)",
         t0.elapsed()
     );
+}
+
+/// A source host that hangs in the middle of a live migration (its VEEH
+/// stops answering, its domain is gone) must not hold its VEE: once the
+/// host is declared failed the migration fails, the destination cleans
+/// up, and the VEE is restored from its checkpoint on the other host.
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_recovered() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("proposals-hung-source");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let h1 = Veeh::start(&dir, "h1", "site-a", lab::SITE_A_URI, &repo).await;
+    let h2 = Veeh::start(&dir, "h2", "site-a", lab::SITE_B_URI, &repo).await;
+    let port = site::port();
+    // 1 MiB/s: the migration of the guest's 128 MiB takes minutes.
+    let extra = "[migration]\nbandwidth_mib_s = 1\n";
+    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&h1, &h2], &[], extra);
+    let veem = Veem::start(&dir, "site-a", port, cfg).await;
+    let mut acme = veem.client(ACME).await;
+    let mut op = veem.client(OPERATOR).await;
+
+    let svc = site::deploy(&mut acme, manifest("shop", "acme", &ids, 1, "")).await.unwrap();
+    let vee = svc.vees[0].vee_id.clone();
+    let info = veem.wait_vee(&vee, "running", BOOT, |i| i.state == "running").await;
+    let (src, dst) = if host_of(&info).as_deref() == Some(h1.host.as_str()) {
+        (&h1, &h2)
+    } else {
+        (&h2, &h1)
+    };
+    wait_tick(&mut src.client().await, &vee, 2, BOOT).await;
+    let cp = acme
+        .vee_action(VeeActionRequest {
+            vee_id: vee.clone(),
+            action: "checkpoint".into(),
+            checkpoint_id: String::new(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("checkpoint: {}", e.message()))
+        .into_inner()
+        .latest_checkpoint;
+
+    let m = op
+        .migrate(MigrateRequest {
+            vee_id: vee.clone(),
+            to_host: dst.host.clone(),
+            to_site: String::new(),
+            reason: "maintenance".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    op.approve_migration(MigrationRef {
+        migration_id: m.migration_id.clone(),
+    })
+    .await
+    .unwrap();
+    let start = Instant::now();
+    while !migrations(&veem)
+        .await
+        .iter()
+        .any(|x| x.state == "running" && x.detail.starts_with("copying"))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the migration does not copy: {:?}",
+            migrations(&veem).await
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // The source host hangs: its VEEH stops, its domain dies with it.
+    signal(src, "-STOP");
+    let uri = if src.host == h1.host { lab::SITE_A_URI } else { lab::SITE_B_URI };
+    veeh::hypervisor::Hypervisor::open(uri, &src.host).unwrap().destroy(&vee).unwrap();
+
+    let start = Instant::now();
+    let failed = loop {
+        let ms = migrations(&veem).await;
+        if let Some(x) = ms.iter().find(|x| x.migration_id == m.migration_id && x.state != "running") {
+            break x.clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the migration still waits for a hung source: {ms:?}\n{}",
+            site::tail(&veem.daemon.log_text(), 3000)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(failed.state, "failed", "{failed:?}");
+    assert!(failed.detail.contains("source host failed"), "{failed:?}");
+    let info = veem
+        .wait_vee(&vee, "restored on the other host", BOOT, |i| {
+            i.state == "running" && host_of(i).as_deref() == Some(dst.host.as_str())
+        })
+        .await;
+    assert_eq!(info.latest_checkpoint, cp);
+    wait_tick(&mut dst.client().await, &vee, 1, Duration::from_secs(60)).await;
+    assert_eq!(domains(dst).await.len(), 1, "exactly one copy, at the destination");
+
+    signal(src, "-CONT");
+    acme.vee_action(VeeActionRequest {
+        vee_id: vee.clone(),
+        action: "stop".into(),
+        checkpoint_id: String::new(),
+    })
+    .await
+    .unwrap();
+    drop((veem, h1, h2, repo));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -337,7 +337,10 @@ impl Veem {
     }
 
     /// Live-migrates a VEE off local host `src` to `target`, recording
-    /// progress in `m.detail`. Returns (total ms, downtime ms).
+    /// progress in `m.detail`. Returns (total ms, downtime ms). Errors when
+    /// the source VEEH reports a failure, or when `src` is declared failed
+    /// (missed heartbeats) while the VEEM waits for it: a hung source must
+    /// not hold the VEE, whose recovery waits for this migration to end.
     async fn migrate_out(
         &self,
         src: &str,
@@ -360,7 +363,17 @@ impl Veem {
             .map_err(|s| anyhow!("{src}: {}", s.message()))?
             .into_inner();
         let mut last = None;
-        while let Some(p) = stream.next().await {
+        loop {
+            let next = tokio::select! {
+                next = stream.next() => next,
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+                    if self.hosts.health(src) == crate::hosts::Health::Failed {
+                        bail!("{src}: the source host failed during the migration (missed heartbeats)");
+                    }
+                    continue;
+                }
+            };
+            let Some(p) = next else { break };
             let p = p.map_err(|s| anyhow!("{src}: {}", s.message()))?;
             if p.phase == "copying" {
                 m.detail = format!("copying {} / {} MiB", p.data_processed >> 20, p.data_total >> 20);
