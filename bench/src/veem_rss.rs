@@ -308,6 +308,14 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
     let t = Instant::now();
     veem.persist_planner()?;
     let persist_s = t.elapsed().as_secs_f64();
+    // What one more Deploy costs: its admission written incrementally.
+    let req = veem.request(&m, &uuid::Uuid::new_v4().to_string());
+    let Admission::Accepted(_) = veem.planner.lock().unwrap().admit(&req) else {
+        bail!("one more service not admitted")
+    };
+    let t = Instant::now();
+    veem.persist_planner()?;
+    let persist_one_s = t.elapsed().as_secs_f64();
     let planner_mib = serde_json::to_vec(&*veem.planner.lock().unwrap())?.len() as f64 / (1024.0 * 1024.0);
     let reservations = veem.planner.lock().unwrap().reservation_count();
     let build_s = t_all.elapsed().as_secs_f64();
@@ -319,6 +327,7 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
         "reservations": reservations,
         "planner_json_mib": round1(planner_mib),
         "persist_planner_s": round3(persist_s),
+        "persist_one_deploy_s": round3(persist_one_s),
     }))
 }
 
@@ -439,8 +448,9 @@ async fn measure(dir: &Path, config: &Path, endpoint: &str, cleanup: &Cleanup) -
 /// percent of one core):
 /// - `build`: writing the state in-process: `build_s`, `admission_s` (the
 ///   planner's share), `records_written` (VEE, service and event records),
-///   `planner_json_mib` and `persist_planner_s` (what each Deploy of the
-///   daemon pays to persist the planner at this size);
+///   `planner_json_mib` (the whole planner as JSON), `persist_planner_s`
+///   (its first write, all of it) and `persist_one_deploy_s` (what one
+///   more Deploy then pays: only its records are written);
 /// - `db_mib`: the sled directory;
 /// - `daemon`: `load_s` (spawn until the first VMI answer),
 ///   `cpu_s_until_ready`, VmRSS at that moment (`rss_mib_ready`), after

@@ -4,7 +4,8 @@
 //! VEEs of failed hosts, federates with peer sites over the VMI and keeps
 //! usage records (DESIGN.md §1, §4-7).
 //!
-//! Modules: `config`, `model` (records), `store` (sled), `manager` (shared
+//! Modules: `config`, `model` (records), `store` (sled), `planner_store`
+//! (the planner in the store, written incrementally), `manager` (shared
 //! state), `hosts` (VHI clients, heartbeats), `planner` (pure planning
 //! logic), `deploy` (negotiation, admission), `lifecycle` (actions,
 //! checkpoint schedule), `recovery`, `migration`, `proposals` (migrations the
@@ -25,6 +26,7 @@ pub mod model;
 pub mod peer_watch;
 pub mod peers;
 pub mod planner;
+pub mod planner_store;
 pub mod proposals;
 pub mod reconcile;
 pub mod recovery;

@@ -13,6 +13,7 @@ use crate::config::VeemConfig;
 use crate::hosts::HostPool;
 use crate::model::{now_ms, EventRec, ServiceRec, VeeRec, VeeState};
 use crate::planner::{Planner, PlannerConfig, RankPolicy, SlotClock};
+use crate::planner_store::PlannerStore;
 use crate::store::{Store, Tree};
 
 /// The VEE manager of one site.
@@ -21,6 +22,7 @@ pub struct Veem {
     pub store: Store,
     /// Never held across an `.await`.
     pub planner: Mutex<Planner>,
+    planner_store: PlannerStore,
     /// The planner's slot clock (fixed when the planner is created), kept
     /// here so that reading the time never takes the planner's lock.
     pub clock: SlotClock,
@@ -50,7 +52,8 @@ impl Veem {
     /// Opens the database and restores the planner (or starts an empty one).
     pub fn open(cfg: VeemConfig) -> Result<Arc<Self>> {
         let store = Store::open(&cfg.db)?;
-        let mut planner: Planner = match store.get(Tree::Meta, "planner")? {
+        let (saved, planner_store) = PlannerStore::load(&store)?;
+        let mut planner: Planner = match saved {
             Some(p) => p,
             None => Planner::new(PlannerConfig {
                 clock: SlotClock::new(0, cfg.slot_s as u32),
@@ -68,6 +71,7 @@ impl Veem {
             cfg,
             store,
             planner: Mutex::new(planner),
+            planner_store,
             clock,
             hosts,
             repo,
@@ -78,10 +82,10 @@ impl Veem {
         }))
     }
 
-    /// Writes the planner's state (reservations, hosts, services).
+    /// Writes what changed in the planner's state (reservations, hosts,
+    /// services) since the last write (see [`PlannerStore`]).
     pub fn persist_planner(&self) -> Result<()> {
-        let p = self.planner.lock().unwrap().clone();
-        self.store.put(Tree::Meta, "planner", &p)
+        self.planner_store.save(&self.planner)
     }
 
     /// Serialises operations on one VEE.

@@ -23,6 +23,8 @@ pub enum Tree {
     Meta,
     /// VEEs recovered away from a silent peer site (peer_watch::FenceRec).
     Fenced,
+    /// The planner's header and entries (crate::planner_store).
+    Planner,
 }
 
 impl Tree {
@@ -37,6 +39,7 @@ impl Tree {
             Tree::Events => "events",
             Tree::Meta => "meta",
             Tree::Fenced => "fenced",
+            Tree::Planner => "planner",
         }
     }
 }
@@ -58,6 +61,24 @@ impl Store {
 
     fn tree(&self, t: Tree) -> Result<sled::Tree> {
         Ok(self.db.open_tree(t.name())?)
+    }
+
+    /// Calls `f` with every key and raw value of a tree, in key order,
+    /// without holding them all in memory at once.
+    pub fn scan(&self, t: Tree, mut f: impl FnMut(&str, &[u8]) -> Result<()>) -> Result<()> {
+        for kv in self.tree(t)?.iter() {
+            let (k, v) = kv?;
+            f(&String::from_utf8_lossy(&k), &v)?;
+        }
+        Ok(())
+    }
+
+    /// Applies `batch` to tree `t` atomically (all of it or none of it
+    /// after a crash) and flushes.
+    pub fn apply(&self, t: Tree, batch: sled::Batch) -> Result<()> {
+        self.tree(t)?.apply_batch(batch)?;
+        self.db.flush()?;
+        Ok(())
     }
 
     /// Writes `value` under `key` and flushes.

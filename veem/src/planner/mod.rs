@@ -28,7 +28,7 @@
 //! The planner is serde-serializable: only the hosts, reservations, services
 //! and limits are written; usage maps and indexes are rebuilt on load.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -38,6 +38,7 @@ pub mod checkpoint_count;
 pub mod constraints;
 pub mod counter_offer;
 pub mod hosts;
+pub mod persisted;
 pub mod rank;
 pub mod recovery;
 pub mod remap;
@@ -57,6 +58,7 @@ mod tests_scale;
 
 pub use capacity::{Down, HostIdx, HostSpec, Profile, Resources};
 pub use checkpoint_count::{checkpoint_interval_s, checkpoint_plan, expected_run_time_s, optimal_checkpoints, CheckpointPlan};
+pub use persisted::{PlannerEntry, PlannerHeader};
 pub use rank::RankPolicy;
 pub use recovery::{RecoveryReport, RecoveryStep, RecoveryTarget};
 pub use remap::{RemapParams, RemapReport};
@@ -185,6 +187,9 @@ struct Derived {
     /// Firm usage of the site (remapping interval, usage SLAs).
     site_firm: UsageMap,
     index: HostIndex,
+    /// Keys of the persisted entries changed since the last
+    /// [`Planner::take_changes`] (see [`persisted`]).
+    changed: HashSet<String>,
 }
 
 /// The planner: hosts, reservations and services of one site.
@@ -278,6 +283,7 @@ impl Planner {
     pub(crate) fn insert_reservation(&mut self, r: Reservation) {
         self.account(&r, true);
         self.reindex(r.host);
+        self.d.changed.insert(persisted::reservation_key(&r.vee, r.spare));
         let map = if r.spare { &mut self.p.spares } else { &mut self.p.primaries };
         let old = map.insert(r.vee.clone(), r);
         debug_assert!(old.is_none(), "reservation inserted twice");
@@ -287,6 +293,7 @@ impl Planner {
     pub(crate) fn remove_reservation(&mut self, key: &ReservationKey) -> Option<Reservation> {
         let map = if key.spare { &mut self.p.spares } else { &mut self.p.primaries };
         let r = map.remove(&key.vee)?;
+        self.d.changed.insert(persisted::reservation_key(&key.vee, key.spare));
         self.account(&r, false);
         self.reindex(r.host);
         Some(r)

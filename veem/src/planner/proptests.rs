@@ -102,6 +102,9 @@ fn anti_affinity_holds(p: &Planner) -> Result<(), String> {
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut p = fresh();
+    // What a store that writes only the changes holds (planner_store).
+    let mut written: HashMap<String, PlannerEntry> = p.entries().into_iter().collect();
+    p.take_changes();
     let mut services: Vec<String> = Vec::new();
     let mut vees: Vec<String> = Vec::new();
     for (n, op) in ops.into_iter().enumerate() {
@@ -183,6 +186,19 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         if let Err(e) = anti_affinity_holds(&p) {
             return Err(TestCaseError::fail(format!("after op {n}: {e}")));
         }
+        for (key, e) in p.take_changes() {
+            match e {
+                Some(e) => written.insert(key, e),
+                None => written.remove(&key),
+            };
+        }
+        let reread = Planner::from_parts(p.header(), written.values().cloned());
+        prop_assert_eq!(
+            fingerprint(&reread),
+            fingerprint(&p),
+            "after op {}: the changes written do not add up to the planner",
+            n
+        );
     }
     Ok(())
 }

@@ -484,6 +484,8 @@ fn serde_round_trip_rebuilds_the_same_planner() {
         },
     );
     let json = serde_json::to_string(&p).unwrap();
+    let parts = Planner::from_parts(p.header(), p.entries().into_iter().map(|(_, e)| e));
+    assert_eq!(fingerprint(&p), fingerprint(&parts), "header and entries hold the whole planner");
     let mut q: Planner = serde_json::from_str(&json).unwrap();
     q.check_invariants().unwrap();
     assert_eq!(fingerprint(&p), fingerprint(&q));

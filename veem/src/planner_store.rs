@@ -1,0 +1,218 @@
+//! The planner in the store, written incrementally: its header and one
+//! record per reservation, peer spare and service ([`PlannerEntry`]) in the
+//! `planner` tree. The planner notes which entries each change touches; a
+//! save writes those (and the header when it changed) in one atomic batch,
+//! so that a deploy at 100,000 VEEs writes a handful of records instead of
+//! the whole planner. Older databases kept the planner as one JSON value
+//! under `meta/planner`; it is read once and replaced by the first save.
+
+use std::sync::Mutex;
+
+use anyhow::{Context, Result};
+
+use crate::planner::{Planner, PlannerEntry, PlannerHeader};
+use crate::store::{Store, Tree};
+
+const HEADER: &str = "header";
+const LEGACY_KEY: &str = "planner";
+
+/// What the last save left.
+#[derive(Default)]
+struct Written {
+    header: Option<PlannerHeader>,
+    /// The planner was read from `meta/planner`, to be removed once saved.
+    legacy: bool,
+}
+
+/// Saves and loads the planner (see the module documentation).
+pub struct PlannerStore {
+    store: Store,
+    written: Mutex<Written>,
+}
+
+impl PlannerStore {
+    /// Reads the planner from `store`, if one was saved. Errors: a record
+    /// cannot be read or decoded.
+    pub fn load(store: &Store) -> Result<(Option<Planner>, PlannerStore)> {
+        let mut header = None;
+        let mut entries = Vec::new();
+        store.scan(Tree::Planner, |key, value| {
+            if key == HEADER {
+                header = Some(serde_json::from_slice::<PlannerHeader>(value).context("planner header")?);
+            } else {
+                entries.push(serde_json::from_slice::<PlannerEntry>(value).with_context(|| format!("planner record {key}"))?);
+            }
+            Ok(())
+        })?;
+        let (planner, written) = match header {
+            Some(h) => (
+                Some(Planner::from_parts(h.clone(), entries)),
+                Written {
+                    header: Some(h),
+                    legacy: false,
+                },
+            ),
+            None => {
+                let mut old: Option<Planner> = store.get(Tree::Meta, LEGACY_KEY)?;
+                if let Some(p) = old.as_mut() {
+                    p.mark_changed(None); // the first save writes it all
+                }
+                let legacy = old.is_some();
+                (old, Written { header: None, legacy })
+            }
+        };
+        let this = PlannerStore {
+            store: store.clone(),
+            written: Mutex::new(written),
+        };
+        Ok((planner, this))
+    }
+
+    /// Writes what changed in `planner` since the last save. Saves are
+    /// serialized and each takes the changes while holding the planner's
+    /// lock, so a later state is never overwritten by an earlier one.
+    /// Errors: the store cannot write; nothing of this save is then
+    /// written, and its changes are kept for the next save.
+    pub fn save(&self, planner: &Mutex<Planner>) -> Result<()> {
+        let mut written = self.written.lock().unwrap();
+        let (header, changes) = {
+            let mut p = planner.lock().unwrap();
+            (p.header(), p.take_changes())
+        };
+        let mut batch = sled::Batch::default();
+        let header_changed = written.header.as_ref() != Some(&header);
+        if header_changed {
+            batch.insert(HEADER, serde_json::to_vec(&header)?);
+        }
+        for (key, e) in &changes {
+            match e {
+                Some(e) => batch.insert(key.as_bytes(), serde_json::to_vec(e)?),
+                None => batch.remove(key.as_bytes()),
+            }
+        }
+        if let Err(e) = self.store.apply(Tree::Planner, batch) {
+            planner
+                .lock()
+                .unwrap()
+                .mark_changed(Some(changes.into_iter().map(|(k, _)| k).collect()));
+            return Err(e);
+        }
+        if written.legacy {
+            self.store.remove(Tree::Meta, LEGACY_KEY)?;
+            written.legacy = false;
+        }
+        if header_changed {
+            written.header = Some(header);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
+
+    use super::*;
+    use crate::planner::{Admission, ComponentRequest, HostSpec, PeerSpare, PlannerConfig, Resources, ServiceRequest, SlotRange};
+
+    fn planner() -> Planner {
+        let mut p = Planner::new(PlannerConfig::default());
+        for i in 0..3 {
+            p.add_host(HostSpec::new(format!("h{i}"), Resources::new(4, 4096, 100), "site-a", "r1"))
+                .unwrap();
+        }
+        p
+    }
+
+    fn admit(p: &Mutex<Planner>, id: &str, guarantee: GuaranteeLevel) {
+        let req = ServiceRequest {
+            service_id: id.into(),
+            consumer: "acme".into(),
+            guarantee,
+            migration: MigrationPolicy::Site,
+            window: SlotRange::new(0, 100),
+            components: vec![ComponentRequest {
+                name: "web".into(),
+                resources: Resources::new(1, 256, 1),
+                profile: None,
+                vees: (0..2).map(|i| format!("{id}-{i}")).collect(),
+            }],
+            constraints: Vec::new(),
+            peer_spare: PeerSpare::NotAsked,
+        };
+        assert!(matches!(p.lock().unwrap().admit(&req), Admission::Accepted(_)));
+    }
+
+    /// The planner's whole persisted state in a canonical order.
+    fn state(p: &Planner) -> (PlannerHeader, Vec<(String, PlannerEntry)>) {
+        let mut e = p.entries();
+        e.sort_by(|a, b| a.0.cmp(&b.0));
+        (p.header(), e)
+    }
+
+    fn reload(dir: &std::path::Path) -> (Planner, usize) {
+        let store = Store::open(dir).unwrap();
+        let mut records = 0;
+        store
+            .scan(Tree::Planner, |_, _| {
+                records += 1;
+                Ok(())
+            })
+            .unwrap();
+        (PlannerStore::load(&store).unwrap().0.expect("a saved planner"), records)
+    }
+
+    #[test]
+    fn saves_only_changes_and_reloads_the_same_planner() {
+        let dir = tempfile::tempdir().unwrap();
+        let expected = {
+            let store = Store::open(dir.path()).unwrap();
+            let (none, ps) = PlannerStore::load(&store).unwrap();
+            assert!(none.is_none());
+            let p = Mutex::new(planner());
+            admit(&p, "a", GuaranteeLevel::Enhanced); // 2 VEEs, 2 spares
+            admit(&p, "b", GuaranteeLevel::Standard);
+            ps.save(&p).unwrap();
+            // A service leaves, another comes: its records go, the new ones come.
+            p.lock().unwrap().release_service("a").unwrap();
+            admit(&p, "c", GuaranteeLevel::Standard);
+            ps.save(&p).unwrap();
+            ps.save(&p).unwrap(); // nothing changed
+            let s = state(&p.lock().unwrap());
+            s
+        };
+        let (q, records) = reload(dir.path());
+        assert_eq!(state(&q), expected);
+        // header + b (service, 2 VEEs) + c (service, 2 VEEs); a's 5 records gone.
+        assert_eq!(records, 1 + 3 + 3);
+        drop(q);
+        // A planner loaded from the records saves again incrementally.
+        let store = Store::open(dir.path()).unwrap();
+        let (q, ps) = PlannerStore::load(&store).unwrap();
+        let p = Mutex::new(q.unwrap());
+        p.lock().unwrap().release_service("b").unwrap();
+        ps.save(&p).unwrap();
+        drop((ps, store));
+        let (q, records) = reload(dir.path());
+        assert_eq!(state(&q), state(&p.lock().unwrap()));
+        assert_eq!(records, 1 + 3);
+    }
+
+    #[test]
+    fn a_planner_saved_whole_by_an_older_version_is_read_and_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Mutex::new(planner());
+        admit(&p, "a", GuaranteeLevel::Standard);
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.put(Tree::Meta, LEGACY_KEY, &*p.lock().unwrap()).unwrap();
+            let (old, ps) = PlannerStore::load(&store).unwrap();
+            assert_eq!(state(&old.unwrap()), state(&p.lock().unwrap()));
+            ps.save(&p).unwrap();
+            assert!(store.get::<Planner>(Tree::Meta, LEGACY_KEY).unwrap().is_none());
+        }
+        let (q, records) = reload(dir.path());
+        assert_eq!(state(&q), state(&p.lock().unwrap()));
+        assert_eq!(records, 1 + 3);
+    }
+}
