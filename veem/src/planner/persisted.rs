@@ -28,7 +28,7 @@ pub struct PlannerHeader {
     consumer_usage: HashMap<String, ConsumerUsage>,
 }
 
-/// One keyed entry (see [`Planner::entries`] for the keys).
+/// One persisted entry; the key of each variant is given with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "kind", content = "value")]
 pub enum PlannerEntry {
@@ -114,22 +114,18 @@ impl Planner {
     pub fn entries(&self) -> Vec<(String, PlannerEntry)> {
         let p = &self.p;
         let mut out = Vec::with_capacity(p.primaries.len() + p.spares.len() + p.peer_spares.len() + p.services.len());
-        out.extend(
-            p.primaries
-                .iter()
-                .map(|(v, r)| (format!("p/{v}"), PlannerEntry::Primary(r.clone()))),
-        );
-        out.extend(p.spares.iter().map(|(v, r)| (format!("s/{v}"), PlannerEntry::Spare(r.clone()))));
-        out.extend(
-            p.peer_spares
-                .iter()
-                .map(|(v, s)| (format!("x/{v}"), PlannerEntry::PeerSpare(s.clone()))),
-        );
-        out.extend(
-            p.services
-                .iter()
-                .map(|(id, s)| (format!("v/{id}"), PlannerEntry::Service(s.clone()))),
-        );
+        for (v, r) in &p.primaries {
+            out.push((reservation_key(v, false), PlannerEntry::Primary(r.clone())));
+        }
+        for (v, r) in &p.spares {
+            out.push((reservation_key(v, true), PlannerEntry::Spare(r.clone())));
+        }
+        for (v, s) in &p.peer_spares {
+            out.push((peer_spare_key(v), PlannerEntry::PeerSpare(s.clone())));
+        }
+        for (id, s) in &p.services {
+            out.push((service_key(id), PlannerEntry::Service(s.clone())));
+        }
         out
     }
 
