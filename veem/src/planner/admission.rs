@@ -59,6 +59,18 @@ impl Planner {
     }
 
     fn evaluate(&mut self, req: &ServiceRequest, commit: bool) -> Admission {
+        // Only a committed acceptance changes the planner: a negotiation or
+        // a refusal tries placements and rolls them back, so it leaves no
+        // changed entries to write either.
+        let changed = self.d.changed.len();
+        let answer = self.evaluate_once(req, commit);
+        if !(commit && matches!(answer, Admission::Accepted(_))) {
+            self.d.changed.truncate(changed);
+        }
+        answer
+    }
+
+    fn evaluate_once(&mut self, req: &ServiceRequest, commit: bool) -> Admission {
         let reject = |reasons: Vec<String>| Admission::Rejected {
             reasons,
             remote: Vec::new(),
@@ -102,7 +114,7 @@ impl Planner {
         };
         if commit {
             for s in &admitted.peer_spares {
-                self.d.changed.insert(super::persisted::peer_spare_key(&s.vee));
+                self.d.changed.push(super::persisted::peer_spare_key(&s.vee));
                 self.p.peer_spares.insert(s.vee.clone(), s.clone());
             }
         } else {
@@ -162,7 +174,7 @@ impl Planner {
             preempted: Vec::new(),
             undo: Vec::new(),
         };
-        self.d.changed.insert(super::persisted::service_key(&req.service_id));
+        self.d.changed.push(super::persisted::service_key(&req.service_id));
         self.p.services.insert(req.service_id.clone(), record(req, range));
         trial.undo.push(Undo::Service(req.service_id.clone()));
         let background = req.guarantee == GuaranteeLevel::Background;
@@ -335,7 +347,7 @@ impl Planner {
                 }
                 Undo::Removed(r) => self.insert_reservation(r),
                 Undo::Service(id) => {
-                    self.d.changed.insert(super::persisted::service_key(&id));
+                    self.d.changed.push(super::persisted::service_key(&id));
                     self.p.services.remove(&id);
                 }
             }

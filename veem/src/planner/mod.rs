@@ -188,8 +188,9 @@ struct Derived {
     site_firm: UsageMap,
     index: HostIndex,
     /// Keys of the persisted entries changed since the last
-    /// [`Planner::take_changes`] (see [`persisted`]).
-    changed: HashSet<String>,
+    /// [`Planner::take_changes`], in the order of the changes (a key may
+    /// repeat; see [`persisted`]).
+    changed: Vec<String>,
 }
 
 /// The planner: hosts, reservations and services of one site.
@@ -283,7 +284,7 @@ impl Planner {
     pub(crate) fn insert_reservation(&mut self, r: Reservation) {
         self.account(&r, true);
         self.reindex(r.host);
-        self.d.changed.insert(persisted::reservation_key(&r.vee, r.spare));
+        self.d.changed.push(persisted::reservation_key(&r.vee, r.spare));
         let map = if r.spare { &mut self.p.spares } else { &mut self.p.primaries };
         let old = map.insert(r.vee.clone(), r);
         debug_assert!(old.is_none(), "reservation inserted twice");
@@ -293,7 +294,7 @@ impl Planner {
     pub(crate) fn remove_reservation(&mut self, key: &ReservationKey) -> Option<Reservation> {
         let map = if key.spare { &mut self.p.spares } else { &mut self.p.primaries };
         let r = map.remove(&key.vee)?;
-        self.d.changed.insert(persisted::reservation_key(&key.vee, key.spare));
+        self.d.changed.push(persisted::reservation_key(&key.vee, key.spare));
         self.account(&r, false);
         self.reindex(r.host);
         Some(r)

@@ -61,7 +61,9 @@ impl Planner {
     /// The entries changed since the last call, each with its key: its
     /// current value, or `None` when it is gone. Cost: the changes only.
     pub fn take_changes(&mut self) -> Vec<(String, Option<PlannerEntry>)> {
-        let keys: Vec<String> = self.d.changed.drain().collect();
+        let mut keys = std::mem::take(&mut self.d.changed);
+        keys.sort_unstable();
+        keys.dedup();
         keys.into_iter()
             .map(|k| {
                 let e = self.entry(&k);
