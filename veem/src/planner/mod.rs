@@ -28,7 +28,7 @@
 //! The planner is serde-serializable: only the hosts, reservations, services
 //! and limits are written; usage maps and indexes are rebuilt on load.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
