@@ -43,9 +43,9 @@ use prost::Message;
 use serde_json::{json, Value};
 use veem::config::VeemConfig;
 use veem::manager::Veem;
-use veem::model::{now_ms, Location, ServiceRec, VeeRec, VeeState};
+use veem::model::VeeState;
 use veem::peers::Bearer;
-use veem::planner::{Admission, Admitted, HostSpec, Profile, Resources, ServiceRequest};
+use veem::planner::{Admission, HostSpec, Profile, Resources};
 use veem::store::Tree;
 
 use crate::planner::{round1, round3};
@@ -206,51 +206,6 @@ fn write_config(dir: &Path, port: u16) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The service and VEE records `Veem::deploy` writes for admission `a` of
-/// `req` (service `sid`, manifest `m`), state admitted.
-fn records(veem: &Veem, m: &Manifest, req: &ServiceRequest, a: &Admitted) -> (ServiceRec, Vec<VeeRec>) {
-    let clock = veem.clock;
-    let (start, end) = (clock.start_of(a.window.start).max(chrono_now()), clock.start_of(a.window.end));
-    let mut svc = ServiceRec {
-        id: req.service_id.clone(),
-        name: m.service.name.clone(),
-        provider: m.service.provider.clone(),
-        manifest_toml: MANIFEST.to_string(),
-        guarantee: m.sla.guarantee.as_str().to_string(),
-        penalty_per_hour: m.sla.penalty_per_hour,
-        created_ms: now_ms(),
-        vees: vec![],
-        for_peer: None,
-    };
-    let mut vees: Vec<VeeRec> = a
-        .placements
-        .iter()
-        .map(|p| {
-            let comp = m.component(&p.component).expect("placement of a manifest component");
-            let instance = req
-                .components
-                .iter()
-                .find(|c| c.name == p.component)
-                .and_then(|c| c.vees.iter().position(|v| v == &p.vee))
-                .unwrap_or(0) as u32;
-            VeeRec {
-                location: Location::Host(p.host.clone()),
-                ..VeeRec::of_manifest(m, comp, instance, &p.vee, &req.service_id, (start, end))
-            }
-        })
-        .collect();
-    vees.sort_by(|a, b| (&a.component, a.instance).cmp(&(&b.component, b.instance)));
-    svc.vees = vees.iter().map(|v| v.id.clone()).collect();
-    (svc, vees)
-}
-
-fn chrono_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 /// Writes the state of `hosts` hosts and `vees` running VEEs with the
 /// `veem` library into the config's database; returns what it measured.
 fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
@@ -281,7 +236,7 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
         let Admission::Accepted(a) = verdict else {
             bail!("service {s} of {services} not admitted: {verdict:?}")
         };
-        let (svc, mut vs) = records(&veem, &m, &req, &a);
+        let (svc, mut vs) = veem.admission_records(&m, MANIFEST, &req, &a, None);
         // As `Veem::deploy`: VEE records, the service, `admitted` events.
         for v in &vs {
             veem.save_vee(v)?;

@@ -18,7 +18,7 @@ use interfaces::BlobId;
 use crate::config::Role;
 use crate::manager::Veem;
 use crate::model::{now_ms, Location, ServiceRec, VeeRec, VeeState};
-use crate::planner::{checkpoint_plan, Admission, CheckpointPlan, ServiceRequest};
+use crate::planner::{checkpoint_plan, Admission, Admitted, CheckpointPlan, ServiceRequest};
 use crate::store::Tree;
 
 /// Planned run time assumed for a service without a window, for the
@@ -34,6 +34,12 @@ pub struct Refusal(pub Vec<String>);
 
 /// A VEE that did not fit at this site: (component, instance, VEE ID).
 type LeftOver = (String, u32, String);
+
+/// Sorts `vees` by component and instance; returns their IDs in that order.
+fn sorted_ids(vees: &mut [VeeRec]) -> Vec<String> {
+    vees.sort_by(|a, b| (&a.component, a.instance).cmp(&(&b.component, b.instance)));
+    vees.iter().map(|v| v.id.clone()).collect()
+}
 
 impl Veem {
     /// Parses, validates and checks a manifest for `caller`: the provider
@@ -161,40 +167,12 @@ impl Veem {
                 bail!("{}: {}", r.verdict, r.reasons.join("; "));
             }
         };
-        let clock = self.clock;
-        let (start, end) = (
-            clock.start_of(admitted.window.start).max(chrono::Utc::now().timestamp()),
-            clock.start_of(admitted.window.end),
-        );
-        let mut svc = ServiceRec {
-            id: service_id.clone(),
-            name: m.service.name.clone(),
-            provider: m.service.provider.clone(),
-            manifest_toml: toml.to_string(),
-            guarantee: m.sla.guarantee.as_str().to_string(),
-            penalty_per_hour: m.sla.penalty_per_hour,
-            created_ms: now_ms(),
-            vees: vec![],
-            for_peer: match caller {
-                Role::Peer(site) => Some(site.clone()),
-                _ => None,
-            },
+        let for_peer = match caller {
+            Role::Peer(site) => Some(site.clone()),
+            _ => None,
         };
-        let mut vees = Vec::new();
-        for p in &admitted.placements {
-            let comp = m.component(&p.component).expect("placement of a manifest component");
-            let instance = req
-                .components
-                .iter()
-                .find(|c| c.name == p.component)
-                .and_then(|c| c.vees.iter().position(|v| v == &p.vee))
-                .unwrap_or(0) as u32;
-            vees.push(VeeRec {
-                location: Location::Host(p.host.clone()),
-                for_peer: svc.for_peer.clone(),
-                ..VeeRec::of_manifest(&m, comp, instance, &p.vee, &service_id, (start, end))
-            });
-        }
+        let (mut svc, mut vees) = self.admission_records(&m, toml, &req, &admitted, for_peer);
+        let end = self.clock.start_of(admitted.window.end);
         if !remote.is_empty() {
             match self.place_remote(&m, &service_id, &remote, end, svc.for_peer.clone()).await? {
                 Ok(placed) => vees.extend(placed),
@@ -209,8 +187,7 @@ impl Veem {
                 }
             }
         }
-        vees.sort_by(|a, b| (&a.component, a.instance).cmp(&(&b.component, b.instance)));
-        svc.vees = vees.iter().map(|v| v.id.clone()).collect();
+        svc.vees = sorted_ids(&mut vees);
         // Records first, then the VEEHs: a crash from here on resumes.
         self.persist_planner()?;
         for v in &vees {
@@ -231,6 +208,56 @@ impl Veem {
             }
         }
         Ok(svc)
+    }
+
+    /// The records Deploy writes for `admitted` (request `req` of manifest
+    /// `m`, whose text is `toml`): the service, and one admitted VEE per
+    /// placement, on its host, over the admitted window (Unix seconds, from
+    /// now at the earliest), run for `for_peer` if set; sorted by component
+    /// and instance.
+    pub fn admission_records(
+        &self,
+        m: &Manifest,
+        toml: &str,
+        req: &ServiceRequest,
+        admitted: &Admitted,
+        for_peer: Option<String>,
+    ) -> (ServiceRec, Vec<VeeRec>) {
+        let clock = self.clock;
+        let window = (
+            clock.start_of(admitted.window.start).max(chrono::Utc::now().timestamp()),
+            clock.start_of(admitted.window.end),
+        );
+        let mut vees: Vec<VeeRec> = admitted
+            .placements
+            .iter()
+            .map(|p| {
+                let comp = m.component(&p.component).expect("placement of a manifest component");
+                let instance = req
+                    .components
+                    .iter()
+                    .find(|c| c.name == p.component)
+                    .and_then(|c| c.vees.iter().position(|v| v == &p.vee))
+                    .unwrap_or(0) as u32;
+                VeeRec {
+                    location: Location::Host(p.host.clone()),
+                    for_peer: for_peer.clone(),
+                    ..VeeRec::of_manifest(m, comp, instance, &p.vee, &req.service_id, window)
+                }
+            })
+            .collect();
+        let svc = ServiceRec {
+            id: req.service_id.clone(),
+            name: m.service.name.clone(),
+            provider: m.service.provider.clone(),
+            manifest_toml: toml.to_string(),
+            guarantee: m.sla.guarantee.as_str().to_string(),
+            penalty_per_hour: m.sla.penalty_per_hour,
+            created_ms: now_ms(),
+            vees: sorted_ids(&mut vees),
+            for_peer,
+        };
+        (svc, vees)
     }
 
     /// Admits the largest prefix of the request's VEEs that fits at this
