@@ -1,0 +1,144 @@
+//! VEEs coming home from a peer site: the operator's withdraw, the home
+//! host that keeps the VEE's host anti-affinity, and the local reservation
+//! it gets back (see the parent module for the migration itself).
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Result};
+use interfaces::vmi::VeeRef;
+
+use super::Dest;
+use crate::manager::Veem;
+use crate::model::{Location, MigrationRec};
+use crate::peers;
+
+impl Veem {
+    /// Reserves local capacity on `host` for a VEE coming home from a peer
+    /// site (a one-VEE reservation under the planner service `home-<id>`).
+    pub(crate) fn reserve_home(&self, v: &crate::model::VeeRec, host: &str) -> Result<()> {
+        use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
+        let clock = self.clock;
+        let now = self.now_slot();
+        let mut p = self.planner.lock().unwrap();
+        let end = clock.slot_ceil(v.window_end_unix.max(chrono::Utc::now().timestamp() + 60));
+        let req = ServiceRequest {
+            service_id: format!("home-{}", v.id),
+            consumer: v.service_id.clone(),
+            guarantee: serde_json::from_value(serde_json::Value::String(v.guarantee.clone()))
+                .unwrap_or(interfaces::manifest::GuaranteeLevel::Standard),
+            migration: interfaces::manifest::MigrationPolicy::Federation,
+            window: SlotRange::new(now, end.max(now + 1)),
+            components: vec![ComponentRequest {
+                name: v.component.clone(),
+                resources: Resources::new(v.vcpus, v.memory_mib, v.disk_gib),
+                profile: None,
+                vees: vec![v.id.clone()],
+            }],
+            constraints: vec![],
+            peer_spare: PeerSpare::NoneOffered,
+        };
+        match p.admit(&req) {
+            Admission::Accepted(a) => {
+                if a.placements[0].host != host {
+                    if let Err(e) = p.move_vee(&v.id, host, now) {
+                        let _ = p.release_service(&req.service_id);
+                        bail!("host {host} cannot take VEE {}: {e}", v.id);
+                    }
+                }
+                Ok(())
+            }
+            other => bail!(
+                "site {} cannot take VEE {} back: {}",
+                self.cfg.site_id,
+                v.id,
+                other.reasons().join("; ")
+            ),
+        }
+    }
+
+    /// A peer site withdraws a VEE it runs for this site: the VEE migrates
+    /// home to the host [`Veem::home_host`] picks, without waiting for an
+    /// operator. Errors when the VEE does not run at `site` or no local host
+    /// can take it.
+    pub fn withdrawn(self: &Arc<Self>, site: &str, vee_id: &str) -> Result<MigrationRec> {
+        let v = self.vee(vee_id)?;
+        if v.location != Location::Site(site.to_string()) {
+            bail!("VEE {vee_id} does not run at {site}");
+        }
+        let host = self
+            .home_host(&v)
+            .ok_or_else(|| anyhow!("no local host can take VEE {vee_id} back from {site}"))?;
+        let mut m = self.propose(vee_id, Dest::Host(host), &format!("withdrawn by {site}"), site)?;
+        if m.state == "proposed" {
+            m = self.approve(&m.id, &format!("withdrawal by {site}"))?;
+        }
+        self.event(vee_id, &v.service_id, "withdrawn", format!("{site} gives it back; migrating home"));
+        Ok(m)
+    }
+
+    /// The operator of the site running VEE `vee_id` for a peer gives it
+    /// back to its primary site (Withdraw); the primary site migrates it
+    /// away. Errors when the VEE does not run here for a peer, or the
+    /// primary site refuses.
+    pub async fn withdraw(&self, vee_id: &str) -> Result<()> {
+        let v = self.vee(vee_id)?;
+        let Some(primary) = v.for_peer.clone() else {
+            bail!("VEE {vee_id} does not run here for a peer site: nothing to withdraw")
+        };
+        peers::client(&self.cfg, &primary)?
+            .withdraw(VeeRef { vee_id: vee_id.into() })
+            .await
+            .map_err(|s| anyhow!("site {primary}: {}", s.message()))?;
+        self.event(vee_id, &v.service_id, "withdrawn", format!("given back to {primary}"));
+        Ok(())
+    }
+
+    /// The up host of this site that can take VEE `v` now (capacity, and
+    /// host-level anti-affinity with the other VEEs of its service), in
+    /// configuration order; `None` when there is none.
+    pub fn home_host(&self, v: &crate::model::VeeRec) -> Option<String> {
+        let apart = self.anti_affine_hosts(v);
+        let now = self.now_slot();
+        let p = self.planner.lock().unwrap();
+        self.hosts.names().into_iter().filter(|h| !apart.contains(h)).find(|h| {
+            p.host_down(h).is_none()
+                && p.host(h).is_some_and(|hs| {
+                    let used = p.host_usage(h, now).unwrap_or_default();
+                    crate::planner::Resources::new(v.vcpus, v.memory_mib, v.disk_gib).fits_in(&hs.capacity.saturating_sub(&used))
+                })
+        })
+    }
+
+    /// Hosts that run a VEE of `v`'s service that the manifest's host-level
+    /// anti-affinity keeps apart from `v` (E PIII §II scopes: `instance`
+    /// covers every pair, `type` only different listed components).
+    fn anti_affine_hosts(&self, v: &crate::model::VeeRec) -> Vec<String> {
+        use interfaces::manifest::{ConstraintKind, ConstraintLevel, ConstraintScope, Manifest};
+        let Ok(svc) = self.service(&v.service_id) else { return vec![] };
+        let Ok(m) = Manifest::from_toml(&svc.manifest_toml) else {
+            return vec![];
+        };
+        let vees = self.vees_where(|o| o.service_id == v.service_id);
+        let mut out = Vec::new();
+        for c in m
+            .constraints
+            .iter()
+            .filter(|c| c.kind == ConstraintKind::AntiAffinity && c.level == ConstraintLevel::Host)
+        {
+            if !c.components.contains(&v.component) {
+                continue;
+            }
+            for other in vees
+                .iter()
+                .filter(|o| o.service_id == v.service_id && o.id != v.id && o.state.is_live())
+            {
+                let covered =
+                    c.components.contains(&other.component) && (c.scope == ConstraintScope::Instance || other.component != v.component);
+                if let (true, Some(h)) = (covered, other.host()) {
+                    out.push(h.to_string());
+                }
+            }
+        }
+        out
+    }
+}
