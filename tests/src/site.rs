@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use interfaces::vmi::vmi_client::VmiClient;
-use interfaces::vmi::{ManifestRequest, NegotiateReply, ServiceInfo, VeeInfo, VeeRef};
+use interfaces::vmi::{ManifestRequest, NegotiateReply, ServiceInfo, VeeActionRequest, VeeInfo, VeeRef};
 use veem::peers::{Bearer, PeerClient};
 
 use crate::daemons::{Daemon, ImageRepo, Veeh};
@@ -191,6 +191,18 @@ pub async fn negotiate(c: &mut PeerClient, manifest_toml: String) -> NegotiateRe
 /// Deploys `manifest_toml` with `c`: the service, or the VMI error.
 pub async fn deploy(c: &mut PeerClient, manifest_toml: String) -> Result<ServiceInfo, tonic::Status> {
     c.deploy(ManifestRequest { manifest_toml }).await.map(|r| r.into_inner())
+}
+
+/// Asks `c` for `action` (stop, checkpoint, withdraw, ...) on VEE `vee`:
+/// the VEE as it is afterwards, or the VMI error.
+pub async fn vee_action(c: &mut PeerClient, vee: &str, action: &str) -> Result<VeeInfo, tonic::Status> {
+    c.vee_action(VeeActionRequest {
+        vee_id: vee.into(),
+        action: action.into(),
+        checkpoint_id: String::new(),
+    })
+    .await
+    .map(|r| r.into_inner())
 }
 
 /// A free port for a VEEM.

@@ -290,13 +290,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         *guest::ticks(&text).iter().find(|t| **t > before).expect("ticks after coming home")
     };
     assert!(back > last_at_b, "counter went on after coming home: {last_at_b} at B, then {back}");
-    acme.vee_action(VeeActionRequest {
-        vee_id: vee.clone(),
-        action: "stop".into(),
-        checkpoint_id: String::new(),
-    })
-    .await
-    .unwrap();
+    site::vee_action(&mut acme, &vee, "stop").await.unwrap();
     assert!(domains(&l.a1).await.is_empty());
     let dir = l.dir.clone();
     drop(l);
@@ -365,13 +359,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
     // Once the other instance stops, A takes it home: a live migration the
     // service provider sees only as events; the counter goes on at A.
     let local = svc.vees.iter().find(|v| v.vee_id != remote).unwrap().vee_id.clone();
-    acme.vee_action(VeeActionRequest {
-        vee_id: local,
-        action: "stop".into(),
-        checkpoint_id: String::new(),
-    })
-    .await
-    .unwrap();
+    site::vee_action(&mut acme, &local, "stop").await.unwrap();
     let last_at_b = guest::last_tick(&console(&mut cb, &remote).await).unwrap().0;
     b_op.vee_action(withdraw).await.unwrap();
     let home =
@@ -389,13 +377,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
     wait_tick(&mut ca, &remote, last_at_b + 1, Duration::from_secs(60)).await;
     let at_a = guest::ticks(&console(&mut ca, &remote).await);
     assert!(at_a[0] > last_at_b, "counter went on at A: {last_at_b} at B, then {}", at_a[0]);
-    acme.vee_action(VeeActionRequest {
-        vee_id: remote,
-        action: "stop".into(),
-        checkpoint_id: String::new(),
-    })
-    .await
-    .unwrap();
+    site::vee_action(&mut acme, &remote, "stop").await.unwrap();
     let dir = l.dir.clone();
     drop(l);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -481,13 +463,7 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     let host = if da.is_empty() { &l.b1 } else { &l.a1 };
     let now = guest::last_tick(&console(&mut host.client().await, &vee).await).unwrap().0;
     wait_tick(&mut host.client().await, &vee, now + 2, Duration::from_secs(30)).await;
-    acme.vee_action(VeeActionRequest {
-        vee_id: vee.clone(),
-        action: "stop".into(),
-        checkpoint_id: String::new(),
-    })
-    .await
-    .unwrap();
+    site::vee_action(&mut acme, &vee, "stop").await.unwrap();
     let dir = l.dir.clone();
     drop(l);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -580,13 +556,7 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
         "a recovered VEE is no SLA violation: {:?}",
         usage.violations
     );
-    acme.vee_action(VeeActionRequest {
-        vee_id: vee.clone(),
-        action: "stop".into(),
-        checkpoint_id: String::new(),
-    })
-    .await
-    .unwrap();
+    site::vee_action(&mut acme, &vee, "stop").await.unwrap();
     let dir = l.dir.clone();
     drop(l);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -601,15 +571,9 @@ async fn checkpoint(
     vee: &str,
 ) -> (String, u64, u64) {
     let before = guest::last_tick(&console(host, vee).await).unwrap().0;
-    let info = acme
-        .vee_action(VeeActionRequest {
-            vee_id: vee.into(),
-            action: "checkpoint".into(),
-            checkpoint_id: String::new(),
-        })
+    let info = site::vee_action(acme, vee, "checkpoint")
         .await
-        .unwrap_or_else(|e| panic!("checkpoint of {vee}: {}", e.message()))
-        .into_inner();
+        .unwrap_or_else(|e| panic!("checkpoint of {vee}: {}", e.message()));
     assert!(!info.latest_checkpoint.is_empty());
     let after = guest::last_tick(&console(host, vee).await).unwrap().0;
     wait_tick(host, vee, after + 3, Duration::from_secs(30)).await;

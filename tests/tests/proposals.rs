@@ -151,13 +151,7 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
     );
 
     for v in &vees {
-        acme.vee_action(VeeActionRequest {
-            vee_id: v.clone(),
-            action: "stop".into(),
-            checkpoint_id: String::new(),
-        })
-        .await
-        .unwrap();
+        site::vee_action(&mut acme, v, "stop").await.unwrap();
     }
     assert!(domains(dst).await.is_empty());
     drop((veem, c1, c2, repo));
@@ -298,13 +292,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     .await
     .unwrap();
 
-    acme.vee_action(VeeActionRequest {
-        vee_id: vee.clone(),
-        action: "stop".into(),
-        checkpoint_id: String::new(),
-    })
-    .await
-    .unwrap();
+    site::vee_action(&mut acme, &vee, "stop").await.unwrap();
     drop((veem, r1, r2, repo));
     std::fs::remove_dir_all(&dir).unwrap();
     eprintln!(
@@ -342,15 +330,9 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
         (&h2, &h1)
     };
     wait_tick(&mut src.client().await, &vee, 2, BOOT).await;
-    let cp = acme
-        .vee_action(VeeActionRequest {
-            vee_id: vee.clone(),
-            action: "checkpoint".into(),
-            checkpoint_id: String::new(),
-        })
+    let cp = site::vee_action(&mut acme, &vee, "checkpoint")
         .await
         .unwrap_or_else(|e| panic!("checkpoint: {}", e.message()))
-        .into_inner()
         .latest_checkpoint;
 
     let m = op
@@ -412,13 +394,7 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
     assert_eq!(domains(dst).await.len(), 1, "exactly one copy, at the destination");
 
     signal(src, "-CONT");
-    acme.vee_action(VeeActionRequest {
-        vee_id: vee.clone(),
-        action: "stop".into(),
-        checkpoint_id: String::new(),
-    })
-    .await
-    .unwrap();
+    site::vee_action(&mut acme, &vee, "stop").await.unwrap();
     drop((veem, h1, h2, repo));
     std::fs::remove_dir_all(&dir).unwrap();
 }

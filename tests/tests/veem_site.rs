@@ -94,14 +94,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
         .into_inner()
         .vees
         .is_empty());
-    let err = globex
-        .vee_action(VeeActionRequest {
-            vee_id: placed[0].0.clone(),
-            action: "stop".into(),
-            checkpoint_id: String::new(),
-        })
-        .await
-        .unwrap_err();
+    let err = site::vee_action(&mut globex, &placed[0].0, "stop").await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
 
     // Checkpoint the first VEE, note its counter, then its host fails.
@@ -109,15 +102,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     let failed = by_name(&hosts, &failed_host);
     let mut fc = failed.client().await;
     let before = guest::last_tick(&console(&mut fc, &victim).await).unwrap().0;
-    let after_cp = acme
-        .vee_action(VeeActionRequest {
-            vee_id: victim.clone(),
-            action: "checkpoint".into(),
-            checkpoint_id: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let after_cp = site::vee_action(&mut acme, &victim, "checkpoint").await.unwrap();
     assert!(!after_cp.latest_checkpoint.is_empty());
     let after = guest::last_tick(&console(&mut fc, &victim).await).unwrap().0;
     wait_tick(&mut fc, &victim, after + 3, Duration::from_secs(30)).await;
@@ -199,13 +184,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
 
     // Stop the service: nothing left on any host.
     for (vee, _) in &placed {
-        acme.vee_action(VeeActionRequest {
-            vee_id: vee.clone(),
-            action: "stop".into(),
-            checkpoint_id: String::new(),
-        })
-        .await
-        .unwrap();
+        site::vee_action(&mut acme, &vee, "stop").await.unwrap();
     }
     for h in owned.iter().enumerate().filter(|(i, _)| *i != failed_index).map(|(_, h)| h) {
         assert!(domains(h).await.is_empty(), "{} still runs domains", h.host);
