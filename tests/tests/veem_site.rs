@@ -184,7 +184,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
 
     // Stop the service: nothing left on any host.
     for (vee, _) in &placed {
-        site::vee_action(&mut acme, &vee, "stop").await.unwrap();
+        site::vee_action(&mut acme, vee, "stop").await.unwrap();
     }
     for h in owned.iter().enumerate().filter(|(i, _)| *i != failed_index).map(|(_, h)| h) {
         assert!(domains(h).await.is_empty(), "{} still runs domains", h.host);
