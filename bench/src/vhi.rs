@@ -660,6 +660,7 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
         .restore(RestoreRequest {
             spec: Some(spec.clone()),
             checkpoint: Some(cp),
+            fence_owner: String::new(),
         })
         .await?
         .into_inner();

@@ -7,6 +7,7 @@ pub mod database;
 pub mod error;
 pub mod manifest;
 pub mod repo_client;
+pub mod retry;
 
 /// VHI: the VEE host interface (`proto/vhi.proto`).
 pub mod vhi {

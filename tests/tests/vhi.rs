@@ -72,24 +72,30 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
         assert!(r.head(&id.parse().unwrap()).await.unwrap().is_some(), "{id} not in the repository");
     }
 
-    // Host a1 loses the VEE; a2 restores it from the checkpoint.
-    c1.destroy(DestroyRequest {
-        vee_id: vee.clone(),
-        remove: true,
-    })
-    .await
-    .unwrap();
-    let left = domains(&mut c1).await;
-    assert!(left.is_empty(), "{left:?}");
+    // Host a1's VEEH dies; its domain goes on running at the libvirtd a1
+    // and a2 share. a2 restores the VEE from the checkpoint, naming a1 as
+    // the failed VEEH to fence (as the VEEM's recovery does): a1's copy is
+    // destroyed first, and the libvirtd holds one copy, a2's.
+    let mut a1 = a1;
+    a1.daemon.kill();
+    let failed_view = veeh::hypervisor::Hypervisor::open(lab::SITE_A_URI, &a1.host).unwrap();
+    assert_eq!(failed_view.state(&vee).unwrap(), Some(veeh::hypervisor::DomainState::Running));
     let st = c2
         .restore(RestoreRequest {
             spec: Some(spec.clone()),
             checkpoint: Some(cp.clone()),
+            fence_owner: a1.host.clone(),
         })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(st.state(), VeeState::Running);
+    assert_eq!(failed_view.state(&vee).unwrap(), None, "the failed VEEH's copy is gone");
+    assert_eq!(
+        failed_view.foreign_owner(&vee).unwrap(),
+        Some(a2.host.clone()),
+        "the one copy is a2's"
+    );
     let resumed = wait_tick(&mut c2, &vee, 1, Duration::from_secs(30)).await;
     let first_after_restore = guest::ticks(&console(&mut c2, &vee).await)[0];
     assert!(
@@ -104,6 +110,7 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
         .restore(RestoreRequest {
             spec: Some(spec.clone()),
             checkpoint: Some(cp.clone()),
+            fence_owner: String::new(),
         })
         .await
         .unwrap_err();
@@ -111,15 +118,15 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
     // So is a checkpoint whose compatibility profile does not match.
     let mut foreign = cp.clone();
     foreign.profile.as_mut().unwrap().accel = if profile.accel == "tcg" { "kvm".into() } else { "tcg".into() };
-    let err = c1
+    let err = c2
         .restore(RestoreRequest {
             spec: Some(spec.clone()),
             checkpoint: Some(foreign),
+            fence_owner: String::new(),
         })
         .await
         .unwrap_err();
     assert!(err.message().contains("`accel`"), "{}", err.message());
-    assert!(domains(&mut c1).await.is_empty());
 
     // The disk holds every tick, 1..n, across the checkpoint and restore.
     c2.destroy(DestroyRequest {

@@ -143,7 +143,8 @@ impl Host {
         let rec = VeeRecord::from_spec(&spec)?;
         let vee_id = rec.vee_id.clone();
         let _g = self.lock_vee(&vee_id).await;
-        self.ensure_no_domain(&vee_id).await?;
+        let fence = Some(req.fence_owner.as_str()).filter(|o| !o.is_empty());
+        self.ensure_no_domain(&vee_id, fence).await?;
         let mut reply = Default::default();
         let paths = self.ensure_images(&rec, &mut reply).await?;
         self.vees.save(&rec)?;

@@ -21,6 +21,20 @@ use crate::image_cache::ImageCache;
 use crate::qemu_img;
 use crate::vee_store::{VeeRecord, VeeStore};
 
+/// How long a restore or start waits for another VEEH's copy of the same
+/// VEE to vanish from a shared libvirtd.
+pub const FOREIGN_COPY_WAIT: Duration = Duration::from_secs(30);
+
+/// Another VEEH's domain of this VEE is still at this host's libvirtd:
+/// starting a second copy is refused (FailedPrecondition; the VEEM retries).
+#[derive(Debug, thiserror::Error)]
+#[error("VEE {vee_id}: the copy owned by {owner} is still at this libvirtd after {waited:?}; not starting a second one")]
+pub struct ForeignCopy {
+    pub vee_id: String,
+    pub owner: String,
+    pub waited: Duration,
+}
+
 /// Local paths of the images a VEE boots from.
 #[derive(Clone, Debug, Default)]
 pub struct ImagePaths {
@@ -112,12 +126,40 @@ impl Host {
         self.blocking(move |hv| hv.state(&id)).await
     }
 
-    /// Errors when this VEEH already runs a domain for `vee_id`.
-    pub async fn ensure_no_domain(&self, vee_id: &str) -> Result<()> {
+    /// Errors when this VEEH already runs a domain for `vee_id`. A copy
+    /// that another VEEH left at this libvirtd (one libvirtd shared by
+    /// several VEEHs) is fenced first when its owner is `fence` (a VEEH the
+    /// VEEM declared failed), and waited for otherwise: it is being
+    /// destroyed, which takes 1-2 s for a TCG guest. Two copies never run:
+    /// a copy still there after [`FOREIGN_COPY_WAIT`] is [`ForeignCopy`].
+    pub async fn ensure_no_domain(&self, vee_id: &str, fence: Option<&str>) -> Result<()> {
         if self.domain_state(vee_id).await?.is_some() {
             anyhow::bail!("VEE {vee_id} already has a domain on {}", self.cfg.host);
         }
-        Ok(())
+        let deadline = tokio::time::Instant::now() + FOREIGN_COPY_WAIT;
+        loop {
+            let id = vee_id.to_string();
+            let Some(owner) = self.blocking(move |hv| hv.foreign_owner(&id)).await? else {
+                return Ok(());
+            };
+            if fence == Some(owner.as_str()) {
+                let (id, o) = (vee_id.to_string(), owner.clone());
+                match self.blocking(move |hv| hv.fence_foreign(&id, &o)).await {
+                    Ok(()) => self.event(vee_id, "fenced", format!("the copy of failed host {owner} was destroyed")),
+                    // A destroy under way holds the domain's job lock: wait.
+                    Err(e) => tracing::warn!(vee = %vee_id, %owner, error = %format!("{e:#}"), "cannot fence the copy yet"),
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ForeignCopy {
+                    vee_id: vee_id.to_string(),
+                    owner,
+                    waited: FOREIGN_COPY_WAIT,
+                }
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     /// Emits a host event to WatchEvents subscribers.
@@ -273,6 +315,9 @@ impl Host {
         }
         let path = self.vees.dir(vee_id).join("domain.xml");
         let xml = std::fs::read_to_string(&path).with_context(|| format!("VEE {vee_id} is not created on this host"))?;
+        if self.domain_state(vee_id).await?.is_none() {
+            self.ensure_no_domain(vee_id, None).await?;
+        }
         if let Err(e) = self.blocking(move |hv| hv.create(&xml)).await {
             // The domain may exist already: started by an earlier call whose
             // caller went away, possibly still starting. Wait for it.

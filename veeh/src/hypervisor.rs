@@ -4,16 +4,60 @@
 //!
 //! Several VEEHs may share one libvirtd (the lab does): each sees and
 //! touches only the domains whose metadata names it as owner.
+//!
+//! A domain can vanish between the lookup and any later call on its handle
+//! (another VEEH's copy being destroyed on a shared libvirtd, a guest that
+//! powers itself off). Every call here treats libvirt's `NoDomain` from a
+//! handle it just looked up exactly as if the lookup had found nothing:
+//! queries answer "no domain", `destroy` succeeds, and operations that need
+//! the domain fail with [`NoDomain`], never with a raw libvirt error.
 
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use virt::connect::Connect;
 use virt::domain::{Domain, MigrateParameters};
 use virt::sys;
 
 use crate::domain_xml::{self, domain_name};
+
+/// The VEE has no domain owned by this VEEH at this libvirtd (none was
+/// found, or it vanished while being used). The VHI answers `NotFound`.
+#[derive(Debug, thiserror::Error)]
+#[error("VEE {vee_id}: no domain {domain} owned by {owner} at {uri}")]
+pub struct NoDomain {
+    pub vee_id: String,
+    pub domain: String,
+    pub owner: String,
+    pub uri: String,
+}
+
+/// True when `e` (or any error in its chain) is libvirt's `NoDomain`: the
+/// domain does not exist (any more).
+pub fn is_no_domain(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<virt::error::Error>()
+            .is_some_and(|v| v.code().is(virt::error::ErrorNumber::NoDomain))
+            || c.is::<NoDomain>()
+    })
+}
+
+/// `Ok(None)` for an error that says the domain is gone, the error itself
+/// otherwise.
+fn gone_as_none<T>(r: Result<T>) -> Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if is_no_domain(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// libvirt's last error as a typed error (so that [`is_no_domain`] sees
+/// its code) with `what` as context.
+fn last_error(what: &'static str) -> anyhow::Error {
+    anyhow::Error::new(virt::error::Error::last_error()).context(what)
+}
 
 /// libvirt's view of one of our domains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,11 +99,18 @@ pub struct HostFacts {
     pub machine: String,
 }
 
+#[cfg(test)]
+type LookupHook = Box<dyn Fn(&Domain) + Send + Sync>;
+
 /// A libvirt connection that reconnects when libvirtd restarts.
 pub struct Hypervisor {
     uri: String,
     owner: String,
     conn: RwLock<Connect>,
+    /// Test hook: runs right after a domain was looked up, before it is
+    /// used (to make it vanish in between).
+    #[cfg(test)]
+    after_lookup: Option<LookupHook>,
 }
 
 fn version_string(v: u32) -> String {
@@ -76,6 +127,8 @@ impl Hypervisor {
             uri: uri.to_string(),
             owner: owner.to_string(),
             conn: RwLock::new(conn),
+            #[cfg(test)]
+            after_lookup: None,
         })
     }
 
@@ -105,29 +158,42 @@ impl Hypervisor {
         f(&c)
     }
 
+    /// Our domain of `vee_id`, `None` when libvirt has none (or it
+    /// vanished while we read its owner, or another VEEH owns it).
     fn owned(&self, c: &Connect, vee_id: &str) -> Result<Option<Domain>> {
         let dom = match c.lookup_domain_by_name(&domain_name(vee_id)) {
             Ok(d) => d,
             Err(e) if e.code().is(virt::error::ErrorNumber::NoDomain) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let xml = dom.xml_desc(0)?;
+        #[cfg(test)]
+        if let Some(hook) = &self.after_lookup {
+            hook(&dom);
+        }
+        let Some(xml) = gone_as_none(dom.xml_desc(0).map_err(Into::into))? else {
+            return Ok(None);
+        };
         match domain_xml::ownership(&xml) {
             Some(o) if o.owner == self.owner => Ok(Some(dom)),
             _ => Ok(None),
         }
     }
 
-    /// Our domain of `vee_id`. Errors when libvirt has none (or another
-    /// VEEH owns it).
-    fn domain(&self, c: &Connect, vee_id: &str) -> Result<Domain> {
-        self.owned(c, vee_id)?.ok_or_else(|| {
-            anyhow!(
-                "VEE {vee_id}: no domain {} owned by {} at {}",
-                domain_name(vee_id),
-                self.owner,
-                self.uri
-            )
+    fn no_domain(&self, vee_id: &str) -> NoDomain {
+        NoDomain {
+            vee_id: vee_id.to_string(),
+            domain: domain_name(vee_id),
+            owner: self.owner.clone(),
+            uri: self.uri.clone(),
+        }
+    }
+
+    /// Runs `f` on our domain of `vee_id`. Errors with [`NoDomain`] when
+    /// there is none, or when it vanishes while `f` uses it.
+    fn on_domain<T>(&self, vee_id: &str, f: impl Fn(&Domain) -> Result<T>) -> Result<T> {
+        self.with(|c| {
+            let d = self.owned(c, vee_id)?.ok_or_else(|| self.no_domain(vee_id))?;
+            f(&d).map_err(|e| if is_no_domain(&e) { self.no_domain(vee_id).into() } else { e })
         })
     }
 
@@ -143,20 +209,53 @@ impl Hypervisor {
     pub fn state(&self, vee_id: &str) -> Result<Option<DomainState>> {
         self.with(|c| match self.owned(c, vee_id)? {
             None => Ok(None),
-            Some(d) => Ok(Some(map_state(d.state()?.0))),
+            Some(d) => Ok(gone_as_none(d.state().map_err(Into::into))?.map(|s| map_state(s.0))),
         })
     }
 
-    /// Hard stop. Succeeds when the domain is already gone.
+    /// Hard stop. Succeeds when the domain is already gone, or vanishes
+    /// meanwhile.
     pub fn destroy(&self, vee_id: &str) -> Result<()> {
         self.with(|c| {
             if let Some(d) = self.owned(c, vee_id)? {
-                if d.is_active()? {
-                    d.destroy()?;
-                }
-                if d.is_persistent().unwrap_or(false) {
-                    d.undefine()?;
-                }
+                gone_as_none(destroy_domain(&d))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The owner (VEEH name) of a domain of `vee_id` at this libvirtd that
+    /// another VEEH owns: on a libvirtd shared by several VEEHs, a copy
+    /// left by a failed one. `None` when there is no such domain.
+    pub fn foreign_owner(&self, vee_id: &str) -> Result<Option<String>> {
+        self.with(|c| {
+            let d = match c.lookup_domain_by_name(&domain_name(vee_id)) {
+                Ok(d) => d,
+                Err(e) if e.code().is(virt::error::ErrorNumber::NoDomain) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let Some(xml) = gone_as_none(d.xml_desc(0).map_err(Into::into))? else {
+                return Ok(None);
+            };
+            Ok(domain_xml::ownership(&xml).map(|o| o.owner).filter(|o| *o != self.owner))
+        })
+    }
+
+    /// Destroys the domain of `vee_id` that VEEH `owner` (not this one)
+    /// left at this libvirtd: fencing on the VEEM's word that `owner`
+    /// failed. Succeeds when there is none (any more).
+    pub fn fence_foreign(&self, vee_id: &str, owner: &str) -> Result<()> {
+        self.with(|c| {
+            let d = match c.lookup_domain_by_name(&domain_name(vee_id)) {
+                Ok(d) => d,
+                Err(e) if e.code().is(virt::error::ErrorNumber::NoDomain) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            };
+            let Some(xml) = gone_as_none(d.xml_desc(0).map_err(Into::into))? else {
+                return Ok(());
+            };
+            if domain_xml::ownership(&xml).is_some_and(|o| o.owner == owner && owner != self.owner) {
+                gone_as_none(destroy_domain(&d))?;
             }
             Ok(())
         })
@@ -165,8 +264,7 @@ impl Hypervisor {
     /// ACPI shutdown; after `timeout` the domain is destroyed. Returns true
     /// when the guest shut down by itself.
     pub fn shutdown(&self, vee_id: &str, timeout: Duration) -> Result<bool> {
-        self.with(|c| {
-            let d = self.domain(c, vee_id)?;
+        self.on_domain(vee_id, |d| {
             let _ = d.shutdown();
             Ok(())
         })?;
@@ -182,17 +280,17 @@ impl Hypervisor {
     }
 
     pub fn suspend(&self, vee_id: &str) -> Result<()> {
-        self.with(|c| Ok(self.domain(c, vee_id)?.suspend().map(|_| ())?))
+        self.on_domain(vee_id, |d| Ok(d.suspend().map(|_| ())?))
     }
 
     pub fn resume(&self, vee_id: &str) -> Result<()> {
-        self.with(|c| Ok(self.domain(c, vee_id)?.resume().map(|_| ())?))
+        self.on_domain(vee_id, |d| Ok(d.resume().map(|_| ())?))
     }
 
     /// The live domain XML (`migratable` drops host-local details).
     pub fn xml(&self, vee_id: &str, migratable: bool) -> Result<String> {
         let flags = if migratable { sys::VIR_DOMAIN_XML_MIGRATABLE } else { 0 };
-        self.with(|c| Ok(self.domain(c, vee_id)?.xml_desc(flags)?))
+        self.on_domain(vee_id, |d| Ok(d.xml_desc(flags)?))
     }
 
     /// Domains this VEEH owns, whatever their state.
@@ -202,12 +300,21 @@ impl Hypervisor {
             for d in c.list_all_domains(0)? {
                 let Ok(name) = d.name() else { continue };
                 let Some(vee_id) = domain_xml::vee_id_of(&name) else { continue };
+                #[cfg(test)]
+                if let Some(hook) = &self.after_lookup {
+                    hook(&d);
+                }
+                // A domain that vanishes while we look at it is not listed.
                 let Ok(xml) = d.xml_desc(0) else { continue };
                 let Some(o) = domain_xml::ownership(&xml) else { continue };
                 if o.owner != self.owner {
                     continue;
                 }
-                let state = d.state().map(|s| map_state(s.0)).unwrap_or(DomainState::Other);
+                let state = match gone_as_none(d.state().map_err(Into::into)) {
+                    Ok(Some(s)) => map_state(s.0),
+                    Ok(None) => continue,
+                    Err(_) => DomainState::Other,
+                };
                 out.push(OwnedDomain {
                     vee_id: vee_id.to_string(),
                     name,
@@ -221,8 +328,7 @@ impl Hypervisor {
 
     /// CPU, memory and disk counters of `vee_id`'s domain.
     pub fn counters(&self, vee_id: &str) -> Result<DomainCounters> {
-        self.with(|c| {
-            let d = self.domain(c, vee_id)?;
+        self.on_domain(vee_id, |d| {
             let info = d.info()?;
             let blk = d.block_stats("vda").ok();
             Ok(DomainCounters {
@@ -255,14 +361,13 @@ impl Hypervisor {
         let xml = format!(
             "<domainsnapshot><name>{name}</name><memory snapshot='external' file='{memory_file}'/><disks><disk name='vda' snapshot='external' type='file'><driver type='qcow2'/><source file='{new_top}'/></disk></disks></domainsnapshot>"
         );
-        self.with(|c| {
-            let d = self.domain(c, vee_id)?;
+        self.on_domain(vee_id, |d| {
             d.create_snapshot_xml(
                 &xml,
                 sys::VIR_DOMAIN_SNAPSHOT_CREATE_LIVE | sys::VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA,
             )
             .context("live snapshot")?;
-            Ok(job_stats(&d, sys::VIR_DOMAIN_JOB_STATS_COMPLETED).and_then(|s| s.downtime))
+            Ok(job_stats(d, sys::VIR_DOMAIN_JOB_STATS_COMPLETED).and_then(|s| s.downtime))
         })
     }
 
@@ -270,8 +375,7 @@ impl Hypervisor {
     /// the guest onto it (`virsh blockcommit --active --pivot`), so snapshot
     /// chains do not grow without bound.
     pub fn block_commit_active(&self, vee_id: &str, timeout: Duration) -> Result<()> {
-        self.with(|c| {
-            let d = self.domain(c, vee_id)?;
+        self.on_domain(vee_id, |d| {
             let disk = std::ffi::CString::new("vda").unwrap();
             // SAFETY: valid domain pointer and NUL-terminated disk name.
             // NULL top is the active layer; SHALLOW commits it into its
@@ -288,7 +392,7 @@ impl Hypervisor {
                 )
             };
             if rc < 0 {
-                bail!("block commit: {}", virt::error::Error::last_error());
+                return Err(last_error("block commit"));
             }
             let start = Instant::now();
             loop {
@@ -296,7 +400,7 @@ impl Hypervisor {
                 // SAFETY: info is a valid out pointer.
                 let rc = unsafe { sys::virDomainGetBlockJobInfo(d.as_ptr(), disk.as_ptr(), &mut info, 0) };
                 if rc < 0 {
-                    bail!("block job info: {}", virt::error::Error::last_error());
+                    return Err(last_error("block job info"));
                 }
                 if rc == 1 && info.end > 0 && info.cur == info.end {
                     break;
@@ -309,7 +413,7 @@ impl Hypervisor {
             // SAFETY: as above.
             let rc = unsafe { sys::virDomainBlockJobAbort(d.as_ptr(), disk.as_ptr(), sys::VIR_DOMAIN_BLOCK_JOB_ABORT_PIVOT) };
             if rc < 0 {
-                bail!("block commit pivot: {}", virt::error::Error::last_error());
+                return Err(last_error("block commit pivot"));
             }
             loop {
                 let mut info: sys::virDomainBlockJobInfo = unsafe { std::mem::zeroed() };
@@ -354,7 +458,7 @@ impl Hypervisor {
         max_downtime_ms: u64,
         bandwidth_mib_s: u64,
     ) -> Result<()> {
-        let d = self.with(|c| self.domain(c, vee_id))?;
+        let d = self.with(|c| self.owned(c, vee_id)?.ok_or_else(|| self.no_domain(vee_id).into()))?;
         if max_downtime_ms > 0 {
             let _ = d.migrate_set_max_downtime(max_downtime_ms, 0);
         }
@@ -371,6 +475,10 @@ impl Hypervisor {
             params,
             sys::VIR_MIGRATE_LIVE | sys::VIR_MIGRATE_PEER2PEER | sys::VIR_MIGRATE_NON_SHARED_INC,
         )
+        .map_err(|e| match e.code().is(virt::error::ErrorNumber::NoDomain) {
+            true => anyhow::Error::new(self.no_domain(vee_id)),
+            false => anyhow::Error::new(e),
+        })
         .with_context(|| format!("migrate VEE {vee_id} to {dest_uri}"))?;
         Ok(())
     }
@@ -390,6 +498,17 @@ impl Hypervisor {
             s.data_total.unwrap_or(0),
         ))
     }
+}
+
+/// Destroys `d` if it runs and undefines it if it is persistent.
+fn destroy_domain(d: &Domain) -> Result<()> {
+    if d.is_active()? {
+        d.destroy()?;
+    }
+    if d.is_persistent()? {
+        d.undefine()?;
+    }
+    Ok(())
 }
 
 /// `virDomainGetJobStats` without the virt crate's wrapper, which builds a
@@ -459,6 +578,73 @@ mod tests {
     fn canonical_machine_is_read_from_capabilities() {
         let caps = "<capabilities><guest><arch name='x86_64'><machine maxCpus='255'>pc-i440fx-7.2</machine><machine canonical='pc-i440fx-7.2' maxCpus='255'>pc</machine></arch></guest></capabilities>";
         assert_eq!(canonical_pc_machine(caps).as_deref(), Some("pc-i440fx-7.2"));
+    }
+
+    /// A running transient domain of VEE `vee_id` owned by `owner` in
+    /// libvirt's in-process test driver.
+    fn test_domain(vee_id: &str, owner: &str) -> Connect {
+        let c = Connect::open(Some("test:///default")).unwrap();
+        let xml = format!(
+            "<domain type='test'><name>{}</name><metadata><veeh:vee xmlns:veeh='{}'><veeh:owner>{owner}</veeh:owner><veeh:service>s</veeh:service></veeh:vee></metadata><memory unit='MiB'>128</memory><vcpu>1</vcpu><os><type>hvm</type></os></domain>",
+            domain_name(vee_id),
+            domain_xml::METADATA_NS
+        );
+        c.create_domain_xml(&xml, 0).unwrap();
+        c
+    }
+
+    /// A VEEH whose domains are destroyed right after every lookup: the
+    /// race of a copy that vanishes between lookup and use.
+    fn vanishing(owner: &str) -> Hypervisor {
+        let mut h = Hypervisor::open("test:///default", owner).unwrap();
+        h.after_lookup = Some(Box::new(|d: &Domain| {
+            let _ = d.destroy();
+        }));
+        h
+    }
+
+    #[test]
+    fn a_domain_that_vanishes_after_lookup_is_no_domain() {
+        let id = "00000000-0000-4000-8000-00000000aa01";
+        type Op = fn(&Hypervisor, &str) -> Result<()>;
+        let ops: [(&str, Op); 5] = [
+            ("suspend", |h, id| h.suspend(id)),
+            ("resume", |h, id| h.resume(id)),
+            ("xml", |h, id| h.xml(id, false).map(|_| ())),
+            ("counters", |h, id| h.counters(id).map(|_| ())),
+            ("shutdown", |h, id| h.shutdown(id, Duration::from_millis(10)).map(|_| ())),
+        ];
+        for (what, op) in ops {
+            let _c = test_domain(id, "host-v");
+            let e = op(&vanishing("host-v"), id).unwrap_err();
+            assert!(e.is::<NoDomain>(), "{what}: {e:#}");
+            assert!(is_no_domain(&e), "{what}");
+        }
+        // Queries answer "no domain"; destroy of a vanished domain succeeds.
+        let _c = test_domain(id, "host-v");
+        assert_eq!(vanishing("host-v").state(id).unwrap(), None);
+        let _c = test_domain(id, "host-v");
+        assert!(vanishing("host-v").destroy(id).is_ok());
+        let _c = test_domain(id, "host-v");
+        assert!(vanishing("host-v").owned_domains().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_foreign_copy_is_seen_and_fenced_only_for_its_owner() {
+        let id = "00000000-0000-4000-8000-00000000aa02";
+        let c = test_domain(id, "host-failed");
+        let h = Hypervisor::open("test:///default", "host-new").unwrap();
+        assert_eq!(h.state(id).unwrap(), None, "not ours");
+        assert_eq!(h.foreign_owner(id).unwrap().as_deref(), Some("host-failed"));
+        h.fence_foreign(id, "host-other").unwrap();
+        assert!(c.lookup_domain_by_name(&domain_name(id)).is_ok(), "another owner's copy is kept");
+        h.fence_foreign(id, "host-failed").unwrap();
+        assert!(
+            c.lookup_domain_by_name(&domain_name(id)).is_err(),
+            "the failed owner's copy is destroyed"
+        );
+        assert_eq!(h.foreign_owner(id).unwrap(), None);
+        h.fence_foreign(id, "host-failed").unwrap();
     }
 
     /// libvirt's in-process test driver: the fake "test" domain has no

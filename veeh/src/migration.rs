@@ -27,7 +27,7 @@ impl Host {
         let mut rec = VeeRecord::from_spec(spec)?;
         let id = rec.vee_id.clone();
         let _g = self.lock_vee(&id).await;
-        self.ensure_no_domain(&id).await?;
+        self.ensure_no_domain(&id, None).await?;
         let mut reply = Default::default();
         let paths = self.ensure_images(&rec, &mut reply).await?;
         rec.incoming = true;

@@ -15,7 +15,8 @@ use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
-use crate::host::Host;
+use crate::host::{ForeignCopy, Host};
+use crate::hypervisor::NoDomain;
 
 /// The VHI service.
 pub struct VhiService {
@@ -27,7 +28,11 @@ pub struct VhiService {
 /// message is the whole error chain.
 fn status(e: anyhow::Error) -> Status {
     let msg = format!("{e:#}");
-    if msg.contains("field `") && !msg.contains("compatibility profile") {
+    if e.chain().any(|c| c.is::<NoDomain>()) {
+        Status::not_found(msg)
+    } else if e.chain().any(|c| c.is::<ForeignCopy>()) {
+        Status::failed_precondition(msg)
+    } else if msg.contains("field `") && !msg.contains("compatibility profile") {
         Status::invalid_argument(msg)
     } else if msg.contains("is not on this host") || msg.contains("no domain") || msg.contains("not found") {
         Status::not_found(msg)

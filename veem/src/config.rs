@@ -2,10 +2,12 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
+use interfaces::retry::RetryPolicy;
 use serde::Deserialize;
 
 use crate::planner::{Resources, UsageLimit};
@@ -144,6 +146,58 @@ fn default_hold() -> u64 {
     600
 }
 
+/// `[recovery]`: how hard the VEEM tries to restore a VEE of a failed host
+/// before it records the VEE unrecovered and charges the SLA's penalty
+/// (see `crate::recovery`). Durations are humantime strings (`"500ms"`,
+/// `"2m"`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryPolicy {
+    /// Restores tried on one host before the next host is asked (at least
+    /// 1; default 3).
+    #[serde(default = "default_attempts_per_host")]
+    pub attempts_per_host: u32,
+    /// Wait after the first failed restore on a host; doubled after each
+    /// further one, at most 8 s (default 1 s).
+    #[serde(default = "default_recovery_backoff", with = "humantime_serde")]
+    pub backoff: Duration,
+    /// The outage budget: once a VEE has been down this long (counted
+    /// from the host's failure), no further attempt starts (default 2 min).
+    #[serde(default = "default_recovery_budget", with = "humantime_serde")]
+    pub budget: Duration,
+}
+
+impl Default for RecoveryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts_per_host: default_attempts_per_host(),
+            backoff: default_recovery_backoff(),
+            budget: default_recovery_budget(),
+        }
+    }
+}
+
+impl RecoveryPolicy {
+    /// The retry schedule on one host.
+    pub fn per_host(&self) -> RetryPolicy {
+        RetryPolicy {
+            attempts: self.attempts_per_host,
+            initial_backoff: self.backoff,
+            max_backoff: Duration::from_secs(8).max(self.backoff),
+        }
+    }
+}
+
+fn default_attempts_per_host() -> u32 {
+    3
+}
+fn default_recovery_backoff() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_recovery_budget() -> Duration {
+    Duration::from_secs(120)
+}
+
 /// `veem serve --config FILE`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -182,6 +236,8 @@ pub struct VeemConfig {
     pub migration: MigrationPolicy,
     #[serde(default)]
     pub proposals: ProposalPolicy,
+    #[serde(default)]
+    pub recovery: RecoveryPolicy,
     /// `[usage_limits.NAME]`: the usage SLA of a service provider or of a
     /// peer site (D §3.3), checked when a service is negotiated or
     /// admitted. Consumers not named here have no limit.
@@ -317,6 +373,9 @@ impl VeemConfig {
         if self.heartbeat_interval_s == 0 || self.heartbeat_miss_limit == 0 {
             bail!("fields `heartbeat_interval_s` and `heartbeat_miss_limit` must be at least 1");
         }
+        if self.recovery.attempts_per_host == 0 {
+            bail!("field `recovery.attempts_per_host`: must be at least 1");
+        }
         if self.proposals.interval_s == 0 {
             bail!("field `proposals.interval_s`: must be at least 1 (seconds)");
         }
@@ -354,6 +413,27 @@ mod tests {
         assert_eq!(cfg.role_of("peer-b-token"), Some(Role::Peer("site-b".into())));
         assert_eq!(cfg.role_of("nope"), None);
         assert_eq!(cfg.peers[0].agreement.max_vcpus, u32::MAX);
+    }
+
+    #[test]
+    fn recovery_policy_reads_humantime_durations_and_has_defaults() {
+        let cfg = VeemConfig::parse(BASE).unwrap();
+        assert_eq!(cfg.recovery.attempts_per_host, 3);
+        assert_eq!(cfg.recovery.budget, Duration::from_secs(120));
+        let cfg = VeemConfig::parse(&format!(
+            "{BASE}[recovery]\nattempts_per_host = 2\nbackoff = \"250ms\"\nbudget = \"5m\"\n"
+        ))
+        .unwrap();
+        let p = cfg.recovery.per_host();
+        assert_eq!(
+            (p.attempts, p.backoff(1), p.backoff(2)),
+            (2, Duration::from_millis(250), Duration::from_millis(500))
+        );
+        assert_eq!(cfg.recovery.budget, Duration::from_secs(300));
+        let e = VeemConfig::parse(&format!("{BASE}[recovery]\nbudget = 120\n")).unwrap_err();
+        assert!(format!("{e:#}").contains("recovery.budget"), "{e:#}");
+        let e = VeemConfig::parse(&format!("{BASE}[recovery]\nattempts_per_host = 0\n")).unwrap_err();
+        assert!(format!("{e:#}").contains("recovery.attempts_per_host"), "{e:#}");
     }
 
     #[test]

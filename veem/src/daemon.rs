@@ -75,6 +75,7 @@ async fn heartbeat_round(veem: &Arc<Veem>) {
                 let _ = veem.persist_planner();
                 veem.event("", "", "host-up", format!("{h} registered"));
             } else if before == Health::Failed || veem.planner.lock().unwrap().host_down(&h).is_some() && before != Health::Up {
+                veem.fence_returning_host(&h).await;
                 let _ = veem.planner.lock().unwrap().set_host_up(&h);
                 let _ = veem.persist_planner();
                 veem.event("", "", "host-up", format!("{h} answers again"));

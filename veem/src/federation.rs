@@ -408,6 +408,7 @@ impl Veem {
             .restore(vhi::RestoreRequest {
                 spec: Some(v.spec()),
                 checkpoint: Some(cp.clone()),
+                fence_owner: String::new(),
             })
             .await;
         if let Err(s) = r {

@@ -182,6 +182,7 @@ impl Veem {
         c.restore(RestoreRequest {
             spec: Some(v.spec()),
             checkpoint: Some(cp.record()?),
+            fence_owner: String::new(),
         })
         .await?;
         self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.id))

@@ -179,7 +179,7 @@ impl Veem {
         let why = format!("site {site} lost it");
         let local = match self.home_host(&v) {
             Some(host) => match self.reserve_home(&v, &host) {
-                Ok(()) => match self.recover_vee_on(vee_id, &why, &host).await {
+                Ok(()) => match self.recover_vee_on(vee_id, &why, &host, None).await {
                     Ok(()) => Ok(()),
                     Err(e) => {
                         let _ = self.planner.lock().unwrap().release_service(&format!("home-{vee_id}"));

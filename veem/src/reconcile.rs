@@ -9,7 +9,7 @@ use interfaces::vhi::{self, DestroyRequest};
 
 use crate::manager::Veem;
 use crate::migration::Dest;
-use crate::model::{Location, MigrationRec, VeeState};
+use crate::model::{Location, MigrationRec, VeeRec, VeeState};
 use crate::store::Tree;
 
 impl Veem {
@@ -111,25 +111,52 @@ impl Veem {
         }
         // Domains a host runs that the records place elsewhere or nowhere.
         for (h, doms) in &running {
-            for id in doms.keys() {
-                let keep = self
-                    .vee(id)
-                    .map(|v| v.location == Location::Host(h.clone()) && v.state != VeeState::Terminated)
-                    .unwrap_or(false);
-                if !keep {
-                    tracing::warn!(host = %h, vee = %id, "domain not in the records here: destroying it");
-                    self.event(id, "", "reconcile", format!("stray domain on {h} destroyed"));
-                    let _ = self
-                        .hosts
-                        .client(h)?
-                        .destroy(DestroyRequest {
-                            vee_id: id.clone(),
-                            remove: true,
-                        })
-                        .await;
-                }
-            }
+            self.destroy_strays(h, doms.keys(), |v| v.state != VeeState::Terminated).await;
         }
         Ok(())
+    }
+
+    /// A failed host answers again: whatever it still runs was recovered
+    /// elsewhere meanwhile, is being recovered (its VEEs became `failed`
+    /// when the host was declared failed), or ended; so its copies are
+    /// destroyed before they can answer for the VEE (a VEE never runs in
+    /// two places).
+    pub(crate) async fn fence_returning_host(&self, host: &str) {
+        let listed = match self.hosts.client(host) {
+            Ok(mut c) => c.list_domains(vhi::Empty {}).await.map_err(|e| e.message().to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match listed {
+            Ok(l) => {
+                let ids: Vec<String> = l.into_inner().domains.into_iter().map(|d| d.vee_id).collect();
+                let stale = |s: VeeState| matches!(s, VeeState::Failed | VeeState::Recovering | VeeState::Terminated);
+                self.destroy_strays(host, ids.iter(), |v| !stale(v.state)).await;
+            }
+            Err(e) => tracing::warn!(%host, error = %e, "cannot list the domains of a returning host"),
+        }
+    }
+
+    /// Destroys, among the domains `vee_ids` that `host` runs, those whose
+    /// VEE the records place elsewhere or nowhere, or for which `keep`
+    /// says no.
+    async fn destroy_strays<'a>(&self, host: &str, vee_ids: impl IntoIterator<Item = &'a String>, keep: impl Fn(&VeeRec) -> bool) {
+        for id in vee_ids {
+            let keep = self
+                .vee(id)
+                .map(|v| v.location == Location::Host(host.to_string()) && keep(&v))
+                .unwrap_or(false);
+            if keep {
+                continue;
+            }
+            tracing::warn!(%host, vee = %id, "domain not in the records here: destroying it");
+            self.event(id, "", "reconcile", format!("stray domain on {host} destroyed"));
+            let Ok(mut c) = self.hosts.client(host) else { continue };
+            let _ = c
+                .destroy(DestroyRequest {
+                    vee_id: id.clone(),
+                    remove: true,
+                })
+                .await;
+        }
     }
 }

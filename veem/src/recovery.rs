@@ -5,24 +5,54 @@
 //! order of H §4: its enhanced spare, another local host, a host freed by
 //! suspending background VEEs, a peer site. The VEEM then restores each VEE
 //! from its latest valid checkpoint there (VEEs without one, such as legacy
-//! ones, restart from their images). What cannot be kept is recorded as an
-//! SLA violation with the manifest's penalty. Reservations that start later
-//! are remapped with VRM's remapping interval.
+//! ones, restart from their images). Reservations that start later are
+//! remapped with VRM's remapping interval.
+//!
+//! A restore that fails is not the end of the VEE (a lookup race, a
+//! repository hiccup, a host that refuses): it is retried with backoff on
+//! the same host (`[recovery] attempts_per_host`, `backoff`), then on the
+//! next host the planner offers (excluding every host that failed this
+//! recovery), then, where the guarantee level and the migration policy
+//! allow, at a peer site under its framework agreement. Only when every
+//! option is exhausted, or the outage budget (`[recovery] budget`) is
+//! spent, is the VEE recorded unrecovered: an SLA violation with the
+//! manifest's penalty whose text lists every attempt and its reason, as the
+//! `recovery-attempt` events did while it went on.
 
 use std::sync::Arc;
 
 use anyhow::Result;
-use interfaces::vhi::RestoreRequest;
+use interfaces::vhi::{DestroyRequest, RestoreRequest};
+use tokio::time::Instant;
 
 use crate::manager::Veem;
 use crate::model::{Location, VeeState, ViolationRec};
-use crate::planner::{RecoveryTarget, RemapParams};
+use crate::planner::{RecoveryStep, RecoveryTarget, RemapParams};
 use crate::store::Tree;
+
+/// One failed try to bring a VEE back: where, and why it failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// A host name, `peer sites`, or `planner` when no place was found.
+    pub place: String,
+    pub error: String,
+}
+
+/// "1. a3: …; 2. a2: …", for the violation's text.
+fn attempts_text(attempts: &[Attempt]) -> String {
+    attempts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}. {}: {}", i + 1, a.place, a.error))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
 
 impl Veem {
     /// Handles the failure of `host`: recovers its VEEs, remaps future
     /// reservations within the remapping interval.
     pub async fn recover_host(self: &Arc<Self>, host: &str) -> Result<()> {
+        let started = Instant::now();
         let now = self.now_slot();
         let report = {
             let mut p = self.planner.lock().unwrap();
@@ -45,6 +75,16 @@ impl Veem {
         for id in report.steps.iter().flat_map(|s| s.preempted.iter()) {
             self.preempt_background(id).await;
         }
+        // All of the host's VEEs are down from now on (they are restored one
+        // after the other), and a copy the host still has when it answers
+        // again is stale.
+        for step in &report.steps {
+            let _g = self.lock_vee(&step.vee).await;
+            let Ok(mut v) = self.vee(&step.vee) else { continue };
+            if v.state.is_live() && v.state != VeeState::Migrating {
+                self.transition(&mut v, VeeState::Failed, format!("host {host} failed"))?;
+            }
+        }
         for step in report.steps {
             // A VEE being received by a migration never ran here: the
             // migration fails at its source, where it keeps running.
@@ -54,48 +94,141 @@ impl Veem {
                     continue;
                 }
             }
-            let target = match &step.target {
-                RecoveryTarget::Spare { host } | RecoveryTarget::Host { host } => Some(host.clone()),
-                _ => None,
-            };
-            let why = format!("host {host} failed");
-            let result = match target {
-                Some(to) => self.recover_vee_on(&step.vee, &why, &to).await,
-                None => {
-                    let why = match &step.target {
-                        RecoveryTarget::Unplaced { reason } => reason.clone(),
-                        RecoveryTarget::NeedsPeer | RecoveryTarget::PeerSpare { .. } => self
-                            .recover_at_peer(&step.vee, None)
-                            .await
-                            .err()
-                            .map(|e| format!("{e:#}"))
-                            .unwrap_or_default(),
-                        _ => String::new(),
-                    };
-                    if why.is_empty() {
-                        Ok(())
-                    } else {
-                        Err(anyhow::anyhow!(why))
-                    }
-                }
-            };
-            if let Err(e) = result {
-                self.record_unrecovered(&step.vee, &why, &format!("{e:#}"))?;
-            }
+            self.recover_vee(host, step, started).await?;
         }
         Ok(())
     }
 
+    /// Brings back one VEE of failed host `failed`, starting at the
+    /// planner's first choice `step` (see the module doc for the order of
+    /// attempts). The outage budget counts from `since`. Errors only when
+    /// the records cannot be written.
+    async fn recover_vee(&self, failed: &str, step: RecoveryStep, since: Instant) -> Result<()> {
+        let vee = step.vee.clone();
+        let why = format!("host {failed} failed");
+        let per_host = self.cfg.recovery.per_host();
+        let deadline = since + self.cfg.recovery.budget;
+        let mut attempts: Vec<Attempt> = Vec::new();
+        let mut tried: Vec<String> = vec![failed.to_string()];
+        let mut target = step.target;
+        let exhausted = 'places: loop {
+            let host = match target {
+                RecoveryTarget::Spare { host } | RecoveryTarget::Host { host } => host,
+                RecoveryTarget::NeedsPeer | RecoveryTarget::PeerSpare { .. } => {
+                    match self.recover_at_peer(&vee, None).await {
+                        Ok(()) => return Ok(()),
+                        Err(e) => attempts.push(Attempt {
+                            place: "peer sites".into(),
+                            error: format!("{e:#}"),
+                        }),
+                    }
+                    break 'places "no local host or peer site can take it";
+                }
+                RecoveryTarget::Unplaced { reason } => {
+                    attempts.push(Attempt {
+                        place: "planner".into(),
+                        error: reason,
+                    });
+                    break 'places "no other place for it";
+                }
+            };
+            for n in 1..=per_host.attempts {
+                match self.recover_vee_on(&vee, &why, &host, Some(failed)).await {
+                    Ok(()) => {
+                        if !attempts.is_empty() {
+                            self.recovery_event(&vee, format!("recovered on {host} after {} failed attempts", attempts.len()));
+                        }
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        let error = format!("{e:#}");
+                        self.recovery_event(&vee, format!("attempt {} on {host} failed: {error}", attempts.len() + 1));
+                        attempts.push(Attempt {
+                            place: host.clone(),
+                            error,
+                        });
+                    }
+                }
+                if n < per_host.attempts {
+                    let wait = per_host.backoff(n);
+                    if Instant::now() + wait >= deadline {
+                        break 'places "the outage budget is spent";
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            // Whatever the failed attempts left on that host goes, so that
+            // the VEE never runs twice.
+            self.clean_failed_attempt(&vee, &host).await;
+            tried.push(host);
+            if Instant::now() >= deadline {
+                break 'places "the outage budget is spent";
+            }
+            let next = {
+                let excluded: Vec<&str> = tried.iter().map(String::as_str).collect();
+                let mut p = self.planner.lock().unwrap();
+                p.recover_elsewhere(&vee, self.now_slot(), &excluded)
+            };
+            self.persist_planner()?;
+            match next {
+                Ok(next) => {
+                    for id in &next.preempted {
+                        self.preempt_background(id).await;
+                    }
+                    target = next.target;
+                }
+                Err(e) => {
+                    attempts.push(Attempt {
+                        place: "planner".into(),
+                        error: e.to_string(),
+                    });
+                    break 'places "no other place for it";
+                }
+            }
+        };
+        let text = format!("{exhausted}; attempts: {}", attempts_text(&attempts));
+        self.record_unrecovered(&vee, &why, &text)
+    }
+
+    fn recovery_event(&self, vee_id: &str, detail: String) {
+        let service = self.vee(vee_id).map(|v| v.service_id).unwrap_or_default();
+        self.event(vee_id, &service, "recovery-attempt", detail);
+    }
+
+    /// Best effort: destroys what failed restores of `vee_id` may have left
+    /// on `host` (a domain whose reply was lost, the VEE's files).
+    async fn clean_failed_attempt(&self, vee_id: &str, host: &str) {
+        let Ok(mut c) = self.hosts.client(host) else { return };
+        let req = DestroyRequest {
+            vee_id: vee_id.into(),
+            remove: true,
+        };
+        if let Err(e) = c.destroy(req).await {
+            tracing::warn!(vee = %vee_id, %host, error = %e.message(), "cannot clean up after failed restores");
+        }
+    }
+
     /// Restores (or, without a checkpoint, restarts) on local host `to` a
-    /// VEE lost because `why` (e.g. "host a1 failed").
-    pub(crate) async fn recover_vee_on(&self, vee_id: &str, why: &str, to: &str) -> Result<()> {
+    /// VEE lost because `why` (e.g. "host a1 failed"). `fence` is the failed
+    /// VEEH whose copy, if `to`'s libvirtd still holds it, is destroyed
+    /// first. Called again for a VEE already `recovering` (a retry).
+    pub(crate) async fn recover_vee_on(&self, vee_id: &str, why: &str, to: &str, fence: Option<&str>) -> Result<()> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
-        if !v.state.is_live() && v.state != VeeState::Failed && v.state != VeeState::Deploying {
+        let retry = v.state == VeeState::Recovering;
+        if !v.state.is_live() && !retry && v.state != VeeState::Failed && v.state != VeeState::Deploying {
             return Ok(());
         }
-        self.transition(&mut v, VeeState::Failed, why.to_string())?;
-        self.transition(&mut v, VeeState::Recovering, format!("to {to}"))?;
+        if retry {
+            if v.location != Location::Host(to.to_string()) {
+                self.event(vee_id, &v.service_id, "recovery-attempt", format!("trying {to}"));
+            }
+        } else {
+            if v.state != VeeState::Failed {
+                self.transition(&mut v, VeeState::Failed, why.to_string())?;
+            }
+            self.transition(&mut v, VeeState::Recovering, format!("to {to}"))?;
+        }
         v.location = Location::Host(to.to_string());
         self.save_vee(&v)?;
         let mut c = self.hosts.client(to)?;
@@ -104,6 +237,7 @@ impl Veem {
                 c.restore(RestoreRequest {
                     spec: Some(v.spec()),
                     checkpoint: Some(cp.record()?),
+                    fence_owner: fence.unwrap_or_default().to_string(),
                 })
                 .await?;
                 self.transition(&mut v, VeeState::Running, format!("restored from checkpoint {} on {to}", cp.id))
@@ -142,3 +276,6 @@ impl Veem {
         self.transition(&mut v, VeeState::Failed, why.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -116,7 +116,7 @@ impl Planner {
         vees.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.vee.cmp(&b.1.vee)));
         let mut report = RecoveryReport::default();
         for (guarantee, r) in vees {
-            let step = self.recover_one(&r, h, now, guarantee, &mut report);
+            let step = self.recover_one(&r, h, now, guarantee, &[], &mut report);
             report.steps.push(step);
         }
         for s in running.iter().filter(|r| r.spare) {
@@ -128,12 +128,33 @@ impl Planner {
         Ok(report)
     }
 
+    /// Finds a new place for `vee`, whose recovery onto the host its
+    /// reservation names now failed, avoiding that host and the hosts in
+    /// `exclude` (those that failed this recovery already), in the order of
+    /// the module doc. Background VEEs it displaces are in the step's
+    /// `preempted`.
+    pub fn recover_elsewhere(&mut self, vee: &str, now: Slot, exclude: &[&str]) -> Result<RecoveryStep, PlanError> {
+        let r = self
+            .p
+            .primaries
+            .get(vee)
+            .cloned()
+            .ok_or_else(|| PlanError::UnknownVee(vee.to_string()))?;
+        let exclude: Vec<HostIdx> = exclude.iter().filter_map(|h| self.host_idx(h).ok()).collect();
+        let guarantee = self.p.services.get(&r.service).map_or(GuaranteeLevel::Background, |s| s.guarantee);
+        let mut scratch = RecoveryReport::default();
+        Ok(self.recover_one(&r, r.host, now, guarantee, &exclude, &mut scratch))
+    }
+
+    /// Recovery of the VEE of reservation `r` from host `failed`, never
+    /// onto a host in `also_exclude`.
     fn recover_one(
         &mut self,
         r: &Reservation,
         failed: HostIdx,
         now: Slot,
         guarantee: GuaranteeLevel,
+        also_exclude: &[HostIdx],
         report: &mut RecoveryReport,
     ) -> RecoveryStep {
         let range = r.range.from_slot(now);
@@ -161,7 +182,7 @@ impl Planner {
         if guarantee == GuaranteeLevel::Enhanced {
             if let Some(sp) = self.p.spares.get(&r.vee).cloned() {
                 let rec = &self.p.hosts[sp.host as usize];
-                if sp.host != failed && rec.usable_for(range.start) && filter.allows(self, sp.host) {
+                if sp.host != failed && !also_exclude.contains(&sp.host) && rec.usable_for(range.start) && filter.allows(self, sp.host) {
                     self.remove_reservation(&sp.key());
                     self.relocate(r, sp.host, range);
                     step.target = RecoveryTarget::Spare {
@@ -193,6 +214,7 @@ impl Planner {
             return step;
         };
         let mut exclude = vec![failed];
+        exclude.extend_from_slice(also_exclude);
         if let Some(sp) = self.p.spares.get(&r.vee) {
             exclude.push(sp.host);
         }

@@ -193,3 +193,33 @@ fn remapping_interval_follows_the_weighted_load_profile() {
         .remapping_interval(&failed, 0, &RemapParams { zeta: 0.5, ..params(0.5) }, &[])
         .is_err());
 }
+
+#[test]
+fn recover_elsewhere_avoids_the_hosts_that_failed_the_recovery() {
+    let mut p = planner(4, 1024, RankPolicy::Packing);
+    admit(&mut p, &request("s", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 512))]));
+    let failed = p.placement("s-vm-0").unwrap().host;
+    p.set_host_down(&failed, 10, 5).unwrap();
+    let report = p.recover_host(&failed, 10).unwrap();
+    let RecoveryTarget::Host { host: first } = step(&report, "s-vm-0").target.clone() else {
+        panic!("{report:?}")
+    };
+    // The restore on `first` failed: the next host is neither it nor the failed one.
+    let s = p.recover_elsewhere("s-vm-0", 10, &[&failed]).unwrap();
+    let RecoveryTarget::Host { host: second } = s.target.clone() else {
+        panic!("{s:?}")
+    };
+    assert!(second != first && second != failed, "{first} {second} {failed}");
+    assert_eq!(p.placement("s-vm-0").unwrap().host, second);
+    assert_eq!(p.host_usage(&first, 20).unwrap(), Resources::ZERO, "the reservation left {first}");
+    let s = p.recover_elsewhere("s-vm-0", 10, &[&failed, &first]).unwrap();
+    let RecoveryTarget::Host { host: third } = s.target.clone() else {
+        panic!("{s:?}")
+    };
+    assert!(![&first, &second, &failed].contains(&&third));
+    // Every other host failed too: site policy, no peer, so it is unplaced.
+    let s = p.recover_elsewhere("s-vm-0", 10, &[&failed, &first, &second]).unwrap();
+    assert!(matches!(s.target, RecoveryTarget::Unplaced { .. }), "{s:?}");
+    assert!(p.recover_elsewhere("nope", 10, &[]).is_err());
+    p.check_invariants().unwrap();
+}

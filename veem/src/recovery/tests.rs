@@ -1,0 +1,198 @@
+//! The recovery workflow against fake VEEHs: transient errors are retried,
+//! hosts that keep failing are left for the next one, and a VEE is recorded
+//! unrecovered only with every attempt in the violation.
+
+use super::*;
+use crate::fake_vhi::FakeSite;
+use crate::planner::RecoveryTarget;
+
+const STANDARD: &str = r#"
+[service]
+name = "shop"
+provider = "acme"
+[sla]
+guarantee = "standard"
+penalty_per_hour = 36.0
+[[component]]
+name = "vm"
+vcpus = 1
+memory_mib = 512
+disk_gib = 1
+image = "sha256:5555555555555555555555555555555555555555555555555555555555555555"
+"#;
+
+/// Two restores per host, 10 ms apart: the tests take milliseconds.
+const FAST: &str = "[recovery]\nattempts_per_host = 2\nbackoff = \"10ms\"\nbudget = \"1m\"\n";
+
+fn host_of(site: &FakeSite, vee: &str) -> String {
+    site.veem.vee(vee).unwrap().host().unwrap().to_string()
+}
+
+fn violations(site: &FakeSite) -> Vec<ViolationRec> {
+    site.veem.store.list(Tree::Violations).unwrap()
+}
+
+fn events(site: &FakeSite, vee: &str) -> Vec<String> {
+    let all = site.veem.store.events().unwrap();
+    all.into_iter()
+        .filter(|e| e.vee_id == vee)
+        .map(|e| format!("{}: {}", e.kind, e.detail))
+        .collect()
+}
+
+fn restores(site: &FakeSite, host: &str) -> Vec<String> {
+    site.host(host).calls().into_iter().filter(|c| c.starts_with("restore")).collect()
+}
+
+/// Where the planner sends `vee` first when `failed` fails (the planner is
+/// deterministic: a copy answers as the VEEM's own will).
+fn first_choice(site: &FakeSite, vee: &str, failed: &str) -> String {
+    let mut p = site.veem.planner.lock().unwrap().clone();
+    let now = site.veem.now_slot();
+    p.set_host_down(failed, now, 1).unwrap();
+    let report = p.recover_host(failed, now).unwrap();
+    match &report.steps.iter().find(|s| s.vee == vee).unwrap().target {
+        RecoveryTarget::Host { host } => host.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_transient_restore_error_is_retried_and_the_vee_runs_without_a_violation() {
+    let site = FakeSite::start(&["h1", "h2", "h3"], FAST).await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let failed = host_of(&site, &vee);
+    // The lookup race of issue 22: the first restore anywhere fails with
+    // libvirt's "Domain not found".
+    for h in &site.hosts {
+        h.script.lock().unwrap().failing_restores = 1;
+    }
+    site.veem.recover_host(&failed).await.unwrap();
+
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!(v.state, VeeState::Running, "{:#?}", events(&site, &vee));
+    let to = host_of(&site, &vee);
+    assert_ne!(to, failed);
+    assert_eq!(
+        restores(&site, &to),
+        vec![format!("restore {vee} fence={failed}"); 2],
+        "retried on the same host, fencing the failed host's copy"
+    );
+    assert!(violations(&site).is_empty(), "{:?}", violations(&site));
+    let ev = events(&site, &vee);
+    assert!(
+        ev.iter()
+            .any(|e| e.starts_with(&format!("recovery-attempt: attempt 1 on {to} failed: status: NotFound"))),
+        "{ev:#?}"
+    );
+    assert!(
+        ev.contains(&format!("recovery-attempt: recovered on {to} after 1 failed attempts")),
+        "{ev:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_host_that_keeps_failing_is_left_for_the_next_compatible_host() {
+    let site = FakeSite::start(&["h1", "h2", "h3"], FAST).await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let failed = host_of(&site, &vee);
+    let bad = first_choice(&site, &vee, &failed);
+    site.host(&bad).script.lock().unwrap().failing_restores = u32::MAX;
+    site.veem.recover_host(&failed).await.unwrap();
+
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!(v.state, VeeState::Running, "{:#?}", events(&site, &vee));
+    let good = host_of(&site, &vee);
+    assert!(good != bad && good != failed, "{good}");
+    assert_eq!(restores(&site, &bad).len(), 2, "attempts_per_host on the first choice");
+    assert_eq!(restores(&site, &good).len(), 1);
+    assert_eq!(
+        site.host(&bad).calls().last().unwrap(),
+        &format!("destroy {vee}"),
+        "what the failed attempts left is removed"
+    );
+    assert_eq!(
+        site.veem.planner.lock().unwrap().placement(&vee).unwrap().host,
+        good,
+        "the planner follows"
+    );
+    assert!(violations(&site).is_empty());
+}
+
+#[tokio::test]
+async fn when_every_host_refuses_the_violation_lists_every_attempt() {
+    let site = FakeSite::start(&["h1", "h2", "h3"], FAST).await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let failed = host_of(&site, &vee);
+    for h in &site.hosts {
+        let mut s = h.script.lock().unwrap();
+        s.failing_restores = u32::MAX;
+        s.restore_error = Some((
+            tonic::Code::FailedPrecondition,
+            format!("checkpoint cannot be restored on {}", h.name),
+        ));
+    }
+    site.veem.recover_host(&failed).await.unwrap();
+
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!(v.state, VeeState::Failed);
+    let viol = violations(&site);
+    assert_eq!(viol.len(), 1, "{viol:?}");
+    let term = &viol[0].term;
+    let others: Vec<&str> = ["h1", "h2", "h3"].into_iter().filter(|h| *h != failed).collect();
+    for h in &others {
+        assert_eq!(restores(&site, h).len(), 2, "{h}");
+        assert!(term.contains(&format!("cannot be restored on {h}")), "{term}");
+    }
+    for n in 1..=4 {
+        assert!(term.contains(&format!("{n}. h")), "attempt {n} in {term}");
+    }
+    assert!(term.contains("5. planner: "), "the planner had no other place: {term}");
+    assert!(term.starts_with(&format!("availability: host {failed} failed")), "{term}");
+    assert!(viol[0].penalty > 0.0);
+    let attempts = events(&site, &vee)
+        .iter()
+        .filter(|e| e.contains("failed: status: FailedPrecondition"))
+        .count();
+    assert_eq!(attempts, 4, "one event per attempt");
+}
+
+#[tokio::test]
+async fn recovery_stops_when_the_outage_budget_is_spent() {
+    let site = FakeSite::start(
+        &["h1", "h2", "h3"],
+        "[recovery]\nattempts_per_host = 5\nbackoff = \"200ms\"\nbudget = \"100ms\"\n",
+    )
+    .await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let failed = host_of(&site, &vee);
+    for h in &site.hosts {
+        h.script.lock().unwrap().failing_restores = u32::MAX;
+    }
+    site.veem.recover_host(&failed).await.unwrap();
+    let viol = violations(&site);
+    assert_eq!(viol.len(), 1);
+    assert!(
+        viol[0].term.contains("the outage budget is spent; attempts: 1. "),
+        "{}",
+        viol[0].term
+    );
+    assert!(!viol[0].term.contains("2. "), "{}", viol[0].term);
+}
+
+#[tokio::test]
+async fn a_returning_host_loses_the_copies_recovered_elsewhere() {
+    let site = FakeSite::start(&["h1", "h2", "h3"], FAST).await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let failed = host_of(&site, &vee);
+    site.veem.recover_host(&failed).await.unwrap();
+    assert_ne!(host_of(&site, &vee), failed);
+    // The failed host comes back still running its (stale) copy.
+    assert!(site.host(&failed).script.lock().unwrap().running.contains(&vee));
+    site.veem.fence_returning_host(&failed).await;
+    assert!(site.host(&failed).calls().contains(&format!("destroy {vee}")));
+    assert!(site.host(&failed).script.lock().unwrap().running.is_empty());
+    // The recovered copy stays.
+    let to = host_of(&site, &vee);
+    assert!(site.host(&to).script.lock().unwrap().running.contains(&vee));
+}
