@@ -25,15 +25,33 @@ mod vhi;
 const VEEM_HOSTS: usize = 10_000;
 const VEEM_VEES: usize = 100_000;
 
-fn usage() -> ! {
-    eprintln!("usage: vee-bench planner | vee-bench veem-rss [--hosts N] [--vees N] | vee-bench vhi [--reps N]");
-    std::process::exit(2)
+/// Benchmarks of the VEE manager (see the module doc).
+#[derive(clap::Parser)]
+#[command(name = "vee-bench", version)]
+enum Cli {
+    /// Planner admission at scale, then the real `veem serve`'s load time
+    /// and memory at 10,000 hosts / 100,000 VEEs.
+    Planner,
+    /// Only the `veem serve` load time and memory, at any scale.
+    VeemRss {
+        /// Hosts in the state.
+        #[arg(long, default_value_t = VEEM_HOSTS)]
+        hosts: usize,
+        /// Running VEEs in the state.
+        #[arg(long, default_value_t = VEEM_VEES)]
+        vees: usize,
+    },
+    /// A real `veeh` against raw `virsh` on the lab, in the same run.
+    Vhi {
+        /// Repetitions of each operation (at least 1).
+        #[arg(long, env = "BENCH_REPS", default_value_t = 5)]
+        reps: usize,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("planner") => {
+    match <Cli as clap::Parser>::parse() {
+        Cli::Planner => {
             let mut out = planner::run();
             let d = veem_rss::run(VEEM_HOSTS, VEEM_VEES)?;
             out["veem_rss_mib_100k_vees"] = d["daemon"]["rss_mib_idle"].clone();
@@ -42,34 +60,15 @@ fn main() -> anyhow::Result<()> {
             out["veem_daemon_100k_vees"] = d;
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "planner": out }))?);
         }
-        Some("veem-rss") => {
-            let (mut hosts, mut vees) = (VEEM_HOSTS, VEEM_VEES);
-            let mut it = args.iter().skip(1);
-            while let Some(a) = it.next() {
-                let n = it.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage());
-                match a.as_str() {
-                    "--hosts" => hosts = n,
-                    "--vees" => vees = n,
-                    _ => usage(),
-                }
-            }
+        Cli::VeemRss { hosts, vees } => {
             let out = veem_rss::run(hosts, vees)?;
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "veem_rss": out }))?);
         }
-        Some("vhi") => {
-            let mut reps = std::env::var("BENCH_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5usize);
-            let mut it = args.iter().skip(1);
-            while let Some(a) = it.next() {
-                match a.as_str() {
-                    "--reps" => reps = it.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage()),
-                    _ => usage(),
-                }
-            }
+        Cli::Vhi { reps } => {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             let rows = rt.block_on(vhi::run(reps.max(1)))?;
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "rows": rows }))?);
         }
-        _ => usage(),
     }
     Ok(())
 }

@@ -5,6 +5,7 @@
 pub mod blob_id;
 pub mod database;
 pub mod error;
+pub mod locks;
 pub mod manifest;
 pub mod repo_client;
 pub mod retry;
@@ -17,6 +18,23 @@ pub mod vhi {
 /// VMI: the VEE management interface (`proto/vmi.proto`).
 pub mod vmi {
     tonic::include_proto!("vmi.v1");
+}
+
+/// The format of a checkpoint record (`vhi.CheckpointRecord`) this version
+/// writes. 0: before the field existed (same meaning); 1: the field.
+pub const CHECKPOINT_RECORD_FORMAT: u32 = 1;
+
+impl vhi::CheckpointRecord {
+    /// Errors with [`Error::FormatTooNew`] for a record written by a newer
+    /// version.
+    pub fn check_format(&self) -> Result<()> {
+        Error::check_format(
+            format!("checkpoint record {}", self.checkpoint_id),
+            self.format_version,
+            CHECKPOINT_RECORD_FORMAT,
+        )
+        .map(|_| ())
+    }
 }
 
 pub use blob_id::BlobId;

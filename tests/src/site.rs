@@ -39,11 +39,15 @@ pub struct Veem {
 
 /// Writes the VEEM config of `site_id` over `hosts` and returns its path.
 /// `extra` is TOML inserted before the hosts: top-level keys first, then
-/// tables; it may set `heartbeat_interval_s` (default 1),
-/// `heartbeat_miss_limit` (3) and `usage_interval_s` (3) itself.
+/// tables; it may set `heartbeat_interval` (default 1 s),
+/// `heartbeat_miss_limit` (3) and `usage_interval` (3 s) itself.
 pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, hosts: &[&Veeh], peers: &[PeerLink], extra: &str) -> PathBuf {
     let mut defaults = String::new();
-    for (key, value) in [("heartbeat_interval_s", 1), ("heartbeat_miss_limit", 3), ("usage_interval_s", 3)] {
+    for (key, value) in [
+        ("heartbeat_interval", "\"1s\""),
+        ("heartbeat_miss_limit", "3"),
+        ("usage_interval", "\"3s\""),
+    ] {
         if !extra.lines().any(|l| l.trim_start().starts_with(key)) {
             defaults += &format!("{key} = {value}\n");
         }

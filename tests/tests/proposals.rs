@@ -50,8 +50,8 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
     let c2 = Veeh::start(&dir, "c2", "site-a", lab::SITE_B_URI, &repo).await;
     let port = site::port();
     // Striping spreads the two services; consolidation then packs them.
-    // settle_s: both guests tick before either may be moved.
-    let extra = "rank_policy = \"striping\"\n[proposals]\nconsolidation = true\ninterval_s = 2\nsettle_s = 30\n[migration]\nauto_approve = [\"consolidation\"]\n";
+    // settle: both guests tick before either may be moved.
+    let extra = "rank_policy = \"striping\"\n[proposals]\nconsolidation = true\ninterval = \"2s\"\nsettle = \"30s\"\n[migration]\nauto_approve = [\"consolidation\"]\n";
     let cfg = site::write_config(&dir, "site-a", port, &repo, &[&c1, &c2], &[], extra);
     let veem = Veem::start(&dir, "site-a", port, cfg).await;
     let mut acme = veem.client(ACME).await;
@@ -172,7 +172,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     // Heartbeats every 2 s (a silent VEEH costs 2 s more each); a host
     // fails only after 20 misses, so a short stop is a risk, not a failure.
     // Only consolidation runs without the operator.
-    let extra = "heartbeat_interval_s = 2\nheartbeat_miss_limit = 20\n[proposals]\ninterval_s = 1\n[migration]\nauto_approve = [\"consolidation\"]\n";
+    let extra = "heartbeat_interval = \"2s\"\nheartbeat_miss_limit = 20\n[proposals]\ninterval = \"1s\"\n[migration]\nauto_approve = [\"consolidation\"]\n";
     let cfg = site::write_config(&dir, "site-a", port, &repo, &[&r1, &r2], &[], extra);
     let veem = Veem::start(&dir, "site-a", port, cfg).await;
     let mut acme = veem.client(ACME).await;

@@ -11,12 +11,13 @@
 
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use interfaces::repo_client::{BlobKind, PushMeta};
 use interfaces::vhi::{CheckpointRecord, CompatibilityProfile, RestoreRequest, VeeStatus};
 use interfaces::BlobId;
 
 use crate::domain_xml::{self, PathMap};
+use crate::error::HostError;
 use crate::host::{now_ms, Host};
 use crate::qemu_img;
 use crate::vee_store::VeeRecord;
@@ -85,7 +86,9 @@ impl Host {
         let wall_ms = started.elapsed().as_millis() as u64;
         let frozen = dir.join("disk.qcow2");
         if has_disk {
-            std::fs::copy(&overlay, &frozen).with_context(|| format!("copy frozen overlay {}", overlay.display()))?;
+            tokio::fs::copy(&overlay, &frozen)
+                .await
+                .with_context(|| format!("copy frozen overlay {}", overlay.display()))?;
             let id = vee_id.clone();
             self.blocking(move |hv| hv.block_commit_active(&id, std::time::Duration::from_secs(120)))
                 .await?;
@@ -127,6 +130,7 @@ impl Host {
             profile: Some(self.profile().await?),
             spec: Some(rec.to_spec()),
             host: self.cfg.host.clone(),
+            format_version: interfaces::CHECKPOINT_RECORD_FORMAT,
         })
     }
 
@@ -134,11 +138,20 @@ impl Host {
     /// resumes the guest. Refused, naming the field, when the compatibility
     /// profile does not match, or when the VEE already runs here.
     pub async fn restore(&self, req: RestoreRequest) -> Result<VeeStatus> {
-        let cp = req.checkpoint.context("field `checkpoint` is required")?;
-        let spec = req.spec.or(cp.spec.clone()).context("field `spec` is required")?;
+        let cp = req.checkpoint.ok_or_else(|| HostError::field("checkpoint", "is required"))?;
+        cp.check_format()?;
+        let spec = req
+            .spec
+            .or(cp.spec.clone())
+            .ok_or_else(|| HostError::field("spec", "is required"))?;
         let taken = cp.profile.clone().context("checkpoint has no compatibility profile")?;
         if let Some(why) = incompatibility(&taken, &self.profile().await?) {
-            bail!("checkpoint {} cannot be restored on {}: {why}", cp.checkpoint_id, self.cfg.host);
+            return Err(HostError::Incompatible {
+                checkpoint: cp.checkpoint_id.clone(),
+                host: self.cfg.host.clone(),
+                why,
+            }
+            .into());
         }
         let rec = VeeRecord::from_spec(&spec)?;
         let vee_id = rec.vee_id.clone();
@@ -150,16 +163,17 @@ impl Host {
         self.vees.save(&rec)?;
         let dir = self.vees.dir(&vee_id);
         let memory = dir.join(format!("restore-{}.state", cp.checkpoint_id));
-        let mem_id: BlobId = cp.memory_blob.parse().context("checkpoint field `memory_blob`")?;
+        let mem_id: BlobId = cp.memory_blob.parse().map_err(|e| HostError::field("checkpoint.memory_blob", e))?;
         self.repo.pull(&mem_id, &memory, None).await.context("pull checkpoint memory")?;
         let overlay = self.vees.overlay(&vee_id);
         if !cp.disk_blob.is_empty() {
-            let disk_id: BlobId = cp.disk_blob.parse().context("checkpoint field `disk_blob`")?;
+            let disk_id: BlobId = cp.disk_blob.parse().map_err(|e| HostError::field("checkpoint.disk_blob", e))?;
             let tmp = dir.join("overlay.restore.qcow2");
             let _ = std::fs::remove_file(&tmp);
             self.repo.pull(&disk_id, &tmp, None).await.context("pull checkpoint disk")?;
-            if let Some(base) = &paths.base {
-                qemu_img::rebase_unsafe(&tmp, base)?;
+            if let Some(base) = paths.base.clone() {
+                let t = tmp.clone();
+                tokio::task::spawn_blocking(move || qemu_img::rebase_unsafe(&t, &base)).await??;
             }
             std::fs::rename(&tmp, &overlay)?;
         }

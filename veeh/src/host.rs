@@ -16,6 +16,7 @@ use tokio::sync::broadcast;
 use crate::accel::Accel;
 use crate::config::VeehConfig;
 use crate::domain_xml::{self, DomainSpec};
+use crate::error::HostError;
 use crate::hypervisor::{DomainState, Hypervisor};
 use crate::image_cache::ImageCache;
 use crate::qemu_img;
@@ -57,7 +58,7 @@ pub struct Host {
     facts: crate::hypervisor::HostFacts,
     /// One lifecycle operation at a time per VEE: a retried call (say from
     /// a restarted VEEM) waits for the first and then finds it done.
-    vee_locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    vee_locks: std::sync::Mutex<interfaces::locks::LockMap>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -69,7 +70,7 @@ fn blob(field: &str, id: &str) -> Result<Option<BlobId>> {
     if id.is_empty() {
         return Ok(None);
     }
-    Ok(Some(id.parse().with_context(|| format!("field `{field}`"))?))
+    Ok(Some(id.parse().map_err(|e| HostError::field(field, e))?))
 }
 
 /// VHI state of a libvirt domain state.
@@ -110,7 +111,7 @@ impl Host {
 
     /// Serialises lifecycle operations on one VEE.
     pub async fn lock_vee(&self, vee_id: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let m = self.vee_locks.lock().unwrap().entry(vee_id.to_string()).or_default().clone();
+        let m = interfaces::locks::entry(&mut self.vee_locks.lock().unwrap(), vee_id);
         m.lock_owned().await
     }
 
@@ -134,7 +135,11 @@ impl Host {
     /// a copy still there after [`FOREIGN_COPY_WAIT`] is [`ForeignCopy`].
     pub async fn ensure_no_domain(&self, vee_id: &str, fence: Option<&str>) -> Result<()> {
         if self.domain_state(vee_id).await?.is_some() {
-            anyhow::bail!("VEE {vee_id} already has a domain on {}", self.cfg.host);
+            return Err(HostError::AlreadyHere {
+                vee_id: vee_id.to_string(),
+                host: self.cfg.host.clone(),
+            }
+            .into());
         }
         let deadline = tokio::time::Instant::now() + FOREIGN_COPY_WAIT;
         loop {
@@ -251,8 +256,9 @@ impl Host {
         }
         self.vees.save(&rec)?;
         let overlay = self.vees.overlay(&rec.vee_id);
-        if let (Some(base), false) = (&paths.base, overlay.exists()) {
-            qemu_img::create_overlay(base, &overlay, rec.disk_gib * 1024 * 1024 * 1024)?;
+        if let (Some(base), false) = (paths.base.clone(), overlay.exists()) {
+            let size = rec.disk_gib * 1024 * 1024 * 1024;
+            tokio::task::spawn_blocking(move || qemu_img::create_overlay(&base, &overlay, size)).await??;
         }
         let in_use = self.images_in_use()?;
         for id in self.cache.evict(&in_use)? {
@@ -299,6 +305,7 @@ impl Host {
         if self.vees.load(&spec.vee_id)?.is_none() || !self.vees.overlay(&spec.vee_id).exists() && !spec.image.is_empty() {
             self.prepare(spec).await?;
         }
+        let _g = self.lock_vee(&spec.vee_id).await;
         let rec = self.vees.get(&spec.vee_id)?;
         let xml = domain_xml::generate(&self.domain_spec(&rec)?);
         std::fs::write(self.vees.dir(&rec.vee_id).join("domain.xml"), xml)?;
@@ -375,6 +382,7 @@ impl Host {
     }
 
     pub async fn suspend(&self, vee_id: &str) -> Result<vhi::VeeStatus> {
+        let _g = self.lock_vee(vee_id).await;
         let id = vee_id.to_string();
         self.blocking(move |hv| hv.suspend(&id)).await?;
         self.event(vee_id, "suspended", "");
@@ -382,6 +390,7 @@ impl Host {
     }
 
     pub async fn resume(&self, vee_id: &str) -> Result<vhi::VeeStatus> {
+        let _g = self.lock_vee(vee_id).await;
         let id = vee_id.to_string();
         self.blocking(move |hv| hv.resume(&id)).await?;
         self.event(vee_id, "resumed", "");

@@ -4,12 +4,14 @@
 //! Modules: `config` (the TOML file), `accel` (KVM or TCG), `domain_xml`
 //! (generation and rewriting), `hypervisor` (the libvirt connection),
 //! `image_cache`, `vee_store` (per-VEE directories), `qemu_img`, `host` (the
-//! VHI operations), `checkpoint`, `migration`, `server` (gRPC).
+//! VHI operations), `checkpoint`, `migration`, `error` (typed errors and their status
+//! codes), `server` (gRPC).
 
 pub mod accel;
 pub mod checkpoint;
 pub mod config;
 pub mod domain_xml;
+pub mod error;
 pub mod host;
 pub mod hypervisor;
 pub mod image_cache;

@@ -35,7 +35,8 @@ impl Host {
         let overlay = self.vees.overlay(&id);
         let _ = std::fs::remove_file(&overlay);
         if let Some(base) = &paths.base {
-            qemu_img::create_overlay(base, &overlay, rec.disk_gib * 1024 * 1024 * 1024)?;
+            let (base, o, size) = (base.clone(), overlay.clone(), rec.disk_gib * 1024 * 1024 * 1024);
+            tokio::task::spawn_blocking(move || qemu_img::create_overlay(&base, &o, size)).await??;
         }
         let ds = self.domain_spec(&rec)?;
         let addr = &self.cfg.migration_address;

@@ -15,32 +15,12 @@ use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
-use crate::host::{ForeignCopy, Host};
-use crate::hypervisor::NoDomain;
+use crate::error::status;
+use crate::host::Host;
 
 /// The VHI service.
 pub struct VhiService {
     host: Arc<Host>,
-}
-
-/// Maps an error to a gRPC status: bad fields are `InvalidArgument`, unknown
-/// VEEs `NotFound`, refusals `FailedPrecondition`, the rest `Internal`; the
-/// message is the whole error chain.
-fn status(e: anyhow::Error) -> Status {
-    let msg = format!("{e:#}");
-    if e.chain().any(|c| c.is::<NoDomain>()) {
-        Status::not_found(msg)
-    } else if e.chain().any(|c| c.is::<ForeignCopy>()) {
-        Status::failed_precondition(msg)
-    } else if msg.contains("field `") && !msg.contains("compatibility profile") {
-        Status::invalid_argument(msg)
-    } else if msg.contains("is not on this host") || msg.contains("no domain") || msg.contains("not found") {
-        Status::not_found(msg)
-    } else if msg.contains("cannot be restored") || msg.contains("already") {
-        Status::failed_precondition(msg)
-    } else {
-        Status::internal(msg)
-    }
 }
 
 type R<T> = Result<Response<T>, Status>;

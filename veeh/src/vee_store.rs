@@ -8,9 +8,23 @@ use anyhow::{bail, Context, Result};
 use interfaces::vhi::VeeSpec;
 use serde::{Deserialize, Serialize};
 
+use crate::error::HostError;
+
+/// The format of `vee.json` this version writes.
+///
+/// | version | what changed |
+/// |---|---|
+/// | 0 | (no `format` field) the spec's fields and `incoming` |
+/// | 1 | the `format` field |
+pub const FORMAT_VERSION: u32 = 1;
+
 /// What the VEEH remembers of a VEE (the VHI `VeeSpec`, plus local flags).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct VeeRecord {
+    /// The format of this record ([`FORMAT_VERSION`] when written; 0 when
+    /// read from a file of the previous format, which had none).
+    #[serde(default)]
+    pub format: u32,
     pub vee_id: String,
     pub service_id: String,
     /// vCPUs.
@@ -33,15 +47,16 @@ impl VeeRecord {
     pub fn from_spec(spec: &VeeSpec) -> Result<Self> {
         check_vee_id(&spec.vee_id)?;
         if spec.vcpus == 0 {
-            bail!("VEE {}: field `vcpus` must be at least 1", spec.vee_id);
+            return Err(HostError::field("vcpus", format!("must be at least 1 (VEE {})", spec.vee_id)).into());
         }
         if spec.memory_mib == 0 {
-            bail!("VEE {}: field `memory_mib` must be at least 1", spec.vee_id);
+            return Err(HostError::field("memory_mib", format!("must be at least 1 (VEE {})", spec.vee_id)).into());
         }
         if spec.image.is_empty() && spec.kernel.is_empty() {
             bail!("VEE {}: needs an `image` or a `kernel` to boot", spec.vee_id);
         }
         Ok(Self {
+            format: FORMAT_VERSION,
             vee_id: spec.vee_id.clone(),
             service_id: spec.service_id.clone(),
             vcpus: spec.vcpus,
@@ -73,7 +88,7 @@ impl VeeRecord {
 
 /// Errors unless `vee_id` is a UUID (so it is safe as a file name).
 pub fn check_vee_id(vee_id: &str) -> Result<()> {
-    uuid::Uuid::parse_str(vee_id).with_context(|| format!("field `vee_id`: {vee_id:?} is not a UUID"))?;
+    uuid::Uuid::parse_str(vee_id).map_err(|_| HostError::field("vee_id", format!("{vee_id:?} is not a UUID")))?;
     Ok(())
 }
 
@@ -108,15 +123,26 @@ impl VeeStore {
         let dir = self.dir(&rec.vee_id);
         std::fs::create_dir_all(&dir)?;
         let tmp = dir.join("vee.json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(rec)?)?;
+        let rec = VeeRecord {
+            format: FORMAT_VERSION,
+            ..rec.clone()
+        };
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&rec)?)?;
         std::fs::rename(&tmp, dir.join("vee.json"))?;
         Ok(())
     }
 
     pub fn load(&self, vee_id: &str) -> Result<Option<VeeRecord>> {
         check_vee_id(vee_id)?;
-        match std::fs::read(self.dir(vee_id).join("vee.json")) {
-            Ok(b) => Ok(Some(serde_json::from_slice(&b)?)),
+        let path = self.dir(vee_id).join("vee.json");
+        match std::fs::read(&path) {
+            Ok(b) => {
+                let rec: VeeRecord = serde_json::from_slice(&b).with_context(|| path.display().to_string())?;
+                interfaces::Error::check_format(path.display().to_string(), rec.format, FORMAT_VERSION)?;
+                // Format 0 -> 1: the same fields; the version is written at
+                // the next save.
+                Ok(Some(rec))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -124,15 +150,17 @@ impl VeeStore {
 
     /// The record of `vee_id`, or an error saying this host has no such VEE.
     pub fn get(&self, vee_id: &str) -> Result<VeeRecord> {
-        self.load(vee_id)?.with_context(|| format!("VEE {vee_id} is not on this host"))
+        self.load(vee_id)?.ok_or_else(|| HostError::NotOnHost(vee_id.to_string()).into())
     }
 
     pub fn list(&self) -> Result<Vec<VeeRecord>> {
         let mut out = Vec::new();
         for e in std::fs::read_dir(&self.root)? {
             let name = e?.file_name().to_string_lossy().into_owned();
-            if let Ok(Some(r)) = self.load(&name) {
-                out.push(r);
+            match self.load(&name) {
+                Ok(Some(r)) => out.push(r),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(entry = %name, error = %format!("{e:#}"), "VEE record not read"),
             }
         }
         Ok(out)
@@ -173,6 +201,31 @@ mod tests {
         assert_eq!(s.list().unwrap().len(), 1);
         s.remove(&id).unwrap();
         assert!(s.load(&id).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_record_of_the_previous_format_is_read_and_a_newer_one_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let s = VeeStore::open(t.path()).unwrap();
+        let id = uuid::Uuid::new_v4().to_string();
+        std::fs::create_dir_all(s.dir(&id)).unwrap();
+        // Format 0, as the previous version wrote it: no `format` field.
+        let old = format!(
+            r#"{{"vee_id": "{id}", "service_id": "s", "vcpus": 1, "memory_mib": 128, "disk_gib": 1, "image": "", "kernel": "k", "initrd": "", "cmdline": "", "incoming": false}}"#
+        );
+        std::fs::write(s.dir(&id).join("vee.json"), old).unwrap();
+        let r = s.get(&id).unwrap();
+        assert_eq!((r.format, r.memory_mib, r.kernel.as_str()), (0, 128, "k"));
+        s.save(&r).unwrap();
+        assert_eq!(s.get(&id).unwrap().format, FORMAT_VERSION, "written in the current format");
+
+        let newer = std::fs::read_to_string(s.dir(&id).join("vee.json"))
+            .unwrap()
+            .replace(&format!("\"format\": {FORMAT_VERSION}"), "\"format\": 99");
+        std::fs::write(s.dir(&id).join("vee.json"), newer).unwrap();
+        let e = format!("{:#}", s.get(&id).unwrap_err());
+        assert!(e.contains("has format version 99, newer than this version reads"), "{e}");
+        assert!(s.list().unwrap().is_empty(), "not misread");
     }
 
     #[test]

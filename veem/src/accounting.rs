@@ -1,5 +1,5 @@
 //! Usage records (E PII §V, Req. 1): the executing site meters each VEE
-//! through its VEEH's Stats every `usage_interval_s` and writes usage
+//! through its VEEH's Stats every `usage_interval` and writes usage
 //! records (CPU s, MiB·s, disk and network bytes over the interval). Records
 //! of VEEs run for a peer go back to the primary site, stamped with this
 //! site's ID; the primary appends its own ID and drops duplicates by record
@@ -67,14 +67,14 @@ pub fn to_vmi(u: &UsageRec) -> vmi::UsageRecord {
 }
 
 impl Veem {
-    /// Meters every running local VEE every `usage_interval_s` and pushes
+    /// Meters every running local VEE every `usage_interval` and pushes
     /// unsent records of VEEs run for peers to their primary sites.
     pub fn spawn_accounting(self: &Arc<Self>) {
         let veem = self.clone();
         tokio::spawn(async move {
             let mut last: HashMap<String, Last> = HashMap::new();
             loop {
-                tokio::time::sleep(Duration::from_secs(veem.cfg.usage_interval_s.max(1))).await;
+                tokio::time::sleep(veem.cfg.usage_interval.max(Duration::from_secs(1))).await;
                 if let Err(e) = veem.meter_round(&mut last).await {
                     tracing::warn!(error = %format!("{e:#}"), "metering round failed");
                 }
@@ -213,14 +213,14 @@ impl Veem {
                     }
                     UsageLimitEntry::Commitment {
                         epoch_limit,
-                        epoch_s,
+                        epoch,
                         burst_limit,
-                        burst_s,
+                        burst,
                     } => {
                         info.kind = "commitment".into();
                         info.limit = amount(*epoch_limit);
                         info.burst_limit = amount(*burst_limit);
-                        (info.epoch_s, info.burst_s) = (*epoch_s, *burst_s);
+                        (info.epoch_s, info.burst_s) = (epoch.as_secs(), burst.as_secs());
                         info.epoch_avg = amount(snapshot.measured.epoch_avg);
                         info.burst_avg = amount(snapshot.measured.burst_avg);
                     }
@@ -358,8 +358,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cfg = crate::config::VeemConfig::parse(&format!(
             "site_id = \"site-a\"\nlisten = \"127.0.0.1:1\"\ndb = \"{}\"\nimage_repo = \"http://127.0.0.1:1\"\n\
-             [usage_limits.acme]\nkind = \"commitment\"\nepoch_limit = {{ vcpus = 4, memory_mib = 4096, disk_gib = 40 }}\nepoch_s = 400\n\
-             burst_limit = {{ vcpus = 8, memory_mib = 8192, disk_gib = 80 }}\nburst_s = 100\n",
+             [usage_limits.acme]\nkind = \"commitment\"\nepoch_limit = {{ vcpus = 4, memory_mib = 4096, disk_gib = 40 }}\nepoch = \"400s\"\n\
+             burst_limit = {{ vcpus = 8, memory_mib = 8192, disk_gib = 80 }}\nburst = \"100s\"\n",
             dir.path().join("db").display()
         ))
         .unwrap();

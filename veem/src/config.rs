@@ -1,4 +1,11 @@
 //! The VEEM's configuration file (TOML), `veem serve --config FILE`.
+//!
+//! Durations are humantime strings (`"500ms"`, `"30s"`, `"5m"`); a bare
+//! integer is read as seconds. The keys that ended in `_s` and took whole
+//! seconds (`heartbeat_interval_s`, `usage_interval_s`, `slot_s`,
+//! `proposals.interval_s`, `settle_s`, `hold_s`, and `epoch_s`, `burst_s`
+//! of a commitment limit) are still read under those names, and are
+//! deprecated: write `heartbeat_interval = "2s"` and so on.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -99,6 +106,30 @@ pub struct MigrationPolicy {
     pub bandwidth_mib_s: u64,
 }
 
+/// Reads a duration: a humantime string (`"2s"`, `"5m"`) or a bare number
+/// of seconds (the form of the deprecated `*_s` keys).
+fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Duration, D::Error> {
+    struct V;
+    impl serde::de::Visitor<'_> for V {
+        type Value = Duration;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a duration such as \"30s\" or \"5m\", or whole seconds")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Duration, E> {
+            Ok(Duration::from_secs(v))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<Duration, E> {
+            u64::try_from(v)
+                .map(Duration::from_secs)
+                .map_err(|_| E::custom(format!("{v} is negative")))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Duration, E> {
+            humantime::parse_duration(v).map_err(|e| E::custom(format!("{v:?}: {e}")))
+        }
+    }
+    d.deserialize_any(V)
+}
+
 /// `[proposals]`: migrations the planner proposes by itself (see
 /// `crate::proposals`). Whether they run at once or wait for an operator is
 /// `[migration] auto_approve` (reasons `failure-risk`, `sla-at-risk`,
@@ -106,44 +137,44 @@ pub struct MigrationPolicy {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProposalPolicy {
-    /// Seconds between two proposal passes (at least 1; default 10).
-    #[serde(default = "default_proposal_interval")]
-    pub interval_s: u64,
+    /// Time between two proposal passes (at least 1 s; default 10 s).
+    #[serde(default = "default_proposal_interval", alias = "interval_s", deserialize_with = "duration")]
+    pub interval: Duration,
     /// Whether to propose emptying the least-loaded host onto the others
     /// (reason `consolidation`; default false).
     #[serde(default)]
     pub consolidation: bool,
-    /// Seconds a VEE must have been on its host before consolidation moves
-    /// it (default 300): freshly placed or moved VEEs stay put.
-    #[serde(default = "default_settle")]
-    pub settle_s: u64,
-    /// Seconds, counted from a proposal's creation, during which the
-    /// planner does not propose the same reason for the same VEE again once
-    /// that proposal was rejected by an operator or failed (default 600): no
-    /// nagging, no retry storm.
-    #[serde(default = "default_hold")]
-    pub hold_s: u64,
+    /// How long a VEE must have been on its host before consolidation
+    /// moves it (default 5 min): freshly placed or moved VEEs stay put.
+    #[serde(default = "default_settle", alias = "settle_s", deserialize_with = "duration")]
+    pub settle: Duration,
+    /// How long, counted from a proposal's creation, the planner does not
+    /// propose the same reason for the same VEE again once that proposal
+    /// was rejected by an operator or failed (default 10 min): no nagging,
+    /// no retry storm.
+    #[serde(default = "default_hold", alias = "hold_s", deserialize_with = "duration")]
+    pub hold: Duration,
 }
 
 impl Default for ProposalPolicy {
     fn default() -> Self {
         Self {
-            interval_s: default_proposal_interval(),
+            interval: default_proposal_interval(),
             consolidation: false,
-            settle_s: default_settle(),
-            hold_s: default_hold(),
+            settle: default_settle(),
+            hold: default_hold(),
         }
     }
 }
 
-fn default_proposal_interval() -> u64 {
-    10
+fn default_proposal_interval() -> Duration {
+    Duration::from_secs(10)
 }
-fn default_settle() -> u64 {
-    300
+fn default_settle() -> Duration {
+    Duration::from_secs(300)
 }
-fn default_hold() -> u64 {
-    600
+fn default_hold() -> Duration {
+    Duration::from_secs(600)
 }
 
 /// `[recovery]`: how hard the VEEM tries to restore a VEE of a failed host
@@ -159,11 +190,11 @@ pub struct RecoveryPolicy {
     pub attempts_per_host: u32,
     /// Wait after the first failed restore on a host; doubled after each
     /// further one, at most 8 s (default 1 s).
-    #[serde(default = "default_recovery_backoff", with = "humantime_serde")]
+    #[serde(default = "default_recovery_backoff", deserialize_with = "duration")]
     pub backoff: Duration,
     /// The outage budget: once a VEE has been down this long (counted
     /// from the host's failure), no further attempt starts (default 2 min).
-    #[serde(default = "default_recovery_budget", with = "humantime_serde")]
+    #[serde(default = "default_recovery_budget", deserialize_with = "duration")]
     pub budget: Duration,
 }
 
@@ -214,18 +245,18 @@ pub struct VeemConfig {
     /// packing | striping | load-aware (OpenNebula's rank policies).
     #[serde(default = "default_rank")]
     pub rank_policy: String,
-    /// Seconds between heartbeats to each VEEH.
-    #[serde(default = "default_heartbeat")]
-    pub heartbeat_interval_s: u64,
+    /// Time between heartbeats to each VEEH (at least 1 s; default 2 s).
+    #[serde(default = "default_heartbeat", alias = "heartbeat_interval_s", deserialize_with = "duration")]
+    pub heartbeat_interval: Duration,
     /// Missed heartbeats after which a host is declared failed.
     #[serde(default = "default_misses")]
     pub heartbeat_miss_limit: u32,
-    /// Seconds between usage metering rounds.
-    #[serde(default = "default_usage")]
-    pub usage_interval_s: u64,
-    /// Planning slot length in seconds.
-    #[serde(default = "default_slot")]
-    pub slot_s: u64,
+    /// Time between usage metering rounds (default 10 s).
+    #[serde(default = "default_usage", alias = "usage_interval_s", deserialize_with = "duration")]
+    pub usage_interval: Duration,
+    /// Planning slot length (whole seconds, at least 1 s; default 1 min).
+    #[serde(default = "default_slot", alias = "slot_s", deserialize_with = "duration")]
+    pub slot: Duration,
     #[serde(default)]
     pub hosts: Vec<HostEntry>,
     #[serde(default)]
@@ -247,7 +278,7 @@ pub struct VeemConfig {
 
 /// A consumer's usage SLA as the configuration states it (D §3.3). Limits
 /// are absolute amounts (`{ vcpus, memory_mib, disk_gib }`, all three
-/// required); windows are in seconds.
+/// required); windows are durations.
 ///
 /// ```toml
 /// [usage_limits.acme]
@@ -257,9 +288,9 @@ pub struct VeemConfig {
 /// [usage_limits.globex]
 /// kind = "commitment"         # D's commitment-AP, on metered averages
 /// epoch_limit = { vcpus = 4, memory_mib = 8192, disk_gib = 100 }
-/// epoch_s = 86400
+/// epoch = "1d"
 /// burst_limit = { vcpus = 8, memory_mib = 16384, disk_gib = 200 }
-/// burst_s = 3600
+/// burst = "1h"
 /// ```
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", tag = "kind", deny_unknown_fields)]
@@ -271,11 +302,13 @@ pub enum UsageLimitEntry {
     /// Epoch and burst limits on the consumer's metered average usage.
     Commitment {
         epoch_limit: Resources,
-        /// T_epoch in seconds.
-        epoch_s: u64,
+        /// T_epoch.
+        #[serde(alias = "epoch_s", deserialize_with = "duration")]
+        epoch: Duration,
         burst_limit: Resources,
-        /// T_burst in seconds.
-        burst_s: u64,
+        /// T_burst.
+        #[serde(alias = "burst_s", deserialize_with = "duration")]
+        burst: Duration,
     },
 }
 
@@ -289,14 +322,14 @@ impl UsageLimitEntry {
             UsageLimitEntry::Extensible { limit } => UsageLimit::Extensible { limit },
             UsageLimitEntry::Commitment {
                 epoch_limit,
-                epoch_s,
+                epoch,
                 burst_limit,
-                burst_s,
+                burst,
             } => UsageLimit::Commitment {
                 epoch_limit,
-                epoch_slots: slots(epoch_s),
+                epoch_slots: slots(epoch.as_secs()),
                 burst_limit,
-                burst_slots: slots(burst_s),
+                burst_slots: slots(burst.as_secs()),
             },
         }
     }
@@ -304,7 +337,7 @@ impl UsageLimitEntry {
     /// T_epoch and T_burst in seconds, for a commitment limit.
     pub fn windows_s(&self) -> Option<(u64, u64)> {
         match self {
-            UsageLimitEntry::Commitment { epoch_s, burst_s, .. } => Some((*epoch_s, *burst_s)),
+            UsageLimitEntry::Commitment { epoch, burst, .. } => Some((epoch.as_secs(), burst.as_secs())),
             _ => None,
         }
     }
@@ -313,17 +346,17 @@ impl UsageLimitEntry {
 fn default_rank() -> String {
     "packing".into()
 }
-fn default_heartbeat() -> u64 {
-    2
+fn default_heartbeat() -> Duration {
+    Duration::from_secs(2)
 }
 fn default_misses() -> u32 {
     3
 }
-fn default_usage() -> u64 {
-    10
+fn default_usage() -> Duration {
+    Duration::from_secs(10)
 }
-fn default_slot() -> u64 {
-    60
+fn default_slot() -> Duration {
+    Duration::from_secs(60)
 }
 
 impl VeemConfig {
@@ -370,19 +403,25 @@ impl VeemConfig {
                 bail!("field `tokens[{i}].token`: the same token twice");
             }
         }
-        if self.heartbeat_interval_s == 0 || self.heartbeat_miss_limit == 0 {
-            bail!("fields `heartbeat_interval_s` and `heartbeat_miss_limit` must be at least 1");
+        if self.heartbeat_interval < Duration::from_secs(1) {
+            bail!("field `heartbeat_interval`: must be at least 1 s");
+        }
+        if self.heartbeat_miss_limit == 0 {
+            bail!("field `heartbeat_miss_limit`: must be at least 1");
+        }
+        if self.slot.as_secs() == 0 || self.slot.subsec_nanos() != 0 {
+            bail!("field `slot`: must be whole seconds, at least 1 s");
         }
         if self.recovery.attempts_per_host == 0 {
             bail!("field `recovery.attempts_per_host`: must be at least 1");
         }
-        if self.proposals.interval_s == 0 {
-            bail!("field `proposals.interval_s`: must be at least 1 (seconds)");
+        if self.proposals.interval < Duration::from_secs(1) {
+            bail!("field `proposals.interval`: must be at least 1 s");
         }
         for (name, limit) in &self.usage_limits {
             if let Some((epoch_s, burst_s)) = limit.windows_s() {
                 if epoch_s == 0 || burst_s == 0 {
-                    bail!("field `usage_limits.{name}`: epoch_s and burst_s must be at least 1 (seconds)");
+                    bail!("field `usage_limits.{name}`: epoch and burst must be at least 1 s");
                 }
             }
         }
@@ -430,8 +469,10 @@ mod tests {
             (2, Duration::from_millis(250), Duration::from_millis(500))
         );
         assert_eq!(cfg.recovery.budget, Duration::from_secs(300));
-        let e = VeemConfig::parse(&format!("{BASE}[recovery]\nbudget = 120\n")).unwrap_err();
-        assert!(format!("{e:#}").contains("recovery.budget"), "{e:#}");
+        let e = VeemConfig::parse(&format!("{BASE}[recovery]\nbudget = \"2 fortnights\"\n")).unwrap_err();
+        assert!(format!("{e:#}").contains("field `recovery.budget`"), "{e:#}");
+        let e = VeemConfig::parse(&format!("{BASE}[recovery]\nbudget = -5\n")).unwrap_err();
+        assert!(format!("{e:#}").contains("-5 is negative"), "{e:#}");
         let e = VeemConfig::parse(&format!("{BASE}[recovery]\nattempts_per_host = 0\n")).unwrap_err();
         assert!(format!("{e:#}").contains("recovery.attempts_per_host"), "{e:#}");
     }
@@ -448,41 +489,79 @@ mod tests {
     #[test]
     fn proposals_default_off_and_deny_unknown_fields() {
         let cfg: VeemConfig = toml::from_str(BASE).unwrap();
-        assert_eq!((cfg.proposals.interval_s, cfg.proposals.consolidation), (10, false));
-        let on: VeemConfig = toml::from_str(&format!("{BASE}[proposals]\nconsolidation = true\ninterval_s = 2\nsettle_s = 5\n")).unwrap();
+        assert_eq!(
+            (cfg.proposals.interval, cfg.proposals.consolidation),
+            (Duration::from_secs(10), false)
+        );
+        let on: VeemConfig = toml::from_str(&format!(
+            "{BASE}[proposals]\nconsolidation = true\ninterval = \"2s\"\nsettle = \"5s\"\n"
+        ))
+        .unwrap();
         on.check().unwrap();
+        let secs = |d: Duration| d.as_secs();
         assert_eq!(
             (
-                on.proposals.interval_s,
+                secs(on.proposals.interval),
                 on.proposals.consolidation,
-                on.proposals.settle_s,
-                on.proposals.hold_s
+                secs(on.proposals.settle),
+                secs(on.proposals.hold)
             ),
             (2, true, 5, 600)
         );
         let e = toml::from_str::<VeemConfig>(&format!("{BASE}[proposals]\nconsolidate = true\n")).unwrap_err();
         assert!(e.to_string().contains("consolidate"), "{e}");
-        let zero: VeemConfig = toml::from_str(&format!("{BASE}[proposals]\ninterval_s = 0\n")).unwrap();
-        assert!(zero.check().unwrap_err().to_string().contains("proposals.interval_s"));
+        let zero: VeemConfig = toml::from_str(&format!("{BASE}[proposals]\ninterval = \"0s\"\n")).unwrap();
+        assert!(zero.check().unwrap_err().to_string().contains("proposals.interval"));
+    }
+
+    #[test]
+    fn durations_are_humantime_and_the_deprecated_seconds_keys_still_read() {
+        let new = VeemConfig::parse(&format!(
+            "{BASE}heartbeat_interval = \"3s\"\nusage_interval = \"1m\"\nslot = \"2m\"\n[proposals]\ninterval = \"20s\"\nsettle = \"1h\"\nhold = \"15m\"\n"
+        ))
+        .unwrap();
+        let old = VeemConfig::parse(&format!(
+            "{BASE}heartbeat_interval_s = 3\nusage_interval_s = 60\nslot_s = 120\n[proposals]\ninterval_s = 20\nsettle_s = 3600\nhold_s = 900\n"
+        ))
+        .unwrap();
+        for cfg in [new, old] {
+            assert_eq!(
+                (cfg.heartbeat_interval, cfg.usage_interval, cfg.slot),
+                (Duration::from_secs(3), Duration::from_secs(60), Duration::from_secs(120))
+            );
+            assert_eq!(
+                (cfg.proposals.interval, cfg.proposals.settle, cfg.proposals.hold),
+                (Duration::from_secs(20), Duration::from_secs(3600), Duration::from_secs(900))
+            );
+        }
+        let both = VeemConfig::parse(&format!("{BASE}heartbeat_interval = \"3s\"\nheartbeat_interval_s = 3\n")).unwrap_err();
+        assert!(format!("{both:#}").contains("heartbeat_interval"), "{both:#}");
+        let sub = VeemConfig::parse(&format!("{BASE}heartbeat_interval = \"500ms\"\n")).unwrap_err();
+        assert!(
+            format!("{sub:#}").contains("field `heartbeat_interval`: must be at least 1 s"),
+            "{sub:#}"
+        );
+        let frac = VeemConfig::parse(&format!("{BASE}slot = \"1500ms\"\n")).unwrap_err();
+        assert!(format!("{frac:#}").contains("field `slot`"), "{frac:#}");
     }
 
     #[test]
     fn usage_limits_parse_into_planner_limits_and_bad_ones_name_the_field() {
         let text = format!(
-            "{BASE}slot_s = 60\n[usage_limits.acme]\nkind = \"fixed\"\nlimit = {{ vcpus = 2, memory_mib = 256, disk_gib = 2 }}\n\
-             [usage_limits.globex]\nkind = \"commitment\"\nepoch_limit = {{ vcpus = 4, memory_mib = 512, disk_gib = 8 }}\nepoch_s = 3601\n\
+            "{BASE}slot = \"1m\"\n[usage_limits.acme]\nkind = \"fixed\"\nlimit = {{ vcpus = 2, memory_mib = 256, disk_gib = 2 }}\n\
+             [usage_limits.globex]\nkind = \"commitment\"\nepoch_limit = {{ vcpus = 4, memory_mib = 512, disk_gib = 8 }}\nepoch = \"1h 1s\"\n\
              burst_limit = {{ vcpus = 8, memory_mib = 1024, disk_gib = 16 }}\nburst_s = 600\n"
         );
         let cfg: VeemConfig = toml::from_str(&text).unwrap();
         cfg.check().unwrap();
         assert_eq!(
-            cfg.usage_limits["acme"].to_planner(cfg.slot_s),
+            cfg.usage_limits["acme"].to_planner(cfg.slot.as_secs()),
             UsageLimit::Fixed {
                 limit: Resources::new(2, 256, 2)
             }
         );
         assert_eq!(
-            cfg.usage_limits["globex"].to_planner(cfg.slot_s),
+            cfg.usage_limits["globex"].to_planner(cfg.slot.as_secs()),
             UsageLimit::Commitment {
                 epoch_limit: Resources::new(4, 512, 8),
                 epoch_slots: 61,

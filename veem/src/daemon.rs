@@ -45,12 +45,15 @@ pub async fn run(config: &Path) -> Result<()> {
     Ok(())
 }
 
-/// One heartbeat to every host; registers new hosts with the planner,
-/// brings recovered hosts back, and sends failed hosts to recovery.
+/// One heartbeat to every host, all at once (each bounded by its own
+/// timeout, so a silent host delays nobody); then registers new hosts with
+/// the planner, brings recovered hosts back, and sends failed hosts to
+/// recovery.
 async fn heartbeat_round(veem: &Arc<Veem>) {
-    for h in veem.hosts.names() {
-        let before = veem.hosts.health(&h);
-        let (after, info) = veem.hosts.heartbeat(&h, veem.cfg.heartbeat_miss_limit).await;
+    let names = veem.hosts.names();
+    let before: Vec<Health> = names.iter().map(|h| veem.hosts.health(h)).collect();
+    let beats = futures::future::join_all(names.iter().map(|h| veem.hosts.heartbeat(h, veem.cfg.heartbeat_miss_limit))).await;
+    for ((h, before), (after, info)) in names.into_iter().zip(before).zip(beats) {
         if let Some(i) = info {
             let known = veem.planner.lock().unwrap().host(&h).is_some();
             if !known {
@@ -97,7 +100,7 @@ fn spawn_heartbeats(veem: &Arc<Veem>) {
     let veem = veem.clone();
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(Duration::from_secs(veem.cfg.heartbeat_interval_s)).await;
+            tokio::time::sleep(veem.cfg.heartbeat_interval).await;
             heartbeat_round(&veem).await;
         }
     });

@@ -143,7 +143,7 @@ impl Veem {
     pub async fn deploy(self: &Arc<Self>, caller: &Role, toml: &str) -> Result<ServiceRec> {
         let m = match self.check_manifest(caller, toml).await {
             Ok(m) => m,
-            Err(Refusal(reasons)) => bail!("rejected: {}", reasons.join("; ")),
+            Err(Refusal(reasons)) => return Err(crate::error::VeemError::ManifestRefused(reasons).into()),
         };
         let service_id = uuid::Uuid::new_v4().to_string();
         let req = self.request(&m, &service_id);

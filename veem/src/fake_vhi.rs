@@ -179,6 +179,22 @@ impl Vhi for FakeVhi {
     }
 }
 
+/// A `standard` service of one 1-vCPU, 512 MiB VEE, penalty 36 per hour.
+pub const STANDARD: &str = r#"
+[service]
+name = "shop"
+provider = "acme"
+[sla]
+guarantee = "standard"
+penalty_per_hour = 36.0
+[[component]]
+name = "vm"
+vcpus = 1
+memory_mib = 512
+disk_gib = 1
+image = "sha256:5555555555555555555555555555555555555555555555555555555555555555"
+"#;
+
 /// A VEEM over fake VEEHs, with a temporary database: the harness of the
 /// workflows' unit tests.
 pub struct FakeSite {

@@ -19,6 +19,8 @@ use interfaces::vhi::IncomingTarget;
 use interfaces::vmi::{IncomingRequest, VeeActionRequest, VeeRef};
 
 use crate::config::Role;
+use crate::domain::StateMachine;
+use crate::error::VeemError;
 use crate::manager::Veem;
 use crate::model::{now_ms, CheckpointRec, Location, ServiceRec, VeeRec, VeeState};
 use crate::peers;
@@ -96,7 +98,7 @@ impl Veem {
                 match self.send_incoming(&p.site_id, &v, Incoming::Boot).await {
                     Ok(_) => {
                         v.location = Location::Site(p.site_id.clone());
-                        v.state = VeeState::Running;
+                        v.state = v.state.transition(&v.id, VeeState::Running)?;
                         break;
                     }
                     Err(e) => refusals.push(format!("{} refused: {e:#}", p.site_id)),
@@ -178,9 +180,12 @@ impl Veem {
         if let Some(rec) = info.checkpoint_record.as_ref().filter(|_| action == "checkpoint") {
             self.record_checkpoint(&mut v, rec, &format!("at {site}")).await?;
         }
-        if let Ok(state) = serde_json::from_value::<VeeState>(serde_json::Value::String(info.state.clone())) {
-            if state != v.state {
-                self.transition(&mut v, state, format!("at {site}"))?;
+        match VeeState::parse(&info.state) {
+            Some(state) if state == v.state => {}
+            Some(state) if v.state.can_become(state) => self.transition(&mut v, state, format!("at {site}"))?,
+            // A peer's word is checked, not trusted.
+            _ => {
+                tracing::warn!(vee = %vee_id, %site, from = v.state.as_str(), to = %info.state, "peer reports a state change the VEE cannot make; ignored")
             }
         }
         Ok(())
@@ -237,7 +242,7 @@ impl Veem {
     /// prepares a VEEH to receive it by live migration.
     pub async fn accept_incoming(self: &Arc<Self>, from: &str, r: IncomingRequest) -> Result<IncomingTarget> {
         if r.primary_site != from {
-            bail!("field `primary_site`: {:?} is not the calling site {from:?}", r.primary_site);
+            return Err(VeemError::field("primary_site", format!("{:?} is not the calling site {from:?}", r.primary_site)).into());
         }
         let agreement = &peers::peer(&self.cfg, from)
             .with_context(|| format!("no framework agreement with {from}"))?

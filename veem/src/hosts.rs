@@ -1,6 +1,6 @@
 //! The site's VEEHs: VHI clients, heartbeats and failure detection.
 //!
-//! Every `heartbeat_interval_s` the VEEM asks each VEEH for HostInfo; a host
+//! Every `heartbeat_interval` the VEEM asks each VEEH for HostInfo; a host
 //! that misses `heartbeat_miss_limit` heartbeats in a row is declared failed
 //! and its VEEs go to recovery. A failed host that answers again comes back
 //! up (empty: its VEEs were recovered elsewhere).

@@ -17,6 +17,8 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod deploy;
+pub mod domain;
+pub mod error;
 #[cfg(test)]
 pub(crate) mod fake_vhi;
 pub mod federation;

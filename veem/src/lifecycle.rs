@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 use interfaces::vhi::{CheckpointRequest, DestroyRequest, RestoreRequest, ShutdownRequest, VeeRef};
 
+use crate::error::VeemError;
 use crate::manager::Veem;
 use crate::model::{now_ms, CheckpointRec, Location, VeeRec, VeeState};
 use crate::store::Tree;
@@ -53,7 +54,13 @@ impl Veem {
                     .await?
             }
             "withdraw" => self.withdraw(vee_id).await?,
-            other => bail!("field `action`: {other:?} is not stop, suspend, resume, checkpoint, restore or withdraw"),
+            other => {
+                return Err(VeemError::field(
+                    "action",
+                    format!("{other:?} is not stop, suspend, resume, checkpoint, restore or withdraw"),
+                )
+                .into())
+            }
         }
         self.vee(vee_id)
     }
@@ -76,7 +83,9 @@ impl Veem {
             })
             .await?;
         }
-        self.transition(&mut v, VeeState::Stopped, "")?;
+        if v.state != VeeState::Stopped {
+            self.transition(&mut v, VeeState::Stopped, "")?;
+        }
         let _ = self.planner.lock().unwrap().release_vee(vee_id);
         self.persist_planner()?;
         v.location = Location::Nowhere;
@@ -148,7 +157,7 @@ impl Veem {
             let cp: CheckpointRec = self
                 .store
                 .get(Tree::Checkpoints, id)?
-                .ok_or_else(|| anyhow!("checkpoint {id} not found"))?;
+                .ok_or_else(|| VeemError::not_found("checkpoint", id))?;
             if cp.vee_id != vee_id {
                 bail!("checkpoint {id} is not of VEE {vee_id}");
             }

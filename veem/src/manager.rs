@@ -1,15 +1,17 @@
 //! The VEEM's shared state and the small operations every workflow uses:
 //! records, events, the planner, per-VEE locks, VHI clients.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use interfaces::repo_client::RepoClient;
 use interfaces::vmi;
 use tokio::sync::broadcast;
 
 use crate::config::VeemConfig;
+use crate::domain::StateMachine;
+use crate::error::VeemError;
 use crate::hosts::HostPool;
 use crate::model::{now_ms, EventRec, ServiceRec, VeeRec, VeeState};
 use crate::planner::{Planner, PlannerConfig, RankPolicy, SlotClock};
@@ -33,7 +35,7 @@ pub struct Veem {
     /// loops (scheduler, metering, proposals, peer watch) scan this instead
     /// of decoding the database each time.
     vee_records: RwLock<BTreeMap<String, VeeRec>>,
-    vee_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    vee_locks: Mutex<interfaces::locks::LockMap>,
     /// VEEs with a background task (deploy, checkpoint) under way, so the
     /// scheduler does not queue another.
     busy: Mutex<std::collections::HashSet<String>>,
@@ -56,12 +58,16 @@ impl Veem {
         let mut planner: Planner = match saved {
             Some(p) => p,
             None => Planner::new(PlannerConfig {
-                clock: SlotClock::new(0, cfg.slot_s as u32),
+                clock: SlotClock::new(0, cfg.slot.as_secs() as u32),
                 ..PlannerConfig::default()
             }),
         };
         planner.set_rank_policy(rank_policy(&cfg.rank_policy));
-        planner.replace_usage_limits(cfg.usage_limits.iter().map(|(name, l)| (name.clone(), l.to_planner(cfg.slot_s))));
+        planner.replace_usage_limits(
+            cfg.usage_limits
+                .iter()
+                .map(|(name, l)| (name.clone(), l.to_planner(cfg.slot.as_secs()))),
+        );
         let clock = planner.clock();
         let hosts = HostPool::new(&cfg.hosts)?;
         let repo = RepoClient::new(&cfg.image_repo, cfg.image_repo_token.clone())?;
@@ -77,7 +83,7 @@ impl Veem {
             repo,
             events,
             vee_records,
-            vee_locks: Mutex::new(HashMap::new()),
+            vee_locks: Mutex::new(Default::default()),
             busy: Mutex::new(Default::default()),
         }))
     }
@@ -90,7 +96,7 @@ impl Veem {
 
     /// Serialises operations on one VEE.
     pub async fn lock_vee(&self, vee_id: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let m = self.vee_locks.lock().unwrap().entry(vee_id.to_string()).or_default().clone();
+        let m = interfaces::locks::entry(&mut self.vee_locks.lock().unwrap(), vee_id);
         m.lock_owned().await
     }
 
@@ -132,11 +138,13 @@ impl Veem {
             .unwrap()
             .get(id)
             .cloned()
-            .ok_or_else(|| anyhow!("VEE {id} not found"))
+            .ok_or_else(|| VeemError::not_found("VEE", id).into())
     }
 
     pub fn service(&self, id: &str) -> Result<ServiceRec> {
-        self.store.get(Tree::Services, id)?.ok_or_else(|| anyhow!("service {id} not found"))
+        self.store
+            .get(Tree::Services, id)?
+            .ok_or_else(|| VeemError::not_found("service", id).into())
     }
 
     /// Every VEE record, in ID order.
@@ -168,9 +176,11 @@ impl Veem {
     }
 
     /// Changes a VEE's state, persists it and emits the transition event.
+    /// Errors with [`crate::domain::InvalidTransition`] (and changes
+    /// nothing) when the VEE state table does not allow the change.
     pub fn transition(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>) -> Result<()> {
         let from = vee.state;
-        vee.state = to;
+        vee.state = from.transition(&vee.id, to)?;
         vee.updated_ms = now_ms();
         self.save_vee(vee).context("persist VEE")?;
         let d: String = detail.into();
@@ -187,5 +197,25 @@ impl Veem {
     /// called with the planner locked.
     pub fn now_slot(&self) -> crate::planner::Slot {
         self.clock.slot_at(chrono::Utc::now().timestamp())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fake_vhi::{FakeSite, STANDARD};
+    use crate::model::VeeState;
+
+    #[tokio::test]
+    async fn an_invalid_transition_is_refused_and_changes_nothing() {
+        let site = FakeSite::start(&["h1"], "").await;
+        let vee = site.running_service(STANDARD).remove(0);
+        let mut v = site.veem.vee(&vee).unwrap();
+        let events = || site.veem.store.events().unwrap().into_iter().filter(|e| e.vee_id == vee).count();
+        let before = events();
+        let e = site.veem.transition(&mut v, VeeState::Pending, "back to the start").unwrap_err();
+        assert!(e.downcast_ref::<crate::domain::InvalidTransition>().is_some(), "{e:#}");
+        assert_eq!(v.state, VeeState::Running);
+        assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running, "nothing stored");
+        assert_eq!(events(), before, "no event");
     }
 }

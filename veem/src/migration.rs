@@ -19,27 +19,52 @@ use interfaces::vhi::IncomingTarget;
 use interfaces::vhi::{self, MigrateOutRequest};
 use interfaces::vmi::{SendVeeRequest, VeeRef};
 
+use crate::error::VeemError;
 use crate::manager::Veem;
-use crate::model::{now_ms, Location, MigrationRec, VeeState};
+use crate::model::{now_ms, Location, MigrationRec, MigrationState, VeeState};
 use crate::peers;
 use crate::store::Tree;
 
 mod home;
 
-/// Where a migration goes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where a migration goes. Written as `host:NAME`, `site:ID` or
+/// `site-of:ID` (in records and in the VMI).
+#[derive(Clone, Debug, PartialEq, Eq, serde_with::SerializeDisplay, serde_with::DeserializeFromStr)]
 pub enum Dest {
+    /// A host of this site.
     Host(String),
+    /// A peer site (or this site, for a VEE coming home).
     Site(String),
+    /// Wherever primary site ID sends a VEE this site runs for it
+    /// (SendVee): only the primary knows the destination.
+    ForPrimary(String),
 }
 
 impl Dest {
     pub fn parse(to: &str) -> Result<Self> {
         match to.split_once(':') {
-            Some(("host", h)) => Ok(Dest::Host(h.into())),
-            Some(("site", s)) => Ok(Dest::Site(s.into())),
-            _ => bail!("migration target {to:?} is neither host:NAME nor site:ID"),
+            Some(("host", h)) if !h.is_empty() => Ok(Dest::Host(h.into())),
+            Some(("site", s)) if !s.is_empty() => Ok(Dest::Site(s.into())),
+            Some(("site-of", s)) if !s.is_empty() => Ok(Dest::ForPrimary(s.into())),
+            _ => bail!("migration target {to:?} is neither host:NAME, site:ID nor site-of:ID"),
         }
+    }
+}
+
+impl std::fmt::Display for Dest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dest::Host(h) => write!(f, "host:{h}"),
+            Dest::Site(s) => write!(f, "site:{s}"),
+            Dest::ForPrimary(s) => write!(f, "site-of:{s}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Dest {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Dest::parse(s)
     }
 }
 
@@ -55,7 +80,7 @@ impl Veem {
     pub fn migration(&self, id: &str) -> Result<MigrationRec> {
         self.store
             .get(Tree::Migrations, id)?
-            .ok_or_else(|| anyhow!("migration {id} not found"))
+            .ok_or_else(|| VeemError::not_found("migration", id).into())
     }
 
     fn save_migration(&self, m: &MigrationRec) -> Result<()> {
@@ -81,22 +106,23 @@ impl Veem {
             .store
             .list::<MigrationRec>(Tree::Migrations)?
             .into_iter()
-            .find(|m| m.vee_id == vee_id && ["proposed", "approved", "running"].contains(&m.state.as_str()));
+            .find(|m| m.vee_id == vee_id && m.state.is_open());
         if let Some(m) = open {
             bail!("VEE {vee_id} already has migration {} ({}, to {})", m.id, m.state, m.to);
         }
         match &to {
             Dest::Host(h) => {
                 if !self.hosts.names().contains(h) {
-                    bail!("field `to_host`: {h:?} is not a host of site {}", self.cfg.site_id);
+                    return Err(VeemError::field("to_host", format!("{h:?} is not a host of site {}", self.cfg.site_id)).into());
                 }
                 if v.location == Location::Host(h.clone()) {
                     bail!("VEE {vee_id} already runs on {h}");
                 }
             }
+            Dest::ForPrimary(_) => return Err(VeemError::field("to", "site-of targets are chosen by a primary site").into()),
             Dest::Site(s) => {
                 if s != &self.cfg.site_id {
-                    peers::peer(&self.cfg, s).with_context(|| "field `to_site`".to_string())?;
+                    peers::peer(&self.cfg, s).map_err(|e| VeemError::field("to_site", e))?;
                     if v.migration_policy != "federation" {
                         bail!(
                             "VEE {vee_id}: its SLA's migration policy is {:?}, not federation",
@@ -109,18 +135,14 @@ impl Veem {
                 }
             }
         }
-        let to_text = match &to {
-            Dest::Host(h) => format!("host:{h}"),
-            Dest::Site(s) => format!("site:{s}"),
-        };
         let auto = self.cfg.migration.auto_approve.iter().any(|r| r == reason);
         let mut m = MigrationRec {
             id: uuid::Uuid::new_v4().to_string(),
             vee_id: vee_id.into(),
             from: location_text(&v.location),
-            to: to_text,
+            to,
             reason: reason.into(),
-            state: "proposed".into(),
+            state: MigrationState::Proposed,
             decided_by: String::new(),
             detail: format!("proposed by {by}"),
             total_ms: 0,
@@ -129,7 +151,7 @@ impl Veem {
         };
         self.save_migration(&m)?;
         if auto {
-            m.state = "approved".into();
+            m.advance(MigrationState::Approved)?;
             m.decided_by = "site policy".into();
             self.save_migration(&m)?;
             self.spawn_migration(&m.id);
@@ -140,10 +162,10 @@ impl Veem {
     /// An operator approves a proposal: it runs now.
     pub fn approve(self: &Arc<Self>, id: &str, by: &str) -> Result<MigrationRec> {
         let mut m = self.migration(id)?;
-        if m.state != "proposed" {
+        if m.state != MigrationState::Proposed {
             bail!("migration {id} is {}, not proposed", m.state);
         }
-        m.state = "approved".into();
+        m.advance(MigrationState::Approved)?;
         m.decided_by = by.into();
         self.save_migration(&m)?;
         self.spawn_migration(id);
@@ -153,13 +175,13 @@ impl Veem {
     /// An operator rejects a proposal: nothing moves.
     pub fn reject(&self, id: &str, by: &str, reason: &str) -> Result<MigrationRec> {
         if reason.trim().is_empty() {
-            bail!("field `reason`: say why the migration is rejected");
+            return Err(VeemError::field("reason", "say why the migration is rejected").into());
         }
         let mut m = self.migration(id)?;
-        if m.state != "proposed" {
+        if m.state != MigrationState::Proposed {
             bail!("migration {id} is {}, not proposed", m.state);
         }
-        m.state = "rejected".into();
+        m.advance(MigrationState::Rejected)?;
         m.decided_by = by.into();
         m.detail = reason.into();
         self.save_migration(&m)?;
@@ -175,7 +197,7 @@ impl Veem {
     /// a host of this site.
     pub fn drain(self: &Arc<Self>, host: &str, by: &str) -> Result<Vec<MigrationRec>> {
         if !self.hosts.names().iter().any(|h| h == host) {
-            bail!("field `host`: {host:?} is not a host of site {}", self.cfg.site_id);
+            return Err(VeemError::field("host", format!("{host:?} is not a host of site {}", self.cfg.site_id)).into());
         }
         let targets: Vec<String> = self
             .hosts
@@ -214,17 +236,17 @@ impl Veem {
         let mut m = self.migration(id)?;
         let _g = self.lock_vee(&m.vee_id).await;
         let mut v = self.vee(&m.vee_id)?;
-        if m.state != "approved" {
+        if m.state != MigrationState::Approved {
             bail!("migration {id} is {}", m.state);
         }
         if v.state != VeeState::Running {
-            m.state = "failed".into();
+            m.advance(MigrationState::Failed)?;
             m.detail = format!("VEE is {}, not running", v.state.as_str());
             self.save_migration(&m)?;
             bail!("{}", m.detail);
         }
-        let dest = Dest::parse(&m.to)?;
-        m.state = "running".into();
+        let dest = m.to.clone();
+        m.advance(MigrationState::Running)?;
         self.save_migration(&m)?;
         self.transition(&mut v, VeeState::Migrating, format!("to {}", m.to))?;
         let started = std::time::Instant::now();
@@ -232,7 +254,7 @@ impl Veem {
         let homecoming = matches!((&v.location, &dest), (Location::Site(_), Dest::Host(_)));
         if let (true, Dest::Host(h)) = (homecoming, &dest) {
             if let Err(e) = self.reserve_home(&v, h) {
-                m.state = "failed".into();
+                m.advance(MigrationState::Failed)?;
                 m.detail = format!("{e:#}");
                 self.save_migration(&m)?;
                 self.transition(&mut v, VeeState::Running, "migration failed; stays where it is")?;
@@ -255,6 +277,7 @@ impl Veem {
             }
             Dest::Site(s) if s == &self.cfg.site_id => Err(anyhow!("migrating home needs a destination host: use --to-host")),
             Dest::Site(s) => self.send_incoming(s, &v, crate::federation::Incoming::Migration).await,
+            Dest::ForPrimary(s) => Err(anyhow!("site-of:{s} is not a destination this site can choose")),
         };
         let outcome = match prepared {
             Err(e) => Err(e.context("destination refused")),
@@ -310,10 +333,10 @@ impl Veem {
                 self.persist_planner()?;
                 v.location = match &dest {
                     Dest::Host(h) => Location::Host(h.clone()),
-                    Dest::Site(s) => Location::Site(s.clone()),
+                    Dest::Site(s) | Dest::ForPrimary(s) => Location::Site(s.clone()),
                 };
                 self.transition(&mut v, VeeState::Running, format!("migrated to {}", m.to))?;
-                m.state = "done".into();
+                m.advance(MigrationState::Done)?;
                 m.total_ms = if total_ms > 0 {
                     total_ms
                 } else {
@@ -330,7 +353,7 @@ impl Veem {
                     self.persist_planner()?;
                 }
                 self.transition(&mut v, VeeState::Running, format!("migration failed; stays at {}", m.from))?;
-                m.state = "failed".into();
+                m.advance(MigrationState::Failed)?;
                 m.detail = format!("{e:#}");
                 self.save_migration(&m)?;
                 Err(e)
@@ -390,7 +413,7 @@ impl Veem {
         }
     }
 
-    async fn complete_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
+    pub(crate) async fn complete_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
         match dest {
             Dest::Host(h) => {
                 self.hosts
@@ -405,6 +428,7 @@ impl Veem {
                     .await
                     .map_err(|e| anyhow!("{s}: {}", e.message()))?;
             }
+            Dest::ForPrimary(s) => bail!("the destination belongs to primary site {s}"),
         }
         Ok(())
     }
@@ -438,6 +462,7 @@ impl Veem {
                     .await
                     .map_err(|e| anyhow!("{s}: {}", e.message()))?;
             }
+            Dest::ForPrimary(s) => bail!("the destination belongs to primary site {s}"),
         }
         Ok(())
     }
@@ -455,9 +480,9 @@ impl Veem {
             id: uuid::Uuid::new_v4().to_string(),
             vee_id: vee_id.into(),
             from: format!("host:{src}"),
-            to: format!("site-of:{from}"),
+            to: Dest::ForPrimary(from.into()),
             reason: format!("requested by primary site {from}"),
-            state: "running".into(),
+            state: MigrationState::Running,
             decided_by: from.into(),
             detail: String::new(),
             total_ms: 0,
@@ -467,7 +492,7 @@ impl Veem {
         self.transition(&mut v, VeeState::Migrating, "sent on by the primary site")?;
         match self.migrate_out(&src, vee_id, target, v.max_downtime_ms, &mut m).await {
             Ok((t, d)) => {
-                m.state = "done".into();
+                m.advance(MigrationState::Done)?;
                 m.total_ms = t;
                 m.downtime_ms = d;
                 let _ = self.planner.lock().unwrap().release_service(vee_id);
@@ -476,7 +501,7 @@ impl Veem {
                 self.transition(&mut v, VeeState::Terminated, "left for another site")?;
             }
             Err(e) => {
-                m.state = "failed".into();
+                m.advance(MigrationState::Failed)?;
                 m.detail = format!("{e:#}");
                 self.transition(&mut v, VeeState::Running, "send failed; stays here")?;
             }

@@ -9,53 +9,8 @@ pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// VEE states (DESIGN.md §4): pending -> admitted -> deploying -> running
-/// <-> suspended; running -> checkpointing -> running; running -> migrating
-/// -> running; running -> failed -> recovering -> running; any -> stopped ->
-/// terminated; rejected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum VeeState {
-    Pending,
-    Admitted,
-    Deploying,
-    Running,
-    Suspended,
-    Checkpointing,
-    Migrating,
-    Failed,
-    Recovering,
-    Stopped,
-    Terminated,
-    Rejected,
-}
-
-impl VeeState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VeeState::Pending => "pending",
-            VeeState::Admitted => "admitted",
-            VeeState::Deploying => "deploying",
-            VeeState::Running => "running",
-            VeeState::Suspended => "suspended",
-            VeeState::Checkpointing => "checkpointing",
-            VeeState::Migrating => "migrating",
-            VeeState::Failed => "failed",
-            VeeState::Recovering => "recovering",
-            VeeState::Stopped => "stopped",
-            VeeState::Terminated => "terminated",
-            VeeState::Rejected => "rejected",
-        }
-    }
-
-    /// States in which the VEE should be running somewhere.
-    pub fn is_live(self) -> bool {
-        matches!(
-            self,
-            VeeState::Running | VeeState::Checkpointing | VeeState::Migrating | VeeState::Suspended
-        )
-    }
-}
+use crate::domain::StateMachine;
+pub use crate::domain::{MigrationState, VeeState};
 
 /// A service deployed from a manifest.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -164,22 +119,20 @@ impl CheckpointRec {
             vee_id: r.vee_id.clone(),
             taken_ms: r.taken_at_unix_ms,
             valid: true,
-            record_hex: hex_encode(&r.encode_to_vec()),
+            record_hex: hex::encode(r.encode_to_vec()),
         }
     }
 
+    /// The VHI record; errors (naming the checkpoint) when the stored text
+    /// is not hex of a record, or the record is of a newer format.
     pub fn record(&self) -> anyhow::Result<interfaces::vhi::CheckpointRecord> {
+        use anyhow::Context;
         use prost::Message;
-        Ok(interfaces::vhi::CheckpointRecord::decode(hex_decode(&self.record_hex)?.as_slice())?)
+        let bytes = hex::decode(&self.record_hex).with_context(|| format!("checkpoint {}: field `record_hex`", self.id))?;
+        let r = interfaces::vhi::CheckpointRecord::decode(bytes.as_slice()).with_context(|| format!("checkpoint {}: record", self.id))?;
+        r.check_format()?;
+        Ok(r)
     }
-}
-
-fn hex_encode(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn hex_decode(s: &str) -> anyhow::Result<Vec<u8>> {
-    (0..s.len()).step_by(2).map(|i| Ok(u8::from_str_radix(&s[i..i + 2], 16)?)).collect()
 }
 
 /// A migration proposal and its fate (DESIGN.md §4).
@@ -188,16 +141,24 @@ pub struct MigrationRec {
     pub id: String,
     pub vee_id: String,
     pub from: String,
-    /// `host:NAME` or `site:ID`.
-    pub to: String,
+    /// Where the VEE goes (stored as `host:NAME`, `site:ID` or
+    /// `site-of:ID`).
+    pub to: crate::migration::Dest,
     pub reason: String,
-    /// proposed | approved | rejected | running | done | failed
-    pub state: String,
+    pub state: MigrationState,
     pub decided_by: String,
     pub detail: String,
     pub total_ms: u64,
     pub downtime_ms: u64,
     pub created_ms: i64,
+}
+
+impl MigrationRec {
+    /// Moves the migration to state `to` if its transition table allows it.
+    pub fn advance(&mut self, to: MigrationState) -> Result<(), crate::domain::InvalidTransition> {
+        self.state = self.state.transition(&self.id, to)?;
+        Ok(())
+    }
 }
 
 /// A usage record (E PII §V, Req. 1).
@@ -244,7 +205,7 @@ pub struct EventRec {
 
 /// Errors unless `value` is a UUID; names the field.
 pub fn check_uuid(field: &str, value: &str) -> anyhow::Result<()> {
-    uuid::Uuid::parse_str(value).map_err(|_| anyhow::anyhow!("field `{field}`: {value:?} is not a UUID"))?;
+    uuid::Uuid::parse_str(value).map_err(|_| crate::error::VeemError::field(field, format!("{value:?} is not a UUID")))?;
     Ok(())
 }
 
@@ -262,5 +223,25 @@ mod tests {
         };
         let c = CheckpointRec::new(&r);
         assert_eq!(c.record().unwrap(), r);
+    }
+
+    #[test]
+    fn a_damaged_or_newer_checkpoint_record_is_an_error_not_a_panic() {
+        let r = interfaces::vhi::CheckpointRecord {
+            checkpoint_id: "c1".into(),
+            format_version: interfaces::CHECKPOINT_RECORD_FORMAT,
+            ..Default::default()
+        };
+        let mut c = CheckpointRec::new(&r);
+        c.record_hex.push('a'); // odd length: the old decoder panicked here
+        assert!(format!("{:#}", c.record().unwrap_err()).contains("checkpoint c1: field `record_hex`"));
+        c.record_hex = "zz".into();
+        assert!(c.record().is_err());
+        let newer = CheckpointRec::new(&interfaces::vhi::CheckpointRecord {
+            format_version: interfaces::CHECKPOINT_RECORD_FORMAT + 1,
+            ..r
+        });
+        let e = format!("{:#}", newer.record().unwrap_err());
+        assert!(e.contains("checkpoint record c1 has format version 2"), "{e}");
     }
 }

@@ -45,13 +45,13 @@ enum PeerAnswer {
 }
 
 impl Veem {
-    /// Starts the peer watch loop (every `heartbeat_interval_s` seconds).
+    /// Starts the peer watch loop (every `heartbeat_interval`).
     pub fn spawn_peer_watch(self: &Arc<Self>) {
         let veem = self.clone();
         tokio::spawn(async move {
             let mut misses: HashMap<String, u32> = HashMap::new();
             loop {
-                tokio::time::sleep(Duration::from_secs(veem.cfg.heartbeat_interval_s)).await;
+                tokio::time::sleep(veem.cfg.heartbeat_interval).await;
                 veem.watch_round(&mut misses).await;
             }
         });

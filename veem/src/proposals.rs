@@ -1,6 +1,6 @@
 //! Migrations the planner proposes by itself (DESIGN.md §7 "Proposals").
 //!
-//! Every `proposals.interval_s` seconds a pass looks at the site and
+//! Every `proposals.interval` a pass looks at the site and
 //! proposes moves as [`MigrationRec`]s through [`Veem::propose`], which
 //! persists and events them; the site policy (`migration.auto_approve`)
 //! runs some at once, the rest wait for an operator. Reasons, checked in
@@ -21,7 +21,7 @@
 //! allows migration (not `none`); at most one open proposal (proposed,
 //! approved, running) per VEE; once a proposal was rejected by an operator
 //! or failed, the same reason is not proposed for that VEE again within
-//! `proposals.hold_s` of its creation; targets are hosts that answer
+//! `proposals.hold` of its creation; targets are hosts that answer
 //! heartbeats ([`Health::Up`]) and that no open proposal is moving VEEs
 //! off; every move passes the planner's check (capacity in every slot,
 //! compatibility profile, affinity constraints), cumulatively over the
@@ -32,14 +32,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Result;
 
 use crate::hosts::Health;
 use crate::manager::Veem;
 use crate::migration::Dest;
-use crate::model::{now_ms, Location, MigrationRec, VeeState};
+use crate::model::{now_ms, Location, MigrationRec, MigrationState, VeeState};
 use crate::planner::{Planner, Resources, Slot};
 use crate::store::Tree;
 
@@ -361,14 +360,17 @@ fn host_in(place: &str) -> Option<String> {
 pub fn open_and_held(records: Vec<MigrationRec>, now_ms: i64, hold_s: u64) -> (Vec<OpenMove>, BTreeSet<(String, Reason)>) {
     let (mut open, mut held) = (Vec::new(), BTreeSet::new());
     for m in records {
-        match m.state.as_str() {
-            "proposed" | "approved" | "running" => open.push(OpenMove {
+        match m.state {
+            s if s.is_open() => open.push(OpenMove {
                 from: host_in(&m.from),
-                to: host_in(&m.to),
+                to: match m.to {
+                    Dest::Host(h) => Some(h),
+                    _ => None,
+                },
                 vee_id: m.vee_id,
                 reason: m.reason,
             }),
-            "rejected" | "failed" if now_ms - m.created_ms < hold_s as i64 * 1000 => {
+            MigrationState::Rejected | MigrationState::Failed if now_ms - m.created_ms < hold_s as i64 * 1000 => {
                 held.extend(Reason::parse(&m.reason).map(|r| (m.vee_id, r)))
             }
             _ => {}
@@ -383,13 +385,13 @@ pub fn open_and_held(records: Vec<MigrationRec>, now_ms: i64, hold_s: u64) -> (V
 pub type Seen = HashMap<String, (String, i64)>;
 
 impl Veem {
-    /// Runs [`Veem::proposal_pass`] every `proposals.interval_s` seconds.
+    /// Runs [`Veem::proposal_pass`] every `proposals.interval`.
     pub fn spawn_proposals(self: &Arc<Self>) {
         let veem = self.clone();
         tokio::spawn(async move {
             let mut seen = Seen::new();
             loop {
-                tokio::time::sleep(Duration::from_secs(veem.cfg.proposals.interval_s)).await;
+                tokio::time::sleep(veem.cfg.proposals.interval).await;
                 if let Err(e) = veem.proposal_pass(&mut seen) {
                     tracing::warn!(error = %format!("{e:#}"), "proposal pass failed");
                 }
@@ -445,7 +447,7 @@ impl Veem {
                 on_host_since_ms: since,
             });
         }
-        let (open, held) = open_and_held(self.store.list::<MigrationRec>(Tree::Migrations)?, now, cfg.hold_s);
+        let (open, held) = open_and_held(self.store.list::<MigrationRec>(Tree::Migrations)?, now, cfg.hold.as_secs());
         Ok(Snapshot {
             now_ms: now,
             hosts,
@@ -453,7 +455,7 @@ impl Veem {
             open,
             held,
             consolidation: cfg.consolidation,
-            settle_s: cfg.settle_s,
+            settle_s: cfg.settle.as_secs(),
         })
     }
 

@@ -9,7 +9,7 @@ use interfaces::vhi::{self, DestroyRequest};
 
 use crate::manager::Veem;
 use crate::migration::Dest;
-use crate::model::{Location, MigrationRec, VeeRec, VeeState};
+use crate::model::{Location, MigrationRec, MigrationState, VeeRec, VeeState};
 use crate::store::Tree;
 
 impl Veem {
@@ -39,50 +39,48 @@ impl Veem {
             .store
             .list::<MigrationRec>(Tree::Migrations)?
             .into_iter()
-            .filter(|m| m.state == "running")
+            .filter(|m| m.state == MigrationState::Running)
         {
-            let v = self.vee(&m.vee_id)?;
+            let mut v = self.vee(&m.vee_id)?;
             let Some(src) = v.host().map(str::to_string) else { continue };
             let Some(doms) = running.get(&src) else { continue };
-            let dest = Dest::parse(&m.to)?;
+            let dest = m.to.clone();
+            let mut to = VeeState::Running;
             if doms.contains_key(&v.id) {
                 let _ = self.abort_at(&dest, &v.id).await;
-                m.state = "failed".into();
+                m.advance(MigrationState::Failed)?;
                 m.detail = "the VEEM restarted mid-migration; the destination was aborted and the VEE stays at its source".into();
             } else {
-                m.state = "approved".into();
-                m.detail = "the VEEM restarted mid-migration; the VEE left its source".into();
-            }
-            self.store.put(Tree::Migrations, &m.id, &m)?;
-            self.event(&v.id, &v.service_id, "reconcile", format!("migration {}: {}", m.id, m.detail));
-            let mut v = v;
-            if m.state == "approved" {
-                // The VEE left: finish at the destination.
+                // The VEE left its source: finish at the destination (a
+                // primary site finishes what it sent on itself).
                 let done = match &dest {
-                    Dest::Site(s) => crate::peers::client(&self.cfg, s)?
-                        .complete_incoming(interfaces::vmi::VeeRef { vee_id: v.id.clone() })
-                        .await
-                        .is_ok(),
-                    Dest::Host(h) => self
-                        .hosts
-                        .client(h)?
-                        .complete_incoming(vhi::VeeRef { vee_id: v.id.clone() })
-                        .await
-                        .is_ok(),
+                    Dest::ForPrimary(_) => true,
+                    _ => self.complete_at(&dest, &v.id).await.is_ok(),
                 };
-                m.state = if done { "done".into() } else { "failed".into() };
-                self.store.put(Tree::Migrations, &m.id, &m)?;
+                m.advance(if done { MigrationState::Done } else { MigrationState::Failed })?;
+                m.detail = "the VEEM restarted mid-migration; the VEE left its source".into();
                 if done {
-                    let _ = self.planner.lock().unwrap().release_vee(&v.id);
+                    let mut p = self.planner.lock().unwrap();
+                    let _ = match &dest {
+                        Dest::ForPrimary(_) => p.release_service(&v.id).map(|_| ()),
+                        _ => p.release_vee(&v.id),
+                    };
+                    drop(p);
                     self.persist_planner()?;
                     v.location = match dest {
                         Dest::Host(h) => Location::Host(h),
                         Dest::Site(s) => Location::Site(s),
+                        Dest::ForPrimary(_) => {
+                            to = VeeState::Terminated;
+                            Location::Nowhere
+                        }
                     };
                 }
             }
+            self.store.put(Tree::Migrations, &m.id, &m)?;
+            self.event(&v.id, &v.service_id, "reconcile", format!("migration {}: {}", m.id, m.detail));
             if v.state == VeeState::Migrating {
-                self.transition(&mut v, VeeState::Running, "reconciled after restart")?;
+                self.transition(&mut v, to, "reconciled after restart")?;
             } else {
                 self.save_vee(&v)?;
             }

@@ -273,6 +273,9 @@ impl Veem {
         };
         self.store.put(Tree::Violations, &viol.id, &viol)?;
         self.event(vee_id, &svc.id, "sla-violation", format!("{} (penalty {penalty:.2})", viol.term));
+        if v.state == VeeState::Failed {
+            return Ok(());
+        }
         self.transition(&mut v, VeeState::Failed, why.to_string())
     }
 }

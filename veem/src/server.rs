@@ -18,6 +18,8 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use crate::config::Role;
+use crate::domain::ServiceState;
+use crate::error::status;
 use crate::manager::Veem;
 use crate::migration::Dest;
 use crate::model::{Location, MigrationRec, ServiceRec, VeeRec};
@@ -34,19 +36,6 @@ impl VmiService {
 
 type R<T> = Result<Response<T>, Status>;
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
-
-/// Maps an error to a status: unknown records are NotFound, refusals
-/// FailedPrecondition, bad fields InvalidArgument; the message is the chain.
-fn status(e: anyhow::Error) -> Status {
-    let msg = format!("{e:#}");
-    if msg.contains("not found") {
-        Status::not_found(msg)
-    } else if msg.starts_with("field `") || msg.contains("manifest field") {
-        Status::invalid_argument(msg)
-    } else {
-        Status::failed_precondition(msg)
-    }
-}
 
 fn ok<T>(r: anyhow::Result<T>) -> R<T> {
     r.map(Response::new).map_err(status)
@@ -132,19 +121,9 @@ impl VmiService {
     }
 
     fn service_info(&self, role: &Role, s: &ServiceRec) -> ServiceInfo {
-        let vees: Vec<VeeInfo> = s
-            .vees
-            .iter()
-            .filter_map(|id| self.veem.vee(id).ok())
-            .map(|v| self.vee_info(role, &v))
-            .collect();
-        let state = if vees.iter().all(|v| v.state == "running") {
-            "running"
-        } else if vees.iter().all(|v| v.state == "terminated") {
-            "terminated"
-        } else {
-            "partial"
-        };
+        let recs: Vec<VeeRec> = s.vees.iter().filter_map(|id| self.veem.vee(id).ok()).collect();
+        let state = ServiceState::of(recs.iter().map(|v| v.state)).as_str();
+        let vees: Vec<VeeInfo> = recs.iter().map(|v| self.vee_info(role, v)).collect();
         ServiceInfo {
             service_id: s.id.clone(),
             name: s.name.clone(),
@@ -161,9 +140,9 @@ fn migration_info(m: &MigrationRec) -> MigrationInfo {
         migration_id: m.id.clone(),
         vee_id: m.vee_id.clone(),
         from: m.from.clone(),
-        to: m.to.clone(),
+        to: m.to.to_string(),
         reason: m.reason.clone(),
-        state: m.state.clone(),
+        state: m.state.to_string(),
         decided_by: m.decided_by.clone(),
         detail: m.detail.clone(),
         total_ms: m.total_ms,

@@ -1,6 +1,11 @@
 //! Persistent state of the VEEM in sled: one tree per record kind, values
 //! JSON. Survives restarts; every write is flushed before the caller goes on
 //! (a `kill -9` loses nothing that was acknowledged).
+//!
+//! The database carries its format version ([`FORMAT_VERSION`], key
+//! `format_version` in the `meta` tree). A database of an older format is
+//! migrated explicitly when it is opened ([`Store::migrate`]); one of a newer
+//! format is refused, never misread.
 
 use std::path::Path;
 
@@ -44,6 +49,15 @@ impl Tree {
     }
 }
 
+/// The format of the database this version writes.
+///
+/// | version | what changed |
+/// |---|---|
+/// | 0 | (no version key) the layout up to this version: one tree per record kind, JSON values, the planner as a header plus entries or as the legacy single value |
+/// | 1 | the version key; records as in 0 |
+pub const FORMAT_VERSION: u32 = 1;
+const FORMAT_KEY: &str = "format_version";
+
 /// The VEEM's database.
 #[derive(Clone)]
 pub struct Store {
@@ -51,12 +65,30 @@ pub struct Store {
 }
 
 impl Store {
+    /// Opens (or creates) the database at `path`, migrating an older
+    /// format. Errors with [`interfaces::Error::FormatTooNew`] for a
+    /// database written by a newer VEEM.
     pub fn open(path: &Path) -> Result<Self> {
         // Every write flushes itself. The VEEM keeps its hot records in
         // memory, so sled's page cache stays small (64 MiB instead of
         // sled's 1 GiB default).
         let db = interfaces::database::open_database(path, 64).with_context(|| format!("open database {}", path.display()))?;
-        Ok(Self { db })
+        let store = Self { db };
+        let found = store.get::<u32>(Tree::Meta, FORMAT_KEY)?.unwrap_or(0);
+        interfaces::Error::check_format(format!("VEEM database {}", path.display()), found, FORMAT_VERSION)?;
+        store.migrate(found)?;
+        Ok(store)
+    }
+
+    /// Brings a database of format `from` to [`FORMAT_VERSION`].
+    fn migrate(&self, from: u32) -> Result<()> {
+        if from == FORMAT_VERSION {
+            return Ok(());
+        }
+        // 0 -> 1: the records are read as they are; only the version is new.
+        // (The legacy single-value planner of format 0 is replaced by
+        // `PlannerStore` at its first save.)
+        self.put(Tree::Meta, FORMAT_KEY, &FORMAT_VERSION)
     }
 
     fn tree(&self, t: Tree) -> Result<sled::Tree> {
@@ -134,6 +166,44 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_of_the_previous_format_is_read_and_marked_current() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("db");
+        // Format 0, as the previous version wrote it: no version key, JSON
+        // records straight in their trees.
+        {
+            let db = interfaces::database::open_database(&path, 8).unwrap();
+            let rec = serde_json::json!({"vee_id": "v1", "service_id": "s1", "kind": "state", "detail": "admitted -> running", "at_ms": 5});
+            db.open_tree("events")
+                .unwrap()
+                .insert(1u64.to_be_bytes(), serde_json::to_vec(&rec).unwrap())
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let s = Store::open(&path).unwrap();
+        let events = s.events().unwrap();
+        assert_eq!((events.len(), events[0].detail.as_str()), (1, "admitted -> running"));
+        assert_eq!(s.get::<u32>(Tree::Meta, FORMAT_KEY).unwrap(), Some(FORMAT_VERSION));
+    }
+
+    #[test]
+    fn a_database_of_a_newer_format_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("db");
+        Store::open(&path)
+            .unwrap()
+            .put(Tree::Meta, FORMAT_KEY, &(FORMAT_VERSION + 1))
+            .unwrap();
+        let e = Store::open(&path).err().expect("refused");
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("has format version 2, newer than this version reads (up to 1)"),
+            "{msg}"
+        );
+        assert!(e.chain().any(|c| c.is::<interfaces::Error>()));
+    }
 
     #[test]
     fn records_survive_reopen() {

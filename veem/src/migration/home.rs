@@ -9,7 +9,7 @@ use interfaces::vmi::VeeRef;
 
 use super::Dest;
 use crate::manager::Veem;
-use crate::model::{Location, MigrationRec};
+use crate::model::{Location, MigrationRec, MigrationState};
 use crate::peers;
 
 impl Veem {
@@ -69,7 +69,7 @@ impl Veem {
             .home_host(&v)
             .ok_or_else(|| anyhow!("no local host can take VEE {vee_id} back from {site}"))?;
         let mut m = self.propose(vee_id, Dest::Host(host), &format!("withdrawn by {site}"), site)?;
-        if m.state == "proposed" {
+        if m.state == MigrationState::Proposed {
             m = self.approve(&m.id, &format!("withdrawal by {site}"))?;
         }
         self.event(vee_id, &v.service_id, "withdrawn", format!("{site} gives it back; migrating home"));

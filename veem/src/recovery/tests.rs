@@ -3,23 +3,8 @@
 //! unrecovered only with every attempt in the violation.
 
 use super::*;
-use crate::fake_vhi::FakeSite;
+use crate::fake_vhi::{FakeSite, STANDARD};
 use crate::planner::RecoveryTarget;
-
-const STANDARD: &str = r#"
-[service]
-name = "shop"
-provider = "acme"
-[sla]
-guarantee = "standard"
-penalty_per_hour = 36.0
-[[component]]
-name = "vm"
-vcpus = 1
-memory_mib = 512
-disk_gib = 1
-image = "sha256:5555555555555555555555555555555555555555555555555555555555555555"
-"#;
 
 /// Two restores per host, 10 ms apart: the tests take milliseconds.
 const FAST: &str = "[recovery]\nattempts_per_host = 2\nbackoff = \"10ms\"\nbudget = \"1m\"\n";

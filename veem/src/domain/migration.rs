@@ -1,0 +1,118 @@
+//! A migration's course (DESIGN.md §4, §7): proposed -> approved (by an
+//! operator or the site policy) -> running -> done | failed; proposed ->
+//! rejected; approved -> failed (the VEE was no longer running).
+
+use serde::{Deserialize, Serialize};
+
+use super::StateMachine;
+
+/// The state of a migration (stored as its lowercase name, the same text
+/// the VMI shows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MigrationState {
+    /// Waits for an operator's approval.
+    Proposed,
+    /// Approved; about to run.
+    Approved,
+    /// An operator said no; nothing moved.
+    Rejected,
+    /// The VEE is on its way.
+    Running,
+    /// The VEE runs at the destination.
+    Done,
+    /// The VEE stays where it was.
+    Failed,
+}
+
+/// Every state, for tables and tests.
+pub const ALL: [MigrationState; 6] = [
+    MigrationState::Proposed,
+    MigrationState::Approved,
+    MigrationState::Rejected,
+    MigrationState::Running,
+    MigrationState::Done,
+    MigrationState::Failed,
+];
+
+impl MigrationState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MigrationState::Proposed => "proposed",
+            MigrationState::Approved => "approved",
+            MigrationState::Rejected => "rejected",
+            MigrationState::Running => "running",
+            MigrationState::Done => "done",
+            MigrationState::Failed => "failed",
+        }
+    }
+
+    /// Proposed, approved or running: the VEE has an open migration.
+    pub fn is_open(self) -> bool {
+        matches!(self, MigrationState::Proposed | MigrationState::Approved | MigrationState::Running)
+    }
+}
+
+impl StateMachine for MigrationState {
+    const MACHINE: &'static str = "migration";
+
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+
+    /// The transition table.
+    ///
+    /// | from | to |
+    /// |---|---|
+    /// | proposed | approved, rejected |
+    /// | approved | running, failed |
+    /// | running | done, failed |
+    /// | rejected, done, failed | — |
+    fn can_become(self, to: MigrationState) -> bool {
+        use MigrationState::*;
+        matches!(
+            (self, to),
+            (Proposed, Approved | Rejected) | (Approved, Running | Failed) | (Running, Done | Failed)
+        )
+    }
+}
+
+impl std::fmt::Display for MigrationState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transition_table() {
+        use MigrationState::*;
+        let allowed: [(MigrationState, &[MigrationState]); 6] = [
+            (Proposed, &[Approved, Rejected]),
+            (Approved, &[Running, Failed]),
+            (Running, &[Done, Failed]),
+            (Rejected, &[]),
+            (Done, &[]),
+            (Failed, &[]),
+        ];
+        for (from, tos) in allowed {
+            for to in ALL {
+                assert_eq!(from.can_become(to), tos.contains(&to), "{from:?} -> {to:?}");
+            }
+        }
+        let e = Done.transition("m-1", Running).unwrap_err();
+        assert_eq!(e.to_string(), "migration m-1: done -> running is not a valid transition");
+    }
+
+    #[test]
+    fn stored_form_is_the_old_text() {
+        for s in ALL {
+            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{s}\""));
+            assert_eq!(serde_json::from_str::<MigrationState>(&format!("\"{s}\"")).unwrap(), s);
+        }
+        assert!(ALL.iter().filter(|s| s.is_open()).count() == 3);
+    }
+}

@@ -1,0 +1,52 @@
+//! The VEEM's state machines (DESIGN.md §4): a VEE's life, a migration's
+//! course and a service's overall state. Each is an enum with a transition
+//! table; a state change the table does not allow is an
+//! [`InvalidTransition`], never a silent overwrite (the model: Cloud
+//! Hypervisor's `VmState::valid_transition`).
+
+pub mod migration;
+pub mod service;
+pub mod vee;
+
+pub use migration::MigrationState;
+pub use service::ServiceState;
+pub use vee::VeeState;
+
+/// A state machine: its states' names and its transition table.
+pub trait StateMachine: Copy {
+    /// The machine's name in errors: `VEE`, `migration`.
+    const MACHINE: &'static str;
+
+    /// The state's name, as stored and shown.
+    fn name(self) -> &'static str;
+
+    /// The transition table: whether `self` may become `to`.
+    fn can_become(self, to: Self) -> bool;
+
+    /// `to` if the table allows it from `self`, for the machine with ID
+    /// `id`; otherwise [`InvalidTransition`].
+    fn transition(self, id: &str, to: Self) -> Result<Self, InvalidTransition> {
+        if self.can_become(to) {
+            Ok(to)
+        } else {
+            Err(InvalidTransition {
+                machine: Self::MACHINE,
+                id: id.to_string(),
+                from: self.name(),
+                to: to.name(),
+            })
+        }
+    }
+}
+
+/// A state change that the machine's transition table does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{machine} {id}: {from} -> {to} is not a valid transition")]
+pub struct InvalidTransition {
+    /// `VEE` or `migration`.
+    pub machine: &'static str,
+    /// The VEE's or migration's ID.
+    pub id: String,
+    pub from: &'static str,
+    pub to: &'static str,
+}

@@ -1,0 +1,50 @@
+//! A service's overall state, derived from its VEEs' states (never stored).
+
+use super::VeeState;
+
+/// What a service provider sees of a service as a whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceState {
+    /// Every VEE runs.
+    Running,
+    /// Every VEE is terminated.
+    Terminated,
+    /// Anything else (some VEEs deploying, failed, suspended, ...).
+    Partial,
+}
+
+impl ServiceState {
+    /// The state of a service whose VEEs are in `states` (a service with no
+    /// VEEs counts as running).
+    pub fn of(states: impl IntoIterator<Item = VeeState> + Clone) -> Self {
+        if states.clone().into_iter().all(|s| s == VeeState::Running) {
+            ServiceState::Running
+        } else if states.into_iter().all(|s| s == VeeState::Terminated) {
+            ServiceState::Terminated
+        } else {
+            ServiceState::Partial
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceState::Running => "running",
+            ServiceState::Terminated => "terminated",
+            ServiceState::Partial => "partial",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_from_the_vees() {
+        use VeeState::*;
+        assert_eq!(ServiceState::of([Running, Running]), ServiceState::Running);
+        assert_eq!(ServiceState::of([Terminated, Terminated]), ServiceState::Terminated);
+        assert_eq!(ServiceState::of([Running, Failed]), ServiceState::Partial);
+        assert_eq!(ServiceState::of([Running, Terminated]), ServiceState::Partial);
+    }
+}
