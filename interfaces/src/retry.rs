@@ -38,6 +38,32 @@ impl RetryPolicy {
         }
     }
 
+    /// A fixed schedule: `attempts` in all, `wait` apart.
+    pub fn fixed(attempts: u32, wait: Duration) -> Self {
+        Self {
+            attempts,
+            initial_backoff: wait,
+            max_backoff: wait,
+        }
+    }
+
+    /// Runs `op` until it succeeds, at most `attempts` times (at least
+    /// once), waiting [`RetryPolicy::backoff`] after each failure but the
+    /// last; returns the first success or the last error.
+    pub async fn run<T, E, F: std::future::Future<Output = Result<T, E>>>(&self, mut op: impl FnMut() -> F) -> Result<T, E> {
+        let mut attempt = 1;
+        loop {
+            match op().await {
+                Ok(v) => return Ok(v),
+                Err(e) if attempt >= self.attempts => return Err(e),
+                Err(_) => {
+                    tokio::time::sleep(self.backoff(attempt)).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
     /// The wait after failed attempt number `attempt` (1-based).
     pub fn backoff(&self, attempt: u32) -> Duration {
         let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
@@ -48,6 +74,36 @@ impl RetryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn run_stops_at_the_first_success_or_after_the_last_attempt() {
+        let calls = std::cell::Cell::new(0);
+        let p = RetryPolicy::fixed(3, Duration::from_secs(1));
+        let started = tokio::time::Instant::now();
+        let r: Result<u32, &str> = p
+            .run(|| {
+                calls.set(calls.get() + 1);
+                async { Err("no") }
+            })
+            .await;
+        assert_eq!((r, calls.get()), (Err("no"), 3));
+        assert_eq!(started.elapsed(), Duration::from_secs(2), "no wait after the last attempt");
+        calls.set(0);
+        let r: Result<u32, &str> = p
+            .run(|| {
+                calls.set(calls.get() + 1);
+                let n = calls.get();
+                async move {
+                    if n == 2 {
+                        Ok(7)
+                    } else {
+                        Err("no")
+                    }
+                }
+            })
+            .await;
+        assert_eq!((r, calls.get()), (Ok(7), 2));
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap() {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
+use interfaces::retry::RetryPolicy;
 use interfaces::vhi::IncomingTarget;
 use interfaces::vhi::{self, MigrateOutRequest};
 use interfaces::vmi::{SendVeeRequest, VeeRef};
@@ -436,15 +437,9 @@ impl Veem {
     /// Tells the destination to remove what it prepared; retried three
     /// times a second apart (the destination may be busy or restarting).
     pub(crate) async fn abort_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
-        let mut last = None;
-        for _ in 0..3 {
-            match self.abort_once(dest, vee_id).await {
-                Ok(()) => return Ok(()),
-                Err(e) => last = Some(e),
-            }
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        }
-        Err(last.expect("three attempts"))
+        RetryPolicy::fixed(3, std::time::Duration::from_secs(1))
+            .run(|| self.abort_once(dest, vee_id))
+            .await
     }
 
     async fn abort_once(&self, dest: &Dest, vee_id: &str) -> Result<()> {
