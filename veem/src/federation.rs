@@ -141,16 +141,8 @@ impl Veem {
             Incoming::Migration => (false, None),
         };
         let req = IncomingRequest {
-            vee_id: v.id.clone(),
-            service_id: v.service_id.clone(),
+            spec: Some(v.spec()),
             primary_site: self.cfg.site_id.clone(),
-            vcpus: v.vcpus,
-            memory_mib: v.memory_mib,
-            disk_gib: v.disk_gib,
-            image: v.image.clone(),
-            kernel: v.kernel.clone(),
-            initrd: v.initrd.clone(),
-            cmdline: v.cmdline.clone(),
             guarantee: v.guarantee.clone(),
             start_fresh,
             restore_from,
@@ -244,10 +236,11 @@ impl Veem {
         if r.primary_site != from {
             return Err(VeemError::field("primary_site", format!("{:?} is not the calling site {from:?}", r.primary_site)).into());
         }
+        let spec = r.spec.clone().ok_or_else(|| VeemError::field("spec", "is required"))?;
         let agreement = &peers::peer(&self.cfg, from)
             .with_context(|| format!("no framework agreement with {from}"))?
             .agreement;
-        if r.vcpus > agreement.max_vcpus || r.memory_mib > agreement.max_memory_mib {
+        if spec.vcpus > agreement.max_vcpus || spec.memory_mib > agreement.max_memory_mib {
             bail!(
                 "the framework agreement with {from} admits at most {} vCPUs and {} MiB per VEE",
                 agreement.max_vcpus,
@@ -257,10 +250,10 @@ impl Veem {
         if !agreement.guarantee_levels.is_empty() && !agreement.guarantee_levels.contains(&r.guarantee) {
             bail!("the framework agreement with {from} does not admit guarantee {:?}", r.guarantee);
         }
-        crate::model::check_uuid("vee_id", &r.vee_id)?;
-        if let Ok(existing) = self.vee(&r.vee_id) {
+        crate::model::check_uuid("vee_id", &spec.vee_id)?;
+        if let Ok(existing) = self.vee(&spec.vee_id) {
             if existing.state.is_live() || existing.state == VeeState::Migrating {
-                bail!("VEE {} is already here", r.vee_id);
+                bail!("VEE {} is already here", spec.vee_id);
             }
         }
         let guarantee: GuaranteeLevel =
@@ -268,16 +261,16 @@ impl Veem {
         let clock = self.clock;
         let now = self.now_slot();
         let req = ServiceRequest {
-            service_id: r.vee_id.clone(),
+            service_id: spec.vee_id.clone(),
             consumer: from.into(),
             guarantee,
             migration: MigrationPolicy::Site,
             window: SlotRange::starting_at(now, crate::deploy::DEFAULT_WINDOW_SLOTS),
             components: vec![ComponentRequest {
                 name: "vee".into(),
-                resources: Resources::new(r.vcpus, r.memory_mib, r.disk_gib),
+                resources: Resources::new(spec.vcpus, spec.memory_mib, spec.disk_gib),
                 profile: None,
-                vees: vec![r.vee_id.clone()],
+                vees: vec![spec.vee_id.clone()],
             }],
             constraints: vec![],
             peer_spare: PeerSpare::NoneOffered,
@@ -287,14 +280,14 @@ impl Veem {
             other => bail!(
                 "site {} cannot admit VEE {}: {}",
                 self.cfg.site_id,
-                r.vee_id,
+                spec.vee_id,
                 other.reasons().join("; ")
             ),
         };
         let host = admitted.placements[0].host.clone();
         self.persist_planner()?;
-        let mut svc: ServiceRec = self.store.get(Tree::Services, &r.service_id)?.unwrap_or(ServiceRec {
-            id: r.service_id.clone(),
+        let mut svc: ServiceRec = self.store.get(Tree::Services, &spec.service_id)?.unwrap_or(ServiceRec {
+            id: spec.service_id.clone(),
             name: format!("for-{from}"),
             provider: from.into(),
             manifest_toml: String::new(),
@@ -304,34 +297,18 @@ impl Veem {
             vees: vec![],
             for_peer: Some(from.into()),
         });
-        if !svc.vees.contains(&r.vee_id) {
-            svc.vees.push(r.vee_id.clone());
+        if !svc.vees.contains(&spec.vee_id) {
+            svc.vees.push(spec.vee_id.clone());
         }
         self.store.put(Tree::Services, &svc.id, &svc)?;
         let v = VeeRec {
-            id: r.vee_id.clone(),
-            service_id: r.service_id.clone(),
-            component: "vee".into(),
-            instance: 0,
-            vcpus: r.vcpus,
-            memory_mib: r.memory_mib,
-            disk_gib: r.disk_gib,
-            image: r.image.clone(),
-            kernel: r.kernel.clone(),
-            initrd: r.initrd.clone(),
-            cmdline: r.cmdline.clone(),
             state: if r.start_fresh { VeeState::Admitted } else { VeeState::Migrating },
             location: Location::Host(host.clone()),
-            checkpoint_interval_s: None,
-            last_checkpoint_ms: None,
-            latest_checkpoint: None,
             guarantee: r.guarantee.clone(),
-            migration_policy: "site".into(),
-            max_downtime_ms: 0,
             window_start_unix: chrono::Utc::now().timestamp(),
             window_end_unix: clock.start_of(admitted.window.end),
-            updated_ms: now_ms(),
             for_peer: Some(from.into()),
+            ..VeeRec::from_spec(&spec)
         };
         self.save_vee(&v)?;
         self.event(&v.id, &v.service_id, "incoming", format!("from {from} on {host}"));

@@ -77,6 +77,38 @@ pub struct VeeRec {
 }
 
 impl VeeRec {
+    /// A record of the VEE `s` describes (the one conversion from the VHI
+    /// description; [`VeeRec::spec`] is its inverse), with the rest unset:
+    /// state pending, placed nowhere, one instance of a component `vee`,
+    /// no checkpoints, migration policy `site`.
+    pub fn from_spec(s: &interfaces::vhi::VeeSpec) -> Self {
+        VeeRec {
+            id: s.vee_id.clone(),
+            service_id: s.service_id.clone(),
+            component: "vee".into(),
+            instance: 0,
+            vcpus: s.vcpus,
+            memory_mib: s.memory_mib,
+            disk_gib: s.disk_gib,
+            image: s.image.clone(),
+            kernel: s.kernel.clone(),
+            initrd: s.initrd.clone(),
+            cmdline: s.cmdline.clone(),
+            state: VeeState::Pending,
+            location: Location::Nowhere,
+            checkpoint_interval_s: None,
+            last_checkpoint_ms: None,
+            latest_checkpoint: None,
+            guarantee: String::new(),
+            migration_policy: "site".into(),
+            max_downtime_ms: 0,
+            window_start_unix: 0,
+            window_end_unix: 0,
+            updated_ms: now_ms(),
+            for_peer: None,
+        }
+    }
+
     /// The VHI spec of this VEE.
     pub fn spec(&self) -> interfaces::vhi::VeeSpec {
         interfaces::vhi::VeeSpec {
@@ -223,6 +255,22 @@ mod tests {
         };
         let c = CheckpointRec::new(&r);
         assert_eq!(c.record().unwrap(), r);
+    }
+
+    #[test]
+    fn the_vhi_description_converts_both_ways() {
+        let s = interfaces::vhi::VeeSpec {
+            vee_id: "v".into(),
+            service_id: "s".into(),
+            vcpus: 2,
+            memory_mib: 256,
+            disk_gib: 3,
+            image: "i".into(),
+            kernel: "k".into(),
+            initrd: "r".into(),
+            cmdline: "c".into(),
+        };
+        assert_eq!(VeeRec::from_spec(&s).spec(), s);
     }
 
     #[test]
