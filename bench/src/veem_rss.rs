@@ -212,7 +212,7 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
     let t_all = Instant::now();
     let veem = Veem::open(VeemConfig::load(config)?)?;
     {
-        let mut p = veem.planner.lock().unwrap();
+        let mut p = veem.planner();
         let profile = Profile {
             arch: "x86_64".into(),
             machine: "pc-q35-8.2".into(),
@@ -231,7 +231,7 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
     for s in 0..services {
         let req = veem.request(&m, &uuid::Uuid::new_v4().to_string());
         let t = Instant::now();
-        let verdict = veem.planner.lock().unwrap().admit(&req);
+        let verdict = veem.planner().admit(&req);
         admit_s += t.elapsed().as_secs_f64();
         let Admission::Accepted(a) = verdict else {
             bail!("service {s} of {services} not admitted: {verdict:?}")
@@ -241,7 +241,7 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
         for v in &vs {
             veem.save_vee(v)?;
         }
-        veem.store.put(Tree::Services, &svc.id, &svc)?;
+        veem.store().put(Tree::Services, &svc.id, &svc)?;
         for v in &vs {
             veem.event(&v.id, &svc.id, "admitted", format!("on {}", v.host().unwrap_or("?")));
         }
@@ -265,14 +265,14 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
     let persist_s = t.elapsed().as_secs_f64();
     // What one more Deploy costs: its admission written incrementally.
     let req = veem.request(&m, &uuid::Uuid::new_v4().to_string());
-    let Admission::Accepted(_) = veem.planner.lock().unwrap().admit(&req) else {
+    let Admission::Accepted(_) = veem.planner().admit(&req) else {
         bail!("one more service not admitted")
     };
     let t = Instant::now();
     veem.persist_planner()?;
     let persist_one_s = t.elapsed().as_secs_f64();
-    let planner_mib = serde_json::to_vec(&*veem.planner.lock().unwrap())?.len() as f64 / (1024.0 * 1024.0);
-    let reservations = veem.planner.lock().unwrap().reservation_count();
+    let planner_mib = serde_json::to_vec(&*veem.planner())?.len() as f64 / (1024.0 * 1024.0);
+    let reservations = veem.planner().reservation_count();
     let build_s = t_all.elapsed().as_secs_f64();
     drop(veem); // closes (and flushes) the database before the daemon opens it
     Ok(json!({

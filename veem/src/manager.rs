@@ -20,17 +20,17 @@ use crate::store::{Store, Tree};
 
 /// The VEE manager of one site.
 pub struct Veem {
-    pub cfg: VeemConfig,
-    pub store: Store,
+    pub(crate) cfg: VeemConfig,
+    pub(crate) store: Store,
     /// Never held across an `.await`.
-    pub planner: Mutex<Planner>,
+    pub(crate) planner: Mutex<Planner>,
     planner_store: PlannerStore,
     /// The planner's slot clock (fixed when the planner is created), kept
     /// here so that reading the time never takes the planner's lock.
-    pub clock: SlotClock,
-    pub hosts: HostPool,
-    pub repo: RepoClient,
-    pub events: broadcast::Sender<vmi::Event>,
+    pub(crate) clock: SlotClock,
+    pub(crate) hosts: HostPool,
+    pub(crate) repo: RepoClient,
+    pub(crate) events: broadcast::Sender<vmi::Event>,
     /// Every VEE record by ID, written through to the store: the periodic
     /// loops (scheduler, metering, proposals, peer watch) scan this instead
     /// of decoding the database each time.
@@ -86,6 +86,21 @@ impl Veem {
             vee_locks: Mutex::new(Default::default()),
             busy: Mutex::new(Default::default()),
         }))
+    }
+
+    /// The configuration it was opened with.
+    pub fn config(&self) -> &VeemConfig {
+        &self.cfg
+    }
+
+    /// The database.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The planner, locked (never hold it across an `.await`).
+    pub fn planner(&self) -> std::sync::MutexGuard<'_, Planner> {
+        self.planner.lock().unwrap()
     }
 
     /// Writes what changed in the planner's state (reservations, hosts,
