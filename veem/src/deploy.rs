@@ -19,7 +19,6 @@ use crate::config::Role;
 use crate::manager::Veem;
 use crate::model::{now_ms, Location, ServiceRec, VeeRec, VeeState};
 use crate::planner::{checkpoint_plan, Admission, Admitted, CheckpointPlan, ServiceRequest};
-use crate::store::Tree;
 
 /// Planned run time assumed for a service without a window, for the
 /// checkpoint count (s).
@@ -188,12 +187,9 @@ impl Veem {
             }
         }
         svc.vees = sorted_ids(&mut vees);
-        // Records first, then the VEEHs: a crash from here on resumes.
-        self.persist_planner()?;
-        for v in &vees {
-            self.save_vee(v)?;
-        }
-        self.store.put(Tree::Services, &svc.id, &svc)?;
+        // Records first, in one commit, then the VEEHs: a crash from here
+        // on resumes.
+        self.commit_admission(&svc, &vees)?;
         for v in vees.iter().filter(|v| v.host().is_some()) {
             self.event(&v.id, &svc.id, "admitted", format!("on {}", v.host().unwrap_or("?")));
         }

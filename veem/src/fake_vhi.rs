@@ -230,6 +230,16 @@ impl FakeSite {
         FakeSite { veem, hosts, _dir: dir }
     }
 
+    /// A restart: this VEEM goes, another opens the same database over
+    /// the same hosts.
+    pub fn restart(self) -> FakeSite {
+        let FakeSite { veem, hosts, _dir } = self;
+        let cfg = veem.config().clone();
+        drop(veem);
+        let veem = crate::manager::Veem::open(cfg).unwrap();
+        FakeSite { veem, hosts, _dir }
+    }
+
     /// The fake host `name`.
     pub fn host(&self, name: &str) -> &FakeVhi {
         self.hosts.iter().find(|h| h.name == name).unwrap()
@@ -249,8 +259,8 @@ impl FakeSite {
             other => panic!("not admitted: {other:?}"),
         };
         let (svc, vees) = self.veem.admission_records(&m, manifest, &req, &admitted, None);
-        self.veem.persist_planner().unwrap();
-        self.veem.store.put(Tree::Services, &svc.id, &svc).unwrap();
+        // As Deploy does.
+        self.veem.commit_admission(&svc, &vees).unwrap();
         for mut v in vees.clone() {
             v.state = VeeState::Running;
             let Location::Host(h) = &v.location else { panic!("{v:?}") };

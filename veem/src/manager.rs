@@ -16,7 +16,7 @@ use crate::hosts::HostPool;
 use crate::model::{now_ms, EventRec, ServiceRec, VeeRec, VeeState};
 use crate::planner::{Planner, PlannerConfig, RankPolicy, SlotClock};
 use crate::planner_store::PlannerStore;
-use crate::store::{Store, Tree};
+use crate::store::{Store, Tree, Writes};
 
 /// The VEE manager of one site.
 pub struct Veem {
@@ -107,6 +107,26 @@ impl Veem {
     /// services) since the last write (see [`PlannerStore`]).
     pub fn persist_planner(&self) -> Result<()> {
         self.planner_store.save(&self.planner)
+    }
+
+    /// Writes an admission in one atomic commit: the planner's changes,
+    /// the VEE records `vees` and the service record `svc`. After a crash
+    /// either all of them are there or none (no reservation without its
+    /// VEEs, no VEE without its service).
+    pub fn commit_admission(&self, svc: &ServiceRec, vees: &[VeeRec]) -> Result<()> {
+        let mut w = Writes::default();
+        for v in vees {
+            w.put(Tree::Vees, &v.id, v)?;
+        }
+        w.put(Tree::Services, &svc.id, svc)?;
+        self.planner_store.save_with(&self.planner, w)?;
+        // New records: nobody else writes them yet, so the map may follow
+        // the store (the planner's lock is not held here).
+        let mut records = self.vee_records.write().unwrap();
+        for v in vees {
+            records.insert(v.id.clone(), v.clone());
+        }
+        Ok(())
     }
 
     /// Serialises operations on one VEE.
@@ -219,6 +239,20 @@ impl Veem {
 mod tests {
     use crate::fake_vhi::{FakeSite, STANDARD};
     use crate::model::VeeState;
+
+    #[tokio::test]
+    async fn an_admissions_records_and_reservation_are_all_committed_and_read_back_after_a_restart() {
+        let site = FakeSite::start(&["h1", "h2"], "").await;
+        let vees = site.running_service(STANDARD);
+        let service = site.veem.vee(&vees[0]).unwrap().service_id;
+        let site = site.restart();
+        assert_eq!(site.veem.service(&service).unwrap().vees, vees);
+        assert!(site.veem.vee(&vees[0]).is_ok());
+        assert!(
+            site.veem.planner().placement(&vees[0]).is_some(),
+            "the reservation was committed with them"
+        );
+    }
 
     #[tokio::test]
     async fn an_invalid_transition_is_refused_and_changes_nothing() {

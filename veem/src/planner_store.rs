@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use anyhow::{Context, Result};
 
 use crate::planner::{Planner, PlannerEntry, PlannerHeader};
-use crate::store::{Store, Tree};
+use crate::store::{Store, Tree, Writes};
 
 const HEADER: &str = "header";
 const LEGACY_KEY: &str = "planner";
@@ -74,23 +74,30 @@ impl PlannerStore {
     /// Errors: the store cannot write; nothing of this save is then
     /// written, and its changes are kept for the next save.
     pub fn save(&self, planner: &Mutex<Planner>) -> Result<()> {
+        self.save_with(planner, Writes::default())
+    }
+
+    /// As [`PlannerStore::save`], with `also` (records of other trees) in
+    /// the same atomic commit: a command's records and the planner's
+    /// changes are written together or not at all.
+    pub fn save_with(&self, planner: &Mutex<Planner>, also: Writes) -> Result<()> {
         let mut written = self.written.lock().unwrap();
         let (header, changes) = {
             let mut p = planner.lock().unwrap();
             (p.header(), p.take_changes())
         };
-        let mut batch = sled::Batch::default();
+        let mut batch = also;
         let header_changed = written.header.as_ref() != Some(&header);
         if header_changed {
-            batch.insert(HEADER, serde_json::to_vec(&header)?);
+            batch.put(Tree::Planner, HEADER, &header)?;
         }
         for (key, e) in &changes {
             match e {
-                Some(e) => batch.insert(key.as_bytes(), serde_json::to_vec(e)?),
-                None => batch.remove(key.as_bytes()),
+                Some(e) => batch.put(Tree::Planner, key, e)?,
+                None => batch.remove(Tree::Planner, key),
             }
         }
-        if let Err(e) = self.store.apply(Tree::Planner, batch) {
+        if let Err(e) = self.store.commit(batch) {
             planner
                 .lock()
                 .unwrap()

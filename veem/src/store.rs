@@ -12,11 +12,12 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use sled::Transactional;
 
 use crate::model::EventRec;
 
 /// The record kinds (sled trees).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tree {
     Services,
     Vees,
@@ -57,6 +58,33 @@ impl Tree {
 /// | 1 | the version key; records as in 0 |
 pub const FORMAT_VERSION: u32 = 1;
 const FORMAT_KEY: &str = "format_version";
+
+/// Records to write (or, with `None`, remove) in one atomic commit:
+/// [`Store::commit`] writes all of them or, after a crash, none.
+#[derive(Default)]
+pub struct Writes(Vec<(Tree, String, Option<Vec<u8>>)>);
+
+impl Writes {
+    /// Adds `value` under `key` in tree `t`.
+    pub fn put<T: Serialize>(&mut self, t: Tree, key: &str, value: &T) -> Result<()> {
+        self.0.push((t, key.to_string(), Some(serde_json::to_vec(value)?)));
+        Ok(())
+    }
+
+    /// Adds raw bytes under `key` in tree `t`.
+    pub fn put_raw(&mut self, t: Tree, key: &str, value: Vec<u8>) {
+        self.0.push((t, key.to_string(), Some(value)));
+    }
+
+    /// Adds the removal of `key` from tree `t`.
+    pub fn remove(&mut self, t: Tree, key: &str) {
+        self.0.push((t, key.to_string(), None));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 /// The VEEM's database.
 #[derive(Clone)]
@@ -105,10 +133,46 @@ impl Store {
         Ok(())
     }
 
-    /// Applies `batch` to tree `t` atomically (all of it or none of it
-    /// after a crash) and flushes.
-    pub fn apply(&self, t: Tree, batch: sled::Batch) -> Result<()> {
-        self.tree(t)?.apply_batch(batch)?;
+    /// Applies `writes`, across trees, in one sled transaction (all or
+    /// nothing, also across a crash) and flushes once.
+    pub fn commit(&self, writes: Writes) -> Result<()> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let mut kinds: Vec<Tree> = Vec::new();
+        for (t, _, _) in &writes.0 {
+            if !kinds.contains(t) {
+                kinds.push(*t);
+            }
+        }
+        if let [t] = kinds[..] {
+            // One tree: a batch is as atomic, and cheaper for the
+            // planner's first full write (100,000s of records).
+            let mut batch = sled::Batch::default();
+            for (_, key, value) in writes.0 {
+                match value {
+                    Some(v) => batch.insert(key.as_bytes(), v),
+                    None => batch.remove(key.as_bytes()),
+                }
+            }
+            self.tree(t)?.apply_batch(batch)?;
+            self.db.flush()?;
+            return Ok(());
+        }
+        let trees = kinds.iter().map(|t| self.tree(*t)).collect::<Result<Vec<_>>>()?;
+        trees
+            .as_slice()
+            .transaction(|tx| {
+                for (t, key, value) in &writes.0 {
+                    let i = kinds.iter().position(|k| k == t).expect("tree listed");
+                    match value {
+                        Some(v) => tx[i].insert(key.as_bytes(), v.as_slice())?,
+                        None => tx[i].remove(key.as_bytes())?,
+                    };
+                }
+                Ok::<(), sled::transaction::ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| anyhow::anyhow!("commit of {} records: {e:?}", writes.0.len()))?;
         self.db.flush()?;
         Ok(())
     }
@@ -166,6 +230,23 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_commit_writes_and_removes_across_trees_at_once() {
+        let t = tempfile::tempdir().unwrap();
+        let s = Store::open(&t.path().join("db")).unwrap();
+        s.put(Tree::Services, "old", &1u32).unwrap();
+        let mut w = Writes::default();
+        w.put(Tree::Vees, "v1", &"vee").unwrap();
+        w.put(Tree::Services, "s1", &2u32).unwrap();
+        w.remove(Tree::Services, "old");
+        w.put_raw(Tree::Planner, "p", b"3".to_vec());
+        s.commit(w).unwrap();
+        assert_eq!(s.get::<String>(Tree::Vees, "v1").unwrap().as_deref(), Some("vee"));
+        assert_eq!(s.get::<u32>(Tree::Services, "s1").unwrap(), Some(2));
+        assert_eq!(s.get::<u32>(Tree::Services, "old").unwrap(), None);
+        assert_eq!(s.get::<u32>(Tree::Planner, "p").unwrap(), Some(3));
+    }
 
     #[test]
     fn a_database_of_the_previous_format_is_read_and_marked_current() {
