@@ -152,6 +152,7 @@ impl Veem {
                 if n < per_host.attempts {
                     let wait = per_host.backoff(n);
                     if Instant::now() + wait >= deadline {
+                        self.clean_failed_attempt(&vee, &host).await;
                         break 'places "the outage budget is spent";
                     }
                     tokio::time::sleep(wait).await;

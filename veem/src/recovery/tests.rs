@@ -163,6 +163,12 @@ async fn recovery_stops_when_the_outage_budget_is_spent() {
         viol[0].term
     );
     assert!(!viol[0].term.contains("2. "), "{}", viol[0].term);
+    let tried = site.hosts.iter().find(|h| !restores(&site, &h.name).is_empty()).unwrap();
+    assert_eq!(
+        tried.calls().last().unwrap(),
+        &format!("destroy {vee}"),
+        "what the attempt left is removed"
+    );
 }
 
 #[tokio::test]
