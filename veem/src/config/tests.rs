@@ -1,0 +1,165 @@
+//! Unit tests of `config`.
+
+use super::*;
+
+const BASE: &str = "site_id = \"site-a\"\nlisten = \"127.0.0.1:7200\"\ndb = \"/tmp/x\"\nimage_repo = \"http://127.0.0.1:7000\"\n";
+
+#[test]
+fn parses_tokens_roles_hosts_and_peers() {
+    let text = format!(
+        "{BASE}[[hosts]]\nname = \"a1\"\nendpoint = \"http://127.0.0.1:7101\"\n[[tokens]]\ntoken = \"sp-acme-token\"\nrole = \"provider\"\nname = \"acme\"\n[[tokens]]\ntoken = \"operator-token\"\nrole = \"operator\"\n[[tokens]]\ntoken = \"peer-b-token\"\nrole = \"peer\"\nname = \"site-b\"\n[[peers]]\nsite_id = \"site-b\"\nendpoint = \"http://127.0.0.1:7300\"\ntoken = \"a-at-b-token\"\n[peers.agreement]\nprice_per_vee_hour = 0.5\n"
+    );
+    let cfg: VeemConfig = toml::from_str(&text).unwrap();
+    cfg.check().unwrap();
+    assert_eq!(cfg.role_of("sp-acme-token"), Some(Role::Provider("acme".into())));
+    assert_eq!(cfg.role_of("operator-token"), Some(Role::Operator));
+    assert_eq!(cfg.role_of("peer-b-token"), Some(Role::Peer("site-b".into())));
+    assert_eq!(cfg.role_of("nope"), None);
+    assert_eq!(cfg.peers[0].agreement.max_vcpus, u32::MAX);
+}
+
+#[test]
+fn recovery_policy_reads_humantime_durations_and_has_defaults() {
+    let cfg = VeemConfig::parse(BASE).unwrap();
+    assert_eq!(cfg.recovery.attempts_per_host, 3);
+    assert_eq!(cfg.recovery.budget, Duration::from_secs(120));
+    let cfg = VeemConfig::parse(&format!(
+        "{BASE}[recovery]\nattempts_per_host = 2\nbackoff = \"250ms\"\nbudget = \"5m\"\n"
+    ))
+    .unwrap();
+    let p = cfg.recovery.per_host();
+    assert_eq!(
+        (p.attempts, p.backoff(1), p.backoff(2)),
+        (2, Duration::from_millis(250), Duration::from_millis(500))
+    );
+    assert_eq!(cfg.recovery.budget, Duration::from_secs(300));
+    let e = VeemConfig::parse(&format!("{BASE}[recovery]\nbudget = \"2 fortnights\"\n")).unwrap_err();
+    assert!(format!("{e:#}").contains("field `recovery.budget`"), "{e:#}");
+    let e = VeemConfig::parse(&format!("{BASE}[recovery]\nbudget = -5\n")).unwrap_err();
+    assert!(format!("{e:#}").contains("-5 is negative"), "{e:#}");
+    let e = VeemConfig::parse(&format!("{BASE}[recovery]\nattempts_per_host = 0\n")).unwrap_err();
+    assert!(format!("{e:#}").contains("recovery.attempts_per_host"), "{e:#}");
+}
+
+#[test]
+fn bad_rank_policy_and_duplicate_hosts_name_the_field() {
+    let cfg: VeemConfig = toml::from_str(&format!("{BASE}rank_policy = \"random\"\n")).unwrap();
+    assert!(cfg.check().unwrap_err().to_string().contains("rank_policy"));
+    let dup = format!("{BASE}[[hosts]]\nname = \"a\"\nendpoint = \"x\"\n[[hosts]]\nname = \"a\"\nendpoint = \"y\"\n");
+    let cfg: VeemConfig = toml::from_str(&dup).unwrap();
+    assert!(cfg.check().unwrap_err().to_string().contains("hosts[1].name"));
+}
+
+#[test]
+fn proposals_default_off_and_deny_unknown_fields() {
+    let cfg: VeemConfig = toml::from_str(BASE).unwrap();
+    assert_eq!(
+        (cfg.proposals.interval, cfg.proposals.consolidation),
+        (Duration::from_secs(10), false)
+    );
+    let on: VeemConfig = toml::from_str(&format!(
+        "{BASE}[proposals]\nconsolidation = true\ninterval = \"2s\"\nsettle = \"5s\"\n"
+    ))
+    .unwrap();
+    on.check().unwrap();
+    let secs = |d: Duration| d.as_secs();
+    assert_eq!(
+        (
+            secs(on.proposals.interval),
+            on.proposals.consolidation,
+            secs(on.proposals.settle),
+            secs(on.proposals.hold)
+        ),
+        (2, true, 5, 600)
+    );
+    let e = toml::from_str::<VeemConfig>(&format!("{BASE}[proposals]\nconsolidate = true\n")).unwrap_err();
+    assert!(e.to_string().contains("consolidate"), "{e}");
+    let zero: VeemConfig = toml::from_str(&format!("{BASE}[proposals]\ninterval = \"0s\"\n")).unwrap();
+    assert!(zero.check().unwrap_err().to_string().contains("proposals.interval"));
+}
+
+#[test]
+fn durations_are_humantime_and_the_deprecated_seconds_keys_still_read() {
+    let new = VeemConfig::parse(&format!(
+        "{BASE}heartbeat_interval = \"3s\"\nusage_interval = \"1m\"\nslot = \"2m\"\n[proposals]\ninterval = \"20s\"\nsettle = \"1h\"\nhold = \"15m\"\n"
+    ))
+    .unwrap();
+    let old = VeemConfig::parse(&format!(
+        "{BASE}heartbeat_interval_s = 3\nusage_interval_s = 60\nslot_s = 120\n[proposals]\ninterval_s = 20\nsettle_s = 3600\nhold_s = 900\n"
+    ))
+    .unwrap();
+    for cfg in [new, old] {
+        assert_eq!(
+            (cfg.heartbeat_interval, cfg.usage_interval, cfg.slot),
+            (Duration::from_secs(3), Duration::from_secs(60), Duration::from_secs(120))
+        );
+        assert_eq!(
+            (cfg.proposals.interval, cfg.proposals.settle, cfg.proposals.hold),
+            (Duration::from_secs(20), Duration::from_secs(3600), Duration::from_secs(900))
+        );
+    }
+    let both = VeemConfig::parse(&format!("{BASE}heartbeat_interval = \"3s\"\nheartbeat_interval_s = 3\n")).unwrap_err();
+    assert!(format!("{both:#}").contains("heartbeat_interval"), "{both:#}");
+    let sub = VeemConfig::parse(&format!("{BASE}heartbeat_interval = \"500ms\"\n")).unwrap_err();
+    assert!(
+        format!("{sub:#}").contains("field `heartbeat_interval`: must be at least 1 s"),
+        "{sub:#}"
+    );
+    let frac = VeemConfig::parse(&format!("{BASE}slot = \"1500ms\"\n")).unwrap_err();
+    assert!(format!("{frac:#}").contains("field `slot`"), "{frac:#}");
+}
+
+#[test]
+fn usage_limits_parse_into_planner_limits_and_bad_ones_name_the_field() {
+    let text = format!(
+        "{BASE}slot = \"1m\"\n[usage_limits.acme]\nkind = \"fixed\"\nlimit = {{ vcpus = 2, memory_mib = 256, disk_gib = 2 }}\n\
+         [usage_limits.globex]\nkind = \"commitment\"\nepoch_limit = {{ vcpus = 4, memory_mib = 512, disk_gib = 8 }}\nepoch = \"1h 1s\"\n\
+         burst_limit = {{ vcpus = 8, memory_mib = 1024, disk_gib = 16 }}\nburst_s = 600\n"
+    );
+    let cfg: VeemConfig = toml::from_str(&text).unwrap();
+    cfg.check().unwrap();
+    assert_eq!(
+        cfg.usage_limits["acme"].to_planner(cfg.slot.as_secs()),
+        UsageLimit::Fixed {
+            limit: Resources::new(2, 256, 2)
+        }
+    );
+    assert_eq!(
+        cfg.usage_limits["globex"].to_planner(cfg.slot.as_secs()),
+        UsageLimit::Commitment {
+            epoch_limit: Resources::new(4, 512, 8),
+            epoch_slots: 61,
+            burst_limit: Resources::new(8, 1024, 16),
+            burst_slots: 10,
+        }
+    );
+    let e = VeemConfig::parse(&format!("{BASE}[usage_limits.acme]\nkind = \"hard\"\n")).unwrap_err();
+    assert!(
+        e.to_string().contains("field `usage_limits.acme.kind`") && e.to_string().contains("hard"),
+        "{e}"
+    );
+    let e = VeemConfig::parse(&format!(
+        "{BASE}[usage_limits.acme]\nkind = \"fixed\"\nlimit = {{ vcpus = 2, memory = 256, disk_gib = 2 }}\n"
+    ))
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("field `usage_limits.acme`") && e.to_string().contains("unknown field `memory`"),
+        "{e}"
+    );
+    let zero = VeemConfig::parse(&format!(
+        "{BASE}[usage_limits.g]\nkind = \"commitment\"\nepoch_limit = {{ vcpus = 1, memory_mib = 1, disk_gib = 1 }}\nepoch_s = 0\n\
+         burst_limit = {{ vcpus = 1, memory_mib = 1, disk_gib = 1 }}\nburst_s = 60\n"
+    ))
+    .unwrap_err();
+    assert!(zero.to_string().contains("usage_limits.g"), "{zero}");
+}
+
+#[test]
+fn the_lab_configurations_are_valid() {
+    for site in ["a", "b"] {
+        let path = format!("{}/../configs/lab/veem-site-{site}.toml", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap().replace("@DEMO@", "/tmp/demo");
+        let cfg = VeemConfig::parse(&text).unwrap_or_else(|e| panic!("{path}: {e:#}"));
+        assert_eq!(cfg.site_id, format!("site-{site}"));
+    }
+}
