@@ -127,12 +127,8 @@ impl Host {
         self.blocking(move |hv| hv.state(&id)).await
     }
 
-    /// Errors when this VEEH already runs a domain for `vee_id`. A copy
-    /// that another VEEH left at this libvirtd (one libvirtd shared by
-    /// several VEEHs) is fenced first when its owner is `fence` (a VEEH the
-    /// VEEM declared failed), and waited for otherwise: it is being
-    /// destroyed, which takes 1-2 s for a TCG guest. Two copies never run:
-    /// a copy still there after [`FOREIGN_COPY_WAIT`] is [`ForeignCopy`].
+    /// Errors when this VEEH already runs a domain for `vee_id`; then
+    /// [`Host::await_no_foreign_copy`] with `fence`.
     pub async fn ensure_no_domain(&self, vee_id: &str, fence: Option<&str>) -> Result<()> {
         if self.domain_state(vee_id).await?.is_some() {
             return Err(HostError::AlreadyHere {
@@ -141,6 +137,16 @@ impl Host {
             }
             .into());
         }
+        self.await_no_foreign_copy(vee_id, fence).await
+    }
+
+    /// Returns once no other VEEH's copy of `vee_id` is at this libvirtd
+    /// (one libvirtd shared by several VEEHs). Such a copy is fenced first
+    /// when its owner is `fence` (a VEEH the VEEM declared failed), and
+    /// waited for otherwise: it is being destroyed, which takes 1-2 s for a
+    /// TCG guest. Two copies never run: a copy still there after
+    /// [`FOREIGN_COPY_WAIT`] is [`ForeignCopy`].
+    pub async fn await_no_foreign_copy(&self, vee_id: &str, fence: Option<&str>) -> Result<()> {
         let deadline = tokio::time::Instant::now() + FOREIGN_COPY_WAIT;
         loop {
             let id = vee_id.to_string();
@@ -322,9 +328,7 @@ impl Host {
         }
         let path = self.vees.dir(vee_id).join("domain.xml");
         let xml = std::fs::read_to_string(&path).with_context(|| format!("VEE {vee_id} is not created on this host"))?;
-        if self.domain_state(vee_id).await?.is_none() {
-            self.ensure_no_domain(vee_id, None).await?;
-        }
+        self.await_no_foreign_copy(vee_id, None).await?;
         if let Err(e) = self.blocking(move |hv| hv.create(&xml)).await {
             // The domain may exist already: started by an earlier call whose
             // caller went away, possibly still starting. Wait for it.

@@ -158,9 +158,10 @@ impl Hypervisor {
         f(&c)
     }
 
-    /// Our domain of `vee_id`, `None` when libvirt has none (or it
-    /// vanished while we read its owner, or another VEEH owns it).
-    fn owned(&self, c: &Connect, vee_id: &str) -> Result<Option<Domain>> {
+    /// The domain named for `vee_id` at this libvirtd, whoever owns it,
+    /// and its owner (`None`: no VEEH metadata); `None` when there is no
+    /// such domain, or it vanished while its owner was read.
+    fn lookup(&self, c: &Connect, vee_id: &str) -> Result<Option<(Domain, Option<String>)>> {
         let dom = match c.lookup_domain_by_name(&domain_name(vee_id)) {
             Ok(d) => d,
             Err(e) if e.code().is(virt::error::ErrorNumber::NoDomain) => return Ok(None),
@@ -173,10 +174,16 @@ impl Hypervisor {
         let Some(xml) = gone_as_none(dom.xml_desc(0).map_err(Into::into))? else {
             return Ok(None);
         };
-        match domain_xml::ownership(&xml) {
-            Some(o) if o.owner == self.owner => Ok(Some(dom)),
-            _ => Ok(None),
-        }
+        let owner = domain_xml::ownership(&xml).map(|o| o.owner);
+        Ok(Some((dom, owner)))
+    }
+
+    /// Our domain of `vee_id`, `None` when libvirt has none (or it
+    /// vanished while we read its owner, or another VEEH owns it).
+    fn owned(&self, c: &Connect, vee_id: &str) -> Result<Option<Domain>> {
+        Ok(self
+            .lookup(c, vee_id)?
+            .and_then(|(d, owner)| (owner.as_deref() == Some(self.owner.as_str())).then_some(d)))
     }
 
     fn no_domain(&self, vee_id: &str) -> NoDomain {
@@ -228,17 +235,7 @@ impl Hypervisor {
     /// another VEEH owns: on a libvirtd shared by several VEEHs, a copy
     /// left by a failed one. `None` when there is no such domain.
     pub fn foreign_owner(&self, vee_id: &str) -> Result<Option<String>> {
-        self.with(|c| {
-            let d = match c.lookup_domain_by_name(&domain_name(vee_id)) {
-                Ok(d) => d,
-                Err(e) if e.code().is(virt::error::ErrorNumber::NoDomain) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            let Some(xml) = gone_as_none(d.xml_desc(0).map_err(Into::into))? else {
-                return Ok(None);
-            };
-            Ok(domain_xml::ownership(&xml).map(|o| o.owner).filter(|o| *o != self.owner))
-        })
+        self.with(|c| Ok(self.lookup(c, vee_id)?.and_then(|(_, o)| o).filter(|o| *o != self.owner)))
     }
 
     /// Destroys the domain of `vee_id` that VEEH `owner` (not this one)
@@ -246,16 +243,10 @@ impl Hypervisor {
     /// failed. Succeeds when there is none (any more).
     pub fn fence_foreign(&self, vee_id: &str, owner: &str) -> Result<()> {
         self.with(|c| {
-            let d = match c.lookup_domain_by_name(&domain_name(vee_id)) {
-                Ok(d) => d,
-                Err(e) if e.code().is(virt::error::ErrorNumber::NoDomain) => return Ok(()),
-                Err(e) => return Err(e.into()),
-            };
-            let Some(xml) = gone_as_none(d.xml_desc(0).map_err(Into::into))? else {
-                return Ok(());
-            };
-            if domain_xml::ownership(&xml).is_some_and(|o| o.owner == owner && owner != self.owner) {
-                gone_as_none(destroy_domain(&d))?;
+            if let Some((d, Some(o))) = self.lookup(c, vee_id)? {
+                if o == owner && o != self.owner {
+                    gone_as_none(destroy_domain(&d))?;
+                }
             }
             Ok(())
         })
