@@ -171,19 +171,6 @@ fn dir_mib(dir: &Path) -> f64 {
     walk(dir) as f64 / (1024.0 * 1024.0)
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// The `veem` binary next to this one (same build profile).
-fn veem_binary() -> Result<PathBuf> {
-    let p = std::env::current_exe()?.parent().context("exe dir")?.join("veem");
-    if !p.exists() {
-        bail!("{} is not built: run `cargo build --release -p veem`", p.display());
-    }
-    Ok(p)
-}
-
 fn base_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("BENCH_VEEM_DIR") {
         return PathBuf::from(d);
@@ -289,7 +276,7 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
 /// Starts `veem serve --config config`, killed if this process dies.
 fn spawn_daemon(dir: &Path, config: &Path, cleanup: &Cleanup) -> Result<u32> {
     let log = std::fs::File::create(dir.join("veem.log"))?;
-    let mut cmd = Command::new(veem_binary()?);
+    let mut cmd = Command::new(vee_testkit::lab::try_binary("veem").map_err(anyhow::Error::msg)?);
     cmd.args(["serve", "--config"])
         .arg(config)
         .env("RUST_LOG", "warn")
@@ -370,7 +357,11 @@ async fn measure(dir: &Path, config: &Path, endpoint: &str, cleanup: &Cleanup) -
         .into_inner();
     let list_s = t.elapsed().as_secs_f64();
     let listed_vees: usize = list.services.iter().map(|s| s.vees.len()).sum();
-    let running = list.services.iter().filter(|s| s.state == "running").count();
+    let running = list
+        .services
+        .iter()
+        .filter(|s| s.state() == interfaces::vmi::ServiceState::Running)
+        .count();
     let rss_list = status_mib(pid, "VmRSS")?;
     let hwm = status_mib(pid, "VmHWM")?;
     eprintln!(
@@ -435,7 +426,7 @@ pub fn run(hosts: usize, vees: usize) -> Result<Value> {
             std::process::exit(code);
         });
     }
-    let port = free_port()?;
+    let port = vee_testkit::lab::free_port();
     let config = write_config(&dir, port)?;
     eprintln!("veem-rss: writing {hosts} hosts and {vees} VEEs into {}", dir.display());
     let built = build_state(&config, hosts, vees)?;

@@ -7,7 +7,7 @@
 //! removed at the end, also on error or panic ([`Cleanup`]).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -17,32 +17,14 @@ use interfaces::vhi::vhi_client::VhiClient;
 use interfaces::vhi::*;
 use serde_json::{json, Value};
 use tonic::transport::Channel;
+use vee_testkit::guest::last_tick;
+use vee_testkit::lab::{free_port, repo_root, SITE_A_URI, SITE_B_URI};
 
-const SITE_A_URI: &str = "qemu:///system";
-const SITE_B_URI: &str = "qemu+tcp://127.0.0.1:16510/system";
 const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(50);
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-/// A sibling binary of this one (target/release/NAME).
-fn binary(name: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let p = exe.parent().unwrap().join(name);
-    if !p.exists() {
-        bail!("{} is not built: run `cargo build --release -p veeh -p image-repo`", p.display());
-    }
-    Ok(p)
-}
-
 fn short_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Runs `cmd args…`; its stdout, or an error with its stderr.
@@ -76,64 +58,30 @@ fn completed_downtime_ms(uri: &str, dom: &str) -> Option<f64> {
     })
 }
 
-/// The last `tick N` of a console text.
-fn last_tick(text: &str) -> Option<u64> {
-    text.lines()
-        .rev()
-        .find_map(|l| l.trim().strip_prefix("tick ")?.split_whitespace().next()?.parse().ok())
-}
-
 /// PIDs of the daemons this run started and still runs (killed by the
 /// SIGTERM / SIGINT handler, which skips the destructors).
 static PIDS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
 
-/// A child process killed on drop.
-struct Daemon {
-    name: String,
-    child: Option<Child>,
-    log: PathBuf,
-}
+/// A daemon whose PID the signal handler knows while it runs.
+struct Daemon(vee_testkit::daemon::Daemon);
 
 impl Daemon {
     fn spawn(name: &str, bin: &str, args: &[&str], dir: &Path) -> Result<Self> {
-        let log = dir.join(format!("{name}.log"));
-        let f = std::fs::File::create(&log)?;
-        let child = Command::new(binary(bin)?)
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(f.try_clone()?))
-            .stderr(Stdio::from(f))
-            .spawn()
-            .with_context(|| format!("start {bin}"))?;
-        PIDS.lock().unwrap().push(child.id());
-        Ok(Self {
-            name: name.into(),
-            child: Some(child),
-            log,
-        })
+        let d = vee_testkit::daemon::Daemon::try_spawn(name, bin, args, dir).map_err(anyhow::Error::msg)?;
+        PIDS.lock().unwrap().extend(d.pid());
+        Ok(Self(d))
     }
 
     fn check_alive(&mut self) -> Result<()> {
-        if let Some(c) = self.child.as_mut() {
-            if let Ok(Some(st)) = c.try_wait() {
-                bail!(
-                    "{} exited ({st}); log:\n{}",
-                    self.name,
-                    std::fs::read_to_string(&self.log).unwrap_or_default()
-                );
-            }
-        }
-        Ok(())
+        self.0.check_alive().map_err(anyhow::Error::msg)
     }
 }
 
 impl Drop for Daemon {
+    /// Forgets the PID; the inner daemon is killed next.
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-            PIDS.lock().unwrap().retain(|p| *p != c.id());
+        if let Some(pid) = self.0.pid() {
+            PIDS.lock().unwrap().retain(|p| *p != pid);
         }
     }
 }
@@ -232,7 +180,7 @@ async fn vhi_wait_tick(c: &mut VhiClient<Channel>, vee: &str, min: u64, timeout:
     let t = Instant::now();
     loop {
         let text = console(c, vee).await;
-        if let Some(n) = last_tick(&text).filter(|n| *n >= min) {
+        if let Some(n) = last_tick(&text).map(|t| t.0).filter(|n| *n >= min) {
             return Ok(n);
         }
         if t.elapsed() > timeout {
@@ -249,7 +197,7 @@ async fn file_wait_tick(path: &Path, min: u64, timeout: Duration) -> Result<u64>
         let text = std::fs::read(path)
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
-        if let Some(n) = last_tick(&text).filter(|n| *n >= min) {
+        if let Some(n) = last_tick(&text).map(|t| t.0).filter(|n| *n >= min) {
             return Ok(n);
         }
         if t.elapsed() > timeout {
@@ -684,7 +632,7 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
         last = Some(p?);
     }
     let last = last.context("MigrateOut sent nothing")?;
-    if last.phase != "done" {
+    if last.phase() != interfaces::vhi::MigrationPhase::Done {
         let _ = ctx.cb.abort_incoming(VeeRef { vee_id: vee.clone() }).await;
         let _ = ca
             .destroy(DestroyRequest {
@@ -692,7 +640,7 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
                 remove: true,
             })
             .await;
-        bail!("migration {}: {}", last.phase, last.error);
+        bail!("migration {}: {}", last.phase(), last.error);
     }
     ctx.cb.complete_incoming(VeeRef { vee_id: vee.clone() }).await?;
     s.migrate.0.push(last.total_ms as f64 / 1000.0);
@@ -799,7 +747,7 @@ async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> {
     std::fs::copy(da.join("overlay.qcow2"), da.join("overlay.saved.qcow2"))?;
     s.save.push(t.elapsed().as_secs_f64());
     let _ = std::fs::remove_file(da.join("overlay.saved.qcow2"));
-    let before = last_tick(&String::from_utf8_lossy(&std::fs::read(&console)?)).unwrap_or(0);
+    let before = last_tick(&String::from_utf8_lossy(&std::fs::read(&console)?)).map_or(0, |t| t.0);
     s.restore.1.push(timed_virsh(SITE_A_URI, &["restore", state.to_str().unwrap()])?);
     let _ = std::fs::remove_file(&state);
     file_wait_tick(&console, before + 2, Duration::from_secs(60)).await?;

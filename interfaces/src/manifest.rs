@@ -166,6 +166,29 @@ impl GuaranteeLevel {
     }
 }
 
+impl From<GuaranteeLevel> for crate::vmi::GuaranteeLevel {
+    fn from(g: GuaranteeLevel) -> Self {
+        use crate::vmi::GuaranteeLevel as W;
+        match g {
+            GuaranteeLevel::Background => W::Background,
+            GuaranteeLevel::Legacy => W::Legacy,
+            GuaranteeLevel::Standard => W::Standard,
+            GuaranteeLevel::Enhanced => W::Enhanced,
+            GuaranteeLevel::Full => W::Full,
+        }
+    }
+}
+
+impl GuaranteeLevel {
+    /// The level of a VMI `GuaranteeLevel` (an `i32` field); `None` when
+    /// unset or unknown.
+    pub fn from_wire(value: i32) -> Option<Self> {
+        GuaranteeLevel::ALL
+            .into_iter()
+            .find(|g| crate::vmi::GuaranteeLevel::from(*g) as i32 == value)
+    }
+}
+
 impl fmt::Display for GuaranteeLevel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -246,6 +269,15 @@ pub enum MigrationPolicy {
 }
 
 impl MigrationPolicy {
+    /// The manifest spelling (`"none"`, `"site"`, `"federation"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MigrationPolicy::None => "none",
+            MigrationPolicy::Site => "site",
+            MigrationPolicy::Federation => "federation",
+        }
+    }
+
     /// Whether a peer site may host the service's VEEs.
     pub fn allows_peer_site(self) -> bool {
         self == MigrationPolicy::Federation

@@ -1,9 +1,8 @@
-//! Real daemons as child processes: the image repository and VEEHs (VEEMs
-//! in later tests). Each writes its log into its test directory; dropping
-//! a [`Daemon`] kills it.
+//! Real daemons as child processes (`vee_testkit::daemon::Daemon`): the
+//! image repository, VEEHs and VEEMs. Each writes its log into its test
+//! directory; dropping a [`Daemon`] kills it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
@@ -12,80 +11,8 @@ use interfaces::vhi::{ConsoleRequest, VeeSpec};
 use tonic::transport::Channel;
 
 use crate::guest::{last_tick, GuestImage};
-use crate::lab::{binary, free_port};
-
-/// A child process killed (SIGKILL) on drop.
-pub struct Daemon {
-    pub name: String,
-    pub child: Option<Child>,
-    pub log: PathBuf,
-}
-
-impl Daemon {
-    /// Starts `bin args…` with stdout+stderr to `dir/<name>.log`.
-    pub fn spawn(name: &str, bin: &str, args: &[&str], dir: &Path) -> Self {
-        let log = dir.join(format!("{name}.log"));
-        let f = std::fs::File::create(&log).unwrap();
-        let child = Command::new(binary(bin))
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::from(f.try_clone().unwrap()))
-            .stderr(Stdio::from(f))
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {bin}: {e}"));
-        Self {
-            name: name.into(),
-            child: Some(child),
-            log,
-        }
-    }
-
-    /// SIGKILL, as a crash would.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// The daemon's process ID while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
-    }
-
-    /// The daemon's log so far.
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Panics with the log unless the process is still running.
-    pub fn assert_alive(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            if let Ok(Some(st)) = c.try_wait() {
-                panic!("{} exited ({st}); log:\n{}", self.name, self.log_text());
-            }
-        }
-    }
-}
-
-impl Drop for Daemon {
-    /// Kills the daemon; when a test fails, first prints the warnings and
-    /// errors from its log (the last 30), so that a failure in CI says
-    /// what the daemons saw.
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let text = self.log_text();
-            let lines: Vec<&str> = text.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
-            if !lines.is_empty() {
-                eprintln!("--- {} ({}): warnings and errors ---", self.name, self.log.display());
-                for l in &lines[lines.len().saturating_sub(30)..] {
-                    eprintln!("{l}");
-                }
-            }
-        }
-        self.kill();
-    }
-}
+use crate::lab::free_port;
+pub use vee_testkit::daemon::Daemon;
 
 /// A running `image-repo serve` on a loopback port.
 pub struct ImageRepo {

@@ -5,6 +5,6 @@
 
 pub mod daemons;
 pub mod disk;
-pub mod guest;
-pub mod lab;
 pub mod site;
+
+pub use vee_testkit::{guest, lab};

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use interfaces::vmi::vmi_client::VmiClient;
-use interfaces::vmi::{ManifestRequest, NegotiateReply, ServiceInfo, VeeActionRequest, VeeInfo, VeeRef};
+use interfaces::vmi::{Action, ManifestRequest, NegotiateReply, ServiceInfo, VeeActionRequest, VeeInfo, VeeRef};
 use veem::peers::{Bearer, PeerClient};
 
 use crate::daemons::{Daemon, ImageRepo, Veeh};
@@ -199,10 +199,10 @@ pub async fn deploy(c: &mut PeerClient, manifest_toml: String) -> Result<Service
 
 /// Asks `c` for `action` (stop, checkpoint, withdraw, ...) on VEE `vee`:
 /// the VEE as it is afterwards, or the VMI error.
-pub async fn vee_action(c: &mut PeerClient, vee: &str, action: &str) -> Result<VeeInfo, tonic::Status> {
+pub async fn vee_action(c: &mut PeerClient, vee: &str, action: Action) -> Result<VeeInfo, tonic::Status> {
     c.vee_action(VeeActionRequest {
         vee_id: vee.into(),
-        action: action.into(),
+        action: action as i32,
         checkpoint_id: String::new(),
     })
     .await

@@ -76,7 +76,9 @@ impl Lab {
             .unwrap()
             .into_inner();
         let vee = svc.vees[0].vee_id.clone();
-        self.a.wait_vee(&vee, "running", BOOT, |i| i.state == "running").await;
+        self.a
+            .wait_vee(&vee, "running", BOOT, |i| i.state() == interfaces::vmi::VeeState::Running)
+            .await;
         wait_tick(&mut self.a1.client().await, &vee, 3, BOOT).await;
         (svc, vee)
     }
@@ -95,7 +97,8 @@ async fn wait_migration(v: &Veem, id: &str, timeout: Duration) -> MigrationInfo 
             .into_iter()
             .find(|m| m.migration_id == id)
             .unwrap();
-        if ["done", "failed", "rejected"].contains(&m.state.as_str()) {
+        use interfaces::vmi::MigrationState::{Done, Failed, Rejected};
+        if matches!(m.state(), Done | Failed | Rejected) {
             return m;
         }
         assert!(
@@ -141,7 +144,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(p.state, "proposed");
+    assert_eq!(p.state(), interfaces::vmi::MigrationState::Proposed);
     // One open proposal per VEE.
     let e = acme
         .migrate(MigrateRequest {
@@ -169,7 +172,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(r.state, "rejected");
+    assert_eq!(r.state(), interfaces::vmi::MigrationState::Rejected);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(domains(&l.a1).await.len(), 1);
     assert!(domains(&l.b1).await.is_empty());
@@ -203,10 +206,10 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     .await
     .unwrap();
     let m = wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
-    assert_eq!(m.state, "done", "{}", m.detail);
+    assert_eq!(m.state(), interfaces::vmi::MigrationState::Done, "{}", m.detail);
     let shown = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
     assert_eq!(shown.location, "remote (site-b)");
-    assert_eq!(shown.state, "running");
+    assert_eq!(shown.state(), interfaces::vmi::VeeState::Running);
     assert!(domains(&l.a1).await.is_empty(), "the VEE still runs at A");
     let at_b = domains(&l.b1).await;
     assert_eq!(at_b.len(), 1);
@@ -276,7 +279,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     .await
     .unwrap();
     let m = wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
-    assert_eq!(m.state, "done", "{}", m.detail);
+    assert_eq!(m.state(), interfaces::vmi::MigrationState::Done, "{}", m.detail);
     assert_eq!(
         acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location,
         "local"
@@ -290,7 +293,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         *guest::ticks(&text).iter().find(|t| **t > before).expect("ticks after coming home")
     };
     assert!(back > last_at_b, "counter went on after coming home: {last_at_b} at B, then {back}");
-    site::vee_action(&mut acme, &vee, "stop").await.unwrap();
+    site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Stop).await.unwrap();
     assert!(domains(&l.a1).await.is_empty());
     let dir = l.dir.clone();
     drop(l);
@@ -319,7 +322,9 @@ async fn lab_remote_placement_when_site_a_is_full() {
     };
     let mut locations = Vec::new();
     for v in &svc.vees {
-        let i = l.a.wait_vee(&v.vee_id, "running", BOOT, |i| i.state == "running").await;
+        let i =
+            l.a.wait_vee(&v.vee_id, "running", BOOT, |i| i.state() == interfaces::vmi::VeeState::Running)
+                .await;
         locations.push(i.location.clone());
     }
     // Anti-affinity: one instance on site A's only host, the other at B.
@@ -347,7 +352,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
     // anti-affinity keeps it off A's only host, A refuses and B keeps it.
     let withdraw = VeeActionRequest {
         vee_id: remote.clone(),
-        action: "withdraw".into(),
+        action: interfaces::vmi::Action::Withdraw as i32,
         checkpoint_id: String::new(),
     };
     let mut b_op = l._b.client(OPERATOR).await;
@@ -359,12 +364,12 @@ async fn lab_remote_placement_when_site_a_is_full() {
     // Once the other instance stops, A takes it home: a live migration the
     // service provider sees only as events; the counter goes on at A.
     let local = svc.vees.iter().find(|v| v.vee_id != remote).unwrap().vee_id.clone();
-    site::vee_action(&mut acme, &local, "stop").await.unwrap();
+    site::vee_action(&mut acme, &local, interfaces::vmi::Action::Stop).await.unwrap();
     let last_at_b = guest::last_tick(&console(&mut cb, &remote).await).unwrap().0;
     b_op.vee_action(withdraw).await.unwrap();
     let home =
         l.a.wait_vee(&remote, "back home", BOOT, |i| {
-            i.state == "running" && i.location.starts_with("local")
+            i.state() == interfaces::vmi::VeeState::Running && i.location.starts_with("local")
         })
         .await;
     assert_eq!(
@@ -377,7 +382,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
     wait_tick(&mut ca, &remote, last_at_b + 1, Duration::from_secs(60)).await;
     let at_a = guest::ticks(&console(&mut ca, &remote).await);
     assert!(at_a[0] > last_at_b, "counter went on at A: {last_at_b} at B, then {}", at_a[0]);
-    site::vee_action(&mut acme, &remote, "stop").await.unwrap();
+    site::vee_action(&mut acme, &remote, interfaces::vmi::Action::Stop).await.unwrap();
     let dir = l.dir.clone();
     drop(l);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -416,12 +421,15 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let m = wait_migration(&l.a, &p.migration_id, Duration::from_secs(120)).await;
-    assert_eq!(m.state, "failed");
+    assert_eq!(m.state(), interfaces::vmi::MigrationState::Failed);
     let at_a = domains(&l.a1).await;
     assert_eq!(at_a.len(), 1, "the VEE keeps running at A");
     assert_eq!(at_a[0].state(), vhi::VeeState::Running);
     let info = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
-    assert_eq!((info.state.as_str(), info.location.as_str()), ("running", "local"));
+    assert_eq!(
+        (info.state(), info.location.as_str()),
+        (interfaces::vmi::VeeState::Running, "local")
+    );
     let now = guest::last_tick(&console(&mut l.a1.client().await, &vee).await).unwrap().0;
     wait_tick(&mut l.a1.client().await, &vee, now + 2, Duration::from_secs(30)).await;
 
@@ -452,8 +460,8 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     assert_eq!(da.len() + db.len(), 1, "exactly one running copy: A {da:?} B {db:?}");
     let mut acme = l.a.client(ACME).await;
     let info = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
-    assert_eq!(info.state, "running");
-    if m.state == "done" {
+    assert_eq!(info.state(), interfaces::vmi::VeeState::Running);
+    if m.state() == interfaces::vmi::MigrationState::Done {
         assert_eq!(info.location, "remote (site-b)");
         assert_eq!(db.len(), 1);
     } else {
@@ -463,7 +471,7 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     let host = if da.is_empty() { &l.b1 } else { &l.a1 };
     let now = guest::last_tick(&console(&mut host.client().await, &vee).await).unwrap().0;
     wait_tick(&mut host.client().await, &vee, now + 2, Duration::from_secs(30)).await;
-    site::vee_action(&mut acme, &vee, "stop").await.unwrap();
+    site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Stop).await.unwrap();
     let dir = l.dir.clone();
     drop(l);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -487,7 +495,7 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
         .unwrap();
     let info =
         l.a.wait_vee(&vee, "restored at site B", BOOT, |i| {
-            i.state == "running" && i.location == "remote (site-b)"
+            i.state() == interfaces::vmi::VeeState::Running && i.location == "remote (site-b)"
         })
         .await;
     assert_eq!(info.latest_checkpoint, cp_a);
@@ -509,7 +517,7 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
     assert!(Command::new("kill").args(["-STOP", &b_pid]).status().unwrap().success());
     let info =
         l.a.wait_vee(&vee, "restored at home", BOOT, |i| {
-            i.state == "running" && i.location.starts_with("local")
+            i.state() == interfaces::vmi::VeeState::Running && i.location.starts_with("local")
         })
         .await;
     assert!(Command::new("kill").args(["-CONT", &b_pid]).status().unwrap().success());
@@ -556,7 +564,7 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
         "a recovered VEE is no SLA violation: {:?}",
         usage.violations
     );
-    site::vee_action(&mut acme, &vee, "stop").await.unwrap();
+    site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Stop).await.unwrap();
     let dir = l.dir.clone();
     drop(l);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -571,7 +579,7 @@ async fn checkpoint(
     vee: &str,
 ) -> (String, u64, u64) {
     let before = guest::last_tick(&console(host, vee).await).unwrap().0;
-    let info = site::vee_action(acme, vee, "checkpoint")
+    let info = site::vee_action(acme, vee, interfaces::vmi::Action::Checkpoint)
         .await
         .unwrap_or_else(|e| panic!("checkpoint of {vee}: {}", e.message()));
     assert!(!info.latest_checkpoint.is_empty());

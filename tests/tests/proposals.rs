@@ -71,7 +71,9 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
     let hosts = [&c1, &c2];
     let mut placed = Vec::new();
     for v in &vees {
-        let info = veem.wait_vee(v, "running", BOOT, |i| i.state == "running").await;
+        let info = veem
+            .wait_vee(v, "running", BOOT, |i| i.state() == interfaces::vmi::VeeState::Running)
+            .await;
         let h = host_of(&info).expect("operator sees the host");
         let veeh = *hosts.iter().find(|x| x.host == h).unwrap();
         placed.push((v.clone(), veeh));
@@ -95,11 +97,14 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
         assert!(ms.len() <= 1, "one consolidation at a time: {ms:?}");
         if let Some(m) = ms.first() {
             assert!(
-                !["failed", "rejected"].contains(&m.state.as_str()),
+                !matches!(
+                    m.state(),
+                    interfaces::vmi::MigrationState::Failed | interfaces::vmi::MigrationState::Rejected
+                ),
                 "{m:?}\n{}",
                 site::tail(&veem.daemon.log_text(), 3000)
             );
-            if m.state == "done" {
+            if m.state() == interfaces::vmi::MigrationState::Done {
                 break m.clone();
             }
         }
@@ -123,7 +128,9 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
     // Both run on one host; the other is empty.
     for v in &vees {
         let info = veem
-            .wait_vee(v, "running on the target", Duration::from_secs(30), |i| i.state == "running")
+            .wait_vee(v, "running on the target", Duration::from_secs(30), |i| {
+                i.state() == interfaces::vmi::VeeState::Running
+            })
             .await;
         assert_eq!(host_of(&info).as_deref(), Some(dst.host.as_str()));
     }
@@ -151,7 +158,7 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
     );
 
     for v in &vees {
-        site::vee_action(&mut acme, v, "stop").await.unwrap();
+        site::vee_action(&mut acme, v, interfaces::vmi::Action::Stop).await.unwrap();
     }
     assert!(domains(dst).await.is_empty());
     drop((veem, c1, c2, repo));
@@ -184,7 +191,9 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
         .unwrap()
         .into_inner();
     let vee = svc.vees[0].vee_id.clone();
-    let info = veem.wait_vee(&vee, "running", BOOT, |i| i.state == "running").await;
+    let info = veem
+        .wait_vee(&vee, "running", BOOT, |i| i.state() == interfaces::vmi::VeeState::Running)
+        .await;
     let h = host_of(&info).unwrap();
     let (risky, other) = if h == r1.host { (&r1, &r2) } else { (&r2, &r1) };
     let mut rc = risky.client().await;
@@ -217,7 +226,12 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     signal(risky, "-CONT");
     assert_eq!(ms.len(), 1, "one open proposal per VEE: {ms:?}");
     assert_eq!(proposal.reason, "failure-risk");
-    assert_eq!(ms[0].state, "proposed", "failure-risk is not auto-approved: {:?}", ms[0]);
+    assert_eq!(
+        ms[0].state(),
+        interfaces::vmi::MigrationState::Proposed,
+        "failure-risk is not auto-approved: {:?}",
+        ms[0]
+    );
     assert_eq!(ms[0].decided_by, "");
     assert_eq!(proposal.from, format!("host:{}", risky.host));
     assert_eq!(proposal.to, format!("host:{}", other.host));
@@ -249,7 +263,10 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!((r.state.as_str(), r.decided_by.as_str()), ("rejected", "operator"));
+    assert_eq!(
+        (r.state(), r.decided_by.as_str()),
+        (interfaces::vmi::MigrationState::Rejected, "operator")
+    );
 
     // Nothing moved, and nothing new is proposed.
     let before = guest::last_tick(&console(&mut rc, &vee).await).unwrap().0;
@@ -257,7 +274,9 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     let ms = migrations(&veem).await;
     assert_eq!(ms.len(), 1, "{ms:?}");
     let info = veem
-        .wait_vee(&vee, "running", Duration::from_secs(10), |i| i.state == "running")
+        .wait_vee(&vee, "running", Duration::from_secs(10), |i| {
+            i.state() == interfaces::vmi::VeeState::Running
+        })
         .await;
     assert_eq!(host_of(&info).as_deref(), Some(risky.host.as_str()));
     assert!(domains(other).await.is_empty());
@@ -275,7 +294,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
         .migrations;
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(
-        (d[0].reason.as_str(), d[0].state.as_str(), d[0].to.clone()),
+        (d[0].reason.as_str(), d[0].state().to_string().as_str(), d[0].to.clone()),
         ("maintenance", "proposed", format!("host:{}", other.host))
     );
     assert!(op
@@ -292,7 +311,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     .await
     .unwrap();
 
-    site::vee_action(&mut acme, &vee, "stop").await.unwrap();
+    site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Stop).await.unwrap();
     drop((veem, r1, r2, repo));
     std::fs::remove_dir_all(&dir).unwrap();
     eprintln!(
@@ -323,14 +342,16 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
 
     let svc = site::deploy(&mut acme, manifest("shop", "acme", &ids, 1, "")).await.unwrap();
     let vee = svc.vees[0].vee_id.clone();
-    let info = veem.wait_vee(&vee, "running", BOOT, |i| i.state == "running").await;
+    let info = veem
+        .wait_vee(&vee, "running", BOOT, |i| i.state() == interfaces::vmi::VeeState::Running)
+        .await;
     let (src, dst) = if host_of(&info).as_deref() == Some(h1.host.as_str()) {
         (&h1, &h2)
     } else {
         (&h2, &h1)
     };
     wait_tick(&mut src.client().await, &vee, 2, BOOT).await;
-    let cp = site::vee_action(&mut acme, &vee, "checkpoint")
+    let cp = site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Checkpoint)
         .await
         .unwrap_or_else(|e| panic!("checkpoint: {}", e.message()))
         .latest_checkpoint;
@@ -354,7 +375,7 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
     while !migrations(&veem)
         .await
         .iter()
-        .any(|x| x.state == "running" && x.detail.starts_with("copying"))
+        .any(|x| x.state() == interfaces::vmi::MigrationState::Running && x.detail.starts_with("copying"))
     {
         assert!(
             start.elapsed() < Duration::from_secs(60),
@@ -372,7 +393,10 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
     let start = Instant::now();
     let failed = loop {
         let ms = migrations(&veem).await;
-        if let Some(x) = ms.iter().find(|x| x.migration_id == m.migration_id && x.state != "running") {
+        if let Some(x) = ms
+            .iter()
+            .find(|x| x.migration_id == m.migration_id && x.state() != interfaces::vmi::MigrationState::Running)
+        {
             break x.clone();
         }
         assert!(
@@ -382,11 +406,11 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    assert_eq!(failed.state, "failed", "{failed:?}");
+    assert_eq!(failed.state(), interfaces::vmi::MigrationState::Failed, "{failed:?}");
     assert!(failed.detail.contains("source host failed"), "{failed:?}");
     let info = veem
         .wait_vee(&vee, "restored on the other host", BOOT, |i| {
-            i.state == "running" && host_of(i).as_deref() == Some(dst.host.as_str())
+            i.state() == interfaces::vmi::VeeState::Running && host_of(i).as_deref() == Some(dst.host.as_str())
         })
         .await;
     assert_eq!(info.latest_checkpoint, cp);
@@ -394,7 +418,7 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
     assert_eq!(domains(dst).await.len(), 1, "exactly one copy, at the destination");
 
     signal(src, "-CONT");
-    site::vee_action(&mut acme, &vee, "stop").await.unwrap();
+    site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Stop).await.unwrap();
     drop((veem, h1, h2, repo));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -46,7 +46,9 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     assert_eq!(svc.vees.len(), 2);
     let mut placed = Vec::new();
     for v in &svc.vees {
-        let info = veem.wait_vee(&v.vee_id, "running", BOOT, |i| i.state == "running").await;
+        let info = veem
+            .wait_vee(&v.vee_id, "running", BOOT, |i| i.state() == interfaces::vmi::VeeState::Running)
+            .await;
         placed.push((v.vee_id.clone(), host_of(&info).expect("operator sees the host")));
     }
     assert_ne!(placed[0].1, placed[1].1, "anti-affinity: both instances on one host");
@@ -94,7 +96,9 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
         .into_inner()
         .vees
         .is_empty());
-    let err = site::vee_action(&mut globex, &placed[0].0, "stop").await.unwrap_err();
+    let err = site::vee_action(&mut globex, &placed[0].0, interfaces::vmi::Action::Stop)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
 
     // Checkpoint the first VEE, note its counter, then its host fails.
@@ -102,7 +106,9 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     let failed = by_name(&hosts, &failed_host);
     let mut fc = failed.client().await;
     let before = guest::last_tick(&console(&mut fc, &victim).await).unwrap().0;
-    let after_cp = site::vee_action(&mut acme, &victim, "checkpoint").await.unwrap();
+    let after_cp = site::vee_action(&mut acme, &victim, interfaces::vmi::Action::Checkpoint)
+        .await
+        .unwrap();
     assert!(!after_cp.latest_checkpoint.is_empty());
     let after = guest::last_tick(&console(&mut fc, &victim).await).unwrap().0;
     wait_tick(&mut fc, &victim, after + 3, Duration::from_secs(30)).await;
@@ -117,7 +123,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     let other = placed[1].1.clone();
     let info = veem
         .wait_vee(&victim, "running on another host", Duration::from_secs(120), |i| {
-            i.state == "running" && host_of(i).is_some_and(|h| h != failed_host)
+            i.state() == interfaces::vmi::VeeState::Running && host_of(i).is_some_and(|h| h != failed_host)
         })
         .await;
     let new_host = host_of(&info).unwrap();
@@ -148,8 +154,11 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     let mut op = veem.client(OPERATOR).await;
     let hosts = op.list_hosts(Empty {}).await.unwrap().into_inner().hosts;
     let status = |h: &str| hosts.iter().find(|x| x.name == h).unwrap().clone();
-    assert_eq!(status(&failed_host).health, "failed");
-    assert_eq!((status(&new_host).health.as_str(), status(&new_host).vees), ("up", 1));
+    assert_eq!(status(&failed_host).health(), interfaces::vmi::HostHealth::Failed);
+    assert_eq!(
+        (status(&new_host).health(), status(&new_host).vees),
+        (interfaces::vmi::HostHealth::Up, 1)
+    );
     assert!(status(&new_host).used_memory_mib >= 128 && status(&new_host).memory_mib > 0);
     assert_eq!(acme.list_hosts(Empty {}).await.unwrap_err().code(), tonic::Code::PermissionDenied);
     let history: Vec<Event> = {
@@ -184,7 +193,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
 
     // Stop the service: nothing left on any host.
     for (vee, _) in &placed {
-        site::vee_action(&mut acme, vee, "stop").await.unwrap();
+        site::vee_action(&mut acme, vee, interfaces::vmi::Action::Stop).await.unwrap();
     }
     for h in owned.iter().enumerate().filter(|(i, _)| *i != failed_index).map(|(_, h)| h) {
         assert!(domains(h).await.is_empty(), "{} still runs domains", h.host);
@@ -234,7 +243,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     let e = site::deploy(&mut acme, manifest("shop", "globex", &ids, 1, "")).await.unwrap_err();
     assert!(e.message().contains("service.provider"), "{}", e.message());
     let n = site::negotiate(&mut acme, manifest("shop", "acme", &ids, 2, "")).await;
-    assert_eq!(n.verdict, "accept");
+    assert_eq!(n.verdict(), interfaces::vmi::Verdict::Accept);
     assert!(
         acme.list_services(Empty {}).await.unwrap().into_inner().services.is_empty(),
         "nothing deployed by rejections or negotiation"
@@ -247,7 +256,8 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     // Killed as soon as it answers: its VEEHs are still preparing.
     veem.restart().await;
     for v in &svc.vees {
-        veem.wait_vee(&v.vee_id, "running", BOOT, |i| i.state == "running").await;
+        veem.wait_vee(&v.vee_id, "running", BOOT, |i| i.state() == interfaces::vmi::VeeState::Running)
+            .await;
     }
     // Nothing lost, nothing duplicated: exactly one domain per VEE.
     let (d1, d2) = (domains(&a1).await, domains(&a2).await);
@@ -262,13 +272,13 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
         .unwrap()
         .into_inner();
     assert_eq!(again.vees.len(), 2);
-    assert_eq!(again.state, "running");
+    assert_eq!(again.state(), interfaces::vmi::ServiceState::Running);
 
     // The usage SLA, read again from the configuration after the restart:
     // acme holds 2 vCPUs, so 2 more are refused although the hosts have
     // room for them; 1 more is within the limit; globex has no limit.
     let over = site::negotiate(&mut acme, manifest("shop2", "acme", &ids, 2, "")).await;
-    assert_eq!(over.verdict, "reject", "{over:?}");
+    assert_eq!(over.verdict(), interfaces::vmi::Verdict::Reject, "{over:?}");
     assert!(
         over.reasons
             .iter()
@@ -278,14 +288,17 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     let e = site::deploy(&mut acme, manifest("shop2", "acme", &ids, 2, "")).await.unwrap_err();
     assert!(e.message().contains("fixed limit"), "{}", e.message());
     let within = site::negotiate(&mut acme, manifest("shop2", "acme", &ids, 1, "")).await;
-    assert_eq!(within.verdict, "accept", "{within:?}");
+    assert_eq!(within.verdict(), interfaces::vmi::Verdict::Accept, "{within:?}");
     let mut globex = veem.client(GLOBEX).await;
     let other = site::negotiate(&mut globex, manifest("bazaar", "globex", &ids, 2, "")).await;
-    assert_eq!(other.verdict, "accept", "no limit for globex: {other:?}");
+    assert_eq!(other.verdict(), interfaces::vmi::Verdict::Accept, "no limit for globex: {other:?}");
     assert_eq!(acme.list_services(Empty {}).await.unwrap().into_inner().services.len(), 1);
     let mine = acme.list_usage_limits(Empty {}).await.unwrap().into_inner().limits;
     assert_eq!(mine.len(), 1, "{mine:?}");
-    assert_eq!((mine[0].consumer.as_str(), mine[0].kind.as_str()), ("acme", "fixed"));
+    assert_eq!(
+        (mine[0].consumer.as_str(), mine[0].kind()),
+        ("acme", interfaces::vmi::UsageLimitKind::Fixed)
+    );
     assert_eq!(mine[0].held.as_ref().map(|h| (h.vcpus, h.memory_mib)), Some((2, 256)));
     assert!(globex.list_usage_limits(Empty {}).await.unwrap().into_inner().limits.is_empty());
     for h in [&a1, &a2] {

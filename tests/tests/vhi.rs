@@ -182,7 +182,12 @@ async fn lab_live_migration_from_site_a_to_site_b_keeps_the_counter_going() {
     assert!(target.disk_path.starts_with(b.state_dir.to_str().unwrap()));
     let progress = migrate(&mut ca, &vee, target, 0).await;
     let last = progress.last().unwrap();
-    assert_eq!(last.phase, "done", "migration failed: {:?}", last.error);
+    assert_eq!(
+        last.phase(),
+        interfaces::vhi::MigrationPhase::Done,
+        "migration failed: {:?}",
+        last.error
+    );
     assert!(last.total_ms > 0);
     cb.complete_incoming(VeeRef { vee_id: vee.clone() }).await.unwrap();
 
@@ -253,7 +258,7 @@ async fn lab_migration_whose_destination_dies_leaves_the_vee_running_at_the_sour
     let progress = migrate(&mut ca, &vee, target, 4).await;
     assert!(killer.join().unwrap(), "never saw the destination QEMU");
     let last = progress.last().unwrap();
-    assert_eq!(last.phase, "failed", "{progress:?}");
+    assert_eq!(last.phase(), interfaces::vhi::MigrationPhase::Failed, "{progress:?}");
     assert!(!last.error.is_empty());
 
     // Still running at the source, counter going on; the destination cleans up.

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use interfaces::repo_client::{BlobKind, PushMeta};
+use interfaces::vhi::HostEventKind;
 use interfaces::vhi::{CheckpointRecord, CompatibilityProfile, RestoreRequest, VeeStatus};
 use interfaces::BlobId;
 
@@ -62,7 +63,7 @@ impl Host {
         let result = self.checkpoint_into(&rec, &cp_id, &dir, stop_after).await;
         let _ = std::fs::remove_dir_all(&dir);
         if result.is_ok() {
-            self.event(vee_id, "checkpointed", cp_id);
+            self.event(vee_id, HostEventKind::Checkpointed, cp_id);
         }
         result
     }
@@ -194,7 +195,7 @@ impl Host {
         .await;
         let _ = std::fs::remove_file(&memory);
         result?;
-        self.event(&vee_id, "restored", cp.checkpoint_id.clone());
+        self.event(&vee_id, HostEventKind::Restored, cp.checkpoint_id.clone());
         tracing::info!(vee = %vee_id, checkpoint = %cp.checkpoint_id, "restored");
         self.status(&vee_id).await
     }

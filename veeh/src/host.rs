@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use interfaces::repo_client::RepoClient;
-use interfaces::vhi::{self, CompatibilityProfile, HostEvent, VeeSpec, VeeState};
+use interfaces::vhi::{self, CompatibilityProfile, HostEvent, HostEventKind, VeeSpec, VeeState};
 use interfaces::BlobId;
 use tokio::sync::broadcast;
 
@@ -156,7 +156,11 @@ impl Host {
             if fence == Some(owner.as_str()) {
                 let (id, o) = (vee_id.to_string(), owner.clone());
                 match self.blocking(move |hv| hv.fence_foreign(&id, &o)).await {
-                    Ok(()) => self.event(vee_id, "fenced", format!("the copy of failed host {owner} was destroyed")),
+                    Ok(()) => self.event(
+                        vee_id,
+                        HostEventKind::Fenced,
+                        format!("the copy of failed host {owner} was destroyed"),
+                    ),
                     // A destroy under way holds the domain's job lock: wait.
                     Err(e) => tracing::warn!(vee = %vee_id, %owner, error = %format!("{e:#}"), "cannot fence the copy yet"),
                 }
@@ -174,10 +178,10 @@ impl Host {
     }
 
     /// Emits a host event to WatchEvents subscribers.
-    pub fn event(&self, vee_id: &str, kind: &str, detail: impl Into<String>) {
+    pub fn event(&self, vee_id: &str, kind: HostEventKind, detail: impl Into<String>) {
         let _ = self.events.send(HostEvent {
             vee_id: vee_id.into(),
-            kind: kind.into(),
+            kind: kind as i32,
             detail: detail.into(),
             at_unix_ms: now_ms(),
         });
@@ -315,7 +319,7 @@ impl Host {
         let rec = self.vees.get(&spec.vee_id)?;
         let xml = domain_xml::generate(&self.domain_spec(&rec)?);
         std::fs::write(self.vees.dir(&rec.vee_id).join("domain.xml"), xml)?;
-        self.event(&rec.vee_id, "defined", "");
+        self.event(&rec.vee_id, HostEventKind::Defined, "");
         self.status(&rec.vee_id).await
     }
 
@@ -348,7 +352,7 @@ impl Host {
             }
         }
         tracing::info!(vee = %rec.vee_id, "started");
-        self.event(vee_id, "started", "");
+        self.event(vee_id, HostEventKind::Started, "");
         self.status(vee_id).await
     }
 
@@ -368,7 +372,11 @@ impl Host {
         let id = vee_id.to_string();
         let timeout = Duration::from_secs(timeout_s.max(1) as u64);
         let clean = self.blocking(move |hv| hv.shutdown(&id, timeout)).await?;
-        self.event(vee_id, "stopped", if clean { "acpi" } else { "destroyed after timeout" });
+        self.event(
+            vee_id,
+            HostEventKind::Stopped,
+            if clean { "acpi" } else { "destroyed after timeout" },
+        );
         self.status(vee_id).await
     }
 
@@ -381,7 +389,11 @@ impl Host {
         if remove {
             self.vees.remove(vee_id)?;
         }
-        self.event(vee_id, "stopped", if remove { "destroyed, files removed" } else { "destroyed" });
+        self.event(
+            vee_id,
+            HostEventKind::Stopped,
+            if remove { "destroyed, files removed" } else { "destroyed" },
+        );
         self.status(vee_id).await
     }
 
@@ -389,7 +401,7 @@ impl Host {
         let _g = self.lock_vee(vee_id).await;
         let id = vee_id.to_string();
         self.blocking(move |hv| hv.suspend(&id)).await?;
-        self.event(vee_id, "suspended", "");
+        self.event(vee_id, HostEventKind::Suspended, "");
         self.status(vee_id).await
     }
 
@@ -397,7 +409,7 @@ impl Host {
         let _g = self.lock_vee(vee_id).await;
         let id = vee_id.to_string();
         self.blocking(move |hv| hv.resume(&id)).await?;
-        self.event(vee_id, "resumed", "");
+        self.event(vee_id, HostEventKind::Resumed, "");
         self.status(vee_id).await
     }
 
@@ -456,12 +468,12 @@ impl Host {
                 let mut now = std::collections::HashMap::new();
                 for d in doms {
                     if last.get(&d.vee_id) != Some(&d.state) {
-                        host.event(&d.vee_id, "state", format!("{:?}", d.state).to_lowercase());
+                        host.event(&d.vee_id, HostEventKind::State, format!("{:?}", d.state).to_lowercase());
                     }
                     now.insert(d.vee_id, d.state);
                 }
                 for gone in last.keys().filter(|k| !now.contains_key(*k)) {
-                    host.event(gone, "state", "absent");
+                    host.event(gone, HostEventKind::State, "absent");
                 }
                 last = now;
             }

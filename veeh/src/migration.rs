@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use interfaces::vhi::{IncomingTarget, MigrationProgress, VeeSpec, VeeStatus};
+use interfaces::vhi::{HostEventKind, IncomingTarget, MigrationPhase, MigrationProgress, VeeSpec, VeeStatus};
 use tokio::sync::mpsc;
 
 use crate::domain_xml::{self, PathMap};
@@ -40,7 +40,7 @@ impl Host {
         }
         let ds = self.domain_spec(&rec)?;
         let addr = &self.cfg.migration_address;
-        self.event(&id, "incoming", "prepared");
+        self.event(&id, HostEventKind::Incoming, "prepared");
         Ok(IncomingTarget {
             vee_id: id.clone(),
             libvirt_uri: self.cfg.peer_libvirt_uri().to_string(),
@@ -66,7 +66,7 @@ impl Host {
         let id = vee_id.to_string();
         let xml = self.blocking(move |hv| hv.xml(&id, false)).await?;
         std::fs::write(self.vees.dir(vee_id).join("domain.xml"), xml)?;
-        self.event(vee_id, "migrated-in", "");
+        self.event(vee_id, HostEventKind::MigratedIn, "");
         self.status(vee_id).await
     }
 
@@ -80,7 +80,7 @@ impl Host {
             let id = vee_id.to_string();
             self.blocking(move |hv| hv.destroy(&id)).await?;
             self.vees.remove(vee_id)?;
-            self.event(vee_id, "incoming", "aborted");
+            self.event(vee_id, HostEventKind::Incoming, "aborted");
         }
         self.status(vee_id).await
     }
@@ -107,7 +107,7 @@ impl Host {
             console: opt(&target.console_path),
         };
         let dest_xml = domain_xml::rewrite_for(&xml, &map, &target.host).context("destination domain XML")?;
-        self.event(vee_id, "migrating", format!("to {}", target.host));
+        self.event(vee_id, HostEventKind::Migrating, format!("to {}", target.host));
         let started = Instant::now();
         let hv = self.hv.clone();
         let (id, t) = (vee_id.to_string(), target.clone());
@@ -116,7 +116,7 @@ impl Host {
         });
         let _ = progress
             .send(MigrationProgress {
-                phase: "preparing".into(),
+                phase: MigrationPhase::Preparing as i32,
                 ..Default::default()
             })
             .await;
@@ -128,7 +128,7 @@ impl Host {
                     let id = vee_id.to_string();
                     if let Ok(Some((done, left, total))) = tokio::task::spawn_blocking(move || hv.job_progress(&id)).await {
                         let _ = progress.send(MigrationProgress {
-                            phase: "copying".into(), data_processed: done, data_remaining: left, data_total: total,
+                            phase: MigrationPhase::Copying as i32, data_processed: done, data_remaining: left, data_total: total,
                             total_ms: started.elapsed().as_millis() as u64, ..Default::default()
                         }).await;
                     }
@@ -144,11 +144,11 @@ impl Host {
                     .ok()
                     .flatten();
                 self.vees.remove(vee_id)?;
-                self.event(vee_id, "migrated-out", format!("to {} in {total_ms} ms", target.host));
+                self.event(vee_id, HostEventKind::MigratedOut, format!("to {} in {total_ms} ms", target.host));
                 tracing::info!(vee = %vee_id, to = %target.host, total_ms, ?downtime, "migrated");
                 let _ = progress
                     .send(MigrationProgress {
-                        phase: "done".into(),
+                        phase: MigrationPhase::Done as i32,
                         total_ms,
                         downtime_ms: downtime.unwrap_or(0),
                         ..Default::default()
@@ -159,10 +159,10 @@ impl Host {
             Err(e) => {
                 let msg = format!("{e:#}");
                 tracing::warn!(vee = %vee_id, to = %target.host, error = %msg, "migration failed; VEE stays here");
-                self.event(vee_id, "migration-failed", msg.clone());
+                self.event(vee_id, HostEventKind::MigrationFailed, msg.clone());
                 let _ = progress
                     .send(MigrationProgress {
-                        phase: "failed".into(),
+                        phase: MigrationPhase::Failed as i32,
                         total_ms,
                         error: msg.clone(),
                         ..Default::default()

@@ -6,8 +6,6 @@
 //! ID. Records survive restarts.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use interfaces::vhi;
@@ -16,13 +14,12 @@ use interfaces::vmi::{self, UsageBatch};
 use crate::config::UsageLimitEntry;
 use crate::manager::Veem;
 use crate::model::{Location, ServiceRec, UsageRec, VeeState, ViolationRec};
-use crate::peers;
 use crate::planner::{ConsumerUsage, Resources, SlotRange};
 use crate::store::Tree;
 
 /// Counters of the previous metering round of one VEE.
 #[derive(Clone, Copy, Default)]
-struct Last {
+pub(crate) struct Last {
     at_ms: i64,
     cpu: f64,
     disk: u64,
@@ -67,25 +64,19 @@ pub fn to_vmi(u: &UsageRec) -> vmi::UsageRecord {
 }
 
 impl Veem {
-    /// Meters every running local VEE every `usage_interval` and pushes
-    /// unsent records of VEEs run for peers to their primary sites.
-    pub fn spawn_accounting(self: &Arc<Self>) {
-        let veem = self.clone();
-        tokio::spawn(async move {
-            let mut last: HashMap<String, Last> = HashMap::new();
-            loop {
-                tokio::time::sleep(veem.cfg.usage_interval.max(Duration::from_secs(1))).await;
-                if let Err(e) = veem.meter_round(&mut last).await {
-                    tracing::warn!(error = %format!("{e:#}"), "metering round failed");
-                }
-                if let Err(e) = veem.update_consumer_usage() {
-                    tracing::warn!(error = %format!("{e:#}"), "consumer usage averages not updated");
-                }
-                if let Err(e) = veem.push_usage().await {
-                    tracing::warn!(error = %format!("{e:#}"), "usage push failed; will retry");
-                }
-            }
-        });
+    /// One accounting round (see the module doc): meter, update the
+    /// consumers' averages, push usage records to their primary sites.
+    /// `last` holds each VEE's previous counters between rounds.
+    pub(crate) async fn accounting_round(&self, last: &mut HashMap<String, Last>) {
+        if let Err(e) = self.meter_round(last).await {
+            tracing::warn!(error = %format!("{e:#}"), "metering round failed");
+        }
+        if let Err(e) = self.update_consumer_usage() {
+            tracing::warn!(error = %format!("{e:#}"), "consumer usage averages not updated");
+        }
+        if let Err(e) = self.push_usage().await {
+            tracing::warn!(error = %format!("{e:#}"), "usage push failed; will retry");
+        }
     }
 
     async fn meter_round(&self, last: &mut HashMap<String, Last>) -> Result<()> {
@@ -93,8 +84,8 @@ impl Veem {
             self.vees_where(|v| matches!(v.location, Location::Host(_)) && matches!(v.state, VeeState::Running | VeeState::Checkpointing))
         {
             let Location::Host(h) = &v.location else { continue };
-            let Ok(mut c) = self.hosts.client(h) else { continue };
-            let Ok(s) = c.stats(vhi::VeeRef { vee_id: v.id.clone() }).await else {
+            let Ok(c) = self.hosts.vhi(h) else { continue };
+            let Ok(s) = c.stats(tonic::Request::new(vhi::VeeRef { vee_id: v.id.clone() })).await else {
                 continue;
             };
             let s = s.into_inner();
@@ -162,7 +153,7 @@ impl Veem {
                 by_consumer.entry(c).or_default().push(u);
             }
         }
-        let now = chrono::Utc::now().timestamp();
+        let now = self.clock.now();
         let mut p = self.planner.lock().unwrap();
         for (name, epoch_s, burst_s) in windows {
             let recs = by_consumer.get(name).map_or(&[][..], Vec::as_slice);
@@ -204,11 +195,10 @@ impl Veem {
                 match l {
                     UsageLimitEntry::Fixed { limit } | UsageLimitEntry::Extensible { limit } => {
                         info.kind = if matches!(l, UsageLimitEntry::Fixed { .. }) {
-                            "fixed"
+                            vmi::UsageLimitKind::Fixed
                         } else {
-                            "extensible"
-                        }
-                        .into();
+                            vmi::UsageLimitKind::Extensible
+                        } as i32;
                         info.limit = amount(*limit);
                     }
                     UsageLimitEntry::Commitment {
@@ -217,7 +207,7 @@ impl Veem {
                         burst_limit,
                         burst,
                     } => {
-                        info.kind = "commitment".into();
+                        info.kind = vmi::UsageLimitKind::Commitment as i32;
                         info.limit = amount(*epoch_limit);
                         info.burst_limit = amount(*burst_limit);
                         (info.epoch_s, info.burst_s) = (epoch.as_secs(), burst.as_secs());
@@ -244,7 +234,7 @@ impl Veem {
                 from_site: self.cfg.site_id.clone(),
                 records: recs.iter().map(to_vmi).collect(),
             };
-            peers::client(&self.cfg, &site)?
+            self.peer(&site)?
                 .push_usage(batch)
                 .await
                 .map_err(|s| anyhow!("{site}: {}", s.message()))?;
@@ -369,7 +359,7 @@ mod tests {
             name: "shop".into(),
             provider: "acme".into(),
             manifest_toml: String::new(),
-            guarantee: "standard".into(),
+            guarantee: interfaces::manifest::GuaranteeLevel::Standard,
             penalty_per_hour: 0.0,
             created_ms: 0,
             vees: vec![],

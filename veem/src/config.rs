@@ -65,7 +65,7 @@ pub struct Agreement {
     pub max_memory_mib: u64,
     /// Guarantee levels the peer accepts (empty = all).
     #[serde(default)]
-    pub guarantee_levels: Vec<String>,
+    pub guarantee_levels: Vec<interfaces::manifest::GuaranteeLevel>,
     /// Price per VEE-hour, used to choose among peers.
     #[serde(default)]
     pub price_per_vee_hour: f64,

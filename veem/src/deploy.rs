@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use interfaces::manifest::{CheckpointInterval, Component, Manifest};
-use interfaces::vmi::NegotiateReply;
+use interfaces::vmi::{self, NegotiateReply};
 use interfaces::BlobId;
 
 use crate::config::Role;
@@ -63,9 +63,9 @@ impl Veem {
             ];
             for (field, id) in ids {
                 let Some(id) = id else { continue };
-                match self.repo.head(id).await {
-                    Ok(Some(_)) => {}
-                    Ok(None) => missing.push(format!(
+                match self.repo.contains(id).await {
+                    Ok(true) => {}
+                    Ok(false) => missing.push(format!(
                         "manifest field `component[{i}].{field}`: {id} is not in the image repository"
                     )),
                     Err(e) => missing.push(format!("manifest field `component[{i}].{field}`: cannot check {id}: {e}")),
@@ -80,7 +80,7 @@ impl Veem {
 
     /// The planner request of `m` as service `service_id`, with UUID VEE IDs.
     pub fn request(&self, m: &Manifest, service_id: &str) -> ServiceRequest {
-        let mut req = ServiceRequest::from_manifest(service_id, m, &self.clock, chrono::Utc::now().timestamp(), DEFAULT_WINDOW_SLOTS);
+        let mut req = ServiceRequest::from_manifest(service_id, m, &self.slots, self.clock.now(), DEFAULT_WINDOW_SLOTS);
         for c in &mut req.components {
             for v in &mut c.vees {
                 *v = uuid::Uuid::new_v4().to_string();
@@ -96,7 +96,7 @@ impl Veem {
             Ok(m) => m,
             Err(Refusal(reasons)) => {
                 return Ok(NegotiateReply {
-                    verdict: "reject".into(),
+                    verdict: vmi::Verdict::Reject as i32,
                     reasons,
                     ..Default::default()
                 })
@@ -108,27 +108,27 @@ impl Veem {
     }
 
     fn reply(&self, verdict: Admission) -> NegotiateReply {
-        let clock = self.clock;
+        let clock = self.slots;
         match verdict {
             Admission::Accepted(a) => NegotiateReply {
-                verdict: "accept".into(),
+                verdict: vmi::Verdict::Accept as i32,
                 reasons: vec![],
                 earliest_start_unix: clock.start_of(a.window.start),
                 earliest_end_unix: clock.start_of(a.window.end),
             },
             Admission::CounterOffer { window, reasons } => NegotiateReply {
-                verdict: "counter-offer".into(),
+                verdict: vmi::Verdict::CounterOffer as i32,
                 reasons,
                 earliest_start_unix: clock.start_of(window.start),
                 earliest_end_unix: clock.start_of(window.end),
             },
             Admission::Rejected { reasons, .. } => NegotiateReply {
-                verdict: "reject".into(),
+                verdict: vmi::Verdict::Reject as i32,
                 reasons,
                 ..Default::default()
             },
             Admission::NeedsPeerSpare { .. } => NegotiateReply {
-                verdict: "reject".into(),
+                verdict: vmi::Verdict::Reject as i32,
                 reasons: vec!["guarantee `full` needs spare capacity at a peer site and none is reserved".into()],
                 ..Default::default()
             },
@@ -157,13 +157,13 @@ impl Veem {
                     Ok(svc) => return Ok(svc),
                     Err(why) => {
                         let r = self.reply(other);
-                        bail!("{}: {}; {why}", r.verdict, r.reasons.join("; "));
+                        bail!("{}: {}; {why}", r.verdict(), r.reasons.join("; "));
                     }
                 },
             },
             other => {
                 let r = self.reply(other);
-                bail!("{}: {}", r.verdict, r.reasons.join("; "));
+                bail!("{}: {}", r.verdict(), r.reasons.join("; "));
             }
         };
         let for_peer = match caller {
@@ -171,7 +171,7 @@ impl Veem {
             _ => None,
         };
         let (mut svc, mut vees) = self.admission_records(&m, toml, &req, &admitted, for_peer);
-        let end = self.clock.start_of(admitted.window.end);
+        let end = self.slots.start_of(admitted.window.end);
         if !remote.is_empty() {
             match self.place_remote(&m, &service_id, &remote, end, svc.for_peer.clone()).await? {
                 Ok(placed) => vees.extend(placed),
@@ -190,6 +190,7 @@ impl Veem {
         // Records first, in one commit, then the VEEHs: a crash from here
         // on resumes.
         self.commit_admission(&svc, &vees)?;
+        self.placed_remotely(&vees);
         for v in vees.iter().filter(|v| v.host().is_some()) {
             self.event(&v.id, &svc.id, "admitted", format!("on {}", v.host().unwrap_or("?")));
         }
@@ -199,7 +200,7 @@ impl Veem {
             tokio::spawn(async move { veem.preempt_background(&id).await });
         }
         for v in vees.iter().filter(|v| v.host().is_some()) {
-            if v.window_start_unix <= chrono::Utc::now().timestamp() {
+            if v.window_start_unix <= self.clock.now() {
                 self.spawn_deploy(&v.id);
             }
         }
@@ -219,9 +220,9 @@ impl Veem {
         admitted: &Admitted,
         for_peer: Option<String>,
     ) -> (ServiceRec, Vec<VeeRec>) {
-        let clock = self.clock;
+        let clock = self.slots;
         let window = (
-            clock.start_of(admitted.window.start).max(chrono::Utc::now().timestamp()),
+            clock.start_of(admitted.window.start).max(self.clock.now()),
             clock.start_of(admitted.window.end),
         );
         let mut vees: Vec<VeeRec> = admitted
@@ -247,9 +248,9 @@ impl Veem {
             name: m.service.name.clone(),
             provider: m.service.provider.clone(),
             manifest_toml: toml.to_string(),
-            guarantee: m.sla.guarantee.as_str().to_string(),
+            guarantee: m.sla.guarantee,
             penalty_per_hour: m.sla.penalty_per_hour,
-            created_ms: now_ms(),
+            created_ms: self.clock.now_ms(),
             vees: sorted_ids(&mut vees),
             for_peer,
         };
@@ -298,11 +299,12 @@ impl Veem {
     /// Boots VEE `v` from its images on `host`: VHI Prepare (pull images,
     /// create the overlay), Create, Start.
     pub async fn boot_on(&self, host: &str, v: &VeeRec) -> Result<()> {
-        let mut c = self.hosts.client(host)?;
+        let c = self.hosts.vhi(host)?;
         let spec = v.spec();
-        c.prepare(spec.clone()).await?;
-        c.create(spec).await?;
-        c.start(interfaces::vhi::VeeRef { vee_id: v.id.clone() }).await?;
+        c.prepare(tonic::Request::new(spec.clone())).await?;
+        c.create(tonic::Request::new(spec)).await?;
+        c.start(tonic::Request::new(interfaces::vhi::VeeRef { vee_id: v.id.clone() }))
+            .await?;
         Ok(())
     }
 
@@ -323,7 +325,12 @@ impl Veem {
         let result = self.boot_on(&host, &v).await;
         let result = match result {
             // Whatever failed, a VEE its host runs is running.
-            Err(e) => match self.hosts.client(&host)?.list_domains(interfaces::vhi::Empty {}).await {
+            Err(e) => match self
+                .hosts
+                .vhi(&host)?
+                .list_domains(tonic::Request::new(interfaces::vhi::Empty {}))
+                .await
+            {
                 Ok(l)
                     if l.get_ref()
                         .domains
@@ -370,8 +377,8 @@ impl VeeRec {
             checkpoint_interval_s: checkpoint_interval(m, (end - start).max(1) as u64),
             last_checkpoint_ms: None,
             latest_checkpoint: None,
-            guarantee: m.sla.guarantee.as_str().to_string(),
-            migration_policy: format!("{:?}", m.sla.migration).to_lowercase(),
+            guarantee: m.sla.guarantee,
+            migration_policy: m.sla.migration,
             max_downtime_ms: m.sla.max_downtime_ms.unwrap_or(0),
             window_start_unix: start,
             window_end_unix: end,
@@ -392,3 +399,6 @@ pub fn checkpoint_interval(m: &Manifest, run_time_s: u64) -> Option<u64> {
         CheckpointPlan::Every { interval, .. } => Some(interval.as_secs().max(1)),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,16 +13,16 @@
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use interfaces::manifest::{GuaranteeLevel, Manifest, MigrationPolicy};
+use interfaces::manifest::{Manifest, MigrationPolicy};
 use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;
-use interfaces::vmi::{IncomingRequest, VeeActionRequest, VeeRef};
+use interfaces::vmi::{self, IncomingRequest, VeeActionRequest};
 
 use crate::config::Role;
 use crate::domain::StateMachine;
 use crate::error::VeemError;
 use crate::manager::Veem;
-use crate::model::{now_ms, CheckpointRec, Location, ServiceRec, VeeRec, VeeState};
+use crate::model::{CheckpointRec, Location, ServiceRec, VeeRec, VeeState};
 use crate::peers;
 use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
 use crate::store::Tree;
@@ -50,7 +50,7 @@ impl Veem {
             Role::Peer(s) => Some(s.clone()),
             _ => None,
         };
-        let end = self.clock.start_of(req.window.end);
+        let end = self.slots.start_of(req.window.end);
         let placed = match self.place_remote(m, service_id, &all, end, for_peer.clone()).await? {
             Ok(p) => p,
             Err(why) => return Ok(Err(why)),
@@ -60,19 +60,21 @@ impl Veem {
             name: m.service.name.clone(),
             provider: m.service.provider.clone(),
             manifest_toml: toml.into(),
-            guarantee: m.sla.guarantee.as_str().into(),
+            guarantee: m.sla.guarantee,
             penalty_per_hour: m.sla.penalty_per_hour,
-            created_ms: now_ms(),
+            created_ms: self.clock.now_ms(),
             vees: placed.iter().map(|v| v.id.clone()).collect(),
             for_peer,
         };
-        self.store.put(Tree::Services, &svc.id, &svc)?;
+        self.commit_admission(&svc, &placed)?;
+        self.placed_remotely(&placed);
         Ok(Ok(svc))
     }
 
     /// Places the VEEs `(component, instance, VEE ID)` of manifest `m` at
     /// peer sites, cheapest agreement first; each peer applies its own
-    /// admission and may refuse. Records and returns them, or `Ok(Err(why))`
+    /// admission and may refuse. Returns their records (for the caller to
+    /// commit with its service), or `Ok(Err(why))`
     /// (and nothing left reserved at any peer) when some VEE finds no peer;
     /// `why` names each peer's refusal.
     pub async fn place_remote(
@@ -83,7 +85,7 @@ impl Veem {
         end_unix: i64,
         for_peer: Option<String>,
     ) -> Result<std::result::Result<Vec<VeeRec>, String>> {
-        let now = chrono::Utc::now().timestamp();
+        let now = self.clock.now();
         let mut placed: Vec<VeeRec> = Vec::new();
         for (component, instance, vee_id) in vees {
             let c = m.component(component).context("component")?;
@@ -94,7 +96,7 @@ impl Veem {
                 ..VeeRec::of_manifest(m, c, *instance, vee_id, service_id, (now, end_unix))
             };
             let mut refusals: Vec<String> = Vec::new();
-            for p in peers::candidates(&self.cfg, c.vcpus, c.memory_mib, &v.guarantee) {
+            for p in peers::candidates(&self.cfg, c.vcpus, c.memory_mib, v.guarantee) {
                 match self.send_incoming(&p.site_id, &v, Incoming::Boot).await {
                     Ok(_) => {
                         v.location = Location::Site(p.site_id.clone());
@@ -107,9 +109,7 @@ impl Veem {
             if v.location == Location::Nowhere {
                 for done in &placed {
                     if let Location::Site(s) = &done.location {
-                        let _ = peers::client(&self.cfg, s)?
-                            .abort_incoming(VeeRef { vee_id: done.id.clone() })
-                            .await;
+                        let _ = self.peer(s)?.abort_incoming(&done.id).await;
                     }
                 }
                 let why = if refusals.is_empty() {
@@ -122,13 +122,17 @@ impl Veem {
             }
             placed.push(v);
         }
-        for v in &placed {
-            self.save_vee(v)?;
+        Ok(Ok(placed))
+    }
+
+    /// The `placed-remotely` event of each VEE of `vees` placed at a peer
+    /// site (once its records are committed).
+    pub(crate) fn placed_remotely(&self, vees: &[VeeRec]) {
+        for v in vees {
             if let Location::Site(s) = &v.location {
-                self.event(&v.id, service_id, "placed-remotely", format!("at {s}"));
+                self.event(&v.id, &v.service_id, "placed-remotely", format!("at {s}"));
             }
         }
-        Ok(Ok(placed))
     }
 
     /// Asks peer `site` to admit VEE `v` and to boot it, restore it from a
@@ -143,41 +147,37 @@ impl Veem {
         let req = IncomingRequest {
             spec: Some(v.spec()),
             primary_site: self.cfg.site_id.clone(),
-            guarantee: v.guarantee.clone(),
+            guarantee: vmi::GuaranteeLevel::from(v.guarantee) as i32,
             start_fresh,
             restore_from,
         };
-        Ok(peers::client(&self.cfg, site)?
-            .prepare_incoming(req)
-            .await
-            .map_err(|s| anyhow!("{}", s.message()))?
-            .into_inner())
+        self.peer(site)?.prepare_incoming(req).await.map_err(|s| anyhow!("{}", s.message()))
     }
 
     /// Forwards an action on a VEE that runs at peer `site`; a checkpoint
     /// taken there is recorded here too, so that it can be restored at any
     /// site (both pull its blobs by ID: B §2; DESIGN.md §7).
-    pub async fn forward_action(&self, site: &str, vee_id: &str, action: &str, checkpoint_id: &str) -> Result<()> {
+    pub async fn forward_action(&self, site: &str, vee_id: &str, action: vmi::Action, checkpoint_id: &str) -> Result<()> {
         let req = VeeActionRequest {
             vee_id: vee_id.into(),
-            action: action.into(),
+            action: action as i32,
             checkpoint_id: checkpoint_id.into(),
         };
-        let info = peers::client(&self.cfg, site)?
+        let info = self
+            .peer(site)?
             .vee_action(req)
             .await
-            .map_err(|s| anyhow!("site {site}: {}", s.message()))?
-            .into_inner();
+            .map_err(|s| anyhow!("site {site}: {}", s.message()))?;
         let mut v = self.vee(vee_id)?;
-        if let Some(rec) = info.checkpoint_record.as_ref().filter(|_| action == "checkpoint") {
+        if let Some(rec) = info.checkpoint_record.as_ref().filter(|_| action == vmi::Action::Checkpoint) {
             self.record_checkpoint(&mut v, rec, &format!("at {site}")).await?;
         }
-        match VeeState::parse(&info.state) {
+        match crate::wire::vee_state("state", info.state).ok() {
             Some(state) if state == v.state => {}
             Some(state) if v.state.can_become(state) => self.transition(&mut v, state, format!("at {site}"))?,
             // A peer's word is checked, not trusted.
             _ => {
-                tracing::warn!(vee = %vee_id, %site, from = v.state.as_str(), to = %info.state, "peer reports a state change the VEE cannot make; ignored")
+                tracing::warn!(vee = %vee_id, %site, from = v.state.as_str(), to = %info.state().as_str_name(), "peer reports a state change the VEE cannot make; ignored")
             }
         }
         Ok(())
@@ -199,7 +199,7 @@ impl Veem {
         }
         self.transition(&mut v, VeeState::Recovering, "at a peer site")?;
         let mut refusals = Vec::new();
-        for p in peers::candidates(&self.cfg, v.vcpus, v.memory_mib, &v.guarantee) {
+        for p in peers::candidates(&self.cfg, v.vcpus, v.memory_mib, v.guarantee) {
             if Some(p.site_id.as_str()) == skip {
                 continue;
             }
@@ -247,8 +247,9 @@ impl Veem {
                 agreement.max_memory_mib
             );
         }
-        if !agreement.guarantee_levels.is_empty() && !agreement.guarantee_levels.contains(&r.guarantee) {
-            bail!("the framework agreement with {from} does not admit guarantee {:?}", r.guarantee);
+        let guarantee = crate::wire::guarantee("guarantee", r.guarantee)?;
+        if !agreement.guarantee_levels.is_empty() && !agreement.guarantee_levels.contains(&guarantee) {
+            bail!("the framework agreement with {from} does not admit guarantee {guarantee}");
         }
         crate::model::check_uuid("vee_id", &spec.vee_id)?;
         if let Ok(existing) = self.vee(&spec.vee_id) {
@@ -256,9 +257,7 @@ impl Veem {
                 bail!("VEE {} is already here", spec.vee_id);
             }
         }
-        let guarantee: GuaranteeLevel =
-            serde_json::from_value(serde_json::Value::String(r.guarantee.clone())).unwrap_or(GuaranteeLevel::Standard);
-        let clock = self.clock;
+        let clock = self.slots;
         let now = self.now_slot();
         let req = ServiceRequest {
             service_id: spec.vee_id.clone(),
@@ -285,32 +284,31 @@ impl Veem {
             ),
         };
         let host = admitted.placements[0].host.clone();
-        self.persist_planner()?;
         let mut svc: ServiceRec = self.store.get(Tree::Services, &spec.service_id)?.unwrap_or(ServiceRec {
             id: spec.service_id.clone(),
             name: format!("for-{from}"),
             provider: from.into(),
             manifest_toml: String::new(),
-            guarantee: r.guarantee.clone(),
+            guarantee,
             penalty_per_hour: 0.0,
-            created_ms: now_ms(),
+            created_ms: self.clock.now_ms(),
             vees: vec![],
             for_peer: Some(from.into()),
         });
         if !svc.vees.contains(&spec.vee_id) {
             svc.vees.push(spec.vee_id.clone());
         }
-        self.store.put(Tree::Services, &svc.id, &svc)?;
         let v = VeeRec {
             state: if r.start_fresh { VeeState::Admitted } else { VeeState::Migrating },
             location: Location::Host(host.clone()),
-            guarantee: r.guarantee.clone(),
-            window_start_unix: chrono::Utc::now().timestamp(),
+            guarantee,
+            window_start_unix: self.clock.now(),
             window_end_unix: clock.start_of(admitted.window.end),
             for_peer: Some(from.into()),
             ..VeeRec::from_spec(&spec)
         };
-        self.save_vee(&v)?;
+        // The reservation, the service and the VEE in one commit.
+        self.commit_admission(&svc, std::slice::from_ref(&v))?;
         self.event(&v.id, &v.service_id, "incoming", format!("from {from} on {host}"));
         let result = async {
             match (r.start_fresh, r.restore_from) {
@@ -332,8 +330,8 @@ impl Veem {
             }
             Ok(self
                 .hosts
-                .client(&host)?
-                .prepare_incoming(v.spec())
+                .vhi(&host)?
+                .prepare_incoming(tonic::Request::new(v.spec()))
                 .await
                 .map_err(|s| anyhow!("{}", s.message()))?
                 .into_inner())
@@ -366,8 +364,8 @@ impl Veem {
         let host = v.host().context("incoming VEE has no host")?.to_string();
         let st = self
             .hosts
-            .client(&host)?
-            .complete_incoming(vhi::VeeRef { vee_id: vee_id.into() })
+            .vhi(&host)?
+            .complete_incoming(tonic::Request::new(vhi::VeeRef { vee_id: vee_id.into() }))
             .await
             .map_err(|s| anyhow!("{}", s.message()))?
             .into_inner();
@@ -386,21 +384,21 @@ impl Veem {
         self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.checkpoint_id))?;
         let r = self
             .hosts
-            .client(host)?
-            .restore(vhi::RestoreRequest {
+            .vhi(host)?
+            .restore(tonic::Request::new(vhi::RestoreRequest {
                 spec: Some(v.spec()),
                 checkpoint: Some(cp.clone()),
                 fence_owner: String::new(),
-            })
+            }))
             .await;
         if let Err(s) = r {
             let _ = self
                 .hosts
-                .client(host)?
-                .destroy(vhi::DestroyRequest {
+                .vhi(host)?
+                .destroy(tonic::Request::new(vhi::DestroyRequest {
                     vee_id: vee_id.into(),
                     remove: true,
-                })
+                }))
                 .await;
             bail!("{host}: {}", s.message());
         }
@@ -417,16 +415,16 @@ impl Veem {
         let _g = self.lock_vee(vee_id).await;
         let v = self.vee(vee_id)?;
         if let Some(h) = v.host() {
-            let mut c = self.hosts.client(h)?;
+            let c = self.hosts.vhi(h)?;
             if v.state == VeeState::Migrating {
-                c.abort_incoming(vhi::VeeRef { vee_id: vee_id.into() })
+                c.abort_incoming(tonic::Request::new(vhi::VeeRef { vee_id: vee_id.into() }))
                     .await
                     .map_err(|s| anyhow!("{}", s.message()))?;
             } else {
-                c.destroy(vhi::DestroyRequest {
+                c.destroy(tonic::Request::new(vhi::DestroyRequest {
                     vee_id: vee_id.into(),
                     remove: true,
-                })
+                }))
                 .await
                 .map_err(|s| anyhow!("{}", s.message()))?;
                 tracing::warn!(vee = %vee_id, host = %h, "the primary site took this VEE back: destroyed the copy here");
@@ -447,3 +445,6 @@ pub enum Incoming {
     /// Prepare a VEEH to receive a live migration.
     Migration,
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,15 +6,14 @@
 //! up (empty: its VEEs were recovered elsewhere).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use interfaces::vhi::vhi_client::VhiClient;
 use interfaces::vhi::HostInfoReply;
-use tonic::transport::{Channel, Endpoint};
 
 use crate::config::HostEntry;
+use crate::ports::HostVhi;
 
 /// Liveness of a host as the VEEM sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,32 +28,29 @@ pub enum Health {
 
 struct HostConn {
     entry: HostEntry,
-    channel: Channel,
+    vhi: Arc<HostVhi>,
     health: Health,
     info: Option<HostInfoReply>,
 }
 
-/// VHI connections to the site's hosts.
+/// The site's hosts: their VHI ports and health.
 pub struct HostPool {
     hosts: Mutex<HashMap<String, HostConn>>,
     order: Vec<String>,
 }
 
 impl HostPool {
-    /// Lazy channels to every configured host (nothing is dialled yet).
-    pub fn new(entries: &[HostEntry]) -> Result<Self> {
+    /// The configured hosts `entries`, each with its port in `ports`.
+    /// Errors: a host without a port.
+    pub fn new(entries: &[HostEntry], ports: &HashMap<String, Arc<HostVhi>>) -> Result<Self> {
         let mut hosts = HashMap::new();
         for e in entries {
-            let channel = Endpoint::from_shared(e.endpoint.clone())
-                .map_err(|err| anyhow!("host {}: endpoint {:?}: {err}", e.name, e.endpoint))?
-                .connect_timeout(Duration::from_secs(2))
-                .timeout(Duration::from_secs(600))
-                .connect_lazy();
+            let vhi = ports.get(&e.name).ok_or_else(|| anyhow!("host {}: no VHI port", e.name))?.clone();
             hosts.insert(
                 e.name.clone(),
                 HostConn {
                     entry: e.clone(),
-                    channel,
+                    vhi,
                     health: Health::Unknown,
                     info: None,
                 },
@@ -71,11 +67,11 @@ impl HostPool {
         self.order.clone()
     }
 
-    /// A VHI client of host `name`.
-    pub fn client(&self, name: &str) -> Result<VhiClient<Channel>> {
+    /// The VHI of host `name`.
+    pub fn vhi(&self, name: &str) -> Result<Arc<HostVhi>> {
         let hosts = self.hosts.lock().unwrap();
         let h = hosts.get(name).ok_or_else(|| anyhow!("unknown host {name:?}"))?;
-        Ok(VhiClient::new(h.channel.clone()))
+        Ok(h.vhi.clone())
     }
 
     pub fn health(&self, name: &str) -> Health {
@@ -93,9 +89,8 @@ impl HostPool {
     /// One heartbeat to `name` (2 s timeout). Returns the new health and,
     /// when it changed to Failed or to Up, says so.
     pub async fn heartbeat(&self, name: &str, miss_limit: u32) -> (Health, Option<HostInfoReply>) {
-        let client = self.client(name);
-        let reply = match client {
-            Ok(mut c) => {
+        let reply = match self.vhi(name) {
+            Ok(c) => {
                 let mut req = tonic::Request::new(interfaces::vhi::Empty {});
                 req.set_timeout(Duration::from_secs(2));
                 tokio::time::timeout(Duration::from_secs(3), c.host_info(req))
@@ -133,50 +128,6 @@ impl Health {
     }
 }
 
-impl Health {
-    /// `unknown`, `up`, `missing N heartbeats` or `failed`.
-    pub fn text(self) -> String {
-        match self {
-            Health::Unknown => "unknown".into(),
-            Health::Up => "up".into(),
-            Health::Missing(n) => format!("missing {n} heartbeats"),
-            Health::Failed => "failed".into(),
-        }
-    }
-}
-
-impl crate::manager::Veem {
-    /// Every VEEH of the site, in configuration order: health, the capacity
-    /// it offers (vCPUs, MiB, GiB), what the planner reserves on it in the
-    /// current slot, the VEEs placed on it and its accelerator. A host that
-    /// never answered shows zero capacity.
-    pub fn host_status(&self) -> Vec<interfaces::vmi::HostStatus> {
-        let now = self.now_slot();
-        let placed = self.vees_where(|v| v.host().is_some() && v.state.is_live());
-        let p = self.planner.lock().unwrap();
-        self.hosts
-            .names()
-            .into_iter()
-            .map(|h| {
-                let cap = p.host(&h).map(|s| s.capacity).unwrap_or_default();
-                let used = p.host_usage(&h, now).unwrap_or_default();
-                interfaces::vmi::HostStatus {
-                    health: self.hosts.health(&h).text(),
-                    vcpus: cap.vcpus,
-                    memory_mib: cap.memory_mib,
-                    disk_gib: cap.disk_gib,
-                    used_vcpus: used.vcpus,
-                    used_memory_mib: used.memory_mib,
-                    used_disk_gib: used.disk_gib,
-                    vees: placed.iter().filter(|v| v.host() == Some(h.as_str())).count() as u32,
-                    accel: p.host(&h).map(|s| s.profile.accel.clone()).unwrap_or_default(),
-                    name: h,
-                }
-            })
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,12 +136,13 @@ mod tests {
     fn a_silent_host_fails_after_the_miss_limit() {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let pool = HostPool::new(&[HostEntry {
+            let port: Arc<HostVhi> = Arc::new(crate::ports::GrpcHost::new("h", "http://127.0.0.1:9").unwrap());
+            let entry = HostEntry {
                 name: "h".into(),
                 endpoint: "http://127.0.0.1:9".into(),
                 region: None,
-            }])
-            .unwrap();
+            };
+            let pool = HostPool::new(&[entry], &HashMap::from([("h".to_string(), port)])).unwrap();
             // Never answered: stays Unknown (not failed) however long.
             assert_eq!(pool.heartbeat("h", 2).await.0, Health::Unknown);
             pool.hosts.lock().unwrap().get_mut("h").unwrap().health = Health::Up;

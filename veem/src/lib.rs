@@ -10,7 +10,8 @@
 //! logic), `deploy` (negotiation, admission), `lifecycle` (actions,
 //! checkpoint schedule), `recovery`, `migration`, `proposals` (migrations the
 //! planner proposes by itself), `federation`, `peers`,
-//! `accounting`, `reconcile`, `server` (VMI), `daemon`, `cli`.
+//! `accounting`, `reconcile`, `server` (VMI), `wire` (domain enums on the VMI),
+//! `daemon`, `cli`.
 
 pub mod accounting;
 pub mod cli;
@@ -20,10 +21,11 @@ pub mod deploy;
 pub mod domain;
 pub mod error;
 #[cfg(test)]
-pub(crate) mod fake_vhi;
+pub(crate) mod fakes;
 pub mod federation;
 pub mod hosts;
 pub mod lifecycle;
+pub mod loops;
 pub mod manager;
 pub mod migration;
 pub mod model;
@@ -31,8 +33,10 @@ pub mod peer_watch;
 pub mod peers;
 pub mod planner;
 pub mod planner_store;
+pub mod ports;
 pub mod proposals;
 pub mod reconcile;
 pub mod recovery;
 pub mod server;
 pub mod store;
+pub mod wire;

@@ -2,14 +2,14 @@
 //! schedule and the window scheduler.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use interfaces::vhi::{CheckpointRequest, DestroyRequest, RestoreRequest, ShutdownRequest, VeeRef};
+use interfaces::vmi;
 
 use crate::error::VeemError;
 use crate::manager::Veem;
-use crate::model::{now_ms, CheckpointRec, Location, VeeRec, VeeState};
+use crate::model::{CheckpointRec, Location, VeeRec, VeeState};
 use crate::store::Tree;
 
 impl Veem {
@@ -26,41 +26,35 @@ impl Veem {
     /// restore (`checkpoint_id` empty = latest valid) | withdraw (operator of
     /// a site running the VEE for a peer: give it back, see
     /// [`Veem::withdraw`]).
-    pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: &str, checkpoint_id: &str) -> Result<VeeRec> {
+    pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: vmi::Action, checkpoint_id: &str) -> Result<VeeRec> {
         if let Location::Site(site) = self.vee(vee_id)?.location {
             self.forward_action(&site, vee_id, action, checkpoint_id).await?;
             return self.vee(vee_id);
         }
         match action {
-            "stop" => self.stop_vee(vee_id).await?,
-            "suspend" | "resume" => {
+            vmi::Action::Stop => self.stop_vee(vee_id).await?,
+            vmi::Action::Suspend | vmi::Action::Resume => {
                 let _g = self.lock_vee(vee_id).await;
                 let mut v = self.vee(vee_id)?;
-                let mut c = self.hosts.client(&Self::local_host(&v)?)?;
+                let c = self.hosts.vhi(&Self::local_host(&v)?)?;
                 let r = VeeRef { vee_id: vee_id.into() };
-                if action == "suspend" {
-                    c.suspend(r).await?;
+                if action == vmi::Action::Suspend {
+                    c.suspend(tonic::Request::new(r)).await?;
                     self.transition(&mut v, VeeState::Suspended, "")?;
                 } else {
-                    c.resume(r).await?;
+                    c.resume(tonic::Request::new(r)).await?;
                     self.transition(&mut v, VeeState::Running, "")?;
                 }
             }
-            "checkpoint" => {
+            vmi::Action::Checkpoint => {
                 self.checkpoint_vee(vee_id).await?;
             }
-            "restore" => {
+            vmi::Action::Restore => {
                 self.restore_vee(vee_id, (!checkpoint_id.is_empty()).then_some(checkpoint_id))
                     .await?
             }
-            "withdraw" => self.withdraw(vee_id).await?,
-            other => {
-                return Err(VeemError::field(
-                    "action",
-                    format!("{other:?} is not stop, suspend, resume, checkpoint, restore or withdraw"),
-                )
-                .into())
-            }
+            vmi::Action::Withdraw => self.withdraw(vee_id).await?,
+            vmi::Action::Unspecified => return Err(VeemError::field("action", "unset").into()),
         }
         self.vee(vee_id)
     }
@@ -70,17 +64,17 @@ impl Veem {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         if let Location::Host(h) = &v.location {
-            let mut c = self.hosts.client(h)?;
+            let c = self.hosts.vhi(h)?;
             let _ = c
-                .shutdown(ShutdownRequest {
+                .shutdown(tonic::Request::new(ShutdownRequest {
                     vee_id: vee_id.into(),
                     timeout_s: 5,
-                })
+                }))
                 .await;
-            c.destroy(DestroyRequest {
+            c.destroy(tonic::Request::new(DestroyRequest {
                 vee_id: vee_id.into(),
                 remove: true,
-            })
+            }))
             .await?;
         }
         if v.state != VeeState::Stopped {
@@ -104,11 +98,11 @@ impl Veem {
         self.transition(&mut v, VeeState::Checkpointing, format!("on {host}"))?;
         let r = self
             .hosts
-            .client(&host)?
-            .checkpoint(CheckpointRequest {
+            .vhi(&host)?
+            .checkpoint(tonic::Request::new(CheckpointRequest {
                 vee_id: vee_id.into(),
                 stop_after: false,
-            })
+            }))
             .await;
         let rec = match r {
             Ok(r) => r.into_inner(),
@@ -140,7 +134,7 @@ impl Veem {
         }
         self.store.put(Tree::Checkpoints, &cp.id, &cp)?;
         v.latest_checkpoint = Some(cp.id.clone());
-        v.last_checkpoint_ms = Some(now_ms());
+        v.last_checkpoint_ms = Some(self.clock.now_ms());
         self.save_vee(v)?;
         self.event(
             &v.id,
@@ -181,18 +175,18 @@ impl Veem {
         let cp = self
             .checkpoint_of(vee_id, checkpoint_id)?
             .ok_or_else(|| anyhow!("VEE {vee_id} has no checkpoint"))?;
-        let mut c = self.hosts.client(&host)?;
-        c.destroy(DestroyRequest {
+        let c = self.hosts.vhi(&host)?;
+        c.destroy(tonic::Request::new(DestroyRequest {
             vee_id: vee_id.into(),
             remove: false,
-        })
+        }))
         .await?;
         self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.id))?;
-        c.restore(RestoreRequest {
+        c.restore(tonic::Request::new(RestoreRequest {
             spec: Some(v.spec()),
             checkpoint: Some(cp.record()?),
             fence_owner: String::new(),
-        })
+        }))
         .await?;
         self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.id))
     }
@@ -202,46 +196,41 @@ impl Veem {
         let _g = self.lock_vee(vee_id).await;
         let Ok(mut v) = self.vee(vee_id) else { return };
         if let Location::Host(h) = &v.location {
-            if let Ok(mut c) = self.hosts.client(h) {
-                let _ = c.suspend(VeeRef { vee_id: vee_id.into() }).await;
+            if let Ok(c) = self.hosts.vhi(h) {
+                let _ = c.suspend(tonic::Request::new(VeeRef { vee_id: vee_id.into() })).await;
             }
         }
         let _ = self.transition(&mut v, VeeState::Suspended, "background VEE displaced to make room");
     }
 
-    /// Every second: start VEEs whose window opened, take the checkpoints
-    /// that are due, stop VEEs whose window closed.
-    pub fn spawn_scheduler(self: &Arc<Self>) {
-        let veem = self.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let (now, ms) = (chrono::Utc::now().timestamp(), now_ms());
-                for v in veem.vees_where(|v| due(v, now, ms).is_some()) {
-                    match due(&v, now, ms) {
-                        Some(Due::Deploy) => veem.spawn_deploy(&v.id),
-                        Some(Due::Stop) => {
-                            let veem = veem.clone();
-                            tokio::spawn(async move { veem.stop_vee(&v.id).await });
-                        }
-                        Some(Due::Checkpoint) if veem.try_busy(&v.id) => {
-                            let veem = veem.clone();
-                            tokio::spawn(async move {
-                                let r = match &v.location {
-                                    Location::Site(s) => veem.forward_action(s, &v.id, "checkpoint", "").await,
-                                    _ => veem.checkpoint_vee(&v.id).await.map(|_| ()),
-                                };
-                                if let Err(e) = r {
-                                    tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "scheduled checkpoint failed");
-                                }
-                                veem.unbusy(&v.id);
-                            });
-                        }
-                        _ => {}
-                    }
+    /// One scheduler round (every second): starts VEEs whose window
+    /// opened, takes the checkpoints that are due, stops VEEs whose window
+    /// closed; each in a task of its own.
+    pub(crate) fn scheduler_round(self: &Arc<Self>) {
+        let (now, ms) = (self.clock.now(), self.clock.now_ms());
+        for v in self.vees_where(|v| due(v, now, ms).is_some()) {
+            match due(&v, now, ms) {
+                Some(Due::Deploy) => self.spawn_deploy(&v.id),
+                Some(Due::Stop) => {
+                    let veem = self.clone();
+                    tokio::spawn(async move { veem.stop_vee(&v.id).await });
                 }
+                Some(Due::Checkpoint) if self.try_busy(&v.id) => {
+                    let veem = self.clone();
+                    tokio::spawn(async move {
+                        let r = match &v.location {
+                            Location::Site(s) => veem.forward_action(s, &v.id, vmi::Action::Checkpoint, "").await,
+                            _ => veem.checkpoint_vee(&v.id).await.map(|_| ()),
+                        };
+                        if let Err(e) = r {
+                            tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "scheduled checkpoint failed");
+                        }
+                        veem.unbusy(&v.id);
+                    });
+                }
+                _ => {}
             }
-        });
+        }
     }
 }
 
@@ -269,3 +258,6 @@ fn due(v: &VeeRec, now: i64, now_ms: i64) -> Option<Due> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::{Context, Result};
-use interfaces::repo_client::RepoClient;
 use interfaces::vmi;
 use tokio::sync::broadcast;
 
@@ -13,9 +12,10 @@ use crate::config::VeemConfig;
 use crate::domain::StateMachine;
 use crate::error::VeemError;
 use crate::hosts::HostPool;
-use crate::model::{now_ms, EventRec, ServiceRec, VeeRec, VeeState};
+use crate::model::{EventRec, ServiceRec, VeeRec, VeeState};
 use crate::planner::{Planner, PlannerConfig, RankPolicy, SlotClock};
 use crate::planner_store::PlannerStore;
+use crate::ports::{Clock, ImageRepository, Peer, PeerDirectory, Ports};
 use crate::store::{Store, Tree, Writes};
 
 /// The VEE manager of one site.
@@ -27,9 +27,12 @@ pub struct Veem {
     planner_store: PlannerStore,
     /// The planner's slot clock (fixed when the planner is created), kept
     /// here so that reading the time never takes the planner's lock.
-    pub(crate) clock: SlotClock,
+    pub(crate) slots: SlotClock,
+    /// The time (a port: tests set it).
+    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) hosts: HostPool,
-    pub(crate) repo: RepoClient,
+    pub(crate) repo: Arc<dyn ImageRepository>,
+    peer_directory: Arc<dyn PeerDirectory>,
     pub(crate) events: broadcast::Sender<vmi::Event>,
     /// Every VEE record by ID, written through to the store: the periodic
     /// loops (scheduler, metering, proposals, peer watch) scan this instead
@@ -51,8 +54,15 @@ pub fn rank_policy(name: &str) -> RankPolicy {
 }
 
 impl Veem {
-    /// Opens the database and restores the planner (or starts an empty one).
+    /// Opens the database and restores the planner (or starts an empty
+    /// one), talking to hosts, peers and the repository over the network.
     pub fn open(cfg: VeemConfig) -> Result<Arc<Self>> {
+        let ports = Ports::connect(&cfg)?;
+        Self::with_ports(cfg, ports)
+    }
+
+    /// [`Veem::open`] with the given ports (tests: in-memory fakes).
+    pub fn with_ports(cfg: VeemConfig, ports: Ports) -> Result<Arc<Self>> {
         let store = Store::open(&cfg.db)?;
         let (saved, planner_store) = PlannerStore::load(&store)?;
         let mut planner: Planner = match saved {
@@ -68,9 +78,8 @@ impl Veem {
                 .iter()
                 .map(|(name, l)| (name.clone(), l.to_planner(cfg.slot.as_secs()))),
         );
-        let clock = planner.clock();
-        let hosts = HostPool::new(&cfg.hosts)?;
-        let repo = RepoClient::new(&cfg.image_repo, cfg.image_repo_token.clone())?;
+        let slots = planner.clock();
+        let hosts = HostPool::new(&cfg.hosts, &ports.hosts)?;
         let (events, _) = broadcast::channel(1024);
         let vee_records = RwLock::new(store.list::<VeeRec>(Tree::Vees)?.into_iter().map(|v| (v.id.clone(), v)).collect());
         Ok(Arc::new(Self {
@@ -78,9 +87,11 @@ impl Veem {
             store,
             planner: Mutex::new(planner),
             planner_store,
-            clock,
+            slots,
+            clock: ports.clock,
             hosts,
-            repo,
+            repo: ports.repo,
+            peer_directory: ports.peers,
             events,
             vee_records,
             vee_locks: Mutex::new(Default::default()),
@@ -151,7 +162,7 @@ impl Veem {
             service_id: service_id.into(),
             kind: kind.into(),
             detail: detail.into(),
-            at_ms: now_ms(),
+            at_ms: self.clock.now_ms(),
         };
         if let Err(err) = self.store.append_event(&e) {
             tracing::error!(%err, "cannot persist event");
@@ -216,8 +227,30 @@ impl Veem {
     pub fn transition(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>) -> Result<()> {
         let from = vee.state;
         vee.state = from.transition(&vee.id, to)?;
-        vee.updated_ms = now_ms();
+        vee.updated_ms = self.clock.now_ms();
         self.save_vee(vee).context("persist VEE")?;
+        self.transition_event(vee, from, detail);
+        Ok(())
+    }
+
+    /// [`Veem::transition`] for a command that writes several records:
+    /// the VEE, the planner's changes since the last write and `extra`
+    /// (e.g. the migration record) go to the store in one commit. The
+    /// caller holds the VEE's lock.
+    pub fn transition_committing(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>, extra: Writes) -> Result<()> {
+        let from = vee.state;
+        vee.state = from.transition(&vee.id, to)?;
+        vee.updated_ms = self.clock.now_ms();
+        let mut w = extra;
+        w.put(Tree::Vees, &vee.id, vee)?;
+        self.planner_store.save_with(&self.planner, w).context("persist VEE")?;
+        self.vee_records.write().unwrap().insert(vee.id.clone(), vee.clone());
+        self.transition_event(vee, from, detail);
+        Ok(())
+    }
+
+    fn transition_event(&self, vee: &VeeRec, from: VeeState, detail: impl Into<String>) {
+        let to = vee.state;
         let d: String = detail.into();
         let text = if d.is_empty() {
             format!("{} -> {}", from.as_str(), to.as_str())
@@ -225,19 +258,24 @@ impl Veem {
             format!("{} -> {}: {d}", from.as_str(), to.as_str())
         };
         self.event(&vee.id, &vee.service_id, "state", text);
-        Ok(())
     }
 
     /// Current slot of the planner's clock; takes no lock, so it may be
     /// called with the planner locked.
     pub fn now_slot(&self) -> crate::planner::Slot {
-        self.clock.slot_at(chrono::Utc::now().timestamp())
+        self.slots.slot_at(self.clock.now())
+    }
+
+    /// Peer site `site`. Errors when it is not a peer of this site or is
+    /// marked unavailable in the configuration.
+    pub fn peer(&self, site: &str) -> Result<Arc<dyn Peer>> {
+        self.peer_directory.connect(crate::peers::peer(&self.cfg, site)?)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::fake_vhi::{FakeSite, STANDARD};
+    use crate::fakes::{FakeSite, STANDARD};
     use crate::model::VeeState;
 
     #[tokio::test]

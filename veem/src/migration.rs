@@ -15,59 +15,21 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
+use interfaces::manifest::MigrationPolicy;
 use interfaces::retry::RetryPolicy;
 use interfaces::vhi::IncomingTarget;
 use interfaces::vhi::{self, MigrateOutRequest};
-use interfaces::vmi::{SendVeeRequest, VeeRef};
+use interfaces::vmi::{self, SendVeeRequest};
 
 use crate::error::VeemError;
 use crate::manager::Veem;
-use crate::model::{now_ms, Location, MigrationRec, MigrationState, VeeState};
+use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::peers;
 use crate::store::Tree;
 
 mod home;
 
-/// Where a migration goes. Written as `host:NAME`, `site:ID` or
-/// `site-of:ID` (in records and in the VMI).
-#[derive(Clone, Debug, PartialEq, Eq, serde_with::SerializeDisplay, serde_with::DeserializeFromStr)]
-pub enum Dest {
-    /// A host of this site.
-    Host(String),
-    /// A peer site (or this site, for a VEE coming home).
-    Site(String),
-    /// Wherever primary site ID sends a VEE this site runs for it
-    /// (SendVee): only the primary knows the destination.
-    ForPrimary(String),
-}
-
-impl Dest {
-    pub fn parse(to: &str) -> Result<Self> {
-        match to.split_once(':') {
-            Some(("host", h)) if !h.is_empty() => Ok(Dest::Host(h.into())),
-            Some(("site", s)) if !s.is_empty() => Ok(Dest::Site(s.into())),
-            Some(("site-of", s)) if !s.is_empty() => Ok(Dest::ForPrimary(s.into())),
-            _ => bail!("migration target {to:?} is neither host:NAME, site:ID nor site-of:ID"),
-        }
-    }
-}
-
-impl std::fmt::Display for Dest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Dest::Host(h) => write!(f, "host:{h}"),
-            Dest::Site(s) => write!(f, "site:{s}"),
-            Dest::ForPrimary(s) => write!(f, "site-of:{s}"),
-        }
-    }
-}
-
-impl std::str::FromStr for Dest {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Dest::parse(s)
-    }
-}
+pub use crate::domain::migration::Dest;
 
 fn location_text(l: &Location) -> String {
     match l {
@@ -86,8 +48,12 @@ impl Veem {
 
     fn save_migration(&self, m: &MigrationRec) -> Result<()> {
         self.store.put(Tree::Migrations, &m.id, m)?;
-        self.event(&m.vee_id, "", "migration", format!("{} {} -> {}: {}", m.id, m.from, m.to, m.state));
+        self.migration_event(m);
         Ok(())
+    }
+
+    fn migration_event(&self, m: &MigrationRec) {
+        self.event(&m.vee_id, "", "migration", format!("{} {} -> {}: {}", m.id, m.from, m.to, m.state));
     }
 
     /// Records a proposal to move `vee_id` to `to`; runs it at once when the
@@ -100,7 +66,7 @@ impl Veem {
         if !matches!(v.state, VeeState::Running) {
             bail!("VEE {vee_id} is {}, only running VEEs migrate", v.state.as_str());
         }
-        if v.migration_policy == "none" {
+        if v.migration_policy == MigrationPolicy::None {
             bail!("VEE {vee_id}: its SLA's migration policy is \"none\" (never moved)");
         }
         let open = self
@@ -124,10 +90,10 @@ impl Veem {
             Dest::Site(s) => {
                 if s != &self.cfg.site_id {
                     peers::peer(&self.cfg, s).map_err(|e| VeemError::field("to_site", e))?;
-                    if v.migration_policy != "federation" {
+                    if !v.migration_policy.allows_peer_site() {
                         bail!(
-                            "VEE {vee_id}: its SLA's migration policy is {:?}, not federation",
-                            v.migration_policy
+                            "VEE {vee_id}: its SLA's migration policy is \"{}\", not federation",
+                            v.migration_policy.as_str()
                         );
                     }
                 }
@@ -148,7 +114,7 @@ impl Veem {
             detail: format!("proposed by {by}"),
             total_ms: 0,
             downtime_ms: 0,
-            created_ms: now_ms(),
+            created_ms: self.clock.now_ms(),
         };
         self.save_migration(&m)?;
         if auto {
@@ -268,8 +234,8 @@ impl Veem {
                 async {
                     Ok(self
                         .hosts
-                        .client(h)?
-                        .prepare_incoming(v.spec())
+                        .vhi(h)?
+                        .prepare_incoming(tonic::Request::new(v.spec()))
                         .await
                         .map_err(|s| anyhow!("{h}: {}", s.message()))?
                         .into_inner())
@@ -287,16 +253,16 @@ impl Veem {
                 let sent = match v.location.clone() {
                     Location::Host(src) => self.migrate_out(&src, &v.id, target, v.max_downtime_ms, &mut m).await,
                     Location::Site(src) => {
-                        let r = peers::client(&self.cfg, &src)?
+                        let r = self
+                            .peer(&src)?
                             .send_vee(SendVeeRequest {
                                 vee_id: v.id.clone(),
                                 target: Some(target),
                             })
                             .await;
                         match r {
-                            Ok(info) => {
-                                let i = info.into_inner();
-                                if i.state == "done" {
+                            Ok(i) => {
+                                if i.state() == vmi::MigrationState::Done {
                                     Ok((i.total_ms, i.downtime_ms))
                                 } else {
                                     Err(anyhow!("site {src}: {}", i.detail))
@@ -331,12 +297,10 @@ impl Veem {
                 } else if matches!(old, Location::Host(_)) {
                     let _ = self.planner.lock().unwrap().release_vee(&v.id);
                 }
-                self.persist_planner()?;
                 v.location = match &dest {
                     Dest::Host(h) => Location::Host(h.clone()),
                     Dest::Site(s) | Dest::ForPrimary(s) => Location::Site(s.clone()),
                 };
-                self.transition(&mut v, VeeState::Running, format!("migrated to {}", m.to))?;
                 m.advance(MigrationState::Done)?;
                 m.total_ms = if total_ms > 0 {
                     total_ms
@@ -345,18 +309,20 @@ impl Veem {
                 };
                 m.downtime_ms = downtime_ms;
                 m.detail = format!("{} ms, {} ms downtime", m.total_ms, downtime_ms);
-                self.save_migration(&m)?;
+                // The reservation's move, the VEE and the migration: one commit.
+                self.transition_committing(&mut v, VeeState::Running, format!("migrated to {}", m.to), migration_write(&m)?)?;
+                self.migration_event(&m);
                 Ok(())
             }
             Err(e) => {
                 if homecoming {
                     let _ = self.planner.lock().unwrap().release_service(&format!("home-{}", v.id));
-                    self.persist_planner()?;
                 }
-                self.transition(&mut v, VeeState::Running, format!("migration failed; stays at {}", m.from))?;
                 m.advance(MigrationState::Failed)?;
                 m.detail = format!("{e:#}");
-                self.save_migration(&m)?;
+                let stays = format!("migration failed; stays at {}", m.from);
+                self.transition_committing(&mut v, VeeState::Running, stays, migration_write(&m)?)?;
+                self.migration_event(&m);
                 Err(e)
             }
         }
@@ -383,8 +349,8 @@ impl Veem {
         };
         let mut stream = self
             .hosts
-            .client(src)?
-            .migrate_out(req)
+            .vhi(src)?
+            .migrate_out(tonic::Request::new(req))
             .await
             .map_err(|s| anyhow!("{src}: {}", s.message()))?
             .into_inner();
@@ -401,15 +367,15 @@ impl Veem {
             };
             let Some(p) = next else { break };
             let p = p.map_err(|s| anyhow!("{src}: {}", s.message()))?;
-            if p.phase == "copying" {
+            if p.phase() == vhi::MigrationPhase::Copying {
                 m.detail = format!("copying {} / {} MiB", p.data_processed >> 20, p.data_total >> 20);
                 let _ = self.store.put(Tree::Migrations, &m.id, m);
             }
             last = Some(p);
         }
         let p = last.ok_or_else(|| anyhow!("{src}: migration stream ended without a result"))?;
-        match p.phase.as_str() {
-            "done" => Ok((p.total_ms, p.downtime_ms)),
+        match p.phase() {
+            vhi::MigrationPhase::Done => Ok((p.total_ms, p.downtime_ms)),
             _ => Err(anyhow!("{src}: {}", p.error)),
         }
     }
@@ -418,14 +384,14 @@ impl Veem {
         match dest {
             Dest::Host(h) => {
                 self.hosts
-                    .client(h)?
-                    .complete_incoming(vhi::VeeRef { vee_id: vee_id.into() })
+                    .vhi(h)?
+                    .complete_incoming(tonic::Request::new(vhi::VeeRef { vee_id: vee_id.into() }))
                     .await
                     .map_err(|s| anyhow!("{h}: {}", s.message()))?;
             }
             Dest::Site(s) => {
-                peers::client(&self.cfg, s)?
-                    .complete_incoming(VeeRef { vee_id: vee_id.into() })
+                self.peer(s)?
+                    .complete_incoming(vee_id)
                     .await
                     .map_err(|e| anyhow!("{s}: {}", e.message()))?;
             }
@@ -446,14 +412,14 @@ impl Veem {
         match dest {
             Dest::Host(h) => {
                 self.hosts
-                    .client(h)?
-                    .abort_incoming(vhi::VeeRef { vee_id: vee_id.into() })
+                    .vhi(h)?
+                    .abort_incoming(tonic::Request::new(vhi::VeeRef { vee_id: vee_id.into() }))
                     .await
                     .map_err(|s| anyhow!("{h}: {}", s.message()))?;
             }
             Dest::Site(s) => {
-                peers::client(&self.cfg, s)?
-                    .abort_incoming(VeeRef { vee_id: vee_id.into() })
+                self.peer(s)?
+                    .abort_incoming(vee_id)
                     .await
                     .map_err(|e| anyhow!("{s}: {}", e.message()))?;
             }
@@ -482,7 +448,7 @@ impl Veem {
             detail: String::new(),
             total_ms: 0,
             downtime_ms: 0,
-            created_ms: now_ms(),
+            created_ms: self.clock.now_ms(),
         };
         self.transition(&mut v, VeeState::Migrating, "sent on by the primary site")?;
         match self.migrate_out(&src, vee_id, target, v.max_downtime_ms, &mut m).await {
@@ -505,3 +471,13 @@ impl Veem {
         Ok(m)
     }
 }
+
+/// The write of migration record `m` (for a commit with other records).
+fn migration_write(m: &MigrationRec) -> Result<crate::store::Writes> {
+    let mut w = crate::store::Writes::default();
+    w.put(Tree::Migrations, &m.id, m)?;
+    Ok(w)
+}
+
+#[cfg(test)]
+mod tests;

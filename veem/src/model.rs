@@ -2,6 +2,7 @@
 //! migration proposals, usage records, SLA violations and events. All are
 //! persisted in sled (see `store`).
 
+use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
 use serde::{Deserialize, Serialize};
 
 /// Milliseconds since the Unix epoch.
@@ -20,7 +21,7 @@ pub struct ServiceRec {
     /// The service provider (for a service run for a peer: the peer site).
     pub provider: String,
     pub manifest_toml: String,
-    pub guarantee: String,
+    pub guarantee: GuaranteeLevel,
     pub penalty_per_hour: f64,
     pub created_ms: i64,
     pub vees: Vec<String>,
@@ -64,8 +65,8 @@ pub struct VeeRec {
     pub checkpoint_interval_s: Option<u64>,
     pub last_checkpoint_ms: Option<i64>,
     pub latest_checkpoint: Option<String>,
-    pub guarantee: String,
-    pub migration_policy: String,
+    pub guarantee: GuaranteeLevel,
+    pub migration_policy: MigrationPolicy,
     pub max_downtime_ms: u64,
     /// Reserved window, Unix seconds.
     pub window_start_unix: i64,
@@ -80,7 +81,7 @@ impl VeeRec {
     /// A record of the VEE `s` describes (the one conversion from the VHI
     /// description; [`VeeRec::spec`] is its inverse), with the rest unset:
     /// state pending, placed nowhere, one instance of a component `vee`,
-    /// no checkpoints, migration policy `site`.
+    /// no checkpoints, guarantee `standard`, migration policy `site`.
     pub fn from_spec(s: &interfaces::vhi::VeeSpec) -> Self {
         VeeRec {
             id: s.vee_id.clone(),
@@ -99,8 +100,8 @@ impl VeeRec {
             checkpoint_interval_s: None,
             last_checkpoint_ms: None,
             latest_checkpoint: None,
-            guarantee: String::new(),
-            migration_policy: "site".into(),
+            guarantee: GuaranteeLevel::Standard,
+            migration_policy: MigrationPolicy::Site,
             max_downtime_ms: 0,
             window_start_unix: 0,
             window_end_unix: 0,
@@ -175,7 +176,7 @@ pub struct MigrationRec {
     pub from: String,
     /// Where the VEE goes (stored as `host:NAME`, `site:ID` or
     /// `site-of:ID`).
-    pub to: crate::migration::Dest,
+    pub to: crate::domain::migration::Dest,
     pub reason: String,
     pub state: MigrationState,
     pub decided_by: String,

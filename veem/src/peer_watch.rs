@@ -17,12 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use interfaces::vmi::VeeRef;
 use serde::{Deserialize, Serialize};
 
 use crate::manager::Veem;
 use crate::model::{Location, VeeRec, VeeState};
-use crate::peers;
 use crate::store::Tree;
 
 /// How long one call to a peer may take before it counts as unanswered.
@@ -45,21 +43,9 @@ enum PeerAnswer {
 }
 
 impl Veem {
-    /// Starts the peer watch loop (every `heartbeat_interval`).
-    pub fn spawn_peer_watch(self: &Arc<Self>) {
-        let veem = self.clone();
-        tokio::spawn(async move {
-            let mut misses: HashMap<String, u32> = HashMap::new();
-            loop {
-                tokio::time::sleep(veem.cfg.heartbeat_interval).await;
-                veem.watch_round(&mut misses).await;
-            }
-        });
-    }
-
     /// One round over every peer that runs VEEs of this site or still holds
     /// fenced copies; `misses` counts silent rounds per peer.
-    async fn watch_round(self: &Arc<Self>, misses: &mut HashMap<String, u32>) {
+    pub(crate) async fn watch_round(self: &Arc<Self>, misses: &mut HashMap<String, u32>) {
         if self.cfg.peers.is_empty() {
             return;
         }
@@ -107,16 +93,16 @@ impl Veem {
     /// Asks `site` about `vees`; an answering site is also told to destroy
     /// the copies fenced at it.
     async fn ask_peer(&self, site: &str, vees: &[VeeRec], fenced: &[FenceRec]) -> PeerAnswer {
-        let Ok(mut c) = peers::client(&self.cfg, site) else {
+        let Ok(c) = self.peer(site) else {
             return PeerAnswer::Answered { lost: vec![] };
         };
         let mut answered = false;
         let mut lost = Vec::new();
         for v in vees {
-            match tokio::time::timeout(PEER_CALL_TIMEOUT, c.get_vee(VeeRef { vee_id: v.id.clone() })).await {
+            match tokio::time::timeout(PEER_CALL_TIMEOUT, c.get_vee(&v.id)).await {
                 Ok(Ok(info)) => {
                     answered = true;
-                    if info.get_ref().state == VeeState::Failed.as_str() {
+                    if info.state() == interfaces::vmi::VeeState::Failed {
                         lost.push(v.id.clone());
                     }
                 }
@@ -128,7 +114,7 @@ impl Veem {
             }
         }
         for f in fenced.iter().filter(|f| f.site == site) {
-            let Ok(r) = tokio::time::timeout(PEER_CALL_TIMEOUT, c.abort_incoming(VeeRef { vee_id: f.vee_id.clone() })).await else {
+            let Ok(r) = tokio::time::timeout(PEER_CALL_TIMEOUT, c.abort_incoming(&f.vee_id)).await else {
                 continue; // no answer in time
             };
             answered = true;

@@ -1,13 +1,13 @@
-//! VMI clients of peer VEEMs: each call carries the token this site
-//! presents to the peer under the framework agreement.
-
-use std::time::Duration;
+//! Peer sites under framework agreements: which peers a VEE may go to,
+//! and the bearer token each VMI call to a peer carries (the client itself
+//! is `ports::GrpcPeer`).
 
 use anyhow::{anyhow, Result};
+use interfaces::manifest::GuaranteeLevel;
 use interfaces::vmi::vmi_client::VmiClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::config::{PeerEntry, VeemConfig};
 
@@ -35,16 +35,6 @@ impl Interceptor for Bearer {
 /// A VMI client with a bearer token.
 pub type PeerClient = VmiClient<InterceptedService<Channel, Bearer>>;
 
-/// A client of peer `site`. Errors if it is unknown or marked unavailable.
-pub fn client(cfg: &VeemConfig, site: &str) -> Result<PeerClient> {
-    let p = peer(cfg, site)?;
-    let ch = Endpoint::from_shared(p.endpoint.clone())
-        .map_err(|e| anyhow!("peer {site}: endpoint {:?}: {e}", p.endpoint))?
-        .connect_timeout(Duration::from_secs(3))
-        .connect_lazy();
-    Ok(VmiClient::with_interceptor(ch, Bearer::new(&p.token)?))
-}
-
 /// The configuration of an available peer site.
 pub fn peer<'a>(cfg: &'a VeemConfig, site: &str) -> Result<&'a PeerEntry> {
     let p = cfg
@@ -60,13 +50,13 @@ pub fn peer<'a>(cfg: &'a VeemConfig, site: &str) -> Result<&'a PeerEntry> {
 
 /// Available peers whose agreement admits a VEE of this size and guarantee,
 /// cheapest first (E Ch 3.4: the agreement's price decides).
-pub fn candidates<'a>(cfg: &'a VeemConfig, vcpus: u32, memory_mib: u64, guarantee: &str) -> Vec<&'a PeerEntry> {
+pub fn candidates(cfg: &VeemConfig, vcpus: u32, memory_mib: u64, guarantee: GuaranteeLevel) -> Vec<&PeerEntry> {
     let mut v: Vec<&PeerEntry> = cfg
         .peers
         .iter()
         .filter(|p| !p.unavailable)
         .filter(|p| p.agreement.max_vcpus >= vcpus && p.agreement.max_memory_mib >= memory_mib)
-        .filter(|p| p.agreement.guarantee_levels.is_empty() || p.agreement.guarantee_levels.iter().any(|g| g == guarantee))
+        .filter(|p| p.agreement.guarantee_levels.is_empty() || p.agreement.guarantee_levels.contains(&guarantee))
         .collect();
     v.sort_by(|a, b| a.agreement.price_per_vee_hour.total_cmp(&b.agreement.price_per_vee_hour));
     v
@@ -93,23 +83,23 @@ mod tests {
     fn candidates_are_the_available_peers_whose_agreement_admits_the_vee_cheapest_first() {
         let cfg = cfg();
         let sites = |v: Vec<&PeerEntry>| v.into_iter().map(|p| p.site_id.clone()).collect::<Vec<_>>();
-        assert_eq!(sites(candidates(&cfg, 2, 128, "standard")), ["site-c", "site-b"]);
+        assert_eq!(sites(candidates(&cfg, 2, 128, GuaranteeLevel::Standard)), ["site-c", "site-b"]);
         assert!(
-            candidates(&cfg, 8, 128, "standard").is_empty(),
+            candidates(&cfg, 8, 128, GuaranteeLevel::Standard).is_empty(),
             "more vCPUs than the agreements admit"
         );
         assert!(
-            candidates(&cfg, 1, 128, "enhanced").is_empty(),
+            candidates(&cfg, 1, 128, GuaranteeLevel::Enhanced).is_empty(),
             "a guarantee level the agreements exclude"
         );
     }
 
-    #[tokio::test]
-    async fn a_peer_marked_unavailable_is_never_called() {
+    #[test]
+    fn a_peer_marked_unavailable_is_never_called() {
         let cfg = cfg();
-        let e = client(&cfg, "site-d").unwrap_err().to_string();
+        let e = peer(&cfg, "site-d").unwrap_err().to_string();
         assert!(e.contains("marked unavailable"), "{e}");
-        assert!(client(&cfg, "site-x").unwrap_err().to_string().contains("not a peer"));
-        assert!(client(&cfg, "site-b").is_ok());
+        assert!(peer(&cfg, "site-x").unwrap_err().to_string().contains("not a peer"));
+        assert!(peer(&cfg, "site-b").is_ok());
     }
 }

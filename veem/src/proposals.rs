@@ -38,7 +38,7 @@ use anyhow::Result;
 use crate::hosts::Health;
 use crate::manager::Veem;
 use crate::migration::Dest;
-use crate::model::{now_ms, Location, MigrationRec, MigrationState, VeeState};
+use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::planner::{Planner, Resources, Slot};
 use crate::store::Tree;
 
@@ -385,23 +385,9 @@ pub fn open_and_held(records: Vec<MigrationRec>, now_ms: i64, hold_s: u64) -> (V
 pub type Seen = HashMap<String, (String, i64)>;
 
 impl Veem {
-    /// Runs [`Veem::proposal_pass`] every `proposals.interval`.
-    pub fn spawn_proposals(self: &Arc<Self>) {
-        let veem = self.clone();
-        tokio::spawn(async move {
-            let mut seen = Seen::new();
-            loop {
-                tokio::time::sleep(veem.cfg.proposals.interval).await;
-                if let Err(e) = veem.proposal_pass(&mut seen) {
-                    tracing::warn!(error = %format!("{e:#}"), "proposal pass failed");
-                }
-            }
-        });
-    }
-
     /// The snapshot a pass decides on; updates `seen`.
     pub fn proposal_snapshot(&self, seen: &mut Seen) -> Result<Snapshot> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let slot = self.now_slot();
         let cfg = &self.cfg.proposals;
         let health: Vec<(String, Health)> = self.hosts.names().into_iter().map(|h| (h.clone(), self.hosts.health(&h))).collect();
@@ -436,7 +422,7 @@ impl Veem {
                     now
                 }
             };
-            let migratable = v.migration_policy != "none";
+            let migratable = v.migration_policy != interfaces::manifest::MigrationPolicy::None;
             vees.push(VeeView {
                 id: v.id,
                 state: v.state,

@@ -24,8 +24,8 @@ impl Veem {
     pub async fn reconcile(self: &Arc<Self>) -> Result<()> {
         let mut running: HashMap<String, HashMap<String, vhi::VeeState>> = HashMap::new();
         for h in self.hosts.names() {
-            let Ok(mut c) = self.hosts.client(&h) else { continue };
-            match c.list_domains(vhi::Empty {}).await {
+            let Ok(c) = self.hosts.vhi(&h) else { continue };
+            match c.list_domains(tonic::Request::new(vhi::Empty {})).await {
                 Ok(l) => {
                     running.insert(
                         h.clone(),
@@ -91,7 +91,7 @@ impl Veem {
                     if running.get(&h).is_some_and(|d| d.get(&v.id) == Some(&vhi::VeeState::Running)) {
                         self.event(&v.id, &v.service_id, "reconcile", format!("found running on {h}"));
                         self.transition(&mut v, VeeState::Running, "reconciled")?;
-                    } else if v.window_start_unix <= chrono::Utc::now().timestamp() {
+                    } else if v.window_start_unix <= self.clock.now() {
                         self.event(&v.id, &v.service_id, "reconcile", format!("deploy on {h} resumed"));
                         self.spawn_deploy(&v.id);
                     }
@@ -120,8 +120,11 @@ impl Veem {
     /// destroyed before they can answer for the VEE (a VEE never runs in
     /// two places).
     pub(crate) async fn fence_returning_host(&self, host: &str) {
-        let listed = match self.hosts.client(host) {
-            Ok(mut c) => c.list_domains(vhi::Empty {}).await.map_err(|e| e.message().to_string()),
+        let listed = match self.hosts.vhi(host) {
+            Ok(c) => c
+                .list_domains(tonic::Request::new(vhi::Empty {}))
+                .await
+                .map_err(|e| e.message().to_string()),
             Err(e) => Err(e.to_string()),
         };
         match listed {
@@ -148,13 +151,16 @@ impl Veem {
             }
             tracing::warn!(%host, vee = %id, "domain not in the records here: destroying it");
             self.event(id, "", "reconcile", format!("stray domain on {host} destroyed"));
-            let Ok(mut c) = self.hosts.client(host) else { continue };
+            let Ok(c) = self.hosts.vhi(host) else { continue };
             let _ = c
-                .destroy(DestroyRequest {
+                .destroy(tonic::Request::new(DestroyRequest {
                     vee_id: id.clone(),
                     remove: true,
-                })
+                }))
                 .await;
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -199,12 +199,12 @@ impl Veem {
     /// Best effort: destroys what failed restores of `vee_id` may have left
     /// on `host` (a domain whose reply was lost, the VEE's files).
     async fn clean_failed_attempt(&self, vee_id: &str, host: &str) {
-        let Ok(mut c) = self.hosts.client(host) else { return };
+        let Ok(c) = self.hosts.vhi(host) else { return };
         let req = DestroyRequest {
             vee_id: vee_id.into(),
             remove: true,
         };
-        if let Err(e) = c.destroy(req).await {
+        if let Err(e) = c.destroy(tonic::Request::new(req)).await {
             tracing::warn!(vee = %vee_id, %host, error = %e.message(), "cannot clean up after failed restores");
         }
     }
@@ -232,14 +232,14 @@ impl Veem {
         }
         v.location = Location::Host(to.to_string());
         self.save_vee(&v)?;
-        let mut c = self.hosts.client(to)?;
+        let c = self.hosts.vhi(to)?;
         match self.checkpoint_of(vee_id, None)? {
             Some(cp) => {
-                c.restore(RestoreRequest {
+                c.restore(tonic::Request::new(RestoreRequest {
                     spec: Some(v.spec()),
                     checkpoint: Some(cp.record()?),
                     fence_owner: fence.unwrap_or_default().to_string(),
-                })
+                }))
                 .await?;
                 self.transition(&mut v, VeeState::Running, format!("restored from checkpoint {} on {to}", cp.id))
             }
@@ -260,7 +260,7 @@ impl Veem {
     pub(crate) fn record_unrecovered(&self, vee_id: &str, lost: &str, why: &str) -> Result<()> {
         let mut v = self.vee(vee_id)?;
         let svc = self.service(&v.service_id)?;
-        let start = chrono::Utc::now().timestamp();
+        let start = self.clock.now();
         let end = v.window_end_unix.max(start);
         let penalty = svc.penalty_per_hour * (end - start) as f64 / 3600.0;
         let viol = ViolationRec {

@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
+use interfaces::vmi;
 use interfaces::vmi::vmi_server::{Vmi, VmiServer};
 use interfaces::vmi::*;
 use tokio_stream::wrappers::BroadcastStream;
@@ -29,8 +30,14 @@ pub struct VmiService {
 }
 
 impl VmiService {
+    /// The VMI server of `veem`.
     pub fn new(veem: Arc<Veem>) -> VmiServer<Self> {
-        VmiServer::new(Self { veem })
+        VmiServer::new(Self::handler(veem))
+    }
+
+    /// The handlers without the server (in-process peers in tests).
+    pub fn handler(veem: Arc<Veem>) -> Self {
+        Self { veem }
     }
 }
 
@@ -110,7 +117,7 @@ impl VmiService {
             service_id: v.service_id.clone(),
             component: v.component.clone(),
             instance: v.instance,
-            state: v.state.as_str().into(),
+            state: vmi::VeeState::from(v.state) as i32,
             location,
             vcpus: v.vcpus,
             memory_mib: v.memory_mib,
@@ -120,17 +127,50 @@ impl VmiService {
         }
     }
 
+    /// Every VEEH of the site, in configuration order: health, the capacity
+    /// it offers (vCPUs, MiB, GiB), what the planner reserves on it in the
+    /// current slot, the VEEs placed on it and its accelerator. A host that
+    /// never answered shows zero capacity.
+    fn host_status(&self) -> Vec<HostStatus> {
+        let now = self.veem.now_slot();
+        let placed = self.veem.vees_where(|v| v.host().is_some() && v.state.is_live());
+        let p = self.veem.planner.lock().unwrap();
+        self.veem
+            .hosts
+            .names()
+            .into_iter()
+            .map(|h| {
+                let cap = p.host(&h).map(|s| s.capacity).unwrap_or_default();
+                let used = p.host_usage(&h, now).unwrap_or_default();
+                let (health, missed_heartbeats) = crate::wire::host_health(self.veem.hosts.health(&h));
+                HostStatus {
+                    health: health as i32,
+                    missed_heartbeats,
+                    vcpus: cap.vcpus,
+                    memory_mib: cap.memory_mib,
+                    disk_gib: cap.disk_gib,
+                    used_vcpus: used.vcpus,
+                    used_memory_mib: used.memory_mib,
+                    used_disk_gib: used.disk_gib,
+                    vees: placed.iter().filter(|v| v.host() == Some(h.as_str())).count() as u32,
+                    accel: p.host(&h).map(|s| s.profile.accel.clone()).unwrap_or_default(),
+                    name: h,
+                }
+            })
+            .collect()
+    }
+
     fn service_info(&self, role: &Role, s: &ServiceRec) -> ServiceInfo {
         let recs: Vec<VeeRec> = s.vees.iter().filter_map(|id| self.veem.vee(id).ok()).collect();
-        let state = ServiceState::of(recs.iter().map(|v| v.state)).as_str();
+        let state = vmi::ServiceState::from(ServiceState::of(recs.iter().map(|v| v.state)));
         let vees: Vec<VeeInfo> = recs.iter().map(|v| self.vee_info(role, v)).collect();
         ServiceInfo {
             service_id: s.id.clone(),
             name: s.name.clone(),
             provider: s.provider.clone(),
-            state: state.into(),
+            state: state as i32,
             vees,
-            guarantee: s.guarantee.clone(),
+            guarantee: vmi::GuaranteeLevel::from(s.guarantee) as i32,
         }
     }
 }
@@ -142,7 +182,7 @@ fn migration_info(m: &MigrationRec) -> MigrationInfo {
         from: m.from.clone(),
         to: m.to.to_string(),
         reason: m.reason.clone(),
-        state: m.state.to_string(),
+        state: vmi::MigrationState::from(m.state) as i32,
         decided_by: m.decided_by.clone(),
         detail: m.detail.clone(),
         total_ms: m.total_ms,
@@ -206,19 +246,23 @@ impl Vmi for VmiService {
 
     async fn vee_action(&self, r: Request<VeeActionRequest>) -> R<VeeInfo> {
         let role = self.caller(&r)?;
-        if r.get_ref().action == "withdraw" {
+        let action = vmi::Action::try_from(r.get_ref().action)
+            .ok()
+            .filter(|a| *a != vmi::Action::Unspecified)
+            .ok_or_else(|| Status::invalid_argument(format!("field `action`: {} is not an action", r.get_ref().action)))?;
+        if action == vmi::Action::Withdraw {
             self.operator(&r)?;
         }
         let req = r.into_inner();
         self.visible_vee(&role, &req.vee_id)?;
         let v = self
             .veem
-            .vee_action(&req.vee_id, &req.action, &req.checkpoint_id)
+            .vee_action(&req.vee_id, action, &req.checkpoint_id)
             .await
             .map_err(status)?;
         let mut info = self.vee_info(&role, &v);
         // The primary site records a checkpoint taken here for its VEE.
-        if matches!(role, Role::Peer(_)) && req.action == "checkpoint" {
+        if matches!(role, Role::Peer(_)) && action == vmi::Action::Checkpoint {
             info.checkpoint_record = self
                 .veem
                 .checkpoint_of(&v.id, None)
@@ -283,9 +327,7 @@ impl Vmi for VmiService {
 
     async fn list_hosts(&self, r: Request<Empty>) -> R<HostList> {
         self.operator(&r)?;
-        Ok(Response::new(HostList {
-            hosts: self.veem.host_status(),
-        }))
+        Ok(Response::new(HostList { hosts: self.host_status() }))
     }
 
     async fn list_usage_limits(&self, r: Request<Empty>) -> R<UsageLimitList> {

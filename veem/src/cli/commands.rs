@@ -13,18 +13,26 @@ use super::{exit, output, Cli, Command, OutputFormat};
 
 /// Exit code for a Negotiate verdict: 0 accept, 3 counter-offer, 4 reject;
 /// `None` for a verdict this CLI does not know.
-pub fn verdict_exit_code(verdict: &str) -> Option<u8> {
+pub fn verdict_exit_code(verdict: vmi::Verdict) -> Option<u8> {
     match verdict {
-        "accept" => Some(exit::OK),
-        "counter-offer" => Some(exit::COUNTER_OFFER),
-        "reject" => Some(exit::REJECT),
-        _ => None,
+        vmi::Verdict::Accept => Some(exit::OK),
+        vmi::Verdict::CounterOffer => Some(exit::COUNTER_OFFER),
+        vmi::Verdict::Reject => Some(exit::REJECT),
+        vmi::Verdict::Unspecified => None,
     }
 }
 
 /// Migration states after which nothing more happens.
-pub fn is_terminal(state: &str) -> bool {
-    matches!(state, "done" | "failed" | "rejected")
+pub fn is_terminal(state: vmi::MigrationState) -> bool {
+    use vmi::MigrationState::*;
+    matches!(state, Done | Failed | Rejected)
+}
+
+/// Migration states in which the detail says something (what is copied,
+/// why it failed or was rejected).
+fn detail_matters(state: vmi::MigrationState) -> bool {
+    use vmi::MigrationState::*;
+    matches!(state, Running | Failed | Rejected)
 }
 
 /// The line printed on stderr for a failed command: `error: <code>: <message>`
@@ -76,7 +84,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         Command::Negotiate { .. } => {
             let r = c.negotiate(vmi::ManifestRequest { manifest_toml }).await?.into_inner();
             print(out, &output::negotiation(&Negotiation::from(&r), fmt))?;
-            match verdict_exit_code(&r.verdict) {
+            match verdict_exit_code(r.verdict()) {
                 Some(code) => return Ok(code),
                 None => bail!("unknown verdict {:?} from the VEEM", r.verdict),
             }
@@ -104,12 +112,12 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             let v = c.get_vee(vmi::VeeRef { vee_id: vee.clone() }).await?.into_inner();
             print(out, &output::vee(&Vee::from(&v), fmt))?;
         }
-        Command::Stop { vee } => vee_action(&mut c, vee, "stop", None, fmt, out).await?,
-        Command::Suspend { vee } => vee_action(&mut c, vee, "suspend", None, fmt, out).await?,
-        Command::Resume { vee } => vee_action(&mut c, vee, "resume", None, fmt, out).await?,
-        Command::Checkpoint { vee } => vee_action(&mut c, vee, "checkpoint", None, fmt, out).await?,
-        Command::Withdraw { vee } => vee_action(&mut c, vee, "withdraw", None, fmt, out).await?,
-        Command::Restore { vee, checkpoint } => vee_action(&mut c, vee, "restore", checkpoint.as_deref(), fmt, out).await?,
+        Command::Stop { vee } => vee_action(&mut c, vee, vmi::Action::Stop, None, fmt, out).await?,
+        Command::Suspend { vee } => vee_action(&mut c, vee, vmi::Action::Suspend, None, fmt, out).await?,
+        Command::Resume { vee } => vee_action(&mut c, vee, vmi::Action::Resume, None, fmt, out).await?,
+        Command::Checkpoint { vee } => vee_action(&mut c, vee, vmi::Action::Checkpoint, None, fmt, out).await?,
+        Command::Withdraw { vee } => vee_action(&mut c, vee, vmi::Action::Withdraw, None, fmt, out).await?,
+        Command::Restore { vee, checkpoint } => vee_action(&mut c, vee, vmi::Action::Restore, checkpoint.as_deref(), fmt, out).await?,
         Command::Migrate {
             vee,
             to_host,
@@ -222,7 +230,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
 async fn vee_action(
     c: &mut VmiClient,
     vee: &str,
-    action: &str,
+    action: vmi::Action,
     checkpoint: Option<&str>,
     fmt: OutputFormat,
     out: &mut dyn Write,
@@ -230,7 +238,7 @@ async fn vee_action(
     let v = c
         .vee_action(vmi::VeeActionRequest {
             vee_id: vee.to_string(),
-            action: action.to_string(),
+            action: action as i32,
             checkpoint_id: checkpoint.unwrap_or_default().to_string(),
         })
         .await?
@@ -245,9 +253,9 @@ pub fn progress_line(m: &vmi::MigrationInfo, now: chrono::DateTime<chrono::Utc>)
         "{} {}: {}",
         now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         m.migration_id,
-        m.state
+        m.state()
     );
-    if matches!(m.state.as_str(), "running" | "failed" | "rejected") && !m.detail.is_empty() {
+    if detail_matters(m.state()) && !m.detail.is_empty() {
         line += ": ";
         line += &m.detail;
     }
@@ -257,8 +265,8 @@ pub fn progress_line(m: &vmi::MigrationInfo, now: chrono::DateTime<chrono::Utc>)
 
 /// The closing line of `--wait` in table mode.
 pub fn outcome_line(m: &vmi::MigrationInfo) -> String {
-    match m.state.as_str() {
-        "done" => format!(
+    match m.state() {
+        vmi::MigrationState::Done => format!(
             "migration {} done: {} -> {} in {} ms (downtime {} ms)\n",
             m.migration_id, m.from, m.to, m.total_ms, m.downtime_ms
         ),
@@ -290,13 +298,13 @@ async fn wait_for_migration(
 ) -> anyhow::Result<u8> {
     let id = first.migration_id.clone();
     let mut current = first;
-    let mut shown = (current.state.clone(), current.detail.clone());
+    let mut shown = (current.state, current.detail.clone());
     {
         let progress: &mut dyn Write = if fmt == OutputFormat::Json { &mut *err } else { &mut *out };
         print(progress, &progress_line(&current, chrono::Utc::now()))?;
     }
     let mut unavailable = 0;
-    while !is_terminal(&current.state) {
+    while !is_terminal(current.state()) {
         tokio::time::sleep(poll).await;
         let list = match c.list_migrations(vmi::Empty {}).await {
             Ok(l) => {
@@ -313,10 +321,9 @@ async fn wait_for_migration(
             Some(m) => current = m,
             None => bail!("migration {id} is no longer listed by the VEEM"),
         }
-        let detail_matters = matches!(current.state.as_str(), "running" | "failed" | "rejected");
-        let changed = current.state != shown.0 || (detail_matters && current.detail != shown.1);
+        let changed = current.state != shown.0 || (detail_matters(current.state()) && current.detail != shown.1);
         if changed {
-            shown = (current.state.clone(), current.detail.clone());
+            shown = (current.state, current.detail.clone());
             let progress: &mut dyn Write = if fmt == OutputFormat::Json { &mut *err } else { &mut *out };
             print(progress, &progress_line(&current, chrono::Utc::now()))?;
         }
@@ -325,7 +332,11 @@ async fn wait_for_migration(
         OutputFormat::Json => print(out, &output::migration(&Migration::from(&current), fmt))?,
         OutputFormat::Table => print(out, &outcome_line(&current))?,
     }
-    Ok(if current.state == "done" { exit::OK } else { exit::ERROR })
+    Ok(if current.state() == vmi::MigrationState::Done {
+        exit::OK
+    } else {
+        exit::ERROR
+    })
 }
 
 #[cfg(test)]
@@ -334,10 +345,10 @@ mod tests {
 
     #[test]
     fn negotiate_verdict_exit_codes() {
-        assert_eq!(verdict_exit_code("accept"), Some(0));
-        assert_eq!(verdict_exit_code("counter-offer"), Some(3));
-        assert_eq!(verdict_exit_code("reject"), Some(4));
-        assert_eq!(verdict_exit_code("maybe"), None);
+        assert_eq!(verdict_exit_code(vmi::Verdict::Accept), Some(0));
+        assert_eq!(verdict_exit_code(vmi::Verdict::CounterOffer), Some(3));
+        assert_eq!(verdict_exit_code(vmi::Verdict::Reject), Some(4));
+        assert_eq!(verdict_exit_code(vmi::Verdict::Unspecified), None);
     }
 
     #[test]
@@ -357,25 +368,29 @@ mod tests {
             migration_id: "m-1".into(),
             from: "local (h1)".into(),
             to: "remote (site-b)".into(),
-            state: "approved".into(),
+            state: vmi::MigrationState::Approved as i32,
             detail: "queued".into(),
             ..Default::default()
         };
         assert_eq!(progress_line(&m, now), "2026-11-28T08:00:00Z m-1: approved\n");
-        m.state = "running".into();
+        m.state = vmi::MigrationState::Running as i32;
         m.detail = "disk 40%".into();
         assert_eq!(progress_line(&m, now), "2026-11-28T08:00:00Z m-1: running: disk 40%\n");
-        m.state = "done".into();
+        m.state = vmi::MigrationState::Done as i32;
         m.total_ms = 2100;
         m.downtime_ms = 80;
         assert_eq!(
             outcome_line(&m),
             "migration m-1 done: local (h1) -> remote (site-b) in 2100 ms (downtime 80 ms)\n"
         );
-        m.state = "failed".into();
+        m.state = vmi::MigrationState::Failed as i32;
         m.detail = "destination refused".into();
         assert_eq!(outcome_line(&m), "migration m-1 failed: destination refused\n");
-        assert!(is_terminal("done") && is_terminal("failed") && is_terminal("rejected"));
-        assert!(!is_terminal("running") && !is_terminal("proposed"));
+        assert!(
+            is_terminal(vmi::MigrationState::Done)
+                && is_terminal(vmi::MigrationState::Failed)
+                && is_terminal(vmi::MigrationState::Rejected)
+        );
+        assert!(!is_terminal(vmi::MigrationState::Running) && !is_terminal(vmi::MigrationState::Proposed));
     }
 }

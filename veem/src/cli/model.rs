@@ -28,7 +28,7 @@ pub fn rfc3339_ms(unix_ms: i64) -> Option<String> {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Negotiation {
     /// `accept`, `counter-offer` or `reject`.
-    pub verdict: String,
+    pub verdict: vmi::Verdict,
     /// Why (each a sentence from the planner).
     pub reasons: Vec<String>,
     /// Counter-offer: earliest feasible start.
@@ -40,7 +40,7 @@ pub struct Negotiation {
 impl From<&vmi::NegotiateReply> for Negotiation {
     fn from(r: &vmi::NegotiateReply) -> Self {
         Self {
-            verdict: r.verdict.clone(),
+            verdict: r.verdict(),
             reasons: r.reasons.clone(),
             earliest_start: rfc3339_secs(r.earliest_start_unix),
             earliest_end: rfc3339_secs(r.earliest_end_unix),
@@ -55,7 +55,7 @@ pub struct Vee {
     pub service_id: String,
     pub component: String,
     pub instance: u32,
-    pub state: String,
+    pub state: vmi::VeeState,
     /// As the server gives it: `local (HOST)`, `local` or `remote (SITE)`.
     pub location: String,
     pub vcpus: u32,
@@ -71,7 +71,7 @@ impl From<&vmi::VeeInfo> for Vee {
             service_id: v.service_id.clone(),
             component: v.component.clone(),
             instance: v.instance,
-            state: v.state.clone(),
+            state: v.state(),
             location: v.location.clone(),
             vcpus: v.vcpus,
             memory_mib: v.memory_mib,
@@ -87,8 +87,8 @@ pub struct Service {
     pub service_id: String,
     pub name: String,
     pub provider: String,
-    pub state: String,
-    pub guarantee: String,
+    pub state: vmi::ServiceState,
+    pub guarantee: vmi::GuaranteeLevel,
     pub vees: Vec<Vee>,
 }
 
@@ -98,8 +98,8 @@ impl From<&vmi::ServiceInfo> for Service {
             service_id: s.service_id.clone(),
             name: s.name.clone(),
             provider: s.provider.clone(),
-            state: s.state.clone(),
-            guarantee: s.guarantee.clone(),
+            state: s.state(),
+            guarantee: s.guarantee(),
             vees: s.vees.iter().map(Vee::from).collect(),
         }
     }
@@ -113,8 +113,7 @@ pub struct Migration {
     pub from: String,
     pub to: String,
     pub reason: String,
-    /// proposed | approved | rejected | running | done | failed
-    pub state: String,
+    pub state: vmi::MigrationState,
     pub decided_by: String,
     pub detail: String,
     pub total_ms: u64,
@@ -130,7 +129,7 @@ impl From<&vmi::MigrationInfo> for Migration {
             from: m.from.clone(),
             to: m.to.clone(),
             reason: m.reason.clone(),
-            state: m.state.clone(),
+            state: m.state(),
             decided_by: m.decided_by.clone(),
             detail: m.detail.clone(),
             total_ms: m.total_ms,

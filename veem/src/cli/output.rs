@@ -57,7 +57,7 @@ pub fn vee(v: &Vee, format: OutputFormat) -> String {
         ("service_id", v.service_id.clone()),
         ("component", v.component.clone()),
         ("instance", v.instance.to_string()),
-        ("state", v.state.clone()),
+        ("state", v.state.to_string()),
         ("location", v.location.clone()),
         ("vcpus", v.vcpus.to_string()),
         ("memory_mib", v.memory_mib.to_string()),
@@ -86,7 +86,7 @@ fn vee_table(vees: &[Vee]) -> String {
             v.service_id.clone(),
             v.component.clone(),
             v.instance.to_string(),
-            v.state.clone(),
+            v.state.to_string(),
             v.location.clone(),
             v.vcpus.to_string(),
             v.memory_mib.to_string(),
@@ -118,8 +118,8 @@ pub fn service(s: &Service, format: OutputFormat) -> String {
         ("service_id", s.service_id.clone()),
         ("name", s.name.clone()),
         ("provider", s.provider.clone()),
-        ("state", s.state.clone()),
-        ("guarantee", s.guarantee.clone()),
+        ("state", s.state.to_string()),
+        ("guarantee", s.guarantee.to_string()),
     ]);
     out.push('\n');
     out += &vee_table(&s.vees);
@@ -151,8 +151,8 @@ pub fn services(services: &[Service], format: OutputFormat) -> String {
             s.service_id.clone(),
             s.name.clone(),
             s.provider.clone(),
-            s.state.clone(),
-            s.guarantee.clone(),
+            s.state.to_string(),
+            s.guarantee.to_string(),
             s.vees.len().to_string(),
         ]);
     }
@@ -170,7 +170,7 @@ pub fn migration(m: &Migration, format: OutputFormat) -> String {
         ("from", m.from.clone()),
         ("to", m.to.clone()),
         ("reason", m.reason.clone()),
-        ("state", m.state.clone()),
+        ("state", m.state.to_string()),
         ("decided_by", m.decided_by.clone()),
         ("detail", m.detail.clone()),
         ("total_ms", m.total_ms.to_string()),
@@ -207,7 +207,7 @@ pub fn migrations(migrations: &[Migration], format: OutputFormat) -> String {
             m.vee_id.clone(),
             m.from.clone(),
             m.to.clone(),
-            m.state.clone(),
+            m.state.to_string(),
             m.decided_by.clone(),
             m.total_ms.to_string(),
             m.downtime_ms.to_string(),
@@ -352,7 +352,8 @@ pub fn hosts(hosts: &[vmi::HostStatus], format: OutputFormat) -> String {
     #[derive(Serialize)]
     struct Host<'a> {
         name: &'a str,
-        health: &'a str,
+        health: vmi::HostHealth,
+        missed_heartbeats: u32,
         vcpus: u32,
         memory_mib: u64,
         disk_gib: u64,
@@ -367,7 +368,8 @@ pub fn hosts(hosts: &[vmi::HostStatus], format: OutputFormat) -> String {
             .iter()
             .map(|h| Host {
                 name: &h.name,
-                health: &h.health,
+                health: h.health(),
+                missed_heartbeats: h.missed_heartbeats,
                 vcpus: h.vcpus,
                 memory_mib: h.memory_mib,
                 disk_gib: h.disk_gib,
@@ -384,7 +386,7 @@ pub fn hosts(hosts: &[vmi::HostStatus], format: OutputFormat) -> String {
     for h in hosts {
         t.row([
             h.name.clone(),
-            h.health.clone(),
+            health_text(h),
             format!("{}/{}", h.used_vcpus, h.vcpus),
             format!("{}/{}", h.used_memory_mib, h.memory_mib),
             format!("{}/{}", h.used_disk_gib, h.disk_gib),
@@ -393,6 +395,14 @@ pub fn hosts(hosts: &[vmi::HostStatus], format: OutputFormat) -> String {
         ]);
     }
     t.render()
+}
+
+/// `unknown`, `up`, `missing N heartbeats` or `failed`.
+fn health_text(h: &vmi::HostStatus) -> String {
+    match h.health() {
+        vmi::HostHealth::Missing => format!("missing {} heartbeats", h.missed_heartbeats),
+        other => other.to_string(),
+    }
 }
 
 /// `limits`: one row per consumer: kind, limit (for commitment: epoch and
@@ -408,7 +418,7 @@ pub fn usage_limits(limits: &[vmi::UsageLimitInfo], format: OutputFormat) -> Str
     #[derive(Serialize)]
     struct Limit<'a> {
         consumer: &'a str,
-        kind: &'a str,
+        kind: vmi::UsageLimitKind,
         limit: Option<Amount>,
         burst_limit: Option<Amount>,
         epoch_s: u64,
@@ -429,7 +439,7 @@ pub fn usage_limits(limits: &[vmi::UsageLimitInfo], format: OutputFormat) -> Str
             .iter()
             .map(|l| Limit {
                 consumer: &l.consumer,
-                kind: &l.kind,
+                kind: l.kind(),
                 limit: plain(&l.limit),
                 burst_limit: plain(&l.burst_limit),
                 epoch_s: l.epoch_s,
@@ -447,7 +457,7 @@ pub fn usage_limits(limits: &[vmi::UsageLimitInfo], format: OutputFormat) -> Str
     };
     let mut t = Table::new(&["CONSUMER", "KIND", "LIMIT (vCPUs/MiB/GiB)", "HELD NOW", "MEASURED"]);
     for l in limits {
-        let (limit, measured) = if l.kind == "commitment" {
+        let (limit, measured) = if l.kind() == vmi::UsageLimitKind::Commitment {
             (
                 format!(
                     "epoch {} over {} s, burst {} over {} s",
@@ -461,7 +471,7 @@ pub fn usage_limits(limits: &[vmi::UsageLimitInfo], format: OutputFormat) -> Str
         } else {
             (text(&l.limit), "-".to_string())
         };
-        t.row([l.consumer.clone(), l.kind.clone(), limit, text(&l.held), measured]);
+        t.row([l.consumer.clone(), l.kind().to_string(), limit, text(&l.held), measured]);
     }
     t.render()
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::Parser;
+use interfaces::vmi;
 use interfaces::vmi::vmi_server::{Vmi, VmiServer};
 use interfaces::vmi::*;
 use tonic::{Request, Response, Status};
@@ -171,7 +172,7 @@ fn vee(id: &str, location: &str) -> VeeInfo {
         vee_id: id.into(),
         service_id: "svc1".into(),
         component: "db".into(),
-        state: "running".into(),
+        state: vmi::VeeState::Running as i32,
         location: location.into(),
         vcpus: 1,
         memory_mib: 256,
@@ -186,7 +187,7 @@ fn migration(state: &str, detail: &str) -> MigrationInfo {
         vee_id: "v1".into(),
         from: "local (h1)".into(),
         to: "remote (site-b)".into(),
-        state: state.into(),
+        state: state.parse::<vmi::MigrationState>().unwrap() as i32,
         detail: detail.into(),
         total_ms: 900,
         downtime_ms: 40,
@@ -210,7 +211,8 @@ impl std::ops::Deref for MockSvc {
 impl Vmi for MockSvc {
     async fn negotiate(&self, r: Request<ManifestRequest>) -> R<NegotiateReply> {
         self.note(&r);
-        let verdict = r.get_ref().manifest_toml.trim().to_string();
+        // An unknown word leaves the verdict unset.
+        let verdict = r.get_ref().manifest_toml.trim().parse::<vmi::Verdict>().map_or(0, |v| v as i32);
         Ok(Response::new(NegotiateReply {
             verdict,
             reasons: vec!["because".into()],
@@ -304,9 +306,10 @@ impl Vmi for MockSvc {
     }
     async fn list_hosts(&self, r: Request<Empty>) -> R<HostList> {
         self.note(&r);
-        let h = |name: &str, health: &str, vees| HostStatus {
+        let h = |name: &str, health: vmi::HostHealth, vees| HostStatus {
             name: name.into(),
-            health: health.into(),
+            health: health as i32,
+            missed_heartbeats: u32::from(health == vmi::HostHealth::Missing),
             vcpus: 4,
             memory_mib: 4096,
             disk_gib: 20,
@@ -317,7 +320,7 @@ impl Vmi for MockSvc {
             accel: "tcg".into(),
         };
         Ok(Response::new(HostList {
-            hosts: vec![h("a1", "up", 2), h("a2", "missing 1 heartbeats", 0)],
+            hosts: vec![h("a1", vmi::HostHealth::Up, 2), h("a2", vmi::HostHealth::Missing, 0)],
         }))
     }
     async fn list_usage_limits(&self, r: Request<Empty>) -> R<UsageLimitList> {
@@ -333,14 +336,14 @@ impl Vmi for MockSvc {
             limits: vec![
                 UsageLimitInfo {
                     consumer: "acme".into(),
-                    kind: "fixed".into(),
+                    kind: vmi::UsageLimitKind::Fixed as i32,
                     limit: a(3, 1024, 10),
                     held: a(2, 256, 2),
                     ..Default::default()
                 },
                 UsageLimitInfo {
                     consumer: "globex".into(),
-                    kind: "commitment".into(),
+                    kind: vmi::UsageLimitKind::Commitment as i32,
                     limit: a(4, 4096, 40),
                     burst_limit: a(8, 8192, 80),
                     epoch_s: 86400,
@@ -387,7 +390,9 @@ async fn negotiate_exit_codes_and_bearer_token() {
     let mock = Arc::new(Mock::default());
     let ep = serve(mock.clone()).await;
     let dir = tempfile::tempdir().unwrap();
-    for (verdict, code) in [("accept", 0), ("counter-offer", 3), ("reject", 4), ("dunno", 1)] {
+    // An unset verdict (a server that does not know it) is shown as such
+    // and is an error.
+    for (verdict, code) in [("accept", 0), ("counter-offer", 3), ("reject", 4), ("unspecified", 1)] {
         let path = dir.path().join(format!("{verdict}.toml"));
         std::fs::write(&path, verdict).unwrap();
         let (c, out, err) = run(&ep, &["negotiate", path.to_str().unwrap()]).await;
@@ -456,9 +461,9 @@ async fn show_ls_and_actions() {
     let seen = mock.seen.lock().unwrap().join("\n");
     assert!(seen.contains(r#"ServiceRef { service_id: "" }"#), "{seen}");
     assert!(seen.contains(r#"ServiceRef { service_id: "svc1" }"#), "{seen}");
-    assert!(seen.contains(r#"action: "restore", checkpoint_id: "c7""#), "{seen}");
-    assert!(seen.contains(r#"action: "suspend", checkpoint_id: """#), "{seen}");
-    assert!(seen.contains(r#"action: "withdraw", checkpoint_id: """#), "{seen}");
+    assert!(seen.contains(r#"action: Restore, checkpoint_id: "c7""#), "{seen}");
+    assert!(seen.contains(r#"action: Suspend, checkpoint_id: """#), "{seen}");
+    assert!(seen.contains(r#"action: Withdraw, checkpoint_id: """#), "{seen}");
 }
 
 #[tokio::test]

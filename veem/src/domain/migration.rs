@@ -83,6 +83,47 @@ impl std::fmt::Display for MigrationState {
     }
 }
 
+/// Where a migration goes. Written as `host:NAME`, `site:ID` or
+/// `site-of:ID` (in records and in the VMI).
+#[derive(Clone, Debug, PartialEq, Eq, serde_with::SerializeDisplay, serde_with::DeserializeFromStr)]
+pub enum Dest {
+    /// A host of this site.
+    Host(String),
+    /// A peer site (or this site, for a VEE coming home).
+    Site(String),
+    /// Wherever primary site ID sends a VEE this site runs for it
+    /// (SendVee): only the primary knows the destination.
+    ForPrimary(String),
+}
+
+impl Dest {
+    pub fn parse(to: &str) -> anyhow::Result<Self> {
+        match to.split_once(':') {
+            Some(("host", h)) if !h.is_empty() => Ok(Dest::Host(h.into())),
+            Some(("site", s)) if !s.is_empty() => Ok(Dest::Site(s.into())),
+            Some(("site-of", s)) if !s.is_empty() => Ok(Dest::ForPrimary(s.into())),
+            _ => anyhow::bail!("migration target {to:?} is neither host:NAME, site:ID nor site-of:ID"),
+        }
+    }
+}
+
+impl std::fmt::Display for Dest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dest::Host(h) => write!(f, "host:{h}"),
+            Dest::Site(s) => write!(f, "site:{s}"),
+            Dest::ForPrimary(s) => write!(f, "site-of:{s}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Dest {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        Dest::parse(s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

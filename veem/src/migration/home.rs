@@ -5,27 +5,24 @@
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
-use interfaces::vmi::VeeRef;
 
 use super::Dest;
 use crate::manager::Veem;
 use crate::model::{Location, MigrationRec, MigrationState};
-use crate::peers;
 
 impl Veem {
     /// Reserves local capacity on `host` for a VEE coming home from a peer
     /// site (a one-VEE reservation under the planner service `home-<id>`).
     pub(crate) fn reserve_home(&self, v: &crate::model::VeeRec, host: &str) -> Result<()> {
         use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
-        let clock = self.clock;
+        let clock = self.slots;
         let now = self.now_slot();
         let mut p = self.planner.lock().unwrap();
-        let end = clock.slot_ceil(v.window_end_unix.max(chrono::Utc::now().timestamp() + 60));
+        let end = clock.slot_ceil(v.window_end_unix.max(self.clock.now() + 60));
         let req = ServiceRequest {
             service_id: format!("home-{}", v.id),
             consumer: v.service_id.clone(),
-            guarantee: serde_json::from_value(serde_json::Value::String(v.guarantee.clone()))
-                .unwrap_or(interfaces::manifest::GuaranteeLevel::Standard),
+            guarantee: v.guarantee,
             migration: interfaces::manifest::MigrationPolicy::Federation,
             window: SlotRange::new(now, end.max(now + 1)),
             components: vec![ComponentRequest {
@@ -85,8 +82,8 @@ impl Veem {
         let Some(primary) = v.for_peer.clone() else {
             bail!("VEE {vee_id} does not run here for a peer site: nothing to withdraw")
         };
-        peers::client(&self.cfg, &primary)?
-            .withdraw(VeeRef { vee_id: vee_id.into() })
+        self.peer(&primary)?
+            .withdraw(vee_id)
             .await
             .map_err(|s| anyhow!("site {primary}: {}", s.message()))?;
         self.event(vee_id, &v.service_id, "withdrawn", format!("given back to {primary}"));

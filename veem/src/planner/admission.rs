@@ -114,7 +114,7 @@ impl Planner {
         };
         if commit {
             for s in &admitted.peer_spares {
-                self.d.changed.push(super::persisted::peer_spare_key(&s.vee));
+                self.d.changed.push(super::keys::peer_spare_key(&s.vee));
                 self.p.peer_spares.insert(s.vee.clone(), s.clone());
             }
         } else {
@@ -174,7 +174,7 @@ impl Planner {
             preempted: Vec::new(),
             undo: Vec::new(),
         };
-        self.d.changed.push(super::persisted::service_key(&req.service_id));
+        self.d.changed.push(super::keys::service_key(&req.service_id));
         self.p.services.insert(req.service_id.clone(), record(req, range));
         trial.undo.push(Undo::Service(req.service_id.clone()));
         let background = req.guarantee == GuaranteeLevel::Background;
@@ -347,7 +347,7 @@ impl Planner {
                 }
                 Undo::Removed(r) => self.insert_reservation(r),
                 Undo::Service(id) => {
-                    self.d.changed.push(super::persisted::service_key(&id));
+                    self.d.changed.push(super::keys::service_key(&id));
                     self.p.services.remove(&id);
                 }
             }

@@ -38,6 +38,7 @@ pub mod checkpoint_count;
 pub mod constraints;
 pub mod counter_offer;
 pub mod hosts;
+mod keys;
 pub mod persisted;
 pub mod rank;
 pub mod recovery;
@@ -284,7 +285,7 @@ impl Planner {
     pub(crate) fn insert_reservation(&mut self, r: Reservation) {
         self.account(&r, true);
         self.reindex(r.host);
-        self.d.changed.push(persisted::reservation_key(&r.vee, r.spare));
+        self.d.changed.push(keys::reservation_key(&r.vee, r.spare));
         let map = if r.spare { &mut self.p.spares } else { &mut self.p.primaries };
         let old = map.insert(r.vee.clone(), r);
         debug_assert!(old.is_none(), "reservation inserted twice");
@@ -294,7 +295,7 @@ impl Planner {
     pub(crate) fn remove_reservation(&mut self, key: &ReservationKey) -> Option<Reservation> {
         let map = if key.spare { &mut self.p.spares } else { &mut self.p.primaries };
         let r = map.remove(&key.vee)?;
-        self.d.changed.push(persisted::reservation_key(&key.vee, key.spare));
+        self.d.changed.push(keys::reservation_key(&key.vee, key.spare));
         self.account(&r, false);
         self.reindex(r.host);
         Some(r)

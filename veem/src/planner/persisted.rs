@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::capacity::{HostRecord, Profile};
+use super::keys::{peer_spare_key, reservation_key, service_key};
 use super::request::SpareNeed;
 use super::reservations::{Reservation, ServiceRecord};
 use super::usage_limits::{ConsumerUsage, UsageLimit};
@@ -40,21 +41,6 @@ pub enum PlannerEntry {
     PeerSpare(SpareNeed),
     /// An admitted service; key `v/<service ID>`.
     Service(ServiceRecord),
-}
-
-/// The key of a VEE's reservation (`spare`: of the spare protecting it).
-pub(super) fn reservation_key(vee: &str, spare: bool) -> String {
-    format!("{}/{vee}", if spare { "s" } else { "p" })
-}
-
-/// The key of the spare a peer site holds for a VEE.
-pub(super) fn peer_spare_key(vee: &str) -> String {
-    format!("x/{vee}")
-}
-
-/// The key of a service.
-pub(super) fn service_key(id: &str) -> String {
-    format!("v/{id}")
 }
 
 impl Planner {

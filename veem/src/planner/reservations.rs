@@ -158,7 +158,7 @@ impl Planner {
         for v in &vees {
             self.drop_reservations_of(v);
         }
-        self.d.changed.push(super::persisted::service_key(id));
+        self.d.changed.push(super::keys::service_key(id));
         self.p.services.remove(id);
         Ok(vees)
     }
@@ -168,7 +168,7 @@ impl Planner {
     pub fn release_vee(&mut self, vee: &str) -> Result<(), PlanError> {
         let service = self.service_of(vee).ok_or_else(|| PlanError::UnknownVee(vee.to_string()))?;
         self.drop_reservations_of(vee);
-        self.d.changed.push(super::persisted::service_key(&service));
+        self.d.changed.push(super::keys::service_key(&service));
         if let Some(svc) = self.p.services.get_mut(&service) {
             for c in &mut svc.components {
                 c.vees.retain(|v| v != vee);
@@ -198,7 +198,7 @@ impl Planner {
             });
         }
         if self.p.peer_spares.remove(vee).is_some() {
-            self.d.changed.push(super::persisted::peer_spare_key(vee));
+            self.d.changed.push(super::keys::peer_spare_key(vee));
         }
     }
 

@@ -3,7 +3,7 @@
 //! unrecovered only with every attempt in the violation.
 
 use super::*;
-use crate::fake_vhi::{FakeSite, STANDARD};
+use crate::fakes::{FakeSite, STANDARD};
 use crate::planner::RecoveryTarget;
 
 /// Two restores per host, 10 ms apart: the tests take milliseconds.

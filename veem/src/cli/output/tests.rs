@@ -7,7 +7,7 @@ fn vee_info(location: &str) -> vmi::VeeInfo {
         service_id: "svc1".into(),
         component: "db".into(),
         instance: 0,
-        state: "running".into(),
+        state: vmi::VeeState::Running as i32,
         location: location.into(),
         vcpus: 1,
         memory_mib: 256,
@@ -54,7 +54,7 @@ fn list_json_mirrors_the_list_messages() {
 #[test]
 fn negotiation_counter_offer_text_and_json() {
     let n = Negotiation::from(&vmi::NegotiateReply {
-        verdict: "counter-offer".into(),
+        verdict: vmi::Verdict::CounterOffer as i32,
         reasons: vec!["not enough memory before 10:00".into()],
         earliest_start_unix: 1_795_852_800,
         earliest_end_unix: 1_795_896_000,
@@ -77,7 +77,7 @@ fn negotiation_counter_offer_text_and_json() {
         })
     );
     let accept = Negotiation::from(&vmi::NegotiateReply {
-        verdict: "accept".into(),
+        verdict: vmi::Verdict::Accept as i32,
         ..Default::default()
     });
     assert_eq!(negotiation(&accept, OutputFormat::Table), "verdict: accept\n");
@@ -190,7 +190,7 @@ fn migrations_table_rows_align() {
             vee_id: "v".into(),
             from: "local (h1)".into(),
             to: "remote (site-b)".into(),
-            state: state.into(),
+            state: state.parse::<vmi::MigrationState>().unwrap() as i32,
             total_ms: 1234,
             ..Default::default()
         })
@@ -210,9 +210,9 @@ fn service_and_deploy_text() {
         service_id: "svc1".into(),
         name: "webshop".into(),
         provider: "acme".into(),
-        state: "running".into(),
+        state: vmi::ServiceState::Running as i32,
         vees: vec![vee_info("local")],
-        guarantee: "standard".into(),
+        guarantee: vmi::GuaranteeLevel::Standard as i32,
     });
     let out = deployed(&s, OutputFormat::Table);
     assert!(out.starts_with("service: svc1\n"), "{out}");

@@ -1,5 +1,6 @@
-//! The lab: URIs of both sites, the serial lock for guest-booting tests,
-//! per-test directories, free ports, and the built binaries.
+//! The lab: URIs of both sites, the serial lock for guest-booting tests
+//! (and the bench), per-test directories, free ports, and the built
+//! binaries.
 
 use std::fs::File;
 use std::net::TcpListener;
@@ -17,17 +18,27 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-/// A built binary of the workspace (`scripts/test` builds them first).
+/// A built binary of the workspace beside the running executable: a test
+/// (`target/<profile>/deps/<test>`) or a binary (`target/<profile>/<bin>`)
+/// finds `target/<profile>/<name>`. Errors say what to build.
+pub fn try_binary(name: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = exe.parent().ok_or("executable without a directory")?;
+    let profile = if dir.ends_with("deps") { dir.parent().unwrap_or(dir) } else { dir };
+    let p = profile.join(name);
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!(
+            "{} is not built: run `cargo build --workspace --bins` (scripts/test and scripts/bench do)",
+            p.display()
+        ))
+    }
+}
+
+/// [`try_binary`], panicking (tests).
 pub fn binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> -> target/<profile>/<name>
-    let p = exe.parent().unwrap().parent().unwrap().join(name);
-    assert!(
-        p.exists(),
-        "{} is not built: run `cargo build --workspace --bins` (scripts/test does)",
-        p.display()
-    );
-    p
+    try_binary(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Holds the lab for one guest-booting test at a time (2 cores; across

@@ -1,0 +1,85 @@
+//! The deploy workflow against a fake repository and fake VEEHs: a
+//! manifest whose images cannot be checked or found is refused and
+//! changes nothing; a host that refuses leaves the VEE failed, with the
+//! host's reason, and nothing running.
+
+use tonic::Code;
+
+use crate::config::Role;
+use crate::fakes::{eventually, FakeSite, STANDARD};
+use crate::model::VeeState;
+
+const IMAGE: &str = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
+
+fn acme() -> Role {
+    Role::Provider("acme".into())
+}
+
+/// A site of two hosts whose repository holds STANDARD's image.
+async fn site() -> FakeSite {
+    let site = FakeSite::start(&["h1", "h2"], "").await;
+    site.repo.blobs.lock().unwrap().insert(IMAGE.into());
+    site
+}
+
+#[tokio::test]
+async fn a_deployed_vee_is_prepared_created_and_started_on_its_host() {
+    let site = site().await;
+    let svc = site.veem.deploy(&acme(), STANDARD).await.unwrap();
+    let vee = svc.vees[0].clone();
+    eventually("running", || site.veem.vee(&vee).unwrap().state == VeeState::Running).await;
+    let host = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
+    assert_eq!(
+        site.host(&host).calls(),
+        [format!("prepare {vee}"), format!("create {vee}"), format!("start {vee}")]
+    );
+}
+
+#[tokio::test]
+async fn a_repository_that_is_down_refuses_the_manifest_and_nothing_is_reserved() {
+    let site = site().await;
+    site.repo.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    let e = site.veem.deploy(&acme(), STANDARD).await.unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(msg.contains("manifest field `component[0].image`: cannot check"), "{msg}");
+    assert!(matches!(e.downcast_ref(), Some(crate::error::VeemError::ManifestRefused(_))));
+    assert!(site.veem.vees().unwrap().is_empty(), "no VEE recorded");
+    assert!(site
+        .veem
+        .store
+        .list::<crate::model::ServiceRec>(crate::store::Tree::Services)
+        .unwrap()
+        .is_empty());
+    assert_eq!(site.veem.planner().host_usage("h1", site.veem.now_slot()).unwrap().vcpus, 0);
+    assert!(site.hosts.iter().all(|h| h.calls().is_empty()), "no host was called");
+}
+
+#[tokio::test]
+async fn an_image_the_repository_lacks_is_named_in_the_refusal() {
+    let site = FakeSite::start(&["h1"], "").await;
+    let e = format!("{:#}", site.veem.deploy(&acme(), STANDARD).await.unwrap_err());
+    assert!(
+        e.contains(&format!("`component[0].image`: {IMAGE} is not in the image repository")),
+        "{e}"
+    );
+    assert!(site.veem.vees().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_host_that_refuses_leaves_the_vee_failed_with_its_reason_and_nothing_running() {
+    let site = site().await;
+    for h in &site.hosts {
+        h.fail("Prepare", Code::Unavailable, "image pull: connection refused");
+    }
+    let svc = site.veem.deploy(&acme(), STANDARD).await.unwrap();
+    let vee = svc.vees[0].clone();
+    eventually("failed", || site.veem.vee(&vee).unwrap().state == VeeState::Failed).await;
+    assert!(
+        site.events(&vee)
+            .iter()
+            .any(|e| e.contains("deploying -> failed") && e.contains("image pull: connection refused")),
+        "{:?}",
+        site.events(&vee)
+    );
+    assert!(site.hosts.iter().all(|h| !h.runs(&vee)));
+}

@@ -1,0 +1,261 @@
+//! A fake VEEH: implements the VHI service trait in memory, answers as a
+//! test scripts it (`FakeVhi::fail`, failing restores) and records the
+//! calls it got.
+
+// tonic's handlers return its large `Status` as their error.
+#![allow(clippy::result_large_err)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use interfaces::vhi::vhi_server::Vhi;
+use interfaces::vhi::*;
+use tonic::{Request, Response, Status};
+
+use crate::ports::BoxStream;
+
+/// What a fake host answers and what it saw.
+#[derive(Debug, Default)]
+pub struct Script {
+    /// The next this many Restore calls fail with `restore_error`.
+    pub failing_restores: u32,
+    /// The status of a failing Restore (default: libvirt's lookup race).
+    pub restore_error: Option<(tonic::Code, String)>,
+    /// Calls (by their VHI name: `PrepareIncoming`, `MigrateOut`, ...)
+    /// that fail with this status from now on.
+    pub failing: HashMap<&'static str, (tonic::Code, String)>,
+    /// VEEs whose domain runs here.
+    pub running: BTreeSet<String>,
+    /// Every call: `restore <vee> fence=<owner>`, `destroy <vee>`, ...
+    pub calls: Vec<String>,
+}
+
+/// One fake VEEH; clone it to keep a handle on its script.
+#[derive(Clone, Default)]
+pub struct FakeVhi {
+    pub name: String,
+    pub script: Arc<Mutex<Script>>,
+}
+
+impl FakeVhi {
+    /// A fake host `name` that runs nothing yet.
+    pub fn new(name: &str) -> FakeVhi {
+        FakeVhi {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    /// The calls this host got, in order.
+    pub fn calls(&self) -> Vec<String> {
+        self.script.lock().unwrap().calls.clone()
+    }
+
+    /// Makes VHI call `call` fail with `code` and `message` from now on.
+    pub fn fail(&self, call: &'static str, code: tonic::Code, message: &str) {
+        self.script.lock().unwrap().failing.insert(call, (code, message.into()));
+    }
+
+    /// Whether the domain of `vee_id` runs here.
+    pub fn runs(&self, vee_id: &str) -> bool {
+        self.script.lock().unwrap().running.contains(vee_id)
+    }
+
+    fn note(&self, call: String) -> std::sync::MutexGuard<'_, Script> {
+        let mut s = self.script.lock().unwrap();
+        s.calls.push(call);
+        s
+    }
+
+    /// Records `call` on `vee_id` (`<call> <vee>` in snake case) and fails
+    /// it if the script says so.
+    fn call(&self, call: &'static str, vee_id: &str) -> Result<std::sync::MutexGuard<'_, Script>, Status> {
+        let s = self.note(format!("{} {vee_id}", snake(call)));
+        match s.failing.get(call) {
+            Some((code, msg)) => Err(Status::new(*code, msg.clone())),
+            None => Ok(s),
+        }
+    }
+
+    /// `call` on `vee_id` (scripted as [`FakeVhi::call`]) after which its
+    /// domain runs here (`running`) or not.
+    fn domain_call(&self, call: &'static str, vee_id: &str, running: bool) -> R<VeeStatus> {
+        let mut s = self.call(call, vee_id)?;
+        if running {
+            s.running.insert(vee_id.into());
+        } else {
+            s.running.remove(vee_id);
+        }
+        drop(s);
+        Ok(self.status(vee_id, running))
+    }
+
+    fn status(&self, vee_id: &str, running: bool) -> Response<VeeStatus> {
+        Response::new(VeeStatus {
+            vee_id: vee_id.into(),
+            state: if running { VeeState::Running } else { VeeState::Absent } as i32,
+            domain: format!("vee-{vee_id}"),
+        })
+    }
+}
+
+type R<T> = Result<Response<T>, Status>;
+
+/// `PrepareIncoming` -> `prepare_incoming`.
+fn snake(call: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in call.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+fn unscripted<T>(what: &str) -> R<T> {
+    Err(Status::unimplemented(format!("fake VEEH: {what} is not scripted")))
+}
+
+#[tonic::async_trait]
+impl Vhi for FakeVhi {
+    async fn host_info(&self, _: Request<Empty>) -> R<HostInfoReply> {
+        drop(self.call("HostInfo", "-")?);
+        Ok(Response::new(HostInfoReply {
+            host: self.name.clone(),
+            vcpus: 4,
+            memory_mib: 4096,
+            disk_gib: 100,
+            ..Default::default()
+        }))
+    }
+    async fn prepare(&self, r: Request<VeeSpec>) -> R<PrepareReply> {
+        drop(self.call("Prepare", &r.get_ref().vee_id)?);
+        Ok(Response::new(PrepareReply::default()))
+    }
+    async fn create(&self, r: Request<VeeSpec>) -> R<VeeStatus> {
+        drop(self.call("Create", &r.get_ref().vee_id)?);
+        Ok(self.status(&r.get_ref().vee_id, false))
+    }
+    async fn start(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+        self.domain_call("Start", &r.into_inner().vee_id, true)
+    }
+    async fn shutdown(&self, r: Request<ShutdownRequest>) -> R<VeeStatus> {
+        self.domain_call("Shutdown", &r.into_inner().vee_id, false)
+    }
+    async fn destroy(&self, r: Request<DestroyRequest>) -> R<VeeStatus> {
+        self.domain_call("Destroy", &r.into_inner().vee_id, false)
+    }
+    async fn suspend(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+        let id = r.into_inner().vee_id;
+        drop(self.call("Suspend", &id)?);
+        Ok(self.status(&id, true))
+    }
+    async fn resume(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+        let id = r.into_inner().vee_id;
+        drop(self.call("Resume", &id)?);
+        Ok(self.status(&id, true))
+    }
+    async fn checkpoint(&self, r: Request<CheckpointRequest>) -> R<CheckpointRecord> {
+        let id = r.into_inner().vee_id;
+        drop(self.call("Checkpoint", &id)?);
+        Ok(Response::new(CheckpointRecord {
+            checkpoint_id: uuid::Uuid::new_v4().to_string(),
+            vee_id: id,
+            memory_blob: format!("sha256:{}", "2".repeat(64)),
+            disk_blob: format!("sha256:{}", "3".repeat(64)),
+            taken_at_unix_ms: chrono::Utc::now().timestamp_millis(),
+            host: self.name.clone(),
+            format_version: interfaces::CHECKPOINT_RECORD_FORMAT,
+            ..Default::default()
+        }))
+    }
+    async fn restore(&self, r: Request<RestoreRequest>) -> R<VeeStatus> {
+        let r = r.into_inner();
+        let id = r.spec.map(|s| s.vee_id).unwrap_or_default();
+        let mut s = self.note(format!("restore {id} fence={}", r.fence_owner));
+        if s.failing_restores > 0 {
+            s.failing_restores -= 1;
+            let (code, msg) = s.restore_error.clone().unwrap_or((
+                tonic::Code::NotFound,
+                "Domain not found: no domain with matching uuid [code=nodomain (42)]".into(),
+            ));
+            return Err(Status::new(code, msg));
+        }
+        s.running.insert(id.clone());
+        drop(s);
+        Ok(self.status(&id, true))
+    }
+    async fn prepare_incoming(&self, r: Request<VeeSpec>) -> R<IncomingTarget> {
+        let id = r.into_inner().vee_id;
+        drop(self.call("PrepareIncoming", &id)?);
+        Ok(Response::new(IncomingTarget {
+            vee_id: id,
+            host: self.name.clone(),
+            ..Default::default()
+        }))
+    }
+    async fn complete_incoming(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+        self.domain_call("CompleteIncoming", &r.into_inner().vee_id, true)
+    }
+    async fn abort_incoming(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+        self.domain_call("AbortIncoming", &r.into_inner().vee_id, false)
+    }
+    type MigrateOutStream = BoxStream<MigrationProgress>;
+    /// Succeeds at once (the VEE leaves this host), or streams a failed
+    /// phase when `MigrateOut` is scripted to fail.
+    async fn migrate_out(&self, r: Request<MigrateOutRequest>) -> R<Self::MigrateOutStream> {
+        let id = r.into_inner().vee_id;
+        let mut s = self.note(format!("migrate_out {id}"));
+        let last = match s.failing.get("MigrateOut") {
+            Some((_, msg)) => MigrationProgress {
+                phase: MigrationPhase::Failed as i32,
+                error: msg.clone(),
+                ..Default::default()
+            },
+            None => {
+                s.running.remove(&id);
+                MigrationProgress {
+                    phase: MigrationPhase::Done as i32,
+                    total_ms: 1200,
+                    downtime_ms: 40,
+                    ..Default::default()
+                }
+            }
+        };
+        let first = MigrationProgress {
+            phase: MigrationPhase::Preparing as i32,
+            ..Default::default()
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(first), Ok(last)]))))
+    }
+    async fn stats(&self, r: Request<VeeRef>) -> R<VeeStats> {
+        let id = r.into_inner().vee_id;
+        drop(self.call("Stats", &id)?);
+        Ok(Response::new(VeeStats {
+            vee_id: id,
+            at_unix_ms: chrono::Utc::now().timestamp_millis(),
+            ..Default::default()
+        }))
+    }
+    async fn list_domains(&self, _: Request<Empty>) -> R<DomainList> {
+        let s = self.call("ListDomains", "-")?;
+        let domains = s
+            .running
+            .iter()
+            .map(|id| DomainInfo {
+                vee_id: id.clone(),
+                state: VeeState::Running as i32,
+                ..Default::default()
+            })
+            .collect();
+        Ok(Response::new(DomainList { domains }))
+    }
+    async fn console(&self, _: Request<ConsoleRequest>) -> R<ConsoleReply> {
+        unscripted("Console")
+    }
+    type WatchEventsStream = BoxStream<HostEvent>;
+    async fn watch_events(&self, _: Request<Empty>) -> R<Self::WatchEventsStream> {
+        unscripted("WatchEvents")
+    }
+}

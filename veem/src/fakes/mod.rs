@@ -1,0 +1,256 @@
+//! In-memory fakes of the VEEM's ports (`crate::ports`) and `FakeSite`, the
+//! harness of the workflows' unit tests: a VEEM over fake VEEHs (each
+//! implements the VHI service trait, answers as a test scripts it and
+//! records the calls it got), a fake image repository, peer sites that are
+//! other in-process VEEMs (or silent), and a clock a test may move. They
+//! cover the VEEM's failure branches without libvirt or a network; the
+//! end-to-end tests in `tests/` run the real daemons.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use interfaces::vhi::CheckpointRecord;
+use interfaces::BlobId;
+
+use crate::ports::{Clock, HostVhi, ImageRepository, Ports};
+
+mod host;
+mod peer;
+
+pub use host::FakeVhi;
+pub use peer::{FakePeers, LocalPeer};
+
+/// A `standard` service of one 1-vCPU, 512 MiB VEE, penalty 36 per hour.
+pub const STANDARD: &str = r#"
+[service]
+name = "shop"
+provider = "acme"
+[sla]
+guarantee = "standard"
+penalty_per_hour = 36.0
+[[component]]
+name = "vm"
+vcpus = 1
+memory_mib = 512
+disk_gib = 1
+image = "sha256:5555555555555555555555555555555555555555555555555555555555555555"
+"#;
+
+/// The image repository's fake: the blobs it holds; `down` makes every
+/// call fail as an unreachable repository does.
+#[derive(Default)]
+pub struct FakeRepo {
+    pub blobs: Mutex<BTreeSet<String>>,
+    pub down: AtomicBool,
+    /// `pin BLOB NAME` for each pin.
+    pub pins: Mutex<Vec<String>>,
+}
+
+impl FakeRepo {
+    fn reachable(&self) -> anyhow::Result<()> {
+        if self.down.load(Ordering::SeqCst) {
+            anyhow::bail!("image repository http://127.0.0.1:1: connection refused");
+        }
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl ImageRepository for FakeRepo {
+    async fn contains(&self, id: &BlobId) -> anyhow::Result<bool> {
+        self.reachable()?;
+        Ok(self.blobs.lock().unwrap().contains(&id.to_string()))
+    }
+    async fn pin(&self, id: &BlobId, pin: &str) -> anyhow::Result<()> {
+        self.reachable()?;
+        self.pins.lock().unwrap().push(format!("pin {id} {pin}"));
+        Ok(())
+    }
+}
+
+/// A clock a test sets: starts at the system's time and moves only when
+/// told.
+pub struct FakeClock(pub AtomicI64);
+
+impl FakeClock {
+    /// Moves the clock `ms` milliseconds on.
+    pub fn advance_ms(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for FakeClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A VEEM over fake VEEHs, with a temporary database: the harness of the
+/// workflows' unit tests.
+pub struct FakeSite {
+    pub veem: Arc<crate::manager::Veem>,
+    pub hosts: Vec<FakeVhi>,
+    pub repo: Arc<FakeRepo>,
+    pub peers: FakePeers,
+    pub clock: Arc<FakeClock>,
+    _dir: tempfile::TempDir,
+}
+
+impl FakeSite {
+    /// A site `site-a` with fake hosts `names` (4 vCPUs, 4096 MiB each),
+    /// registered with the planner; `extra` is appended to the VEEM's
+    /// configuration (e.g. a `[recovery]` table).
+    pub async fn start(names: &[&str], extra: &str) -> FakeSite {
+        Self::start_site("site-a", names, extra)
+    }
+
+    /// [`FakeSite::start`] for site `site_id`.
+    pub fn start_site(site_id: &str, names: &[&str], extra: &str) -> FakeSite {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = format!(
+            "site_id = \"{site_id}\"\nlisten = \"127.0.0.1:1\"\ndb = \"{}\"\nimage_repo = \"http://127.0.0.1:1\"\n",
+            dir.path().join("db").display()
+        );
+        let mut tables = String::new();
+        let hosts: Vec<FakeVhi> = names.iter().map(|n| FakeVhi::new(n)).collect();
+        for n in names {
+            tables.push_str(&format!("[[hosts]]\nname = \"{n}\"\nendpoint = \"http://127.0.0.1:1\"\n"));
+        }
+        cfg.push_str(extra);
+        cfg.push_str(&tables);
+        let repo = Arc::new(FakeRepo::default());
+        let peers = FakePeers::default();
+        let clock = Arc::new(FakeClock(AtomicI64::new(chrono::Utc::now().timestamp_millis())));
+        let cfg = crate::config::VeemConfig::parse(&cfg).unwrap();
+        let veem = crate::manager::Veem::with_ports(cfg, Self::ports(&hosts, &repo, &peers, &clock)).unwrap();
+        for n in names {
+            let spec = crate::planner::HostSpec::new(*n, crate::planner::Resources::new(4, 4096, 100), site_id, site_id);
+            veem.planner.lock().unwrap().add_host(spec).unwrap();
+        }
+        FakeSite {
+            veem,
+            hosts,
+            repo,
+            peers,
+            clock,
+            _dir: dir,
+        }
+    }
+
+    fn ports(hosts: &[FakeVhi], repo: &Arc<FakeRepo>, peers: &FakePeers, clock: &Arc<FakeClock>) -> Ports {
+        Ports {
+            hosts: hosts
+                .iter()
+                .map(|h| (h.name.clone(), Arc::new(h.clone()) as Arc<HostVhi>))
+                .collect(),
+            peers: Arc::new(peers.clone()),
+            repo: repo.clone(),
+            clock: clock.clone(),
+        }
+    }
+
+    /// A restart: this VEEM goes, another opens the same database over
+    /// the same hosts, repository, peers and clock.
+    pub fn restart(self) -> FakeSite {
+        let FakeSite {
+            veem,
+            hosts,
+            repo,
+            peers,
+            clock,
+            _dir,
+        } = self;
+        let cfg = veem.config().clone();
+        drop(veem);
+        let veem = crate::manager::Veem::with_ports(cfg, Self::ports(&hosts, &repo, &peers, &clock)).unwrap();
+        FakeSite {
+            veem,
+            hosts,
+            repo,
+            peers,
+            clock,
+            _dir,
+        }
+    }
+
+    /// Makes `other` a peer of this site: this site reaches it as
+    /// `other`'s site ID with token `token`, which `other` must map to
+    /// role peer (its configuration's `[[tokens]]`).
+    pub fn peer_with(&self, other: &FakeSite, token: &str) {
+        let id = other.veem.config().site_id.clone();
+        let peer = LocalPeer {
+            svc: crate::server::VmiService::handler(other.veem.clone()),
+            token: token.into(),
+        };
+        self.peers.0.lock().unwrap().insert(id, Arc::new(peer));
+    }
+
+    /// The fake host `name`.
+    pub fn host(&self, name: &str) -> &FakeVhi {
+        self.hosts.iter().find(|h| h.name == name).unwrap()
+    }
+
+    /// Admits `manifest` (TOML) as Deploy does, and records its VEEs as
+    /// running on their planned hosts (without calling them), each with a
+    /// checkpoint. Returns the VEE IDs.
+    pub fn running_service(&self, manifest: &str) -> Vec<String> {
+        use crate::model::{CheckpointRec, Location, VeeState};
+        use crate::planner::Admission;
+        use crate::store::Tree;
+        let m = interfaces::manifest::Manifest::from_toml(manifest).unwrap();
+        let req = self.veem.request(&m, &uuid::Uuid::new_v4().to_string());
+        let admitted = match self.veem.planner.lock().unwrap().admit(&req) {
+            Admission::Accepted(a) => a,
+            other => panic!("not admitted: {other:?}"),
+        };
+        let (svc, vees) = self.veem.admission_records(&m, manifest, &req, &admitted, None);
+        // As Deploy does.
+        self.veem.commit_admission(&svc, &vees).unwrap();
+        for mut v in vees.clone() {
+            v.state = VeeState::Running;
+            let Location::Host(h) = &v.location else { panic!("{v:?}") };
+            self.host(h).script.lock().unwrap().running.insert(v.id.clone());
+            self.veem.save_vee(&v).unwrap();
+            let cp = CheckpointRec::new(&CheckpointRecord {
+                checkpoint_id: uuid::Uuid::new_v4().to_string(),
+                vee_id: v.id.clone(),
+                memory_blob: format!("sha256:{}", "1".repeat(64)),
+                taken_at_unix_ms: crate::model::now_ms(),
+                host: h.clone(),
+                ..Default::default()
+            });
+            self.veem.store.put(Tree::Checkpoints, &cp.id, &cp).unwrap();
+        }
+        vees.into_iter().map(|v| v.id).collect()
+    }
+}
+
+/// Polls `done` every 10 ms for up to 5 s; panics naming `what` when it
+/// never holds (background tasks: deploys, migrations, recoveries).
+pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{what}: not after 5 s");
+}
+
+impl FakeSite {
+    /// The events of VEE `vee` as `kind: detail`, oldest first.
+    pub fn events(&self, vee: &str) -> Vec<String> {
+        let all = self.veem.store.events().unwrap();
+        all.into_iter()
+            .filter(|e| e.vee_id == vee)
+            .map(|e| format!("{}: {}", e.kind, e.detail))
+            .collect()
+    }
+
+    /// The migration `id` once it ended (done, failed or rejected).
+    pub async fn finished(&self, id: &str) -> crate::model::MigrationRec {
+        eventually("migration ended", || !self.veem.migration(id).unwrap().state.is_open()).await;
+        self.veem.migration(id).unwrap()
+    }
+}

@@ -1,0 +1,129 @@
+//! Federation against in-process peers: a second VEEM over its own fake
+//! VEEHs answers the VMI peer calls with its real handlers (roles and
+//! framework agreement checked), or a peer that never answers.
+
+use crate::fakes::{FakeSite, STANDARD};
+use crate::migration::Dest;
+use crate::model::{Location, MigrationState, VeeState};
+
+/// Site A's agreement with site B, and B's with A (each names the other's
+/// token; B admits A's VEEs).
+const A_PEERS_WITH_B: &str = "[[peers]]\nsite_id = \"site-b\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"a-to-b-token\"\n\
+    [peers.agreement]\nprice_per_vee_hour = 0.1\n";
+const B_TRUSTS_A: &str = "[[tokens]]\ntoken = \"a-to-b-token\"\nrole = \"peer\"\nname = \"site-a\"\n\
+    [[peers]]\nsite_id = \"site-a\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"b-to-a-token\"\n\
+    [peers.agreement]\nprice_per_vee_hour = 0.1\n";
+
+/// A service whose SLA lets its VEEs go to peer sites.
+fn federated() -> String {
+    STANDARD.replace("penalty_per_hour = 36.0", "penalty_per_hour = 36.0\nmigration = \"federation\"")
+}
+
+/// Sites A (host a1, one running VEE) and B (host b1) with `b_config`;
+/// A reaches B in process.
+async fn two_sites(b_config: &str) -> (FakeSite, FakeSite, String) {
+    let a = FakeSite::start_site("site-a", &["a1"], A_PEERS_WITH_B);
+    let b = FakeSite::start_site("site-b", &["b1"], b_config);
+    a.peer_with(&b, "a-to-b-token");
+    let vee = a.running_service(&federated()).remove(0);
+    (a, b, vee)
+}
+
+async fn migrate_to_b(a: &FakeSite, vee: &str) -> crate::model::MigrationRec {
+    let m = a.veem.propose(vee, Dest::Site("site-b".into()), "maintenance", "test").unwrap();
+    a.veem.approve(&m.id, "operator").unwrap();
+    a.finished(&m.id).await
+}
+
+#[tokio::test]
+async fn a_cross_site_live_migration_hands_the_vee_to_the_peer() {
+    let (a, b, vee) = two_sites(B_TRUSTS_A).await;
+    let m = migrate_to_b(&a, &vee).await;
+    assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
+    let at_a = a.veem.vee(&vee).unwrap();
+    assert_eq!((at_a.state, at_a.location), (VeeState::Running, Location::Site("site-b".into())));
+    let at_b = b.veem.vee(&vee).unwrap();
+    assert_eq!((at_b.state, at_b.for_peer.as_deref()), (VeeState::Running, Some("site-a")));
+    assert!(b.host("b1").runs(&vee) && !a.host("a1").runs(&vee));
+    assert!(
+        a.veem.planner().placement(&vee).is_none(),
+        "site A holds no local reservation for it"
+    );
+    // B committed the reservation, the service and the VEE together (A
+    // lets go of B's VEEM first: one process opens a database at a time).
+    a.peers.0.lock().unwrap().clear();
+    let b = b.restart();
+    assert_eq!(b.veem.planner().placement(&vee).unwrap().host, "b1");
+    let service = b.veem.vee(&vee).unwrap().service_id;
+    assert_eq!(b.veem.service(&service).unwrap().vees, vec![vee]);
+}
+
+#[tokio::test]
+async fn a_peer_without_an_agreement_refuses_and_the_vee_stays_home() {
+    // B knows A's token but has no framework agreement with it.
+    let tokens_only = "[[tokens]]\ntoken = \"a-to-b-token\"\nrole = \"peer\"\nname = \"site-a\"\n";
+    let (a, b, vee) = two_sites(tokens_only).await;
+    let m = migrate_to_b(&a, &vee).await;
+    assert_eq!(m.state, MigrationState::Failed);
+    assert!(m.detail.contains("no framework agreement with site-a"), "{}", m.detail);
+    let v = a.veem.vee(&vee).unwrap();
+    assert_eq!((v.state, v.location), (VeeState::Running, Location::Host("a1".into())));
+    assert!(a.host("a1").runs(&vee));
+    assert!(b.veem.vee(&vee).is_err(), "nothing recorded at the peer");
+    assert!(b.host("b1").calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_peer_that_does_not_answer_fails_the_migration_and_the_vee_stays_home() {
+    let a = FakeSite::start_site("site-a", &["a1"], A_PEERS_WITH_B);
+    let vee = a.running_service(&federated()).remove(0);
+    let m = migrate_to_b(&a, &vee).await;
+    assert_eq!(m.state, MigrationState::Failed);
+    assert!(m.detail.contains("does not answer"), "{}", m.detail);
+    let v = a.veem.vee(&vee).unwrap();
+    assert_eq!((v.state, v.location), (VeeState::Running, Location::Host("a1".into())));
+    assert!(a.host("a1").runs(&vee));
+    assert!(!a.host("a1").calls().iter().any(|c| c.starts_with("migrate_out")));
+}
+
+#[tokio::test]
+async fn a_peer_with_the_wrong_token_is_refused_by_the_peers_roles() {
+    let (a, b, vee) = two_sites(B_TRUSTS_A).await;
+    a.peer_with(&b, "not-a-token-b-knows");
+    let m = migrate_to_b(&a, &vee).await;
+    assert_eq!(m.state, MigrationState::Failed);
+    assert!(m.detail.contains("unknown token"), "{}", m.detail);
+    assert_eq!(a.veem.vee(&vee).unwrap().location, Location::Host("a1".into()));
+}
+
+#[tokio::test]
+async fn a_silent_peers_vee_is_recovered_at_home_and_its_copy_fenced_when_the_peer_answers_again() {
+    let a = FakeSite::start_site("site-a", &["a1"], &format!("heartbeat_miss_limit = 2\n{A_PEERS_WITH_B}"));
+    let b = FakeSite::start_site("site-b", &["b1"], B_TRUSTS_A);
+    a.peer_with(&b, "a-to-b-token");
+    let vee = a.running_service(&federated()).remove(0);
+    assert_eq!(migrate_to_b(&a, &vee).await.state, MigrationState::Done);
+    // Site B goes silent: two rounds without an answer and A restores the
+    // VEE at home from its checkpoint.
+    a.peers.0.lock().unwrap().remove("site-b");
+    let mut misses = Default::default();
+    a.veem.watch_round(&mut misses).await;
+    assert_eq!(
+        a.veem.vee(&vee).unwrap().location,
+        Location::Site("site-b".into()),
+        "one miss is not enough"
+    );
+    a.veem.watch_round(&mut misses).await;
+    crate::fakes::eventually("recovered at home", || {
+        let v = a.veem.vee(&vee).unwrap();
+        (v.state, v.location) == (VeeState::Running, Location::Host("a1".into()))
+    })
+    .await;
+    assert!(a.host("a1").runs(&vee));
+    // B answers again: its copy is destroyed, and only A's runs.
+    assert!(b.host("b1").runs(&vee), "B never knew");
+    a.peer_with(&b, "a-to-b-token");
+    a.veem.watch_round(&mut misses).await;
+    assert!(!b.host("b1").runs(&vee), "B's copy is fenced: {:?}", b.host("b1").calls());
+    assert!(a.host("a1").runs(&vee));
+}

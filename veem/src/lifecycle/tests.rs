@@ -1,0 +1,86 @@
+//! VEE actions against fake VEEHs: what a host refuses changes no state,
+//! and a failed checkpoint leaves the VEE running with its previous
+//! checkpoint.
+
+use interfaces::vmi::Action;
+use tonic::Code;
+
+use crate::fakes::{FakeSite, STANDARD};
+use crate::model::VeeState;
+
+async fn one_running_vee() -> (FakeSite, String, String) {
+    let site = FakeSite::start(&["h1"], "").await;
+    let vee = site.running_service(STANDARD).remove(0);
+    (site, vee, "h1".into())
+}
+
+#[tokio::test]
+async fn suspend_and_resume_go_to_the_host_and_change_the_state() {
+    let (site, vee, host) = one_running_vee().await;
+    let v = site.veem.vee_action(&vee, Action::Suspend, "").await.unwrap();
+    assert_eq!(v.state, VeeState::Suspended);
+    let v = site.veem.vee_action(&vee, Action::Resume, "").await.unwrap();
+    assert_eq!(v.state, VeeState::Running);
+    assert_eq!(site.host(&host).calls(), [format!("suspend {vee}"), format!("resume {vee}")]);
+}
+
+#[tokio::test]
+async fn a_suspend_the_host_refuses_changes_nothing() {
+    let (site, vee, host) = one_running_vee().await;
+    site.host(&host).fail("Suspend", Code::FailedPrecondition, "domain is not running");
+    let before = site.events(&vee).len();
+    let e = site.veem.vee_action(&vee, Action::Suspend, "").await.unwrap_err();
+    assert!(format!("{e:#}").contains("domain is not running"), "{e:#}");
+    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
+    assert_eq!(site.events(&vee).len(), before, "no state event");
+}
+
+#[tokio::test]
+async fn a_checkpoint_is_recorded_and_its_blobs_pinned() {
+    let (site, vee, _) = one_running_vee().await;
+    let cp = site.veem.checkpoint_vee(&vee).await.unwrap();
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!((v.state, v.latest_checkpoint.as_deref()), (VeeState::Running, Some(cp.id.as_str())));
+    assert_eq!(site.repo.pins.lock().unwrap().len(), 2, "memory and disk blobs");
+}
+
+#[tokio::test]
+async fn a_failed_checkpoint_leaves_the_vee_running_with_its_previous_checkpoint() {
+    let (site, vee, host) = one_running_vee().await;
+    let previous = site.veem.vee(&vee).unwrap().latest_checkpoint;
+    site.host(&host).fail("Checkpoint", Code::Internal, "snapshot: disk full");
+    let e = site.veem.checkpoint_vee(&vee).await.unwrap_err();
+    assert!(e.to_string().contains("disk full"), "{e}");
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!((v.state, v.latest_checkpoint), (VeeState::Running, previous));
+    assert!(site
+        .events(&vee)
+        .iter()
+        .any(|e| e.contains("checkpointing -> running: checkpoint failed")));
+}
+
+#[tokio::test]
+async fn an_unset_action_is_refused_naming_the_field() {
+    let (site, vee, host) = one_running_vee().await;
+    let e = site.veem.vee_action(&vee, Action::Unspecified, "").await.unwrap_err();
+    assert!(e.to_string().contains("field `action`"), "{e}");
+    assert!(site.host(&host).calls().is_empty());
+}
+
+#[tokio::test]
+async fn the_scheduler_checkpoints_a_vee_once_its_period_has_passed_and_not_before() {
+    use crate::ports::Clock;
+    let (site, vee, host) = one_running_vee().await;
+    let mut v = site.veem.vee(&vee).unwrap();
+    v.checkpoint_interval_s = Some(60);
+    v.last_checkpoint_ms = Some(site.clock.now_ms());
+    site.veem.save_vee(&v).unwrap();
+    site.clock.advance_ms(59_000);
+    site.veem.scheduler_round();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(site.host(&host).calls().is_empty(), "59 s: not due yet");
+    site.clock.advance_ms(1_000);
+    site.veem.scheduler_round();
+    crate::fakes::eventually("checkpointed", || site.veem.vee(&vee).unwrap().latest_checkpoint.is_some()).await;
+    assert_eq!(site.host(&host).calls(), [format!("checkpoint {vee}")]);
+}

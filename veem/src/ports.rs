@@ -1,0 +1,274 @@
+//! The ports: what the workflows talk to, as traits, with the network
+//! implementations (adapters) beside them. Production wires the adapters
+//! ([`Ports::connect`]); the workflows' unit tests wire in-memory fakes
+//! (`fakes`), so that every failure branch (a host that refuses or dies
+//! mid-way, a silent peer, a repository that is down) runs without libvirt
+//! or a network.
+//!
+//! | port | trait | adapter |
+//! |---|---|---|
+//! | a VEEH of the site | [`HostVhi`]: the VHI service trait generated from `vhi.proto` | [`GrpcHost`] (tonic channel) |
+//! | a peer site | [`Peer`]: the VMI peer calls the workflows make | [`GrpcPeer`] (tonic, the agreement's bearer token) |
+//! | the image repository | [`ImageRepository`] | `interfaces::repo_client::RepoClient` (reqwest) |
+//! | the clock | [`Clock`] | [`SystemClock`] |
+
+// tonic's calls return its large `Status` as their error.
+#![allow(clippy::result_large_err)]
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use futures::Stream;
+use interfaces::repo_client::RepoClient;
+use interfaces::vhi::vhi_client::VhiClient;
+use interfaces::vhi::{self, vhi_server};
+use interfaces::vmi;
+use interfaces::BlobId;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+
+use crate::config::{PeerEntry, VeemConfig};
+use crate::peers::{Bearer, PeerClient};
+
+/// A stream of replies, as the VHI's streaming calls return them.
+pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// One VEEH as the workflows see it: the VHI itself (`vhi.proto`, one
+/// method per call), so that a fake host implements the same trait the
+/// real VEEH serves.
+pub type HostVhi = dyn vhi_server::Vhi<MigrateOutStream = BoxStream<vhi::MigrationProgress>, WatchEventsStream = BoxStream<vhi::HostEvent>>;
+
+type R<T> = Result<Response<T>, Status>;
+
+/// [`HostVhi`] over the network: a tonic client of the VEEH's endpoint.
+#[derive(Clone)]
+pub struct GrpcHost(VhiClient<Channel>);
+
+impl GrpcHost {
+    /// A lazy channel to `endpoint` (nothing is dialled yet): 2 s to
+    /// connect, 600 s per call at most (a migration's stream).
+    pub fn new(name: &str, endpoint: &str) -> Result<Self> {
+        let channel = Endpoint::from_shared(endpoint.to_string())
+            .map_err(|err| anyhow!("host {name}: endpoint {endpoint:?}: {err}"))?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(600))
+            .connect_lazy();
+        Ok(Self(VhiClient::new(channel)))
+    }
+}
+
+#[tonic::async_trait]
+impl vhi_server::Vhi for GrpcHost {
+    async fn host_info(&self, r: Request<vhi::Empty>) -> R<vhi::HostInfoReply> {
+        self.0.clone().host_info(r).await
+    }
+    async fn prepare(&self, r: Request<vhi::VeeSpec>) -> R<vhi::PrepareReply> {
+        self.0.clone().prepare(r).await
+    }
+    async fn create(&self, r: Request<vhi::VeeSpec>) -> R<vhi::VeeStatus> {
+        self.0.clone().create(r).await
+    }
+    async fn start(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStatus> {
+        self.0.clone().start(r).await
+    }
+    async fn shutdown(&self, r: Request<vhi::ShutdownRequest>) -> R<vhi::VeeStatus> {
+        self.0.clone().shutdown(r).await
+    }
+    async fn destroy(&self, r: Request<vhi::DestroyRequest>) -> R<vhi::VeeStatus> {
+        self.0.clone().destroy(r).await
+    }
+    async fn suspend(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStatus> {
+        self.0.clone().suspend(r).await
+    }
+    async fn resume(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStatus> {
+        self.0.clone().resume(r).await
+    }
+    async fn checkpoint(&self, r: Request<vhi::CheckpointRequest>) -> R<vhi::CheckpointRecord> {
+        self.0.clone().checkpoint(r).await
+    }
+    async fn restore(&self, r: Request<vhi::RestoreRequest>) -> R<vhi::VeeStatus> {
+        self.0.clone().restore(r).await
+    }
+    async fn prepare_incoming(&self, r: Request<vhi::VeeSpec>) -> R<vhi::IncomingTarget> {
+        self.0.clone().prepare_incoming(r).await
+    }
+    async fn complete_incoming(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStatus> {
+        self.0.clone().complete_incoming(r).await
+    }
+    async fn abort_incoming(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStatus> {
+        self.0.clone().abort_incoming(r).await
+    }
+    type MigrateOutStream = BoxStream<vhi::MigrationProgress>;
+    async fn migrate_out(&self, r: Request<vhi::MigrateOutRequest>) -> R<Self::MigrateOutStream> {
+        let stream = self.0.clone().migrate_out(r).await?.into_inner();
+        Ok(Response::new(Box::pin(stream)))
+    }
+    async fn stats(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStats> {
+        self.0.clone().stats(r).await
+    }
+    async fn list_domains(&self, r: Request<vhi::Empty>) -> R<vhi::DomainList> {
+        self.0.clone().list_domains(r).await
+    }
+    async fn console(&self, r: Request<vhi::ConsoleRequest>) -> R<vhi::ConsoleReply> {
+        self.0.clone().console(r).await
+    }
+    type WatchEventsStream = BoxStream<vhi::HostEvent>;
+    async fn watch_events(&self, r: Request<vhi::Empty>) -> R<Self::WatchEventsStream> {
+        let stream = self.0.clone().watch_events(r).await?.into_inner();
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// A peer site as the workflows see it: the VMI calls one VEEM makes to
+/// another under their framework agreement (DESIGN.md §7). Errors are the
+/// peer's status (or Unavailable when it does not answer).
+#[tonic::async_trait]
+pub trait Peer: Send + Sync {
+    /// Admits a VEE arriving from this site (a migration, a remote
+    /// placement or a restore) and returns where to send it.
+    async fn prepare_incoming(&self, r: vmi::IncomingRequest) -> Result<vhi::IncomingTarget, Status>;
+    /// The VEE arrived: the peer runs it from now on.
+    async fn complete_incoming(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status>;
+    /// Forget an incoming VEE (or fence a copy the peer still runs).
+    async fn abort_incoming(&self, vee_id: &str) -> Result<(), Status>;
+    /// The peer runs the VEE for us and gives it back.
+    async fn withdraw(&self, vee_id: &str) -> Result<(), Status>;
+    /// The peer live-migrates our VEE to `target`; returns when done or failed.
+    async fn send_vee(&self, r: vmi::SendVeeRequest) -> Result<vmi::MigrationInfo, Status>;
+    /// Usage records of VEEs the peer ran for us (or we for it).
+    async fn push_usage(&self, b: vmi::UsageBatch) -> Result<vmi::PushUsageReply, Status>;
+    async fn get_vee(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status>;
+    async fn vee_action(&self, r: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status>;
+}
+
+/// [`Peer`] over the network: a tonic VMI client with the bearer token this
+/// site presents under the framework agreement.
+#[derive(Clone)]
+pub struct GrpcPeer(PeerClient);
+
+impl GrpcPeer {
+    /// A lazy channel to the peer of `entry` (3 s to connect).
+    pub fn new(entry: &PeerEntry) -> Result<Self> {
+        let ch = Endpoint::from_shared(entry.endpoint.clone())
+            .map_err(|e| anyhow!("peer {}: endpoint {:?}: {e}", entry.site_id, entry.endpoint))?
+            .connect_timeout(Duration::from_secs(3))
+            .connect_lazy();
+        Ok(Self(vmi::vmi_client::VmiClient::with_interceptor(ch, Bearer::new(&entry.token)?)))
+    }
+}
+
+fn vee_ref(vee_id: &str) -> vmi::VeeRef {
+    vmi::VeeRef { vee_id: vee_id.into() }
+}
+
+#[tonic::async_trait]
+impl Peer for GrpcPeer {
+    async fn prepare_incoming(&self, r: vmi::IncomingRequest) -> Result<vhi::IncomingTarget, Status> {
+        Ok(self.0.clone().prepare_incoming(r).await?.into_inner())
+    }
+    async fn complete_incoming(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status> {
+        Ok(self.0.clone().complete_incoming(vee_ref(vee_id)).await?.into_inner())
+    }
+    async fn abort_incoming(&self, vee_id: &str) -> Result<(), Status> {
+        self.0.clone().abort_incoming(vee_ref(vee_id)).await.map(|_| ())
+    }
+    async fn withdraw(&self, vee_id: &str) -> Result<(), Status> {
+        self.0.clone().withdraw(vee_ref(vee_id)).await.map(|_| ())
+    }
+    async fn send_vee(&self, r: vmi::SendVeeRequest) -> Result<vmi::MigrationInfo, Status> {
+        Ok(self.0.clone().send_vee(r).await?.into_inner())
+    }
+    async fn push_usage(&self, b: vmi::UsageBatch) -> Result<vmi::PushUsageReply, Status> {
+        Ok(self.0.clone().push_usage(b).await?.into_inner())
+    }
+    async fn get_vee(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status> {
+        Ok(self.0.clone().get_vee(vee_ref(vee_id)).await?.into_inner())
+    }
+    async fn vee_action(&self, r: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status> {
+        Ok(self.0.clone().vee_action(r).await?.into_inner())
+    }
+}
+
+/// Connects to peer sites: the network ([`GrpcPeers`]) or, in tests, other
+/// VEEMs in the same process.
+pub trait PeerDirectory: Send + Sync {
+    /// The peer of framework agreement `entry`.
+    fn connect(&self, entry: &PeerEntry) -> Result<Arc<dyn Peer>>;
+}
+
+/// [`PeerDirectory`] over the network.
+pub struct GrpcPeers;
+
+impl PeerDirectory for GrpcPeers {
+    fn connect(&self, entry: &PeerEntry) -> Result<Arc<dyn Peer>> {
+        Ok(Arc::new(GrpcPeer::new(entry)?))
+    }
+}
+
+/// The image repository as the workflows see it.
+#[tonic::async_trait]
+pub trait ImageRepository: Send + Sync {
+    /// Whether blob `id` is stored; errors when the repository cannot say
+    /// (unreachable, refused).
+    async fn contains(&self, id: &BlobId) -> Result<bool>;
+    /// Keeps blob `id` from garbage collection under the name `pin`.
+    async fn pin(&self, id: &BlobId, pin: &str) -> Result<()>;
+}
+
+#[tonic::async_trait]
+impl ImageRepository for RepoClient {
+    async fn contains(&self, id: &BlobId) -> Result<bool> {
+        Ok(self.head(id).await?.is_some())
+    }
+    async fn pin(&self, id: &BlobId, pin: &str) -> Result<()> {
+        Ok(RepoClient::pin(self, id, pin).await?)
+    }
+}
+
+/// The time, for everything the workflows date or schedule.
+pub trait Clock: Send + Sync {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+    /// Seconds since the Unix epoch.
+    fn now(&self) -> i64 {
+        self.now_ms().div_euclid(1000)
+    }
+}
+
+/// [`Clock`] of the system.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        chrono::Utc::now().timestamp_millis()
+    }
+}
+
+/// Everything a VEEM talks to.
+pub struct Ports {
+    /// The site's VEEHs by name.
+    pub hosts: HashMap<String, Arc<HostVhi>>,
+    pub peers: Arc<dyn PeerDirectory>,
+    pub repo: Arc<dyn ImageRepository>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Ports {
+    /// The network adapters for configuration `cfg` (lazy: nothing is
+    /// dialled yet). Errors: a malformed endpoint or token.
+    pub fn connect(cfg: &VeemConfig) -> Result<Self> {
+        let mut hosts: HashMap<String, Arc<HostVhi>> = HashMap::new();
+        for h in &cfg.hosts {
+            hosts.insert(h.name.clone(), Arc::new(GrpcHost::new(&h.name, &h.endpoint)?));
+        }
+        Ok(Self {
+            hosts,
+            peers: Arc::new(GrpcPeers),
+            repo: Arc::new(RepoClient::new(&cfg.image_repo, cfg.image_repo_token.clone())?),
+            clock: Arc::new(SystemClock),
+        })
+    }
+}

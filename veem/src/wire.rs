@@ -1,0 +1,113 @@
+//! The VEEM's domain enums on the wire: the one place where they are
+//! converted to and from the VMI's enums (`interfaces::vmi`). The wire
+//! enums carry `*_UNSPECIFIED = 0`, which no domain state has: reading it
+//! is an error naming the field (a peer or client that left it unset).
+
+use interfaces::manifest::GuaranteeLevel;
+use interfaces::vmi;
+
+use crate::domain::{MigrationState, ServiceState, VeeState};
+use crate::error::VeemError;
+use crate::hosts::Health;
+
+/// Maps each domain variant to its wire variant and back: `From<domain>`
+/// for the wire enum, and `wire_to_domain(field, i32)` for the domain.
+macro_rules! wire_enum {
+    ($domain:ty, $wire:ty, $read:ident { $($d:ident <=> $w:ident),+ $(,)? }) => {
+        impl From<$domain> for $wire {
+            fn from(d: $domain) -> Self {
+                match d {
+                    $(<$domain>::$d => <$wire>::$w,)+
+                }
+            }
+        }
+
+        /// The domain value of wire field `field` (an `i32` of the
+        /// message); errors with the field's name for an unset or unknown
+        /// value.
+        pub fn $read(field: &str, value: i32) -> Result<$domain, VeemError> {
+            match <$wire>::try_from(value) {
+                $(Ok(<$wire>::$w) => Ok(<$domain>::$d),)+
+                _ => Err(VeemError::field(field, format!("{value} is not a {}", stringify!($domain)))),
+            }
+        }
+    };
+}
+
+wire_enum!(VeeState, vmi::VeeState, vee_state {
+    Pending <=> Pending,
+    Admitted <=> Admitted,
+    Deploying <=> Deploying,
+    Running <=> Running,
+    Suspended <=> Suspended,
+    Checkpointing <=> Checkpointing,
+    Migrating <=> Migrating,
+    Failed <=> Failed,
+    Recovering <=> Recovering,
+    Stopped <=> Stopped,
+    Terminated <=> Terminated,
+    Rejected <=> Rejected,
+});
+
+wire_enum!(MigrationState, vmi::MigrationState, migration_state {
+    Proposed <=> Proposed,
+    Approved <=> Approved,
+    Rejected <=> Rejected,
+    Running <=> Running,
+    Done <=> Done,
+    Failed <=> Failed,
+});
+
+wire_enum!(ServiceState, vmi::ServiceState, service_state {
+    Running <=> Running,
+    Terminated <=> Terminated,
+    Partial <=> Partial,
+});
+
+/// The guarantee level of wire field `field` (`From<GuaranteeLevel>` for
+/// the wire enum is in `interfaces`, where both types are).
+pub fn guarantee(field: &str, value: i32) -> Result<GuaranteeLevel, VeemError> {
+    GuaranteeLevel::from_wire(value).ok_or_else(|| VeemError::field(field, format!("{value} is not a guarantee level")))
+}
+
+/// A host's health on the wire: the state and, while heartbeats are
+/// missing, how many in a row.
+pub fn host_health(h: Health) -> (vmi::HostHealth, u32) {
+    match h {
+        Health::Unknown => (vmi::HostHealth::Unknown, 0),
+        Health::Up => (vmi::HostHealth::Up, 0),
+        Health::Missing(n) => (vmi::HostHealth::Missing, n),
+        Health::Failed => (vmi::HostHealth::Failed, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_round_trips_and_shows_as_it_is_stored() {
+        for s in crate::domain::vee::ALL {
+            let w = vmi::VeeState::from(s);
+            assert_eq!(vee_state("state", w as i32).unwrap(), s);
+            assert_eq!(w.to_string(), s.as_str(), "the CLI prints the stored name");
+        }
+        for s in crate::domain::migration::ALL {
+            let w = vmi::MigrationState::from(s);
+            assert_eq!(migration_state("state", w as i32).unwrap(), s);
+            assert_eq!(w.to_string(), s.as_str());
+        }
+        for g in GuaranteeLevel::ALL {
+            let w = vmi::GuaranteeLevel::from(g);
+            assert_eq!(guarantee("guarantee", w as i32).unwrap(), g);
+            assert_eq!(w.to_string(), g.as_str());
+        }
+    }
+
+    #[test]
+    fn an_unset_or_unknown_value_is_refused_naming_the_field() {
+        let e = vee_state("state", 0).unwrap_err().to_string();
+        assert!(e.contains("`state`") && e.contains("0 is not a VeeState"), "{e}");
+        assert!(guarantee("guarantee", 99).is_err());
+    }
+}
