@@ -11,8 +11,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .extern_path(".vhi.v1", "crate::vhi")
         .enum_attribute(".vmi.v1", ENUM_ATTRS)
         .compile_protos(&["proto/vmi.proto"], &["proto"])?;
+    // A VEEH keeps a VEE's NICs in its own record (veeh's vee.json).
     tonic_build::configure()
         .enum_attribute(".vhi.v1", ENUM_ATTRS)
+        .type_attribute(".vhi.v1.Nic", "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]")
         .compile_protos(&["proto/vhi.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())

@@ -354,6 +354,7 @@ impl GuestIds {
             kernel: self.kernel.clone(),
             initrd: self.initrd.clone(),
             cmdline: self.cmdline.clone(),
+            nics: vec![],
         }
     }
 }

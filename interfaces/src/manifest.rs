@@ -44,8 +44,8 @@ mod validate;
 mod tests;
 
 pub use validate::{
-    MAX_CMDLINE_BYTES, MAX_COMPONENTS, MAX_DISK_GIB, MAX_INSTANCES, MAX_MEMORY_MIB, MAX_NAME_LEN, MAX_OUTAGES, MAX_VCPUS,
-    MIN_CHECKPOINT_INTERVAL,
+    usable_addresses, MAX_CMDLINE_BYTES, MAX_COMPONENTS, MAX_DISK_GIB, MAX_INSTANCES, MAX_MEMORY_MIB, MAX_NAME_LEN, MAX_NETWORKS,
+    MAX_OUTAGES, MAX_VCPUS, MIN_CHECKPOINT_INTERVAL, NETWORK_PREFIXES,
 };
 
 /// A service manifest: `[service]`, `[sla]`, one or more `[[component]]` and
@@ -63,6 +63,81 @@ pub struct Manifest {
     /// `[[constraint]]`: affinity / anti-affinity rules (E PIII §II-III).
     #[serde(rename = "constraint", default, skip_serializing_if = "Vec::is_empty")]
     pub constraints: Vec<Constraint>,
+    /// `[[network]]`: the service's networks (E PIII Table I).
+    #[serde(rename = "network", default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<Network>,
+}
+
+/// `[[network]]`: a service network (E PIII Table I: the internal network
+/// N_i joining the service's VEEs, the external network N_e through which
+/// each attached instance is reached at an address of its own).
+///
+/// ```toml
+/// [[network]]
+/// name = "backend"
+/// kind = "internal"
+/// cidr = "auto"          # or an IPv4 network, /16 to /29
+/// [[network]]
+/// name = "public"
+/// kind = "external"
+/// ports = [80, 7000]     # TCP ports opened to the outside (nothing else)
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    /// Network name, unique in the manifest, `[A-Za-z0-9_-]`.
+    pub name: String,
+    pub kind: NetworkKind,
+    /// The subnet of the network's interfaces: `auto` (default, from the
+    /// site's pool) or an IPv4 network of prefix /16 to /29.
+    #[serde(default)]
+    pub cidr: Cidr,
+    /// External networks: the TCP ports forwarded to each instance (at
+    /// least one, each once). Internal networks have none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
+}
+
+/// `network[].kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkKind {
+    /// One isolated L2 segment and subnet, joining the service's VEEs.
+    Internal,
+    /// Each attached instance gets an external address of the site, with
+    /// the declared ports forwarded to it.
+    External,
+}
+
+/// `network[].cidr`: chosen by the site, or by the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cidr {
+    /// A free subnet of the site's pool.
+    #[default]
+    Auto,
+    /// This subnet (its host bits zero).
+    Net(ipnet::Ipv4Net),
+}
+
+impl Serialize for Cidr {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Cidr::Auto => s.serialize_str("auto"),
+            Cidr::Net(n) => s.collect_str(n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "auto" {
+            return Ok(Cidr::Auto);
+        }
+        text.parse::<ipnet::Ipv4Net>()
+            .map(Cidr::Net)
+            .map_err(|_| serde::de::Error::custom(format!("{text:?} is neither \"auto\" nor an IPv4 network like 10.1.0.0/24")))
+    }
 }
 
 /// `[service]`: who submits what.
@@ -354,6 +429,10 @@ pub struct Component {
     /// [`MAX_CMDLINE_BYTES`] bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cmdline: Option<String>,
+    /// The `[[network]]`s each VEE of the component is attached to; its
+    /// NICs in this order (eth0, eth1, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<String>,
 }
 
 fn default_instances() -> u32 {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
 use interfaces::vhi::vhi_client::VhiClient;
-use interfaces::vhi::{ConsoleRequest, VeeSpec};
+use interfaces::vhi::{ConsoleRequest, IncomingTarget, MigrateOutRequest, MigrationProgress, VeeSpec};
 use tonic::transport::Channel;
 
 use crate::guest::{last_tick, GuestImage};
@@ -98,6 +98,7 @@ impl GuestIds {
             kernel: self.kernel.clone(),
             initrd: self.initrd.clone(),
             cmdline: self.cmdline.clone(),
+            nics: vec![],
         }
     }
 }
@@ -223,4 +224,40 @@ pub async fn wait_tick(c: &mut VhiClient<Channel>, vee_id: &str, min: u64, timeo
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     panic!("VEE {vee_id} did not reach tick {min} in {timeout:?}; console tail:\n{text}");
+}
+
+/// Live-migrates `vee` from `c`'s host to `target` (max downtime 500 ms,
+/// `bandwidth_mib_s` 0 = unlimited): every progress message, the last the
+/// outcome.
+pub async fn migrate(c: &mut VhiClient<Channel>, vee: &str, target: IncomingTarget, bandwidth_mib_s: u64) -> Vec<MigrationProgress> {
+    let req = MigrateOutRequest {
+        vee_id: vee.into(),
+        target: Some(target),
+        max_downtime_ms: 500,
+        bandwidth_mib_s,
+    };
+    let mut s = c.migrate_out(req).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    while let Some(p) = futures::StreamExt::next(&mut s).await {
+        seen.push(p.unwrap());
+    }
+    seen
+}
+
+/// A live checkpoint of `vee` (it runs on): the record.
+pub async fn checkpoint(c: &mut VhiClient<Channel>, vee: &str) -> interfaces::vhi::CheckpointRecord {
+    let req = interfaces::vhi::CheckpointRequest {
+        vee_id: vee.into(),
+        stop_after: false,
+    };
+    c.checkpoint(req).await.unwrap().into_inner()
+}
+
+/// Destroys `vee` and removes its files and record from the host.
+pub async fn destroy(c: &mut VhiClient<Channel>, vee: &str) {
+    let req = interfaces::vhi::DestroyRequest {
+        vee_id: vee.into(),
+        remove: true,
+    };
+    c.destroy(req).await.unwrap();
 }

@@ -6,9 +6,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::daemons::{console, wait_tick, ImageRepo, Veeh};
+use e2e::daemons::{checkpoint, console, migrate, wait_tick, ImageRepo, Veeh};
 use e2e::{disk, guest, lab};
-use futures::StreamExt;
 use interfaces::vhi::vhi_client::VhiClient;
 use interfaces::vhi::*;
 use tonic::transport::Channel;
@@ -47,14 +46,7 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
     boot(&mut c1, &spec).await;
 
     let before = guest::last_tick(&console(&mut c1, &vee).await).unwrap().0;
-    let cp = c1
-        .checkpoint(CheckpointRequest {
-            vee_id: vee.clone(),
-            stop_after: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let cp = checkpoint(&mut c1, &vee).await;
     let after = guest::last_tick(&console(&mut c1, &vee).await).unwrap().0;
     assert!(cp.memory_blob.starts_with("sha256:") && cp.disk_blob.starts_with("sha256:"));
     assert!(
@@ -146,21 +138,6 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
     assert!(!a2.state_dir.join("vees").join(&vee).exists());
     drop((a1, a2, repo));
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-async fn migrate(c: &mut VhiClient<Channel>, vee: &str, target: IncomingTarget, bandwidth_mib_s: u64) -> Vec<MigrationProgress> {
-    let req = MigrateOutRequest {
-        vee_id: vee.into(),
-        target: Some(target),
-        max_downtime_ms: 500,
-        bandwidth_mib_s,
-    };
-    let mut s = c.migrate_out(req).await.unwrap().into_inner();
-    let mut seen = Vec::new();
-    while let Some(p) = s.next().await {
-        seen.push(p.unwrap());
-    }
-    seen
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -189,6 +189,7 @@ impl Host {
             };
             let xml = domain_xml::rewrite_for(&saved, &map, &self.cfg.host)?;
             std::fs::write(dir.join("domain.xml"), &xml)?;
+            crate::network::ensure_bridges(&rec.nics).await?;
             let m = memory.display().to_string();
             self.blocking(move |hv| hv.restore(&m, &xml)).await
         }

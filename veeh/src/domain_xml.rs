@@ -29,6 +29,18 @@ pub struct DomainSpec {
     pub cmdline: String,
     /// Serial console log (appended to, so it survives restore/migration).
     pub console: PathBuf,
+    /// NICs in guest order: virtio on the network's bridge, with the
+    /// VEEM's MAC and the network's MTU.
+    pub nics: Vec<NicXml>,
+}
+
+/// One NIC of the domain.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NicXml {
+    pub mac: String,
+    pub bridge: String,
+    /// Bytes.
+    pub mtu: u32,
 }
 
 /// The domain name of a VEE: `vee-<uuid>`.
@@ -81,8 +93,20 @@ pub fn generate(spec: &DomainSpec) -> String {
             )
         })
         .unwrap_or_default();
+    let nics: String = spec
+        .nics
+        .iter()
+        .map(|n| {
+            format!(
+                "\n    <interface type='bridge'><mac address='{}'/><source bridge='{}'/><model type='virtio'/><mtu size='{}'/></interface>",
+                esc(&n.mac),
+                esc(&n.bridge),
+                n.mtu
+            )
+        })
+        .collect();
     format!(
-        "<domain type='{dtype}'>\n  <name>{name}</name>\n  <uuid>{uuid}</uuid>\n  <metadata><veeh:vee xmlns:veeh='{ns}'><veeh:owner>{owner}</veeh:owner><veeh:service>{service}</veeh:service></veeh:vee></metadata>\n  <memory unit='MiB'>{mem}</memory>\n  <vcpu>{vcpus}</vcpu>\n  <os>{os}</os>\n  {cpu}\n  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n  <devices>\n    {disk}\n    <serial type='file'><source path='{console}' append='on'/><target port='0'/></serial>\n    <memballoon model='none'/>\n  </devices>\n</domain>\n",
+        "<domain type='{dtype}'>\n  <name>{name}</name>\n  <uuid>{uuid}</uuid>\n  <metadata><veeh:vee xmlns:veeh='{ns}'><veeh:owner>{owner}</veeh:owner><veeh:service>{service}</veeh:service></veeh:vee></metadata>\n  <memory unit='MiB'>{mem}</memory>\n  <vcpu>{vcpus}</vcpu>\n  <os>{os}</os>\n  {cpu}\n  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n  <devices>\n    {disk}{nics}\n    <serial type='file'><source path='{console}' append='on'/><target port='0'/></serial>\n    <memballoon model='none'/>\n  </devices>\n</domain>\n",
         dtype = spec.accel.domain_type(),
         name = domain_name(&spec.vee_id),
         uuid = esc(&spec.vee_id),
@@ -213,7 +237,48 @@ mod tests {
             initrd: Some("/c/blobs/i".into()),
             cmdline: "console=ttyS0 quiet".into(),
             console: "/s/a/console.log".into(),
+            nics: vec![],
         }
+    }
+
+    #[test]
+    fn each_nic_is_a_virtio_interface_on_its_bridge_with_its_mac_and_mtu() {
+        let nic = |mac: &str, bridge: &str| NicXml {
+            mac: mac.into(),
+            bridge: bridge.into(),
+            mtu: 1450,
+        };
+        let xml = generate(&DomainSpec {
+            nics: vec![nic("02:00:00:64:00:02", "vb100"), nic("02:00:00:65:00:02", "vb101")],
+            ..spec()
+        });
+        let doc = roxmltree::Document::parse(&xml).unwrap();
+        let ifaces: Vec<(String, String, String, String)> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("interface"))
+            .map(|i| {
+                let attr = |tag: &str, a: &str| {
+                    i.children()
+                        .find(|c| c.has_tag_name(tag))
+                        .and_then(|c| c.attribute(a))
+                        .unwrap()
+                        .to_string()
+                };
+                (
+                    attr("mac", "address"),
+                    attr("source", "bridge"),
+                    attr("model", "type"),
+                    attr("mtu", "size"),
+                )
+            })
+            .collect();
+        let want = |mac: &str, br: &str| (mac.to_string(), br.to_string(), "virtio".to_string(), "1450".to_string());
+        assert_eq!(
+            ifaces,
+            [want("02:00:00:64:00:02", "vb100"), want("02:00:00:65:00:02", "vb101")],
+            "in NIC order"
+        );
+        assert!(!generate(&spec()).contains("<interface"), "no NIC, no interface");
     }
 
     #[test]

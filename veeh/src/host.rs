@@ -305,6 +305,15 @@ impl Host {
             initrd: paths.initrd,
             cmdline: rec.cmdline.clone(),
             console: self.vees.console(&rec.vee_id),
+            nics: rec
+                .nics
+                .iter()
+                .map(|n| domain_xml::NicXml {
+                    mac: n.mac.clone(),
+                    bridge: crate::network::bridge_name(n.vni),
+                    mtu: n.mtu,
+                })
+                .collect(),
         })
     }
 
@@ -333,6 +342,7 @@ impl Host {
         let path = self.vees.dir(vee_id).join("domain.xml");
         let xml = std::fs::read_to_string(&path).with_context(|| format!("VEE {vee_id} is not created on this host"))?;
         self.await_no_foreign_copy(vee_id, None).await?;
+        crate::network::ensure_bridges(&rec.nics).await?;
         if let Err(e) = self.blocking(move |hv| hv.create(&xml)).await {
             // The domain may exist already: started by an earlier call whose
             // caller went away, possibly still starting. Wait for it.
@@ -372,6 +382,7 @@ impl Host {
         let id = vee_id.to_string();
         let timeout = Duration::from_secs(timeout_s.max(1) as u64);
         let clean = self.blocking(move |hv| hv.shutdown(&id, timeout)).await?;
+        self.release_networks(vee_id).await?;
         self.event(
             vee_id,
             HostEventKind::Stopped,
@@ -386,6 +397,7 @@ impl Host {
         let _g = self.lock_vee(vee_id).await;
         let id = vee_id.to_string();
         self.blocking(move |hv| hv.destroy(&id)).await?;
+        self.release_networks(vee_id).await?;
         if remove {
             self.vees.remove(vee_id)?;
         }
@@ -395,6 +407,15 @@ impl Host {
             if remove { "destroyed, files removed" } else { "destroyed" },
         );
         self.status(vee_id).await
+    }
+
+    /// Removes the bridges of `vee_id`'s networks that no NIC uses any
+    /// more (its domain is gone).
+    async fn release_networks(&self, vee_id: &str) -> Result<()> {
+        if let Some(rec) = self.vees.load(vee_id)? {
+            crate::network::release_bridges(&rec.nics).await;
+        }
+        Ok(())
     }
 
     pub async fn suspend(&self, vee_id: &str) -> Result<vhi::VeeStatus> {
@@ -416,15 +437,20 @@ impl Host {
     /// Resource counters of a running VEE.
     pub async fn stats(&self, vee_id: &str) -> Result<vhi::VeeStats> {
         let id = vee_id.to_string();
-        let c = self.blocking(move |hv| hv.counters(&id)).await?;
+        let macs: Vec<String> = self
+            .vees
+            .load(vee_id)?
+            .map(|r| r.nics.into_iter().map(|n| n.mac).collect())
+            .unwrap_or_default();
+        let c = self.blocking(move |hv| hv.counters(&id, &macs)).await?;
         Ok(vhi::VeeStats {
             vee_id: vee_id.into(),
             cpu_seconds: c.cpu_seconds,
             memory_mib: c.memory_mib,
             disk_read_bytes: c.disk_read_bytes,
             disk_write_bytes: c.disk_write_bytes,
-            net_rx_bytes: 0,
-            net_tx_bytes: 0,
+            net_rx_bytes: c.net_rx_bytes,
+            net_tx_bytes: c.net_tx_bytes,
             at_unix_ms: now_ms(),
         })
     }

@@ -87,6 +87,9 @@ pub struct DomainCounters {
     pub memory_mib: u64,
     pub disk_read_bytes: u64,
     pub disk_write_bytes: u64,
+    /// Bytes the guest received and sent on the NICs asked for.
+    pub net_rx_bytes: u64,
+    pub net_tx_bytes: u64,
 }
 
 /// Versions and machine facts that go into the compatibility profile.
@@ -318,15 +321,19 @@ impl Hypervisor {
     }
 
     /// CPU, memory and disk counters of `vee_id`'s domain.
-    pub fn counters(&self, vee_id: &str) -> Result<DomainCounters> {
+    pub fn counters(&self, vee_id: &str, macs: &[String]) -> Result<DomainCounters> {
         self.on_domain(vee_id, |d| {
             let info = d.info()?;
             let blk = d.block_stats("vda").ok();
+            // libvirt names an interface by its MAC as well as its tap.
+            let nets: Vec<_> = macs.iter().filter_map(|m| d.interface_stats(m).ok()).collect();
             Ok(DomainCounters {
                 cpu_seconds: info.cpu_time as f64 / 1e9,
                 memory_mib: info.memory / 1024,
                 disk_read_bytes: blk.as_ref().map(|b| b.rd_bytes.max(0) as u64).unwrap_or(0),
                 disk_write_bytes: blk.as_ref().map(|b| b.wr_bytes.max(0) as u64).unwrap_or(0),
+                net_rx_bytes: nets.iter().map(|s| s.rx_bytes.max(0) as u64).sum(),
+                net_tx_bytes: nets.iter().map(|s| s.tx_bytes.max(0) as u64).sum(),
             })
         })
     }

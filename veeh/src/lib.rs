@@ -16,6 +16,7 @@ pub mod host;
 pub mod hypervisor;
 pub mod image_cache;
 pub mod migration;
+pub mod network;
 pub mod qemu_img;
 pub mod server;
 pub mod vee_store;

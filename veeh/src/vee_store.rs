@@ -40,6 +40,10 @@ pub struct VeeRecord {
     /// Prepared as the destination of a live migration, not yet completed.
     #[serde(default)]
     pub incoming: bool,
+    /// Its NICs as the VEEM assigned them (none in records written before
+    /// service networks).
+    #[serde(default)]
+    pub nics: Vec<interfaces::vhi::Nic>,
 }
 
 impl VeeRecord {
@@ -51,6 +55,17 @@ impl VeeRecord {
         }
         if spec.memory_mib == 0 {
             return Err(HostError::field("memory_mib", format!("must be at least 1 (VEE {})", spec.vee_id)).into());
+        }
+        for (i, n) in spec.nics.iter().enumerate() {
+            if !crate::network::is_mac(&n.mac) {
+                return Err(HostError::field(format!("nics[{i}].mac"), format!("{:?} is not a MAC like 02:00:00:64:00:02", n.mac)).into());
+            }
+            if n.vni == 0 || n.vni >= 1 << 24 {
+                return Err(HostError::field(format!("nics[{i}].vni"), format!("{} is not a 24-bit VNI", n.vni)).into());
+            }
+            if !(576..=9000).contains(&n.mtu) {
+                return Err(HostError::field(format!("nics[{i}].mtu"), format!("{} bytes; must be 576 to 9000", n.mtu)).into());
+            }
         }
         if spec.image.is_empty() && spec.kernel.is_empty() {
             bail!("VEE {}: needs an `image` or a `kernel` to boot", spec.vee_id);
@@ -67,6 +82,7 @@ impl VeeRecord {
             initrd: spec.initrd.clone(),
             cmdline: spec.cmdline.clone(),
             incoming: false,
+            nics: spec.nics.clone(),
         })
     }
 
@@ -82,6 +98,7 @@ impl VeeRecord {
             kernel: self.kernel.clone(),
             initrd: self.initrd.clone(),
             cmdline: self.cmdline.clone(),
+            nics: self.nics.clone(),
         }
     }
 }

@@ -364,6 +364,7 @@ mod tests {
             created_ms: 0,
             vees: vec![],
             for_peer: None,
+            networks: vec![],
         };
         veem.store.put(Tree::Services, "svc", &service).unwrap();
         let now = chrono::Utc::now().timestamp();

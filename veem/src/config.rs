@@ -229,6 +229,54 @@ fn default_recovery_budget() -> Duration {
     Duration::from_secs(120)
 }
 
+/// `[networks]`: where the site takes the subnets, VNIs and external
+/// addresses of service networks from.
+///
+/// ```toml
+/// [networks]
+/// pool = "10.240.0.0/12"          # subnets of `cidr = "auto"` networks
+/// subnet_prefix = 24              # one /24 per auto network
+/// external_pool = "192.0.2.0/24"  # external addresses (none: no external networks)
+/// mtu = 1450                      # the guests' MTU (VXLAN over a 1500-byte underlay)
+/// ```
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkPool {
+    #[serde(default = "default_network_pool")]
+    pub pool: ipnet::Ipv4Net,
+    /// Prefix of an auto subnet, /16 to /29 and inside `pool`.
+    #[serde(default = "default_subnet_prefix")]
+    pub subnet_prefix: u8,
+    /// Addresses the site gives instances on external networks; `None`:
+    /// a manifest with an external network is refused.
+    #[serde(default)]
+    pub external_pool: Option<ipnet::Ipv4Net>,
+    /// MTU of the guests' NICs (bytes).
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
+}
+
+impl Default for NetworkPool {
+    fn default() -> Self {
+        Self {
+            pool: default_network_pool(),
+            subnet_prefix: default_subnet_prefix(),
+            external_pool: None,
+            mtu: default_mtu(),
+        }
+    }
+}
+
+fn default_network_pool() -> ipnet::Ipv4Net {
+    "10.240.0.0/12".parse().expect("valid")
+}
+fn default_subnet_prefix() -> u8 {
+    24
+}
+fn default_mtu() -> u32 {
+    1450
+}
+
 /// `veem serve --config FILE`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -269,6 +317,8 @@ pub struct VeemConfig {
     pub proposals: ProposalPolicy,
     #[serde(default)]
     pub recovery: RecoveryPolicy,
+    #[serde(default)]
+    pub networks: NetworkPool,
     /// `[usage_limits.NAME]`: the usage SLA of a service provider or of a
     /// peer site (D §3.3), checked when a service is negotiated or
     /// admitted. Consumers not named here have no limit.
@@ -414,6 +464,17 @@ impl VeemConfig {
         }
         if self.recovery.attempts_per_host == 0 {
             bail!("field `recovery.attempts_per_host`: must be at least 1");
+        }
+        let n = &self.networks;
+        if !interfaces::manifest::NETWORK_PREFIXES.contains(&n.subnet_prefix) || n.subnet_prefix < n.pool.prefix_len() {
+            bail!(
+                "field `networks.subnet_prefix`: /{} must be /16 to /29 and inside the pool {}",
+                n.subnet_prefix,
+                n.pool
+            );
+        }
+        if !(576..=9000).contains(&n.mtu) {
+            bail!("field `networks.mtu`: {} bytes; must be 576 to 9000", n.mtu);
         }
         if self.proposals.interval < Duration::from_secs(1) {
             bail!("field `proposals.interval`: must be at least 1 s");

@@ -147,7 +147,9 @@ impl Veem {
         let service_id = uuid::Uuid::new_v4().to_string();
         let req = self.request(&m, &service_id);
         let verdict = self.planner.lock().unwrap().admit(&req);
-        let federate = m.sla.migration.allows_peer_site() && !self.cfg.peers.is_empty();
+        // Service networks do not span sites yet: a service with networks
+        // is placed here or refused.
+        let federate = m.sla.migration.allows_peer_site() && !self.cfg.peers.is_empty() && m.networks.is_empty();
         let (admitted, remote) = match verdict {
             Admission::Accepted(a) => (a, vec![]),
             other if federate => match self.admit_in_part(&req) {
@@ -187,9 +189,12 @@ impl Veem {
             }
         }
         svc.vees = sorted_ids(&mut vees);
-        // Records first, in one commit, then the VEEHs: a crash from here
-        // on resumes.
-        self.commit_admission(&svc, &vees)?;
+        // Networks and records first, in one commit, then the VEEHs: a
+        // crash from here on resumes.
+        if let Err(e) = self.admit_records(&m, &mut svc, &mut vees) {
+            let _ = self.planner.lock().unwrap().release_service(&service_id);
+            return Err(e.context("reject"));
+        }
         self.placed_remotely(&vees);
         for v in vees.iter().filter(|v| v.host().is_some()) {
             self.event(&v.id, &svc.id, "admitted", format!("on {}", v.host().unwrap_or("?")));
@@ -253,6 +258,7 @@ impl Veem {
             created_ms: self.clock.now_ms(),
             vees: sorted_ids(&mut vees),
             for_peer,
+            networks: vec![],
         };
         (svc, vees)
     }
@@ -384,6 +390,8 @@ impl VeeRec {
             window_end_unix: end,
             updated_ms: now_ms(),
             for_peer: None,
+            // Assigned with the admission (`networks`).
+            nics: vec![],
         }
     }
 }

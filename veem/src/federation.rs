@@ -65,6 +65,7 @@ impl Veem {
             created_ms: self.clock.now_ms(),
             vees: placed.iter().map(|v| v.id.clone()).collect(),
             for_peer,
+            networks: vec![],
         };
         self.commit_admission(&svc, &placed)?;
         self.placed_remotely(&placed);
@@ -294,6 +295,7 @@ impl Veem {
             created_ms: self.clock.now_ms(),
             vees: vec![],
             for_peer: Some(from.into()),
+            networks: vec![],
         });
         if !svc.vees.contains(&spec.vee_id) {
             svc.vees.push(spec.vee_id.clone());
@@ -305,7 +307,7 @@ impl Veem {
             window_start_unix: self.clock.now(),
             window_end_unix: clock.start_of(admitted.window.end),
             for_peer: Some(from.into()),
-            ..VeeRec::from_spec(&spec)
+            ..VeeRec::from_spec(&spec)?
         };
         // The reservation, the service and the VEE in one commit.
         self.commit_admission(&svc, std::slice::from_ref(&v))?;

@@ -42,6 +42,8 @@ pub struct Veem {
     /// VEEs with a background task (deploy, checkpoint) under way, so the
     /// scheduler does not queue another.
     busy: Mutex<std::collections::HashSet<String>>,
+    /// Held while a service's networks are assigned and committed.
+    pub(crate) ipam: Mutex<()>,
 }
 
 /// The rank policy named in the configuration.
@@ -96,6 +98,7 @@ impl Veem {
             vee_records,
             vee_locks: Mutex::new(Default::default()),
             busy: Mutex::new(Default::default()),
+            ipam: Mutex::new(()),
         }))
     }
 

@@ -2,7 +2,10 @@
 //! migration proposals, usage records, SLA violations and events. All are
 //! persisted in sled (see `store`).
 
-use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
+use std::net::Ipv4Addr;
+
+use interfaces::manifest::{GuaranteeLevel, MigrationPolicy, NetworkKind};
+use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
 
 /// Milliseconds since the Unix epoch.
@@ -28,6 +31,97 @@ pub struct ServiceRec {
     /// Set when this site runs the service for a primary site.
     #[serde(default)]
     pub for_peer: Option<String>,
+    /// Its networks, with what the site assigned them (none before
+    /// service networks were).
+    #[serde(default)]
+    pub networks: Vec<NetworkRec>,
+}
+
+/// A service network as the site assigned it at admission.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NetworkRec {
+    /// The name in the manifest.
+    pub name: String,
+    pub kind: NetworkKind,
+    /// Its subnet (from the site's pool, or the manifest's `cidr`).
+    pub cidr: Ipv4Net,
+    /// The first host address of the subnet.
+    pub gateway: Ipv4Addr,
+    /// Site-unique: the bridge and VXLAN ID on every host.
+    pub vni: u32,
+    /// External networks: the TCP ports forwarded.
+    #[serde(default)]
+    pub ports: Vec<u16>,
+}
+
+/// One NIC of a VEE: the VHI `Nic` as the VEEM keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NicRec {
+    pub network: String,
+    pub vni: u32,
+    /// Locally administered, site-unique: `02:` + the VNI (3 bytes) + the
+    /// address's offset in the subnet (2 bytes).
+    pub mac: String,
+    /// The VEE's address with the subnet's prefix.
+    pub address: Ipv4Net,
+    pub gateway: Ipv4Addr,
+    /// Bytes.
+    pub mtu: u32,
+    /// External networks: the VEE's address outside, and the TCP ports
+    /// forwarded to it.
+    #[serde(default)]
+    pub external: Option<Ipv4Addr>,
+    #[serde(default)]
+    pub ports: Vec<u16>,
+}
+
+impl NicRec {
+    /// The VHI description (the inverse of [`NicRec::from_wire`]).
+    pub fn to_wire(&self) -> interfaces::vhi::Nic {
+        interfaces::vhi::Nic {
+            network: self.network.clone(),
+            vni: self.vni,
+            mac: self.mac.clone(),
+            address: self.address.to_string(),
+            gateway: self.gateway.to_string(),
+            mtu: self.mtu,
+            external_address: self.external.map(|a| a.to_string()).unwrap_or_default(),
+            ports: self.ports.iter().map(|p| u32::from(*p)).collect(),
+        }
+    }
+
+    /// The record of a VHI `Nic` (from a peer: checked, not trusted);
+    /// errors name the field.
+    pub fn from_wire(i: usize, n: &interfaces::vhi::Nic) -> Result<Self, crate::error::VeemError> {
+        let field = |f: &str| format!("nics[{i}].{f}");
+        let bad = |f: &str, why: String| crate::error::VeemError::field(field(f), why);
+        Ok(NicRec {
+            network: n.network.clone(),
+            vni: n.vni,
+            mac: n.mac.clone(),
+            address: n
+                .address
+                .parse()
+                .map_err(|_| bad("address", format!("{:?} is not an IPv4 address/prefix", n.address)))?,
+            gateway: n
+                .gateway
+                .parse()
+                .map_err(|_| bad("gateway", format!("{:?} is not an IPv4 address", n.gateway)))?,
+            mtu: n.mtu,
+            external: match n.external_address.as_str() {
+                "" => None,
+                a => Some(
+                    a.parse()
+                        .map_err(|_| bad("external_address", format!("{a:?} is not an IPv4 address")))?,
+                ),
+            },
+            ports: n
+                .ports
+                .iter()
+                .map(|p| u16::try_from(*p).map_err(|_| bad("ports", format!("{p} is not a TCP port"))))
+                .collect::<Result<_, _>>()?,
+        })
+    }
 }
 
 /// Where a VEE runs.
@@ -75,6 +169,9 @@ pub struct VeeRec {
     /// Set when this site runs the VEE for a primary site.
     #[serde(default)]
     pub for_peer: Option<String>,
+    /// Its NICs in guest order (none before service networks were).
+    #[serde(default)]
+    pub nics: Vec<NicRec>,
 }
 
 impl VeeRec {
@@ -82,8 +179,8 @@ impl VeeRec {
     /// description; [`VeeRec::spec`] is its inverse), with the rest unset:
     /// state pending, placed nowhere, one instance of a component `vee`,
     /// no checkpoints, guarantee `standard`, migration policy `site`.
-    pub fn from_spec(s: &interfaces::vhi::VeeSpec) -> Self {
-        VeeRec {
+    pub fn from_spec(s: &interfaces::vhi::VeeSpec) -> Result<Self, crate::error::VeemError> {
+        Ok(VeeRec {
             id: s.vee_id.clone(),
             service_id: s.service_id.clone(),
             component: "vee".into(),
@@ -107,7 +204,13 @@ impl VeeRec {
             window_end_unix: 0,
             updated_ms: now_ms(),
             for_peer: None,
-        }
+            nics: s
+                .nics
+                .iter()
+                .enumerate()
+                .map(|(i, n)| NicRec::from_wire(i, n))
+                .collect::<Result<_, _>>()?,
+        })
     }
 
     /// The VHI spec of this VEE.
@@ -122,6 +225,7 @@ impl VeeRec {
             kernel: self.kernel.clone(),
             initrd: self.initrd.clone(),
             cmdline: self.cmdline.clone(),
+            nics: self.nics.iter().map(NicRec::to_wire).collect(),
         }
     }
 
@@ -270,8 +374,25 @@ mod tests {
             kernel: "k".into(),
             initrd: "r".into(),
             cmdline: "c".into(),
+            nics: vec![interfaces::vhi::Nic {
+                network: "public".into(),
+                vni: 101,
+                mac: "02:00:00:65:00:02".into(),
+                address: "10.240.1.2/24".into(),
+                gateway: "10.240.1.1".into(),
+                mtu: 1450,
+                external_address: "192.0.2.10".into(),
+                ports: vec![80, 7000],
+            }],
         };
-        assert_eq!(VeeRec::from_spec(&s).spec(), s);
+        assert_eq!(VeeRec::from_spec(&s).unwrap().spec(), s);
+        let mut bad = s.clone();
+        bad.nics[0].address = "10.240.1.2".into();
+        let e = VeeRec::from_spec(&bad).unwrap_err().to_string();
+        assert!(e.contains("field `nics[0].address`"), "{e}");
+        bad.nics[0].address = "10.240.1.2/24".into();
+        bad.nics[0].ports = vec![70000];
+        assert!(VeeRec::from_spec(&bad).unwrap_err().to_string().contains("70000 is not a TCP port"));
     }
 
     #[test]

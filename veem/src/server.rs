@@ -124,6 +124,7 @@ impl VmiService {
             latest_checkpoint: v.latest_checkpoint.clone().unwrap_or_default(),
             updated_unix_ms: v.updated_ms,
             checkpoint_record: None,
+            nics: v.nics.iter().map(crate::model::NicRec::to_wire).collect(),
         }
     }
 

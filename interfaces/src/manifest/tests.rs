@@ -404,3 +404,70 @@ fn guarantee_levels_are_ordered_and_parse() {
     assert!(!GuaranteeLevel::Legacy.checkpoints_by_default());
     assert!(GuaranteeLevel::Standard.checkpoints_by_default());
 }
+
+/// The base manifest with `[[network]]` tables `nets` and component `web`
+/// (1 instance) and `db` (2 instances) attached to `web_nets` and `db_nets`.
+fn networked(nets: &str, web_nets: &str, db_nets: &str) -> String {
+    let b = base()
+        .replacen("disk_gib = 2\n", &format!("disk_gib = 2\nnetworks = {web_nets}\n"), 1)
+        .replacen("disk_gib = 1\n", &format!("disk_gib = 1\nnetworks = {db_nets}\n"), 1);
+    format!("{b}{nets}")
+}
+
+const NETS: &str = "[[network]]\nname = \"backend\"\nkind = \"internal\"\n\
+    [[network]]\nname = \"public\"\nkind = \"external\"\nports = [80, 7000]\n";
+
+#[test]
+fn networks_parse_with_auto_cidrs_and_nic_order() {
+    let m = Manifest::from_toml(&networked(NETS, r#"["backend", "public"]"#, r#"["backend"]"#)).unwrap();
+    assert_eq!(m.networks.len(), 2);
+    assert_eq!((m.networks[0].kind, m.networks[0].cidr), (NetworkKind::Internal, Cidr::Auto));
+    assert_eq!(m.networks[1].ports, [80, 7000]);
+    assert_eq!(m.component("web").unwrap().networks, ["backend", "public"]);
+    let explicit = NETS.replace("kind = \"internal\"\n", "kind = \"internal\"\ncidr = \"10.9.0.0/24\"\n");
+    let m = Manifest::from_toml(&networked(&explicit, "[]", r#"["backend"]"#)).unwrap();
+    assert_eq!(m.networks[0].cidr, Cidr::Net("10.9.0.0/24".parse().unwrap()));
+    let again = Manifest::from_toml(&toml::to_string(&m).unwrap()).unwrap();
+    assert_eq!(again, m, "round trip");
+}
+
+#[test]
+fn rejects_bad_networks_naming_the_field() {
+    let on = |nets: &str, web: &str| networked(nets, web, "[]");
+    rejects(&on(NETS, r#"["front"]"#), "component[1].networks[0]", "unknown network \"front\"");
+    rejects(&on(NETS, r#"["backend", "backend"]"#), "component[1].networks[1]", "listed twice");
+    let twice = format!("{NETS}[[network]]\nname = \"backend\"\nkind = \"internal\"\n");
+    rejects(&on(&twice, "[]"), "network[2].name", "duplicate network name");
+    let bad = NETS.replace("kind = \"internal\"\n", "kind = \"internal\"\ncidr = \"10.9.0.0/33\"\n");
+    rejects(&on(&bad, "[]"), "network[0].cidr", "neither \"auto\" nor an IPv4 network");
+    let wide = NETS.replace("kind = \"internal\"\n", "kind = \"internal\"\ncidr = \"10.0.0.0/8\"\n");
+    rejects(&on(&wide, "[]"), "network[0].cidr", "the prefix must be /16 to /29");
+    let hosty = NETS.replace("kind = \"internal\"\n", "kind = \"internal\"\ncidr = \"10.9.0.5/24\"\n");
+    rejects(&on(&hosty, "[]"), "network[0].cidr", "host bits set; the network is 10.9.0.0/24");
+    // A /30 holds no VEE after network, broadcast and gateway... a /29 holds 5.
+    let small = NETS.replace("kind = \"internal\"\n", "kind = \"internal\"\ncidr = \"10.9.0.0/29\"\n");
+    assert!(Manifest::from_toml(&networked(&small, r#"["backend"]"#, r#"["backend"]"#)).is_ok());
+    let many = networked(&small, r#"["backend"]"#, r#"["backend"]"#).replacen("instances = 2", "instances = 5", 1);
+    rejects(&many, "network[0].cidr", "has room for 5 VEEs but 6 instances are attached");
+    let no_ports = NETS.replace("ports = [80, 7000]\n", "");
+    rejects(&on(&no_ports, "[]"), "network[1].ports", "must open at least one TCP port");
+    let internal_ports = NETS.replace("kind = \"internal\"\n", "kind = \"internal\"\nports = [22]\n");
+    rejects(
+        &on(&internal_ports, "[]"),
+        "network[0].ports",
+        "only an external network opens ports",
+    );
+    rejects(
+        &on(&NETS.replace("[80, 7000]", "[80, 80]"), "[]"),
+        "network[1].ports[1]",
+        "port 80 listed twice",
+    );
+    let overlap = NETS
+        .replace("kind = \"internal\"\n", "kind = \"internal\"\ncidr = \"10.9.0.0/16\"\n")
+        .replace("kind = \"external\"\n", "kind = \"external\"\ncidr = \"10.9.4.0/24\"\n");
+    rejects(
+        &on(&overlap, "[]"),
+        "network[1].cidr",
+        "10.9.4.0/24 overlaps network[0] (10.9.0.0/16)",
+    );
+}

@@ -4,7 +4,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::{CheckpointInterval, Component, Constraint, ConstraintKind, ConstraintScope, GuaranteeLevel, Manifest, MigrationPolicy};
+use super::{
+    CheckpointInterval, Cidr, Component, Constraint, ConstraintKind, ConstraintScope, GuaranteeLevel, Manifest, MigrationPolicy, Network,
+    NetworkKind,
+};
 use crate::error::{Error, Result};
 
 /// Longest service, provider or component name, in bytes.
@@ -25,6 +28,16 @@ pub const MAX_CMDLINE_BYTES: usize = 4096;
 pub const MAX_OUTAGES: u32 = 1000;
 /// Shortest explicit checkpoint interval.
 pub const MIN_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+/// Most networks of one service, and NICs of one VEE.
+pub const MAX_NETWORKS: usize = 8;
+/// Prefix lengths an explicit `network[].cidr` may have.
+pub const NETWORK_PREFIXES: std::ops::RangeInclusive<u8> = 16..=29;
+
+/// Addresses of a subnet of prefix `prefix` that VEEs can have: all but
+/// the network and broadcast addresses and the gateway (the first host).
+pub fn usable_addresses(prefix: u8) -> u64 {
+    (1u64 << (32 - u32::from(prefix))).saturating_sub(3)
+}
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Error {
     Error::InvalidManifest {
@@ -86,7 +99,102 @@ pub(super) fn validate(m: &Manifest) -> Result<()> {
     for (i, c) in m.constraints.iter().enumerate() {
         validate_constraint(i, c, &seen)?;
     }
+    validate_networks(m)?;
     check_contradictions(m)
+}
+
+/// `[[network]]` and `component[].networks`: names, kinds, ports, CIDRs
+/// (form, size for the instances attached, no overlap inside the service).
+fn validate_networks(m: &Manifest) -> Result<()> {
+    if m.networks.len() > MAX_NETWORKS {
+        return Err(invalid("network", format!("{} networks; at most {MAX_NETWORKS}", m.networks.len())));
+    }
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for (i, n) in m.networks.iter().enumerate() {
+        validate_network(i, n)?;
+        if let Some(first) = names.insert(n.name.as_str(), i) {
+            return Err(invalid(
+                format!("network[{i}].name"),
+                format!("duplicate network name {:?} (also network[{first}])", n.name),
+            ));
+        }
+    }
+    let mut attached = vec![0u64; m.networks.len()];
+    for (ci, c) in m.components.iter().enumerate() {
+        if c.networks.len() > MAX_NETWORKS {
+            return Err(invalid(
+                format!("component[{ci}].networks"),
+                format!("{} networks; a VEE has at most {MAX_NETWORKS} NICs", c.networks.len()),
+            ));
+        }
+        for (j, name) in c.networks.iter().enumerate() {
+            let field = format!("component[{ci}].networks[{j}]");
+            let Some(&ni) = names.get(name.as_str()) else {
+                return Err(invalid(field, format!("unknown network {name:?}: no [[network]] has that name")));
+            };
+            if c.networks[..j].contains(name) {
+                return Err(invalid(field, format!("network {name:?} listed twice")));
+            }
+            attached[ni] += u64::from(c.instances);
+        }
+    }
+    for (i, n) in m.networks.iter().enumerate() {
+        let Cidr::Net(net) = n.cidr else { continue };
+        let room = usable_addresses(net.prefix_len());
+        if attached[i] > room {
+            return Err(invalid(
+                format!("network[{i}].cidr"),
+                format!("{net} has room for {room} VEEs but {} instances are attached", attached[i]),
+            ));
+        }
+        for (j, other) in m.networks[..i].iter().enumerate() {
+            if let Cidr::Net(o) = other.cidr {
+                if o.contains(&net.network()) || net.contains(&o.network()) {
+                    return Err(invalid(format!("network[{i}].cidr"), format!("{net} overlaps network[{j}] ({o})")));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_network(i: usize, n: &Network) -> Result<()> {
+    check_name(&format!("network[{i}].name"), &n.name)?;
+    if let Cidr::Net(net) = n.cidr {
+        let field = format!("network[{i}].cidr");
+        if !NETWORK_PREFIXES.contains(&net.prefix_len()) {
+            return Err(invalid(
+                field,
+                format!(
+                    "{net}: the prefix must be /{} to /{}",
+                    NETWORK_PREFIXES.start(),
+                    NETWORK_PREFIXES.end()
+                ),
+            ));
+        }
+        if net.trunc() != net {
+            return Err(invalid(field, format!("{net} has host bits set; the network is {}", net.trunc())));
+        }
+    }
+    let field = format!("network[{i}].ports");
+    match n.kind {
+        NetworkKind::Internal if !n.ports.is_empty() => {
+            return Err(invalid(field, "only an external network opens ports"));
+        }
+        NetworkKind::External if n.ports.is_empty() => {
+            return Err(invalid(field, "an external network must open at least one TCP port"));
+        }
+        _ => {}
+    }
+    for (j, p) in n.ports.iter().enumerate() {
+        if *p == 0 {
+            return Err(invalid(format!("network[{i}].ports[{j}]"), "0 is not a TCP port"));
+        }
+        if n.ports[..j].contains(p) {
+            return Err(invalid(format!("network[{i}].ports[{j}]"), format!("port {p} listed twice")));
+        }
+    }
+    Ok(())
 }
 
 fn validate_sla(m: &Manifest) -> Result<()> {

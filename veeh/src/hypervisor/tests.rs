@@ -45,7 +45,7 @@ fn a_domain_that_vanishes_after_lookup_is_no_domain() {
         ("suspend", |h, id| h.suspend(id)),
         ("resume", |h, id| h.resume(id)),
         ("xml", |h, id| h.xml(id, false).map(|_| ())),
-        ("counters", |h, id| h.counters(id).map(|_| ())),
+        ("counters", |h, id| h.counters(id, &[]).map(|_| ())),
         ("shutdown", |h, id| h.shutdown(id, Duration::from_millis(10)).map(|_| ())),
     ];
     for (what, op) in ops {

@@ -62,6 +62,34 @@ pub struct Vee {
     pub memory_mib: u64,
     pub latest_checkpoint: String,
     pub updated: Option<String>,
+    /// Its NICs in guest order (eth0, eth1, ...).
+    pub nics: Vec<Nic>,
+}
+
+/// One NIC of a VEE on a service network.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Nic {
+    pub network: String,
+    pub mac: String,
+    /// With the prefix: `10.240.3.5/24`.
+    pub address: String,
+    pub gateway: String,
+    /// External networks only.
+    pub external_address: Option<String>,
+    pub ports: Vec<u32>,
+}
+
+impl From<&interfaces::vhi::Nic> for Nic {
+    fn from(n: &interfaces::vhi::Nic) -> Self {
+        Self {
+            network: n.network.clone(),
+            mac: n.mac.clone(),
+            address: n.address.clone(),
+            gateway: n.gateway.clone(),
+            external_address: (!n.external_address.is_empty()).then(|| n.external_address.clone()),
+            ports: n.ports.clone(),
+        }
+    }
 }
 
 impl From<&vmi::VeeInfo> for Vee {
@@ -77,6 +105,7 @@ impl From<&vmi::VeeInfo> for Vee {
             memory_mib: v.memory_mib,
             latest_checkpoint: v.latest_checkpoint.clone(),
             updated: rfc3339_ms(v.updated_unix_ms),
+            nics: v.nics.iter().map(Nic::from).collect(),
         }
     }
 }

@@ -4,7 +4,7 @@
 use interfaces::vmi;
 use serde::Serialize;
 
-use super::model::{Event, Migration, Negotiation, Service, SlaViolation, Usage, Vee};
+use super::model::{Event, Migration, Negotiation, Nic, Service, SlaViolation, Usage, Vee};
 use super::table::Table;
 use super::OutputFormat;
 
@@ -63,7 +63,25 @@ pub fn vee(v: &Vee, format: OutputFormat) -> String {
         ("memory_mib", v.memory_mib.to_string()),
         ("latest_checkpoint", v.latest_checkpoint.clone()),
         ("updated", opt(&v.updated)),
-    ])
+    ]) + &nic_table(&v.nics)
+}
+
+/// A VEE's NICs (none: nothing): network, MAC, address and, on external
+/// networks, the external address with its ports.
+fn nic_table(nics: &[Nic]) -> String {
+    if nics.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new(&["NIC", "NETWORK", "MAC", "ADDRESS", "EXTERNAL"]);
+    for (i, n) in nics.iter().enumerate() {
+        let ports: Vec<String> = n.ports.iter().map(|p| p.to_string()).collect();
+        let external = match &n.external_address {
+            Some(a) => format!("{a} tcp/{}", ports.join(",")),
+            None => "-".into(),
+        };
+        t.row([format!("eth{i}"), n.network.clone(), n.mac.clone(), n.address.clone(), external]);
+    }
+    t.render()
 }
 
 /// The VEE table used by `ls`, `service` and `deploy`.

@@ -204,9 +204,9 @@ impl FakeSite {
             Admission::Accepted(a) => a,
             other => panic!("not admitted: {other:?}"),
         };
-        let (svc, vees) = self.veem.admission_records(&m, manifest, &req, &admitted, None);
+        let (mut svc, mut vees) = self.veem.admission_records(&m, manifest, &req, &admitted, None);
         // As Deploy does.
-        self.veem.commit_admission(&svc, &vees).unwrap();
+        self.veem.admit_records(&m, &mut svc, &mut vees).unwrap();
         for mut v in vees.clone() {
             v.state = VeeState::Running;
             let Location::Host(h) = &v.location else { panic!("{v:?}") };

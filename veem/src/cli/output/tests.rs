@@ -14,7 +14,47 @@ fn vee_info(location: &str) -> vmi::VeeInfo {
         latest_checkpoint: String::new(),
         updated_unix_ms: 1_795_852_800_123,
         checkpoint_record: None,
+        nics: vec![],
     }
+}
+
+#[test]
+fn show_lists_each_nic_with_its_network_mac_address_and_external_side() {
+    let mut info = vee_info("local");
+    let nic = |network: &str, mac: &str, address: &str, external: &str, ports: Vec<u32>| interfaces::vhi::Nic {
+        network: network.into(),
+        mac: mac.into(),
+        address: address.into(),
+        gateway: "10.240.0.1".into(),
+        external_address: external.into(),
+        ports,
+        ..Default::default()
+    };
+    info.nics = vec![
+        nic("backend", "02:00:00:64:00:02", "10.240.0.2/24", "", vec![]),
+        nic("public", "02:00:00:65:00:02", "10.240.1.2/24", "192.0.2.1", vec![80, 7000]),
+    ];
+    let out = vee(&Vee::from(&info), OutputFormat::Table);
+    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert!(
+        rows.contains(&vec!["eth0", "backend", "02:00:00:64:00:02", "10.240.0.2/24", "-"]),
+        "{out}"
+    );
+    assert!(
+        rows.contains(&vec![
+            "eth1",
+            "public",
+            "02:00:00:65:00:02",
+            "10.240.1.2/24",
+            "192.0.2.1",
+            "tcp/80,7000"
+        ]),
+        "{out}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&vee(&Vee::from(&info), OutputFormat::Json)).unwrap();
+    assert_eq!(v["nics"][1]["external_address"], "192.0.2.1");
+    assert_eq!(v["nics"][0]["external_address"], serde_json::Value::Null);
+    assert_eq!(v["nics"][1]["ports"], serde_json::json!([80, 7000]));
 }
 
 #[test]

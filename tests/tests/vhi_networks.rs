@@ -1,0 +1,154 @@
+//! A VEE's NICs on a real VEEH and libvirtd: each is a virtio interface
+//! with the VEEM's MAC on its network's bridge `vb<VNI>` (the network's
+//! MTU), which the VEEH makes before the VEE starts and removes when the
+//! VEE leaves; the guest boots and runs as before, and its NICs' traffic
+//! is metered.
+
+use std::process::Command;
+use std::time::Duration;
+
+use e2e::daemons::{checkpoint, destroy, migrate, wait_tick, ImageRepo, Veeh};
+use e2e::{guest, lab};
+use interfaces::vhi::*;
+
+/// `ip ARGS`: (success, stdout).
+fn ip(args: &[&str]) -> (bool, String) {
+    let out = Command::new("ip").args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn nic(vni: u32, mac: &str) -> Nic {
+    Nic {
+        network: format!("net-{vni}"),
+        vni,
+        mac: mac.into(),
+        address: "10.240.9.2/24".into(),
+        gateway: "10.240.9.1".into(),
+        mtu: 1450,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_vee_with_nics_runs_on_its_networks_bridges_which_go_when_it_leaves() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("vhi-nics");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a1 = Veeh::start(&dir, "a1", "site-a", lab::SITE_A_URI, &repo).await;
+    let mut c = a1.client().await;
+    // VNIs of this run only (a bridge of another test is never touched).
+    let vni = 20_000 + u32::from(uuid::Uuid::new_v4().as_bytes()[0]) * 16;
+    let (br0, br1) = (format!("vb{vni}"), format!("vb{}", vni + 1));
+    let mut spec = ids.spec("svc-nics");
+    spec.nics = vec![nic(vni, "02:00:4e:20:00:02"), nic(vni + 1, "02:00:4e:21:00:02")];
+    let vee = VeeRef {
+        vee_id: spec.vee_id.clone(),
+    };
+    c.create(spec.clone()).await.unwrap();
+    assert!(!ip(&["link", "show", "dev", &br0]).0, "no bridge before the VEE starts");
+    c.start(vee.clone()).await.unwrap();
+    let xml = Command::new("virsh")
+        .args(["-c", lab::SITE_A_URI, "dumpxml", &format!("vee-{}", spec.vee_id)])
+        .output()
+        .unwrap();
+    let xml = String::from_utf8_lossy(&xml.stdout);
+    for (mac, br) in [("02:00:4e:20:00:02", &br0), ("02:00:4e:21:00:02", &br1)] {
+        assert!(xml.contains(&format!("<mac address='{mac}'/>")), "{xml}");
+        assert!(xml.contains(&format!("<source bridge='{br}'/>")), "{xml}");
+        let (ok, bridge) = ip(&["-o", "link", "show", "dev", br]);
+        assert!(ok && bridge.contains("mtu 1450") && bridge.contains(",UP"), "{bridge}");
+        let (_, ports) = ip(&["-o", "link", "show", "master", br]);
+        assert_eq!(ports.lines().count(), 1, "the VEE's tap is the bridge's one port: {ports}");
+    }
+    assert!(xml.contains("<model type='virtio'/>"), "{xml}");
+    // Traffic on the network reaches the VEE's NIC and is metered from the
+    // interface counters (not 0, as before NICs). The tiny guest has no
+    // driver and reads nothing, so the host sends the first frames: the ARP
+    // requests for the VEE's address that a datagram to it needs.
+    assert!(ip(&["addr", "add", "10.240.9.1/24", "dev", &br0]).0);
+    let udp = std::net::UdpSocket::bind("10.240.9.1:0").unwrap();
+    udp.send_to(b"hello", "10.240.9.2:9").unwrap();
+    wait_tick(&mut c, &spec.vee_id, 3, Duration::from_secs(120)).await;
+    let stats = c.stats(vee.clone()).await.unwrap().into_inner();
+    assert!(stats.net_rx_bytes + stats.net_tx_bytes > 0, "metered: {stats:?}");
+    destroy(&mut c, &spec.vee_id).await;
+    for br in [&br0, &br1] {
+        assert!(!ip(&["link", "show", "dev", br]).0, "{br} left behind");
+    }
+    // A spec with a malformed NIC is refused naming the field.
+    let mut bad = ids.spec("svc-nics");
+    bad.nics = vec![nic(vni, "02:00:4E:20:00:02")];
+    let e = c.create(bad).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("nics[0].mac"), "{}", e.message());
+    drop(a1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The domain XML of `vee` at `uri`.
+fn dumpxml(uri: &str, vee: &str) -> String {
+    let out = Command::new("virsh")
+        .args(["-c", uri, "dumpxml", &format!("vee-{vee}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_live_migration_and_restore_elsewhere_keep_the_nic_and_its_bridge() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("vhi-nics-move");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a1 = Veeh::start(&dir, "a1", "site-a", lab::SITE_A_URI, &repo).await;
+    let b1 = Veeh::start(&dir, "b1", "site-b", lab::SITE_B_URI, &repo).await;
+    let (mut ca, mut cb) = (a1.client().await, b1.client().await);
+    let vni = 24_000 + u32::from(uuid::Uuid::new_v4().as_bytes()[0]) * 16;
+    let br = format!("vb{vni}");
+    let mac = "02:00:5d:c0:00:02";
+    let mut spec = ids.spec("svc-nics-move");
+    spec.nics = vec![nic(vni, mac)];
+    let vee = spec.vee_id.clone();
+    ca.create(spec.clone()).await.unwrap();
+    ca.start(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    wait_tick(&mut ca, &vee, 3, Duration::from_secs(120)).await;
+
+    // Live migration to site B: B's VEEH readies the bridge, the NIC keeps
+    // its MAC, and the bridge stays while B's tap is on it.
+    let target = cb.prepare_incoming(spec.clone()).await.unwrap().into_inner();
+    let progress = migrate(&mut ca, &vee, target, 0).await;
+    let last = progress.last().unwrap();
+    assert_eq!(last.phase(), MigrationPhase::Done, "{}", last.error);
+    cb.complete_incoming(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    let xml = dumpxml(lab::SITE_B_URI, &vee);
+    assert!(
+        xml.contains(&format!("<mac address='{mac}'/>")) && xml.contains(&format!("<source bridge='{br}'/>")),
+        "{xml}"
+    );
+    assert_eq!(ip(&["-o", "link", "show", "master", &br]).1.lines().count(), 1, "B's tap, only");
+    wait_tick(&mut cb, &vee, 1, Duration::from_secs(30)).await;
+
+    // Checkpoint at B, B's copy gone (the bridge with it), restore at A:
+    // the same MAC on the bridge again.
+    let cp = checkpoint(&mut cb, &vee).await;
+    destroy(&mut cb, &vee).await;
+    assert!(!ip(&["link", "show", "dev", &br]).0, "no NIC left on {br}");
+    ca.restore(RestoreRequest {
+        spec: Some(spec.clone()),
+        checkpoint: Some(cp),
+        fence_owner: String::new(),
+    })
+    .await
+    .unwrap();
+    let xml = dumpxml(lab::SITE_A_URI, &vee);
+    assert!(
+        xml.contains(&format!("<mac address='{mac}'/>")) && xml.contains(&format!("<source bridge='{br}'/>")),
+        "{xml}"
+    );
+    wait_tick(&mut ca, &vee, 1, Duration::from_secs(30)).await;
+    destroy(&mut ca, &vee).await;
+    assert!(!ip(&["link", "show", "dev", &br]).0, "{br} left behind");
+    drop((a1, b1));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,97 @@
+//! Service networks through Deploy, against fake VEEHs: what admission
+//! assigns, that it is kept, and that a site out of addresses refuses a
+//! service whole.
+
+use crate::config::Role;
+use crate::fakes::{eventually, FakeSite, STANDARD};
+use crate::model::{ServiceRec, VeeState};
+use crate::store::Tree;
+
+const IMAGE: &str = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
+
+/// STANDARD's VEE (component `vm`) twice, on an internal and an external
+/// network.
+fn networked() -> String {
+    STANDARD.replace(
+        "disk_gib = 1\n",
+        "disk_gib = 1\ninstances = 2\nnetworks = [\"backend\", \"public\"]\n",
+    ) + "[[network]]\nname = \"backend\"\nkind = \"internal\"\n\
+           [[network]]\nname = \"public\"\nkind = \"external\"\nports = [80]\n"
+}
+
+async fn site(networks: &str) -> FakeSite {
+    let site = FakeSite::start(&["h1", "h2"], networks).await;
+    site.repo.blobs.lock().unwrap().insert(IMAGE.into());
+    site
+}
+
+const POOLS: &str = "[networks]\npool = \"10.240.0.0/23\"\nexternal_pool = \"192.0.2.0/29\"\n";
+
+fn acme() -> Role {
+    Role::Provider("acme".into())
+}
+
+#[tokio::test]
+async fn deployed_vees_get_their_nics_and_keep_them_across_a_restart() {
+    let site = site(POOLS).await;
+    let svc = site.veem.deploy(&acme(), &networked()).await.unwrap();
+    let nets: Vec<String> = svc.networks.iter().map(|n| format!("{} {} {}", n.name, n.cidr, n.vni)).collect();
+    assert_eq!(nets, ["backend 10.240.0.0/24 100", "public 10.240.1.0/24 101"]);
+    let v0 = site.veem.vee(&svc.vees[0]).unwrap();
+    let v1 = site.veem.vee(&svc.vees[1]).unwrap();
+    let show = |v: &crate::model::VeeRec| -> Vec<String> {
+        v.nics
+            .iter()
+            .map(|n| format!("{} {} {} {:?}", n.network, n.mac, n.address, n.external.map(|a| a.to_string())))
+            .collect()
+    };
+    assert_eq!(
+        show(&v0),
+        [
+            "backend 02:00:00:64:00:02 10.240.0.2/24 None",
+            "public 02:00:00:65:00:02 10.240.1.2/24 Some(\"192.0.2.1\")"
+        ]
+    );
+    assert_eq!(v1.nics[1].external.unwrap().to_string(), "192.0.2.2");
+    assert_eq!(v0.spec().nics[1].ports, [80], "the VEEH gets them in the spec");
+    for id in &svc.vees {
+        eventually("running", || site.veem.vee(id).unwrap().state == VeeState::Running).await;
+    }
+    let site = site.restart();
+    assert_eq!(show(&site.veem.vee(&svc.vees[0]).unwrap()), show(&v0));
+}
+
+#[tokio::test]
+async fn a_site_out_of_subnets_refuses_the_service_whole_and_an_ended_services_subnets_are_free_again() {
+    // Room for one service's two /24s.
+    let site = site(POOLS).await;
+    let first = site.veem.deploy(&acme(), &networked()).await.unwrap();
+    let usage = |site: &FakeSite| site.veem.planner().host_usage("h1", site.veem.now_slot()).unwrap().vcpus;
+    let before = usage(&site);
+    let e = format!("{:#}", site.veem.deploy(&acme(), &networked()).await.unwrap_err());
+    assert!(
+        e.contains("reject") && e.contains("manifest field `network[0].cidr`: the site's pool 10.240.0.0/23 has no free /24"),
+        "{e}"
+    );
+    assert_eq!(
+        site.veem.store.list::<ServiceRec>(Tree::Services).unwrap().len(),
+        1,
+        "no second service"
+    );
+    assert_eq!(site.veem.vees().unwrap().len(), 2, "no VEE of it");
+    assert_eq!(usage(&site), before, "its reservation released");
+    for id in &first.vees {
+        eventually("running", || site.veem.vee(id).unwrap().state == VeeState::Running).await;
+        site.veem.stop_vee(id).await.unwrap();
+    }
+    let again = site.veem.deploy(&acme(), &networked()).await.unwrap();
+    assert_eq!(again.networks[0].cidr.to_string(), "10.240.0.0/24", "the ended service's subnet");
+}
+
+#[tokio::test]
+async fn an_external_network_at_a_site_without_external_addresses_is_refused() {
+    let site = site("").await;
+    let e = format!("{:#}", site.veem.deploy(&acme(), &networked()).await.unwrap_err());
+    assert!(e.contains("`network[1].kind`: this site has no external addresses"), "{e}");
+    assert!(site.veem.vees().unwrap().is_empty());
+}
