@@ -1,13 +1,13 @@
 //! A VEE's NICs on a real VEEH and libvirtd: each is a virtio interface
 //! with the VEEM's MAC on its network's bridge `vb<VNI>` (the network's
 //! MTU), which the VEEH makes before the VEE starts and removes when the
-//! VEE leaves; the guest boots and runs as before, and its NICs' traffic
-//! is metered.
+//! VEE leaves. The network's DHCP server gives the guest its reserved
+//! address, and the NICs' traffic is metered.
 
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::daemons::{checkpoint, destroy, migrate, wait_tick, ImageRepo, Veeh};
+use e2e::daemons::{checkpoint, console, destroy, migrate, wait_tick, ImageRepo, Veeh};
 use e2e::{guest, lab};
 use interfaces::vhi::*;
 
@@ -17,16 +17,23 @@ fn ip(args: &[&str]) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn nic(vni: u32, mac: &str) -> Nic {
+/// A NIC on network `vni` whose subnet is 10.250.`net`.0/24 (this test's
+/// own), at address .2.
+fn nic(vni: u32, mac: &str, net: u32) -> Nic {
     Nic {
         network: format!("net-{vni}"),
         vni,
         mac: mac.into(),
-        address: "10.240.9.2/24".into(),
-        gateway: "10.240.9.1".into(),
+        address: format!("10.250.{net}.2/24"),
+        gateway: format!("10.250.{net}.1"),
         mtu: 1450,
         ..Default::default()
     }
+}
+
+/// A subnet number for this run (0..=254).
+fn subnet() -> u32 {
+    u32::from(uuid::Uuid::new_v4().as_bytes()[1]) % 250
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -41,7 +48,8 @@ async fn lab_a_vee_with_nics_runs_on_its_networks_bridges_which_go_when_it_leave
     let vni = 20_000 + u32::from(uuid::Uuid::new_v4().as_bytes()[0]) * 16;
     let (br0, br1) = (format!("vb{vni}"), format!("vb{}", vni + 1));
     let mut spec = ids.spec("svc-nics");
-    spec.nics = vec![nic(vni, "02:00:4e:20:00:02"), nic(vni + 1, "02:00:4e:21:00:02")];
+    let net = subnet();
+    spec.nics = vec![nic(vni, "02:00:4e:20:00:02", net), nic(vni + 1, "02:00:4e:21:00:02", net + 1)];
     let vee = VeeRef {
         vee_id: spec.vee_id.clone(),
     };
@@ -62,23 +70,34 @@ async fn lab_a_vee_with_nics_runs_on_its_networks_bridges_which_go_when_it_leave
         assert_eq!(ports.lines().count(), 1, "the VEE's tap is the bridge's one port: {ports}");
     }
     assert!(xml.contains("<model type='virtio'/>"), "{xml}");
-    // Traffic on the network reaches the VEE's NIC and is metered from the
-    // interface counters (not 0, as before NICs). The tiny guest has no
-    // driver and reads nothing, so the host sends the first frames: the ARP
-    // requests for the VEE's address that a datagram to it needs.
-    assert!(ip(&["addr", "add", "10.240.9.1/24", "dev", &br0]).0);
-    let udp = std::net::UdpSocket::bind("10.240.9.1:0").unwrap();
-    udp.send_to(b"hello", "10.240.9.2:9").unwrap();
+    // The guest asks DHCP for an address; the network's server answers
+    // with the reserved one, and the guest says so on its console.
     wait_tick(&mut c, &spec.vee_id, 3, Duration::from_secs(120)).await;
-    let stats = c.stats(vee.clone()).await.unwrap().into_inner();
-    assert!(stats.net_rx_bytes + stats.net_tx_bytes > 0, "metered: {stats:?}");
-    destroy(&mut c, &spec.vee_id).await;
-    for br in [&br0, &br1] {
-        assert!(!ip(&["link", "show", "dev", br]).0, "{br} left behind");
+    let want = format!("net eth0 10.250.{net}.2/24");
+    let mut text = String::new();
+    for _ in 0..60 {
+        text = console(&mut c, &spec.vee_id).await;
+        if text.contains(&want) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    assert!(text.contains(&want), "no `{want}` on the console:\n{text}");
+    // Its traffic is metered from the interface counters (not 0, as before
+    // NICs): the DHCP exchange at least.
+    let stats = c.stats(vee.clone()).await.unwrap().into_inner();
+    assert!(stats.net_rx_bytes > 0 && stats.net_tx_bytes > 0, "metered: {stats:?}");
+    destroy(&mut c, &spec.vee_id).await;
+    for (br, v) in [(&br0, vni), (&br1, vni + 1)] {
+        assert!(!ip(&["link", "show", "dev", br]).0, "{br} left behind");
+        let dir = format!("/run/vee-net/vb{v}");
+        assert!(!std::path::Path::new(&dir).exists(), "{dir} left behind");
+    }
+    let dhcp = Command::new("pgrep").args(["-f", &format!("interface={br0}")]).output().unwrap();
+    assert!(dhcp.stdout.is_empty(), "the network's DHCP server is gone");
     // A spec with a malformed NIC is refused naming the field.
     let mut bad = ids.spec("svc-nics");
-    bad.nics = vec![nic(vni, "02:00:4E:20:00:02")];
+    bad.nics = vec![nic(vni, "02:00:4E:20:00:02", net)];
     let e = c.create(bad).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("nics[0].mac"), "{}", e.message());
@@ -108,7 +127,7 @@ async fn lab_live_migration_and_restore_elsewhere_keep_the_nic_and_its_bridge() 
     let br = format!("vb{vni}");
     let mac = "02:00:5d:c0:00:02";
     let mut spec = ids.spec("svc-nics-move");
-    spec.nics = vec![nic(vni, mac)];
+    spec.nics = vec![nic(vni, mac, subnet())];
     let vee = spec.vee_id.clone();
     ca.create(spec.clone()).await.unwrap();
     ca.start(VeeRef { vee_id: vee.clone() }).await.unwrap();

@@ -1,13 +1,20 @@
 //! This host's side of a VEE's service networks: a Linux bridge per
-//! network, `vb<VNI>` with the network's MTU, made (Debian's `ip`) before a
-//! VEE with a NIC on it starts, is restored or arrives, and removed once no
-//! interface is attached to it any more, so that nothing is left behind
-//! when a network's last VEE leaves the host. Hosts sharing one kernel
-//! (the lab's site A) share the bridge; it goes when the last NIC of any of
-//! them leaves.
+//! network, `vb<VNI>` with the network's MTU and gateway address, and a
+//! DHCP server on it (dnsmasq from Debian's `dnsmasq-base`) that answers
+//! only the reserved MAC -> address pairs of the VEEs here, so that stock
+//! guest images that use DHCP get the address the VEEM assigned. Made
+//! (Debian's `ip`) before a VEE with a NIC on it starts, is restored or
+//! arrives; removed once no interface is attached to the bridge any more,
+//! so that nothing is left behind when a network's last VEE leaves the
+//! host. Hosts sharing one kernel (the lab's site A) share the bridge, its
+//! DHCP server and its state under `/run/vee-net/vb<VNI>/`; they go when
+//! the last NIC of any of them leaves.
+
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use interfaces::vhi::Nic;
+use ipnet::Ipv4Net;
 
 /// The bridge of the network with VNI `vni` (at most 10 bytes: a valid
 /// interface name).
@@ -32,9 +39,20 @@ async fn exists(bridge: &str) -> bool {
     ip(&["link", "show", "dev", bridge]).await.is_ok()
 }
 
-/// Makes sure the bridge of every NIC's network exists, is up and has the
-/// NIC's MTU.
-pub async fn ensure_bridges(nics: &[Nic]) -> Result<()> {
+/// Where this kernel keeps a network's DHCP state: `/run/vee-net/vb<VNI>/`
+/// (the reservations `hosts/<VEE ID>`, the leases, dnsmasq's pid).
+pub fn dhcp_dir(vni: u32) -> PathBuf {
+    Path::new(DHCP_ROOT).join(bridge_name(vni))
+}
+
+const DHCP_ROOT: &str = "/run/vee-net";
+
+/// Makes `vee_id`'s NICs reachable on this host before it starts, is
+/// restored or arrives: each network's bridge exists, is up with the NIC's
+/// MTU and holds the gateway address; the NIC's MAC -> address pair is
+/// reserved with the network's DHCP server (dnsmasq on the bridge, started
+/// here if it is not running), which answers reserved pairs only.
+pub async fn ensure_networks(vee_id: &str, nics: &[Nic]) -> Result<()> {
     for n in nics {
         let br = bridge_name(n.vni);
         if !exists(&br).await {
@@ -47,16 +65,66 @@ pub async fn ensure_bridges(nics: &[Nic]) -> Result<()> {
         }
         let mtu = n.mtu.to_string();
         ip(&["link", "set", "dev", &br, "mtu", &mtu, "up"]).await?;
+        let net: Ipv4Net = n.address.parse().with_context(|| format!("NIC address {:?}", n.address))?;
+        let gateway = format!("{}/{}", n.gateway, net.prefix_len());
+        ip(&["addr", "replace", &gateway, "dev", &br]).await?;
+        let dir = dhcp_dir(n.vni);
+        tokio::fs::create_dir_all(dir.join("hosts")).await?;
+        tokio::fs::write(dir.join("hosts").join(vee_id), format!("{},{}\n", n.mac, net.addr())).await?;
+        ensure_dhcp(n, &net, &dir).await?;
     }
     Ok(())
 }
 
-/// Removes the bridges of `nics` that no interface is attached to.
-pub async fn release_bridges(nics: &[Nic]) {
+/// Starts the network's dnsmasq unless it runs: DHCP only (`--port=0`),
+/// on the bridge only, for the reservations in `hosts/` (re-read when they
+/// change), with the gateway as router and the network's MTU.
+async fn ensure_dhcp(n: &Nic, net: &Ipv4Net, dir: &Path) -> Result<()> {
+    let pidfile = dir.join("dnsmasq.pid");
+    if let Ok(pid) = tokio::fs::read_to_string(&pidfile).await {
+        if Path::new(&format!("/proc/{}", pid.trim())).exists() {
+            return Ok(());
+        }
+    }
+    let p = |f: &str| dir.join(f).display().to_string();
+    let out = tokio::process::Command::new("dnsmasq")
+        .args([
+            "--conf-file=/dev/null".to_string(),
+            format!("--interface={}", bridge_name(n.vni)),
+            "--bind-interfaces".into(),
+            "--except-interface=lo".into(),
+            "--port=0".into(),
+            format!("--dhcp-range={},static,{},1h", net.network(), net.netmask()),
+            format!("--dhcp-hostsdir={}", p("hosts")),
+            format!("--dhcp-option=option:router,{}", n.gateway),
+            format!("--dhcp-option=option:mtu,{}", n.mtu),
+            "--dhcp-authoritative".into(),
+            format!("--dhcp-leasefile={}", p("leases")),
+            format!("--pid-file={}", p("dnsmasq.pid")),
+        ])
+        .output()
+        .await
+        .context("run dnsmasq (dnsmasq-base)")?;
+    if !out.status.success() {
+        bail!("dnsmasq on {}: {}", bridge_name(n.vni), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+/// `vee_id`'s NICs left this host (its domain is gone): their
+/// reservations go; a bridge no NIC uses any more goes with its DHCP
+/// server and state.
+pub async fn release_networks(vee_id: &str, nics: &[Nic]) {
     for n in nics {
+        let dir = dhcp_dir(n.vni);
+        let _ = tokio::fs::remove_file(dir.join("hosts").join(vee_id)).await;
         let br = bridge_name(n.vni);
         match ip(&["-o", "link", "show", "master", &br]).await {
             Ok(ports) if ports.trim().is_empty() => {
+                if let Ok(pid) = tokio::fs::read_to_string(dir.join("dnsmasq.pid")).await {
+                    let _ = tokio::process::Command::new("kill").arg(pid.trim()).status().await;
+                }
+                let _ = tokio::fs::remove_dir_all(&dir).await;
                 if let Err(e) = ip(&["link", "del", "dev", &br]).await {
                     tracing::warn!(bridge = %br, error = %format!("{e:#}"), "cannot remove an unused bridge");
                 }

@@ -63,6 +63,13 @@ impl VeeRecord {
             if n.vni == 0 || n.vni >= 1 << 24 {
                 return Err(HostError::field(format!("nics[{i}].vni"), format!("{} is not a 24-bit VNI", n.vni)).into());
             }
+            if n.address.parse::<ipnet::Ipv4Net>().is_err() || n.gateway.parse::<std::net::Ipv4Addr>().is_err() {
+                return Err(HostError::field(
+                    format!("nics[{i}].address"),
+                    format!("{:?} via {:?} is not an IPv4 address/prefix and gateway", n.address, n.gateway),
+                )
+                .into());
+            }
             if !(576..=9000).contains(&n.mtu) {
                 return Err(HostError::field(format!("nics[{i}].mtu"), format!("{} bytes; must be 576 to 9000", n.mtu)).into());
             }
