@@ -6,7 +6,7 @@
 //! One guest runs at a time (2 cores). Every domain and file made here is
 //! removed at the end, also on error or panic ([`Cleanup`]).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,200 +17,15 @@ use interfaces::vhi::vhi_client::VhiClient;
 use interfaces::vhi::*;
 use serde_json::{json, Value};
 use tonic::transport::Channel;
-use vee_testkit::guest::last_tick;
 use vee_testkit::lab::{free_port, repo_root, SITE_A_URI, SITE_B_URI};
 
 const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(50);
 
-fn short_id() -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
-}
+mod lab;
+mod raw;
 
-/// Runs `cmd args…`; its stdout, or an error with its stderr.
-fn run_cmd(cmd: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new(cmd).args(args).output().with_context(|| format!("run {cmd}"))?;
-    if !out.status.success() {
-        bail!("{cmd} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn virsh(uri: &str, args: &[&str]) -> Result<String> {
-    let mut a = vec!["-q", "-c", uri];
-    a.extend_from_slice(args);
-    run_cmd("virsh", &a)
-}
-
-/// Wall time of `virsh -c uri args…` in seconds.
-fn timed_virsh(uri: &str, args: &[&str]) -> Result<f64> {
-    let t = Instant::now();
-    virsh(uri, args)?;
-    Ok(t.elapsed().as_secs_f64())
-}
-
-/// libvirt's "Total downtime" (ms) of the last completed job of `dom`.
-fn completed_downtime_ms(uri: &str, dom: &str) -> Option<f64> {
-    let out = virsh(uri, &["domjobinfo", dom, "--completed"]).ok()?;
-    out.lines().find_map(|l| {
-        let v = l.trim().strip_prefix("Total downtime:")?;
-        v.split_whitespace().next()?.parse().ok()
-    })
-}
-
-/// PIDs of the daemons this run started and still runs (killed by the
-/// SIGTERM / SIGINT handler, which skips the destructors).
-static PIDS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
-
-/// A daemon whose PID the signal handler knows while it runs.
-struct Daemon(vee_testkit::daemon::Daemon);
-
-impl Daemon {
-    fn spawn(name: &str, bin: &str, args: &[&str], dir: &Path) -> Result<Self> {
-        let d = vee_testkit::daemon::Daemon::try_spawn(name, bin, args, dir).map_err(anyhow::Error::msg)?;
-        PIDS.lock().unwrap().extend(d.pid());
-        Ok(Self(d))
-    }
-
-    fn check_alive(&mut self) -> Result<()> {
-        self.0.check_alive().map_err(anyhow::Error::msg)
-    }
-}
-
-impl Drop for Daemon {
-    /// Forgets the PID; the inner daemon is killed next.
-    fn drop(&mut self) {
-        if let Some(pid) = self.0.pid() {
-            PIDS.lock().unwrap().retain(|p| *p != pid);
-        }
-    }
-}
-
-/// Removes, on drop, every domain this run created (by name) at both sites
-/// and the work directory.
-struct Cleanup {
-    dir: PathBuf,
-    /// (libvirt URI, domain name) to destroy if still there.
-    domains: std::sync::Mutex<Vec<(String, String)>>,
-    keep_dir: bool,
-    done: std::sync::atomic::AtomicBool,
-}
-
-impl Cleanup {
-    /// Kills the daemons still running, destroys the domains, removes the
-    /// directory; once.
-    fn run_now(&self) {
-        if self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return;
-        }
-        for pid in PIDS.lock().unwrap().drain(..) {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-        }
-        for (uri, dom) in self.domains.lock().unwrap().iter() {
-            for site in [uri.as_str(), SITE_A_URI, SITE_B_URI] {
-                let _ = Command::new("virsh")
-                    .args(["-q", "-c", site, "destroy", dom])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-            }
-        }
-        if !self.keep_dir {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-
-    fn track(&self, uri: &str, dom: &str) {
-        self.domains.lock().unwrap().push((uri.into(), dom.into()));
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        self.run_now();
-    }
-}
-
-struct Veeh {
-    _daemon: Daemon,
-    state_dir: PathBuf,
-    endpoint: String,
-}
-
-async fn start_veeh(dir: &Path, name: &str, site: &str, uri: &str, repo_url: &str, token: &str) -> Result<Veeh> {
-    let port = free_port();
-    let host = format!("{name}-{}", short_id());
-    let state_dir = dir.join(&host);
-    std::fs::create_dir_all(&state_dir)?;
-    let cfg = format!(
-        "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"127.0.0.1\"\naccel = \"auto\"\nimage_repo = \"{repo_url}\"\nimage_repo_token = \"{token}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n",
-        state_dir.display()
-    );
-    let cfg_path = dir.join(format!("{host}.toml"));
-    std::fs::write(&cfg_path, cfg)?;
-    let mut daemon = Daemon::spawn(&host, "veeh", &["serve", "--config", cfg_path.to_str().unwrap()], dir)?;
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let t = Instant::now();
-    while VhiClient::connect(endpoint.clone()).await.is_err() {
-        daemon.check_alive()?;
-        if t.elapsed() > Duration::from_secs(30) {
-            bail!("veeh {host} did not answer in 30 s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(Veeh {
-        _daemon: daemon,
-        state_dir,
-        endpoint,
-    })
-}
-
-async fn console(c: &mut VhiClient<Channel>, vee: &str) -> String {
-    c.console(ConsoleRequest {
-        vee_id: vee.into(),
-        tail_bytes: 2048,
-    })
-    .await
-    .map(|r| r.into_inner().text)
-    .unwrap_or_default()
-}
-
-/// Polls the VHI console until a tick >= `min`; returns it.
-async fn vhi_wait_tick(c: &mut VhiClient<Channel>, vee: &str, min: u64, timeout: Duration) -> Result<u64> {
-    let t = Instant::now();
-    loop {
-        let text = console(c, vee).await;
-        if let Some(n) = last_tick(&text).map(|t| t.0).filter(|n| *n >= min) {
-            return Ok(n);
-        }
-        if t.elapsed() > timeout {
-            bail!("VEE {vee} did not reach tick {min} in {timeout:?}; console tail:\n{}", tail(&text));
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Polls a console log file until a tick >= `min`; returns it.
-async fn file_wait_tick(path: &Path, min: u64, timeout: Duration) -> Result<u64> {
-    let t = Instant::now();
-    loop {
-        let text = std::fs::read(path)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default();
-        if let Some(n) = last_tick(&text).map(|t| t.0).filter(|n| *n >= min) {
-            return Ok(n);
-        }
-        if t.elapsed() > timeout {
-            bail!("{} did not reach tick {min} in {timeout:?}; tail:\n{}", path.display(), tail(&text));
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-fn tail(s: &str) -> String {
-    let n = s.len().saturating_sub(600);
-    s[s.char_indices().map(|(i, _)| i).find(|i| *i >= n).unwrap_or(0)..].to_string()
-}
+use lab::*;
 
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
@@ -239,17 +54,6 @@ fn row(name: &str, ours: &[f64], baseline: &str, base: &[f64]) -> Value {
         "ours_samples_s": ours.iter().map(|x| r3(*x)).collect::<Vec<_>>(),
         "baseline_samples_s": base.iter().map(|x| r3(*x)).collect::<Vec<_>>(),
     })
-}
-
-/// The raw copy of the VEEH's domain: its XML with the VEE directory, name
-/// and UUID replaced and the VEEH's ownership metadata removed.
-fn raw_xml(template: &str, vee_dir: &Path, vee_id: &str, raw_dir: &Path, name: &str) -> String {
-    let mut x = template.replace(&vee_dir.display().to_string(), &raw_dir.display().to_string());
-    if let (Some(a), Some(b)) = (x.find("<metadata"), x.find("</metadata>")) {
-        x.replace_range(a..b + "</metadata>".len(), "");
-    }
-    x = x.replace(&format!("<name>vee-{vee_id}</name>"), &format!("<name>{name}</name>"));
-    x.replace(&format!("<uuid>{vee_id}</uuid>"), &format!("<uuid>{}</uuid>", uuid::Uuid::new_v4()))
 }
 
 /// Samples of one repetition each.
@@ -493,7 +297,7 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
         let mut res = ours(&mut ctx, &mut s).await.with_context(|| format!("repetition {}: VHI", i + 1));
         if res.is_ok() {
             eprintln!("vhi: repetition {}/{reps}: raw virsh", i + 1);
-            res = raw(&mut ctx, &mut s, i)
+            res = raw::raw(&mut ctx, &mut s, i)
                 .await
                 .with_context(|| format!("repetition {}: raw virsh", i + 1));
         }
@@ -655,134 +459,5 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
         })
         .await?;
     ctx.current = None;
-    Ok(())
-}
-
-fn new_overlay(base: &Path, overlay: &Path, size: u64) -> Result<()> {
-    run_cmd(
-        "qemu-img",
-        &[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-F",
-            "qcow2",
-            "-b",
-            base.to_str().unwrap(),
-            overlay.to_str().unwrap(),
-            &size.to_string(),
-        ],
-    )?;
-    Ok(())
-}
-
-/// One repetition with raw virsh on a copy of the VEEH's domain.
-async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> {
-    let name = format!("benchraw-{}-{i}", short_id());
-    ctx.cleanup.track(SITE_A_URI, &name);
-    ctx.cleanup.track(SITE_B_URI, &name);
-    let rd = ctx.cleanup.dir.join(format!("raw-{i}"));
-    let (da, db) = (rd.join("a"), rd.join("b"));
-    let _ = std::fs::remove_dir_all(&rd);
-    std::fs::create_dir_all(&da)?;
-    std::fs::create_dir_all(&db)?;
-    let console = da.join("console.log");
-    new_overlay(&ctx.base, &da.join("overlay.qcow2"), ctx.overlay_size)?;
-    let xml = raw_xml(&ctx.template, &ctx.template_dir, &ctx.template_id, &da, &name);
-    if !xml.contains(&da.join("overlay.qcow2").display().to_string()) || !xml.contains(&console.display().to_string()) {
-        bail!(
-            "the VEEH's domain XML does not name its overlay and console under {}",
-            ctx.template_dir.display()
-        );
-    }
-    let xml_path = da.join("domain.xml");
-    std::fs::write(&xml_path, &xml)?;
-
-    // Boot to the first tick.
-    let t = Instant::now();
-    virsh(SITE_A_URI, &["create", xml_path.to_str().unwrap()])?;
-    file_wait_tick(&console, 1, BOOT_TIMEOUT).await?;
-    s.boot.1.push(t.elapsed().as_secs_f64());
-    file_wait_tick(&console, 3, Duration::from_secs(60)).await?;
-
-    // Live external snapshot; then merge the chain back (not measured).
-    let (mem, top) = (da.join("cp.mem"), da.join("cp-top.qcow2"));
-    let memspec = format!("file={},snapshot=external", mem.display());
-    let diskspec = format!("vda,snapshot=external,file={}", top.display());
-    let t = Instant::now();
-    virsh(
-        SITE_A_URI,
-        &[
-            "snapshot-create-as",
-            &name,
-            "cp1",
-            "--live",
-            "--memspec",
-            &memspec,
-            "--diskspec",
-            &diskspec,
-            "--no-metadata",
-        ],
-    )?;
-    let wall = t.elapsed().as_secs_f64();
-    s.checkpoint.1.push(wall);
-    match completed_downtime_ms(SITE_A_URI, &name) {
-        Some(ms) => s.cp_downtime.1.push(ms / 1000.0),
-        None => {
-            s.raw_cp_downtime_from_libvirt = false;
-            s.cp_downtime.1.push(wall)
-        }
-    }
-    virsh(
-        SITE_A_URI,
-        &["blockcommit", &name, "vda", "--active", "--shallow", "--pivot", "--wait"],
-    )?;
-    let _ = std::fs::remove_file(&top);
-    let _ = std::fs::remove_file(&mem);
-
-    // Stop-and-save plus a copy of the overlay; then restore.
-    let state = da.join("save.state");
-    let t = Instant::now();
-    virsh(SITE_A_URI, &["save", &name, state.to_str().unwrap()])?;
-    std::fs::copy(da.join("overlay.qcow2"), da.join("overlay.saved.qcow2"))?;
-    s.save.push(t.elapsed().as_secs_f64());
-    let _ = std::fs::remove_file(da.join("overlay.saved.qcow2"));
-    let before = last_tick(&String::from_utf8_lossy(&std::fs::read(&console)?)).map_or(0, |t| t.0);
-    s.restore.1.push(timed_virsh(SITE_A_URI, &["restore", state.to_str().unwrap()])?);
-    let _ = std::fs::remove_file(&state);
-    file_wait_tick(&console, before + 2, Duration::from_secs(60)).await?;
-
-    // Live migration to site B with the incremental storage copy.
-    new_overlay(&ctx.base, &db.join("overlay.qcow2"), ctx.overlay_size)?;
-    let dest = virsh(SITE_A_URI, &["dumpxml", "--migratable", &name])?.replace(&da.display().to_string(), &db.display().to_string());
-    let dest_path = rd.join("dest.xml");
-    std::fs::write(&dest_path, dest)?;
-    let t = Instant::now();
-    virsh(
-        SITE_A_URI,
-        &[
-            "migrate",
-            "--live",
-            "--p2p",
-            "--copy-storage-inc",
-            "--xml",
-            dest_path.to_str().unwrap(),
-            "--migrateuri",
-            "tcp://127.0.0.1",
-            "--disks-uri",
-            "tcp://127.0.0.1",
-            &name,
-            SITE_B_URI,
-        ],
-    )?;
-    s.migrate.1.push(t.elapsed().as_secs_f64());
-    s.mig_downtime
-        .1
-        .push(completed_downtime_ms(SITE_B_URI, &name).map(|ms| ms / 1000.0).unwrap_or(0.0));
-    let now = file_wait_tick(&db.join("console.log"), 1, Duration::from_secs(60)).await?;
-    file_wait_tick(&db.join("console.log"), now + 1, Duration::from_secs(60)).await?;
-    virsh(SITE_B_URI, &["destroy", &name])?;
-    let _ = std::fs::remove_dir_all(&rd);
     Ok(())
 }
