@@ -2,7 +2,9 @@
 //! network, `vb<VNI>` with the network's MTU and gateway address, and a
 //! DHCP server on it (dnsmasq from Debian's `dnsmasq-base`) that answers
 //! only the reserved MAC -> address pairs of the VEEs here, so that stock
-//! guest images that use DHCP get the address the VEEM assigned. Made
+//! guest images that use DHCP get the address the VEEM assigned; an
+//! nftables table keeps VEEs off the host and the networks apart
+//! ([`ISOLATION_RULES`]). Made
 //! (Debian's `ip`) before a VEE with a NIC on it starts, is restored or
 //! arrives; removed once no interface is attached to the bridge any more,
 //! so that nothing is left behind when a network's last VEE leaves the
@@ -68,6 +70,7 @@ pub async fn ensure_networks(vee_id: &str, nics: &[Nic]) -> Result<()> {
         let net: Ipv4Net = n.address.parse().with_context(|| format!("NIC address {:?}", n.address))?;
         let gateway = format!("{}/{}", n.gateway, net.prefix_len());
         ip(&["addr", "replace", &gateway, "dev", &br]).await?;
+        ensure_isolation(&br).await?;
         let dir = dhcp_dir(n.vni);
         tokio::fs::create_dir_all(dir.join("hosts")).await?;
         tokio::fs::write(dir.join("hosts").join(vee_id), format!("{},{}\n", n.mac, net.addr())).await?;
@@ -125,12 +128,88 @@ pub async fn release_networks(vee_id: &str, nics: &[Nic]) {
                     let _ = tokio::process::Command::new("kill").arg(pid.trim()).status().await;
                 }
                 let _ = tokio::fs::remove_dir_all(&dir).await;
+                let _ = nft(&format!("delete element inet vee_isolation bridged {{ \"{br}\" . \"{br}\" }}\n")).await;
                 if let Err(e) = ip(&["link", "del", "dev", &br]).await {
                     tracing::warn!(bridge = %br, error = %format!("{e:#}"), "cannot remove an unused bridge");
                 }
             }
             _ => {}
         }
+    }
+    if !nics.is_empty() && !any_bridge_left().await {
+        let _ = nft("delete table inet vee_isolation\n").await;
+    }
+}
+
+/// The nftables table that keeps service networks apart (one per kernel,
+/// for every `vb*` bridge):
+/// - into the host, a VEE reaches only DHCP (udp 67) and the replies to
+///   what the host sent it: not the host's other addresses or services;
+/// - nothing is routed from one service network to another. Frames within
+///   one network pass: the kernel hands bridged IPv4 to the forward hook
+///   too (br_netfilter), with the bridge as both interfaces, so each
+///   network's bridge is in the set `bridged` while it exists.
+///
+/// Each drop counts, so that a test sees a packet dropped, not lost.
+pub const ISOLATION_RULES: &str = "table inet vee_isolation {
+    set bridged {
+        type ifname . ifname
+        comment \"a network's own bridge, both ways: frames within the network\"
+    }
+    chain input {
+        type filter hook input priority 0; policy accept;
+        iifname \"vb*\" udp dport 67 accept
+        iifname \"vb*\" ct state established,related accept
+        iifname \"vb*\" counter drop comment \"a VEE reaches only DHCP on its host\"
+    }
+    chain forward {
+        type filter hook forward priority 0; policy accept;
+        iifname . oifname @bridged accept
+        iifname \"vb*\" counter drop comment \"no path out of a service network\"
+    }
+}
+";
+
+/// Runs `nft -f -` with `script`.
+async fn nft(script: &str) -> Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("run nft (Debian's nftables)")?;
+    child.stdin.take().context("nft stdin")?.write_all(script.as_bytes()).await?;
+    let out = child.wait_with_output().await?;
+    if !out.status.success() {
+        bail!("nft: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+/// Makes the isolation table unless it is there, and lets frames within
+/// `bridge` pass.
+async fn ensure_isolation(bridge: &str) -> Result<()> {
+    let listed = tokio::process::Command::new("nft")
+        .args(["list", "table", "inet", "vee_isolation"])
+        .output()
+        .await
+        .context("run nft (Debian's nftables)")?;
+    if !listed.status.success() {
+        nft(ISOLATION_RULES).await?;
+    }
+    nft(&format!(
+        "add element inet vee_isolation bridged {{ \"{bridge}\" . \"{bridge}\" }}\n"
+    ))
+    .await
+}
+
+async fn any_bridge_left() -> bool {
+    match ip(&["-o", "link", "show", "type", "bridge"]).await {
+        Ok(list) => list
+            .lines()
+            .any(|l| l.split(": ").nth(1).is_some_and(|name| name.starts_with("vb"))),
+        Err(_) => true,
     }
 }
 

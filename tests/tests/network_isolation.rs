@@ -1,0 +1,184 @@
+//! Isolation of service networks on a host, with the kernel's own
+//! networking: "guests" here are network namespaces joined to a network's
+//! bridge by a veth pair (what a VEE's tap is to QEMU), so that every packet
+//! a guest sends can be made and checked without a VM. Within a network
+//! guests reach each other; from one network to another, and from a guest
+//! to the host's own addresses and services, packets are dropped by the
+//! VEEH's nftables rules (their counters prove it); everything goes with the
+//! networks.
+
+use std::process::Command;
+
+use e2e::lab;
+use interfaces::vhi::Nic;
+use veeh::network::{bridge_name, ensure_networks, release_networks};
+
+/// `sh -c CMD`: (success, stdout + stderr).
+fn sh(cmd: &str) -> (bool, String) {
+    let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// A network namespace playing a guest on `bridge` at `address` (with
+/// prefix) behind `gateway`; deleted on drop (its veth with it).
+struct Guest {
+    ns: String,
+}
+
+impl Guest {
+    fn new(name: &str, bridge: &str, address: &str, gateway: &str) -> Guest {
+        let ns = format!("vg-{name}");
+        let host_end = format!("v{name}");
+        for cmd in [
+            format!("ip netns add {ns}"),
+            format!("ip link add {host_end} type veth peer name eth0 netns {ns}"),
+            format!("ip link set {host_end} master {bridge} up"),
+            format!("ip -n {ns} link set lo up"),
+            format!("ip -n {ns} addr add {address} dev eth0"),
+            format!("ip -n {ns} link set eth0 up"),
+            format!("ip -n {ns} route add default via {gateway}"),
+        ] {
+            let (ok, out) = sh(&cmd);
+            assert!(ok, "{cmd}: {out}");
+        }
+        Guest { ns }
+    }
+
+    /// One ping from this guest to `to`; whether it was answered.
+    fn ping(&self, to: &str) -> bool {
+        sh(&format!("ip netns exec {} busybox ping -c 1 -W 2 {to}", self.ns)).0
+    }
+
+    /// Whether a TCP connection from this guest to `to:port` opens.
+    fn connects(&self, to: &str, port: u16) -> bool {
+        sh(&format!("echo | ip netns exec {} busybox nc -w 2 {to} {port}", self.ns)).0
+    }
+}
+
+impl Drop for Guest {
+    /// Deletes the namespace and waits until the kernel has taken its
+    /// veth off the bridge (it does so in the background).
+    fn drop(&mut self) {
+        let _ = sh(&format!("ip netns del {}", self.ns));
+        let host_end = self.ns.replacen("vg-", "v", 1);
+        for _ in 0..100 {
+            if !sh(&format!("ip link show dev {host_end}")).0 {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+/// The packets an isolation rule of `chain` has dropped so far.
+fn dropped(chain: &str) -> u64 {
+    let (_, text) = sh(&format!("nft list chain inet vee_isolation {chain}"));
+    text.split("counter packets ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Sets `net.ipv4.ip_forward` for the test (the host routes, as it must for
+/// external access) and puts the old value back.
+struct Forwarding(String);
+
+impl Forwarding {
+    fn on() -> Forwarding {
+        let old = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap();
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").unwrap();
+        Forwarding(old.trim().to_string())
+    }
+}
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", &self.0);
+    }
+}
+
+fn nic(vni: u32, mac: &str, address: &str, gateway: &str) -> Nic {
+    Nic {
+        network: format!("net-{vni}"),
+        vni,
+        mac: mac.into(),
+        address: address.into(),
+        gateway: gateway.into(),
+        mtu: 1450,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn lab_service_networks_are_isolated_from_each_other_and_from_the_host() {
+    let _lab = lab::lock();
+    let r = uuid::Uuid::new_v4();
+    let tag = &r.simple().to_string()[..4];
+    let (vni_a, vni_b) = (30_000 + u32::from(r.as_bytes()[0]) * 8, 30_001 + u32::from(r.as_bytes()[0]) * 8);
+    let x = u32::from(r.as_bytes()[1]) % 250;
+    let (net_a, net_b) = (format!("10.252.{x}"), format!("10.252.{}", x + 1));
+    let a = nic(vni_a, "02:00:75:30:00:02", &format!("{net_a}.2/24"), &format!("{net_a}.1"));
+    let b = nic(vni_b, "02:00:75:31:00:02", &format!("{net_b}.2/24"), &format!("{net_b}.1"));
+    ensure_networks("vee-a", std::slice::from_ref(&a)).await.unwrap();
+    ensure_networks("vee-b", std::slice::from_ref(&b)).await.unwrap();
+    let _forwarding = Forwarding::on();
+    {
+        let a1 = Guest::new(
+            &format!("{tag}a1"),
+            &bridge_name(vni_a),
+            &format!("{net_a}.2/24"),
+            &format!("{net_a}.1"),
+        );
+        let a2 = Guest::new(
+            &format!("{tag}a2"),
+            &bridge_name(vni_a),
+            &format!("{net_a}.3/24"),
+            &format!("{net_a}.1"),
+        );
+        let b1 = Guest::new(
+            &format!("{tag}b1"),
+            &bridge_name(vni_b),
+            &format!("{net_b}.2/24"),
+            &format!("{net_b}.1"),
+        );
+
+        // Within a network: reachable.
+        assert!(a1.ping(&format!("{net_a}.3")), "a1 -> a2 on the same network");
+        assert!(a2.ping(&format!("{net_a}.2")));
+
+        // To another service's network: dropped in the host's forward path.
+        let before = dropped("forward");
+        assert!(!a1.ping(&format!("{net_b}.2")), "a1 reached b1 on another network");
+        assert!(!b1.ping(&format!("{net_a}.2")), "b1 reached a1 on another network");
+        assert!(dropped("forward") >= before + 2, "the forward rule dropped them");
+
+        // To the host's own services, at its gateway address or any other.
+        let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(
+            std::net::TcpStream::connect((format!("{net_a}.1").as_str(), port)).is_ok(),
+            "the service answers on the host itself"
+        );
+        let before = dropped("input");
+        assert!(!a1.connects(&format!("{net_a}.1"), port), "a guest reached a host service");
+        assert!(
+            !a1.connects(&format!("{net_b}.1"), port),
+            "a guest reached the host at another address"
+        );
+        assert!(dropped("input") > before, "the input rule dropped them");
+    }
+    // The guests are gone; the networks go with their last NIC, the rules
+    // with the last network.
+    release_networks("vee-a", &[a]).await;
+    release_networks("vee-b", &[b]).await;
+    for vni in [vni_a, vni_b] {
+        assert!(!sh(&format!("ip link show dev {}", bridge_name(vni))).0, "bridge left behind");
+    }
+    let (_, tables) = sh("nft list tables");
+    assert!(
+        !tables.contains("vee_isolation") || sh("ip -o link show type bridge | grep -q ': vb'").0,
+        "rules left behind: {tables}"
+    );
+}
