@@ -171,3 +171,30 @@ async fn lab_live_migration_and_restore_elsewhere_keep_the_nic_and_its_bridge() 
     drop((a1, b1));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_starting_veeh_sweeps_the_networks_a_crash_left_behind() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("vhi-nics-sweep");
+    let repo = ImageRepo::start(&dir).await;
+    // What a VEEH killed half-way leaves: a network made for a VEE that
+    // never started (no NIC on the bridge), its DHCP server and state.
+    let vni = 26_000 + u32::from(uuid::Uuid::new_v4().as_bytes()[0]) * 16;
+    let br = format!("vb{vni}");
+    veeh::network::ensure_networks("crashed-vee", &[nic(vni, "02:00:65:90:00:02", subnet())])
+        .await
+        .unwrap();
+    let state = veeh::network::dhcp_dir(vni);
+    let server = || {
+        let out = Command::new("pgrep").args(["-f", &format!("interface={br} ")]).output().unwrap();
+        !out.stdout.is_empty()
+    };
+    assert!(ip(&["link", "show", "dev", &br]).0 && state.exists() && server());
+    let a1 = Veeh::start(&dir, "a1", "site-a", lab::SITE_A_URI, &repo).await;
+    assert!(!ip(&["link", "show", "dev", &br]).0, "{br} left behind");
+    assert!(!state.exists(), "{} left behind", state.display());
+    assert!(!server(), "its DHCP server left behind");
+    assert!(a1.daemon.log_text().contains("removed networks a crash left behind"));
+    drop(a1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

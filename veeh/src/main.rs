@@ -36,6 +36,10 @@ async fn main() -> anyhow::Result<()> {
             let cfg = VeehConfig::load(&config)?;
             let listen = cfg.listen;
             let host = Host::open(cfg)?;
+            let swept = veeh::network::sweep_unused().await;
+            if !swept.is_empty() {
+                tracing::warn!(?swept, "removed networks a crash left behind");
+            }
             host.spawn_state_watch(Duration::from_secs(1));
             tracing::info!(%listen, "VHI listening");
             tonic::transport::Server::builder()

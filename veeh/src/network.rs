@@ -122,23 +122,71 @@ pub async fn release_networks(vee_id: &str, nics: &[Nic]) {
         let dir = dhcp_dir(n.vni);
         let _ = tokio::fs::remove_file(dir.join("hosts").join(vee_id)).await;
         let br = bridge_name(n.vni);
-        match ip(&["-o", "link", "show", "master", &br]).await {
-            Ok(ports) if ports.trim().is_empty() => {
-                if let Ok(pid) = tokio::fs::read_to_string(dir.join("dnsmasq.pid")).await {
-                    let _ = tokio::process::Command::new("kill").arg(pid.trim()).status().await;
-                }
-                let _ = tokio::fs::remove_dir_all(&dir).await;
-                let _ = nft(&format!("delete element inet vee_isolation bridged {{ \"{br}\" . \"{br}\" }}\n")).await;
-                if let Err(e) = ip(&["link", "del", "dev", &br]).await {
-                    tracing::warn!(bridge = %br, error = %format!("{e:#}"), "cannot remove an unused bridge");
-                }
-            }
-            _ => {}
+        if unused(&br).await {
+            remove_network(&br).await;
         }
     }
     if !nics.is_empty() && !any_bridge_left().await {
         let _ = nft("delete table inet vee_isolation\n").await;
     }
+}
+
+/// Whether bridge `br` has no port (no NIC on it).
+async fn unused(br: &str) -> bool {
+    matches!(ip(&["-o", "link", "show", "master", br]).await, Ok(ports) if ports.trim().is_empty())
+}
+
+/// Removes bridge `br` with its DHCP server and state.
+async fn remove_network(br: &str) {
+    let dir = Path::new(DHCP_ROOT).join(br);
+    if let Ok(pid) = tokio::fs::read_to_string(dir.join("dnsmasq.pid")).await {
+        let pid = pid.trim().to_string();
+        let _ = tokio::process::Command::new("kill").arg(&pid).status().await;
+        // It exits on SIGTERM; wait for it (at most 2 s), so that nothing
+        // of the network outlives this call.
+        for _ in 0..40 {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    let _ = tokio::fs::remove_dir_all(&dir).await;
+    let _ = nft(&format!("delete element inet vee_isolation bridged {{ \"{br}\" . \"{br}\" }}\n")).await;
+    if exists(br).await {
+        if let Err(e) = ip(&["link", "del", "dev", br]).await {
+            tracing::warn!(bridge = %br, error = %format!("{e:#}"), "cannot remove an unused bridge");
+        }
+    }
+}
+
+/// What a crash (of a VEEH, or of a test half-way) can leave on this
+/// kernel: `vb*` bridges no NIC uses, with their DHCP servers and state,
+/// state whose bridge is gone, and the isolation table with no bridge
+/// left. Removed at VEEH start-up; returns the bridges swept. (A bridge
+/// another VEEH of this kernel made an instant ago for a VEE it is about to
+/// start has no port yet either: that start fails and is retried.)
+pub async fn sweep_unused() -> Vec<String> {
+    let mut swept = Vec::new();
+    for br in vb_bridges().await.unwrap_or_default() {
+        if unused(&br).await {
+            remove_network(&br).await;
+            swept.push(br);
+        }
+    }
+    if let Ok(mut dirs) = tokio::fs::read_dir(DHCP_ROOT).await {
+        while let Ok(Some(d)) = dirs.next_entry().await {
+            let br = d.file_name().to_string_lossy().into_owned();
+            if br.starts_with("vb") && !exists(&br).await {
+                remove_network(&br).await;
+                swept.push(br);
+            }
+        }
+    }
+    if !any_bridge_left().await {
+        let _ = nft("delete table inet vee_isolation\n").await;
+    }
+    swept
 }
 
 /// The nftables table that keeps service networks apart (one per kernel,
@@ -204,13 +252,20 @@ async fn ensure_isolation(bridge: &str) -> Result<()> {
     .await
 }
 
+/// The names of this kernel's `vb*` bridges.
+async fn vb_bridges() -> Result<Vec<String>> {
+    let list = ip(&["-o", "link", "show", "type", "bridge"]).await?;
+    Ok(list
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .filter(|name| name.starts_with("vb"))
+        .map(str::to_string)
+        .collect())
+}
+
+/// Whether a `vb*` bridge is left (yes when `ip` cannot say).
 async fn any_bridge_left() -> bool {
-    match ip(&["-o", "link", "show", "type", "bridge"]).await {
-        Ok(list) => list
-            .lines()
-            .any(|l| l.split(": ").nth(1).is_some_and(|name| name.starts_with("vb"))),
-        Err(_) => true,
-    }
+    vb_bridges().await.map_or(true, |b| !b.is_empty())
 }
 
 /// `aa:bb:cc:dd:ee:ff` in lower-case hex.
