@@ -1,7 +1,8 @@
 //! `veem serve` stops cleanly on SIGTERM (what systemd sends), also while a
-//! client holds a WatchEvents stream open: it exits with success within its
-//! grace period, says so in its log, and its database opens again at once
-//! (no lock left behind). Needs no guest, so it does not take the lab.
+//! client follows a WatchEvents stream: the stream ends, the VEEM exits with
+//! success at once (well within its grace period), says so in its log, and
+//! its database opens again at once (no lock left behind). Needs no guest,
+//! so it does not take the lab.
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,11 @@ async fn veem_stops_cleanly_on_sigterm_and_starts_again_on_the_same_database() {
     assert!(status.success(), "exit: {status}; log:\n{}", daemon.log_text());
     assert!(daemon.log_text().contains("stopped"), "{}", daemon.log_text());
     println!("stopped {:?} after SIGTERM with a stream open", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "the open stream ended at the stop instead of holding it for the grace period: {:?}",
+        start.elapsed()
+    );
     // The same database, at once: the stopped VEEM released it.
     let again = site::Veem::start(&dir, "site-a", port, config).await;
     drop(again);

@@ -57,6 +57,7 @@ pub async fn run(config: &Path) -> Result<()> {
         r = &mut server => Some(r),
     };
     let _ = stop.send(());
+    veem.stopping.cancel();
     // The server stops accepting and lets the calls under way finish, the
     // loops end their round under way, both within the grace period: a
     // client that keeps a stream open (WatchEvents) does not hold the stop.

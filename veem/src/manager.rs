@@ -44,6 +44,8 @@ pub struct Veem {
     busy: Mutex<std::collections::HashSet<String>>,
     /// Held while a service's networks are assigned and committed.
     pub(crate) ipam: Mutex<()>,
+    /// Cancelled when the VEEM stops: event streams end.
+    pub(crate) stopping: tokio_util::sync::CancellationToken,
 }
 
 /// The rank policy named in the configuration.
@@ -99,6 +101,7 @@ impl Veem {
             vee_locks: Mutex::new(Default::default()),
             busy: Mutex::new(Default::default()),
             ipam: Mutex::new(()),
+            stopping: Default::default(),
         }))
     }
 

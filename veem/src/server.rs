@@ -386,6 +386,9 @@ impl Vmi for VmiService {
             let e = e.ok()?;
             visible(&e).then_some(Ok(e))
         });
+        // A stop ends the stream (the client sees it end), so that no
+        // follower holds the VEEM up.
+        let stream = futures::StreamExt::take_until(stream, self.veem.stopping.clone().cancelled_owned());
         Ok(Response::new(Box::pin(stream)))
     }
 
