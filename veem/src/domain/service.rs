@@ -25,14 +25,6 @@ impl ServiceState {
             ServiceState::Partial
         }
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ServiceState::Running => "running",
-            ServiceState::Terminated => "terminated",
-            ServiceState::Partial => "partial",
-        }
-    }
 }
 
 #[cfg(test)]

@@ -70,11 +70,6 @@ impl VeeState {
         }
     }
 
-    /// The state named `s` (as [`VeeState::as_str`] writes it).
-    pub fn parse(s: &str) -> Option<Self> {
-        ALL.into_iter().find(|v| v.as_str() == s)
-    }
-
     /// States in which the VEE should be running somewhere.
     pub fn is_live(self) -> bool {
         matches!(
@@ -170,11 +165,9 @@ mod tests {
     }
 
     #[test]
-    fn names_round_trip_and_match_the_stored_form() {
+    fn names_match_the_stored_form() {
         for s in ALL {
-            assert_eq!(VeeState::parse(s.as_str()), Some(s));
             assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{}\"", s.as_str()));
         }
-        assert_eq!(VeeState::parse("RUNNING"), None);
     }
 }
