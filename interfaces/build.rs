@@ -15,6 +15,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_build::configure()
         .enum_attribute(".vhi.v1", ENUM_ATTRS)
         .type_attribute(".vhi.v1.Nic", "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]")
+        .type_attribute(
+            ".vhi.v1.NetworkMember",
+            "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]",
+        )
         .compile_protos(&["proto/vhi.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())

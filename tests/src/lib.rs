@@ -5,6 +5,7 @@
 
 pub mod daemons;
 pub mod disk;
+pub mod net;
 pub mod site;
 
 pub use vee_testkit::{guest, lab};

@@ -7,18 +7,10 @@
 //! VEEH's nftables rules (their counters prove it); everything goes with the
 //! networks.
 
-use std::process::Command;
-
 use e2e::lab;
+use e2e::net::{dropped, sh, Forwarding};
 use interfaces::vhi::Nic;
 use veeh::network::{bridge_name, ensure_networks, release_networks};
-
-/// `sh -c CMD`: (success, stdout + stderr).
-fn sh(cmd: &str) -> (bool, String) {
-    let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
-}
 
 /// A network namespace playing a guest on `bridge` at `address` (with
 /// prefix) behind `gateway`; deleted on drop (its veth with it).
@@ -71,34 +63,6 @@ impl Drop for Guest {
     }
 }
 
-/// The packets an isolation rule of `chain` has dropped so far.
-fn dropped(chain: &str) -> u64 {
-    let (_, text) = sh(&format!("nft list chain inet vee_isolation {chain}"));
-    text.split("counter packets ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Sets `net.ipv4.ip_forward` for the test (the host routes, as it must for
-/// external access) and puts the old value back.
-struct Forwarding(String);
-
-impl Forwarding {
-    fn on() -> Forwarding {
-        let old = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap();
-        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").unwrap();
-        Forwarding(old.trim().to_string())
-    }
-}
-
-impl Drop for Forwarding {
-    fn drop(&mut self) {
-        let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", &self.0);
-    }
-}
-
 fn nic(vni: u32, mac: &str, address: &str, gateway: &str) -> Nic {
     Nic {
         network: format!("net-{vni}"),
@@ -121,8 +85,8 @@ async fn lab_service_networks_are_isolated_from_each_other_and_from_the_host() {
     let (net_a, net_b) = (format!("10.252.{x}"), format!("10.252.{}", x + 1));
     let a = nic(vni_a, "02:00:75:30:00:02", &format!("{net_a}.2/24"), &format!("{net_a}.1"));
     let b = nic(vni_b, "02:00:75:31:00:02", &format!("{net_b}.2/24"), &format!("{net_b}.1"));
-    ensure_networks("vee-a", std::slice::from_ref(&a)).await.unwrap();
-    ensure_networks("vee-b", std::slice::from_ref(&b)).await.unwrap();
+    ensure_networks("127.0.0.1", std::slice::from_ref(&a)).await.unwrap();
+    ensure_networks("127.0.0.1", std::slice::from_ref(&b)).await.unwrap();
     let _forwarding = Forwarding::on();
     {
         let a1 = Guest::new(
@@ -171,8 +135,8 @@ async fn lab_service_networks_are_isolated_from_each_other_and_from_the_host() {
     }
     // The guests are gone; the networks go with their last NIC, the rules
     // with the last network.
-    release_networks("vee-a", &[a]).await;
-    release_networks("vee-b", &[b]).await;
+    release_networks(&[a]).await;
+    release_networks(&[b]).await;
     for vni in [vni_a, vni_b] {
         assert!(!sh(&format!("ip link show dev {}", bridge_name(vni))).0, "bridge left behind");
     }

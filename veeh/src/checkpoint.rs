@@ -189,7 +189,7 @@ impl Host {
             };
             let xml = domain_xml::rewrite_for(&saved, &map, &self.cfg.host)?;
             std::fs::write(dir.join("domain.xml"), &xml)?;
-            crate::network::ensure_networks(&rec.vee_id, &rec.nics).await?;
+            crate::network::ensure_networks(self.cfg.vtep(), &rec.nics).await?;
             let m = memory.display().to_string();
             self.blocking(move |hv| hv.restore(&m, &xml)).await
         }

@@ -40,6 +40,7 @@ pub struct Capacity {
 /// cache_dir = "/var/lib/vee/host-a1/cache"
 /// cache_limit_mib = 4096
 /// migration_address = "127.0.0.1"
+/// vtep = "127.0.0.1"
 /// accel = "auto"
 /// image_repo = "http://127.0.0.1:7000"
 /// image_repo_token = "secret"
@@ -75,6 +76,11 @@ pub struct VeehConfig {
     /// Address the migration and NBD disk streams of incoming migrations
     /// use, e.g. `127.0.0.1`.
     pub migration_address: String,
+    /// This host's VXLAN tunnel endpoint: the underlay IPv4 address other
+    /// hosts send service networks' frames to (UDP 4789). Defaults to
+    /// `migration_address`.
+    #[serde(default)]
+    pub vtep: Option<String>,
     #[serde(default)]
     pub accel: AccelChoice,
     /// Image repository base URL.
@@ -106,6 +112,11 @@ impl VeehConfig {
     /// The image cache directory.
     pub fn cache_dir(&self) -> PathBuf {
         self.cache_dir.clone().unwrap_or_else(|| self.state_dir.join("cache"))
+    }
+
+    /// This host's VTEP address.
+    pub fn vtep(&self) -> &str {
+        self.vtep.as_deref().unwrap_or(&self.migration_address)
     }
 
     /// The libvirt URI peers migrate to.

@@ -214,6 +214,7 @@ impl Host {
             profile: Some(self.profile().await?),
             libvirt_uri: self.cfg.peer_libvirt_uri().to_string(),
             migration_address: self.cfg.migration_address.clone(),
+            vtep: self.cfg.vtep().to_string(),
         })
     }
 
@@ -342,7 +343,7 @@ impl Host {
         let path = self.vees.dir(vee_id).join("domain.xml");
         let xml = std::fs::read_to_string(&path).with_context(|| format!("VEE {vee_id} is not created on this host"))?;
         self.await_no_foreign_copy(vee_id, None).await?;
-        crate::network::ensure_networks(&rec.vee_id, &rec.nics).await?;
+        crate::network::ensure_networks(self.cfg.vtep(), &rec.nics).await?;
         if let Err(e) = self.blocking(move |hv| hv.create(&xml)).await {
             // The domain may exist already: started by an earlier call whose
             // caller went away, possibly still starting. Wait for it.
@@ -413,7 +414,7 @@ impl Host {
     /// more (its domain is gone).
     async fn release_networks(&self, vee_id: &str) -> Result<()> {
         if let Some(rec) = self.vees.load(vee_id)? {
-            crate::network::release_networks(&rec.vee_id, &rec.nics).await;
+            crate::network::release_networks(&rec.nics).await;
         }
         Ok(())
     }

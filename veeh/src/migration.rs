@@ -38,7 +38,7 @@ impl Host {
             let (base, o, size) = (base.clone(), overlay.clone(), rec.disk_gib * 1024 * 1024 * 1024);
             tokio::task::spawn_blocking(move || qemu_img::create_overlay(&base, &o, size)).await??;
         }
-        crate::network::ensure_networks(&rec.vee_id, &rec.nics).await?;
+        crate::network::ensure_networks(self.cfg.vtep(), &rec.nics).await?;
         let ds = self.domain_spec(&rec)?;
         let addr = &self.cfg.migration_address;
         self.event(&id, HostEventKind::Incoming, "prepared");
@@ -81,7 +81,7 @@ impl Host {
             let id = vee_id.to_string();
             self.blocking(move |hv| hv.destroy(&id)).await?;
             self.vees.remove(vee_id)?;
-            crate::network::release_networks(&rec.vee_id, &rec.nics).await;
+            crate::network::release_networks(&rec.nics).await;
             self.event(vee_id, HostEventKind::Incoming, "aborted");
         }
         self.status(vee_id).await
@@ -147,7 +147,7 @@ impl Host {
                     .flatten();
                 let nics = self.vees.load(vee_id)?.map(|r| r.nics).unwrap_or_default();
                 self.vees.remove(vee_id)?;
-                crate::network::release_networks(vee_id, &nics).await;
+                crate::network::release_networks(&nics).await;
                 self.event(vee_id, HostEventKind::MigratedOut, format!("to {} in {total_ms} ms", target.host));
                 tracing::info!(vee = %vee_id, to = %target.host, total_ms, ?downtime, "migrated");
                 let _ = progress

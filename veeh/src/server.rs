@@ -108,6 +108,12 @@ impl Vhi for VhiService {
         ok(self.host.console(&r.vee_id, r.tail_bytes).map(|text| ConsoleReply { text }))
     }
 
+    async fn update_network(&self, r: Request<NetworkUpdate>) -> R<Empty> {
+        ok(crate::network::update_network(self.host.cfg.vtep(), r.get_ref())
+            .await
+            .map(|_| Empty {}))
+    }
+
     type WatchEventsStream = BoxStream<HostEvent>;
     async fn watch_events(&self, _: Request<Empty>) -> R<Self::WatchEventsStream> {
         let rx = self.host.events.subscribe();

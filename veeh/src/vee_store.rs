@@ -73,6 +73,17 @@ impl VeeRecord {
             if !(576..=9000).contains(&n.mtu) {
                 return Err(HostError::field(format!("nics[{i}].mtu"), format!("{} bytes; must be 576 to 9000", n.mtu)).into());
             }
+            if !n.external_address.is_empty() && n.external_address.parse::<std::net::Ipv4Addr>().is_err() {
+                return Err(HostError::field(
+                    format!("nics[{i}].external_address"),
+                    format!("{:?} is not an IPv4 address", n.external_address),
+                )
+                .into());
+            }
+            if let Some(p) = n.ports.iter().find(|p| !(1..=65535).contains(*p)) {
+                return Err(HostError::field(format!("nics[{i}].ports"), format!("{p} is not a TCP port")).into());
+            }
+            crate::network::check_members(&format!("nics[{i}]"), &n.domain, &n.members)?;
         }
         if spec.image.is_empty() && spec.kernel.is_empty() {
             bail!("VEE {}: needs an `image` or a `kernel` to boot", spec.vee_id);

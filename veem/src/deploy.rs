@@ -306,7 +306,7 @@ impl Veem {
     /// create the overlay), Create, Start.
     pub async fn boot_on(&self, host: &str, v: &VeeRec) -> Result<()> {
         let c = self.hosts.vhi(host)?;
-        let spec = v.spec();
+        let spec = self.spec_of(v);
         c.prepare(tonic::Request::new(spec.clone())).await?;
         c.create(tonic::Request::new(spec)).await?;
         c.start(tonic::Request::new(interfaces::vhi::VeeRef { vee_id: v.id.clone() }))
@@ -350,7 +350,11 @@ impl Veem {
             ok => ok,
         };
         match result {
-            Ok(()) => self.transition(&mut v, VeeState::Running, format!("on {host}")),
+            Ok(()) => {
+                self.transition(&mut v, VeeState::Running, format!("on {host}"))?;
+                self.sync_networks(&v.service_id).await;
+                Ok(())
+            }
             Err(e) => {
                 self.transition(&mut v, VeeState::Failed, format!("deploy on {host}: {e:#}"))?;
                 Err(e)

@@ -146,7 +146,7 @@ impl Veem {
             Incoming::Migration => (false, None),
         };
         let req = IncomingRequest {
-            spec: Some(v.spec()),
+            spec: Some(self.spec_of(v)),
             primary_site: self.cfg.site_id.clone(),
             guarantee: vmi::GuaranteeLevel::from(v.guarantee) as i32,
             start_fresh,
@@ -333,7 +333,7 @@ impl Veem {
             Ok(self
                 .hosts
                 .vhi(&host)?
-                .prepare_incoming(tonic::Request::new(v.spec()))
+                .prepare_incoming(tonic::Request::new(self.spec_of(&v)))
                 .await
                 .map_err(|s| anyhow!("{}", s.message()))?
                 .into_inner())
@@ -388,7 +388,7 @@ impl Veem {
             .hosts
             .vhi(host)?
             .restore(tonic::Request::new(vhi::RestoreRequest {
-                spec: Some(v.spec()),
+                spec: Some(self.spec_of(&v)),
                 checkpoint: Some(cp.clone()),
                 fence_owner: String::new(),
             }))

@@ -183,12 +183,14 @@ impl Veem {
         .await?;
         self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.id))?;
         c.restore(tonic::Request::new(RestoreRequest {
-            spec: Some(v.spec()),
+            spec: Some(self.spec_of(&v)),
             checkpoint: Some(cp.record()?),
             fence_owner: String::new(),
         }))
         .await?;
-        self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.id))
+        self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.id))?;
+        self.sync_networks(&v.service_id).await;
+        Ok(())
     }
 
     /// Suspends a background VEE displaced by a stronger reservation.

@@ -235,7 +235,7 @@ impl Veem {
                     Ok(self
                         .hosts
                         .vhi(h)?
-                        .prepare_incoming(tonic::Request::new(v.spec()))
+                        .prepare_incoming(tonic::Request::new(self.spec_of(&v)))
                         .await
                         .map_err(|s| anyhow!("{h}: {}", s.message()))?
                         .into_inner())
@@ -312,6 +312,7 @@ impl Veem {
                 // The reservation's move, the VEE and the migration: one commit.
                 self.transition_committing(&mut v, VeeState::Running, format!("migrated to {}", m.to), migration_write(&m)?)?;
                 self.migration_event(&m);
+                self.sync_networks(&v.service_id).await;
                 Ok(())
             }
             Err(e) => {

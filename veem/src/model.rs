@@ -76,7 +76,8 @@ pub struct NicRec {
 }
 
 impl NicRec {
-    /// The VHI description (the inverse of [`NicRec::from_wire`]).
+    /// The VHI description (the inverse of [`NicRec::from_wire`]), without
+    /// the network's member table ([`crate::manager::Veem::spec_of`] adds it).
     pub fn to_wire(&self) -> interfaces::vhi::Nic {
         interfaces::vhi::Nic {
             network: self.network.clone(),
@@ -87,6 +88,7 @@ impl NicRec {
             mtu: self.mtu,
             external_address: self.external.map(|a| a.to_string()).unwrap_or_default(),
             ports: self.ports.iter().map(|p| u32::from(*p)).collect(),
+            ..Default::default()
         }
     }
 
@@ -383,6 +385,7 @@ mod tests {
                 mtu: 1450,
                 external_address: "192.0.2.10".into(),
                 ports: vec![80, 7000],
+                ..Default::default()
             }],
         };
         assert_eq!(VeeRec::from_spec(&s).unwrap().spec(), s);

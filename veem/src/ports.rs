@@ -115,6 +115,9 @@ impl vhi_server::Vhi for GrpcHost {
     async fn console(&self, r: Request<vhi::ConsoleRequest>) -> R<vhi::ConsoleReply> {
         self.0.clone().console(r).await
     }
+    async fn update_network(&self, r: Request<vhi::NetworkUpdate>) -> R<vhi::Empty> {
+        self.0.clone().update_network(r).await
+    }
     type WatchEventsStream = BoxStream<vhi::HostEvent>;
     async fn watch_events(&self, r: Request<vhi::Empty>) -> R<Self::WatchEventsStream> {
         let stream = self.0.clone().watch_events(r).await?.into_inner();

@@ -233,10 +233,10 @@ impl Veem {
         v.location = Location::Host(to.to_string());
         self.save_vee(&v)?;
         let c = self.hosts.vhi(to)?;
-        match self.checkpoint_of(vee_id, None)? {
+        let restored = match self.checkpoint_of(vee_id, None)? {
             Some(cp) => {
                 c.restore(tonic::Request::new(RestoreRequest {
-                    spec: Some(v.spec()),
+                    spec: Some(self.spec_of(&v)),
                     checkpoint: Some(cp.record()?),
                     fence_owner: fence.unwrap_or_default().to_string(),
                 }))
@@ -251,7 +251,9 @@ impl Veem {
                     format!("restarted from its images on {to} (no checkpoint)"),
                 )
             }
-        }
+        };
+        self.sync_networks(&v.service_id).await;
+        restored
     }
 
     /// Records a VEE lost because `lost` (e.g. "host a1 failed") that could

@@ -470,4 +470,9 @@ fn rejects_bad_networks_naming_the_field() {
         "network[1].cidr",
         "10.9.4.0/24 overlaps network[0] (10.9.0.0/16)",
     );
+    // Its VEEs are named in DNS: names must be DNS labels.
+    let snake = on(NETS, r#"["backend"]"#).replacen("name = \"web\"", "name = \"web_front\"", 1);
+    rejects(&snake, "component[1].name", "\"web_front\" is not a DNS label");
+    let without = base().replacen("name = \"web\"", "name = \"web_front\"", 1);
+    assert!(Manifest::from_toml(&without).is_ok(), "fine without networks");
 }

@@ -119,6 +119,13 @@ fn validate_networks(m: &Manifest) -> Result<()> {
             ));
         }
     }
+    if !m.networks.is_empty() {
+        // Its VEEs' DNS names: <component>-<instance>.<service>.internal.
+        check_dns_label("service.name", &m.service.name)?;
+        for (ci, c) in m.components.iter().enumerate() {
+            check_dns_label(&format!("component[{ci}].name"), &c.name)?;
+        }
+    }
     let mut attached = vec![0u64; m.networks.len()];
     for (ci, c) in m.components.iter().enumerate() {
         if c.networks.len() > MAX_NETWORKS {
@@ -154,6 +161,20 @@ fn validate_networks(m: &Manifest) -> Result<()> {
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// A service with networks names its VEEs in DNS
+/// (`<component>-<instance>.<service>.internal`): its service and
+/// component names (valid names already) must be DNS labels too: no '_',
+/// no '-' at either end.
+fn check_dns_label(field: &str, name: &str) -> Result<()> {
+    if name.contains('_') || name.starts_with('-') || name.ends_with('-') {
+        return Err(invalid(
+            field,
+            format!("{name:?} is not a DNS label (a service with networks names its VEEs <component>-<instance>.<service>.internal): no '_', no '-' at either end"),
+        ));
     }
     Ok(())
 }

@@ -28,6 +28,11 @@ pub struct Script {
     pub running: BTreeSet<String>,
     /// Every call: `restore <vee> fence=<owner>`, `destroy <vee>`, ...
     pub calls: Vec<String>,
+    /// The last spec each VEE's Prepare, Create, PrepareIncoming or
+    /// Restore carried.
+    pub specs: HashMap<String, VeeSpec>,
+    /// The last member table UpdateNetwork gave each network (by VNI).
+    pub networks: HashMap<u32, Vec<NetworkMember>>,
 }
 
 /// One fake VEEH; clone it to keep a handle on its script.
@@ -54,6 +59,20 @@ impl FakeVhi {
     /// Makes VHI call `call` fail with `code` and `message` from now on.
     pub fn fail(&self, call: &'static str, code: tonic::Code, message: &str) {
         self.script.lock().unwrap().failing.insert(call, (code, message.into()));
+    }
+
+    /// This host's VTEP: `10.77.0.N`, N from its name's bytes.
+    pub fn vtep(&self) -> String {
+        format!("10.77.0.{}", self.name.bytes().map(u32::from).sum::<u32>() % 250 + 1)
+    }
+
+    /// The last spec of `vee_id` this host got.
+    pub fn spec(&self, vee_id: &str) -> Option<VeeSpec> {
+        self.script.lock().unwrap().specs.get(vee_id).cloned()
+    }
+
+    fn keep_spec(&self, spec: &VeeSpec) {
+        self.script.lock().unwrap().specs.insert(spec.vee_id.clone(), spec.clone());
     }
 
     /// Whether the domain of `vee_id` runs here.
@@ -126,15 +145,18 @@ impl Vhi for FakeVhi {
             vcpus: 4,
             memory_mib: 4096,
             disk_gib: 100,
+            vtep: self.vtep(),
             ..Default::default()
         }))
     }
     async fn prepare(&self, r: Request<VeeSpec>) -> R<PrepareReply> {
         drop(self.call("Prepare", &r.get_ref().vee_id)?);
+        self.keep_spec(r.get_ref());
         Ok(Response::new(PrepareReply::default()))
     }
     async fn create(&self, r: Request<VeeSpec>) -> R<VeeStatus> {
         drop(self.call("Create", &r.get_ref().vee_id)?);
+        self.keep_spec(r.get_ref());
         Ok(self.status(&r.get_ref().vee_id, false))
     }
     async fn start(&self, r: Request<VeeRef>) -> R<VeeStatus> {
@@ -172,6 +194,9 @@ impl Vhi for FakeVhi {
     }
     async fn restore(&self, r: Request<RestoreRequest>) -> R<VeeStatus> {
         let r = r.into_inner();
+        if let Some(spec) = &r.spec {
+            self.keep_spec(spec);
+        }
         let id = r.spec.map(|s| s.vee_id).unwrap_or_default();
         let mut s = self.note(format!("restore {id} fence={}", r.fence_owner));
         if s.failing_restores > 0 {
@@ -187,6 +212,7 @@ impl Vhi for FakeVhi {
         Ok(self.status(&id, true))
     }
     async fn prepare_incoming(&self, r: Request<VeeSpec>) -> R<IncomingTarget> {
+        self.keep_spec(r.get_ref());
         let id = r.into_inner().vee_id;
         drop(self.call("PrepareIncoming", &id)?);
         Ok(Response::new(IncomingTarget {
@@ -253,6 +279,12 @@ impl Vhi for FakeVhi {
     }
     async fn console(&self, _: Request<ConsoleRequest>) -> R<ConsoleReply> {
         unscripted("Console")
+    }
+    async fn update_network(&self, r: Request<NetworkUpdate>) -> R<Empty> {
+        let u = r.into_inner();
+        let mut s = self.call("UpdateNetwork", &format!("vb{}", u.vni))?;
+        s.networks.insert(u.vni, u.members);
+        Ok(Response::new(Empty {}))
     }
     type WatchEventsStream = BoxStream<HostEvent>;
     async fn watch_events(&self, _: Request<Empty>) -> R<Self::WatchEventsStream> {

@@ -95,3 +95,64 @@ async fn an_external_network_at_a_site_without_external_addresses_is_refused() {
     assert!(e.contains("`network[1].kind`: this site has no external addresses"), "{e}");
     assert!(site.veem.vees().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn each_host_gets_its_networks_member_tables_with_names_and_vteps() {
+    let site = site(POOLS).await;
+    for h in &site.hosts {
+        site.veem.hosts.heartbeat(&h.name, 3).await; // the VEEM learns each host's VTEP
+    }
+    let svc = site.veem.deploy(&acme(), &networked()).await.unwrap();
+    for id in &svc.vees {
+        eventually("running", || site.veem.vee(id).unwrap().state == VeeState::Running).await;
+    }
+    let vees: Vec<_> = svc.vees.iter().map(|id| site.veem.vee(id).unwrap()).collect();
+    let host = |v: &crate::model::VeeRec| site.hosts.iter().find(|h| Some(h.name.as_str()) == v.host()).unwrap().clone();
+    // What every host carrying `backend` (VNI 100) must know: both VEEs,
+    // by name, with the VTEP of the host each runs on.
+    let mut sorted = vees.clone();
+    sorted.sort_by_key(|v| v.instance);
+    let want: Vec<String> = sorted
+        .iter()
+        .map(|v| {
+            format!(
+                "vm-{} {} {} {}",
+                v.instance,
+                v.nics[0].mac,
+                v.nics[0].address.addr(),
+                host(v).vtep()
+            )
+        })
+        .collect();
+    let show = |m: &[interfaces::vhi::NetworkMember]| -> Vec<String> {
+        m.iter().map(|m| format!("{} {} {} {}", m.name, m.mac, m.address, m.vtep)).collect()
+    };
+    for v in &vees {
+        let h = host(v);
+        let spec = h.spec(&v.id).expect("the host got the VEE's spec");
+        assert_eq!(spec.nics[0].domain, "shop.internal");
+        assert_eq!(
+            spec.nics[0].members.len(),
+            2,
+            "the spec names the whole network: {:?}",
+            spec.nics[0].members
+        );
+        let table = h
+            .script
+            .lock()
+            .unwrap()
+            .networks
+            .get(&100)
+            .cloned()
+            .expect("an UpdateNetwork for backend");
+        assert_eq!(show(&table), want);
+        let public = h.script.lock().unwrap().networks.get(&101).cloned().unwrap();
+        assert!(public.iter().all(|m| m.name.starts_with("vm-")), "{public:?}");
+    }
+    // A host with no VEE of the service is not bothered.
+    for h in &site.hosts {
+        if !vees.iter().any(|v| v.host() == Some(h.name.as_str())) {
+            assert!(!h.calls().iter().any(|c| c.starts_with("update_network")), "{:?}", h.calls());
+        }
+    }
+}
