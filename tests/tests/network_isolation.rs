@@ -5,12 +5,14 @@
 //! guests reach each other; from one network to another, and from a guest
 //! to the host's own addresses and services, packets are dropped by the
 //! VEEH's nftables rules (their counters prove it); everything goes with the
-//! networks.
+//! networks. A second "host" with a kernel network stack of its own (a
+//! network namespace running the same VEEH code) joins a network over a
+//! real VXLAN tunnel, whose forwarding entries follow the member table.
 
 use e2e::lab;
 use e2e::net::{dropped, sh, Forwarding};
-use interfaces::vhi::Nic;
-use veeh::network::{bridge_name, ensure_networks, release_networks};
+use interfaces::vhi::{NetworkMember, NetworkUpdate, Nic};
+use veeh::network::{bridge_name, ensure_networks, release_networks, update_network};
 
 /// A network namespace playing a guest on `bridge` at `address` (with
 /// prefix) behind `gateway`; deleted on drop (its veth with it).
@@ -20,12 +22,19 @@ struct Guest {
 
 impl Guest {
     fn new(name: &str, bridge: &str, address: &str, gateway: &str) -> Guest {
+        Guest::on_host("", name, bridge, address, gateway)
+    }
+
+    /// [`Guest::new`] on the host whose network namespace is `host_ns`
+    /// (empty: this one).
+    fn on_host(host_ns: &str, name: &str, bridge: &str, address: &str, gateway: &str) -> Guest {
         let ns = format!("vg-{name}");
         let host_end = format!("v{name}");
+        let on = if host_ns.is_empty() { String::new() } else { format!("-n {host_ns} ") };
         for cmd in [
             format!("ip netns add {ns}"),
-            format!("ip link add {host_end} type veth peer name eth0 netns {ns}"),
-            format!("ip link set {host_end} master {bridge} up"),
+            format!("ip {on}link add {host_end} type veth peer name eth0 netns {ns}"),
+            format!("ip {on}link set {host_end} master {bridge} up"),
             format!("ip -n {ns} link set lo up"),
             format!("ip -n {ns} addr add {address} dev eth0"),
             format!("ip -n {ns} link set eth0 up"),
@@ -61,6 +70,104 @@ impl Drop for Guest {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
+}
+
+/// Runs `work` with every command it starts in network namespace `ns`:
+/// the VEEH's own code, run as if on another host (its own bridges, VXLAN
+/// interfaces and tables; the file system is shared).
+fn in_namespace<T: Send + 'static>(ns: &str, work: impl std::future::Future<Output = T> + Send + 'static) -> T {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let f = std::fs::File::open(&path).unwrap();
+        nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(work)
+    })
+    .join()
+    .unwrap()
+}
+
+fn member(name: &str, mac: &str, address: &str, vtep: &str) -> NetworkMember {
+    NetworkMember {
+        name: name.into(),
+        mac: mac.into(),
+        address: address.into(),
+        vtep: vtep.into(),
+    }
+}
+
+#[tokio::test]
+async fn lab_a_network_spans_two_kernels_over_vxlan_as_its_member_table_says() {
+    let _lab = lab::lock();
+    let r = uuid::Uuid::new_v4();
+    let tag = &r.simple().to_string()[..4];
+    let vni = 40_000 + u32::from(r.as_bytes()[0]) * 8;
+    let x = u32::from(r.as_bytes()[1]) % 250;
+    let net = format!("10.253.{x}");
+    // The other host: its own network stack, joined to this one by an
+    // underlay link (10.77.<x>.1 here, .2 there).
+    let (remote, under) = (format!("vh-{tag}"), format!("vu{tag}"));
+    let (here_vtep, there_vtep) = (format!("10.77.{x}.1"), format!("10.77.{x}.2"));
+    for cmd in [
+        format!("ip netns add {remote}"),
+        format!("ip link add {under} type veth peer name eth0 netns {remote}"),
+        format!("ip addr add {here_vtep}/30 dev {under}"),
+        format!("ip link set {under} up"),
+        format!("ip -n {remote} addr add {there_vtep}/30 dev eth0"),
+        format!("ip -n {remote} link set eth0 up"),
+        format!("ip -n {remote} link set lo up"),
+    ] {
+        let (ok, out) = sh(&cmd);
+        assert!(ok, "{cmd}: {out}");
+    }
+    let (mac_a, mac_b) = ("02:00:9c:40:00:02", "02:00:9c:40:00:03");
+    let table = |b_vtep: &str| {
+        vec![
+            member("a-0", mac_a, &format!("{net}.2"), &here_vtep),
+            member("b-0", mac_b, &format!("{net}.3"), b_vtep),
+        ]
+    };
+    let nic_of = |mac: &str, host: u32| Nic {
+        members: table(&there_vtep),
+        domain: "span.internal".into(),
+        ..nic(vni, mac, &format!("{net}.{host}/24"), &format!("{net}.1"))
+    };
+    let (nic_a, nic_b) = (nic_of(mac_a, 2), nic_of(mac_b, 3));
+    ensure_networks(&here_vtep, std::slice::from_ref(&nic_a)).await.unwrap();
+    let (vtep, nb) = (there_vtep.clone(), nic_b.clone());
+    in_namespace(&remote, async move { ensure_networks(&vtep, &[nb]).await }).unwrap();
+    let vx = format!("vx{vni}");
+    let (_, fdb) = sh(&format!("bridge fdb show dev {vx}"));
+    assert!(fdb.contains(&format!("{mac_b} dst {there_vtep}")), "b-0 is behind the other host: {fdb}");
+    assert!(fdb.contains(&format!("00:00:00:00:00:00 dst {there_vtep}")), "flooding reaches it: {fdb}");
+    assert!(!fdb.contains(&format!("{mac_a} dst")), "a-0 is here: no entry: {fdb}");
+    {
+        let a = Guest::new(&format!("{tag}a"), &bridge_name(vni), &format!("{net}.2/24"), &format!("{net}.1"));
+        let b = Guest::on_host(&remote, &format!("{tag}b"), &bridge_name(vni), &format!("{net}.3/24"), &format!("{net}.1"));
+        assert!(a.ping(&format!("{net}.3")), "a-0 -> b-0 through the VXLAN tunnel");
+        assert!(b.ping(&format!("{net}.2")), "b-0 -> a-0");
+        // The table says b-0 moved to a third host: this one stops sending
+        // its frames to the second.
+        let moved = NetworkUpdate {
+            vni,
+            domain: "span.internal".into(),
+            members: table(&format!("10.77.{x}.3")),
+        };
+        update_network(&here_vtep, &moved).await.unwrap();
+        let (_, fdb) = sh(&format!("bridge fdb show dev {vx}"));
+        assert!(!fdb.contains(&format!("dst {there_vtep}")), "entries for the old host stay: {fdb}");
+        assert!(!a.ping(&format!("{net}.3")), "frames still reach the old host");
+        // And back.
+        let back = NetworkUpdate {
+            members: table(&there_vtep),
+            ..moved
+        };
+        update_network(&here_vtep, &back).await.unwrap();
+        assert!(a.ping(&format!("{net}.3")), "a-0 -> b-0 again");
+    }
+    release_networks(&[nic_a]).await;
+    assert!(!sh(&format!("ip link show dev {vx}")).0, "the VXLAN interface goes with the network");
+    let _ = sh(&format!("ip netns del {remote}"));
+    let _ = sh(&format!("ip link del {under}"));
 }
 
 fn nic(vni: u32, mac: &str, address: &str, gateway: &str) -> Nic {
