@@ -235,16 +235,16 @@ impl Drop for TickClient {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn lab_the_outside_reaches_declared_ports_only_and_a_tcp_connection_survives_live_migration() {
+async fn lab_the_outside_reaches_declared_ports_only_and_a_tcp_connection_survives_live_migration_and_a_restore_keeps_the_addresses() {
     let _lab = lab::lock();
     assert!(outside("true").0, "no namespace {OUTSIDE}: run scripts/setup-host");
     let dir = lab::test_dir("external-networks");
     let repo = ImageRepo::start(&dir).await;
     let ids = repo.push_guest(&guest::image()).await;
-    let a1 = Veeh::start(&dir, "a1", "site-a", lab::SITE_A_URI, &repo).await;
+    let mut a1 = Veeh::start(&dir, "a1", "site-a", lab::SITE_A_URI, &repo).await;
     // The second host runs on the lab's other libvirtd (a live migration
     // needs two), in the same network namespace.
-    let a2 = Veeh::start(&dir, "a2", "site-a", lab::SITE_B_URI, &repo).await;
+    let mut a2 = Veeh::start(&dir, "a2", "site-a", lab::SITE_B_URI, &repo).await;
     let port = site::port();
     let pools = "[networks]\nexternal_pool = \"10.80.1.0/28\"\n";
     let cfg = site::write_config(&dir, "site-a", port, &repo, &[&a1, &a2], &[], pools);
@@ -354,6 +354,34 @@ async fn lab_the_outside_reaches_declared_ports_only_and_a_tcp_connection_surviv
         "one connection, no reset, no tick lost"
     );
     drop(client);
+
+    // A checkpoint, then the host it runs on fails: the VEEM restores it on
+    // the other host with the same MAC and addresses, and it answers there,
+    // inside and from outside.
+    site::vee_action(&mut acme, id, Action::Checkpoint).await.unwrap();
+    let (failed, uri) = if to == a1.host { (&mut a1, lab::SITE_A_URI) } else { (&mut a2, lab::SITE_B_URI) };
+    failed.daemon.kill();
+    veeh::hypervisor::Hypervisor::open(uri, &to).unwrap().destroy(id).unwrap();
+    let down = std::time::Instant::now();
+    let back = veem
+        .wait_vee(id, "restored on the other host", BOOT, |i| {
+            i.state() == VeeState::Running && host_of(i).is_some_and(|h| h != to)
+        })
+        .await;
+    let nic = |i: &VeeInfo| (i.nics[0].mac.clone(), i.nics[0].address.clone(), i.nics[0].external_address.clone());
+    assert_eq!(nic(&back), nic(&info), "MAC, address and external address kept");
+    let mut answered = None;
+    for _ in 0..120 {
+        if http_get(&format!("http://{internal}/")).await.is_some() {
+            answered = Some(down.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let answered = answered.expect("the restored VEE answers HTTP at its address");
+    println!("after the host failure the VEE answered HTTP again in {answered:?}");
+    let (ok, first) = outside(&format!("sh -c 'busybox nc {external} 7000 </dev/null | head -n 1'"));
+    assert!(ok && first.starts_with("tick 1"), "declared port 7000 from outside after the restore: {first}");
 
     site::vee_action(&mut acme, id, Action::Stop).await.unwrap();
     veem.wait_vee(id, "ended", Duration::from_secs(60), |i| {
