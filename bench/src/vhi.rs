@@ -23,6 +23,7 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(50);
 
 mod lab;
+mod net;
 mod raw;
 
 use lab::*;
@@ -106,6 +107,9 @@ struct Ctx {
     overlay_size: u64,
     /// The VEE of the current repetition.
     current: Option<String>,
+    /// The domain XML of the last VEE with a NIC (the network rows' raw
+    /// baseline).
+    net_template: Option<String>,
 }
 
 impl Ctx {
@@ -283,6 +287,7 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
         base,
         overlay_size,
         current: None,
+        net_template: None,
     };
     let mut s = Samples {
         raw_cp_downtime_from_libvirt: true,
@@ -321,6 +326,7 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
         );
         i += 1;
     }
+    let net_rows = net::run(&mut ctx, reps).await?;
     drop((a, b, repo_daemon));
 
     let cp_dt_base = if s.raw_cp_downtime_from_libvirt {
@@ -328,7 +334,7 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
     } else {
         "virsh snapshot-create-as --live (wall time, libvirt gave no downtime)"
     };
-    Ok(vec![
+    let mut rows = vec![
         row(
             "VEE deploy to first console tick, images cached (VHI Prepare+Create+Start)",
             &s.boot.0,
@@ -371,7 +377,9 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
             "virsh migrate --live --p2p --copy-storage-inc (domjobinfo --completed at B)",
             &s.mig_downtime.1,
         ),
-    ])
+    ];
+    rows.extend(net_rows);
+    Ok(rows)
 }
 
 /// One repetition through the VHI.

@@ -30,7 +30,11 @@ impl Guest {
     fn on_host(host_ns: &str, name: &str, bridge: &str, address: &str, gateway: &str) -> Guest {
         let ns = format!("vg-{name}");
         let host_end = format!("v{name}");
-        let on = if host_ns.is_empty() { String::new() } else { format!("-n {host_ns} ") };
+        let on = if host_ns.is_empty() {
+            String::new()
+        } else {
+            format!("-n {host_ns} ")
+        };
         for cmd in [
             format!("ip netns add {ns}"),
             format!("ip {on}link add {host_end} type veth peer name eth0 netns {ns}"),
@@ -80,7 +84,11 @@ fn in_namespace<T: Send + 'static>(ns: &str, work: impl std::future::Future<Outp
     std::thread::spawn(move || {
         let f = std::fs::File::open(&path).unwrap();
         nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(work)
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(work)
     })
     .join()
     .unwrap()
@@ -137,12 +145,24 @@ async fn lab_a_network_spans_two_kernels_over_vxlan_as_its_member_table_says() {
     in_namespace(&remote, async move { ensure_networks(&vtep, &[nb]).await }).unwrap();
     let vx = format!("vx{vni}");
     let (_, fdb) = sh(&format!("bridge fdb show dev {vx}"));
-    assert!(fdb.contains(&format!("{mac_b} dst {there_vtep}")), "b-0 is behind the other host: {fdb}");
-    assert!(fdb.contains(&format!("00:00:00:00:00:00 dst {there_vtep}")), "flooding reaches it: {fdb}");
+    assert!(
+        fdb.contains(&format!("{mac_b} dst {there_vtep}")),
+        "b-0 is behind the other host: {fdb}"
+    );
+    assert!(
+        fdb.contains(&format!("00:00:00:00:00:00 dst {there_vtep}")),
+        "flooding reaches it: {fdb}"
+    );
     assert!(!fdb.contains(&format!("{mac_a} dst")), "a-0 is here: no entry: {fdb}");
     {
         let a = Guest::new(&format!("{tag}a"), &bridge_name(vni), &format!("{net}.2/24"), &format!("{net}.1"));
-        let b = Guest::on_host(&remote, &format!("{tag}b"), &bridge_name(vni), &format!("{net}.3/24"), &format!("{net}.1"));
+        let b = Guest::on_host(
+            &remote,
+            &format!("{tag}b"),
+            &bridge_name(vni),
+            &format!("{net}.3/24"),
+            &format!("{net}.1"),
+        );
         assert!(a.ping(&format!("{net}.3")), "a-0 -> b-0 through the VXLAN tunnel");
         assert!(b.ping(&format!("{net}.2")), "b-0 -> a-0");
         // The table says b-0 moved to a third host: this one stops sending
@@ -165,7 +185,10 @@ async fn lab_a_network_spans_two_kernels_over_vxlan_as_its_member_table_says() {
         assert!(a.ping(&format!("{net}.3")), "a-0 -> b-0 again");
     }
     release_networks(&[nic_a]).await;
-    assert!(!sh(&format!("ip link show dev {vx}")).0, "the VXLAN interface goes with the network");
+    assert!(
+        !sh(&format!("ip link show dev {vx}")).0,
+        "the VXLAN interface goes with the network"
+    );
     let _ = sh(&format!("ip netns del {remote}"));
     let _ = sh(&format!("ip link del {under}"));
 }
@@ -252,4 +275,65 @@ async fn lab_service_networks_are_isolated_from_each_other_and_from_the_host() {
         !tables.contains("vee_isolation") || sh("ip -o link show type bridge | grep -q ': vb'").0,
         "rules left behind: {tables}"
     );
+}
+
+/// A DHCP client with MAC `mac` on `bridge` (a namespace, removed after):
+/// the address it was given, if any (busybox `udhcpc`, 4 tries).
+fn dhcp_lease(tag: &str, bridge: &str, mac: &str) -> Option<String> {
+    let (ns, host_end) = (format!("vd-{tag}"), format!("d{tag}"));
+    let script = std::env::temp_dir().join(format!("lease-{tag}.sh"));
+    std::fs::write(&script, "#!/bin/sh\n[ \"$1\" = bound ] && echo \"LEASE $ip\"\nexit 0\n").unwrap();
+    let _ = sh(&format!("chmod +x {}", script.display()));
+    for cmd in [
+        format!("ip netns add {ns}"),
+        format!("ip link add {host_end} type veth peer name eth0 netns {ns}"),
+        format!("ip link set {host_end} master {bridge} up"),
+        format!("ip -n {ns} link set eth0 address {mac}"),
+        format!("ip -n {ns} link set eth0 up"),
+    ] {
+        let (ok, out) = sh(&cmd);
+        assert!(ok, "{cmd}: {out}");
+    }
+    let (_, out) = sh(&format!(
+        "ip netns exec {ns} busybox udhcpc -i eth0 -n -q -t 4 -T 1 -s {}",
+        script.display()
+    ));
+    let _ = sh(&format!("ip netns del {ns}"));
+    let _ = std::fs::remove_file(&script);
+    // The kernel takes the veth off the bridge in the background.
+    for _ in 0..100 {
+        if !sh(&format!("ip link show dev {host_end}")).0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    out.lines().find_map(|l| l.strip_prefix("LEASE ").map(str::to_string))
+}
+
+#[tokio::test]
+async fn lab_dhcp_answers_reserved_macs_only() {
+    let _lab = lab::lock();
+    let r = uuid::Uuid::new_v4();
+    let tag = &r.simple().to_string()[..4];
+    let vni = 50_000 + u32::from(r.as_bytes()[0]) * 8;
+    let net = format!("10.251.{}", u32::from(r.as_bytes()[1]) % 250);
+    let reserved = "02:00:c3:50:00:02";
+    let n = Nic {
+        members: vec![member("r-0", reserved, &format!("{net}.2"), "")],
+        ..nic(vni, reserved, &format!("{net}.2/24"), &format!("{net}.1"))
+    };
+    ensure_networks("127.0.0.1", std::slice::from_ref(&n)).await.unwrap();
+    let br = bridge_name(vni);
+    assert_eq!(
+        dhcp_lease(&format!("{tag}s"), &br, "02:00:c3:50:00:09"),
+        None,
+        "a MAC nobody reserved got an address"
+    );
+    assert_eq!(
+        dhcp_lease(&format!("{tag}r"), &br, reserved),
+        Some(format!("{net}.2")),
+        "the reserved MAC gets its address"
+    );
+    release_networks(&[n]).await;
+    assert!(!sh(&format!("ip link show dev {br}")).0, "bridge left behind");
 }

@@ -359,7 +359,11 @@ async fn lab_the_outside_reaches_declared_ports_only_and_a_tcp_connection_surviv
     // the other host with the same MAC and addresses, and it answers there,
     // inside and from outside.
     site::vee_action(&mut acme, id, Action::Checkpoint).await.unwrap();
-    let (failed, uri) = if to == a1.host { (&mut a1, lab::SITE_A_URI) } else { (&mut a2, lab::SITE_B_URI) };
+    let (failed, uri) = if to == a1.host {
+        (&mut a1, lab::SITE_A_URI)
+    } else {
+        (&mut a2, lab::SITE_B_URI)
+    };
     failed.daemon.kill();
     veeh::hypervisor::Hypervisor::open(uri, &to).unwrap().destroy(id).unwrap();
     let down = std::time::Instant::now();
@@ -381,7 +385,10 @@ async fn lab_the_outside_reaches_declared_ports_only_and_a_tcp_connection_surviv
     let answered = answered.expect("the restored VEE answers HTTP at its address");
     println!("after the host failure the VEE answered HTTP again in {answered:?}");
     let (ok, first) = outside(&format!("sh -c 'busybox nc {external} 7000 </dev/null | head -n 1'"));
-    assert!(ok && first.starts_with("tick 1"), "declared port 7000 from outside after the restore: {first}");
+    assert!(
+        ok && first.starts_with("tick 1"),
+        "declared port 7000 from outside after the restore: {first}"
+    );
 
     site::vee_action(&mut acme, id, Action::Stop).await.unwrap();
     veem.wait_vee(id, "ended", Duration::from_secs(60), |i| {

@@ -139,7 +139,12 @@ impl Veem {
     /// Asks peer `site` to admit VEE `v` and to boot it, restore it from a
     /// checkpoint or prepare to receive it by live migration (`how`).
     /// Errors carry the peer's refusal (its admission, agreement or host).
+    /// A VEE on service networks never goes to a peer: its networks are
+    /// not stretched to peer sites yet, so it would lose them there.
     pub async fn send_incoming(&self, site: &str, v: &VeeRec, how: Incoming) -> Result<IncomingTarget> {
+        if !v.nics.is_empty() {
+            bail!("VEE {} is on service networks, which are not stretched to peer sites yet", v.id);
+        }
         let (start_fresh, restore_from) = match how {
             Incoming::Boot => (true, None),
             Incoming::Restore(cp) => (true, Some(*cp)),

@@ -134,6 +134,13 @@ pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
                 veem.event("", "", "host-up", format!("{h} answers again"));
             }
         }
+        if after == Health::Failed && before == Health::Failed {
+            // Still silent: its remapping block (V §4.4) moves on with each
+            // missed round, so that no new VEE is placed on it until it
+            // answers again.
+            let now = veem.now_slot();
+            let _ = veem.planner.lock().unwrap().set_host_down(&h, now, 1);
+        }
         if after == Health::Failed && before != Health::Failed {
             tracing::error!(host = %h, "host missed its heartbeats: failed");
             let veem = veem.clone();
@@ -155,6 +162,29 @@ mod tests {
 
     fn heartbeats(site: &FakeSite) -> usize {
         site.host("h1").calls().iter().filter(|c| c.starts_with("host_info")).count()
+    }
+
+    #[tokio::test]
+    async fn a_host_that_stays_silent_gets_no_new_vee_after_its_remapping_block() {
+        let site = FakeSite::start(&["h1", "h2"], "heartbeat_miss_limit = 1\n").await;
+        site.repo.blobs.lock().unwrap().insert(format!("sha256:{}", "5".repeat(64)));
+        super::heartbeat_round(&site.veem).await; // both up
+        site.host("h1").fail("HostInfo", tonic::Code::Unavailable, "host down");
+        for _ in 0..3 {
+            super::heartbeat_round(&site.veem).await;
+        }
+        eventually("h1 failed", || site.veem.hosts.health("h1") == crate::hosts::Health::Failed).await;
+        // An hour later h1 still does not answer.
+        for _ in 0..3 {
+            site.clock.advance_ms(20 * 60 * 1000);
+            super::heartbeat_round(&site.veem).await;
+        }
+        let two = crate::fakes::STANDARD.replace("disk_gib = 1\n", "disk_gib = 1\ninstances = 2\n");
+        let provider = crate::config::Role::Provider("acme".into());
+        let svc = site.veem.deploy(&provider, &two).await.unwrap();
+        for id in &svc.vees {
+            assert_eq!(site.veem.vee(id).unwrap().host(), Some("h2"), "a VEE placed on the silent host");
+        }
     }
 
     #[tokio::test]

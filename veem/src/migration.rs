@@ -90,6 +90,13 @@ impl Veem {
             Dest::Site(s) => {
                 if s != &self.cfg.site_id {
                     peers::peer(&self.cfg, s).map_err(|e| VeemError::field("to_site", e))?;
+                    if !v.nics.is_empty() {
+                        return Err(VeemError::field(
+                            "to_site",
+                            format!("VEE {vee_id} is on service networks, which are not stretched to peer sites yet"),
+                        )
+                        .into());
+                    }
                     if !v.migration_policy.allows_peer_site() {
                         bail!(
                             "VEE {vee_id}: its SLA's migration policy is \"{}\", not federation",

@@ -21,7 +21,7 @@ pub(super) fn raw_xml(template: &str, vee_dir: &Path, vee_id: &str, raw_dir: &Pa
     x.replace(&format!("<uuid>{vee_id}</uuid>"), &format!("<uuid>{}</uuid>", uuid::Uuid::new_v4()))
 }
 
-fn new_overlay(base: &Path, overlay: &Path, size: u64) -> Result<()> {
+pub(super) fn new_overlay(base: &Path, overlay: &Path, size: u64) -> Result<()> {
     run_cmd(
         "qemu-img",
         &[

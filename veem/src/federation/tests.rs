@@ -127,3 +127,25 @@ async fn a_silent_peers_vee_is_recovered_at_home_and_its_copy_fenced_when_the_pe
     assert!(!b.host("b1").runs(&vee), "B's copy is fenced: {:?}", b.host("b1").calls());
     assert!(a.host("a1").runs(&vee));
 }
+
+#[tokio::test]
+async fn a_vee_on_service_networks_never_goes_to_a_peer_site() {
+    let a = FakeSite::start_site("site-a", &["a1"], A_PEERS_WITH_B);
+    let b = FakeSite::start_site("site-b", &["b1"], B_TRUSTS_A);
+    a.peer_with(&b, "a-to-b-token");
+    let networked = federated().replace("disk_gib = 1\n", "disk_gib = 1\nnetworks = [\"backend\"]\n")
+        + "[[network]]\nname = \"backend\"\nkind = \"internal\"\n";
+    let vee = a.running_service(&networked).remove(0);
+    let e = format!(
+        "{:#}",
+        a.veem
+            .propose(&vee, Dest::Site("site-b".into()), "maintenance", "test")
+            .unwrap_err()
+    );
+    assert!(e.contains("to_site") && e.contains("service networks"), "{e}");
+    // Nor when its host fails and no local host is left: the peer is not asked.
+    let e = format!("{:#}", a.veem.recover_at_peer(&vee, None).await.unwrap_err());
+    assert!(e.contains("service networks"), "{e}");
+    assert!(b.veem.vees().unwrap().is_empty(), "site B got the VEE");
+    assert!(!b.host("b1").calls().iter().any(|c| c.contains(&vee)), "{:?}", b.host("b1").calls());
+}
