@@ -113,6 +113,33 @@ struct Ctx {
 }
 
 impl Ctx {
+    /// Live-migrates `spec`'s VEE from A to B through the VHI (B prepares,
+    /// A migrates out, B completes): the last progress report. On failure
+    /// B's preparation and A's copy are removed.
+    async fn migrate_to_b(&mut self, spec: &VeeSpec) -> Result<MigrationProgress> {
+        let vee = spec.vee_id.clone();
+        let target = self.cb.prepare_incoming(spec.clone()).await?.into_inner();
+        let req = MigrateOutRequest {
+            vee_id: vee.clone(),
+            target: Some(target),
+            max_downtime_ms: 0,
+            bandwidth_mib_s: 0,
+        };
+        let mut stream = self.ca.migrate_out(req).await?.into_inner();
+        let mut last = None;
+        while let Some(p) = stream.next().await {
+            last = Some(p?);
+        }
+        let last = last.context("MigrateOut sent nothing")?;
+        if last.phase() != MigrationPhase::Done {
+            let _ = self.cb.abort_incoming(VeeRef { vee_id: vee.clone() }).await;
+            let _ = self.ca.destroy(DestroyRequest { vee_id: vee, remove: true }).await;
+            bail!("migration {}: {}", last.phase(), last.error);
+        }
+        self.cb.complete_incoming(VeeRef { vee_id: vee }).await?;
+        Ok(last)
+    }
+
     /// After a failed repetition: waits (up to 2 min) for both libvirtds,
     /// then removes the repetition's VEE through both VEEHs and destroys
     /// every tracked domain.
@@ -432,30 +459,7 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
     let now = vhi_wait_tick(ca, &vee, 1, Duration::from_secs(60)).await?;
     vhi_wait_tick(ca, &vee, now + 1, Duration::from_secs(60)).await?;
 
-    let target = ctx.cb.prepare_incoming(spec.clone()).await?.into_inner();
-    let req = MigrateOutRequest {
-        vee_id: vee.clone(),
-        target: Some(target),
-        max_downtime_ms: 0,
-        bandwidth_mib_s: 0,
-    };
-    let mut stream = ca.migrate_out(req).await?.into_inner();
-    let mut last = None;
-    while let Some(p) = stream.next().await {
-        last = Some(p?);
-    }
-    let last = last.context("MigrateOut sent nothing")?;
-    if last.phase() != interfaces::vhi::MigrationPhase::Done {
-        let _ = ctx.cb.abort_incoming(VeeRef { vee_id: vee.clone() }).await;
-        let _ = ca
-            .destroy(DestroyRequest {
-                vee_id: vee.clone(),
-                remove: true,
-            })
-            .await;
-        bail!("migration {}: {}", last.phase(), last.error);
-    }
-    ctx.cb.complete_incoming(VeeRef { vee_id: vee.clone() }).await?;
+    let last = ctx.migrate_to_b(&spec).await?;
     s.migrate.0.push(last.total_ms as f64 / 1000.0);
     s.mig_downtime.0.push(last.downtime_ms as f64 / 1000.0);
     let now = vhi_wait_tick(&mut ctx.cb, &vee, 1, Duration::from_secs(60)).await?;

@@ -9,7 +9,6 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use futures::StreamExt;
 use interfaces::vhi::*;
 use tokio::io::AsyncBufReadExt;
 use vee_testkit::lab::SITE_A_URI;
@@ -113,23 +112,7 @@ async fn ours(ctx: &mut Ctx, n: &Net, s: &mut NetSamples) -> Result<()> {
     while seen.len() < 5 {
         seen.push(rx.recv().await.context("the tick stream ended")?);
     }
-    let target = ctx.cb.prepare_incoming(spec.clone()).await?.into_inner();
-    let req = MigrateOutRequest {
-        vee_id: vee.clone(),
-        target: Some(target),
-        max_downtime_ms: 0,
-        bandwidth_mib_s: 0,
-    };
-    let mut progress = ctx.ca.migrate_out(req).await?.into_inner();
-    let mut last = None;
-    while let Some(p) = progress.next().await {
-        last = Some(p?);
-    }
-    let last = last.context("MigrateOut sent nothing")?;
-    if last.phase() != MigrationPhase::Done {
-        bail!("migration {}: {}", last.phase(), last.error);
-    }
-    ctx.cb.complete_incoming(VeeRef { vee_id: vee.clone() }).await?;
+    let last = ctx.migrate_to_b(&spec).await?;
     let after = seen.len() + 10;
     while seen.len() < after {
         let next = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await;
