@@ -158,6 +158,22 @@ async fn lab_live_migration_and_restore_elsewhere_keep_the_nic_and_its_bridge() 
         "{xml}"
     );
     assert_eq!(taps(&br).len(), 1, "B's tap, only");
+    // The guest sends nothing of its own once it has its lease; right after
+    // the switch-over the bridge knows its MAC behind B's tap: QEMU's
+    // self-announce after a migration (on by default, no flag needed).
+    let tap = taps(&br)[0].split(": ").nth(1).unwrap().split('@').next().unwrap().to_string();
+    let mut fdb = String::new();
+    for _ in 0..40 {
+        fdb = String::from_utf8_lossy(&Command::new("bridge").args(["fdb", "show", "br", &br]).output().unwrap().stdout).into_owned();
+        if fdb.lines().any(|l| l.starts_with(mac) && l.contains(&format!("dev {tap} "))) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        fdb.lines().any(|l| l.starts_with(mac) && l.contains(&format!("dev {tap} "))),
+        "the guest's MAC is not learned behind B's tap {tap}:\n{fdb}"
+    );
     wait_tick(&mut cb, &vee, 1, Duration::from_secs(30)).await;
 
     // Checkpoint at B, B's copy gone (the bridge with it), restore at A:
