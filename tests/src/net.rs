@@ -49,3 +49,16 @@ pub async fn http_get(url: &str) -> Option<String> {
     let r = client.get(url).send().await.ok()?.error_for_status().ok()?;
     r.text().await.ok()
 }
+
+/// Polls `GET url` every 250 ms until it answers (at most `timeout`): the
+/// body and how long it took, or `None`.
+pub async fn wait_http(url: &str, timeout: std::time::Duration) -> Option<(String, std::time::Duration)> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < timeout {
+        if let Some(body) = http_get(url).await {
+            return Some((body, start.elapsed()));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    None
+}

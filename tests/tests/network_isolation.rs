@@ -28,6 +28,22 @@ impl Guest {
     /// [`Guest::new`] on the host whose network namespace is `host_ns`
     /// (empty: this one).
     fn on_host(host_ns: &str, name: &str, bridge: &str, address: &str, gateway: &str) -> Guest {
+        let g = Guest::attach(host_ns, name, bridge);
+        let ns = &g.ns;
+        for cmd in [
+            format!("ip -n {ns} addr add {address} dev eth0"),
+            format!("ip -n {ns} link set eth0 up"),
+            format!("ip -n {ns} route add default via {gateway}"),
+        ] {
+            let (ok, out) = sh(&cmd);
+            assert!(ok, "{cmd}: {out}");
+        }
+        g
+    }
+
+    /// A namespace whose `eth0` (down, no address) is joined to `bridge`
+    /// on the host whose network namespace is `host_ns` (empty: this one).
+    fn attach(host_ns: &str, name: &str, bridge: &str) -> Guest {
         let ns = format!("vg-{name}");
         let host_end = format!("v{name}");
         let on = if host_ns.is_empty() {
@@ -40,9 +56,6 @@ impl Guest {
             format!("ip {on}link add {host_end} type veth peer name eth0 netns {ns}"),
             format!("ip {on}link set {host_end} master {bridge} up"),
             format!("ip -n {ns} link set lo up"),
-            format!("ip -n {ns} addr add {address} dev eth0"),
-            format!("ip -n {ns} link set eth0 up"),
-            format!("ip -n {ns} route add default via {gateway}"),
         ] {
             let (ok, out) = sh(&cmd);
             assert!(ok, "{cmd}: {out}");
@@ -280,33 +293,24 @@ async fn lab_service_networks_are_isolated_from_each_other_and_from_the_host() {
 /// A DHCP client with MAC `mac` on `bridge` (a namespace, removed after):
 /// the address it was given, if any (busybox `udhcpc`, 4 tries).
 fn dhcp_lease(tag: &str, bridge: &str, mac: &str) -> Option<String> {
-    let (ns, host_end) = (format!("vd-{tag}"), format!("d{tag}"));
+    let g = Guest::attach("", tag, bridge);
     let script = std::env::temp_dir().join(format!("lease-{tag}.sh"));
     std::fs::write(&script, "#!/bin/sh\n[ \"$1\" = bound ] && echo \"LEASE $ip\"\nexit 0\n").unwrap();
     let _ = sh(&format!("chmod +x {}", script.display()));
     for cmd in [
-        format!("ip netns add {ns}"),
-        format!("ip link add {host_end} type veth peer name eth0 netns {ns}"),
-        format!("ip link set {host_end} master {bridge} up"),
-        format!("ip -n {ns} link set eth0 address {mac}"),
-        format!("ip -n {ns} link set eth0 up"),
+        format!("ip -n {} link set eth0 address {mac}", g.ns),
+        format!("ip -n {} link set eth0 up", g.ns),
     ] {
         let (ok, out) = sh(&cmd);
         assert!(ok, "{cmd}: {out}");
     }
     let (_, out) = sh(&format!(
-        "ip netns exec {ns} busybox udhcpc -i eth0 -n -q -t 4 -T 1 -s {}",
+        "ip netns exec {} busybox udhcpc -i eth0 -n -q -t 4 -T 1 -s {}",
+        g.ns,
         script.display()
     ));
-    let _ = sh(&format!("ip netns del {ns}"));
+    drop(g);
     let _ = std::fs::remove_file(&script);
-    // The kernel takes the veth off the bridge in the background.
-    for _ in 0..100 {
-        if !sh(&format!("ip link show dev {host_end}")).0 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
     out.lines().find_map(|l| l.strip_prefix("LEASE ").map(str::to_string))
 }
 

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use e2e::daemons::{console, ImageRepo, Veeh};
-use e2e::net::{dropped, http_get, sh, Forwarding};
+use e2e::net::{dropped, http_get, sh, wait_http, Forwarding};
 use e2e::site::{self, host_of, Veem, ACME, GLOBEX};
 use e2e::{guest, lab};
 use interfaces::vmi::*;
@@ -260,14 +260,9 @@ async fn lab_the_outside_reaches_declared_ports_only_and_a_tcp_connection_surviv
     let info = veem.wait_vee(id, "running", BOOT, |i| i.state() == VeeState::Running).await;
     let (internal, external) = (address(&info), info.nics[0].external_address.clone());
     assert!(external.starts_with("10.80.1."), "{external}");
-    let mut page = None;
-    for _ in 0..120 {
-        page = http_get(&format!("http://{internal}/")).await;
-        if page.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let page = wait_http(&format!("http://{internal}/"), Duration::from_secs(60))
+        .await
+        .map(|(p, _)| p);
     assert!(page.is_some_and(|p| p.starts_with("tick ")), "the guest serves HTTP at {internal}");
 
     // From outside: the declared port answers at the external address; the
@@ -374,15 +369,10 @@ async fn lab_the_outside_reaches_declared_ports_only_and_a_tcp_connection_surviv
         .await;
     let nic = |i: &VeeInfo| (i.nics[0].mac.clone(), i.nics[0].address.clone(), i.nics[0].external_address.clone());
     assert_eq!(nic(&back), nic(&info), "MAC, address and external address kept");
-    let mut answered = None;
-    for _ in 0..120 {
-        if http_get(&format!("http://{internal}/")).await.is_some() {
-            answered = Some(down.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let answered = answered.expect("the restored VEE answers HTTP at its address");
+    wait_http(&format!("http://{internal}/"), Duration::from_secs(30))
+        .await
+        .expect("the restored VEE answers HTTP at its address");
+    let answered = down.elapsed();
     println!("after the host failure the VEE answered HTTP again in {answered:?}");
     let (ok, first) = outside(&format!("sh -c 'busybox nc {external} 7000 </dev/null | head -n 1'"));
     assert!(

@@ -152,9 +152,14 @@ pub async fn release_networks(nics: &[Nic]) {
     }
 }
 
+/// The VXLAN interface on bridge `br` (`vb<VNI>` -> `vx<VNI>`).
+fn vxlan_of(br: &str) -> String {
+    format!("vx{}", br.trim_start_matches("vb"))
+}
+
 /// Whether bridge `br` has no port but its VXLAN interface (no NIC on it).
 async fn unused(br: &str) -> bool {
-    let vx = format!("vx{}", br.trim_start_matches("vb"));
+    let vx = vxlan_of(br);
     match ip(&["-o", "link", "show", "master", br]).await {
         Ok(ports) => ports
             .lines()
@@ -168,7 +173,7 @@ async fn unused(br: &str) -> bool {
 async fn remove_network(br: &str) {
     dhcp::remove(br).await;
     isolation::forget(br).await;
-    let vx = format!("vx{}", br.trim_start_matches("vb"));
+    let vx = vxlan_of(br);
     for dev in [vx.as_str(), br] {
         if exists(dev).await {
             if let Err(e) = ip(&["link", "del", "dev", dev]).await {
