@@ -229,10 +229,12 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
 
     // Image repository and the guest's images in it.
     let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
+    // At site A's end of the WAN: site B's VEEH pulls across it.
+    let listen = format!("{}:{port}", vee_testkit::lab::SITE_A_ADDR);
     let token = format!("bench-{}", short_id());
     let data = dir.join("repo");
     let mut repo_daemon = Daemon::spawn(
+        vee_testkit::lab::Place::SiteA,
         "image-repo",
         "image-repo",
         &["serve", "--listen", &listen, "--data", data.to_str().unwrap(), "--token", &token],

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::lab::try_binary;
+use crate::lab::{try_binary, Place};
 
 /// A child process killed (SIGKILL) on drop.
 pub struct Daemon {
@@ -19,10 +19,21 @@ impl Daemon {
     /// `dir/<name>.log` (`RUST_LOG` as in the environment, else `info`).
     /// Errors: the binary is not built or does not start.
     pub fn try_spawn(name: &str, bin: &str, args: &[&str], dir: &Path) -> Result<Self, String> {
+        Self::try_spawn_at(Place::SiteA, name, bin, args, dir)
+    }
+
+    /// [`Daemon::try_spawn`] at `place` of the lab (site B: in its
+    /// namespaces, through `nsenter`, which execs: the child's pid is the
+    /// daemon's).
+    pub fn try_spawn_at(place: Place, name: &str, bin: &str, args: &[&str], dir: &Path) -> Result<Self, String> {
         let log = dir.join(format!("{name}.log"));
         let f = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let out = f.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new(try_binary(bin)?)
+        let bin_path = try_binary(bin)?;
+        let mut cmd = place.enter()?;
+        cmd.push(bin_path.to_string_lossy().into_owned());
+        let child = Command::new(&cmd[0])
+            .args(&cmd[1..])
             .args(args)
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
@@ -40,6 +51,11 @@ impl Daemon {
     /// [`Daemon::try_spawn`], panicking (tests).
     pub fn spawn(name: &str, bin: &str, args: &[&str], dir: &Path) -> Self {
         Self::try_spawn(name, bin, args, dir).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Daemon::try_spawn_at`], panicking (tests).
+    pub fn spawn_at(place: Place, name: &str, bin: &str, args: &[&str], dir: &Path) -> Self {
+        Self::try_spawn_at(place, name, bin, args, dir).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// SIGKILL, as a crash would.

@@ -6,12 +6,79 @@ use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
+/// Site A's end of the lab's WAN (veth `vee-wan0`, root network
+/// namespace): site A's daemons that site B calls listen here.
+pub const SITE_A_ADDR: &str = "10.77.0.1";
+/// Site B's end of the WAN (`wan0` in network namespace `vee-siteb`):
+/// site B's libvirtd, VEEHs and VEEM listen here.
+pub const SITE_B_ADDR: &str = "10.77.0.2";
 /// Site A's libvirtd (the machine's own).
 pub const SITE_A_URI: &str = "qemu:///system";
-/// Site A's libvirtd as a peer site's libvirtd reaches it (migrations to A).
-pub const SITE_A_PEER_URI: &str = "qemu+tcp://127.0.0.1:16509/system";
-/// Site B's libvirtd (a second libvirtd in its own namespace).
-pub const SITE_B_URI: &str = "qemu+tcp://127.0.0.1:16510/system";
+/// Site A's libvirtd as site B's libvirtd (and site A's second host)
+/// reaches it: migrations to A.
+pub const SITE_A_PEER_URI: &str = "qemu+tcp://10.77.0.1:16509/system";
+/// Site A's second host: a second libvirtd in its own mount and UTS
+/// namespace, same network namespace (in-site migrations).
+pub const SITE_A2_URI: &str = "qemu+tcp://127.0.0.1:16510/system";
+/// Site B's libvirtd, in site B's network, mount and UTS namespaces.
+pub const SITE_B_URI: &str = "qemu+tcp://10.77.0.2:16510/system";
+/// The pid file of site B's libvirtd: its namespaces are site B's.
+pub const SITE_B_PID_FILE: &str = "/var/lib/vee-lab/run/site-b-libvirtd.pid";
+
+/// Where a daemon of the lab runs: the address it listens on and the
+/// command prefix that puts it there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// Site A (and its second host): the root namespaces; daemons listen
+    /// on site A's end of the WAN, [`SITE_A_ADDR`].
+    SiteA,
+    /// Site B: the namespaces of site B's libvirtd; address [`SITE_B_ADDR`].
+    SiteB,
+}
+
+impl Place {
+    /// The place of a VEEH on libvirt `uri`.
+    pub fn of_uri(uri: &str) -> Self {
+        if uri == SITE_B_URI {
+            Place::SiteB
+        } else {
+            Place::SiteA
+        }
+    }
+
+    /// The place of the VEEM of `site_id`: `site-b` runs at site B, every
+    /// other site in the root namespaces.
+    pub fn of_site(site_id: &str) -> Self {
+        if site_id == "site-b" {
+            Place::SiteB
+        } else {
+            Place::SiteA
+        }
+    }
+
+    /// The address daemons here listen on and migrate to.
+    pub fn addr(self) -> &'static str {
+        match self {
+            Place::SiteA => SITE_A_ADDR,
+            Place::SiteB => SITE_B_ADDR,
+        }
+    }
+
+    /// The command prefix that runs a program here: nothing at site A;
+    /// `nsenter` into site B's libvirtd's network, mount and UTS namespaces
+    /// (its private /run: the VEEH's network state is site B's own).
+    /// Errors when site B's libvirtd does not run (`scripts/setup-host`).
+    pub fn enter(self) -> Result<Vec<String>, String> {
+        match self {
+            Place::SiteA => Ok(vec![]),
+            Place::SiteB => {
+                let pid = std::fs::read_to_string(SITE_B_PID_FILE)
+                    .map_err(|e| format!("{SITE_B_PID_FILE}: {e}; run scripts/setup-host"))?;
+                Ok(["nsenter", "-t", pid.trim(), "-m", "-n", "-u", "--"].map(String::from).to_vec())
+            }
+        }
+    }
+}
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {

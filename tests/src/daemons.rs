@@ -11,10 +11,11 @@ use interfaces::vhi::{ConsoleRequest, IncomingTarget, MigrateOutRequest, Migrati
 use tonic::transport::Channel;
 
 use crate::guest::{last_tick, GuestImage};
-use crate::lab::free_port;
+use crate::lab::{free_port, Place};
 pub use vee_testkit::daemon::Daemon;
 
-/// A running `image-repo serve` on a loopback port.
+/// A running `image-repo serve` at site A's end of the WAN (both sites'
+/// VEEHs pull from it; site B's pulls cross the WAN).
 pub struct ImageRepo {
     pub daemon: Daemon,
     pub url: String,
@@ -25,7 +26,7 @@ impl ImageRepo {
     pub async fn start(dir: &Path) -> Self {
         let port = free_port();
         let data = dir.join("repo");
-        let listen = format!("127.0.0.1:{port}");
+        let listen = format!("{}:{port}", crate::lab::SITE_A_ADDR);
         let token = "test-write-token".to_string();
         let daemon = Daemon::spawn(
             "image-repo",
@@ -129,7 +130,9 @@ impl Drop for Veeh {
 impl Veeh {
     /// Starts a VEEH named `<host>-<random>` (so domains a failed run left
     /// behind belong to nobody here) of `site` on libvirt `uri`, state under
-    /// `dir/<host>`, capacity 2 vCPUs / 1024 MiB / 20 GiB.
+    /// `dir/<host>`, capacity 2 vCPUs / 1024 MiB / 20 GiB. On site B's
+    /// libvirtd it runs in site B's namespaces ([`Place`]); it listens,
+    /// migrates and has its VTEP at its place's end of the WAN.
     pub async fn start(dir: &Path, host: &str, site: &str, uri: &str, repo: &ImageRepo) -> Self {
         let port = free_port();
         let host = &format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
@@ -140,16 +143,18 @@ impl Veeh {
         } else {
             uri
         };
+        let place = Place::of_uri(uri);
+        let addr = place.addr();
         let cfg = format!(
-            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"127.0.0.1\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n",
+            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n",
             state_dir.display(),
             repo.url,
             repo.token
         );
         let cfg_path = dir.join(format!("{host}.toml"));
         std::fs::write(&cfg_path, cfg).unwrap();
-        let daemon = Daemon::spawn(host, "veeh", &["serve", "--config", cfg_path.to_str().unwrap()], dir);
-        let endpoint = format!("http://127.0.0.1:{port}");
+        let daemon = Daemon::spawn_at(place, host, "veeh", &["serve", "--config", cfg_path.to_str().unwrap()], dir);
+        let endpoint = format!("http://{addr}:{port}");
         let mut v = Self {
             daemon,
             host: host.into(),
@@ -183,7 +188,8 @@ impl Veeh {
     pub async fn restart(&mut self) {
         self.daemon.kill();
         let dir = self.config.parent().unwrap().to_path_buf();
-        self.daemon = Daemon::spawn(
+        self.daemon = Daemon::spawn_at(
+            Place::of_uri(&self.uri),
             &format!("{}-again", self.host),
             "veeh",
             &["serve", "--config", self.config.to_str().unwrap()],

@@ -9,7 +9,7 @@ use interfaces::vmi::{Action, ManifestRequest, NegotiateReply, ServiceInfo, VeeA
 use veem::peers::{Bearer, PeerClient};
 
 use crate::daemons::{Daemon, ImageRepo, Veeh};
-use crate::lab::free_port;
+use crate::lab::{free_port, Place};
 
 /// Token of service provider `acme`.
 pub const ACME: &str = "sp-acme-token";
@@ -53,7 +53,8 @@ pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, host
         }
     }
     let mut cfg = format!(
-        "site_id = \"{site_id}\"\nlisten = \"127.0.0.1:{port}\"\ndb = \"{}\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n{defaults}{extra}\n",
+        "site_id = \"{site_id}\"\nlisten = \"{}:{port}\"\ndb = \"{}\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n{defaults}{extra}\n",
+        Place::of_site(site_id).addr(),
         dir.join(format!("{site_id}.db")).display(),
         repo.url,
         repo.token
@@ -87,7 +88,9 @@ impl Veem {
     /// Starts the VEEM of `config` listening on `port`; waits until this
     /// VEEM (not whatever else may hold the port) answers a VMI call.
     pub async fn start(dir: &Path, site_id: &str, port: u16, config: PathBuf) -> Self {
-        let daemon = Daemon::spawn(
+        let place = Place::of_site(site_id);
+        let daemon = Daemon::spawn_at(
+            place,
             &format!("veem-{site_id}"),
             "veem",
             &["serve", "--config", config.to_str().unwrap()],
@@ -96,7 +99,7 @@ impl Veem {
         let mut v = Self {
             daemon,
             site_id: site_id.into(),
-            endpoint: format!("http://127.0.0.1:{port}"),
+            endpoint: endpoint(site_id, port),
             config,
             dir: dir.into(),
         };
@@ -210,6 +213,12 @@ pub async fn vee_action(c: &mut PeerClient, vee: &str, action: Action) -> Result
 }
 
 /// A free port for a VEEM.
+/// The VMI endpoint of site `site_id`'s VEEM on `port` (at its place of
+/// the lab: peers call it across the WAN).
+pub fn endpoint(site_id: &str, port: u16) -> String {
+    format!("http://{}:{port}", Place::of_site(site_id).addr())
+}
+
 pub fn port() -> u16 {
     free_port()
 }

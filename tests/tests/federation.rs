@@ -39,13 +39,13 @@ async fn two_sites(name: &str, a_extra: &str) -> Lab {
     let (pa, pb) = (site::port(), site::port());
     let to_b = PeerLink {
         site_id: "site-b".into(),
-        endpoint: format!("http://127.0.0.1:{pb}"),
+        endpoint: site::endpoint("site-b", pb),
         token_out: A_TO_B.into(),
         token_in: B_TO_A.into(),
     };
     let to_a = PeerLink {
         site_id: "site-a".into(),
-        endpoint: format!("http://127.0.0.1:{pa}"),
+        endpoint: site::endpoint("site-a", pa),
         token_out: B_TO_A.into(),
         token_in: A_TO_B.into(),
     };

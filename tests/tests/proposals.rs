@@ -47,7 +47,7 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
     // Two hosts of site A on two libvirtds (libvirt refuses to migrate a
     // domain to the libvirtd it runs on): c2 uses the lab's second one.
     let c1 = Veeh::start(&dir, "c1", "site-a", lab::SITE_A_URI, &repo).await;
-    let c2 = Veeh::start(&dir, "c2", "site-a", lab::SITE_B_URI, &repo).await;
+    let c2 = Veeh::start(&dir, "c2", "site-a", lab::SITE_A2_URI, &repo).await;
     let port = site::port();
     // Striping spreads the two services; consolidation then packs them.
     // settle: both guests tick before either may be moved.
@@ -174,7 +174,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     let repo = ImageRepo::start(&dir).await;
     let ids = repo.push_guest(&guest::image()).await;
     let r1 = Veeh::start(&dir, "k1", "site-a", lab::SITE_A_URI, &repo).await;
-    let r2 = Veeh::start(&dir, "k2", "site-a", lab::SITE_B_URI, &repo).await;
+    let r2 = Veeh::start(&dir, "k2", "site-a", lab::SITE_A2_URI, &repo).await;
     let port = site::port();
     // Heartbeats every 2 s (a silent VEEH costs 2 s more each); a host
     // fails only after 20 misses, so a short stop is a risk, not a failure.
@@ -331,7 +331,7 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
     let repo = ImageRepo::start(&dir).await;
     let ids = repo.push_guest(&guest::image()).await;
     let h1 = Veeh::start(&dir, "h1", "site-a", lab::SITE_A_URI, &repo).await;
-    let h2 = Veeh::start(&dir, "h2", "site-a", lab::SITE_B_URI, &repo).await;
+    let h2 = Veeh::start(&dir, "h2", "site-a", lab::SITE_A2_URI, &repo).await;
     let port = site::port();
     // 1 MiB/s: the migration of the guest's 128 MiB takes minutes.
     let extra = "[migration]\nbandwidth_mib_s = 1\n";
@@ -387,7 +387,7 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
 
     // The source host hangs: its VEEH stops, its domain dies with it.
     signal(src, "-STOP");
-    let uri = if src.host == h1.host { lab::SITE_A_URI } else { lab::SITE_B_URI };
+    let uri = if src.host == h1.host { lab::SITE_A_URI } else { lab::SITE_A2_URI };
     veeh::hypervisor::Hypervisor::open(uri, &src.host).unwrap().destroy(&vee).unwrap();
 
     let start = Instant::now();

@@ -243,8 +243,8 @@ async fn lab_the_outside_reaches_declared_ports_only_and_a_tcp_connection_surviv
     let ids = repo.push_guest(&guest::image()).await;
     let mut a1 = Veeh::start(&dir, "a1", "site-a", lab::SITE_A_URI, &repo).await;
     // The second host runs on the lab's other libvirtd (a live migration
-    // needs two), in the same network namespace.
-    let mut a2 = Veeh::start(&dir, "a2", "site-a", lab::SITE_B_URI, &repo).await;
+    // needs two), in the same network namespace (site A's second host).
+    let mut a2 = Veeh::start(&dir, "a2", "site-a", lab::SITE_A2_URI, &repo).await;
     let port = site::port();
     let pools = "[networks]\nexternal_pool = \"10.80.1.0/28\"\n";
     let cfg = site::write_config(&dir, "site-a", port, &repo, &[&a1, &a2], &[], pools);
@@ -357,7 +357,7 @@ async fn lab_the_outside_reaches_declared_ports_only_and_a_tcp_connection_surviv
     let (failed, uri) = if to == a1.host {
         (&mut a1, lab::SITE_A_URI)
     } else {
-        (&mut a2, lab::SITE_B_URI)
+        (&mut a2, lab::SITE_A2_URI)
     };
     failed.daemon.kill();
     veeh::hypervisor::Hypervisor::open(uri, &to).unwrap().destroy(id).unwrap();

@@ -133,7 +133,8 @@ async fn lab_live_migration_and_restore_elsewhere_keep_the_nic_and_its_bridge() 
     let repo = ImageRepo::start(&dir).await;
     let ids = repo.push_guest(&guest::image()).await;
     let a1 = Veeh::start(&dir, "a1", "site-a", lab::SITE_A_URI, &repo).await;
-    let b1 = Veeh::start(&dir, "b1", "site-b", lab::SITE_B_URI, &repo).await;
+    // The second host of site A: same kernel, so one bridge to look at.
+    let b1 = Veeh::start(&dir, "a2", "site-a", lab::SITE_A2_URI, &repo).await;
     let (mut ca, mut cb) = (a1.client().await, b1.client().await);
     let vni = 24_000 + u32::from(uuid::Uuid::new_v4().as_bytes()[0]) * 16;
     let br = format!("vb{vni}");
@@ -145,14 +146,14 @@ async fn lab_live_migration_and_restore_elsewhere_keep_the_nic_and_its_bridge() 
     ca.start(VeeRef { vee_id: vee.clone() }).await.unwrap();
     wait_tick(&mut ca, &vee, 3, Duration::from_secs(120)).await;
 
-    // Live migration to site B: B's VEEH readies the bridge, the NIC keeps
-    // its MAC, and the bridge stays while B's tap is on it.
+    // Live migration to the second host ("B"): its VEEH readies the bridge,
+    // the NIC keeps its MAC, and the bridge stays while B's tap is on it.
     let target = cb.prepare_incoming(spec.clone()).await.unwrap().into_inner();
     let progress = migrate(&mut ca, &vee, target, 0).await;
     let last = progress.last().unwrap();
     assert_eq!(last.phase(), MigrationPhase::Done, "{}", last.error);
     cb.complete_incoming(VeeRef { vee_id: vee.clone() }).await.unwrap();
-    let xml = dumpxml(lab::SITE_B_URI, &vee);
+    let xml = dumpxml(lab::SITE_A2_URI, &vee);
     assert!(
         xml.contains(&format!("<mac address='{mac}'/>")) && xml.contains(&format!("<source bridge='{br}'/>")),
         "{xml}"

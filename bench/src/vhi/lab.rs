@@ -11,7 +11,7 @@ use interfaces::vhi::vhi_client::VhiClient;
 use interfaces::vhi::ConsoleRequest;
 use tonic::transport::Channel;
 use vee_testkit::guest::last_tick;
-use vee_testkit::lab::{free_port, SITE_A_URI, SITE_B_URI};
+use vee_testkit::lab::{free_port, Place, SITE_A_PEER_URI, SITE_A_URI, SITE_B_URI};
 
 use super::POLL;
 
@@ -58,8 +58,9 @@ pub(super) static PIDS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::
 pub(super) struct Daemon(vee_testkit::daemon::Daemon);
 
 impl Daemon {
-    pub(super) fn spawn(name: &str, bin: &str, args: &[&str], dir: &Path) -> Result<Self> {
-        let d = vee_testkit::daemon::Daemon::try_spawn(name, bin, args, dir).map_err(anyhow::Error::msg)?;
+    /// Starts `bin` at `place` of the lab (site B: in its namespaces).
+    pub(super) fn spawn(place: Place, name: &str, bin: &str, args: &[&str], dir: &Path) -> Result<Self> {
+        let d = vee_testkit::daemon::Daemon::try_spawn_at(place, name, bin, args, dir).map_err(anyhow::Error::msg)?;
         PIDS.lock().unwrap().extend(d.pid());
         Ok(Self(d))
     }
@@ -134,14 +135,17 @@ pub(super) async fn start_veeh(dir: &Path, name: &str, site: &str, uri: &str, re
     let host = format!("{name}-{}", short_id());
     let state_dir = dir.join(&host);
     std::fs::create_dir_all(&state_dir)?;
+    let place = Place::of_uri(uri);
+    let addr = place.addr();
+    let peer_uri = if uri == SITE_A_URI { SITE_A_PEER_URI } else { uri };
     let cfg = format!(
-        "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\nlisten = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"127.0.0.1\"\naccel = \"auto\"\nimage_repo = \"{repo_url}\"\nimage_repo_token = \"{token}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n",
+        "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{repo_url}\"\nimage_repo_token = \"{token}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n",
         state_dir.display()
     );
     let cfg_path = dir.join(format!("{host}.toml"));
     std::fs::write(&cfg_path, cfg)?;
-    let mut daemon = Daemon::spawn(&host, "veeh", &["serve", "--config", cfg_path.to_str().unwrap()], dir)?;
-    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut daemon = Daemon::spawn(place, &host, "veeh", &["serve", "--config", cfg_path.to_str().unwrap()], dir)?;
+    let endpoint = format!("http://{addr}:{port}");
     let t = Instant::now();
     while VhiClient::connect(endpoint.clone()).await.is_err() {
         daemon.check_alive()?;

@@ -121,6 +121,8 @@ pub(super) async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> 
     let dest = virsh(SITE_A_URI, &["dumpxml", "--migratable", &name])?.replace(&da.display().to_string(), &db.display().to_string());
     let dest_path = rd.join("dest.xml");
     std::fs::write(&dest_path, dest)?;
+    // To site B's end of the WAN, as the VEEH's migration does.
+    let migrate_uri = format!("tcp://{}", vee_testkit::lab::SITE_B_ADDR);
     let t = Instant::now();
     virsh(
         SITE_A_URI,
@@ -132,9 +134,9 @@ pub(super) async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> 
             "--xml",
             dest_path.to_str().unwrap(),
             "--migrateuri",
-            "tcp://127.0.0.1",
+            &migrate_uri,
             "--disks-uri",
-            "tcp://127.0.0.1",
+            &migrate_uri,
             &name,
             SITE_B_URI,
         ],
