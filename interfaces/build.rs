@@ -19,6 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ".vhi.v1.NetworkMember",
             "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]",
         )
+        .type_attribute(".vhi.v1.Vtep", "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]")
         .compile_protos(&["proto/vhi.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())

@@ -19,6 +19,7 @@ pub const GLOBEX: &str = "sp-globex-token";
 pub const OPERATOR: &str = "operator-token";
 
 /// A peer this site federates with.
+#[derive(Default)]
 pub struct PeerLink {
     pub site_id: String,
     pub endpoint: String,
@@ -26,7 +27,13 @@ pub struct PeerLink {
     pub token_out: String,
     /// Token the peer presents to this site.
     pub token_in: String,
+    /// The peer's VTEP: an overlay is agreed (`[peers.overlay]`, UDP port
+    /// [`OVERLAY_PORT`]).
+    pub overlay_vtep: Option<String>,
 }
+
+/// The UDP port of the lab's agreed overlays.
+pub const OVERLAY_PORT: u16 = 4790;
 
 /// A running `veem serve`.
 pub struct Veem {
@@ -78,6 +85,9 @@ pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, host
             "[[peers]]\nsite_id = \"{}\"\nendpoint = \"{}\"\ntoken = \"{}\"\n[peers.agreement]\nprice_per_vee_hour = 0.1\n",
             p.site_id, p.endpoint, p.token_out
         );
+        if let Some(vtep) = &p.overlay_vtep {
+            cfg += &format!("[peers.overlay]\nvtep = \"{vtep}\"\nport = {OVERLAY_PORT}\n");
+        }
     }
     let path = dir.join(format!("{site_id}.toml"));
     std::fs::write(&path, cfg).unwrap();

@@ -42,12 +42,14 @@ async fn two_sites(name: &str, a_extra: &str) -> Lab {
         endpoint: site::endpoint("site-b", pb),
         token_out: A_TO_B.into(),
         token_in: B_TO_A.into(),
+        ..Default::default()
     };
     let to_a = PeerLink {
         site_id: "site-a".into(),
         endpoint: site::endpoint("site-a", pa),
         token_out: B_TO_A.into(),
         token_in: A_TO_B.into(),
+        ..Default::default()
     };
     let ca = site::write_config(&dir, "site-a", pa, &repo, &[&a1], &[to_b], a_extra);
     let cb = site::write_config(&dir, "site-b", pb, &repo, &[&b1], &[to_a], "");

@@ -113,6 +113,7 @@ fn member(name: &str, mac: &str, address: &str, vtep: &str) -> NetworkMember {
         mac: mac.into(),
         address: address.into(),
         vtep: vtep.into(),
+        ..Default::default()
     }
 }
 
@@ -125,9 +126,9 @@ async fn lab_a_network_spans_two_kernels_over_vxlan_as_its_member_table_says() {
     let x = u32::from(r.as_bytes()[1]) % 250;
     let net = format!("10.253.{x}");
     // The other host: its own network stack, joined to this one by an
-    // underlay link (10.77.<x>.1 here, .2 there).
+    // underlay link (10.76.<x>.1 here, .2 there).
     let (remote, under) = (format!("vh-{tag}"), format!("vu{tag}"));
-    let (here_vtep, there_vtep) = (format!("10.77.{x}.1"), format!("10.77.{x}.2"));
+    let (here_vtep, there_vtep) = (format!("10.76.{x}.1"), format!("10.76.{x}.2"));
     for cmd in [
         format!("ip netns add {remote}"),
         format!("ip link add {under} type veth peer name eth0 netns {remote}"),
@@ -183,12 +184,18 @@ async fn lab_a_network_spans_two_kernels_over_vxlan_as_its_member_table_says() {
         let moved = NetworkUpdate {
             vni,
             domain: "span.internal".into(),
-            members: table(&format!("10.77.{x}.3")),
+            members: table(&format!("10.76.{x}.3")),
+            ..Default::default()
         };
         update_network(&here_vtep, &moved).await.unwrap();
         let (_, fdb) = sh(&format!("bridge fdb show dev {vx}"));
         assert!(!fdb.contains(&format!("dst {there_vtep}")), "entries for the old host stay: {fdb}");
         assert!(!a.ping(&format!("{net}.3")), "frames still reach the old host");
+        // Nor does this host take the old host's frames any more (the copy
+        // there is cut off): they are dropped on the way in, counted.
+        let before = dropped("input");
+        assert!(!b.ping(&format!("{net}.2")), "the old host's frames still come in");
+        assert!(dropped("input") > before, "the isolation table dropped them");
         // And back.
         let back = NetworkUpdate {
             members: table(&there_vtep),

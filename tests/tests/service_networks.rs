@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use e2e::daemons::{console, ImageRepo, Veeh};
-use e2e::net::{dropped, http_get, sh, wait_http, Forwarding};
+use e2e::net::{dropped, http_get, outside, sh, wait_http, Forwarding, TickClient, OUTSIDE};
 use e2e::site::{self, host_of, Veem, ACME, GLOBEX};
 use e2e::{guest, lab};
 use interfaces::vmi::*;
@@ -172,66 +172,6 @@ fn leftovers(vnis: &[u32]) -> String {
         }
     }
     left
-}
-
-/// The lab's outside (scripts/setup-host): a namespace with a client at
-/// 10.79.0.2 to which the sites' external pools (10.80.0.0/16) are routed.
-const OUTSIDE: &str = "vee-outside";
-
-/// `CMD` run in the outside namespace: (success, output).
-fn outside(cmd: &str) -> (bool, String) {
-    sh(&format!("ip netns exec {OUTSIDE} {cmd}"))
-}
-
-/// A TCP client in the outside namespace reading `tick N` lines from
-/// `addr:port`: each line with the instant it arrived.
-struct TickClient {
-    child: std::process::Child,
-    lines: std::sync::Arc<std::sync::Mutex<Vec<(std::time::Instant, String)>>>,
-}
-
-impl TickClient {
-    fn connect(addr: &str, port: u16) -> TickClient {
-        use std::io::BufRead;
-        use std::process::{Command, Stdio};
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", OUTSIDE, "busybox", "nc", addr, &port.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = child.stdout.take().unwrap();
-        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push((std::time::Instant::now(), l));
-            }
-        });
-        TickClient { child, lines }
-    }
-
-    fn count(&self) -> usize {
-        self.lines.lock().unwrap().len()
-    }
-
-    /// The tick numbers received, and the largest gap between two lines.
-    fn ticks_and_gap(&self) -> (Vec<u64>, Duration) {
-        let lines = self.lines.lock().unwrap();
-        let ticks = lines
-            .iter()
-            .filter_map(|(_, l)| l.strip_prefix("tick ")?.trim().parse().ok())
-            .collect();
-        let gap = lines.windows(2).map(|w| w[1].0 - w[0].0).max().unwrap_or_default();
-        (ticks, gap)
-    }
-}
-
-impl Drop for TickClient {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -186,6 +186,11 @@ impl Host {
                 kernel: paths.kernel.clone(),
                 initrd: paths.initrd.clone(),
                 console: Some(self.vees.console(&vee_id)),
+                bridges: rec
+                    .nics
+                    .iter()
+                    .map(|n| (n.mac.clone(), crate::network::bridge_of(n.vni, n.overlay_port)))
+                    .collect(),
             };
             let xml = domain_xml::rewrite_for(&saved, &map, &self.cfg.host)?;
             std::fs::write(dir.join("domain.xml"), &xml)?;

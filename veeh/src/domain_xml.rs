@@ -147,13 +147,35 @@ pub fn ownership(xml: &str) -> Option<Ownership> {
 }
 
 /// Paths in a domain XML that a live migration or a restore must point at
-/// the receiving host's files.
+/// the receiving host's files, and the receiving host's bridge of each
+/// interface (by MAC: a network stretched to a peer site has another
+/// bridge there).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PathMap {
     pub disk: Option<PathBuf>,
     pub kernel: Option<PathBuf>,
     pub initrd: Option<PathBuf>,
     pub console: Option<PathBuf>,
+    /// (MAC, bridge); an interface whose MAC is not here keeps its bridge.
+    pub bridges: Vec<(String, String)>,
+}
+
+/// The (MAC, bridge) of each bridged interface of domain XML `xml`.
+pub fn bridges(xml: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let doc = roxmltree::Document::parse(xml)?;
+    Ok(doc
+        .descendants()
+        .filter(|n| n.has_tag_name("interface") && n.attribute("type") == Some("bridge"))
+        .filter_map(|i| {
+            let child = |tag: &str, attr: &str| {
+                i.children()
+                    .find(|c| c.has_tag_name(tag))
+                    .and_then(|c| c.attribute(attr))
+                    .map(str::to_string)
+            };
+            Some((child("mac", "address")?, child("source", "bridge")?))
+        })
+        .collect())
 }
 
 /// Rewrites `xml` (a migratable or save-image domain XML) so that disk `vda`,
@@ -205,6 +227,20 @@ pub fn rewrite_for(xml: &str, to: &PathMap, new_owner: &str) -> anyhow::Result<S
                 .ok_or_else(|| anyhow::anyhow!("<{}> has no <source>", dev.tag_name().name()))?;
             attr_edit(source, "path", console, &mut edits)?;
         }
+    }
+    for (mac, bridge) in &to.bridges {
+        let Some(source) = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("interface"))
+            .find(|i| i.children().any(|c| c.has_tag_name("mac") && c.attribute("address") == Some(mac.as_str())))
+            .and_then(|i| i.children().find(|c| c.has_tag_name("source")))
+        else {
+            continue;
+        };
+        let a = source
+            .attribute_node("bridge")
+            .ok_or_else(|| anyhow::anyhow!("the <interface> of {mac} has no bridge"))?;
+        edits.push((a.range_value(), esc(bridge)));
     }
     let owner = doc
         .descendants()
@@ -330,15 +366,33 @@ mod tests {
     }
 
     #[test]
-    fn rewrite_points_every_path_and_the_owner_at_the_destination() {
-        let xml = generate(&spec());
+    fn rewrite_points_every_path_bridge_and_the_owner_at_the_destination() {
+        let nic = |mac: &str, bridge: &str| NicXml {
+            mac: mac.into(),
+            bridge: bridge.into(),
+            mtu: 1450,
+        };
+        let xml = generate(&DomainSpec {
+            nics: vec![nic("02:00:00:64:00:02", "vb100"), nic("02:00:00:65:00:02", "vb101")],
+            ..spec()
+        });
+        assert_eq!(
+            bridges(&xml).unwrap(),
+            [("02:00:00:64:00:02".into(), "vb100".into()), ("02:00:00:65:00:02".into(), "vb101".into())]
+        );
         let to = PathMap {
             disk: Some("/b/x/overlay.qcow2".into()),
             kernel: Some("/b/cache/k".into()),
             initrd: Some("/b/cache/i".into()),
             console: Some("/b/x/console.log".into()),
+            // A network stretched to the destination's site: its bridge there.
+            bridges: vec![("02:00:00:65:00:02".into(), "vs4790-65".into())],
         };
         let out = rewrite_for(&xml, &to, "host-b1").unwrap();
+        assert_eq!(
+            bridges(&out).unwrap(),
+            [("02:00:00:64:00:02".into(), "vb100".into()), ("02:00:00:65:00:02".into(), "vs4790-65".into())]
+        );
         for old in ["/s/a/overlay.qcow2", "/c/blobs/k", "/c/blobs/i", "/s/a/console.log"] {
             assert!(!out.contains(old), "{old} still in {out}");
         }

@@ -311,7 +311,7 @@ impl Host {
                 .iter()
                 .map(|n| domain_xml::NicXml {
                     mac: n.mac.clone(),
-                    bridge: crate::network::bridge_name(n.vni),
+                    bridge: crate::network::bridge_of(n.vni, n.overlay_port),
                     mtu: n.mtu,
                 })
                 .collect(),

@@ -107,6 +107,8 @@ impl Host {
             kernel: opt(&target.kernel_path),
             initrd: opt(&target.initrd_path),
             console: opt(&target.console_path),
+            // The destination's bridges, as it generated them.
+            bridges: domain_xml::bridges(&target.dest_xml).context("the destination's domain XML")?,
         };
         let dest_xml = domain_xml::rewrite_for(&xml, &map, &target.host).context("destination domain XML")?;
         self.event(vee_id, HostEventKind::Migrating, format!("to {}", target.host));

@@ -84,6 +84,7 @@ impl VeeRecord {
                 return Err(HostError::field(format!("nics[{i}].ports"), format!("{p} is not a TCP port")).into());
             }
             crate::network::check_members(&format!("nics[{i}]"), &n.domain, &n.members)?;
+            crate::network::check_overlay(&format!("nics[{i}]"), n.overlay_port, &n.stretched_to)?;
         }
         if spec.image.is_empty() && spec.kernel.is_empty() {
             bail!("VEE {}: needs an `image` or a `kernel` to boot", spec.vee_id);

@@ -91,6 +91,26 @@ pub struct PeerEntry {
     #[serde(default)]
     pub unavailable: bool,
     pub agreement: Agreement,
+    /// The overlay agreed with the peer (`[peers.overlay]`): without it a
+    /// VEE on service networks never goes there, nor comes from there.
+    #[serde(default)]
+    pub overlay: Option<Overlay>,
+}
+
+/// How service networks stretch between this site and a peer (E PIII §II:
+/// overlay networks spanning sites; README "Overlay across sites"): VXLAN
+/// with the primary site's VNIs, between the two sites' VTEPs.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Overlay {
+    /// The peer's VTEP (IPv4): where this site sends the frames of its
+    /// networks stretched there.
+    pub vtep: std::net::Ipv4Addr,
+    /// The UDP port both sites use for the other's networks stretched to
+    /// them (the same value in both sites' agreements): a primary's VNIs
+    /// may be a peer's own too, and the kernel keys VXLAN devices by VNI
+    /// and port. Not 4789, which each site keeps for its own networks.
+    pub port: u16,
 }
 
 /// Which migrations run without an operator's approval.
@@ -464,6 +484,17 @@ impl VeemConfig {
         }
         if self.recovery.attempts_per_host == 0 {
             bail!("field `recovery.attempts_per_host`: must be at least 1");
+        }
+        let mut ports = std::collections::HashSet::new();
+        for (i, p) in self.peers.iter().enumerate() {
+            if let Some(o) = &p.overlay {
+                if o.port == 4789 || o.port == 0 {
+                    bail!("field `peers[{i}].overlay.port`: {} is not a port for a peer's networks (4789 is this site's own)", o.port);
+                }
+                if !ports.insert(o.port) {
+                    bail!("field `peers[{i}].overlay.port`: {} is another peer's already", o.port);
+                }
+            }
         }
         let n = &self.networks;
         if !interfaces::manifest::NETWORK_PREFIXES.contains(&n.subnet_prefix) || n.subnet_prefix < n.pool.prefix_len() {

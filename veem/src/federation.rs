@@ -139,12 +139,18 @@ impl Veem {
     /// Asks peer `site` to admit VEE `v` and to boot it, restore it from a
     /// checkpoint or prepare to receive it by live migration (`how`).
     /// Errors carry the peer's refusal (its admission, agreement or host).
-    /// A VEE on service networks never goes to a peer: its networks are
-    /// not stretched to peer sites yet, so it would lose them there.
+    /// A VEE on service networks goes only to a peer with an agreed overlay
+    /// (`[peers.overlay]`): its networks are stretched there first
+    /// ([`Veem::stretch`]; a live migration's caller unstretches them when
+    /// it ends, see [`Veem::run_migration`]).
     pub async fn send_incoming(&self, site: &str, v: &VeeRec, how: Incoming) -> Result<IncomingTarget> {
-        if !v.nics.is_empty() {
-            bail!("VEE {} is on service networks, which are not stretched to peer sites yet", v.id);
+        if !v.nics.is_empty() && self.overlay(site).is_none() {
+            bail!(
+                "VEE {} is on service networks and the framework agreement with {site} has no overlay ([peers.overlay]) to stretch them there",
+                v.id
+            );
         }
+        self.stretch(v, Some(site)).await;
         let (start_fresh, restore_from) = match how {
             Incoming::Boot => (true, None),
             Incoming::Restore(cp) => (true, Some(*cp)),
@@ -157,7 +163,17 @@ impl Veem {
             start_fresh,
             restore_from,
         };
-        self.peer(site)?.prepare_incoming(req).await.map_err(|s| anyhow!("{}", s.message()))
+        let r = match self.peer(site) {
+            Ok(p) => p.prepare_incoming(req).await.map_err(|s| anyhow!("{}", s.message())),
+            Err(e) => Err(e),
+        };
+        // Refused: not on its way any more. Booted or restored there, it
+        // stays "on its way" until the caller records it at the peer; a
+        // migration until it ends.
+        if r.is_err() {
+            self.stretch(v, None).await;
+        }
+        r
     }
 
     /// Forwards an action on a VEE that runs at peer `site`; a checkpoint
@@ -222,7 +238,9 @@ impl Veem {
                         Some(c) => format!("restored from checkpoint {} at {}", c.id, p.site_id),
                         None => format!("restarted from its images at {} (no checkpoint)", p.site_id),
                     };
-                    return self.transition(&mut v, VeeState::Running, how);
+                    let r = self.transition(&mut v, VeeState::Running, how);
+                    self.sync_networks(&v.service_id).await;
+                    return r;
                 }
                 Err(e) => refusals.push(format!("{} refused: {e:#}", p.site_id)),
             }
@@ -258,6 +276,12 @@ impl Veem {
             bail!("the framework agreement with {from} does not admit guarantee {guarantee}");
         }
         crate::model::check_uuid("vee_id", &spec.vee_id)?;
+        if !spec.nics.is_empty() && self.overlay(from).is_none() {
+            bail!(
+                "VEE {} is on service networks and the framework agreement with {from} has no overlay ([peers.overlay]) to stretch them here",
+                spec.vee_id
+            );
+        }
         if let Ok(existing) = self.vee(&spec.vee_id) {
             if existing.state.is_live() || existing.state == VeeState::Migrating {
                 bail!("VEE {} is already here", spec.vee_id);
@@ -305,7 +329,7 @@ impl Veem {
         if !svc.vees.contains(&spec.vee_id) {
             svc.vees.push(spec.vee_id.clone());
         }
-        let v = VeeRec {
+        let mut v = VeeRec {
             state: if r.start_fresh { VeeState::Admitted } else { VeeState::Migrating },
             location: Location::Host(host.clone()),
             guarantee,
@@ -314,6 +338,11 @@ impl Veem {
             for_peer: Some(from.into()),
             ..VeeRec::from_spec(&spec)?
         };
+        // The primary's member tables: this site's host stretches the
+        // networks from them (checked by the VEEH before use).
+        for (nic, wire) in v.nics.iter_mut().zip(&spec.nics) {
+            nic.primary_members = wire.members.clone();
+        }
         // The reservation, the service and the VEE in one commit.
         self.commit_admission(&svc, std::slice::from_ref(&v))?;
         self.event(&v.id, &v.service_id, "incoming", format!("from {from} on {host}"));

@@ -166,6 +166,7 @@ pub fn assign(m: &Manifest, pool: &NetworkPool, taken: &Taken, vees: &[&str]) ->
                 mtu: pool.mtu,
                 external: ext,
                 ports: if ext.is_some() { net.ports.clone() } else { vec![] },
+                primary_members: vec![],
             });
         }
         all.push(nics);

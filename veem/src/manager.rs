@@ -44,6 +44,11 @@ pub struct Veem {
     busy: Mutex<std::collections::HashSet<String>>,
     /// Held while a service's networks are assigned and committed.
     pub(crate) ipam: Mutex<()>,
+    /// VEE ID -> peer site: VEEs on their way to a peer site (booted,
+    /// restored or live-migrated there). Their networks are stretched there
+    /// before they arrive, so that the first frame after the switch-over
+    /// (or the first DHCP request) finds its way back.
+    pub(crate) stretching: Mutex<BTreeMap<String, String>>,
     /// Cancelled when the VEEM stops: event streams end.
     pub(crate) stopping: tokio_util::sync::CancellationToken,
 }
@@ -101,6 +106,7 @@ impl Veem {
             vee_locks: Mutex::new(Default::default()),
             busy: Mutex::new(Default::default()),
             ipam: Mutex::new(()),
+            stretching: Mutex::new(Default::default()),
             stopping: Default::default(),
         }))
     }

@@ -90,10 +90,12 @@ impl Veem {
             Dest::Site(s) => {
                 if s != &self.cfg.site_id {
                     peers::peer(&self.cfg, s).map_err(|e| VeemError::field("to_site", e))?;
-                    if !v.nics.is_empty() {
+                    if !v.nics.is_empty() && self.overlay(s).is_none() {
                         return Err(VeemError::field(
                             "to_site",
-                            format!("VEE {vee_id} is on service networks, which are not stretched to peer sites yet"),
+                            format!(
+                                "VEE {vee_id} is on service networks and the framework agreement with {s} has no overlay ([peers.overlay]) to stretch them there"
+                            ),
                         )
                         .into());
                     }
@@ -292,6 +294,11 @@ impl Veem {
                 }
             }
         };
+        // The networks were stretched to the destination site for the
+        // switch-over; from now on the VEE's location says where they go.
+        if matches!(dest, Dest::Site(_)) {
+            self.stretching.lock().unwrap().remove(&v.id);
+        }
         match outcome {
             Ok((total_ms, downtime_ms)) => {
                 let old = v.location.clone();
@@ -331,6 +338,8 @@ impl Veem {
                 let stays = format!("migration failed; stays at {}", m.from);
                 self.transition_committing(&mut v, VeeState::Running, stays, migration_write(&m)?)?;
                 self.migration_event(&m);
+                // Unstretched from a destination that never got the VEE.
+                self.sync_networks(&v.service_id).await;
                 Err(e)
             }
         }

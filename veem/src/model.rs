@@ -73,6 +73,11 @@ pub struct NicRec {
     pub external: Option<Ipv4Addr>,
     #[serde(default)]
     pub ports: Vec<u16>,
+    /// A VEE this site runs for a primary site: the network's member table
+    /// as the primary sent it (VNIs, addresses and VTEPs are the
+    /// primary's; this site has no other view of them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub primary_members: Vec<interfaces::vhi::NetworkMember>,
 }
 
 impl NicRec {
@@ -122,6 +127,7 @@ impl NicRec {
                 .iter()
                 .map(|p| u16::try_from(*p).map_err(|_| bad("ports", format!("{p} is not a TCP port"))))
                 .collect::<Result<_, _>>()?,
+            primary_members: vec![],
         })
     }
 }

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use anyhow::Result;
 use interfaces::manifest::Manifest;
-use interfaces::vhi::{NetworkMember, NetworkUpdate, VeeSpec};
+use interfaces::vhi::{NetworkMember, NetworkUpdate, VeeSpec, Vtep};
 
 use crate::ipam::{self, Taken};
 use crate::manager::Veem;
@@ -75,43 +75,137 @@ impl Veem {
 
 impl Veem {
     /// The VHI spec of `v` ([`VeeRec::spec`]) with, on each NIC, its
-    /// network's member table and the service's domain.
+    /// network's member table, the service's domain and the peer sites the
+    /// network is stretched to. A VEE this site runs for a primary site
+    /// gets the primary's member tables on the agreed overlay port, and no
+    /// external address (it stays at the primary).
     pub fn spec_of(&self, v: &VeeRec) -> VeeSpec {
         let mut spec = v.spec();
         if v.nics.is_empty() {
+            return spec;
+        }
+        if let Some(primary) = &v.for_peer {
+            let port = self.overlay(primary).map_or(0, |o| u32::from(o.port));
+            for (nic, wire) in v.nics.iter().zip(&mut spec.nics) {
+                wire.members = nic.primary_members.clone();
+                wire.overlay_port = port;
+                wire.external_address.clear();
+                wire.ports.clear();
+            }
             return spec;
         }
         let Ok(svc) = self.service(&v.service_id) else {
             return spec;
         };
         let siblings = self.vees_where(|o| o.service_id == v.service_id && on_network(o));
+        let stretched_to = self.stretched_to(&siblings);
         for (nic, wire) in v.nics.iter().zip(&mut spec.nics) {
             wire.domain = domain(&svc.name);
             wire.members = self.members(&siblings, &nic.network);
+            wire.stretched_to = stretched_to.clone();
         }
         spec
     }
 
+    /// The overlay agreed with peer `site` (`[peers.overlay]`), if any.
+    pub fn overlay(&self, site: &str) -> Option<&crate::config::Overlay> {
+        crate::peers::peer(&self.cfg, site).ok()?.overlay.as_ref()
+    }
+
+    /// The peer sites' VTEPs where a VEE of `vees` (one service's) runs or
+    /// is on its way to ([`Veem::stretching`]; a VEE recorded at the site it
+    /// was on its way to has arrived, and is no longer on its way).
+    fn stretched_to(&self, vees: &[VeeRec]) -> Vec<Vtep> {
+        let stretching = {
+            let mut s = self.stretching.lock().unwrap();
+            for v in vees {
+                if matches!((&v.location, s.get(&v.id)), (Location::Site(at), Some(to)) if at == to) {
+                    s.remove(&v.id);
+                }
+            }
+            s.clone()
+        };
+        let sites: BTreeSet<String> = vees
+            .iter()
+            .filter_map(|v| match &v.location {
+                Location::Site(s) if runs(v) && !self.fenced_at(v, s) => Some(s.clone()),
+                _ => None,
+            })
+            .chain(vees.iter().filter_map(|v| stretching.get(&v.id).cloned()))
+            .collect();
+        sites
+            .iter()
+            .filter_map(|s| self.overlay(s))
+            .map(|o| Vtep {
+                address: o.vtep.to_string(),
+                port: u32::from(o.port),
+            })
+            .collect()
+    }
+
     /// Network `network`'s members among `vees` (the VEEs of one service),
-    /// by name.
+    /// by name. A member at a peer site is behind the peer's VTEP and
+    /// overlay port, and carries its external address and ports: the
+    /// primary's hosts forward them to it over the overlay.
     fn members(&self, vees: &[VeeRec], network: &str) -> Vec<NetworkMember> {
         let mut members: Vec<NetworkMember> = vees
             .iter()
             .filter_map(|v| {
                 let nic = v.nics.iter().find(|n| n.network == network)?;
-                Some(NetworkMember {
+                let mut m = NetworkMember {
                     name: dns_label(v),
                     mac: nic.mac.clone(),
                     address: nic.address.addr().to_string(),
-                    vtep: match &v.location {
-                        Location::Host(h) if runs(v) => self.hosts.info(h).map(|i| i.vtep).unwrap_or_default(),
-                        _ => String::new(),
-                    },
-                })
+                    ..Default::default()
+                };
+                match &v.location {
+                    Location::Host(h) if runs(v) => m.vtep = self.hosts.info(h).map(|i| i.vtep).unwrap_or_default(),
+                    Location::Site(s) if runs(v) && !self.fenced_at(v, s) => {
+                        if let Some(o) = self.overlay(s) {
+                            m.vtep = o.vtep.to_string();
+                            m.vtep_port = u32::from(o.port);
+                            m.external_address = nic.external.map(|a| a.to_string()).unwrap_or_default();
+                            m.ports = nic.ports.iter().map(|p| u32::from(*p)).collect();
+                        }
+                    }
+                    _ => {}
+                }
+                Some(m)
             })
             .collect();
         members.sort_by(|a, b| (&a.name, &a.mac).cmp(&(&b.name, &b.mac)));
         members
+    }
+
+    /// Whether `v`'s copy at peer `site` is being fenced (the site went
+    /// silent and the VEE is recovered elsewhere, `peer_watch`): its
+    /// networks are no longer stretched there for it, so that the hosts
+    /// here stop sending its frames to that site and drop the site's
+    /// frames for them (the isolation table's `vxlan_from`) before the VEE
+    /// runs anywhere else: two copies never answer for one address.
+    fn fenced_at(&self, v: &VeeRec, site: &str) -> bool {
+        self.store
+            .get::<crate::peer_watch::FenceRec>(Tree::Fenced, &v.id)
+            .ok()
+            .flatten()
+            .is_some_and(|f| f.site == site)
+    }
+
+    /// Marks VEE `v` on its way to peer `site` (or no longer, `None`) and
+    /// sends the service's hosts their tables: its networks are stretched
+    /// there before it arrives, and unstretched when it does not.
+    pub async fn stretch(&self, v: &VeeRec, site: Option<&str>) {
+        if v.nics.is_empty() {
+            return;
+        }
+        {
+            let mut s = self.stretching.lock().unwrap();
+            match site {
+                Some(site) => s.insert(v.id.clone(), site.to_string()),
+                None => s.remove(&v.id),
+            };
+        }
+        self.sync_networks(&v.service_id).await;
     }
 
     /// A VEE of service `service_id` arrived somewhere (deployed, migrated,
@@ -133,6 +227,8 @@ impl Veem {
                 vni: n.vni,
                 domain: domain(&svc.name),
                 members: self.members(&vees, &n.name),
+                overlay_port: 0,
+                stretched_to: self.stretched_to(&vees),
             };
             for h in &hosts {
                 let Ok(vhi) = self.hosts.vhi(h) else { continue };

@@ -162,6 +162,8 @@ impl Veem {
                 site: site.into(),
             },
         )?;
+        // Cut off the overlay there first (networks::fenced_at).
+        self.sync_networks(&v.service_id).await;
         let why = format!("site {site} lost it");
         let local = match self.home_host(&v) {
             Some(host) => match self.reserve_home(&v, &host) {

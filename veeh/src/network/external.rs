@@ -13,7 +13,7 @@
 //! in-site migration in the lab both hosts are this kernel).
 
 use anyhow::{Context, Result};
-use interfaces::vhi::Nic;
+use interfaces::vhi::{NetworkMember, Nic};
 
 use super::isolation::nft;
 
@@ -48,15 +48,32 @@ fn addresses(n: &Nic) -> Option<(String, String)> {
 }
 
 /// Forwards `n`'s declared ports and lets it out through its external
-/// address (nothing for an internal network's NIC). Turns on IPv4
-/// forwarding, as any router.
+/// address (nothing for an internal network's NIC).
 pub(super) async fn ensure(n: &Nic) -> Result<()> {
     let Some((internal, external)) = addresses(n) else {
         return Ok(());
     };
+    forward(&internal, &external, &n.ports).await
+}
+
+/// The external addresses of `members` that run at peer sites (the
+/// primary site's table says so by giving them): they stay here and
+/// forward to the member's internal address, which this kernel reaches
+/// over the network's bridge and the overlay (like RESERVOIR's virtual
+/// application network: the outside never sees the move).
+pub(super) async fn forward_abroad(members: &[NetworkMember]) -> Result<()> {
+    for m in members.iter().filter(|m| !m.external_address.is_empty()) {
+        forward(&m.address, &m.external_address, &m.ports).await?;
+    }
+    Ok(())
+}
+
+/// `external . port : internal` for each declared port, `internal`'s
+/// traffic out as `external`. Turns on IPv4 forwarding, as any router.
+async fn forward(internal: &str, external: &str, ports: &[u32]) -> Result<()> {
     std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").context("turn on IPv4 forwarding")?;
     super::isolation::ensure_table("ip", "vee_external", EXTERNAL_RULES).await?;
-    let forwards: Vec<String> = n.ports.iter().map(|p| format!("{external} . {p} : {internal}")).collect();
+    let forwards: Vec<String> = ports.iter().map(|p| format!("{external} . {p} : {internal}")).collect();
     nft(&format!(
         "add element ip vee_external forwards {{ {} }}\n\
          add element ip vee_external sources {{ {internal} : {external} }}\n\

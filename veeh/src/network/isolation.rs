@@ -15,7 +15,12 @@ use anyhow::{bail, Context, Result};
 /// - out of the site, only VEEs with an external address (set `outbound`,
 ///   see [`super::external`]) and the replies to connections let in; into
 ///   a service network from outside, only the declared ports of external
-///   addresses (connections the `vee_external` table forwarded).
+///   addresses (connections the `vee_external` table forwarded);
+/// - a network's VXLAN frames come in only from the VTEPs its member
+///   table names (set `vxlan_from`: local UDP port . VNI . remote VTEP,
+///   kept by [`super::vxlan`]): a copy fenced or withdrawn at another
+///   site, or a host the table no longer names, is cut off the overlay as
+///   soon as the table says so, and no VTEP reaches another network's VNI.
 ///
 /// Each drop counts, so that a test sees a packet dropped, not lost.
 pub const ISOLATION_RULES: &str = "table inet vee_isolation {
@@ -27,8 +32,17 @@ pub const ISOLATION_RULES: &str = "table inet vee_isolation {
         type ipv4_addr
         comment \"VEEs with an external address: they reach the outside\"
     }
+    set vxlan_ports {
+        type inet_service
+        comment \"UDP ports this kernel's VXLAN interfaces listen on\"
+    }
+    set vxlan_from {
+        typeof udp dport . @th,96,24 . ip saddr
+        comment \"local UDP port . VNI . remote VTEP: who may send a network's frames here\"
+    }
     chain input {
         type filter hook input priority 0; policy accept;
+        udp dport @vxlan_ports udp dport . @th,96,24 . ip saddr != @vxlan_from counter drop comment \"VXLAN frames only from the VTEPs the network's table names\"
         iifname \"vb*\" udp dport 67 accept
         iifname \"vb*\" meta l4proto { tcp, udp } th dport 53 accept
         iifname \"vb*\" ct state established,related accept

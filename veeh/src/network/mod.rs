@@ -12,6 +12,14 @@
 //! - on an external network, each VEE's external address: declared ports
 //!   in, the VEE out ([`external`]).
 //!
+//! A primary site's network stretched to this (peer) site
+//! (`Nic.overlay_port` set) is a bridge `vs<port>-<VNI hex>` with its VXLAN
+//! interface `vt<port>-<VNI hex>` on the framework agreement's port and
+//! nothing else: no address (this site's own VEEs and host have no route
+//! into it), no DHCP or DNS (the primary's answer over the overlay), no
+//! external address (it stays at the primary, which forwards it over the
+//! overlay).
+//!
 //! Hosts sharing one kernel (the lab's site A) share all of these, and
 //! they go when the last NIC of any of them leaves.
 
@@ -21,17 +29,29 @@ pub mod isolation;
 pub mod vxlan;
 
 use anyhow::{bail, Context, Result};
-use interfaces::vhi::{NetworkMember, NetworkUpdate, Nic};
+use interfaces::vhi::{NetworkMember, NetworkUpdate, Nic, Vtep};
 use ipnet::Ipv4Net;
 
 pub use dhcp::dhcp_dir;
 pub use isolation::ISOLATION_RULES;
 pub use vxlan::vxlan_name;
 
-/// The bridge of the network with VNI `vni` (at most 10 bytes: a valid
-/// interface name).
+/// The bridge of this site's network with VNI `vni` (at most 10 bytes: a
+/// valid interface name).
 pub fn bridge_name(vni: u32) -> String {
     format!("vb{vni}")
+}
+
+/// The bridge of a network on this host: this site's own (`overlay_port`
+/// 0, [`bridge_name`]) or a primary site's stretched here through the
+/// framework agreement's UDP port, `vs<port>-<VNI hex>` (at most 14 bytes:
+/// a peer's VNI may be one of this site's own).
+pub fn bridge_of(vni: u32, overlay_port: u32) -> String {
+    if overlay_port == 0 {
+        bridge_name(vni)
+    } else {
+        format!("vs{overlay_port}-{vni:x}")
+    }
 }
 
 /// Runs `tool ARGS`: its stdout, or an error with its stderr.
@@ -83,7 +103,8 @@ async fn exists(dev: &str) -> bool {
 pub async fn ensure_networks(vtep: &str, nics: &[Nic]) -> Result<()> {
     let _one_at_a_time = kernel_lock().await?;
     for n in nics {
-        let br = bridge_name(n.vni);
+        let stretched = n.overlay_port != 0;
+        let br = bridge_of(n.vni, n.overlay_port);
         if !exists(&br).await {
             // Another VEEH on this kernel may make it at the same moment.
             if let Err(e) = ip(&["link", "add", "name", &br, "type", "bridge"]).await {
@@ -94,10 +115,12 @@ pub async fn ensure_networks(vtep: &str, nics: &[Nic]) -> Result<()> {
         }
         ip(&["link", "set", "dev", &br, "mtu", &n.mtu.to_string(), "up"]).await?;
         let net: Ipv4Net = n.address.parse().with_context(|| format!("NIC address {:?}", n.address))?;
-        let gateway = format!("{}/{}", n.gateway, net.prefix_len());
-        ip(&["addr", "replace", &gateway, "dev", &br]).await?;
+        if !stretched {
+            let gateway = format!("{}/{}", n.gateway, net.prefix_len());
+            ip(&["addr", "replace", &gateway, "dev", &br]).await?;
+        }
         isolation::admit(&br).await?;
-        vxlan::ensure(n.vni, vtep, n.mtu, &br).await?;
+        vxlan::ensure(&vxlan_of(&br), n.vni, n.overlay_port, vtep, n.mtu, &br).await?;
         let mut members = n.members.clone();
         if !members.iter().any(|m| m.mac == n.mac) {
             members.push(NetworkMember {
@@ -106,10 +129,12 @@ pub async fn ensure_networks(vtep: &str, nics: &[Nic]) -> Result<()> {
                 ..Default::default()
             });
         }
-        apply_members(vtep, n.vni, &n.domain, &members).await?;
-        let router = !n.external_address.is_empty();
-        dhcp::ensure_server(n.vni, &net.trunc(), &n.gateway, router, n.mtu, &n.domain).await?;
-        external::ensure(n).await?;
+        apply_members(vtep, n.vni, n.overlay_port, &n.domain, &members, &n.stretched_to).await?;
+        if !stretched {
+            let router = !n.external_address.is_empty();
+            dhcp::ensure_server(n.vni, &net.trunc(), &n.gateway, router, n.mtu, &n.domain).await?;
+            external::ensure(n).await?;
+        }
     }
     Ok(())
 }
@@ -122,16 +147,23 @@ pub async fn update_network(vtep: &str, u: &NetworkUpdate) -> Result<()> {
         return Err(crate::error::HostError::field("vni", format!("{} is not a 24-bit VNI", u.vni)).into());
     }
     check_members("update", &u.domain, &u.members)?;
+    check_overlay("update", u.overlay_port, &u.stretched_to)?;
     let _one_at_a_time = kernel_lock().await?;
-    if !exists(&bridge_name(u.vni)).await {
+    if !exists(&bridge_of(u.vni, u.overlay_port)).await {
         return Ok(());
     }
-    apply_members(vtep, u.vni, &u.domain, &u.members).await
+    apply_members(vtep, u.vni, u.overlay_port, &u.domain, &u.members, &u.stretched_to).await
 }
 
-async fn apply_members(vtep: &str, vni: u32, domain: &str, members: &[NetworkMember]) -> Result<()> {
-    dhcp::write_members(vni, domain, members).await?;
-    vxlan::set_forwarding(vni, vtep, members).await
+/// A network's member table on this host: the VXLAN forwarding entries;
+/// on this site's own network also the DHCP reservations and DNS names,
+/// and the external addresses of members running at peer sites.
+async fn apply_members(vtep: &str, vni: u32, overlay_port: u32, domain: &str, members: &[NetworkMember], stretched_to: &[Vtep]) -> Result<()> {
+    if overlay_port == 0 {
+        dhcp::write_members(vni, domain, members).await?;
+        external::forward_abroad(members).await?;
+    }
+    vxlan::set_forwarding(&vxlan_of(&bridge_of(vni, overlay_port)), (vni, overlay_port), vtep, members, stretched_to).await
 }
 
 /// `nics` left this host (their VEE's domain is gone): a network whose
@@ -140,8 +172,10 @@ async fn apply_members(vtep: &str, vni: u32, domain: &str, members: &[NetworkMem
 pub async fn release_networks(nics: &[Nic]) {
     let _one_at_a_time = kernel_lock().await;
     for n in nics {
-        external::release(n).await;
-        let br = bridge_name(n.vni);
+        if n.overlay_port == 0 {
+            external::release(n).await;
+        }
+        let br = bridge_of(n.vni, n.overlay_port);
         if unused(&br).await {
             remove_network(&br).await;
         }
@@ -152,9 +186,13 @@ pub async fn release_networks(nics: &[Nic]) {
     }
 }
 
-/// The VXLAN interface on bridge `br` (`vb<VNI>` -> `vx<VNI>`).
+/// The VXLAN interface on bridge `br` (`vb<VNI>` -> `vx<VNI>`, a
+/// stretched network's `vs<port>-<VNI hex>` -> `vt<port>-<VNI hex>`).
 fn vxlan_of(br: &str) -> String {
-    format!("vx{}", br.trim_start_matches("vb"))
+    match br.strip_prefix("vs") {
+        Some(rest) => format!("vt{rest}"),
+        None => format!("vx{}", br.trim_start_matches("vb")),
+    }
 }
 
 /// Whether bridge `br` has no port but its VXLAN interface (no NIC on it).
@@ -212,13 +250,14 @@ pub async fn sweep_unused() -> Vec<String> {
     swept
 }
 
-/// The names of this kernel's `vb*` bridges.
+/// The names of this kernel's service network bridges (`vb*`, and `vs*`
+/// of networks stretched here).
 async fn vb_bridges() -> Result<Vec<String>> {
     let list = ip(&["-o", "link", "show", "type", "bridge"]).await?;
     Ok(list
         .lines()
         .filter_map(|l| l.split(": ").nth(1))
-        .filter(|name| name.starts_with("vb"))
+        .filter(|name| name.starts_with("vb") || name.starts_with("vs"))
         .map(str::to_string)
         .collect())
 }
@@ -255,11 +294,45 @@ pub fn check_members(field: &str, domain: &str, members: &[NetworkMember]) -> Re
         if !m.vtep.is_empty() && m.vtep.parse::<std::net::Ipv4Addr>().is_err() {
             return Err(HostError::field(f("vtep"), format!("{:?} is not an IPv4 address", m.vtep)));
         }
+        if m.vtep_port > u32::from(u16::MAX) {
+            return Err(HostError::field(f("vtep_port"), format!("{} is not a UDP port", m.vtep_port)));
+        }
+        if !m.external_address.is_empty() && m.external_address.parse::<std::net::Ipv4Addr>().is_err() {
+            return Err(HostError::field(
+                f("external_address"),
+                format!("{:?} is not an IPv4 address", m.external_address),
+            ));
+        }
+        if let Some(p) = m.ports.iter().find(|p| **p == 0 || **p > u32::from(u16::MAX)) {
+            return Err(HostError::field(f("ports"), format!("{p} is not a TCP port")));
+        }
         if !m.name.is_empty() && !label(&m.name) {
             return Err(HostError::field(
                 f("name"),
                 format!("{:?} is not a DNS label of a-z, 0-9, '-'", m.name),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the overlay fields of a NIC or network update from the VEEM: the
+/// agreement's UDP port and the peer VTEPs (addresses reach `bridge`'s
+/// command line). Errors name the field (`FIELD.stretched_to[i].address`).
+pub fn check_overlay(field: &str, overlay_port: u32, stretched_to: &[Vtep]) -> Result<(), crate::error::HostError> {
+    use crate::error::HostError;
+    if overlay_port > u32::from(u16::MAX) {
+        return Err(HostError::field(format!("{field}.overlay_port"), format!("{overlay_port} is not a UDP port")));
+    }
+    for (i, v) in stretched_to.iter().enumerate() {
+        if v.address.parse::<std::net::Ipv4Addr>().is_err() {
+            return Err(HostError::field(
+                format!("{field}.stretched_to[{i}].address"),
+                format!("{:?} is not an IPv4 address", v.address),
+            ));
+        }
+        if v.port > u32::from(u16::MAX) {
+            return Err(HostError::field(format!("{field}.stretched_to[{i}].port"), format!("{} is not a UDP port", v.port)));
         }
     }
     Ok(())
@@ -300,6 +373,7 @@ mod tests {
             mac: "02:00:00:64:00:02".into(),
             address: "10.240.0.2".into(),
             vtep: "10.77.0.1".into(),
+            ..Default::default()
         };
         assert!(check_members("nics[0]", "shop.internal", std::slice::from_ref(&ok)).is_ok());
         for (bad, field) in [

@@ -163,3 +163,32 @@ fn the_lab_configurations_are_valid() {
         assert_eq!(cfg.site_id, format!("site-{site}"));
     }
 }
+
+#[test]
+fn an_overlay_needs_a_vtep_and_its_own_port_per_peer() {
+    let peer = |site: &str, overlay: &str| {
+        format!("[[peers]]\nsite_id = \"{site}\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"t-{site}-token\"\n[peers.agreement]\n{overlay}")
+    };
+    let ok = VeemConfig::parse(&format!(
+        "{BASE}{}{}",
+        peer("site-b", "[peers.overlay]\nvtep = \"10.77.0.2\"\nport = 4790\n"),
+        peer("site-c", "")
+    ))
+    .unwrap();
+    let o = ok.peers[0].overlay.as_ref().unwrap();
+    assert_eq!((o.vtep.to_string(), o.port), ("10.77.0.2".into(), 4790));
+    assert!(ok.peers[1].overlay.is_none());
+    for (overlays, field) in [
+        (["vtep = \"10.77.0.2\"\nport = 4789\n", ""], "peers[0].overlay.port"),
+        (["vtep = \"10.77.0.2\"\nport = 4790\n", "vtep = \"10.77.0.3\"\nport = 4790\n"], "peers[1].overlay.port"),
+        (["vtep = \"site-b\"\nport = 4790\n", ""], "peers[0].overlay.vtep"),
+    ] {
+        let text = format!(
+            "{BASE}{}{}",
+            peer("site-b", &format!("[peers.overlay]\n{}", overlays[0])),
+            peer("site-c", &if overlays[1].is_empty() { String::new() } else { format!("[peers.overlay]\n{}", overlays[1]) })
+        );
+        let e = format!("{:#}", VeemConfig::parse(&text).unwrap_err());
+        assert!(e.contains(field), "{field}: {e}");
+    }
+}

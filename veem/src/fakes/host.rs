@@ -33,6 +33,8 @@ pub struct Script {
     pub specs: HashMap<String, VeeSpec>,
     /// The last member table UpdateNetwork gave each network (by VNI).
     pub networks: HashMap<u32, Vec<NetworkMember>>,
+    /// The peer VTEPs the last UpdateNetwork of each network stretched it to.
+    pub stretched_to: HashMap<u32, Vec<interfaces::vhi::Vtep>>,
 }
 
 /// One fake VEEH; clone it to keep a handle on its script.
@@ -284,6 +286,7 @@ impl Vhi for FakeVhi {
         let u = r.into_inner();
         let mut s = self.call("UpdateNetwork", &format!("vb{}", u.vni))?;
         s.networks.insert(u.vni, u.members);
+        s.stretched_to.insert(u.vni, u.stretched_to);
         Ok(Response::new(Empty {}))
     }
     type WatchEventsStream = BoxStream<HostEvent>;

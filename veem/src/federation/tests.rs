@@ -129,7 +129,7 @@ async fn a_silent_peers_vee_is_recovered_at_home_and_its_copy_fenced_when_the_pe
 }
 
 #[tokio::test]
-async fn a_vee_on_service_networks_never_goes_to_a_peer_site() {
+async fn a_vee_on_service_networks_never_goes_to_a_peer_without_an_agreed_overlay() {
     let a = FakeSite::start_site("site-a", &["a1"], A_PEERS_WITH_B);
     let b = FakeSite::start_site("site-b", &["b1"], B_TRUSTS_A);
     a.peer_with(&b, "a-to-b-token");
@@ -142,10 +142,107 @@ async fn a_vee_on_service_networks_never_goes_to_a_peer_site() {
             .propose(&vee, Dest::Site("site-b".into()), "maintenance", "test")
             .unwrap_err()
     );
-    assert!(e.contains("to_site") && e.contains("service networks"), "{e}");
+    assert!(e.contains("to_site") && e.contains("no overlay"), "{e}");
     // Nor when its host fails and no local host is left: the peer is not asked.
     let e = format!("{:#}", a.veem.recover_at_peer(&vee, None).await.unwrap_err());
     assert!(e.contains("service networks"), "{e}");
     assert!(b.veem.vees().unwrap().is_empty(), "site B got the VEE");
     assert!(!b.host("b1").calls().iter().any(|c| c.contains(&vee)), "{:?}", b.host("b1").calls());
+}
+
+mod networks {
+    //! A VEE on service networks goes to a peer site only over an agreed
+    //! overlay; its networks are stretched there (the peer's host gets the
+    //! primary's member tables on the agreed port), the primary's hosts
+    //! send its frames and its external address there, and a refusal
+    //! leaves nothing stretched.
+    use super::*;
+    use crate::config::Role;
+    use crate::fakes::eventually;
+
+    const IMAGE: &str = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
+    const OVERLAY_B: &str = "[peers.overlay]\nvtep = \"198.51.100.2\"\nport = 4790\n";
+    const OVERLAY_A: &str = "[peers.overlay]\nvtep = \"198.51.100.1\"\nport = 4790\n";
+    const POOLS: &str = "[networks]\npool = \"10.240.0.0/23\"\nexternal_pool = \"192.0.2.0/29\"\n";
+
+    /// `vm` x2 on `backend` and the external `public`, movable to peers.
+    fn networked() -> String {
+        federated().replace(
+            "disk_gib = 1\n",
+            "disk_gib = 1\ninstances = 2\nnetworks = [\"backend\", \"public\"]\n",
+        ) + "[[network]]\nname = \"backend\"\nkind = \"internal\"\n\
+               [[network]]\nname = \"public\"\nkind = \"external\"\nports = [80]\n"
+    }
+
+    /// Site A (a1, a2; `a_overlay`: its agreed overlay with B) running the
+    /// networked service, site B (b1); the VEE to move (`vm-1`) and the
+    /// host of the other.
+    async fn sites(a_overlay: &str) -> (FakeSite, FakeSite, String, String) {
+        let a = FakeSite::start_site("site-a", &["a1", "a2"], &format!("{A_PEERS_WITH_B}{a_overlay}{POOLS}"));
+        let b = FakeSite::start_site("site-b", &["b1"], &format!("{B_TRUSTS_A}{OVERLAY_A}"));
+        a.peer_with(&b, "a-to-b-token");
+        a.repo.blobs.lock().unwrap().insert(IMAGE.into());
+        for h in &a.hosts {
+            a.veem.hosts.heartbeat(&h.name, 3).await;
+        }
+        let svc = a.veem.deploy(&Role::Provider("acme".into()), &networked()).await.unwrap();
+        for id in &svc.vees {
+            eventually("running", || a.veem.vee(id).unwrap().state == VeeState::Running).await;
+        }
+        let vees: Vec<_> = svc.vees.iter().map(|id| a.veem.vee(id).unwrap()).collect();
+        let moving = vees.iter().find(|v| v.instance == 1).unwrap().id.clone();
+        let other = vees.iter().find(|v| v.instance == 0).unwrap().host().unwrap().to_string();
+        (a, b, moving, other)
+    }
+
+    #[tokio::test]
+    async fn a_live_migration_to_a_peer_stretches_the_networks_there() {
+        let (a, b, vee, other) = sites(OVERLAY_B).await;
+        let m = migrate_to_b(&a, &vee).await;
+        assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
+        // The peer's host: the primary's tables, on the agreed port, no
+        // external address (it stays at the primary).
+        let spec = b.host("b1").spec(&vee).expect("b1 prepared the VEE");
+        let v = a.veem.vee(&vee).unwrap();
+        for (nic, rec) in spec.nics.iter().zip(&v.nics) {
+            assert_eq!((nic.vni, nic.mac.as_str(), nic.overlay_port), (rec.vni, rec.mac.as_str(), 4790));
+            assert_eq!(nic.members.len(), 2, "the primary's table: {:?}", nic.members);
+            assert!(nic.external_address.is_empty() && nic.ports.is_empty());
+        }
+        // The primary's host of the other VEE: the moved one behind B's
+        // VTEP and port, its external address forwarded there.
+        let host = a.host(&other);
+        let script = host.script.lock().unwrap();
+        let moved = |vni: u32| {
+            script.networks[&vni]
+                .iter()
+                .find(|m| m.name == "vm-1")
+                .cloned()
+                .unwrap()
+        };
+        let (backend, public) = (moved(100), moved(101));
+        assert_eq!((backend.vtep.as_str(), backend.vtep_port), ("198.51.100.2", 4790));
+        assert!(backend.external_address.is_empty());
+        assert_eq!((public.external_address.as_str(), public.ports.as_slice()), ("192.0.2.2", &[80][..]));
+        let to_b = &script.stretched_to[&100];
+        assert_eq!(
+            to_b.iter().map(|v| (v.address.as_str(), v.port)).collect::<Vec<_>>(),
+            [("198.51.100.2", 4790)]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_refuses_leaves_nothing_stretched() {
+        let (a, b, vee, other) = sites(OVERLAY_B).await;
+        b.host("b1").fail("PrepareIncoming", tonic::Code::ResourceExhausted, "no room");
+        let m = migrate_to_b(&a, &vee).await;
+        assert_eq!(m.state, MigrationState::Failed);
+        let v = a.veem.vee(&vee).unwrap();
+        assert_eq!(v.state, VeeState::Running);
+        assert!(matches!(v.location, Location::Host(_)));
+        let script = a.host(&other).script.clone();
+        let script = script.lock().unwrap();
+        assert!(script.stretched_to[&100].is_empty(), "still stretched: {:?}", script.stretched_to);
+        assert!(script.networks[&100].iter().all(|m| m.vtep_port == 0 && m.external_address.is_empty()));
+    }
 }
