@@ -113,12 +113,13 @@ struct Ctx {
 }
 
 impl Ctx {
-    /// Live-migrates `spec`'s VEE from A to B through the VHI (B prepares,
-    /// A migrates out, B completes): the last progress report. On failure
-    /// B's preparation and A's copy are removed.
-    async fn migrate_to_b(&mut self, spec: &VeeSpec) -> Result<MigrationProgress> {
+    /// Live-migrates `spec`'s VEE from A to B through the VHI (B prepares
+    /// `at_b`, the VEE as site B describes it; A migrates out, B
+    /// completes): the last progress report. On failure B's preparation
+    /// and A's copy are removed.
+    async fn migrate_to_b(&mut self, spec: &VeeSpec, at_b: &VeeSpec) -> Result<MigrationProgress> {
         let vee = spec.vee_id.clone();
-        let target = self.cb.prepare_incoming(spec.clone()).await?.into_inner();
+        let target = self.cb.prepare_incoming(at_b.clone()).await?.into_inner();
         let req = MigrateOutRequest {
             vee_id: vee.clone(),
             target: Some(target),
@@ -461,7 +462,7 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
     let now = vhi_wait_tick(ca, &vee, 1, Duration::from_secs(60)).await?;
     vhi_wait_tick(ca, &vee, now + 1, Duration::from_secs(60)).await?;
 
-    let last = ctx.migrate_to_b(&spec).await?;
+    let last = ctx.migrate_to_b(&spec, &spec).await?;
     s.migrate.0.push(last.total_ms as f64 / 1000.0);
     s.mig_downtime.0.push(last.downtime_ms as f64 / 1000.0);
     let now = vhi_wait_tick(&mut ctx.cb, &vee, 1, Duration::from_secs(60)).await?;

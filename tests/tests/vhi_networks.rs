@@ -227,3 +227,55 @@ async fn lab_a_starting_veeh_sweeps_the_networks_a_crash_left_behind() {
     drop(a1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_an_anchored_network_keeps_its_home_part_with_no_vee_here_until_let_go() {
+    let _lab = lab::lock();
+    // Every VEE of the network runs at a peer site: this host keeps its
+    // gateway and DHCP/DNS server (UpdateNetwork with an anchor).
+    let vni = 28_000 + u32::from(uuid::Uuid::new_v4().as_bytes()[0]) * 16;
+    let (net, br) = (subnet(), format!("vb{vni}"));
+    let n = nic(vni, "02:00:6d:60:00:02", net);
+    let abroad = NetworkMember {
+        name: "web-1".into(),
+        mac: n.mac.clone(),
+        address: format!("10.250.{net}.2"),
+        vtep: "10.77.0.2".into(),
+        vtep_port: 4790,
+        ..Default::default()
+    };
+    let update = |anchor: bool| NetworkUpdate {
+        vni,
+        domain: "span.internal".into(),
+        members: vec![abroad.clone()],
+        stretched_to: vec![Vtep {
+            address: "10.77.0.2".into(),
+            port: 4790,
+        }],
+        anchor: anchor.then(|| NetworkHome {
+            subnet: format!("10.250.{net}.0/24"),
+            gateway: format!("10.250.{net}.1"),
+            mtu: 1450,
+            external: false,
+        }),
+        ..Default::default()
+    };
+    veeh::network::update_network("10.77.0.1", &update(true)).await.unwrap();
+    let (_, addrs) = ip(&["-o", "addr", "show", "dev", &br]);
+    assert!(addrs.contains(&format!("10.250.{net}.1/24")), "the gateway is here: {addrs}");
+    let (_, fdb) = ip(&["-o", "link", "show", "master", &br]);
+    assert!(fdb.contains(&format!("vx{vni}")), "{fdb}");
+    let dhcp = Command::new("pgrep").args(["-f", &format!("interface={br}")]).output().unwrap();
+    assert!(!dhcp.stdout.is_empty(), "the network's DHCP server runs here");
+    let out = Command::new("bridge").args(["fdb", "show", "dev", &format!("vx{vni}")]).output().unwrap();
+    let fdb = String::from_utf8_lossy(&out.stdout);
+    assert!(fdb.contains("02:00:6d:60:00:02 dst 10.77.0.2 port 4790"), "web-1 is behind site B: {fdb}");
+    // A VEE comes and goes here meanwhile: the anchored network stays.
+    veeh::network::ensure_networks("10.77.0.1", std::slice::from_ref(&n)).await.unwrap();
+    veeh::network::release_networks(std::slice::from_ref(&n)).await;
+    assert!(ip(&["link", "show", "dev", &br]).0, "an anchored network went with a VEE");
+    // Let go (web-1 came home elsewhere, or ended): it goes.
+    veeh::network::update_network("10.77.0.1", &update(false)).await.unwrap();
+    assert!(!ip(&["link", "show", "dev", &br]).0, "{br} left behind");
+    assert!(!veeh::network::dhcp_dir(vni).exists(), "its state left behind");
+}

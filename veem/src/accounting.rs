@@ -365,6 +365,7 @@ mod tests {
             vees: vec![],
             for_peer: None,
             networks: vec![],
+            anchor: None,
         };
         veem.store.put(Tree::Services, "svc", &service).unwrap();
         let now = chrono::Utc::now().timestamp();

@@ -259,6 +259,7 @@ impl Veem {
             vees: sorted_ids(&mut vees),
             for_peer,
             networks: vec![],
+            anchor: None,
         };
         (svc, vees)
     }

@@ -66,6 +66,7 @@ impl Veem {
             vees: placed.iter().map(|v| v.id.clone()).collect(),
             for_peer,
             networks: vec![],
+            anchor: None,
         };
         self.commit_admission(&svc, &placed)?;
         self.placed_remotely(&placed);
@@ -325,6 +326,7 @@ impl Veem {
             vees: vec![],
             for_peer: Some(from.into()),
             networks: vec![],
+            anchor: None,
         });
         if !svc.vees.contains(&spec.vee_id) {
             svc.vees.push(spec.vee_id.clone());

@@ -29,7 +29,12 @@ impl Veem {
     pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: vmi::Action, checkpoint_id: &str) -> Result<VeeRec> {
         if let Location::Site(site) = self.vee(vee_id)?.location {
             self.forward_action(&site, vee_id, action, checkpoint_id).await?;
-            return self.vee(vee_id);
+            let v = self.vee(vee_id)?;
+            if action == vmi::Action::Stop {
+                // No longer abroad: an anchor here may go.
+                self.sync_networks(&v.service_id).await;
+            }
+            return Ok(v);
         }
         match action {
             vmi::Action::Stop => self.stop_vee(vee_id).await?,

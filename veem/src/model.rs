@@ -35,6 +35,10 @@ pub struct ServiceRec {
     /// service networks were).
     #[serde(default)]
     pub networks: Vec<NetworkRec>,
+    /// The host that keeps its networks' home part (gateway, DHCP/DNS,
+    /// external addresses) while all its VEEs run at peer sites.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anchor: Option<String>,
 }
 
 /// A service network as the site assigned it at admission.

@@ -211,30 +211,62 @@ impl Veem {
     /// A VEE of service `service_id` arrived somewhere (deployed, migrated,
     /// restored): every host that runs a VEE of the service gets the new
     /// member tables of the service's networks (VHI `UpdateNetwork`; a
-    /// host without a network ignores it). Best effort: a host that does
-    /// not answer gets the tables with its next VEE's spec or update.
+    /// host without a network ignores it). When all its VEEs run at peer
+    /// sites, one host here anchors the networks (keeps their gateway,
+    /// DHCP/DNS and external addresses, `ServiceRec::anchor`), and lets
+    /// them go when a VEE of the service runs here again or none abroad.
+    /// Best effort: a host that does not answer gets the tables with its
+    /// next VEE's spec or update.
     pub async fn sync_networks(&self, service_id: &str) {
-        let Ok(svc) = self.service(service_id) else {
+        let Ok(mut svc) = self.service(service_id) else {
             return;
         };
         if svc.networks.is_empty() {
             return;
         }
         let vees = self.vees_where(|o| o.service_id == service_id && on_network(o));
-        let hosts: BTreeSet<&str> = vees.iter().filter(|v| runs(v)).filter_map(VeeRec::host).collect();
+        let hosts: BTreeSet<String> = vees.iter().filter(|v| runs(v)).filter_map(VeeRec::host).map(str::to_string).collect();
+        let stretched_to = self.stretched_to(&vees);
+        let anchor = if hosts.is_empty() && !stretched_to.is_empty() {
+            svc.anchor
+                .clone()
+                .filter(|h| self.hosts.health(h) != crate::hosts::Health::Failed)
+                .or_else(|| self.hosts.names().into_iter().find(|h| self.hosts.health(h) == crate::hosts::Health::Up))
+        } else {
+            None
+        };
+        let released = svc.anchor.clone().filter(|old| Some(old) != anchor.as_ref());
         for n in &svc.networks {
             let update = NetworkUpdate {
                 vni: n.vni,
                 domain: domain(&svc.name),
                 members: self.members(&vees, &n.name),
                 overlay_port: 0,
-                stretched_to: self.stretched_to(&vees),
+                stretched_to: stretched_to.clone(),
+                anchor: None,
             };
-            for h in &hosts {
+            let home = interfaces::vhi::NetworkHome {
+                subnet: n.cidr.to_string(),
+                gateway: n.gateway.to_string(),
+                mtu: self.cfg.networks.mtu,
+                external: n.kind == interfaces::manifest::NetworkKind::External,
+            };
+            let targets = hosts.iter().chain(&anchor).chain(&released);
+            for h in targets.collect::<BTreeSet<_>>() {
                 let Ok(vhi) = self.hosts.vhi(h) else { continue };
-                if let Err(e) = vhi.update_network(tonic::Request::new(update.clone())).await {
+                let mut u = update.clone();
+                if anchor.as_ref() == Some(h) {
+                    u.anchor = Some(home.clone());
+                }
+                if let Err(e) = vhi.update_network(tonic::Request::new(u)).await {
                     tracing::warn!(host = %h, vni = n.vni, error = %e.message(), "network update not delivered");
                 }
+            }
+        }
+        if svc.anchor != anchor {
+            svc.anchor = anchor;
+            if let Err(e) = self.store.put(Tree::Services, &svc.id, &svc) {
+                tracing::warn!(service = %svc.id, error = %e, "anchor not recorded");
             }
         }
     }

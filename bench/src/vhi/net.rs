@@ -3,17 +3,22 @@
 //! XML on the same bridge (made by the VEEH's own network code), each to
 //! the first HTTP answer of the guest at its reserved address; then, for
 //! the VEE, the gap a TCP client sees in the guest's tick stream (TCP 7000,
-//! a line every 200 ms) during a live migration A -> B, next to the
-//! downtime libvirt reports for that migration.
+//! a line every 200 ms) during a cross-site live migration A -> B with the
+//! network stretched to site B over the WAN (as a VEEM does it: A anchors
+//! the network's home part and floods to B, B's host gets A's table on the
+//! agreed overlay port), next to the downtime libvirt reports for that
+//! migration; and that migration's total time next to `virsh migrate
+//! --live --p2p --copy-storage-inc` of the raw domain, with the same
+//! bridge and VXLAN made by hand at site B.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use interfaces::vhi::*;
 use tokio::io::AsyncBufReadExt;
-use vee_testkit::lab::SITE_A_URI;
+use vee_testkit::lab::{Place, SITE_A_ADDR, SITE_A_URI, SITE_B_ADDR, SITE_B_URI};
 
-use super::lab::{short_id, virsh};
+use super::lab::{run_cmd, short_id, virsh};
 use super::raw::{new_overlay, raw_xml};
 use super::{row, Ctx, BOOT_TIMEOUT};
 
@@ -21,6 +26,13 @@ use super::{row, Ctx, BOOT_TIMEOUT};
 struct Net {
     nic: Nic,
     ip: String,
+}
+
+impl Net {
+    /// Its bridge at site A.
+    fn nic_bridge(&self) -> String {
+        veeh::network::bridge_name(self.nic.vni)
+    }
 }
 
 fn net() -> Net {
@@ -55,9 +67,46 @@ async fn first_http(ip: &str, t: Instant) -> Result<f64> {
 }
 
 /// Samples: (deploy to HTTP, ours), (the same, raw), (client TCP gap),
-/// (libvirt's downtime).
+/// (libvirt's downtime), (cross-site migration total, ours), (the same,
+/// raw virsh).
 #[derive(Default)]
-struct NetSamples(Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
+struct NetSamples(Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
+
+/// The overlay port the benchmark's sites agree (as the lab's tests do).
+const OVERLAY_PORT: u32 = 4790;
+
+/// The benchmark VEE as the network's only member, behind `vtep`:`port`.
+fn member(n: &Net, vtep: &str, port: u32) -> NetworkMember {
+    NetworkMember {
+        name: "bench-0".into(),
+        mac: n.nic.mac.clone(),
+        address: n.ip.clone(),
+        vtep: vtep.into(),
+        vtep_port: port,
+        ..Default::default()
+    }
+}
+
+/// The update a VEEM sends site A's host while the network's only VEE is
+/// (about to be) at site B: A keeps the home part (anchor) and floods to B.
+fn stretched_at_a(n: &Net, member: NetworkMember) -> NetworkUpdate {
+    let net: ipnet::Ipv4Net = n.nic.address.parse().expect("the bench's address");
+    NetworkUpdate {
+        vni: n.nic.vni,
+        members: vec![member],
+        stretched_to: vec![Vtep {
+            address: SITE_B_ADDR.into(),
+            port: OVERLAY_PORT,
+        }],
+        anchor: Some(NetworkHome {
+            subnet: net.trunc().to_string(),
+            gateway: n.nic.gateway.clone(),
+            mtu: n.nic.mtu,
+            external: false,
+        }),
+        ..Default::default()
+    }
+}
 
 pub(super) async fn run(ctx: &mut Ctx, reps: usize) -> Result<Vec<serde_json::Value>> {
     let mut s = NetSamples::default();
@@ -75,10 +124,16 @@ pub(super) async fn run(ctx: &mut Ctx, reps: usize) -> Result<Vec<serde_json::Va
             &s.1,
         ),
         row(
-            "TCP client's largest gap in a 200 ms tick stream during live migration A->B",
+            "TCP client's largest gap in a 200 ms tick stream during cross-site live migration A->B (network stretched over the WAN)",
             &s.2,
             "libvirt's reported downtime of that migration (MigrateOut downtime_ms)",
             &s.3,
+        ),
+        row(
+            "cross-site live migration A->B of a VEE with a NIC, network stretched (VHI PrepareIncoming+MigrateOut+CompleteIncoming)",
+            &s.4,
+            "virsh migrate --live --p2p --copy-storage-inc of the same domain, bridge and VXLAN at B made by hand",
+            &s.5,
         ),
     ])
 }
@@ -112,7 +167,15 @@ async fn ours(ctx: &mut Ctx, n: &Net, s: &mut NetSamples) -> Result<()> {
     while seen.len() < 5 {
         seen.push(rx.recv().await.context("the tick stream ended")?);
     }
-    let last = ctx.migrate_to_b(&spec).await?;
+    // Stretched to B first, as a VEEM does; B's host gets A's table.
+    ctx.ca.update_network(stretched_at_a(n, member(n, SITE_A_ADDR, 0))).await?;
+    let mut at_b = spec.clone();
+    at_b.nics[0].overlay_port = OVERLAY_PORT;
+    at_b.nics[0].members = vec![member(n, SITE_A_ADDR, 0)];
+    let t = Instant::now();
+    let last = ctx.migrate_to_b(&spec, &at_b).await?;
+    s.4.push(t.elapsed().as_secs_f64());
+    ctx.ca.update_network(stretched_at_a(n, member(n, SITE_B_ADDR, OVERLAY_PORT))).await?;
     let after = seen.len() + 10;
     while seen.len() < after {
         let next = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await;
@@ -123,6 +186,13 @@ async fn ours(ctx: &mut Ctx, n: &Net, s: &mut NetSamples) -> Result<()> {
     s.2.push(gap.as_secs_f64());
     s.3.push(last.downtime_ms as f64 / 1000.0);
     ctx.cb.destroy(DestroyRequest { vee_id: vee, remove: true }).await?;
+    // No member left: site A lets the network go.
+    ctx.ca
+        .update_network(NetworkUpdate {
+            vni: n.nic.vni,
+            ..Default::default()
+        })
+        .await?;
     ctx.current = None;
     Ok(())
 }
@@ -150,8 +220,52 @@ async fn raw(ctx: &mut Ctx, n: &Net, s: &mut NetSamples, i: usize) -> Result<()>
     let t = Instant::now();
     virsh(SITE_A_URI, &["create", path.to_str().unwrap()])?;
     let booted = first_http(&n.ip, t).await;
-    virsh(SITE_A_URI, &["destroy", &name])?;
-    veeh::network::release_networks(&nics).await;
     s.1.push(booted?);
+    // The same cross-site move by hand: site B's bridge and VXLAN
+    // interface on the overlay port, flooding to A; A floods to B and
+    // takes B's frames.
+    let (vni, hex) = (n.nic.vni, format!("{:x}", n.nic.vni));
+    let (br, vt) = (format!("vs{OVERLAY_PORT}-{hex}"), format!("vt{OVERLAY_PORT}-{hex}"));
+    let at_b = format!(
+        "ip link add {br} type bridge && ip link set {br} mtu 1450 up && \
+         ip link add {vt} type vxlan id {vni} local {SITE_B_ADDR} dstport {OVERLAY_PORT} nolearning && \
+         ip link set {vt} mtu 1450 master {br} up && \
+         bridge fdb append 00:00:00:00:00:00 dev {vt} dst {SITE_A_ADDR} port 4789"
+    );
+    let at_a = format!(
+        "bridge fdb append 00:00:00:00:00:00 dev vx{vni} dst {SITE_B_ADDR} port {OVERLAY_PORT} && \
+         nft add element inet vee_isolation vxlan_from {{ 4789 . {vni} . {SITE_B_ADDR} }}"
+    );
+    run_at_b(&at_b)?;
+    let stretched = run_cmd("sh", &["-c", &at_a]);
+    let db = dir.join("at-b");
+    std::fs::create_dir_all(&db)?;
+    new_overlay(&ctx.base, &db.join("overlay.qcow2"), ctx.overlay_size)?;
+    let moved = stretched.and_then(|_| {
+        super::raw::migrate_to_b(
+            &name,
+            &[
+                (dir.display().to_string() + "/", db.display().to_string() + "/"),
+                (format!("bridge='{}'", n.nic_bridge()), format!("bridge='{br}'")),
+            ],
+            &dir,
+        )
+    });
+    let _ = virsh(SITE_B_URI, &["destroy", &name]);
+    let _ = virsh(SITE_A_URI, &["destroy", &name]);
+    let _ = run_at_b(&format!("ip link del {vt}; ip link del {br}"));
+    let _ = run_cmd(
+        "sh",
+        &["-c", &format!("bridge fdb del 00:00:00:00:00:00 dev vx{vni} dst {SITE_B_ADDR} port {OVERLAY_PORT}")],
+    );
+    veeh::network::release_networks(&nics).await;
+    s.5.push(moved?.0);
     Ok(())
+}
+
+/// Runs `sh -c SCRIPT` in site B's namespaces.
+fn run_at_b(script: &str) -> Result<()> {
+    let enter = Place::SiteB.enter().map_err(anyhow::Error::msg)?;
+    let args: Vec<&str> = enter[1..].iter().map(String::as_str).chain(["sh", "-c", script]).collect();
+    run_cmd(&enter[0], &args).map(|_| ())
 }

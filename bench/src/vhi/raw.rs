@@ -118,10 +118,27 @@ pub(super) async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> 
 
     // Live migration to site B with the incremental storage copy.
     new_overlay(&ctx.base, &db.join("overlay.qcow2"), ctx.overlay_size)?;
-    let dest = virsh(SITE_A_URI, &["dumpxml", "--migratable", &name])?.replace(&da.display().to_string(), &db.display().to_string());
-    let dest_path = rd.join("dest.xml");
+    let (secs, downtime) = migrate_to_b(&name, &[(da.display().to_string(), db.display().to_string())], &rd)?;
+    s.migrate.1.push(secs);
+    s.mig_downtime.1.push(downtime);
+    let now = file_wait_tick(&db.join("console.log"), 1, Duration::from_secs(60)).await?;
+    file_wait_tick(&db.join("console.log"), now + 1, Duration::from_secs(60)).await?;
+    virsh(SITE_B_URI, &["destroy", &name])?;
+    let _ = std::fs::remove_dir_all(&rd);
+    Ok(())
+}
+
+/// `virsh migrate --live --p2p --copy-storage-inc` of domain `name` from
+/// site A to site B (to site B's end of the WAN, as the VEEH's migration
+/// does), its migratable XML with each `(from, to)` of `replace` applied
+/// (written into `dir`): (seconds, libvirt's downtime in seconds).
+pub(super) fn migrate_to_b(name: &str, replace: &[(String, String)], dir: &Path) -> Result<(f64, f64)> {
+    let mut dest = virsh(SITE_A_URI, &["dumpxml", "--migratable", name])?;
+    for (from, to) in replace {
+        dest = dest.replace(from, to);
+    }
+    let dest_path = dir.join("dest.xml");
     std::fs::write(&dest_path, dest)?;
-    // To site B's end of the WAN, as the VEEH's migration does.
     let migrate_uri = format!("tcp://{}", vee_testkit::lab::SITE_B_ADDR);
     let t = Instant::now();
     virsh(
@@ -137,17 +154,10 @@ pub(super) async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> 
             &migrate_uri,
             "--disks-uri",
             &migrate_uri,
-            &name,
+            name,
             SITE_B_URI,
         ],
     )?;
-    s.migrate.1.push(t.elapsed().as_secs_f64());
-    s.mig_downtime
-        .1
-        .push(completed_downtime_ms(SITE_B_URI, &name).map(|ms| ms / 1000.0).unwrap_or(0.0));
-    let now = file_wait_tick(&db.join("console.log"), 1, Duration::from_secs(60)).await?;
-    file_wait_tick(&db.join("console.log"), now + 1, Duration::from_secs(60)).await?;
-    virsh(SITE_B_URI, &["destroy", &name])?;
-    let _ = std::fs::remove_dir_all(&rd);
-    Ok(())
+    let secs = t.elapsed().as_secs_f64();
+    Ok((secs, completed_downtime_ms(SITE_B_URI, name).map(|ms| ms / 1000.0).unwrap_or(0.0)))
 }

@@ -29,7 +29,7 @@ pub mod isolation;
 pub mod vxlan;
 
 use anyhow::{bail, Context, Result};
-use interfaces::vhi::{NetworkMember, NetworkUpdate, Nic, Vtep};
+use interfaces::vhi::{NetworkHome, NetworkMember, NetworkUpdate, Nic, Vtep};
 use ipnet::Ipv4Net;
 
 pub use dhcp::dhcp_dir;
@@ -103,24 +103,15 @@ async fn exists(dev: &str) -> bool {
 pub async fn ensure_networks(vtep: &str, nics: &[Nic]) -> Result<()> {
     let _one_at_a_time = kernel_lock().await?;
     for n in nics {
-        let stretched = n.overlay_port != 0;
-        let br = bridge_of(n.vni, n.overlay_port);
-        if !exists(&br).await {
-            // Another VEEH on this kernel may make it at the same moment.
-            if let Err(e) = ip(&["link", "add", "name", &br, "type", "bridge"]).await {
-                if !exists(&br).await {
-                    return Err(e);
-                }
-            }
-        }
-        ip(&["link", "set", "dev", &br, "mtu", &n.mtu.to_string(), "up"]).await?;
         let net: Ipv4Net = n.address.parse().with_context(|| format!("NIC address {:?}", n.address))?;
-        if !stretched {
-            let gateway = format!("{}/{}", n.gateway, net.prefix_len());
-            ip(&["addr", "replace", &gateway, "dev", &br]).await?;
-        }
-        isolation::admit(&br).await?;
-        vxlan::ensure(&vxlan_of(&br), n.vni, n.overlay_port, vtep, n.mtu, &br).await?;
+        let stretched = n.overlay_port != 0;
+        let home = (!stretched).then(|| NetworkHome {
+            subnet: net.trunc().to_string(),
+            gateway: n.gateway.clone(),
+            mtu: n.mtu,
+            external: !n.external_address.is_empty(),
+        });
+        ensure_network(vtep, (n.vni, n.overlay_port), n.mtu, home.as_ref()).await?;
         let mut members = n.members.clone();
         if !members.iter().any(|m| m.mac == n.mac) {
             members.push(NetworkMember {
@@ -130,13 +121,42 @@ pub async fn ensure_networks(vtep: &str, nics: &[Nic]) -> Result<()> {
             });
         }
         apply_members(vtep, n.vni, n.overlay_port, &n.domain, &members, &n.stretched_to).await?;
-        if !stretched {
-            let router = !n.external_address.is_empty();
-            dhcp::ensure_server(n.vni, &net.trunc(), &n.gateway, router, n.mtu, &n.domain).await?;
+        if let Some(home) = &home {
+            serve(n.vni, home, &n.domain).await?;
             external::ensure(n).await?;
         }
     }
     Ok(())
+}
+
+/// Starts the DHCP and DNS server of this site's network `vni` (once its
+/// member table is written) unless it runs.
+async fn serve(vni: u32, home: &NetworkHome, domain: &str) -> Result<()> {
+    let subnet: Ipv4Net = home.subnet.parse().with_context(|| format!("subnet {:?}", home.subnet))?;
+    dhcp::ensure_server(vni, &subnet, &home.gateway, home.external, home.mtu, domain).await
+}
+
+/// Network `vni` on UDP `overlay_port` on this host: the bridge (up, with
+/// `mtu`), its place in the isolation table, its VXLAN interface; with
+/// `home` (this site's own network), also the gateway address.
+async fn ensure_network(vtep: &str, (vni, overlay_port): (u32, u32), mtu: u32, home: Option<&NetworkHome>) -> Result<()> {
+    let br = bridge_of(vni, overlay_port);
+    if !exists(&br).await {
+        // Another VEEH on this kernel may make it at the same moment.
+        if let Err(e) = ip(&["link", "add", "name", &br, "type", "bridge"]).await {
+            if !exists(&br).await {
+                return Err(e);
+            }
+        }
+    }
+    ip(&["link", "set", "dev", &br, "mtu", &mtu.to_string(), "up"]).await?;
+    if let Some(h) = home {
+        let subnet: Ipv4Net = h.subnet.parse().with_context(|| format!("subnet {:?}", h.subnet))?;
+        let gateway: std::net::Ipv4Addr = h.gateway.parse().with_context(|| format!("gateway {:?}", h.gateway))?;
+        ip(&["addr", "replace", &format!("{gateway}/{}", subnet.prefix_len()), "dev", &br]).await?;
+    }
+    isolation::admit(&br).await?;
+    vxlan::ensure(&vxlan_of(&br), vni, overlay_port, vtep, mtu, &br).await
 }
 
 /// A network's new member table (VHI `UpdateNetwork`): DHCP, DNS and
@@ -149,11 +169,37 @@ pub async fn update_network(vtep: &str, u: &NetworkUpdate) -> Result<()> {
     check_members("update", &u.domain, &u.members)?;
     check_overlay("update", u.overlay_port, &u.stretched_to)?;
     let _one_at_a_time = kernel_lock().await?;
-    if !exists(&bridge_of(u.vni, u.overlay_port)).await {
+    let br = bridge_of(u.vni, u.overlay_port);
+    let marker = dhcp::dhcp_dir(u.vni).join(ANCHORED);
+    match &u.anchor {
+        Some(home) if u.overlay_port == 0 => {
+            ensure_network(vtep, (u.vni, 0), home.mtu, Some(home)).await?;
+            apply_members(vtep, u.vni, 0, &u.domain, &u.members, &u.stretched_to).await?;
+            serve(u.vni, home, &u.domain).await?;
+            std::fs::write(&marker, b"")?;
+            return Ok(());
+        }
+        Some(_) => {
+            return Err(crate::error::HostError::field("update.anchor", "a network stretched here has its home at its primary site").into())
+        }
+        None if marker.exists() => {
+            let _ = std::fs::remove_file(&marker);
+            if unused(&br).await {
+                remove_network(&br).await;
+                return Ok(());
+            }
+        }
+        None => {}
+    }
+    if !exists(&br).await {
         return Ok(());
     }
     apply_members(vtep, u.vni, u.overlay_port, &u.domain, &u.members, &u.stretched_to).await
 }
+
+/// In a network's state directory: the host keeps the network's home part
+/// for members abroad (`NetworkUpdate.anchor`), with or without a NIC here.
+const ANCHORED: &str = "anchored";
 
 /// A network's member table on this host: the VXLAN forwarding entries;
 /// on this site's own network also the DHCP reservations and DNS names,
@@ -195,8 +241,14 @@ fn vxlan_of(br: &str) -> String {
     }
 }
 
-/// Whether bridge `br` has no port but its VXLAN interface (no NIC on it).
+/// Whether bridge `br` has no port but its VXLAN interface (no NIC on it)
+/// and is no anchor for members abroad.
 async fn unused(br: &str) -> bool {
+    if let Some(vni) = br.strip_prefix("vb").and_then(|v| v.parse().ok()) {
+        if dhcp::dhcp_dir(vni).join(ANCHORED).exists() {
+            return false;
+        }
+    }
     let vx = vxlan_of(br);
     match ip(&["-o", "link", "show", "master", br]).await {
         Ok(ports) => ports

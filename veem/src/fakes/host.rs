@@ -35,6 +35,9 @@ pub struct Script {
     pub networks: HashMap<u32, Vec<NetworkMember>>,
     /// The peer VTEPs the last UpdateNetwork of each network stretched it to.
     pub stretched_to: HashMap<u32, Vec<interfaces::vhi::Vtep>>,
+    /// Whether the last UpdateNetwork of each network made this host its
+    /// anchor.
+    pub anchored: HashMap<u32, bool>,
 }
 
 /// One fake VEEH; clone it to keep a handle on its script.
@@ -287,6 +290,7 @@ impl Vhi for FakeVhi {
         let mut s = self.call("UpdateNetwork", &format!("vb{}", u.vni))?;
         s.networks.insert(u.vni, u.members);
         s.stretched_to.insert(u.vni, u.stretched_to);
+        s.anchored.insert(u.vni, u.anchor.is_some());
         Ok(Response::new(Empty {}))
     }
     type WatchEventsStream = BoxStream<HostEvent>;

@@ -245,4 +245,25 @@ mod networks {
         assert!(script.stretched_to[&100].is_empty(), "still stretched: {:?}", script.stretched_to);
         assert!(script.networks[&100].iter().all(|m| m.vtep_port == 0 && m.external_address.is_empty()));
     }
+
+    #[tokio::test]
+    async fn with_every_vee_abroad_a_host_here_anchors_the_networks_until_one_comes_home() {
+        let (a, _b, vm1, _) = sites(OVERLAY_B).await;
+        let service = a.veem.vee(&vm1).unwrap().service_id;
+        let vm0 = a.veem.service(&service).unwrap().vees.into_iter().find(|v| v != &vm1).unwrap();
+        let anchored = |h: &str| a.host(h).script.lock().unwrap().anchored.get(&100).copied();
+        assert_eq!(migrate_to_b(&a, &vm1).await.state, MigrationState::Done);
+        assert_ne!(anchored("a1"), Some(true), "vm-0 still runs here: no anchor");
+        assert_ne!(anchored("a2"), Some(true));
+        assert_eq!(migrate_to_b(&a, &vm0).await.state, MigrationState::Done);
+        // All abroad: the first host up keeps the home part.
+        assert_eq!((anchored("a1"), anchored("a2")), (Some(true), None));
+        assert_eq!(a.veem.service(&service).unwrap().anchor.as_deref(), Some("a1"));
+        // vm-0 comes home to a2: a1 lets the network go.
+        let m = a.veem.propose(&vm0, Dest::Host("a2".into()), "home", "test").unwrap();
+        a.veem.approve(&m.id, "operator").unwrap();
+        assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
+        assert_eq!((anchored("a1"), anchored("a2")), (Some(false), Some(false)));
+        assert_eq!(a.veem.service(&service).unwrap().anchor, None);
+    }
 }
