@@ -35,6 +35,32 @@ pub struct PeerLink {
 /// The UDP port of the lab's agreed overlays.
 pub const OVERLAY_PORT: u16 = 4790;
 
+/// Token site A presents to site B.
+pub const A_TO_B: &str = "token-a-presents-to-b";
+/// Token site B presents to site A.
+pub const B_TO_A: &str = "token-b-presents-to-a";
+
+/// The lab's two sites as each other's peers, their VEEMs on ports `pa`
+/// and `pb`, with an overlay agreed both ways or not: (A's link to B, B's
+/// link to A).
+pub fn peer_links(pa: u16, pb: u16, overlay: bool) -> (PeerLink, PeerLink) {
+    let to_b = PeerLink {
+        site_id: "site-b".into(),
+        endpoint: endpoint("site-b", pb),
+        token_out: A_TO_B.into(),
+        token_in: B_TO_A.into(),
+        overlay_vtep: overlay.then(|| crate::lab::SITE_B_ADDR.into()),
+    };
+    let to_a = PeerLink {
+        site_id: "site-a".into(),
+        endpoint: endpoint("site-a", pa),
+        token_out: B_TO_A.into(),
+        token_in: A_TO_B.into(),
+        overlay_vtep: overlay.then(|| crate::lab::SITE_A_ADDR.into()),
+    };
+    (to_b, to_a)
+}
+
 /// A running `veem serve`.
 pub struct Veem {
     pub daemon: Daemon,
@@ -171,6 +197,35 @@ impl Veem {
             "VEE {vee_id} never became {what} in {timeout:?}; last {last:?}\nVEEM log tail:\n{}",
             tail(&self.daemon.log_text(), 4000)
         );
+    }
+}
+
+/// Polls site `v`'s migrations (as its operator) until migration `id` is
+/// done, failed or rejected (at most `timeout`): its record.
+pub async fn wait_migration(v: &Veem, id: &str, timeout: Duration) -> interfaces::vmi::MigrationInfo {
+    use interfaces::vmi::MigrationState::{Done, Failed, Rejected};
+    let mut op = v.client(OPERATOR).await;
+    let start = Instant::now();
+    loop {
+        let m = op
+            .list_migrations(interfaces::vmi::Empty {})
+            .await
+            .unwrap()
+            .into_inner()
+            .migrations
+            .into_iter()
+            .find(|m| m.migration_id == id)
+            .unwrap();
+        if matches!(m.state(), Done | Failed | Rejected) {
+            return m;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "migration {id} still {} after {timeout:?}: {}",
+            m.state,
+            tail(&v.daemon.log_text(), 3000)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

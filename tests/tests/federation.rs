@@ -10,14 +10,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use e2e::daemons::{console, wait_tick, GuestIds, ImageRepo, Veeh};
-use e2e::site::{self, manifest, PeerLink, Veem, ACME, OPERATOR};
+use e2e::site::{self, manifest, Veem, ACME, B_TO_A, OPERATOR};
 use e2e::{guest, lab};
 use interfaces::vhi;
 use interfaces::vmi::*;
 
 const BOOT: Duration = Duration::from_secs(180);
-const A_TO_B: &str = "token-a-presents-to-b";
-const B_TO_A: &str = "token-b-presents-to-a";
 
 struct Lab {
     dir: std::path::PathBuf,
@@ -37,20 +35,7 @@ async fn two_sites(name: &str, a_extra: &str) -> Lab {
     let a1 = Veeh::start(&dir, "fa1", "site-a", lab::SITE_A_URI, &repo).await;
     let b1 = Veeh::start(&dir, "fb1", "site-b", lab::SITE_B_URI, &repo).await;
     let (pa, pb) = (site::port(), site::port());
-    let to_b = PeerLink {
-        site_id: "site-b".into(),
-        endpoint: site::endpoint("site-b", pb),
-        token_out: A_TO_B.into(),
-        token_in: B_TO_A.into(),
-        ..Default::default()
-    };
-    let to_a = PeerLink {
-        site_id: "site-a".into(),
-        endpoint: site::endpoint("site-a", pa),
-        token_out: B_TO_A.into(),
-        token_in: A_TO_B.into(),
-        ..Default::default()
-    };
+    let (to_b, to_a) = site::peer_links(pa, pb, false);
     let ca = site::write_config(&dir, "site-a", pa, &repo, &[&a1], &[to_b], a_extra);
     let cb = site::write_config(&dir, "site-b", pb, &repo, &[&b1], &[to_a], "");
     let a = Veem::start(&dir, "site-a", pa, ca).await;
@@ -86,32 +71,6 @@ impl Lab {
     }
 }
 
-async fn wait_migration(v: &Veem, id: &str, timeout: Duration) -> MigrationInfo {
-    let mut op = v.client(OPERATOR).await;
-    let start = std::time::Instant::now();
-    loop {
-        let m = op
-            .list_migrations(Empty {})
-            .await
-            .unwrap()
-            .into_inner()
-            .migrations
-            .into_iter()
-            .find(|m| m.migration_id == id)
-            .unwrap();
-        use interfaces::vmi::MigrationState::{Done, Failed, Rejected};
-        if matches!(m.state(), Done | Failed | Rejected) {
-            return m;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "migration {id} still {} after {timeout:?}: {}",
-            m.state,
-            site::tail(&v.daemon.log_text(), 3000)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
 
 async fn domains(h: &Veeh) -> Vec<vhi::DomainInfo> {
     h.client().await.list_domains(vhi::Empty {}).await.unwrap().into_inner().domains
@@ -207,7 +166,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     })
     .await
     .unwrap();
-    let m = wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
+    let m = site::wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
     assert_eq!(m.state(), interfaces::vmi::MigrationState::Done, "{}", m.detail);
     let shown = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
     assert_eq!(shown.location, "remote (site-b)");
@@ -280,7 +239,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     })
     .await
     .unwrap();
-    let m = wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
+    let m = site::wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
     assert_eq!(m.state(), interfaces::vmi::MigrationState::Done, "{}", m.detail);
     assert_eq!(
         acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location,
@@ -422,7 +381,7 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
         assert!(start.elapsed() < Duration::from_secs(60), "the migration never started");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let m = wait_migration(&l.a, &p.migration_id, Duration::from_secs(120)).await;
+    let m = site::wait_migration(&l.a, &p.migration_id, Duration::from_secs(120)).await;
     assert_eq!(m.state(), interfaces::vmi::MigrationState::Failed);
     let at_a = domains(&l.a1).await;
     assert_eq!(at_a.len(), 1, "the VEE keeps running at A");
@@ -455,7 +414,7 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     }
     std::thread::sleep(Duration::from_secs(2));
     l.a.restart().await;
-    let m = wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
+    let m = site::wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
     // Whatever the outcome, exactly one copy runs, where A says it does.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (da, db) = (domains(&l.a1).await, domains(&l.b1).await);

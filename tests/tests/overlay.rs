@@ -13,13 +13,11 @@ use std::time::Duration;
 
 use e2e::daemons::{ImageRepo, Veeh};
 use e2e::net::{http_get, outside, sh, HttpPoller, TickClient};
-use e2e::site::{self, host_of, PeerLink, Veem, ACME, OPERATOR};
+use e2e::site::{self, host_of, Veem, ACME, OPERATOR};
 use e2e::{guest, lab};
 use interfaces::vmi::*;
 
 const BOOT: Duration = Duration::from_secs(180);
-const A_TO_B: &str = "token-a-presents-to-b";
-const B_TO_A: &str = "token-b-presents-to-a";
 
 /// Service `name` of acme: `web` x2 on `backend` and `public` (external,
 /// ports 80 and 7000), `db` x1 on `backend`.
@@ -155,23 +153,7 @@ async fn migrate(a: &Veem, vee: &str, to_site: &str, to_host: &str) -> Migration
     })
     .await
     .unwrap();
-    let start = std::time::Instant::now();
-    loop {
-        let now = op
-            .list_migrations(Empty {})
-            .await
-            .unwrap()
-            .into_inner()
-            .migrations
-            .into_iter()
-            .find(|x| x.migration_id == m.migration_id)
-            .unwrap();
-        if matches!(now.state(), MigrationState::Done | MigrationState::Failed) {
-            return now;
-        }
-        assert!(start.elapsed() < BOOT, "migration still {:?}", now.state());
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    site::wait_migration(a, &m.migration_id, BOOT).await
 }
 
 /// After a move of web-1: the tick stream went on on the same connection
@@ -231,20 +213,7 @@ async fn span(name: &str, a_extra: &str) -> Span {
     let a2 = Veeh::start(&dir, "a2", "site-a", lab::SITE_A_URI, &repo).await;
     let b1 = Veeh::start(&dir, "b1", "site-b", lab::SITE_B_URI, &repo).await;
     let (pa, pb) = (site::port(), site::port());
-    let to_b = PeerLink {
-        site_id: "site-b".into(),
-        endpoint: site::endpoint("site-b", pb),
-        token_out: A_TO_B.into(),
-        token_in: B_TO_A.into(),
-        overlay_vtep: Some(lab::SITE_B_ADDR.into()),
-    };
-    let to_a = PeerLink {
-        site_id: "site-a".into(),
-        endpoint: site::endpoint("site-a", pa),
-        token_out: B_TO_A.into(),
-        token_in: A_TO_B.into(),
-        overlay_vtep: Some(lab::SITE_A_ADDR.into()),
-    };
+    let (to_b, to_a) = site::peer_links(pa, pb, true);
     let a_extra = format!("{a_extra}[networks]\nexternal_pool = \"10.80.3.0/28\"\n");
     let ca = site::write_config(&dir, "site-a", pa, &repo, &[&a1, &a2], &[to_b], &a_extra);
     let b_pools = "[networks]\nexternal_pool = \"10.80.4.0/28\"\n";

@@ -277,17 +277,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn each_nic_is_a_virtio_interface_on_its_bridge_with_its_mac_and_mtu() {
+    /// [`spec`] with NICs on bridges vb100 and vb101.
+    fn two_nics() -> DomainSpec {
         let nic = |mac: &str, bridge: &str| NicXml {
             mac: mac.into(),
             bridge: bridge.into(),
             mtu: 1450,
         };
-        let xml = generate(&DomainSpec {
+        DomainSpec {
             nics: vec![nic("02:00:00:64:00:02", "vb100"), nic("02:00:00:65:00:02", "vb101")],
             ..spec()
-        });
+        }
+    }
+
+    #[test]
+    fn each_nic_is_a_virtio_interface_on_its_bridge_with_its_mac_and_mtu() {
+        let xml = generate(&two_nics());
         let doc = roxmltree::Document::parse(&xml).unwrap();
         let ifaces: Vec<(String, String, String, String)> = doc
             .descendants()
@@ -367,15 +372,7 @@ mod tests {
 
     #[test]
     fn rewrite_points_every_path_bridge_and_the_owner_at_the_destination() {
-        let nic = |mac: &str, bridge: &str| NicXml {
-            mac: mac.into(),
-            bridge: bridge.into(),
-            mtu: 1450,
-        };
-        let xml = generate(&DomainSpec {
-            nics: vec![nic("02:00:00:64:00:02", "vb100"), nic("02:00:00:65:00:02", "vb101")],
-            ..spec()
-        });
+        let xml = generate(&two_nics());
         assert_eq!(
             bridges(&xml).unwrap(),
             [("02:00:00:64:00:02".into(), "vb100".into()), ("02:00:00:65:00:02".into(), "vb101".into())]

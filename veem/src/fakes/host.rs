@@ -287,7 +287,9 @@ impl Vhi for FakeVhi {
     }
     async fn update_network(&self, r: Request<NetworkUpdate>) -> R<Empty> {
         let u = r.into_inner();
-        let mut s = self.call("UpdateNetwork", &format!("vb{}", u.vni))?;
+        // `update_network vb<VNI> to=<peer VTEPs>`: where it is stretched.
+        let to: Vec<&str> = u.stretched_to.iter().map(|v| v.address.as_str()).collect();
+        let mut s = self.call("UpdateNetwork", &format!("vb{} to={}", u.vni, to.join(",")))?;
         s.networks.insert(u.vni, u.members);
         s.stretched_to.insert(u.vni, u.stretched_to);
         s.anchored.insert(u.vni, u.anchor.is_some());

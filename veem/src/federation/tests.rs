@@ -266,4 +266,28 @@ mod networks {
         assert_eq!((anchored("a1"), anchored("a2")), (Some(false), Some(false)));
         assert_eq!(a.veem.service(&service).unwrap().anchor, None);
     }
+
+    #[tokio::test]
+    async fn a_silent_peers_copy_is_cut_off_the_overlay_before_the_vee_runs_here_again() {
+        let (a, _b, vee, other) = sites(OVERLAY_B).await;
+        assert_eq!(migrate_to_b(&a, &vee).await.state, MigrationState::Done);
+        let host = a.host(&other);
+        let before = host.calls().len();
+        // Site B went silent; site A recovers the VEE at home.
+        a.veem.recover_from_peer(&vee, "site-b").await.unwrap();
+        let v = a.veem.vee(&vee).unwrap();
+        assert_eq!(v.state, VeeState::Running, "recovered at home");
+        // The first update after the silence already drops site B: the
+        // VEEM sends it before it asks any host to run the VEE again.
+        let after: Vec<String> = host.calls()[before..].to_vec();
+        let update = after.iter().position(|c| c.starts_with("update_network vb100")).expect("an update");
+        assert_eq!(after[update], "update_network vb100 to=", "{after:?}");
+        if v.host() == Some(other.as_str()) {
+            let run = after.iter().position(|c| c.contains(&vee) && !c.starts_with("update")).unwrap();
+            assert!(update < run, "{after:?}");
+        }
+        let table = host.script.lock().unwrap().networks[&100].clone();
+        let m = table.iter().find(|m| m.name == "vm-1").unwrap();
+        assert!(m.vtep_port == 0 && m.vtep != "198.51.100.2", "{m:?}");
+    }
 }
