@@ -191,6 +191,49 @@ impl Veem {
             .is_some_and(|f| f.site == site)
     }
 
+    /// Peer side of the VMI `UpdateNetwork`: primary site `from`'s network
+    /// `u.vni` has a new member table. The VEEs this site runs for `from`
+    /// on that network keep it (their specs use it from now on), and their
+    /// hosts get it on the agreed overlay port. Errors when no overlay is
+    /// agreed with `from`; a table with bad entries is refused by the
+    /// hosts, which check it before use.
+    pub async fn primary_network_changed(&self, from: &str, u: NetworkUpdate) -> Result<()> {
+        let Some(port) = self.overlay(from).map(|o| u32::from(o.port)) else {
+            anyhow::bail!("no overlay ([peers.overlay]) is agreed with {from}");
+        };
+        if u.anchor.is_some() {
+            return Err(crate::error::VeemError::field("anchor", "a network's home part stays at its primary site").into());
+        }
+        let mut hosts = BTreeSet::new();
+        for id in self
+            .vees_where(|v| v.for_peer.as_deref() == Some(from) && v.nics.iter().any(|n| n.vni == u.vni))
+            .into_iter()
+            .map(|v| v.id)
+        {
+            let _g = self.lock_vee(&id).await;
+            let mut v = self.vee(&id)?;
+            for nic in v.nics.iter_mut().filter(|n| n.vni == u.vni) {
+                nic.primary_members = u.members.clone();
+            }
+            self.save_vee(&v)?;
+            if runs(&v) {
+                hosts.extend(v.host().map(str::to_string));
+            }
+        }
+        let update = NetworkUpdate {
+            overlay_port: port,
+            domain: String::new(),
+            ..u
+        };
+        for h in &hosts {
+            let Ok(vhi) = self.hosts.vhi(h) else { continue };
+            if let Err(e) = vhi.update_network(tonic::Request::new(update.clone())).await {
+                tracing::warn!(host = %h, vni = update.vni, %from, error = %e.message(), "network update not delivered");
+            }
+        }
+        Ok(())
+    }
+
     /// Marks VEE `v` on its way to peer `site` (or no longer, `None`) and
     /// sends the service's hosts their tables: its networks are stretched
     /// there before it arrives, and unstretched when it does not.
@@ -211,7 +254,8 @@ impl Veem {
     /// A VEE of service `service_id` arrived somewhere (deployed, migrated,
     /// restored): every host that runs a VEE of the service gets the new
     /// member tables of the service's networks (VHI `UpdateNetwork`; a
-    /// host without a network ignores it). When all its VEEs run at peer
+    /// host without a network ignores it), and so does every peer site
+    /// that runs one (VMI `UpdateNetwork`). When all its VEEs run at peer
     /// sites, one host here anchors the networks (keeps their gateway,
     /// DHCP/DNS and external addresses, `ServiceRec::anchor`), and lets
     /// them go when a VEE of the service runs here again or none abroad.
@@ -236,6 +280,14 @@ impl Veem {
             None
         };
         let released = svc.anchor.clone().filter(|old| Some(old) != anchor.as_ref());
+        // Peer sites running VEEs of the service get the tables too.
+        let peers: BTreeSet<String> = vees
+            .iter()
+            .filter_map(|v| match &v.location {
+                Location::Site(s) if runs(v) && !self.fenced_at(v, s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect();
         for n in &svc.networks {
             let update = NetworkUpdate {
                 vni: n.vni,
@@ -251,6 +303,15 @@ impl Veem {
                 mtu: self.cfg.networks.mtu,
                 external: n.kind == interfaces::manifest::NetworkKind::External,
             };
+            for site in &peers {
+                let sent = match self.peer(site) {
+                    Ok(p) => p.update_network(update.clone()).await.map_err(|e| e.message().to_string()),
+                    Err(e) => Err(format!("{e:#}")),
+                };
+                if let Err(e) = sent {
+                    tracing::warn!(%site, vni = n.vni, error = %e, "network update not delivered to the peer site");
+                }
+            }
             let targets = hosts.iter().chain(&anchor).chain(&released);
             for h in targets.collect::<BTreeSet<_>>() {
                 let Ok(vhi) = self.hosts.vhi(h) else { continue };

@@ -145,6 +145,8 @@ pub trait Peer: Send + Sync {
     async fn push_usage(&self, b: vmi::UsageBatch) -> Result<vmi::PushUsageReply, Status>;
     async fn get_vee(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status>;
     async fn vee_action(&self, r: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status>;
+    /// A network of ours that runs VEEs at the peer has a new member table.
+    async fn update_network(&self, u: vhi::NetworkUpdate) -> Result<(), Status>;
 }
 
 /// [`Peer`] over the network: a tonic VMI client with the bearer token this
@@ -192,6 +194,9 @@ impl Peer for GrpcPeer {
     }
     async fn vee_action(&self, r: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status> {
         Ok(self.0.clone().vee_action(r).await?.into_inner())
+    }
+    async fn update_network(&self, u: vhi::NetworkUpdate) -> Result<(), Status> {
+        self.0.clone().update_network(u).await.map(|_| ())
     }
 }
 

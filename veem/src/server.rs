@@ -417,6 +417,11 @@ impl Vmi for VmiService {
         ok(self.veem.abort_incoming(&r.get_ref().vee_id).await.map(|_| Empty {}))
     }
 
+    async fn update_network(&self, r: Request<interfaces::vhi::NetworkUpdate>) -> R<Empty> {
+        let site = self.peer(&r)?;
+        ok(self.veem.primary_network_changed(&site, r.into_inner()).await.map(|_| Empty {}))
+    }
+
     async fn withdraw(&self, r: Request<VeeRef>) -> R<Empty> {
         let site = self.peer(&r)?;
         ok(self.veem.withdrawn(&site, &r.get_ref().vee_id).map(|_| Empty {}))

@@ -361,6 +361,9 @@ impl Vmi for MockSvc {
     async fn push_usage(&self, _: Request<UsageBatch>) -> R<PushUsageReply> {
         Err(Status::unimplemented(""))
     }
+    async fn update_network(&self, _: Request<interfaces::vhi::NetworkUpdate>) -> R<Empty> {
+        Err(Status::unimplemented(""))
+    }
 }
 
 /// Serve `mock` on a free local port; return its endpoint URL.

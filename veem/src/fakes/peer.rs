@@ -64,6 +64,9 @@ impl Peer for SilentPeer {
     async fn vee_action(&self, _: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status> {
         silent()
     }
+    async fn update_network(&self, _: interfaces::vhi::NetworkUpdate) -> Result<(), Status> {
+        silent()
+    }
 }
 
 /// Another VEEM of this process as a peer: its real VMI handlers, called
@@ -119,5 +122,9 @@ impl Peer for LocalPeer {
     async fn vee_action(&self, r: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status> {
         use vmi::vmi_server::Vmi;
         Ok(self.svc.vee_action(self.req(r)).await?.into_inner())
+    }
+    async fn update_network(&self, u: interfaces::vhi::NetworkUpdate) -> Result<(), Status> {
+        use vmi::vmi_server::Vmi;
+        self.svc.update_network(self.req(u)).await.map(|_| ())
     }
 }

@@ -290,4 +290,23 @@ mod networks {
         let m = table.iter().find(|m| m.name == "vm-1").unwrap();
         assert!(m.vtep_port == 0 && m.vtep != "198.51.100.2", "{m:?}");
     }
+
+    #[tokio::test]
+    async fn a_peer_running_a_vee_of_the_service_learns_the_primarys_table_changes() {
+        let (a, b, vm1, other) = sites(OVERLAY_B).await;
+        assert_eq!(migrate_to_b(&a, &vm1).await.state, MigrationState::Done);
+        // vm-0 moves between site A's hosts: its VTEP changes.
+        let service = a.veem.vee(&vm1).unwrap().service_id;
+        let vm0 = a.veem.service(&service).unwrap().vees.into_iter().find(|v| v != &vm1).unwrap();
+        let to = if other == "a1" { "a2" } else { "a1" };
+        let m = a.veem.propose(&vm0, Dest::Host(to.into()), "maintenance", "test").unwrap();
+        a.veem.approve(&m.id, "operator").unwrap();
+        assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
+        let vtep = a.host(to).vtep();
+        let at_b = b.host("b1").script.lock().unwrap().networks[&100].clone();
+        let vm0_there = at_b.iter().find(|m| m.name == "vm-0").expect("vm-0 in B's table");
+        assert_eq!(vm0_there.vtep, vtep, "B's host sends vm-0's frames to its new host");
+        let kept = b.veem.vee(&vm1).unwrap();
+        assert_eq!(kept.nics[0].primary_members, at_b, "B's record keeps the table for later specs");
+    }
 }
