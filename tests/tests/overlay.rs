@@ -7,7 +7,8 @@
 //! live-migrated to site B with an operator's approval and home again. The
 //! same connection keeps receiving ticks, HTTP keeps answering, web-1
 //! reaches db-0 by name and address from B, its MAC and addresses stay, and
-//! site B keeps nothing of the network once web-1 has left.
+//! site B keeps nothing of the network once web-1 has left. The same holds
+//! when site B withdraws web-1 (site A takes it home).
 
 use std::time::Duration;
 
@@ -330,6 +331,23 @@ async fn lab_web_1_live_migrates_to_site_b_and_home_keeping_its_addresses_and_tc
         back.total_ms
     );
     // Site B's part of the overlay went with the last VEE of the network.
+    assert!(no_stretch_at_b().await, "site B keeps {:?}", site_b_links("v"));
+
+    // Out again, and site B's operator gives it back (withdraw): site A
+    // takes it home by live migration, the same connection going on.
+    let again = migrate(a, &web1.vee_id, "site-b", "").await;
+    assert_eq!(again.state(), MigrationState::Done, "{}", again.detail);
+    a.wait_vee(&web1.vee_id, "at site B", BOOT, |i| i.location == "remote (site-b)").await;
+    let mut b_op = s.b.client(OPERATOR).await;
+    site::vee_action(&mut b_op, &web1.vee_id, Action::Withdraw).await.unwrap();
+    let withdrawn = a
+        .wait_vee(&web1.vee_id, "home after the withdrawal", BOOT, |i| {
+            i.state() == VeeState::Running && host_of(i).is_some()
+        })
+        .await;
+    assert_eq!(nic(&withdrawn, "public"), (web1_mac.clone(), web1_ip.clone(), web1_ext.clone()));
+    let gap_withdrawn = assert_kept("withdrawn by site B", &client, &http, &web1_ip, &db0_ip).await;
+    println!("withdrawn by site B and home: client-side TCP gap {} ms", gap_withdrawn.as_millis());
     assert!(no_stretch_at_b().await, "site B keeps {:?}", site_b_links("v"));
     drop((client, http));
     s.end().await;

@@ -150,6 +150,21 @@ async fn a_vee_on_service_networks_never_goes_to_a_peer_without_an_agreed_overla
     assert!(!b.host("b1").calls().iter().any(|c| c.contains(&vee)), "{:?}", b.host("b1").calls());
 }
 
+#[tokio::test]
+async fn a_vee_comes_home_twice() {
+    // A second homecoming found the first one's planner service still
+    // there ("already admitted") and the VEE stayed at the peer.
+    let (a, _b, vee) = two_sites(B_TRUSTS_A).await;
+    for round in 0..2 {
+        assert_eq!(migrate_to_b(&a, &vee).await.state, MigrationState::Done, "round {round}: out");
+        let m = a.veem.propose(&vee, Dest::Host("a1".into()), "home", "test").unwrap();
+        a.veem.approve(&m.id, "operator").unwrap();
+        let m = a.finished(&m.id).await;
+        assert_eq!(m.state, MigrationState::Done, "round {round}: home: {}", m.detail);
+        assert_eq!(a.veem.vee(&vee).unwrap().location, Location::Host("a1".into()));
+    }
+}
+
 mod networks {
     //! A VEE on service networks goes to a peer site only over an agreed
     //! overlay; its networks are stretched there (the peer's host gets the

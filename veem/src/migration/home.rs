@@ -12,7 +12,9 @@ use crate::model::{Location, MigrationRec, MigrationState};
 
 impl Veem {
     /// Reserves local capacity on `host` for a VEE coming home from a peer
-    /// site (a one-VEE reservation under the planner service `home-<id>`).
+    /// site (a one-VEE reservation under the planner service `home-<id>`;
+    /// one left from an earlier homecoming, emptied when the VEE left
+    /// again, is replaced).
     pub(crate) fn reserve_home(&self, v: &crate::model::VeeRec, host: &str) -> Result<()> {
         use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
         let clock = self.slots;
@@ -34,6 +36,9 @@ impl Veem {
             constraints: vec![],
             peer_spare: PeerSpare::NoneOffered,
         };
+        // The VEE is at a peer: it holds no local reservation, and an
+        // earlier homecoming's service holds nothing of it any more.
+        let _ = p.release_service(&req.service_id);
         match p.admit(&req) {
             Admission::Accepted(a) => {
                 if a.placements[0].host != host {
