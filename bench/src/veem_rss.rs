@@ -223,7 +223,7 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
         let Admission::Accepted(a) = verdict else {
             bail!("service {s} of {services} not admitted: {verdict:?}")
         };
-        let (svc, mut vs) = veem.admission_records(&m, MANIFEST, &req, &a, None);
+        let (svc, mut vs) = veem.admission_records(&m, MANIFEST, &req, Some(&a), None);
         // As `Veem::deploy`: VEE records, the service, `admitted` events.
         for v in &vs {
             veem.save_vee(v)?;

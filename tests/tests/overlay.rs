@@ -77,9 +77,9 @@ async fn no_stretch_at_b() -> bool {
 
 /// Site B's own tenant (globex, a VEE on its own external network, whose
 /// VNI and MACs are the same as A's `backend`: each site numbers its own)
-/// cannot reach web-1 at B: its probes fail, and site B has no route into
-/// the stretched network.
-async fn stranger_at_b_cannot_reach(s: &Span, web1_ip: &str, web1_backend_ip: &str) {
+/// cannot reach `targets` (addresses of acme's VEEs at B): its probes
+/// fail, and site B has no route into the stretched network.
+async fn stranger_at_b_cannot_reach(s: &Span, targets: &[&str]) {
     let m = format!(
         "[service]\nname = \"stranger\"\nprovider = \"globex\"\n[sla]\nguarantee = \"standard\"\npenalty_per_hour = 1.0\n\
          [[network]]\nname = \"front\"\nkind = \"external\"\nports = [80]\n\
@@ -101,7 +101,7 @@ async fn stranger_at_b_cannot_reach(s: &Span, web1_ip: &str, web1_backend_ip: &s
         assert!(start.elapsed() < BOOT, "the stranger at {ext} does not answer");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    for target in [web1_ip, web1_backend_ip] {
+    for target in targets {
         for q in [format!("ping={target}"), format!("tcp={target}:7000")] {
             let r = http_get(&probe_url(&q)).await.unwrap_or_default();
             assert!(r.starts_with("PROBE-FAILED"), "site B's tenant: {q}: {r}");
@@ -110,7 +110,7 @@ async fn stranger_at_b_cannot_reach(s: &Span, web1_ip: &str, web1_backend_ip: &s
     // No path in: site B's kernel routes nothing into a stretched network
     // (its bridge has no address), and only the network's own frames are
     // let through the bridge.
-    for target in [web1_ip, web1_backend_ip] {
+    for target in targets {
         let (_, route) = sh(&format!("ip -n vee-siteb route get {target}"));
         assert!(!route.contains(" dev vs"), "site B routes {target} into the stretched network: {route}");
     }
@@ -193,8 +193,8 @@ async fn assert_kept(what: &str, client: &TickClient, http: &HttpPoller, web1: &
 struct Span {
     dir: std::path::PathBuf,
     _repo: ImageRepo,
-    a1: Veeh,
-    a2: Veeh,
+    /// Site A's hosts.
+    hosts: Vec<Veeh>,
     _b1: Veeh,
     a: Veem,
     b: Veem,
@@ -202,22 +202,28 @@ struct Span {
     vees: Vec<VeeInfo>,
 }
 
-/// Site A (a1, a2 on site A's libvirtd; `a_extra` in its VEEM's config)
-/// and site B (b1, in site B's namespaces), peers with an overlay agreed
-/// both ways; the service `span` deployed at A and running, web-1
-/// answering HTTP at its public address and resolving db-0.
-async fn span(name: &str, a_extra: &str) -> Span {
+/// Site A (`hosts` on site A's libvirtd, 2 vCPUs each; `a_extra` in its
+/// VEEM's config) and site B (b1, in site B's namespaces), peers with an
+/// overlay agreed both ways; the service `span` deployed (at A, or the part
+/// A cannot take at B) and running, web-1 answering HTTP at its public
+/// address and resolving db-0.
+async fn span(name: &str, a_extra: &str, hosts: &[&str]) -> Span {
     let dir = lab::test_dir(name);
     let repo = ImageRepo::start(&dir).await;
     let ids = repo.push_guest(&guest::image()).await;
-    let a1 = Veeh::start(&dir, "a1", "site-a", lab::SITE_A_URI, &repo).await;
-    let a2 = Veeh::start(&dir, "a2", "site-a", lab::SITE_A_URI, &repo).await;
+    let mut a_hosts = Vec::new();
+    for h in hosts {
+        a_hosts.push(Veeh::start(&dir, h, "site-a", lab::SITE_A_URI, &repo).await);
+    }
     let b1 = Veeh::start(&dir, "b1", "site-b", lab::SITE_B_URI, &repo).await;
     let (pa, pb) = (site::port(), site::port());
     let (to_b, to_a) = site::peer_links(pa, pb, true);
     let a_extra = format!("{a_extra}[networks]\nexternal_pool = \"10.80.3.0/28\"\n");
-    let ca = site::write_config(&dir, "site-a", pa, &repo, &[&a1, &a2], &[to_b], &a_extra);
-    let b_pools = "[networks]\nexternal_pool = \"10.80.4.0/28\"\n";
+    let ca = site::write_config(&dir, "site-a", pa, &repo, &a_hosts.iter().collect::<Vec<_>>(), &[to_b], &a_extra);
+    // Each site numbers its own networks; site B's come from another pool
+    // than A's, so that its tenant probing acme's addresses is not probing
+    // its own.
+    let b_pools = "[networks]\npool = \"10.250.0.0/16\"\nexternal_pool = \"10.80.4.0/28\"\n";
     let cb = site::write_config(&dir, "site-b", pb, &repo, &[&b1], &[to_a], b_pools);
     let a = Veem::start(&dir, "site-a", pa, ca).await;
     let b = Veem::start(&dir, "site-b", pb, cb).await;
@@ -230,8 +236,7 @@ async fn span(name: &str, a_extra: &str) -> Span {
     let s = Span {
         dir,
         _repo: repo,
-        a1,
-        a2,
+        hosts: a_hosts,
         _b1: b1,
         a,
         b,
@@ -277,8 +282,8 @@ impl Span {
 async fn lab_web_1_live_migrates_to_site_b_and_home_keeping_its_addresses_and_tcp_connection() {
     let _lab = lab::lock();
     assert!(outside("true").0, "no namespace vee-outside: run scripts/setup-host");
-    let s = span("overlay", "").await;
-    let (a, a1, a2) = (&s.a, &s.a1, &s.a2);
+    let s = span("overlay", "", &["a1", "a2"]).await;
+    let (a, a1, a2) = (&s.a, &s.hosts[0], &s.hosts[1]);
     let (web1, db0) = (s.vee("web", 1), s.vee("db", 0));
     let (web1_mac, web1_ip, web1_ext) = nic(&web1, "public");
     let (web1_backend_mac, web1_backend_ip, _) = nic(&web1, "backend");
@@ -313,7 +318,7 @@ async fn lab_web_1_live_migrates_to_site_b_and_home_keeping_its_addresses_and_tc
         out.downtime_ms,
         out.total_ms
     );
-    stranger_at_b_cannot_reach(&s, &web1_ip, &web1_backend_ip).await;
+    stranger_at_b_cannot_reach(&s, &[&web1_ip, &web1_backend_ip]).await;
 
     // Home again, to a host of site A.
     let home = if host_of(&web1).as_deref() == Some(a1.host.as_str()) { &a2.host } else { &a1.host };
@@ -357,7 +362,7 @@ async fn lab_web_1_live_migrates_to_site_b_and_home_keeping_its_addresses_and_tc
 async fn lab_a_cross_site_migration_whose_destination_dies_leaves_web_1_at_a_and_nothing_at_b() {
     let _lab = lab::lock();
     // 4 MiB/s: the copy lasts long enough to kill the destination mid-way.
-    let s = span("overlay-fail", "[migration]\nbandwidth_mib_s = 4\n").await;
+    let s = span("overlay-fail", "[migration]\nbandwidth_mib_s = 4\n", &["a1", "a2"]).await;
     let web1 = s.vee("web", 1);
     let (_, web1_ip, web1_ext) = nic(&web1, "public");
     let (_, db0_ip, _) = nic(&s.vee("db", 0), "backend");
@@ -400,5 +405,107 @@ async fn lab_a_cross_site_migration_whose_destination_dies_leaves_web_1_at_a_and
         "site A still sends to site B:\n{fdb}"
     );
     drop((client, http));
+    s.end().await;
+}
+
+/// Waits (up to [`BOOT`]) until the VEE at `from` answers probe `query`
+/// with an answer starting with `expected`; the last answer.
+async fn probe_until(from: &str, query: &str, expected: &str) -> String {
+    let start = std::time::Instant::now();
+    loop {
+        let r = probe(from, query).await;
+        if r.starts_with(expected) || start.elapsed() > BOOT {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Stops `vee` through its primary site and waits until site B keeps
+/// nothing of the stretched networks.
+async fn stop_and_check_b_is_clean(s: &Span, vee: &str) {
+    let mut acme = s.a.client(ACME).await;
+    site::vee_action(&mut acme, vee, Action::Stop).await.unwrap();
+    s.a.wait_vee(vee, "stopped", Duration::from_secs(60), |i| {
+        matches!(i.state(), VeeState::Stopped | VeeState::Terminated)
+    })
+    .await;
+    assert!(no_stretch_at_b().await, "site B keeps {:?}", site_b_links("v"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_vee_placed_at_site_b_is_on_its_services_networks_and_no_one_elses() {
+    let _lab = lab::lock();
+    // Site A's one host takes web-0 and web-1 (2 vCPUs): db-0 is placed at
+    // site B, on the networks site A assigned.
+    let s = span("overlay-place", "", &["a1"]).await;
+    let (web0, web1, db0) = (s.vee("web", 0), s.vee("web", 1), s.vee("db", 0));
+    assert_eq!(db0.location, "remote (site-b)");
+    assert!(host_of(&web0).is_some() && host_of(&web1).is_some(), "{web0:?} {web1:?}");
+    let (db0_mac, db0_ip, _) = nic(&db0, "backend");
+    let (_, web0_ip, _) = nic(&web0, "backend");
+    let (_, web1_ip, _) = nic(&web1, "public");
+    let (_, xml) = sh(&format!("virsh -c {} dumpxml vee-{}", lab::SITE_B_URI, db0.vee_id));
+    assert!(xml.contains(&format!("<mac address='{db0_mac}'/>")), "db-0's MAC at B:\n{xml}");
+    // web-1 at A reaches db-0 at B over the overlay, by name and address
+    // (db-0's lease came from site A over the overlay too).
+    let tcp = probe_until(&web1_ip, "tcp=db-0:7000", &format!("PROBE-OK {db0_ip} tick")).await;
+    assert!(tcp.starts_with(&format!("PROBE-OK {db0_ip} tick")), "web-1 -> db-0:7000: {tcp}");
+    let ping = probe(&web1_ip, &format!("ping={db0_ip}")).await;
+    assert!(ping.starts_with("PROBE-OK"), "web-1 -> {db0_ip}: {ping}");
+    // And db-0 reaches web-0 at A: its name from site A's DNS.
+    let back = probe(&db0_ip, "tcp=web-0:7000").await;
+    assert!(back.starts_with(&format!("PROBE-OK {web0_ip} tick")), "db-0 -> web-0:7000: {back}");
+    stranger_at_b_cannot_reach(&s, &[&db0_ip]).await;
+    stop_and_check_b_is_clean(&s, &db0.vee_id).await;
+    s.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_vee_restored_at_site_b_from_a_checkpoint_keeps_its_addresses_and_its_service() {
+    let _lab = lab::lock();
+    let mut s = span("overlay-recover", "", &["a1", "a2"]).await;
+    // The VEE alone on its host: when that host fails, the other (2 of 2
+    // vCPUs taken) cannot take it, and site B restores it.
+    let on = |v: &VeeInfo| s.vees.iter().filter(|o| host_of(o) == host_of(v)).count();
+    let alone = s.vees.iter().find(|v| on(v) == 1).expect("a VEE alone on its host").clone();
+    let other = s.vees.iter().find(|v| v.vee_id != alone.vee_id).unwrap().clone();
+    let name = format!("{}-{}", alone.component, alone.instance);
+    println!("{name} is alone on its host; the other host runs two VEEs");
+    let mut acme = s.a.client(ACME).await;
+    let cp = site::vee_action(&mut acme, &alone.vee_id, Action::Checkpoint)
+        .await
+        .unwrap()
+        .latest_checkpoint;
+    let host = host_of(&alone).unwrap();
+    s.hosts.iter_mut().find(|h| h.host == host).unwrap().daemon.kill();
+    veeh::hypervisor::Hypervisor::open(lab::SITE_A_URI, &host)
+        .unwrap()
+        .destroy(&alone.vee_id)
+        .unwrap();
+    let at_b = s
+        .a
+        .wait_vee(&alone.vee_id, "restored at site B", BOOT, |i| {
+            i.state() == VeeState::Running && i.location == "remote (site-b)"
+        })
+        .await;
+    assert_eq!(at_b.latest_checkpoint, cp);
+    for n in &alone.nics {
+        assert_eq!(nic(&at_b, &n.network), nic(&alone, &n.network), "{name}'s NIC on {}", n.network);
+    }
+    // Its service reaches it over the overlay, by name and address, and it
+    // reaches them.
+    let (_, ip, _) = nic(&alone, "backend");
+    let (_, other_ip, _) = nic(&other, "backend");
+    let tcp = probe_until(&other_ip, &format!("tcp={name}:7000"), &format!("PROBE-OK {ip} tick")).await;
+    assert!(tcp.starts_with(&format!("PROBE-OK {ip} tick")), "-> {name}:7000 at B: {tcp}");
+    let ping = probe(&ip, &format!("ping={other_ip}")).await;
+    assert!(ping.starts_with("PROBE-OK"), "{name} at B -> {other_ip}: {ping}");
+    // A web VEE keeps its external address at site A.
+    if let Some(n) = alone.nics.iter().find(|n| n.network == "public") {
+        let page = e2e::net::wait_http(&format!("http://{}/", n.external_address), BOOT).await.map(|(p, _)| p);
+        assert!(page.is_some_and(|p| p.contains(&name)), "{name} at B answers HTTP at {}", n.external_address);
+    }
+    stop_and_check_b_is_clean(&s, &alone.vee_id).await;
     s.end().await;
 }

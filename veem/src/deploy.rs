@@ -34,6 +34,14 @@ pub struct Refusal(pub Vec<String>);
 /// A VEE that did not fit at this site: (component, instance, VEE ID).
 type LeftOver = (String, u32, String);
 
+/// Every VEE of `req`: (component, instance, VEE ID).
+fn all_vees(req: &ServiceRequest) -> Vec<LeftOver> {
+    req.components
+        .iter()
+        .flat_map(|c| c.vees.iter().enumerate().map(move |(i, v)| (c.name.clone(), i as u32, v.clone())))
+        .collect()
+}
+
 /// Sorts `vees` by component and instance; returns their IDs in that order.
 fn sorted_ids(vees: &mut [VeeRec]) -> Vec<String> {
     vees.sort_by(|a, b| (&a.component, a.instance).cmp(&(&b.component, b.instance)));
@@ -137,8 +145,11 @@ impl Veem {
 
     /// Deploy: admits atomically, records the service and its VEEs, and
     /// starts them in the background (VEEs whose window starts later wait
-    /// for it). Errors carry the reasons; a refused manifest changes no
-    /// state.
+    /// for it). A service the site cannot take whole, whose SLA allows
+    /// peer sites, is admitted in part here and the rest placed at peers
+    /// (or all of it there): its networks are assigned first, so that the
+    /// VEEs at peers are on them (stretched there, E PIII §II). Errors
+    /// carry the reasons; a refused manifest changes no state.
     pub async fn deploy(self: &Arc<Self>, caller: &Role, toml: &str) -> Result<ServiceRec> {
         let m = match self.check_manifest(caller, toml).await {
             Ok(m) => m,
@@ -147,21 +158,17 @@ impl Veem {
         let service_id = uuid::Uuid::new_v4().to_string();
         let req = self.request(&m, &service_id);
         let verdict = self.planner.lock().unwrap().admit(&req);
-        // Service networks do not span sites yet: a service with networks
-        // is placed here or refused.
-        let federate = m.sla.migration.allows_peer_site() && !self.cfg.peers.is_empty() && m.networks.is_empty();
-        let (admitted, remote) = match verdict {
-            Admission::Accepted(a) => (a, vec![]),
+        let federate = m.sla.migration.allows_peer_site() && !self.cfg.peers.is_empty();
+        // What is admitted here, what goes to peer sites, and, when none of
+        // it fits here, why.
+        let (admitted, remote, refused) = match verdict {
+            Admission::Accepted(a) => (Some(a), vec![], None),
             other if federate => match self.admit_in_part(&req) {
-                // As many VEEs as fit here, the rest at peer sites.
-                Some((a, rest)) => (a, rest),
-                None => match self.deploy_remote(caller, &m, toml, &service_id, &req, &other).await? {
-                    Ok(svc) => return Ok(svc),
-                    Err(why) => {
-                        let r = self.reply(other);
-                        bail!("{}: {}; {why}", r.verdict(), r.reasons.join("; "));
-                    }
-                },
+                Some((a, rest)) => (Some(a), rest, None),
+                None => {
+                    tracing::info!(service = %service_id, reasons = ?other.reasons(), "local admission failed; trying peer sites");
+                    (None, all_vees(&req), Some(self.reply(other)))
+                }
             },
             other => {
                 let r = self.reply(other);
@@ -172,34 +179,57 @@ impl Veem {
             Role::Peer(site) => Some(site.clone()),
             _ => None,
         };
-        let (mut svc, mut vees) = self.admission_records(&m, toml, &req, &admitted, for_peer);
-        let end = self.slots.start_of(admitted.window.end);
+        let (mut svc, mut vees) = self.admission_records(&m, toml, &req, admitted.as_ref(), for_peer);
+        let end = self.slots.start_of(admitted.as_ref().map_or(req.window.end, |a| a.window.end));
+        for (component, instance, vee_id) in &remote {
+            let c = m.component(component).expect("a request's component is the manifest's");
+            vees.push(VeeRec {
+                state: VeeState::Deploying,
+                for_peer: svc.for_peer.clone(),
+                ..VeeRec::of_manifest(&m, c, *instance, vee_id, &service_id, (self.clock.now(), end))
+            });
+        }
+        svc.vees = sorted_ids(&mut vees);
+        let release = || {
+            let _ = self.planner.lock().unwrap().release_service(&service_id);
+        };
+        // Networks, remote placements and records, then the VEEHs here: a
+        // crash from the commit on resumes.
+        let one_at_a_time = self.ipam.lock().await;
+        if let Err(e) = self.assign_networks(&one_at_a_time, &m, &mut svc, &mut vees) {
+            release();
+            return Err(e.context("reject"));
+        }
         if !remote.is_empty() {
-            match self.place_remote(&m, &service_id, &remote, end, svc.for_peer.clone()).await? {
-                Ok(placed) => vees.extend(placed),
-                Err(why) => {
-                    let _ = self.planner.lock().unwrap().release_service(&service_id);
-                    bail!(
+            if let Err(why) = self.place_remote(&svc, &mut vees).await? {
+                release();
+                match refused {
+                    Some(r) => bail!("{}: {}; {why}", r.verdict(), r.reasons.join("; ")),
+                    None => bail!(
                         "reject: {} VEEs fit at site {} and no peer site takes the other {}: {why}",
-                        admitted.placements.len(),
+                        vees.len() - remote.len(),
                         self.cfg.site_id,
                         remote.len()
-                    );
+                    ),
                 }
             }
         }
-        svc.vees = sorted_ids(&mut vees);
-        // Networks and records first, in one commit, then the VEEHs: a
-        // crash from here on resumes.
-        if let Err(e) = self.admit_records(&m, &mut svc, &mut vees) {
-            let _ = self.planner.lock().unwrap().release_service(&service_id);
+        if let Err(e) = self.commit_admission(&svc, &vees) {
+            release();
+            self.unplace_remote(&vees).await;
             return Err(e.context("reject"));
         }
+        drop(one_at_a_time);
         self.placed_remotely(&vees);
+        if !remote.is_empty() {
+            // VEEs at peers: their networks' home part is here (anchored
+            // when none runs here).
+            self.sync_networks(&svc.id).await;
+        }
         for v in vees.iter().filter(|v| v.host().is_some()) {
             self.event(&v.id, &svc.id, "admitted", format!("on {}", v.host().unwrap_or("?")));
         }
-        for id in &admitted.preempted {
+        for id in admitted.iter().flat_map(|a| &a.preempted) {
             let veem = self.clone();
             let id = id.clone();
             tokio::spawn(async move { veem.preempt_background(&id).await });
@@ -216,23 +246,25 @@ impl Veem {
     /// `m`, whose text is `toml`): the service, and one admitted VEE per
     /// placement, on its host, over the admitted window (Unix seconds, from
     /// now at the earliest), run for `for_peer` if set; sorted by component
-    /// and instance.
+    /// and instance. Without an admission (all of the service goes to peer
+    /// sites), the service alone.
     pub fn admission_records(
         &self,
         m: &Manifest,
         toml: &str,
         req: &ServiceRequest,
-        admitted: &Admitted,
+        admitted: Option<&Admitted>,
         for_peer: Option<String>,
     ) -> (ServiceRec, Vec<VeeRec>) {
         let clock = self.slots;
+        let window = admitted.map_or(req.window, |a| a.window);
         let window = (
-            clock.start_of(admitted.window.start).max(self.clock.now()),
-            clock.start_of(admitted.window.end),
+            clock.start_of(window.start).max(self.clock.now()),
+            clock.start_of(window.end),
         );
         let mut vees: Vec<VeeRec> = admitted
-            .placements
             .iter()
+            .flat_map(|a| &a.placements)
             .map(|p| {
                 let comp = m.component(&p.component).expect("placement of a manifest component");
                 let instance = req
@@ -269,11 +301,7 @@ impl Veem {
     /// `(component, instance, VEE ID)` for peer sites. `None` if not even
     /// one VEE fits.
     fn admit_in_part(&self, req: &ServiceRequest) -> Option<(crate::planner::Admitted, Vec<LeftOver>)> {
-        let all: Vec<LeftOver> = req
-            .components
-            .iter()
-            .flat_map(|c| c.vees.iter().enumerate().map(move |(i, v)| (c.name.clone(), i as u32, v.clone())))
-            .collect();
+        let all = all_vees(req);
         for k in (1..all.len()).rev() {
             let keep: std::collections::HashSet<&String> = all[..k].iter().map(|x| &x.2).collect();
             let mut sub = req.clone();

@@ -13,12 +13,11 @@
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use interfaces::manifest::{Manifest, MigrationPolicy};
+use interfaces::manifest::MigrationPolicy;
 use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;
 use interfaces::vmi::{self, IncomingRequest, VeeActionRequest};
 
-use crate::config::Role;
 use crate::domain::StateMachine;
 use crate::error::VeemError;
 use crate::manager::Veem;
@@ -28,79 +27,26 @@ use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceR
 use crate::store::Tree;
 
 impl Veem {
-    /// Places every VEE of a service the site cannot admit at peer sites
-    /// (see [`Veem::place_remote`]) and records the service. `Ok(Err(why))`
-    /// when no peer takes them all, with each peer's refusal.
-    pub async fn deploy_remote(
-        self: &Arc<Self>,
-        caller: &Role,
-        m: &Manifest,
-        toml: &str,
-        service_id: &str,
-        req: &ServiceRequest,
-        verdict: &Admission,
-    ) -> Result<std::result::Result<ServiceRec, String>> {
-        tracing::info!(service = %service_id, reasons = ?verdict.reasons(), "local admission failed; trying peer sites");
-        let all: Vec<(String, u32, String)> = req
-            .components
-            .iter()
-            .flat_map(|c| c.vees.iter().enumerate().map(move |(i, v)| (c.name.clone(), i as u32, v.clone())))
-            .collect();
-        let for_peer = match caller {
-            Role::Peer(s) => Some(s.clone()),
-            _ => None,
-        };
-        let end = self.slots.start_of(req.window.end);
-        let placed = match self.place_remote(m, service_id, &all, end, for_peer.clone()).await? {
-            Ok(p) => p,
-            Err(why) => return Ok(Err(why)),
-        };
-        let svc = ServiceRec {
-            id: service_id.into(),
-            name: m.service.name.clone(),
-            provider: m.service.provider.clone(),
-            manifest_toml: toml.into(),
-            guarantee: m.sla.guarantee,
-            penalty_per_hour: m.sla.penalty_per_hour,
-            created_ms: self.clock.now_ms(),
-            vees: placed.iter().map(|v| v.id.clone()).collect(),
-            for_peer,
-            networks: vec![],
-            anchor: None,
-        };
-        self.commit_admission(&svc, &placed)?;
-        self.placed_remotely(&placed);
-        Ok(Ok(svc))
-    }
-
-    /// Places the VEEs `(component, instance, VEE ID)` of manifest `m` at
-    /// peer sites, cheapest agreement first; each peer applies its own
-    /// admission and may refuse. Returns their records (for the caller to
-    /// commit with its service), or `Ok(Err(why))`
-    /// (and nothing left reserved at any peer) when some VEE finds no peer;
-    /// `why` names each peer's refusal.
-    pub async fn place_remote(
-        &self,
-        m: &Manifest,
-        service_id: &str,
-        vees: &[(String, u32, String)],
-        end_unix: i64,
-        for_peer: Option<String>,
-    ) -> Result<std::result::Result<Vec<VeeRec>, String>> {
-        let now = self.clock.now();
-        let mut placed: Vec<VeeRec> = Vec::new();
-        for (component, instance, vee_id) in vees {
-            let c = m.component(component).context("component")?;
-            // The primary site keeps the SLA's checkpoint schedule.
-            let mut v = VeeRec {
-                state: VeeState::Deploying,
-                for_peer: for_peer.clone(),
-                ..VeeRec::of_manifest(m, c, *instance, vee_id, service_id, (now, end_unix))
-            };
+    /// Places the VEEs of `vees` (all records of service `svc`, not yet
+    /// committed) that have no location at peer sites, cheapest agreement
+    /// first; each peer applies its own admission and may refuse. A VEE on
+    /// service networks goes with the member tables of `vees` (the others
+    /// here on their planned hosts), so the peer stretches the networks to
+    /// it. Records each placed VEE as running at its peer, or returns
+    /// `Ok(Err(why))` (and nothing left at any peer) when some VEE finds no
+    /// peer; `why` names each peer's refusal.
+    pub async fn place_remote(&self, svc: &ServiceRec, vees: &mut [VeeRec]) -> Result<std::result::Result<(), String>> {
+        for i in 0..vees.len() {
+            if vees[i].location != Location::Nowhere {
+                continue;
+            }
+            let (c_vcpus, c_mem, guarantee) = (vees[i].vcpus, vees[i].memory_mib, vees[i].guarantee);
             let mut refusals: Vec<String> = Vec::new();
-            for p in peers::candidates(&self.cfg, c.vcpus, c.memory_mib, v.guarantee) {
-                match self.send_incoming(&p.site_id, &v, Incoming::Boot).await {
+            for p in peers::candidates(&self.cfg, c_vcpus, c_mem, guarantee) {
+                let spec = self.spec_among(&vees[i], svc, vees);
+                match self.send_incoming(&p.site_id, &vees[i], Incoming::Boot, spec).await {
                     Ok(_) => {
+                        let v = &mut vees[i];
                         v.location = Location::Site(p.site_id.clone());
                         v.state = v.state.transition(&v.id, VeeState::Running)?;
                         break;
@@ -108,23 +54,35 @@ impl Veem {
                     Err(e) => refusals.push(format!("{} refused: {e:#}", p.site_id)),
                 }
             }
-            if v.location == Location::Nowhere {
-                for done in &placed {
-                    if let Location::Site(s) = &done.location {
-                        let _ = self.peer(s)?.abort_incoming(&done.id).await;
-                    }
-                }
+            if vees[i].location == Location::Nowhere {
+                self.unplace_remote(vees).await;
                 let why = if refusals.is_empty() {
                     "no peer site's framework agreement admits it".to_string()
                 } else {
                     refusals.join("; ")
                 };
-                tracing::warn!(vee = %v.id, %why, "no peer site took the VEE");
+                tracing::warn!(vee = %vees[i].id, %why, "no peer site took the VEE");
                 return Ok(Err(why));
             }
-            placed.push(v);
         }
-        Ok(Ok(placed))
+        Ok(Ok(()))
+    }
+
+    /// Takes back the VEEs of `vees` placed at peer sites by a placement
+    /// that is not committed (the peers destroy them; best effort).
+    pub(crate) async fn unplace_remote(&self, vees: &[VeeRec]) {
+        for v in vees {
+            if let Location::Site(s) = &v.location {
+                let aborted = match self.peer(s) {
+                    Ok(p) => p.abort_incoming(&v.id).await.map_err(|e| e.message().to_string()),
+                    Err(e) => Err(format!("{e:#}")),
+                };
+                if let Err(e) = aborted {
+                    tracing::warn!(vee = %v.id, site = %s, error = %e, "a VEE placed at a peer site was not taken back");
+                }
+                self.stretch(v, None).await;
+            }
+        }
     }
 
     /// The `placed-remotely` event of each VEE of `vees` placed at a peer
@@ -137,14 +95,15 @@ impl Veem {
         }
     }
 
-    /// Asks peer `site` to admit VEE `v` and to boot it, restore it from a
+    /// Asks peer `site` to admit VEE `v` (its VHI spec `spec`, with the
+    /// member tables of its networks) and to boot it, restore it from a
     /// checkpoint or prepare to receive it by live migration (`how`).
     /// Errors carry the peer's refusal (its admission, agreement or host).
     /// A VEE on service networks goes only to a peer with an agreed overlay
     /// (`[peers.overlay]`): its networks are stretched there first
     /// ([`Veem::stretch`]; a live migration's caller unstretches them when
     /// it ends, see [`Veem::run_migration`]).
-    pub async fn send_incoming(&self, site: &str, v: &VeeRec, how: Incoming) -> Result<IncomingTarget> {
+    pub async fn send_incoming(&self, site: &str, v: &VeeRec, how: Incoming, spec: vhi::VeeSpec) -> Result<IncomingTarget> {
         if !v.nics.is_empty() && self.overlay(site).is_none() {
             bail!(
                 "VEE {} is on service networks and the framework agreement with {site} has no overlay ([peers.overlay]) to stretch them there",
@@ -158,7 +117,7 @@ impl Veem {
             Incoming::Migration => (false, None),
         };
         let req = IncomingRequest {
-            spec: Some(self.spec_of(v)),
+            spec: Some(spec),
             primary_site: self.cfg.site_id.clone(),
             guarantee: vmi::GuaranteeLevel::from(v.guarantee) as i32,
             start_fresh,
@@ -230,7 +189,7 @@ impl Veem {
                 Some(r) => Incoming::Restore(Box::new(r.clone())),
                 None => Incoming::Boot,
             };
-            match self.send_incoming(&p.site_id, &v, how).await {
+            match self.send_incoming(&p.site_id, &v, how, self.spec_of(&v)).await {
                 Ok(_) => {
                     let _ = self.planner.lock().unwrap().release_vee(vee_id);
                     self.persist_planner()?;

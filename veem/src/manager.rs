@@ -42,8 +42,9 @@ pub struct Veem {
     /// VEEs with a background task (deploy, checkpoint) under way, so the
     /// scheduler does not queue another.
     busy: Mutex<std::collections::HashSet<String>>,
-    /// Held while a service's networks are assigned and committed.
-    pub(crate) ipam: Mutex<()>,
+    /// Held while a service's networks are assigned, its VEEs for peer
+    /// sites placed there, and its admission committed.
+    pub(crate) ipam: tokio::sync::Mutex<()>,
     /// VEE ID -> peer site: VEEs on their way to a peer site (booted,
     /// restored or live-migrated there). Their networks are stretched there
     /// before they arrive, so that the first frame after the switch-over
@@ -105,7 +106,7 @@ impl Veem {
             vee_records,
             vee_locks: Mutex::new(Default::default()),
             busy: Mutex::new(Default::default()),
-            ipam: Mutex::new(()),
+            ipam: tokio::sync::Mutex::new(()),
             stretching: Mutex::new(Default::default()),
             stopping: Default::default(),
         }))

@@ -55,12 +55,18 @@ impl Veem {
     }
 
     /// Assigns the networks of manifest `m` to service `svc` and NICs to
-    /// its VEEs `vees` (sorted in admission order), then writes the
-    /// admission in one commit ([`Veem::commit_admission`]). Errors with
-    /// [`ipam::IpamError`] when the site cannot give the networks; then
-    /// nothing is written (the caller releases the planner's reservation).
-    pub fn admit_records(&self, m: &Manifest, svc: &mut ServiceRec, vees: &mut [VeeRec]) -> Result<()> {
-        let _one_at_a_time = self.ipam.lock().unwrap();
+    /// its VEEs `vees` (sorted in admission order), in memory. The caller
+    /// holds `one_at_a_time` (`self.ipam`) until it commits them, so that
+    /// two admissions never take the same subnet, VNI or external address.
+    /// Errors with [`ipam::IpamError`] when the site cannot give the
+    /// networks.
+    pub fn assign_networks(
+        &self,
+        _one_at_a_time: &tokio::sync::MutexGuard<'_, ()>,
+        m: &Manifest,
+        svc: &mut ServiceRec,
+        vees: &mut [VeeRec],
+    ) -> Result<()> {
         if !m.networks.is_empty() {
             let order: Vec<&str> = vees.iter().map(|v| v.component.as_str()).collect();
             let (networks, nics) = ipam::assign(m, &self.cfg.networks, &self.networks_taken()?, &order)?;
@@ -69,6 +75,17 @@ impl Veem {
                 v.nics = n;
             }
         }
+        Ok(())
+    }
+
+    /// [`Veem::assign_networks`], then the admission in one commit
+    /// ([`Veem::commit_admission`]); nothing is written on error (the
+    /// caller releases the planner's reservation). For admissions made
+    /// outside Deploy (the fakes); errors if another admission is under
+    /// way.
+    pub fn admit_records(&self, m: &Manifest, svc: &mut ServiceRec, vees: &mut [VeeRec]) -> Result<()> {
+        let one = self.ipam.try_lock()?;
+        self.assign_networks(&one, m, svc, vees)?;
         self.commit_admission(svc, vees)
     }
 }
@@ -97,7 +114,16 @@ impl Veem {
         let Ok(svc) = self.service(&v.service_id) else {
             return spec;
         };
-        let siblings = self.vees_where(|o| o.service_id == v.service_id && on_network(o));
+        self.spec_among(v, &svc, &self.vees_where(|o| o.service_id == v.service_id))
+    }
+
+    /// The VHI spec of `v`, a VEE of service `svc` run for this site, with
+    /// its networks' member tables taken from `vees` (the service's VEE
+    /// records, committed or not: a remote placement sends the spec before
+    /// the admission is committed).
+    pub fn spec_among(&self, v: &VeeRec, svc: &ServiceRec, vees: &[VeeRec]) -> VeeSpec {
+        let mut spec = v.spec();
+        let siblings: Vec<VeeRec> = vees.iter().filter(|o| on_network(o)).cloned().collect();
         let stretched_to = self.stretched_to(&siblings);
         for (nic, wire) in v.nics.iter().zip(&mut spec.nics) {
             wire.domain = domain(&svc.name);

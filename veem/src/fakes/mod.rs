@@ -204,7 +204,7 @@ impl FakeSite {
             Admission::Accepted(a) => a,
             other => panic!("not admitted: {other:?}"),
         };
-        let (mut svc, mut vees) = self.veem.admission_records(&m, manifest, &req, &admitted, None);
+        let (mut svc, mut vees) = self.veem.admission_records(&m, manifest, &req, Some(&admitted), None);
         // As Deploy does.
         self.veem.admit_records(&m, &mut svc, &mut vees).unwrap();
         for mut v in vees.clone() {

@@ -210,6 +210,73 @@ mod networks {
         (a, b, moving, other)
     }
 
+    /// `networked()` with its two instances on different hosts.
+    fn apart() -> String {
+        networked() + "[[constraint]]\nkind = \"anti-affinity\"\nlevel = \"host\"\nscope = \"instance\"\ncomponents = [\"vm\"]\n"
+    }
+
+    /// Site A with one host (a1) and B (b1, refusing VEEs if `b_refuses`):
+    /// `apart()` cannot run whole at A. Deploys it; the result.
+    async fn one_host_at_a(b_refuses: bool) -> (FakeSite, FakeSite, anyhow::Result<crate::model::ServiceRec>) {
+        let a = FakeSite::start_site("site-a", &["a1"], &format!("{A_PEERS_WITH_B}{OVERLAY_B}{POOLS}"));
+        let b = FakeSite::start_site("site-b", &["b1"], &format!("{B_TRUSTS_A}{OVERLAY_A}"));
+        a.peer_with(&b, "a-to-b-token");
+        a.repo.blobs.lock().unwrap().insert(IMAGE.into());
+        a.veem.hosts.heartbeat("a1", 3).await;
+        if b_refuses {
+            b.host("b1").fail("Prepare", tonic::Code::ResourceExhausted, "no room");
+        }
+        let svc = a.veem.deploy(&Role::Provider("acme".into()), &apart()).await;
+        (a, b, svc)
+    }
+
+    #[tokio::test]
+    async fn a_service_placed_in_part_at_a_peer_has_its_networks_stretched_there() {
+        let (a, b, svc) = one_host_at_a(false).await;
+        let svc = svc.unwrap();
+        assert_eq!(svc.networks.len(), 2);
+        let vees: Vec<_> = svc.vees.iter().map(|id| a.veem.vee(id).unwrap()).collect();
+        let (vm0, vm1) = (&vees[0], &vees[1]);
+        assert_eq!((vm1.state, &vm1.location), (VeeState::Running, &Location::Site("site-b".into())));
+        eventually("vm-0 running", || a.veem.vee(&vm0.id).unwrap().state == VeeState::Running).await;
+        // B's host booted vm-1 on the primary's networks: its NICs as
+        // assigned at A, the primary's tables (vm-0 behind a1's VTEP), on
+        // the agreed port, without the external address.
+        let spec = b.host("b1").spec(&vm1.id).expect("b1 booted vm-1");
+        assert_eq!(spec.nics.len(), 2);
+        for (nic, rec) in spec.nics.iter().zip(&vm1.nics) {
+            assert_eq!((nic.vni, nic.mac.as_str(), nic.address.as_str()), (rec.vni, rec.mac.as_str(), rec.address.to_string().as_str()));
+            assert_eq!(nic.overlay_port, 4790);
+            assert!(nic.external_address.is_empty());
+            let at_a1 = nic.members.iter().find(|m| m.name == "vm-0").expect("vm-0 in the table");
+            assert_eq!(at_a1.vtep, a.host("a1").vtep());
+        }
+        assert_eq!(b.veem.vee(&vm1.id).unwrap().nics[0].primary_members.len(), 2);
+        // a1 sends vm-1's frames and its external address to B.
+        let script = a.host("a1").script.clone();
+        eventually("a1's tables", || script.lock().unwrap().networks.get(&101).is_some_and(|t| t.len() == 2)).await;
+        let script = script.lock().unwrap();
+        let public = script.networks[&101].iter().find(|m| m.name == "vm-1").unwrap().clone();
+        assert_eq!((public.vtep.as_str(), public.vtep_port), ("198.51.100.2", 4790));
+        assert_eq!(public.external_address, vm1.nics[1].external.unwrap().to_string());
+        assert_eq!(script.stretched_to[&100].len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_service_whose_peer_refuses_its_part_is_refused_whole_and_leaves_nothing() {
+        let (a, b, svc) = one_host_at_a(true).await;
+        let e = format!("{:#}", svc.unwrap_err());
+        assert!(e.contains("no peer site takes the other 1") && e.contains("no room"), "{e}");
+        assert!(a.veem.vees().unwrap().is_empty(), "site A recorded {:?}", a.veem.vees().unwrap());
+        assert!(a.veem.networks_taken().unwrap().subnets.is_empty());
+        assert!(a.host("a1").calls().iter().all(|c| !c.starts_with("prepare")), "{:?}", a.host("a1").calls());
+        assert!(b.veem.vees().unwrap().is_empty(), "site B keeps {:?}", b.veem.vees().unwrap());
+        // The same service deploys once B has room.
+        b.host("b1").script.lock().unwrap().failing.clear();
+        let svc = a.veem.deploy(&Role::Provider("acme".into()), &apart()).await.unwrap();
+        assert_eq!(svc.vees.len(), 2);
+    }
+
     #[tokio::test]
     async fn a_live_migration_to_a_peer_stretches_the_networks_there() {
         let (a, b, vee, other) = sites(OVERLAY_B).await;
@@ -244,6 +311,36 @@ mod networks {
             to_b.iter().map(|v| (v.address.as_str(), v.port)).collect::<Vec<_>>(),
             [("198.51.100.2", 4790)]
         );
+    }
+
+    #[tokio::test]
+    async fn a_vee_restored_at_a_peer_from_a_checkpoint_is_on_its_networks_there() {
+        use interfaces::vhi::CheckpointRecord;
+        let (a, b, vee, other) = sites(OVERLAY_B).await;
+        let host = a.veem.vee(&vee).unwrap().host().unwrap().to_string();
+        let cp = crate::model::CheckpointRec::new(&CheckpointRecord {
+            checkpoint_id: uuid::Uuid::new_v4().to_string(),
+            vee_id: vee.clone(),
+            memory_blob: format!("sha256:{}", "1".repeat(64)),
+            taken_at_unix_ms: crate::model::now_ms(),
+            host,
+            ..Default::default()
+        });
+        a.veem.store.put(crate::store::Tree::Checkpoints, &cp.id, &cp).unwrap();
+        // Its host failed and no host here can take it.
+        a.veem.recover_at_peer(&vee, None).await.unwrap();
+        let v = a.veem.vee(&vee).unwrap();
+        assert_eq!((v.state, &v.location), (VeeState::Running, &Location::Site("site-b".into())));
+        assert!(b.host("b1").calls().contains(&format!("restore {vee} fence=")), "{:?}", b.host("b1").calls());
+        let spec = b.host("b1").spec(&vee).unwrap();
+        for (nic, rec) in spec.nics.iter().zip(&v.nics) {
+            assert_eq!((nic.mac.as_str(), nic.overlay_port), (rec.mac.as_str(), 4790));
+            let vm0 = nic.members.iter().find(|m| m.name == "vm-0").unwrap();
+            assert_eq!(vm0.vtep, a.host(&other).vtep());
+        }
+        let table = a.host(&other).script.lock().unwrap().networks[&100].clone();
+        let vm1 = table.iter().find(|m| m.name == "vm-1").unwrap();
+        assert_eq!((vm1.vtep.as_str(), vm1.vtep_port), ("198.51.100.2", 4790));
     }
 
     #[tokio::test]
