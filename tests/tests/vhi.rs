@@ -298,3 +298,65 @@ async fn lab_libvirtd_restart_under_a_running_veeh() {
     drop((a, repo));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_an_image_naming_a_host_file_is_refused_before_libvirt_sees_it() {
+    use interfaces::repo_client::{BlobKind, PushMeta};
+    use std::os::unix::fs::MetadataExt;
+    let _lab = lab::lock();
+    let dir = lab::test_dir("vhi-hostile-image");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a1 = Veeh::start(&dir, "hi-a1", "site-a", lab::SITE_A_URI, &repo).await;
+    let mut c = a1.client().await;
+    // A tenant's qcow2 images naming a host file as their backing file and
+    // as their external data file (made first: qemu-img creates the data
+    // file), then the host file's content.
+    let host_file = dir.join("host-file");
+    let mut hostile = Vec::new();
+    for (what, opts) in [
+        ("backing file", format!("-u -F raw -b {}", host_file.display())),
+        ("external data file", format!("-o data_file={}", host_file.display())),
+    ] {
+        let evil = dir.join(format!("evil-{}.qcow2", hostile.len()));
+        let made = Command::new("sh")
+            .arg("-c")
+            .arg(format!("qemu-img create -q -f qcow2 {opts} {} 1M", evil.display()))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        hostile.push((what, evil));
+    }
+    std::fs::write(&host_file, b"the host's, not the guest's").unwrap();
+    std::fs::set_permissions(&host_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let before = std::fs::metadata(&host_file).unwrap();
+    for (what, evil) in hostile {
+        let id = repo
+            .client()
+            .push_file(&evil, &PushMeta::new("evil", BlobKind::Disk))
+            .await
+            .unwrap();
+        let spec = VeeSpec {
+            image: id.to_string(),
+            ..ids.spec("svc-hostile")
+        };
+        let e = c.prepare(spec.clone()).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{what}: {}", e.message());
+        assert!(
+            e.message().contains("field `image`") && e.message().contains(what),
+            "{what}: {}",
+            e.message()
+        );
+        assert!(c.create(spec).await.is_err(), "{what}: a domain on the refused image");
+        assert!(domains(&mut c).await.is_empty());
+    }
+    let after = std::fs::metadata(&host_file).unwrap();
+    assert_eq!(
+        (after.uid(), after.gid(), after.mode(), after.len(), after.mtime()),
+        (before.uid(), before.gid(), before.mode(), before.len(), before.mtime()),
+        "the host file was touched"
+    );
+    assert_eq!(std::fs::read(&host_file).unwrap(), b"the host's, not the guest's");
+    drop(a1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -172,10 +172,13 @@ impl Host {
             let tmp = dir.join("overlay.restore.qcow2");
             let _ = std::fs::remove_file(&tmp);
             self.repo.pull(&disk_id, &tmp, None).await.context("pull checkpoint disk")?;
-            if let Some(base) = paths.base.clone() {
-                let t = tmp.clone();
-                tokio::task::spawn_blocking(move || qemu_img::rebase_unsafe(&t, &base)).await??;
-            }
+            let (t, base) = (tmp.clone(), paths.base.clone());
+            tokio::task::spawn_blocking(move || match base {
+                Some(base) => qemu_img::rebase_unsafe(&t, &base),
+                None => qemu_img::inspect(&t, qemu_img::Layer::Base).map(|_| ()),
+            })
+            .await?
+            .with_context(|| format!("field `checkpoint.disk_blob` ({disk_id}) or `image` ({})", rec.image))?;
             std::fs::rename(&tmp, &overlay)?;
         }
         let result = async {

@@ -51,6 +51,9 @@ fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<tonic::Code> {
             HostError::AlreadyHere { .. } | HostError::Incompatible { .. } => Code::FailedPrecondition,
         });
     }
+    if e.is::<crate::qemu_img::UnsafeImage>() {
+        return Some(Code::InvalidArgument);
+    }
     if e.is::<NoDomain>() {
         return Some(Code::NotFound);
     }

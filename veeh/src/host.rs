@@ -269,7 +269,9 @@ impl Host {
         let overlay = self.vees.overlay(&rec.vee_id);
         if let (Some(base), false) = (paths.base.clone(), overlay.exists()) {
             let size = rec.disk_gib * 1024 * 1024 * 1024;
-            tokio::task::spawn_blocking(move || qemu_img::create_overlay(&base, &overlay, size)).await??;
+            tokio::task::spawn_blocking(move || qemu_img::create_overlay(&base, &overlay, size))
+                .await?
+                .with_context(|| format!("VEE {}: field `image` ({})", rec.vee_id, rec.image))?;
         }
         let in_use = self.images_in_use()?;
         for id in self.cache.evict(&in_use)? {

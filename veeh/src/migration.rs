@@ -36,7 +36,9 @@ impl Host {
         let _ = std::fs::remove_file(&overlay);
         if let Some(base) = &paths.base {
             let (base, o, size) = (base.clone(), overlay.clone(), rec.disk_gib * 1024 * 1024 * 1024);
-            tokio::task::spawn_blocking(move || qemu_img::create_overlay(&base, &o, size)).await??;
+            tokio::task::spawn_blocking(move || qemu_img::create_overlay(&base, &o, size))
+                .await?
+                .with_context(|| format!("VEE {id}: field `image` ({})", rec.image))?;
         }
         crate::network::ensure_networks(self.cfg.vtep(), &rec.nics).await?;
         let ds = self.domain_spec(&rec)?;
