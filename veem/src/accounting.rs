@@ -26,6 +26,10 @@ pub(crate) struct Last {
     net: u64,
 }
 
+/// How far a peer's usage record may reach outside the VEE's stay there
+/// (s): the two sites' clocks and the hand-over of the VEE between them.
+pub const USAGE_SLACK_S: i64 = 60;
+
 /// Average use over the `window_s` seconds before `now_unix` from usage
 /// records: vCPUs = CPU seconds / window, MiB = MiB·s / window, each rounded
 /// to the nearest unit; a record that overlaps the window only in part
@@ -234,10 +238,14 @@ impl Veem {
                 from_site: self.cfg.site_id.clone(),
                 records: recs.iter().map(to_vmi).collect(),
             };
-            self.peer(&site)?
+            let reply = self
+                .peer(&site)?
                 .push_usage(batch)
                 .await
                 .map_err(|s| anyhow!("{site}: {}", s.message()))?;
+            for why in &reply.reasons {
+                tracing::warn!(%site, reason = %why, "the primary site refused a usage record");
+            }
             for mut u in recs {
                 u.sent = true;
                 self.store.put(Tree::Usage, &u.record_id.clone(), &u)?;
@@ -246,13 +254,19 @@ impl Veem {
         Ok(())
     }
 
-    /// Primary side of PushUsage: stores records from `from`, appending this
-    /// site's ID to each chain; a record ID seen before is dropped.
-    pub fn receive_usage(&self, from: &str, batch: UsageBatch) -> Result<(u32, u32)> {
-        let (mut accepted, mut dup) = (0, 0);
+    /// Primary side of PushUsage: stores the records from peer `from` that
+    /// pass [`Veem::usage_refusal`], appending this site's ID to each
+    /// chain; a record ID seen before is dropped. Returns the reply:
+    /// accepted, duplicates, refused with a reason each.
+    pub fn receive_usage(&self, from: &str, batch: UsageBatch) -> Result<vmi::PushUsageReply> {
+        let mut reply = vmi::PushUsageReply::default();
+        let now = self.clock.now();
         for r in batch.records {
-            if r.site_chain.first().map(String::as_str) != Some(from) {
-                anyhow::bail!("usage record {}: site chain must start with the sending site {from}", r.record_id);
+            if let Some(why) = self.usage_refusal(from, &r, now) {
+                tracing::warn!(site = %from, record = %r.record_id, reason = %why, "usage record refused");
+                reply.refused += 1;
+                reply.reasons.push(format!("usage record {:?}: {why}", r.record_id));
+                continue;
             }
             let mut chain = r.site_chain.clone();
             chain.push(self.cfg.site_id.clone());
@@ -270,12 +284,65 @@ impl Veem {
                 sent: true,
             };
             if self.store.put_new(Tree::Usage, &r.record_id, &rec)? {
-                accepted += 1;
+                reply.accepted += 1;
             } else {
-                dup += 1;
+                reply.duplicates += 1;
             }
         }
-        Ok((accepted, dup))
+        Ok(reply)
+    }
+
+    /// Why usage record `r` from peer `from` is refused at `now` (Unix
+    /// seconds), or `None`: a peer's word is checked, never trusted. The
+    /// record must name a VEE of this site's, of the service it names,
+    /// that ran at `from` over the record's interval (one of its stays
+    /// there, give or take [`USAGE_SLACK_S`]); its chain starts at `from`;
+    /// its values are finite, non-negative, and no more than the VEE's
+    /// vCPUs and memory give over the interval (plus 2 s for the rounding
+    /// of its ends to whole seconds).
+    pub fn usage_refusal(&self, from: &str, r: &vmi::UsageRecord, now: i64) -> Option<String> {
+        if r.record_id.is_empty() || r.record_id.len() > 128 {
+            return Some("field `record_id`: must be 1 to 128 characters".into());
+        }
+        if r.site_chain.first().map(String::as_str) != Some(from) || r.site_chain.len() > 16 {
+            return Some(format!("field `site_chain`: must start with the sending site {from} (at most 16 sites)"));
+        }
+        for (field, x) in [("cpu_seconds", r.cpu_seconds), ("memory_mib_seconds", r.memory_mib_seconds)] {
+            if !x.is_finite() || x < 0.0 {
+                return Some(format!("field `{field}`: {x} is not a finite, non-negative number"));
+            }
+        }
+        if r.end_unix < r.start_unix || r.end_unix > now + USAGE_SLACK_S {
+            return Some(format!(
+                "fields `start_unix`, `end_unix`: {}..{} is not an interval up to now",
+                r.start_unix, r.end_unix
+            ));
+        }
+        let Some(v) = self.vee(&r.vee_id).ok().filter(|v| v.for_peer.is_none() && v.service_id == r.abc_id) else {
+            return Some(format!("fields `vee_id`, `abc_id`: no VEE {} of service {} here", r.vee_id, r.abc_id));
+        };
+        let ran_there = v.stays.iter().any(|s| {
+            s.site == from
+                && s.from_unix - USAGE_SLACK_S <= r.start_unix
+                && r.end_unix <= s.until_unix.unwrap_or(now) + USAGE_SLACK_S
+        });
+        if !ran_there {
+            return Some(format!(
+                "VEE {} did not run at {from} from {} to {}",
+                r.vee_id, r.start_unix, r.end_unix
+            ));
+        }
+        let seconds = (r.end_unix - r.start_unix + 2) as f64;
+        if r.cpu_seconds > f64::from(v.vcpus) * seconds {
+            return Some(format!("field `cpu_seconds`: {} is more than {} vCPUs give in {seconds} s", r.cpu_seconds, v.vcpus));
+        }
+        if r.memory_mib_seconds > v.memory_mib as f64 * seconds {
+            return Some(format!(
+                "field `memory_mib_seconds`: {} is more than {} MiB over {seconds} s",
+                r.memory_mib_seconds, v.memory_mib
+            ));
+        }
+        None
     }
 
     /// Local and remote usage of a service, and its SLA violations.

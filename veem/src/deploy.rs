@@ -425,6 +425,7 @@ impl VeeRec {
             for_peer: None,
             // Assigned with the admission (`networks`).
             nics: vec![],
+            stays: vec![],
         }
     }
 }

@@ -48,6 +48,9 @@ impl Veem {
                     Ok(_) => {
                         let v = &mut vees[i];
                         v.location = Location::Site(p.site_id.clone());
+                        // Its stay there starts now (the peer meters it
+                        // from now), not at the commit.
+                        v.stays = v.stays_after(None, self.clock.now());
                         v.state = v.state.transition(&v.id, VeeState::Running)?;
                         break;
                     }

@@ -139,7 +139,15 @@ impl Veem {
     /// VEEs, no VEE without its service).
     pub fn commit_admission(&self, svc: &ServiceRec, vees: &[VeeRec]) -> Result<()> {
         let mut w = Writes::default();
-        for v in vees {
+        let now = self.clock.now();
+        let vees: Vec<VeeRec> = vees
+            .iter()
+            .map(|v| VeeRec {
+                stays: v.stays_after(None, now),
+                ..v.clone()
+            })
+            .collect();
+        for v in &vees {
             w.put(Tree::Vees, &v.id, v)?;
         }
         w.put(Tree::Services, &svc.id, svc)?;
@@ -148,7 +156,7 @@ impl Veem {
         // the store (the planner's lock is not held here).
         let mut records = self.vee_records.write().unwrap();
         for v in vees {
-            records.insert(v.id.clone(), v.clone());
+            records.insert(v.id.clone(), v);
         }
         Ok(())
     }
@@ -218,11 +226,16 @@ impl Veem {
     }
 
     /// Writes a VEE record (flushed to the store first).
+    /// Its stays at peer sites follow its location ([`VeeRec::stays_after`]).
     pub fn save_vee(&self, v: &VeeRec) -> Result<()> {
         // Held across the write so that the store and the map agree.
         let mut records = self.vee_records.write().unwrap();
-        self.store.put(Tree::Vees, &v.id, v)?;
-        records.insert(v.id.clone(), v.clone());
+        let v = VeeRec {
+            stays: v.stays_after(records.get(&v.id), self.clock.now()),
+            ..v.clone()
+        };
+        self.store.put(Tree::Vees, &v.id, &v)?;
+        records.insert(v.id.clone(), v);
         Ok(())
     }
 
@@ -254,6 +267,7 @@ impl Veem {
         let from = vee.state;
         vee.state = from.transition(&vee.id, to)?;
         vee.updated_ms = self.clock.now_ms();
+        vee.stays = vee.stays_after(self.vee_records.read().unwrap().get(&vee.id), self.clock.now());
         let mut w = extra;
         w.put(Tree::Vees, &vee.id, vee)?;
         self.planner_store.save_with(&self.planner, w).context("persist VEE")?;

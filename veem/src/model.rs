@@ -184,6 +184,56 @@ pub struct VeeRec {
     /// Its NICs in guest order (none before service networks were).
     #[serde(default)]
     pub nics: Vec<NicRec>,
+    /// Its stays at peer sites, oldest first (at most [`MAX_STAYS`]): what
+    /// each may account for. Kept by the VEEM's writes of the record
+    /// ([`crate::manager::Veem::save_vee`]), not by the caller.
+    #[serde(default)]
+    pub stays: Vec<Stay>,
+}
+
+/// A VEE's stay at a peer site, in Unix seconds: from when this site
+/// recorded it there until it recorded it elsewhere (`None`: still
+/// there). A peer's usage records must fall within one of its stays.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stay {
+    pub site: String,
+    pub from_unix: i64,
+    pub until_unix: Option<i64>,
+}
+
+/// Stays kept per VEE record (the oldest are dropped).
+pub const MAX_STAYS: usize = 64;
+
+impl VeeRec {
+    /// This record's stays once it is recorded where it is now, at `now`
+    /// (Unix seconds): `old`'s stays (the record as last written; without
+    /// one, this record's), the open stay closed when it is no longer at
+    /// that peer site and a new one opened when it is at a peer site
+    /// without an open stay there.
+    pub fn stays_after(&self, old: Option<&VeeRec>, now: i64) -> Vec<Stay> {
+        let mut stays = old.map_or_else(|| self.stays.clone(), |o| o.stays.clone());
+        let is = match &self.location {
+            Location::Site(s) => Some(s),
+            _ => None,
+        };
+        let open = stays.last_mut().filter(|s| s.until_unix.is_none());
+        if open.as_ref().map(|s| &s.site) == is {
+            return stays;
+        }
+        if let Some(open) = open {
+            open.until_unix = Some(now);
+        }
+        if let Some(site) = is {
+            stays.push(Stay {
+                site: site.clone(),
+                from_unix: now,
+                until_unix: None,
+            });
+        }
+        let extra = stays.len().saturating_sub(MAX_STAYS);
+        stays.drain(..extra);
+        stays
+    }
 }
 
 impl VeeRec {
@@ -222,6 +272,7 @@ impl VeeRec {
                 .enumerate()
                 .map(|(i, n)| NicRec::from_wire(i, n))
                 .collect::<Result<_, _>>()?,
+            stays: vec![],
         })
     }
 

@@ -445,7 +445,6 @@ impl Vmi for VmiService {
         }
         ok(self
             .veem
-            .receive_usage(&site, batch)
-            .map(|(accepted, duplicates)| PushUsageReply { accepted, duplicates }))
+            .receive_usage(&site, batch))
     }
 }

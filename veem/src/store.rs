@@ -56,7 +56,8 @@ impl Tree {
 /// |---|---|
 /// | 0 | (no version key) the layout up to this version: one tree per record kind, JSON values, the planner as a header plus entries or as the legacy single value |
 /// | 1 | the version key; records as in 0 |
-pub const FORMAT_VERSION: u32 = 1;
+/// | 2 | usage records' numbers are finite and non-negative: a NaN or infinity a peer could push before was stored as `null` and broke every read of the tree; migrating sets such a number to 0 |
+pub const FORMAT_VERSION: u32 = 2;
 const FORMAT_KEY: &str = "format_version";
 
 /// Records to write (or, with `None`, remove) in one atomic commit:
@@ -116,7 +117,27 @@ impl Store {
         // 0 -> 1: the records are read as they are; only the version is new.
         // (The legacy single-value planner of format 0 is replaced by
         // `PlannerStore` at its first save.)
-        self.put(Tree::Meta, FORMAT_KEY, &FORMAT_VERSION)
+        // 1 -> 2: usage records' numbers repaired.
+        let mut w = Writes::default();
+        self.scan(Tree::Usage, |key, raw| {
+            let Ok(mut rec) = serde_json::from_slice::<serde_json::Value>(raw) else {
+                return Ok(());
+            };
+            let mut repaired = false;
+            for field in ["cpu_seconds", "memory_mib_seconds"] {
+                if !rec[field].as_f64().is_some_and(|x| x >= 0.0) {
+                    tracing::warn!(record = %key, field, value = %rec[field], "usage record repaired: set to 0");
+                    rec[field] = serde_json::json!(0.0);
+                    repaired = true;
+                }
+            }
+            if repaired {
+                w.put(Tree::Usage, key, &rec)?;
+            }
+            Ok(())
+        })?;
+        w.put(Tree::Meta, FORMAT_KEY, &FORMAT_VERSION)?;
+        self.commit(w)
     }
 
     fn tree(&self, t: Tree) -> Result<sled::Tree> {
@@ -270,6 +291,25 @@ mod tests {
     }
 
     #[test]
+    fn a_usage_record_a_peer_broke_with_nan_is_repaired_and_the_tree_reads_again() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("db");
+        // Format 1 stored a NaN from a peer as null.
+        {
+            let s = Store::open(&path).unwrap();
+            s.put(Tree::Meta, FORMAT_KEY, &1u32).unwrap();
+            let rec = serde_json::json!({"record_id": "r1", "abc_id": "s1", "vee_id": "v1", "site_chain": ["site-b", "site-a"],
+                "start_unix": 10, "end_unix": 13, "cpu_seconds": f64::NAN, "memory_mib_seconds": -5.0, "disk_bytes": 0, "net_bytes": 0, "sent": true});
+            s.put(Tree::Usage, "r1", &rec).unwrap();
+            assert!(s.list::<crate::model::UsageRec>(Tree::Usage).is_err(), "the broken read");
+        }
+        let s = Store::open(&path).unwrap();
+        let usage = s.list::<crate::model::UsageRec>(Tree::Usage).unwrap();
+        assert_eq!((usage[0].cpu_seconds, usage[0].memory_mib_seconds), (0.0, 0.0));
+        assert_eq!(s.get::<u32>(Tree::Meta, FORMAT_KEY).unwrap(), Some(FORMAT_VERSION));
+    }
+
+    #[test]
     fn a_database_of_a_newer_format_is_refused() {
         let t = tempfile::tempdir().unwrap();
         let path = t.path().join("db");
@@ -280,7 +320,7 @@ mod tests {
         let e = Store::open(&path).err().expect("refused");
         let msg = format!("{e:#}");
         assert!(
-            msg.contains("has format version 2, newer than this version reads (up to 1)"),
+            msg.contains("has format version 3, newer than this version reads (up to 2)"),
             "{msg}"
         );
         assert!(e.chain().any(|c| c.is::<interfaces::Error>()));

@@ -165,6 +165,89 @@ async fn a_vee_comes_home_twice() {
     }
 }
 
+#[tokio::test]
+async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
+    let (a, _b, vee) = two_sites(B_TRUSTS_A).await;
+    let service = a.veem.vee(&vee).unwrap().service_id;
+    let arrived = a.veem.clock.now();
+    assert_eq!(migrate_to_b(&a, &vee).await.state, MigrationState::Done);
+    let record = |id: &str, start: i64, end: i64, cpu: f64| interfaces::vmi::UsageRecord {
+        record_id: id.into(),
+        abc_id: service.clone(),
+        vee_id: vee.clone(),
+        site_chain: vec!["site-b".into()],
+        start_unix: start,
+        end_unix: end,
+        cpu_seconds: cpu,
+        memory_mib_seconds: 512.0 * 3.0,
+        disk_bytes: 0,
+        net_bytes: 0,
+    };
+    let now = a.veem.clock.now();
+    let mut bad = vec![
+        record("nan", now, now + 3, f64::NAN),
+        record("huge", now, now + 3, 1e15),
+        record("negative", now, now + 3, -1.0),
+        record("backwards", now + 3, now, 1.0),
+        record("before-it-came", arrived - 3600, arrived - 3500, 1.0),
+        record("from-the-future", now + 3600, now + 3603, 1.0),
+        interfaces::vmi::UsageRecord {
+            vee_id: uuid::Uuid::new_v4().to_string(),
+            ..record("not-ours", now, now + 3, 1.0)
+        },
+        interfaces::vmi::UsageRecord {
+            abc_id: "another-service".into(),
+            ..record("wrong-service", now, now + 3, 1.0)
+        },
+        interfaces::vmi::UsageRecord {
+            site_chain: vec!["site-c".into()],
+            ..record("relayed", now, now + 3, 1.0)
+        },
+    ];
+    let mut m = record("mem", now, now + 3, 1.0);
+    m.memory_mib_seconds = f64::INFINITY;
+    bad.push(m);
+    let n = bad.len() as u32;
+    let mut records = bad;
+    records.push(record("good", now, now + 3, 2.5));
+    let batch = interfaces::vmi::UsageBatch {
+        from_site: "site-b".into(),
+        records,
+    };
+    let reply = a.veem.receive_usage("site-b", batch.clone()).unwrap();
+    assert_eq!((reply.accepted, reply.duplicates, reply.refused), (1, 0, n), "{:?}", reply.reasons);
+    for (id, why) in [
+        ("nan", "cpu_seconds"),
+        ("huge", "more than 1 vCPUs"),
+        ("before-it-came", "did not run at site-b"),
+        ("not-ours", "no VEE"),
+        ("relayed", "site_chain"),
+        ("mem", "memory_mib_seconds"),
+    ] {
+        assert!(reply.reasons.iter().any(|r| r.contains(&format!("{id:?}")) && r.contains(why)), "{id}: {:?}", reply.reasons);
+    }
+    // Sent again: the good one is a duplicate; reads of the usage work.
+    let again = a.veem.receive_usage("site-b", batch).unwrap();
+    assert_eq!((again.accepted, again.duplicates, again.refused), (0, 1, n));
+    // Home again: the stay at B is closed; B may still account for it,
+    // not for later.
+    let m = a.veem.propose(&vee, Dest::Host("a1".into()), "home", "test").unwrap();
+    a.veem.approve(&m.id, "operator").unwrap();
+    assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
+    let stays = a.veem.vee(&vee).unwrap().stays;
+    assert_eq!(stays.len(), 1);
+    let left = stays[0].until_unix.expect("closed");
+    let later = interfaces::vmi::UsageBatch {
+        from_site: "site-b".into(),
+        records: vec![record("late", now + 1, now + 4, 1.0), record("after", left + 600, left + 603, 1.0)],
+    };
+    let reply = a.veem.receive_usage("site-b", later).unwrap();
+    assert_eq!((reply.accepted, reply.refused), (1, 1), "{:?}", reply.reasons);
+    let report = a.veem.usage_report(&service).unwrap();
+    assert_eq!(report.records.len(), 2);
+    assert_eq!(report.records[0].site_chain, ["site-b", "site-a"]);
+}
+
 mod networks {
     //! A VEE on service networks goes to a peer site only over an agreed
     //! overlay; its networks are stretched there (the peer's host gets the
