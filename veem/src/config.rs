@@ -44,13 +44,40 @@ pub enum Role {
     Peer(String),
 }
 
-/// A bearer token and its role.
+/// A bearer token and its role. The token is given as its SHA-256
+/// (`token_sha256`, hex: `veem hash-token`), so that the configuration at
+/// rest does not hold it; `token` in clear is still read, with a warning.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenEntry {
-    pub token: String,
+    #[serde(default)]
+    pub token: Option<String>,
+    #[serde(default)]
+    pub token_sha256: Option<String>,
     #[serde(flatten)]
     pub role: Role,
+}
+
+impl TokenEntry {
+    /// The token's SHA-256; `None` for an entry without a valid one.
+    pub fn digest(&self) -> Option<[u8; 32]> {
+        match (&self.token, &self.token_sha256) {
+            (Some(t), None) => Some(token_digest(t)),
+            (None, Some(h)) => hex::decode(h).ok()?.try_into().ok(),
+            _ => None,
+        }
+    }
+}
+
+/// The SHA-256 of a bearer token.
+pub fn token_digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// [`token_digest`] in hex, as `token_sha256` takes it.
+pub fn token_digest_hex(token: &str) -> String {
+    hex::encode(token_digest(token))
 }
 
 /// What a framework agreement with a peer allows (E Ch 3.4).
@@ -466,11 +493,19 @@ impl VeemConfig {
         }
         let mut tokens = std::collections::HashSet::new();
         for (i, t) in self.tokens.iter().enumerate() {
-            if t.token.len() < 8 {
-                bail!("field `tokens[{i}].token`: shorter than 8 characters");
+            match (&t.token, &t.token_sha256) {
+                (Some(token), None) if token.len() < 8 => bail!("field `tokens[{i}].token`: shorter than 8 characters"),
+                (Some(_), None) => {
+                    tracing::warn!("field `tokens[{i}].token`: a token in clear; give its `token_sha256` instead (veem hash-token)")
+                }
+                (None, Some(_)) if t.digest().is_none() => {
+                    bail!("field `tokens[{i}].token_sha256`: must be 64 hex digits (veem hash-token)")
+                }
+                (None, Some(_)) => {}
+                _ => bail!("field `tokens[{i}]`: give one of `token_sha256` and `token`"),
             }
-            if !tokens.insert(&t.token) {
-                bail!("field `tokens[{i}].token`: the same token twice");
+            if !tokens.insert(t.digest()) {
+                bail!("field `tokens[{i}]`: the same token twice");
             }
         }
         if self.heartbeat_interval < Duration::from_secs(1) {
@@ -520,9 +555,20 @@ impl VeemConfig {
         Ok(())
     }
 
-    /// The role of a bearer token, if any.
+    /// The role of a bearer token, if any. The token's digest is compared
+    /// with every entry's in constant time, so the time taken says nothing
+    /// of how close a guess came.
     pub fn role_of(&self, token: &str) -> Option<Role> {
-        self.tokens.iter().find(|t| t.token == token).map(|t| t.role.clone())
+        use subtle::ConstantTimeEq;
+        let presented = token_digest(token);
+        let mut role = None;
+        for t in &self.tokens {
+            let known = t.digest().unwrap_or_default();
+            if bool::from(known.ct_eq(&presented)) && role.is_none() {
+                role = Some(t.role.clone());
+            }
+        }
+        role
     }
 }
 

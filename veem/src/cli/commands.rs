@@ -75,12 +75,13 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
     // Read local files before connecting, so their errors come first.
     let manifest_toml = match &cli.command {
         Command::Negotiate { manifest } | Command::Deploy { manifest } => read_manifest(manifest)?,
-        Command::Serve { .. } => bail!("`serve` runs the daemon, not a VMI call"),
+        Command::Serve { .. } | Command::HashToken => bail!("`serve` and `hash-token` are not VMI calls"),
         _ => String::new(),
     };
-    let mut c = connect(&cli.global.endpoint, cli.global.token.as_deref()).await?;
+    let target = super::context::resolve(&cli.global, &|k| std::env::var(k).ok())?;
+    let mut c = connect(&target.endpoint, target.token.as_deref()).await?;
     match &cli.command {
-        Command::Serve { .. } => unreachable!("handled above"),
+        Command::Serve { .. } | Command::HashToken => unreachable!("handled above"),
         Command::Negotiate { .. } => {
             let r = c.negotiate(vmi::ManifestRequest { manifest_toml }).await?.into_inner();
             print(out, &output::negotiation(&Negotiation::from(&r), fmt))?;

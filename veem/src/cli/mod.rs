@@ -13,6 +13,7 @@
 
 mod client;
 mod commands;
+pub mod context;
 mod model;
 mod output;
 mod table;
@@ -64,12 +65,19 @@ pub struct Cli {
 /// Options of every client subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct GlobalOpts {
-    /// VMI endpoint of the VEEM.
-    #[arg(long, global = true, env = "VEEM_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
-    pub endpoint: String,
-    /// Bearer token; sent as `authorization: Bearer TOKEN` on every call.
-    #[arg(long, global = true, env = "VEEM_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    /// VMI endpoint of the VEEM (default: the context's, else
+    /// http://127.0.0.1:7200).
+    #[arg(long, global = true, env = "VEEM_ENDPOINT")]
+    pub endpoint: Option<String>,
+    /// File whose first line is the bearer token (sent as `authorization:
+    /// Bearer TOKEN`); else `VEEM_TOKEN`, else the context's. Never on the
+    /// command line.
+    #[arg(long, global = true, env = "VEEM_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Context of the client configuration (`~/.config/veem/config.toml`
+    /// or `VEEM_CLIENT_CONFIG`) to use instead of its current one.
+    #[arg(long, global = true, env = "VEEM_CONTEXT")]
+    pub context: Option<String>,
     /// Output format.
     #[arg(long, short = 'o', global = true, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
@@ -222,6 +230,10 @@ pub enum Command {
         /// Service ID.
         service: String,
     },
+    /// Print the SHA-256 (hex) of the token read from standard input: the
+    /// `token_sha256` of a `[[tokens]]` entry, so that the daemon's
+    /// configuration does not hold the token itself.
+    HashToken,
 }
 
 /// How often `--wait` polls the migration list.
@@ -238,6 +250,19 @@ pub async fn run(cli: Cli) -> ExitCode {
                 exit::ERROR
             }
         },
+        Command::HashToken => {
+            let mut token = String::new();
+            match std::io::stdin().read_line(&mut token) {
+                Ok(_) if !token.trim().is_empty() => {
+                    println!("{}", crate::config::token_digest_hex(token.trim()));
+                    exit::OK
+                }
+                _ => {
+                    eprintln!("error: no token on standard input");
+                    exit::ERROR
+                }
+            }
+        }
         _ => {
             let mut out = std::io::stdout();
             let mut err = std::io::stderr();

@@ -67,15 +67,17 @@ fn reject_requires_a_reason() {
 
 #[test]
 fn global_options_anywhere_and_defaults() {
-    let cli = parse(&["ls", "--output", "json", "--endpoint", "http://h:1", "--token", "t"]).unwrap();
+    let cli = parse(&["ls", "--output", "json", "--endpoint", "http://h:1", "--token-file", "/t"]).unwrap();
     assert_eq!(cli.global.output, OutputFormat::Json);
-    assert_eq!(cli.global.endpoint, "http://h:1");
-    assert_eq!(cli.global.token.as_deref(), Some("t"));
+    assert_eq!(cli.global.endpoint.as_deref(), Some("http://h:1"));
+    assert_eq!(cli.global.token_file.as_deref(), Some(std::path::Path::new("/t")));
+    // A token is never taken from the command line, where `ps` shows it.
+    assert_eq!(parse(&["ls", "--token", "t"]).unwrap_err().kind(), ErrorKind::UnknownArgument);
     assert!(matches!(cli.command, Command::Ls { service: None }));
     let cli = parse(&["-o", "table", "ls", "svc1"]).unwrap();
     assert!(matches!(cli.command, Command::Ls { service: Some(ref s) } if s == "svc1"));
     if std::env::var_os("VEEM_ENDPOINT").is_none() {
-        assert_eq!(parse(&["services"]).unwrap().global.endpoint, "http://127.0.0.1:7200");
+        assert_eq!(parse(&["services"]).unwrap().global.endpoint, None);
     }
     assert_eq!(parse(&["services"]).unwrap().global.output, OutputFormat::Table);
     assert_eq!(parse(&["-o", "yaml", "services"]).unwrap_err().kind(), ErrorKind::InvalidValue);
@@ -380,7 +382,9 @@ async fn serve(mock: Arc<Mock>) -> String {
 
 /// Run `veem ARGS` against `endpoint`; return (exit code, stdout, stderr).
 async fn run(endpoint: &str, args: &[&str]) -> (u8, String, String) {
-    let mut full = vec!["--endpoint", endpoint, "--token", "tok-1"];
+    let token = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token.path(), "tok-1\n").unwrap();
+    let mut full = vec!["--endpoint", endpoint, "--token-file", token.path().to_str().unwrap()];
     full.extend_from_slice(args);
     let cli = parse(&full).unwrap();
     let (mut out, mut err) = (Vec::new(), Vec::new());

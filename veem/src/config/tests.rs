@@ -192,3 +192,29 @@ fn an_overlay_needs_a_vtep_and_its_own_port_per_peer() {
         assert!(e.contains(field), "{field}: {e}");
     }
 }
+
+#[test]
+fn tokens_are_given_by_their_digest_and_bad_entries_name_the_field() {
+    let digest = token_digest_hex("sp-acme-token");
+    assert_eq!(digest.len(), 64);
+    let text = format!("{BASE}[[tokens]]\ntoken_sha256 = \"{digest}\"\nrole = \"provider\"\nname = \"acme\"\n");
+    let cfg: VeemConfig = toml::from_str(&text).unwrap();
+    cfg.check().unwrap();
+    assert_eq!(cfg.role_of("sp-acme-token"), Some(Role::Provider("acme".into())));
+    assert_eq!(cfg.role_of(&digest), None, "the digest is not the token");
+    assert_eq!(cfg.role_of("sp-acme-tokeN"), None);
+    for (entry, why) in [
+        ("token_sha256 = \"abc\"", "`tokens[0].token_sha256`: must be 64 hex digits"),
+        (&format!("token = \"sp-acme-token\"\ntoken_sha256 = \"{digest}\"") as &str, "give one of"),
+        ("", "give one of"),
+        ("token = \"short\"", "shorter than 8"),
+    ] {
+        let text = format!("{BASE}[[tokens]]\n{entry}\nrole = \"operator\"\n");
+        let e = VeemConfig::parse(&text).map(|_| ()).unwrap_err();
+        assert!(format!("{e:#}").contains(why), "{entry}: {e:#}");
+    }
+    let twice = format!(
+        "{BASE}[[tokens]]\ntoken_sha256 = \"{digest}\"\nrole = \"operator\"\n[[tokens]]\ntoken = \"sp-acme-token\"\nrole = \"operator\"\n"
+    );
+    assert!(format!("{:#}", VeemConfig::parse(&twice).map(|_| ()).unwrap_err()).contains("the same token twice"));
+}
