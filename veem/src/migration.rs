@@ -69,6 +69,7 @@ impl Veem {
         if v.migration_policy == MigrationPolicy::None {
             bail!("VEE {vee_id}: its SLA's migration policy is \"none\" (never moved)");
         }
+        self.close_stale_proposals()?;
         let open = self
             .store
             .list::<MigrationRec>(Tree::Migrations)?
@@ -135,11 +136,45 @@ impl Veem {
         Ok(m)
     }
 
-    /// An operator approves a proposal: it runs now.
+    /// Closes the proposals whose premise is gone, each rejected by the
+    /// VEEM with the reason: the VEE no longer runs where the proposal
+    /// found it (recovered elsewhere, moved, stopped, gone), or the host it
+    /// was to go to has failed. Such a proposal would otherwise stay open
+    /// and block every later migration of the VEE. Returns how many.
+    pub fn close_stale_proposals(&self) -> Result<usize> {
+        let mut closed = 0;
+        for mut m in self.store.list::<MigrationRec>(Tree::Migrations)? {
+            if m.state != MigrationState::Proposed {
+                continue;
+            }
+            let why = match self.vee(&m.vee_id) {
+                Err(_) => "the VEE is gone".to_string(),
+                Ok(v) if v.state != VeeState::Running => format!("the VEE is {}", v.state.as_str()),
+                Ok(v) if location_text(&v.location) != m.from => {
+                    format!("the VEE is at {}, not {}", location_text(&v.location), m.from)
+                }
+                Ok(_) => match &m.to {
+                    Dest::Host(h) if self.hosts.health(h) == crate::hosts::Health::Failed => format!("host {h} failed"),
+                    _ => continue,
+                },
+            };
+            m.advance(MigrationState::Rejected)?;
+            m.decided_by = "veem".into();
+            m.detail = format!("closed: its premise is gone ({why})");
+            self.save_migration(&m)?;
+            self.migration_event(&m);
+            closed += 1;
+        }
+        Ok(closed)
+    }
+
+    /// An operator approves a proposal: it runs now. A proposal whose
+    /// premise is gone is closed instead ([`Veem::close_stale_proposals`]).
     pub fn approve(self: &Arc<Self>, id: &str, by: &str) -> Result<MigrationRec> {
+        self.close_stale_proposals()?;
         let mut m = self.migration(id)?;
         if m.state != MigrationState::Proposed {
-            bail!("migration {id} is {}, not proposed", m.state);
+            bail!("migration {id} is {}, not proposed ({})", m.state, m.detail);
         }
         m.advance(MigrationState::Approved)?;
         m.decided_by = by.into();

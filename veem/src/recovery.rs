@@ -96,6 +96,9 @@ impl Veem {
             }
             self.recover_vee(host, step, started).await?;
         }
+        // Proposals made before the failure (moves off this host, moves to
+        // it) have lost their premise.
+        self.close_stale_proposals()?;
         Ok(())
     }
 

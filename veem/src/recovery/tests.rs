@@ -187,3 +187,29 @@ async fn a_returning_host_loses_the_copies_recovered_elsewhere() {
     let to = host_of(&site, &vee);
     assert!(site.host(&to).script.lock().unwrap().running.contains(&vee));
 }
+
+#[tokio::test]
+async fn a_proposal_whose_vee_was_recovered_elsewhere_is_closed_and_blocks_nothing() {
+    use crate::migration::Dest;
+    use crate::model::MigrationState;
+    let site = FakeSite::start(&["h1", "h2", "h3"], FAST).await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let failed = host_of(&site, &vee);
+    let to = site.hosts.iter().map(|h| h.name.clone()).find(|h| h != &failed).unwrap();
+    // A failure-risk proposal, filed just before the host was declared
+    // failed, waiting for an operator.
+    let stale = site.veem.propose(&vee, Dest::Host(to.clone()), "failure-risk", "proposals").unwrap();
+    assert_eq!(stale.state, MigrationState::Proposed);
+    site.veem.recover_host(&failed).await.unwrap();
+    let now_at = host_of(&site, &vee);
+    let m = site.veem.migration(&stale.id).unwrap();
+    assert_eq!(m.state, MigrationState::Rejected, "{m:?}");
+    assert!(m.detail.contains("premise is gone") && m.detail.contains(&format!("host:{failed}")), "{}", m.detail);
+    // Approving it now says why it is closed; a new move of the VEE is
+    // proposed at once.
+    let e = format!("{:#}", site.veem.approve(&stale.id, "operator").unwrap_err());
+    assert!(e.contains("rejected") && e.contains("premise is gone"), "{e}");
+    let other = site.hosts.iter().map(|h| h.name.clone()).find(|h| h != &failed && h != &now_at).unwrap();
+    let fresh = site.veem.propose(&vee, Dest::Host(other), "maintenance", "operator").unwrap();
+    assert_eq!(fresh.state, MigrationState::Proposed);
+}
