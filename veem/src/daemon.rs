@@ -25,8 +25,10 @@ async fn shutdown_signal() {
     }
 }
 
-/// Runs the VEEM of `config` until Ctrl-C or SIGTERM.
-pub async fn run(config: &Path) -> Result<()> {
+/// Runs the VEEM of `config` until Ctrl-C or SIGTERM. `destroy_strays`:
+/// the operator's word that domains an empty database does not know are
+/// to be destroyed ([`crate::reconcile::Strays`]).
+pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     let cfg = VeemConfig::load(config)?;
     let listen = cfg.listen;
     let veem = Veem::open(cfg)?;
@@ -38,7 +40,12 @@ pub async fn run(config: &Path) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    if let Err(e) = veem.reconcile().await {
+    let strays = if destroy_strays {
+        crate::reconcile::Strays::Destroy
+    } else {
+        crate::reconcile::Strays::KeepWithoutRecords
+    };
+    if let Err(e) = veem.reconcile(strays).await {
         tracing::warn!(error = %format!("{e:#}"), "reconciliation incomplete");
     }
     let loops = Loops::start(&veem);

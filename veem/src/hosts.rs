@@ -3,7 +3,10 @@
 //! Every `heartbeat_interval` the VEEM asks each VEEH for HostInfo; a host
 //! that misses `heartbeat_miss_limit` heartbeats in a row is declared failed
 //! and its VEEs go to recovery. A failed host that answers again comes back
-//! up (empty: its VEEs were recovered elsewhere).
+//! up (empty: its VEEs were recovered elsewhere). A VEEH that answers as
+//! another host or for another site (a port clash, a wrong endpoint) does
+//! not count as an answer: the VEEM never acts on a host it cannot tell is
+//! the one configured.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,18 +34,21 @@ struct HostConn {
     vhi: Arc<HostVhi>,
     health: Health,
     info: Option<HostInfoReply>,
+    /// Why its last answer was not its own (logged once per change).
+    impostor: Option<String>,
 }
 
 /// The site's hosts: their VHI ports and health.
 pub struct HostPool {
     hosts: Mutex<HashMap<String, HostConn>>,
     order: Vec<String>,
+    site_id: String,
 }
 
 impl HostPool {
-    /// The configured hosts `entries`, each with its port in `ports`.
-    /// Errors: a host without a port.
-    pub fn new(entries: &[HostEntry], ports: &HashMap<String, Arc<HostVhi>>) -> Result<Self> {
+    /// The configured hosts `entries` of site `site_id`, each with its port
+    /// in `ports`. Errors: a host without a port.
+    pub fn new(site_id: &str, entries: &[HostEntry], ports: &HashMap<String, Arc<HostVhi>>) -> Result<Self> {
         let mut hosts = HashMap::new();
         for e in entries {
             let vhi = ports.get(&e.name).ok_or_else(|| anyhow!("host {}: no VHI port", e.name))?.clone();
@@ -53,13 +59,42 @@ impl HostPool {
                     vhi,
                     health: Health::Unknown,
                     info: None,
+                    impostor: None,
                 },
             );
         }
         Ok(Self {
             hosts: Mutex::new(hosts),
             order: entries.iter().map(|e| e.name.clone()).collect(),
+            site_id: site_id.to_string(),
         })
+    }
+
+    /// Why `reply` is not host `name`'s of this site, if it is not.
+    fn impostor(&self, name: &str, reply: &HostInfoReply) -> Option<String> {
+        (reply.host != name || reply.site_id != self.site_id).then(|| {
+            format!(
+                "its endpoint answers as host {:?} of site {:?}, not as host {name:?} of site {:?}",
+                reply.host, reply.site_id, self.site_id
+            )
+        })
+    }
+
+    /// Asks host `name` who it is (HostInfo, 2 s timeout). Errors when it
+    /// does not answer or answers as another host or for another site.
+    pub async fn identify(&self, name: &str) -> Result<()> {
+        let c = self.vhi(name)?;
+        let mut req = tonic::Request::new(interfaces::vhi::Empty {});
+        req.set_timeout(Duration::from_secs(2));
+        let reply = tokio::time::timeout(Duration::from_secs(3), c.host_info(req))
+            .await
+            .map_err(|_| anyhow!("host {name} does not answer"))?
+            .map_err(|e| anyhow!("host {name}: {}", e.message()))?
+            .into_inner();
+        match self.impostor(name, &reply) {
+            Some(why) => Err(anyhow!("host {name}: {why}")),
+            None => Ok(()),
+        }
     }
 
     /// Host names in configuration order.
@@ -101,10 +136,18 @@ impl HostPool {
             }
             Err(_) => None,
         };
+        let impostor = reply.as_ref().and_then(|r| self.impostor(name, r));
+        let reply = reply.filter(|_| impostor.is_none());
         let mut hosts = self.hosts.lock().unwrap();
         let Some(h) = hosts.get_mut(name) else {
             return (Health::Unknown, None);
         };
+        if impostor != h.impostor {
+            if let Some(why) = &impostor {
+                tracing::error!(host = %name, endpoint = %h.entry.endpoint, "{why}: not an answer; nothing is done on it");
+            }
+            h.impostor = impostor;
+        }
         h.health = match (&reply, h.health) {
             (Some(_), _) => Health::Up,
             (None, Health::Failed) => Health::Failed,
@@ -142,7 +185,7 @@ mod tests {
                 endpoint: "http://127.0.0.1:9".into(),
                 region: None,
             };
-            let pool = HostPool::new(&[entry], &HashMap::from([("h".to_string(), port)])).unwrap();
+            let pool = HostPool::new("site-a", &[entry], &HashMap::from([("h".to_string(), port)])).unwrap();
             // Never answered: stays Unknown (not failed) however long.
             assert_eq!(pool.heartbeat("h", 2).await.0, Health::Unknown);
             pool.hosts.lock().unwrap().get_mut("h").unwrap().health = Health::Up;

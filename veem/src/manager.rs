@@ -74,6 +74,17 @@ impl Veem {
     /// [`Veem::open`] with the given ports (tests: in-memory fakes).
     pub fn with_ports(cfg: VeemConfig, ports: Ports) -> Result<Arc<Self>> {
         let store = Store::open(&cfg.db)?;
+        // A database belongs to one site: another site's is refused, never
+        // mistaken for this one's.
+        match store.get::<String>(Tree::Meta, "site_id")? {
+            Some(site) if site != cfg.site_id => anyhow::bail!(
+                "database {} belongs to site {site:?}, not to {:?} (field `db`)",
+                cfg.db.display(),
+                cfg.site_id
+            ),
+            Some(_) => {}
+            None => store.put(Tree::Meta, "site_id", &cfg.site_id)?,
+        }
         let (saved, planner_store) = PlannerStore::load(&store)?;
         let mut planner: Planner = match saved {
             Some(p) => p,
@@ -89,7 +100,7 @@ impl Veem {
                 .map(|(name, l)| (name.clone(), l.to_planner(cfg.slot.as_secs()))),
         );
         let slots = planner.clock();
-        let hosts = HostPool::new(&cfg.hosts, &ports.hosts)?;
+        let hosts = HostPool::new(&cfg.site_id, &cfg.hosts, &ports.hosts)?;
         let (events, _) = broadcast::channel(1024);
         let vee_records = RwLock::new(store.list::<VeeRec>(Tree::Vees)?.into_iter().map(|v| (v.id.clone(), v)).collect());
         Ok(Arc::new(Self {

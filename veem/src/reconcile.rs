@@ -12,6 +12,17 @@ use crate::migration::Dest;
 use crate::model::{Location, MigrationRec, MigrationState, VeeRec, VeeState};
 use crate::store::Tree;
 
+/// What start-up reconciliation does with domains no record places on
+/// their host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strays {
+    /// Destroy them (a VEE never runs in two places).
+    Destroy,
+    /// Destroy them, unless the database has no records at all (new, or
+    /// lost): then they are left alone until an operator decides.
+    KeepWithoutRecords,
+}
+
 impl Veem {
     /// Resolves every difference between records and hosts:
     /// - a VEE recorded admitted/deploying: deployed again (idempotent);
@@ -21,9 +32,19 @@ impl Veem {
     ///   destroyed there (a VEE never runs in two places);
     /// - a migration recorded running: completed if the VEE left its
     ///   source, else aborted at the destination (the VEE stays).
-    pub async fn reconcile(self: &Arc<Self>) -> Result<()> {
+    ///
+    /// A host that does not answer as itself (host name and site) is not
+    /// asked, and nothing is done on it. With `strays` at
+    /// [`Strays::KeepWithoutRecords`] and no record at all (a new or lost
+    /// database), domains are left alone, each logged and evented: an
+    /// operator decides (`veem serve --destroy-strays`).
+    pub async fn reconcile(self: &Arc<Self>, strays: Strays) -> Result<()> {
         let mut running: HashMap<String, HashMap<String, vhi::VeeState>> = HashMap::new();
         for h in self.hosts.names() {
+            if let Err(e) = self.hosts.identify(&h).await {
+                tracing::error!(host = %h, error = %format!("{e:#}"), "not reconciled: nothing is done on it");
+                continue;
+            }
             let Ok(c) = self.hosts.vhi(&h) else { continue };
             match c.list_domains(tonic::Request::new(vhi::Empty {})).await {
                 Ok(l) => {
@@ -108,7 +129,15 @@ impl Veem {
             }
         }
         // Domains a host runs that the records place elsewhere or nowhere.
+        let no_records = self.vees()?.is_empty() && self.store.list::<crate::model::ServiceRec>(Tree::Services)?.is_empty();
         for (h, doms) in &running {
+            if no_records && strays == Strays::KeepWithoutRecords {
+                for id in doms.keys() {
+                    tracing::error!(host = %h, vee = %id, "the database has no records: its domain is left alone (veem serve --destroy-strays destroys it)");
+                    self.event(id, "", "reconcile", format!("domain on {h} not in an empty database: left alone"));
+                }
+                continue;
+            }
             self.destroy_strays(h, doms.keys(), |v| v.state != VeeState::Terminated).await;
         }
         Ok(())

@@ -100,6 +100,11 @@ pub enum Command {
         /// Daemon configuration file (TOML).
         #[arg(long, env = "VEEM_CONFIG", value_name = "FILE")]
         config: PathBuf,
+        /// Destroy the domains the hosts run that no record places there,
+        /// also when the database has no records at all (by default an
+        /// empty database leaves them alone).
+        #[arg(long)]
+        destroy_strays: bool,
     },
     /// Check a manifest without reserving anything (exit 0 accept, 3 counter-offer, 4 reject).
     Negotiate {
@@ -243,7 +248,10 @@ pub const WAIT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// return the process exit code. `serve` runs the daemon.
 pub async fn run(cli: Cli) -> ExitCode {
     let code = match cli.command {
-        Command::Serve { ref config } => match crate::daemon::run(config).await {
+        Command::Serve {
+            ref config,
+            destroy_strays,
+        } => match crate::daemon::run(config, destroy_strays).await {
             Ok(()) => exit::OK,
             Err(e) => {
                 eprintln!("error: {e:#}");

@@ -38,20 +38,26 @@ pub struct Script {
     /// Whether the last UpdateNetwork of each network made this host its
     /// anchor.
     pub anchored: HashMap<u32, bool>,
+    /// (host, site) HostInfo answers with instead of its own: another VEEH
+    /// behind the configured endpoint.
+    pub answers_as: Option<(String, String)>,
 }
 
 /// One fake VEEH; clone it to keep a handle on its script.
 #[derive(Clone, Default)]
 pub struct FakeVhi {
     pub name: String,
+    /// The site it says it belongs to.
+    pub site: String,
     pub script: Arc<Mutex<Script>>,
 }
 
 impl FakeVhi {
-    /// A fake host `name` that runs nothing yet.
-    pub fn new(name: &str) -> FakeVhi {
+    /// A fake host `name` of site `site` that runs nothing yet.
+    pub fn new(name: &str, site: &str) -> FakeVhi {
         FakeVhi {
             name: name.into(),
+            site: site.into(),
             ..Default::default()
         }
     }
@@ -144,9 +150,14 @@ fn unscripted<T>(what: &str) -> R<T> {
 #[tonic::async_trait]
 impl Vhi for FakeVhi {
     async fn host_info(&self, _: Request<Empty>) -> R<HostInfoReply> {
-        drop(self.call("HostInfo", "-")?);
+        let (host, site_id) = self
+            .call("HostInfo", "-")?
+            .answers_as
+            .clone()
+            .unwrap_or((self.name.clone(), self.site.clone()));
         Ok(Response::new(HostInfoReply {
-            host: self.name.clone(),
+            host,
+            site_id,
             vcpus: 4,
             memory_mib: 4096,
             disk_gib: 100,

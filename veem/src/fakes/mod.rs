@@ -113,7 +113,7 @@ impl FakeSite {
             dir.path().join("db").display()
         );
         let mut tables = String::new();
-        let hosts: Vec<FakeVhi> = names.iter().map(|n| FakeVhi::new(n)).collect();
+        let hosts: Vec<FakeVhi> = names.iter().map(|n| FakeVhi::new(n, site_id)).collect();
         for n in names {
             tables.push_str(&format!("[[hosts]]\nname = \"{n}\"\nendpoint = \"http://127.0.0.1:1\"\n"));
         }
@@ -153,6 +153,13 @@ impl FakeSite {
     /// A restart: this VEEM goes, another opens the same database over
     /// the same hosts, repository, peers and clock.
     pub fn restart(self) -> FakeSite {
+        let cfg = self.veem.config().clone();
+        self.restart_as(cfg).unwrap()
+    }
+
+    /// [`FakeSite::restart`] with configuration `cfg` (e.g. another
+    /// site's ID over the same database).
+    pub fn restart_as(self, cfg: crate::config::VeemConfig) -> anyhow::Result<FakeSite> {
         let FakeSite {
             veem,
             hosts,
@@ -161,17 +168,16 @@ impl FakeSite {
             clock,
             _dir,
         } = self;
-        let cfg = veem.config().clone();
         drop(veem);
-        let veem = crate::manager::Veem::with_ports(cfg, Self::ports(&hosts, &repo, &peers, &clock)).unwrap();
-        FakeSite {
+        let veem = crate::manager::Veem::with_ports(cfg, Self::ports(&hosts, &repo, &peers, &clock))?;
+        Ok(FakeSite {
             veem,
             hosts,
             repo,
             peers,
             clock,
             _dir,
-        }
+        })
     }
 
     /// Makes `other` a peer of this site: this site reaches it as

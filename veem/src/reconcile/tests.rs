@@ -6,13 +6,14 @@ use tonic::Code;
 
 use crate::fakes::{FakeSite, STANDARD};
 use crate::model::VeeState;
+use crate::reconcile::Strays;
 
 #[tokio::test]
 async fn a_domain_no_record_places_on_the_host_is_destroyed() {
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
     site.host("h1").script.lock().unwrap().running.insert("stray".into());
-    site.veem.reconcile().await.unwrap();
+    site.veem.reconcile(Strays::KeepWithoutRecords).await.unwrap();
     assert!(!site.host("h1").runs("stray"));
     assert!(site.host("h1").calls().contains(&"destroy stray".to_string()));
     assert!(site.host("h1").runs(&vee), "the recorded VEE is left alone");
@@ -24,7 +25,7 @@ async fn a_running_vee_its_host_does_not_run_is_failed() {
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
     site.host("h1").script.lock().unwrap().running.remove(&vee);
-    site.veem.reconcile().await.unwrap();
+    site.veem.reconcile(Strays::KeepWithoutRecords).await.unwrap();
     assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Failed);
     assert!(
         site.events(&vee).iter().any(|e| e.contains("not running on h1")),
@@ -39,6 +40,50 @@ async fn a_host_that_cannot_be_asked_changes_no_record() {
     let vee = site.running_service(STANDARD).remove(0);
     site.host("h1").script.lock().unwrap().running.remove(&vee);
     site.host("h1").fail("ListDomains", Code::Unavailable, "connection refused");
-    site.veem.reconcile().await.unwrap();
+    site.veem.reconcile(Strays::KeepWithoutRecords).await.unwrap();
     assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running, "not knowing is not failing");
+}
+
+#[tokio::test]
+async fn a_host_that_answers_as_another_is_never_acted_on() {
+    let site = FakeSite::start(&["h1"], "").await;
+    let vee = site.running_service(STANDARD).remove(0);
+    site.host("h1").script.lock().unwrap().running.insert("stray".into());
+    for (host, at) in [("h9", "site-a"), ("h1", "site-b")] {
+        // Behind h1's endpoint answers another site's or another host's VEEH
+        // (a port clash): no heartbeat counts, nothing is destroyed there.
+        site.host("h1").script.lock().unwrap().answers_as = Some((host.into(), at.into()));
+        let (health, info) = site.veem.hosts.heartbeat("h1", 3).await;
+        assert_eq!((health, info.is_some()), (crate::hosts::Health::Unknown, false), "{host}@{at}");
+        let e = format!("{:#}", site.veem.hosts.identify("h1").await.unwrap_err());
+        assert!(e.contains(&format!("answers as host \"{host}\" of site \"{at}\"")), "{e}");
+        site.veem.reconcile(Strays::Destroy).await.unwrap();
+        assert!(site.host("h1").runs("stray") && site.host("h1").runs(&vee));
+        assert!(!site.host("h1").calls().iter().any(|c| c.starts_with("destroy") || c.starts_with("list")));
+    }
+    // Itself again: heard, and reconciled.
+    site.host("h1").script.lock().unwrap().answers_as = None;
+    assert_eq!(site.veem.hosts.heartbeat("h1", 3).await.0, crate::hosts::Health::Up);
+    site.veem.reconcile(Strays::KeepWithoutRecords).await.unwrap();
+    assert!(!site.host("h1").runs("stray"));
+}
+
+#[tokio::test]
+async fn an_empty_database_leaves_the_hosts_domains_alone_until_an_operator_says_so() {
+    let site = FakeSite::start(&["h1"], "").await;
+    site.host("h1").script.lock().unwrap().running.insert("someones-vee".into());
+    site.veem.reconcile(Strays::KeepWithoutRecords).await.unwrap();
+    assert!(site.host("h1").runs("someones-vee"), "destroyed by a VEEM that knows nothing");
+    assert!(site.events("someones-vee").iter().any(|e| e.contains("left alone")), "{:?}", site.events("someones-vee"));
+    site.veem.reconcile(Strays::Destroy).await.unwrap();
+    assert!(!site.host("h1").runs("someones-vee"));
+}
+
+#[tokio::test]
+async fn another_sites_database_is_refused() {
+    let site = FakeSite::start(&["h1"], "").await;
+    let mut cfg = site.veem.config().clone();
+    cfg.site_id = "site-b".into();
+    let e = format!("{:#}", site.restart_as(cfg).err().expect("refused"));
+    assert!(e.contains("belongs to site \"site-a\", not to \"site-b\""), "{e}");
 }
