@@ -272,8 +272,8 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
     let a = start_veeh(&dir, "bench-a", "site-a", SITE_A_URI, &url, &token).await?;
     let b = start_veeh(&dir, "bench-b", "site-b", SITE_B_URI, &url, &token).await?;
     let (mut ca, cb) = (
-        VhiClient::connect(a.endpoint.clone()).await?,
-        VhiClient::connect(b.endpoint.clone()).await?,
+        a.client().await?,
+        b.client().await?,
     );
 
     // Warm-up (not measured): the first deploy pulls the images into A's

@@ -9,6 +9,7 @@ pub mod locks;
 pub mod manifest;
 pub mod repo_client;
 pub mod retry;
+pub mod tls;
 
 /// VHI: the VEE host interface (`proto/vhi.proto`).
 pub mod vhi {

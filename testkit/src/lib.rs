@@ -7,3 +7,4 @@
 pub mod daemon;
 pub mod guest;
 pub mod lab;
+pub mod pki;

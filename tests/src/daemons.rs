@@ -108,6 +108,8 @@ impl GuestIds {
 pub struct Veeh {
     pub daemon: Daemon,
     pub host: String,
+    /// Its site (whose PKI its certificate is from).
+    pub site: String,
     pub endpoint: String,
     pub state_dir: PathBuf,
     pub uri: String,
@@ -145,19 +147,22 @@ impl Veeh {
         };
         let place = Place::of_uri(uri);
         let addr = place.addr();
+        let tls = vee_testkit::pki::site(site).host(host);
         let cfg = format!(
-            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n",
+            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n[tls]\n{}",
             state_dir.display(),
             repo.url,
-            repo.token
+            repo.token,
+            vee_testkit::pki::toml(&tls)
         );
         let cfg_path = dir.join(format!("{host}.toml"));
         std::fs::write(&cfg_path, cfg).unwrap();
         let daemon = Daemon::spawn_at(place, host, "veeh", &["serve", "--config", cfg_path.to_str().unwrap()], dir);
-        let endpoint = format!("http://{addr}:{port}");
+        let endpoint = format!("https://{addr}:{port}");
         let mut v = Self {
             daemon,
             host: host.into(),
+            site: site.into(),
             endpoint,
             state_dir,
             uri: uri.into(),
@@ -165,7 +170,7 @@ impl Veeh {
         };
         let start = Instant::now();
         loop {
-            if VhiClient::connect(v.endpoint.clone()).await.is_ok() {
+            if v.try_client().await.is_ok() {
                 break;
             }
             v.daemon.assert_alive();
@@ -179,8 +184,14 @@ impl Veeh {
         v
     }
 
+    /// A VHI client of this VEEH, as its site's VEEM (mutual TLS).
     pub async fn client(&self) -> VhiClient<Channel> {
-        VhiClient::connect(self.endpoint.clone()).await.unwrap()
+        self.try_client().await.unwrap()
+    }
+
+    /// [`Veeh::client`], or the error connecting.
+    pub async fn try_client(&self) -> Result<VhiClient<Channel>, tonic::transport::Error> {
+        vee_testkit::pki::site(&self.site).vhi_client(&self.endpoint, &self.host).await
     }
 
     /// Starts the (killed) daemon again on the same configuration: the same
@@ -196,7 +207,7 @@ impl Veeh {
             &dir,
         );
         let start = Instant::now();
-        while VhiClient::connect(self.endpoint.clone()).await.is_err() {
+        while self.try_client().await.is_err() {
             self.daemon.assert_alive();
             assert!(start.elapsed() < Duration::from_secs(30), "veeh {} did not come back", self.host);
             tokio::time::sleep(Duration::from_millis(100)).await;

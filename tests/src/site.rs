@@ -95,6 +95,7 @@ pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, host
     for h in hosts {
         cfg += &format!("[[hosts]]\nname = \"{}\"\nendpoint = \"{}\"\n", h.host, h.endpoint);
     }
+    cfg += &format!("[vhi_tls]\n{}", vee_testkit::pki::toml(&vee_testkit::pki::site(site_id).veem()));
     for (t, role) in [
         (ACME, "role = \"provider\"\nname = \"acme\""),
         (GLOBEX, "role = \"provider\"\nname = \"globex\""),

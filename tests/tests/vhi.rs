@@ -360,3 +360,53 @@ async fn lab_an_image_naming_a_host_file_is_refused_before_libvirt_sees_it() {
     drop(a1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_the_vhi_answers_only_its_sites_veem_over_mutual_tls() {
+    use tonic::transport::{ClientTlsConfig, Endpoint};
+    use vee_testkit::pki;
+    let _lab = lab::lock();
+    let dir = lab::test_dir("vhi-tls");
+    let repo = ImageRepo::start(&dir).await;
+    let a1 = Veeh::start(&dir, "tls-a1", "site-a", lab::SITE_A_URI, &repo).await;
+    let answers = |c: Result<VhiClient<Channel>, tonic::transport::Error>| async move {
+        match c {
+            Ok(mut c) => c.list_domains(Empty {}).await.map(|_| ()).map_err(|e| e.message().to_string()),
+            Err(e) => Err(format!("{e:?}")),
+        }
+    };
+    let connect = |tls: Option<ClientTlsConfig>, url: String| async move {
+        let mut ep = Endpoint::from_shared(url).unwrap();
+        if let Some(tls) = tls {
+            ep = ep.tls_config(tls).unwrap();
+        }
+        ep.connect().await.map(VhiClient::new)
+    };
+    let site_a = pki::site("site-a").veem();
+    let ca_only = ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(std::fs::read(&site_a.ca).unwrap()))
+        .domain_name(a1.host.clone());
+    // Its site's VEEM: answered.
+    assert_eq!(answers(a1.try_client().await).await, Ok(()));
+    // In plaintext, without a client certificate, with another site's VEEM
+    // certificate: refused.
+    let plain = a1.endpoint.replace("https://", "http://");
+    let other_site = pki::site("site-b").veem();
+    let other = interfaces::tls::TlsFiles {
+        ca: site_a.ca.clone(),
+        ..other_site
+    };
+    for (who, c) in [
+        ("plaintext", connect(None, plain).await),
+        ("no client certificate", connect(Some(ca_only), a1.endpoint.clone()).await),
+        ("site B's VEEM", connect(Some(other.client(&a1.host).unwrap()), a1.endpoint.clone()).await),
+    ] {
+        assert!(answers(c).await.is_err(), "{who} was answered");
+    }
+    // And the VEEM checks whom it talks to: this host's certificate is not
+    // another host's.
+    let wrong = connect(Some(site_a.client("a2-somewhere").unwrap()), a1.endpoint.clone()).await;
+    assert!(answers(wrong).await.is_err(), "a1 passed for another host");
+    drop(a1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -44,6 +44,10 @@ pub struct Capacity {
 /// accel = "auto"
 /// image_repo = "http://127.0.0.1:7000"
 /// image_repo_token = "secret"
+/// [tls]
+/// cert = "/etc/vee/pki/host-a1.crt"
+/// key = "/etc/vee/pki/host-a1.key"
+/// ca = "/etc/vee/pki/veem-ca.crt"
 /// [capacity]
 /// vcpus = 2
 /// memory_mib = 1024
@@ -88,6 +92,15 @@ pub struct VeehConfig {
     #[serde(default)]
     pub image_repo_token: Option<String>,
     pub capacity: Capacity,
+    /// The VHI's TLS: this host's certificate (its DNS name is `host`) and
+    /// key, and the CA of its site's VEEM certificate: only a VEEM with a
+    /// certificate of that CA may call (mutual TLS).
+    #[serde(default)]
+    pub tls: Option<interfaces::tls::TlsFiles>,
+    /// Serve the VHI without TLS, to anyone who reaches the port (logged
+    /// at every start). Exactly one of `tls` and `insecure = true`.
+    #[serde(default)]
+    pub insecure: bool,
 }
 
 fn default_cache_limit_mib() -> u64 {
@@ -101,6 +114,12 @@ impl VeehConfig {
         let mut cfg: Self = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         if cfg.host.is_empty() || cfg.host.contains('/') {
             anyhow::bail!("{}: field `host`: must be a non-empty name without '/'", path.display());
+        }
+        if cfg.tls.is_some() == cfg.insecure {
+            anyhow::bail!(
+                "{}: field `tls`: give the VHI's certificate, key and the VEEM's CA ([tls]), or set insecure = true to serve it in plaintext to anyone",
+                path.display()
+            );
         }
         // libvirt needs absolute paths: relative ones are relative to the
         // working directory.

@@ -35,14 +35,20 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Serve { config } => {
             let cfg = VeehConfig::load(&config)?;
             let listen = cfg.listen;
+            let mut server = tonic::transport::Server::builder();
+            match &cfg.tls {
+                Some(tls) => server = server.tls_config(tls.server()?)?,
+                None => tracing::error!("{}", interfaces::tls::INSECURE_WARNING),
+            }
+            let cfg_tls = cfg.tls.is_some();
             let host = Host::open(cfg)?;
             let swept = veeh::network::sweep_unused().await;
             if !swept.is_empty() {
                 tracing::warn!(?swept, "removed networks a crash left behind");
             }
             host.spawn_state_watch(Duration::from_secs(1));
-            tracing::info!(%listen, "VHI listening");
-            tonic::transport::Server::builder()
+            tracing::info!(%listen, tls = cfg_tls, "VHI listening");
+            server
                 .add_service(VhiService::new(host))
                 .serve_with_shutdown(listen, async {
                     let _ = tokio::signal::ctrl_c().await;

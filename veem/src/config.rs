@@ -354,6 +354,16 @@ pub struct VeemConfig {
     pub slot: Duration,
     #[serde(default)]
     pub hosts: Vec<HostEntry>,
+    /// How the VEEM calls its VEEHs over TLS: its client certificate and
+    /// key (from the site's VEEM CA), and the site's hosts CA; each host's
+    /// certificate must be for its `[[hosts]]` name. Needed for `https://`
+    /// host endpoints.
+    #[serde(default)]
+    pub vhi_tls: Option<interfaces::tls::TlsFiles>,
+    /// Allow `http://` host endpoints: the VHI in plaintext, unauthenticated
+    /// (logged at every start).
+    #[serde(default)]
+    pub insecure: bool,
     #[serde(default)]
     pub tokens: Vec<TokenEntry>,
     #[serde(default)]

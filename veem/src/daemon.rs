@@ -30,6 +30,9 @@ async fn shutdown_signal() {
 /// to be destroyed ([`crate::reconcile::Strays`]).
 pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     let cfg = VeemConfig::load(config)?;
+    if cfg.insecure {
+        tracing::error!("{}", interfaces::tls::INSECURE_WARNING);
+    }
     let listen = cfg.listen;
     let veem = Veem::open(cfg)?;
     // First heartbeats: learn capacities and profiles, then reconcile.

@@ -48,15 +48,24 @@ type R<T> = Result<Response<T>, Status>;
 pub struct GrpcHost(VhiClient<Channel>);
 
 impl GrpcHost {
-    /// A lazy channel to `endpoint` (nothing is dialled yet): 2 s to
-    /// connect, 600 s per call at most (a migration's stream).
-    pub fn new(name: &str, endpoint: &str) -> Result<Self> {
-        let channel = Endpoint::from_shared(endpoint.to_string())
+    /// A lazy channel to host `name` at `endpoint` (nothing is dialled
+    /// yet): 2 s to connect, 600 s per call at most (a migration's
+    /// stream). An `https://` endpoint needs `tls` (the host's certificate
+    /// must be for `name`, mutual TLS); an `http://` one needs `insecure`.
+    pub fn new(name: &str, endpoint: &str, tls: Option<&interfaces::tls::TlsFiles>, insecure: bool) -> Result<Self> {
+        let mut ep = Endpoint::from_shared(endpoint.to_string())
             .map_err(|err| anyhow!("host {name}: endpoint {endpoint:?}: {err}"))?
             .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(600))
-            .connect_lazy();
-        Ok(Self(VhiClient::new(channel)))
+            .timeout(Duration::from_secs(600));
+        match (endpoint.starts_with("https://"), tls) {
+            (true, Some(tls)) => ep = ep.tls_config(tls.client(name)?).map_err(|e| anyhow!("host {name}: TLS: {e}"))?,
+            (true, None) => anyhow::bail!("host {name}: endpoint {endpoint:?} is https and the configuration has no [vhi_tls]"),
+            (false, _) if !insecure => anyhow::bail!(
+                "host {name}: endpoint {endpoint:?} is plaintext: use https (with [vhi_tls]) or set insecure = true"
+            ),
+            (false, _) => {}
+        }
+        Ok(Self(VhiClient::new(ep.connect_lazy())))
     }
 }
 
@@ -270,7 +279,10 @@ impl Ports {
     pub fn connect(cfg: &VeemConfig) -> Result<Self> {
         let mut hosts: HashMap<String, Arc<HostVhi>> = HashMap::new();
         for h in &cfg.hosts {
-            hosts.insert(h.name.clone(), Arc::new(GrpcHost::new(&h.name, &h.endpoint)?));
+            hosts.insert(
+                h.name.clone(),
+                Arc::new(GrpcHost::new(&h.name, &h.endpoint, cfg.vhi_tls.as_ref(), cfg.insecure)?),
+            );
         }
         Ok(Self {
             hosts,

@@ -128,6 +128,15 @@ pub(super) struct Veeh {
     _daemon: Daemon,
     pub(super) state_dir: PathBuf,
     pub(super) endpoint: String,
+    host: String,
+    site: String,
+}
+
+impl Veeh {
+    /// A VHI client, as its site's VEEM (mutual TLS).
+    pub(super) async fn client(&self) -> Result<VhiClient<Channel>, tonic::transport::Error> {
+        vee_testkit::pki::site(&self.site).vhi_client(&self.endpoint, &self.host).await
+    }
 }
 
 pub(super) async fn start_veeh(dir: &Path, name: &str, site: &str, uri: &str, repo_url: &str, token: &str) -> Result<Veeh> {
@@ -138,16 +147,18 @@ pub(super) async fn start_veeh(dir: &Path, name: &str, site: &str, uri: &str, re
     let place = Place::of_uri(uri);
     let addr = place.addr();
     let peer_uri = if uri == SITE_A_URI { SITE_A_PEER_URI } else { uri };
+    let tls = vee_testkit::pki::site(site).host(&host);
     let cfg = format!(
-        "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{repo_url}\"\nimage_repo_token = \"{token}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n",
-        state_dir.display()
+        "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{repo_url}\"\nimage_repo_token = \"{token}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n[tls]\n{}",
+        state_dir.display(),
+        vee_testkit::pki::toml(&tls)
     );
     let cfg_path = dir.join(format!("{host}.toml"));
     std::fs::write(&cfg_path, cfg)?;
     let mut daemon = Daemon::spawn(place, &host, "veeh", &["serve", "--config", cfg_path.to_str().unwrap()], dir)?;
-    let endpoint = format!("http://{addr}:{port}");
+    let endpoint = format!("https://{addr}:{port}");
     let t = Instant::now();
-    while VhiClient::connect(endpoint.clone()).await.is_err() {
+    while vee_testkit::pki::site(site).vhi_client(&endpoint, &host).await.is_err() {
         daemon.check_alive()?;
         if t.elapsed() > Duration::from_secs(30) {
             bail!("veeh {host} did not answer in 30 s");
@@ -158,6 +169,8 @@ pub(super) async fn start_veeh(dir: &Path, name: &str, site: &str, uri: &str, re
         _daemon: daemon,
         state_dir,
         endpoint,
+        host,
+        site: site.into(),
     })
 }
 

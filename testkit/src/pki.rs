@@ -1,0 +1,121 @@
+//! The certificates of test and benchmark runs, made with rcgen in the
+//! trust model of `interfaces::tls` (and of `scripts/setup-host` for the
+//! lab): per site, a hosts CA that signs each VEEH's server certificate
+//! (DNS name: the host's name) and a VEEM CA that signs the VEEM's client
+//! certificate. PEM files under one directory per process.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use interfaces::tls::TlsFiles;
+use interfaces::vhi::vhi_client::VhiClient;
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use tonic::transport::{Channel, Endpoint};
+
+/// A CA: its certificate (PEM file `cert`) and what signs with it.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+    file: PathBuf,
+}
+
+impl Ca {
+    fn new(dir: &Path, name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let file = dir.join(format!("{}.crt", name.replace(' ', "-")));
+        std::fs::write(&file, cert.pem()).unwrap();
+        Ca { cert, key, file }
+    }
+
+    /// A leaf certificate for DNS name `name`, for `usage`; its cert and
+    /// key files.
+    fn issue(&self, dir: &Path, name: &str, usage: ExtendedKeyUsagePurpose) -> (PathBuf, PathBuf) {
+        let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![usage];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+}
+
+/// One site's CAs.
+pub struct SitePki {
+    site: String,
+    dir: PathBuf,
+    hosts_ca: Ca,
+    veem_ca: Ca,
+}
+
+/// Site `site_id`'s PKI of this process (made at first use).
+pub fn site(site_id: &str) -> Arc<SitePki> {
+    static SITES: OnceLock<Mutex<HashMap<String, Arc<SitePki>>>> = OnceLock::new();
+    let mut sites = SITES.get_or_init(Default::default).lock().unwrap();
+    sites
+        .entry(site_id.to_string())
+        .or_insert_with(|| {
+            let dir = std::env::temp_dir().join(format!("vee-pki-{}", std::process::id())).join(site_id);
+            std::fs::create_dir_all(&dir).unwrap();
+            Arc::new(SitePki {
+                site: site_id.into(),
+                hosts_ca: Ca::new(&dir, &format!("{site_id} hosts CA")),
+                veem_ca: Ca::new(&dir, &format!("{site_id} VEEM CA")),
+                dir,
+            })
+        })
+        .clone()
+}
+
+impl SitePki {
+    /// The `[tls]` of VEEH `host`: its server certificate, and the VEEM CA
+    /// as the only CA of its callers.
+    pub fn host(&self, host: &str) -> TlsFiles {
+        let (cert, key) = self.hosts_ca.issue(&self.dir, host, ExtendedKeyUsagePurpose::ServerAuth);
+        TlsFiles {
+            cert,
+            key,
+            ca: self.veem_ca.file.clone(),
+        }
+    }
+
+    /// The VEEM's `[vhi_tls]`: its client certificate (`veem.<site>`), and
+    /// the hosts CA as the CA of its VEEHs.
+    pub fn veem(&self) -> TlsFiles {
+        let name = format!("veem.{}", self.site);
+        let (cert, key) = if self.dir.join(format!("{name}.crt")).exists() {
+            (self.dir.join(format!("{name}.crt")), self.dir.join(format!("{name}.key")))
+        } else {
+            self.veem_ca.issue(&self.dir, &name, ExtendedKeyUsagePurpose::ClientAuth)
+        };
+        TlsFiles {
+            cert,
+            key,
+            ca: self.hosts_ca.file.clone(),
+        }
+    }
+
+    /// A VHI client of VEEH `host` at `endpoint`, as the site's VEEM.
+    pub async fn vhi_client(&self, endpoint: &str, host: &str) -> Result<VhiClient<Channel>, tonic::transport::Error> {
+        let tls = self.veem().client(host).expect("the test PKI's files");
+        let channel = Endpoint::from_shared(endpoint.to_string())?.tls_config(tls)?.connect().await?;
+        Ok(VhiClient::new(channel))
+    }
+}
+
+/// The TOML lines of `tls` (`cert`, `key`, `ca`), for a config section.
+pub fn toml(tls: &TlsFiles) -> String {
+    format!(
+        "cert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\n",
+        tls.cert.display(),
+        tls.key.display(),
+        tls.ca.display()
+    )
+}
