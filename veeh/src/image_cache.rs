@@ -4,9 +4,10 @@
 //! VEE uses them.
 //!
 //! Layout under the cache directory:
-//! `blobs/<hex>` the content (mode 0444), `blobs/<hex>.verified` the size and
-//! mtime (ns) it had when its digest was last checked, `blobs/<hex>.used`
-//! whose mtime is the last use.
+//! `blobs/<hex>` the content (mode 0444), `blobs/<hex>.verified` the inode,
+//! size, mtime and ctime it had when its digest was last checked (any other
+//! stamp: the digest is checked again before use), `blobs/<hex>.used` whose
+//! mtime is the last use.
 
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
@@ -36,10 +37,21 @@ pub struct ImageCache {
     pulls: Mutex<()>,
 }
 
+/// What a file's verified state is bound to: its inode, size, mtime and
+/// ctime (ns). A write that keeps the size and puts the mtime back still
+/// changes the ctime, which no caller can set; a replaced file has another
+/// inode.
 fn stamp(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
     let mtime = m.modified().ok()?.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_nanos();
-    Some(format!("{} {}", m.len(), mtime))
+    Some(format!(
+        "{} {} {mtime} {}.{:09}",
+        m.ino(),
+        m.len(),
+        m.ctime(),
+        m.ctime_nsec()
+    ))
 }
 
 impl ImageCache {
@@ -211,5 +223,20 @@ mod tests {
         assert!(format!("{err:#}").contains(&id.to_string()), "{err:#}");
         // ...and the bad copy is gone, never handed to a VEE.
         assert!(!c.path(&id).exists());
+    }
+
+    #[tokio::test]
+    async fn a_blob_corrupted_in_place_with_its_size_and_mtime_kept_is_caught() {
+        let t = tempfile::tempdir().unwrap();
+        let c = cache(t.path(), 100);
+        let id = put(&c, b"kernel bits", 0);
+        c.ensure(&id).await.unwrap();
+        let path = c.path(&id);
+        let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+        std::fs::write(&path, b"kernel bitz").unwrap();
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(mtime).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), mtime);
+        assert!(c.ensure(&id).await.is_err(), "the corrupt copy was served");
+        assert!(!path.exists());
     }
 }

@@ -151,20 +151,24 @@ impl Veem {
             }
             s.clone()
         };
-        let sites: BTreeSet<String> = vees
-            .iter()
-            .filter_map(|v| match &v.location {
-                Location::Site(s) if runs(v) && !self.fenced_at(v, s) => Some(s.clone()),
-                _ => None,
-            })
-            .chain(vees.iter().filter_map(|v| stretching.get(&v.id).cloned()))
-            .collect();
+        let mut sites = self.abroad(vees);
+        sites.extend(vees.iter().filter_map(|v| stretching.get(&v.id).cloned()));
         sites
             .iter()
             .filter_map(|s| self.overlay(s))
             .map(|o| Vtep {
                 address: o.vtep.to_string(),
                 port: u32::from(o.port),
+            })
+            .collect()
+    }
+
+    /// The peer sites where a VEE of `vees` runs (not fenced there).
+    fn abroad(&self, vees: &[VeeRec]) -> BTreeSet<String> {
+        vees.iter()
+            .filter_map(|v| match &v.location {
+                Location::Site(s) if runs(v) && !self.fenced_at(v, s) => Some(s.clone()),
+                _ => None,
             })
             .collect()
     }
@@ -307,13 +311,7 @@ impl Veem {
         };
         let released = svc.anchor.clone().filter(|old| Some(old) != anchor.as_ref());
         // Peer sites running VEEs of the service get the tables too.
-        let peers: BTreeSet<String> = vees
-            .iter()
-            .filter_map(|v| match &v.location {
-                Location::Site(s) if runs(v) && !self.fenced_at(v, s) => Some(s.clone()),
-                _ => None,
-            })
-            .collect();
+        let peers = self.abroad(&vees);
         for n in &svc.networks {
             let update = NetworkUpdate {
                 vni: n.vni,
