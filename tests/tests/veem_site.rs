@@ -326,3 +326,71 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     drop((veem, a1, a2, repo));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_vee_destroyed_behind_the_veems_back_is_restored_from_its_checkpoint() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("veem-vanish");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a1 = Veeh::start(&dir, "a1", "site-a", lab::SITE_A_URI, &repo).await;
+    let port = site::port();
+    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&a1], &[], "");
+    let veem = Veem::start(&dir, "site-a", port, cfg).await;
+    let mut acme = veem.client(ACME).await;
+    let svc = site::deploy(&mut acme, manifest("shop", "acme", &ids, 1, "")).await.unwrap();
+    let vee = svc.vees[0].vee_id.clone();
+    veem.wait_vee(&vee, "running", BOOT, |i| i.state() == interfaces::vmi::VeeState::Running)
+        .await;
+    let mut c = a1.client().await;
+    wait_tick(&mut c, &vee, 2, BOOT).await;
+    let before = guest::last_tick(&console(&mut c, &vee).await).unwrap().0;
+    site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Checkpoint).await.unwrap();
+    let after = guest::last_tick(&console(&mut c, &vee).await).unwrap().0;
+    wait_tick(&mut c, &vee, after + 3, Duration::from_secs(30)).await;
+
+    // Destroyed behind the VEEM's back (its host stays up).
+    let killed = std::process::Command::new("virsh")
+        .args(["-c", lab::SITE_A_URI, "destroy", &format!("vee-{vee}")])
+        .output()
+        .unwrap();
+    assert!(killed.status.success(), "{}", String::from_utf8_lossy(&killed.stderr));
+    let start = std::time::Instant::now();
+    let first = loop {
+        let ticks = guest::ticks(&console(&mut c, &vee).await);
+        if let Some(i) = ticks.windows(2).rposition(|w| w[1] <= w[0]) {
+            break ticks[i + 1];
+        }
+        assert!(start.elapsed() < Duration::from_secs(90), "never restored: {ticks:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    println!("destroyed behind the VEEM's back: ticking again after {:?}", start.elapsed());
+    assert!(
+        first > before && first <= after + 1,
+        "restored from the checkpoint (ticks {before}..={after}), first tick again {first}"
+    );
+    let info = veem
+        .wait_vee(&vee, "running", Duration::from_secs(30), |i| i.state() == interfaces::vmi::VeeState::Running)
+        .await;
+    assert_eq!(host_of(&info).as_deref(), Some(a1.host.as_str()));
+    let mut op = veem.client(OPERATOR).await;
+    let events: Vec<Event> = {
+        let mut s = op
+            .watch_events(WatchRequest {
+                service_id: svc.service_id.clone(),
+                history_only: true,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut v = Vec::new();
+        while let Some(e) = s.message().await.unwrap() {
+            v.push(e);
+        }
+        v
+    };
+    assert!(events.iter().any(|e| e.detail.contains("vanished from")), "{events:?}");
+    site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Stop).await.unwrap();
+    drop((veem, a1));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -37,6 +37,15 @@ impl Loops {
             (),
             |veem, _| async move { heartbeat_round(&veem).await },
         );
+        loops.spawn(
+            veem,
+            cfg.heartbeat_interval,
+            crate::reconcile::Missing::new(),
+            |veem, mut missing| async move {
+                veem.domain_watch_round(&mut missing).await;
+                missing
+            },
+        );
         loops.spawn(veem, Duration::from_secs(1), (), |veem, _| async move { veem.scheduler_round() });
         let usage = cfg.usage_interval.max(Duration::from_secs(1));
         loops.spawn(veem, usage, HashMap::new(), |veem, mut last| async move {

@@ -178,6 +178,13 @@ impl Veem {
         m.lock_owned().await
     }
 
+    /// The VEE's lock if nobody holds it now (an operation on it is under
+    /// way otherwise).
+    pub fn try_lock_vee(&self, vee_id: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let m = interfaces::locks::entry(&mut self.vee_locks.lock().unwrap(), vee_id);
+        m.try_lock_owned().ok()
+    }
+
     /// Marks `vee_id` busy with a background task; false if it already is.
     pub fn try_busy(&self, vee_id: &str) -> bool {
         self.busy.lock().unwrap().insert(vee_id.to_string())

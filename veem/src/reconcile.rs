@@ -1,7 +1,9 @@
-//! Start-up reconciliation: the VEEM's records against what every VEEH
-//! reports (ListDomains). Each difference it resolves is logged and evented.
+//! Reconciliation: the VEEM's records against what every VEEH reports
+//! (ListDomains), in full at start-up, and for lost domains at every
+//! heartbeat interval ([`Veem::domain_watch_round`]). Each difference it
+//! resolves is logged and evented.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -187,6 +189,69 @@ impl Veem {
                     remove: true,
                 }))
                 .await;
+        }
+    }
+}
+
+/// VEE ID -> lists of its host in a row that lacked its domain while it
+/// was recorded running there ([`Veem::domain_watch_round`]).
+pub type Missing = HashMap<String, u32>;
+
+/// Lists in a row a running VEE's domain must be missing from before it
+/// counts as lost: one list may race the end of an operation.
+pub const MISSING_ROUNDS: u32 = 2;
+
+impl Veem {
+    /// Continuous reconciliation, every heartbeat interval: each host that
+    /// is up lists its domains; a VEE recorded running there, with no
+    /// operation under way on it, whose domain is missing from
+    /// [`MISSING_ROUNDS`] lists in a row was destroyed behind the VEEM's
+    /// back (or its host rebooted quickly). It is marked failed and
+    /// restored on the same host, its reservation unchanged, from its
+    /// latest checkpoint (restarted from its images without one), as after
+    /// a host failure; if that fails, an unrecovered violation is recorded.
+    pub(crate) async fn domain_watch_round(self: &Arc<Self>, missing: &mut Missing) {
+        let mut still = HashSet::new();
+        for h in self.hosts.names() {
+            if self.hosts.health(&h) != crate::hosts::Health::Up {
+                continue;
+            }
+            let Ok(c) = self.hosts.vhi(&h) else { continue };
+            let Ok(list) = c.list_domains(tonic::Request::new(vhi::Empty {})).await else {
+                continue;
+            };
+            let present: HashSet<String> = list.into_inner().domains.into_iter().map(|d| d.vee_id).collect();
+            let here = Location::Host(h.clone());
+            for v in self.vees_where(|v| v.state == VeeState::Running && v.location == here && !present.contains(&v.id)) {
+                // An operation under way (its lock held) may have moved or
+                // stopped it since the list: not counted.
+                let Some(_g) = self.try_lock_vee(&v.id) else { continue };
+                if !self.vee(&v.id).is_ok_and(|now| now.state == VeeState::Running && now.location == here) {
+                    continue;
+                }
+                let n = missing.get(&v.id).copied().unwrap_or(0) + 1;
+                missing.insert(v.id.clone(), n);
+                still.insert(v.id.clone());
+                if n == MISSING_ROUNDS && self.try_busy(&v.id) {
+                    let (veem, id, host) = (self.clone(), v.id.clone(), h.clone());
+                    tokio::spawn(async move {
+                        veem.recover_vanished(&id, &host).await;
+                        veem.unbusy(&id);
+                    });
+                }
+            }
+        }
+        missing.retain(|id, _| still.contains(id));
+    }
+
+    async fn recover_vanished(&self, vee_id: &str, host: &str) {
+        let why = format!("its domain vanished from {host}");
+        tracing::error!(vee = %vee_id, %host, "{why}: restoring it there");
+        if let Err(e) = self.recover_vee_on(vee_id, &why, host, None).await {
+            tracing::error!(vee = %vee_id, %host, error = %format!("{e:#}"), "a vanished VEE could not be restored");
+            if let Err(e) = self.record_unrecovered(vee_id, &why, &format!("{e:#}")) {
+                tracing::error!(vee = %vee_id, error = %format!("{e:#}"), "cannot record the violation");
+            }
         }
     }
 }

@@ -87,3 +87,32 @@ async fn another_sites_database_is_refused() {
     let e = format!("{:#}", site.restart_as(cfg).err().expect("refused"));
     assert!(e.contains("belongs to site \"site-a\", not to \"site-b\""), "{e}");
 }
+
+#[tokio::test]
+async fn a_vee_destroyed_behind_the_veems_back_is_restored_on_its_host_within_two_rounds() {
+    use crate::reconcile::Missing;
+    let site = FakeSite::start(&["h1"], "").await;
+    let vee = site.running_service(STANDARD).remove(0);
+    site.veem.hosts.heartbeat("h1", 3).await;
+    let mut missing = Missing::new();
+    site.veem.domain_watch_round(&mut missing).await;
+    assert!(missing.is_empty(), "its domain runs");
+    site.host("h1").script.lock().unwrap().running.remove(&vee);
+    // While an operation holds the VEE, its absence is not counted.
+    let held = site.veem.lock_vee(&vee).await;
+    site.veem.domain_watch_round(&mut missing).await;
+    assert!(missing.is_empty());
+    drop(held);
+    site.veem.domain_watch_round(&mut missing).await;
+    assert_eq!(missing.get(&vee), Some(&1));
+    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running, "one list may race an operation");
+    site.veem.domain_watch_round(&mut missing).await;
+    crate::fakes::eventually("restored", || {
+        site.host("h1").runs(&vee) && site.veem.vee(&vee).unwrap().state == VeeState::Running
+    })
+    .await;
+    assert!(site.host("h1").calls().iter().any(|c| c.starts_with(&format!("restore {vee}"))));
+    assert!(site.events(&vee).iter().any(|e| e.contains("vanished from h1")), "{:?}", site.events(&vee));
+    site.veem.domain_watch_round(&mut missing).await;
+    assert!(missing.is_empty());
+}
