@@ -5,6 +5,7 @@
 pub mod blob_id;
 pub mod database;
 pub mod error;
+pub mod listen;
 pub mod locks;
 pub mod manifest;
 pub mod repo_client;

@@ -35,6 +35,8 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Serve { config } => {
             let cfg = VeehConfig::load(&config)?;
             let listen = cfg.listen;
+            // The port first: a VEEH that cannot serve does not start.
+            let listener = interfaces::listen::bind(listen).await?;
             let mut server = tonic::transport::Server::builder();
             match &cfg.tls {
                 Some(tls) => server = server.tls_config(tls.server()?)?,
@@ -50,7 +52,7 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!(%listen, tls = cfg_tls, "VHI listening");
             server
                 .add_service(VhiService::new(host))
-                .serve_with_shutdown(listen, async {
+                .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
                     let _ = tokio::signal::ctrl_c().await;
                 })
                 .await?;

@@ -34,6 +34,9 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
         tracing::error!("{}", interfaces::tls::INSECURE_WARNING);
     }
     let listen = cfg.listen;
+    // The port first: a VEEM that cannot serve does not start (nor
+    // reconcile, nor run its loops).
+    let listener = interfaces::listen::bind(listen).await?;
     let veem = Veem::open(cfg)?;
     // First heartbeats: learn capacities and profiles, then reconcile.
     for _ in 0..10 {
@@ -57,7 +60,7 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     let mut server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(VmiService::new(veem.clone()))
-            .serve_with_shutdown(listen, async {
+            .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
                 let _ = stopped.await;
             }),
     );

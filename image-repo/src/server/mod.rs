@@ -43,9 +43,7 @@ impl Server {
     /// server uses it) or the address cannot be bound.
     pub async fn bind(config: Config) -> Result<Self> {
         let store = store::Store::open(&config.data).with_context(|| format!("opening data directory {}", config.data.display()))?;
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("binding {}", config.listen))?;
+        let listener = interfaces::listen::bind(config.listen).await?;
         Ok(Self {
             listener,
             app: Arc::new(App { config, store }),

@@ -1,0 +1,50 @@
+//! How the daemons bind their listening port: a port another process holds
+//! is refused at start-up with the holder named (from `ss -ltnp`, iproute2),
+//! so that a daemon never runs without its port and an operator sees whom
+//! to stop.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result};
+use tokio::net::TcpListener;
+
+/// Binds `addr`. Errors: the address is in use (naming the process that
+/// listens there when `ss` can tell), or cannot be bound for another reason.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    match TcpListener::bind(addr).await {
+        Ok(l) => Ok(l),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            let by = holder(addr.port()).map(|h| format!(" by {h}")).unwrap_or_default();
+            anyhow::bail!("listen address {addr} is in use{by}: stop it or choose another port")
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot listen on {addr}")),
+    }
+}
+
+/// The process listening on TCP `port` as `ss` shows it, e.g.
+/// `veeh (pid 1234)`.
+fn holder(port: u16) -> Option<String> {
+    let out = std::process::Command::new("ss")
+        .args(["-Hltnp", &format!("sport = :{port}")])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // users:(("veeh",pid=1234,fd=9))
+    let users = text.lines().find_map(|l| l.split("users:((").nth(1))?;
+    let mut parts = users.split(',');
+    let name = parts.next()?.trim_matches('"');
+    let pid = parts.find_map(|p| p.strip_prefix("pid="))?;
+    Some(format!("{name} (pid {pid})"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn a_port_in_use_is_refused_naming_its_holder() {
+        let held = super::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = held.local_addr().unwrap();
+        let e = super::bind(addr).await.unwrap_err().to_string();
+        assert!(e.contains(&format!("{addr} is in use")), "{e}");
+        assert!(e.contains(&format!("(pid {})", std::process::id())), "{e}");
+    }
+}
