@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use interfaces::vmi::vmi_client::VmiClient;
-use interfaces::vmi::{Action, ManifestRequest, NegotiateReply, ServiceInfo, VeeActionRequest, VeeInfo, VeeRef};
+use interfaces::vmi::{Action, Event, ManifestRequest, NegotiateReply, ServiceInfo, VeeActionRequest, VeeInfo, VeeRef, WatchRequest};
 use veem::peers::{Bearer, PeerClient};
 
 use crate::daemons::{Daemon, ImageRepo, Veeh};
@@ -264,6 +264,23 @@ pub async fn negotiate(c: &mut PeerClient, manifest_toml: String) -> NegotiateRe
 /// Deploys `manifest_toml` with `c`: the service, or the VMI error.
 pub async fn deploy(c: &mut PeerClient, manifest_toml: String) -> Result<ServiceInfo, tonic::Status> {
     c.deploy(ManifestRequest { manifest_toml }).await.map(|r| r.into_inner())
+}
+
+/// The events so far of service `service_id` as `c` may see them.
+pub async fn history(c: &mut PeerClient, service_id: &str) -> Vec<Event> {
+    let mut s = c
+        .watch_events(WatchRequest {
+            service_id: service_id.into(),
+            history_only: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut v = Vec::new();
+    while let Some(e) = s.message().await.unwrap() {
+        v.push(e);
+    }
+    v
 }
 
 /// Asks `c` for `action` (stop, checkpoint, withdraw, ...) on VEE `vee`:

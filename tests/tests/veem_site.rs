@@ -161,21 +161,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     );
     assert!(status(&new_host).used_memory_mib >= 128 && status(&new_host).memory_mib > 0);
     assert_eq!(acme.list_hosts(Empty {}).await.unwrap_err().code(), tonic::Code::PermissionDenied);
-    let history: Vec<Event> = {
-        let mut s = acme
-            .watch_events(WatchRequest {
-                service_id: svc.service_id.clone(),
-                history_only: true,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let mut v = Vec::new();
-        while let Some(e) = s.message().await.unwrap() {
-            v.push(e);
-        }
-        v
-    };
+    let history = site::history(&mut acme, &svc.service_id).await;
     assert!(
         history.iter().any(|e| e.vee_id == victim && e.kind == "checkpointed"),
         "{history:?}"
@@ -374,21 +360,7 @@ async fn lab_a_vee_destroyed_behind_the_veems_back_is_restored_from_its_checkpoi
         .await;
     assert_eq!(host_of(&info).as_deref(), Some(a1.host.as_str()));
     let mut op = veem.client(OPERATOR).await;
-    let events: Vec<Event> = {
-        let mut s = op
-            .watch_events(WatchRequest {
-                service_id: svc.service_id.clone(),
-                history_only: true,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let mut v = Vec::new();
-        while let Some(e) = s.message().await.unwrap() {
-            v.push(e);
-        }
-        v
-    };
+    let events = site::history(&mut op, &svc.service_id).await;
     assert!(events.iter().any(|e| e.detail.contains("vanished from")), "{events:?}");
     site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Stop).await.unwrap();
     drop((veem, a1));
