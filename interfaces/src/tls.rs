@@ -62,6 +62,6 @@ impl TlsFiles {
     }
 }
 
-/// The warning a daemon logs when it runs without TLS (`insecure = true`).
+/// The warning a server logs when it serves without TLS (`insecure = true`).
 pub const INSECURE_WARNING: &str =
     "INSECURE: TLS is off (insecure = true): anyone who reaches this daemon's port can call it, and its traffic is plaintext";

@@ -31,7 +31,7 @@ async fn shutdown_signal() {
 pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     let cfg = VeemConfig::load(config)?;
     if cfg.insecure {
-        tracing::error!("{}", interfaces::tls::INSECURE_WARNING);
+        tracing::error!("INSECURE: insecure = true: calls to http:// hosts are plaintext, and whoever answers there is believed");
     }
     let listen = cfg.listen;
     // The port first: a VEEM that cannot serve does not start (nor
