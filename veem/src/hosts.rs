@@ -80,17 +80,23 @@ impl HostPool {
         })
     }
 
-    /// Asks host `name` who it is (HostInfo, 2 s timeout). Errors when it
-    /// does not answer or answers as another host or for another site.
-    pub async fn identify(&self, name: &str) -> Result<()> {
+    /// Host `name`'s HostInfo (2 s timeout). Errors: an unknown host, no
+    /// answer in time, or the VHI's error.
+    async fn ask_info(&self, name: &str) -> Result<HostInfoReply> {
         let c = self.vhi(name)?;
         let mut req = tonic::Request::new(interfaces::vhi::Empty {});
         req.set_timeout(Duration::from_secs(2));
-        let reply = tokio::time::timeout(Duration::from_secs(3), c.host_info(req))
+        Ok(tokio::time::timeout(Duration::from_secs(3), c.host_info(req))
             .await
             .map_err(|_| anyhow!("host {name} does not answer"))?
             .map_err(|e| anyhow!("host {name}: {}", e.message()))?
-            .into_inner();
+            .into_inner())
+    }
+
+    /// Asks host `name` who it is (HostInfo, 2 s timeout). Errors when it
+    /// does not answer or answers as another host or for another site.
+    pub async fn identify(&self, name: &str) -> Result<()> {
+        let reply = self.ask_info(name).await?;
         match self.impostor(name, &reply) {
             Some(why) => Err(anyhow!("host {name}: {why}")),
             None => Ok(()),
@@ -124,18 +130,7 @@ impl HostPool {
     /// One heartbeat to `name` (2 s timeout). Returns the new health and,
     /// when it changed to Failed or to Up, says so.
     pub async fn heartbeat(&self, name: &str, miss_limit: u32) -> (Health, Option<HostInfoReply>) {
-        let reply = match self.vhi(name) {
-            Ok(c) => {
-                let mut req = tonic::Request::new(interfaces::vhi::Empty {});
-                req.set_timeout(Duration::from_secs(2));
-                tokio::time::timeout(Duration::from_secs(3), c.host_info(req))
-                    .await
-                    .ok()
-                    .and_then(|r| r.ok())
-                    .map(|r| r.into_inner())
-            }
-            Err(_) => None,
-        };
+        let reply = self.ask_info(name).await.ok();
         let impostor = reply.as_ref().and_then(|r| self.impostor(name, r));
         let reply = reply.filter(|_| impostor.is_none());
         let mut hosts = self.hosts.lock().unwrap();
