@@ -184,9 +184,12 @@ fn base_dir() -> PathBuf {
 
 /// The daemon's config: no hosts, no peers, the operator's token.
 fn write_config(dir: &Path, port: u16) -> Result<PathBuf> {
+    let vmi = vee_testkit::pki::site(SITE).vmi("127.0.0.1");
     let text = format!(
-        "site_id = \"{SITE}\"\nlisten = \"127.0.0.1:{port}\"\ndb = \"{}\"\nimage_repo = \"http://127.0.0.1:9\"\n\n[[tokens]]\ntoken = \"{OPERATOR}\"\nrole = \"operator\"\n",
-        dir.join("state").display()
+        "site_id = \"{SITE}\"\nlisten = \"127.0.0.1:{port}\"\ndb = \"{}\"\nimage_repo = \"http://127.0.0.1:9\"\n\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n[[tokens]]\ntoken = \"{OPERATOR}\"\nrole = \"operator\"\n",
+        dir.join("state").display(),
+        vmi.cert.display(),
+        vmi.key.display()
     );
     let path = dir.join("veem.toml");
     std::fs::write(&path, text)?;
@@ -316,7 +319,7 @@ async fn wait_ready(dir: &Path, cleanup: &Cleanup, endpoint: &str) -> Result<Cli
     let t = Instant::now();
     loop {
         check_alive(dir, cleanup)?;
-        if let Ok(ch) = tonic::transport::Endpoint::from_shared(endpoint.to_string())?.connect().await {
+        if let Ok(ch) = vee_testkit::pki::site(SITE).vmi_channel(endpoint, None).await {
             let mut c = VmiClient::with_interceptor(ch, Bearer::new(OPERATOR)?).max_decoding_message_size(usize::MAX);
             if c.list_migrations(interfaces::vmi::Empty {}).await.is_ok() {
                 return Ok(c);
@@ -432,7 +435,7 @@ pub fn run(hosts: usize, vees: usize) -> Result<Value> {
     let built = build_state(&config, hosts, vees)?;
     let db_mib = dir_mib(&dir.join("state"));
     eprintln!("veem-rss: state written: {built}; database {db_mib:.1} MiB");
-    let endpoint = format!("http://127.0.0.1:{port}");
+    let endpoint = format!("https://127.0.0.1:{port}");
     let daemon = rt.block_on(measure(&dir, &config, &endpoint, &cleanup))?;
     cleanup.run_now();
     Ok(json!({

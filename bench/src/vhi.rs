@@ -234,15 +234,19 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
     let listen = format!("{}:{port}", vee_testkit::lab::SITE_A_ADDR);
     let token = format!("bench-{}", short_id());
     let data = dir.join("repo");
+    let (tls, repo_ca) = vee_testkit::pki::repo(vee_testkit::lab::SITE_A_ADDR);
+    let (cert, key) = (tls.cert.to_str().unwrap(), tls.key.to_str().unwrap());
     let mut repo_daemon = Daemon::spawn(
         vee_testkit::lab::Place::SiteA,
         "image-repo",
         "image-repo",
-        &["serve", "--listen", &listen, "--data", data.to_str().unwrap(), "--token", &token],
+        &[
+            "serve", "--listen", &listen, "--data", data.to_str().unwrap(), "--token", &token, "--tls-cert", cert, "--tls-key", key,
+        ],
         &dir,
     )?;
-    let url = format!("http://{listen}");
-    let repo = RepoClient::new(&url, Some(token.clone()))?;
+    let url = format!("https://{listen}");
+    let repo = RepoClient::with_ca(&url, Some(token.clone()), Some(&repo_ca))?;
     let t = Instant::now();
     while repo.list().await.is_err() {
         repo_daemon.check_alive()?;
@@ -269,8 +273,8 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
         cmdline: "console=ttyS0 quiet".into(),
     };
 
-    let a = start_veeh(&dir, "bench-a", "site-a", SITE_A_URI, &url, &token).await?;
-    let b = start_veeh(&dir, "bench-b", "site-b", SITE_B_URI, &url, &token).await?;
+    let a = start_veeh(&dir, "bench-a", "site-a", SITE_A_URI, &url, &token, &repo_ca).await?;
+    let b = start_veeh(&dir, "bench-b", "site-b", SITE_B_URI, &url, &token, &repo_ca).await?;
     let (mut ca, cb) = (
         a.client().await?,
         b.client().await?,

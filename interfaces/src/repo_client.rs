@@ -66,19 +66,34 @@ impl RepoClient {
     /// pin, and to read from a repository that protects reads). Retries with
     /// [`RetryPolicy::default`].
     ///
-    /// Errors: [`Error::Repository`] if `base_url` is not an `http` URL (the
-    /// workspace builds reqwest without TLS) or the token is not a valid
+    /// Errors: [`Error::Repository`] if `base_url` is not an `http` URL
+    /// (`https` needs [`RepoClient::with_ca`]) or the token is not a valid
     /// header value.
     pub fn new(base_url: &str, token: Option<String>) -> Result<Self> {
+        Self::with_ca(base_url, token, None)
+    }
+
+    /// As [`RepoClient::new`], and for an `https` URL the repository's
+    /// certificate must be of `ca` (a PEM file) for the URL's host (rustls;
+    /// no other roots are trusted). Errors: [`Error::Repository`] for an
+    /// `https` URL without `ca` or an unreadable `ca`, another scheme, or a
+    /// token that is not a valid header value.
+    pub fn with_ca(base_url: &str, token: Option<String>, ca: Option<&std::path::Path>) -> Result<Self> {
         let bad = |reason: String| Error::Repository {
             what: format!("repository URL {base_url:?}"),
             reason,
         };
         let url = reqwest::Url::parse(base_url).map_err(|e| bad(e.to_string()))?;
-        if url.scheme() != "http" {
-            return Err(bad(
-                "scheme must be http (this build has no TLS; use the site network or a TLS proxy)".into(),
-            ));
+        let mut builder = reqwest::Client::builder().use_rustls_tls().tls_built_in_root_certs(false);
+        match (url.scheme(), ca) {
+            ("http", _) => {}
+            ("https", Some(ca)) => {
+                let pem = std::fs::read(ca).map_err(|e| bad(format!("cannot read CA {}: {e}", ca.display())))?;
+                let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| bad(format!("CA {}: {e}", ca.display())))?;
+                builder = builder.add_root_certificate(cert).https_only(true);
+            }
+            ("https", None) => return Err(bad("is https: give the CA of the repository's certificate".into())),
+            (other, _) => return Err(bad(format!("scheme must be http or https, not {other}"))),
         }
         if url.query().is_some() || url.fragment().is_some() {
             return Err(bad("must not have a query or fragment".into()));
@@ -91,7 +106,7 @@ impl RepoClient {
                 });
             }
         }
-        let http = reqwest::Client::builder()
+        let http = builder
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(READ_TIMEOUT)
             .tcp_nodelay(true)

@@ -65,3 +65,164 @@ impl TlsFiles {
 /// The warning a server logs when it serves without TLS (`insecure = true`).
 pub const INSECURE_WARNING: &str =
     "INSECURE: TLS is off (insecure = true): anyone who reaches this daemon's port can call it, and its traffic is plaintext";
+
+/// A site's identity on the VMI (PEM files): the certificate its VEEM
+/// shows to its clients and, as a client, to its peers. Its DNS names are
+/// the site ID (what peers check) and the names clients dial (`localhost`,
+/// addresses); it is for both server and client authentication.
+///
+/// ```toml
+/// [tls]
+/// cert = "/var/lib/vee-lab/pki/site-a/vmi.crt"
+/// key = "/var/lib/vee-lab/pki/site-a/vmi.key"
+/// ```
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SiteIdentity {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+fn ca_bundle(cas: &[&Path]) -> Result<Certificate> {
+    let mut pem = Vec::new();
+    for ca in cas {
+        pem.extend(read("CA", ca)?);
+        pem.push(b'\n');
+    }
+    Ok(Certificate::from_pem(pem))
+}
+
+impl SiteIdentity {
+    fn identity(&self) -> Result<Identity> {
+        Ok(Identity::from_pem(read("certificate", &self.cert)?, read("key", &self.key)?))
+    }
+
+    /// The VMI server's TLS: this identity; a client may show a
+    /// certificate of one of `peer_cas` (a peer VEEM, checked again per
+    /// peer by [`PeerCa`]) or none (providers and operators, who present
+    /// bearer tokens). Errors: a file cannot be read.
+    pub fn server(&self, peer_cas: &[&Path]) -> Result<ServerTlsConfig> {
+        let tls = ServerTlsConfig::new().identity(self.identity()?);
+        if peer_cas.is_empty() {
+            return Ok(tls);
+        }
+        Ok(tls.client_ca_root(ca_bundle(peer_cas)?).client_auth_optional(true))
+    }
+
+    /// A client's TLS towards peer site `site`, whose certificate must be
+    /// of `ca` for DNS name `site`; shows this identity. Errors: a file
+    /// cannot be read.
+    pub fn client_to(&self, site: &str, ca: &Path) -> Result<ClientTlsConfig> {
+        Ok(ClientTlsConfig::new()
+            .ca_certificate(ca_bundle(&[ca])?)
+            .identity(self.identity()?)
+            .domain_name(site))
+    }
+}
+
+/// One peer site's CA, as the VMI checks the client certificate of a call
+/// made with that peer's token: the chain must lead to this CA (not to
+/// another peer's), be valid now for client authentication, and name the
+/// peer's site ID. The TLS handshake only checked that it leads to *some*
+/// peer's CA.
+pub struct PeerCa {
+    verifier: std::sync::Arc<dyn rustls::server::danger::ClientCertVerifier>,
+}
+
+impl std::fmt::Debug for PeerCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerCa")
+    }
+}
+
+impl PeerCa {
+    /// The CA certificates in PEM file `path`. Errors: unreadable, no
+    /// certificate in it, or one rustls does not accept as a CA.
+    pub fn load(path: &Path) -> Result<Self> {
+        use rustls_pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pki_types::CertificateDer::pem_file_iter(path).with_context(|| format!("TLS CA {}", path.display()))? {
+            let cert = cert.with_context(|| format!("TLS CA {}", path.display()))?;
+            roots.add(cert).with_context(|| format!("TLS CA {}", path.display()))?;
+        }
+        anyhow::ensure!(!roots.is_empty(), "TLS CA {}: no certificate in it", path.display());
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(std::sync::Arc::new(roots), provider)
+            .build()
+            .with_context(|| format!("TLS CA {}", path.display()))?;
+        Ok(Self { verifier })
+    }
+
+    /// Whether `chain` (the caller's certificates, its own first) is peer
+    /// `site`'s. Errors: the reason, for the caller's status message.
+    pub fn check(&self, chain: &[rustls_pki_types::CertificateDer<'static>], site: &str) -> Result<(), String> {
+        let (leaf, intermediates) = chain
+            .split_first()
+            .ok_or_else(|| format!("peer {site}: no client certificate (mutual TLS is required of peers)"))?;
+        self.verifier
+            .verify_client_cert(leaf, intermediates, rustls_pki_types::UnixTime::now())
+            .map_err(|e| format!("peer {site}: its certificate is not of its CA: {e}"))?;
+        let parsed = rustls::server::ParsedCertificate::try_from(leaf).map_err(|e| format!("peer {site}: certificate: {e}"))?;
+        let name = rustls_pki_types::ServerName::try_from(site).map_err(|e| format!("peer {site}: not a DNS name: {e}"))?;
+        rustls::client::verify_server_name(&parsed, &name).map_err(|e| format!("peer {site}: the certificate is not for {site}: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose as Eku, IsCa, KeyPair};
+    use rustls_pki_types::CertificateDer;
+
+    use super::PeerCa;
+
+    struct Ca(rcgen::Certificate, KeyPair);
+
+    fn ca() -> Ca {
+        let mut p = CertificateParams::new(Vec::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        Ca(p.self_signed(&key).unwrap(), key)
+    }
+
+    fn leaf(ca: &Ca, name: &str, usages: Vec<Eku>) -> Vec<CertificateDer<'static>> {
+        let mut p = CertificateParams::new(vec![name.to_string()]).unwrap();
+        p.extended_key_usages = usages;
+        let cert = p.signed_by(&KeyPair::generate().unwrap(), &ca.0, &ca.1).unwrap();
+        vec![cert.der().clone()]
+    }
+
+    fn peer_ca(ca: &Ca) -> (tempfile::TempDir, PeerCa) {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("ca.crt");
+        std::fs::write(&path, ca.0.pem()).unwrap();
+        let pc = PeerCa::load(&path).unwrap();
+        (d, pc)
+    }
+
+    #[test]
+    fn only_the_peers_own_certificate_for_its_site_id_passes() {
+        let (b, other) = (ca(), ca());
+        let (_d, b_ca) = peer_ca(&b);
+        let both = vec![Eku::ServerAuth, Eku::ClientAuth];
+        assert_eq!(b_ca.check(&leaf(&b, "site-b", both.clone()), "site-b"), Ok(()));
+        let refused = [
+            ("no certificate", Vec::new(), "no client certificate"),
+            ("another peer's CA", leaf(&other, "site-b", both.clone()), "not of its CA"),
+            ("another name", leaf(&b, "site-c", both), "not for site-b"),
+            ("server-only", leaf(&b, "site-b", vec![Eku::ServerAuth]), "not of its CA"),
+        ];
+        for (what, chain, why) in refused {
+            let err = b_ca.check(&chain, "site-b").expect_err(what);
+            assert!(err.contains(why), "{what}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_ca_file_without_a_certificate_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("empty.crt");
+        std::fs::write(&path, "not a certificate\n").unwrap();
+        let err = PeerCa::load(&path).unwrap_err().to_string();
+        assert!(err.contains("no certificate"), "{err}");
+    }
+}

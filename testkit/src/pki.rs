@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use interfaces::tls::TlsFiles;
+use interfaces::tls::{SiteIdentity, TlsFiles};
 use interfaces::vhi::vhi_client::VhiClient;
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 use tonic::transport::{Channel, Endpoint};
@@ -35,9 +35,15 @@ impl Ca {
     /// A leaf certificate for DNS name `name`, for `usage`; its cert and
     /// key files.
     fn issue(&self, dir: &Path, name: &str, usage: ExtendedKeyUsagePurpose) -> (PathBuf, PathBuf) {
-        let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
+        self.issue_for(dir, name, &[name], vec![usage])
+    }
+
+    /// A leaf certificate named `name` (its files), for the DNS names and
+    /// addresses `sans`, for `usages`.
+    fn issue_for(&self, dir: &Path, name: &str, sans: &[&str], usages: Vec<ExtendedKeyUsagePurpose>) -> (PathBuf, PathBuf) {
+        let mut params = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
         params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages;
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
         let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
@@ -53,6 +59,8 @@ pub struct SitePki {
     dir: PathBuf,
     hosts_ca: Ca,
     veem_ca: Ca,
+    vmi_ca: Ca,
+    vmi: Mutex<Option<SiteIdentity>>,
 }
 
 /// Site `site_id`'s PKI of this process (made at first use).
@@ -68,6 +76,8 @@ pub fn site(site_id: &str) -> Arc<SitePki> {
                 site: site_id.into(),
                 hosts_ca: Ca::new(&dir, &format!("{site_id} hosts CA")),
                 veem_ca: Ca::new(&dir, &format!("{site_id} VEEM CA")),
+                vmi_ca: Ca::new(&dir, &format!("{site_id} VMI CA")),
+                vmi: Mutex::new(None),
                 dir,
             })
         })
@@ -102,6 +112,40 @@ impl SitePki {
         }
     }
 
+    /// The VEEM's `[tls]` on the VMI: the site's certificate, for its
+    /// site ID, `localhost`, 127.0.0.1 and `addr`, for server and client
+    /// authentication (made once).
+    pub fn vmi(&self, addr: &str) -> SiteIdentity {
+        use ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+        self.vmi
+            .lock()
+            .unwrap()
+            .get_or_insert_with(|| {
+                let sans = [self.site.as_str(), "localhost", "127.0.0.1", addr];
+                let (cert, key) = self.vmi_ca.issue_for(&self.dir, "vmi", &sans, vec![ServerAuth, ClientAuth]);
+                SiteIdentity { cert, key }
+            })
+            .clone()
+    }
+
+    /// The CA of the site's VMI certificate (PEM file): what its clients
+    /// and peers trust.
+    pub fn vmi_ca(&self) -> PathBuf {
+        self.vmi_ca.file.clone()
+    }
+
+    /// A channel to this site's VEEM at `endpoint` (`https://`), trusting
+    /// its VMI CA, as providers and operators connect (no client
+    /// certificate), or as a peer showing `peer`'s VMI certificate.
+    pub async fn vmi_channel(&self, endpoint: &str, peer: Option<&SiteIdentity>) -> Result<Channel, tonic::transport::Error> {
+        let read = |p: &Path| std::fs::read(p).expect("the test PKI's files");
+        let mut tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(read(&self.vmi_ca.file)));
+        if let Some(id) = peer {
+            tls = tls.identity(tonic::transport::Identity::from_pem(read(&id.cert), read(&id.key)));
+        }
+        Endpoint::from_shared(endpoint.to_string())?.tls_config(tls)?.connect().await
+    }
+
     /// A VHI client of VEEH `host` at `endpoint`, as the site's VEEM.
     pub async fn vhi_client(&self, endpoint: &str, host: &str) -> Result<VhiClient<Channel>, tonic::transport::Error> {
         let tls = self.veem().client(host).expect("the test PKI's files");
@@ -118,4 +162,13 @@ pub fn toml(tls: &TlsFiles) -> String {
         tls.key.display(),
         tls.ca.display()
     )
+}
+
+/// The image repository's TLS in test runs: its certificate (for
+/// `image-repo`, `localhost`, 127.0.0.1 and `addr`) and key, and the CA its
+/// clients trust; the repository is a trust domain of its own, made like a
+/// site's VMI.
+pub fn repo(addr: &str) -> (SiteIdentity, PathBuf) {
+    let pki = site("image-repo");
+    (pki.vmi(addr), pki.vmi_ca())
 }

@@ -20,6 +20,8 @@ pub struct ImageRepo {
     pub daemon: Daemon,
     pub url: String,
     pub token: String,
+    /// The CA of its certificate (TLS).
+    pub ca: PathBuf,
 }
 
 impl ImageRepo {
@@ -28,14 +30,18 @@ impl ImageRepo {
         let data = dir.join("repo");
         let listen = format!("{}:{port}", crate::lab::SITE_A_ADDR);
         let token = "test-write-token".to_string();
+        let (tls, ca) = vee_testkit::pki::repo(crate::lab::SITE_A_ADDR);
+        let (cert, key) = (tls.cert.to_str().unwrap(), tls.key.to_str().unwrap());
         let daemon = Daemon::spawn(
             "image-repo",
             "image-repo",
-            &["serve", "--listen", &listen, "--data", data.to_str().unwrap(), "--token", &token],
+            &[
+                "serve", "--listen", &listen, "--data", data.to_str().unwrap(), "--token", &token, "--tls-cert", cert, "--tls-key", key,
+            ],
             dir,
         );
-        let url = format!("http://{listen}");
-        let client = RepoClient::new(&url, Some(token.clone())).unwrap();
+        let url = format!("https://{listen}");
+        let client = RepoClient::with_ca(&url, Some(token.clone()), Some(&ca)).unwrap();
         let start = Instant::now();
         while client.list().await.is_err() {
             assert!(
@@ -45,11 +51,11 @@ impl ImageRepo {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Self { daemon, url, token }
+        Self { daemon, url, token, ca }
     }
 
     pub fn client(&self) -> RepoClient {
-        RepoClient::new(&self.url, Some(self.token.clone())).unwrap()
+        RepoClient::with_ca(&self.url, Some(self.token.clone()), Some(&self.ca)).unwrap()
     }
 
     /// Pushes the guest's kernel, initrd and data disk; returns their IDs.
@@ -149,10 +155,11 @@ impl Veeh {
         let addr = place.addr();
         let tls = vee_testkit::pki::site(site).host(host);
         let cfg = format!(
-            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n[tls]\n{}",
+            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\nimage_repo_ca = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n[tls]\n{}",
             state_dir.display(),
             repo.url,
             repo.token,
+            repo.ca.display(),
             vee_testkit::pki::toml(&tls)
         );
         let cfg_path = dir.join(format!("{host}.toml"));

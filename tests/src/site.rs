@@ -86,16 +86,20 @@ pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, host
         }
     }
     let mut cfg = format!(
-        "site_id = \"{site_id}\"\nlisten = \"{}:{port}\"\ndb = \"{}\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\n{defaults}{extra}\n",
+        "site_id = \"{site_id}\"\nlisten = \"{}:{port}\"\ndb = \"{}\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\nimage_repo_ca = \"{}\"\n{defaults}{extra}\n",
         Place::of_site(site_id).addr(),
         dir.join(format!("{site_id}.db")).display(),
         repo.url,
-        repo.token
+        repo.token,
+        repo.ca.display()
     );
     for h in hosts {
         cfg += &format!("[[hosts]]\nname = \"{}\"\nendpoint = \"{}\"\n", h.host, h.endpoint);
     }
-    cfg += &format!("[vhi_tls]\n{}", vee_testkit::pki::toml(&vee_testkit::pki::site(site_id).veem()));
+    let pki = vee_testkit::pki::site(site_id);
+    cfg += &format!("[vhi_tls]\n{}", vee_testkit::pki::toml(&pki.veem()));
+    let vmi = pki.vmi(Place::of_site(site_id).addr());
+    cfg += &format!("[tls]\ncert = \"{}\"\nkey = \"{}\"\n", vmi.cert.display(), vmi.key.display());
     for (t, role) in [
         (ACME, "role = \"provider\"\nname = \"acme\""),
         (GLOBEX, "role = \"provider\"\nname = \"globex\""),
@@ -109,8 +113,11 @@ pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, host
             p.token_in, p.site_id
         );
         cfg += &format!(
-            "[[peers]]\nsite_id = \"{}\"\nendpoint = \"{}\"\ntoken = \"{}\"\n[peers.agreement]\nprice_per_vee_hour = 0.1\n",
-            p.site_id, p.endpoint, p.token_out
+            "[[peers]]\nsite_id = \"{}\"\nendpoint = \"{}\"\ntoken = \"{}\"\nca = \"{}\"\n[peers.agreement]\nprice_per_vee_hour = 0.1\n",
+            p.site_id,
+            p.endpoint,
+            p.token_out,
+            vee_testkit::pki::site(&p.site_id).vmi_ca().display()
         );
         if let Some(vtep) = &p.overlay_vtep {
             cfg += &format!("[peers.overlay]\nvtep = \"{vtep}\"\nport = {OVERLAY_PORT}\n");
@@ -142,7 +149,7 @@ impl Veem {
         };
         let start = Instant::now();
         loop {
-            if let Ok(ch) = tonic::transport::Endpoint::from_shared(v.endpoint.clone()).unwrap().connect().await {
+            if let Ok(ch) = vee_testkit::pki::site(site_id).vmi_channel(&v.endpoint, None).await {
                 let mut c = VmiClient::with_interceptor(ch, Bearer::new(OPERATOR).unwrap());
                 if c.list_migrations(interfaces::vmi::Empty {}).await.is_ok() {
                     v.daemon.assert_alive();
@@ -171,9 +178,16 @@ impl Veem {
 
     /// A VMI client presenting `token`.
     pub async fn client(&self, token: &str) -> PeerClient {
-        let ch = tonic::transport::Endpoint::from_shared(self.endpoint.clone())
-            .unwrap()
-            .connect()
+        let ch = vee_testkit::pki::site(&self.site_id).vmi_channel(&self.endpoint, None).await.unwrap();
+        VmiClient::with_interceptor(ch, Bearer::new(token).unwrap())
+    }
+
+    /// A VMI client as peer site `peer` calls: its certificate, and
+    /// `token`.
+    pub async fn peer_client(&self, peer: &str, token: &str) -> PeerClient {
+        let id = vee_testkit::pki::site(peer).vmi(Place::of_site(peer).addr());
+        let ch = vee_testkit::pki::site(&self.site_id)
+            .vmi_channel(&self.endpoint, Some(&id))
             .await
             .unwrap();
         VmiClient::with_interceptor(ch, Bearer::new(token).unwrap())
@@ -299,7 +313,7 @@ pub async fn vee_action(c: &mut PeerClient, vee: &str, action: Action) -> Result
 /// The VMI endpoint of site `site_id`'s VEEM on `port` (at its place of
 /// the lab: peers call it across the WAN).
 pub fn endpoint(site_id: &str, port: u16) -> String {
-    format!("http://{}:{port}", Place::of_site(site_id).addr())
+    format!("https://{}:{port}", Place::of_site(site_id).addr())
 }
 
 pub fn port() -> u16 {

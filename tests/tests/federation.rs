@@ -85,7 +85,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     let mut ca = l.a1.client().await;
 
     // Roles: a peer token cannot deploy; a service provider cannot approve.
-    let mut peer_at_a = l.a.client(B_TO_A).await;
+    let mut peer_at_a = l.a.peer_client("site-b", B_TO_A).await;
     let e = peer_at_a
         .deploy(ManifestRequest {
             manifest_toml: manifest("x", "acme", &l.ids, 1, ""),

@@ -91,6 +91,10 @@ pub struct VeehConfig {
     pub image_repo: String,
     #[serde(default)]
     pub image_repo_token: Option<String>,
+    /// The CA (PEM file) of the image repository's certificate, for an
+    /// `https://` `image_repo`.
+    #[serde(default)]
+    pub image_repo_ca: Option<PathBuf>,
     pub capacity: Capacity,
     /// The VHI's TLS: this host's certificate (its DNS name is `host`) and
     /// key, and the CA of its site's VEEM certificate: only a VEEM with a

@@ -114,6 +114,12 @@ pub struct PeerEntry {
     pub endpoint: String,
     /// Token this site presents to the peer.
     pub token: String,
+    /// The peer's CA (PEM file): its VEEM's certificate, as a server and as
+    /// a client calling this site, must be of it and for its `site_id`.
+    /// Needed for an `https://` endpoint and for the peer's calls when the
+    /// VMI is served over TLS.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
     /// Marked unavailable: never used, the VEEM works alone.
     #[serde(default)]
     pub unavailable: bool,
@@ -337,6 +343,10 @@ pub struct VeemConfig {
     pub image_repo: String,
     #[serde(default)]
     pub image_repo_token: Option<String>,
+    /// The CA (PEM file) of the image repository's certificate, for an
+    /// `https://` `image_repo`.
+    #[serde(default)]
+    pub image_repo_ca: Option<PathBuf>,
     /// packing | striping | load-aware (OpenNebula's rank policies).
     #[serde(default = "default_rank")]
     pub rank_policy: String,
@@ -360,8 +370,14 @@ pub struct VeemConfig {
     /// host endpoints.
     #[serde(default)]
     pub vhi_tls: Option<interfaces::tls::TlsFiles>,
-    /// Allow `http://` host endpoints: the VHI in plaintext, unauthenticated
-    /// (logged at every start).
+    /// The VMI over TLS: this site's certificate (DNS name: `site_id`, and
+    /// the names clients dial), shown to clients and, as a client, to
+    /// peers. Without it the VMI is served in plaintext, which needs
+    /// `insecure = true`.
+    #[serde(default)]
+    pub tls: Option<interfaces::tls::SiteIdentity>,
+    /// Allow plaintext: the VMI without `[tls]`, `http://` host and peer
+    /// endpoints (unauthenticated hosts and peers; logged at every start).
     #[serde(default)]
     pub insecure: bool,
     #[serde(default)]

@@ -31,13 +31,24 @@ async fn shutdown_signal() {
 pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     let cfg = VeemConfig::load(config)?;
     if cfg.insecure {
-        tracing::error!("INSECURE: insecure = true: calls to http:// hosts are plaintext, and whoever answers there is believed");
+        tracing::error!(
+            "INSECURE: insecure = true: {}calls to http:// hosts and peers are plaintext, and whoever answers there is believed",
+            if cfg.tls.is_none() { "the VMI is served in plaintext (tokens cross in clear), " } else { "" }
+        );
+    } else if cfg.tls.is_none() {
+        anyhow::bail!("{}: no [tls] for the VMI: give this site's certificate, or set insecure = true", config.display());
     }
     let listen = cfg.listen;
     // The port first: a VEEM that cannot serve does not start (nor
     // reconcile, nor run its loops).
     let listener = interfaces::listen::bind(listen).await?;
     let veem = Veem::open(cfg)?;
+    let vmi = VmiService::new(veem.clone())?;
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &veem.cfg.tls {
+        let cas: Vec<&Path> = veem.cfg.peers.iter().filter_map(|p| p.ca.as_deref()).collect();
+        builder = builder.tls_config(tls.server(&cas)?)?;
+    }
     // First heartbeats: learn capacities and profiles, then reconcile.
     for _ in 0..10 {
         loops::heartbeat_round(&veem).await;
@@ -58,8 +69,8 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     tracing::info!(site = %veem.cfg.site_id, %listen, "VMI listening");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(VmiService::new(veem.clone()))
+        builder
+            .add_service(vmi)
             .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
                 let _ = stopped.await;
             }),

@@ -164,13 +164,31 @@ pub trait Peer: Send + Sync {
 pub struct GrpcPeer(PeerClient);
 
 impl GrpcPeer {
-    /// A lazy channel to the peer of `entry` (3 s to connect).
-    pub fn new(entry: &PeerEntry) -> Result<Self> {
-        let ch = Endpoint::from_shared(entry.endpoint.clone())
-            .map_err(|e| anyhow!("peer {}: endpoint {:?}: {e}", entry.site_id, entry.endpoint))?
-            .connect_timeout(Duration::from_secs(3))
-            .connect_lazy();
-        Ok(Self(vmi::vmi_client::VmiClient::with_interceptor(ch, Bearer::new(&entry.token)?)))
+    /// A lazy channel to the peer of `entry` (3 s to connect). An
+    /// `https://` endpoint needs this site's identity `tls` (shown to the
+    /// peer: mutual TLS) and the peer's CA (`ca` of the entry), and the
+    /// peer's certificate must be for its site ID; an `http://` one needs
+    /// `insecure`.
+    pub fn new(entry: &PeerEntry, tls: Option<&interfaces::tls::SiteIdentity>, insecure: bool) -> Result<Self> {
+        let site = &entry.site_id;
+        let mut ep = Endpoint::from_shared(entry.endpoint.clone())
+            .map_err(|e| anyhow!("peer {site}: endpoint {:?}: {e}", entry.endpoint))?
+            .connect_timeout(Duration::from_secs(3));
+        match (entry.endpoint.starts_with("https://"), tls, &entry.ca) {
+            (true, Some(tls), Some(ca)) => {
+                ep = ep
+                    .tls_config(tls.client_to(site, ca)?)
+                    .map_err(|e| anyhow!("peer {site}: TLS: {e}"))?
+            }
+            (true, None, _) => anyhow::bail!("peer {site}: endpoint {:?} is https and the configuration has no [tls]", entry.endpoint),
+            (true, _, None) => anyhow::bail!("peer {site}: endpoint {:?} is https and the peer has no `ca`", entry.endpoint),
+            (false, ..) if !insecure => anyhow::bail!(
+                "peer {site}: endpoint {:?} is plaintext: use https (with [tls] and the peer's `ca`) or set insecure = true",
+                entry.endpoint
+            ),
+            (false, ..) => {}
+        }
+        Ok(Self(vmi::vmi_client::VmiClient::with_interceptor(ep.connect_lazy(), Bearer::new(&entry.token)?)))
     }
 }
 
@@ -216,12 +234,16 @@ pub trait PeerDirectory: Send + Sync {
     fn connect(&self, entry: &PeerEntry) -> Result<Arc<dyn Peer>>;
 }
 
-/// [`PeerDirectory`] over the network.
-pub struct GrpcPeers;
+/// [`PeerDirectory`] over the network ([`GrpcPeer`]), with this site's
+/// VMI identity (`[tls]`) and whether plaintext is allowed.
+pub struct GrpcPeers {
+    tls: Option<interfaces::tls::SiteIdentity>,
+    insecure: bool,
+}
 
 impl PeerDirectory for GrpcPeers {
     fn connect(&self, entry: &PeerEntry) -> Result<Arc<dyn Peer>> {
-        Ok(Arc::new(GrpcPeer::new(entry)?))
+        Ok(Arc::new(GrpcPeer::new(entry, self.tls.as_ref(), self.insecure)?))
     }
 }
 
@@ -286,8 +308,11 @@ impl Ports {
         }
         Ok(Self {
             hosts,
-            peers: Arc::new(GrpcPeers),
-            repo: Arc::new(RepoClient::new(&cfg.image_repo, cfg.image_repo_token.clone())?),
+            peers: Arc::new(GrpcPeers {
+                tls: cfg.tls.clone(),
+                insecure: cfg.insecure,
+            }),
+            repo: Arc::new(RepoClient::with_ca(&cfg.image_repo, cfg.image_repo_token.clone(), cfg.image_repo_ca.as_deref())?),
             clock: Arc::new(SystemClock),
         })
     }

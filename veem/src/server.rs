@@ -1,16 +1,20 @@
 //! The VMI gRPC server (tonic) with bearer-token roles: a service provider
 //! sees and acts on its own services only; the operator sees everything and
 //! decides migrations; a peer site may call only the peer operations (and
-//! act on the VEEs this site runs for it).
+//! act on the VEEs this site runs for it). Served over TLS (`[tls]`), a
+//! peer's call must also come with that peer's client certificate
+//! (`interfaces::tls::PeerCa`): its token alone is not enough.
 
 // Handlers return tonic's `Status` as their error, as tonic's service
 // traits require; it is large, and that is tonic's choice to make.
 #![allow(clippy::result_large_err)]
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
+use interfaces::tls::PeerCa;
 use interfaces::vmi;
 use interfaces::vmi::vmi_server::{Vmi, VmiServer};
 use interfaces::vmi::*;
@@ -27,17 +31,38 @@ use crate::model::{Location, MigrationRec, ServiceRec, VeeRec};
 
 pub struct VmiService {
     veem: Arc<Veem>,
+    /// Each peer's CA by site ID, when the VMI is served over TLS: a call
+    /// with a peer's token must show a certificate of that peer.
+    peer_cas: Option<HashMap<String, PeerCa>>,
 }
 
 impl VmiService {
-    /// The VMI server of `veem`.
-    pub fn new(veem: Arc<Veem>) -> VmiServer<Self> {
-        VmiServer::new(Self::handler(veem))
+    /// The VMI server of `veem`: with `[tls]` in its configuration, peers'
+    /// calls need their certificates. Errors: a peer's `ca` cannot be read
+    /// or is missing.
+    pub fn new(veem: Arc<Veem>) -> anyhow::Result<VmiServer<Self>> {
+        let peer_cas = match &veem.cfg.tls {
+            None => None,
+            Some(_) => Some(
+                veem.cfg
+                    .peers
+                    .iter()
+                    .map(|p| {
+                        let ca = p.ca.as_ref().ok_or_else(|| {
+                            anyhow::anyhow!("peer {}: the VMI is served over TLS and the peer has no `ca`", p.site_id)
+                        })?;
+                        Ok((p.site_id.clone(), PeerCa::load(ca)?))
+                    })
+                    .collect::<anyhow::Result<_>>()?,
+            ),
+        };
+        Ok(VmiServer::new(Self { veem, peer_cas }))
     }
 
-    /// The handlers without the server (in-process peers in tests).
+    /// The handlers without the server and without TLS (in-process peers
+    /// in tests).
     pub fn handler(veem: Arc<Veem>) -> Self {
-        Self { veem }
+        Self { veem, peer_cas: None }
     }
 }
 
@@ -57,7 +82,15 @@ impl VmiService {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| Status::unauthenticated("missing `authorization: Bearer TOKEN`"))?;
-        self.veem.cfg.role_of(token).ok_or_else(|| Status::unauthenticated("unknown token"))
+        let role = self.veem.cfg.role_of(token).ok_or_else(|| Status::unauthenticated("unknown token"))?;
+        if let (Role::Peer(site), Some(cas)) = (&role, &self.peer_cas) {
+            let ca = cas
+                .get(site)
+                .ok_or_else(|| Status::unauthenticated(format!("peer {site}: no CA configured for it")))?;
+            let chain = req.peer_certs().unwrap_or_default();
+            ca.check(&chain, site).map_err(Status::unauthenticated)?;
+        }
+        Ok(role)
     }
 
     /// Service providers and operators only (no peers).

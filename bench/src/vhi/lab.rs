@@ -139,7 +139,10 @@ impl Veeh {
     }
 }
 
-pub(super) async fn start_veeh(dir: &Path, name: &str, site: &str, uri: &str, repo_url: &str, token: &str) -> Result<Veeh> {
+/// Starts VEEH `name` of `site` on libvirt `uri`, pulling from the
+/// repository at `repo_url` (HTTPS, its certificate of `repo_ca`) with
+/// `token`.
+pub(super) async fn start_veeh(dir: &Path, name: &str, site: &str, uri: &str, repo_url: &str, token: &str, repo_ca: &Path) -> Result<Veeh> {
     let port = free_port();
     let host = format!("{name}-{}", short_id());
     let state_dir = dir.join(&host);
@@ -149,8 +152,9 @@ pub(super) async fn start_veeh(dir: &Path, name: &str, site: &str, uri: &str, re
     let peer_uri = if uri == SITE_A_URI { SITE_A_PEER_URI } else { uri };
     let tls = vee_testkit::pki::site(site).host(&host);
     let cfg = format!(
-        "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{repo_url}\"\nimage_repo_token = \"{token}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n[tls]\n{}",
+        "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{repo_url}\"\nimage_repo_token = \"{token}\"\nimage_repo_ca = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n[tls]\n{}",
         state_dir.display(),
+        repo_ca.display(),
         vee_testkit::pki::toml(&tls)
     );
     let cfg_path = dir.join(format!("{host}.toml"));

@@ -72,6 +72,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         token: args.token,
         protect_reads: args.protect_reads,
         max_bytes: args.max_bytes,
+        tls: args.tls_cert.zip(args.tls_key).map(|(cert, key)| server::config::ServerTls { cert, key }),
+        insecure: args.insecure,
     };
     let config = Config::load(args.config.as_deref(), overrides)?;
     let server = Server::bind(config).await?;
@@ -118,7 +120,7 @@ fn sniff_format(path: &Path) -> Result<&'static str> {
 }
 
 fn client(args: &RepoArgs) -> Result<RepoClient> {
-    Ok(RepoClient::new(&args.repo, args.token.clone())?)
+    Ok(RepoClient::with_ca(&args.repo, args.token.clone(), args.ca.as_deref())?)
 }
 
 /// `sha256:0123456789ab` for progress labels.

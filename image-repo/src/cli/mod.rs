@@ -46,7 +46,7 @@ pub enum Command {
 /// Options of `serve`; flags override the configuration file.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// TOML configuration file (listen, data, token, protect_reads, read_tokens, max_bytes, reserve_bytes).
+    /// TOML configuration file (listen, data, token, protect_reads, read_tokens, max_bytes, reserve_bytes, limits, tls).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:7480].
@@ -64,6 +64,15 @@ pub struct ServeArgs {
     /// Quota on the stored content, in bytes.
     #[arg(long, value_name = "BYTES")]
     pub max_bytes: Option<u64>,
+    /// The server's TLS certificate (PEM); with --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The server's TLS private key (PEM); with --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve plaintext HTTP (no TLS): tokens and content cross in clear.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// Where the repository is and how to authenticate.
@@ -75,6 +84,9 @@ pub struct RepoArgs {
     /// Bearer token (needed to push, delete and pin, and to read from a protected repository).
     #[arg(long, value_name = "TOKEN", env = "IMAGE_REPO_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// The CA (PEM) of the repository's certificate, for an https URL.
+    #[arg(long, value_name = "FILE", env = "IMAGE_REPO_CA")]
+    pub ca: Option<PathBuf>,
 }
 
 /// Options of `push`.

@@ -72,6 +72,12 @@ mod tests {
             read_tokens: vec!["read-token".into()],
             max_bytes: None,
             reserve_bytes: 0,
+            max_connections: 1,
+            header_timeout_s: 1,
+            body_idle_timeout_s: 1,
+            min_upload_bytes_per_s: 1,
+            tls: None,
+            insecure: true,
         }
     }
 

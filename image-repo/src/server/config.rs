@@ -8,6 +8,14 @@
 //! read_tokens = ["reader-1"]      # tokens that may only read (when protect_reads)
 //! max_bytes = 1_000_000_000_000   # optional quota on the stored content, in bytes
 //! reserve_bytes = 67_108_864      # free space to leave on the disk, in bytes
+//! max_connections = 512           # served at once; one more gets 503
+//! header_timeout_s = 10           # for the TLS handshake and each request head
+//! body_idle_timeout_s = 30        # an upload with no byte for this long is cut off
+//! min_upload_bytes_per_s = 16384  # and one slower than this on average, after that time
+//! insecure = false                # true: serve plaintext HTTP (no [tls])
+//! [tls]
+//! cert = "/etc/image-repo/repo.crt"   # the server's certificate (PEM)
+//! key = "/etc/image-repo/repo.key"
 //! ```
 
 use std::net::SocketAddr;
@@ -45,6 +53,49 @@ pub struct Config {
     /// refused with 507 before any byte is written.
     #[serde(default = "default_reserve")]
     pub reserve_bytes: u64,
+    /// Connections served at once; one more is answered 503 and closed.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Seconds a client has for its TLS handshake and to send each
+    /// request's head (and an idle connection is kept).
+    #[serde(default = "default_header_timeout")]
+    pub header_timeout_s: u64,
+    /// Seconds an upload's body may go without a byte before it is cut off
+    /// (408); also the grace before [`Config::min_upload_bytes_per_s`]
+    /// applies.
+    #[serde(default = "default_body_idle")]
+    pub body_idle_timeout_s: u64,
+    /// Least average rate of an upload's body, in bytes per second.
+    #[serde(default = "default_min_rate")]
+    pub min_upload_bytes_per_s: u64,
+    /// TLS: the server's certificate and key. Without it the server speaks
+    /// plaintext HTTP, which needs `insecure`.
+    #[serde(default)]
+    pub tls: Option<ServerTls>,
+    /// Serve plaintext HTTP (tokens and content in clear; logged at start).
+    #[serde(default)]
+    pub insecure: bool,
+}
+
+/// A server's certificate (chain) and private key, PEM files.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+fn default_max_connections() -> usize {
+    512
+}
+fn default_header_timeout() -> u64 {
+    10
+}
+fn default_body_idle() -> u64 {
+    30
+}
+fn default_min_rate() -> u64 {
+    16 * 1024
 }
 
 fn default_listen() -> SocketAddr {
@@ -68,6 +119,10 @@ pub struct Overrides {
     pub protect_reads: bool,
     /// `--max-bytes`
     pub max_bytes: Option<u64>,
+    /// `--tls-cert` and `--tls-key`
+    pub tls: Option<ServerTls>,
+    /// `--insecure`
+    pub insecure: bool,
 }
 
 impl Config {
@@ -95,6 +150,15 @@ impl Config {
         if overrides.protect_reads {
             table.insert("protect_reads".into(), true.into());
         }
+        if let Some(tls) = &overrides.tls {
+            let mut t = toml::Table::new();
+            t.insert("cert".into(), tls.cert.display().to_string().into());
+            t.insert("key".into(), tls.key.display().to_string().into());
+            table.insert("tls".into(), t.into());
+        }
+        if overrides.insecure {
+            table.insert("insecure".into(), true.into());
+        }
         if let Some(max) = overrides.max_bytes {
             let max = i64::try_from(max).context("--max-bytes is too large")?;
             table.insert("max_bytes".into(), max.into());
@@ -120,6 +184,12 @@ impl Config {
         if let Some(bad) = self.read_tokens.iter().position(|t| !visible(t)) {
             bail!("`read_tokens[{bad}]` must be non-empty visible ASCII");
         }
+        if self.tls.is_none() && !self.insecure {
+            bail!("no [tls]: give the server's certificate and key (--tls-cert, --tls-key), or serve plaintext with insecure = true (--insecure)");
+        }
+        if self.max_connections == 0 || self.header_timeout_s == 0 || self.body_idle_timeout_s == 0 {
+            bail!("`max_connections`, `header_timeout_s` and `body_idle_timeout_s` must be at least 1");
+        }
         if self.token.len() < 16 {
             tracing::warn!("the write token is shorter than 16 characters");
         }
@@ -135,7 +205,7 @@ mod tests {
     fn flags_override_file_and_required_fields_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("repo.toml");
-        std::fs::write(&file, "data = \"/srv/repo\"\ntoken = \"file-token\"\nprotect_reads = false\n").unwrap();
+        std::fs::write(&file, "data = \"/srv/repo\"\ntoken = \"file-token\"\nprotect_reads = false\ninsecure = true\n").unwrap();
         let over = Overrides {
             token: Some("flag-token".into()),
             protect_reads: true,
@@ -156,6 +226,10 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("`token` is required"), "{err}");
+
+        std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\n").unwrap();
+        let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
+        assert!(err.contains("no [tls]") && err.contains("insecure"), "{err}");
 
         std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\nlisten = 5\n").unwrap();
         let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());

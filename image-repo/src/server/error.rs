@@ -87,6 +87,15 @@ impl ApiError {
         )
     }
 
+    /// 408: the upload's body went idle or came in too slowly (`why`).
+    pub fn too_slow(id: &BlobId, received: u64, why: &str) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            codes::TOO_SLOW,
+            format!("upload of {id} cut off after {received} bytes: {why}; nothing stored"),
+        )
+    }
+
     /// 507: no room (disk full, reserve or quota).
     pub fn insufficient_storage(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INSUFFICIENT_STORAGE, codes::INSUFFICIENT_STORAGE, message)

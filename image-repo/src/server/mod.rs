@@ -4,9 +4,11 @@
 
 pub mod auth;
 pub mod config;
+pub mod connections;
 pub mod download;
 pub mod error;
 pub mod metadata;
+pub mod quota;
 pub mod routes;
 pub mod store;
 pub mod upload;
@@ -26,6 +28,8 @@ pub struct App {
     pub config: Config,
     /// Blobs and metadata.
     pub store: store::Store,
+    /// Bytes held by uploads under way against `max_bytes`.
+    pub quota: quota::Quota,
 }
 
 /// Shared handle on [`App`].
@@ -46,7 +50,11 @@ impl Server {
         let listener = interfaces::listen::bind(config.listen).await?;
         Ok(Self {
             listener,
-            app: Arc::new(App { config, store }),
+            app: Arc::new(App {
+                config,
+                store,
+                quota: quota::Quota::default(),
+            }),
         })
     }
 
@@ -59,10 +67,14 @@ impl Server {
     /// Errors: the listener fails.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
         let addr = self.local_addr()?;
-        tracing::info!(%addr, data = %self.app.config.data.display(), protect_reads = self.app.config.protect_reads, "image repository serving");
-        axum::serve(self.listener, routes::router(self.app))
-            .with_graceful_shutdown(shutdown)
-            .await?;
+        let config = &self.app.config;
+        let tls = config.tls.as_ref().map(connections::acceptor).transpose()?;
+        if tls.is_none() {
+            tracing::error!("INSECURE: insecure = true: the repository speaks plaintext HTTP; tokens and content cross in clear");
+        }
+        tracing::info!(%addr, data = %config.data.display(), protect_reads = config.protect_reads, tls = tls.is_some(), "image repository serving");
+        let limits = connections::Limits::of(config);
+        connections::serve(self.listener, routes::router(self.app), limits, tls, shutdown).await?;
         tracing::info!("image repository stopped");
         Ok(())
     }

@@ -85,21 +85,54 @@ pub async fn upload(
         None => None,
     };
     let limit = room(&app, &id, declared)?;
+    // The quota is held as bytes are promised, not checked once: uploads
+    // side by side cannot each take the same room.
+    let mut held = app.quota.start();
+    let grow = |held: &mut super::quota::Reservation, more: u64| match app.config.max_bytes {
+        None => Ok(()),
+        Some(max) => held.grow(max, more, || app.store.total_size()),
+    };
+    if let Some(len) = declared {
+        grow(&mut held, len).map_err(|why| ApiError::insufficient_storage(format!("no room for blob {id}: {why}; nothing stored")))?;
+    }
 
     let temp = app.store.temp_file();
     let mut sink = HashingSink::create_new(temp.path()).map_err(|e| storage_error(&id, e, "creating the temporary file"))?;
     let mut stream = body.into_data_stream();
+    let pace = BodyPace::new(&app.config);
     let mut received = 0u64;
     let mut refused = None;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::interrupted(&id, received, &source_chain(&e)))?;
+    loop {
+        let chunk = match tokio::time::timeout(pace.idle, stream.next()).await {
+            Err(_) => {
+                // Cut off: no answer is owed to a client that stopped sending.
+                return Err(ApiError::too_slow(&id, received, &format!("no byte for {} s", pace.idle.as_secs())));
+            }
+            Ok(None) => break,
+            Ok(Some(chunk)) => chunk.map_err(|e| ApiError::interrupted(&id, received, &source_chain(&e)))?,
+        };
         received += chunk.len() as u64;
+        if let Some(why) = pace.too_slow(received) {
+            return Err(ApiError::too_slow(&id, received, &why));
+        }
         if received > limit.bytes {
             refused = Some(ApiError::insufficient_storage(format!(
                 "upload of {id} exceeds the room left ({}); nothing stored",
                 limit.why
             )));
             break;
+        }
+        if received > held.bytes() {
+            // A step ahead, else just what came.
+            let need = received - held.bytes();
+            if grow(&mut held, need.max(QUOTA_STEP)).is_err() {
+                if let Err(why) = grow(&mut held, need) {
+                    refused = Some(ApiError::insufficient_storage(format!(
+                        "upload of {id} exceeds the room left ({why}); nothing stored"
+                    )));
+                    break;
+                }
+            }
         }
         if let Err(e) = sink.write(chunk).await {
             refused = Some(storage_error(&id, e, "writing the upload"));
@@ -111,8 +144,9 @@ pub async fn upload(
         // still sending, gets this answer rather than a reset connection.
         drop(sink);
         drop(temp);
+        drop(held);
         let mut drained = 0u64;
-        while let Some(Ok(chunk)) = stream.next().await {
+        while let Ok(Some(Ok(chunk))) = tokio::time::timeout(pace.idle, stream.next()).await {
             drained += chunk.len() as u64;
             if drained > DRAIN_LIMIT {
                 break;
@@ -142,6 +176,44 @@ pub async fn upload(
             (StatusCode::OK, Json(m))
         }
     })
+}
+
+/// Bytes an upload without a declared length reserves against the quota
+/// at a time (16 MiB).
+const QUOTA_STEP: u64 = 16 << 20;
+
+/// How fast an upload's body must come (R7): a byte at least every `idle`,
+/// and, once `idle` has passed, `min_rate` bytes per second on average.
+struct BodyPace {
+    idle: std::time::Duration,
+    min_rate: u64,
+    start: std::time::Instant,
+}
+
+impl BodyPace {
+    fn new(config: &super::Config) -> Self {
+        Self {
+            idle: std::time::Duration::from_secs(config.body_idle_timeout_s),
+            min_rate: config.min_upload_bytes_per_s,
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// Why `received` bytes so far is too slow, if it is.
+    fn too_slow(&self, received: u64) -> Option<String> {
+        let elapsed = self.start.elapsed();
+        if elapsed <= self.idle {
+            return None;
+        }
+        let rate = received as f64 / elapsed.as_secs_f64();
+        (rate < self.min_rate as f64).then(|| {
+            format!(
+                "{rate:.0} bytes/s over {:.0} s, below the least rate of {} bytes/s",
+                elapsed.as_secs_f64(),
+                self.min_rate
+            )
+        })
+    }
 }
 
 /// How many bytes an upload may take, and why not more.

@@ -31,6 +31,8 @@ pub struct Options {
     pub data: Option<PathBuf>,
     /// Pass everything as flags instead of a config file.
     pub flags_only: bool,
+    /// More lines of the config file (limits, `[tls]` last).
+    pub extra_config: String,
 }
 
 /// A running repository server (killed on drop).
@@ -74,7 +76,7 @@ impl Repo {
         let mut cmd = Command::new(bin());
         cmd.arg("serve").arg("--listen").arg(listen);
         if self.opts.flags_only {
-            cmd.arg("--data").arg(&self.data).arg("--token").arg(TOKEN);
+            cmd.arg("--data").arg(&self.data).arg("--token").arg(TOKEN).arg("--insecure");
             if self.opts.protect_reads {
                 cmd.arg("--protect-reads");
             }
@@ -91,6 +93,10 @@ impl Repo {
             if let Some(max) = self.opts.max_bytes {
                 config.push_str(&format!("max_bytes = {max}\n"));
             }
+            if !self.opts.extra_config.contains("[tls]") {
+                config.push_str("insecure = true\n");
+            }
+            config.push_str(&self.opts.extra_config);
             let file = self.dir.path().join("repo.toml");
             std::fs::write(&file, config).unwrap();
             cmd.arg("--config").arg(file);
@@ -109,7 +115,8 @@ impl Repo {
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("server did not start: {line:?}\n{}", self.log()))
             .to_string();
-        self.url = format!("http://{addr}");
+        let scheme = if self.opts.extra_config.contains("[tls]") { "https" } else { "http" };
+        self.url = format!("{scheme}://{addr}");
         self.addr = addr;
         self.child = Some(child);
         self._stdout = Some(stdout);
@@ -240,4 +247,22 @@ pub fn run_ok(cmd: &mut Command) -> String {
         out.status
     );
     stdout
+}
+
+/// A CA and a server certificate of it for `addr` (an IP address or DNS
+/// name), as PEM files in `dir`: (CA, certificate, key).
+pub fn tls_files(dir: &Path, addr: &str) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    std::fs::create_dir_all(dir).unwrap();
+    let mut ca = CertificateParams::new(Vec::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec![addr.to_string()]).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
+    let paths = (dir.join("ca.crt"), dir.join("repo.crt"), dir.join("repo.key"));
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
 }

@@ -61,6 +61,8 @@ pub mod codes {
     pub const INTERRUPTED: &str = "upload_interrupted";
     /// No room for the blob (disk full or quota).
     pub const INSUFFICIENT_STORAGE: &str = "insufficient_storage";
+    /// The upload's body went idle, or came in slower than the least rate.
+    pub const TOO_SLOW: &str = "upload_too_slow";
     /// Range outside the blob.
     pub const RANGE_NOT_SATISFIABLE: &str = "range_not_satisfiable";
     /// Anything else on the server.

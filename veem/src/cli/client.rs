@@ -6,7 +6,9 @@ use anyhow::{anyhow, Context};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
-use tonic::transport::{Channel, Endpoint};
+use std::path::Path;
+
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
 /// A VMI client whose every call carries the bearer token.
@@ -46,13 +48,22 @@ impl Interceptor for AuthInterceptor {
     }
 }
 
-/// Connect to the VMI at `endpoint` (e.g. `http://127.0.0.1:7200`). The error
-/// names the endpoint that could not be reached.
-pub async fn connect(endpoint: &str, token: Option<&str>) -> anyhow::Result<VmiClient> {
+/// Connect to the VMI at `endpoint` (e.g. `https://127.0.0.1:7200`); an
+/// `https://` endpoint needs `ca`, the CA of the VEEM's certificate, which
+/// must be for the endpoint's host name or address. The error names the
+/// endpoint that could not be reached.
+pub async fn connect(endpoint: &str, token: Option<&str>, ca: Option<&Path>) -> anyhow::Result<VmiClient> {
     let auth = AuthInterceptor::new(token)?;
-    let ep = Endpoint::from_shared(endpoint.to_string())
+    let mut ep = Endpoint::from_shared(endpoint.to_string())
         .map_err(|e| anyhow!("invalid endpoint URL {endpoint:?}: {e}"))?
         .connect_timeout(CONNECT_TIMEOUT);
+    if endpoint.starts_with("https://") {
+        let ca = ca.ok_or_else(|| anyhow!("{endpoint} is https: give the CA of the VEEM's certificate (--ca, VEEM_CA or the context's `ca`)"))?;
+        let pem = std::fs::read(ca).with_context(|| format!("cannot read CA {}", ca.display()))?;
+        ep = ep
+            .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
+            .map_err(|e| anyhow!("TLS towards {endpoint}: {e}"))?;
+    }
     let channel = ep.connect().await.map_err(|e| {
         // The transport error itself only says "transport error"; its sources say why.
         let mut why = e.to_string();

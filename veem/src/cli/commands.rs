@@ -79,7 +79,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         _ => String::new(),
     };
     let target = super::context::resolve(&cli.global, &|k| std::env::var(k).ok())?;
-    let mut c = connect(&target.endpoint, target.token.as_deref()).await?;
+    let mut c = connect(&target.endpoint, target.token.as_deref(), target.ca.as_deref()).await?;
     match &cli.command {
         Command::Serve { .. } | Command::HashToken => unreachable!("handled above"),
         Command::Negotiate { .. } => {

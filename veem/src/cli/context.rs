@@ -9,13 +9,15 @@
 //! current_context = "acme@site-a"
 //! [[contexts]]
 //! name = "acme@site-a"
-//! endpoint = "http://10.77.0.1:7200"
+//! endpoint = "https://10.77.0.1:7200"
+//! ca = "/var/lib/vee-lab/pki/site-a/vmi-ca.crt"  # the CA of the VEEM's certificate
 //! token_file = "/root/.config/veem/acme.token"   # or token = "..."
 //! ```
 //!
 //! Endpoint: `--endpoint` / `VEEM_ENDPOINT`, else the context's, else
 //! [`super::DEFAULT_ENDPOINT`]. Token: `--token-file` / `VEEM_TOKEN_FILE`,
 //! else `VEEM_TOKEN`, else the context's `token_file` or `token`, else none.
+//! CA (for an `https://` endpoint): `--ca` / `VEEM_CA`, else the context's.
 //! Context: `--context` / `VEEM_CONTEXT`, else `current_context`.
 
 use std::path::{Path, PathBuf};
@@ -49,13 +51,17 @@ pub struct Context {
     /// The token itself (keep the file mode 0600).
     #[serde(default)]
     pub token: Option<String>,
+    /// The CA (PEM file) that signed the VEEM's certificate.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
 }
 
-/// Where a command goes, and with which token.
+/// Where a command goes, with which token, trusting which CA.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Target {
     pub endpoint: String,
     pub token: Option<String>,
+    pub ca: Option<PathBuf>,
 }
 
 /// The client configuration's path: `VEEM_CLIENT_CONFIG` (which must
@@ -119,7 +125,8 @@ pub fn resolve(g: &GlobalOpts, env: &dyn Fn(&str) -> Option<String>) -> Result<T
         },
         (None, None, None) => None,
     };
-    Ok(Target { endpoint, token })
+    let ca = g.ca.clone().or_else(|| context.and_then(|c| c.ca.clone()));
+    Ok(Target { endpoint, token, ca })
 }
 
 #[cfg(test)]
@@ -131,6 +138,7 @@ mod tests {
         GlobalOpts {
             endpoint: endpoint.map(str::to_string),
             token_file: token_file.map(Path::to_path_buf),
+            ca: None,
             context: context.map(str::to_string),
             output: OutputFormat::Table,
         }
@@ -147,7 +155,7 @@ mod tests {
             format!(
                 "current_context = \"acme@a\"\n\
                  [[contexts]]\nname = \"acme@a\"\nendpoint = \"http://a:7200\"\ntoken_file = \"{}\"\n\
-                 [[contexts]]\nname = \"ops@b\"\nendpoint = \"http://b:7200\"\ntoken = \"ops-token\"\n",
+                 [[contexts]]\nname = \"ops@b\"\nendpoint = \"http://b:7200\"\ntoken = \"ops-token\"\nca = \"/pki/b-ca.crt\"\n",
                 token_file.display()
             ),
         )
@@ -165,11 +173,11 @@ mod tests {
         };
         let target = |g: &GlobalOpts, e: &dyn Fn(&str) -> Option<String>| resolve(g, e).unwrap();
         let t1 = target(&opts(None, None, None), &env(&[]));
-        assert_eq!(t1, Target { endpoint: "http://a:7200".into(), token: Some("acme-token".into()) });
+        assert_eq!(t1, Target { endpoint: "http://a:7200".into(), token: Some("acme-token".into()), ca: None });
         let t2 = target(&opts(None, None, Some("ops@b")), &env(&[]));
-        assert_eq!(t2, Target { endpoint: "http://b:7200".into(), token: Some("ops-token".into()) });
+        assert_eq!(t2, Target { endpoint: "http://b:7200".into(), token: Some("ops-token".into()), ca: Some("/pki/b-ca.crt".into()) });
         let t3 = target(&opts(Some("http://c:1"), None, None), &env(&[("VEEM_TOKEN", "from-env")]));
-        assert_eq!(t3, Target { endpoint: "http://c:1".into(), token: Some("from-env".into()) });
+        assert_eq!(t3, Target { endpoint: "http://c:1".into(), token: Some("from-env".into()), ca: None });
         let other = t.path().join("other.token");
         std::fs::write(&other, "from-file").unwrap();
         let t4 = target(&opts(None, Some(&other), None), &env(&[("VEEM_TOKEN", "from-env")]));
@@ -180,7 +188,7 @@ mod tests {
         let none = |_: &str| None;
         assert_eq!(
             resolve(&opts(None, None, None), &none).unwrap(),
-            Target { endpoint: crate::cli::DEFAULT_ENDPOINT.into(), token: None }
+            Target { endpoint: crate::cli::DEFAULT_ENDPOINT.into(), token: None, ca: None }
         );
         // A configuration named explicitly must exist.
         let missing = |k: &str| (k == "VEEM_CLIENT_CONFIG").then(|| "/nonexistent/veem.toml".to_string());

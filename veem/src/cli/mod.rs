@@ -74,6 +74,10 @@ pub struct GlobalOpts {
     /// command line.
     #[arg(long, global = true, env = "VEEM_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// The CA (PEM file) of the VEEM's certificate, for an `https://`
+    /// endpoint; else the context's.
+    #[arg(long, global = true, env = "VEEM_CA", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
     /// Context of the client configuration (`~/.config/veem/config.toml`
     /// or `VEEM_CLIENT_CONFIG`) to use instead of its current one.
     #[arg(long, global = true, env = "VEEM_CONTEXT")]

@@ -444,6 +444,16 @@ async fn unreachable_endpoint_is_named() {
 }
 
 #[tokio::test]
+async fn an_https_endpoint_needs_the_ca_of_the_veem() {
+    let (c, _, err) = run("https://127.0.0.1:1", &["services"]).await;
+    assert_eq!(c, exit::ERROR);
+    assert!(err.contains("is https: give the CA") && err.contains("--ca"), "{err}");
+    let (c, _, err) = run("https://127.0.0.1:1", &["--ca", "/nonexistent/ca.crt", "services"]).await;
+    assert_eq!(c, exit::ERROR);
+    assert!(err.contains("cannot read CA /nonexistent/ca.crt"), "{err}");
+}
+
+#[tokio::test]
 async fn show_ls_and_actions() {
     let mock = Arc::new(Mock::default());
     let ep = serve(mock.clone()).await;
