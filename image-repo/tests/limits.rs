@@ -47,6 +47,9 @@ fn one_connection_over_the_limit_is_answered_503_and_the_rest_are_served() {
     let busy = health(&repo);
     assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
     assert!(busy.contains("too many connections"), "{busy}");
+    // A whole answer: its body is as long as it says.
+    let (head, body) = busy.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains(&format!("content-length: {}", body.len())), "{busy}");
     drop(idle);
     std::thread::sleep(Duration::from_millis(300));
     let ok = health(&repo);

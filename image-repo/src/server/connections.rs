@@ -30,8 +30,8 @@ use super::config::{Config, ServerTls};
 /// How long a stop waits for the requests in flight.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
-/// The answer to a connection over the limit.
-const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 60\r\nretry-after: 1\r\nconnection: close\r\n\r\nthe image repository has too many connections: retry later\n";
+/// The body of the answer to a connection over the limit.
+const BUSY: &str = "the image repository has too many connections: retry later\n";
 
 /// The limits on connections, from the configuration.
 #[derive(Clone, Copy, Debug)]
@@ -133,7 +133,11 @@ pub async fn serve(
 /// closes it.
 async fn refuse(mut stream: TcpStream, plaintext: bool) {
     if plaintext {
-        let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY)).await;
+        let answer = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{BUSY}",
+            BUSY.len()
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(answer.as_bytes())).await;
     }
     let _ = stream.shutdown().await;
 }
