@@ -10,22 +10,8 @@ use e2e::lab;
 use e2e::site::{self, Veem, B_TO_A, OPERATOR};
 use interfaces::vmi::vmi_client::VmiClient;
 use interfaces::vmi::{Empty, UsageBatch};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
 use veem::peers::Bearer;
-
-/// A channel to `endpoint` trusting `ca`, showing `identity` if given.
-async fn channel(endpoint: &str, ca: &std::path::Path, identity: Option<&interfaces::tls::SiteIdentity>) -> Result<Channel, String> {
-    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(std::fs::read(ca).unwrap()));
-    if let Some(id) = identity {
-        tls = tls.identity(Identity::from_pem(std::fs::read(&id.cert).unwrap(), std::fs::read(&id.key).unwrap()));
-    }
-    let ep = Endpoint::from_shared(endpoint.to_string())
-        .unwrap()
-        .connect_timeout(Duration::from_secs(5))
-        .tls_config(tls)
-        .map_err(|e| e.to_string())?;
-    ep.connect().await.map_err(|e| format!("{e:?}"))
-}
 
 /// A peer's call (PushUsage of nothing) with `token` over `ch`.
 async fn peer_call(ch: Channel, token: &str) -> Result<(), tonic::Status> {
@@ -65,25 +51,25 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
     assert!(plain.is_err(), "a plaintext call was served");
 
     // A client that trusts another CA does not accept site A's VEEM.
-    let wrong_ca = channel(&veem.endpoint, &pki_b.vmi_ca(), None).await;
+    let wrong_ca = pki_b.vmi_channel(&veem.endpoint, None).await;
     assert!(wrong_ca.is_err(), "site A's VEEM passed as a certificate of site B's CA");
 
     // Site B's token without site B's certificate: refused, naming why.
-    let no_cert = channel(&veem.endpoint, &pki_a.vmi_ca(), None).await.unwrap();
+    let no_cert = pki_a.vmi_channel(&veem.endpoint, None).await.unwrap();
     let err = peer_call(no_cert, B_TO_A).await.expect_err("a peer token without a certificate");
     assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
     assert!(err.message().contains("no client certificate"), "{err:?}");
 
     // Site B's token with a certificate of another CA (site A's own): the
     // handshake refuses it, or the call does.
-    let not_b = match channel(&veem.endpoint, &pki_a.vmi_ca(), Some(&pki_a.vmi(lab::SITE_A_ADDR))).await {
-        Err(e) => Err(e),
+    let not_b = match pki_a.vmi_channel(&veem.endpoint, Some(&pki_a.vmi(lab::SITE_A_ADDR))).await {
+        Err(e) => Err(e.to_string()),
         Ok(ch) => peer_call(ch, B_TO_A).await.map_err(|e| e.to_string()),
     };
     assert!(not_b.is_err(), "site B's token with site A's certificate was served");
 
     // Site B's token with site B's certificate: served.
-    let b = channel(&veem.endpoint, &pki_a.vmi_ca(), Some(&pki_b.vmi(lab::SITE_B_ADDR))).await.unwrap();
+    let b = pki_a.vmi_channel(&veem.endpoint, Some(&pki_b.vmi(lab::SITE_B_ADDR))).await.unwrap();
     peer_call(b.clone(), B_TO_A).await.unwrap();
     // Site B's certificate does not make a provider of it: the token decides.
     let err = peer_call(b, "no-such-token").await.expect_err("an unknown token");
