@@ -70,7 +70,7 @@ async fn malformed_ids_get_400_on_every_route() {
             assert_eq!(err.code, "bad_request");
             assert!(err.error.contains("invalid blob ID"), "{}", err.error);
         }
-        let (status, _, _) = call(Method::HEAD, &format!("{}/v1/blobs/{bad}", repo.url), None, vec![]).await;
+        let (status, _, _) = call(Method::HEAD, &format!("{}/v1/blobs/{bad}", repo.url), Some(TOKEN), vec![]).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
     }
     assert!(repo.blob_files().is_empty());
@@ -92,7 +92,7 @@ async fn unknown_ids_get_404_naming_the_id() {
         assert_eq!(err.code, "not_found");
         assert!(err.error.contains(&id.to_string()), "{}", err.error);
     }
-    let (status, _, _) = call(Method::HEAD, &format!("{}/v1/blobs/{id}", repo.url), None, vec![]).await;
+    let (status, _, _) = call(Method::HEAD, &format!("{}/v1/blobs/{id}", repo.url), Some(TOKEN), vec![]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _, body) = call(Method::GET, &format!("{}/v2/blobs", repo.url), None, vec![]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
@@ -110,7 +110,7 @@ async fn body_not_matching_the_declared_digest_is_rejected_and_not_stored() {
     assert!(err.error.contains(&declared.to_string()) && err.error.contains("nothing stored"));
     assert!(repo.blob_files().is_empty());
     assert!(repo.wait_tmp_empty().is_empty());
-    let (_, _, list) = call(Method::GET, &format!("{}/v1/blobs", repo.url), None, vec![]).await;
+    let (_, _, list) = call(Method::GET, &format!("{}/v1/blobs", repo.url), Some(TOKEN), vec![]).await;
     assert_eq!(list, b"[]");
 }
 
@@ -141,12 +141,12 @@ async fn bad_metadata_is_rejected_naming_the_field() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn writes_without_the_right_token_get_401_and_change_nothing() {
+async fn calls_without_a_known_token_get_401_and_change_nothing() {
     let repo = Repo::start();
     let data = b"guarded".to_vec();
     let id = BlobId::of(&data);
     let url = format!("{}/v1/blobs/{id}?name=g&kind=disk", repo.url);
-    for token in [None, Some("wrong"), Some(common::READ_TOKEN)] {
+    for token in [None, Some("wrong")] {
         let (status, headers, body) = call(Method::PUT, &url, token, data.clone()).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{token:?}");
         assert!(headers.contains_key(header::WWW_AUTHENTICATE));
@@ -161,10 +161,14 @@ async fn writes_without_the_right_token_get_401_and_change_nothing() {
         call(Method::PUT, &format!("{blob}/pins/p"), None, vec![]).await.0,
         StatusCode::UNAUTHORIZED
     );
-    let (_, _, meta) = call(Method::GET, &format!("{blob}/meta"), None, vec![]).await;
+    let (_, _, meta) = call(Method::GET, &format!("{blob}/meta"), Some(TOKEN), vec![]).await;
     let meta: interfaces::repo_client::BlobMeta = serde_json::from_slice(&meta).unwrap();
     assert!(meta.pins.is_empty());
-    assert_eq!(call(Method::GET, &blob, None, vec![]).await.2, data);
+    assert_eq!(call(Method::GET, &blob, Some(TOKEN), vec![]).await.2, data);
+    // Reads too (S3: a checkpoint's memory downloaded without a token).
+    for read in [blob.clone(), format!("{blob}/meta"), format!("{}/v1/blobs", repo.url)] {
+        assert_eq!(call(Method::GET, &read, None, vec![]).await.0, StatusCode::UNAUTHORIZED, "{read}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -200,7 +204,7 @@ async fn ranges_and_head() {
     let get_range = |range: &'static str| {
         let url = url.clone();
         async move {
-            let resp = http().get(&url).header(header::RANGE, range).send().await.unwrap();
+            let resp = http().get(&url).bearer_auth(TOKEN).header(header::RANGE, range).send().await.unwrap();
             let status = resp.status();
             let cr = resp.headers().get(header::CONTENT_RANGE).map(|v| v.to_str().unwrap().to_string());
             (status, cr, resp.bytes().await.unwrap().to_vec())
@@ -223,7 +227,7 @@ async fn ranges_and_head() {
     let (status, _, body) = get_range("bytes=0-1,5-6").await;
     assert_eq!((status, body), (StatusCode::OK, data.clone()));
 
-    let resp = http().head(&url).send().await.unwrap();
+    let resp = http().head(&url).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(resp.headers()[header::CONTENT_LENGTH], "1000");
     assert_eq!(resp.headers()[header::ACCEPT_RANGES], "bytes");
@@ -250,7 +254,7 @@ async fn a_truncated_upload_leaves_nothing_behind() {
     drop(tcp);
     assert!(repo.wait_tmp_empty().is_empty(), "temporary file left behind");
     assert!(repo.blob_files().is_empty());
-    let (status, _, _) = call(Method::GET, &format!("{}/v1/blobs/{id}/meta", repo.url), None, vec![]).await;
+    let (status, _, _) = call(Method::GET, &format!("{}/v1/blobs/{id}/meta", repo.url), Some(TOKEN), vec![]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // A chunked upload cut before its last chunk: same result.
@@ -296,8 +300,8 @@ async fn the_upload_check_reports_presence_and_room() {
 async fn the_images_alias_lists_like_blobs() {
     let repo = Repo::start();
     put(&repo, &BlobId::of(b"a").to_string(), "name=a&kind=initrd", b"a").await;
-    let (_, _, blobs) = call(Method::GET, &format!("{}/v1/blobs", repo.url), None, vec![]).await;
-    let (_, _, images) = call(Method::GET, &format!("{}/v1/images", repo.url), None, vec![]).await;
+    let (_, _, blobs) = call(Method::GET, &format!("{}/v1/blobs", repo.url), Some(TOKEN), vec![]).await;
+    let (_, _, images) = call(Method::GET, &format!("{}/v1/images", repo.url), Some(TOKEN), vec![]).await;
     assert_eq!(blobs, images);
     assert!(String::from_utf8(blobs).unwrap().contains("\"kind\":\"initrd\""));
     let (status, _, body) = call(Method::GET, &format!("{}/v1/health", repo.url), None, vec![]).await;

@@ -11,6 +11,7 @@ pub mod manifest;
 pub mod repo_client;
 pub mod retry;
 pub mod tls;
+pub mod tokens;
 
 /// VHI: the VEE host interface (`proto/vhi.proto`).
 pub mod vhi {

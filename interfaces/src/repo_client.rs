@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use protocol::{codes, ErrorBody, API_PREFIX};
 
 pub use retry::RetryPolicy;
-pub use types::{BlobKind, BlobMeta, PushMeta};
+pub use types::{BlobKind, BlobMeta, PushMeta, OPERATOR};
 
 /// Progress callback: `(bytes done, bytes in total)`. For a resumed pull,
 /// `done` starts at the length already on disk.
@@ -183,6 +183,47 @@ impl RepoClient {
             reason,
         })?;
         let path = format!("/blobs/{id}/pins/{pin}");
+        let resp = self.send(&what, || self.request(method.clone(), &path)).await?;
+        check(&what, Some(id), resp).await.map(drop)
+    }
+
+    /// Lets `reader` (a site ID or provider ID) read blob `id` too: a site
+    /// shares what it hands to a peer site. Errors: [`Error::BlobNotFound`]
+    /// if the caller may not read it; [`Error::Repository`] if it may read
+    /// but not share it (403), or for a bad name.
+    pub async fn share(&self, id: &BlobId, reader: &str) -> Result<()> {
+        let what = format!("share {id} with {reader:?}");
+        types::validate_pin(reader).map_err(|reason| Error::Repository {
+            what: what.clone(),
+            reason,
+        })?;
+        let path = format!("/blobs/{id}/readers/{reader}");
+        let resp = self.send(&what, || self.request(Method::PUT, &path)).await?;
+        check(&what, Some(id), resp).await.map(drop)
+    }
+
+    /// Whether service provider `provider` may read blob `id` (a site asks
+    /// before it deploys a manifest; from then on the site may read it
+    /// too). False for no such blob or none the provider may read.
+    /// Errors: [`Error::Repository`] when unreachable or refused.
+    pub async fn grant_for(&self, id: &BlobId, provider: &str) -> Result<bool> {
+        let what = format!("may {provider:?} read {id}");
+        let path = format!("/blobs/{id}/grant");
+        let resp = self.send(&what, || self.request(Method::POST, &path).query(&[("for", provider)])).await?;
+        match check(&what, Some(id), resp).await {
+            Ok(_) => Ok(true),
+            Err(Error::BlobNotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Marks blob `id` readable by every caller (`public`) or not; the
+    /// operator's token only. Errors: [`Error::BlobNotFound`];
+    /// [`Error::Repository`] for another token (403).
+    pub async fn set_public(&self, id: &BlobId, public: bool) -> Result<()> {
+        let what = format!("mark {id} {}", if public { "public" } else { "private" });
+        let method = if public { Method::PUT } else { Method::DELETE };
+        let path = format!("/blobs/{id}/public");
         let resp = self.send(&what, || self.request(method.clone(), &path)).await?;
         check(&what, Some(id), resp).await.map(drop)
     }

@@ -15,14 +15,22 @@ use crate::lab::{free_port, Place};
 pub use vee_testkit::daemon::Daemon;
 
 /// A running `image-repo serve` at site A's end of the WAN (both sites'
-/// VEEHs pull from it; site B's pulls cross the WAN).
+/// VEEHs pull from it; site B's pulls cross the WAN). Its tokens: the
+/// operator's ([`ImageRepo::token`]), one per site ([`ImageRepo::site_token`],
+/// for `site-a` and `site-b`: their VEEMs and VEEHs use it) and one per
+/// service provider (`acme`, `globex`: [`ImageRepo::provider_token`]).
 pub struct ImageRepo {
     pub daemon: Daemon,
     pub url: String,
+    /// The operator's token.
     pub token: String,
     /// The CA of its certificate (TLS).
     pub ca: PathBuf,
 }
+
+/// Sites and providers the test repository has tokens for.
+const REPO_SITES: [&str; 2] = ["site-a", "site-b"];
+const REPO_PROVIDERS: [&str; 2] = ["acme", "globex"];
 
 impl ImageRepo {
     pub async fn start(dir: &Path) -> Self {
@@ -31,15 +39,21 @@ impl ImageRepo {
         let listen = format!("{}:{port}", crate::lab::SITE_A_ADDR);
         let token = "test-write-token".to_string();
         let (tls, ca) = vee_testkit::pki::repo(crate::lab::SITE_A_ADDR);
-        let (cert, key) = (tls.cert.to_str().unwrap(), tls.key.to_str().unwrap());
-        let daemon = Daemon::spawn(
-            "image-repo",
-            "image-repo",
-            &[
-                "serve", "--listen", &listen, "--data", data.to_str().unwrap(), "--token", &token, "--tls-cert", cert, "--tls-key", key,
-            ],
-            dir,
+        let mut cfg = format!(
+            "listen = \"{listen}\"\ndata = \"{}\"\ntoken = \"{token}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            data.display(),
+            tls.cert.display(),
+            tls.key.display()
         );
+        for (names, role) in [(REPO_SITES, "site"), (REPO_PROVIDERS, "provider")] {
+            for name in names {
+                let digest = interfaces::tokens::digest_hex(&Self::token_of(name));
+                cfg += &format!("\n[[tokens]]\nname = \"{name}\"\nrole = \"{role}\"\ntoken_sha256 = \"{digest}\"\n");
+            }
+        }
+        let cfg_path = dir.join("image-repo.toml");
+        std::fs::write(&cfg_path, cfg).unwrap();
+        let daemon = Daemon::spawn("image-repo", "image-repo", &["serve", "--config", cfg_path.to_str().unwrap()], dir);
         let url = format!("https://{listen}");
         let client = RepoClient::with_ca(&url, Some(token.clone()), Some(&ca)).unwrap();
         let start = Instant::now();
@@ -54,11 +68,34 @@ impl ImageRepo {
         Self { daemon, url, token, ca }
     }
 
-    pub fn client(&self) -> RepoClient {
-        RepoClient::with_ca(&self.url, Some(self.token.clone()), Some(&self.ca)).unwrap()
+    fn token_of(name: &str) -> String {
+        format!("repo-token-of-{name}")
     }
 
-    /// Pushes the guest's kernel, initrd and data disk; returns their IDs.
+    /// The token of site `site` (its VEEM's and VEEHs').
+    pub fn site_token(&self, site: &str) -> String {
+        assert!(REPO_SITES.contains(&site), "the test repository has no token for {site}");
+        Self::token_of(site)
+    }
+
+    /// The token of service provider `provider` (`acme` or `globex`).
+    pub fn provider_token(&self, provider: &str) -> String {
+        assert!(REPO_PROVIDERS.contains(&provider), "the test repository has no token for {provider}");
+        Self::token_of(provider)
+    }
+
+    /// A client with the operator's token.
+    pub fn client(&self) -> RepoClient {
+        self.client_as(&self.token)
+    }
+
+    /// A client with `token`.
+    pub fn client_as(&self, token: &str) -> RepoClient {
+        RepoClient::with_ca(&self.url, Some(token.to_string()), Some(&self.ca)).unwrap()
+    }
+
+    /// Pushes the guest's kernel, initrd and data disk as the operator and
+    /// marks them public, as a cloud's stock images; returns their IDs.
     pub async fn push_guest(&self, g: &GuestImage) -> GuestIds {
         let c = self.client();
         let kernel = c
@@ -74,6 +111,9 @@ impl ImageRepo {
         let mut meta = PushMeta::new("vee-guest-disk", BlobKind::Disk);
         meta.format = Some("qcow2".into());
         let disk = c.push_file(&g.disk, &meta).await.unwrap().to_string();
+        for id in [&kernel, &initrd, &disk] {
+            c.set_public(&id.parse().unwrap(), true).await.unwrap();
+        }
         GuestIds {
             kernel,
             initrd,
@@ -158,7 +198,7 @@ impl Veeh {
             "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\nimage_repo_ca = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n[tls]\n{}",
             state_dir.display(),
             repo.url,
-            repo.token,
+            repo.site_token(site),
             repo.ca.display(),
             vee_testkit::pki::toml(&tls)
         );

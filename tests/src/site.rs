@@ -90,7 +90,7 @@ pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, host
         Place::of_site(site_id).addr(),
         dir.join(format!("{site_id}.db")).display(),
         repo.url,
-        repo.token,
+        repo.site_token(site_id),
         repo.ca.display()
     );
     for h in hosts {

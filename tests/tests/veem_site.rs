@@ -112,6 +112,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     assert!(!after_cp.latest_checkpoint.is_empty());
     let after = guest::last_tick(&console(&mut fc, &victim).await).unwrap().0;
     wait_tick(&mut fc, &victim, after + 3, Duration::from_secs(30)).await;
+    checkpoints_are_the_sites_own(&repo, &mut globex, &ids).await;
     // The host dies: its VEEH is killed and its domains are gone.
     let failed_index = hosts.iter().position(|h| h.host == failed_host).unwrap();
     let mut owned = [a1, a2, a3];
@@ -190,6 +191,30 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Issue 13 S3: a checkpoint's blobs belong to the site that took it. No
+/// provider and no anonymous caller reads them, and a provider cannot name
+/// one as its image.
+async fn checkpoints_are_the_sites_own(repo: &ImageRepo, globex: &mut veem::peers::PeerClient, ids: &e2e::daemons::GuestIds) {
+    use interfaces::repo_client::BlobKind;
+    let all = repo.client().list().await.unwrap();
+    let memory = all.iter().find(|m| m.kind == BlobKind::CheckpointMemory).expect("a checkpoint memory blob");
+    let disk = all.iter().find(|m| m.kind == BlobKind::CheckpointDisk).expect("a checkpoint disk blob");
+    assert_eq!((memory.owner.as_str(), disk.owner.as_str()), ("site-a", "site-a"));
+    let anonymous = interfaces::repo_client::RepoClient::with_ca(&repo.url, None, Some(&repo.ca)).unwrap();
+    for client in [repo.client_as(&repo.provider_token("acme")), anonymous] {
+        assert!(client.head(&memory.id).await.map_or(true, |m| m.is_none()), "the guest's RAM is readable");
+        let dest = lab::test_dir("stolen-checkpoint").join("memory");
+        assert!(client.pull(&memory.id, &dest, None).await.is_err() && !dest.exists());
+    }
+    let stolen = manifest("thief", "globex", ids, 1, "").replace(&ids.disk, &disk.id.to_string());
+    let e = site::deploy(globex, stolen).await.unwrap_err();
+    assert!(
+        e.message().contains("component[0].image") && e.message().contains("not an image provider \"globex\" may use"),
+        "{}",
+        e.message()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     let _lab = lab::lock();
@@ -228,6 +253,21 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     assert!(e.message().contains("memory_mib"), "{}", e.message());
     let e = site::deploy(&mut acme, manifest("shop", "globex", &ids, 1, "")).await.unwrap_err();
     assert!(e.message().contains("service.provider"), "{}", e.message());
+    // A provider's private image: its own manifests may use it, another's may not.
+    let own = repo.client_as(&repo.provider_token("acme"));
+    let mut private = std::fs::read(&guest::image().initrd).unwrap();
+    private.extend_from_slice(b"acme's own build");
+    let file = dir.join("acme-initrd.img");
+    std::fs::write(&file, &private).unwrap();
+    let meta = interfaces::repo_client::PushMeta::new("acme-initrd", interfaces::repo_client::BlobKind::Initrd);
+    let acme_initrd = own.push_file(&file, &meta).await.unwrap().to_string();
+    let with_private = |provider: &str| manifest("shop", provider, &ids, 2, "").replace(&ids.initrd, &acme_initrd);
+    let n = site::negotiate(&mut acme, with_private("acme")).await;
+    assert_eq!(n.verdict(), interfaces::vmi::Verdict::Accept, "{:?}", n.reasons);
+    let mut globex = veem.client(GLOBEX).await;
+    let n = site::negotiate(&mut globex, with_private("globex")).await;
+    assert_eq!(n.verdict(), interfaces::vmi::Verdict::Reject);
+    assert!(n.reasons.iter().any(|r| r.contains("component[0].initrd") && r.contains(&acme_initrd)), "{:?}", n.reasons);
     let n = site::negotiate(&mut acme, manifest("shop", "acme", &ids, 2, "")).await;
     assert_eq!(n.verdict(), interfaces::vmi::Verdict::Accept);
     assert!(

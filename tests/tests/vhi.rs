@@ -59,9 +59,11 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
     // The VEE runs on after the checkpoint.
     wait_tick(&mut c1, &vee, after + 2, Duration::from_secs(30)).await;
     // The repository holds both parts.
+    // The repository holds both parts, as the site's own (issue 13 S3).
     let r = repo.client();
     for id in [&cp.memory_blob, &cp.disk_blob] {
-        assert!(r.head(&id.parse().unwrap()).await.unwrap().is_some(), "{id} not in the repository");
+        let meta = r.head(&id.parse().unwrap()).await.unwrap();
+        assert_eq!(meta.expect("in the repository").owner, "site-a", "{id}");
     }
 
     // Host a1's VEEH dies; its domain goes on running at the libvirtd a1
@@ -331,11 +333,13 @@ async fn lab_an_image_naming_a_host_file_is_refused_before_libvirt_sees_it() {
     std::fs::set_permissions(&host_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let before = std::fs::metadata(&host_file).unwrap();
     for (what, evil) in hostile {
+        // A provider's image, granted to the site as its VEEM does before a deploy.
         let id = repo
-            .client()
+            .client_as(&repo.provider_token("acme"))
             .push_file(&evil, &PushMeta::new("evil", BlobKind::Disk))
             .await
             .unwrap();
+        assert!(repo.client_as(&repo.site_token("site-a")).grant_for(&id, "acme").await.unwrap());
         let spec = VeeSpec {
             image: id.to_string(),
             ..ids.spec("svc-hostile")

@@ -59,25 +59,11 @@ pub struct TokenEntry {
 }
 
 impl TokenEntry {
-    /// The token's SHA-256; `None` for an entry without a valid one.
-    pub fn digest(&self) -> Option<[u8; 32]> {
-        match (&self.token, &self.token_sha256) {
-            (Some(t), None) => Some(token_digest(t)),
-            (None, Some(h)) => hex::decode(h).ok()?.try_into().ok(),
-            _ => None,
-        }
+    /// The token's SHA-256 ([`interfaces::tokens::configured`]); errors
+    /// name `tokens[i]` and the reason.
+    pub fn digest(&self, i: usize) -> Result<[u8; 32], String> {
+        interfaces::tokens::configured(&format!("tokens[{i}]"), self.token.as_deref(), self.token_sha256.as_deref())
     }
-}
-
-/// The SHA-256 of a bearer token.
-pub fn token_digest(token: &str) -> [u8; 32] {
-    use sha2::Digest;
-    sha2::Sha256::digest(token.as_bytes()).into()
-}
-
-/// [`token_digest`] in hex, as `token_sha256` takes it.
-pub fn token_digest_hex(token: &str) -> String {
-    hex::encode(token_digest(token))
 }
 
 /// What a framework agreement with a peer allows (E Ch 3.4).
@@ -519,18 +505,8 @@ impl VeemConfig {
         }
         let mut tokens = std::collections::HashSet::new();
         for (i, t) in self.tokens.iter().enumerate() {
-            match (&t.token, &t.token_sha256) {
-                (Some(token), None) if token.len() < 8 => bail!("field `tokens[{i}].token`: shorter than 8 characters"),
-                (Some(_), None) => {
-                    tracing::warn!("field `tokens[{i}].token`: a token in clear; give its `token_sha256` instead (veem hash-token)")
-                }
-                (None, Some(_)) if t.digest().is_none() => {
-                    bail!("field `tokens[{i}].token_sha256`: must be 64 hex digits (veem hash-token)")
-                }
-                (None, Some(_)) => {}
-                _ => bail!("field `tokens[{i}]`: give one of `token_sha256` and `token`"),
-            }
-            if !tokens.insert(t.digest()) {
+            let digest = t.digest(i).map_err(|e| anyhow::anyhow!("{e} (veem hash-token)"))?;
+            if !tokens.insert(digest) {
                 bail!("field `tokens[{i}]`: the same token twice");
             }
         }
@@ -585,16 +561,8 @@ impl VeemConfig {
     /// with every entry's in constant time, so the time taken says nothing
     /// of how close a guess came.
     pub fn role_of(&self, token: &str) -> Option<Role> {
-        use subtle::ConstantTimeEq;
-        let presented = token_digest(token);
-        let mut role = None;
-        for t in &self.tokens {
-            let known = t.digest().unwrap_or_default();
-            if bool::from(known.ct_eq(&presented)) && role.is_none() {
-                role = Some(t.role.clone());
-            }
-        }
-        role
+        let known: Vec<[u8; 32]> = self.tokens.iter().enumerate().map(|(i, t)| t.digest(i).unwrap_or_default()).collect();
+        interfaces::tokens::find(token, &known).map(|i| self.tokens[i].role.clone())
     }
 }
 

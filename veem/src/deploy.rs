@@ -50,8 +50,9 @@ fn sorted_ids(vees: &mut [VeeRec]) -> Vec<String> {
 
 impl Veem {
     /// Parses, validates and checks a manifest for `caller`: the provider
-    /// must be the caller's own, and every image ID must be in the image
-    /// repository.
+    /// must be the caller's own, and every image ID one the provider may
+    /// read in the image repository (its own, shared with it or public:
+    /// never another provider's image or a checkpoint; issue 13 S3).
     pub async fn check_manifest(&self, caller: &Role, toml: &str) -> Result<Manifest, Refusal> {
         let m = Manifest::from_toml(toml).map_err(|e| Refusal(vec![e.to_string()]))?;
         if let Role::Provider(p) = caller {
@@ -71,10 +72,11 @@ impl Veem {
             ];
             for (field, id) in ids {
                 let Some(id) = id else { continue };
-                match self.repo.contains(id).await {
+                match self.repo.grant_for(id, &m.service.provider).await {
                     Ok(true) => {}
                     Ok(false) => missing.push(format!(
-                        "manifest field `component[{i}].{field}`: {id} is not in the image repository"
+                        "manifest field `component[{i}].{field}`: {id} is not in the image repository, or not an image provider {:?} may use",
+                        m.service.provider
                     )),
                     Err(e) => missing.push(format!("manifest field `component[{i}].{field}`: cannot check {id}: {e}")),
                 }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context, Result};
 use interfaces::manifest::MigrationPolicy;
 use interfaces::vhi;
+use interfaces::BlobId;
 use interfaces::vhi::IncomingTarget;
 use interfaces::vmi::{self, IncomingRequest, VeeActionRequest};
 
@@ -113,6 +114,11 @@ impl Veem {
                 v.id
             );
         }
+        let mut blobs = vec![spec.image.clone(), spec.kernel.clone(), spec.initrd.clone()];
+        if let Incoming::Restore(cp) = &how {
+            blobs.extend([cp.memory_blob.clone(), cp.disk_blob.clone()]);
+        }
+        self.share_blobs(blobs, site).await?;
         self.stretch(v, Some(site)).await;
         let (start_fresh, restore_from) = match how {
             Incoming::Boot => (true, None),
@@ -137,6 +143,21 @@ impl Veem {
             self.stretch(v, None).await;
         }
         r
+    }
+
+    /// Lets peer `site` read `blobs` (IDs; empty ones are skipped) in the
+    /// image repository, so that its hosts can pull them (issue 13 S3).
+    /// Errors: a blob cannot be shared (the repository is down, or this
+    /// site may not read it).
+    pub(crate) async fn share_blobs(&self, blobs: Vec<String>, site: &str) -> Result<()> {
+        for blob in blobs.iter().filter(|b| !b.is_empty()) {
+            let id: BlobId = blob.parse().with_context(|| format!("blob ID {blob:?}"))?;
+            self.repo
+                .share(&id, site)
+                .await
+                .with_context(|| format!("sharing {id} with {site} in the image repository"))?;
+        }
+        Ok(())
     }
 
     /// Forwards an action on a VEE that runs at peer `site`; a checkpoint

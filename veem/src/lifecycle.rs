@@ -122,7 +122,8 @@ impl Veem {
     }
 
     /// Records checkpoint `rec` of VEE `v` (taken here or `where_` at a
-    /// peer site) as its latest, pinning its blobs in the image repository.
+    /// peer site) as its latest, pinning its blobs in the image repository
+    /// (and sharing them with the primary site of a VEE run for a peer).
     pub(crate) async fn record_checkpoint(
         &self,
         v: &mut VeeRec,
@@ -130,6 +131,12 @@ impl Veem {
         where_: &str,
     ) -> Result<CheckpointRec> {
         let cp = CheckpointRec::new(rec);
+        if let Some(primary) = &v.for_peer {
+            // Taken for a peer: its primary site restores it anywhere.
+            if let Err(e) = self.share_blobs(vec![rec.memory_blob.clone(), rec.disk_blob.clone()], primary).await {
+                tracing::warn!(vee = %v.id, %primary, error = %format!("{e:#}"), "cannot share checkpoint blobs with the primary site");
+            }
+        }
         for blob in [&rec.memory_blob, &rec.disk_blob] {
             if let Ok(id) = blob.parse() {
                 if let Err(e) = self.repo.pin(&id, &format!("{}-checkpoint-{}", self.cfg.site_id, cp.id)).await {

@@ -250,17 +250,27 @@ impl PeerDirectory for GrpcPeers {
 /// The image repository as the workflows see it.
 #[tonic::async_trait]
 pub trait ImageRepository: Send + Sync {
-    /// Whether blob `id` is stored; errors when the repository cannot say
+    /// Whether service provider `provider` may read blob `id` (its own,
+    /// shared with it, or public); if so, this site may read it from then
+    /// on, to pull it on its hosts. False for a blob the repository lacks
+    /// or keeps from the provider. Errors when the repository cannot say
     /// (unreachable, refused).
-    async fn contains(&self, id: &BlobId) -> Result<bool>;
+    async fn grant_for(&self, id: &BlobId, provider: &str) -> Result<bool>;
+    /// Lets peer site `site` read blob `id` (an image or checkpoint of a
+    /// VEE handed to it, or a checkpoint taken for it). Errors: the
+    /// repository is unreachable, or this site may not read the blob.
+    async fn share(&self, id: &BlobId, site: &str) -> Result<()>;
     /// Keeps blob `id` from garbage collection under the name `pin`.
     async fn pin(&self, id: &BlobId, pin: &str) -> Result<()>;
 }
 
 #[tonic::async_trait]
 impl ImageRepository for RepoClient {
-    async fn contains(&self, id: &BlobId) -> Result<bool> {
-        Ok(self.head(id).await?.is_some())
+    async fn grant_for(&self, id: &BlobId, provider: &str) -> Result<bool> {
+        Ok(RepoClient::grant_for(self, id, provider).await?)
+    }
+    async fn share(&self, id: &BlobId, site: &str) -> Result<()> {
+        Ok(RepoClient::share(self, id, site).await?)
     }
     async fn pin(&self, id: &BlobId, pin: &str) -> Result<()> {
         Ok(RepoClient::pin(self, id, pin).await?)

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
 
 use super::progress::Bar;
-use super::{output, Command, Format, PushArgs, RepoArgs, ServeArgs};
+use super::{output, Command, Format, IdArgs, PushArgs, RepoArgs, ServeArgs};
 use crate::server::{self, Config, Overrides, Server};
 
 /// The first bytes of a qcow2 image.
@@ -62,7 +62,26 @@ pub async fn run(command: Command) -> Result<()> {
             println!("unpinned {} from {}", args.id, args.name);
             Ok(())
         }
+        Command::Share(args) => {
+            client(&args.repo)?.share(&args.id, &args.name).await?;
+            println!("shared {} with {}", args.id, args.name);
+            Ok(())
+        }
+        Command::Public(args) => set_public(args, true).await,
+        Command::Private(args) => set_public(args, false).await,
+        Command::HashToken => {
+            let mut token = String::new();
+            std::io::stdin().read_line(&mut token)?;
+            println!("{}", interfaces::tokens::digest_hex(token.trim()));
+            Ok(())
+        }
     }
+}
+
+async fn set_public(args: IdArgs, public: bool) -> Result<()> {
+    client(&args.repo)?.set_public(&args.id, public).await?;
+    println!("{} is {}", args.id, if public { "public" } else { "private" });
+    Ok(())
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
@@ -70,7 +89,6 @@ async fn serve(args: ServeArgs) -> Result<()> {
         listen: args.listen,
         data: args.data,
         token: args.token,
-        protect_reads: args.protect_reads,
         max_bytes: args.max_bytes,
         tls: args.tls_cert.zip(args.tls_key).map(|(cert, key)| server::config::ServerTls { cert, key }),
         insecure: args.insecure,

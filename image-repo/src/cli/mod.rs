@@ -1,5 +1,6 @@
 //! The `image-repo` command line: `serve` runs the repository; `push`,
-//! `pull`, `ls`, `show`, `rm`, `pin` and `unpin` talk to one.
+//! `pull`, `ls`, `show`, `rm`, `pin`, `unpin`, `share`, `public` and
+//! `private` talk to one; `hash-token` prints a token's digest.
 
 mod commands;
 mod output;
@@ -41,12 +42,31 @@ pub enum Command {
     Pin(PinArgs),
     /// Remove a pin (succeeds if the pin was not set).
     Unpin(PinArgs),
+    /// Let another site or provider read a blob (its owner, the operator,
+    /// or a site sharing what it may read).
+    Share(PinArgs),
+    /// Make a blob readable by every token (the operator only).
+    Public(IdArgs),
+    /// Make a public blob private again (the operator only).
+    Private(IdArgs),
+    /// Print the SHA-256 of a token read from stdin, for `token_sha256`.
+    HashToken,
+}
+
+/// Options of commands that take just a blob ID.
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    /// ID of the blob.
+    #[arg(value_parser = parse_id)]
+    pub id: BlobId,
+    #[command(flatten)]
+    pub repo: RepoArgs,
 }
 
 /// Options of `serve`; flags override the configuration file.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// TOML configuration file (listen, data, token, protect_reads, read_tokens, max_bytes, reserve_bytes, limits, tls).
+    /// TOML configuration file (listen, data, token, tokens, max_bytes, reserve_bytes, limits, tls).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:7480].
@@ -58,9 +78,6 @@ pub struct ServeArgs {
     /// Write token needed to push, delete and pin.
     #[arg(long, value_name = "TOKEN", env = "IMAGE_REPO_WRITE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Require a token for reads too.
-    #[arg(long)]
-    pub protect_reads: bool,
     /// Quota on the stored content, in bytes.
     #[arg(long, value_name = "BYTES")]
     pub max_bytes: Option<u64>,
@@ -81,7 +98,7 @@ pub struct RepoArgs {
     /// Base URL of the repository, e.g. http://10.0.0.5:7480.
     #[arg(long, value_name = "URL", env = "IMAGE_REPO_URL")]
     pub repo: String,
-    /// Bearer token (needed to push, delete and pin, and to read from a protected repository).
+    /// Bearer token: the operator's, a site's or a service provider's.
     #[arg(long, value_name = "TOKEN", env = "IMAGE_REPO_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// The CA (PEM) of the repository's certificate, for an https URL.
@@ -168,13 +185,13 @@ pub struct RmArgs {
     pub repo: RepoArgs,
 }
 
-/// Options of `pin` and `unpin`.
+/// Options of `pin`, `unpin` (NAME: the pin) and `share` (NAME: the reader).
 #[derive(Debug, Args)]
 pub struct PinArgs {
     /// ID of the blob.
     #[arg(value_parser = parse_id)]
     pub id: BlobId,
-    /// Pin name, e.g. site-b or checkpoint:42.
+    /// Pin name (e.g. site-b, checkpoint:42) or, for share, the reader's name.
     pub name: String,
     #[command(flatten)]
     pub repo: RepoArgs,

@@ -5,10 +5,11 @@ use std::fmt::Write;
 use indicatif::HumanBytes;
 use interfaces::repo_client::BlobMeta;
 
-/// A table with one row per blob: ID, NAME, KIND, FORMAT, SIZE, CREATED, PINS.
+/// A table with one row per blob: ID, NAME, KIND, FORMAT, SIZE, CREATED,
+/// OWNER (`+public` when public), PINS.
 pub fn table(blobs: &[BlobMeta]) -> String {
-    let header = ["ID", "NAME", "KIND", "FORMAT", "SIZE", "CREATED", "PINS"];
-    let rows: Vec<[String; 7]> = blobs
+    let header = ["ID", "NAME", "KIND", "FORMAT", "SIZE", "CREATED", "OWNER", "PINS"];
+    let rows: Vec<[String; 8]> = blobs
         .iter()
         .map(|m| {
             [
@@ -18,6 +19,7 @@ pub fn table(blobs: &[BlobMeta]) -> String {
                 m.format.clone().unwrap_or_else(|| "-".into()),
                 HumanBytes(m.size).to_string(),
                 m.created.format("%Y-%m-%d %H:%M:%S").to_string(),
+                format!("{}{}", m.owner, if m.public { "+public" } else { "" }),
                 if m.pins.is_empty() { "-".into() } else { m.pins.join(",") },
             ]
         })
@@ -53,7 +55,7 @@ pub fn details(m: &BlobMeta) -> String {
     let labels: Vec<String> = m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let none = |v: &[String]| if v.is_empty() { "-".to_string() } else { v.join(", ") };
     format!(
-        "id:      {}\nname:    {}\nkind:    {}\nformat:  {}\nsize:    {} ({})\ncreated: {}\nlabels:  {}\npins:    {}\n",
+        "id:      {}\nname:    {}\nkind:    {}\nformat:  {}\nsize:    {} ({})\ncreated: {}\nlabels:  {}\npins:    {}\nowner:   {}\npublic:  {}\nreaders: {}\n",
         m.id,
         m.name,
         m.kind,
@@ -63,6 +65,9 @@ pub fn details(m: &BlobMeta) -> String {
         m.created.to_rfc3339(),
         none(&labels),
         none(&m.pins),
+        m.owner,
+        if m.public { "yes" } else { "no" },
+        none(&m.readers),
     )
 }
 
@@ -83,12 +88,16 @@ mod tests {
             created: "2026-01-02T03:04:05Z".parse().unwrap(),
             labels: [("arch".to_string(), "x86_64".to_string())].into(),
             pins: vec![],
+            owner: "acme".into(),
+            public: true,
+            readers: vec![],
         };
         let t = table(std::slice::from_ref(&m));
         let lines: Vec<_> = t.lines().collect();
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0].find("NAME"), lines[1].find("vmlinuz"));
         assert!(lines[1].contains("2.00 KiB") && lines[1].contains("kernel") && lines[1].ends_with('-'));
+        assert_eq!(lines[0].find("OWNER"), lines[1].find("acme+public"));
         let d = details(&m);
         assert!(d.contains("labels:  arch=x86_64") && d.contains("format:  -"), "{d}");
     }

@@ -1,34 +1,82 @@
-//! Bearer-token access control: the write token for push, delete and pins;
-//! reads open or token-protected by configuration.
+//! Who is calling, and what it may do with a blob (issue 13 S3).
+//!
+//! Every call but health carries `Authorization: Bearer TOKEN`. The token
+//! names a [`Caller`]: the operator (`token` of the configuration), or one
+//! of `[[tokens]]` — a site (its VEEM and VEEHs) or a service provider.
+//! A blob belongs to the caller that pushed its content first; the rules
+//! are in [`Caller::may_read`] and [`Caller::may_manage`].
 
 use axum::http::{header, HeaderMap};
+use interfaces::repo_client::{BlobMeta, OPERATOR};
+use serde::Deserialize;
 
 use super::config::Config;
 use super::error::ApiError;
 
-/// What a request wants to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// Download, metadata, list.
-    Read,
-    /// Push, delete, pin, unpin.
-    Write,
+/// What a token speaks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Reads and manages every blob; marks blobs public.
+    Operator,
+    /// A site's VEEM and VEEHs: push checkpoints, share them with peer
+    /// sites, ask whether a provider may use an image.
+    Site,
+    /// A service provider: pushes and reads its own images.
+    Provider,
 }
 
-/// Checks the `Authorization: Bearer` header of a request for `access`.
-/// Errors: 401 saying whether the token is missing or wrong.
-pub fn require(config: &Config, headers: &HeaderMap, access: Access) -> Result<(), ApiError> {
-    if access == Access::Read && !config.protect_reads {
-        return Ok(());
+/// An authenticated caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// Its name (`operator`, a site ID, a provider ID), which owners and
+    /// readers of blobs hold.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+}
+
+impl Caller {
+    /// The operator.
+    pub fn operator() -> Self {
+        Self {
+            name: OPERATOR.into(),
+            role: Role::Operator,
+        }
     }
-    let what = match access {
-        Access::Read => "reading from this repository",
-        Access::Write => "writing to this repository",
-    };
+
+    /// Whether the caller may read `m` (download, metadata, list, pin):
+    /// the operator, the owner, a reader, anyone if public.
+    pub fn may_read(&self, m: &BlobMeta) -> bool {
+        self.role == Role::Operator || m.public || m.owner == self.name || m.readers.iter().any(|r| r == &self.name)
+    }
+
+    /// Whether the caller may delete `m` or share it: the operator and the
+    /// owner (sites also share what they may read: see the route).
+    pub fn may_manage(&self, m: &BlobMeta) -> bool {
+        self.role == Role::Operator || m.owner == self.name
+    }
+
+    /// `m` as this caller sees it: the readers only for its manager.
+    pub fn view(&self, mut m: BlobMeta) -> BlobMeta {
+        if !self.may_manage(&m) {
+            m.readers.clear();
+        }
+        m
+    }
+
+    /// `m` if the caller may read it; else 404 as if it did not exist, so
+    /// that IDs of others' blobs cannot be probed.
+    pub fn readable(&self, m: Option<BlobMeta>, id: &interfaces::BlobId) -> Result<BlobMeta, ApiError> {
+        m.filter(|m| self.may_read(m)).ok_or_else(|| ApiError::not_found(id))
+    }
+}
+
+/// The caller a request's `Authorization: Bearer` header names.
+/// Errors: 401 saying whether the token is missing, malformed or unknown.
+pub fn caller(config: &Config, headers: &HeaderMap) -> Result<Caller, ApiError> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return Err(ApiError::unauthorized(format!(
-            "{what} needs a bearer token (Authorization: Bearer TOKEN)"
-        )));
+        return Err(ApiError::unauthorized("this repository needs a bearer token (Authorization: Bearer TOKEN)"));
     };
     let token = value
         .to_str()
@@ -36,49 +84,37 @@ pub fn require(config: &Config, headers: &HeaderMap, access: Access) -> Result<(
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| ApiError::unauthorized("the Authorization header is not `Bearer TOKEN`"))?
         .trim();
-    let mut ok = constant_time_eq(token.as_bytes(), config.token.as_bytes());
-    if access == Access::Read {
-        for read in &config.read_tokens {
-            ok |= constant_time_eq(token.as_bytes(), read.as_bytes());
-        }
-    }
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::unauthorized(format!("the bearer token is not valid for {what}")))
-    }
+    config
+        .caller_of(token)
+        .ok_or_else(|| ApiError::unauthorized("the bearer token is not known to this repository"))
 }
 
-/// Compares without an early exit on the first differing byte, so the time
-/// taken does not tell how much of a guessed token was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// [`caller`], which must have `role`. Errors: 401; 403 naming the role.
+pub fn caller_as(config: &Config, headers: &HeaderMap, roles: &[Role], doing: &str) -> Result<Caller, ApiError> {
+    let c = caller(config, headers)?;
+    if roles.contains(&c.role) {
+        Ok(c)
+    } else {
+        Err(ApiError::forbidden(format!("{} ({:?}) may not {doing}", c.name, c.role)))
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+    use interfaces::repo_client::BlobKind;
+    use interfaces::BlobId;
 
-    fn config(protect_reads: bool) -> Config {
-        Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data: "/nonexistent".into(),
-            token: "write-token".into(),
-            protect_reads,
-            read_tokens: vec!["read-token".into()],
-            max_bytes: None,
-            reserve_bytes: 0,
-            max_connections: 1,
-            header_timeout_s: 1,
-            body_idle_timeout_s: 1,
-            min_upload_bytes_per_s: 1,
-            tls: None,
-            insecure: true,
-        }
+    fn config() -> Config {
+        let text = "data = \"/nonexistent\"\ntoken = \"operator-token\"\ninsecure = true\n\
+            [[tokens]]\nname = \"acme\"\nrole = \"provider\"\ntoken = \"acme-token\"\n\
+            [[tokens]]\nname = \"site-a\"\nrole = \"site\"\ntoken_sha256 = \"HASH\"\n"
+            .replace("HASH", &interfaces::tokens::digest_hex("site-a-token"));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("repo.toml");
+        std::fs::write(&file, text).unwrap();
+        Config::load(Some(&file), Default::default()).unwrap()
     }
 
     fn bearer(t: &str) -> HeaderMap {
@@ -87,21 +123,52 @@ mod tests {
         h
     }
 
-    #[test]
-    fn write_needs_the_write_token() {
-        let c = config(false);
-        assert!(require(&c, &bearer("write-token"), Access::Write).is_ok());
-        assert!(require(&c, &bearer("read-token"), Access::Write).is_err());
-        assert!(require(&c, &HeaderMap::new(), Access::Write).is_err());
-        assert!(require(&c, &HeaderMap::new(), Access::Read).is_ok());
+    fn blob(owner: &str) -> BlobMeta {
+        BlobMeta {
+            id: BlobId::of(b"x"),
+            name: "x".into(),
+            kind: BlobKind::CheckpointMemory,
+            format: None,
+            size: 1,
+            created: chrono::Utc::now(),
+            labels: Default::default(),
+            pins: vec![],
+            owner: owner.into(),
+            public: false,
+            readers: vec!["site-b".into()],
+        }
     }
 
     #[test]
-    fn protected_reads_accept_read_and_write_tokens() {
-        let c = config(true);
-        assert!(require(&c, &HeaderMap::new(), Access::Read).is_err());
-        assert!(require(&c, &bearer("read-token"), Access::Read).is_ok());
-        assert!(require(&c, &bearer("write-token"), Access::Read).is_ok());
-        assert!(require(&c, &bearer("other"), Access::Read).is_err());
+    fn tokens_name_callers() {
+        let c = config();
+        assert_eq!(caller(&c, &bearer("operator-token")).unwrap(), Caller::operator());
+        assert_eq!(caller(&c, &bearer("acme-token")).unwrap().name, "acme");
+        let site = caller(&c, &bearer("site-a-token")).unwrap();
+        assert_eq!((site.name.as_str(), site.role), ("site-a", Role::Site));
+        assert!(caller(&c, &bearer("other-token")).is_err());
+        assert!(caller(&c, &HeaderMap::new()).is_err());
+        let e = caller_as(&c, &bearer("acme-token"), &[Role::Operator], "mark blobs public").unwrap_err();
+        assert_eq!(e.status(), axum::http::StatusCode::FORBIDDEN);
+    }
+
+    #[test]
+    fn owners_readers_and_public() {
+        let c = config();
+        let acme = caller(&c, &bearer("acme-token")).unwrap();
+        let site_a = caller(&c, &bearer("site-a-token")).unwrap();
+        let site_b = Caller {
+            name: "site-b".into(),
+            role: Role::Site,
+        };
+        let mut m = blob("site-a");
+        assert!(site_a.may_read(&m) && site_a.may_manage(&m));
+        assert!(site_b.may_read(&m) && !site_b.may_manage(&m));
+        assert!(!acme.may_read(&m));
+        assert!(Caller::operator().may_read(&m) && Caller::operator().may_manage(&m));
+        assert!(site_b.view(m.clone()).readers.is_empty());
+        assert_eq!(site_a.view(m.clone()).readers, ["site-b"]);
+        m.public = true;
+        assert!(acme.may_read(&m) && !acme.may_manage(&m));
     }
 }

@@ -3,9 +3,7 @@
 //! ```toml
 //! listen = "0.0.0.0:7480"         # address to serve on; port 0 picks a free port
 //! data = "/var/lib/image-repo"    # blobs/, blobs/.tmp/ and meta/ (sled) live here
-//! token = "change-me"             # bearer token needed to push, delete and pin
-//! protect_reads = false           # true: reads need the write token or a read token
-//! read_tokens = ["reader-1"]      # tokens that may only read (when protect_reads)
+//! token = "change-me"             # the operator's bearer token: reads and manages every blob
 //! max_bytes = 1_000_000_000_000   # optional quota on the stored content, in bytes
 //! reserve_bytes = 67_108_864      # free space to leave on the disk, in bytes
 //! max_connections = 512           # served at once; one more gets 503
@@ -16,13 +14,20 @@
 //! [tls]
 //! cert = "/etc/image-repo/repo.crt"   # the server's certificate (PEM)
 //! key = "/etc/image-repo/repo.key"
+//! [[tokens]]                      # one per site and per service provider
+//! name = "site-a"                 # the site ID or provider ID (owner and reader name)
+//! role = "site"                   # site | provider | operator
+//! token_sha256 = "64 hex digits"  # or token = "..." in clear (warned)
 //! ```
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use interfaces::repo_client::types::validate_pin;
 use serde::Deserialize;
+
+use super::auth::{Caller, Role};
 
 /// Default address the server listens on.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7480";
@@ -38,14 +43,14 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Data directory (created if missing).
     pub data: PathBuf,
-    /// The write token: needed to push, delete, pin and unpin.
+    /// The operator's token: reads and manages every blob.
     pub token: String,
-    /// Whether reads (download, metadata, list) need a token too.
+    /// The tokens of sites and service providers.
     #[serde(default)]
-    pub protect_reads: bool,
-    /// Tokens that may read but not write (used when `protect_reads`).
-    #[serde(default)]
-    pub read_tokens: Vec<String>,
+    pub tokens: Vec<TokenEntry>,
+    /// Digests of `token` then of each of `tokens`, made by `validate`.
+    #[serde(skip)]
+    digests: Vec<[u8; 32]>,
     /// Quota: most bytes of content stored in all; `None` for no quota.
     #[serde(default)]
     pub max_bytes: Option<u64>,
@@ -75,6 +80,22 @@ pub struct Config {
     /// Serve plaintext HTTP (tokens and content in clear; logged at start).
     #[serde(default)]
     pub insecure: bool,
+}
+
+/// A caller's bearer token (`[[tokens]]`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    /// The site ID or provider ID the token speaks for.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// The token in clear (warned at start).
+    #[serde(default)]
+    pub token: Option<String>,
+    /// The token's SHA-256 in hex (`image-repo hash-token`).
+    #[serde(default)]
+    pub token_sha256: Option<String>,
 }
 
 /// A server's certificate (chain) and private key, PEM files.
@@ -115,8 +136,6 @@ pub struct Overrides {
     pub data: Option<PathBuf>,
     /// `--token`
     pub token: Option<String>,
-    /// `--protect-reads`
-    pub protect_reads: bool,
     /// `--max-bytes`
     pub max_bytes: Option<u64>,
     /// `--tls-cert` and `--tls-key`
@@ -147,9 +166,6 @@ impl Config {
         if let Some(token) = overrides.token {
             table.insert("token".into(), token.into());
         }
-        if overrides.protect_reads {
-            table.insert("protect_reads".into(), true.into());
-        }
         if let Some(tls) = &overrides.tls {
             let mut t = toml::Table::new();
             t.insert("cert".into(), tls.cert.display().to_string().into());
@@ -171,18 +187,52 @@ impl Config {
                 bail!("{from}: `{key}` is required (set it in the config file or pass {flag})");
             }
         }
-        let config: Config = table.try_into().with_context(|| format!("{from}: invalid configuration"))?;
+        let mut config: Config = table.try_into().with_context(|| format!("{from}: invalid configuration"))?;
         config.validate().with_context(|| format!("{from}: invalid configuration"))?;
         Ok(config)
     }
 
-    fn validate(&self) -> Result<()> {
+    /// The caller `token` names, if any (compared in constant time with
+    /// every known token's digest).
+    pub fn caller_of(&self, token: &str) -> Option<Caller> {
+        match interfaces::tokens::find(token, &self.digests)? {
+            0 => Some(Caller::operator()),
+            i => {
+                let t = &self.tokens[i - 1];
+                Some(Caller {
+                    name: t.name.clone(),
+                    role: t.role,
+                })
+            }
+        }
+    }
+
+    /// The service provider named `name`, if a token speaks for one.
+    pub fn provider(&self, name: &str) -> Option<Caller> {
+        self.tokens.iter().find(|t| t.role == Role::Provider && t.name == name).map(|t| Caller {
+            name: t.name.clone(),
+            role: t.role,
+        })
+    }
+
+    fn validate(&mut self) -> Result<()> {
         let visible = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic());
         if !visible(&self.token) {
             bail!("`token` must be non-empty visible ASCII");
         }
-        if let Some(bad) = self.read_tokens.iter().position(|t| !visible(t)) {
-            bail!("`read_tokens[{bad}]` must be non-empty visible ASCII");
+        self.digests = vec![interfaces::tokens::digest(&self.token)];
+        let mut names = std::collections::HashSet::from([interfaces::repo_client::OPERATOR.to_string()]);
+        for (i, t) in self.tokens.iter().enumerate() {
+            validate_pin(&t.name).map_err(|r| anyhow::anyhow!("field `tokens[{i}].name`: {r}"))?;
+            if !names.insert(t.name.clone()) {
+                bail!("field `tokens[{i}].name`: {:?} is taken (the operator's name, or given twice)", t.name);
+            }
+            let digest = interfaces::tokens::configured(&format!("tokens[{i}]"), t.token.as_deref(), t.token_sha256.as_deref())
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if self.digests.contains(&digest) {
+                bail!("field `tokens[{i}]`: the same token as another entry or as `token`");
+            }
+            self.digests.push(digest);
         }
         if self.tls.is_none() && !self.insecure {
             bail!("no [tls]: give the server's certificate and key (--tls-cert, --tls-key), or serve plaintext with insecure = true (--insecure)");
@@ -205,15 +255,13 @@ mod tests {
     fn flags_override_file_and_required_fields_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("repo.toml");
-        std::fs::write(&file, "data = \"/srv/repo\"\ntoken = \"file-token\"\nprotect_reads = false\ninsecure = true\n").unwrap();
+        std::fs::write(&file, "data = \"/srv/repo\"\ntoken = \"file-token\"\ninsecure = true\n").unwrap();
         let over = Overrides {
             token: Some("flag-token".into()),
-            protect_reads: true,
             ..Default::default()
         };
         let c = Config::load(Some(&file), over).unwrap();
         assert_eq!(c.token, "flag-token");
-        assert!(c.protect_reads);
         assert_eq!(c.data, Path::new("/srv/repo"));
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
 
@@ -238,5 +286,18 @@ mod tests {
         std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\ncolour = 1\n").unwrap();
         let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
         assert!(err.contains("colour"), "{err}");
+
+        let base = "data = \"/x\"\ntoken = \"operator-token\"\ninsecure = true\n";
+        for (entry, why) in [
+            ("name = \"operator\"\nrole = \"site\"\ntoken = \"site-token\"", "`tokens[0].name`: \"operator\" is taken"),
+            ("name = \"a b\"\nrole = \"site\"\ntoken = \"site-token\"", "`tokens[0].name`"),
+            ("name = \"acme\"\nrole = \"provider\"\ntoken = \"operator-token\"", "same token"),
+            ("name = \"acme\"\nrole = \"provider\"\ntoken = \"short\"", "`tokens[0].token`"),
+            ("name = \"acme\"\nrole = \"tenant\"\ntoken = \"acme-token\"", "role"),
+        ] {
+            std::fs::write(&file, format!("{base}[[tokens]]\n{entry}\n")).unwrap();
+            let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
+            assert!(err.contains(why), "{entry}: {err}");
+        }
     }
 }

@@ -11,7 +11,7 @@ use interfaces::repo_client::protocol::CONTENT_ID_HEADER;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
-use super::auth::{require, Access};
+use super::auth::caller;
 use super::error::{parse_id, ApiError};
 use super::AppState;
 
@@ -81,13 +81,9 @@ pub async fn download(
     Path(raw_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    require(&app.config, &headers, Access::Read)?;
+    let who = caller(&app.config, &headers)?;
     let id = parse_id(&raw_id)?;
-    let meta = app
-        .store
-        .get(&id)
-        .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?
-        .ok_or_else(|| ApiError::not_found(&id))?;
+    let meta = super::routes::readable(&app, &who, &id)?;
     let size = meta.size;
     let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let (status, start, len) = match range.map(|r| parse_range(r, size)).unwrap_or(Wanted::Full) {

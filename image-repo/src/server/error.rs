@@ -44,7 +44,12 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED, message)
     }
 
-    /// 404: no such blob.
+    /// 403: the caller may see the blob (or call) but not do this.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, codes::FORBIDDEN, message)
+    }
+
+    /// 404: no such blob, or none the caller may read.
     pub fn not_found(id: &BlobId) -> Self {
         Self::new(StatusCode::NOT_FOUND, codes::NOT_FOUND, format!("blob {id} not found"))
     }

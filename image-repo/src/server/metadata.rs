@@ -8,8 +8,12 @@ use anyhow::{bail, Context, Result};
 use interfaces::repo_client::BlobMeta;
 use interfaces::BlobId;
 
-/// Version of the record layout written by this build.
-pub const FORMAT_VERSION: &str = "1";
+/// Version of the record layout written by this build. 2: records have
+/// `owner`, `public` and `readers` (issue 13 S3).
+pub const FORMAT_VERSION: &str = "2";
+/// Version 1 records read as version 2 ones: the operator owns them and
+/// they are private (serde defaults), so nothing is rewritten.
+const FORMAT_VERSION_1: &str = "1";
 const FORMAT_KEY: &[u8] = b"format_version";
 
 /// The metadata database.
@@ -29,6 +33,14 @@ impl MetaDb {
                 db.flush()?;
             }
             Some(v) if v.as_ref() == FORMAT_VERSION.as_bytes() => {}
+            Some(v) if v.as_ref() == FORMAT_VERSION_1.as_bytes() => {
+                tracing::warn!(
+                    "metadata format 1 upgraded to {FORMAT_VERSION}: the blobs stored so far belong to the operator and are private; \
+                     mark images public (image-repo public ID) or share them"
+                );
+                db.insert(FORMAT_KEY, FORMAT_VERSION)?;
+                db.flush()?;
+            }
             Some(v) => bail!(
                 "metadata database {} has format version {:?}; this build reads version {FORMAT_VERSION}",
                 dir.display(),
@@ -114,6 +126,9 @@ mod tests {
             created: chrono::Utc::now(),
             labels: Default::default(),
             pins: vec![],
+            owner: "acme".into(),
+            public: false,
+            readers: vec![],
         }
     }
 
@@ -131,6 +146,25 @@ mod tests {
         assert_eq!(db.total_size().unwrap(), 6);
         assert_eq!(db.remove(&BlobId::of(b"one")).await.unwrap().unwrap().name, "a");
         assert!(db.get(&BlobId::of(b"one")).unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn version_1_records_belong_to_the_operator() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = BlobId::of(b"one");
+        {
+            let db = interfaces::database::open_database(dir.path(), 16).unwrap();
+            db.insert(FORMAT_KEY, FORMAT_VERSION_1).unwrap();
+            let v1 = format!(
+                r#"{{"id":"{id}","name":"a","kind":"kernel","format":null,"size":3,"created":"2026-01-01T00:00:00Z","labels":{{}},"pins":[]}}"#
+            );
+            db.open_tree("blobs").unwrap().insert(key(&id), v1.as_bytes()).unwrap();
+            db.flush().unwrap();
+        }
+        let db = MetaDb::open(dir.path()).unwrap();
+        let m = db.get(&id).unwrap().unwrap();
+        assert_eq!((m.owner.as_str(), m.public, m.readers.len()), ("operator", false, 0));
+        assert_eq!(db.db.get(FORMAT_KEY).unwrap().unwrap().as_ref(), FORMAT_VERSION.as_bytes());
     }
 
     #[tokio::test]

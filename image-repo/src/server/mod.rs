@@ -72,7 +72,7 @@ impl Server {
         if tls.is_none() {
             tracing::error!("INSECURE: insecure = true: the repository speaks plaintext HTTP; tokens and content cross in clear");
         }
-        tracing::info!(%addr, data = %config.data.display(), protect_reads = config.protect_reads, tls = tls.is_some(), "image repository serving");
+        tracing::info!(%addr, data = %config.data.display(), tokens = config.tokens.len() + 1, tls = tls.is_some(), "image repository serving");
         let limits = connections::Limits::of(config);
         connections::serve(self.listener, routes::router(self.app), limits, tls, shutdown).await?;
         tracing::info!("image repository stopped");

@@ -1,5 +1,6 @@
-//! The `/v1` router and the small handlers: health, list, metadata, delete
-//! and pins. Upload and download live in their own modules.
+//! The `/v1` router and the small handlers: health, list, metadata, delete,
+//! pins and sharing. Upload and download live in their own modules; who
+//! may do what is in [`super::auth`].
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -10,7 +11,7 @@ use interfaces::repo_client::types::validate_pin;
 use interfaces::repo_client::BlobMeta;
 use serde::Deserialize;
 
-use super::auth::{require, Access};
+use super::auth::{caller, caller_as, Caller, Role};
 use super::error::{parse_id, ApiError};
 use super::store::Deleted;
 use super::{download, upload, AppState};
@@ -28,6 +29,9 @@ pub fn router(app: AppState) -> Router {
         .route("/v1/blobs/:id/meta", get(meta))
         .route("/v1/blobs/:id/check", post(upload::check))
         .route("/v1/blobs/:id/pins/:pin", put(pin).delete(unpin))
+        .route("/v1/blobs/:id/readers/:name", put(share))
+        .route("/v1/blobs/:id/grant", post(grant))
+        .route("/v1/blobs/:id/public", put(publish).delete(unpublish))
         .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
         .layer(DefaultBodyLimit::disable())
         .with_state(app)
@@ -37,19 +41,102 @@ async fn health() -> &'static str {
     "ok"
 }
 
+/// The blobs the caller may read.
 async fn list(State(app): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<BlobMeta>>, ApiError> {
-    require(&app.config, &headers, Access::Read)?;
-    app.store.list().map(Json).map_err(|e| ApiError::internal("listing blobs", e))
+    let who = caller(&app.config, &headers)?;
+    let all = app.store.list().map_err(|e| ApiError::internal("listing blobs", e))?;
+    Ok(Json(all.into_iter().filter(|m| who.may_read(m)).map(|m| who.view(m)).collect()))
 }
 
 async fn meta(State(app): State<AppState>, Path(raw_id): Path<String>, headers: HeaderMap) -> Result<Json<BlobMeta>, ApiError> {
-    require(&app.config, &headers, Access::Read)?;
+    let who = caller(&app.config, &headers)?;
     let id = parse_id(&raw_id)?;
-    match app.store.get(&id) {
-        Ok(Some(m)) => Ok(Json(m)),
-        Ok(None) => Err(ApiError::not_found(&id)),
-        Err(e) => Err(ApiError::internal(format!("reading metadata of {id}"), e)),
+    Ok(Json(who.view(readable(&app, &who, &id)?)))
+}
+
+/// The record of `id` if `who` may read it. Errors: 404 otherwise.
+pub fn readable(app: &AppState, who: &Caller, id: &interfaces::BlobId) -> Result<BlobMeta, ApiError> {
+    let m = app.store.get(id).map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?;
+    who.readable(m, id)
+}
+
+/// `PUT /v1/blobs/{id}/readers/{name}`: `name` may read the blob too. For
+/// its owner and the operator, and for a site sharing what it may read
+/// (a checkpoint or image of a VEE it hands to a peer site).
+async fn share(
+    State(app): State<AppState>,
+    Path((raw_id, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let who = caller(&app.config, &headers)?;
+    let id = parse_id(&raw_id)?;
+    validate_pin(&name).map_err(|r| ApiError::bad_request(format!("reader name {name:?}: {r}")))?;
+    let m = readable(&app, &who, &id)?;
+    if !(who.may_manage(&m) || who.role == Role::Site) {
+        return Err(ApiError::forbidden(format!("{} may read blob {id} but not share it", who.name)));
     }
+    app.store
+        .add_reader(&id, &name)
+        .await
+        .map_err(|e| ApiError::internal(format!("sharing {id}"), format!("{e:#}")))?
+        .ok_or_else(|| ApiError::not_found(&id))?;
+    tracing::info!(%id, by = %who.name, with = %name, "blob shared");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GrantQuery {
+    #[serde(rename = "for")]
+    provider: String,
+}
+
+/// `POST /v1/blobs/{id}/grant?for=PROVIDER`: a site (or the operator)
+/// asks whether service provider `PROVIDER` may read the blob, before it
+/// deploys a manifest that names it. 204 if it may — and the caller may
+/// read it from then on, to pull it on its hosts — 404 if not (or no such
+/// blob, or `PROVIDER` is not a provider's name).
+async fn grant(
+    State(app): State<AppState>,
+    Path(raw_id): Path<String>,
+    query: Result<Query<GrantQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let who = caller_as(&app.config, &headers, &[Role::Site, Role::Operator], "ask what a provider may read")?;
+    let id = parse_id(&raw_id)?;
+    let provider = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0.provider;
+    let Some(on_behalf) = app.config.provider(&provider) else {
+        return Err(ApiError::not_found(&id));
+    };
+    readable(&app, &on_behalf, &id)?;
+    if who.role == Role::Site {
+        app.store
+            .add_reader(&id, &who.name)
+            .await
+            .map_err(|e| ApiError::internal(format!("sharing {id}"), format!("{e:#}")))?;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn publish(State(app): State<AppState>, Path(raw_id): Path<String>, headers: HeaderMap) -> Result<StatusCode, ApiError> {
+    set_public(app, raw_id, headers, true).await
+}
+
+async fn unpublish(State(app): State<AppState>, Path(raw_id): Path<String>, headers: HeaderMap) -> Result<StatusCode, ApiError> {
+    set_public(app, raw_id, headers, false).await
+}
+
+/// `PUT|DELETE /v1/blobs/{id}/public`: the operator only.
+async fn set_public(app: AppState, raw_id: String, headers: HeaderMap, public: bool) -> Result<StatusCode, ApiError> {
+    caller_as(&app.config, &headers, &[Role::Operator], "mark blobs public")?;
+    let id = parse_id(&raw_id)?;
+    app.store
+        .set_public(&id, public)
+        .await
+        .map_err(|e| ApiError::internal(format!("marking {id} public"), format!("{e:#}")))?
+        .ok_or_else(|| ApiError::not_found(&id))?;
+    tracing::info!(%id, public, "visibility changed");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[derive(Deserialize)]
@@ -65,9 +152,13 @@ async fn delete(
     query: Result<Query<DeleteQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    require(&app.config, &headers, Access::Write)?;
+    let who = caller(&app.config, &headers)?;
     let id = parse_id(&raw_id)?;
     let force = query.map_err(|e| ApiError::bad_request(e.body_text()))?.force;
+    let m = readable(&app, &who, &id)?;
+    if !who.may_manage(&m) {
+        return Err(ApiError::forbidden(format!("blob {id} belongs to {}; {} may not delete it", m.owner, who.name)));
+    }
     match app.store.delete(&id, force).await {
         Ok(Deleted::Removed(m)) => {
             tracing::info!(%id, name = %m.name, forced_pins = ?m.pins, "deleted blob");
@@ -91,10 +182,13 @@ async fn unpin(
     set_pin(app, raw_id, pin, headers, false).await
 }
 
+/// Pins: whoever may read the blob (a site keeps the checkpoints it
+/// records; a provider its images).
 async fn set_pin(app: AppState, raw_id: String, pin: String, headers: HeaderMap, on: bool) -> Result<StatusCode, ApiError> {
-    require(&app.config, &headers, Access::Write)?;
+    let who = caller(&app.config, &headers)?;
     let id = parse_id(&raw_id)?;
     validate_pin(&pin).map_err(|r| ApiError::bad_request(format!("pin name {pin:?}: {r}")))?;
+    readable(&app, &who, &id)?;
     match app.store.set_pin(&id, &pin, on).await {
         Ok(Some(m)) => {
             tracing::info!(%id, pin, on, pins = ?m.pins, "pin changed");

@@ -17,6 +17,7 @@ use interfaces::repo_client::{BlobMeta, PushMeta};
 use interfaces::BlobId;
 use tokio::sync::Mutex;
 
+use super::auth::Caller;
 use super::metadata::MetaDb;
 
 /// Outcome of storing a verified upload.
@@ -142,13 +143,19 @@ impl Store {
         self.meta.total_size()
     }
 
-    /// Makes a verified upload visible as `id`: renames `temp` into place
-    /// and records `meta`. If the content is already stored, `temp` is
-    /// dropped and the existing record kept. Errors: rename or database.
-    pub async fn commit(&self, mut temp: TempFile, id: &BlobId, size: u64, meta: PushMeta) -> Result<Stored> {
+    /// Makes a verified upload by `by` visible as `id`: renames `temp` into
+    /// place and records `meta`, with `by` as owner. If the content is
+    /// already stored, `temp` is dropped and the existing record kept; `by`,
+    /// having shown it holds the content, may read it from then on.
+    /// Errors: rename or database.
+    pub async fn commit(&self, mut temp: TempFile, id: &BlobId, size: u64, meta: PushMeta, by: &Caller) -> Result<Stored> {
         let _guard = self.lock.lock().await;
-        if let Some(existing) = self.meta.get(id)? {
+        if let Some(mut existing) = self.meta.get(id)? {
             if self.blob_path(id).exists() {
+                if !by.may_read(&existing) {
+                    add_reader(&mut existing, &by.name);
+                    self.meta.put(&existing).await?;
+                }
                 return Ok(Stored::Existing(existing));
             }
             tracing::warn!(%id, "metadata without content file; storing the content again");
@@ -166,6 +173,9 @@ impl Store {
             created: chrono::Utc::now(),
             labels: meta.labels,
             pins: Vec::new(),
+            owner: by.name.clone(),
+            public: false,
+            readers: Vec::new(),
         };
         if let Err(e) = self.meta.put(&record).await {
             let _ = std::fs::remove_file(&dest);
@@ -197,20 +207,46 @@ impl Store {
     /// Sets (`on`) or clears a pin of `id`; idempotent. Returns the updated
     /// record, or `None` if `id` is not stored.
     pub async fn set_pin(&self, id: &BlobId, pin: &str, on: bool) -> Result<Option<BlobMeta>> {
+        self.modify(id, |meta| set_member(&mut meta.pins, pin, on)).await
+    }
+
+    /// Adds `name` to the readers of `id` (idempotent). Returns the updated
+    /// record, or `None` if `id` is not stored.
+    pub async fn add_reader(&self, id: &BlobId, name: &str) -> Result<Option<BlobMeta>> {
+        self.modify(id, |meta| add_reader(meta, name)).await
+    }
+
+    /// Marks `id` public or not (idempotent). Returns the updated record,
+    /// or `None` if `id` is not stored.
+    pub async fn set_public(&self, id: &BlobId, public: bool) -> Result<Option<BlobMeta>> {
+        self.modify(id, |meta| std::mem::replace(&mut meta.public, public) != public).await
+    }
+
+    /// Applies `change` (which says whether it changed anything) to the
+    /// record of `id` under the store's lock and writes it if changed.
+    async fn modify(&self, id: &BlobId, change: impl FnOnce(&mut BlobMeta) -> bool) -> Result<Option<BlobMeta>> {
         let _guard = self.lock.lock().await;
         let Some(mut meta) = self.meta.get(id)? else { return Ok(None) };
-        let had = meta.pins.iter().any(|p| p == pin);
-        if on && !had {
-            meta.pins.push(pin.to_string());
-            meta.pins.sort();
-        } else if !on && had {
-            meta.pins.retain(|p| p != pin);
-        } else {
-            return Ok(Some(meta));
+        if change(&mut meta) {
+            self.meta.put(&meta).await?;
         }
-        self.meta.put(&meta).await?;
         Ok(Some(meta))
     }
+}
+
+/// Adds (`on`) or removes `name` in the sorted `list`; whether it changed.
+fn set_member(list: &mut Vec<String>, name: &str, on: bool) -> bool {
+    match (list.binary_search_by(|p| p.as_str().cmp(name)), on) {
+        (Err(at), true) => list.insert(at, name.to_string()),
+        (Ok(at), false) => drop(list.remove(at)),
+        _ => return false,
+    }
+    true
+}
+
+/// Adds `name` to the readers of `meta` unless it owns it; whether it changed.
+fn add_reader(meta: &mut BlobMeta, name: &str) -> bool {
+    meta.owner != name && set_member(&mut meta.readers, name, true)
 }
 
 /// Makes renames and removals in `dir` durable; logs a failure.
@@ -247,7 +283,7 @@ mod tests {
         let temp = store.temp_file();
         std::fs::write(temp.path(), b"x").unwrap();
         assert!(matches!(
-            store.commit(temp, &id, 1, PushMeta::new("x", BlobKind::Disk)).await.unwrap(),
+            store.commit(temp, &id, 1, PushMeta::new("x", BlobKind::Disk), &Caller::operator()).await.unwrap(),
             Stored::New(_)
         ));
         store.set_pin(&id, "site-b", true).await.unwrap();

@@ -16,7 +16,7 @@ use interfaces::repo_client::sink::HashingSink;
 use interfaces::repo_client::{BlobMeta, PushMeta};
 use interfaces::BlobId;
 
-use super::auth::{require, Access};
+use super::auth::caller;
 use super::error::{parse_id, ApiError};
 use super::store::Stored;
 use super::AppState;
@@ -38,7 +38,7 @@ pub async fn check(
     query: QueryPairs,
     headers: HeaderMap,
 ) -> Result<Json<CheckReply>, ApiError> {
-    require(&app.config, &headers, Access::Write)?;
+    let who = caller(&app.config, &headers)?;
     let id = parse_id(&raw_id)?;
     let pairs = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
     meta_from_query(&pairs, &["size"]).map_err(|(f, r)| ApiError::bad_field(&f, &r))?;
@@ -49,11 +49,13 @@ pub async fn check(
         .1
         .parse::<u64>()
         .map_err(|e| ApiError::bad_field("size", &e.to_string()))?;
+    // "Stored" only for a caller that may read it: anyone else learns
+    // nothing of others' blobs, and shows it holds the content by sending it.
     if app
         .store
         .get(&id)
         .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?
-        .is_some()
+        .is_some_and(|m| who.may_read(&m))
     {
         return Ok(Json(CheckReply { exists: true }));
     }
@@ -71,7 +73,7 @@ pub async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<BlobMeta>), ApiError> {
-    require(&app.config, &headers, Access::Write)?;
+    let who = caller(&app.config, &headers)?;
     let id = parse_id(&raw_id)?;
     let pairs = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
     let meta: PushMeta = meta_from_query(&pairs, &[]).map_err(|(f, r)| ApiError::bad_field(&f, &r))?;
@@ -163,17 +165,17 @@ pub async fn upload(
     }
     let stored = app
         .store
-        .commit(temp, &id, written.len, meta)
+        .commit(temp, &id, written.len, meta, &who)
         .await
         .map_err(|e| ApiError::internal(format!("storing {id}"), format!("{e:#}")))?;
     Ok(match stored {
         Stored::New(m) => {
             tracing::info!(%id, name = %m.name, kind = %m.kind, size = m.size, "stored blob");
-            (StatusCode::CREATED, Json(m))
+            (StatusCode::CREATED, Json(who.view(m)))
         }
         Stored::Existing(m) => {
             tracing::info!(%id, "blob pushed again; kept the stored copy");
-            (StatusCode::OK, Json(m))
+            (StatusCode::OK, Json(who.view(m)))
         }
     })
 }

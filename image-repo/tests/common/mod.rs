@@ -8,10 +8,14 @@ use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
 use interfaces::repo_client::RepoClient;
 
-/// The write token of test servers.
+/// The operator's token of test servers.
 pub const TOKEN: &str = "test-write-token-0123456789";
-/// A read-only token (for servers with `protect_reads`).
-pub const READ_TOKEN: &str = "test-read-token-0123456789";
+/// The token of site `site-a` (`[[tokens]]`, role site).
+pub const SITE_TOKEN: &str = "test-site-a-token-0123456789";
+/// The token of service provider `acme`.
+pub const ACME_TOKEN: &str = "test-acme-token-0123456789";
+/// The token of service provider `globex`, given by its digest.
+pub const GLOBEX_TOKEN: &str = "test-globex-token-0123456789";
 
 /// The `image-repo` binary under test.
 pub fn bin() -> &'static str {
@@ -21,8 +25,6 @@ pub fn bin() -> &'static str {
 /// How to start a test server.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Require a token for reads.
-    pub protect_reads: bool,
     /// Quota in bytes.
     pub max_bytes: Option<u64>,
     /// Reserve in bytes (default 0 in tests).
@@ -77,17 +79,13 @@ impl Repo {
         cmd.arg("serve").arg("--listen").arg(listen);
         if self.opts.flags_only {
             cmd.arg("--data").arg(&self.data).arg("--token").arg(TOKEN).arg("--insecure");
-            if self.opts.protect_reads {
-                cmd.arg("--protect-reads");
-            }
             if let Some(max) = self.opts.max_bytes {
                 cmd.arg("--max-bytes").arg(max.to_string());
             }
         } else {
             let mut config = format!(
-                "data = {:?}\ntoken = {TOKEN:?}\nprotect_reads = {}\nread_tokens = [{READ_TOKEN:?}]\nreserve_bytes = {}\n",
+                "data = {:?}\ntoken = {TOKEN:?}\nreserve_bytes = {}\n",
                 self.data.display().to_string(),
-                self.opts.protect_reads,
                 self.opts.reserve_bytes
             );
             if let Some(max) = self.opts.max_bytes {
@@ -97,6 +95,12 @@ impl Repo {
                 config.push_str("insecure = true\n");
             }
             config.push_str(&self.opts.extra_config);
+            config.push_str(&format!(
+                "\n[[tokens]]\nname = \"site-a\"\nrole = \"site\"\ntoken = {SITE_TOKEN:?}\n\
+                 [[tokens]]\nname = \"acme\"\nrole = \"provider\"\ntoken = {ACME_TOKEN:?}\n\
+                 [[tokens]]\nname = \"globex\"\nrole = \"provider\"\ntoken_sha256 = {:?}\n",
+                interfaces::tokens::digest_hex(GLOBEX_TOKEN)
+            ));
             let file = self.dir.path().join("repo.toml");
             std::fs::write(&file, config).unwrap();
             cmd.arg("--config").arg(file);
@@ -147,7 +151,7 @@ impl Repo {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
-    /// A client with the write token.
+    /// A client with the operator's token.
     pub fn client(&self) -> RepoClient {
         RepoClient::new(&self.url, Some(TOKEN.into())).unwrap()
     }
@@ -158,7 +162,7 @@ impl Repo {
     }
 
     /// A `image-repo` command aimed at this server through the environment,
-    /// with the write token.
+    /// with the operator's token.
     pub fn cli(&self) -> Command {
         let mut cmd = Command::new(bin());
         cmd.env("IMAGE_REPO_URL", &self.url)

@@ -11,9 +11,16 @@
 //! | GET | `/v1/blobs/{id}/meta` | JSON [`BlobMeta`](super::BlobMeta) |
 //! | DELETE | `/v1/blobs/{id}?force=true` | 204; 409 while pinned and not forced |
 //! | PUT, DELETE | `/v1/blobs/{id}/pins/{pin}` | set or clear a pin (idempotent), 204 |
+//! | PUT | `/v1/blobs/{id}/readers/{name}` | share: `{name}` may read the blob too, 204 |
+//! | POST | `/v1/blobs/{id}/grant?for={provider}` | a site asks whether a provider may read the blob: 204 (and the site may read it from then on) or 404 |
+//! | PUT, DELETE | `/v1/blobs/{id}/public` | the operator marks a blob readable by every caller, or not, 204 |
 //!
 //! `<meta>` is `name=..&kind=..&format=..&label.<key>=<value>...`. Errors carry
-//! a JSON [`ErrorBody`]. Writes need `Authorization: Bearer <token>`.
+//! a JSON [`ErrorBody`]. Every call but health needs `Authorization: Bearer
+//! <token>`; the token names a caller (operator, site or provider). A blob
+//! belongs to whoever pushed it first; it is read by its owner, the
+//! operator, its readers, and by every caller once public. Anyone else gets
+//! 404 for it, as if it did not exist, and does not see it in the list.
 
 use serde::{Deserialize, Serialize};
 
@@ -51,8 +58,10 @@ pub mod codes {
     pub const BAD_REQUEST: &str = "bad_request";
     /// Missing or wrong bearer token.
     pub const UNAUTHORIZED: &str = "unauthorized";
-    /// No such blob.
+    /// No such blob, or none the caller may read.
     pub const NOT_FOUND: &str = "not_found";
+    /// The caller may read the blob but not do this to it.
+    pub const FORBIDDEN: &str = "forbidden";
     /// Content does not hash to the declared ID.
     pub const DIGEST_MISMATCH: &str = "digest_mismatch";
     /// Delete of a pinned blob without force.

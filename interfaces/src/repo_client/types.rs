@@ -130,6 +130,26 @@ pub struct BlobMeta {
     /// Names of the pins that keep the blob from being deleted without force,
     /// sorted (e.g. `checkpoint-42`, `site-b`).
     pub pins: Vec<String>,
+    /// The caller that pushed the content first (a provider, a site or
+    /// `operator`); records from before owners were kept belong to the
+    /// operator.
+    #[serde(default = "operator_name")]
+    pub owner: String,
+    /// Readable by every authenticated caller (set by the operator).
+    #[serde(default)]
+    pub public: bool,
+    /// Other callers that may read the blob (shared with them, or they
+    /// pushed the same content), sorted. Shown only to the owner and the
+    /// operator.
+    #[serde(default)]
+    pub readers: Vec<String>,
+}
+
+/// The name the operator's token has in the repository.
+pub const OPERATOR: &str = "operator";
+
+fn operator_name() -> String {
+    OPERATOR.to_string()
 }
 
 /// Longest accepted blob name, in bytes.

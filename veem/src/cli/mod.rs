@@ -266,7 +266,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             let mut token = String::new();
             match std::io::stdin().read_line(&mut token) {
                 Ok(_) if !token.trim().is_empty() => {
-                    println!("{}", crate::config::token_digest_hex(token.trim()));
+                    println!("{}", interfaces::tokens::digest_hex(token.trim()));
                     exit::OK
                 }
                 _ => {

@@ -195,7 +195,7 @@ fn an_overlay_needs_a_vtep_and_its_own_port_per_peer() {
 
 #[test]
 fn tokens_are_given_by_their_digest_and_bad_entries_name_the_field() {
-    let digest = token_digest_hex("sp-acme-token");
+    let digest = interfaces::tokens::digest_hex("sp-acme-token");
     assert_eq!(digest.len(), 64);
     let text = format!("{BASE}[[tokens]]\ntoken_sha256 = \"{digest}\"\nrole = \"provider\"\nname = \"acme\"\n");
     let cfg: VeemConfig = toml::from_str(&text).unwrap();
@@ -207,7 +207,7 @@ fn tokens_are_given_by_their_digest_and_bad_entries_name_the_field() {
         ("token_sha256 = \"abc\"", "`tokens[0].token_sha256`: must be 64 hex digits"),
         (&format!("token = \"sp-acme-token\"\ntoken_sha256 = \"{digest}\"") as &str, "give one of"),
         ("", "give one of"),
-        ("token = \"short\"", "shorter than 8"),
+        ("token = \"short\"", "at least 8"),
     ] {
         let text = format!("{BASE}[[tokens]]\n{entry}\nrole = \"operator\"\n");
         let e = VeemConfig::parse(&text).map(|_| ()).unwrap_err();

@@ -45,6 +45,8 @@ pub struct FakeRepo {
     pub down: AtomicBool,
     /// `pin BLOB NAME` for each pin.
     pub pins: Mutex<Vec<String>>,
+    /// `share BLOB SITE` for each share.
+    pub shares: Mutex<Vec<String>>,
 }
 
 impl FakeRepo {
@@ -58,9 +60,16 @@ impl FakeRepo {
 
 #[tonic::async_trait]
 impl ImageRepository for FakeRepo {
-    async fn contains(&self, id: &BlobId) -> anyhow::Result<bool> {
+    /// Every stored blob is public here: ownership is the real
+    /// repository's (its own tests, and the e2e `image_ownership`).
+    async fn grant_for(&self, id: &BlobId, _provider: &str) -> anyhow::Result<bool> {
         self.reachable()?;
         Ok(self.blobs.lock().unwrap().contains(&id.to_string()))
+    }
+    async fn share(&self, id: &BlobId, site: &str) -> anyhow::Result<()> {
+        self.reachable()?;
+        self.shares.lock().unwrap().push(format!("share {id} {site}"));
+        Ok(())
     }
     async fn pin(&self, id: &BlobId, pin: &str) -> anyhow::Result<()> {
         self.reachable()?;

@@ -1,0 +1,78 @@
+//! Bearer tokens as daemons configure them: in clear (`token`) or, so that
+//! the configuration at rest does not hold them, as their SHA-256
+//! (`token_sha256`, 64 hex digits). A presented token is hashed and compared
+//! with every known digest in constant time (`subtle`), so neither the
+//! answer's time nor an early exit tells how close a guess came.
+
+use subtle::ConstantTimeEq;
+
+/// Shortest token accepted in clear, in bytes.
+pub const MIN_TOKEN_LEN: usize = 8;
+
+/// The SHA-256 of a bearer token.
+pub fn digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// [`digest`] in hex, as `token_sha256` takes it.
+pub fn digest_hex(token: &str) -> String {
+    hex::encode(digest(token))
+}
+
+/// The digest a configuration entry gives: exactly one of `token` (in
+/// clear, at least [`MIN_TOKEN_LEN`] visible ASCII characters; logged as a
+/// warning) and `token_sha256` (64 hex digits). Errors name `field` (e.g.
+/// `tokens[2]`) and the reason.
+pub fn configured(field: &str, token: Option<&str>, token_sha256: Option<&str>) -> Result<[u8; 32], String> {
+    match (token, token_sha256) {
+        (Some(t), None) => {
+            if t.len() < MIN_TOKEN_LEN || !t.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(format!(
+                    "field `{field}.token`: must be at least {MIN_TOKEN_LEN} visible ASCII characters"
+                ));
+            }
+            tracing::warn!("field `{field}.token`: a token in clear; give its `token_sha256` instead");
+            Ok(digest(t))
+        }
+        (None, Some(h)) => hex::decode(h)
+            .ok()
+            .and_then(|d| <[u8; 32]>::try_from(d).ok())
+            .ok_or_else(|| format!("field `{field}.token_sha256`: must be 64 hex digits")),
+        _ => Err(format!("field `{field}`: give one of `token_sha256` and `token`")),
+    }
+}
+
+/// The index of the first of `known` digests that `presented` hashes to.
+/// Every digest is compared, in constant time.
+pub fn find<'a>(presented: &str, known: impl IntoIterator<Item = &'a [u8; 32]>) -> Option<usize> {
+    let presented = digest(presented);
+    let mut found = None;
+    for (i, k) in known.into_iter().enumerate() {
+        if bool::from(k.ct_eq(&presented)) && found.is_none() {
+            found = Some(i);
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_and_lookup() {
+        let a = configured("tokens[0]", Some("alpha-token"), None).unwrap();
+        let b = configured("tokens[1]", None, Some(&digest_hex("beta-token"))).unwrap();
+        assert_eq!(find("beta-token", [&a, &b]), Some(1));
+        assert_eq!(find("alpha-token", [&a, &b]), Some(0));
+        assert_eq!(find("gamma-token", [&a, &b]), None);
+        let e = configured("tokens[2]", Some("short"), None).unwrap_err();
+        assert!(e.contains("`tokens[2].token`") && e.contains("at least 8"), "{e}");
+        let e = configured("tokens[3]", None, Some("abc")).unwrap_err();
+        assert!(e.contains("`tokens[3].token_sha256`: must be 64 hex digits"), "{e}");
+        let e = configured("tokens[4]", None, None).unwrap_err();
+        assert!(e.contains("give one of"), "{e}");
+        assert!(configured("t", Some("x-token-x"), Some(&digest_hex("x"))).is_err());
+    }
+}
