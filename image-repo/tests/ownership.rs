@@ -119,6 +119,10 @@ async fn checkpoints_stay_with_their_site_until_shared_and_grants_follow_provide
     let refused = status(acme.grant_for(&image, "acme").await.unwrap_err());
     assert_eq!(refused, StatusCode::FORBIDDEN.as_u16().to_string());
     assert!(operator.grant_for(&image, "acme").await.unwrap());
+    // A public image is every provider's, even one without a token here.
+    assert!(!operator.grant_for(&image, "initech").await.unwrap());
+    operator.set_public(&image, true).await.unwrap();
+    assert!(site.grant_for(&image, "initech").await.unwrap());
     assert_eq!(operator.head(&image).await.unwrap().unwrap().readers, ["site-a", "site-b"]);
 }
 

@@ -21,9 +21,10 @@ pub fn digest_hex(token: &str) -> String {
 }
 
 /// The digest a configuration entry gives: exactly one of `token` (in
-/// clear, at least [`MIN_TOKEN_LEN`] visible ASCII characters; logged as a
-/// warning) and `token_sha256` (64 hex digits). Errors name `field` (e.g.
-/// `tokens[2]`) and the reason.
+/// clear, at least [`MIN_TOKEN_LEN`] visible ASCII characters; the
+/// caller's check warns of it once, see [`warn_if_clear`]) and
+/// `token_sha256` (64 hex digits). Errors name `field` (e.g. `tokens[2]`)
+/// and the reason.
 pub fn configured(field: &str, token: Option<&str>, token_sha256: Option<&str>) -> Result<[u8; 32], String> {
     match (token, token_sha256) {
         (Some(t), None) => {
@@ -32,7 +33,6 @@ pub fn configured(field: &str, token: Option<&str>, token_sha256: Option<&str>) 
                     "field `{field}.token`: must be at least {MIN_TOKEN_LEN} visible ASCII characters"
                 ));
             }
-            tracing::warn!("field `{field}.token`: a token in clear; give its `token_sha256` instead");
             Ok(digest(t))
         }
         (None, Some(h)) => hex::decode(h)
@@ -40,6 +40,14 @@ pub fn configured(field: &str, token: Option<&str>, token_sha256: Option<&str>) 
             .and_then(|d| <[u8; 32]>::try_from(d).ok())
             .ok_or_else(|| format!("field `{field}.token_sha256`: must be 64 hex digits")),
         _ => Err(format!("field `{field}`: give one of `token_sha256` and `token`")),
+    }
+}
+
+/// Logs a warning for an entry `field` whose token is given in clear
+/// (`hash_command` makes its `token_sha256`); for a configuration's check.
+pub fn warn_if_clear(field: &str, token: Option<&str>, hash_command: &str) {
+    if token.is_some() {
+        tracing::warn!("field `{field}.token`: a token in clear; give its `token_sha256` instead ({hash_command})");
     }
 }
 

@@ -141,7 +141,9 @@ pub fn test_dir(name: &str) -> PathBuf {
     d
 }
 
-/// A loopback port that was free a moment ago.
+/// A port that was free on every address a moment ago.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    // On every address: a port free on 127.0.0.1 alone may be held on the
+    // lab's 10.77.0.1, where the daemons listen.
+    TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port()
 }

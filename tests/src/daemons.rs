@@ -176,6 +176,14 @@ impl Drop for Veeh {
 }
 
 impl Veeh {
+    /// Sends `signal` (e.g. `-STOP`, `-CONT`) to its process: a stall as
+    /// a host under memory pressure or a hung kernel shows it.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.daemon.child.as_ref().expect("running").id().to_string();
+        let st = std::process::Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(st.success(), "kill {signal} {pid}");
+    }
+
     /// Starts a VEEH named `<host>-<random>` (so domains a failed run left
     /// behind belong to nobody here) of `site` on libvirt `uri`, state under
     /// `dir/<host>`, capacity 2 vCPUs / 1024 MiB / 20 GiB. On site B's

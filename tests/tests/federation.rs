@@ -58,6 +58,7 @@ impl Lab {
         let svc = acme
             .deploy(ManifestRequest {
                 manifest_toml: manifest("shop", "acme", &self.ids, 1, ""),
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -89,6 +90,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     let e = peer_at_a
         .deploy(ManifestRequest {
             manifest_toml: manifest("x", "acme", &l.ids, 1, ""),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -271,6 +273,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
     let svc = match acme
         .deploy(ManifestRequest {
             manifest_toml: manifest("shop", "acme", &l.ids, 2, ""),
+            ..Default::default()
         })
         .await
     {

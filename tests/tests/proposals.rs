@@ -5,7 +5,6 @@
 //! rejects it (nothing moves); a source host that hangs mid-migration
 //! fails the migration instead of holding its VEE, which is recovered.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use e2e::daemons::{console, wait_tick, ImageRepo, Veeh};
@@ -28,13 +27,6 @@ async fn migrations(v: &Veem) -> Vec<MigrationInfo> {
         .unwrap()
         .into_inner()
         .migrations
-}
-
-/// Sends `signal` (e.g. `-STOP`) to a daemon's process.
-fn signal(h: &Veeh, signal: &str) {
-    let pid = h.daemon.child.as_ref().expect("running").id().to_string();
-    let st = Command::new("kill").args([signal, &pid]).status().unwrap();
-    assert!(st.success(), "kill {signal} {pid}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -62,6 +54,7 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
         let svc = acme
             .deploy(ManifestRequest {
                 manifest_toml: manifest(name, "acme", &ids, 1, ""),
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -186,6 +179,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     let svc = acme
         .deploy(ManifestRequest {
             manifest_toml: manifest("shop", "acme", &ids, 1, ""),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -202,7 +196,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
 
     // The VEEH stops answering (its guests run on): the VEEM proposes
     // moving the VEE away, and waits for the operator.
-    signal(risky, "-STOP");
+    risky.signal("-STOP");
     let stopped = Instant::now();
     let proposal = loop {
         let ms = migrations(&veem).await;
@@ -210,7 +204,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
             break m.clone();
         }
         if stopped.elapsed() > Duration::from_secs(30) {
-            signal(risky, "-CONT");
+            risky.signal("-CONT");
             panic!(
                 "no failure-risk proposal after {:?}\n{}",
                 stopped.elapsed(),
@@ -223,7 +217,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     // A few more passes while it is still silent: still one proposal, waiting.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let ms = migrations(&veem).await;
-    signal(risky, "-CONT");
+    risky.signal("-CONT");
     assert_eq!(ms.len(), 1, "one open proposal per VEE: {ms:?}");
     assert_eq!(proposal.reason, "failure-risk");
     assert_eq!(
@@ -386,7 +380,7 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
     }
 
     // The source host hangs: its VEEH stops, its domain dies with it.
-    signal(src, "-STOP");
+    src.signal("-STOP");
     let uri = if src.host == h1.host { lab::SITE_A_URI } else { lab::SITE_A2_URI };
     veeh::hypervisor::Hypervisor::open(uri, &src.host).unwrap().destroy(&vee).unwrap();
 
@@ -417,7 +411,7 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
     wait_tick(&mut dst.client().await, &vee, 1, Duration::from_secs(60)).await;
     assert_eq!(domains(dst).await.len(), 1, "exactly one copy, at the destination");
 
-    signal(src, "-CONT");
+    src.signal("-CONT");
     site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Stop).await.unwrap();
     drop((veem, h1, h2, repo));
     std::fs::remove_dir_all(&dir).unwrap();

@@ -39,6 +39,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     let svc = acme
         .deploy(ManifestRequest {
             manifest_toml: manifest("shop", "acme", &ids, 2, ""),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -278,9 +279,17 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
 
     // Nothing was reserved: a deployment that needs both hosts fits. The
     // VEEM is killed right after accepting it, mid-deploy.
-    let svc = site::deploy(&mut acme, manifest("shop", "acme", &ids, 2, "")).await.unwrap();
+    let shop = ManifestRequest {
+        manifest_toml: manifest("shop", "acme", &ids, 2, ""),
+        request_id: "shop-deploy-1".into(),
+    };
+    let svc = acme.deploy(shop.clone()).await.unwrap().into_inner();
     // Killed as soon as it answers: its VEEHs are still preparing.
     veem.restart().await;
+    // The client never saw the answer and asks again with its request ID:
+    // the same service, deployed once (R1).
+    let mut acme = veem.client(ACME).await;
+    assert_eq!(acme.deploy(shop).await.unwrap().into_inner().service_id, svc.service_id);
     for v in &svc.vees {
         veem.wait_vee(&v.vee_id, "running", BOOT, |i| i.state() == interfaces::vmi::VeeState::Running)
             .await;

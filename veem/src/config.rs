@@ -320,6 +320,11 @@ fn default_mtu() -> u32 {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VeemConfig {
+    /// Test builds only (feature `failpoints`): failpoints to arm
+    /// ([`crate::failpoints`]); unknown to any other build.
+    #[cfg(feature = "failpoints")]
+    #[serde(default)]
+    pub failpoints: Option<String>,
     pub site_id: String,
     /// VMI gRPC listen address.
     pub listen: SocketAddr,
@@ -506,6 +511,7 @@ impl VeemConfig {
         let mut tokens = std::collections::HashSet::new();
         for (i, t) in self.tokens.iter().enumerate() {
             let digest = t.digest(i).map_err(|e| anyhow::anyhow!("{e} (veem hash-token)"))?;
+            interfaces::tokens::warn_if_clear(&format!("tokens[{i}]"), t.token.as_deref(), "veem hash-token");
             if !tokens.insert(digest) {
                 bail!("field `tokens[{i}]`: the same token twice");
             }

@@ -30,6 +30,10 @@ async fn shutdown_signal() {
 /// to be destroyed ([`crate::reconcile::Strays`]).
 pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     let cfg = VeemConfig::load(config)?;
+    #[cfg(feature = "failpoints")]
+    if let Some(spec) = &cfg.failpoints {
+        crate::failpoints::arm(spec)?;
+    }
     if cfg.insecure {
         tracing::error!(
             "INSECURE: insecure = true: {}calls to http:// hosts and peers are plaintext, and whoever answers there is believed",
@@ -62,8 +66,21 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     } else {
         crate::reconcile::Strays::KeepWithoutRecords
     };
+    match veem.undo_intents().await {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(left = n, "steps a crash cut short are not all undone yet; retrying in the background"),
+        Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot read the intents a crash left"),
+    }
     if let Err(e) = veem.reconcile(strays).await {
         tracing::warn!(error = %format!("{e:#}"), "reconciliation incomplete");
+    }
+    // Hosts the site had before: from now on, silence counts against them
+    // even if they never answered since this start (a host that died while
+    // the VEEM was down is declared failed and its VEEs recovered).
+    for h in veem.hosts.names() {
+        if veem.planner.lock().unwrap().host(&h).is_some() {
+            veem.hosts.mark_known(&h);
+        }
     }
     let loops = Loops::start(&veem);
     tracing::info!(site = %veem.cfg.site_id, %listen, "VMI listening");

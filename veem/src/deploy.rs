@@ -16,6 +16,7 @@ use interfaces::vmi::{self, NegotiateReply};
 use interfaces::BlobId;
 
 use crate::config::Role;
+use crate::intents::Intent;
 use crate::manager::Veem;
 use crate::model::{now_ms, Location, ServiceRec, VeeRec, VeeState};
 use crate::planner::{checkpoint_plan, Admission, Admitted, CheckpointPlan, ServiceRequest};
@@ -153,6 +154,26 @@ impl Veem {
     /// VEEs at peers are on them (stretched there, E PIII §II). Errors
     /// carry the reasons; a refused manifest changes no state.
     pub async fn deploy(self: &Arc<Self>, caller: &Role, toml: &str) -> Result<ServiceRec> {
+        self.deploy_request(caller, toml, "").await
+    }
+
+    /// [`Veem::deploy`], idempotent under `request_id` (non-empty): a
+    /// Deploy the caller already made with this ID and manifest answers
+    /// the service it made ([`request`]). Errors: as Deploy's; InvalidArgument
+    /// for a malformed ID; AlreadyExists for an ID used with another manifest.
+    pub async fn deploy_request(self: &Arc<Self>, caller: &Role, toml: &str, request_id: &str) -> Result<ServiceRec> {
+        if request_id.is_empty() {
+            return self.deploy_once(caller, toml, None).await;
+        }
+        let request = request::RequestKey::new(caller, request_id)?;
+        let _one_at_a_time = self.lock_request(&request).await;
+        if let Some(svc) = self.requested(&request, toml)? {
+            return Ok(svc);
+        }
+        self.deploy_once(caller, toml, Some(&request)).await
+    }
+
+    async fn deploy_once(self: &Arc<Self>, caller: &Role, toml: &str, request: Option<&request::RequestKey>) -> Result<ServiceRec> {
         let m = match self.check_manifest(caller, toml).await {
             Ok(m) => m,
             Err(Refusal(reasons)) => return Err(crate::error::VeemError::ManifestRefused(reasons).into()),
@@ -202,8 +223,27 @@ impl Veem {
             release();
             return Err(e.context("reject"));
         }
+        let intent = Intent::RemotePlacement {
+            service_id: svc.id.clone(),
+            vees: remote.iter().map(|(_, _, v)| v.clone()).collect(),
+            created_ms: self.clock.now_ms(),
+        };
         if !remote.is_empty() {
-            if let Err(why) = self.place_remote(&svc, &mut vees).await? {
+            if let Err(e) = self.begin_intent(&intent) {
+                release();
+                return Err(e.context("reject"));
+            }
+            let placed = match self.place_remote(&svc, &mut vees).await {
+                Ok(placed) => placed,
+                Err(e) => {
+                    release();
+                    self.unplace_remote(&vees).await;
+                    self.drop_intent(&intent)?;
+                    return Err(e);
+                }
+            };
+            if let Err(why) = placed {
+                self.drop_intent(&intent)?;
                 release();
                 match refused {
                     Some(r) => bail!("{}: {}; {why}", r.verdict(), r.reasons.join("; ")),
@@ -216,12 +256,26 @@ impl Veem {
                 }
             }
         }
-        if let Err(e) = self.commit_admission(&svc, &vees) {
+        if !remote.is_empty() {
+            fail::fail_point!("deploy-after-remote-placement");
+        }
+        let mut with = match request {
+            Some(r) => r.record(&svc.id, toml, self.clock.now_ms())?,
+            None => Default::default(),
+        };
+        if !remote.is_empty() {
+            Self::end_intent(&mut with, &intent);
+        }
+        if let Err(e) = self.commit_admission_with(&svc, &vees, with) {
             release();
             self.unplace_remote(&vees).await;
+            if !remote.is_empty() {
+                self.drop_intent(&intent)?;
+            }
             return Err(e.context("reject"));
         }
         drop(one_at_a_time);
+        fail::fail_point!("deploy-after-commit");
         self.placed_remotely(&vees);
         if !remote.is_empty() {
             // VEEs at peers: their networks' home part is here (anchored
@@ -444,5 +498,6 @@ pub fn checkpoint_interval(m: &Manifest, run_time_s: u64) -> Option<u64> {
     }
 }
 
+pub mod request;
 #[cfg(test)]
 mod tests;

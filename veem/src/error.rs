@@ -21,6 +21,10 @@ pub enum VeemError {
     /// (InvalidArgument).
     #[error("rejected: {}", .0.join("; "))]
     ManifestRefused(Vec<String>),
+    /// A Deploy request ID already used by the caller for another
+    /// manifest (AlreadyExists).
+    #[error("request_id {0:?} was used for another manifest (service {1})")]
+    RequestReused(String, String),
 }
 
 impl VeemError {
@@ -48,6 +52,7 @@ fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
         return Some(match v {
             VeemError::NotFound { .. } => Code::NotFound,
             VeemError::InvalidField { .. } | VeemError::ManifestRefused(_) => Code::InvalidArgument,
+            VeemError::RequestReused(..) => Code::AlreadyExists,
         });
     }
     e.is::<InvalidTransition>().then_some(Code::FailedPrecondition)
@@ -80,6 +85,7 @@ mod tests {
                     .into(),
                 Code::FailedPrecondition,
             ),
+            (VeemError::RequestReused("r1".into(), "s1".into()).into(), Code::AlreadyExists),
             // A refusal, even one whose words say "not found" or "field".
             (anyhow::anyhow!("reject: field `x` not found anywhere"), Code::FailedPrecondition),
         ];

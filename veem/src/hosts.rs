@@ -36,6 +36,9 @@ struct HostConn {
     info: Option<HostInfoReply>,
     /// Why its last answer was not its own (logged once per change).
     impostor: Option<String>,
+    /// A host of this site before this VEEM started (the planner's records
+    /// have it): silence counts against it from the start (issue 13 R3).
+    known: bool,
 }
 
 /// The site's hosts: their VHI ports and health.
@@ -60,6 +63,7 @@ impl HostPool {
                     health: Health::Unknown,
                     info: None,
                     impostor: None,
+                    known: false,
                 },
             );
         }
@@ -127,6 +131,16 @@ impl HostPool {
         self.hosts.lock().unwrap().get(name).and_then(|h| h.entry.region.clone())
     }
 
+    /// Marks `name` as a host the site had before this VEEM started: if it
+    /// never answers now, it misses heartbeats and fails like one that
+    /// stopped answering, so that its VEEs are recovered. (A host never
+    /// seen stays [`Health::Unknown`]: nothing ran there.)
+    pub fn mark_known(&self, name: &str) {
+        if let Some(h) = self.hosts.lock().unwrap().get_mut(name) {
+            h.known = true;
+        }
+    }
+
     /// One heartbeat to `name` (2 s timeout). Returns the new health and,
     /// when it changed to Failed or to Up, says so.
     pub async fn heartbeat(&self, name: &str, miss_limit: u32) -> (Health, Option<HostInfoReply>) {
@@ -148,6 +162,7 @@ impl HostPool {
             (None, Health::Failed) => Health::Failed,
             (None, Health::Up) => Health::Missing(1).escalate(miss_limit),
             (None, Health::Missing(n)) => Health::Missing(n + 1).escalate(miss_limit),
+            (None, Health::Unknown) if h.known => Health::Missing(1).escalate(miss_limit),
             (None, Health::Unknown) => Health::Unknown,
         };
         if let Some(i) = &reply {
@@ -183,6 +198,11 @@ mod tests {
             let pool = HostPool::new("site-a", &[entry], &HashMap::from([("h".to_string(), port)])).unwrap();
             // Never answered: stays Unknown (not failed) however long.
             assert_eq!(pool.heartbeat("h", 2).await.0, Health::Unknown);
+            assert_eq!(pool.heartbeat("h", 2).await.0, Health::Unknown);
+            // Unless the site had it before: then it fails as any other.
+            pool.mark_known("h");
+            assert_eq!(pool.heartbeat("h", 2).await.0, Health::Missing(1));
+            assert_eq!(pool.heartbeat("h", 2).await.0, Health::Failed);
             pool.hosts.lock().unwrap().get_mut("h").unwrap().health = Health::Up;
             assert_eq!(pool.heartbeat("h", 2).await.0, Health::Missing(1));
             assert_eq!(pool.heartbeat("h", 2).await.0, Health::Failed);

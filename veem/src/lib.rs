@@ -20,10 +20,12 @@ pub mod daemon;
 pub mod deploy;
 pub mod domain;
 pub mod error;
+pub mod failpoints;
 #[cfg(test)]
 pub(crate) mod fakes;
 pub mod federation;
 pub mod hosts;
+pub mod intents;
 pub mod ipam;
 pub mod lifecycle;
 pub mod loops;

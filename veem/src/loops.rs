@@ -47,6 +47,12 @@ impl Loops {
             },
         );
         loops.spawn(veem, Duration::from_secs(1), (), |veem, _| async move { veem.scheduler_round() });
+        // Steps a crash cut short whose undo could not finish at start-up.
+        loops.spawn(veem, cfg.usage_interval.max(Duration::from_secs(1)), (), |veem, _| async move {
+            if let Err(e) = veem.undo_intents().await {
+                tracing::warn!(error = %format!("{e:#}"), "cannot read the intents a crash left");
+            }
+        });
         let usage = cfg.usage_interval.max(Duration::from_secs(1));
         loops.spawn(veem, usage, HashMap::new(), |veem, mut last| async move {
             veem.accounting_round(&mut last).await;

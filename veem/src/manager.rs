@@ -39,6 +39,8 @@ pub struct Veem {
     /// of decoding the database each time.
     vee_records: RwLock<BTreeMap<String, VeeRec>>,
     vee_locks: Mutex<interfaces::locks::LockMap>,
+    /// Serialises Deploys with the same request ID (crate::deploy).
+    pub(crate) request_locks: Mutex<interfaces::locks::LockMap>,
     /// VEEs with a background task (deploy, checkpoint) under way, so the
     /// scheduler does not queue another.
     busy: Mutex<std::collections::HashSet<String>>,
@@ -116,6 +118,7 @@ impl Veem {
             events,
             vee_records,
             vee_locks: Mutex::new(Default::default()),
+            request_locks: Mutex::new(Default::default()),
             busy: Mutex::new(Default::default()),
             ipam: tokio::sync::Mutex::new(()),
             stretching: Mutex::new(Default::default()),
@@ -149,7 +152,12 @@ impl Veem {
     /// either all of them are there or none (no reservation without its
     /// VEEs, no VEE without its service).
     pub fn commit_admission(&self, svc: &ServiceRec, vees: &[VeeRec]) -> Result<()> {
-        let mut w = Writes::default();
+        self.commit_admission_with(svc, vees, Writes::default())
+    }
+
+    /// [`Veem::commit_admission`] with more records `w` in the same commit
+    /// (Deploy's request record).
+    pub fn commit_admission_with(&self, svc: &ServiceRec, vees: &[VeeRec], mut w: Writes) -> Result<()> {
         let now = self.clock.now();
         let vees: Vec<VeeRec> = vees
             .iter()

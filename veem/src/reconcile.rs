@@ -119,6 +119,24 @@ impl Veem {
                         self.spawn_deploy(&v.id);
                     }
                 }
+                (Location::Host(h), VeeState::Failed | VeeState::Recovering) if !self.charged(&v)? => {
+                    // A recovery the VEEM's restart cut short (R3): done
+                    // if the domain runs, resumed on its host if not. On a
+                    // host that does not answer, the host's failure
+                    // recovers it.
+                    let Some(doms) = running.get(&h) else { continue };
+                    if doms.get(&v.id) == Some(&vhi::VeeState::Running) {
+                        self.event(&v.id, &v.service_id, "reconcile", format!("found running on {h}: its recovery had finished"));
+                        if v.state == VeeState::Failed {
+                            self.transition(&mut v, VeeState::Recovering, "reconciled")?;
+                        }
+                        self.transition(&mut v, VeeState::Running, "reconciled")?;
+                    } else {
+                        self.event(&v.id, &v.service_id, "reconcile", format!("recovery on {h} cut short by a restart: resumed"));
+                        let (veem, id) = (self.clone(), v.id.clone());
+                        tokio::spawn(async move { veem.restore_on(&id, &h, "its recovery was cut short by a VEEM restart").await });
+                    }
+                }
                 (Location::Host(h), s) if s.is_live() || s == VeeState::Recovering => {
                     if let Some(doms) = running.get(&h) {
                         if !doms.contains_key(&v.id) {
@@ -235,7 +253,8 @@ impl Veem {
                 if n == MISSING_ROUNDS && self.try_busy(&v.id) {
                     let (veem, id, host) = (self.clone(), v.id.clone(), h.clone());
                     tokio::spawn(async move {
-                        veem.recover_vanished(&id, &host).await;
+                        let why = format!("its domain vanished from {host}");
+                        veem.restore_on(&id, &host, &why).await;
                         veem.unbusy(&id);
                     });
                 }
@@ -244,15 +263,28 @@ impl Veem {
         missing.retain(|id, _| still.contains(id));
     }
 
-    async fn recover_vanished(&self, vee_id: &str, host: &str) {
-        let why = format!("its domain vanished from {host}");
+    /// Restores VEE `vee_id` on `host`, its reservation unchanged, because
+    /// `why` (its domain vanished, its recovery was cut short); records an
+    /// unrecovered violation if that fails.
+    async fn restore_on(&self, vee_id: &str, host: &str, why: &str) {
         tracing::error!(vee = %vee_id, %host, "{why}: restoring it there");
-        if let Err(e) = self.recover_vee_on(vee_id, &why, host, None).await {
-            tracing::error!(vee = %vee_id, %host, error = %format!("{e:#}"), "a vanished VEE could not be restored");
-            if let Err(e) = self.record_unrecovered(vee_id, &why, &format!("{e:#}")) {
+        if let Err(e) = self.recover_vee_on(vee_id, why, host, None).await {
+            tracing::error!(vee = %vee_id, %host, error = %format!("{e:#}"), "the VEE could not be restored");
+            if let Err(e) = self.record_unrecovered(vee_id, why, &format!("{e:#}")) {
                 tracing::error!(vee = %vee_id, error = %format!("{e:#}"), "cannot record the violation");
             }
         }
+    }
+
+    /// Whether an unrecovered violation was charged for `v` since it last
+    /// changed state: its failure is final, not a recovery under way.
+    fn charged(&self, v: &VeeRec) -> Result<bool> {
+        let since = v.updated_ms.div_euclid(1000) - 1;
+        Ok(self
+            .store
+            .list::<crate::model::ViolationRec>(Tree::Violations)?
+            .iter()
+            .any(|x| x.vee_id == v.id && x.start_unix >= since))
     }
 }
 

@@ -235,6 +235,7 @@ impl Veem {
         }
         v.location = Location::Host(to.to_string());
         self.save_vee(&v)?;
+        fail::fail_point!("recovery-before-restore");
         let c = self.hosts.vhi(to)?;
         let restored = match self.checkpoint_of(vee_id, None)? {
             Some(cp) => {

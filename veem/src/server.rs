@@ -234,7 +234,8 @@ impl Vmi for VmiService {
 
     async fn deploy(&self, r: Request<ManifestRequest>) -> R<ServiceInfo> {
         let role = self.user(&r)?;
-        let s = self.veem.deploy(&role, &r.get_ref().manifest_toml).await.map_err(status)?;
+        let r = r.get_ref();
+        let s = self.veem.deploy_request(&role, &r.manifest_toml, &r.request_id).await.map_err(status)?;
         Ok(Response::new(self.service_info(&role, &s)))
     }
 

@@ -31,6 +31,11 @@ pub enum Tree {
     Fenced,
     /// The planner's header and entries (crate::planner_store).
     Planner,
+    /// Deploy request IDs and the services they made
+    /// (crate::deploy::request::RequestRec).
+    Requests,
+    /// Steps under way that act outside the database (crate::intents).
+    Intents,
 }
 
 impl Tree {
@@ -46,6 +51,8 @@ impl Tree {
             Tree::Meta => "meta",
             Tree::Fenced => "fenced",
             Tree::Planner => "planner",
+            Tree::Requests => "requests",
+            Tree::Intents => "intents",
         }
     }
 }

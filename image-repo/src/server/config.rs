@@ -229,6 +229,7 @@ impl Config {
             }
             let digest = interfaces::tokens::configured(&format!("tokens[{i}]"), t.token.as_deref(), t.token_sha256.as_deref())
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
+            interfaces::tokens::warn_if_clear(&format!("tokens[{i}]"), t.token.as_deref(), "image-repo hash-token");
             if self.digests.contains(&digest) {
                 bail!("field `tokens[{i}]`: the same token as another entry or as `token`");
             }

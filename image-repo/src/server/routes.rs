@@ -93,9 +93,9 @@ struct GrantQuery {
 
 /// `POST /v1/blobs/{id}/grant?for=PROVIDER`: a site (or the operator)
 /// asks whether service provider `PROVIDER` may read the blob, before it
-/// deploys a manifest that names it. 204 if it may — and the caller may
-/// read it from then on, to pull it on its hosts — 404 if not (or no such
-/// blob, or `PROVIDER` is not a provider's name).
+/// deploys a manifest that names it. 204 if it may — it is public, or
+/// `PROVIDER` has a token here and may read it — and the caller may read
+/// it from then on, to pull it on its hosts; 404 if not (or no such blob).
 async fn grant(
     State(app): State<AppState>,
     Path(raw_id): Path<String>,
@@ -105,10 +105,11 @@ async fn grant(
     let who = caller_as(&app.config, &headers, &[Role::Site, Role::Operator], "ask what a provider may read")?;
     let id = parse_id(&raw_id)?;
     let provider = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0.provider;
-    let Some(on_behalf) = app.config.provider(&provider) else {
+    // A public blob is every provider's, with a token here or not.
+    let m = readable(&app, &Caller::operator(), &id)?;
+    if !(m.public || app.config.provider(&provider).is_some_and(|p| p.may_read(&m))) {
         return Err(ApiError::not_found(&id));
-    };
-    readable(&app, &on_behalf, &id)?;
+    }
     if who.role == Role::Site {
         app.store
             .add_reader(&id, &who.name)

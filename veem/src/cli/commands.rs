@@ -70,11 +70,32 @@ fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Deploys `req`, asking again with the same request ID while the VEEM is
+/// unreachable or its answer is lost (Unavailable), at most
+/// `retry.attempts` times: the VEEM deploys the service once.
+pub(crate) async fn deploy_idempotent(
+    c: &mut VmiClient,
+    req: vmi::ManifestRequest,
+    retry: interfaces::retry::RetryPolicy,
+) -> Result<vmi::ServiceInfo, tonic::Status> {
+    let mut attempt = 1;
+    loop {
+        match c.deploy(req.clone()).await {
+            Err(s) if s.code() == tonic::Code::Unavailable && attempt < retry.attempts => {
+                tracing::warn!(request_id = %req.request_id, attempt, error = %s.message(), "Deploy unanswered; asking again with the same request ID");
+                tokio::time::sleep(retry.backoff(attempt)).await;
+                attempt += 1;
+            }
+            r => return r.map(|r| r.into_inner()),
+        }
+    }
+}
+
 async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
     let fmt = cli.global.output;
     // Read local files before connecting, so their errors come first.
     let manifest_toml = match &cli.command {
-        Command::Negotiate { manifest } | Command::Deploy { manifest } => read_manifest(manifest)?,
+        Command::Negotiate { manifest } | Command::Deploy { manifest, .. } => read_manifest(manifest)?,
         Command::Serve { .. } | Command::HashToken => bail!("`serve` and `hash-token` are not VMI calls"),
         _ => String::new(),
     };
@@ -83,15 +104,25 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
     match &cli.command {
         Command::Serve { .. } | Command::HashToken => unreachable!("handled above"),
         Command::Negotiate { .. } => {
-            let r = c.negotiate(vmi::ManifestRequest { manifest_toml }).await?.into_inner();
+            let r = c
+                .negotiate(vmi::ManifestRequest {
+                    manifest_toml,
+                    request_id: String::new(),
+                })
+                .await?
+                .into_inner();
             print(out, &output::negotiation(&Negotiation::from(&r), fmt))?;
             match verdict_exit_code(r.verdict()) {
                 Some(code) => return Ok(code),
                 None => bail!("unknown verdict {:?} from the VEEM", r.verdict),
             }
         }
-        Command::Deploy { .. } => {
-            let s = c.deploy(vmi::ManifestRequest { manifest_toml }).await?.into_inner();
+        Command::Deploy { request_id, .. } => {
+            let req = vmi::ManifestRequest {
+                manifest_toml,
+                request_id: request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            };
+            let s = deploy_idempotent(&mut c, req, interfaces::retry::RetryPolicy::default()).await?;
             print(out, &output::deployed(&Service::from(&s), fmt))?;
         }
         Command::Services => {

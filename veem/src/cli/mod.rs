@@ -115,10 +115,17 @@ pub enum Command {
         /// Service manifest (TOML).
         manifest: PathBuf,
     },
-    /// Admit and deploy a manifest.
+    /// Admit and deploy a manifest. The call is idempotent: a VEEM that
+    /// cannot be reached or does not answer is asked again with the same
+    /// request ID, and deploys the service once.
     Deploy {
         /// Service manifest (TOML).
         manifest: PathBuf,
+        /// The request ID that makes the Deploy idempotent (1-128 of
+        /// [A-Za-z0-9._:-]); give the same one to retry a Deploy whose
+        /// answer was lost [default: a new UUID].
+        #[arg(long, value_name = "ID")]
+        request_id: Option<String>,
     },
     /// List the caller's services.
     Services,

@@ -159,6 +159,8 @@ struct Mock {
     seen: Mutex<Vec<String>>,
     /// States that successive ListMigrations return for migration m-1.
     migration_states: Mutex<Vec<(&'static str, &'static str)>>,
+    /// Deploy calls so far: the first is answered Unavailable, as a lost answer.
+    deploys: std::sync::atomic::AtomicU32,
 }
 
 impl Mock {
@@ -224,6 +226,9 @@ impl Vmi for MockSvc {
     }
     async fn deploy(&self, r: Request<ManifestRequest>) -> R<ServiceInfo> {
         self.note(&r);
+        if self.deploys.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            return Err(Status::unavailable("connection reset"));
+        }
         Err(Status::failed_precondition("manifest rejected: no capacity"))
     }
     async fn get_service(&self, r: Request<ServiceRef>) -> R<ServiceInfo> {
@@ -595,4 +600,13 @@ async fn reject_and_deploy_errors() {
         (c, err.as_str()),
         (1, "error: FailedPrecondition: manifest rejected: no capacity\n")
     );
+    // The unanswered first Deploy was asked again with the same request ID.
+    let seen = mock.seen.lock().unwrap();
+    let ids: Vec<&str> = seen
+        .iter()
+        .filter(|s| s.contains("manifest_toml"))
+        .map(|s| s.split("request_id: \"").nth(1).unwrap().split('"').next().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{seen:?}");
+    assert!(ids[0].len() == 36 && ids[0] == ids[1], "{ids:?}");
 }

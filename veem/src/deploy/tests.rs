@@ -83,3 +83,50 @@ async fn a_host_that_refuses_leaves_the_vee_failed_with_its_reason_and_nothing_r
     );
     assert!(site.hosts.iter().all(|h| !h.runs(&vee)));
 }
+
+#[tokio::test]
+async fn a_deploy_retried_with_its_request_id_deploys_once() {
+    let site = site().await;
+    let usage = |site: &FakeSite| {
+        let now = site.veem.now_slot();
+        let planner = site.veem.planner();
+        planner.host_usage("h1", now).unwrap().vcpus + planner.host_usage("h2", now).unwrap().vcpus
+    };
+    // Two at once and one after, as a client whose answers were lost.
+    let provider = acme();
+    let (a, b) = tokio::join!(
+        site.veem.deploy_request(&provider, STANDARD, "req-1"),
+        site.veem.deploy_request(&provider, STANDARD, "req-1")
+    );
+    let first = a.unwrap();
+    assert_eq!(b.unwrap().id, first.id);
+    let again = site.veem.deploy_request(&acme(), STANDARD, "req-1").await.unwrap();
+    assert_eq!((again.id.as_str(), &again.vees), (first.id.as_str(), &first.vees));
+    assert_eq!(site.veem.vees().unwrap().len(), first.vees.len(), "one set of VEEs");
+    let reserved = usage(&site);
+    assert_eq!(reserved as usize, first.vees.len(), "one vCPU per VEE, reserved once");
+
+    // The same ID with another manifest: refused, nothing changes.
+    let other = STANDARD.replace("name = \"shop\"", "name = \"other\"");
+    let e = site.veem.deploy_request(&acme(), &other, "req-1").await.unwrap_err();
+    let status = crate::error::status(e);
+    assert_eq!(status.code(), Code::AlreadyExists, "{}", status.message());
+    assert!(status.message().contains("req-1") && status.message().contains(&first.id), "{}", status.message());
+    // Another caller's ID space, and no ID at all: new services.
+    let op = site.veem.deploy_request(&Role::Operator, STANDARD, "req-1").await.unwrap();
+    let plain = site.veem.deploy(&acme(), STANDARD).await.unwrap();
+    assert!(op.id != first.id && plain.id != first.id && op.id != plain.id);
+    // A malformed ID names the field.
+    let e = crate::error::status(site.veem.deploy_request(&acme(), STANDARD, "a b").await.unwrap_err());
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("field `request_id`"), "{}", e.message());
+}
+
+#[tokio::test]
+async fn a_refused_deploy_records_no_request_and_its_retry_is_planned_anew() {
+    let site = FakeSite::start(&["h1", "h2"], "").await;
+    assert!(site.veem.deploy_request(&acme(), STANDARD, "req-2").await.is_err(), "the image is missing");
+    site.repo.blobs.lock().unwrap().insert(IMAGE.into());
+    let svc = site.veem.deploy_request(&acme(), STANDARD, "req-2").await.unwrap();
+    assert_eq!(site.veem.deploy_request(&acme(), STANDARD, "req-2").await.unwrap().id, svc.id);
+}

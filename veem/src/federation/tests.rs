@@ -314,6 +314,36 @@ mod networks {
     }
 
     #[tokio::test]
+    async fn a_remote_placement_a_crash_cut_short_is_taken_back_from_the_peer() {
+        use crate::intents::Intent;
+        use crate::store::Tree;
+        let (a, b, svc) = one_host_at_a(false).await;
+        let svc = svc.unwrap();
+        let intents = |a: &FakeSite| a.veem.store.list::<Intent>(Tree::Intents).unwrap();
+        assert!(intents(&a).is_empty(), "the admission's commit ends its intent");
+        let at_b = svc
+            .vees
+            .iter()
+            .map(|id| a.veem.vee(id).unwrap())
+            .find(|v| v.location == Location::Site("site-b".into()))
+            .unwrap();
+        assert!(b.veem.vee(&at_b.id).is_ok());
+        // As a VEEM killed after B booted the VEE and before its commit
+        // leaves it: the intent, naming a VEE B runs and one it never got.
+        a.veem
+            .begin_intent(&Intent::RemotePlacement {
+                service_id: "cut-short".into(),
+                vees: vec![at_b.id.clone(), "never-placed".into()],
+                created_ms: 0,
+            })
+            .unwrap();
+        assert_eq!(a.veem.undo_intents().await.unwrap(), 0);
+        assert!(b.veem.vee(&at_b.id).is_err(), "B took it back");
+        assert!(b.host("b1").calls().iter().any(|c| c.starts_with("destroy") && c.contains(&at_b.id)), "{:?}", b.host("b1").calls());
+        assert!(intents(&a).is_empty());
+    }
+
+    #[tokio::test]
     async fn a_service_placed_in_part_at_a_peer_has_its_networks_stretched_there() {
         let (a, b, svc) = one_host_at_a(false).await;
         let svc = svc.unwrap();

@@ -1,0 +1,33 @@
+//! Test-only failpoints (issue 13 R1, R3), with the `fail` crate: the
+//! points where the end-to-end fault tests kill the VEEM.
+//!
+//! Only a build with the `failpoints` feature has them (the e2e tests turn
+//! it on through their dev-dependency; `cargo build --release --bins` does
+//! not), and only a configuration's `failpoints` arms them, in the `fail`
+//! crate's syntax: `failpoints = "recovery-before-restore=panic"`. A
+//! failpoint that panics aborts the process on the spot, as `kill -9`
+//! would: nothing after it runs, nothing more is written.
+//!
+//! | failpoint | where |
+//! |---|---|
+//! | `deploy-after-commit` | Deploy: the admission committed, no VEEH called, no answer sent |
+//! | `deploy-after-remote-placement` | Deploy: peers booted VEEs, nothing committed here (the intent is) |
+//! | `recovery-before-restore` | recovery: the VEE recorded recovering on its new host, not yet restored |
+
+/// Arms the failpoints of `spec` (`name=action;name=action`) and makes a
+/// panic abort the process. Errors: a malformed entry, named.
+#[cfg(feature = "failpoints")]
+pub fn arm(spec: &str) -> anyhow::Result<()> {
+    for entry in spec.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, action) = entry
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("field `failpoints`: {entry:?} is not name=action"))?;
+        fail::cfg(name.trim(), action.trim()).map_err(|e| anyhow::anyhow!("field `failpoints`: {entry:?}: {e}"))?;
+    }
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("failpoint: {info}; aborting as kill -9 would");
+        std::process::abort();
+    }));
+    tracing::error!(%spec, "FAILPOINTS armed: this VEEM will die at them (a test build)");
+    Ok(())
+}

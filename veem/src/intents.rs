@@ -1,0 +1,96 @@
+//! Intent records (issue 13 R1). A step that acts outside this VEEM's
+//! database before it can commit its own records writes an intent first;
+//! the commit that records the step's outcome removes it in the same
+//! transaction. An intent found later means the VEEM died in between: what
+//! the step may have done outside is undone ([`Veem::undo_intents`], at
+//! start-up and then every usage interval until it succeeds), so a crash
+//! at any point leaves no orphan.
+//!
+//! Today's one step of that kind is Deploy's placement at peer sites: the
+//! peers boot VEEs before the admission is committed here.
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::manager::Veem;
+use crate::store::{Tree, Writes};
+
+/// What a step may have done outside the database.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Intent {
+    /// VEEs of service `service_id` that peer sites may have booted for a
+    /// Deploy not yet committed here: undone by asking every peer to
+    /// abort them (AbortIncoming).
+    RemotePlacement {
+        service_id: String,
+        vees: Vec<String>,
+        /// When it was written, in milliseconds since the Unix epoch.
+        created_ms: i64,
+    },
+}
+
+impl Intent {
+    /// Its key in the `intents` tree.
+    pub fn key(&self) -> String {
+        match self {
+            Intent::RemotePlacement { service_id, .. } => format!("remote-placement/{service_id}"),
+        }
+    }
+}
+
+impl Veem {
+    /// Writes `intent` (flushed) before its step acts.
+    pub(crate) fn begin_intent(&self, intent: &Intent) -> Result<()> {
+        self.store.put(Tree::Intents, &intent.key(), intent)
+    }
+
+    /// Removes `intent` when its step gave up and undid what it did.
+    pub(crate) fn drop_intent(&self, intent: &Intent) -> Result<()> {
+        self.store.remove(Tree::Intents, &intent.key())
+    }
+
+    /// Removes `intent` in the commit `w` that records its step's outcome.
+    pub(crate) fn end_intent(w: &mut Writes, intent: &Intent) {
+        w.remove(Tree::Intents, &intent.key());
+    }
+
+    /// Undoes the steps whose intents a crash left behind; an intent whose
+    /// undo did not complete (a peer unreachable) stays for the next round.
+    /// Returns how many remain.
+    pub async fn undo_intents(&self) -> Result<usize> {
+        let mut left = 0;
+        for intent in self.store.list::<Intent>(Tree::Intents)? {
+            match &intent {
+                Intent::RemotePlacement { service_id, vees, .. } => {
+                    let mut undone = true;
+                    for p in &self.cfg.peers {
+                        let peer = match self.peer(&p.site_id) {
+                            Ok(peer) => peer,
+                            Err(_) => {
+                                undone = false;
+                                continue;
+                            }
+                        };
+                        for v in vees {
+                            match peer.abort_incoming(v).await {
+                                Ok(()) => tracing::warn!(vee = %v, site = %p.site_id, service = %service_id, "a Deploy cut short by a crash: the VEE the peer booted is taken back"),
+                                Err(s) if s.code() == tonic::Code::NotFound => {}
+                                Err(s) => {
+                                    tracing::warn!(vee = %v, site = %p.site_id, error = %s.message(), "cannot take back a VEE of a Deploy cut short; will retry");
+                                    undone = false;
+                                }
+                            }
+                        }
+                    }
+                    if undone {
+                        self.drop_intent(&intent)?;
+                    } else {
+                        left += 1;
+                    }
+                }
+            }
+        }
+        Ok(left)
+    }
+}
