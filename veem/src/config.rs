@@ -373,6 +373,9 @@ pub struct VeemConfig {
     pub insecure: bool,
     #[serde(default)]
     pub tokens: Vec<TokenEntry>,
+    /// The digests of `tokens`, made once, at the first call ([`VeemConfig::role_of`]).
+    #[serde(skip)]
+    token_digests: std::sync::OnceLock<Vec<[u8; 32]>>,
     #[serde(default)]
     pub peers: Vec<PeerEntry>,
     #[serde(default)]
@@ -567,8 +570,10 @@ impl VeemConfig {
     /// with every entry's in constant time, so the time taken says nothing
     /// of how close a guess came.
     pub fn role_of(&self, token: &str) -> Option<Role> {
-        let known: Vec<[u8; 32]> = self.tokens.iter().enumerate().map(|(i, t)| t.digest(i).unwrap_or_default()).collect();
-        interfaces::tokens::find(token, &known).map(|i| self.tokens[i].role.clone())
+        let known = self
+            .token_digests
+            .get_or_init(|| self.tokens.iter().enumerate().map(|(i, t)| t.digest(i).unwrap_or_default()).collect());
+        interfaces::tokens::find(token, known).map(|i| self.tokens[i].role.clone())
     }
 }
 
