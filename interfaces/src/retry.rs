@@ -50,12 +50,23 @@ impl RetryPolicy {
     /// Runs `op` until it succeeds, at most `attempts` times (at least
     /// once), waiting [`RetryPolicy::backoff`] after each failure but the
     /// last; returns the first success or the last error.
-    pub async fn run<T, E, F: std::future::Future<Output = Result<T, E>>>(&self, mut op: impl FnMut() -> F) -> Result<T, E> {
+    pub async fn run<T, E, F: std::future::Future<Output = Result<T, E>>>(&self, op: impl FnMut() -> F) -> Result<T, E> {
+        self.run_while(op, |_| true).await
+    }
+
+    /// [`RetryPolicy::run`], retrying only errors `transient` says are
+    /// worth it (it is asked only when another attempt is left); any other
+    /// error is returned at once.
+    pub async fn run_while<T, E, F: std::future::Future<Output = Result<T, E>>>(
+        &self,
+        mut op: impl FnMut() -> F,
+        transient: impl Fn(&E) -> bool,
+    ) -> Result<T, E> {
         let mut attempt = 1;
         loop {
             match op().await {
                 Ok(v) => return Ok(v),
-                Err(e) if attempt >= self.attempts => return Err(e),
+                Err(e) if attempt >= self.attempts || !transient(&e) => return Err(e),
                 Err(_) => {
                     tokio::time::sleep(self.backoff(attempt)).await;
                     attempt += 1;
@@ -74,6 +85,23 @@ impl RetryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn run_while_returns_an_error_not_worth_a_retry_at_once() {
+        let calls = std::cell::Cell::new(0);
+        let p = RetryPolicy::fixed(5, Duration::from_secs(1));
+        let r: Result<u32, &str> = p
+            .run_while(
+                || {
+                    calls.set(calls.get() + 1);
+                    let e = if calls.get() < 3 { "busy" } else { "refused" };
+                    async move { Err(e) }
+                },
+                |e| *e == "busy",
+            )
+            .await;
+        assert_eq!((r, calls.get()), (Err("refused"), 3));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn run_stops_at_the_first_success_or_after_the_last_attempt() {

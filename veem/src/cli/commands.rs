@@ -78,17 +78,19 @@ pub(crate) async fn deploy_idempotent(
     req: vmi::ManifestRequest,
     retry: interfaces::retry::RetryPolicy,
 ) -> Result<vmi::ServiceInfo, tonic::Status> {
-    let mut attempt = 1;
-    loop {
-        match c.deploy(req.clone()).await {
-            Err(s) if s.code() == tonic::Code::Unavailable && attempt < retry.attempts => {
-                tracing::warn!(request_id = %req.request_id, attempt, error = %s.message(), "Deploy unanswered; asking again with the same request ID");
-                tokio::time::sleep(retry.backoff(attempt)).await;
-                attempt += 1;
-            }
-            r => return r.map(|r| r.into_inner()),
+    let unanswered = |s: &tonic::Status| {
+        let again = s.code() == tonic::Code::Unavailable;
+        if again {
+            tracing::warn!(request_id = %req.request_id, error = %s.message(), "Deploy unanswered; asking again with the same request ID");
         }
-    }
+        again
+    };
+    let call = || {
+        let (mut c, req) = (c.clone(), req.clone());
+        async move { c.deploy(req).await }
+    };
+    let answer = retry.run_while(call, unanswered).await?;
+    Ok(answer.into_inner())
 }
 
 async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {

@@ -1,0 +1,243 @@
+//! A VMI server the CLI tests talk to: it records each call (token and
+//! request) and answers with canned replies.
+
+use std::sync::{Arc, Mutex};
+
+use interfaces::vmi;
+use interfaces::vmi::vmi_server::{Vmi, VmiServer};
+use interfaces::vmi::*;
+use tonic::{Request, Response, Status};
+
+#[derive(Default)]
+pub(super) struct Mock {
+    /// `authorization` metadata of every call.
+    pub(super) auth: Mutex<Vec<Option<String>>>,
+    /// Requests seen, as debug strings.
+    pub(super) seen: Mutex<Vec<String>>,
+    /// States that successive ListMigrations return for migration m-1.
+    pub(super) migration_states: Mutex<Vec<(&'static str, &'static str)>>,
+    /// Deploy calls so far: the first is answered Unavailable, as a lost answer.
+    pub(super) deploys: std::sync::atomic::AtomicU32,
+}
+
+impl Mock {
+    fn note<T: std::fmt::Debug>(&self, req: &Request<T>) {
+        let auth = req.metadata().get("authorization").map(|v| v.to_str().unwrap().to_string());
+        self.auth.lock().unwrap().push(auth);
+        self.seen.lock().unwrap().push(format!("{:?}", req.get_ref()));
+    }
+}
+
+pub(super) fn vee(id: &str, location: &str) -> VeeInfo {
+    VeeInfo {
+        vee_id: id.into(),
+        service_id: "svc1".into(),
+        component: "db".into(),
+        state: vmi::VeeState::Running as i32,
+        location: location.into(),
+        vcpus: 1,
+        memory_mib: 256,
+        updated_unix_ms: 1_795_852_800_000,
+        ..Default::default()
+    }
+}
+
+pub(super) fn migration(state: &str, detail: &str) -> MigrationInfo {
+    MigrationInfo {
+        migration_id: "m-1".into(),
+        vee_id: "v1".into(),
+        from: "local (h1)".into(),
+        to: "remote (site-b)".into(),
+        state: state.parse::<vmi::MigrationState>().unwrap() as i32,
+        detail: detail.into(),
+        total_ms: 900,
+        downtime_ms: 40,
+        ..Default::default()
+    }
+}
+
+type R<T> = Result<Response<T>, Status>;
+
+/// The served handle (the trait cannot be implemented for `Arc<Mock>` itself).
+pub(super) struct MockSvc(Arc<Mock>);
+
+impl std::ops::Deref for MockSvc {
+    type Target = Mock;
+    fn deref(&self) -> &Mock {
+        &self.0
+    }
+}
+
+#[tonic::async_trait]
+impl Vmi for MockSvc {
+    async fn negotiate(&self, r: Request<ManifestRequest>) -> R<NegotiateReply> {
+        self.note(&r);
+        // An unknown word leaves the verdict unset.
+        let verdict = r.get_ref().manifest_toml.trim().parse::<vmi::Verdict>().map_or(0, |v| v as i32);
+        Ok(Response::new(NegotiateReply {
+            verdict,
+            reasons: vec!["because".into()],
+            earliest_start_unix: 1_795_852_800,
+            earliest_end_unix: 1_795_896_000,
+        }))
+    }
+    async fn deploy(&self, r: Request<ManifestRequest>) -> R<ServiceInfo> {
+        self.note(&r);
+        if self.deploys.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            return Err(Status::unavailable("connection reset"));
+        }
+        Err(Status::failed_precondition("manifest rejected: no capacity"))
+    }
+    async fn get_service(&self, r: Request<ServiceRef>) -> R<ServiceInfo> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
+    async fn list_services(&self, r: Request<Empty>) -> R<ServiceList> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
+    async fn list_vees(&self, r: Request<ServiceRef>) -> R<VeeList> {
+        self.note(&r);
+        Ok(Response::new(VeeList {
+            vees: vec![vee("v1", "local (h1)"), vee("v22", "remote (site-b)")],
+        }))
+    }
+    async fn get_vee(&self, r: Request<VeeRef>) -> R<VeeInfo> {
+        self.note(&r);
+        match r.get_ref().vee_id.as_str() {
+            "v1" => Ok(Response::new(vee("v1", "remote (site-b)"))),
+            other => Err(Status::not_found(format!("no VEE {other}"))),
+        }
+    }
+    async fn vee_action(&self, r: Request<VeeActionRequest>) -> R<VeeInfo> {
+        self.note(&r);
+        Ok(Response::new(vee(&r.get_ref().vee_id, "local")))
+    }
+    async fn migrate(&self, r: Request<MigrateRequest>) -> R<MigrationInfo> {
+        self.note(&r);
+        Ok(Response::new(migration("approved", "")))
+    }
+    async fn list_migrations(&self, r: Request<Empty>) -> R<MigrationList> {
+        self.note(&r);
+        let mut states = self.migration_states.lock().unwrap();
+        let (state, detail) = if states.len() > 1 { states.remove(0) } else { states[0] };
+        Ok(Response::new(MigrationList {
+            migrations: vec![migration(state, detail)],
+        }))
+    }
+    async fn approve_migration(&self, r: Request<MigrationRef>) -> R<MigrationInfo> {
+        self.note(&r);
+        Ok(Response::new(migration("approved", "")))
+    }
+    async fn reject_migration(&self, r: Request<RejectRequest>) -> R<MigrationInfo> {
+        self.note(&r);
+        Ok(Response::new(migration("rejected", "")))
+    }
+    async fn drain(&self, r: Request<DrainRequest>) -> R<MigrationList> {
+        self.note(&r);
+        Err(Status::permission_denied("operator only"))
+    }
+    type WatchEventsStream = tokio_stream::Iter<std::vec::IntoIter<Result<interfaces::vmi::Event, Status>>>;
+    async fn watch_events(&self, r: Request<WatchRequest>) -> R<Self::WatchEventsStream> {
+        self.note(&r);
+        let ev = |kind: &str, ms| interfaces::vmi::Event {
+            vee_id: "v1".into(),
+            service_id: "svc1".into(),
+            kind: kind.into(),
+            detail: String::new(),
+            at_unix_ms: ms,
+        };
+        Ok(Response::new(tokio_stream::iter(vec![
+            Ok(ev("deploying", 1_795_852_800_000)),
+            Ok(ev("running", 1_795_852_801_500)),
+        ])))
+    }
+    async fn get_usage(&self, r: Request<ServiceRef>) -> R<UsageReport> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
+    async fn prepare_incoming(&self, _: Request<IncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
+        Err(Status::unimplemented(""))
+    }
+    async fn complete_incoming(&self, _: Request<VeeRef>) -> R<VeeInfo> {
+        Err(Status::unimplemented(""))
+    }
+    async fn abort_incoming(&self, _: Request<VeeRef>) -> R<Empty> {
+        Err(Status::unimplemented(""))
+    }
+    async fn withdraw(&self, _: Request<VeeRef>) -> R<Empty> {
+        Err(Status::unimplemented(""))
+    }
+    async fn list_hosts(&self, r: Request<Empty>) -> R<HostList> {
+        self.note(&r);
+        let h = |name: &str, health: vmi::HostHealth, vees| HostStatus {
+            name: name.into(),
+            health: health as i32,
+            missed_heartbeats: u32::from(health == vmi::HostHealth::Missing),
+            vcpus: 4,
+            memory_mib: 4096,
+            disk_gib: 20,
+            used_vcpus: vees,
+            used_memory_mib: 128 * vees as u64,
+            used_disk_gib: vees as u64,
+            vees,
+            accel: "tcg".into(),
+        };
+        Ok(Response::new(HostList {
+            hosts: vec![h("a1", vmi::HostHealth::Up, 2), h("a2", vmi::HostHealth::Missing, 0)],
+        }))
+    }
+    async fn list_usage_limits(&self, r: Request<Empty>) -> R<UsageLimitList> {
+        self.note(&r);
+        let a = |vcpus, memory_mib, disk_gib| {
+            Some(Amount {
+                vcpus,
+                memory_mib,
+                disk_gib,
+            })
+        };
+        Ok(Response::new(UsageLimitList {
+            limits: vec![
+                UsageLimitInfo {
+                    consumer: "acme".into(),
+                    kind: vmi::UsageLimitKind::Fixed as i32,
+                    limit: a(3, 1024, 10),
+                    held: a(2, 256, 2),
+                    ..Default::default()
+                },
+                UsageLimitInfo {
+                    consumer: "globex".into(),
+                    kind: vmi::UsageLimitKind::Commitment as i32,
+                    limit: a(4, 4096, 40),
+                    burst_limit: a(8, 8192, 80),
+                    epoch_s: 86400,
+                    burst_s: 3600,
+                    held: a(1, 128, 1),
+                    epoch_avg: a(1, 100, 0),
+                    burst_avg: a(2, 128, 0),
+                },
+            ],
+        }))
+    }
+    async fn send_vee(&self, _: Request<SendVeeRequest>) -> R<MigrationInfo> {
+        Err(Status::unimplemented(""))
+    }
+    async fn push_usage(&self, _: Request<UsageBatch>) -> R<PushUsageReply> {
+        Err(Status::unimplemented(""))
+    }
+    async fn update_network(&self, _: Request<interfaces::vhi::NetworkUpdate>) -> R<Empty> {
+        Err(Status::unimplemented(""))
+    }
+}
+
+/// Serve `mock` on a free local port; return its endpoint URL.
+pub(super) async fn serve(mock: Arc<Mock>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(VmiServer::new(MockSvc(mock)))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    format!("http://{addr}")
+}
