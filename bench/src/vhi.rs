@@ -241,7 +241,17 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
         "image-repo",
         "image-repo",
         &[
-            "serve", "--listen", &listen, "--data", data.to_str().unwrap(), "--token", &token, "--tls-cert", cert, "--tls-key", key,
+            "serve",
+            "--listen",
+            &listen,
+            "--data",
+            data.to_str().unwrap(),
+            "--token",
+            &token,
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
         ],
         &dir,
     )?;
@@ -275,10 +285,7 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
 
     let a = start_veeh(&dir, "bench-a", "site-a", SITE_A_URI, &url, &token, &repo_ca).await?;
     let b = start_veeh(&dir, "bench-b", "site-b", SITE_B_URI, &url, &token, &repo_ca).await?;
-    let (mut ca, cb) = (
-        a.client().await?,
-        b.client().await?,
-    );
+    let (mut ca, cb) = (a.client().await?, b.client().await?);
 
     // Warm-up (not measured): the first deploy pulls the images into A's
     // cache; its domain XML is the raw baseline's template.

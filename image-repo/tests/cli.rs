@@ -180,7 +180,9 @@ fn reads_need_a_known_token() {
         let (out, _, stderr) = run(cmd.arg("ls"));
         assert!(!out.status.success() && stderr.contains("401"), "{stderr}");
         let mut cmd = repo.cli();
-        cmd.env("IMAGE_REPO_TOKEN", token.unwrap_or("")).args(["pull", &id, "-o"]).arg(&dest);
+        cmd.env("IMAGE_REPO_TOKEN", token.unwrap_or(""))
+            .args(["pull", &id, "-o"])
+            .arg(&dest);
         let (out, _, _) = run(&mut cmd);
         assert!(!out.status.success() && !dest.exists());
     }

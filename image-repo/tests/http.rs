@@ -204,7 +204,13 @@ async fn ranges_and_head() {
     let get_range = |range: &'static str| {
         let url = url.clone();
         async move {
-            let resp = http().get(&url).bearer_auth(TOKEN).header(header::RANGE, range).send().await.unwrap();
+            let resp = http()
+                .get(&url)
+                .bearer_auth(TOKEN)
+                .header(header::RANGE, range)
+                .send()
+                .await
+                .unwrap();
             let status = resp.status();
             let cr = resp.headers().get(header::CONTENT_RANGE).map(|v| v.to_str().unwrap().to_string());
             (status, cr, resp.bytes().await.unwrap().to_vec())

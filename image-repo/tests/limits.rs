@@ -126,7 +126,10 @@ async fn parallel_uploads_never_exceed_the_quota_together() {
         }
     }
     let total: u64 = client.list().await.unwrap().iter().map(|m| m.size).sum();
-    assert!(total <= 1_000_000, "{stored} uploads stored, {total} bytes over a quota of 1,000,000");
+    assert!(
+        total <= 1_000_000,
+        "{stored} uploads stored, {total} bytes over a quota of 1,000,000"
+    );
     assert!(stored >= 1, "none stored");
     assert!(repo.wait_tmp_empty().is_empty());
 }
@@ -135,7 +138,11 @@ async fn parallel_uploads_never_exceed_the_quota_together() {
 async fn over_tls_only_clients_that_trust_its_ca_are_served() {
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = common::tls_files(dir.path(), "127.0.0.1");
-    let repo = with(&format!("[tls]\ncert = {:?}\nkey = {:?}\n", cert.display().to_string(), key.display().to_string()));
+    let repo = with(&format!(
+        "[tls]\ncert = {:?}\nkey = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    ));
     assert!(repo.url.starts_with("https://"), "{}", repo.url);
     let client = RepoClient::with_ca(&repo.url, Some(TOKEN.into()), Some(&ca)).unwrap();
     let data = content(9, 10_000);

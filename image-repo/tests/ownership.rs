@@ -46,7 +46,10 @@ async fn providers_read_only_their_own_and_public_blobs() {
     let dest = repo.scratch().join("stolen");
     assert_eq!(status(globex.pull(&private, &dest, None).await.unwrap_err()), "404");
     assert!(!dest.exists());
-    assert!(!globex.check_push(&private, 5000, &PushMeta::new("x", BlobKind::Disk)).await.unwrap());
+    assert!(!globex
+        .check_push(&private, 5000, &PushMeta::new("x", BlobKind::Disk))
+        .await
+        .unwrap());
     assert_eq!(status(globex.delete(&private, true).await.unwrap_err()), "404");
     assert_eq!(status(globex.pin(&private, "mine").await.unwrap_err()), "404");
     assert_eq!(status(globex.share(&private, "globex").await.unwrap_err()), "404");
@@ -100,8 +103,14 @@ async fn checkpoints_stay_with_their_site_until_shared_and_grants_follow_provide
     );
     let memory = push(&site, &repo, "vee-1.mem", BlobKind::CheckpointMemory, &content(3, 8000)).await;
     assert!(acme.head(&memory).await.unwrap().is_none(), "a provider reads no checkpoint");
-    assert!(!acme.grant_for(&memory, "acme").await.is_ok_and(|x| x), "a provider may not ask grants");
-    assert!(!site.grant_for(&memory, "acme").await.unwrap(), "a checkpoint is no provider's image");
+    assert!(
+        !acme.grant_for(&memory, "acme").await.is_ok_and(|x| x),
+        "a provider may not ask grants"
+    );
+    assert!(
+        !site.grant_for(&memory, "acme").await.unwrap(),
+        "a checkpoint is no provider's image"
+    );
     site.share(&memory, "site-b").await.unwrap();
     assert_eq!(site.head(&memory).await.unwrap().unwrap().readers, ["site-b"]);
 
@@ -149,10 +158,20 @@ fn the_cli_shares_publishes_and_hashes_tokens() {
     assert!(common::run_ok(as_globex().args(["show", &id])).contains("owner:   acme"));
 
     let mut hash = std::process::Command::new(common::bin());
-    hash.arg("hash-token").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+    hash.arg("hash-token")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
     let mut child = hash.spawn().unwrap();
     use std::io::Write;
-    child.stdin.take().unwrap().write_all(format!("{GLOBEX_TOKEN}\n").as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{GLOBEX_TOKEN}\n").as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), interfaces::tokens::digest_hex(GLOBEX_TOKEN));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim(),
+        interfaces::tokens::digest_hex(GLOBEX_TOKEN)
+    );
 }

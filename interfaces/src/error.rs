@@ -93,6 +93,22 @@ impl Error {
     }
 }
 
+/// `err` and its whole source chain, `"outer: inner: …"`, each message said
+/// once (hyper and tonic repeat theirs one level down). A transport error's
+/// own message ("transport error") rarely says why; its sources do.
+pub fn chain(err: &dyn std::error::Error) -> String {
+    let mut why = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let msg = s.to_string();
+        if !why.ends_with(&msg) {
+            why = format!("{why}: {msg}");
+        }
+        source = s.source();
+    }
+    why
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +122,18 @@ mod tests {
             e.to_string(),
             "VEEM database /d has format version 7, newer than this version reads (up to 1); upgrade first"
         );
+    }
+
+    #[test]
+    fn a_chain_says_each_cause_once() {
+        let inner = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let outer = Error::Io {
+            path: "/x".into(),
+            source: inner,
+        };
+        // Io's own message already ends with its source's: said once.
+        assert_eq!(chain(&outer), "/x: connection refused");
+        let e = anyhow::anyhow!(outer).context("heartbeat");
+        assert_eq!(chain(e.as_ref()), "heartbeat: /x: connection refused");
     }
 }

@@ -209,7 +209,9 @@ impl RepoClient {
     pub async fn grant_for(&self, id: &BlobId, provider: &str) -> Result<bool> {
         let what = format!("may {provider:?} read {id}");
         let path = format!("/blobs/{id}/grant");
-        let resp = self.send(&what, || self.request(Method::POST, &path).query(&[("for", provider)])).await?;
+        let resp = self
+            .send(&what, || self.request(Method::POST, &path).query(&[("for", provider)]))
+            .await?;
         match check(&what, Some(id), resp).await {
             Ok(_) => Ok(true),
             Err(Error::BlobNotFound { .. }) => Ok(false),
@@ -312,13 +314,7 @@ fn transport(what: &str, err: &reqwest::Error) -> Error {
 /// A transport error with its whole source chain (reqwest's own message alone
 /// rarely says why).
 fn transport_after(what: &str, err: &reqwest::Error, attempts: u32) -> Error {
-    let mut reason = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(s) = source {
-        reason.push_str(": ");
-        reason.push_str(&s.to_string());
-        source = s.source();
-    }
+    let mut reason = crate::error::chain(err);
     if attempts > 1 {
         reason.push_str(&format!(" (after {attempts} attempts)"));
     }

@@ -72,8 +72,8 @@ impl Place {
         match self {
             Place::SiteA => Ok(vec![]),
             Place::SiteB => {
-                let pid = std::fs::read_to_string(SITE_B_PID_FILE)
-                    .map_err(|e| format!("{SITE_B_PID_FILE}: {e}; run scripts/setup-host"))?;
+                let pid =
+                    std::fs::read_to_string(SITE_B_PID_FILE).map_err(|e| format!("{SITE_B_PID_FILE}: {e}; run scripts/setup-host"))?;
                 Ok(["nsenter", "-t", pid.trim(), "-m", "-n", "-u", "--"].map(String::from).to_vec())
             }
         }

@@ -139,7 +139,8 @@ impl SitePki {
     /// certificate), or as a peer showing `peer`'s VMI certificate.
     pub async fn vmi_channel(&self, endpoint: &str, peer: Option<&SiteIdentity>) -> Result<Channel, tonic::transport::Error> {
         let read = |p: &Path| std::fs::read(p).expect("the test PKI's files");
-        let mut tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(read(&self.vmi_ca.file)));
+        let mut tls =
+            tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(read(&self.vmi_ca.file)));
         if let Some(id) = peer {
             tls = tls.identity(tonic::transport::Identity::from_pem(read(&id.cert), read(&id.key)));
         }

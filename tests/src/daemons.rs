@@ -80,7 +80,10 @@ impl ImageRepo {
 
     /// The token of service provider `provider` (`acme` or `globex`).
     pub fn provider_token(&self, provider: &str) -> String {
-        assert!(REPO_PROVIDERS.contains(&provider), "the test repository has no token for {provider}");
+        assert!(
+            REPO_PROVIDERS.contains(&provider),
+            "the test repository has no token for {provider}"
+        );
         Self::token_of(provider)
     }
 

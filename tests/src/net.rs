@@ -132,7 +132,6 @@ impl Drop for TickClient {
     }
 }
 
-
 /// `GET url` from the outside namespace every 300 ms in the background
 /// (`curl -m 2`, a new TCP connection each): each try with its instant
 /// and whether it got a 2xx answer.

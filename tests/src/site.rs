@@ -178,7 +178,10 @@ impl Veem {
 
     /// A VMI client presenting `token`.
     pub async fn client(&self, token: &str) -> PeerClient {
-        let ch = vee_testkit::pki::site(&self.site_id).vmi_channel(&self.endpoint, None).await.unwrap();
+        let ch = vee_testkit::pki::site(&self.site_id)
+            .vmi_channel(&self.endpoint, None)
+            .await
+            .unwrap();
         VmiClient::with_interceptor(ch, Bearer::new(token).unwrap())
     }
 
@@ -272,12 +275,23 @@ pub fn manifest(name: &str, provider: &str, ids: &crate::daemons::GuestIds, inst
 /// Negotiates `manifest_toml` with `c`; panics on a VMI error (a refusal
 /// is a verdict, not an error).
 pub async fn negotiate(c: &mut PeerClient, manifest_toml: String) -> NegotiateReply {
-    c.negotiate(ManifestRequest { manifest_toml, ..Default::default() }).await.unwrap().into_inner()
+    c.negotiate(ManifestRequest {
+        manifest_toml,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
 }
 
 /// Deploys `manifest_toml` with `c`: the service, or the VMI error.
 pub async fn deploy(c: &mut PeerClient, manifest_toml: String) -> Result<ServiceInfo, tonic::Status> {
-    c.deploy(ManifestRequest { manifest_toml, ..Default::default() }).await.map(|r| r.into_inner())
+    c.deploy(ManifestRequest {
+        manifest_toml,
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner())
 }
 
 /// The events so far of service `service_id` as `c` may see them.

@@ -60,7 +60,11 @@ impl Site {
         }
         assert!(self.veem.daemon.log_text().contains("failpoint"), "{}", self.veem.daemon.log_text());
         let text = std::fs::read_to_string(&self.veem.config).unwrap();
-        let disarmed: String = text.lines().filter(|l| !l.starts_with("failpoints")).map(|l| format!("{l}\n")).collect();
+        let disarmed: String = text
+            .lines()
+            .filter(|l| !l.starts_with("failpoints"))
+            .map(|l| format!("{l}\n"))
+            .collect();
         std::fs::write(&self.veem.config, disarmed).unwrap();
         self.veem.restart().await;
     }
@@ -158,18 +162,32 @@ async fn lab_a_stalled_host_that_comes_back_is_fenced_and_its_vee_runs_once() {
         .await;
     assert_eq!(host_of(&info).unwrap(), other.host);
     let stalled_view = Hypervisor::open(s.at_uri, &stalled.host).unwrap();
-    assert!(stalled_view.state(&vee).unwrap().is_some(), "the stalled host's copy runs on while it stalls");
+    assert!(
+        stalled_view.state(&vee).unwrap().is_some(),
+        "the stalled host's copy runs on while it stalls"
+    );
 
     // It comes back: fenced before it counts as up, its copy destroyed.
     stalled.signal("-CONT");
     let start = Instant::now();
     while stalled_view.state(&vee).unwrap().is_some() {
-        assert!(start.elapsed() < Duration::from_secs(30), "the returning host's copy is still there");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the returning host's copy is still there"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let back = s.host_when(&stalled.host, "came back", |h| h.health() == HostHealth::Up).await;
     assert_eq!((back.vees, back.used_vcpus, back.used_memory_mib), (0, 0, 0), "{back:?}");
-    assert!(stalled.client().await.list_domains(interfaces::vhi::Empty {}).await.unwrap().into_inner().domains.is_empty());
+    assert!(stalled
+        .client()
+        .await
+        .list_domains(interfaces::vhi::Empty {})
+        .await
+        .unwrap()
+        .into_inner()
+        .domains
+        .is_empty());
     s.runs_once_on_the_other_host().await;
 }
 
@@ -198,11 +216,17 @@ async fn lab_a_veem_killed_mid_recovery_finishes_it_after_its_restart() {
         .veem
         .client(ACME)
         .await
-        .get_usage(ServiceRef { service_id: s.service.clone() })
+        .get_usage(ServiceRef {
+            service_id: s.service.clone(),
+        })
         .await
         .unwrap()
         .into_inner();
-    assert!(usage.violations.is_empty(), "a recovered VEE is no SLA violation: {:?}", usage.violations);
+    assert!(
+        usage.violations.is_empty(),
+        "a recovered VEE is no SLA violation: {:?}",
+        usage.violations
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -215,7 +239,10 @@ async fn lab_a_veem_killed_inside_deploy_deploys_once_for_a_client_that_retries(
     };
     // Committed, then the VEEM dies before it calls a VEEH or answers.
     let e = site.veem.client(ACME).await.deploy(shop.clone()).await.unwrap_err();
-    assert!(matches!(e.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal), "{e:?}");
+    assert!(
+        matches!(e.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal),
+        "{e:?}"
+    );
     site.restart_after_failpoint().await;
     // The client asks again with its request ID: the one service.
     let mut acme = site.veem.client(ACME).await;
@@ -230,7 +257,14 @@ async fn lab_a_veem_killed_inside_deploy_deploys_once_for_a_client_that_retries(
     let host = host_of(&placed).expect("on a host");
     let (on, off) = if host == site.hosts[0].host { (0, 1) } else { (1, 0) };
     wait_tick(&mut site.hosts[on].client().await, &vee, 2, BOOT).await;
-    let elsewhere = site.hosts[off].client().await.list_domains(interfaces::vhi::Empty {}).await.unwrap().into_inner().domains;
+    let elsewhere = site.hosts[off]
+        .client()
+        .await
+        .list_domains(interfaces::vhi::Empty {})
+        .await
+        .unwrap()
+        .into_inner()
+        .domains;
     assert!(elsewhere.is_empty(), "{elsewhere:?}");
     assert_eq!(info.vee_id, vee);
 }

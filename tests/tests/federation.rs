@@ -72,7 +72,6 @@ impl Lab {
     }
 }
 
-
 async fn domains(h: &Veeh) -> Vec<vhi::DomainInfo> {
     h.client().await.list_domains(vhi::Empty {}).await.unwrap().into_inner().domains
 }

@@ -41,7 +41,11 @@ fn manifest(name: &str, ids: &e2e::daemons::GuestIds) -> String {
 /// `v`'s NIC on `network`: (MAC, address without prefix, external address).
 fn nic(v: &VeeInfo, network: &str) -> (String, String, String) {
     let n = v.nics.iter().find(|n| n.network == network).unwrap();
-    (n.mac.clone(), n.address.split('/').next().unwrap().into(), n.external_address.clone())
+    (
+        n.mac.clone(),
+        n.address.split('/').next().unwrap().into(),
+        n.external_address.clone(),
+    )
 }
 
 /// What the VEE at internal address `from` answers to probe `query` (the
@@ -112,7 +116,10 @@ async fn stranger_at_b_cannot_reach(s: &Span, targets: &[&str]) {
     // let through the bridge.
     for target in targets {
         let (_, route) = sh(&format!("ip -n vee-siteb route get {target}"));
-        assert!(!route.contains(" dev vs"), "site B routes {target} into the stretched network: {route}");
+        assert!(
+            !route.contains(" dev vs"),
+            "site B routes {target} into the stretched network: {route}"
+        );
     }
     site::vee_action(&mut globex, &id, Action::Stop).await.unwrap();
 }
@@ -185,7 +192,10 @@ async fn assert_kept(what: &str, client: &TickClient, http: &HttpPoller, web1: &
     let by_name = probe(web1, "dns=db-0").await;
     assert_eq!(by_name.trim(), format!("PROBE-OK {db0}"), "{what}: db-0 resolves for web-1");
     let tcp = probe(web1, "tcp=db-0:7000").await;
-    assert!(tcp.starts_with(&format!("PROBE-OK {db0} tick 1")), "{what}: web-1 -> db-0:7000: {tcp}");
+    assert!(
+        tcp.starts_with(&format!("PROBE-OK {db0} tick 1")),
+        "{what}: web-1 -> db-0:7000: {tcp}"
+    );
     gap
 }
 
@@ -246,7 +256,10 @@ async fn span(name: &str, a_extra: &str, hosts: &[&str]) -> Span {
     let (_, web1_ip, _) = nic(&s.vee("web", 1), "public");
     let page = e2e::net::wait_http(&format!("http://{web1_ip}/"), BOOT).await.map(|(p, _)| p);
     assert!(page.is_some_and(|p| p.contains("web-1")), "web-1 serves HTTP at {web1_ip}");
-    assert!(probe(&web1_ip, "dns=db-0").await.starts_with("PROBE-OK"), "web-1 resolves db-0 at A");
+    assert!(
+        probe(&web1_ip, "dns=db-0").await.starts_with("PROBE-OK"),
+        "web-1 resolves db-0 at A"
+    );
     s
 }
 
@@ -297,9 +310,11 @@ async fn lab_web_1_live_migrates_to_site_b_and_home_keeping_its_addresses_and_tc
     let http = HttpPoller::start(&format!("http://{web1_ext}/"));
 
     // To site B, approved by site A's operator.
-    let out = migrate(&a, &web1.vee_id, "site-b", "").await;
+    let out = migrate(a, &web1.vee_id, "site-b", "").await;
     assert_eq!(out.state(), MigrationState::Done, "{}", out.detail);
-    let at_b = a.wait_vee(&web1.vee_id, "at site B", BOOT, |i| i.location == "remote (site-b)").await;
+    let at_b = a
+        .wait_vee(&web1.vee_id, "at site B", BOOT, |i| i.location == "remote (site-b)")
+        .await;
     assert_eq!(nic(&at_b, "public"), (web1_mac.clone(), web1_ip.clone(), web1_ext.clone()));
     assert_eq!(nic(&at_b, "backend").0, web1_backend_mac);
     // The guest at B has the same MACs (its domain there) and answers at the
@@ -321,8 +336,12 @@ async fn lab_web_1_live_migrates_to_site_b_and_home_keeping_its_addresses_and_tc
     stranger_at_b_cannot_reach(&s, &[&web1_ip, &web1_backend_ip]).await;
 
     // Home again, to a host of site A.
-    let home = if host_of(&web1).as_deref() == Some(a1.host.as_str()) { &a2.host } else { &a1.host };
-    let back = migrate(&a, &web1.vee_id, "", home).await;
+    let home = if host_of(&web1).as_deref() == Some(a1.host.as_str()) {
+        &a2.host
+    } else {
+        &a1.host
+    };
+    let back = migrate(a, &web1.vee_id, "", home).await;
     assert_eq!(back.state(), MigrationState::Done, "{}", back.detail);
     let at_a = a
         .wait_vee(&web1.vee_id, "home", BOOT, |i| host_of(i).as_deref() == Some(home.as_str()))
@@ -342,7 +361,8 @@ async fn lab_web_1_live_migrates_to_site_b_and_home_keeping_its_addresses_and_tc
     // takes it home by live migration, the same connection going on.
     let again = migrate(a, &web1.vee_id, "site-b", "").await;
     assert_eq!(again.state(), MigrationState::Done, "{}", again.detail);
-    a.wait_vee(&web1.vee_id, "at site B", BOOT, |i| i.location == "remote (site-b)").await;
+    a.wait_vee(&web1.vee_id, "at site B", BOOT, |i| i.location == "remote (site-b)")
+        .await;
     let mut b_op = s.b.client(OPERATOR).await;
     site::vee_action(&mut b_op, &web1.vee_id, Action::Withdraw).await.unwrap();
     let withdrawn = a
@@ -389,9 +409,8 @@ async fn lab_a_cross_site_migration_whose_destination_dies_leaves_web_1_at_a_and
     let out = migrate(&s.a, &web1.vee_id, "site-b", "").await;
     assert!(killer.join().unwrap(), "never saw site B's incoming QEMU");
     assert_eq!(out.state(), MigrationState::Failed, "{out:?}");
-    let info = s
-        .a
-        .wait_vee(&web1.vee_id, "running at A", BOOT, |i| {
+    let info =
+        s.a.wait_vee(&web1.vee_id, "running at A", BOOT, |i| {
             i.state() == VeeState::Running && host_of(i).is_some()
         })
         .await;
@@ -483,9 +502,8 @@ async fn lab_a_vee_restored_at_site_b_from_a_checkpoint_keeps_its_addresses_and_
         .unwrap()
         .destroy(&alone.vee_id)
         .unwrap();
-    let at_b = s
-        .a
-        .wait_vee(&alone.vee_id, "restored at site B", BOOT, |i| {
+    let at_b =
+        s.a.wait_vee(&alone.vee_id, "restored at site B", BOOT, |i| {
             i.state() == VeeState::Running && i.location == "remote (site-b)"
         })
         .await;
@@ -503,8 +521,14 @@ async fn lab_a_vee_restored_at_site_b_from_a_checkpoint_keeps_its_addresses_and_
     assert!(ping.starts_with("PROBE-OK"), "{name} at B -> {other_ip}: {ping}");
     // A web VEE keeps its external address at site A.
     if let Some(n) = alone.nics.iter().find(|n| n.network == "public") {
-        let page = e2e::net::wait_http(&format!("http://{}/", n.external_address), BOOT).await.map(|(p, _)| p);
-        assert!(page.is_some_and(|p| p.contains(&name)), "{name} at B answers HTTP at {}", n.external_address);
+        let page = e2e::net::wait_http(&format!("http://{}/", n.external_address), BOOT)
+            .await
+            .map(|(p, _)| p);
+        assert!(
+            page.is_some_and(|p| p.contains(&name)),
+            "{name} at B answers HTTP at {}",
+            n.external_address
+        );
     }
     stop_and_check_b_is_clean(&s, &alone.vee_id).await;
     s.end().await;

@@ -198,12 +198,21 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
 async fn checkpoints_are_the_sites_own(repo: &ImageRepo, globex: &mut veem::peers::PeerClient, ids: &e2e::daemons::GuestIds) {
     use interfaces::repo_client::BlobKind;
     let all = repo.client().list().await.unwrap();
-    let memory = all.iter().find(|m| m.kind == BlobKind::CheckpointMemory).expect("a checkpoint memory blob");
-    let disk = all.iter().find(|m| m.kind == BlobKind::CheckpointDisk).expect("a checkpoint disk blob");
+    let memory = all
+        .iter()
+        .find(|m| m.kind == BlobKind::CheckpointMemory)
+        .expect("a checkpoint memory blob");
+    let disk = all
+        .iter()
+        .find(|m| m.kind == BlobKind::CheckpointDisk)
+        .expect("a checkpoint disk blob");
     assert_eq!((memory.owner.as_str(), disk.owner.as_str()), ("site-a", "site-a"));
     let anonymous = interfaces::repo_client::RepoClient::with_ca(&repo.url, None, Some(&repo.ca)).unwrap();
     for client in [repo.client_as(&repo.provider_token("acme")), anonymous] {
-        assert!(client.head(&memory.id).await.map_or(true, |m| m.is_none()), "the guest's RAM is readable");
+        assert!(
+            client.head(&memory.id).await.map_or(true, |m| m.is_none()),
+            "the guest's RAM is readable"
+        );
         let dest = lab::test_dir("stolen-checkpoint").join("memory");
         assert!(client.pull(&memory.id, &dest, None).await.is_err() && !dest.exists());
     }
@@ -268,7 +277,13 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     let mut globex = veem.client(GLOBEX).await;
     let n = site::negotiate(&mut globex, with_private("globex")).await;
     assert_eq!(n.verdict(), interfaces::vmi::Verdict::Reject);
-    assert!(n.reasons.iter().any(|r| r.contains("component[0].initrd") && r.contains(&acme_initrd)), "{:?}", n.reasons);
+    assert!(
+        n.reasons
+            .iter()
+            .any(|r| r.contains("component[0].initrd") && r.contains(&acme_initrd)),
+        "{:?}",
+        n.reasons
+    );
     let n = site::negotiate(&mut acme, manifest("shop", "acme", &ids, 2, "")).await;
     assert_eq!(n.verdict(), interfaces::vmi::Verdict::Accept);
     assert!(
@@ -380,7 +395,9 @@ async fn lab_a_vee_destroyed_behind_the_veems_back_is_restored_from_its_checkpoi
     let mut c = a1.client().await;
     wait_tick(&mut c, &vee, 2, BOOT).await;
     let before = guest::last_tick(&console(&mut c, &vee).await).unwrap().0;
-    site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Checkpoint).await.unwrap();
+    site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Checkpoint)
+        .await
+        .unwrap();
     let after = guest::last_tick(&console(&mut c, &vee).await).unwrap().0;
     wait_tick(&mut c, &vee, after + 3, Duration::from_secs(30)).await;
 
@@ -405,7 +422,9 @@ async fn lab_a_vee_destroyed_behind_the_veems_back_is_restored_from_its_checkpoi
         "restored from the checkpoint (ticks {before}..={after}), first tick again {first}"
     );
     let info = veem
-        .wait_vee(&vee, "running", Duration::from_secs(30), |i| i.state() == interfaces::vmi::VeeState::Running)
+        .wait_vee(&vee, "running", Duration::from_secs(30), |i| {
+            i.state() == interfaces::vmi::VeeState::Running
+        })
         .await;
     assert_eq!(host_of(&info).as_deref(), Some(a1.host.as_str()));
     let mut op = veem.client(OPERATOR).await;

@@ -403,7 +403,10 @@ async fn lab_the_vhi_answers_only_its_sites_veem_over_mutual_tls() {
     for (who, c) in [
         ("plaintext", connect(None, plain).await),
         ("no client certificate", connect(Some(ca_only), a1.endpoint.clone()).await),
-        ("site B's VEEM", connect(Some(other.client(&a1.host).unwrap()), a1.endpoint.clone()).await),
+        (
+            "site B's VEEM",
+            connect(Some(other.client(&a1.host).unwrap()), a1.endpoint.clone()).await,
+        ),
     ] {
         assert!(answers(c).await.is_err(), "{who} was answered");
     }

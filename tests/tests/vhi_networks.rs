@@ -267,9 +267,15 @@ async fn lab_an_anchored_network_keeps_its_home_part_with_no_vee_here_until_let_
     assert!(fdb.contains(&format!("vx{vni}")), "{fdb}");
     let dhcp = Command::new("pgrep").args(["-f", &format!("interface={br}")]).output().unwrap();
     assert!(!dhcp.stdout.is_empty(), "the network's DHCP server runs here");
-    let out = Command::new("bridge").args(["fdb", "show", "dev", &format!("vx{vni}")]).output().unwrap();
+    let out = Command::new("bridge")
+        .args(["fdb", "show", "dev", &format!("vx{vni}")])
+        .output()
+        .unwrap();
     let fdb = String::from_utf8_lossy(&out.stdout);
-    assert!(fdb.contains("02:00:6d:60:00:02 dst 10.77.0.2 port 4790"), "web-1 is behind site B: {fdb}");
+    assert!(
+        fdb.contains("02:00:6d:60:00:02 dst 10.77.0.2 port 4790"),
+        "web-1 is behind site B: {fdb}"
+    );
     // A VEE comes and goes here meanwhile: the anchored network stays.
     veeh::network::ensure_networks("10.77.0.1", std::slice::from_ref(&n)).await.unwrap();
     veeh::network::release_networks(std::slice::from_ref(&n)).await;

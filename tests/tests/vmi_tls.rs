@@ -40,7 +40,12 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
 
     // Plaintext: no answer.
     let plain = veem.endpoint.replace("https://", "http://");
-    let plain = match Endpoint::from_shared(plain).unwrap().connect_timeout(Duration::from_secs(5)).connect().await {
+    let plain = match Endpoint::from_shared(plain)
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+    {
         Err(e) => Err(e.to_string()),
         Ok(ch) => VmiClient::with_interceptor(ch, Bearer::new(OPERATOR).unwrap())
             .list_migrations(Empty {})

@@ -108,7 +108,7 @@ pub fn generate(spec: &DomainSpec) -> String {
     format!(
         "<domain type='{dtype}'>\n  <name>{name}</name>\n  <uuid>{uuid}</uuid>\n  <metadata><veeh:vee xmlns:veeh='{ns}'><veeh:owner>{owner}</veeh:owner><veeh:service>{service}</veeh:service></veeh:vee></metadata>\n  <memory unit='MiB'>{mem}</memory>\n  <vcpu>{vcpus}</vcpu>\n  <os>{os}</os>\n  {cpu}\n  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n  <devices>\n    {disk}{nics}\n    <serial type='file'><source path='{console}' append='on'/><target port='0'/></serial>\n    <memballoon model='none'/>\n  </devices>\n</domain>\n",
         dtype = spec.accel.domain_type(),
-        name = domain_name(&spec.vee_id),
+        name = esc(&domain_name(&spec.vee_id)),
         uuid = esc(&spec.vee_id),
         ns = METADATA_NS,
         owner = esc(&spec.owner),
@@ -232,7 +232,10 @@ pub fn rewrite_for(xml: &str, to: &PathMap, new_owner: &str) -> anyhow::Result<S
         let Some(source) = doc
             .descendants()
             .filter(|n| n.has_tag_name("interface"))
-            .find(|i| i.children().any(|c| c.has_tag_name("mac") && c.attribute("address") == Some(mac.as_str())))
+            .find(|i| {
+                i.children()
+                    .any(|c| c.has_tag_name("mac") && c.attribute("address") == Some(mac.as_str()))
+            })
             .and_then(|i| i.children().find(|c| c.has_tag_name("source")))
         else {
             continue;
@@ -371,11 +374,27 @@ mod tests {
     }
 
     #[test]
+    fn every_string_is_escaped_the_name_too() {
+        // Found by fuzz/domain_xml: the VHI checks that a VEE ID is a UUID,
+        // and the XML does not rely on it.
+        let xml = generate(&DomainSpec {
+            vee_id: "x</name><devices/><name>".into(),
+            ..spec()
+        });
+        let doc = roxmltree::Document::parse(&xml).unwrap();
+        let name = doc.descendants().find(|n| n.has_tag_name("name")).unwrap();
+        assert_eq!(name.text(), Some("vee-x</name><devices/><name>"));
+    }
+
+    #[test]
     fn rewrite_points_every_path_bridge_and_the_owner_at_the_destination() {
         let xml = generate(&two_nics());
         assert_eq!(
             bridges(&xml).unwrap(),
-            [("02:00:00:64:00:02".into(), "vb100".into()), ("02:00:00:65:00:02".into(), "vb101".into())]
+            [
+                ("02:00:00:64:00:02".into(), "vb100".into()),
+                ("02:00:00:65:00:02".into(), "vb101".into())
+            ]
         );
         let to = PathMap {
             disk: Some("/b/x/overlay.qcow2".into()),
@@ -388,7 +407,10 @@ mod tests {
         let out = rewrite_for(&xml, &to, "host-b1").unwrap();
         assert_eq!(
             bridges(&out).unwrap(),
-            [("02:00:00:64:00:02".into(), "vb100".into()), ("02:00:00:65:00:02".into(), "vs4790-65".into())]
+            [
+                ("02:00:00:64:00:02".into(), "vb100".into()),
+                ("02:00:00:65:00:02".into(), "vs4790-65".into())
+            ]
         );
         for old in ["/s/a/overlay.qcow2", "/c/blobs/k", "/c/blobs/i", "/s/a/console.log"] {
             assert!(!out.contains(old), "{old} still in {out}");

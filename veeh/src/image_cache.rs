@@ -45,13 +45,7 @@ fn stamp(path: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
     let mtime = m.modified().ok()?.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_nanos();
-    Some(format!(
-        "{} {} {mtime} {}.{:09}",
-        m.ino(),
-        m.len(),
-        m.ctime(),
-        m.ctime_nsec()
-    ))
+    Some(format!("{} {} {mtime} {}.{:09}", m.ino(), m.len(), m.ctime(), m.ctime_nsec()))
 }
 
 impl ImageCache {
@@ -234,7 +228,12 @@ mod tests {
         let path = c.path(&id);
         let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
         std::fs::write(&path, b"kernel bitz").unwrap();
-        std::fs::File::options().write(true).open(&path).unwrap().set_modified(mtime).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), mtime);
         assert!(c.ensure(&id).await.is_err(), "the corrupt copy was served");
         assert!(!path.exists());

@@ -305,7 +305,9 @@ impl Veem {
             return Some("field `record_id`: must be 1 to 128 characters".into());
         }
         if r.site_chain.first().map(String::as_str) != Some(from) || r.site_chain.len() > 16 {
-            return Some(format!("field `site_chain`: must start with the sending site {from} (at most 16 sites)"));
+            return Some(format!(
+                "field `site_chain`: must start with the sending site {from} (at most 16 sites)"
+            ));
         }
         for (field, x) in [("cpu_seconds", r.cpu_seconds), ("memory_mib_seconds", r.memory_mib_seconds)] {
             if !x.is_finite() || x < 0.0 {
@@ -318,13 +320,18 @@ impl Veem {
                 r.start_unix, r.end_unix
             ));
         }
-        let Some(v) = self.vee(&r.vee_id).ok().filter(|v| v.for_peer.is_none() && v.service_id == r.abc_id) else {
-            return Some(format!("fields `vee_id`, `abc_id`: no VEE {} of service {} here", r.vee_id, r.abc_id));
+        let Some(v) = self
+            .vee(&r.vee_id)
+            .ok()
+            .filter(|v| v.for_peer.is_none() && v.service_id == r.abc_id)
+        else {
+            return Some(format!(
+                "fields `vee_id`, `abc_id`: no VEE {} of service {} here",
+                r.vee_id, r.abc_id
+            ));
         };
         let ran_there = v.stays.iter().any(|s| {
-            s.site == from
-                && s.from_unix - USAGE_SLACK_S <= r.start_unix
-                && r.end_unix <= s.until_unix.unwrap_or(now) + USAGE_SLACK_S
+            s.site == from && s.from_unix - USAGE_SLACK_S <= r.start_unix && r.end_unix <= s.until_unix.unwrap_or(now) + USAGE_SLACK_S
         });
         if !ran_there {
             return Some(format!(
@@ -334,7 +341,10 @@ impl Veem {
         }
         let seconds = (r.end_unix - r.start_unix + 2) as f64;
         if r.cpu_seconds > f64::from(v.vcpus) * seconds {
-            return Some(format!("field `cpu_seconds`: {} is more than {} vCPUs give in {seconds} s", r.cpu_seconds, v.vcpus));
+            return Some(format!(
+                "field `cpu_seconds`: {} is more than {} vCPUs give in {seconds} s",
+                r.cpu_seconds, v.vcpus
+            ));
         }
         if r.memory_mib_seconds > v.memory_mib as f64 * seconds {
             return Some(format!(

@@ -535,7 +535,10 @@ impl VeemConfig {
         for (i, p) in self.peers.iter().enumerate() {
             if let Some(o) = &p.overlay {
                 if o.port == 4789 || o.port == 0 {
-                    bail!("field `peers[{i}].overlay.port`: {} is not a port for a peer's networks (4789 is this site's own)", o.port);
+                    bail!(
+                        "field `peers[{i}].overlay.port`: {} is not a port for a peer's networks (4789 is this site's own)",
+                        o.port
+                    );
                 }
                 if !ports.insert(o.port) {
                     bail!("field `peers[{i}].overlay.port`: {} is another peer's already", o.port);
@@ -570,9 +573,13 @@ impl VeemConfig {
     /// with every entry's in constant time, so the time taken says nothing
     /// of how close a guess came.
     pub fn role_of(&self, token: &str) -> Option<Role> {
-        let known = self
-            .token_digests
-            .get_or_init(|| self.tokens.iter().enumerate().map(|(i, t)| t.digest(i).unwrap_or_default()).collect());
+        let known = self.token_digests.get_or_init(|| {
+            self.tokens
+                .iter()
+                .enumerate()
+                .map(|(i, t)| t.digest(i).unwrap_or_default())
+                .collect()
+        });
         interfaces::tokens::find(token, known).map(|i| self.tokens[i].role.clone())
     }
 }

@@ -37,10 +37,17 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     if cfg.insecure {
         tracing::error!(
             "INSECURE: insecure = true: {}calls to http:// hosts and peers are plaintext, and whoever answers there is believed",
-            if cfg.tls.is_none() { "the VMI is served in plaintext (tokens cross in clear), " } else { "" }
+            if cfg.tls.is_none() {
+                "the VMI is served in plaintext (tokens cross in clear), "
+            } else {
+                ""
+            }
         );
     } else if cfg.tls.is_none() {
-        anyhow::bail!("{}: no [tls] for the VMI: give this site's certificate, or set insecure = true", config.display());
+        anyhow::bail!(
+            "{}: no [tls] for the VMI: give this site's certificate, or set insecure = true",
+            config.display()
+        );
     }
     let listen = cfg.listen;
     // The port first: a VEEM that cannot serve does not start (nor
@@ -68,7 +75,10 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     };
     match veem.undo_intents().await {
         Ok(0) => {}
-        Ok(n) => tracing::warn!(left = n, "steps a crash cut short are not all undone yet; retrying in the background"),
+        Ok(n) => tracing::warn!(
+            left = n,
+            "steps a crash cut short are not all undone yet; retrying in the background"
+        ),
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot read the intents a crash left"),
     }
     if let Err(e) = veem.reconcile(strays).await {
@@ -85,13 +95,12 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     let loops = Loops::start(&veem);
     tracing::info!(site = %veem.cfg.site_id, %listen, "VMI listening");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(
-        builder
-            .add_service(vmi)
-            .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
-                let _ = stopped.await;
-            }),
-    );
+    let mut server = tokio::spawn(builder.add_service(vmi).serve_with_incoming_shutdown(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        async {
+            let _ = stopped.await;
+        },
+    ));
     // Until a signal, or until the server ends by itself (it cannot bind).
     let ended = tokio::select! {
         _ = shutdown_signal() => None,

@@ -314,10 +314,7 @@ impl Veem {
     ) -> (ServiceRec, Vec<VeeRec>) {
         let clock = self.slots;
         let window = admitted.map_or(req.window, |a| a.window);
-        let window = (
-            clock.start_of(window.start).max(self.clock.now()),
-            clock.start_of(window.end),
-        );
+        let window = (clock.start_of(window.start).max(self.clock.now()), clock.start_of(window.end));
         let mut vees: Vec<VeeRec> = admitted
             .iter()
             .flat_map(|a| &a.placements)

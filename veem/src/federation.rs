@@ -15,9 +15,9 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context, Result};
 use interfaces::manifest::MigrationPolicy;
 use interfaces::vhi;
-use interfaces::BlobId;
 use interfaces::vhi::IncomingTarget;
 use interfaces::vmi::{self, IncomingRequest, VeeActionRequest};
+use interfaces::BlobId;
 
 use crate::domain::StateMachine;
 use crate::error::VeemError;

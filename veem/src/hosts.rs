@@ -39,6 +39,8 @@ struct HostConn {
     /// A host of this site before this VEEM started (the planner's records
     /// have it): silence counts against it from the start (issue 13 R3).
     known: bool,
+    /// Why its last heartbeat got no answer (`None` once it answers).
+    last_error: Option<String>,
 }
 
 /// The site's hosts: their VHI ports and health.
@@ -64,6 +66,7 @@ impl HostPool {
                     info: None,
                     impostor: None,
                     known: false,
+                    last_error: None,
                 },
             );
         }
@@ -93,7 +96,11 @@ impl HostPool {
         Ok(tokio::time::timeout(Duration::from_secs(3), c.host_info(req))
             .await
             .map_err(|_| anyhow!("host {name} does not answer"))?
-            .map_err(|e| anyhow!("host {name}: {}", e.message()))?
+            .map_err(|e| match std::error::Error::source(&e) {
+                // A transport error's message alone says "transport error".
+                Some(why) => anyhow!("host {name}: {}: {}", e.message(), interfaces::error::chain(why)),
+                None => anyhow!("host {name}: {}", e.message()),
+            })?
             .into_inner())
     }
 
@@ -127,6 +134,12 @@ impl HostPool {
         self.hosts.lock().unwrap().get(name).and_then(|h| h.info.clone())
     }
 
+    /// Why host `name`'s last heartbeat got no answer (`None`: it
+    /// answered, or was not asked yet).
+    pub fn last_error(&self, name: &str) -> Option<String> {
+        self.hosts.lock().unwrap().get(name).and_then(|h| h.last_error.clone())
+    }
+
     pub fn region(&self, name: &str) -> Option<String> {
         self.hosts.lock().unwrap().get(name).and_then(|h| h.entry.region.clone())
     }
@@ -143,14 +156,26 @@ impl HostPool {
 
     /// One heartbeat to `name` (2 s timeout). Returns the new health and,
     /// when it changed to Failed or to Up, says so.
+    /// A failed heartbeat is logged when its reason changes (kept in
+    /// [`HostPool::last_error`]).
     pub async fn heartbeat(&self, name: &str, miss_limit: u32) -> (Health, Option<HostInfoReply>) {
-        let reply = self.ask_info(name).await.ok();
+        let (reply, error) = match self.ask_info(name).await {
+            Ok(r) => (Some(r), None),
+            Err(e) => (None, Some(format!("{e:#}"))),
+        };
         let impostor = reply.as_ref().and_then(|r| self.impostor(name, r));
         let reply = reply.filter(|_| impostor.is_none());
         let mut hosts = self.hosts.lock().unwrap();
         let Some(h) = hosts.get_mut(name) else {
             return (Health::Unknown, None);
         };
+        if error != h.last_error {
+            match &error {
+                Some(why) => tracing::warn!(host = %name, endpoint = %h.entry.endpoint, "no heartbeat answer: {why}"),
+                None => tracing::info!(host = %name, "answers heartbeats again"),
+            }
+            h.last_error = error;
+        }
         if impostor != h.impostor {
             if let Some(why) = &impostor {
                 tracing::error!(host = %name, endpoint = %h.entry.endpoint, "{why}: not an answer; nothing is done on it");
@@ -198,6 +223,9 @@ mod tests {
             let pool = HostPool::new("site-a", &[entry], &HashMap::from([("h".to_string(), port)])).unwrap();
             // Never answered: stays Unknown (not failed) however long.
             assert_eq!(pool.heartbeat("h", 2).await.0, Health::Unknown);
+            // Why, with the transport's own reason (not "transport error" alone).
+            let why = pool.last_error("h").unwrap();
+            assert!(why.contains("Connection refused"), "{why}");
             assert_eq!(pool.heartbeat("h", 2).await.0, Health::Unknown);
             // Unless the site had it before: then it fails as any other.
             pool.mark_known("h");

@@ -74,7 +74,9 @@ impl Veem {
                         };
                         for v in vees {
                             match peer.abort_incoming(v).await {
-                                Ok(()) => tracing::warn!(vee = %v, site = %p.site_id, service = %service_id, "a Deploy cut short by a crash: the VEE the peer booted is taken back"),
+                                Ok(()) => {
+                                    tracing::warn!(vee = %v, site = %p.site_id, service = %service_id, "a Deploy cut short by a crash: the VEE the peer booted is taken back")
+                                }
                                 Err(s) if s.code() == tonic::Code::NotFound => {}
                                 Err(s) => {
                                     tracing::warn!(vee = %v, site = %p.site_id, error = %s.message(), "cannot take back a VEE of a Deploy cut short; will retry");

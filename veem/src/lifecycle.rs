@@ -133,7 +133,10 @@ impl Veem {
         let cp = CheckpointRec::new(rec);
         if let Some(primary) = &v.for_peer {
             // Taken for a peer: its primary site restores it anywhere.
-            if let Err(e) = self.share_blobs(vec![rec.memory_blob.clone(), rec.disk_blob.clone()], primary).await {
+            if let Err(e) = self
+                .share_blobs(vec![rec.memory_blob.clone(), rec.disk_blob.clone()], primary)
+                .await
+            {
                 tracing::warn!(vee = %v.id, %primary, error = %format!("{e:#}"), "cannot share checkpoint blobs with the primary site");
             }
         }

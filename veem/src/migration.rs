@@ -287,7 +287,10 @@ impl Veem {
                 .await
             }
             Dest::Site(s) if s == &self.cfg.site_id => Err(anyhow!("migrating home needs a destination host: use --to-host")),
-            Dest::Site(s) => self.send_incoming(s, &v, crate::federation::Incoming::Migration, self.spec_of(&v)).await,
+            Dest::Site(s) => {
+                self.send_incoming(s, &v, crate::federation::Incoming::Migration, self.spec_of(&v))
+                    .await
+            }
             Dest::ForPrimary(s) => Err(anyhow!("site-of:{s} is not a destination this site can choose")),
         };
         let outcome = match prepared {

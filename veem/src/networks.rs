@@ -299,13 +299,23 @@ impl Veem {
             return;
         }
         let vees = self.vees_where(|o| o.service_id == service_id && on_network(o));
-        let hosts: BTreeSet<String> = vees.iter().filter(|v| runs(v)).filter_map(VeeRec::host).map(str::to_string).collect();
+        let hosts: BTreeSet<String> = vees
+            .iter()
+            .filter(|v| runs(v))
+            .filter_map(VeeRec::host)
+            .map(str::to_string)
+            .collect();
         let stretched_to = self.stretched_to(&vees);
         let anchor = if hosts.is_empty() && !stretched_to.is_empty() {
             svc.anchor
                 .clone()
                 .filter(|h| self.hosts.health(h) != crate::hosts::Health::Failed)
-                .or_else(|| self.hosts.names().into_iter().find(|h| self.hosts.health(h) == crate::hosts::Health::Up))
+                .or_else(|| {
+                    self.hosts
+                        .names()
+                        .into_iter()
+                        .find(|h| self.hosts.health(h) == crate::hosts::Health::Up)
+                })
         } else {
             None
         };

@@ -60,9 +60,9 @@ impl GrpcHost {
         match (endpoint.starts_with("https://"), tls) {
             (true, Some(tls)) => ep = ep.tls_config(tls.client(name)?).map_err(|e| anyhow!("host {name}: TLS: {e}"))?,
             (true, None) => anyhow::bail!("host {name}: endpoint {endpoint:?} is https and the configuration has no [vhi_tls]"),
-            (false, _) if !insecure => anyhow::bail!(
-                "host {name}: endpoint {endpoint:?} is plaintext: use https (with [vhi_tls]) or set insecure = true"
-            ),
+            (false, _) if !insecure => {
+                anyhow::bail!("host {name}: endpoint {endpoint:?} is plaintext: use https (with [vhi_tls]) or set insecure = true")
+            }
             (false, _) => {}
         }
         Ok(Self(VhiClient::new(ep.connect_lazy())))
@@ -180,7 +180,10 @@ impl GrpcPeer {
                     .tls_config(tls.client_to(site, ca)?)
                     .map_err(|e| anyhow!("peer {site}: TLS: {e}"))?
             }
-            (true, None, _) => anyhow::bail!("peer {site}: endpoint {:?} is https and the configuration has no [tls]", entry.endpoint),
+            (true, None, _) => anyhow::bail!(
+                "peer {site}: endpoint {:?} is https and the configuration has no [tls]",
+                entry.endpoint
+            ),
             (true, _, None) => anyhow::bail!("peer {site}: endpoint {:?} is https and the peer has no `ca`", entry.endpoint),
             (false, ..) if !insecure => anyhow::bail!(
                 "peer {site}: endpoint {:?} is plaintext: use https (with [tls] and the peer's `ca`) or set insecure = true",
@@ -188,7 +191,10 @@ impl GrpcPeer {
             ),
             (false, ..) => {}
         }
-        Ok(Self(vmi::vmi_client::VmiClient::with_interceptor(ep.connect_lazy(), Bearer::new(&entry.token)?)))
+        Ok(Self(vmi::vmi_client::VmiClient::with_interceptor(
+            ep.connect_lazy(),
+            Bearer::new(&entry.token)?,
+        )))
     }
 }
 
@@ -322,7 +328,11 @@ impl Ports {
                 tls: cfg.tls.clone(),
                 insecure: cfg.insecure,
             }),
-            repo: Arc::new(RepoClient::with_ca(&cfg.image_repo, cfg.image_repo_token.clone(), cfg.image_repo_ca.as_deref())?),
+            repo: Arc::new(RepoClient::with_ca(
+                &cfg.image_repo,
+                cfg.image_repo_token.clone(),
+                cfg.image_repo_ca.as_deref(),
+            )?),
             clock: Arc::new(SystemClock),
         })
     }

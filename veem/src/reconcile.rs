@@ -126,13 +126,23 @@ impl Veem {
                     // recovers it.
                     let Some(doms) = running.get(&h) else { continue };
                     if doms.get(&v.id) == Some(&vhi::VeeState::Running) {
-                        self.event(&v.id, &v.service_id, "reconcile", format!("found running on {h}: its recovery had finished"));
+                        self.event(
+                            &v.id,
+                            &v.service_id,
+                            "reconcile",
+                            format!("found running on {h}: its recovery had finished"),
+                        );
                         if v.state == VeeState::Failed {
                             self.transition(&mut v, VeeState::Recovering, "reconciled")?;
                         }
                         self.transition(&mut v, VeeState::Running, "reconciled")?;
                     } else {
-                        self.event(&v.id, &v.service_id, "reconcile", format!("recovery on {h} cut short by a restart: resumed"));
+                        self.event(
+                            &v.id,
+                            &v.service_id,
+                            "reconcile",
+                            format!("recovery on {h} cut short by a restart: resumed"),
+                        );
                         let (veem, id) = (self.clone(), v.id.clone());
                         tokio::spawn(async move { veem.restore_on(&id, &h, "its recovery was cut short by a VEEM restart").await });
                     }
@@ -244,7 +254,10 @@ impl Veem {
                 // An operation under way (its lock held) may have moved or
                 // stopped it since the list: not counted.
                 let Some(_g) = self.try_lock_vee(&v.id) else { continue };
-                if !self.vee(&v.id).is_ok_and(|now| now.state == VeeState::Running && now.location == here) {
+                if !self
+                    .vee(&v.id)
+                    .is_ok_and(|now| now.state == VeeState::Running && now.location == here)
+                {
                     continue;
                 }
                 let n = missing.get(&v.id).copied().unwrap_or(0) + 1;

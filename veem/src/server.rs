@@ -48,9 +48,10 @@ impl VmiService {
                     .peers
                     .iter()
                     .map(|p| {
-                        let ca = p.ca.as_ref().ok_or_else(|| {
-                            anyhow::anyhow!("peer {}: the VMI is served over TLS and the peer has no `ca`", p.site_id)
-                        })?;
+                        let ca = p
+                            .ca
+                            .as_ref()
+                            .ok_or_else(|| anyhow::anyhow!("peer {}: the VMI is served over TLS and the peer has no `ca`", p.site_id))?;
                         Ok((p.site_id.clone(), PeerCa::load(ca)?))
                     })
                     .collect::<anyhow::Result<_>>()?,
@@ -82,7 +83,11 @@ impl VmiService {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| Status::unauthenticated("missing `authorization: Bearer TOKEN`"))?;
-        let role = self.veem.cfg.role_of(token).ok_or_else(|| Status::unauthenticated("unknown token"))?;
+        let role = self
+            .veem
+            .cfg
+            .role_of(token)
+            .ok_or_else(|| Status::unauthenticated("unknown token"))?;
         if let (Role::Peer(site), Some(cas)) = (&role, &self.peer_cas) {
             let ca = cas
                 .get(site)
@@ -188,6 +193,7 @@ impl VmiService {
                     used_disk_gib: used.disk_gib,
                     vees: placed.iter().filter(|v| v.host() == Some(h.as_str())).count() as u32,
                     accel: p.host(&h).map(|s| s.profile.accel.clone()).unwrap_or_default(),
+                    last_error: self.veem.hosts.last_error(&h).unwrap_or_default(),
                     name: h,
                 }
             })
@@ -235,7 +241,11 @@ impl Vmi for VmiService {
     async fn deploy(&self, r: Request<ManifestRequest>) -> R<ServiceInfo> {
         let role = self.user(&r)?;
         let r = r.get_ref();
-        let s = self.veem.deploy_request(&role, &r.manifest_toml, &r.request_id).await.map_err(status)?;
+        let s = self
+            .veem
+            .deploy_request(&role, &r.manifest_toml, &r.request_id)
+            .await
+            .map_err(status)?;
         Ok(Response::new(self.service_info(&role, &s)))
     }
 
@@ -477,8 +487,6 @@ impl Vmi for VmiService {
                 batch.from_site
             )));
         }
-        ok(self
-            .veem
-            .receive_usage(&site, batch))
+        ok(self.veem.receive_usage(&site, batch))
     }
 }

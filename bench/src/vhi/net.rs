@@ -175,7 +175,9 @@ async fn ours(ctx: &mut Ctx, n: &Net, s: &mut NetSamples) -> Result<()> {
     let t = Instant::now();
     let last = ctx.migrate_to_b(&spec, &at_b).await?;
     s.4.push(t.elapsed().as_secs_f64());
-    ctx.ca.update_network(stretched_at_a(n, member(n, SITE_B_ADDR, OVERLAY_PORT))).await?;
+    ctx.ca
+        .update_network(stretched_at_a(n, member(n, SITE_B_ADDR, OVERLAY_PORT)))
+        .await?;
     let after = seen.len() + 10;
     while seen.len() < after {
         let next = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await;
@@ -256,7 +258,10 @@ async fn raw(ctx: &mut Ctx, n: &Net, s: &mut NetSamples, i: usize) -> Result<()>
     let _ = run_at_b(&format!("ip link del {vt}; ip link del {br}"));
     let _ = run_cmd(
         "sh",
-        &["-c", &format!("bridge fdb del 00:00:00:00:00:00 dev vx{vni} dst {SITE_B_ADDR} port {OVERLAY_PORT}")],
+        &[
+            "-c",
+            &format!("bridge fdb del 00:00:00:00:00:00 dev vx{vni} dst {SITE_B_ADDR} port {OVERLAY_PORT}"),
+        ],
     );
     veeh::network::release_networks(&nics).await;
     s.5.push(moved?.0);

@@ -90,7 +90,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
         data: args.data,
         token: args.token,
         max_bytes: args.max_bytes,
-        tls: args.tls_cert.zip(args.tls_key).map(|(cert, key)| server::config::ServerTls { cert, key }),
+        tls: args
+            .tls_cert
+            .zip(args.tls_key)
+            .map(|(cert, key)| server::config::ServerTls { cert, key }),
         insecure: args.insecure,
     };
     let config = Config::load(args.config.as_deref(), overrides)?;

@@ -76,7 +76,9 @@ impl Caller {
 /// Errors: 401 saying whether the token is missing, malformed or unknown.
 pub fn caller(config: &Config, headers: &HeaderMap) -> Result<Caller, ApiError> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return Err(ApiError::unauthorized("this repository needs a bearer token (Authorization: Bearer TOKEN)"));
+        return Err(ApiError::unauthorized(
+            "this repository needs a bearer token (Authorization: Bearer TOKEN)",
+        ));
     };
     let token = value
         .to_str()

@@ -209,10 +209,13 @@ impl Config {
 
     /// The service provider named `name`, if a token speaks for one.
     pub fn provider(&self, name: &str) -> Option<Caller> {
-        self.tokens.iter().find(|t| t.role == Role::Provider && t.name == name).map(|t| Caller {
-            name: t.name.clone(),
-            role: t.role,
-        })
+        self.tokens
+            .iter()
+            .find(|t| t.role == Role::Provider && t.name == name)
+            .map(|t| Caller {
+                name: t.name.clone(),
+                role: t.role,
+            })
     }
 
     fn validate(&mut self) -> Result<()> {
@@ -225,7 +228,10 @@ impl Config {
         for (i, t) in self.tokens.iter().enumerate() {
             validate_pin(&t.name).map_err(|r| anyhow::anyhow!("field `tokens[{i}].name`: {r}"))?;
             if !names.insert(t.name.clone()) {
-                bail!("field `tokens[{i}].name`: {:?} is taken (the operator's name, or given twice)", t.name);
+                bail!(
+                    "field `tokens[{i}].name`: {:?} is taken (the operator's name, or given twice)",
+                    t.name
+                );
             }
             let digest = interfaces::tokens::configured(&format!("tokens[{i}]"), t.token.as_deref(), t.token_sha256.as_deref())
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -290,7 +296,10 @@ mod tests {
 
         let base = "data = \"/x\"\ntoken = \"operator-token\"\ninsecure = true\n";
         for (entry, why) in [
-            ("name = \"operator\"\nrole = \"site\"\ntoken = \"site-token\"", "`tokens[0].name`: \"operator\" is taken"),
+            (
+                "name = \"operator\"\nrole = \"site\"\ntoken = \"site-token\"",
+                "`tokens[0].name`: \"operator\" is taken",
+            ),
             ("name = \"a b\"\nrole = \"site\"\ntoken = \"site-token\"", "`tokens[0].name`"),
             ("name = \"acme\"\nrole = \"provider\"\ntoken = \"operator-token\"", "same token"),
             ("name = \"acme\"\nrole = \"provider\"\ntoken = \"short\"", "`tokens[0].token`"),

@@ -56,7 +56,10 @@ async fn meta(State(app): State<AppState>, Path(raw_id): Path<String>, headers: 
 
 /// The record of `id` if `who` may read it. Errors: 404 otherwise.
 pub fn readable(app: &AppState, who: &Caller, id: &interfaces::BlobId) -> Result<BlobMeta, ApiError> {
-    let m = app.store.get(id).map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?;
+    let m = app
+        .store
+        .get(id)
+        .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?;
     who.readable(m, id)
 }
 
@@ -158,7 +161,10 @@ async fn delete(
     let force = query.map_err(|e| ApiError::bad_request(e.body_text()))?.force;
     let m = readable(&app, &who, &id)?;
     if !who.may_manage(&m) {
-        return Err(ApiError::forbidden(format!("blob {id} belongs to {}; {} may not delete it", m.owner, who.name)));
+        return Err(ApiError::forbidden(format!(
+            "blob {id} belongs to {}; {} may not delete it",
+            m.owner, who.name
+        )));
     }
     match app.store.delete(&id, force).await {
         Ok(Deleted::Removed(m)) => {

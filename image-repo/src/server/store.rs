@@ -283,7 +283,10 @@ mod tests {
         let temp = store.temp_file();
         std::fs::write(temp.path(), b"x").unwrap();
         assert!(matches!(
-            store.commit(temp, &id, 1, PushMeta::new("x", BlobKind::Disk), &Caller::operator()).await.unwrap(),
+            store
+                .commit(temp, &id, 1, PushMeta::new("x", BlobKind::Disk), &Caller::operator())
+                .await
+                .unwrap(),
             Stored::New(_)
         ));
         store.set_pin(&id, "site-b", true).await.unwrap();

@@ -111,7 +111,7 @@ pub async fn upload(
                 return Err(ApiError::too_slow(&id, received, &format!("no byte for {} s", pace.idle.as_secs())));
             }
             Ok(None) => break,
-            Ok(Some(chunk)) => chunk.map_err(|e| ApiError::interrupted(&id, received, &source_chain(&e)))?,
+            Ok(Some(chunk)) => chunk.map_err(|e| ApiError::interrupted(&id, received, &interfaces::error::chain(&e)))?,
         };
         received += chunk.len() as u64;
         if let Some(why) = pace.too_slow(received) {
@@ -262,15 +262,4 @@ fn storage_error(id: &BlobId, e: io::Error, doing: &str) -> ApiError {
     } else {
         ApiError::internal(format!("{doing} of {id}"), e)
     }
-}
-
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
 }

@@ -119,7 +119,11 @@ impl Repo {
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("server did not start: {line:?}\n{}", self.log()))
             .to_string();
-        let scheme = if self.opts.extra_config.contains("[tls]") { "https" } else { "http" };
+        let scheme = if self.opts.extra_config.contains("[tls]") {
+            "https"
+        } else {
+            "http"
+        };
         self.url = format!("{scheme}://{addr}");
         self.addr = addr;
         self.child = Some(child);
@@ -263,7 +267,10 @@ pub fn tls_files(dir: &Path, addr: &str) -> (PathBuf, PathBuf, PathBuf) {
     let ca_key = KeyPair::generate().unwrap();
     let ca = ca.self_signed(&ca_key).unwrap();
     let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec![addr.to_string()]).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
+    let cert = CertificateParams::new(vec![addr.to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
     let paths = (dir.join("ca.crt"), dir.join("repo.crt"), dir.join("repo.key"));
     std::fs::write(&paths.0, ca.pem()).unwrap();
     std::fs::write(&paths.1, cert.pem()).unwrap();

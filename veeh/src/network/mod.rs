@@ -204,12 +204,26 @@ const ANCHORED: &str = "anchored";
 /// A network's member table on this host: the VXLAN forwarding entries;
 /// on this site's own network also the DHCP reservations and DNS names,
 /// and the external addresses of members running at peer sites.
-async fn apply_members(vtep: &str, vni: u32, overlay_port: u32, domain: &str, members: &[NetworkMember], stretched_to: &[Vtep]) -> Result<()> {
+async fn apply_members(
+    vtep: &str,
+    vni: u32,
+    overlay_port: u32,
+    domain: &str,
+    members: &[NetworkMember],
+    stretched_to: &[Vtep],
+) -> Result<()> {
     if overlay_port == 0 {
         dhcp::write_members(vni, domain, members).await?;
         external::forward_abroad(members).await?;
     }
-    vxlan::set_forwarding(&vxlan_of(&bridge_of(vni, overlay_port)), (vni, overlay_port), vtep, members, stretched_to).await
+    vxlan::set_forwarding(
+        &vxlan_of(&bridge_of(vni, overlay_port)),
+        (vni, overlay_port),
+        vtep,
+        members,
+        stretched_to,
+    )
+    .await
 }
 
 /// `nics` left this host (their VEE's domain is gone): a network whose
@@ -374,7 +388,10 @@ pub fn check_members(field: &str, domain: &str, members: &[NetworkMember]) -> Re
 pub fn check_overlay(field: &str, overlay_port: u32, stretched_to: &[Vtep]) -> Result<(), crate::error::HostError> {
     use crate::error::HostError;
     if overlay_port > u32::from(u16::MAX) {
-        return Err(HostError::field(format!("{field}.overlay_port"), format!("{overlay_port} is not a UDP port")));
+        return Err(HostError::field(
+            format!("{field}.overlay_port"),
+            format!("{overlay_port} is not a UDP port"),
+        ));
     }
     for (i, v) in stretched_to.iter().enumerate() {
         if v.address.parse::<std::net::Ipv4Addr>().is_err() {
@@ -384,7 +401,10 @@ pub fn check_overlay(field: &str, overlay_port: u32, stretched_to: &[Vtep]) -> R
             ));
         }
         if v.port > u32::from(u16::MAX) {
-            return Err(HostError::field(format!("{field}.stretched_to[{i}].port"), format!("{} is not a UDP port", v.port)));
+            return Err(HostError::field(
+                format!("{field}.stretched_to[{i}].port"),
+                format!("{} is not a UDP port", v.port),
+            ));
         }
     }
     Ok(())

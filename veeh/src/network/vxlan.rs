@@ -87,10 +87,12 @@ pub(super) async fn set_forwarding(
     stretched_to: &[Vtep],
 ) -> Result<()> {
     let remote: Vec<&NetworkMember> = members.iter().filter(|m| !m.vtep.is_empty() && m.vtep != own_vtep).collect();
-    let floods = remote
-        .iter()
-        .map(|m| (m.vtep.clone(), m.vtep_port))
-        .chain(stretched_to.iter().filter(|v| v.address != own_vtep).map(|v| (v.address.clone(), v.port)));
+    let floods = remote.iter().map(|m| (m.vtep.clone(), m.vtep_port)).chain(
+        stretched_to
+            .iter()
+            .filter(|v| v.address != own_vtep)
+            .map(|v| (v.address.clone(), v.port)),
+    );
     let want: BTreeSet<Entry> = remote
         .iter()
         .map(|m| (m.mac.clone(), m.vtep.clone(), udp_port(m.vtep_port)))

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
+use std::path::Path;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
-use std::path::Path;
 
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
@@ -58,26 +58,17 @@ pub async fn connect(endpoint: &str, token: Option<&str>, ca: Option<&Path>) -> 
         .map_err(|e| anyhow!("invalid endpoint URL {endpoint:?}: {e}"))?
         .connect_timeout(CONNECT_TIMEOUT);
     if endpoint.starts_with("https://") {
-        let ca = ca.ok_or_else(|| anyhow!("{endpoint} is https: give the CA of the VEEM's certificate (--ca, VEEM_CA or the context's `ca`)"))?;
+        let ca =
+            ca.ok_or_else(|| anyhow!("{endpoint} is https: give the CA of the VEEM's certificate (--ca, VEEM_CA or the context's `ca`)"))?;
         let pem = std::fs::read(ca).with_context(|| format!("cannot read CA {}", ca.display()))?;
         ep = ep
             .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
             .map_err(|e| anyhow!("TLS towards {endpoint}: {e}"))?;
     }
-    let channel = ep.connect().await.map_err(|e| {
-        // The transport error itself only says "transport error"; its sources say why.
-        let mut why = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            let msg = s.to_string();
-            // hyper repeats its own message one level down; say it once.
-            if !why.ends_with(&msg) {
-                why = format!("{why}: {msg}");
-            }
-            source = s.source();
-        }
-        anyhow!("cannot reach the VEEM at {endpoint}: {why}")
-    })?;
+    let channel = ep
+        .connect()
+        .await
+        .map_err(|e| anyhow!("cannot reach the VEEM at {endpoint}: {}", interfaces::error::chain(&e)))?;
     Ok(interfaces::vmi::vmi_client::VmiClient::with_interceptor(channel, auth))
 }
 

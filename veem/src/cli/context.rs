@@ -93,8 +93,7 @@ fn read_token(path: &Path) -> Result<String> {
 pub fn resolve(g: &GlobalOpts, env: &dyn Fn(&str) -> Option<String>) -> Result<Target> {
     let config = match config_path(env) {
         Some((path, must_exist)) => match std::fs::read_to_string(&path) {
-            Ok(text) => toml::from_str::<ClientConfig>(&text)
-                .with_context(|| format!("client configuration {}", path.display()))?,
+            Ok(text) => toml::from_str::<ClientConfig>(&text).with_context(|| format!("client configuration {}", path.display()))?,
             Err(e) if !must_exist && e.kind() == std::io::ErrorKind::NotFound => ClientConfig::default(),
             Err(e) => return Err(e).with_context(|| format!("cannot read client configuration {}", path.display())),
         },
@@ -173,22 +172,50 @@ mod tests {
         };
         let target = |g: &GlobalOpts, e: &dyn Fn(&str) -> Option<String>| resolve(g, e).unwrap();
         let t1 = target(&opts(None, None, None), &env(&[]));
-        assert_eq!(t1, Target { endpoint: "http://a:7200".into(), token: Some("acme-token".into()), ca: None });
+        assert_eq!(
+            t1,
+            Target {
+                endpoint: "http://a:7200".into(),
+                token: Some("acme-token".into()),
+                ca: None
+            }
+        );
         let t2 = target(&opts(None, None, Some("ops@b")), &env(&[]));
-        assert_eq!(t2, Target { endpoint: "http://b:7200".into(), token: Some("ops-token".into()), ca: Some("/pki/b-ca.crt".into()) });
+        assert_eq!(
+            t2,
+            Target {
+                endpoint: "http://b:7200".into(),
+                token: Some("ops-token".into()),
+                ca: Some("/pki/b-ca.crt".into())
+            }
+        );
         let t3 = target(&opts(Some("http://c:1"), None, None), &env(&[("VEEM_TOKEN", "from-env")]));
-        assert_eq!(t3, Target { endpoint: "http://c:1".into(), token: Some("from-env".into()), ca: None });
+        assert_eq!(
+            t3,
+            Target {
+                endpoint: "http://c:1".into(),
+                token: Some("from-env".into()),
+                ca: None
+            }
+        );
         let other = t.path().join("other.token");
         std::fs::write(&other, "from-file").unwrap();
         let t4 = target(&opts(None, Some(&other), None), &env(&[("VEEM_TOKEN", "from-env")]));
         assert_eq!(t4.token.as_deref(), Some("from-file"));
         let e = resolve(&opts(None, None, Some("nobody")), &env(&[])).unwrap_err();
-        assert!(format!("{e:#}").contains("context \"nobody\" is not in the client configuration"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("context \"nobody\" is not in the client configuration"),
+            "{e:#}"
+        );
         // No configuration at all: the defaults.
         let none = |_: &str| None;
         assert_eq!(
             resolve(&opts(None, None, None), &none).unwrap(),
-            Target { endpoint: crate::cli::DEFAULT_ENDPOINT.into(), token: None, ca: None }
+            Target {
+                endpoint: crate::cli::DEFAULT_ENDPOINT.into(),
+                token: None,
+                ca: None
+            }
         );
         // A configuration named explicitly must exist.
         let missing = |k: &str| (k == "VEEM_CLIENT_CONFIG").then(|| "/nonexistent/veem.toml".to_string());

@@ -380,6 +380,8 @@ pub fn hosts(hosts: &[vmi::HostStatus], format: OutputFormat) -> String {
         used_disk_gib: u64,
         vees: u32,
         accel: &'a str,
+        #[serde(skip_serializing_if = "str::is_empty")]
+        last_error: &'a str,
     }
     if format == OutputFormat::Json {
         let list: Vec<Host> = hosts
@@ -396,6 +398,7 @@ pub fn hosts(hosts: &[vmi::HostStatus], format: OutputFormat) -> String {
                 used_disk_gib: h.used_disk_gib,
                 vees: h.vees,
                 accel: &h.accel,
+                last_error: &h.last_error,
             })
             .collect();
         return json(&list);
@@ -415,11 +418,16 @@ pub fn hosts(hosts: &[vmi::HostStatus], format: OutputFormat) -> String {
     t.render()
 }
 
-/// `unknown`, `up`, `missing N heartbeats` or `failed`.
+/// `unknown`, `up`, `missing N heartbeats` or `failed`; when its last
+/// heartbeat got no answer, why (`failed: host h1: transport error: …`).
 fn health_text(h: &vmi::HostStatus) -> String {
-    match h.health() {
+    let health = match h.health() {
         vmi::HostHealth::Missing => format!("missing {} heartbeats", h.missed_heartbeats),
         other => other.to_string(),
+    };
+    match h.last_error.as_str() {
+        "" => health,
+        why => format!("{health}: {why}"),
     }
 }
 

@@ -167,7 +167,9 @@ fn the_lab_configurations_are_valid() {
 #[test]
 fn an_overlay_needs_a_vtep_and_its_own_port_per_peer() {
     let peer = |site: &str, overlay: &str| {
-        format!("[[peers]]\nsite_id = \"{site}\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"t-{site}-token\"\n[peers.agreement]\n{overlay}")
+        format!(
+            "[[peers]]\nsite_id = \"{site}\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"t-{site}-token\"\n[peers.agreement]\n{overlay}"
+        )
     };
     let ok = VeemConfig::parse(&format!(
         "{BASE}{}{}",
@@ -180,13 +182,23 @@ fn an_overlay_needs_a_vtep_and_its_own_port_per_peer() {
     assert!(ok.peers[1].overlay.is_none());
     for (overlays, field) in [
         (["vtep = \"10.77.0.2\"\nport = 4789\n", ""], "peers[0].overlay.port"),
-        (["vtep = \"10.77.0.2\"\nport = 4790\n", "vtep = \"10.77.0.3\"\nport = 4790\n"], "peers[1].overlay.port"),
+        (
+            ["vtep = \"10.77.0.2\"\nport = 4790\n", "vtep = \"10.77.0.3\"\nport = 4790\n"],
+            "peers[1].overlay.port",
+        ),
         (["vtep = \"site-b\"\nport = 4790\n", ""], "peers[0].overlay.vtep"),
     ] {
         let text = format!(
             "{BASE}{}{}",
             peer("site-b", &format!("[peers.overlay]\n{}", overlays[0])),
-            peer("site-c", &if overlays[1].is_empty() { String::new() } else { format!("[peers.overlay]\n{}", overlays[1]) })
+            peer(
+                "site-c",
+                &if overlays[1].is_empty() {
+                    String::new()
+                } else {
+                    format!("[peers.overlay]\n{}", overlays[1])
+                }
+            )
         );
         let e = format!("{:#}", VeemConfig::parse(&text).unwrap_err());
         assert!(e.contains(field), "{field}: {e}");
@@ -205,7 +217,10 @@ fn tokens_are_given_by_their_digest_and_bad_entries_name_the_field() {
     assert_eq!(cfg.role_of("sp-acme-tokeN"), None);
     for (entry, why) in [
         ("token_sha256 = \"abc\"", "`tokens[0].token_sha256`: must be 64 hex digits"),
-        (&format!("token = \"sp-acme-token\"\ntoken_sha256 = \"{digest}\"") as &str, "give one of"),
+        (
+            &format!("token = \"sp-acme-token\"\ntoken_sha256 = \"{digest}\"") as &str,
+            "give one of",
+        ),
         ("", "give one of"),
         ("token = \"short\"", "at least 8"),
     ] {

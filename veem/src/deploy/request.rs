@@ -44,7 +44,10 @@ impl RequestKey {
             return Err(VeemError::field("request_id", format!("longer than {MAX_REQUEST_ID_LEN} bytes")));
         }
         if let Some(c) = request_id.chars().find(|c| !(c.is_ascii_alphanumeric() || "._:-".contains(*c))) {
-            return Err(VeemError::field("request_id", format!("character {c:?} not allowed (letters, digits, '.', '_', ':', '-')")));
+            return Err(VeemError::field(
+                "request_id",
+                format!("character {c:?} not allowed (letters, digits, '.', '_', ':', '-')"),
+            ));
         }
         let who = match caller {
             Role::Provider(p) => format!("provider/{p}"),

@@ -111,7 +111,11 @@ async fn a_deploy_retried_with_its_request_id_deploys_once() {
     let e = site.veem.deploy_request(&acme(), &other, "req-1").await.unwrap_err();
     let status = crate::error::status(e);
     assert_eq!(status.code(), Code::AlreadyExists, "{}", status.message());
-    assert!(status.message().contains("req-1") && status.message().contains(&first.id), "{}", status.message());
+    assert!(
+        status.message().contains("req-1") && status.message().contains(&first.id),
+        "{}",
+        status.message()
+    );
     // Another caller's ID space, and no ID at all: new services.
     let op = site.veem.deploy_request(&Role::Operator, STANDARD, "req-1").await.unwrap();
     let plain = site.veem.deploy(&acme(), STANDARD).await.unwrap();
@@ -125,7 +129,10 @@ async fn a_deploy_retried_with_its_request_id_deploys_once() {
 #[tokio::test]
 async fn a_refused_deploy_records_no_request_and_its_retry_is_planned_anew() {
     let site = FakeSite::start(&["h1", "h2"], "").await;
-    assert!(site.veem.deploy_request(&acme(), STANDARD, "req-2").await.is_err(), "the image is missing");
+    assert!(
+        site.veem.deploy_request(&acme(), STANDARD, "req-2").await.is_err(),
+        "the image is missing"
+    );
     site.repo.blobs.lock().unwrap().insert(IMAGE.into());
     let svc = site.veem.deploy_request(&acme(), STANDARD, "req-2").await.unwrap();
     assert_eq!(site.veem.deploy_request(&acme(), STANDARD, "req-2").await.unwrap().id, svc.id);

@@ -224,7 +224,11 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         ("relayed", "site_chain"),
         ("mem", "memory_mib_seconds"),
     ] {
-        assert!(reply.reasons.iter().any(|r| r.contains(&format!("{id:?}")) && r.contains(why)), "{id}: {:?}", reply.reasons);
+        assert!(
+            reply.reasons.iter().any(|r| r.contains(&format!("{id:?}")) && r.contains(why)),
+            "{id}: {:?}",
+            reply.reasons
+        );
     }
     // Sent again: the good one is a duplicate; reads of the usage work.
     let again = a.veem.receive_usage("site-b", batch).unwrap();
@@ -339,7 +343,14 @@ mod networks {
             .unwrap();
         assert_eq!(a.veem.undo_intents().await.unwrap(), 0);
         assert!(b.veem.vee(&at_b.id).is_err(), "B took it back");
-        assert!(b.host("b1").calls().iter().any(|c| c.starts_with("destroy") && c.contains(&at_b.id)), "{:?}", b.host("b1").calls());
+        assert!(
+            b.host("b1")
+                .calls()
+                .iter()
+                .any(|c| c.starts_with("destroy") && c.contains(&at_b.id)),
+            "{:?}",
+            b.host("b1").calls()
+        );
         assert!(intents(&a).is_empty());
     }
 
@@ -358,7 +369,10 @@ mod networks {
         let spec = b.host("b1").spec(&vm1.id).expect("b1 booted vm-1");
         assert_eq!(spec.nics.len(), 2);
         for (nic, rec) in spec.nics.iter().zip(&vm1.nics) {
-            assert_eq!((nic.vni, nic.mac.as_str(), nic.address.as_str()), (rec.vni, rec.mac.as_str(), rec.address.to_string().as_str()));
+            assert_eq!(
+                (nic.vni, nic.mac.as_str(), nic.address.as_str()),
+                (rec.vni, rec.mac.as_str(), rec.address.to_string().as_str())
+            );
             assert_eq!(nic.overlay_port, 4790);
             assert!(nic.external_address.is_empty());
             let at_a1 = nic.members.iter().find(|m| m.name == "vm-0").expect("vm-0 in the table");
@@ -367,7 +381,10 @@ mod networks {
         assert_eq!(b.veem.vee(&vm1.id).unwrap().nics[0].primary_members.len(), 2);
         // a1 sends vm-1's frames and its external address to B.
         let script = a.host("a1").script.clone();
-        eventually("a1's tables", || script.lock().unwrap().networks.get(&101).is_some_and(|t| t.len() == 2)).await;
+        eventually("a1's tables", || {
+            script.lock().unwrap().networks.get(&101).is_some_and(|t| t.len() == 2)
+        })
+        .await;
         let script = script.lock().unwrap();
         let public = script.networks[&101].iter().find(|m| m.name == "vm-1").unwrap().clone();
         assert_eq!((public.vtep.as_str(), public.vtep_port), ("198.51.100.2", 4790));
@@ -382,7 +399,11 @@ mod networks {
         assert!(e.contains("no peer site takes the other 1") && e.contains("no room"), "{e}");
         assert!(a.veem.vees().unwrap().is_empty(), "site A recorded {:?}", a.veem.vees().unwrap());
         assert!(a.veem.networks_taken().unwrap().subnets.is_empty());
-        assert!(a.host("a1").calls().iter().all(|c| !c.starts_with("prepare")), "{:?}", a.host("a1").calls());
+        assert!(
+            a.host("a1").calls().iter().all(|c| !c.starts_with("prepare")),
+            "{:?}",
+            a.host("a1").calls()
+        );
         assert!(b.veem.vees().unwrap().is_empty(), "site B keeps {:?}", b.veem.vees().unwrap());
         // The same service deploys once B has room.
         b.host("b1").script.lock().unwrap().failing.clear();
@@ -408,17 +429,14 @@ mod networks {
         // VTEP and port, its external address forwarded there.
         let host = a.host(&other);
         let script = host.script.lock().unwrap();
-        let moved = |vni: u32| {
-            script.networks[&vni]
-                .iter()
-                .find(|m| m.name == "vm-1")
-                .cloned()
-                .unwrap()
-        };
+        let moved = |vni: u32| script.networks[&vni].iter().find(|m| m.name == "vm-1").cloned().unwrap();
         let (backend, public) = (moved(100), moved(101));
         assert_eq!((backend.vtep.as_str(), backend.vtep_port), ("198.51.100.2", 4790));
         assert!(backend.external_address.is_empty());
-        assert_eq!((public.external_address.as_str(), public.ports.as_slice()), ("192.0.2.2", &[80][..]));
+        assert_eq!(
+            (public.external_address.as_str(), public.ports.as_slice()),
+            ("192.0.2.2", &[80][..])
+        );
         let to_b = &script.stretched_to[&100];
         assert_eq!(
             to_b.iter().map(|v| (v.address.as_str(), v.port)).collect::<Vec<_>>(),
@@ -444,7 +462,11 @@ mod networks {
         a.veem.recover_at_peer(&vee, None).await.unwrap();
         let v = a.veem.vee(&vee).unwrap();
         assert_eq!((v.state, &v.location), (VeeState::Running, &Location::Site("site-b".into())));
-        assert!(b.host("b1").calls().contains(&format!("restore {vee} fence=")), "{:?}", b.host("b1").calls());
+        assert!(
+            b.host("b1").calls().contains(&format!("restore {vee} fence=")),
+            "{:?}",
+            b.host("b1").calls()
+        );
         let spec = b.host("b1").spec(&vee).unwrap();
         for (nic, rec) in spec.nics.iter().zip(&v.nics) {
             assert_eq!((nic.mac.as_str(), nic.overlay_port), (rec.mac.as_str(), 4790));
@@ -468,7 +490,9 @@ mod networks {
         let script = a.host(&other).script.clone();
         let script = script.lock().unwrap();
         assert!(script.stretched_to[&100].is_empty(), "still stretched: {:?}", script.stretched_to);
-        assert!(script.networks[&100].iter().all(|m| m.vtep_port == 0 && m.external_address.is_empty()));
+        assert!(script.networks[&100]
+            .iter()
+            .all(|m| m.vtep_port == 0 && m.external_address.is_empty()));
     }
 
     #[tokio::test]

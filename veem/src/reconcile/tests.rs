@@ -59,7 +59,11 @@ async fn a_host_that_answers_as_another_is_never_acted_on() {
         assert!(e.contains(&format!("answers as host \"{host}\" of site \"{at}\"")), "{e}");
         site.veem.reconcile(Strays::Destroy).await.unwrap();
         assert!(site.host("h1").runs("stray") && site.host("h1").runs(&vee));
-        assert!(!site.host("h1").calls().iter().any(|c| c.starts_with("destroy") || c.starts_with("list")));
+        assert!(!site
+            .host("h1")
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("destroy") || c.starts_with("list")));
     }
     // Itself again: heard, and reconciled.
     site.host("h1").script.lock().unwrap().answers_as = None;
@@ -74,7 +78,11 @@ async fn an_empty_database_leaves_the_hosts_domains_alone_until_an_operator_says
     site.host("h1").script.lock().unwrap().running.insert("someones-vee".into());
     site.veem.reconcile(Strays::KeepWithoutRecords).await.unwrap();
     assert!(site.host("h1").runs("someones-vee"), "destroyed by a VEEM that knows nothing");
-    assert!(site.events("someones-vee").iter().any(|e| e.contains("left alone")), "{:?}", site.events("someones-vee"));
+    assert!(
+        site.events("someones-vee").iter().any(|e| e.contains("left alone")),
+        "{:?}",
+        site.events("someones-vee")
+    );
     site.veem.reconcile(Strays::Destroy).await.unwrap();
     assert!(!site.host("h1").runs("someones-vee"));
 }
@@ -105,14 +113,22 @@ async fn a_vee_destroyed_behind_the_veems_back_is_restored_on_its_host_within_tw
     drop(held);
     site.veem.domain_watch_round(&mut missing).await;
     assert_eq!(missing.get(&vee), Some(&1));
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running, "one list may race an operation");
+    assert_eq!(
+        site.veem.vee(&vee).unwrap().state,
+        VeeState::Running,
+        "one list may race an operation"
+    );
     site.veem.domain_watch_round(&mut missing).await;
     crate::fakes::eventually("restored", || {
         site.host("h1").runs(&vee) && site.veem.vee(&vee).unwrap().state == VeeState::Running
     })
     .await;
     assert!(site.host("h1").calls().iter().any(|c| c.starts_with(&format!("restore {vee}"))));
-    assert!(site.events(&vee).iter().any(|e| e.contains("vanished from h1")), "{:?}", site.events(&vee));
+    assert!(
+        site.events(&vee).iter().any(|e| e.contains("vanished from h1")),
+        "{:?}",
+        site.events(&vee)
+    );
     site.veem.domain_watch_round(&mut missing).await;
     assert!(missing.is_empty());
 }

@@ -198,18 +198,30 @@ async fn a_proposal_whose_vee_was_recovered_elsewhere_is_closed_and_blocks_nothi
     let to = site.hosts.iter().map(|h| h.name.clone()).find(|h| h != &failed).unwrap();
     // A failure-risk proposal, filed just before the host was declared
     // failed, waiting for an operator.
-    let stale = site.veem.propose(&vee, Dest::Host(to.clone()), "failure-risk", "proposals").unwrap();
+    let stale = site
+        .veem
+        .propose(&vee, Dest::Host(to.clone()), "failure-risk", "proposals")
+        .unwrap();
     assert_eq!(stale.state, MigrationState::Proposed);
     site.veem.recover_host(&failed).await.unwrap();
     let now_at = host_of(&site, &vee);
     let m = site.veem.migration(&stale.id).unwrap();
     assert_eq!(m.state, MigrationState::Rejected, "{m:?}");
-    assert!(m.detail.contains("premise is gone") && m.detail.contains(&format!("host:{failed}")), "{}", m.detail);
+    assert!(
+        m.detail.contains("premise is gone") && m.detail.contains(&format!("host:{failed}")),
+        "{}",
+        m.detail
+    );
     // Approving it now says why it is closed; a new move of the VEE is
     // proposed at once.
     let e = format!("{:#}", site.veem.approve(&stale.id, "operator").unwrap_err());
     assert!(e.contains("rejected") && e.contains("premise is gone"), "{e}");
-    let other = site.hosts.iter().map(|h| h.name.clone()).find(|h| h != &failed && h != &now_at).unwrap();
+    let other = site
+        .hosts
+        .iter()
+        .map(|h| h.name.clone())
+        .find(|h| h != &failed && h != &now_at)
+        .unwrap();
     let fresh = site.veem.propose(&vee, Dest::Host(other), "maintenance", "operator").unwrap();
     assert_eq!(fresh.state, MigrationState::Proposed);
 }

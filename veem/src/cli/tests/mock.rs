@@ -182,6 +182,10 @@ impl Vmi for MockSvc {
             used_disk_gib: vees as u64,
             vees,
             accel: "tcg".into(),
+            last_error: match health {
+                vmi::HostHealth::Up => String::new(),
+                _ => format!("host {name}: transport error: tcp connect error: Connection refused (os error 111)"),
+            },
         };
         Ok(Response::new(HostList {
             hosts: vec![h("a1", vmi::HostHealth::Up, 2), h("a2", vmi::HostHealth::Missing, 0)],

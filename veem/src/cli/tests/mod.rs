@@ -322,6 +322,10 @@ async fn hosts_show_health_and_reservations() {
     assert_eq!(c, 0);
     let a2 = out.lines().find(|l| l.starts_with("a2")).unwrap();
     assert!(a2.contains("missing 1 heartbeats") && a2.contains("0/4096"), "{out}");
+    // Why it is missing, in the operator's words of the transport.
+    assert!(a2.contains("Connection refused"), "{out}");
+    let a1 = out.lines().find(|l| l.starts_with("a1")).unwrap();
+    assert!(!a1.contains("error"), "{out}");
     let (_, out, _) = run(&ep, &["-o", "json", "hosts"]).await;
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v[0]["used_memory_mib"], 256);
