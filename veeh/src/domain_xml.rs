@@ -53,12 +53,19 @@ pub fn vee_id_of(domain: &str) -> Option<&str> {
     domain.strip_prefix("vee-")
 }
 
+/// `s` as XML text or attribute value that reads back exactly: markup
+/// characters escaped, and tab, newline and carriage return as character
+/// references (a parser normalises them otherwise: a CR in text reads as
+/// LF, any of them in an attribute as a space; found by fuzz/domain_xml).
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('\'', "&apos;")
         .replace('"', "&quot;")
+        .replace('\t', "&#9;")
+        .replace('\n', "&#10;")
+        .replace('\r', "&#13;")
 }
 
 fn p(path: &Path) -> String {
@@ -146,6 +153,15 @@ pub fn ownership(xml: &str) -> Option<Ownership> {
     })
 }
 
+/// The qualified name of start tag `open` (`<veeh:owner xmlns:…` →
+/// `veeh:owner`).
+fn qname(open: &str) -> &str {
+    open.trim_start_matches('<')
+        .split(|c: char| c.is_whitespace() || c == '>' || c == '/')
+        .next()
+        .unwrap_or_default()
+}
+
 /// Paths in a domain XML that a live migration or a restore must point at
 /// the receiving host's files, and the receiving host's bridge of each
 /// interface (by MAC: a network stretched to a peer site has another
@@ -228,6 +244,8 @@ pub fn rewrite_for(xml: &str, to: &PathMap, new_owner: &str) -> anyhow::Result<S
             attr_edit(source, "path", console, &mut edits)?;
         }
     }
+    // One edit per interface: the first (MAC, bridge) naming it wins.
+    let mut bridged = std::collections::HashSet::new();
     for (mac, bridge) in &to.bridges {
         let Some(source) = doc
             .descendants()
@@ -243,14 +261,29 @@ pub fn rewrite_for(xml: &str, to: &PathMap, new_owner: &str) -> anyhow::Result<S
         let a = source
             .attribute_node("bridge")
             .ok_or_else(|| anyhow::anyhow!("the <interface> of {mac} has no bridge"))?;
-        edits.push((a.range_value(), esc(bridge)));
+        if bridged.insert(a.range_value().start) {
+            edits.push((a.range_value(), esc(bridge)));
+        }
     }
     let owner = doc
         .descendants()
         .find(|n| n.tag_name().name() == "owner" && n.tag_name().namespace() == Some(METADATA_NS))
-        .and_then(|n| n.first_child())
         .ok_or_else(|| anyhow::anyhow!("domain XML has no VEEH owner metadata"))?;
-    edits.push((owner.range(), esc(new_owner)));
+    edits.push(match owner.first_child() {
+        Some(text) => (text.range(), esc(new_owner)),
+        // An empty mark, `<veeh:owner></veeh:owner>` or `<veeh:owner/>`.
+        None => {
+            let whole = owner.range();
+            let tag = &xml[whole.clone()];
+            match tag.strip_suffix("/>") {
+                Some(open) => (whole, format!("{open}>{}</{}>", esc(new_owner), qname(open))),
+                None => {
+                    let at = whole.start + tag.find('>').map_or(0, |i| i + 1);
+                    (at..at, esc(new_owner))
+                }
+            }
+        }
+    });
     edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
     let mut out = xml.to_string();
     for (range, new) in edits {
@@ -374,6 +407,28 @@ mod tests {
     }
 
     #[test]
+    fn a_rewrite_fills_an_empty_owner_and_edits_each_interface_once() {
+        // Found by fuzz/domain_xml: an empty owner mark failed the rewrite;
+        // two entries for one MAC edited one attribute twice (garbage XML).
+        let xml = generate(&DomainSpec {
+            owner: String::new(),
+            ..two_nics()
+        });
+        let to = PathMap {
+            bridges: vec![
+                ("02:00:00:64:00:02".into(), "vbx".into()),
+                ("02:00:00:64:00:02".into(), "vby-longer".into()),
+            ],
+            ..Default::default()
+        };
+        let out = rewrite_for(&xml, &to, "b1").unwrap();
+        assert_eq!(ownership(&out).unwrap().owner, "b1");
+        assert_eq!(bridges(&out).unwrap()[0], ("02:00:00:64:00:02".into(), "vbx".into()));
+        let closed = xml.replace("<veeh:owner></veeh:owner>", "<veeh:owner/>");
+        assert_eq!(ownership(&rewrite_for(&closed, &to, "b1").unwrap()).unwrap().owner, "b1");
+    }
+
+    #[test]
     fn every_string_is_escaped_the_name_too() {
         // Found by fuzz/domain_xml: the VHI checks that a VEE ID is a UUID,
         // and the XML does not rely on it.
@@ -384,6 +439,19 @@ mod tests {
         let doc = roxmltree::Document::parse(&xml).unwrap();
         let name = doc.descendants().find(|n| n.has_tag_name("name")).unwrap();
         assert_eq!(name.text(), Some("vee-x</name><devices/><name>"));
+        // Whitespace a parser would normalise reads back as it was given.
+        let xml = generate(&DomainSpec {
+            cmdline: "a\r\nb".into(),
+            console: "/x\ty".into(),
+            ..spec()
+        });
+        let doc = roxmltree::Document::parse(&xml).unwrap();
+        assert_eq!(
+            doc.descendants().find(|n| n.has_tag_name("cmdline")).unwrap().text(),
+            Some("a\r\nb")
+        );
+        let serial = doc.descendants().find(|n| n.has_tag_name("serial")).unwrap();
+        assert_eq!(serial.first_element_child().unwrap().attribute("path"), Some("/x\ty"));
     }
 
     #[test]

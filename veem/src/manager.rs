@@ -281,7 +281,7 @@ impl Veem {
         vee.state = from.transition(&vee.id, to)?;
         vee.updated_ms = self.clock.now_ms();
         self.save_vee(vee).context("persist VEE")?;
-        self.transition_event(vee, from, detail);
+        self.transition_event(vee, from, vee.state, detail);
         Ok(())
     }
 
@@ -290,20 +290,56 @@ impl Veem {
     /// (e.g. the migration record) go to the store in one commit. The
     /// caller holds the VEE's lock.
     pub fn transition_committing(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>, extra: Writes) -> Result<()> {
-        let from = vee.state;
-        vee.state = from.transition(&vee.id, to)?;
-        vee.updated_ms = self.clock.now_ms();
-        vee.stays = vee.stays_after(self.vee_records.read().unwrap().get(&vee.id), self.clock.now());
+        self.commit_transitions(&mut [(vee, vec![(to, detail.into())])], extra)
+    }
+
+    /// Moves each VEE through its states in order (each step checked
+    /// against the transition table, each with its event's detail), and
+    /// writes the VEEs, the planner's changes since the last write and
+    /// `extra` in one commit: a crash leaves all of it or none (issue 13
+    /// R1: a recovery or migration step is one write). The caller holds
+    /// the VEEs' locks. Errors: a step the table forbids (nothing is
+    /// written), or the store's.
+    pub fn commit_transitions(&self, changes: &mut [(&mut VeeRec, Vec<(VeeState, String)>)], extra: Writes) -> Result<()> {
+        let now_ms = self.clock.now_ms();
         let mut w = extra;
-        w.put(Tree::Vees, &vee.id, vee)?;
-        self.planner_store.save_with(&self.planner, w).context("persist VEE")?;
-        self.vee_records.write().unwrap().insert(vee.id.clone(), vee.clone());
-        self.transition_event(vee, from, detail);
+        let mut events = Vec::new();
+        let before: Vec<VeeRec> = changes.iter().map(|(v, _)| (**v).clone()).collect();
+        let checked = (|| -> Result<()> {
+            let records = self.vee_records.read().unwrap();
+            for (vee, steps) in changes.iter_mut() {
+                for (to, detail) in steps.iter() {
+                    let from = vee.state;
+                    vee.state = from.transition(&vee.id, *to)?;
+                    events.push((vee.id.clone(), from, *to, detail.clone()));
+                }
+                vee.updated_ms = now_ms;
+                vee.stays = vee.stays_after(records.get(&vee.id), self.clock.now());
+                w.put(Tree::Vees, &vee.id, &**vee)?;
+            }
+            Ok(())
+        })();
+        let written = checked.and_then(|()| self.planner_store.save_with(&self.planner, w).context("persist VEE"));
+        if let Err(e) = written {
+            for ((vee, _), old) in changes.iter_mut().zip(before) {
+                **vee = old;
+            }
+            return Err(e);
+        }
+        let mut records = self.vee_records.write().unwrap();
+        for (vee, _) in changes.iter() {
+            records.insert(vee.id.clone(), (**vee).clone());
+        }
+        drop(records);
+        for (id, from, to, detail) in events {
+            if let Some((vee, _)) = changes.iter().find(|(v, _)| v.id == id) {
+                self.transition_event(vee, from, to, detail);
+            }
+        }
         Ok(())
     }
 
-    fn transition_event(&self, vee: &VeeRec, from: VeeState, detail: impl Into<String>) {
-        let to = vee.state;
+    fn transition_event(&self, vee: &VeeRec, from: VeeState, to: VeeState, detail: impl Into<String>) {
         let d: String = detail.into();
         let text = if d.is_empty() {
             format!("{} -> {}", from.as_str(), to.as_str())

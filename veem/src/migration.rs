@@ -257,9 +257,9 @@ impl Veem {
             bail!("{}", m.detail);
         }
         let dest = m.to.clone();
+        // The migration runs and the VEE is migrating: one write.
         m.advance(MigrationState::Running)?;
-        self.save_migration(&m)?;
-        self.transition(&mut v, VeeState::Migrating, format!("to {}", m.to))?;
+        self.transition_committing(&mut v, VeeState::Migrating, format!("to {}", m.to), migration_write(&m)?)?;
         let started = std::time::Instant::now();
         // A VEE coming home from a peer site needs a local reservation again.
         let homecoming = matches!((&v.location, &dest), (Location::Site(_), Dest::Host(_)));

@@ -26,9 +26,9 @@ use interfaces::vhi::{DestroyRequest, RestoreRequest};
 use tokio::time::Instant;
 
 use crate::manager::Veem;
-use crate::model::{Location, VeeState, ViolationRec};
+use crate::model::{Location, VeeRec, VeeState, ViolationRec};
 use crate::planner::{RecoveryStep, RecoveryTarget, RemapParams};
-use crate::store::Tree;
+use crate::store::{Tree, Writes};
 
 /// One failed try to bring a VEE back: where, and why it failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +53,15 @@ impl Veem {
     /// reservations within the remapping interval.
     pub async fn recover_host(self: &Arc<Self>, host: &str) -> Result<()> {
         let started = Instant::now();
+        // The host's VEEs are locked before the plan is made: nothing moves
+        // them meanwhile, and no other write sees the plan before the VEEs
+        // are failed with it.
+        let mut ids: Vec<String> = self.vees_where(|v| v.host() == Some(host)).into_iter().map(|v| v.id).collect();
+        ids.sort_unstable();
+        let mut guards = Vec::with_capacity(ids.len());
+        for id in &ids {
+            guards.push(self.lock_vee(id).await);
+        }
         let now = self.now_slot();
         let report = {
             let mut p = self.planner.lock().unwrap();
@@ -70,20 +79,33 @@ impl Veem {
             }
             report
         };
-        self.persist_planner()?;
-        self.event("", "", "host-failed", format!("{host}: {} VEEs to recover", report.steps.len()));
-        for id in report.steps.iter().flat_map(|s| s.preempted.iter()) {
-            self.preempt_background(id).await;
-        }
         // All of the host's VEEs are down from now on (they are restored one
         // after the other), and a copy the host still has when it answers
-        // again is stale.
+        // again is stale: they are failed in the same commit as the
+        // planner's recovery plan, so that a crash cannot keep the plan and
+        // lose the failure (or the reverse).
+        // A VEE the plan has on the host that its record does not (being
+        // deployed there) is locked too.
         for step in &report.steps {
-            let _g = self.lock_vee(&step.vee).await;
-            let Ok(mut v) = self.vee(&step.vee) else { continue };
-            if v.state.is_live() && v.state != VeeState::Migrating {
-                self.transition(&mut v, VeeState::Failed, format!("host {host} failed"))?;
+            if !ids.contains(&step.vee) {
+                guards.push(self.lock_vee(&step.vee).await);
+                ids.push(step.vee.clone());
             }
+        }
+        let mut down: Vec<VeeRec> = report
+            .steps
+            .iter()
+            .filter_map(|s| self.vee(&s.vee).ok())
+            .filter(|v| v.state.is_live() && v.state != VeeState::Migrating)
+            .collect();
+        self.event("", "", "host-failed", format!("{host}: {} VEEs to recover", report.steps.len()));
+        let why = format!("host {host} failed");
+        let mut changes: Vec<(&mut VeeRec, Vec<(VeeState, String)>)> =
+            down.iter_mut().map(|v| (v, vec![(VeeState::Failed, why.clone())])).collect();
+        self.commit_transitions(&mut changes, Writes::default())?;
+        drop(guards);
+        for id in report.steps.iter().flat_map(|s| s.preempted.iter()) {
+            self.preempt_background(id).await;
         }
         for step in report.steps {
             // A VEE being received by a migration never ran here: the
@@ -227,14 +249,18 @@ impl Veem {
             if v.location != Location::Host(to.to_string()) {
                 self.event(vee_id, &v.service_id, "recovery-attempt", format!("trying {to}"));
             }
+            v.location = Location::Host(to.to_string());
+            self.save_vee(&v)?;
         } else {
+            // Failed (if it was not yet), recovering, and where to: one write.
+            let mut steps = Vec::new();
             if v.state != VeeState::Failed {
-                self.transition(&mut v, VeeState::Failed, why.to_string())?;
+                steps.push((VeeState::Failed, why.to_string()));
             }
-            self.transition(&mut v, VeeState::Recovering, format!("to {to}"))?;
+            steps.push((VeeState::Recovering, format!("to {to}")));
+            v.location = Location::Host(to.to_string());
+            self.commit_transitions(&mut [(&mut v, steps)], Writes::default())?;
         }
-        v.location = Location::Host(to.to_string());
-        self.save_vee(&v)?;
         fail::fail_point!("recovery-before-restore");
         let c = self.hosts.vhi(to)?;
         let restored = match self.checkpoint_of(vee_id, None)? {
@@ -278,12 +304,16 @@ impl Veem {
             end_unix: end,
             penalty,
         };
-        self.store.put(Tree::Violations, &viol.id, &viol)?;
-        self.event(vee_id, &svc.id, "sla-violation", format!("{} (penalty {penalty:.2})", viol.term));
+        // The violation and the VEE's failure: one write.
+        let mut w = Writes::default();
+        w.put(Tree::Violations, &viol.id, &viol)?;
         if v.state == VeeState::Failed {
-            return Ok(());
+            self.store.commit(w)?;
+        } else {
+            self.transition_committing(&mut v, VeeState::Failed, why.to_string(), w)?;
         }
-        self.transition(&mut v, VeeState::Failed, why.to_string())
+        self.event(vee_id, &svc.id, "sla-violation", format!("{} (penalty {penalty:.2})", viol.term));
+        Ok(())
     }
 }
 

@@ -225,3 +225,56 @@ async fn a_proposal_whose_vee_was_recovered_elsewhere_is_closed_and_blocks_nothi
     let fresh = site.veem.propose(&vee, Dest::Host(other), "maintenance", "operator").unwrap();
     assert_eq!(fresh.state, MigrationState::Proposed);
 }
+
+#[tokio::test]
+async fn a_host_failure_is_one_commit_and_a_forbidden_step_writes_nothing() {
+    let site = FakeSite::start(&["h1", "h2"], FAST).await;
+    let vees = [site.running_service(STANDARD).remove(0), site.running_service(STANDARD).remove(0)];
+    let vee = vees[0].clone();
+    // A step the table forbids (failed -> running skips the recovery):
+    // neither VEE's valid steps are written, in the store or in memory.
+    let mut a = site.veem.vee(&vee).unwrap();
+    let mut b = site.veem.vee(&vees[1]).unwrap();
+    let e = site
+        .veem
+        .commit_transitions(
+            &mut [
+                (&mut a, vec![(VeeState::Failed, "x".into())]),
+                (&mut b, vec![(VeeState::Failed, "x".into()), (VeeState::Running, "x".into())]),
+            ],
+            Writes::default(),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("failed") && e.to_string().contains("running"), "{e:#}");
+    assert_eq!(
+        (a.state, b.state),
+        (VeeState::Running, VeeState::Running),
+        "rolled back in the caller's copies"
+    );
+    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
+    let stored: Vec<VeeRec> = site.veem.store.list(Tree::Vees).unwrap();
+    assert!(stored.iter().all(|v| v.state == VeeState::Running), "nothing written");
+
+    // Failed then recovering, one write, both events in order.
+    let mut a = site.veem.vee(&vee).unwrap();
+    site.veem
+        .commit_transitions(
+            &mut [(
+                &mut a,
+                vec![(VeeState::Failed, "host h9 failed".into()), (VeeState::Recovering, "to h2".into())],
+            )],
+            Writes::default(),
+        )
+        .unwrap();
+    let stored: Vec<VeeRec> = site.veem.store.list(Tree::Vees).unwrap();
+    assert_eq!(stored.iter().find(|v| v.id == vee).unwrap().state, VeeState::Recovering);
+    let ev = events(&site, &vee);
+    let n = ev.len();
+    assert_eq!(
+        ev[n - 2..],
+        [
+            "state: running -> failed: host h9 failed".to_string(),
+            "state: failed -> recovering: to h2".to_string()
+        ]
+    );
+}
