@@ -236,6 +236,8 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
     let data = dir.join("repo");
     let (tls, repo_ca) = vee_testkit::pki::repo(vee_testkit::lab::SITE_A_ADDR);
     let (cert, key) = (tls.cert.to_str().unwrap(), tls.key.to_str().unwrap());
+    let token_file = dir.join("repo.token");
+    std::fs::write(&token_file, &token)?;
     let mut repo_daemon = Daemon::spawn(
         vee_testkit::lab::Place::SiteA,
         "image-repo",
@@ -246,8 +248,8 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
             &listen,
             "--data",
             data.to_str().unwrap(),
-            "--token",
-            &token,
+            "--token-file",
+            token_file.to_str().unwrap(),
             "--tls-cert",
             cert,
             "--tls-key",

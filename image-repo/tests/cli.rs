@@ -123,7 +123,7 @@ fn rm_of_a_pinned_blob_needs_force() {
 }
 
 #[test]
-fn repo_and_token_flags_replace_the_environment() {
+fn repo_and_token_file_flags_replace_the_environment() {
     let repo = Repo::start_with(Options {
         flags_only: true,
         ..Options::default()
@@ -131,8 +131,25 @@ fn repo_and_token_flags_replace_the_environment() {
     let file = write_file(repo.scratch(), "f", &content(6, 1000));
     let mut cmd = std::process::Command::new(common::bin());
     cmd.env_remove("IMAGE_REPO_URL").env_remove("IMAGE_REPO_TOKEN");
-    let out = run_ok(cmd.arg("push").arg(&file).args(["--repo", &repo.url, "--token", TOKEN]));
+    let token_file = write_file(repo.scratch(), "token", format!("{TOKEN}\n").as_bytes());
+    let out = run_ok(
+        cmd.arg("push")
+            .arg(&file)
+            .args(["--repo", &repo.url, "--token-file"])
+            .arg(&token_file),
+    );
     assert_eq!(out.trim(), BlobId::of(&content(6, 1000)).to_string());
+
+    // A token on the command line is refused before anything is sent:
+    // every user of the machine would see it in `ps`.
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.env_remove("IMAGE_REPO_URL").env_remove("IMAGE_REPO_TOKEN");
+    let (out, _, stderr) = run(cmd.args(["ls", "--repo", &repo.url, "--token", TOKEN]));
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr.contains("--token: a token on the command line is visible") && stderr.contains("--token-file"),
+        "{stderr}"
+    );
 
     let mut cmd = std::process::Command::new(common::bin());
     cmd.env_remove("IMAGE_REPO_URL").env_remove("IMAGE_REPO_TOKEN");

@@ -9,6 +9,24 @@ use subtle::ConstantTimeEq;
 /// Shortest token accepted in clear, in bytes.
 pub const MIN_TOKEN_LEN: usize = 8;
 
+/// The token in file `path`: its first line, trimmed. A token file keeps a
+/// token off the command line, where every user of the machine sees it
+/// (`ps`). Errors: the file cannot be read, or its first line is empty.
+pub fn read_file(path: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read token file {}", path.display()))?;
+    let token = text.lines().next().unwrap_or_default().trim().to_string();
+    anyhow::ensure!(!token.is_empty(), "token file {} is empty", path.display());
+    Ok(token)
+}
+
+/// The error for a token given on the command line as `flag`: refused,
+/// since every user of the machine sees it in `ps`; `instead` says how to
+/// give it.
+pub fn refuse_on_argv(flag: &str, instead: &str) -> anyhow::Error {
+    anyhow::anyhow!("{flag}: a token on the command line is visible to every user of the machine (ps); give it with {instead}")
+}
+
 /// The SHA-256 of a bearer token.
 pub fn digest(token: &str) -> [u8; 32] {
     use sha2::Digest;

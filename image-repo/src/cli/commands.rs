@@ -88,7 +88,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let overrides = Overrides {
         listen: args.listen,
         data: args.data,
-        token: args.token,
+        token: super::token(args.token.as_deref(), args.token_file.as_deref(), "IMAGE_REPO_WRITE_TOKEN")?,
         max_bytes: args.max_bytes,
         tls: args
             .tls_cert
@@ -141,7 +141,8 @@ fn sniff_format(path: &Path) -> Result<&'static str> {
 }
 
 fn client(args: &RepoArgs) -> Result<RepoClient> {
-    Ok(RepoClient::with_ca(&args.repo, args.token.clone(), args.ca.as_deref())?)
+    let token = super::token(args.token.as_deref(), args.token_file.as_deref(), "IMAGE_REPO_TOKEN")?;
+    Ok(RepoClient::with_ca(&args.repo, token, args.ca.as_deref())?)
 }
 
 /// `sha256:0123456789ab` for progress labels.

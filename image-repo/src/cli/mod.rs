@@ -75,8 +75,12 @@ pub struct ServeArgs {
     /// Data directory.
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
-    /// Write token needed to push, delete and pin.
-    #[arg(long, value_name = "TOKEN", env = "IMAGE_REPO_WRITE_TOKEN", hide_env_values = true)]
+    /// File whose first line is the operator's token (else
+    /// `IMAGE_REPO_WRITE_TOKEN`, else the configuration's `token`).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Refused: a token on the command line is visible in `ps`.
+    #[arg(long, value_name = "TOKEN", hide = true)]
     pub token: Option<String>,
     /// Quota on the stored content, in bytes.
     #[arg(long, value_name = "BYTES")]
@@ -98,8 +102,12 @@ pub struct RepoArgs {
     /// Base URL of the repository, e.g. http://10.0.0.5:7480.
     #[arg(long, value_name = "URL", env = "IMAGE_REPO_URL")]
     pub repo: String,
-    /// Bearer token: the operator's, a site's or a service provider's.
-    #[arg(long, value_name = "TOKEN", env = "IMAGE_REPO_TOKEN", hide_env_values = true)]
+    /// File whose first line is the bearer token (the operator's, a
+    /// site's or a service provider's) [else: `IMAGE_REPO_TOKEN`].
+    #[arg(long, value_name = "FILE", env = "IMAGE_REPO_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Refused: a token on the command line is visible in `ps`.
+    #[arg(long, value_name = "TOKEN", hide = true)]
     pub token: Option<String>,
     /// The CA (PEM) of the repository's certificate, for an https URL.
     #[arg(long, value_name = "FILE", env = "IMAGE_REPO_CA")]
@@ -223,5 +231,21 @@ pub async fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The token of a command: from `file`, else from environment variable
+/// `var`, else none. Errors: a token given on the command line (`argv`,
+/// refused: `ps` shows it), or an unreadable or empty token file.
+pub fn token(argv: Option<&str>, file: Option<&std::path::Path>, var: &str) -> anyhow::Result<Option<String>> {
+    if argv.is_some() {
+        return Err(interfaces::tokens::refuse_on_argv(
+            "--token",
+            &format!("--token-file FILE or {var}"),
+        ));
+    }
+    match file {
+        Some(f) => interfaces::tokens::read_file(f).map(Some),
+        None => Ok(std::env::var(var).ok().filter(|t| !t.is_empty())),
     }
 }

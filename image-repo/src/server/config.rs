@@ -182,7 +182,7 @@ impl Config {
         let from = file
             .map(|p| format!("config {}", p.display()))
             .unwrap_or_else(|| "command line".into());
-        for (key, flag) in [("data", "--data DIR"), ("token", "--token TOKEN")] {
+        for (key, flag) in [("data", "--data DIR"), ("token", "--token-file FILE or IMAGE_REPO_WRITE_TOKEN")] {
             if !table.contains_key(key) {
                 bail!("{from}: `{key}` is required (set it in the config file or pass {flag})");
             }

@@ -78,7 +78,7 @@ impl Repo {
         let mut cmd = Command::new(bin());
         cmd.arg("serve").arg("--listen").arg(listen);
         if self.opts.flags_only {
-            cmd.arg("--data").arg(&self.data).arg("--token").arg(TOKEN).arg("--insecure");
+            cmd.arg("--data").arg(&self.data).arg("--insecure");
             if let Some(max) = self.opts.max_bytes {
                 cmd.arg("--max-bytes").arg(max.to_string());
             }
@@ -106,10 +106,11 @@ impl Repo {
             cmd.arg("--config").arg(file);
         }
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).unwrap();
-        cmd.env("RUST_LOG", "info")
-            .env_remove("IMAGE_REPO_WRITE_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(log);
+        cmd.env("RUST_LOG", "info").env_remove("IMAGE_REPO_WRITE_TOKEN");
+        if self.opts.flags_only {
+            cmd.env("IMAGE_REPO_WRITE_TOKEN", TOKEN);
+        }
+        cmd.stdout(Stdio::piped()).stderr(log);
         let mut child = cmd.spawn().expect("spawn image-repo serve");
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();

@@ -22,7 +22,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use serde::Deserialize;
 
 use super::GlobalOpts;
@@ -76,16 +76,6 @@ fn config_path(env: &dyn Fn(&str) -> Option<String>) -> Option<(PathBuf, bool)> 
     Some((base.join("veem").join("config.toml"), false))
 }
 
-/// Reads the first line of token file `path`.
-fn read_token(path: &Path) -> Result<String> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read token file {}", path.display()))?;
-    let token = text.lines().next().unwrap_or_default().trim().to_string();
-    if token.is_empty() {
-        bail!("token file {} is empty", path.display());
-    }
-    Ok(token)
-}
-
 /// Resolves the endpoint and token of a client command from `g`, the
 /// environment `env` and the client configuration. Errors: a named context
 /// that the configuration does not have, an unreadable configuration or
@@ -116,10 +106,10 @@ pub fn resolve(g: &GlobalOpts, env: &dyn Fn(&str) -> Option<String>) -> Result<T
         .or_else(|| context.and_then(|c| c.endpoint.clone()))
         .unwrap_or_else(|| super::DEFAULT_ENDPOINT.to_string());
     let token = match (&g.token_file, env("VEEM_TOKEN").filter(|t| !t.is_empty()), context) {
-        (Some(path), _, _) => Some(read_token(path)?),
+        (Some(path), _, _) => Some(interfaces::tokens::read_file(path)?),
         (None, Some(t), _) => Some(t),
         (None, None, Some(c)) => match (&c.token_file, &c.token) {
-            (Some(path), _) => Some(read_token(path)?),
+            (Some(path), _) => Some(interfaces::tokens::read_file(path)?),
             (None, t) => t.clone(),
         },
         (None, None, None) => None,
