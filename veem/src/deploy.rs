@@ -223,13 +223,15 @@ impl Veem {
             release();
             return Err(e.context("reject"));
         }
-        let intent = Intent::RemotePlacement {
+        // VEEs placed at peers: an intent first (the peers boot them before
+        // the commit here), ended by the commit.
+        let intent = (!remote.is_empty()).then(|| Intent::RemotePlacement {
             service_id: svc.id.clone(),
             vees: remote.iter().map(|(_, _, v)| v.clone()).collect(),
             created_ms: self.clock.now_ms(),
-        };
-        if !remote.is_empty() {
-            if let Err(e) = self.begin_intent(&intent) {
+        });
+        if let Some(intent) = &intent {
+            if let Err(e) = self.begin_intent(intent) {
                 release();
                 return Err(e.context("reject"));
             }
@@ -238,12 +240,12 @@ impl Veem {
                 Err(e) => {
                     release();
                     self.unplace_remote(&vees).await;
-                    self.drop_intent(&intent)?;
+                    self.drop_intent(intent)?;
                     return Err(e);
                 }
             };
             if let Err(why) = placed {
-                self.drop_intent(&intent)?;
+                self.drop_intent(intent)?;
                 release();
                 match refused {
                     Some(r) => bail!("{}: {}; {why}", r.verdict(), r.reasons.join("; ")),
@@ -255,29 +257,27 @@ impl Veem {
                     ),
                 }
             }
-        }
-        if !remote.is_empty() {
             fail::fail_point!("deploy-after-remote-placement");
         }
         let mut with = match request {
             Some(r) => r.record(&svc.id, toml, self.clock.now_ms())?,
             None => Default::default(),
         };
-        if !remote.is_empty() {
-            Self::end_intent(&mut with, &intent);
+        if let Some(intent) = &intent {
+            Self::end_intent(&mut with, intent);
         }
         if let Err(e) = self.commit_admission_with(&svc, &vees, with) {
             release();
             self.unplace_remote(&vees).await;
-            if !remote.is_empty() {
-                self.drop_intent(&intent)?;
+            if let Some(intent) = &intent {
+                self.drop_intent(intent)?;
             }
             return Err(e.context("reject"));
         }
         drop(one_at_a_time);
         fail::fail_point!("deploy-after-commit");
         self.placed_remotely(&vees);
-        if !remote.is_empty() {
+        if intent.is_some() {
             // VEEs at peers: their networks' home part is here (anchored
             // when none runs here).
             self.sync_networks(&svc.id).await;
