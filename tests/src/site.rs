@@ -130,8 +130,27 @@ pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, host
 
 impl Veem {
     /// Starts the VEEM of `config` listening on `port`; waits until this
-    /// VEEM (not whatever else may hold the port) answers a VMI call.
+    /// VEEM (not whatever else may hold the port) answers a VMI call and
+    /// sees each of its hosts up (as an operator checks `veem hosts` before
+    /// deploying; a host still down after 20 s is left to the test, whose
+    /// failure then shows the VEEM's log with each heartbeat's reason).
     pub async fn start(dir: &Path, site_id: &str, port: u16, config: PathBuf) -> Self {
+        let v = Self::start_serving(dir, site_id, port, config).await;
+        let mut op = v.client(OPERATOR).await;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            let hosts = op.list_hosts(interfaces::vmi::Empty {}).await.map(|r| r.into_inner().hosts).unwrap_or_default();
+            if hosts.iter().all(|h| h.health() == interfaces::vmi::HostHealth::Up) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        v
+    }
+
+    /// [`Veem::start`] without waiting for the hosts (a restart may find
+    /// one dead on purpose).
+    async fn start_serving(dir: &Path, site_id: &str, port: u16, config: PathBuf) -> Self {
         let place = Place::of_site(site_id);
         let daemon = Daemon::spawn_at(
             place,
@@ -172,7 +191,7 @@ impl Veem {
     pub async fn restart(&mut self) {
         self.daemon.kill();
         let port: u16 = self.endpoint.rsplit(':').next().unwrap().parse().unwrap();
-        let fresh = Veem::start(&self.dir, &self.site_id.clone(), port, self.config.clone()).await;
+        let fresh = Veem::start_serving(&self.dir, &self.site_id.clone(), port, self.config.clone()).await;
         *self = fresh;
     }
 
