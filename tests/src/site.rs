@@ -139,7 +139,11 @@ impl Veem {
         let mut op = v.client(OPERATOR).await;
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(20) {
-            let hosts = op.list_hosts(interfaces::vmi::Empty {}).await.map(|r| r.into_inner().hosts).unwrap_or_default();
+            let hosts = op
+                .list_hosts(interfaces::vmi::Empty {})
+                .await
+                .map(|r| r.into_inner().hosts)
+                .unwrap_or_default();
             if hosts.iter().all(|h| h.health() == interfaces::vmi::HostHealth::Up) {
                 break;
             }
@@ -235,6 +239,31 @@ impl Veem {
             tail(&self.daemon.log_text(), 4000)
         );
     }
+}
+
+/// Asks `a`'s operator to move `vee` (to site `to_site` or host `to_host`),
+/// checks that the move waits for approval, approves it and waits (up to
+/// 180 s) for its end: the migration's record.
+pub async fn migrate_approved(a: &Veem, vee: &str, to_site: &str, to_host: &str) -> interfaces::vmi::MigrationInfo {
+    use interfaces::vmi::{MigrateRequest, MigrationRef, MigrationState};
+    let mut op = a.client(OPERATOR).await;
+    let m = op
+        .migrate(MigrateRequest {
+            vee_id: vee.into(),
+            to_host: to_host.into(),
+            to_site: to_site.into(),
+            reason: "test".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(m.state(), MigrationState::Proposed, "an operator approves moves: {m:?}");
+    op.approve_migration(MigrationRef {
+        migration_id: m.migration_id.clone(),
+    })
+    .await
+    .unwrap();
+    wait_migration(a, &m.migration_id, Duration::from_secs(180)).await
 }
 
 /// Polls site `v`'s migrations (as its operator) until migration `id` is

@@ -141,29 +141,6 @@ impl Drop for Route {
     }
 }
 
-/// Asks site A's operator to move `vee` (to site `to_site` or host
-/// `to_host`), approves, waits for the migration's end: its record.
-async fn migrate(a: &Veem, vee: &str, to_site: &str, to_host: &str) -> MigrationInfo {
-    let mut op = a.client(OPERATOR).await;
-    let m = op
-        .migrate(MigrateRequest {
-            vee_id: vee.into(),
-            to_host: to_host.into(),
-            to_site: to_site.into(),
-            reason: "overlay test".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(m.state(), MigrationState::Proposed, "an operator approves moves: {m:?}");
-    op.approve_migration(MigrationRef {
-        migration_id: m.migration_id.clone(),
-    })
-    .await
-    .unwrap();
-    site::wait_migration(a, &m.migration_id, BOOT).await
-}
-
 /// After a move of web-1: the tick stream went on on the same connection
 /// (every tick, in order), HTTP from outside answered, web-1 reaches db-0
 /// by name and address. Returns the client-side gap.
@@ -310,7 +287,7 @@ async fn lab_web_1_live_migrates_to_site_b_and_home_keeping_its_addresses_and_tc
     let http = HttpPoller::start(&format!("http://{web1_ext}/"));
 
     // To site B, approved by site A's operator.
-    let out = migrate(a, &web1.vee_id, "site-b", "").await;
+    let out = site::migrate_approved(a, &web1.vee_id, "site-b", "").await;
     assert_eq!(out.state(), MigrationState::Done, "{}", out.detail);
     let at_b = a
         .wait_vee(&web1.vee_id, "at site B", BOOT, |i| i.location == "remote (site-b)")
@@ -341,7 +318,7 @@ async fn lab_web_1_live_migrates_to_site_b_and_home_keeping_its_addresses_and_tc
     } else {
         &a1.host
     };
-    let back = migrate(a, &web1.vee_id, "", home).await;
+    let back = site::migrate_approved(a, &web1.vee_id, "", home).await;
     assert_eq!(back.state(), MigrationState::Done, "{}", back.detail);
     let at_a = a
         .wait_vee(&web1.vee_id, "home", BOOT, |i| host_of(i).as_deref() == Some(home.as_str()))
@@ -359,7 +336,7 @@ async fn lab_web_1_live_migrates_to_site_b_and_home_keeping_its_addresses_and_tc
 
     // Out again, and site B's operator gives it back (withdraw): site A
     // takes it home by live migration, the same connection going on.
-    let again = migrate(a, &web1.vee_id, "site-b", "").await;
+    let again = site::migrate_approved(a, &web1.vee_id, "site-b", "").await;
     assert_eq!(again.state(), MigrationState::Done, "{}", again.detail);
     a.wait_vee(&web1.vee_id, "at site B", BOOT, |i| i.location == "remote (site-b)")
         .await;
@@ -406,7 +383,7 @@ async fn lab_a_cross_site_migration_whose_destination_dies_leaves_web_1_at_a_and
         }
         false
     });
-    let out = migrate(&s.a, &web1.vee_id, "site-b", "").await;
+    let out = site::migrate_approved(&s.a, &web1.vee_id, "site-b", "").await;
     assert!(killer.join().unwrap(), "never saw site B's incoming QEMU");
     assert_eq!(out.state(), MigrationState::Failed, "{out:?}");
     let info =

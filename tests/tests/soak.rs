@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use e2e::daemons::{wait_tick, ImageRepo, Veeh};
-use e2e::site::{self, manifest, Veem, ACME, OPERATOR};
+use e2e::site::{self, manifest, Veem, ACME};
 use e2e::{guest, lab};
 use interfaces::vhi;
 use interfaces::vmi::*;
@@ -48,7 +48,6 @@ async fn lab_soak_migrations_back_and_forth_with_checkpoints_lose_and_double_not
     let a = Veem::start(&dir, "site-a", pa, ca).await;
     let _b = Veem::start(&dir, "site-b", pb, cb).await;
     let mut acme = a.client(ACME).await;
-    let mut op = a.client(OPERATOR).await;
 
     let svc = acme
         .deploy(ManifestRequest {
@@ -75,22 +74,8 @@ async fn lab_soak_migrations_back_and_forth_with_checkpoints_lose_and_double_not
         );
         (last, _) = ticks_on_from(here, &vee, last).await;
 
-        let p = acme
-            .migrate(MigrateRequest {
-                vee_id: vee.clone(),
-                to_host: if to_b { String::new() } else { a1.host.clone() },
-                to_site: if to_b { "site-b".into() } else { String::new() },
-                reason: format!("soak step {step}"),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        op.approve_migration(MigrationRef {
-            migration_id: p.migration_id.clone(),
-        })
-        .await
-        .unwrap();
-        let m = site::wait_migration(&a, &p.migration_id, Duration::from_secs(180)).await;
+        let (site_to, host_to) = if to_b { ("site-b", "") } else { ("", a1.host.as_str()) };
+        let m = site::migrate_approved(&a, &vee, site_to, host_to).await;
         assert_eq!(m.state(), MigrationState::Done, "step {step}: {}", m.detail);
 
         // Exactly one copy, where the VEEM says it is.
