@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
 use interfaces::vhi::vhi_client::VhiClient;
-use interfaces::vhi::{ConsoleRequest, IncomingTarget, MigrateOutRequest, MigrationProgress, VeeSpec};
+use interfaces::vhi::{ConsoleRequest, DomainInfo, Empty, IncomingTarget, MigrateOutRequest, MigrationProgress, VeeSpec};
 use tonic::transport::Channel;
 
 use crate::guest::{last_tick, GuestImage};
@@ -245,6 +245,11 @@ impl Veeh {
     /// A VHI client of this VEEH, as its site's VEEM (mutual TLS).
     pub async fn client(&self) -> VhiClient<Channel> {
         self.try_client().await.unwrap()
+    }
+
+    /// The domains this VEEH's libvirtd runs for it (VHI ListDomains).
+    pub async fn domains(&self) -> Vec<DomainInfo> {
+        self.client().await.list_domains(Empty {}).await.unwrap().into_inner().domains
     }
 
     /// [`Veeh::client`], or the error connecting.

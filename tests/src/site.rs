@@ -241,6 +241,23 @@ impl Veem {
     }
 }
 
+/// Asserts that service `service_id` has no SLA violation (as `c` sees
+/// its usage): a recovered VEE is none.
+pub async fn assert_no_violations(c: &mut PeerClient, service_id: &str) {
+    let usage = c
+        .get_usage(interfaces::vmi::ServiceRef {
+            service_id: service_id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        usage.violations.is_empty(),
+        "a recovered VEE is no SLA violation: {:?}",
+        usage.violations
+    );
+}
+
 /// Asks `a`'s operator to move `vee` (to site `to_site` or host `to_host`),
 /// checks that the move waits for approval, approves it and waits (up to
 /// 180 s) for its end: the migration's record.

@@ -179,15 +179,7 @@ async fn lab_a_stalled_host_that_comes_back_is_fenced_and_its_vee_runs_once() {
     }
     let back = s.host_when(&stalled.host, "came back", |h| h.health() == HostHealth::Up).await;
     assert_eq!((back.vees, back.used_vcpus, back.used_memory_mib), (0, 0, 0), "{back:?}");
-    assert!(stalled
-        .client()
-        .await
-        .list_domains(interfaces::vhi::Empty {})
-        .await
-        .unwrap()
-        .into_inner()
-        .domains
-        .is_empty());
+    assert!(stalled.domains().await.is_empty());
     s.runs_once_on_the_other_host().await;
 }
 
@@ -211,22 +203,7 @@ async fn lab_a_veem_killed_mid_recovery_finishes_it_after_its_restart() {
         })
         .await;
     s.runs_once_on_the_other_host().await;
-    let usage = s
-        .site
-        .veem
-        .client(ACME)
-        .await
-        .get_usage(ServiceRef {
-            service_id: s.service.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(
-        usage.violations.is_empty(),
-        "a recovered VEE is no SLA violation: {:?}",
-        usage.violations
-    );
+    site::assert_no_violations(&mut s.site.veem.client(ACME).await, &s.service).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -257,14 +234,7 @@ async fn lab_a_veem_killed_inside_deploy_deploys_once_for_a_client_that_retries(
     let host = host_of(&placed).expect("on a host");
     let (on, off) = if host == site.hosts[0].host { (0, 1) } else { (1, 0) };
     wait_tick(&mut site.hosts[on].client().await, &vee, 2, BOOT).await;
-    let elsewhere = site.hosts[off]
-        .client()
-        .await
-        .list_domains(interfaces::vhi::Empty {})
-        .await
-        .unwrap()
-        .into_inner()
-        .domains;
+    let elsewhere = site.hosts[off].domains().await;
     assert!(elsewhere.is_empty(), "{elsewhere:?}");
     assert_eq!(info.vee_id, vee);
 }

@@ -72,10 +72,6 @@ impl Lab {
     }
 }
 
-async fn domains(h: &Veeh) -> Vec<vhi::DomainInfo> {
-    h.client().await.list_domains(vhi::Empty {}).await.unwrap().into_inner().domains
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     let _lab = lab::lock();
@@ -136,8 +132,8 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         .into_inner();
     assert_eq!(r.state(), interfaces::vmi::MigrationState::Rejected);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(domains(&l.a1).await.len(), 1);
-    assert!(domains(&l.b1).await.is_empty());
+    assert_eq!(l.a1.domains().await.len(), 1);
+    assert!(l.b1.domains().await.is_empty());
     assert_eq!(
         acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location,
         "local"
@@ -172,8 +168,8 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     let shown = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
     assert_eq!(shown.location, "remote (site-b)");
     assert_eq!(shown.state(), interfaces::vmi::VeeState::Running);
-    assert!(domains(&l.a1).await.is_empty(), "the VEE still runs at A");
-    let at_b = domains(&l.b1).await;
+    assert!(l.a1.domains().await.is_empty(), "the VEE still runs at A");
+    let at_b = l.b1.domains().await;
     assert_eq!(at_b.len(), 1);
     let mut cb = l.b1.client().await;
     wait_tick(&mut cb, &vee, 1, Duration::from_secs(60)).await;
@@ -246,8 +242,8 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location,
         "local"
     );
-    assert!(domains(&l.b1).await.is_empty(), "the VEE still runs at B");
-    assert_eq!(domains(&l.a1).await.len(), 1);
+    assert!(l.b1.domains().await.is_empty(), "the VEE still runs at B");
+    assert_eq!(l.a1.domains().await.len(), 1);
     let back = {
         let mut ca = l.a1.client().await;
         wait_tick(&mut ca, &vee, 1, Duration::from_secs(60)).await;
@@ -256,7 +252,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     };
     assert!(back > last_at_b, "counter went on after coming home: {last_at_b} at B, then {back}");
     site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Stop).await.unwrap();
-    assert!(domains(&l.a1).await.is_empty());
+    assert!(l.a1.domains().await.is_empty());
     let dir = l.dir.clone();
     drop(l);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -323,7 +319,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
     let e = b_op.vee_action(withdraw.clone()).await.unwrap_err();
     assert!(e.message().contains("no local host can take"), "{}", e.message());
-    assert_eq!(domains(&l.b1).await.len(), 1);
+    assert_eq!(l.b1.domains().await.len(), 1);
     // Once the other instance stops, A takes it home: a live migration the
     // service provider sees only as events; the counter goes on at A.
     let local = svc.vees.iter().find(|v| v.vee_id != remote).unwrap().vee_id.clone();
@@ -340,7 +336,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
         "local"
     );
     assert!(home.location.starts_with("local ("));
-    assert!(domains(&l.b1).await.is_empty(), "the VEE still runs at B");
+    assert!(l.b1.domains().await.is_empty(), "the VEE still runs at B");
     let mut ca = l.a1.client().await;
     wait_tick(&mut ca, &remote, last_at_b + 1, Duration::from_secs(60)).await;
     let at_a = guest::ticks(&console(&mut ca, &remote).await);
@@ -385,7 +381,7 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     }
     let m = site::wait_migration(&l.a, &p.migration_id, Duration::from_secs(120)).await;
     assert_eq!(m.state(), interfaces::vmi::MigrationState::Failed);
-    let at_a = domains(&l.a1).await;
+    let at_a = l.a1.domains().await;
     assert_eq!(at_a.len(), 1, "the VEE keeps running at A");
     assert_eq!(at_a[0].state(), vhi::VeeState::Running);
     let info = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
@@ -419,7 +415,7 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     let m = site::wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
     // Whatever the outcome, exactly one copy runs, where A says it does.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (da, db) = (domains(&l.a1).await, domains(&l.b1).await);
+    let (da, db) = (l.a1.domains().await, l.b1.domains().await);
     assert_eq!(da.len() + db.len(), 1, "exactly one running copy: A {da:?} B {db:?}");
     let mut acme = l.a.client(ACME).await;
     let info = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
@@ -506,7 +502,7 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
         "restored at A from B's checkpoint (ticks {before}..={after}), first tick at A {first}"
     );
     let start = std::time::Instant::now();
-    while !domains(&l.b1).await.is_empty() {
+    while !l.b1.domains().await.is_empty() {
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "B still runs its copy: {}",
@@ -514,19 +510,8 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    assert_eq!(domains(&l.a1).await.len(), 1);
-    let usage = acme
-        .get_usage(ServiceRef {
-            service_id: svc.service_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(
-        usage.violations.is_empty(),
-        "a recovered VEE is no SLA violation: {:?}",
-        usage.violations
-    );
+    assert_eq!(l.a1.domains().await.len(), 1);
+    site::assert_no_violations(&mut acme, &svc.service_id).await;
     site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Stop).await.unwrap();
     let dir = l.dir.clone();
     drop(l);

@@ -15,10 +15,6 @@ use interfaces::vmi::*;
 
 const BOOT: Duration = Duration::from_secs(180);
 
-async fn domains(h: &Veeh) -> Vec<vhi::DomainInfo> {
-    h.client().await.list_domains(vhi::Empty {}).await.unwrap().into_inner().domains
-}
-
 async fn migrations(v: &Veem) -> Vec<MigrationInfo> {
     v.client(OPERATOR)
         .await
@@ -127,8 +123,8 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
             .await;
         assert_eq!(host_of(&info).as_deref(), Some(dst.host.as_str()));
     }
-    assert!(domains(src).await.is_empty(), "{} still runs a domain", src.host);
-    assert_eq!(domains(dst).await.len(), 2);
+    assert!(src.domains().await.is_empty(), "{} still runs a domain", src.host);
+    assert_eq!(dst.domains().await.len(), 2);
     // The moved guest's counter goes on from where it was.
     let mut dc = dst.client().await;
     wait_tick(&mut dc, &done.vee_id, 1, Duration::from_secs(60)).await;
@@ -153,7 +149,7 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
     for v in &vees {
         site::vee_action(&mut acme, v, interfaces::vmi::Action::Stop).await.unwrap();
     }
-    assert!(domains(dst).await.is_empty());
+    assert!(dst.domains().await.is_empty());
     drop((veem, c1, c2, repo));
     std::fs::remove_dir_all(&dir).unwrap();
     eprintln!("consolidation test took {:?}", t0.elapsed());
@@ -273,7 +269,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
         })
         .await;
     assert_eq!(host_of(&info).as_deref(), Some(risky.host.as_str()));
-    assert!(domains(other).await.is_empty());
+    assert!(other.domains().await.is_empty());
     wait_tick(&mut rc, &vee, before + 2, Duration::from_secs(30)).await;
     let ticks = guest::ticks(&console(&mut rc, &vee).await);
     assert!(ticks.windows(2).all(|w| w[1] > w[0]), "the guest never restarted: {ticks:?}");
@@ -409,7 +405,7 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
         .await;
     assert_eq!(info.latest_checkpoint, cp);
     wait_tick(&mut dst.client().await, &vee, 1, Duration::from_secs(60)).await;
-    assert_eq!(domains(dst).await.len(), 1, "exactly one copy, at the destination");
+    assert_eq!(dst.domains().await.len(), 1, "exactly one copy, at the destination");
 
     src.signal("-CONT");
     site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Stop).await.unwrap();

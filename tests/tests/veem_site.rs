@@ -8,14 +8,10 @@ use std::time::Duration;
 use e2e::daemons::{console, wait_tick, ImageRepo, Veeh};
 use e2e::site::{self, host_of, manifest, Veem, ACME, GLOBEX, OPERATOR};
 use e2e::{guest, lab};
-use interfaces::vhi::{self, DestroyRequest};
+use interfaces::vhi::DestroyRequest;
 use interfaces::vmi::*;
 
 const BOOT: Duration = Duration::from_secs(180);
-
-async fn domains(h: &Veeh) -> Vec<vhi::DomainInfo> {
-    h.client().await.list_domains(vhi::Empty {}).await.unwrap().into_inner().domains
-}
 
 fn by_name<'a>(hosts: &'a [&'a Veeh], name: &str) -> &'a Veeh {
     hosts.iter().find(|h| h.host == name).unwrap_or_else(|| panic!("no host {name}"))
@@ -138,18 +134,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
         first > before && first <= after + 1,
         "restored from the checkpoint (ticks {before}..={after}), first tick now {first}"
     );
-    let usage = acme
-        .get_usage(ServiceRef {
-            service_id: svc.service_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(
-        usage.violations.is_empty(),
-        "a recovered VEE is no SLA violation: {:?}",
-        usage.violations
-    );
+    site::assert_no_violations(&mut acme, &svc.service_id).await;
 
     // The operator sees the failed host and where the VEEs are now; the
     // event history tells the story; a provider sees no hosts.
@@ -184,7 +169,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
         site::vee_action(&mut acme, vee, interfaces::vmi::Action::Stop).await.unwrap();
     }
     for h in owned.iter().enumerate().filter(|(i, _)| *i != failed_index).map(|(_, h)| h) {
-        assert!(domains(h).await.is_empty(), "{} still runs domains", h.host);
+        assert!(h.domains().await.is_empty(), "{} still runs domains", h.host);
     }
     drop(veem);
     drop(owned);
@@ -290,7 +275,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
         acme.list_services(Empty {}).await.unwrap().into_inner().services.is_empty(),
         "nothing deployed by rejections or negotiation"
     );
-    assert!(domains(&a1).await.is_empty() && domains(&a2).await.is_empty());
+    assert!(a1.domains().await.is_empty() && a2.domains().await.is_empty());
 
     // Nothing was reserved: a deployment that needs both hosts fits. The
     // VEEM is killed right after accepting it, mid-deploy.
@@ -310,7 +295,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
             .await;
     }
     // Nothing lost, nothing duplicated: exactly one domain per VEE.
-    let (d1, d2) = (domains(&a1).await, domains(&a2).await);
+    let (d1, d2) = (a1.domains().await, a2.domains().await);
     assert_eq!(d1.len() + d2.len(), 2, "{d1:?} {d2:?}");
     assert_eq!(d1.len(), 1);
     let mut acme = veem.client(ACME).await;
@@ -352,7 +337,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     assert_eq!(mine[0].held.as_ref().map(|h| (h.vcpus, h.memory_mib)), Some((2, 256)));
     assert!(globex.list_usage_limits(Empty {}).await.unwrap().into_inner().limits.is_empty());
     for h in [&a1, &a2] {
-        for d in domains(h).await {
+        for d in h.domains().await {
             h.client()
                 .await
                 .destroy(DestroyRequest {
