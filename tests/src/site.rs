@@ -262,6 +262,12 @@ pub async fn assert_no_violations(c: &mut PeerClient, service_id: &str) {
 /// checks that the move waits for approval, approves it and waits (up to
 /// 180 s) for its end: the migration's record.
 pub async fn migrate_approved(a: &Veem, vee: &str, to_site: &str, to_host: &str) -> interfaces::vmi::MigrationInfo {
+    let m = approved(a, vee, to_site, to_host).await;
+    wait_migration(a, &m.migration_id, Duration::from_secs(180)).await
+}
+
+/// [`migrate_approved`] without waiting: the proposal, just approved.
+pub async fn approved(a: &Veem, vee: &str, to_site: &str, to_host: &str) -> interfaces::vmi::MigrationInfo {
     use interfaces::vmi::{MigrateRequest, MigrationRef, MigrationState};
     let mut op = a.client(OPERATOR).await;
     let m = op
@@ -279,8 +285,8 @@ pub async fn migrate_approved(a: &Veem, vee: &str, to_site: &str, to_host: &str)
         migration_id: m.migration_id.clone(),
     })
     .await
-    .unwrap();
-    wait_migration(a, &m.migration_id, Duration::from_secs(180)).await
+    .unwrap()
+    .into_inner()
 }
 
 /// Polls site `v`'s migrations (as its operator) until migration `id` is

@@ -91,8 +91,20 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
 
+    // Only the operator names a site (location unawareness, E §3.4).
+    let mut op = l.a.client(OPERATOR).await;
+    let e = acme
+        .migrate(MigrateRequest {
+            vee_id: vee.clone(),
+            to_host: String::new(),
+            to_site: "site-b".into(),
+            reason: "cheaper".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{}", e.message());
     // A proposal the operator rejects moves nothing.
-    let p = acme
+    let p = op
         .migrate(MigrateRequest {
             vee_id: vee.clone(),
             to_host: String::new(),
@@ -104,7 +116,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         .into_inner();
     assert_eq!(p.state(), interfaces::vmi::MigrationState::Proposed);
     // One open proposal per VEE.
-    let e = acme
+    let e = op
         .migrate(MigrateRequest {
             vee_id: vee.clone(),
             to_host: String::new(),
@@ -121,7 +133,6 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
-    let mut op = l.a.client(OPERATOR).await;
     let r = op
         .reject_migration(RejectRequest {
             migration_id: p.migration_id.clone(),
@@ -136,7 +147,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     assert!(l.b1.domains().await.is_empty());
     assert_eq!(
         acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location,
-        "local"
+        "placed"
     );
     // Draining A's only host proposes nothing: no other host of A has room.
     let drained = op.drain(DrainRequest { host: l.a1.host.clone() }).await.unwrap().into_inner();
@@ -148,7 +159,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
 
     // Approved: live migration to B; the counter goes on there.
     let before = guest::last_tick(&console(&mut ca, &vee).await).unwrap().0;
-    let p = acme
+    let p = op
         .migrate(MigrateRequest {
             vee_id: vee.clone(),
             to_host: String::new(),
@@ -166,8 +177,10 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     let m = site::wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
     assert_eq!(m.state(), interfaces::vmi::MigrationState::Done, "{}", m.detail);
     let shown = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
-    assert_eq!(shown.location, "remote (site-b)");
+    assert_eq!(shown.location, "placed", "the provider never sees where");
     assert_eq!(shown.state(), interfaces::vmi::VeeState::Running);
+    let shown = op.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    assert_eq!(shown.location, "remote (site-b)");
     assert!(l.a1.domains().await.is_empty(), "the VEE still runs at A");
     let at_b = l.b1.domains().await;
     assert_eq!(at_b.len(), 1);
@@ -178,10 +191,11 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     let (n, d) = wait_tick(&mut cb, &vee, first_at_b + 2, Duration::from_secs(30)).await;
     assert_eq!(d, Some(n));
 
-    // Usage metered at B comes back to A, stamped with B's ID, once.
+    // Usage metered at B comes back to A, stamped with B's ID, once (the
+    // operator sees the site chain; the provider does not).
     let start = std::time::Instant::now();
     let remote = loop {
-        let u = acme
+        let u = op
             .get_usage(ServiceRef {
                 service_id: svc.service_id.clone(),
             })
@@ -221,7 +235,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     assert_eq!((again.accepted, again.duplicates), (0, remote.len() as u32));
     // Home again: a VEE running remotely migrates back to a host of A.
     let last_at_b = guest::last_tick(&console(&mut cb, &vee).await).unwrap().0;
-    let p = acme
+    let p = op
         .migrate(MigrateRequest {
             vee_id: vee.clone(),
             to_host: l.a1.host.clone(),
@@ -240,7 +254,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     assert_eq!(m.state(), interfaces::vmi::MigrationState::Done, "{}", m.detail);
     assert_eq!(
         acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location,
-        "local"
+        "placed"
     );
     assert!(l.b1.domains().await.is_empty(), "the VEE still runs at B");
     assert_eq!(l.a1.domains().await.len(), 1);
@@ -303,7 +317,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
         .vee_id
         .clone();
     let shown = acme.get_vee(VeeRef { vee_id: remote.clone() }).await.unwrap().into_inner();
-    assert_eq!(shown.location, "remote (site-b)", "the provider never sees the remote host");
+    assert_eq!(shown.location, "placed", "the provider never sees where");
     let mut cb = l.b1.client().await;
     wait_tick(&mut cb, &remote, 2, BOOT).await;
 
@@ -333,7 +347,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
         .await;
     assert_eq!(
         acme.get_vee(VeeRef { vee_id: remote.clone() }).await.unwrap().into_inner().location,
-        "local"
+        "placed"
     );
     assert!(home.location.starts_with("local ("));
     assert!(l.b1.domains().await.is_empty(), "the VEE still runs at B");
@@ -351,21 +365,12 @@ async fn lab_remote_placement_when_site_a_is_full() {
 async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     let _lab = lab::lock();
     // Throttled so that there is time to interfere midway.
-    let mut l = two_sites("fed-fail", "[migration]\nauto_approve = [\"test\"]\nbandwidth_mib_s = 4\n").await;
+    let mut l = two_sites("fed-fail", "[migration]\nbandwidth_mib_s = 4\n").await;
     let mut acme = l.a.client(ACME).await;
     let (_, vee) = l.deploy_one(&mut acme).await;
 
     // 1. The destination host dies midway (its VEEH and the incoming QEMU).
-    let p = acme
-        .migrate(MigrateRequest {
-            vee_id: vee.clone(),
-            to_host: String::new(),
-            to_site: "site-b".into(),
-            reason: "test".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let p = site::approved(&l.a, &vee, "site-b", "").await;
     let pat = format!("guest=vee-{vee}.*-incoming");
     let start = std::time::Instant::now();
     loop {
@@ -384,10 +389,16 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     let at_a = l.a1.domains().await;
     assert_eq!(at_a.len(), 1, "the VEE keeps running at A");
     assert_eq!(at_a[0].state(), vhi::VeeState::Running);
-    let info = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    let info =
+        l.a.client(OPERATOR)
+            .await
+            .get_vee(VeeRef { vee_id: vee.clone() })
+            .await
+            .unwrap()
+            .into_inner();
     assert_eq!(
         (info.state(), info.location.as_str()),
-        (interfaces::vmi::VeeState::Running, "local")
+        (interfaces::vmi::VeeState::Running, format!("local ({})", l.a1.host).as_str())
     );
     let now = guest::last_tick(&console(&mut l.a1.client().await, &vee).await).unwrap().0;
     wait_tick(&mut l.a1.client().await, &vee, now + 2, Duration::from_secs(30)).await;
@@ -395,16 +406,7 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     // 2. Site B's host is back; the primary VEEM is killed mid-migration.
     l.b1.restart().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let p = acme
-        .migrate(MigrateRequest {
-            vee_id: vee.clone(),
-            to_host: String::new(),
-            to_site: "site-b".into(),
-            reason: "test".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let p = site::approved(&l.a, &vee, "site-b", "").await;
     let start = std::time::Instant::now();
     while Command::new("pgrep").args(["-f", &pat]).output().unwrap().stdout.is_empty() {
         assert!(start.elapsed() < Duration::from_secs(60), "the second migration never started");
@@ -418,13 +420,19 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     let (da, db) = (l.a1.domains().await, l.b1.domains().await);
     assert_eq!(da.len() + db.len(), 1, "exactly one running copy: A {da:?} B {db:?}");
     let mut acme = l.a.client(ACME).await;
-    let info = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    let info =
+        l.a.client(OPERATOR)
+            .await
+            .get_vee(VeeRef { vee_id: vee.clone() })
+            .await
+            .unwrap()
+            .into_inner();
     assert_eq!(info.state(), interfaces::vmi::VeeState::Running);
     if m.state() == interfaces::vmi::MigrationState::Done {
         assert_eq!(info.location, "remote (site-b)");
         assert_eq!(db.len(), 1);
     } else {
-        assert_eq!(info.location, "local");
+        assert_eq!(info.location, format!("local ({})", l.a1.host));
         assert_eq!(da.len(), 1);
     }
     let host = if da.is_empty() { &l.b1 } else { &l.a1 };

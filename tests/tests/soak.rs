@@ -67,9 +67,20 @@ async fn lab_soak_migrations_back_and_forth_with_checkpoints_lose_and_double_not
         assert_eq!(m.state(), MigrationState::Done, "step {step}: {}", m.detail);
 
         // Exactly one copy, where the VEEM says it is.
-        let info = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+        let info = a
+            .client(site::OPERATOR)
+            .await
+            .get_vee(VeeRef { vee_id: vee.clone() })
+            .await
+            .unwrap()
+            .into_inner();
         assert_eq!(info.state(), VeeState::Running, "step {step}");
-        assert_eq!(info.location, if to_b { "remote (site-b)" } else { "local" }, "step {step}");
+        let expected = if to_b {
+            "remote (site-b)".to_string()
+        } else {
+            format!("local ({})", a1.host)
+        };
+        assert_eq!(info.location, expected, "step {step}");
         assert_eq!(
             (here.domains().await.len(), there.domains().await.len()),
             (0, 1),

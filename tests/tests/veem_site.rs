@@ -61,7 +61,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(mine.location, "local");
+    assert_eq!(mine.location, "placed");
 
     // Another service provider cannot see them at all.
     let mut globex = veem.client(GLOBEX).await;
@@ -153,11 +153,22 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
         history.iter().any(|e| e.vee_id == victim && e.kind == "checkpointed"),
         "{history:?}"
     );
+    // The provider reads that it was restored, not where (E §3.4); the
+    // operator reads where.
     assert!(
         history
             .iter()
-            .any(|e| e.vee_id == victim && e.detail.contains("restored from checkpoint") && e.detail.contains(&new_host)),
+            .any(|e| e.vee_id == victim && e.detail.contains("restored from checkpoint") && e.detail.ends_with("on [host]")),
         "{history:?}"
+    );
+    assert!(history.iter().all(|e| !e.detail.contains(&new_host)), "{history:?}");
+    let mut op = veem.client(OPERATOR).await;
+    let seen_by_operator = site::history(&mut op, &svc.service_id).await;
+    assert!(
+        seen_by_operator
+            .iter()
+            .any(|e| e.vee_id == victim && e.detail.contains("restored from checkpoint") && e.detail.contains(&new_host)),
+        "{seen_by_operator:?}"
     );
     assert!(
         history.iter().all(|e| e.service_id == svc.service_id),

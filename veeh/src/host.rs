@@ -59,7 +59,23 @@ pub struct Host {
     /// One lifecycle operation at a time per VEE: a retried call (say from
     /// a restarted VEEM) waits for the first and then finds it done.
     vee_locks: std::sync::Mutex<interfaces::locks::LockMap>,
+    /// The last CPU load measurement ([`Host::cpu_load`]).
+    load: std::sync::Mutex<LoadSample>,
 }
+
+/// One measurement of the VEEs' CPU time, and the load it gave.
+#[derive(Clone, Copy, Debug, Default)]
+struct LoadSample {
+    at: Option<std::time::Instant>,
+    /// The VEEs' CPU time then (s), summed.
+    cpu_seconds: f64,
+    /// vCPU-seconds per second over the host's vCPUs.
+    load: f64,
+}
+
+/// The shortest period a load measurement spans: HostInfo (the heartbeat,
+/// every second or so) gets the last value in between.
+const LOAD_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
@@ -106,6 +122,7 @@ impl Host {
             events,
             facts,
             vee_locks: Default::default(),
+            load: Default::default(),
         }))
     }
 
@@ -215,7 +232,44 @@ impl Host {
             libvirt_uri: self.cfg.peer_libvirt_uri().to_string(),
             migration_address: self.cfg.migration_address.clone(),
             vtep: self.cfg.vtep().to_string(),
+            cpu_load: self.cpu_load().await,
         })
+    }
+
+    /// The CPU load of this host's VEEs: the CPU time their domains used
+    /// since the previous measurement, per second, over the host's vCPUs
+    /// (`[capacity] vcpus`). Measured at most every [`LOAD_PERIOD`]; a VEE
+    /// that left or arrived in between (a sum that went down) starts a new
+    /// period. 0 until the first period ends.
+    pub async fn cpu_load(&self) -> f64 {
+        let last = *self.load.lock().unwrap();
+        if last.at.is_some_and(|at| at.elapsed() < LOAD_PERIOD) {
+            return last.load;
+        }
+        let ids: Vec<String> = self.vees.list().unwrap_or_default().into_iter().map(|r| r.vee_id).collect();
+        let cpu_seconds = self
+            .blocking(move |hv| {
+                Ok(ids
+                    .iter()
+                    .filter_map(|id| hv.counters(id, &[]).ok())
+                    .map(|c| c.cpu_seconds)
+                    .sum::<f64>())
+            })
+            .await
+            .unwrap_or(last.cpu_seconds);
+        let now = std::time::Instant::now();
+        let load = match last.at {
+            Some(at) if cpu_seconds >= last.cpu_seconds => {
+                (cpu_seconds - last.cpu_seconds) / now.duration_since(at).as_secs_f64() / f64::from(self.cfg.capacity.vcpus.max(1))
+            }
+            _ => last.load,
+        };
+        *self.load.lock().unwrap() = LoadSample {
+            at: Some(now),
+            cpu_seconds,
+            load,
+        };
+        load
     }
 
     /// Pulls (or finds in the cache) every image `rec` names.

@@ -136,8 +136,10 @@ pub struct Overlay {
 #[derive(Clone, Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct MigrationPolicy {
-    /// Reasons whose proposals run at once (e.g. `["failure-risk"]`);
-    /// everything else waits for an operator.
+    /// The planner's reasons (`failure-risk`, `sla-at-risk`,
+    /// `consolidation`) whose proposals run at once; everything else, and
+    /// every proposal a caller makes whatever its reason, waits for an
+    /// operator.
     #[serde(default)]
     pub auto_approve: Vec<String>,
     /// Bandwidth limit of live migrations in MiB/s (0 = unlimited).
@@ -555,6 +557,13 @@ impl VeemConfig {
         }
         if !(576..=9000).contains(&n.mtu) {
             bail!("field `networks.mtu`: {} bytes; must be 576 to 9000", n.mtu);
+        }
+        for (i, r) in self.migration.auto_approve.iter().enumerate() {
+            if crate::proposals::Reason::parse(r).is_none() {
+                bail!(
+                    "field `migration.auto_approve[{i}]`: {r:?} is not a reason the planner proposes (failure-risk, sla-at-risk, consolidation); a caller's reason always waits for an operator"
+                );
+            }
         }
         if self.proposals.interval < Duration::from_secs(1) {
             bail!("field `proposals.interval`: must be at least 1 s");

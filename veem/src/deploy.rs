@@ -466,7 +466,7 @@ impl VeeRec {
             cmdline: c.cmdline.clone().unwrap_or_default(),
             state: VeeState::Admitted,
             location: Location::Nowhere,
-            checkpoint_interval_s: checkpoint_interval(m, (end - start).max(1) as u64),
+            checkpoint_interval_s: checkpoint_interval(m, (end - start).max(1) as u64, DEFAULT_CHECKPOINT_COST_S),
             last_checkpoint_ms: None,
             latest_checkpoint: None,
             guarantee: m.sla.guarantee,
@@ -479,17 +479,22 @@ impl VeeRec {
             // Assigned with the admission (`networks`).
             nics: vec![],
             stays: vec![],
+            outages: 0,
+            down_since_ms: None,
+            checkpoint_cost_s: None,
         }
     }
 }
 
 /// Checkpoint period of the manifest's VEEs in seconds (explicit, or the
-/// optimal count over the planned run time: H eq. 3.12-3.16).
-pub fn checkpoint_interval(m: &Manifest, run_time_s: u64) -> Option<u64> {
+/// optimal count over the planned run time for checkpoint cost
+/// `checkpoint_cost_s`: H eq. 3.12-3.16). Before a VEE's first checkpoint
+/// the cost is [`DEFAULT_CHECKPOINT_COST_S`]; then it is the measured one.
+pub fn checkpoint_interval(m: &Manifest, run_time_s: u64, checkpoint_cost_s: f64) -> Option<u64> {
     if let CheckpointInterval::Every(d) = &m.sla.checkpoint_interval {
         return Some(d.as_secs().max(1));
     }
-    match checkpoint_plan(&m.sla, run_time_s.min(DEFAULT_RUN_TIME_S * 24) as f64, DEFAULT_CHECKPOINT_COST_S) {
+    match checkpoint_plan(&m.sla, run_time_s.min(DEFAULT_RUN_TIME_S * 24) as f64, checkpoint_cost_s) {
         CheckpointPlan::None => None,
         CheckpointPlan::Every { interval, .. } => Some(interval.as_secs().max(1)),
     }

@@ -42,5 +42,7 @@ pub mod proposals;
 pub mod reconcile;
 pub mod recovery;
 pub mod server;
+pub mod sla;
 pub mod store;
+pub mod visibility;
 pub mod wire;

@@ -101,6 +101,7 @@ impl Veem {
         }
         let host = Self::local_host(&v)?;
         self.transition(&mut v, VeeState::Checkpointing, format!("on {host}"))?;
+        let started = std::time::Instant::now();
         let r = self
             .hosts
             .vhi(&host)?
@@ -116,9 +117,44 @@ impl Veem {
                 bail!("checkpoint of {vee_id}: {}", e.message());
             }
         };
+        self.measured_checkpoint_cost(&mut v, started.elapsed().as_secs_f64());
         let cp = self.record_checkpoint(&mut v, &rec, &format!("on {host}")).await?;
         self.transition(&mut v, VeeState::Running, "")?;
         Ok(cp)
+    }
+
+    /// Takes a checkpoint's measured cost `cost_s` into VEE `v`'s smoothed
+    /// cost and, when its SLA's interval is `auto`, recomputes the interval
+    /// from it (H eq. 3.12-3.16 over its window; an event says so when it
+    /// changed). The caller saves `v`.
+    fn measured_checkpoint_cost(&self, v: &mut VeeRec, cost_s: f64) {
+        let cost = smoothed_cost(v.checkpoint_cost_s, cost_s);
+        v.checkpoint_cost_s = Some(cost);
+        let Ok(m) = self
+            .service(&v.service_id)
+            .and_then(|s| Ok(interfaces::manifest::Manifest::from_toml(&s.manifest_toml)?))
+        else {
+            return;
+        };
+        if m.sla.checkpoint_interval != interfaces::manifest::CheckpointInterval::Auto {
+            return;
+        }
+        let run_time_s = (v.window_end_unix - v.window_start_unix).max(1) as u64;
+        let interval = crate::deploy::checkpoint_interval(&m, run_time_s, cost);
+        if interval != v.checkpoint_interval_s {
+            let text = |i: Option<u64>| i.map_or("none".to_string(), |s| format!("{s} s"));
+            self.event(
+                &v.id,
+                &v.service_id,
+                "checkpoint-interval",
+                format!(
+                    "{} -> {} (measured cost {cost:.2} s)",
+                    text(v.checkpoint_interval_s),
+                    text(interval)
+                ),
+            );
+            v.checkpoint_interval_s = interval;
+        }
     }
 
     /// Records checkpoint `rec` of VEE `v` (taken here or `where_` at a
@@ -208,22 +244,121 @@ impl Veem {
         Ok(())
     }
 
-    /// Suspends a background VEE displaced by a stronger reservation.
+    /// Displaces a background VEE to make room for a stronger reservation
+    /// (H §4: background VEEs give way during a recovery): its whole state
+    /// is saved as a checkpoint and its domain stopped, so that the host's
+    /// memory and vCPUs are really free; the VEE is `suspended` and placed
+    /// nowhere until [`Veem::resume_displaced`] finds it room again. When
+    /// the checkpoint fails the domain is destroyed anyway (a background VEE
+    /// has no guarantee) and it resumes from its last checkpoint, or its
+    /// images.
     pub async fn preempt_background(&self, vee_id: &str) {
         let _g = self.lock_vee(vee_id).await;
         let Ok(mut v) = self.vee(vee_id) else { return };
-        if let Location::Host(h) = &v.location {
-            if let Ok(c) = self.hosts.vhi(h) {
-                let _ = c.suspend(tonic::Request::new(VeeRef { vee_id: vee_id.into() })).await;
+        let mut saved = "no state saved".to_string();
+        if let (Location::Host(h), true) = (v.location.clone(), v.state.is_live()) {
+            if let Ok(c) = self.hosts.vhi(&h) {
+                let req = CheckpointRequest {
+                    vee_id: vee_id.into(),
+                    stop_after: true,
+                };
+                match c.checkpoint(tonic::Request::new(req)).await {
+                    Ok(rec) => match self
+                        .record_checkpoint(&mut v, &rec.into_inner(), &format!("on {h}, displaced"))
+                        .await
+                    {
+                        Ok(cp) => saved = format!("saved as checkpoint {}", cp.id),
+                        Err(e) => tracing::warn!(vee = %vee_id, error = %format!("{e:#}"), "cannot record the displaced VEE's checkpoint"),
+                    },
+                    Err(e) => tracing::warn!(vee = %vee_id, host = %h, error = %e.message(), "cannot save a displaced background VEE"),
+                }
+                let destroy = DestroyRequest {
+                    vee_id: vee_id.into(),
+                    remove: true,
+                };
+                if let Err(e) = c.destroy(tonic::Request::new(destroy)).await {
+                    tracing::warn!(vee = %vee_id, host = %h, error = %e.message(), "cannot remove a displaced background VEE");
+                }
             }
         }
-        let _ = self.transition(&mut v, VeeState::Suspended, "background VEE displaced to make room");
+        v.location = Location::Nowhere;
+        let why = format!("background VEE displaced to make room ({saved}); resumes when capacity returns");
+        if let Err(e) = self.transition(&mut v, VeeState::Suspended, why) {
+            tracing::warn!(vee = %vee_id, error = %format!("{e:#}"), "cannot record the displacement");
+        }
+    }
+
+    /// Whether `v` is a background VEE displaced to make room: suspended
+    /// and placed nowhere (a VEE a caller suspended stays on its host).
+    pub fn is_displaced(v: &VeeRec) -> bool {
+        v.state == VeeState::Suspended && v.location == Location::Nowhere
+    }
+
+    /// Resumes displaced background VEEs for which the planner finds free
+    /// capacity for the rest of their window
+    /// ([`Planner::resume_background`]): each is restored from its latest
+    /// checkpoint (or restarted from its images) on the host found, in a
+    /// task of its own. A restore that fails gives the capacity back and
+    /// leaves the VEE displaced, to be tried again. Returns how many were
+    /// started.
+    ///
+    /// [`Planner::resume_background`]: crate::planner::Planner::resume_background
+    pub fn resume_displaced(self: &Arc<Self>) -> usize {
+        let now = self.clock.now();
+        let mut started = 0;
+        for v in self.vees_where(|v| Self::is_displaced(v) && v.window_end_unix > now) {
+            if !self.try_busy(&v.id) {
+                continue;
+            }
+            let range = self.slots.covering(now, v.window_end_unix);
+            let placed = {
+                let mut p = self.planner.lock().unwrap();
+                match p.resume_background(&v.id, range) {
+                    // Only onto a host that answers now.
+                    Ok(at) if self.hosts.health(&at.host) != crate::hosts::Health::Up => {
+                        let _ = p.release_vee(&v.id);
+                        Err(anyhow!("host {} does not answer", at.host))
+                    }
+                    r => r.map_err(anyhow::Error::from),
+                }
+            };
+            let host = match placed.and_then(|p| self.persist_planner().map(|_| p.host)) {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::debug!(vee = %v.id, error = %format!("{e:#}"), "displaced VEE: no room yet");
+                    self.unbusy(&v.id);
+                    continue;
+                }
+            };
+            started += 1;
+            let veem = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = veem.recover_vee_on(&v.id, "", &host, None).await {
+                    tracing::warn!(vee = %v.id, %host, error = %format!("{e:#}"), "displaced VEE not resumed; tried again later");
+                    veem.clean_failed_attempt(&v.id, &host).await;
+                    let _ = veem.planner.lock().unwrap().release_vee(&v.id);
+                    let _ = veem.persist_planner();
+                    if let Ok(mut v) = veem.vee(&v.id) {
+                        v.location = Location::Nowhere;
+                        let _ = veem.transition(&mut v, VeeState::Suspended, format!("resume on {host} failed: {e:#}"));
+                    }
+                }
+                veem.unbusy(&v.id);
+            });
+        }
+        started
     }
 
     /// One scheduler round (every second): starts VEEs whose window
     /// opened, takes the checkpoints that are due, stops VEEs whose window
-    /// closed; each in a task of its own.
+    /// closed, resumes displaced background VEEs that have room again (each
+    /// in a task of its own), and records the SLA terms broken meanwhile
+    /// ([`Veem::sla_round`]).
     pub(crate) fn scheduler_round(self: &Arc<Self>) {
+        self.resume_displaced();
+        if let Err(e) = self.sla_round() {
+            tracing::warn!(error = %format!("{e:#}"), "SLA round");
+        }
         let (now, ms) = (self.clock.now(), self.clock.now_ms());
         for v in self.vees_where(|v| due(v, now, ms).is_some()) {
             match due(&v, now, ms) {
@@ -273,6 +408,23 @@ fn due(v: &VeeRec, now: i64, now_ms: i64) -> Option<Due> {
             (now_ms - last >= every as i64 * 1000).then_some(Due::Checkpoint)
         }
         _ => None,
+    }
+}
+
+/// Weight of the newest measurement in a VEE's checkpoint cost (an
+/// exponentially weighted moving average: one slow checkpoint moves it by
+/// a third of the difference, and it follows a lasting change within a few
+/// checkpoints).
+pub const COST_SMOOTHING: f64 = 1.0 / 3.0;
+
+/// The smoothed checkpoint cost after a measurement of `sample_s` (s):
+/// the sample itself for the first one, else `previous` moved
+/// [`COST_SMOOTHING`] of the way to it.
+pub fn smoothed_cost(previous: Option<f64>, sample_s: f64) -> f64 {
+    let sample = if sample_s.is_finite() { sample_s.max(0.001) } else { 0.001 };
+    match previous {
+        Some(c) if c.is_finite() => c + COST_SMOOTHING * (sample - c),
+        _ => sample,
     }
 }
 

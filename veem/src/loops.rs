@@ -121,6 +121,10 @@ pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
     for ((h, before), (after, info)) in names.into_iter().zip(before).zip(beats) {
         if let Some(i) = info {
             let known = veem.planner.lock().unwrap().host(&h).is_some();
+            if known {
+                // Load-aware rank follows what the host measures.
+                let _ = veem.planner.lock().unwrap().set_measured_load(&h, i.cpu_load);
+            }
             if !known {
                 let p = i.profile.unwrap_or_default();
                 let spec = HostSpec::new(
@@ -154,7 +158,8 @@ pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
             // missed round, so that no new VEE is placed on it until it
             // answers again.
             let now = veem.now_slot();
-            let _ = veem.planner.lock().unwrap().set_host_down(&h, now, 1);
+            let _ = veem.planner.lock().unwrap().set_host_down(&h, now, silent_block_slots(&veem.cfg));
+            let _ = veem.persist_planner();
         }
         if after == Health::Failed && before != Health::Failed {
             tracing::error!(host = %h, "host missed its heartbeats: failed");
@@ -166,6 +171,15 @@ pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
             });
         }
     }
+}
+
+/// The slots a silent host stays blocked for new reservations from one
+/// heartbeat round on: past the next round (three heartbeat intervals,
+/// for a round slowed by timeouts) and at least one slot boundary, so that
+/// a placement between two rounds never finds the block expired.
+fn silent_block_slots(cfg: &crate::config::VeemConfig) -> u32 {
+    let slot = cfg.slot.as_secs_f64().max(1.0);
+    (3.0 * cfg.heartbeat_interval.as_secs_f64() / slot).ceil() as u32 + 1
 }
 
 #[cfg(test)]
@@ -200,6 +214,24 @@ mod tests {
         for id in &svc.vees {
             assert_eq!(site.veem.vee(id).unwrap().host(), Some("h2"), "a VEE placed on the silent host");
         }
+    }
+
+    #[tokio::test]
+    async fn load_aware_placement_follows_the_load_the_hosts_measure() {
+        let site = FakeSite::start(&["h1", "h2"], "rank_policy = \"load-aware\"\n").await;
+        site.repo.blobs.lock().unwrap().insert(format!("sha256:{}", "5".repeat(64)));
+        let provider = crate::config::Role::Provider("acme".into());
+        for (busy, idle) in [("h1", "h2"), ("h2", "h1")] {
+            site.host(busy).script.lock().unwrap().cpu_load = 0.9;
+            site.host(idle).script.lock().unwrap().cpu_load = 0.1;
+            super::heartbeat_round(&site.veem).await;
+            let svc = site.veem.deploy(&provider, crate::fakes::STANDARD).await.unwrap();
+            let vee = site.veem.vee(&svc.vees[0]).unwrap();
+            assert_eq!(vee.host(), Some(idle), "{busy} measured busy");
+        }
+        let vmi = crate::server::VmiService::handler(site.veem.clone());
+        let loads: Vec<(String, f64)> = vmi.host_status().into_iter().map(|h| (h.name, h.cpu_load)).collect();
+        assert_eq!(loads, [("h1".to_string(), 0.1), ("h2".to_string(), 0.9)]);
     }
 
     #[tokio::test]

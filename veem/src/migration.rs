@@ -29,7 +29,7 @@ use crate::store::Tree;
 
 mod home;
 
-pub use crate::domain::migration::Dest;
+pub use crate::domain::migration::{Dest, Proposer};
 
 fn location_text(l: &Location) -> String {
     match l {
@@ -52,16 +52,29 @@ impl Veem {
         Ok(())
     }
 
+    /// A `migration` event, under the VEE's service so that its provider
+    /// follows it too (redacted: `crate::visibility`).
     fn migration_event(&self, m: &MigrationRec) {
-        self.event(&m.vee_id, "", "migration", format!("{} {} -> {}: {}", m.id, m.from, m.to, m.state));
+        let service = self.vee(&m.vee_id).map(|v| v.service_id).unwrap_or_default();
+        self.event(
+            &m.vee_id,
+            &service,
+            "migration",
+            format!("{} {} -> {}: {}", m.id, m.from, m.to, m.state),
+        );
     }
 
-    /// Records a proposal to move `vee_id` to `to`; runs it at once when the
-    /// site policy auto-approves `reason`. Errors when the target is
-    /// unknown or the same place, when the VEE's migration policy forbids
-    /// it (`none`: never moved; `site`: no peer sites), or when the VEE
-    /// already has an open (proposed, approved or running) migration.
-    pub fn propose(self: &Arc<Self>, vee_id: &str, to: Dest, reason: &str, by: &str) -> Result<MigrationRec> {
+    /// Records a proposal to move `vee_id` to `to`; runs it at once when
+    /// the planner proposed it and the site policy auto-approves `reason`
+    /// (a caller's reason never does: [`Proposer::may_auto_approve`]).
+    /// Errors when the target is unknown or the same place, when the
+    /// planner cannot keep the VEE's reservation on the target host for the
+    /// rest of its window (capacity in every slot, compatibility profile,
+    /// the service's constraints; the planner's reason is in the error),
+    /// when the VEE's migration policy forbids it (`none`: never moved;
+    /// `site`: no peer sites), or when the VEE already has an open
+    /// (proposed, approved or running) migration.
+    pub fn propose(self: &Arc<Self>, vee_id: &str, to: Dest, reason: &str, by: Proposer) -> Result<MigrationRec> {
         let v = self.vee(vee_id)?;
         if !matches!(v.state, VeeState::Running) {
             bail!("VEE {vee_id} is {}, only running VEEs migrate", v.state.as_str());
@@ -85,6 +98,13 @@ impl Veem {
                 }
                 if v.location == Location::Host(h.clone()) {
                     bail!("VEE {vee_id} already runs on {h}");
+                }
+                if v.host().is_some() {
+                    let now = self.now_slot();
+                    let mut plan = self.planner.lock().unwrap().clone();
+                    if let Err(e) = plan.move_vee(vee_id, h, now) {
+                        bail!("VEE {vee_id} cannot move to {h}: {e}");
+                    }
                 }
             }
             Dest::ForPrimary(_) => return Err(VeemError::field("to", "site-of targets are chosen by a primary site").into()),
@@ -112,7 +132,7 @@ impl Veem {
                 }
             }
         }
-        let auto = self.cfg.migration.auto_approve.iter().any(|r| r == reason);
+        let auto = by.may_auto_approve() && self.cfg.migration.auto_approve.iter().any(|r| r == reason);
         let mut m = MigrationRec {
             id: uuid::Uuid::new_v4().to_string(),
             vee_id: vee_id.into(),
@@ -134,6 +154,32 @@ impl Veem {
             self.spawn_migration(&m.id);
         }
         Ok(m)
+    }
+
+    /// Proposes moving `vee_id` without naming where: the site picks the
+    /// first host not failed, in configuration order, that the planner can keep
+    /// the VEE on for the rest of its window ([`Planner::move_vee`]:
+    /// capacity in every slot, profile, constraints). This is how a service
+    /// provider asks for a move: it never names hosts or sites (location
+    /// unawareness, E §3.4). Errors as [`Veem::propose`] does, and when no
+    /// other host can take the VEE.
+    ///
+    /// [`Planner::move_vee`]: crate::planner::Planner::move_vee
+    pub fn propose_anywhere(self: &Arc<Self>, vee_id: &str, reason: &str, by: Proposer) -> Result<MigrationRec> {
+        let v = self.vee(vee_id)?;
+        let Some(from) = v.host() else {
+            bail!("VEE {vee_id} does not run on a host of this site; an operator moves it")
+        };
+        let now = self.now_slot();
+        let plan = self.planner.lock().unwrap().clone();
+        let to = self
+            .hosts
+            .names()
+            .into_iter()
+            .filter(|h| h != from && self.hosts.health(h) != crate::hosts::Health::Failed)
+            .find(|h| plan.clone().move_vee(vee_id, h, now).is_ok())
+            .ok_or_else(|| anyhow!("VEE {vee_id}: no other host of the site can take it for the rest of its window"))?;
+        self.propose(vee_id, Dest::Host(to), reason, by)
     }
 
     /// Closes the proposals whose premise is gone, each rejected by the
@@ -206,7 +252,7 @@ impl Veem {
     /// host with room for one). A VEE that cannot move, or already has an
     /// open migration, is skipped with a warning. Errors when `host` is not
     /// a host of this site.
-    pub fn drain(self: &Arc<Self>, host: &str, by: &str) -> Result<Vec<MigrationRec>> {
+    pub fn drain(self: &Arc<Self>, host: &str) -> Result<Vec<MigrationRec>> {
         if !self.hosts.names().iter().any(|h| h == host) {
             return Err(VeemError::field("host", format!("{host:?} is not a host of site {}", self.cfg.site_id)).into());
         }
@@ -224,7 +270,7 @@ impl Veem {
                 tracing::warn!(vee = %v.id, host, "drain: no other host can take this VEE");
                 continue;
             };
-            match self.propose(&v.id, Dest::Host(t.clone()), "maintenance", by) {
+            match self.propose(&v.id, Dest::Host(t.clone()), "maintenance", Proposer::Operator) {
                 Ok(m) => out.push(m),
                 Err(e) => tracing::warn!(vee = %v.id, host, error = %format!("{e:#}"), "drain: not proposed"),
             }
@@ -361,9 +407,17 @@ impl Veem {
                 };
                 m.downtime_ms = downtime_ms;
                 m.detail = format!("{} ms, {} ms downtime", m.total_ms, downtime_ms);
-                // The reservation's move, the VEE and the migration: one commit.
-                self.transition_committing(&mut v, VeeState::Running, format!("migrated to {}", m.to), migration_write(&m)?)?;
+                // The reservation's move, the VEE, the migration and a
+                // downtime beyond the SLA's bound: one commit.
+                let viols: Vec<_> = self
+                    .downtime_violation(&v, &format!("migration {}", m.id), downtime_ms, self.clock.now_ms())
+                    .into_iter()
+                    .collect();
+                let mut w = migration_write(&m)?;
+                Self::put_violations(&mut w, &viols)?;
+                self.transition_committing(&mut v, VeeState::Running, format!("migrated to {}", m.to), w)?;
                 self.migration_event(&m);
+                self.violation_events(&viols);
                 self.sync_networks(&v.service_id).await;
                 Ok(())
             }

@@ -167,8 +167,14 @@ pub struct VeeRec {
     pub cmdline: String,
     pub state: VeeState,
     pub location: Location,
-    /// Checkpoint period in seconds; `None`: on demand only.
+    /// Checkpoint period in seconds; `None`: on demand only. An `auto`
+    /// interval follows the measured cost ([`VeeRec::checkpoint_cost_s`]).
     pub checkpoint_interval_s: Option<u64>,
+    /// The cost c of one checkpoint (H eq. 3.12-3.16) as measured here: the
+    /// wall time of its VHI Checkpoint calls (snapshot and push), smoothed
+    /// ([`crate::lifecycle::smoothed_cost`]). `None` until the first one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_cost_s: Option<f64>,
     pub last_checkpoint_ms: Option<i64>,
     pub latest_checkpoint: Option<String>,
     pub guarantee: GuaranteeLevel,
@@ -189,6 +195,13 @@ pub struct VeeRec {
     /// ([`crate::manager::Veem::save_vee`]), not by the caller.
     #[serde(default)]
     pub stays: Vec<Stay>,
+    /// Outages so far (its host failed), against the SLA's `max_outages`.
+    #[serde(default)]
+    pub outages: u32,
+    /// When its current outage began (Unix ms): set when its host failed,
+    /// cleared when it runs again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down_since_ms: Option<i64>,
 }
 
 /// A VEE's stay at a peer site, in Unix seconds: from when this site
@@ -273,6 +286,9 @@ impl VeeRec {
                 .map(|(i, n)| NicRec::from_wire(i, n))
                 .collect::<Result<_, _>>()?,
             stays: vec![],
+            outages: 0,
+            down_since_ms: None,
+            checkpoint_cost_s: None,
         })
     }
 

@@ -100,6 +100,13 @@ impl Veem {
             .collect();
         self.event("", "", "host-failed", format!("{host}: {} VEEs to recover", report.steps.len()));
         let why = format!("host {host} failed");
+        // An outage of each (counted against the SLA's max_outages, timed
+        // for its max_downtime_ms).
+        let now_ms = self.clock.now_ms();
+        for v in &mut down {
+            v.outages += 1;
+            v.down_since_ms = Some(now_ms);
+        }
         let mut changes: Vec<(&mut VeeRec, Vec<(VeeState, String)>)> =
             down.iter_mut().map(|v| (v, vec![(VeeState::Failed, why.clone())])).collect();
         self.commit_transitions(&mut changes, Writes::default())?;
@@ -223,7 +230,7 @@ impl Veem {
 
     /// Best effort: destroys what failed restores of `vee_id` may have left
     /// on `host` (a domain whose reply was lost, the VEE's files).
-    async fn clean_failed_attempt(&self, vee_id: &str, host: &str) {
+    pub(crate) async fn clean_failed_attempt(&self, vee_id: &str, host: &str) {
         let Ok(c) = self.hosts.vhi(host) else { return };
         let req = DestroyRequest {
             vee_id: vee_id.into(),
@@ -235,9 +242,11 @@ impl Veem {
     }
 
     /// Restores (or, without a checkpoint, restarts) on local host `to` a
-    /// VEE lost because `why` (e.g. "host a1 failed"). `fence` is the failed
-    /// VEEH whose copy, if `to`'s libvirtd still holds it, is destroyed
-    /// first. Called again for a VEE already `recovering` (a retry).
+    /// VEE lost because `why` (e.g. "host a1 failed"), or a displaced
+    /// background VEE (`suspended`, placed nowhere; `why` unused). `fence`
+    /// is the failed VEEH whose copy, if `to`'s libvirtd still holds it, is
+    /// destroyed first. Called again for a VEE already `recovering` (a
+    /// retry).
     pub(crate) async fn recover_vee_on(&self, vee_id: &str, why: &str, to: &str, fence: Option<&str>) -> Result<()> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
@@ -254,7 +263,7 @@ impl Veem {
         } else {
             // Failed (if it was not yet), recovering, and where to: one write.
             let mut steps = Vec::new();
-            if v.state != VeeState::Failed {
+            if v.state != VeeState::Failed && !Self::is_displaced(&v) {
                 steps.push((VeeState::Failed, why.to_string()));
             }
             steps.push((VeeState::Recovering, format!("to {to}")));
@@ -263,7 +272,7 @@ impl Veem {
         }
         fail::fail_point!("recovery-before-restore");
         let c = self.hosts.vhi(to)?;
-        let restored = match self.checkpoint_of(vee_id, None)? {
+        let how = match self.checkpoint_of(vee_id, None)? {
             Some(cp) => {
                 c.restore(tonic::Request::new(RestoreRequest {
                     spec: Some(self.spec_of(&v)),
@@ -271,17 +280,24 @@ impl Veem {
                     fence_owner: fence.unwrap_or_default().to_string(),
                 }))
                 .await?;
-                self.transition(&mut v, VeeState::Running, format!("restored from checkpoint {} on {to}", cp.id))
+                format!("restored from checkpoint {} on {to}", cp.id)
             }
             None => {
                 self.boot_on(to, &v).await?;
-                self.transition(
-                    &mut v,
-                    VeeState::Running,
-                    format!("restarted from its images on {to} (no checkpoint)"),
-                )
+                format!("restarted from its images on {to} (no checkpoint)")
             }
         };
+        // Running again, and what the outage broke of its SLA: one write.
+        let viols = match v.down_since_ms.take() {
+            Some(down) => self.outage_violations(&v, (down, self.clock.now_ms())),
+            None => Vec::new(),
+        };
+        let mut w = Writes::default();
+        Self::put_violations(&mut w, &viols)?;
+        let restored = self.transition_committing(&mut v, VeeState::Running, how, w);
+        if restored.is_ok() {
+            self.violation_events(&viols);
+        }
         self.sync_networks(&v.service_id).await;
         restored
     }

@@ -26,8 +26,9 @@ use crate::config::Role;
 use crate::domain::ServiceState;
 use crate::error::status;
 use crate::manager::Veem;
-use crate::migration::Dest;
+use crate::migration::{Dest, Proposer};
 use crate::model::{Location, MigrationRec, ServiceRec, VeeRec};
+use crate::visibility::{redact, Redactor};
 
 pub struct VmiService {
     veem: Arc<Veem>,
@@ -143,12 +144,30 @@ impl VmiService {
         Ok(v)
     }
 
+    /// The status of error `e` as `role` may read it: its message redacted
+    /// (a planner's or a host's reason may name hosts and sites).
+    fn refusal(&self, role: &Role, e: anyhow::Error) -> Status {
+        let s = status(e);
+        match self.redactor(role) {
+            Some(r) => Status::new(s.code(), r.text(s.message())),
+            None => s,
+        }
+    }
+
+    /// What `role` may not see in free text ([`Redactor::for_role`]).
+    fn redactor(&self, role: &Role) -> Option<Redactor> {
+        Redactor::for_role(&self.veem.cfg, &self.veem.hosts.names(), role)
+    }
+
     fn vee_info(&self, role: &Role, v: &VeeRec) -> VeeInfo {
+        // Location unawareness (E §3.4): a provider learns that its VEE is
+        // placed, not where; a peer that it runs here, not on which host.
         let location = match (&v.location, role) {
+            (Location::Nowhere, _) => "none".into(),
+            (_, Role::Provider(_)) => "placed".into(),
             (Location::Site(s), _) => format!("remote ({s})"),
             (Location::Host(h), Role::Operator) => format!("local ({h})"),
-            (Location::Host(_), _) => "local".into(),
-            (Location::Nowhere, _) => "none".into(),
+            (Location::Host(_), Role::Peer(_)) => "local".into(),
         };
         VeeInfo {
             vee_id: v.id.clone(),
@@ -170,7 +189,7 @@ impl VmiService {
     /// it offers (vCPUs, MiB, GiB), what the planner reserves on it in the
     /// current slot, the VEEs placed on it and its accelerator. A host that
     /// never answered shows zero capacity.
-    fn host_status(&self) -> Vec<HostStatus> {
+    pub(crate) fn host_status(&self) -> Vec<HostStatus> {
         let now = self.veem.now_slot();
         let placed = self.veem.vees_where(|v| v.host().is_some() && v.state.is_live());
         let p = self.veem.planner.lock().unwrap();
@@ -194,6 +213,7 @@ impl VmiService {
                     vees: placed.iter().filter(|v| v.host() == Some(h.as_str())).count() as u32,
                     accel: p.host(&h).map(|s| s.profile.accel.clone()).unwrap_or_default(),
                     last_error: self.veem.hosts.last_error(&h).unwrap_or_default(),
+                    cpu_load: p.measured_load(&h).unwrap_or_default(),
                     name: h,
                 }
             })
@@ -215,16 +235,18 @@ impl VmiService {
     }
 }
 
-fn migration_info(m: &MigrationRec) -> MigrationInfo {
+/// A migration as `r` may see it: without a redactor (the operator) as
+/// recorded; otherwise its ends and free text redacted.
+fn migration_info(m: &MigrationRec, r: Option<&Redactor>) -> MigrationInfo {
     MigrationInfo {
         migration_id: m.id.clone(),
         vee_id: m.vee_id.clone(),
-        from: m.from.clone(),
-        to: m.to.to_string(),
-        reason: m.reason.clone(),
+        from: redact(r, &m.from),
+        to: redact(r, &m.to.to_string()),
+        reason: redact(r, &m.reason),
         state: vmi::MigrationState::from(m.state) as i32,
-        decided_by: m.decided_by.clone(),
-        detail: m.detail.clone(),
+        decided_by: redact(r, &m.decided_by),
+        detail: redact(r, &m.detail),
         total_ms: m.total_ms,
         downtime_ms: m.downtime_ms,
         created_unix_ms: m.created_ms,
@@ -235,7 +257,16 @@ fn migration_info(m: &MigrationRec) -> MigrationInfo {
 impl Vmi for VmiService {
     async fn negotiate(&self, r: Request<ManifestRequest>) -> R<NegotiateReply> {
         let role = self.user(&r)?;
-        ok(self.veem.negotiate(&role, &r.get_ref().manifest_toml).await)
+        let redactor = self.redactor(&role);
+        let mut reply = self
+            .veem
+            .negotiate(&role, &r.get_ref().manifest_toml)
+            .await
+            .map_err(|e| self.refusal(&role, e))?;
+        for reason in &mut reply.reasons {
+            *reason = redact(redactor.as_ref(), reason);
+        }
+        Ok(Response::new(reply))
     }
 
     async fn deploy(&self, r: Request<ManifestRequest>) -> R<ServiceInfo> {
@@ -245,7 +276,7 @@ impl Vmi for VmiService {
             .veem
             .deploy_request(&role, &r.manifest_toml, &r.request_id)
             .await
-            .map_err(status)?;
+            .map_err(|e| self.refusal(&role, e))?;
         Ok(Response::new(self.service_info(&role, &s)))
     }
 
@@ -304,7 +335,7 @@ impl Vmi for VmiService {
             .veem
             .vee_action(&req.vee_id, action, &req.checkpoint_id)
             .await
-            .map_err(status)?;
+            .map_err(|e| self.refusal(&role, e))?;
         let mut info = self.vee_info(&role, &v);
         // The primary site records a checkpoint taken here for its VEE.
         if matches!(role, Role::Peer(_)) && action == vmi::Action::Checkpoint {
@@ -319,25 +350,40 @@ impl Vmi for VmiService {
         Ok(Response::new(info))
     }
 
+    /// Operators may name a host or a peer site; a provider only asks for a
+    /// move and the site chooses where (location unawareness, E §3.4). A
+    /// caller's reason is recorded, never matched against the site policy.
     async fn migrate(&self, r: Request<MigrateRequest>) -> R<MigrationInfo> {
         let role = self.user(&r)?;
         let req = r.into_inner();
         self.visible_vee(&role, &req.vee_id)?;
         let to = match (req.to_host.is_empty(), req.to_site.is_empty()) {
-            (false, true) => Dest::Host(req.to_host),
-            (true, false) => Dest::Site(req.to_site),
-            _ => return Err(Status::invalid_argument("give exactly one of `to_host` and `to_site`")),
+            (true, true) => None,
+            (false, true) => Some(Dest::Host(req.to_host)),
+            (true, false) => Some(Dest::Site(req.to_site)),
+            (false, false) => return Err(Status::invalid_argument("give at most one of `to_host` and `to_site`")),
         };
         let by = match &role {
-            Role::Provider(p) => format!("provider {p}"),
-            _ => "operator".into(),
+            Role::Provider(p) => Proposer::Provider(p.clone()),
+            _ => Proposer::Operator,
         };
+        if to.is_some() && matches!(by, Proposer::Provider(_)) {
+            return Err(Status::permission_denied(
+                "only the site's operator names hosts or sites; ask without a destination and the site chooses where",
+            ));
+        }
         let reason = if req.reason.is_empty() {
             "requested".to_string()
         } else {
             req.reason
         };
-        ok(self.veem.propose(&req.vee_id, to, &reason, &by).map(|m| migration_info(&m)))
+        let m = match to {
+            Some(to) => self.veem.propose(&req.vee_id, to, &reason, by),
+            None => self.veem.propose_anywhere(&req.vee_id, &reason, by),
+        };
+        let redactor = self.redactor(&role);
+        m.map(|m| Response::new(migration_info(&m, redactor.as_ref())))
+            .map_err(|e| self.refusal(&role, e))
     }
 
     async fn list_migrations(&self, r: Request<Empty>) -> R<MigrationList> {
@@ -346,7 +392,7 @@ impl Vmi for VmiService {
         let mut migrations: Vec<MigrationInfo> = all
             .iter()
             .filter(|m| self.visible_vee(&role, &m.vee_id).is_ok())
-            .map(migration_info)
+            .map(|m| migration_info(m, self.redactor(&role).as_ref()))
             .collect();
         migrations.sort_by_key(|m| m.created_unix_ms);
         Ok(Response::new(MigrationList { migrations }))
@@ -354,19 +400,22 @@ impl Vmi for VmiService {
 
     async fn approve_migration(&self, r: Request<MigrationRef>) -> R<MigrationInfo> {
         let by = self.operator(&r)?;
-        ok(self.veem.approve(&r.get_ref().migration_id, &by).map(|m| migration_info(&m)))
+        ok(self.veem.approve(&r.get_ref().migration_id, &by).map(|m| migration_info(&m, None)))
     }
 
     async fn reject_migration(&self, r: Request<RejectRequest>) -> R<MigrationInfo> {
         let by = self.operator(&r)?;
         let req = r.into_inner();
-        ok(self.veem.reject(&req.migration_id, &by, &req.reason).map(|m| migration_info(&m)))
+        ok(self
+            .veem
+            .reject(&req.migration_id, &by, &req.reason)
+            .map(|m| migration_info(&m, None)))
     }
 
     async fn drain(&self, r: Request<DrainRequest>) -> R<MigrationList> {
-        let by = self.operator(&r)?;
-        ok(self.veem.drain(&r.get_ref().host, &by).map(|l| MigrationList {
-            migrations: l.iter().map(migration_info).collect(),
+        self.operator(&r)?;
+        ok(self.veem.drain(&r.get_ref().host).map(|l| MigrationList {
+            migrations: l.iter().map(|m| migration_info(m, None)).collect(),
         }))
     }
 
@@ -394,6 +443,11 @@ impl Vmi for VmiService {
         if !service.is_empty() {
             self.visible_service(&role, &service)?;
         }
+        let redactor = self.redactor(&role);
+        let shown = move |mut e: Event| {
+            e.detail = redact(redactor.as_ref(), &e.detail);
+            e
+        };
         let veem = self.veem.clone();
         let visible = move |e: &Event| {
             let mine = match &role {
@@ -421,6 +475,7 @@ impl Vmi for VmiService {
                     at_unix_ms: e.at_ms,
                 })
                 .filter(|e| visible(e))
+                .map(&shown)
                 .collect();
             past.sort_by_key(|e| e.at_unix_ms);
             return Ok(Response::new(Box::pin(futures::stream::iter(past.into_iter().map(Ok)))));
@@ -428,7 +483,7 @@ impl Vmi for VmiService {
         let rx = self.veem.events.subscribe();
         let stream = BroadcastStream::new(rx).filter_map(move |e| {
             let e = e.ok()?;
-            visible(&e).then_some(Ok(e))
+            visible(&e).then(|| Ok(shown(e)))
         });
         // A stop ends the stream (the client sees it end), so that no
         // follower holds the VEEM up.
@@ -439,7 +494,18 @@ impl Vmi for VmiService {
     async fn get_usage(&self, r: Request<ServiceRef>) -> R<UsageReport> {
         let role = self.user(&r)?;
         self.visible_service(&role, &r.get_ref().service_id)?;
-        ok(self.veem.usage_report(&r.get_ref().service_id))
+        let redactor = self.redactor(&role);
+        ok(self.veem.usage_report(&r.get_ref().service_id).map(|mut u| {
+            if let Some(r) = &redactor {
+                for rec in &mut u.records {
+                    rec.site_chain.clear();
+                }
+                for v in &mut u.violations {
+                    v.term = r.text(&v.term);
+                }
+            }
+            u
+        }))
     }
 
     async fn prepare_incoming(&self, r: Request<IncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
@@ -475,7 +541,12 @@ impl Vmi for VmiService {
         let site = self.peer(&r)?;
         let req = r.into_inner();
         let target = req.target.ok_or_else(|| Status::invalid_argument("field `target` is required"))?;
-        ok(self.veem.send_vee(&site, &req.vee_id, target).await.map(|m| migration_info(&m)))
+        let r = self.redactor(&Role::Peer(site.clone()));
+        ok(self
+            .veem
+            .send_vee(&site, &req.vee_id, target)
+            .await
+            .map(|m| migration_info(&m, r.as_ref())))
     }
 
     async fn push_usage(&self, r: Request<UsageBatch>) -> R<PushUsageReply> {
@@ -490,3 +561,6 @@ impl Vmi for VmiService {
         ok(self.veem.receive_usage(&site, batch))
     }
 }
+
+#[cfg(test)]
+mod tests;

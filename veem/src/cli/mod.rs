@@ -178,15 +178,17 @@ pub enum Command {
         #[arg(long, value_name = "ID")]
         checkpoint: Option<String>,
     },
-    /// Migrate a VEE to another host of this site or to a peer site.
-    #[command(group(ArgGroup::new("target").required(true).args(["to_host", "to_site"])))]
+    /// Migrate a VEE to another host of this site or to a peer site. Without
+    /// a destination the site chooses a host (the only form a service
+    /// provider may use: providers never name hosts or sites).
+    #[command(group(ArgGroup::new("target").required(false).args(["to_host", "to_site"])))]
     Migrate {
         /// VEE ID.
         vee: String,
-        /// Destination host at this site.
+        /// Destination host at this site (operators only).
         #[arg(long, value_name = "HOST")]
         to_host: Option<String>,
-        /// Destination peer site.
+        /// Destination peer site (operators only).
         #[arg(long, value_name = "SITE")]
         to_site: Option<String>,
         /// Why (recorded with the proposal).

@@ -233,3 +233,18 @@ fn tokens_are_given_by_their_digest_and_bad_entries_name_the_field() {
     );
     assert!(format!("{:#}", VeemConfig::parse(&twice).map(|_| ()).unwrap_err()).contains("the same token twice"));
 }
+
+#[test]
+fn auto_approve_names_only_the_planners_reasons() {
+    let cfg = VeemConfig::parse(&format!(
+        "{BASE}[migration]\nauto_approve = [\"consolidation\", \"failure-risk\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(cfg.migration.auto_approve.len(), 2);
+    let e = VeemConfig::parse(&format!("{BASE}[migration]\nauto_approve = [\"failure-risk\", \"maintenance\"]\n")).unwrap_err();
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("field `migration.auto_approve[1]`") && e.contains("\"maintenance\""),
+        "{e}"
+    );
+}

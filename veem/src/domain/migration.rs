@@ -117,6 +117,41 @@ impl std::fmt::Display for Dest {
     }
 }
 
+/// Who asks for a migration. Only the planner's own proposals may run on
+/// the site policy (`[migration] auto_approve`, which names planner
+/// reasons): a caller's reason is free text and never skips the operator
+/// (DESIGN.md §7: operators approve).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Proposer {
+    /// The VEEM's planner (`crate::proposals`).
+    Planner,
+    /// The site's operator (the VMI's operator role).
+    Operator,
+    /// A service provider asking for one of its VEEs to move; it never
+    /// names where (location unawareness, E §3.4).
+    Provider(String),
+    /// A peer site withdrawing a VEE it runs for this site.
+    PeerSite(String),
+}
+
+impl Proposer {
+    /// Whether the site policy may approve this proposal by itself.
+    pub fn may_auto_approve(&self) -> bool {
+        matches!(self, Proposer::Planner)
+    }
+}
+
+impl std::fmt::Display for Proposer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Proposer::Planner => f.write_str("planner"),
+            Proposer::Operator => f.write_str("operator"),
+            Proposer::Provider(n) => write!(f, "provider {n}"),
+            Proposer::PeerSite(s) => write!(f, "site {s}"),
+        }
+    }
+}
+
 impl std::str::FromStr for Dest {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> anyhow::Result<Self> {

@@ -98,7 +98,7 @@ impl StateMachine for VeeState {
     /// | checkpointing | running, failed, stopped |
     /// | migrating | running, recovering (restored on arrival), terminated (left for another site), failed, stopped |
     /// | failed | recovering, stopped |
-    /// | recovering | running, failed, stopped |
+    /// | recovering | running, failed, suspended (a displaced background VEE's resume failed: it waits again), stopped |
     /// | stopped | terminated |
     /// | terminated, rejected | — |
     fn can_become(self, to: VeeState) -> bool {
@@ -119,7 +119,7 @@ impl StateMachine for VeeState {
                 | (Checkpointing, Running | Failed | Stopped)
                 | (Migrating, Running | Recovering | Terminated | Failed | Stopped)
                 | (Failed, Recovering | Stopped)
-                | (Recovering, Running | Failed | Stopped)
+                | (Recovering, Running | Failed | Suspended | Stopped)
                 | (Stopped, Terminated)
         )
     }
@@ -145,7 +145,7 @@ mod tests {
             (Checkpointing, &[Running, Failed, Stopped]),
             (Migrating, &[Running, Recovering, Terminated, Failed, Stopped]),
             (Failed, &[Recovering, Stopped]),
-            (Recovering, &[Running, Failed, Stopped]),
+            (Recovering, &[Running, Failed, Suspended, Stopped]),
             (Stopped, &[Terminated]),
             (Terminated, &[]),
             (Rejected, &[]),

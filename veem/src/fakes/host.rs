@@ -41,6 +41,10 @@ pub struct Script {
     /// (host, site) HostInfo answers with instead of its own: another VEEH
     /// behind the configured endpoint.
     pub answers_as: Option<(String, String)>,
+    /// The CPU load HostInfo reports.
+    pub cpu_load: f64,
+    /// How long a Checkpoint takes (ms).
+    pub checkpoint_ms: u64,
 }
 
 /// One fake VEEH; clone it to keep a handle on its script.
@@ -150,11 +154,10 @@ fn unscripted<T>(what: &str) -> R<T> {
 #[tonic::async_trait]
 impl Vhi for FakeVhi {
     async fn host_info(&self, _: Request<Empty>) -> R<HostInfoReply> {
-        let (host, site_id) = self
-            .call("HostInfo", "-")?
-            .answers_as
-            .clone()
-            .unwrap_or((self.name.clone(), self.site.clone()));
+        let s = self.call("HostInfo", "-")?;
+        let (host, site_id) = s.answers_as.clone().unwrap_or((self.name.clone(), self.site.clone()));
+        let cpu_load = s.cpu_load;
+        drop(s);
         Ok(Response::new(HostInfoReply {
             host,
             site_id,
@@ -162,6 +165,7 @@ impl Vhi for FakeVhi {
             memory_mib: 4096,
             disk_gib: 100,
             vtep: self.vtep(),
+            cpu_load,
             ..Default::default()
         }))
     }
@@ -194,9 +198,16 @@ impl Vhi for FakeVhi {
         drop(self.call("Resume", &id)?);
         Ok(self.status(&id, true))
     }
+    /// `checkpoint VEE`; with `stop_after` the domain no longer runs here.
     async fn checkpoint(&self, r: Request<CheckpointRequest>) -> R<CheckpointRecord> {
-        let id = r.into_inner().vee_id;
-        drop(self.call("Checkpoint", &id)?);
+        let CheckpointRequest { vee_id: id, stop_after } = r.into_inner();
+        let takes = self.script.lock().unwrap().checkpoint_ms;
+        tokio::time::sleep(std::time::Duration::from_millis(takes)).await;
+        let mut s = self.call("Checkpoint", &id)?;
+        if stop_after {
+            s.running.remove(&id);
+        }
+        drop(s);
         Ok(Response::new(CheckpointRecord {
             checkpoint_id: uuid::Uuid::new_v4().to_string(),
             vee_id: id,

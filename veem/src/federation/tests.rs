@@ -3,7 +3,7 @@
 //! framework agreement checked), or a peer that never answers.
 
 use crate::fakes::{FakeSite, STANDARD};
-use crate::migration::Dest;
+use crate::migration::{Dest, Proposer};
 use crate::model::{Location, MigrationState, VeeState};
 
 /// Site A's agreement with site B, and B's with A (each names the other's
@@ -30,7 +30,10 @@ async fn two_sites(b_config: &str) -> (FakeSite, FakeSite, String) {
 }
 
 async fn migrate_to_b(a: &FakeSite, vee: &str) -> crate::model::MigrationRec {
-    let m = a.veem.propose(vee, Dest::Site("site-b".into()), "maintenance", "test").unwrap();
+    let m = a
+        .veem
+        .propose(vee, Dest::Site("site-b".into()), "maintenance", Proposer::Operator)
+        .unwrap();
     a.veem.approve(&m.id, "operator").unwrap();
     a.finished(&m.id).await
 }
@@ -139,7 +142,7 @@ async fn a_vee_on_service_networks_never_goes_to_a_peer_without_an_agreed_overla
     let e = format!(
         "{:#}",
         a.veem
-            .propose(&vee, Dest::Site("site-b".into()), "maintenance", "test")
+            .propose(&vee, Dest::Site("site-b".into()), "maintenance", Proposer::Operator)
             .unwrap_err()
     );
     assert!(e.contains("to_site") && e.contains("no overlay"), "{e}");
@@ -157,7 +160,7 @@ async fn a_vee_comes_home_twice() {
     let (a, _b, vee) = two_sites(B_TRUSTS_A).await;
     for round in 0..2 {
         assert_eq!(migrate_to_b(&a, &vee).await.state, MigrationState::Done, "round {round}: out");
-        let m = a.veem.propose(&vee, Dest::Host("a1".into()), "home", "test").unwrap();
+        let m = a.veem.propose(&vee, Dest::Host("a1".into()), "home", Proposer::Operator).unwrap();
         a.veem.approve(&m.id, "operator").unwrap();
         let m = a.finished(&m.id).await;
         assert_eq!(m.state, MigrationState::Done, "round {round}: home: {}", m.detail);
@@ -235,7 +238,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
     assert_eq!((again.accepted, again.duplicates, again.refused), (0, 1, n));
     // Home again: the stay at B is closed; B may still account for it,
     // not for later.
-    let m = a.veem.propose(&vee, Dest::Host("a1".into()), "home", "test").unwrap();
+    let m = a.veem.propose(&vee, Dest::Host("a1".into()), "home", Proposer::Operator).unwrap();
     a.veem.approve(&m.id, "operator").unwrap();
     assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
     let stays = a.veem.vee(&vee).unwrap().stays;
@@ -509,7 +512,7 @@ mod networks {
         assert_eq!((anchored("a1"), anchored("a2")), (Some(true), None));
         assert_eq!(a.veem.service(&service).unwrap().anchor.as_deref(), Some("a1"));
         // vm-0 comes home to a2: a1 lets the network go.
-        let m = a.veem.propose(&vm0, Dest::Host("a2".into()), "home", "test").unwrap();
+        let m = a.veem.propose(&vm0, Dest::Host("a2".into()), "home", Proposer::Operator).unwrap();
         a.veem.approve(&m.id, "operator").unwrap();
         assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
         assert_eq!((anchored("a1"), anchored("a2")), (Some(false), Some(false)));
@@ -548,7 +551,10 @@ mod networks {
         let service = a.veem.vee(&vm1).unwrap().service_id;
         let vm0 = a.veem.service(&service).unwrap().vees.into_iter().find(|v| v != &vm1).unwrap();
         let to = if other == "a1" { "a2" } else { "a1" };
-        let m = a.veem.propose(&vm0, Dest::Host(to.into()), "maintenance", "test").unwrap();
+        let m = a
+            .veem
+            .propose(&vm0, Dest::Host(to.into()), "maintenance", Proposer::Operator)
+            .unwrap();
         a.veem.approve(&m.id, "operator").unwrap();
         assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
         let vtep = a.host(to).vtep();

@@ -84,3 +84,40 @@ async fn the_scheduler_checkpoints_a_vee_once_its_period_has_passed_and_not_befo
     crate::fakes::eventually("checkpointed", || site.veem.vee(&vee).unwrap().latest_checkpoint.is_some()).await;
     assert_eq!(site.host(&host).calls(), [format!("checkpoint {vee}")]);
 }
+
+#[test]
+fn the_checkpoint_cost_is_the_first_sample_then_a_moving_average() {
+    use crate::lifecycle::{smoothed_cost, COST_SMOOTHING};
+    assert_eq!(smoothed_cost(None, 3.0), 3.0);
+    assert!((smoothed_cost(Some(3.0), 6.0) - (3.0 + COST_SMOOTHING * 3.0)).abs() < 1e-12);
+    assert_eq!(smoothed_cost(Some(3.0), f64::NAN), 3.0 + COST_SMOOTHING * (0.001 - 3.0));
+}
+
+#[tokio::test]
+async fn an_auto_interval_follows_the_measured_checkpoint_cost() {
+    let site = FakeSite::start(&["h1"], "").await;
+    site.host("h1").script.lock().unwrap().checkpoint_ms = 300;
+    let vee = site.running_service(STANDARD).remove(0);
+    let v = site.veem.vee(&vee).unwrap();
+    let m = interfaces::manifest::Manifest::from_toml(STANDARD).unwrap();
+    let run = (v.window_end_unix - v.window_start_unix) as u64;
+    let assumed = crate::deploy::checkpoint_interval(&m, run, crate::deploy::DEFAULT_CHECKPOINT_COST_S);
+    assert_eq!(v.checkpoint_interval_s, assumed, "before any: the default cost");
+    site.veem.checkpoint_vee(&vee).await.unwrap();
+    let v = site.veem.vee(&vee).unwrap();
+    let cost = v.checkpoint_cost_s.unwrap();
+    assert!((0.3..1.0).contains(&cost), "measured {cost} s");
+    let measured = crate::deploy::checkpoint_interval(&m, run, cost);
+    assert_eq!(v.checkpoint_interval_s, measured);
+    assert!(
+        measured.unwrap() < assumed.unwrap(),
+        "cheaper checkpoints, more often: {measured:?} < {assumed:?}"
+    );
+    assert!(
+        site.events(&vee)
+            .iter()
+            .any(|e| e.starts_with("checkpoint-interval: ") && e.contains("measured cost")),
+        "{:?}",
+        site.events(&vee)
+    );
+}

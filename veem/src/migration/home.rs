@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
 
-use super::Dest;
+use super::{Dest, Proposer};
 use crate::manager::Veem;
 use crate::model::{Location, MigrationRec, MigrationState};
 
@@ -70,7 +70,12 @@ impl Veem {
         let host = self
             .home_host(&v)
             .ok_or_else(|| anyhow!("no local host can take VEE {vee_id} back from {site}"))?;
-        let mut m = self.propose(vee_id, Dest::Host(host), &format!("withdrawn by {site}"), site)?;
+        let mut m = self.propose(
+            vee_id,
+            Dest::Host(host),
+            &format!("withdrawn by {site}"),
+            Proposer::PeerSite(site.into()),
+        )?;
         if m.state == MigrationState::Proposed {
             m = self.approve(&m.id, &format!("withdrawal by {site}"))?;
         }

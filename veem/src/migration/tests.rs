@@ -5,7 +5,7 @@
 use tonic::Code;
 
 use crate::fakes::{FakeSite, STANDARD};
-use crate::migration::Dest;
+use crate::migration::{Dest, Proposer};
 use crate::model::{Location, MigrationState, VeeState};
 
 /// A site of two hosts running one VEE; returns it, the VEE, its host and
@@ -21,7 +21,10 @@ async fn one_vee_two_hosts() -> (FakeSite, String, String, String) {
 /// Proposes and approves moving `vee` to host `to`; the migration once it
 /// ended.
 async fn migrate(site: &FakeSite, vee: &str, to: &str) -> crate::model::MigrationRec {
-    let m = site.veem.propose(vee, Dest::Host(to.into()), "maintenance", "test").unwrap();
+    let m = site
+        .veem
+        .propose(vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
+        .unwrap();
     site.veem.approve(&m.id, "operator").unwrap();
     site.finished(&m.id).await
 }
@@ -87,7 +90,10 @@ async fn a_vee_whose_policy_forbids_moves_is_never_proposed() {
     let site = FakeSite::start(&["h1", "h2"], "").await;
     let pinned = STANDARD.replace("penalty_per_hour = 36.0", "penalty_per_hour = 36.0\nmigration = \"none\"");
     let vee = site.running_service(&pinned).remove(0);
-    let e = site.veem.propose(&vee, Dest::Host("h2".into()), "maintenance", "test").unwrap_err();
+    let e = site
+        .veem
+        .propose(&vee, Dest::Host("h2".into()), "maintenance", Proposer::Operator)
+        .unwrap_err();
     assert!(e.to_string().contains("migration policy is \"none\""), "{e}");
     assert!(site
         .veem
@@ -105,4 +111,83 @@ async fn after_a_restart_the_migration_the_vee_and_the_reservation_agree() {
     assert_eq!(site.veem.migration(&m.id).unwrap().state, MigrationState::Done);
     assert_eq!(site.veem.vee(&vee).unwrap().location, Location::Host(to.clone()));
     assert_eq!(site.veem.planner().placement(&vee).unwrap().host, to, "committed with them");
+}
+
+/// Runs VEEs of `vcpus` each until one lands on `host`; returns its ID.
+fn vee_of_on(site: &FakeSite, vcpus: u32, host: &str) -> String {
+    for _ in 0..4 {
+        let m = STANDARD.replace("vcpus = 1", &format!("vcpus = {vcpus}"));
+        let vee = site.running_service(&m).remove(0);
+        if site.veem.vee(&vee).unwrap().host() == Some(host) {
+            return vee;
+        }
+    }
+    panic!("no VEE of {vcpus} vCPUs landed on {host}");
+}
+
+#[tokio::test]
+async fn a_callers_reason_never_skips_the_operator_only_the_planners_does() {
+    let site = FakeSite::start(&["h1", "h2"], "[migration]\nauto_approve = [\"consolidation\"]\n").await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let to = if site.veem.vee(&vee).unwrap().host() == Some("h1") {
+        "h2"
+    } else {
+        "h1"
+    };
+    // A provider or an operator typing the policy's reason: still waits.
+    for by in [Proposer::Provider("acme".into()), Proposer::Operator] {
+        let m = site.veem.propose(&vee, Dest::Host(to.into()), "consolidation", by.clone()).unwrap();
+        assert_eq!(m.state, MigrationState::Proposed, "{by}");
+        assert_eq!(m.detail, format!("proposed by {by}"));
+        site.veem.reject(&m.id, "operator", "test").unwrap();
+    }
+    // The planner's own proposal runs on the policy.
+    let m = site
+        .veem
+        .propose(&vee, Dest::Host(to.into()), "consolidation", Proposer::Planner)
+        .unwrap();
+    assert_eq!((m.state, m.decided_by.as_str()), (MigrationState::Approved, "site policy"));
+    assert_eq!(site.finished(&m.id).await.state, MigrationState::Done);
+}
+
+#[tokio::test]
+async fn a_move_the_planner_cannot_keep_is_refused_with_its_reason() {
+    let site = FakeSite::start(&["h1", "h2"], "").await;
+    // h1 keeps 1 vCPU free; a 2-vCPU VEE on h2 cannot go there.
+    let _big = vee_of_on(&site, 3, "h1");
+    let vee = vee_of_on(&site, 2, "h2");
+    let e = site
+        .veem
+        .propose(&vee, Dest::Host("h1".into()), "maintenance", Proposer::Operator)
+        .unwrap_err();
+    let e = format!("{e:#}");
+    assert!(e.contains("cannot move to h1") && e.contains("free in slot"), "{e}");
+    assert!(site
+        .veem
+        .store
+        .list::<crate::model::MigrationRec>(crate::store::Tree::Migrations)
+        .unwrap()
+        .is_empty());
+    // Without a destination the site finds none either, and says so.
+    let e = site
+        .veem
+        .propose_anywhere(&vee, "requested", Proposer::Provider("acme".into()))
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("no other host of the site can take it"), "{e:#}");
+}
+
+#[tokio::test]
+async fn without_a_destination_the_site_chooses_a_host_that_can_keep_the_vee() {
+    let site = FakeSite::start(&["h1", "h2", "h3"], "").await;
+    // h1 is nearly full, so a VEE on h2 goes to h3.
+    let _big = vee_of_on(&site, 4, "h1");
+    let vee = vee_of_on(&site, 2, "h2");
+    let m = site
+        .veem
+        .propose_anywhere(&vee, "requested", Proposer::Provider("acme".into()))
+        .unwrap();
+    assert_eq!((m.to.clone(), m.state), (Dest::Host("h3".into()), MigrationState::Proposed));
+    site.veem.approve(&m.id, "operator").unwrap();
+    assert_eq!(site.finished(&m.id).await.state, MigrationState::Done);
+    assert_eq!(site.veem.vee(&vee).unwrap().location, Location::Host("h3".into()));
 }

@@ -95,6 +95,11 @@ impl Planner {
         self.host_idx(name).ok().map(|h| &self.p.hosts[h as usize].spec)
     }
 
+    /// The measured load of host `name` ([`Planner::set_measured_load`]).
+    pub fn measured_load(&self, name: &str) -> Option<f64> {
+        self.host_idx(name).ok().map(|h| self.p.hosts[h as usize].measured_load)
+    }
+
     /// Whether host `name` is marked down, and how.
     pub fn host_down(&self, name: &str) -> Option<Down> {
         self.host_idx(name).ok().and_then(|h| self.p.hosts[h as usize].down)

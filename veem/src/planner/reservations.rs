@@ -150,6 +150,75 @@ impl Planner {
         self.p.services.keys()
     }
 
+    /// Extends the window of service `id` to end at slot `end`: every
+    /// reservation that ran to the old end (its VEEs', their spares', the
+    /// peer spares it needs) now runs to `end` on the same host. All or
+    /// nothing: errors with `Infeasible` (the VEE, its host and the first
+    /// slot without room) when one host cannot hold its VEE over the
+    /// added slots, changing nothing; `Invalid` when `end` is not later
+    /// than the current end; `UnknownService`.
+    pub fn extend_service(&mut self, id: &str, end: Slot) -> Result<SlotRange, PlanError> {
+        let svc = self.p.services.get(id).ok_or_else(|| PlanError::UnknownService(id.to_string()))?;
+        let old = svc.window;
+        if end <= old.end {
+            return Err(PlanError::Invalid(format!(
+                "the window already ends at slot {}, not before {end}",
+                old.end
+            )));
+        }
+        let added = SlotRange::new(old.end, end);
+        let vees: Vec<VeeId> = svc.components.iter().flat_map(|c| c.vees.iter().cloned()).collect();
+        let extended: Vec<Reservation> = vees
+            .iter()
+            .flat_map(|v| [self.p.primaries.get(v), self.p.spares.get(v)])
+            .flatten()
+            .filter(|r| r.range.end == old.end)
+            .cloned()
+            .collect();
+        // Several reservations of the service may share a host: check the
+        // added slots with each one's demand added up per host.
+        let mut per_host: std::collections::BTreeMap<HostIdx, Resources> = Default::default();
+        for r in &extended {
+            *per_host.entry(r.host).or_insert(Resources::ZERO) += r.resources;
+        }
+        for (h, demand) in &per_host {
+            let rec = &self.p.hosts[*h as usize];
+            let cap = rec.spec.capacity;
+            let conflict = if rec.removed || rec.down.is_some() {
+                Some(added.start)
+            } else {
+                self.d.usage[*h as usize].total.first_conflict(added, demand, &cap)
+            };
+            if let Some(slot) = conflict {
+                let vee = extended.iter().find(|r| r.host == *h).map(|r| r.vee.clone()).unwrap_or_default();
+                return Err(PlanError::Infeasible {
+                    vee,
+                    host: rec.spec.name.clone(),
+                    reason: format!("no room for {demand} in slot {slot} of the extension {added}"),
+                });
+            }
+        }
+        for r in extended {
+            self.remove_reservation(&r.key());
+            self.insert_reservation(Reservation {
+                range: SlotRange::new(r.range.start, end),
+                ..r
+            });
+        }
+        for v in &vees {
+            if let Some(need) = self.p.peer_spares.get_mut(v).filter(|n| n.range.end == old.end) {
+                need.range = SlotRange::new(need.range.start, end);
+                self.d.changed.push(super::keys::peer_spare_key(v));
+            }
+        }
+        let window = SlotRange::new(old.start, end);
+        if let Some(svc) = self.p.services.get_mut(id) {
+            svc.window = window;
+        }
+        self.d.changed.push(super::keys::service_key(id));
+        Ok(window)
+    }
+
     /// Releases every reservation of service `id` (service stopped) and
     /// forgets it. Returns its VEEs.
     pub fn release_service(&mut self, id: &str) -> Result<Vec<VeeId>, PlanError> {

@@ -190,7 +190,7 @@ async fn a_returning_host_loses_the_copies_recovered_elsewhere() {
 
 #[tokio::test]
 async fn a_proposal_whose_vee_was_recovered_elsewhere_is_closed_and_blocks_nothing() {
-    use crate::migration::Dest;
+    use crate::migration::{Dest, Proposer};
     use crate::model::MigrationState;
     let site = FakeSite::start(&["h1", "h2", "h3"], FAST).await;
     let vee = site.running_service(STANDARD).remove(0);
@@ -200,7 +200,7 @@ async fn a_proposal_whose_vee_was_recovered_elsewhere_is_closed_and_blocks_nothi
     // failed, waiting for an operator.
     let stale = site
         .veem
-        .propose(&vee, Dest::Host(to.clone()), "failure-risk", "proposals")
+        .propose(&vee, Dest::Host(to.clone()), "failure-risk", Proposer::Planner)
         .unwrap();
     assert_eq!(stale.state, MigrationState::Proposed);
     site.veem.recover_host(&failed).await.unwrap();
@@ -222,7 +222,10 @@ async fn a_proposal_whose_vee_was_recovered_elsewhere_is_closed_and_blocks_nothi
         .map(|h| h.name.clone())
         .find(|h| h != &failed && h != &now_at)
         .unwrap();
-    let fresh = site.veem.propose(&vee, Dest::Host(other), "maintenance", "operator").unwrap();
+    let fresh = site
+        .veem
+        .propose(&vee, Dest::Host(other), "maintenance", Proposer::Operator)
+        .unwrap();
     assert_eq!(fresh.state, MigrationState::Proposed);
 }
 
@@ -277,4 +280,49 @@ async fn a_host_failure_is_one_commit_and_a_forbidden_step_writes_nothing() {
             "state: failed -> recovering: to h2".to_string()
         ]
     );
+}
+
+#[tokio::test]
+async fn a_background_vee_displaced_for_a_recovery_is_saved_and_resumed_when_room_returns() {
+    let site = FakeSite::start(&["h1", "h2"], FAST).await;
+    crate::loops::heartbeat_round(&site.veem).await; // both answer
+                                                     // Each fills a host: the standard VEE h1, the background one h2.
+    let std_vee = site.running_service(&STANDARD.replace("vcpus = 1", "vcpus = 4")).remove(0);
+    let background = STANDARD
+        .replace("guarantee = \"standard\"", "guarantee = \"background\"")
+        .replace("vcpus = 1", "vcpus = 4");
+    let bg = site.running_service(&background).remove(0);
+    assert_eq!((host_of(&site, &std_vee), host_of(&site, &bg)), ("h1".into(), "h2".into()));
+
+    // h1 fails: the standard VEE takes h2; the background VEE gives way,
+    // its state saved and its domain gone (its memory really free).
+    site.veem.recover_host("h1").await.unwrap();
+    assert_eq!(host_of(&site, &std_vee), "h2");
+    let v = site.veem.vee(&bg).unwrap();
+    assert_eq!((v.state, v.location.clone()), (VeeState::Suspended, Location::Nowhere));
+    let calls = site.host("h2").calls();
+    assert!(
+        calls.contains(&format!("checkpoint {bg}")) && calls.contains(&format!("destroy {bg}")),
+        "{calls:?}"
+    );
+    assert!(!site.host("h2").runs(&bg));
+    let saved = v.latest_checkpoint.clone().unwrap();
+    assert!(site.veem.planner().placement(&bg).is_none());
+    // No room yet: it waits.
+    assert_eq!(site.veem.resume_displaced(), 0);
+
+    // The standard VEE ends: the background VEE resumes from the saved state.
+    site.veem.stop_vee(&std_vee).await.unwrap();
+    assert_eq!(site.veem.resume_displaced(), 1);
+    crate::fakes::eventually("background VEE resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
+    assert_eq!(host_of(&site, &bg), "h2");
+    assert!(site.host("h2").runs(&bg));
+    assert_eq!(site.veem.planner().placement(&bg).unwrap().host, "h2");
+    let ev = events(&site, &bg);
+    assert!(
+        ev.iter().any(|e| e.contains("displaced to make room") && e.contains(&saved))
+            && ev.iter().any(|e| e.contains(&format!("restored from checkpoint {saved} on h2"))),
+        "{ev:#?}"
+    );
+    assert!(violations(&site).is_empty(), "{:?}", violations(&site));
 }

@@ -186,6 +186,7 @@ impl Vmi for MockSvc {
                 vmi::HostHealth::Up => String::new(),
                 _ => format!("host {name}: transport error: tcp connect error: Connection refused (os error 111)"),
             },
+            cpu_load: 0.25,
         };
         Ok(Response::new(HostList {
             hosts: vec![h("a1", vmi::HostHealth::Up, 2), h("a2", vmi::HostHealth::Missing, 0)],

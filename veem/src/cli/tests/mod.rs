@@ -21,10 +21,16 @@ fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
 // ---------------------------------------------------------------- parsing
 
 #[test]
-fn migrate_needs_exactly_one_target() {
-    let e = parse(&["migrate", "v1"]).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
-    assert_eq!(e.exit_code(), exit::USAGE as i32);
+fn migrate_takes_at_most_one_target() {
+    // None: the site chooses (how a provider asks).
+    assert!(matches!(
+        parse(&["migrate", "v1"]).unwrap().command,
+        Command::Migrate {
+            to_host: None,
+            to_site: None,
+            ..
+        }
+    ));
     let e = parse(&["migrate", "v1", "--to-host", "h2", "--to-site", "site-b"]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::ArgumentConflict);
     assert_eq!(e.exit_code(), exit::USAGE as i32);

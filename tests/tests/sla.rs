@@ -1,0 +1,168 @@
+//! What the SLA promises, kept by the running VEEM (issue 14), on one site
+//! of two real hosts with the tiny guest:
+//! - background: a background VEE gives way to a standard one being
+//!   recovered (its state saved, its domain gone) and comes back by itself
+//!   when capacity returns, its counter going on from where it was;
+//! - checkpoints: a VEE with a short checkpoint interval is checkpointed by
+//!   the scheduler, again and again, with no call from anyone.
+
+use std::time::{Duration, Instant};
+
+use e2e::daemons::{console, wait_tick, GuestIds, ImageRepo, Veeh};
+use e2e::site::{self, host_of, manifest, Veem, ACME, OPERATOR};
+use e2e::{guest, lab};
+use interfaces::vmi::*;
+use veeh::hypervisor::Hypervisor;
+
+const BOOT: Duration = Duration::from_secs(180);
+
+/// One site: two VEEHs on two libvirtds (2 vCPUs, 1024 MiB each) and a
+/// VEEM over them.
+struct Site {
+    _repo: ImageRepo,
+    ids: GuestIds,
+    hosts: [Veeh; 2],
+    veem: Veem,
+}
+
+impl Site {
+    async fn new(name: &str, extra: &str) -> Self {
+        let dir = lab::test_dir(name);
+        let repo = ImageRepo::start(&dir).await;
+        let ids = repo.push_guest(&guest::image()).await;
+        let h1 = Veeh::start(&dir, "g1", "site-a", lab::SITE_A_URI, &repo).await;
+        let h2 = Veeh::start(&dir, "g2", "site-a", lab::SITE_A2_URI, &repo).await;
+        let port = site::port();
+        let cfg = site::write_config(&dir, "site-a", port, &repo, &[&h1, &h2], &[], extra);
+        let veem = Veem::start(&dir, "site-a", port, cfg).await;
+        Self {
+            _repo: repo,
+            ids,
+            hosts: [h1, h2],
+            veem,
+        }
+    }
+
+    /// Deploys one VEE of `guarantee` that fills a host (1024 MiB) and
+    /// waits until its counter ticks: (its ID, the index of its host).
+    async fn deploy_filling(&self, name: &str, guarantee: &str) -> (String, usize) {
+        let mut acme = self.veem.client(ACME).await;
+        let m = manifest(name, "acme", &self.ids, 1, "")
+            .replace("guarantee = \"standard\"", &format!("guarantee = \"{guarantee}\""))
+            .replace("memory_mib = 128", "memory_mib = 1024");
+        let svc = site::deploy(&mut acme, m).await.unwrap();
+        let vee = svc.vees[0].vee_id.clone();
+        let info = self.veem.wait_vee(&vee, "running", BOOT, |i| i.state() == VeeState::Running).await;
+        let at = self.index(&host_of(&info).unwrap());
+        wait_tick(&mut self.hosts[at].client().await, &vee, 2, BOOT).await;
+        (vee, at)
+    }
+
+    fn index(&self, host: &str) -> usize {
+        self.hosts.iter().position(|h| h.host == host).unwrap()
+    }
+
+    /// The operator's view of `vee` once `pred` holds (`timeout` at most).
+    async fn vee_when(&self, vee: &str, what: &str, timeout: Duration, pred: impl Fn(&VeeInfo) -> bool) -> VeeInfo {
+        self.veem.wait_vee(vee, what, timeout, pred).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_displaced_background_vee_comes_back_when_capacity_returns() {
+    let _lab = lab::lock();
+    let mut s = Site::new("guarantee-background", "").await;
+    let (std_vee, std_at) = s.deploy_filling("std", "standard").await;
+    let mut acme = s.veem.client(ACME).await;
+    site::vee_action(&mut acme, &std_vee, Action::Checkpoint).await.unwrap();
+    let (bg, bg_at) = s.deploy_filling("batch", "background").await;
+    assert_ne!(std_at, bg_at, "each fills a host");
+    let other_uri = [lab::SITE_A_URI, lab::SITE_A2_URI][bg_at];
+
+    // The standard VEE's host dies: it is restored on the other host, and
+    // the background VEE there gives way, its state saved.
+    s.hosts[std_at].daemon.kill();
+    Hypervisor::open([lab::SITE_A_URI, lab::SITE_A2_URI][std_at], &s.hosts[std_at].host)
+        .unwrap()
+        .destroy(&std_vee)
+        .unwrap();
+    let other = &s.hosts[bg_at];
+    let mut oc = other.client().await;
+    let last_before = guest::last_tick(&console(&mut oc, &bg).await).unwrap().0;
+    let displaced = s
+        .vee_when(&bg, "displaced", Duration::from_secs(120), |i| {
+            i.state() == VeeState::Suspended && i.location == "none"
+        })
+        .await;
+    assert!(!displaced.latest_checkpoint.is_empty(), "its state is saved: {displaced:?}");
+    s.vee_when(&std_vee, "restored on the other host", Duration::from_secs(120), |i| {
+        i.state() == VeeState::Running && host_of(i).as_deref() == Some(other.host.as_str())
+    })
+    .await;
+    let view = Hypervisor::open(other_uri, &other.host).unwrap();
+    assert_eq!(view.state(&bg).unwrap(), None, "the displaced VEE's domain is gone");
+
+    // Nothing brings it back while there is no room.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut op = s.veem.client(OPERATOR).await;
+    let still = op.get_vee(VeeRef { vee_id: bg.clone() }).await.unwrap().into_inner();
+    assert_eq!(still.state(), VeeState::Suspended);
+
+    // The standard VEE ends: the background VEE resumes by itself, from its
+    // saved state, and charges no violation.
+    let started = Instant::now();
+    site::vee_action(&mut acme, &std_vee, Action::Stop).await.unwrap();
+    s.vee_when(&bg, "resumed", Duration::from_secs(120), |i| {
+        i.state() == VeeState::Running && host_of(i).as_deref() == Some(other.host.as_str())
+    })
+    .await;
+    eprintln!("background VEE resumed {:.1} s after the stop", started.elapsed().as_secs_f64());
+    wait_tick(&mut oc, &bg, 1, Duration::from_secs(60)).await;
+    let first = guest::ticks(&console(&mut oc, &bg).await)[0];
+    assert!(
+        first > last_before,
+        "resumed from its saved state: {last_before} before, {first} after"
+    );
+    let events = site::history(&mut op, &displaced.service_id).await;
+    assert!(events.iter().any(|e| e.detail.contains("displaced to make room")), "{events:#?}");
+    let usage = op
+        .get_usage(ServiceRef {
+            service_id: displaced.service_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(usage.violations.is_empty(), "{:?}", usage.violations);
+    site::vee_action(&mut acme, &bg, Action::Stop).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_the_scheduler_checkpoints_a_vee_by_itself_each_interval() {
+    let _lab = lab::lock();
+    let s = Site::new("sla-checkpoints", "").await;
+    let mut acme = s.veem.client(ACME).await;
+    let m = manifest("periodic", "acme", &s.ids, 1, "checkpoint_interval = \"10s\"");
+    let svc = site::deploy(&mut acme, m).await.unwrap();
+    let vee = svc.vees[0].vee_id.clone();
+    let info = s.vee_when(&vee, "running", BOOT, |i| i.state() == VeeState::Running).await;
+    let at = s.index(&host_of(&info).unwrap());
+    let mut c = s.hosts[at].client().await;
+    let start = Instant::now();
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 3 {
+        assert!(start.elapsed() < Duration::from_secs(120), "checkpoints so far: {seen:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let v = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+        if !v.latest_checkpoint.is_empty() {
+            seen.insert(v.latest_checkpoint);
+        }
+    }
+    eprintln!("3 scheduled checkpoints in {:.1} s", start.elapsed().as_secs_f64());
+    let events = site::history(&mut acme, &svc.service_id).await;
+    let taken = events.iter().filter(|e| e.vee_id == vee && e.kind == "checkpointed").count();
+    assert!(taken >= 3, "{events:#?}");
+    // The guest ran on throughout.
+    let now = guest::last_tick(&console(&mut c, &vee).await).unwrap().0;
+    wait_tick(&mut c, &vee, now + 2, Duration::from_secs(30)).await;
+    site::vee_action(&mut acme, &vee, Action::Stop).await.unwrap();
+}

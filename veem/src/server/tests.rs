@@ -1,0 +1,124 @@
+//! The VMI handlers as each role sees them: location unawareness (E §3.4)
+//! for providers, and who may name a migration's destination.
+
+use futures::StreamExt;
+use tonic::{Code, Request};
+
+use super::*;
+use crate::fakes::{FakeSite, STANDARD};
+use crate::model::{UsageRec, ViolationRec};
+use crate::store::Tree;
+
+const TOKENS: &str = "[[tokens]]\ntoken = \"provider-token\"\nrole = \"provider\"\nname = \"acme\"\n\
+[[tokens]]\ntoken = \"operator-token\"\nrole = \"operator\"\n\
+[[peers]]\nsite_id = \"site-b\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"t\"\n[peers.agreement]\nprice_per_vee_hour = 0.5\n";
+
+fn as_<T>(token: &str, msg: T) -> Request<T> {
+    let mut r = Request::new(msg);
+    r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
+/// Everything `token`'s caller reads of service `svc` and VEE `vee`, as
+/// one text: the VEE, the service, the migrations, the events, the usage.
+async fn everything_seen(vmi: &VmiService, token: &str, svc: &str, vee: &str) -> String {
+    let mut seen = String::new();
+    let v = vmi.get_vee(as_(token, VeeRef { vee_id: vee.into() })).await.unwrap().into_inner();
+    seen.push_str(&format!("{v:?}\n"));
+    let s = vmi
+        .get_service(as_(token, ServiceRef { service_id: svc.into() }))
+        .await
+        .unwrap()
+        .into_inner();
+    seen.push_str(&format!("{s:?}\n"));
+    let m = vmi.list_migrations(as_(token, Empty {})).await.unwrap().into_inner();
+    seen.push_str(&format!("{m:?}\n"));
+    let watch = WatchRequest {
+        service_id: svc.into(),
+        history_only: true,
+    };
+    let events: Vec<_> = vmi.watch_events(as_(token, watch)).await.unwrap().into_inner().collect().await;
+    for e in events {
+        seen.push_str(&format!("{:?}\n", e.unwrap()));
+    }
+    let u = vmi
+        .get_usage(as_(token, ServiceRef { service_id: svc.into() }))
+        .await
+        .unwrap()
+        .into_inner();
+    seen.push_str(&format!("{u:?}\n"));
+    seen
+}
+
+#[tokio::test]
+async fn a_provider_never_learns_hosts_or_sites_and_cannot_name_them() {
+    let site = FakeSite::start(&["h1", "h2"], TOKENS).await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let v = site.veem.vee(&vee).unwrap();
+    let host = v.host().unwrap().to_string();
+    let other = if host == "h1" { "h2" } else { "h1" };
+    let vmi = VmiService::handler(site.veem.clone());
+
+    // Naming a host or a site is the operator's.
+    for (to_host, to_site) in [(other, ""), ("", "site-b")] {
+        let req = MigrateRequest {
+            vee_id: vee.clone(),
+            to_host: to_host.into(),
+            to_site: to_site.into(),
+            reason: "consolidation".into(),
+        };
+        let e = vmi.migrate(as_("provider-token", req)).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains("only the site's operator names hosts or sites"), "{e:?}");
+    }
+    // Asking without a destination: the site chooses, an operator approves.
+    let req = MigrateRequest {
+        vee_id: vee.clone(),
+        reason: "consolidation".into(),
+        ..Default::default()
+    };
+    let m = vmi.migrate(as_("provider-token", req)).await.unwrap().into_inner();
+    assert_eq!(m.state(), vmi::MigrationState::Proposed);
+    assert_eq!((m.from.as_str(), m.to.as_str()), ("host:[host]", "host:[host]"));
+    assert_eq!(site.veem.migration(&m.migration_id).unwrap().to, Dest::Host(other.into()));
+    // A violation and a usage record that name where the VEE ran.
+    let violation = ViolationRec {
+        id: "x".into(),
+        service_id: v.service_id.clone(),
+        vee_id: vee.clone(),
+        term: format!("restore on {host} took 9 s, more than max_downtime_ms at site-a"),
+        start_unix: 1,
+        end_unix: 2,
+        penalty: 1.0,
+    };
+    site.veem.store.put(Tree::Violations, "x", &violation).unwrap();
+    let usage = UsageRec {
+        record_id: "u".into(),
+        abc_id: v.service_id.clone(),
+        vee_id: vee.clone(),
+        site_chain: vec!["site-b".into(), "site-a".into()],
+        start_unix: 1,
+        end_unix: 2,
+        cpu_seconds: 1.0,
+        memory_mib_seconds: 1.0,
+        disk_bytes: 0,
+        net_bytes: 0,
+        sent: false,
+    };
+    site.veem.store.put(Tree::Usage, "u", &usage).unwrap();
+
+    let provider = everything_seen(&vmi, "provider-token", &v.service_id, &vee).await;
+    for name in ["h1", "h2", "site-a", "site-b"] {
+        assert!(!provider.contains(name), "the provider sees {name:?} in:\n{provider}");
+    }
+    assert!(provider.contains("location: \"placed\""), "{provider}");
+    assert!(
+        provider.contains("migration") && provider.contains("restore on [host] took 9 s"),
+        "{provider}"
+    );
+    // The operator sees it all.
+    let operator = everything_seen(&vmi, "operator-token", &v.service_id, &vee).await;
+    for name in [host.as_str(), other, "site-a", "site-b"] {
+        assert!(operator.contains(name), "the operator does not see {name:?} in:\n{operator}");
+    }
+}
