@@ -244,10 +244,11 @@ pub fn repo_http(data: &[u8]) {
 }
 
 /// The VMI's unary calls, by path, that the fuzzer may make.
-const VMI_CALLS: [&str; 22] = [
+const VMI_CALLS: [&str; 23] = [
     "Negotiate",
     "Deploy",
     "GetService",
+    "ExtendService",
     "ListServices",
     "ListVees",
     "GetVee",

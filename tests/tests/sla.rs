@@ -4,7 +4,10 @@
 //!   recovered (its state saved, its domain gone) and comes back by itself
 //!   when capacity returns, its counter going on from where it was;
 //! - checkpoints: a VEE with a short checkpoint interval is checkpointed by
-//!   the scheduler, again and again, with no call from anyone.
+//!   the scheduler, again and again, with no call from anyone;
+//! - windows: a VEE starts at its window's start and stops at its end; a
+//!   manifest that only fits after it gets a counter-offer; a window is
+//!   extended after admission.
 
 use std::time::{Duration, Instant};
 
@@ -165,4 +168,79 @@ async fn lab_the_scheduler_checkpoints_a_vee_by_itself_each_interval() {
     let now = guest::last_tick(&console(&mut c, &vee).await).unwrap().0;
     wait_tick(&mut c, &vee, now + 2, Duration::from_secs(30)).await;
     site::vee_action(&mut acme, &vee, Action::Stop).await.unwrap();
+}
+
+/// RFC 3339 of Unix second `t`.
+fn rfc3339(t: i64) -> String {
+    chrono::DateTime::from_timestamp(t, 0).unwrap().to_rfc3339()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_window_starts_and_stops_its_vee_and_a_later_fit_is_a_counter_offer() {
+    let _lab = lab::lock();
+    // 2 s slots: the window's boundaries within 2 s.
+    let s = Site::new("sla-window", "slot = \"2s\"\n").await;
+    let mut acme = s.veem.client(ACME).await;
+    let now = chrono::Utc::now().timestamp();
+    let (start, end) = (now + 30, now + 75);
+    let window = format!("window = {{ start = \"{}\", end = \"{}\" }}", rfc3339(start), rfc3339(end));
+    let svc = site::deploy(&mut acme, manifest("windowed", "acme", &s.ids, 1, &window))
+        .await
+        .unwrap();
+    let vee = svc.vees[0].vee_id.clone();
+
+    // A manifest needing both hosts whole over the same time only fits
+    // once the first window has ended: a counter-offer, not a refusal.
+    let both = manifest("big", "acme", &s.ids, 2, &window).replace("memory_mib = 128", "memory_mib = 1024");
+    let offer = site::negotiate(&mut acme, both).await;
+    assert_eq!(offer.verdict(), Verdict::CounterOffer, "{offer:?}");
+    assert!(
+        offer.earliest_start_unix >= end - 2 && offer.earliest_start_unix <= end + 2,
+        "the earliest start is the first window's end ({end}): {offer:?}"
+    );
+
+    // Nothing runs before the start.
+    while chrono::Utc::now().timestamp() < start - 3 {
+        let v = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+        assert_eq!(v.state(), VeeState::Admitted, "before its window");
+        for h in &s.hosts {
+            assert!(h.domains().await.is_empty(), "{} runs a domain before the window", h.host);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let info = s
+        .vee_when(&vee, "running in its window", BOOT, |i| i.state() == VeeState::Running)
+        .await;
+    let began = chrono::Utc::now().timestamp();
+    assert!(began >= start - 2, "started at {began}, window from {start}");
+    let at = s.index(&host_of(&info).unwrap());
+    wait_tick(&mut s.hosts[at].client().await, &vee, 1, BOOT).await;
+
+    // Extended by 20 s after admission: it runs on past the first end.
+    let extended = acme
+        .extend_service(ExtendRequest {
+            service_id: svc.service_id.clone(),
+            until_unix: end + 20,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(extended.service_id, svc.service_id);
+    while chrono::Utc::now().timestamp() < end + 5 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let v = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    assert_eq!(v.state(), VeeState::Running, "extended past {end}");
+    // And stops at the new end.
+    s.vee_when(&vee, "stopped at its window's end", Duration::from_secs(60), |i| {
+        matches!(i.state(), VeeState::Stopped | VeeState::Terminated)
+    })
+    .await;
+    let stopped = chrono::Utc::now().timestamp();
+    assert!(
+        stopped >= end + 20 - 2 && stopped <= end + 20 + 15,
+        "stopped at {stopped}, window to {}",
+        end + 20
+    );
+    assert!(s.hosts[at].domains().await.is_empty());
 }

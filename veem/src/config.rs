@@ -355,6 +355,12 @@ pub struct VeemConfig {
     /// Planning slot length (whole seconds, at least 1 s; default 1 min).
     #[serde(default = "default_slot", alias = "slot_s", deserialize_with = "duration")]
     pub slot: Duration,
+    /// How far ahead the planner reserves for a service whose manifest has
+    /// no window (open-ended): from admission, renewed by the VEEM while the
+    /// service runs whenever less than half of it is left (default 24 h, at
+    /// least two slots).
+    #[serde(default = "default_horizon", deserialize_with = "duration")]
+    pub planning_horizon: Duration,
     #[serde(default)]
     pub hosts: Vec<HostEntry>,
     /// How the VEEM calls its VEEHs over TLS: its client certificate and
@@ -477,6 +483,9 @@ fn default_usage() -> Duration {
 fn default_slot() -> Duration {
     Duration::from_secs(60)
 }
+fn default_horizon() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
 
 impl VeemConfig {
     /// Reads and checks `path`; errors name the file, the field and why.
@@ -529,6 +538,12 @@ impl VeemConfig {
         }
         if self.slot.as_secs() == 0 || self.slot.subsec_nanos() != 0 {
             bail!("field `slot`: must be whole seconds, at least 1 s");
+        }
+        if self.planning_horizon < 2 * self.slot {
+            bail!(
+                "field `planning_horizon`: must be at least two slots ({} s)",
+                2 * self.slot.as_secs()
+            );
         }
         if self.recovery.attempts_per_host == 0 {
             bail!("field `recovery.attempts_per_host`: must be at least 1");

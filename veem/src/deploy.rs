@@ -26,8 +26,6 @@ use crate::planner::{checkpoint_plan, Admission, Admitted, CheckpointPlan, Servi
 pub const DEFAULT_RUN_TIME_S: u64 = 3600;
 /// Checkpoint cost assumed before one was measured (s); H eq. 3.16's `c`.
 pub const DEFAULT_CHECKPOINT_COST_S: f64 = 5.0;
-/// Window length of a service without one, in slots of the planner.
-pub const DEFAULT_WINDOW_SLOTS: u32 = 24 * 60;
 
 /// Why a manifest is refused before planning: the field and the reason.
 pub struct Refusal(pub Vec<String>);
@@ -91,7 +89,7 @@ impl Veem {
 
     /// The planner request of `m` as service `service_id`, with UUID VEE IDs.
     pub fn request(&self, m: &Manifest, service_id: &str) -> ServiceRequest {
-        let mut req = ServiceRequest::from_manifest(service_id, m, &self.slots, self.clock.now(), DEFAULT_WINDOW_SLOTS);
+        let mut req = ServiceRequest::from_manifest(service_id, m, &self.slots, self.clock.now(), self.horizon_slots());
         for c in &mut req.components {
             for v in &mut c.vees {
                 *v = uuid::Uuid::new_v4().to_string();
@@ -482,6 +480,7 @@ impl VeeRec {
             outages: 0,
             down_since_ms: None,
             checkpoint_cost_s: None,
+            open_ended: m.sla.window.is_none(),
         }
     }
 }

@@ -278,7 +278,7 @@ impl Veem {
             consumer: from.into(),
             guarantee,
             migration: MigrationPolicy::Site,
-            window: SlotRange::starting_at(now, crate::deploy::DEFAULT_WINDOW_SLOTS),
+            window: SlotRange::starting_at(now, self.horizon_slots()),
             components: vec![ComponentRequest {
                 name: "vee".into(),
                 resources: Resources::new(spec.vcpus, spec.memory_mib, spec.disk_gib),

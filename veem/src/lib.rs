@@ -45,4 +45,5 @@ pub mod server;
 pub mod sla;
 pub mod store;
 pub mod visibility;
+pub mod windows;
 pub mod wire;

@@ -46,7 +46,10 @@ impl Loops {
                 missing
             },
         );
-        loops.spawn(veem, Duration::from_secs(1), (), |veem, _| async move { veem.scheduler_round() });
+        loops.spawn(veem, Duration::from_secs(1), (), |veem, _| async move {
+            veem.scheduler_round();
+            veem.renew_windows().await;
+        });
         // Steps a crash cut short whose undo could not finish at start-up.
         loops.spawn(veem, cfg.usage_interval.max(Duration::from_secs(1)), (), |veem, _| async move {
             if let Err(e) = veem.undo_intents().await {

@@ -52,6 +52,9 @@ pub struct Veem {
     /// before they arrive, so that the first frame after the switch-over
     /// (or the first DHCP request) finds its way back.
     pub(crate) stretching: Mutex<BTreeMap<String, String>>,
+    /// Open-ended services whose last window renewal the planner refused
+    /// (its event was sent; `crate::windows`).
+    pub(crate) renewal_refused: Mutex<std::collections::HashSet<String>>,
     /// Cancelled when the VEEM stops: event streams end.
     pub(crate) stopping: tokio_util::sync::CancellationToken,
 }
@@ -122,6 +125,7 @@ impl Veem {
             busy: Mutex::new(Default::default()),
             ipam: tokio::sync::Mutex::new(()),
             stretching: Mutex::new(Default::default()),
+            renewal_refused: Mutex::new(Default::default()),
             stopping: Default::default(),
         }))
     }

@@ -175,6 +175,11 @@ pub struct VeeRec {
     /// ([`crate::lifecycle::smoothed_cost`]). `None` until the first one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_cost_s: Option<f64>,
+    /// Its manifest has no window: the reservation runs for the planning
+    /// horizon and the VEEM renews it while the VEE lives
+    /// (`crate::windows`).
+    #[serde(default)]
+    pub open_ended: bool,
     pub last_checkpoint_ms: Option<i64>,
     pub latest_checkpoint: Option<String>,
     pub guarantee: GuaranteeLevel,
@@ -289,6 +294,7 @@ impl VeeRec {
             outages: 0,
             down_since_ms: None,
             checkpoint_cost_s: None,
+            open_ended: true,
         })
     }
 

@@ -286,6 +286,18 @@ impl Vmi for VmiService {
         Ok(Response::new(self.service_info(&role, &s)))
     }
 
+    async fn extend_service(&self, r: Request<ExtendRequest>) -> R<ServiceInfo> {
+        let role = self.user(&r)?;
+        let req = r.into_inner();
+        self.visible_service(&role, &req.service_id)?;
+        let s = self
+            .veem
+            .extend_window(&req.service_id, req.until_unix)
+            .await
+            .map_err(|e| self.refusal(&role, e))?;
+        Ok(Response::new(self.service_info(&role, &s)))
+    }
+
     async fn list_services(&self, r: Request<Empty>) -> R<ServiceList> {
         let role = self.user(&r)?;
         let all: Vec<ServiceRec> = self.veem.store.list(crate::store::Tree::Services).map_err(status)?;

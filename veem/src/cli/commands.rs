@@ -136,6 +136,14 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             let s = c.get_service(vmi::ServiceRef { service_id: id.clone() }).await?.into_inner();
             print(out, &output::service(&Service::from(&s), fmt))?;
         }
+        Command::Extend { id, until } => {
+            let req = vmi::ExtendRequest {
+                service_id: id.clone(),
+                until_unix: *until,
+            };
+            let s = c.extend_service(req).await?.into_inner();
+            print(out, &output::service(&Service::from(&s), fmt))?;
+        }
         Command::Ls { service } => {
             let service_id = service.clone().unwrap_or_default();
             let l = c.list_vees(vmi::ServiceRef { service_id }).await?.into_inner();

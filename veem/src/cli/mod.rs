@@ -134,6 +134,16 @@ pub enum Command {
         /// Service ID.
         id: String,
     },
+    /// Extend an admitted service's window (kept only if the planner can
+    /// keep every VEE where it is for the added time).
+    Extend {
+        /// Service ID.
+        id: String,
+        /// The new end: an RFC 3339 time (`2026-12-01T18:00:00Z`) or a
+        /// duration from now (`+2h`).
+        #[arg(long, value_name = "TIME", value_parser = parse_until)]
+        until: i64,
+    },
     /// List VEEs of a service, or of all the caller's services.
     Ls {
         /// Service ID; all services when omitted.
@@ -291,4 +301,15 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
     };
     ExitCode::from(code)
+}
+
+/// `--until`: an RFC 3339 time or `+DURATION` from now, as Unix seconds.
+fn parse_until(text: &str) -> Result<i64, String> {
+    if let Some(d) = text.strip_prefix('+') {
+        let d = humantime::parse_duration(d).map_err(|e| format!("{text:?}: {e}"))?;
+        return Ok(chrono::Utc::now().timestamp() + d.as_secs() as i64);
+    }
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.timestamp())
+        .map_err(|e| format!("{text:?} is neither an RFC 3339 time nor +DURATION: {e}"))
 }

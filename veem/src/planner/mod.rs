@@ -56,6 +56,8 @@ mod tests;
 mod tests_recovery;
 #[cfg(test)]
 mod tests_scale;
+#[cfg(test)]
+mod tests_windows;
 
 pub use capacity::{Down, HostIdx, HostSpec, Profile, Resources};
 pub use checkpoint_count::{checkpoint_interval_s, checkpoint_plan, expected_run_time_s, optimal_checkpoints, CheckpointPlan};

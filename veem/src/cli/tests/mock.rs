@@ -92,6 +92,10 @@ impl Vmi for MockSvc {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
+    async fn extend_service(&self, r: Request<ExtendRequest>) -> R<ServiceInfo> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
     async fn list_services(&self, r: Request<Empty>) -> R<ServiceList> {
         self.note(&r);
         Err(Status::unimplemented(""))

@@ -385,3 +385,20 @@ async fn reject_and_deploy_errors() {
     assert_eq!(ids.len(), 2, "{seen:?}");
     assert!(ids[0].len() == 36 && ids[0] == ids[1], "{ids:?}");
 }
+
+#[test]
+fn extend_takes_an_rfc3339_time_or_a_duration_from_now() {
+    let at = |args: &[&str]| match parse(args).unwrap().command {
+        Command::Extend { id, until } => (id, until),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        at(&["extend", "s1", "--until", "2026-12-01T18:00:00Z"]),
+        ("s1".into(), 1_796_148_000)
+    );
+    let (_, until) = at(&["extend", "s1", "--until", "+2h"]);
+    assert!((until - chrono::Utc::now().timestamp() - 7200).abs() <= 2, "{until}");
+    let e = parse(&["extend", "s1", "--until", "tomorrow"]).unwrap_err();
+    assert_eq!(e.exit_code(), exit::USAGE as i32);
+    assert!(e.to_string().contains("neither an RFC 3339 time nor +DURATION"), "{e}");
+}

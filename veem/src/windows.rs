@@ -1,0 +1,104 @@
+//! Service windows after admission (H §3.4 advance reservations).
+//!
+//! A manifest's `[sla] window` is explicit: its VEEs start at its start
+//! and stop at its end (the scheduler, `crate::lifecycle`). A manifest
+//! without one is open-ended: the planner reserves `planning_horizon` from
+//! admission and the VEEM renews the reservation while the service runs,
+//! whenever less than half of the horizon is left ([`Veem::renew_windows`]).
+//! A window can be extended after admission ([`Veem::extend_window`],
+//! VMI `ExtendService`, `veem extend`), admitted only if the planner keeps
+//! every VEE where it is for the added time.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Result};
+
+use crate::manager::Veem;
+use crate::model::{ServiceRec, VeeRec};
+use crate::store::Writes;
+
+impl Veem {
+    /// The planning horizon in slots (`planning_horizon`).
+    pub fn horizon_slots(&self) -> u32 {
+        self.slots.slots_for(self.cfg.planning_horizon)
+    }
+
+    /// Extends the window of service `service_id` to end at `until_unix`
+    /// (Unix s, rounded up to a slot boundary): every reservation that ran
+    /// to the old end runs to the new one on the same host, and the VEEs'
+    /// records say so (one write). Errors, changing nothing, when the
+    /// service is unknown, `until_unix` is not after its end, or the
+    /// planner cannot keep a VEE on its host over the added slots (its
+    /// reason).
+    pub async fn extend_window(&self, service_id: &str, until_unix: i64) -> Result<ServiceRec> {
+        let svc = self.service(service_id)?;
+        let mut ids = svc.vees.clone();
+        ids.sort_unstable();
+        let mut guards = Vec::with_capacity(ids.len());
+        for id in &ids {
+            guards.push(self.lock_vee(id).await);
+        }
+        let mut vees: Vec<VeeRec> = ids
+            .iter()
+            .filter_map(|id| self.vee(id).ok())
+            .filter(|v| v.state.is_live() || v.state == crate::model::VeeState::Admitted)
+            .collect();
+        if vees.is_empty() {
+            bail!("service {service_id} has no VEE whose window could be extended");
+        }
+        let end = self.slots.slot_ceil(until_unix);
+        let window = {
+            let mut p = self.planner.lock().unwrap();
+            p.extend_service(service_id, end)
+                .map_err(|e| anyhow::anyhow!("the window of service {service_id} cannot end at {until_unix}: {e}"))?
+        };
+        let end_unix = self.slots.start_of(window.end);
+        for v in &mut vees {
+            v.window_end_unix = end_unix;
+        }
+        let mut changes: Vec<(&mut VeeRec, Vec<_>)> = vees.iter_mut().map(|v| (v, Vec::new())).collect();
+        self.commit_transitions(&mut changes, Writes::default())?;
+        drop(guards);
+        let text = chrono::DateTime::from_timestamp(end_unix, 0).map_or(end_unix.to_string(), |t| t.to_rfc3339());
+        self.event("", service_id, "window", format!("extended to {text}"));
+        self.service(service_id)
+    }
+
+    /// Renews the reservation of every open-ended service this site runs
+    /// (its VEEs live, here or placed by it at peers) that has less than
+    /// half of the planning horizon left: to a horizon from now. A renewal
+    /// the planner refuses (the capacity is promised to others from the
+    /// current end on) is an event and is tried again each round; if the
+    /// end comes first, the VEEs stop there like those of an explicit
+    /// window. Returns the services renewed.
+    pub async fn renew_windows(&self) -> Vec<String> {
+        let now = self.clock.now();
+        let horizon = self.cfg.planning_horizon.as_secs() as i64;
+        let mut ends: BTreeMap<String, i64> = BTreeMap::new();
+        for v in self.vees_where(|v| v.open_ended && v.state.is_live() && v.host().is_some()) {
+            let e = ends.entry(v.service_id.clone()).or_insert(i64::MAX);
+            *e = (*e).min(v.window_end_unix);
+        }
+        let mut renewed = Vec::new();
+        for (service, end) in ends {
+            if end - now >= horizon / 2 {
+                continue;
+            }
+            match self.extend_window(&service, now + horizon).await {
+                Ok(_) => {
+                    self.renewal_refused.lock().unwrap().remove(&service);
+                    renewed.push(service);
+                }
+                Err(e) => {
+                    if self.renewal_refused.lock().unwrap().insert(service.clone()) {
+                        self.event("", &service, "window", format!("renewal refused: {e:#}"));
+                    }
+                }
+            }
+        }
+        renewed
+    }
+}
+
+#[cfg(test)]
+mod tests;

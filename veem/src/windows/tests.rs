@@ -1,0 +1,70 @@
+//! Windows after admission against fake VEEHs and a clock the tests move:
+//! extension (kept or refused whole) and the renewal of open-ended
+//! services.
+
+use crate::fakes::{FakeSite, STANDARD};
+use crate::ports::Clock;
+
+/// STANDARD with a window from `start` to `end` (Unix s); `vcpus` each.
+fn windowed(start: i64, end: i64, vcpus: u32) -> String {
+    let t = |s: i64| chrono::DateTime::from_timestamp(s, 0).unwrap().to_rfc3339();
+    STANDARD
+        .replace(
+            "penalty_per_hour = 36.0",
+            &format!(
+                "penalty_per_hour = 36.0\nwindow = {{ start = \"{}\", end = \"{}\" }}",
+                t(start),
+                t(end)
+            ),
+        )
+        .replace("vcpus = 1", &format!("vcpus = {vcpus}"))
+}
+
+#[tokio::test]
+async fn an_extension_moves_the_end_of_every_vee_or_of_none() {
+    let site = FakeSite::start(&["h1"], "").await;
+    let now = site.clock.now();
+    let vee = site.running_service(&windowed(now, now + 600, 3)).remove(0);
+    let svc = site.veem.vee(&vee).unwrap().service_id;
+    let end = site.veem.vee(&vee).unwrap().window_end_unix;
+    // Kept: 10 minutes more.
+    site.veem.extend_window(&svc, end + 600).await.unwrap();
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!(v.window_end_unix, end + 600);
+    let r = site.veem.planner().reservation(&vee).unwrap().clone();
+    assert_eq!(site.veem.slots.start_of(r.range.end), end + 600);
+    // Another service holds the host from then on: refused, nothing moves.
+    site.running_service(&windowed(end + 600, end + 1200, 2));
+    let e = site.veem.extend_window(&svc, end + 1200).await.unwrap_err();
+    assert!(format!("{e:#}").contains("cannot end at"), "{e:#}");
+    assert_eq!(site.veem.vee(&vee).unwrap().window_end_unix, end + 600);
+    assert_eq!(site.veem.planner().reservation(&vee).unwrap().range, r.range);
+}
+
+#[tokio::test]
+async fn an_open_ended_service_is_renewed_before_half_its_horizon_is_gone() {
+    let site = FakeSite::start(&["h1"], "planning_horizon = \"1h\"\n").await;
+    crate::loops::heartbeat_round(&site.veem).await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let v = site.veem.vee(&vee).unwrap();
+    assert!(v.open_ended);
+    let first_end = v.window_end_unix;
+    assert!((first_end - site.clock.now() - 3600).abs() <= 60, "a horizon from now");
+    assert!(site.veem.renew_windows().await.is_empty(), "more than half is left");
+    // 40 minutes on: less than half left, renewed to an hour from now.
+    site.clock.advance_ms(40 * 60 * 1000);
+    assert_eq!(site.veem.renew_windows().await, [v.service_id.clone()]);
+    let end = site.veem.vee(&vee).unwrap().window_end_unix;
+    assert!(
+        end > first_end && (end - site.clock.now() - 3600).abs() <= 60,
+        "{first_end} -> {end}"
+    );
+    // An explicit window is never renewed.
+    let now = site.clock.now();
+    let fixed = site.running_service(&windowed(now, now + 600, 1)).remove(0);
+    let fixed_end = site.veem.vee(&fixed).unwrap().window_end_unix;
+    site.clock.advance_ms(400 * 1000);
+    site.veem.renew_windows().await;
+    assert!(!site.veem.vee(&fixed).unwrap().open_ended);
+    assert_eq!(site.veem.vee(&fixed).unwrap().window_end_unix, fixed_end);
+}
