@@ -7,7 +7,9 @@
 //!   the scheduler, again and again, with no call from anyone;
 //! - windows: a VEE starts at its window's start and stops at its end; a
 //!   manifest that only fits after it gets a counter-offer; a window is
-//!   extended after admission.
+//!   extended after admission;
+//! - VRM: a reservation on a host that fails before it starts is remapped
+//!   to another host (V Fig. 7) and starts there.
 
 use std::time::{Duration, Instant};
 
@@ -243,4 +245,41 @@ async fn lab_a_window_starts_and_stops_its_vee_and_a_later_fit_is_a_counter_offe
         end + 20
     );
     assert!(s.hosts[at].domains().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_reservation_on_a_failed_host_is_remapped_and_starts_elsewhere() {
+    let _lab = lab::lock();
+    let mut s = Site::new("sla-remap", "slot = \"2s\"\n").await;
+    let mut acme = s.veem.client(ACME).await;
+    let now = chrono::Utc::now().timestamp();
+    let start = now + 40;
+    let window = format!("window = {{ start = \"{}\", end = \"{}\" }}", rfc3339(start), rfc3339(start + 600));
+    let svc = site::deploy(&mut acme, manifest("later", "acme", &s.ids, 1, &window))
+        .await
+        .unwrap();
+    let vee = svc.vees[0].vee_id.clone();
+    let mut op = s.veem.client(OPERATOR).await;
+    let planned = op.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    assert_eq!(planned.state(), VeeState::Admitted);
+    let failed = s.index(&host_of(&planned).unwrap());
+    let other = s.hosts[1 - failed].host.clone();
+
+    // Its host dies before the window opens.
+    s.hosts[failed].daemon.kill();
+    let info = s
+        .vee_when(&vee, "running on the other host", BOOT, |i| {
+            i.state() == VeeState::Running && host_of(i).as_deref() == Some(other.as_str())
+        })
+        .await;
+    let began = chrono::Utc::now().timestamp();
+    assert!(began >= start - 2, "started at {began}, window from {start}");
+    wait_tick(&mut s.hosts[1 - failed].client().await, &vee, 1, BOOT).await;
+    let events = site::history(&mut op, &svc.service_id).await;
+    assert!(
+        events.iter().any(|e| e.kind == "remapped" && e.detail.contains(&other)),
+        "{events:#?}"
+    );
+    assert!(info.latest_checkpoint.is_empty());
+    site::vee_action(&mut acme, &vee, Action::Stop).await.unwrap();
 }

@@ -237,6 +237,22 @@ pub struct RecoveryPolicy {
     /// from the host's failure), no further attempt starts (default 2 min).
     #[serde(default = "default_recovery_budget", deserialize_with = "duration")]
     pub budget: Duration,
+    /// η of VRM's remapping interval (V §4.6): the load threshold in
+    /// [0, 1] above which future reservations of a failed host are remapped
+    /// now (default 0.8, V §5).
+    #[serde(default = "default_remap_eta")]
+    pub remap_eta: f64,
+    /// ζ >= 1 of VRM's remapping interval: the weight of the failed host's
+    /// load (default 2, V §5).
+    #[serde(default = "default_remap_zeta")]
+    pub remap_zeta: f64,
+}
+
+fn default_remap_eta() -> f64 {
+    0.8
+}
+fn default_remap_zeta() -> f64 {
+    2.0
 }
 
 impl Default for RecoveryPolicy {
@@ -245,6 +261,8 @@ impl Default for RecoveryPolicy {
             attempts_per_host: default_attempts_per_host(),
             backoff: default_recovery_backoff(),
             budget: default_recovery_budget(),
+            remap_eta: default_remap_eta(),
+            remap_zeta: default_remap_zeta(),
         }
     }
 }
@@ -544,6 +562,12 @@ impl VeemConfig {
                 "field `planning_horizon`: must be at least two slots ({} s)",
                 2 * self.slot.as_secs()
             );
+        }
+        if !(0.0..=1.0).contains(&self.recovery.remap_eta) {
+            bail!("field `recovery.remap_eta`: {} is not in [0, 1]", self.recovery.remap_eta);
+        }
+        if !(self.recovery.remap_zeta.is_finite() && self.recovery.remap_zeta >= 1.0) {
+            bail!("field `recovery.remap_zeta`: {} must be at least 1", self.recovery.remap_zeta);
         }
         if self.recovery.attempts_per_host == 0 {
             bail!("field `recovery.attempts_per_host`: must be at least 1");

@@ -196,6 +196,16 @@ impl Veem {
                 bail!("{}: {}", r.verdict(), r.reasons.join("; "));
             }
         };
+        if let Some(a) = &admitted {
+            // What arrives, for how far ahead: VRM's booking profile.
+            let placed = a.placements.len() as u64;
+            let all = req.vee_count().max(1) as u64;
+            let share = {
+                let p = self.planner.lock().unwrap();
+                p.site_share(&req.total_resources()) * placed as f64 / all as f64
+            };
+            self.booking.lock().unwrap().record(self.now_slot(), a.window, share);
+        }
         let for_peer = match caller {
             Role::Peer(site) => Some(site.clone()),
             _ => None,

@@ -41,6 +41,7 @@ pub mod ports;
 pub mod proposals;
 pub mod reconcile;
 pub mod recovery;
+pub mod remapping;
 pub mod server;
 pub mod sla;
 pub mod store;

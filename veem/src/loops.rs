@@ -157,12 +157,12 @@ pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
             }
         }
         if after == Health::Failed && before == Health::Failed {
-            // Still silent: its remapping block (V §4.4) moves on with each
-            // missed round, so that no new VEE is placed on it until it
-            // answers again.
-            let now = veem.now_slot();
-            let _ = veem.planner.lock().unwrap().set_host_down(&h, now, silent_block_slots(&veem.cfg));
-            let _ = veem.persist_planner();
+            // Still silent: VRM again (V §4.4: every slot while it is
+            // down), and its block moves on, so that no new VEE is placed
+            // on it until it answers again.
+            if let Err(e) = veem.remap_failed_host(&h).await {
+                tracing::warn!(host = %h, error = %format!("{e:#}"), "VRM remapping");
+            }
         }
         if after == Health::Failed && before != Health::Failed {
             tracing::error!(host = %h, "host missed its heartbeats: failed");
@@ -174,15 +174,6 @@ pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
             });
         }
     }
-}
-
-/// The slots a silent host stays blocked for new reservations from one
-/// heartbeat round on: past the next round (three heartbeat intervals,
-/// for a round slowed by timeouts) and at least one slot boundary, so that
-/// a placement between two rounds never finds the block expired.
-fn silent_block_slots(cfg: &crate::config::VeemConfig) -> u32 {
-    let slot = cfg.slot.as_secs_f64().max(1.0);
-    (3.0 * cfg.heartbeat_interval.as_secs_f64() / slot).ceil() as u32 + 1
 }
 
 #[cfg(test)]

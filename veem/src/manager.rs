@@ -55,6 +55,9 @@ pub struct Veem {
     /// Open-ended services whose last window renewal the planner refused
     /// (its event was sent; `crate::windows`).
     pub(crate) renewal_refused: Mutex<std::collections::HashSet<String>>,
+    /// VRM's average booking profile b̄ (V §4.6), learnt from the
+    /// admissions since the VEEM started (`crate::remapping`).
+    pub(crate) booking: Mutex<crate::planner::BookingProfile>,
     /// Cancelled when the VEEM stops: event streams end.
     pub(crate) stopping: tokio_util::sync::CancellationToken,
 }
@@ -105,6 +108,8 @@ impl Veem {
                 .map(|(name, l)| (name.clone(), l.to_planner(cfg.slot.as_secs()))),
         );
         let slots = planner.clock();
+        let mut booking = crate::planner::BookingProfile::new(slots.slots_for(cfg.planning_horizon));
+        booking.observe_from(slots.slot_at(ports.clock.now()));
         let hosts = HostPool::new(&cfg.site_id, &cfg.hosts, &ports.hosts)?;
         let (events, _) = broadcast::channel(1024);
         let vee_records = RwLock::new(store.list::<VeeRec>(Tree::Vees)?.into_iter().map(|v| (v.id.clone(), v)).collect());
@@ -126,6 +131,7 @@ impl Veem {
             ipam: tokio::sync::Mutex::new(()),
             stretching: Mutex::new(Default::default()),
             renewal_refused: Mutex::new(Default::default()),
+            booking: Mutex::new(booking),
             stopping: Default::default(),
         }))
     }

@@ -6,7 +6,7 @@
 //! suspending background VEEs, a peer site. The VEEM then restores each VEE
 //! from its latest valid checkpoint there (VEEs without one, such as legacy
 //! ones, restart from their images). Reservations that start later are
-//! remapped with VRM's remapping interval.
+//! remapped with VRM's remapping interval (`crate::remapping`).
 //!
 //! A restore that fails is not the end of the VEE (a lookup race, a
 //! repository hiccup, a host that refuses): it is retried with backoff on
@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::manager::Veem;
 use crate::model::{Location, VeeRec, VeeState, ViolationRec};
-use crate::planner::{RecoveryStep, RecoveryTarget, RemapParams};
+use crate::planner::{RecoveryStep, RecoveryTarget};
 use crate::store::{Tree, Writes};
 
 /// One failed try to bring a VEE back: where, and why it failed.
@@ -65,19 +65,8 @@ impl Veem {
         let now = self.now_slot();
         let report = {
             let mut p = self.planner.lock().unwrap();
-            let interval = p.remapping_interval(host, now, &RemapParams::default(), &[]).unwrap_or(1);
-            p.set_host_down(host, now, interval)?;
-            let report = p.recover_host(host, now)?;
-            if let Ok(r) = p.remap(host, now, interval) {
-                tracing::info!(
-                    host,
-                    interval,
-                    remapped = r.remapped.len(),
-                    kept = r.kept.len(),
-                    "VRM remapping of future reservations"
-                );
-            }
-            report
+            p.set_host_down(host, now, self.horizon_slots())?;
+            p.recover_host(host, now)?
         };
         // All of the host's VEEs are down from now on (they are restored one
         // after the other), and a copy the host still has when it answers
@@ -124,6 +113,11 @@ impl Veem {
                 }
             }
             self.recover_vee(host, step, started).await?;
+        }
+        // Reservations that start soon follow (VRM), and again each round
+        // while the host stays down (`crate::loops`).
+        if let Err(e) = self.remap_failed_host(host).await {
+            tracing::warn!(host, error = %format!("{e:#}"), "VRM remapping");
         }
         // Proposals made before the failure (moves off this host, moves to
         // it) have lost their premise.

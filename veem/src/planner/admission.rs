@@ -237,10 +237,12 @@ impl Planner {
             self.insert_reservation(r);
             placed.push((ci, ii, h));
         }
+        self.pin_profiles(req, &placed);
         if req.guarantee == GuaranteeLevel::Enhanced {
             for (k, &(ci, ii, h)) in placed.iter().enumerate() {
                 let comp = &req.components[ci];
-                let profile = self.profile_id(comp.profile.as_ref()).flatten();
+                let pinned = self.p.services[&req.service_id].components[ci].profile.clone();
+                let profile = self.profile_id(pinned.as_ref()).flatten();
                 let others: Vec<(&str, HostIdx)> = placed
                     .iter()
                     .enumerate()
@@ -284,6 +286,30 @@ impl Planner {
             }
         }
         Ok(trial)
+    }
+
+    /// Pins each component of `req` that requires no compatibility profile
+    /// to the profile of the hosts its VEEs were just placed on, when they
+    /// share one: from then on its VEEs are restored, moved, remapped and
+    /// given spares only on hosts of that profile (a checkpoint or a live
+    /// migration needs the same machine type, QEMU and CPU model; DESIGN.md
+    /// §6 "filter: capacity, compatibility profile"). A component spread
+    /// over several profiles stays unpinned.
+    fn pin_profiles(&mut self, req: &ServiceRequest, placed: &[(usize, usize, HostIdx)]) {
+        for (ci, comp) in req.components.iter().enumerate() {
+            if comp.profile.is_some() {
+                continue;
+            }
+            let mut hosts = placed.iter().filter(|(c, _, _)| *c == ci).map(|&(_, _, h)| h);
+            let Some(first) = hosts.next() else { continue };
+            let id = self.p.hosts[first as usize].profile;
+            if hosts.all(|h| self.p.hosts[h as usize].profile == id) {
+                let profile = self.p.hosts[first as usize].spec.profile.clone();
+                if let Some(svc) = self.p.services.get_mut(&req.service_id) {
+                    svc.components[ci].profile = Some(profile);
+                }
+            }
+        }
     }
 
     /// Interned id of a required profile: `Some(None)` for no requirement,

@@ -33,6 +33,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub mod admission;
+pub mod booking;
 pub mod capacity;
 pub mod checkpoint_count;
 pub mod constraints;
@@ -59,6 +60,7 @@ mod tests_scale;
 #[cfg(test)]
 mod tests_windows;
 
+pub use booking::BookingProfile;
 pub use capacity::{Down, HostIdx, HostSpec, Profile, Resources};
 pub use checkpoint_count::{checkpoint_interval_s, checkpoint_plan, expected_run_time_s, optimal_checkpoints, CheckpointPlan};
 pub use persisted::{PlannerEntry, PlannerHeader};

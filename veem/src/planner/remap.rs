@@ -133,6 +133,15 @@ impl Planner {
         Ok(report)
     }
 
+    /// `demand`'s share of the site's capacity as the remapping interval
+    /// measures load: the larger of its vCPU and memory fractions (0 for a
+    /// site without capacity).
+    pub fn site_share(&self, demand: &Resources) -> f64 {
+        let cap = self.total_capacity();
+        let f = |d: f64, c: f64| if c > 0.0 { d / c } else { 0.0 };
+        f(demand.memory_mib as f64, cap.memory_mib as f64).max(f(f64::from(demand.vcpus), f64::from(cap.vcpus)))
+    }
+
     /// The remapping interval i in slots for `failed_host` at `now`
     /// (V Fig. 7): the last slot t in `1..=lookahead` where
     /// `l̂(t) = (site load - host load + ζ·host load) / site capacity + b̄(t)`

@@ -223,3 +223,32 @@ fn recover_elsewhere_avoids_the_hosts_that_failed_the_recovery() {
     assert!(p.recover_elsewhere("nope", 10, &[]).is_err());
     p.check_invariants().unwrap();
 }
+
+#[test]
+fn a_vee_is_pinned_to_its_hosts_profile_and_recovered_only_on_a_compatible_host() {
+    let profile = |machine: &str| Profile {
+        arch: "x86_64".into(),
+        machine: machine.into(),
+        ..Profile::default()
+    };
+    let mut p = Planner::new(PlannerConfig::default());
+    for (name, machine) in [("h0", "pc-i440fx-7.2"), ("h1", "pc-q35-8.2"), ("h2", "pc-i440fx-7.2")] {
+        p.add_host(HostSpec::new(name, Resources::new(4, 1024, 100), "s1", "r1").with_profile(profile(machine)))
+            .unwrap();
+    }
+    admit(&mut p, &request("s", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 256))]));
+    assert_eq!(p.placement("s-vm-0").unwrap().host, "h0");
+    let pinned = p.service("s").unwrap().components[0].profile.clone();
+    assert_eq!(pinned, Some(profile("pc-i440fx-7.2")));
+    p.set_host_down("h0", 10, 5).unwrap();
+    let report = p.recover_host("h0", 10).unwrap();
+    assert_eq!(
+        step(&report, "s-vm-0").target,
+        RecoveryTarget::Host { host: "h2".into() },
+        "not h1, whose machine type differs"
+    );
+    // A move to the other machine type is refused with the reason.
+    let e = p.move_vee("s-vm-0", "h1", 11).unwrap_err();
+    assert!(e.to_string().contains("compatibility profile"), "{e}");
+    p.check_invariants().unwrap();
+}
