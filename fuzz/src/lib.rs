@@ -244,7 +244,7 @@ pub fn repo_http(data: &[u8]) {
 }
 
 /// The VMI's unary calls, by path, that the fuzzer may make.
-const VMI_CALLS: [&str; 23] = [
+const VMI_CALLS: [&str; 26] = [
     "Negotiate",
     "Deploy",
     "GetService",
@@ -268,6 +268,9 @@ const VMI_CALLS: [&str; 23] = [
     "SendVee",
     "PushUsage",
     "UpdateNetwork",
+    "ReserveSpare",
+    "ConfirmSpare",
+    "ReleaseSpare",
 ];
 
 /// A VEEM of site A with no hosts and one peer, served in-process.

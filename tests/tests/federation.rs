@@ -549,3 +549,75 @@ async fn checkpoint(
 fn resumed_at(ticks: &[u64]) -> Option<u64> {
     ticks.windows(2).rposition(|w| w[1] <= w[0]).map(|i| ticks[i + 1])
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_full_vee_holds_a_spare_at_site_b_and_is_restored_into_it() {
+    let _lab = lab::lock();
+    let mut l = two_sites("fed-full", "").await;
+    let mut acme = l.a.client(ACME).await;
+    let full = manifest("critical", "acme", &l.ids, 1, "").replace("guarantee = \"standard\"", "guarantee = \"full\"");
+
+    // Site B's only host is taken whole: no peer can hold a spare, and the
+    // manifest is refused with B's reason (the provider reads it without
+    // site names); nothing stays at A.
+    let mut acme_at_b = l._b.client(ACME).await;
+    let filler = manifest("filler", "acme", &l.ids, 1, "").replace("memory_mib = 128", "memory_mib = 1024");
+    let filler = site::deploy(&mut acme_at_b, filler).await.unwrap();
+    let e = site::deploy(&mut acme, full.clone()).await.unwrap_err();
+    assert!(
+        e.message()
+            .contains("guarantee full needs spare capacity at a peer site and none holds it")
+            && e.message().contains("[site] refused a spare")
+            && e.message().contains("no room for the spare"),
+        "{}",
+        e.message()
+    );
+    assert!(acme.list_services(Empty {}).await.unwrap().into_inner().services.is_empty());
+    site::vee_action(&mut acme_at_b, &filler.vees[0].vee_id, Action::Stop)
+        .await
+        .unwrap();
+
+    // With room at B: admitted, its spare held there.
+    let svc = site::deploy(&mut acme, full).await.unwrap();
+    let vee = svc.vees[0].vee_id.clone();
+    l.a.wait_vee(&vee, "running", BOOT, |i| i.state() == VeeState::Running).await;
+    let mut ca = l.a1.client().await;
+    wait_tick(&mut ca, &vee, 2, BOOT).await;
+    let mut b_op = l._b.client(OPERATOR).await;
+    let at_b = site::history(&mut b_op, "").await;
+    assert!(
+        at_b.iter()
+            .any(|e| e.vee_id == vee && e.kind == "spare" && e.detail.contains("held for site-a")),
+        "{at_b:#?}"
+    );
+    let (cp, before, after) = checkpoint(&mut acme, &mut ca, &vee).await;
+
+    // Site A's only host dies: restored at B, into the spare held for it.
+    l.a1.daemon.kill();
+    veeh::hypervisor::Hypervisor::open(lab::SITE_A_URI, &l.a1.host)
+        .unwrap()
+        .destroy(&vee)
+        .unwrap();
+    let info =
+        l.a.wait_vee(&vee, "restored into its spare at site B", BOOT, |i| {
+            i.state() == VeeState::Running && i.location == "remote (site-b)"
+        })
+        .await;
+    assert_eq!(info.latest_checkpoint, cp);
+    let mut cb = l.b1.client().await;
+    wait_tick(&mut cb, &vee, 1, Duration::from_secs(60)).await;
+    let first = guest::ticks(&console(&mut cb, &vee).await)[0];
+    assert!(
+        first > before && first <= after + 1,
+        "from the checkpoint ({before}..={after}): {first}"
+    );
+    let at_b = site::history(&mut b_op, "").await;
+    assert!(
+        at_b.iter().any(|e| e.vee_id == vee && e.detail.contains("arrives into its spare")),
+        "{at_b:#?}"
+    );
+    site::vee_action(&mut acme, &vee, Action::Stop).await.unwrap();
+    let dir = l.dir.clone();
+    drop(l);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -109,6 +109,10 @@ pub struct PeerEntry {
     /// Marked unavailable: never used, the VEEM works alone.
     #[serde(default)]
     pub unavailable: bool,
+    /// Its region label, for region-level constraints (default: its site
+    /// ID).
+    #[serde(default)]
+    pub region: Option<String>,
     pub agreement: Agreement,
     /// The overlay agreed with the peer (`[peers.overlay]`): without it a
     /// VEE on service networks never goes there, nor comes from there.

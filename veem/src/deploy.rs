@@ -19,7 +19,7 @@ use crate::config::Role;
 use crate::intents::Intent;
 use crate::manager::Veem;
 use crate::model::{now_ms, Location, ServiceRec, VeeRec, VeeState};
-use crate::planner::{checkpoint_plan, Admission, Admitted, CheckpointPlan, ServiceRequest};
+use crate::planner::{checkpoint_plan, Admission, Admitted, CheckpointPlan, PeerSpare, ServiceRequest};
 
 /// Planned run time assumed for a service without a window, for the
 /// checkpoint count (s).
@@ -137,8 +137,10 @@ impl Veem {
                 ..Default::default()
             },
             Admission::NeedsPeerSpare { .. } => NegotiateReply {
-                verdict: vmi::Verdict::Reject as i32,
-                reasons: vec!["guarantee `full` needs spare capacity at a peer site and none is reserved".into()],
+                verdict: vmi::Verdict::Accept as i32,
+                reasons: vec![
+                    "guarantee full: Deploy asks a peer site to hold a spare for each VEE and refuses the manifest if none does".into(),
+                ],
                 ..Default::default()
             },
         }
@@ -177,8 +179,26 @@ impl Veem {
             Err(Refusal(reasons)) => return Err(crate::error::VeemError::ManifestRefused(reasons).into()),
         };
         let service_id = uuid::Uuid::new_v4().to_string();
-        let req = self.request(&m, &service_id);
-        let verdict = self.planner.lock().unwrap().admit(&req);
+        let mut req = self.request(&m, &service_id);
+        let mut verdict = self.planner.lock().unwrap().admit(&req);
+        // The full guarantee: spares held at a peer first (crate::spares).
+        let mut spare_site = None;
+        if let Admission::NeedsPeerSpare { spares } = &verdict {
+            let needs = spares.clone();
+            match self.reserve_peer_spares(&needs).await {
+                Ok(site) => {
+                    req.peer_spare = PeerSpare::Offered { site: site.clone() };
+                    verdict = self.planner.lock().unwrap().admit(&req);
+                    if !matches!(verdict, Admission::Accepted(_)) {
+                        let vees: Vec<String> = needs.iter().map(|n| n.vee.clone()).collect();
+                        self.settle_peer_spares(&site, &vees, false).await;
+                    } else {
+                        spare_site = Some((site, needs.iter().map(|n| n.vee.clone()).collect::<Vec<_>>()));
+                    }
+                }
+                Err(reasons) => return Err(crate::spares::refusal(&reasons)),
+            }
+        }
         let federate = m.sla.migration.allows_peer_site() && !self.cfg.peers.is_empty();
         // What is admitted here, what goes to peer sites, and, when none of
         // it fits here, why.
@@ -283,6 +303,11 @@ impl Veem {
             return Err(e.context("reject"));
         }
         drop(one_at_a_time);
+        // The peer keeps the spares now (a hold an error path above left
+        // unconfirmed lapses there by itself).
+        if let Some((site, spared)) = &spare_site {
+            self.settle_peer_spares(site, spared, true).await;
+        }
         fail::fail_point!("deploy-after-commit");
         self.placed_remotely(&vees);
         if intent.is_some() {

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use interfaces::manifest::MigrationPolicy;
+use interfaces::manifest::{GuaranteeLevel, Manifest, MigrationPolicy};
 use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;
 use interfaces::vmi::{self, IncomingRequest, VeeActionRequest};
@@ -43,7 +43,12 @@ impl Veem {
             }
             let (c_vcpus, c_mem, guarantee) = (vees[i].vcpus, vees[i].memory_mib, vees[i].guarantee);
             let mut refusals: Vec<String> = Vec::new();
+            let constraints = Manifest::from_toml(&svc.manifest_toml).map(|m| m.constraints).unwrap_or_default();
             for p in peers::candidates(&self.cfg, c_vcpus, c_mem, guarantee) {
+                if let Some(why) = self.site_refusal(&vees[i], &p.site_id, vees, &constraints) {
+                    refusals.push(format!("not {}: {why}", p.site_id));
+                    continue;
+                }
                 let spec = self.spec_among(&vees[i], svc, vees);
                 match self.send_incoming(&p.site_id, &vees[i], Incoming::Boot, spec).await {
                     Ok(_) => {
@@ -205,8 +210,18 @@ impl Veem {
         }
         self.transition(&mut v, VeeState::Recovering, "at a peer site")?;
         let mut refusals = Vec::new();
-        for p in peers::candidates(&self.cfg, v.vcpus, v.memory_mib, v.guarantee) {
+        let constraints = self.constraints_of(&v);
+        let others = self.vees_where(|o| o.service_id == v.service_id);
+        // The peer holding its spare (full guarantee) first.
+        let spare = self.spare_site(vee_id);
+        let mut candidates = peers::candidates(&self.cfg, v.vcpus, v.memory_mib, v.guarantee);
+        candidates.sort_by_key(|p| Some(&p.site_id) != spare.as_ref());
+        for p in candidates {
             if Some(p.site_id.as_str()) == skip {
+                continue;
+            }
+            if let Some(why) = self.site_refusal(&v, &p.site_id, &others, &constraints) {
+                refusals.push(format!("not {}: {why}", p.site_id));
                 continue;
             }
             let how = match &record {
@@ -273,10 +288,19 @@ impl Veem {
         }
         let clock = self.slots;
         let now = self.now_slot();
+        // A full VEE arriving into the spare held for it here: the spare
+        // makes room. Here it runs without a further peer spare.
+        if self.take_spare_for(from, &spec.vee_id)? {
+            self.event(&spec.vee_id, "", "spare", format!("{from}'s VEE arrives into its spare"));
+        }
         let req = ServiceRequest {
             service_id: spec.vee_id.clone(),
             consumer: from.into(),
-            guarantee,
+            guarantee: if guarantee == GuaranteeLevel::Full {
+                GuaranteeLevel::Standard
+            } else {
+                guarantee
+            },
             migration: MigrationPolicy::Site,
             window: SlotRange::starting_at(now, self.horizon_slots()),
             components: vec![ComponentRequest {

@@ -85,7 +85,9 @@ impl Veem {
         if v.state != VeeState::Stopped {
             self.transition(&mut v, VeeState::Stopped, "")?;
         }
+        let spare = self.spare_site(vee_id);
         let _ = self.planner.lock().unwrap().release_vee(vee_id);
+        self.release_peer_spare_of(vee_id, spare).await;
         self.persist_planner()?;
         v.location = Location::Nowhere;
         self.transition(&mut v, VeeState::Terminated, "")
@@ -356,12 +358,18 @@ impl Veem {
     /// ([`Veem::sla_round`]).
     pub(crate) fn scheduler_round(self: &Arc<Self>) {
         self.resume_displaced();
+        if let Err(e) = self.lapse_spares() {
+            tracing::warn!(error = %format!("{e:#}"), "lapsing unconfirmed spares");
+        }
         if let Err(e) = self.sla_round() {
             tracing::warn!(error = %format!("{e:#}"), "SLA round");
         }
         let (now, ms) = (self.clock.now(), self.clock.now_ms());
         for v in self.vees_where(|v| due(v, now, ms).is_some()) {
             match due(&v, now, ms) {
+                // Not onto a host that has failed: VRM moves its reservation
+                // first (crate::remapping).
+                Some(Due::Deploy) if v.host().is_some_and(|h| self.hosts.health(h) == crate::hosts::Health::Failed) => {}
                 Some(Due::Deploy) => self.spawn_deploy(&v.id),
                 Some(Due::Stop) => {
                     let veem = self.clone();

@@ -24,7 +24,7 @@ pub struct Veem {
     pub(crate) store: Store,
     /// Never held across an `.await`.
     pub(crate) planner: Mutex<Planner>,
-    planner_store: PlannerStore,
+    pub(crate) planner_store: PlannerStore,
     /// The planner's slot clock (fixed when the planner is created), kept
     /// here so that reading the time never takes the planner's lock.
     pub(crate) slots: SlotClock,

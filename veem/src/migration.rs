@@ -120,6 +120,10 @@ impl Veem {
                         )
                         .into());
                     }
+                    let others = self.vees_where(|o| o.service_id == v.service_id);
+                    if let Some(why) = self.site_refusal(&v, s, &others, &self.constraints_of(&v)) {
+                        bail!("VEE {vee_id} cannot move to {s}: {why}");
+                    }
                     if !v.migration_policy.allows_peer_site() {
                         bail!(
                             "VEE {vee_id}: its SLA's migration policy is \"{}\", not federation",

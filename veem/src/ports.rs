@@ -156,6 +156,12 @@ pub trait Peer: Send + Sync {
     async fn vee_action(&self, r: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status>;
     /// A network of ours that runs VEEs at the peer has a new member table.
     async fn update_network(&self, u: vhi::NetworkUpdate) -> Result<(), Status>;
+    /// Hold spare capacity for our full-guarantee VEE (`crate::spares`).
+    async fn reserve_spare(&self, r: vmi::SpareRequest) -> Result<vmi::SpareReply, Status>;
+    /// Keep the spare held for our VEE (the admission here committed).
+    async fn confirm_spare(&self, vee_id: &str) -> Result<(), Status>;
+    /// Drop the spare held for our VEE.
+    async fn release_spare(&self, vee_id: &str) -> Result<(), Status>;
 }
 
 /// [`Peer`] over the network: a tonic VMI client with the bearer token this
@@ -230,6 +236,15 @@ impl Peer for GrpcPeer {
     }
     async fn update_network(&self, u: vhi::NetworkUpdate) -> Result<(), Status> {
         self.0.clone().update_network(u).await.map(|_| ())
+    }
+    async fn reserve_spare(&self, r: vmi::SpareRequest) -> Result<vmi::SpareReply, Status> {
+        Ok(self.0.clone().reserve_spare(r).await?.into_inner())
+    }
+    async fn confirm_spare(&self, vee_id: &str) -> Result<(), Status> {
+        self.0.clone().confirm_spare(vee_ref(vee_id)).await.map(|_| ())
+    }
+    async fn release_spare(&self, vee_id: &str) -> Result<(), Status> {
+        self.0.clone().release_spare(vee_ref(vee_id)).await.map(|_| ())
     }
 }
 

@@ -549,6 +549,21 @@ impl Vmi for VmiService {
         ok(self.veem.withdrawn(&site, &r.get_ref().vee_id).map(|_| Empty {}))
     }
 
+    async fn reserve_spare(&self, r: Request<SpareRequest>) -> R<SpareReply> {
+        let site = self.peer(&r)?;
+        ok(self.veem.hold_spare(&site, r.into_inner()))
+    }
+
+    async fn confirm_spare(&self, r: Request<VeeRef>) -> R<Empty> {
+        let site = self.peer(&r)?;
+        ok(self.veem.confirm_spare(&site, &r.get_ref().vee_id).map(|_| Empty {}))
+    }
+
+    async fn release_spare(&self, r: Request<VeeRef>) -> R<Empty> {
+        let site = self.peer(&r)?;
+        ok(self.veem.release_spare(&site, &r.get_ref().vee_id).map(|_| Empty {}))
+    }
+
     async fn send_vee(&self, r: Request<SendVeeRequest>) -> R<MigrationInfo> {
         let site = self.peer(&r)?;
         let req = r.into_inner();

@@ -36,6 +36,9 @@ pub enum Tree {
     Requests,
     /// Steps under way that act outside the database (crate::intents).
     Intents,
+    /// Spare capacity held here for peers' full-guarantee VEEs
+    /// (crate::spares::HeldSpare).
+    Spares,
 }
 
 impl Tree {
@@ -53,6 +56,7 @@ impl Tree {
             Tree::Planner => "planner",
             Tree::Requests => "requests",
             Tree::Intents => "intents",
+            Tree::Spares => "spares",
         }
     }
 }

@@ -67,6 +67,15 @@ impl Peer for SilentPeer {
     async fn update_network(&self, _: interfaces::vhi::NetworkUpdate) -> Result<(), Status> {
         silent()
     }
+    async fn reserve_spare(&self, _: vmi::SpareRequest) -> Result<vmi::SpareReply, Status> {
+        silent()
+    }
+    async fn confirm_spare(&self, _: &str) -> Result<(), Status> {
+        silent()
+    }
+    async fn release_spare(&self, _: &str) -> Result<(), Status> {
+        silent()
+    }
 }
 
 /// Another VEEM of this process as a peer: its real VMI handlers, called
@@ -126,5 +135,17 @@ impl Peer for LocalPeer {
     async fn update_network(&self, u: interfaces::vhi::NetworkUpdate) -> Result<(), Status> {
         use vmi::vmi_server::Vmi;
         self.svc.update_network(self.req(u)).await.map(|_| ())
+    }
+    async fn reserve_spare(&self, r: vmi::SpareRequest) -> Result<vmi::SpareReply, Status> {
+        use vmi::vmi_server::Vmi;
+        Ok(self.svc.reserve_spare(self.req(r)).await?.into_inner())
+    }
+    async fn confirm_spare(&self, id: &str) -> Result<(), Status> {
+        use vmi::vmi_server::Vmi;
+        self.svc.confirm_spare(self.req(vee_ref(id))).await.map(|_| ())
+    }
+    async fn release_spare(&self, id: &str) -> Result<(), Status> {
+        use vmi::vmi_server::Vmi;
+        self.svc.release_spare(self.req(vee_ref(id))).await.map(|_| ())
     }
 }

@@ -4,7 +4,7 @@
 //! Remapping every future reservation of a failed host wastes capacity if
 //! the host comes back soon; remapping none breaks reservations if it does
 //! not. VRM remaps, in every slot while the host is down, only the
-//! reservations that start within the remapping interval `[now, now + i)`;
+//! reservations that start within the remapping interval `[now, now + i]`;
 //! later ones stay and are remapped when they enter the interval (or not at
 //! all if the host recovers first). A reservation that finds no other host
 //! stays on the failed host: the failure may be over by its start.
@@ -59,7 +59,7 @@ pub struct RemapReport {
 
 impl Planner {
     /// Reservations (VEEs and spares) on `failed_host` that start within
-    /// `[now, now + interval)`, by start slot: the ones VRM remaps now.
+    /// `[now, now + interval]`, by start slot: the ones VRM remaps now.
     pub fn reservations_to_remap(&self, failed_host: &str, now: Slot, interval: u32) -> Result<Vec<ReservationKey>, PlanError> {
         let h = self.host_idx(failed_host)?;
         let key = |s: Slot| {
@@ -71,7 +71,9 @@ impl Planner {
                 },
             )
         };
-        let end = now.saturating_add(interval);
+        // V's remapping interval is closed, [t0, t0 + i]: a reservation
+        // starting i slots ahead is remapped now, before it starts.
+        let end = now.saturating_add(interval).saturating_add(1);
         Ok(self.d.usage[h as usize]
             .res
             .range(key(now)..key(end))

@@ -92,6 +92,18 @@ impl Vmi for MockSvc {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
+    async fn reserve_spare(&self, r: Request<SpareRequest>) -> R<SpareReply> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
+    async fn confirm_spare(&self, r: Request<VeeRef>) -> R<Empty> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
+    async fn release_spare(&self, r: Request<VeeRef>) -> R<Empty> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
     async fn extend_service(&self, r: Request<ExtendRequest>) -> R<ServiceInfo> {
         self.note(&r);
         Err(Status::unimplemented(""))

@@ -1,0 +1,262 @@
+//! The full guarantee (H §3.2.2: "spare capacity is reserved at a peer
+//! site; admission fails without it"), both ends of the VMI's spare calls.
+//!
+//! Primary side: a `full` service the planner would admit asks for peer
+//! spares ([`Admission::NeedsPeerSpare`]); the VEEM asks its peers, in the
+//! order of their agreements' prices, to hold one spare per VEE over its
+//! window (all at one peer), admits the service with that peer's offer and
+//! confirms the holds once the admission is committed. A peer that refuses
+//! any is released and the next is asked; with none the manifest is
+//! refused with every peer's reason. A stopped VEE releases its spare. On
+//! a failure with no local room the planner's recovery target is the
+//! spare's peer, tried first.
+//!
+//! Peer side: a hold is a reservation of this site's planner (service and
+//! VEE `spare-<VEE>`, for the primary's consumer) and a [`HeldSpare`]
+//! record, written together. Unconfirmed holds lapse after
+//! [`HOLD_SECONDS`]; a confirmed one stays until released or until the VEE
+//! itself arrives from its primary, which then takes its place.
+//!
+//! [`Admission::NeedsPeerSpare`]: crate::planner::Admission::NeedsPeerSpare
+
+use anyhow::{anyhow, bail, Result};
+use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
+use interfaces::vmi;
+use serde::{Deserialize, Serialize};
+
+use crate::manager::Veem;
+use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SpareNeed};
+use crate::store::{Tree, Writes};
+
+/// How long a hold waits for its confirmation (s).
+pub const HOLD_SECONDS: i64 = 120;
+
+/// A spare this site holds for a peer's VEE.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeldSpare {
+    /// The peer's VEE.
+    pub vee_id: String,
+    /// The peer (its primary site).
+    pub primary: String,
+    /// Confirmed by the primary; until then it lapses at `confirm_by_ms`.
+    pub confirmed: bool,
+    pub confirm_by_ms: i64,
+}
+
+/// The planner's service (and VEE) ID of the spare for VEE `vee_id`.
+pub fn spare_id(vee_id: &str) -> String {
+    format!("spare-{vee_id}")
+}
+
+impl Veem {
+    // ----- peer side -----
+
+    /// Holds spare capacity for `from`'s VEE as `r` asks, if the framework
+    /// agreement admits `full` VEEs of that size and the planner has room
+    /// over the window. Errors with the reason otherwise (nothing held).
+    pub fn hold_spare(&self, from: &str, r: vmi::SpareRequest) -> Result<vmi::SpareReply> {
+        crate::model::check_uuid("vee_id", &r.vee_id)?;
+        let agreement = &crate::peers::peer(&self.cfg, from)?.agreement;
+        if r.vcpus > agreement.max_vcpus || r.memory_mib > agreement.max_memory_mib {
+            bail!(
+                "the framework agreement with {from} admits at most {} vCPUs and {} MiB per VEE",
+                agreement.max_vcpus,
+                agreement.max_memory_mib
+            );
+        }
+        if !agreement.guarantee_levels.is_empty() && !agreement.guarantee_levels.contains(&GuaranteeLevel::Full) {
+            bail!("the framework agreement with {from} does not admit guarantee full");
+        }
+        if r.end_unix <= r.start_unix {
+            return Err(crate::error::VeemError::field("end_unix", "must be after start_unix").into());
+        }
+        if self.store.get::<HeldSpare>(Tree::Spares, &r.vee_id)?.is_some() {
+            bail!("a spare for VEE {} is held here already", r.vee_id);
+        }
+        let id = spare_id(&r.vee_id);
+        let window = self.slots.covering(r.start_unix.max(self.clock.now()), r.end_unix);
+        let req = ServiceRequest {
+            service_id: id.clone(),
+            consumer: from.into(),
+            guarantee: GuaranteeLevel::Legacy,
+            migration: MigrationPolicy::Site,
+            window,
+            components: vec![ComponentRequest {
+                name: "spare".into(),
+                resources: Resources::new(r.vcpus, r.memory_mib, r.disk_gib),
+                profile: None,
+                vees: vec![id.clone()],
+            }],
+            constraints: vec![],
+            peer_spare: PeerSpare::NoneOffered,
+        };
+        let held = HeldSpare {
+            vee_id: r.vee_id.clone(),
+            primary: from.into(),
+            confirmed: false,
+            confirm_by_ms: self.clock.now_ms() + HOLD_SECONDS * 1000,
+        };
+        let mut w = Writes::default();
+        w.put(Tree::Spares, &held.vee_id, &held)?;
+        let admitted = self.planner.lock().unwrap().admit(&req);
+        match admitted {
+            Admission::Accepted(_) => {}
+            other => bail!(
+                "site {} has no room for the spare: {}",
+                self.cfg.site_id,
+                other.reasons().join("; ")
+            ),
+        }
+        self.planner_store.save_with(&self.planner, w)?;
+        self.event(&r.vee_id, "", "spare", format!("held for {from} until confirmed"));
+        Ok(vmi::SpareReply {
+            confirm_by_unix_ms: held.confirm_by_ms,
+        })
+    }
+
+    /// The spare held for `from`'s VEE `vee_id`; errors when there is none.
+    fn held(&self, from: &str, vee_id: &str) -> Result<HeldSpare> {
+        self.store
+            .get::<HeldSpare>(Tree::Spares, vee_id)?
+            .filter(|h| h.primary == from)
+            .ok_or_else(|| crate::error::VeemError::not_found("spare", vee_id).into())
+    }
+
+    /// `from` committed the admission its hold was for: it stays.
+    pub fn confirm_spare(&self, from: &str, vee_id: &str) -> Result<()> {
+        let mut h = self.held(from, vee_id)?;
+        h.confirmed = true;
+        self.store.put(Tree::Spares, vee_id, &h)?;
+        Ok(())
+    }
+
+    /// Drops the spare held for `from`'s VEE `vee_id` (its capacity is free
+    /// again). Releasing one not held is not an error.
+    pub fn release_spare(&self, from: &str, vee_id: &str) -> Result<()> {
+        if self.held(from, vee_id).is_err() {
+            return Ok(());
+        }
+        let _ = self.planner.lock().unwrap().release_service(&spare_id(vee_id));
+        let mut w = Writes::default();
+        w.remove(Tree::Spares, vee_id);
+        self.planner_store.save_with(&self.planner, w)?;
+        self.event(vee_id, "", "spare", format!("released for {from}"));
+        Ok(())
+    }
+
+    /// The VEE `vee_id` arrives from `from`: its spare, if held here, makes
+    /// room for it. Returns whether there was one.
+    pub(crate) fn take_spare_for(&self, from: &str, vee_id: &str) -> Result<bool> {
+        let held = self.held(from, vee_id).is_ok();
+        if held {
+            self.release_spare(from, vee_id)?;
+        }
+        Ok(held)
+    }
+
+    /// Drops holds whose confirmation did not come in time (a primary that
+    /// crashed mid-admission). Returns how many.
+    pub fn lapse_spares(&self) -> Result<usize> {
+        let now = self.clock.now_ms();
+        let mut n = 0;
+        for h in self.store.list::<HeldSpare>(Tree::Spares)? {
+            if !h.confirmed && h.confirm_by_ms < now {
+                self.release_spare(&h.primary, &h.vee_id)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    // ----- primary side -----
+
+    /// Asks peers, cheapest agreement first, to hold `needs` (one spare per
+    /// VEE, over its range); all at one peer. Returns that peer, or the
+    /// reasons of every peer asked (what one peer held is released before
+    /// the next is asked).
+    pub(crate) async fn reserve_peer_spares(&self, needs: &[SpareNeed]) -> std::result::Result<String, Vec<String>> {
+        let largest = needs.iter().fold(Resources::ZERO, |a, n| a.max(&n.resources));
+        let mut reasons = Vec::new();
+        for p in crate::peers::candidates(&self.cfg, largest.vcpus, largest.memory_mib, GuaranteeLevel::Full) {
+            let site = p.site_id.clone();
+            let peer = match self.peer(&site) {
+                Ok(peer) => peer,
+                Err(e) => {
+                    reasons.push(format!("{site}: {e:#}"));
+                    continue;
+                }
+            };
+            let mut held = Vec::new();
+            let mut refused = None;
+            for n in needs {
+                let r = vmi::SpareRequest {
+                    vee_id: n.vee.clone(),
+                    vcpus: n.resources.vcpus,
+                    memory_mib: n.resources.memory_mib,
+                    disk_gib: n.resources.disk_gib,
+                    start_unix: self.slots.start_of(n.range.start),
+                    end_unix: self.slots.start_of(n.range.end),
+                };
+                match peer.reserve_spare(r).await {
+                    Ok(_) => held.push(n.vee.clone()),
+                    Err(s) => {
+                        refused = Some(format!("{site} refused a spare: {}", s.message()));
+                        break;
+                    }
+                }
+            }
+            match refused {
+                None => return Ok(site),
+                Some(why) => {
+                    reasons.push(why);
+                    for v in held {
+                        let _ = peer.release_spare(&v).await;
+                    }
+                }
+            }
+        }
+        if reasons.is_empty() {
+            reasons.push("no peer site's framework agreement admits guarantee full".into());
+        }
+        Err(reasons)
+    }
+
+    /// Confirms (`keep`) or releases the spares peer `site` holds for
+    /// `vees`; best effort (an unconfirmed hold lapses by itself).
+    pub(crate) async fn settle_peer_spares(&self, site: &str, vees: &[String], keep: bool) {
+        let Ok(peer) = self.peer(site) else { return };
+        for v in vees {
+            let r = if keep {
+                peer.confirm_spare(v).await
+            } else {
+                peer.release_spare(v).await
+            };
+            if let Err(e) = r {
+                tracing::warn!(vee = %v, %site, keep, error = %e.message(), "peer spare not settled");
+            }
+        }
+    }
+
+    /// The peer site holding `vee_id`'s spare, if any.
+    pub fn spare_site(&self, vee_id: &str) -> Option<String> {
+        self.planner.lock().unwrap().peer_spare(vee_id).and_then(|s| s.site.clone())
+    }
+
+    /// Releases the peer spare of a VEE that ended (best effort).
+    pub(crate) async fn release_peer_spare_of(&self, vee_id: &str, site: Option<String>) {
+        if let Some(site) = site {
+            self.settle_peer_spares(&site, &[vee_id.to_string()], false).await;
+        }
+    }
+}
+
+/// Why no peer holds a spare, as admission's refusal.
+pub fn refusal(reasons: &[String]) -> anyhow::Error {
+    anyhow!(
+        "guarantee full needs spare capacity at a peer site and none holds it: {}",
+        reasons.join("; ")
+    )
+}
+
+#[cfg(test)]
+mod tests;
