@@ -193,6 +193,11 @@ impl Veeh {
     /// libvirtd it runs in site B's namespaces ([`Place`]); it listens,
     /// migrates and has its VTEP at its place's end of the WAN.
     pub async fn start(dir: &Path, host: &str, site: &str, uri: &str, repo: &ImageRepo) -> Self {
+        Self::start_sized(dir, host, site, uri, repo, (2, 1024)).await
+    }
+
+    /// [`Veeh::start`] offering `(vcpus, memory_mib)` (vCPUs, MiB).
+    pub async fn start_sized(dir: &Path, host: &str, site: &str, uri: &str, repo: &ImageRepo, (vcpus, memory_mib): (u32, u64)) -> Self {
         let port = free_port();
         let host = &format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
         let state_dir = dir.join(host);
@@ -206,7 +211,7 @@ impl Veeh {
         let addr = place.addr();
         let tls = vee_testkit::pki::site(site).host(host);
         let cfg = format!(
-            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\nimage_repo_ca = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n[tls]\n{}",
+            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\nimage_repo_ca = \"{}\"\n[capacity]\nvcpus = {vcpus}\nmemory_mib = {memory_mib}\ndisk_gib = 20\n[tls]\n{}",
             state_dir.display(),
             repo.url,
             repo.site_token(site),

@@ -9,7 +9,9 @@
 //!   manifest that only fits after it gets a counter-offer; a window is
 //!   extended after admission;
 //! - VRM: a reservation on a host that fails before it starts is remapped
-//!   to another host (V Fig. 7) and starts there.
+//!   to another host (V Fig. 7) and starts there;
+//! - the five guarantee levels side by side on one host failure (the
+//!   README's table).
 
 use std::time::{Duration, Instant};
 
@@ -282,4 +284,158 @@ async fn lab_a_reservation_on_a_failed_host_is_remapped_and_starts_elsewhere() {
     );
     assert!(info.latest_checkpoint.is_empty());
     site::vee_action(&mut acme, &vee, Action::Stop).await.unwrap();
+}
+
+/// Deploys `name` (one VEE of `memory_mib`, guarantee `level`) as acme at
+/// `veem`; returns its service and VEE once it runs (and ticks, on `hosts`).
+async fn one_of(veem: &Veem, ids: &GuestIds, name: &str, level: &str, memory_mib: u64) -> (String, String) {
+    let mut acme = veem.client(ACME).await;
+    let m = manifest(name, "acme", ids, 1, "")
+        .replace("guarantee = \"standard\"", &format!("guarantee = \"{level}\""))
+        .replace("memory_mib = 128", &format!("memory_mib = {memory_mib}"));
+    let svc = site::deploy(&mut acme, m)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {}", e.message()));
+    let vee = svc.vees[0].vee_id.clone();
+    veem.wait_vee(&vee, &format!("{name} running"), BOOT, |i| i.state() == VeeState::Running)
+        .await;
+    (svc.service_id, vee)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_each_guarantee_level_keeps_its_promise_when_a_host_fails() {
+    let _lab = lab::lock();
+    // Site A: two hosts of 8 vCPUs and 1024 MiB (memory decides); site B
+    // with one host holds full's spare.
+    let dir = lab::test_dir("sla-levels");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let g1 = Veeh::start_sized(&dir, "l1", "site-a", lab::SITE_A_URI, &repo, (8, 1024)).await;
+    let g2 = Veeh::start_sized(&dir, "l2", "site-a", lab::SITE_A2_URI, &repo, (8, 1024)).await;
+    let b1 = Veeh::start(&dir, "lb1", "site-b", lab::SITE_B_URI, &repo).await;
+    let (pa, pb) = (site::port(), site::port());
+    let (to_b, to_a) = site::peer_links(pa, pb, false);
+    let ca = site::write_config(&dir, "site-a", pa, &repo, &[&g1, &g2], &[to_b], "");
+    let cb = site::write_config(&dir, "site-b", pb, &repo, &[&b1], &[to_a], "");
+    let a = Veem::start(&dir, "site-a", pa, ca).await;
+    let _b = Veem::start(&dir, "site-b", pb, cb).await;
+    let mut hosts = [g1, g2];
+
+    // Packing fills one host X with full, standard, legacy and enhanced
+    // (1024 MiB); enhanced's spare, a filler and the background VEE fill
+    // the other, Y. After X fails Y has room for standard only by
+    // displacing the background VEE, none for legacy, and full (384 MiB)
+    // cannot fit even so: it goes to its spare at B.
+    let mut acme = a.client(ACME).await;
+    let mut op = a.client(OPERATOR).await;
+    let full = one_of(&a, &ids, "full", "full", 384).await;
+    let standard = one_of(&a, &ids, "standard", "standard", 256).await;
+    let legacy = one_of(&a, &ids, "legacy", "legacy", 256).await;
+    let enhanced = one_of(&a, &ids, "enhanced", "enhanced", 128).await;
+    let _filler = one_of(&a, &ids, "filler", "standard", 640).await;
+    let background = one_of(&a, &ids, "background", "background", 256).await;
+    let where_ = |i: &VeeInfo| host_of(i).unwrap_or_else(|| i.location.clone());
+    let at = |vee: &str| {
+        let vee = vee.to_string();
+        let mut op = op.clone();
+        async move { op.get_vee(VeeRef { vee_id: vee }).await.unwrap().into_inner() }
+    };
+    let x = where_(&at(&full.1).await);
+    for (name, vee) in [("standard", &standard.1), ("legacy", &legacy.1), ("enhanced", &enhanced.1)] {
+        assert_eq!(where_(&at(vee).await), x, "{name} shares full's host");
+    }
+    let xi = hosts.iter().position(|h| h.host == x).unwrap();
+    let y = hosts[1 - xi].host.clone();
+    assert_eq!(where_(&at(&background.1).await), y);
+    for vee in [&full.1, &standard.1, &enhanced.1] {
+        site::vee_action(&mut acme, vee, Action::Checkpoint).await.unwrap();
+    }
+
+    // X dies.
+    let failed_at = Instant::now();
+    hosts[xi].daemon.kill();
+    let view = Hypervisor::open([lab::SITE_A_URI, lab::SITE_A2_URI][xi], &hosts[xi].host).unwrap();
+    for vee in [&full.1, &standard.1, &legacy.1, &enhanced.1] {
+        view.destroy(vee).unwrap();
+    }
+    let mut rows = Vec::new();
+    let mut row = |level: &str, promise: &str, seen: String| {
+        rows.push(format!(
+            "| {level} | {promise} | {seen} | {:.1} s |",
+            failed_at.elapsed().as_secs_f64()
+        ));
+    };
+    let t = Duration::from_secs(150);
+    let e = a
+        .wait_vee(&enhanced.1, "enhanced in its spare", t, |i| {
+            i.state() == VeeState::Running && where_(i) == y
+        })
+        .await;
+    row(
+        "enhanced",
+        "restored into its local spare",
+        format!("running on Y from checkpoint {}", &e.latest_checkpoint[..8]),
+    );
+    let f = a
+        .wait_vee(&full.1, "full at site B", t, |i| {
+            i.state() == VeeState::Running && i.location == "remote (site-b)"
+        })
+        .await;
+    row(
+        "full",
+        "restored into its spare at the peer",
+        format!("running at site B from checkpoint {}", &f.latest_checkpoint[..8]),
+    );
+    let s = a
+        .wait_vee(&standard.1, "standard restored", t, |i| {
+            i.state() == VeeState::Running && where_(i) == y
+        })
+        .await;
+    row(
+        "standard",
+        "restored from its checkpoint",
+        format!("running on Y from checkpoint {}", &s.latest_checkpoint[..8]),
+    );
+    a.wait_vee(&background.1, "background displaced", t, |i| {
+        i.state() == VeeState::Suspended && i.location == "none"
+    })
+    .await;
+    row(
+        "background",
+        "may be suspended, resumed later",
+        "displaced (saved, suspended)".into(),
+    );
+    a.wait_vee(&legacy.1, "legacy lost", t, |i| i.state() == VeeState::Failed).await;
+    let usage = op
+        .get_usage(ServiceRef {
+            service_id: legacy.0.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(usage.violations.len(), 1, "{:?}", usage.violations);
+    row(
+        "legacy",
+        "none: lost, violation recorded",
+        format!("failed; violation, penalty {:.2}", usage.violations[0].penalty),
+    );
+    for svc in [&full.0, &standard.0, &enhanced.0, &background.0] {
+        let u = op.get_usage(ServiceRef { service_id: svc.clone() }).await.unwrap().into_inner();
+        assert!(u.violations.is_empty(), "{svc}: {:?}", u.violations);
+    }
+
+    // Room returns (standard ends): the background VEE resumes.
+    site::vee_action(&mut acme, &standard.1, Action::Stop).await.unwrap();
+    a.wait_vee(&background.1, "background resumed", t, |i| {
+        i.state() == VeeState::Running && where_(i) == y
+    })
+    .await;
+    row("background", "resumed when room returns", "running on Y again".into());
+    eprintln!(
+        "| level | promise | seen | after the failure |\n|---|---|---|---|\n{}",
+        rows.join("\n")
+    );
+    for vee in [&full.1, &enhanced.1, &background.1, &_filler.1] {
+        site::vee_action(&mut acme, vee, Action::Stop).await.ok();
+    }
 }

@@ -318,7 +318,7 @@ impl Veem {
                 match p.resume_background(&v.id, range) {
                     // Only onto a host that answers now.
                     Ok(at) if self.hosts.health(&at.host) != crate::hosts::Health::Up => {
-                        let _ = p.release_vee(&v.id);
+                        let _ = p.displace_background(&v.id);
                         Err(anyhow!("host {} does not answer", at.host))
                     }
                     r => r.map_err(anyhow::Error::from),
@@ -338,7 +338,7 @@ impl Veem {
                 if let Err(e) = veem.recover_vee_on(&v.id, "", &host, None).await {
                     tracing::warn!(vee = %v.id, %host, error = %format!("{e:#}"), "displaced VEE not resumed; tried again later");
                     veem.clean_failed_attempt(&v.id, &host).await;
-                    let _ = veem.planner.lock().unwrap().release_vee(&v.id);
+                    let _ = veem.planner.lock().unwrap().displace_background(&v.id);
                     let _ = veem.persist_planner();
                     if let Ok(mut v) = veem.vee(&v.id) {
                         v.location = Location::Nowhere;

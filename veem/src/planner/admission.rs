@@ -398,6 +398,24 @@ impl Planner {
             .collect()
     }
 
+    /// Takes back a placement [`Planner::resume_background`] made (the
+    /// VEE could not resume there): its reservation goes, and it stays a
+    /// displaced VEE of its service, to be placed again later. Errors when
+    /// `vee` holds no background reservation.
+    pub fn displace_background(&mut self, vee: &str) -> Result<(), PlanError> {
+        let key = super::ReservationKey {
+            vee: vee.to_string(),
+            spare: false,
+        };
+        match self.get(&key) {
+            Some(r) if r.background => {
+                self.remove_reservation(&key);
+                Ok(())
+            }
+            _ => Err(PlanError::Invalid(format!("VEE {vee:?} holds no background reservation"))),
+        }
+    }
+
     /// Places a suspended background VEE again, in free capacity only.
     pub fn resume_background(&mut self, vee: &str, range: SlotRange) -> Result<Placement, PlanError> {
         if self.p.primaries.contains_key(vee) {

@@ -326,3 +326,58 @@ async fn a_background_vee_displaced_for_a_recovery_is_saved_and_resumed_when_roo
     );
     assert!(violations(&site).is_empty(), "{:?}", violations(&site));
 }
+
+#[tokio::test]
+async fn the_levels_side_by_side_on_one_host_failure() {
+    // As the lab's e2e test (tests/tests/sla.rs), memory times four.
+    let site = FakeSite::start(&["h1", "h2"], FAST).await;
+    crate::loops::heartbeat_round(&site.veem).await;
+    let one = |level: &str, mib: u64| {
+        let m = STANDARD
+            .replace("guarantee = \"standard\"", &format!("guarantee = \"{level}\""))
+            .replace("memory_mib = 512", &format!("memory_mib = {mib}"));
+        site.running_service(&m).remove(0)
+    };
+    let standard = one("standard", 1024);
+    let legacy = one("legacy", 1024);
+    let enhanced = one("enhanced", 512);
+    let _filler = one("standard", 2560);
+    let background = one("background", 1024);
+    let x = host_of(&site, &standard);
+    let y = host_of(&site, &background);
+    assert_ne!(x, y);
+    site.veem.recover_host(&x).await.unwrap();
+    assert_eq!(host_of(&site, &enhanced), y);
+    assert_eq!(host_of(&site, &standard), y);
+    assert_eq!(site.veem.vee(&legacy).unwrap().state, VeeState::Failed);
+    assert_eq!(site.veem.vee(&background).unwrap().state, VeeState::Suspended);
+    site.veem.stop_vee(&standard).await.unwrap();
+    assert_eq!(
+        site.veem.resume_displaced(),
+        1,
+        "{:?}",
+        site.veem.planner().host_usage(&y, site.veem.now_slot())
+    );
+}
+
+#[tokio::test]
+async fn a_resume_that_finds_its_host_silent_is_tried_again_later() {
+    let site = FakeSite::start(&["h1", "h2"], FAST).await;
+    crate::loops::heartbeat_round(&site.veem).await;
+    let std_vee = site.running_service(&STANDARD.replace("vcpus = 1", "vcpus = 4")).remove(0);
+    let background = STANDARD
+        .replace("guarantee = \"standard\"", "guarantee = \"background\"")
+        .replace("vcpus = 1", "vcpus = 4");
+    let bg = site.running_service(&background).remove(0);
+    site.veem.recover_host("h1").await.unwrap();
+    site.veem.stop_vee(&std_vee).await.unwrap();
+    // h2 misses a heartbeat just then: no resume onto it, and the VEE
+    // stays its service's.
+    site.host("h2").fail("HostInfo", tonic::Code::Unavailable, "slow");
+    crate::loops::heartbeat_round(&site.veem).await;
+    assert_eq!(site.veem.resume_displaced(), 0);
+    site.host("h2").script.lock().unwrap().failing.clear();
+    crate::loops::heartbeat_round(&site.veem).await;
+    assert_eq!(site.veem.resume_displaced(), 1, "tried again once h2 answers");
+    crate::fakes::eventually("resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
+}
