@@ -401,10 +401,11 @@ impl Vmi for VmiService {
     async fn list_migrations(&self, r: Request<Empty>) -> R<MigrationList> {
         let role = self.user(&r)?;
         let all: Vec<MigrationRec> = self.veem.store.list(crate::store::Tree::Migrations).map_err(status)?;
+        let redactor = self.redactor(&role);
         let mut migrations: Vec<MigrationInfo> = all
             .iter()
             .filter(|m| self.visible_vee(&role, &m.vee_id).is_ok())
-            .map(|m| migration_info(m, self.redactor(&role).as_ref()))
+            .map(|m| migration_info(m, redactor.as_ref()))
             .collect();
         migrations.sort_by_key(|m| m.created_unix_ms);
         Ok(Response::new(MigrationList { migrations }))
