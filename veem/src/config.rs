@@ -14,10 +14,13 @@ use std::time::Duration;
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
-use interfaces::retry::RetryPolicy;
 use serde::Deserialize;
 
 use crate::planner::{Resources, UsageLimit};
+
+mod policies;
+use policies::duration;
+pub use policies::{MigrationPolicy, ProposalPolicy, RecoveryPolicy};
 
 /// One VEEH of the site.
 #[derive(Clone, Debug, Deserialize)]
@@ -134,162 +137,6 @@ pub struct Overlay {
     /// may be a peer's own too, and the kernel keys VXLAN devices by VNI
     /// and port. Not 4789, which each site keeps for its own networks.
     pub port: u16,
-}
-
-/// Which migrations run without an operator's approval.
-#[derive(Clone, Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct MigrationPolicy {
-    /// The planner's reasons (`failure-risk`, `sla-at-risk`,
-    /// `consolidation`) whose proposals run at once; everything else, and
-    /// every proposal a caller makes whatever its reason, waits for an
-    /// operator.
-    #[serde(default)]
-    pub auto_approve: Vec<String>,
-    /// Bandwidth limit of live migrations in MiB/s (0 = unlimited).
-    #[serde(default)]
-    pub bandwidth_mib_s: u64,
-}
-
-/// Reads a duration: a humantime string (`"2s"`, `"5m"`) or a bare number
-/// of seconds (the form of the deprecated `*_s` keys).
-fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Duration, D::Error> {
-    struct V;
-    impl serde::de::Visitor<'_> for V {
-        type Value = Duration;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a duration such as \"30s\" or \"5m\", or whole seconds")
-        }
-        fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Duration, E> {
-            Ok(Duration::from_secs(v))
-        }
-        fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<Duration, E> {
-            u64::try_from(v)
-                .map(Duration::from_secs)
-                .map_err(|_| E::custom(format!("{v} is negative")))
-        }
-        fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Duration, E> {
-            humantime::parse_duration(v).map_err(|e| E::custom(format!("{v:?}: {e}")))
-        }
-    }
-    d.deserialize_any(V)
-}
-
-/// `[proposals]`: migrations the planner proposes by itself (see
-/// `crate::proposals`). Whether they run at once or wait for an operator is
-/// `[migration] auto_approve` (reasons `failure-risk`, `sla-at-risk`,
-/// `consolidation`).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProposalPolicy {
-    /// Time between two proposal passes (at least 1 s; default 10 s).
-    #[serde(default = "default_proposal_interval", alias = "interval_s", deserialize_with = "duration")]
-    pub interval: Duration,
-    /// Whether to propose emptying the least-loaded host onto the others
-    /// (reason `consolidation`; default false).
-    #[serde(default)]
-    pub consolidation: bool,
-    /// How long a VEE must have been on its host before consolidation
-    /// moves it (default 5 min): freshly placed or moved VEEs stay put.
-    #[serde(default = "default_settle", alias = "settle_s", deserialize_with = "duration")]
-    pub settle: Duration,
-    /// How long, counted from a proposal's creation, the planner does not
-    /// propose the same reason for the same VEE again once that proposal
-    /// was rejected by an operator or failed (default 10 min): no nagging,
-    /// no retry storm.
-    #[serde(default = "default_hold", alias = "hold_s", deserialize_with = "duration")]
-    pub hold: Duration,
-}
-
-impl Default for ProposalPolicy {
-    fn default() -> Self {
-        Self {
-            interval: default_proposal_interval(),
-            consolidation: false,
-            settle: default_settle(),
-            hold: default_hold(),
-        }
-    }
-}
-
-fn default_proposal_interval() -> Duration {
-    Duration::from_secs(10)
-}
-fn default_settle() -> Duration {
-    Duration::from_secs(300)
-}
-fn default_hold() -> Duration {
-    Duration::from_secs(600)
-}
-
-/// `[recovery]`: how hard the VEEM tries to restore a VEE of a failed host
-/// before it records the VEE unrecovered and charges the SLA's penalty
-/// (see `crate::recovery`). Durations are humantime strings (`"500ms"`,
-/// `"2m"`).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RecoveryPolicy {
-    /// Restores tried on one host before the next host is asked (at least
-    /// 1; default 3).
-    #[serde(default = "default_attempts_per_host")]
-    pub attempts_per_host: u32,
-    /// Wait after the first failed restore on a host; doubled after each
-    /// further one, at most 8 s (default 1 s).
-    #[serde(default = "default_recovery_backoff", deserialize_with = "duration")]
-    pub backoff: Duration,
-    /// The outage budget: once a VEE has been down this long (counted
-    /// from the host's failure), no further attempt starts (default 2 min).
-    #[serde(default = "default_recovery_budget", deserialize_with = "duration")]
-    pub budget: Duration,
-    /// η of VRM's remapping interval (V §4.6): the load threshold in
-    /// [0, 1] above which future reservations of a failed host are remapped
-    /// now (default 0.8, V §5).
-    #[serde(default = "default_remap_eta")]
-    pub remap_eta: f64,
-    /// ζ >= 1 of VRM's remapping interval: the weight of the failed host's
-    /// load (default 2, V §5).
-    #[serde(default = "default_remap_zeta")]
-    pub remap_zeta: f64,
-}
-
-fn default_remap_eta() -> f64 {
-    0.8
-}
-fn default_remap_zeta() -> f64 {
-    2.0
-}
-
-impl Default for RecoveryPolicy {
-    fn default() -> Self {
-        Self {
-            attempts_per_host: default_attempts_per_host(),
-            backoff: default_recovery_backoff(),
-            budget: default_recovery_budget(),
-            remap_eta: default_remap_eta(),
-            remap_zeta: default_remap_zeta(),
-        }
-    }
-}
-
-impl RecoveryPolicy {
-    /// The retry schedule on one host.
-    pub fn per_host(&self) -> RetryPolicy {
-        RetryPolicy {
-            attempts: self.attempts_per_host,
-            initial_backoff: self.backoff,
-            max_backoff: Duration::from_secs(8).max(self.backoff),
-        }
-    }
-}
-
-fn default_attempts_per_host() -> u32 {
-    3
-}
-fn default_recovery_backoff() -> Duration {
-    Duration::from_secs(1)
-}
-fn default_recovery_budget() -> Duration {
-    Duration::from_secs(120)
 }
 
 /// `[networks]`: where the site takes the subnets, VNIs and external

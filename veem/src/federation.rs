@@ -260,20 +260,8 @@ impl Veem {
             return Err(VeemError::field("primary_site", format!("{:?} is not the calling site {from:?}", r.primary_site)).into());
         }
         let spec = r.spec.clone().ok_or_else(|| VeemError::field("spec", "is required"))?;
-        let agreement = &peers::peer(&self.cfg, from)
-            .with_context(|| format!("no framework agreement with {from}"))?
-            .agreement;
-        if spec.vcpus > agreement.max_vcpus || spec.memory_mib > agreement.max_memory_mib {
-            bail!(
-                "the framework agreement with {from} admits at most {} vCPUs and {} MiB per VEE",
-                agreement.max_vcpus,
-                agreement.max_memory_mib
-            );
-        }
         let guarantee = crate::wire::guarantee("guarantee", r.guarantee)?;
-        if !agreement.guarantee_levels.is_empty() && !agreement.guarantee_levels.contains(&guarantee) {
-            bail!("the framework agreement with {from} does not admit guarantee {guarantee}");
-        }
+        peers::admits(&self.cfg, from, spec.vcpus, spec.memory_mib, guarantee)?;
         crate::model::check_uuid("vee_id", &spec.vee_id)?;
         if !spec.nics.is_empty() && self.overlay(from).is_none() {
             bail!(

@@ -132,10 +132,7 @@ impl Veem {
     fn measured_checkpoint_cost(&self, v: &mut VeeRec, cost_s: f64) {
         let cost = smoothed_cost(v.checkpoint_cost_s, cost_s);
         v.checkpoint_cost_s = Some(cost);
-        let Ok(m) = self
-            .service(&v.service_id)
-            .and_then(|s| Ok(interfaces::manifest::Manifest::from_toml(&s.manifest_toml)?))
-        else {
+        let Some(m) = self.manifest_of(&v.service_id) else {
             return;
         };
         if m.sla.checkpoint_interval != interfaces::manifest::CheckpointInterval::Auto {

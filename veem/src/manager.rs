@@ -250,6 +250,13 @@ impl Veem {
             .ok_or_else(|| VeemError::not_found("service", id).into())
     }
 
+    /// The manifest of service `id` as admitted; `None` when the service
+    /// is gone or has none (one run here for a peer site).
+    pub fn manifest_of(&self, id: &str) -> Option<interfaces::manifest::Manifest> {
+        let s = self.service(id).ok()?;
+        interfaces::manifest::Manifest::from_toml(&s.manifest_toml).ok()
+    }
+
     /// Every VEE record, in ID order.
     pub fn vees(&self) -> Result<Vec<VeeRec>> {
         Ok(self.vee_records.read().unwrap().values().cloned().collect())

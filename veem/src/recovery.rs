@@ -304,16 +304,14 @@ impl Veem {
         let svc = self.service(&v.service_id)?;
         let start = self.clock.now();
         let end = v.window_end_unix.max(start);
-        let penalty = svc.penalty_per_hour * (end - start) as f64 / 3600.0;
-        let viol = ViolationRec {
-            id: uuid::Uuid::new_v4().to_string(),
-            service_id: svc.id.clone(),
-            vee_id: vee_id.into(),
-            term: format!("availability: {lost} and the VEE could not be recovered ({why})"),
-            start_unix: start,
-            end_unix: end,
-            penalty,
-        };
+        let viol = ViolationRec::over(
+            uuid::Uuid::new_v4().to_string(),
+            &svc.id,
+            vee_id,
+            format!("availability: {lost} and the VEE could not be recovered ({why})"),
+            (start * 1000, end * 1000),
+            svc.penalty_per_hour,
+        );
         // The violation and the VEE's failure: one write.
         let mut w = Writes::default();
         w.put(Tree::Violations, &viol.id, &viol)?;
@@ -322,7 +320,7 @@ impl Veem {
         } else {
             self.transition_committing(&mut v, VeeState::Failed, why.to_string(), w)?;
         }
-        self.event(vee_id, &svc.id, "sla-violation", format!("{} (penalty {penalty:.2})", viol.term));
+        self.violation_events(std::slice::from_ref(&viol));
         Ok(())
     }
 }

@@ -8,7 +8,7 @@
 //! its `[[peers]] region` (default: its site ID); this site's VEEs are in
 //! their host's region (`[[hosts]] region`, default: this site's ID).
 
-use interfaces::manifest::{Constraint, ConstraintKind, ConstraintLevel, ConstraintScope, Manifest};
+use interfaces::manifest::{Constraint, ConstraintKind, ConstraintLevel, ConstraintScope};
 
 use crate::manager::Veem;
 use crate::model::{Location, VeeRec};
@@ -39,11 +39,7 @@ impl Veem {
     /// The constraints of `v`'s service (none when its manifest cannot be
     /// read: a VEE run for a peer has none here).
     pub(crate) fn constraints_of(&self, v: &VeeRec) -> Vec<Constraint> {
-        self.service(&v.service_id)
-            .ok()
-            .and_then(|s| Manifest::from_toml(&s.manifest_toml).ok())
-            .map(|m| m.constraints)
-            .unwrap_or_default()
+        self.manifest_of(&v.service_id).map(|m| m.constraints).unwrap_or_default()
     }
 
     /// Why VEE `v` may not go to peer site `site` under `constraints`

@@ -20,7 +20,6 @@
 //! record instead of adding one per round.
 
 use anyhow::Result;
-use interfaces::manifest::Manifest;
 
 use crate::manager::Veem;
 use crate::model::{VeeRec, VeeState, ViolationRec};
@@ -86,11 +85,7 @@ impl Veem {
             .downtime_violation(v, "the restore after its host failed", (up_ms - down_ms).max(0) as u64, up_ms)
             .into_iter()
             .collect();
-        let max = self
-            .service(&v.service_id)
-            .ok()
-            .and_then(|s| Manifest::from_toml(&s.manifest_toml).ok())
-            .map(|m| m.sla.max_outages);
+        let max = self.manifest_of(&v.service_id).map(|m| m.sla.max_outages);
         if let Some(max) = max.filter(|max| v.outages > *max) {
             out.push(ViolationRec::over(
                 uuid::Uuid::new_v4().to_string(),

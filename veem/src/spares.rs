@@ -56,17 +56,7 @@ impl Veem {
     /// over the window. Errors with the reason otherwise (nothing held).
     pub fn hold_spare(&self, from: &str, r: vmi::SpareRequest) -> Result<vmi::SpareReply> {
         crate::model::check_uuid("vee_id", &r.vee_id)?;
-        let agreement = &crate::peers::peer(&self.cfg, from)?.agreement;
-        if r.vcpus > agreement.max_vcpus || r.memory_mib > agreement.max_memory_mib {
-            bail!(
-                "the framework agreement with {from} admits at most {} vCPUs and {} MiB per VEE",
-                agreement.max_vcpus,
-                agreement.max_memory_mib
-            );
-        }
-        if !agreement.guarantee_levels.is_empty() && !agreement.guarantee_levels.contains(&GuaranteeLevel::Full) {
-            bail!("the framework agreement with {from} does not admit guarantee full");
-        }
+        crate::peers::admits(&self.cfg, from, r.vcpus, r.memory_mib, GuaranteeLevel::Full)?;
         if r.end_unix <= r.start_unix {
             return Err(crate::error::VeemError::field("end_unix", "must be after start_unix").into());
         }

@@ -120,9 +120,8 @@ impl Veem {
     /// anti-affinity keeps apart from `v` (E PIII §II scopes: `instance`
     /// covers every pair, `type` only different listed components).
     fn anti_affine_hosts(&self, v: &crate::model::VeeRec) -> Vec<String> {
-        use interfaces::manifest::{ConstraintKind, ConstraintLevel, ConstraintScope, Manifest};
-        let Ok(svc) = self.service(&v.service_id) else { return vec![] };
-        let Ok(m) = Manifest::from_toml(&svc.manifest_toml) else {
+        use interfaces::manifest::{ConstraintKind, ConstraintLevel, ConstraintScope};
+        let Some(m) = self.manifest_of(&v.service_id) else {
             return vec![];
         };
         let vees = self.vees_where(|o| o.service_id == v.service_id);
