@@ -10,7 +10,8 @@
 //!
 //! A restore that fails is not the end of the VEE (a lookup race, a
 //! repository hiccup, a host that refuses): it is retried with backoff on
-//! the same host (`[recovery] attempts_per_host`, `backoff`), then on the
+//! the same host (`[recovery] attempts_per_host`, `backoff`; not when the
+//! host refuses the checkpoint's compatibility profile), then on the
 //! next host the planner offers (excluding every host that failed this
 //! recovery), then, where the guarantee level and the migration policy
 //! allow, at a peer site under its framework agreement. Only when every
@@ -46,6 +47,14 @@ fn attempts_text(attempts: &[Attempt]) -> String {
         .map(|(i, a)| format!("{}. {}: {}", i + 1, a.place, a.error))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// Whether a restore failed because the host refuses it whatever the retry
+/// (the VEEH's FailedPrecondition: a checkpoint of another compatibility
+/// profile, or a domain of the VEE already there), not for a passing cause.
+fn refuses_for_good(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<tonic::Status>()
+        .is_some_and(|s| s.code() == tonic::Code::FailedPrecondition)
 }
 
 impl Veem {
@@ -173,6 +182,12 @@ impl Veem {
                             place: host.clone(),
                             error,
                         });
+                        // A host that refuses the checkpoint (its compatibility
+                        // profile differs, H §4.4) refuses it again: the next
+                        // compatible host is tried at once.
+                        if refuses_for_good(&e) {
+                            break;
+                        }
                     }
                 }
                 if n < per_host.attempts {

@@ -381,3 +381,33 @@ async fn a_resume_that_finds_its_host_silent_is_tried_again_later() {
     assert_eq!(site.veem.resume_displaced(), 1, "tried again once h2 answers");
     crate::fakes::eventually("resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
 }
+
+#[tokio::test]
+async fn a_host_refusing_the_checkpoints_profile_is_not_retried_and_the_next_compatible_host_restores() {
+    let site = FakeSite::start(&["h1", "h2", "h3"], FAST).await;
+    let vee = site.running_service(STANDARD).remove(0);
+    site.veem.checkpoint_vee(&vee).await.unwrap();
+    let failed = host_of(&site, &vee);
+    let bad = first_choice(&site, &vee, &failed);
+    {
+        // What a VEEH whose QEMU is older than the checkpoint's answers
+        // (veeh `HostError::Incompatible`).
+        let mut s = site.host(&bad).script.lock().unwrap();
+        s.failing_restores = u32::MAX;
+        s.restore_error = Some((
+            tonic::Code::FailedPrecondition,
+            format!("checkpoint c1 cannot be restored on {bad}: `qemu_version` 7.2.0 is older than 8.2.2"),
+        ));
+    }
+    site.veem.recover_host(&failed).await.unwrap();
+
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!(v.state, VeeState::Running, "{:#?}", events(&site, &vee));
+    let good = host_of(&site, &vee);
+    assert!(good != bad && good != failed, "{good}");
+    assert_eq!(restores(&site, &bad).len(), 1, "a profile refusal is not retried on that host");
+    assert_eq!(restores(&site, &good).len(), 1);
+    assert!(violations(&site).is_empty(), "no violation: {:?}", violations(&site));
+    let ev = events(&site, &vee);
+    assert!(ev.iter().any(|e| e.contains("`qemu_version`")), "{ev:#?}");
+}
