@@ -185,7 +185,7 @@ impl Veem {
         let mut spare_site = None;
         if let Admission::NeedsPeerSpare { spares } = &verdict {
             let needs = spares.clone();
-            match self.reserve_peer_spares(&needs).await {
+            match self.reserve_peer_spares(&needs, None).await {
                 Ok(site) => {
                     req.peer_spare = PeerSpare::Offered { site: site.clone() };
                     verdict = self.planner.lock().unwrap().admit(&req);

@@ -25,7 +25,7 @@ use crate::manager::Veem;
 use crate::model::{CheckpointRec, Location, ServiceRec, VeeRec, VeeState};
 use crate::peers;
 use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
-use crate::store::Tree;
+use crate::store::{Tree, Writes};
 
 impl Veem {
     /// Places the VEEs of `vees` (all records of service `svc`, not yet
@@ -230,7 +230,7 @@ impl Veem {
             };
             match self.send_incoming(&p.site_id, &v, how, self.spec_of(&v)).await {
                 Ok(_) => {
-                    let _ = self.planner.lock().unwrap().release_vee(vee_id);
+                    let used_spare = self.planner.lock().unwrap().release_vee_to_site(vee_id, &p.site_id).ok().flatten();
                     self.persist_planner()?;
                     v.location = Location::Site(p.site_id.clone());
                     let how = match &cp {
@@ -239,6 +239,9 @@ impl Veem {
                     };
                     let r = self.transition(&mut v, VeeState::Running, how);
                     self.sync_networks(&v.service_id).await;
+                    if let Some(need) = used_spare {
+                        self.replace_used_spare(vee_id, &p.site_id, need).await?;
+                    }
                     return r;
                 }
                 Err(e) => refusals.push(format!("{} refused: {e:#}", p.site_id)),
@@ -276,11 +279,6 @@ impl Veem {
         }
         let clock = self.slots;
         let now = self.now_slot();
-        // A full VEE arriving into the spare held for it here: the spare
-        // makes room. Here it runs without a further peer spare.
-        if self.take_spare_for(from, &spec.vee_id)? {
-            self.event(&spec.vee_id, "", "spare", format!("{from}'s VEE arrives into its spare"));
-        }
         let req = ServiceRequest {
             service_id: spec.vee_id.clone(),
             consumer: from.into(),
@@ -300,9 +298,12 @@ impl Veem {
             constraints: vec![],
             peer_spare: PeerSpare::NoneOffered,
         };
-        let admitted = match self.planner.lock().unwrap().admit(&req) {
-            Admission::Accepted(a) => a,
-            other => bail!(
+        // A full VEE arriving into the spare held for it here: the spare
+        // makes room, in the same commit as the VEE's admission (refused,
+        // the spare stays held). Here it runs without a further peer spare.
+        let (admitted, spare) = match self.admit_into_spare(from, &req) {
+            (Admission::Accepted(a), spare) => (a, spare),
+            (other, _) => bail!(
                 "site {} cannot admit VEE {}: {}",
                 self.cfg.site_id,
                 spec.vee_id,
@@ -340,8 +341,16 @@ impl Veem {
         for (nic, wire) in v.nics.iter_mut().zip(&spec.nics) {
             nic.primary_members = wire.members.clone();
         }
-        // The reservation, the service and the VEE in one commit.
-        self.commit_admission(&svc, std::slice::from_ref(&v))?;
+        // The reservation, the service, the VEE and the spare it takes in
+        // one commit.
+        let mut w = Writes::default();
+        if spare {
+            w.remove(Tree::Spares, &spec.vee_id);
+        }
+        self.commit_admission_with(&svc, std::slice::from_ref(&v), w)?;
+        if spare {
+            self.event(&v.id, &v.service_id, "spare", format!("{from}'s VEE arrives into its spare"));
+        }
         self.event(&v.id, &v.service_id, "incoming", format!("from {from} on {host}"));
         let result = async {
             match (r.start_fresh, r.restore_from) {

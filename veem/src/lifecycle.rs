@@ -31,8 +31,10 @@ impl Veem {
             self.forward_action(&site, vee_id, action, checkpoint_id).await?;
             let v = self.vee(vee_id)?;
             if action == vmi::Action::Stop {
-                // No longer abroad: an anchor here may go.
+                // No longer abroad: an anchor here may go, and so does the
+                // spare kept for it.
                 self.sync_networks(&v.service_id).await;
+                self.release_spare_of_stopped_abroad(vee_id).await?;
             }
             return Ok(v);
         }

@@ -390,12 +390,15 @@ impl Veem {
         match outcome {
             Ok((total_ms, downtime_ms)) => {
                 let old = v.location.clone();
+                let mut used_spare = None;
                 if let (Location::Host(_), Dest::Host(h)) = (&old, &dest) {
                     let now = self.now_slot();
                     let moved = self.planner.lock().unwrap().move_vee(&v.id, h, now);
                     if let Err(e) = moved {
                         tracing::warn!(error = %e, "planner could not move the reservation");
                     }
+                } else if let (Location::Host(_), Dest::Site(s)) = (&old, &dest) {
+                    used_spare = self.planner.lock().unwrap().release_vee_to_site(&v.id, s).ok().flatten().map(|n| (s.clone(), n));
                 } else if matches!(old, Location::Host(_)) {
                     let _ = self.planner.lock().unwrap().release_vee(&v.id);
                 }
@@ -423,6 +426,9 @@ impl Veem {
                 self.migration_event(&m);
                 self.violation_events(&viols);
                 self.sync_networks(&v.service_id).await;
+                if let Some((site, need)) = used_spare {
+                    self.replace_used_spare(&v.id, &site, need).await?;
+                }
                 Ok(())
             }
             Err(e) => {

@@ -134,14 +134,25 @@ impl Veem {
         Ok(())
     }
 
-    /// The VEE `vee_id` arrives from `from`: its spare, if held here, makes
-    /// room for it. Returns whether there was one.
-    pub(crate) fn take_spare_for(&self, from: &str, vee_id: &str) -> Result<bool> {
-        let held = self.held(from, vee_id).is_ok();
-        if held {
-            self.release_spare(from, vee_id)?;
+    /// Admits `req`, `from`'s VEE arriving here, into the planner; when a
+    /// spare is held for it, the spare's reservation makes room for it.
+    /// Only an accepted admission changes the planner (a refusal keeps the
+    /// spare). Returns the verdict and whether a spare was taken: the
+    /// caller removes its [`HeldSpare`] in the admission's commit.
+    pub(crate) fn admit_into_spare(&self, from: &str, req: &ServiceRequest) -> (Admission, bool) {
+        let vee_id = &req.service_id;
+        let spare = self.held(from, vee_id).is_ok();
+        let mut planner = self.planner.lock().unwrap();
+        if !spare {
+            return (planner.admit(req), false);
         }
-        Ok(held)
+        let mut trial = planner.clone();
+        let _ = trial.release_service(&spare_id(vee_id));
+        let verdict = trial.admit(req);
+        if matches!(verdict, Admission::Accepted(_)) {
+            *planner = trial;
+        }
+        (verdict, spare)
     }
 
     /// Drops holds whose confirmation did not come in time (a primary that
@@ -160,15 +171,18 @@ impl Veem {
 
     // ----- primary side -----
 
-    /// Asks peers, cheapest agreement first, to hold `needs` (one spare per
-    /// VEE, over its range); all at one peer. Returns that peer, or the
+    /// Asks peers (but `skip`), cheapest agreement first, to hold `needs`
+    /// (one spare per VEE, over its range); all at one peer. Returns that peer, or the
     /// reasons of every peer asked (what one peer held is released before
     /// the next is asked).
-    pub(crate) async fn reserve_peer_spares(&self, needs: &[SpareNeed]) -> std::result::Result<String, Vec<String>> {
+    pub(crate) async fn reserve_peer_spares(&self, needs: &[SpareNeed], skip: Option<&str>) -> std::result::Result<String, Vec<String>> {
         let largest = needs.iter().fold(Resources::ZERO, |a, n| a.max(&n.resources));
         let mut reasons = Vec::new();
         for p in crate::peers::candidates(&self.cfg, largest.vcpus, largest.memory_mib, GuaranteeLevel::Full) {
             let site = p.site_id.clone();
+            if Some(site.as_str()) == skip {
+                continue;
+            }
             let peer = match self.peer(&site) {
                 Ok(peer) => peer,
                 Err(e) => {
@@ -230,6 +244,44 @@ impl Veem {
     /// The peer site holding `vee_id`'s spare, if any.
     pub fn spare_site(&self, vee_id: &str) -> Option<String> {
         self.planner.lock().unwrap().peer_spare(vee_id).and_then(|s| s.site.clone())
+    }
+
+    /// `vee_id`'s peer spare at `site` was used: the VEE arrived into it
+    /// (see [`crate::planner::Planner::release_vee_to_site`]). Another peer
+    /// is asked to hold a new one over the rest of its window, so that the
+    /// full guarantee stays kept; an event says which, or why none does.
+    /// Errors only when the planner cannot be saved.
+    pub(crate) async fn replace_used_spare(&self, vee_id: &str, site: &str, mut need: SpareNeed) -> Result<()> {
+        let service = self.vee(vee_id).map(|v| v.service_id).unwrap_or_default();
+        need.range = need.range.from_slot(self.now_slot());
+        need.site = None;
+        match self.reserve_peer_spares(std::slice::from_ref(&need), Some(site)).await {
+            Ok(peer) => {
+                need.site = Some(peer.clone());
+                self.planner.lock().unwrap().set_peer_spare(need);
+                self.persist_planner()?;
+                self.settle_peer_spares(&peer, &[vee_id.to_string()], true).await;
+                self.event(vee_id, &service, "spare", format!("its spare at {site} was used; {peer} holds a new one"));
+            }
+            Err(reasons) => self.event(
+                vee_id,
+                &service,
+                "spare",
+                format!("its spare at {site} was used; no other peer holds a new one: {}", reasons.join("; ")),
+            ),
+        }
+        Ok(())
+    }
+
+    /// A VEE abroad was stopped: its peer spare, kept while it ran there,
+    /// is released (best effort at the peer).
+    pub(crate) async fn release_spare_of_stopped_abroad(&self, vee_id: &str) -> Result<()> {
+        let spare = self.planner.lock().unwrap().take_peer_spare(vee_id);
+        if let Some(s) = spare {
+            self.persist_planner()?;
+            self.release_peer_spare_of(vee_id, s.site).await;
+        }
+        Ok(())
     }
 
     /// Releases the peer spare of a VEE that ended (best effort).

@@ -259,6 +259,40 @@ impl Planner {
             .map(|s| s.id.clone())
     }
 
+    /// Forgets `vee`'s reservations at this site when it moves to peer
+    /// site `site` (a live migration, or a restore there after a failure).
+    /// Its peer spare (full guarantee, H §3.2.2) stays, protecting it
+    /// where it runs, unless it is at `site`: the VEE arrived into it and
+    /// the peer took it (returned, for a new spare to be asked elsewhere).
+    /// Errors when `vee` is unknown.
+    pub fn release_vee_to_site(&mut self, vee: &str, site: &str) -> Result<Option<SpareNeed>, PlanError> {
+        let spare = self.p.peer_spares.get(vee).cloned();
+        self.release_vee(vee)?;
+        match spare {
+            Some(s) if s.site.as_deref() == Some(site) => Ok(Some(s)),
+            Some(s) => {
+                self.set_peer_spare(s);
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Records the peer spare `need` (its `site` set) of a VEE, replacing
+    /// the one it had.
+    pub fn set_peer_spare(&mut self, need: SpareNeed) {
+        self.d.changed.push(super::keys::peer_spare_key(&need.vee));
+        self.p.peer_spares.insert(need.vee.clone(), need);
+    }
+
+    /// Forgets the peer spare of `vee` (a VEE abroad that ended) and
+    /// returns it.
+    pub fn take_peer_spare(&mut self, vee: &str) -> Option<SpareNeed> {
+        let s = self.p.peer_spares.remove(vee)?;
+        self.d.changed.push(super::keys::peer_spare_key(vee));
+        Some(s)
+    }
+
     fn drop_reservations_of(&mut self, vee: &str) {
         for spare in [false, true] {
             self.remove_reservation(&ReservationKey {

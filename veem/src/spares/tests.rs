@@ -117,3 +117,86 @@ async fn with_no_local_room_a_failed_full_vee_is_restored_into_its_spare_at_the_
         "{at_b:?}"
     );
 }
+
+#[tokio::test]
+async fn an_arrival_the_peer_cannot_admit_leaves_its_spare_held() {
+    let (a, b) = pair("\"full\", \"standard\"");
+    let vee = deploy_full(&a).await.unwrap();
+    // The VEE arrives larger than any host of B (b1 has 4096 MiB).
+    let mut spec = a.veem.spec_of(&a.veem.vee(&vee).unwrap());
+    spec.memory_mib = 8192;
+    let req = vmi::IncomingRequest {
+        spec: Some(spec),
+        primary_site: "site-a".into(),
+        guarantee: vmi::GuaranteeLevel::Full as i32,
+        start_fresh: true,
+        restore_from: None,
+    };
+    let e = format!("{:#}", b.veem.accept_incoming("site-a", req).await.unwrap_err());
+    assert!(e.contains("cannot admit VEE"), "{e}");
+    let h = held(&b);
+    assert_eq!((h.len(), h[0].confirmed), (1, true), "the spare is still held: {h:?}");
+    assert!(b.veem.planner().reservation(&spare_id(&vee)).is_some());
+    assert!(b.veem.planner().reservation(&vee).is_none());
+}
+
+/// Sites A (host a1), B (b1, the cheaper agreement: spares go there first)
+/// and C (c1), each of B and C admitting A's `full` VEEs.
+fn trio() -> (FakeSite, FakeSite, FakeSite) {
+    let a_peers = format!(
+        "{A_PEERS_WITH_B}[[peers]]\nsite_id = \"site-c\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"a-to-c-token\"\n\
+         [peers.agreement]\nprice_per_vee_hour = 0.2\n"
+    );
+    let a = FakeSite::start_site("site-a", &["a1"], &a_peers);
+    let b = FakeSite::start_site("site-b", &["b1"], &b_trusts_a("\"full\", \"standard\""));
+    let c_trusts_a = b_trusts_a("\"full\", \"standard\"").replace("a-to-b-token", "a-to-c-token");
+    let c = FakeSite::start_site("site-c", &["c1"], &c_trusts_a);
+    a.peer_with(&b, "a-to-b-token");
+    a.peer_with(&c, "a-to-c-token");
+    for s in [&a, &b, &c] {
+        s.repo.blobs.lock().unwrap().insert(format!("sha256:{}", "5".repeat(64)));
+    }
+    (a, b, c)
+}
+
+#[tokio::test]
+async fn a_vee_restored_into_its_spare_gets_a_new_spare_at_another_peer() {
+    let (a, b, c) = trio();
+    let vee = deploy_full(&a).await.unwrap();
+    assert_eq!(a.veem.spare_site(&vee).as_deref(), Some("site-b"));
+    a.veem.checkpoint_vee(&vee).await.unwrap();
+    a.veem.recover_host("a1").await.unwrap();
+    assert_eq!(a.veem.vee(&vee).unwrap().location, Location::Site("site-b".into()));
+    assert!(held(&b).is_empty(), "B's spare made room for it");
+    // The full guarantee is kept: C holds the new spare, confirmed.
+    assert_eq!(a.veem.spare_site(&vee).as_deref(), Some("site-c"));
+    let h = held(&c);
+    assert_eq!((h.len(), h[0].vee_id.as_str(), h[0].confirmed), (1, vee.as_str(), true));
+    assert!(c.veem.planner().reservation(&spare_id(&vee)).is_some());
+    let ev = a.veem.store.events().unwrap();
+    assert!(
+        ev.iter().any(|e| e.vee_id == vee && e.detail == "its spare at site-b was used; site-c holds a new one"),
+        "{ev:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_vee_migrated_to_another_peer_keeps_its_spare_until_it_stops() {
+    let (a, b, c) = trio();
+    let vee = deploy_full(&a).await.unwrap();
+    let m = a
+        .veem
+        .propose(&vee, crate::migration::Dest::Site("site-c".into()), "maintenance", crate::migration::Proposer::Operator)
+        .unwrap();
+    a.veem.approve(&m.id, "operator").unwrap();
+    let m = a.finished(&m.id).await;
+    assert_eq!(m.state, crate::model::MigrationState::Done, "{}", m.detail);
+    assert!(c.host("c1").runs(&vee));
+    // Still protected by B's spare, and A still knows it.
+    assert_eq!(a.veem.spare_site(&vee).as_deref(), Some("site-b"));
+    assert_eq!(held(&b).len(), 1);
+    // Stopped (wherever it runs), the spare goes.
+    a.veem.vee_action(&vee, vmi::Action::Stop, "").await.unwrap();
+    eventually("B's spare is released", || held(&b).is_empty()).await;
+    assert!(b.veem.planner().reservation(&spare_id(&vee)).is_none());
+}
