@@ -112,10 +112,9 @@ async fn when_every_host_refuses_the_violation_lists_every_attempt() {
     for h in &site.hosts {
         let mut s = h.script.lock().unwrap();
         s.failing_restores = u32::MAX;
-        s.restore_error = Some((
-            tonic::Code::FailedPrecondition,
-            format!("checkpoint cannot be restored on {}", h.name),
-        ));
+        // A refusal that may pass (a profile refusal is not retried: see
+        // the next test).
+        s.restore_error = Some((tonic::Code::Unavailable, format!("checkpoint cannot be restored on {}", h.name)));
     }
     site.veem.recover_host(&failed).await.unwrap();
 
@@ -137,7 +136,7 @@ async fn when_every_host_refuses_the_violation_lists_every_attempt() {
     assert!(viol[0].penalty > 0.0);
     let attempts = events(&site, &vee)
         .iter()
-        .filter(|e| e.contains("failed: status: FailedPrecondition"))
+        .filter(|e| e.contains("failed: status: Unavailable"))
         .count();
     assert_eq!(attempts, 4, "one event per attempt");
 }
