@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use interfaces::manifest::{Constraint, ConstraintKind, ConstraintLevel, ConstraintScope, GuaranteeLevel, MigrationPolicy};
 use serde_json::{json, Value};
-use veem::planner::{ComponentRequest, HostSpec, PeerSpare, Planner, PlannerConfig, Resources, ServiceRequest, SlotRange};
+use veem::planner::{ComponentRequest, HostSpec, Padding, PeerSpare, Planner, PlannerConfig, Resources, ServiceRequest, SlotRange};
 
 const VEES_PER_SERVICE: usize = 4;
 
@@ -32,6 +32,7 @@ fn request(s: usize) -> ServiceRequest {
             components: vec!["vm".into()],
         }],
         peer_spare: PeerSpare::NotAsked,
+        padding: Padding::NONE,
     }
 }
 

@@ -182,8 +182,9 @@ fn rfc3339(t: i64) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_window_starts_and_stops_its_vee_and_a_later_fit_is_a_counter_offer() {
     let _lab = lab::lock();
-    // 2 s slots: the window's boundaries within 2 s.
-    let s = Site::new("sla-window", "slot = \"2s\"\n").await;
+    // 2 s slots: the window's boundaries within 2 s. The VEE is deployed
+    // its 4 s init overhead ahead of its window (H §3.4.1).
+    let s = Site::new("sla-window", "slot = \"2s\"\ninit_overhead = \"4s\"\n").await;
     let mut acme = s.veem.client(ACME).await;
     let now = chrono::Utc::now().timestamp();
     let (start, end) = (now + 30, now + 75);
@@ -194,17 +195,19 @@ async fn lab_a_window_starts_and_stops_its_vee_and_a_later_fit_is_a_counter_offe
     let vee = svc.vees[0].vee_id.clone();
 
     // A manifest needing both hosts whole over the same time only fits
-    // once the first window has ended: a counter-offer, not a refusal.
+    // once the first window has ended: a counter-offer, not a refusal. Its
+    // window starts once the first VEE's stop and checkpoint padding (5 s
+    // and 5 s) and its own init overhead (4 s) fit between them (H eq. 3.7).
     let both = manifest("big", "acme", &s.ids, 2, &window).replace("memory_mib = 128", "memory_mib = 1024");
     let offer = site::negotiate(&mut acme, both).await;
     assert_eq!(offer.verdict(), Verdict::CounterOffer, "{offer:?}");
     assert!(
-        offer.earliest_start_unix >= end - 2 && offer.earliest_start_unix <= end + 2,
-        "the earliest start is the first window's end ({end}): {offer:?}"
+        offer.earliest_start_unix >= end + 12 && offer.earliest_start_unix <= end + 16,
+        "the earliest start is 14 s after the first window's end ({end}): {offer:?}"
     );
 
-    // Nothing runs before the start.
-    while chrono::Utc::now().timestamp() < start - 3 {
+    // Nothing runs before the start (less its init overhead).
+    while chrono::Utc::now().timestamp() < start - 4 - 3 {
         let v = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
         assert_eq!(v.state(), VeeState::Admitted, "before its window");
         for h in &s.hosts {
@@ -216,7 +219,7 @@ async fn lab_a_window_starts_and_stops_its_vee_and_a_later_fit_is_a_counter_offe
         .vee_when(&vee, "running in its window", BOOT, |i| i.state() == VeeState::Running)
         .await;
     let began = chrono::Utc::now().timestamp();
-    assert!(began >= start - 2, "started at {began}, window from {start}");
+    assert!(began >= start - 4 - 2, "started at {began}, window from {start}");
     let at = s.index(&host_of(&info).unwrap());
     wait_tick(&mut s.hosts[at].client().await, &vee, 1, BOOT).await;
 
@@ -258,7 +261,7 @@ async fn lab_a_window_starts_and_stops_its_vee_and_a_later_fit_is_a_counter_offe
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_reservation_on_a_failed_host_is_remapped_and_starts_elsewhere() {
     let _lab = lab::lock();
-    let mut s = Site::new("sla-remap", "slot = \"2s\"\n").await;
+    let mut s = Site::new("sla-remap", "slot = \"2s\"\ninit_overhead = \"4s\"\n").await;
     let mut acme = s.veem.client(ACME).await;
     let now = chrono::Utc::now().timestamp();
     let start = now + 40;
@@ -281,7 +284,7 @@ async fn lab_a_reservation_on_a_failed_host_is_remapped_and_starts_elsewhere() {
         })
         .await;
     let began = chrono::Utc::now().timestamp();
-    assert!(began >= start - 2, "started at {began}, window from {start}");
+    assert!(began >= start - 4 - 2, "started at {began}, window from {start} less its init overhead");
     wait_tick(&mut s.hosts[1 - failed].client().await, &vee, 1, BOOT).await;
     let events = site::history(&mut op, &svc.service_id).await;
     assert!(

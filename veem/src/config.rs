@@ -230,6 +230,17 @@ pub struct VeemConfig {
     /// least two slots).
     #[serde(default = "default_horizon", deserialize_with = "duration")]
     pub planning_horizon: Duration,
+    /// How long a VEE takes to start (image pull, domain definition, boot;
+    /// H §3.4.1 t_initnew): its reservation starts this much before its
+    /// window and it is deployed then, so that it runs when the window
+    /// opens (default 30 s).
+    #[serde(default = "default_init_overhead", deserialize_with = "duration")]
+    pub init_overhead: Duration,
+    /// How long a stop waits for the guest to shut down (ACPI) before the
+    /// domain is destroyed (H §3.4.1 t_deinit); reservations hold their
+    /// host this much after the window (default 5 s).
+    #[serde(default = "default_stop_timeout", deserialize_with = "duration")]
+    pub stop_timeout: Duration,
     #[serde(default)]
     pub hosts: Vec<HostEntry>,
     /// How the VEEM calls its VEEHs over TLS: its client certificate and
@@ -354,6 +365,12 @@ fn default_slot() -> Duration {
 }
 fn default_horizon() -> Duration {
     Duration::from_secs(24 * 3600)
+}
+fn default_init_overhead() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_stop_timeout() -> Duration {
+    Duration::from_secs(5)
 }
 
 impl VeemConfig {

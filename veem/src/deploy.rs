@@ -87,9 +87,11 @@ impl Veem {
         Ok(m)
     }
 
-    /// The planner request of `m` as service `service_id`, with UUID VEE IDs.
+    /// The planner request of `m` as service `service_id`, with UUID VEE
+    /// IDs, its window padded for the VEEs' overheads ([`Veem::padding`]).
     pub fn request(&self, m: &Manifest, service_id: &str) -> ServiceRequest {
-        let mut req = ServiceRequest::from_manifest(service_id, m, &self.slots, self.clock.now(), self.horizon_slots());
+        let mut req = ServiceRequest::from_manifest(service_id, m, &self.slots, self.clock.now(), self.horizon_slots())
+            .padded(self.padding(m, None), self.now_slot());
         for c in &mut req.components {
             for v in &mut c.vees {
                 *v = uuid::Uuid::new_v4().to_string();
@@ -113,24 +115,31 @@ impl Veem {
         };
         let req = self.request(&m, &uuid::Uuid::new_v4().to_string());
         let verdict = self.planner.lock().unwrap().negotiate(&req);
-        Ok(self.reply(verdict))
+        Ok(self.reply(&req, verdict))
     }
 
-    fn reply(&self, verdict: Admission) -> NegotiateReply {
+    /// The answer to `req` (its service window, not the padded reservation).
+    fn reply(&self, req: &ServiceRequest, verdict: Admission) -> NegotiateReply {
         let clock = self.slots;
         match verdict {
-            Admission::Accepted(a) => NegotiateReply {
-                verdict: vmi::Verdict::Accept as i32,
-                reasons: vec![],
-                earliest_start_unix: clock.start_of(a.window.start),
-                earliest_end_unix: clock.start_of(a.window.end),
-            },
-            Admission::CounterOffer { window, reasons } => NegotiateReply {
-                verdict: vmi::Verdict::CounterOffer as i32,
-                reasons,
-                earliest_start_unix: clock.start_of(window.start),
-                earliest_end_unix: clock.start_of(window.end),
-            },
+            Admission::Accepted(a) => {
+                let w = req.service_window(a.window);
+                NegotiateReply {
+                    verdict: vmi::Verdict::Accept as i32,
+                    reasons: vec![],
+                    earliest_start_unix: clock.start_of(w.start),
+                    earliest_end_unix: clock.start_of(w.end),
+                }
+            }
+            Admission::CounterOffer { window, reasons } => {
+                let w = req.service_window(window);
+                NegotiateReply {
+                    verdict: vmi::Verdict::CounterOffer as i32,
+                    reasons,
+                    earliest_start_unix: clock.start_of(w.start),
+                    earliest_end_unix: clock.start_of(w.end),
+                }
+            }
             Admission::Rejected { reasons, .. } => NegotiateReply {
                 verdict: vmi::Verdict::Reject as i32,
                 reasons,
@@ -208,11 +217,11 @@ impl Veem {
                 Some((a, rest)) => (Some(a), rest, None),
                 None => {
                     tracing::info!(service = %service_id, reasons = ?other.reasons(), "local admission failed; trying peer sites");
-                    (None, all_vees(&req), Some(self.reply(other)))
+                    (None, all_vees(&req), Some(self.reply(&req, other)))
                 }
             },
             other => {
-                let r = self.reply(other);
+                let r = self.reply(&req, other);
                 bail!("{}: {}", r.verdict(), r.reasons.join("; "));
             }
         };
@@ -231,7 +240,7 @@ impl Veem {
             _ => None,
         };
         let (mut svc, mut vees) = self.admission_records(&m, toml, &req, admitted.as_ref(), for_peer);
-        let end = self.slots.start_of(admitted.as_ref().map_or(req.window.end, |a| a.window.end));
+        let end = self.slots.start_of(req.service_window(admitted.as_ref().map_or(req.window, |a| a.window)).end);
         for (component, instance, vee_id) in &remote {
             let c = m.component(component).expect("a request's component is the manifest's");
             vees.push(VeeRec {
@@ -324,7 +333,7 @@ impl Veem {
             tokio::spawn(async move { veem.preempt_background(&id).await });
         }
         for v in vees.iter().filter(|v| v.host().is_some()) {
-            if v.window_start_unix <= self.clock.now() {
+            if v.deploy_due(self.clock.now()) {
                 self.spawn_deploy(&v.id);
             }
         }
@@ -346,8 +355,9 @@ impl Veem {
         for_peer: Option<String>,
     ) -> (ServiceRec, Vec<VeeRec>) {
         let clock = self.slots;
-        let window = admitted.map_or(req.window, |a| a.window);
+        let window = req.service_window(admitted.map_or(req.window, |a| a.window));
         let window = (clock.start_of(window.start).max(self.clock.now()), clock.start_of(window.end));
+        let lead = clock.duration_of(req.padding.before).as_secs() as i64;
         let mut vees: Vec<VeeRec> = admitted
             .iter()
             .flat_map(|a| &a.placements)
@@ -362,6 +372,7 @@ impl Veem {
                 VeeRec {
                     location: Location::Host(p.host.clone()),
                     for_peer: for_peer.clone(),
+                    init_lead_s: lead,
                     ..VeeRec::of_manifest(m, comp, instance, &p.vee, &req.service_id, window)
                 }
             })
@@ -516,6 +527,7 @@ impl VeeRec {
             down_since_ms: None,
             checkpoint_cost_s: None,
             open_ended: m.sla.window.is_none(),
+            init_lead_s: 0,
         }
     }
 }

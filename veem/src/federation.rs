@@ -297,6 +297,7 @@ impl Veem {
             }],
             constraints: vec![],
             peer_spare: PeerSpare::NoneOffered,
+            padding: crate::planner::Padding::NONE,
         };
         // A full VEE arriving into the spare held for it here: the spare
         // makes room, in the same commit as the VEE's admission (refused,

@@ -75,7 +75,7 @@ impl Veem {
             let _ = c
                 .shutdown(tonic::Request::new(ShutdownRequest {
                     vee_id: vee_id.into(),
-                    timeout_s: 5,
+                    timeout_s: self.cfg.stop_timeout.as_secs().max(1) as u32,
                 }))
                 .await;
             c.destroy(tonic::Request::new(DestroyRequest {
@@ -311,7 +311,7 @@ impl Veem {
             if !self.try_busy(&v.id) {
                 continue;
             }
-            let range = self.slots.covering(now, v.window_end_unix);
+            let range = self.slots.covering(now, v.window_end_unix + self.tail_s(&v));
             let placed = {
                 let mut p = self.planner.lock().unwrap();
                 match p.resume_background(&v.id, range) {
@@ -407,7 +407,7 @@ enum Due {
 /// What is due for `v` at `now` (Unix seconds; `now_ms` the same in ms).
 fn due(v: &VeeRec, now: i64, now_ms: i64) -> Option<Due> {
     match v.state {
-        VeeState::Admitted if v.window_start_unix <= now && v.host().is_some() => Some(Due::Deploy),
+        VeeState::Admitted if v.deploy_due(now) && v.host().is_some() => Some(Due::Deploy),
         VeeState::Running if v.window_end_unix <= now && v.host().is_some() => Some(Due::Stop),
         VeeState::Running if v.for_peer.is_none() => {
             let every = v.checkpoint_interval_s?;

@@ -188,6 +188,13 @@ pub struct VeeRec {
     /// Reserved window, Unix seconds.
     pub window_start_unix: i64,
     pub window_end_unix: i64,
+    /// How long before its window the VEE is deployed (s): the
+    /// initialization its reservation is padded for ([`Padding`]), so that
+    /// it runs when the window opens.
+    ///
+    /// [`Padding`]: crate::planner::Padding
+    #[serde(default)]
+    pub init_lead_s: i64,
     pub updated_ms: i64,
     /// Set when this site runs the VEE for a primary site.
     #[serde(default)]
@@ -223,6 +230,12 @@ pub struct Stay {
 pub const MAX_STAYS: usize = 64;
 
 impl VeeRec {
+    /// Whether an admitted VEE is to be deployed at `now` (Unix s): its
+    /// window starts within its initialization lead.
+    pub fn deploy_due(&self, now: i64) -> bool {
+        self.window_start_unix - self.init_lead_s <= now
+    }
+
     /// This record's stays once it is recorded where it is now, at `now`
     /// (Unix seconds): `old`'s stays (the record as last written; without
     /// one, this record's), the open stay closed when it is no longer at
@@ -295,6 +308,7 @@ impl VeeRec {
             down_since_ms: None,
             checkpoint_cost_s: None,
             open_ended: true,
+            init_lead_s: 0,
         })
     }
 

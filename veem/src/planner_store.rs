@@ -146,6 +146,7 @@ mod tests {
             }],
             constraints: Vec::new(),
             peer_spare: PeerSpare::NotAsked,
+            padding: crate::planner::Padding::NONE,
         };
         assert!(matches!(p.lock().unwrap().admit(&req), Admission::Accepted(_)));
     }

@@ -114,7 +114,7 @@ impl Veem {
                     if running.get(&h).is_some_and(|d| d.get(&v.id) == Some(&vhi::VeeState::Running)) {
                         self.event(&v.id, &v.service_id, "reconcile", format!("found running on {h}"));
                         self.transition(&mut v, VeeState::Running, "reconciled")?;
-                    } else if v.window_start_unix <= self.clock.now() {
+                    } else if v.deploy_due(self.clock.now()) {
                         self.event(&v.id, &v.service_id, "reconcile", format!("deploy on {h} resumed"));
                         self.spawn_deploy(&v.id);
                     }

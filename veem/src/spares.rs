@@ -79,6 +79,7 @@ impl Veem {
             }],
             constraints: vec![],
             peer_spare: PeerSpare::NoneOffered,
+            padding: crate::planner::Padding::NONE,
         };
         let held = HeldSpare {
             vee_id: r.vee_id.clone(),

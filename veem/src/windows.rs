@@ -10,11 +10,16 @@
 //! every VEE where it is for the added time.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use anyhow::{bail, Result};
 
+use interfaces::manifest::Manifest;
+
+use crate::deploy::DEFAULT_CHECKPOINT_COST_S;
 use crate::manager::Veem;
 use crate::model::{ServiceRec, VeeRec};
+use crate::planner::Padding;
 use crate::store::Writes;
 
 impl Veem {
@@ -23,9 +28,37 @@ impl Veem {
         self.slots.slots_for(self.cfg.planning_horizon)
     }
 
+    /// The overheads a reservation of manifest `m` holds beyond its window
+    /// ([`Padding`], H eq. 3.7): `init_overhead` before; after, the
+    /// `stop_timeout` and, when its VEEs are checkpointed, one
+    /// checkpoint's cost (`checkpoint_cost_s`: measured, or
+    /// [`DEFAULT_CHECKPOINT_COST_S`] before the first). Whole slots.
+    pub fn padding(&self, m: &Manifest, checkpoint_cost_s: Option<f64>) -> Padding {
+        let checkpoints = crate::deploy::checkpoint_interval(m, self.cfg.planning_horizon.as_secs(), DEFAULT_CHECKPOINT_COST_S).is_some();
+        let cp = if checkpoints {
+            Duration::from_secs_f64(checkpoint_cost_s.unwrap_or(DEFAULT_CHECKPOINT_COST_S).max(0.0))
+        } else {
+            Duration::ZERO
+        };
+        Padding {
+            before: self.slots.slots_for(self.cfg.init_overhead),
+            after: self.slots.slots_for(self.cfg.stop_timeout + cp),
+        }
+    }
+
+    /// The padding after the window of VEE `v` (its service's manifest,
+    /// its measured checkpoint cost), in seconds.
+    pub fn tail_s(&self, v: &VeeRec) -> i64 {
+        let after = self
+            .manifest_of(&v.service_id)
+            .map_or(0, |m| self.padding(&m, v.checkpoint_cost_s).after);
+        self.slots.duration_of(after).as_secs() as i64
+    }
+
     /// Extends the window of service `service_id` to end at `until_unix`
     /// (Unix s, rounded up to a slot boundary): every reservation that ran
-    /// to the old end runs to the new one on the same host, and the VEEs'
+    /// to the old end runs to the new one (and its padding, [`Veem::padding`])
+    /// on the same host, and the VEEs'
     /// records say so (one write). Errors, changing nothing, when the
     /// service is unknown, `until_unix` is not after its end, or the
     /// planner cannot keep a VEE on its host over the added slots (its
@@ -46,13 +79,17 @@ impl Veem {
         if vees.is_empty() {
             bail!("service {service_id} has no VEE whose window could be extended");
         }
-        let end = self.slots.slot_ceil(until_unix);
+        // The reservations end the padding after the window (the largest
+        // measured checkpoint cost of its VEEs).
+        let cost = vees.iter().filter_map(|v| v.checkpoint_cost_s).reduce(f64::max);
+        let after = self.manifest_of(service_id).map_or(0, |m| self.padding(&m, cost).after);
+        let end = self.slots.slot_ceil(until_unix).saturating_add(after);
         let window = {
             let mut p = self.planner.lock().unwrap();
             p.extend_service(service_id, end)
                 .map_err(|e| anyhow::anyhow!("the window of service {service_id} cannot end at {until_unix}: {e}"))?
         };
-        let end_unix = self.slots.start_of(window.end);
+        let end_unix = self.slots.start_of(window.end.saturating_sub(after));
         for v in &mut vees {
             v.window_end_unix = end_unix;
         }

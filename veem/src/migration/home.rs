@@ -35,6 +35,7 @@ impl Veem {
             }],
             constraints: vec![],
             peer_spare: PeerSpare::NoneOffered,
+            padding: crate::planner::Padding::NONE,
         };
         // The VEE is at a peer: it holds no local reservation, and an
         // earlier homecoming's service holds nothing of it any more.

@@ -67,7 +67,7 @@ pub use persisted::{PlannerEntry, PlannerHeader};
 pub use rank::RankPolicy;
 pub use recovery::{RecoveryReport, RecoveryStep, RecoveryTarget};
 pub use remap::{RemapParams, RemapReport};
-pub use request::{Admission, Admitted, ComponentRequest, PeerSpare, Placement, RemoteNeed, ServiceRequest, SpareNeed};
+pub use request::{Admission, Admitted, ComponentRequest, Padding, PeerSpare, Placement, RemoteNeed, ServiceRequest, SpareNeed};
 pub use reservations::{ComponentRecord, Reservation, ReservationKey, ServiceRecord};
 pub use slots::{Slot, SlotClock, SlotRange, UsageMap};
 pub use usage_limits::{ConsumerUsage, UsageLimit, UsageSnapshot};

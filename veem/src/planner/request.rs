@@ -7,7 +7,7 @@ use interfaces::manifest::{Constraint, ConstraintLevel, GuaranteeLevel, Manifest
 use serde::{Deserialize, Serialize};
 
 use super::capacity::{Profile, Resources};
-use super::slots::{SlotClock, SlotRange};
+use super::slots::{Slot, SlotClock, SlotRange};
 use super::{ServiceId, VeeId};
 
 /// One component of a [`ServiceRequest`].
@@ -38,6 +38,47 @@ pub enum PeerSpare {
     NoneOffered,
 }
 
+/// Slots a reservation holds beyond its service window for the VEEs'
+/// timing overheads (H §3.4, the minimum slot of eq. 3.7,
+/// t_initnew + t̂ + n·t_cp + t_deinit): `before` the window for their
+/// initialization (t_initnew, eq. 3.1: image pull, domain definition,
+/// boot; the VEEs are deployed that much ahead, so that they run when the
+/// window opens), `after` it for a checkpoint in progress when the window
+/// ends, which the stop waits for (t_cp, eq. 3.4), and for the stop itself
+/// (t_deinit). The checkpoints inside the window (n·t_cp) pause the VEEs
+/// within their wall-clock window and need no slot of their own; a restart
+/// (t_initrestart, eq. 3.2) happens inside the reservation a recovery
+/// makes from the failure on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Padding {
+    /// Slots before the window.
+    pub before: u32,
+    /// Slots after the window.
+    pub after: u32,
+}
+
+impl Padding {
+    /// No padding (peer spares, incoming VEEs, tests).
+    pub const NONE: Padding = Padding { before: 0, after: 0 };
+
+    /// `window` padded, the part before it not earlier than slot `now`;
+    /// returns the range and the padding as applied.
+    pub fn apply(self, window: SlotRange, now: Slot) -> (SlotRange, Padding) {
+        let start = window.start.saturating_sub(self.before).max(now.min(window.start));
+        let applied = Padding {
+            before: window.start - start,
+            after: self.after,
+        };
+        (SlotRange::new(start, window.end.saturating_add(self.after)), applied)
+    }
+
+    /// The service window within `reserved`, a range padded by `self`.
+    pub fn window_of(self, reserved: SlotRange) -> SlotRange {
+        let start = reserved.start.saturating_add(self.before);
+        SlotRange::new(start, reserved.end.saturating_sub(self.after).max(start))
+    }
+}
+
 /// A service to admit: every VEE of every component over `window`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServiceRequest {
@@ -49,8 +90,11 @@ pub struct ServiceRequest {
     pub guarantee: GuaranteeLevel,
     /// Migration policy (H §3.2.3), kept for recovery.
     pub migration: MigrationPolicy,
-    /// Slots to reserve.
+    /// Slots to reserve: the service window with its `padding`.
     pub window: SlotRange,
+    /// The overheads `window` holds beyond the service window.
+    #[serde(default)]
+    pub padding: Padding,
     /// Components.
     pub components: Vec<ComponentRequest>,
     /// AA-constraints (E PIII).
@@ -88,7 +132,21 @@ impl ServiceRequest {
             components,
             constraints: m.constraints.clone(),
             peer_spare: PeerSpare::NotAsked,
+            padding: Padding::NONE,
         }
+    }
+
+    /// The request with its window padded by `padding` (not before slot
+    /// `now`; see [`Padding::apply`]).
+    pub fn padded(mut self, padding: Padding, now: Slot) -> ServiceRequest {
+        (self.window, self.padding) = padding.apply(self.window, now);
+        self
+    }
+
+    /// The service window of reserved range `reserved` (the request's
+    /// window, or a counter-offer's).
+    pub fn service_window(&self, reserved: SlotRange) -> SlotRange {
+        self.padding.window_of(reserved)
     }
 
     /// Resources of all VEEs together (what the service holds per slot).

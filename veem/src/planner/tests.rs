@@ -41,6 +41,7 @@ pub(super) fn request(id: &str, g: GuaranteeLevel, window: SlotRange, comps: &[(
             .collect(),
         constraints: Vec::new(),
         peer_spare: PeerSpare::NotAsked,
+        padding: crate::planner::Padding::NONE,
     }
 }
 

@@ -1,4 +1,5 @@
-//! Unit tests of extending an admitted service's window.
+//! Unit tests of extending an admitted service's window, and of the padding
+//! a window is reserved with.
 
 use interfaces::manifest::GuaranteeLevel;
 
@@ -58,4 +59,20 @@ fn an_extension_into_capacity_promised_to_another_changes_nothing() {
     // Up to where the other begins, it fits.
     assert_eq!(p.extend_service("s", 20).unwrap(), SlotRange::new(0, 20));
     p.check_invariants().unwrap();
+}
+
+#[test]
+fn padding_holds_slots_around_a_window_but_never_before_now() {
+    let pad = Padding { before: 2, after: 1 };
+    let (r, applied) = pad.apply(SlotRange::new(10, 20), 0);
+    assert_eq!((r, applied), (SlotRange::new(8, 21), pad));
+    assert_eq!(applied.window_of(r), SlotRange::new(10, 20));
+    // A window starting now: its VEEs start at once, nothing is reserved
+    // in the past.
+    let (r, applied) = pad.apply(SlotRange::new(10, 20), 10);
+    assert_eq!((r, applied), (SlotRange::new(10, 21), Padding { before: 0, after: 1 }));
+    assert_eq!(applied.window_of(r), SlotRange::new(10, 20));
+    // One slot of lead left before now.
+    let (r, _) = pad.apply(SlotRange::new(10, 20), 9);
+    assert_eq!(r, SlotRange::new(9, 21));
 }

@@ -66,6 +66,7 @@ impl Site {
             }],
             constraints,
             peer_spare: PeerSpare::NotAsked,
+            padding: crate::planner::Padding::NONE,
         };
         let Admission::Accepted(a) = self.planner.admit(&req) else {
             panic!("service {svc} not admitted")

@@ -32,9 +32,15 @@ async fn an_extension_moves_the_end_of_every_vee_or_of_none() {
     let v = site.veem.vee(&vee).unwrap();
     assert_eq!(v.window_end_unix, end + 600);
     let r = site.veem.planner().reservation(&vee).unwrap().clone();
-    assert_eq!(site.veem.slots.start_of(r.range.end), end + 600);
+    assert_eq!(
+        site.veem.slots.start_of(r.range.end),
+        end + 600 + 60,
+        "and its padding after the window (5 s stop, 5 s checkpoint: one slot)"
+    );
     // Another service holds the host from then on: refused, nothing moves.
-    site.running_service(&windowed(end + 600, end + 1200, 2));
+    // (Its reservation starts a slot before its window, where the first's
+    // padding ends.)
+    site.running_service(&windowed(end + 720, end + 1200, 2));
     let e = site.veem.extend_window(&svc, end + 1200).await.unwrap_err();
     assert!(format!("{e:#}").contains("cannot end at"), "{e:#}");
     assert_eq!(site.veem.vee(&vee).unwrap().window_end_unix, end + 600);
@@ -67,4 +73,37 @@ async fn an_open_ended_service_is_renewed_before_half_its_horizon_is_gone() {
     site.veem.renew_windows().await;
     assert!(!site.veem.vee(&fixed).unwrap().open_ended);
     assert_eq!(site.veem.vee(&fixed).unwrap().window_end_unix, fixed_end);
+}
+
+#[tokio::test]
+async fn a_reservation_holds_its_host_for_the_vees_start_and_stop_and_it_is_deployed_ahead() {
+    // 1-minute slots; init_overhead 30 s and stop_timeout 5 s by default.
+    let site = FakeSite::start(&["h1"], "").await;
+    let now = site.clock.now();
+    let start = site.veem.slots.start_of(site.veem.now_slot() + 10);
+    let vee = site.running_service(&windowed(start, start + 600, 3)).remove(0);
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!((v.window_start_unix, v.window_end_unix), (start, start + 600), "the window as asked");
+    let r = site.veem.planner().reservation(&vee).unwrap().clone();
+    assert_eq!(
+        (site.veem.slots.start_of(r.range.start), site.veem.slots.start_of(r.range.end)),
+        (start - 60, start + 660),
+        "a slot before (boot: 30 s) and after (stop and a checkpoint in progress: 10 s), H eq. 3.7"
+    );
+    // Deployed when its lead begins, so that it runs when its window opens.
+    assert_eq!(v.init_lead_s, 60);
+    assert!(!v.deploy_due(start - 61) && v.deploy_due(start - 60));
+    assert!(now < start - 60);
+    // Back to back with it on the only host: the next window starts only
+    // once its stop and the next VEE's boot fit between them.
+    let m = interfaces::manifest::Manifest::from_toml(&windowed(start + 600, start + 1200, 3)).unwrap();
+    let req = site.veem.request(&m, "next");
+    let offer = site.veem.planner.lock().unwrap().negotiate(&req);
+    match offer {
+        crate::planner::Admission::CounterOffer { window, .. } => {
+            let w = req.service_window(window);
+            assert_eq!(site.veem.slots.start_of(w.start), start + 600 + 60 + 60, "{w}");
+        }
+        other => panic!("a counter-offer, not {other:?}"),
+    }
 }
