@@ -284,7 +284,10 @@ async fn lab_a_reservation_on_a_failed_host_is_remapped_and_starts_elsewhere() {
         })
         .await;
     let began = chrono::Utc::now().timestamp();
-    assert!(began >= start - 4 - 2, "started at {began}, window from {start} less its init overhead");
+    assert!(
+        began >= start - 4 - 2,
+        "started at {began}, window from {start} less its init overhead"
+    );
     wait_tick(&mut s.hosts[1 - failed].client().await, &vee, 1, BOOT).await;
     let events = site::history(&mut op, &svc.service_id).await;
     assert!(

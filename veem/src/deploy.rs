@@ -240,7 +240,9 @@ impl Veem {
             _ => None,
         };
         let (mut svc, mut vees) = self.admission_records(&m, toml, &req, admitted.as_ref(), for_peer);
-        let end = self.slots.start_of(req.service_window(admitted.as_ref().map_or(req.window, |a| a.window)).end);
+        let end = self
+            .slots
+            .start_of(req.service_window(admitted.as_ref().map_or(req.window, |a| a.window)).end);
         for (component, instance, vee_id) in &remote {
             let c = m.component(component).expect("a request's component is the manifest's");
             vees.push(VeeRec {

@@ -27,6 +27,7 @@ use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::peers;
 use crate::store::Tree;
 
+mod affinity;
 mod home;
 
 pub use crate::domain::migration::{Dest, Proposer};
@@ -103,6 +104,10 @@ impl Veem {
                     let now = self.now_slot();
                     let mut plan = self.planner.lock().unwrap().clone();
                     if let Err(e) = plan.move_vee(vee_id, h, now) {
+                        let set = self.affinity_set_of(vee_id, &to);
+                        if set.len() > 1 {
+                            return self.propose_set(&v, set, to, reason, by);
+                        }
                         bail!("VEE {vee_id} cannot move to {h}: {e}");
                     }
                 }
@@ -121,14 +126,18 @@ impl Veem {
                         .into());
                     }
                     let others = self.vees_where(|o| o.service_id == v.service_id);
-                    if let Some(why) = self.site_refusal(&v, s, &others, &self.constraints_of(&v)) {
-                        bail!("VEE {vee_id} cannot move to {s}: {why}");
-                    }
                     if !v.migration_policy.allows_peer_site() {
                         bail!(
                             "VEE {vee_id}: its SLA's migration policy is \"{}\", not federation",
                             v.migration_policy.as_str()
                         );
+                    }
+                    if let Some(why) = self.site_refusal(&v, s, &others, &self.constraints_of(&v)) {
+                        let set = self.affinity_set_of(vee_id, &to);
+                        if set.len() > 1 {
+                            return self.propose_set(&v, set, to, reason, by);
+                        }
+                        bail!("VEE {vee_id} cannot move to {s}: {why}");
                     }
                 }
                 if v.location == Location::Site(s.clone()) {
@@ -149,6 +158,7 @@ impl Veem {
             total_ms: 0,
             downtime_ms: 0,
             created_ms: self.clock.now_ms(),
+            set: vec![],
         };
         self.save_migration(&m)?;
         if auto {
@@ -181,7 +191,11 @@ impl Veem {
             .names()
             .into_iter()
             .filter(|h| h != from && self.hosts.health(h) != crate::hosts::Health::Failed)
-            .find(|h| plan.clone().move_vee(vee_id, h, now).is_ok())
+            .find(|h| {
+                plan.clone()
+                    .move_set(&self.affinity_set_of(vee_id, &Dest::Host(h.clone())), h, now)
+                    .is_ok()
+            })
             .ok_or_else(|| anyhow!("VEE {vee_id}: no other host of the site can take it for the rest of its window"))?;
         self.propose(vee_id, Dest::Host(to), reason, by)
     }
@@ -226,6 +240,11 @@ impl Veem {
         if m.state != MigrationState::Proposed {
             bail!("migration {id} is {}, not proposed ({})", m.state, m.detail);
         }
+        if !m.set.is_empty() {
+            self.decide_set(&m.set, true, by, "")?;
+            self.spawn_set(m.set);
+            return self.migration(id);
+        }
         m.advance(MigrationState::Approved)?;
         m.decided_by = by.into();
         self.save_migration(&m)?;
@@ -241,6 +260,10 @@ impl Veem {
         let mut m = self.migration(id)?;
         if m.state != MigrationState::Proposed {
             bail!("migration {id} is {}, not proposed", m.state);
+        }
+        if !m.set.is_empty() {
+            self.decide_set(&m.set, false, by, reason)?;
+            return self.migration(id);
         }
         m.advance(MigrationState::Rejected)?;
         m.decided_by = by.into();
@@ -393,12 +416,21 @@ impl Veem {
                 let mut used_spare = None;
                 if let (Location::Host(_), Dest::Host(h)) = (&old, &dest) {
                     let now = self.now_slot();
-                    let moved = self.planner.lock().unwrap().move_vee(&v.id, h, now);
+                    // The rest of its affinity set follows (crate::migration::affinity).
+                    let later = self.set_still_to_move(&m);
+                    let moved = self.planner.lock().unwrap().move_vee_with(&v.id, h, now, &later);
                     if let Err(e) = moved {
                         tracing::warn!(error = %e, "planner could not move the reservation");
                     }
                 } else if let (Location::Host(_), Dest::Site(s)) = (&old, &dest) {
-                    used_spare = self.planner.lock().unwrap().release_vee_to_site(&v.id, s).ok().flatten().map(|n| (s.clone(), n));
+                    used_spare = self
+                        .planner
+                        .lock()
+                        .unwrap()
+                        .release_vee_to_site(&v.id, s)
+                        .ok()
+                        .flatten()
+                        .map(|n| (s.clone(), n));
                 } else if matches!(old, Location::Host(_)) {
                     let _ = self.planner.lock().unwrap().release_vee(&v.id);
                 }
@@ -568,6 +600,7 @@ impl Veem {
             total_ms: 0,
             downtime_ms: 0,
             created_ms: self.clock.now_ms(),
+            set: vec![],
         };
         self.transition(&mut v, VeeState::Migrating, "sent on by the primary site")?;
         match self.migrate_out(&src, vee_id, target, v.max_downtime_ms, &mut m).await {

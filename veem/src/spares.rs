@@ -262,13 +262,21 @@ impl Veem {
                 self.planner.lock().unwrap().set_peer_spare(need);
                 self.persist_planner()?;
                 self.settle_peer_spares(&peer, &[vee_id.to_string()], true).await;
-                self.event(vee_id, &service, "spare", format!("its spare at {site} was used; {peer} holds a new one"));
+                self.event(
+                    vee_id,
+                    &service,
+                    "spare",
+                    format!("its spare at {site} was used; {peer} holds a new one"),
+                );
             }
             Err(reasons) => self.event(
                 vee_id,
                 &service,
                 "spare",
-                format!("its spare at {site} was used; no other peer holds a new one: {}", reasons.join("; ")),
+                format!(
+                    "its spare at {site} was used; no other peer holds a new one: {}",
+                    reasons.join("; ")
+                ),
             ),
         }
         Ok(())

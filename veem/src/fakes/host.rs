@@ -24,6 +24,8 @@ pub struct Script {
     /// Calls (by their VHI name: `PrepareIncoming`, `MigrateOut`, ...)
     /// that fail with this status from now on.
     pub failing: HashMap<&'static str, (tonic::Code, String)>,
+    /// As `failing`, for one VEE's calls only (call, VEE ID).
+    pub failing_for: HashMap<(&'static str, String), (tonic::Code, String)>,
     /// VEEs whose domain runs here.
     pub running: BTreeSet<String>,
     /// Every call: `restore <vee> fence=<owner>`, `destroy <vee>`, ...
@@ -76,6 +78,16 @@ impl FakeVhi {
         self.script.lock().unwrap().failing.insert(call, (code, message.into()));
     }
 
+    /// Makes VHI call `call` on VEE `vee_id` fail with `code` and
+    /// `message` from now on.
+    pub fn fail_for(&self, call: &'static str, vee_id: &str, code: tonic::Code, message: &str) {
+        self.script
+            .lock()
+            .unwrap()
+            .failing_for
+            .insert((call, vee_id.into()), (code, message.into()));
+    }
+
     /// This host's VTEP: `10.77.0.N`, N from its name's bytes.
     pub fn vtep(&self) -> String {
         format!("10.77.0.{}", self.name.bytes().map(u32::from).sum::<u32>() % 250 + 1)
@@ -105,7 +117,7 @@ impl FakeVhi {
     /// it if the script says so.
     fn call(&self, call: &'static str, vee_id: &str) -> Result<std::sync::MutexGuard<'_, Script>, Status> {
         let s = self.note(format!("{} {vee_id}", snake(call)));
-        match s.failing.get(call) {
+        match s.failing.get(call).or_else(|| s.failing_for.get(&(call, vee_id.to_string()))) {
             Some((code, msg)) => Err(Status::new(*code, msg.clone())),
             None => Ok(s),
         }

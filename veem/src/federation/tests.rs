@@ -565,3 +565,27 @@ mod networks {
         assert_eq!(kept.nics[0].primary_members, at_b, "B's record keeps the table for later specs");
     }
 }
+
+#[tokio::test]
+async fn a_site_level_affinity_set_moves_to_the_peer_together() {
+    let a = FakeSite::start_site("site-a", &["a1"], A_PEERS_WITH_B);
+    let b = FakeSite::start_site("site-b", &["b1"], B_TRUSTS_A);
+    a.peer_with(&b, "a-to-b-token");
+    let m = federated().replace("disk_gib = 1\n", "disk_gib = 1\ninstances = 2\n")
+        + "[[constraint]]\nkind = \"affinity\"\nlevel = \"site\"\nscope = \"instance\"\ncomponents = [\"vm\"]\n";
+    let vees = a.running_service(&m);
+    let p = a
+        .veem
+        .propose(&vees[1], Dest::Site("site-b".into()), "maintenance", Proposer::Operator)
+        .unwrap();
+    assert_eq!(p.set.len(), 2, "{p:?}");
+    a.veem.approve(&p.id, "operator").unwrap();
+    for id in &p.set {
+        let m = a.finished(id).await;
+        assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
+    }
+    for v in &vees {
+        assert_eq!(a.veem.vee(v).unwrap().location, Location::Site("site-b".into()), "{v}");
+        assert!(b.host("b1").runs(v));
+    }
+}

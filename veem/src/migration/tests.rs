@@ -191,3 +191,106 @@ async fn without_a_destination_the_site_chooses_a_host_that_can_keep_the_vee() {
     assert_eq!(site.finished(&m.id).await.state, MigrationState::Done);
     assert_eq!(site.veem.vee(&vee).unwrap().location, Location::Host("h3".into()));
 }
+
+/// STANDARD with a second instance, both bound to one host (instance-scope
+/// host affinity), on a site of `h1`, `h2` and `h3`; returns the site, the
+/// VEEs and their host.
+async fn bound_pair() -> (FakeSite, Vec<String>, String) {
+    let site = FakeSite::start(&["h1", "h2", "h3"], "").await;
+    let m = STANDARD.replace("disk_gib = 1", "disk_gib = 1\ninstances = 2")
+        + "[[constraint]]\nkind = \"affinity\"\nlevel = \"host\"\nscope = \"instance\"\ncomponents = [\"vm\"]\n";
+    let vees = site.running_service(&m);
+    let at = site.veem.vee(&vees[0]).unwrap().host().unwrap().to_string();
+    assert_eq!(site.veem.vee(&vees[1]).unwrap().host(), Some(at.as_str()));
+    (site, vees, at)
+}
+
+#[tokio::test]
+async fn moving_one_vee_of_an_affinity_set_moves_the_set_together() {
+    let (site, vees, from) = bound_pair().await;
+    let to = if from == "h1" { "h2" } else { "h1" };
+    let m = site
+        .veem
+        .propose(&vees[1], Dest::Host(to.into()), "maintenance", Proposer::Operator)
+        .unwrap();
+    assert_eq!(m.set.len(), 2, "{m:?}");
+    assert!(m.detail.contains("moves with its affinity set"), "{}", m.detail);
+    // One approval moves both, one after the other.
+    site.veem.approve(&m.id, "operator").unwrap();
+    for id in &m.set {
+        let done = site.finished(id).await;
+        assert_eq!(done.state, MigrationState::Done, "{}", done.detail);
+    }
+    for v in &vees {
+        assert_eq!(site.veem.vee(v).unwrap().location, Location::Host(to.into()), "{v}");
+        assert_eq!(site.veem.planner().placement(v).unwrap().host, to, "the planner follows: {v}");
+        assert!(site.host(to).runs(v));
+    }
+}
+
+#[tokio::test]
+async fn a_set_member_that_cannot_move_brings_the_moved_ones_back() {
+    let (site, vees, from) = bound_pair().await;
+    let to = if from == "h1" { "h2" } else { "h1" };
+    // The destination takes the first member, then refuses the second.
+    let m = site
+        .veem
+        .propose(&vees[0], Dest::Host(to.into()), "maintenance", Proposer::Operator)
+        .unwrap();
+    let (first, second) = (site.veem.migration(&m.set[0]).unwrap(), site.veem.migration(&m.set[1]).unwrap());
+    site.host(to)
+        .fail_for("PrepareIncoming", &second.vee_id, Code::ResourceExhausted, "no room");
+    site.veem.approve(&m.id, "operator").unwrap();
+    let second = site.finished(&second.id).await;
+    assert_eq!(second.state, MigrationState::Failed);
+    // The first comes back: the set is never left split.
+    crate::fakes::eventually("the set is together again", || {
+        vees.iter()
+            .all(|v| site.veem.vee(v).unwrap().location == Location::Host(from.clone()))
+    })
+    .await;
+    for v in &vees {
+        assert_eq!(site.veem.vee(v).unwrap().state, VeeState::Running);
+        assert_eq!(site.veem.planner().placement(v).unwrap().host, from);
+    }
+    let back: Vec<_> = site
+        .veem
+        .store
+        .list::<crate::model::MigrationRec>(crate::store::Tree::Migrations)
+        .unwrap()
+        .into_iter()
+        .filter(|b| b.reason == "affinity")
+        .collect();
+    assert_eq!(back.len(), 1);
+    assert_eq!(
+        (back[0].vee_id.as_str(), back[0].state),
+        (first.vee_id.as_str(), MigrationState::Done)
+    );
+}
+
+#[tokio::test]
+async fn a_set_that_does_not_fit_whole_is_refused_with_the_reason() {
+    let (site, vees, from) = bound_pair().await;
+    let to = if from == "h1" { "h2" } else { "h1" };
+    // Another service takes most of the destination: one member fits.
+    let big = STANDARD
+        .replace("memory_mib = 512", "memory_mib = 3500")
+        .replace("name = \"shop\"", "name = \"big\"");
+    loop {
+        let v = site.running_service(&big).remove(0);
+        if site.veem.vee(&v).unwrap().host() == Some(to) {
+            break;
+        }
+    }
+    let e = site
+        .veem
+        .propose(&vees[0], Dest::Host(to.into()), "maintenance", Proposer::Operator)
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("with its affinity set"), "{e:#}");
+    assert!(site
+        .veem
+        .store
+        .list::<crate::model::MigrationRec>(crate::store::Tree::Migrations)
+        .unwrap()
+        .is_empty());
+}

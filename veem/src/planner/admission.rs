@@ -471,6 +471,11 @@ impl Planner {
     /// (component, host) of the placed VEEs of `service` other than
     /// `except`, skipping those on `skip_host`.
     pub(crate) fn others_of(&self, service: &str, except: &str, skip_host: Option<HostIdx>) -> Vec<(String, HostIdx)> {
+        self.others_but(service, &[except], skip_host)
+    }
+
+    /// [`Planner::others_of`] other than every VEE of `except`.
+    pub(crate) fn others_but(&self, service: &str, except: &[&str], skip_host: Option<HostIdx>) -> Vec<(String, HostIdx)> {
         let Some(svc) = self.p.services.get(service) else {
             return Vec::new();
         };
@@ -480,7 +485,7 @@ impl Planner {
         svc.components
             .iter()
             .flat_map(|c| c.vees.iter())
-            .filter(|v| v.as_str() != except)
+            .filter(|v| !except.contains(&v.as_str()))
             .filter_map(|v| self.p.primaries.get(v))
             .filter(|r| Some(r.host) != skip_host)
             .map(|r| (r.component.clone(), r.host))

@@ -33,6 +33,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub mod admission;
+pub mod affinity_sets;
 pub mod booking;
 pub mod capacity;
 pub mod checkpoint_count;

@@ -323,6 +323,12 @@ impl Planner {
     /// VEE's spare was on `to_host`, the spare is used up and a new one is
     /// sought elsewhere.
     pub fn move_vee(&mut self, vee: &str, to_host: &str, from: Slot) -> Result<Placement, PlanError> {
+        self.move_vee_with(vee, to_host, from, &[])
+    }
+
+    /// [`Planner::move_vee`], the VEEs `moving` (the rest of an affinity
+    /// set on its way to `to_host`) left out of the constraint check.
+    pub fn move_vee_with(&mut self, vee: &str, to_host: &str, from: Slot, moving: &[VeeId]) -> Result<Placement, PlanError> {
         let r = self
             .p
             .primaries
@@ -356,7 +362,9 @@ impl Planner {
                 return Err(fail("the host's compatibility profile differs from the VEE's".into()));
             }
         }
-        let others = self.others_of(&r.service, vee, None);
+        let mut but: Vec<&str> = moving.iter().map(String::as_str).collect();
+        but.push(vee);
+        let others = self.others_but(&r.service, &but, None);
         let others_ref: Vec<(&str, HostIdx)> = others.iter().map(|(c, h)| (c.as_str(), *h)).collect();
         if !Filter::build(self, &svc.constraints, &r.component, &others_ref).allows(self, to) {
             return Err(fail("it would break an affinity / anti-affinity constraint of the service".into()));

@@ -68,7 +68,7 @@ pub(super) fn fingerprint(p: &Planner) -> String {
     format!("{prim:?}{spares:?}{peer:?}{svcs:?}{:?}", p.p.hosts)
 }
 
-fn accepted(a: Admission) -> Admitted {
+pub(super) fn accepted(a: Admission) -> Admitted {
     match a {
         Admission::Accepted(x) => x,
         other => panic!("expected acceptance, got {other:?}"),

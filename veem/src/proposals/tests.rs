@@ -377,6 +377,7 @@ fn rec(vee: &str, reason: &str, state: &str, created_ms: i64) -> MigrationRec {
         total_ms: 0,
         downtime_ms: 0,
         created_ms,
+        set: vec![],
     }
 }
 

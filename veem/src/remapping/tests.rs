@@ -58,10 +58,10 @@ async fn a_reservation_that_starts_during_the_outage_moves_when_it_enters_the_in
         site.events(&vee)
     );
     // The failed host takes nothing new meanwhile, however far ahead.
-    let later = crate::fakes::STANDARD.replace("vcpus = 1", "vcpus = 1");
+    let later = crate::fakes::STANDARD;
     let provider = crate::config::Role::Provider("acme".into());
     site.repo.blobs.lock().unwrap().insert(format!("sha256:{}", "5".repeat(64)));
-    let svc = site.veem.deploy(&provider, &later).await.unwrap();
+    let svc = site.veem.deploy(&provider, later).await.unwrap();
     assert_eq!(site.veem.vee(&svc.vees[0]).unwrap().host(), Some("h2"));
 }
 

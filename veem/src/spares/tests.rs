@@ -175,7 +175,8 @@ async fn a_vee_restored_into_its_spare_gets_a_new_spare_at_another_peer() {
     assert!(c.veem.planner().reservation(&spare_id(&vee)).is_some());
     let ev = a.veem.store.events().unwrap();
     assert!(
-        ev.iter().any(|e| e.vee_id == vee && e.detail == "its spare at site-b was used; site-c holds a new one"),
+        ev.iter()
+            .any(|e| e.vee_id == vee && e.detail == "its spare at site-b was used; site-c holds a new one"),
         "{ev:?}"
     );
 }
@@ -186,7 +187,12 @@ async fn a_vee_migrated_to_another_peer_keeps_its_spare_until_it_stops() {
     let vee = deploy_full(&a).await.unwrap();
     let m = a
         .veem
-        .propose(&vee, crate::migration::Dest::Site("site-c".into()), "maintenance", crate::migration::Proposer::Operator)
+        .propose(
+            &vee,
+            crate::migration::Dest::Site("site-c".into()),
+            "maintenance",
+            crate::migration::Proposer::Operator,
+        )
         .unwrap();
     a.veem.approve(&m.id, "operator").unwrap();
     let m = a.finished(&m.id).await;

@@ -59,7 +59,7 @@ async fn an_open_ended_service_is_renewed_before_half_its_horizon_is_gone() {
     assert!(site.veem.renew_windows().await.is_empty(), "more than half is left");
     // 40 minutes on: less than half left, renewed to an hour from now.
     site.clock.advance_ms(40 * 60 * 1000);
-    assert_eq!(site.veem.renew_windows().await, [v.service_id.clone()]);
+    assert_eq!(site.veem.renew_windows().await, std::slice::from_ref(&v.service_id));
     let end = site.veem.vee(&vee).unwrap().window_end_unix;
     assert!(
         end > first_end && (end - site.clock.now() - 3600).abs() <= 60,
@@ -83,7 +83,11 @@ async fn a_reservation_holds_its_host_for_the_vees_start_and_stop_and_it_is_depl
     let start = site.veem.slots.start_of(site.veem.now_slot() + 10);
     let vee = site.running_service(&windowed(start, start + 600, 3)).remove(0);
     let v = site.veem.vee(&vee).unwrap();
-    assert_eq!((v.window_start_unix, v.window_end_unix), (start, start + 600), "the window as asked");
+    assert_eq!(
+        (v.window_start_unix, v.window_end_unix),
+        (start, start + 600),
+        "the window as asked"
+    );
     let r = site.veem.planner().reservation(&vee).unwrap().clone();
     assert_eq!(
         (site.veem.slots.start_of(r.range.start), site.veem.slots.start_of(r.range.end)),
