@@ -436,9 +436,13 @@ async fn lab_each_guarantee_level_keeps_its_promise_when_a_host_fails() {
         assert!(u.violations.is_empty(), "{svc}: {:?}", u.violations);
     }
 
-    // That the background VEE resumes once room returns is
-    // `lab_a_displaced_background_vee_comes_back_when_capacity_returns`:
-    // here it did not in 1 of 3 runs, cause not yet found (issue 14 note).
+    // Room returns (standard ends): the background VEE resumes.
+    site::vee_action(&mut acme, &standard.1, Action::Stop).await.unwrap();
+    a.wait_vee(&background.1, "background resumed", t, |i| {
+        i.state() == VeeState::Running && where_(i) == y
+    })
+    .await;
+    row("background", "resumed when room returns", "running on Y again".into());
     eprintln!(
         "| level | promise | seen | after the failure |\n|---|---|---|---|\n{}",
         rows.join("\n")

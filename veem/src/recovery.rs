@@ -313,7 +313,7 @@ impl Veem {
 
     /// Records a VEE lost because `lost` (e.g. "host a1 failed") that could
     /// not be recovered because `why`, with the manifest's penalty for the
-    /// rest of its window.
+    /// rest of its window; its reservation is released.
     pub(crate) fn record_unrecovered(&self, vee_id: &str, lost: &str, why: &str) -> Result<()> {
         let mut v = self.vee(vee_id)?;
         let svc = self.service(&v.service_id)?;
@@ -327,11 +327,15 @@ impl Veem {
             (start * 1000, end * 1000),
             svc.penalty_per_hour,
         );
-        // The violation and the VEE's failure: one write.
+        // It runs nowhere now: its reservation goes (kept, VRM would move
+        // it onto another host each round of the failure's slot, displacing
+        // background VEEs for a VEE that will not run). The release, the
+        // violation and the VEE's failure: one write.
+        let _ = self.planner.lock().unwrap().release_vee(vee_id);
         let mut w = Writes::default();
         w.put(Tree::Violations, &viol.id, &viol)?;
         if v.state == VeeState::Failed {
-            self.store.commit(w)?;
+            self.planner_store.save_with(&self.planner, w)?;
         } else {
             self.transition_committing(&mut v, VeeState::Failed, why.to_string(), w)?;
         }
