@@ -95,12 +95,7 @@ async fn a_vee_whose_policy_forbids_moves_is_never_proposed() {
         .propose(&vee, Dest::Host("h2".into()), "maintenance", Proposer::Operator)
         .unwrap_err();
     assert!(e.to_string().contains("migration policy is \"none\""), "{e}");
-    assert!(site
-        .veem
-        .store
-        .list::<crate::model::MigrationRec>(crate::store::Tree::Migrations)
-        .unwrap()
-        .is_empty());
+    assert!(migrations(&site).is_empty());
 }
 
 #[tokio::test]
@@ -162,12 +157,7 @@ async fn a_move_the_planner_cannot_keep_is_refused_with_its_reason() {
         .unwrap_err();
     let e = format!("{e:#}");
     assert!(e.contains("cannot move to h1") && e.contains("free in slot"), "{e}");
-    assert!(site
-        .veem
-        .store
-        .list::<crate::model::MigrationRec>(crate::store::Tree::Migrations)
-        .unwrap()
-        .is_empty());
+    assert!(migrations(&site).is_empty());
     // Without a destination the site finds none either, and says so.
     let e = site
         .veem
@@ -194,25 +184,33 @@ async fn without_a_destination_the_site_chooses_a_host_that_can_keep_the_vee() {
 
 /// STANDARD with a second instance, both bound to one host (instance-scope
 /// host affinity), on a site of `h1`, `h2` and `h3`; returns the site, the
-/// VEEs and their host.
-async fn bound_pair() -> (FakeSite, Vec<String>, String) {
+/// VEEs, their host and another host (h1 or h2).
+async fn bound_pair() -> (FakeSite, Vec<String>, String, String) {
     let site = FakeSite::start(&["h1", "h2", "h3"], "").await;
     let m = STANDARD.replace("disk_gib = 1", "disk_gib = 1\ninstances = 2")
         + "[[constraint]]\nkind = \"affinity\"\nlevel = \"host\"\nscope = \"instance\"\ncomponents = [\"vm\"]\n";
     let vees = site.running_service(&m);
     let at = site.veem.vee(&vees[0]).unwrap().host().unwrap().to_string();
     assert_eq!(site.veem.vee(&vees[1]).unwrap().host(), Some(at.as_str()));
-    (site, vees, at)
+    let to = if at == "h1" { "h2" } else { "h1" }.to_string();
+    (site, vees, at, to)
+}
+
+/// Every migration record of the site.
+fn migrations(site: &FakeSite) -> Vec<crate::model::MigrationRec> {
+    site.veem.store.list(crate::store::Tree::Migrations).unwrap()
+}
+
+/// An operator's proposal to move `vee` to host `to`.
+fn propose(site: &FakeSite, vee: &str, to: &str) -> anyhow::Result<crate::model::MigrationRec> {
+    site.veem.propose(vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
 }
 
 #[tokio::test]
 async fn moving_one_vee_of_an_affinity_set_moves_the_set_together() {
-    let (site, vees, from) = bound_pair().await;
-    let to = if from == "h1" { "h2" } else { "h1" };
-    let m = site
-        .veem
-        .propose(&vees[1], Dest::Host(to.into()), "maintenance", Proposer::Operator)
-        .unwrap();
+    let (site, vees, from, to) = bound_pair().await;
+    let to = to.as_str();
+    let m = propose(&site, &vees[1], to).unwrap();
     assert_eq!(m.set.len(), 2, "{m:?}");
     assert!(m.detail.contains("moves with its affinity set"), "{}", m.detail);
     // One approval moves both, one after the other.
@@ -230,13 +228,10 @@ async fn moving_one_vee_of_an_affinity_set_moves_the_set_together() {
 
 #[tokio::test]
 async fn a_set_member_that_cannot_move_brings_the_moved_ones_back() {
-    let (site, vees, from) = bound_pair().await;
-    let to = if from == "h1" { "h2" } else { "h1" };
+    let (site, vees, from, to) = bound_pair().await;
+    let to = to.as_str();
     // The destination takes the first member, then refuses the second.
-    let m = site
-        .veem
-        .propose(&vees[0], Dest::Host(to.into()), "maintenance", Proposer::Operator)
-        .unwrap();
+    let m = propose(&site, &vees[0], to).unwrap();
     let (first, second) = (site.veem.migration(&m.set[0]).unwrap(), site.veem.migration(&m.set[1]).unwrap());
     site.host(to)
         .fail_for("PrepareIncoming", &second.vee_id, Code::ResourceExhausted, "no room");
@@ -253,14 +248,7 @@ async fn a_set_member_that_cannot_move_brings_the_moved_ones_back() {
         assert_eq!(site.veem.vee(v).unwrap().state, VeeState::Running);
         assert_eq!(site.veem.planner().placement(v).unwrap().host, from);
     }
-    let back: Vec<_> = site
-        .veem
-        .store
-        .list::<crate::model::MigrationRec>(crate::store::Tree::Migrations)
-        .unwrap()
-        .into_iter()
-        .filter(|b| b.reason == "affinity")
-        .collect();
+    let back: Vec<_> = migrations(&site).into_iter().filter(|b| b.reason == "affinity").collect();
     assert_eq!(back.len(), 1);
     assert_eq!(
         (back[0].vee_id.as_str(), back[0].state),
@@ -270,8 +258,8 @@ async fn a_set_member_that_cannot_move_brings_the_moved_ones_back() {
 
 #[tokio::test]
 async fn a_set_that_does_not_fit_whole_is_refused_with_the_reason() {
-    let (site, vees, from) = bound_pair().await;
-    let to = if from == "h1" { "h2" } else { "h1" };
+    let (site, vees, from, to) = bound_pair().await;
+    let to = to.as_str();
     // Another service takes most of the destination: one member fits.
     let big = STANDARD
         .replace("memory_mib = 512", "memory_mib = 3500")
@@ -282,15 +270,7 @@ async fn a_set_that_does_not_fit_whole_is_refused_with_the_reason() {
             break;
         }
     }
-    let e = site
-        .veem
-        .propose(&vees[0], Dest::Host(to.into()), "maintenance", Proposer::Operator)
-        .unwrap_err();
+    let e = propose(&site, &vees[0], to).unwrap_err();
     assert!(format!("{e:#}").contains("with its affinity set"), "{e:#}");
-    assert!(site
-        .veem
-        .store
-        .list::<crate::model::MigrationRec>(crate::store::Tree::Migrations)
-        .unwrap()
-        .is_empty());
+    assert!(migrations(&site).is_empty());
 }

@@ -360,7 +360,10 @@ async fn the_levels_side_by_side_on_one_host_failure() {
         "{:?}",
         site.veem.planner().host_usage(&y, site.veem.now_slot())
     );
-    crate::fakes::eventually("background resumed", || site.veem.vee(&background).unwrap().state == VeeState::Running).await;
+    crate::fakes::eventually("background resumed", || {
+        site.veem.vee(&background).unwrap().state == VeeState::Running
+    })
+    .await;
     // A VRM round in the failure's slot (the heartbeat loop's) finds
     // nothing of the lost VEE to move onto y: the background VEE stays.
     // (It once displaced it again: the lab's levels test failed on it when
