@@ -7,5 +7,6 @@ pub mod daemons;
 pub mod disk;
 pub mod net;
 pub mod site;
+pub mod two_sites;
 
 pub use vee_testkit::{guest, lab};

@@ -9,73 +9,19 @@
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::daemons::{console, wait_tick, GuestIds, ImageRepo, Veeh};
-use e2e::site::{self, manifest, Veem, ACME, B_TO_A, OPERATOR};
+use e2e::daemons::{console, wait_tick};
+use e2e::site::{self, manifest, ACME, B_TO_A, OPERATOR};
+use e2e::two_sites::TwoSites;
 use e2e::{guest, lab};
 use interfaces::vhi;
 use interfaces::vmi::*;
 
 const BOOT: Duration = Duration::from_secs(180);
 
-struct Lab {
-    dir: std::path::PathBuf,
-    ids: GuestIds,
-    a: Veem,
-    _b: Veem,
-    a1: Veeh,
-    b1: Veeh,
-    _repo: ImageRepo,
-}
-
-/// Site A: one VEEH; site B: one VEEH; each VEEM knows the other.
-async fn two_sites(name: &str, a_extra: &str) -> Lab {
-    let dir = lab::test_dir(name);
-    let repo = ImageRepo::start(&dir).await;
-    let ids = repo.push_guest(&guest::image()).await;
-    let a1 = Veeh::start(&dir, "fa1", "site-a", lab::SITE_A_URI, &repo).await;
-    let b1 = Veeh::start(&dir, "fb1", "site-b", lab::SITE_B_URI, &repo).await;
-    let (pa, pb) = (site::port(), site::port());
-    let (to_b, to_a) = site::peer_links(pa, pb, false);
-    let ca = site::write_config(&dir, "site-a", pa, &repo, &[&a1], &[to_b], a_extra);
-    let cb = site::write_config(&dir, "site-b", pb, &repo, &[&b1], &[to_a], "");
-    let a = Veem::start(&dir, "site-a", pa, ca).await;
-    let b = Veem::start(&dir, "site-b", pb, cb).await;
-    Lab {
-        dir,
-        ids,
-        a,
-        _b: b,
-        a1,
-        b1,
-        _repo: repo,
-    }
-}
-
-impl Lab {
-    /// Deploys a one-VEE service as `acme` at site A; returns it and the
-    /// VEE's ID once its guest has ticked three times.
-    async fn deploy_one(&self, acme: &mut veem::peers::PeerClient) -> (ServiceInfo, String) {
-        let svc = acme
-            .deploy(ManifestRequest {
-                manifest_toml: manifest("shop", "acme", &self.ids, 1, ""),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let vee = svc.vees[0].vee_id.clone();
-        self.a
-            .wait_vee(&vee, "running", BOOT, |i| i.state() == interfaces::vmi::VeeState::Running)
-            .await;
-        wait_tick(&mut self.a1.client().await, &vee, 3, BOOT).await;
-        (svc, vee)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     let _lab = lab::lock();
-    let l = two_sites("fed-migrate", "").await;
+    let l = TwoSites::start("fed-migrate", "").await;
     let mut acme = l.a.client(ACME).await;
     let (svc, vee) = l.deploy_one(&mut acme).await;
     let mut ca = l.a1.client().await;
@@ -275,7 +221,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_remote_placement_when_site_a_is_full() {
     let _lab = lab::lock();
-    let l = two_sites("fed-place", "").await;
+    let l = TwoSites::start("fed-place", "").await;
     let mut acme = l.a.client(ACME).await;
     // Site A has one host: the second anti-affine instance goes to B.
     // (A peer's token cannot use peer calls to deploy either.)
@@ -290,7 +236,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
         Err(e) => panic!(
             "{e:?}\nsite A:\n{}\nsite B:\n{}",
             site::tail(&l.a.daemon.log_text(), 3000),
-            site::tail(&l._b.daemon.log_text(), 3000)
+            site::tail(&l.b.daemon.log_text(), 3000)
         ),
     };
     let mut locations = Vec::new();
@@ -328,7 +274,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
         action: interfaces::vmi::Action::Withdraw as i32,
         checkpoint_id: String::new(),
     };
-    let mut b_op = l._b.client(OPERATOR).await;
+    let mut b_op = l.b.client(OPERATOR).await;
     let e = acme.vee_action(withdraw.clone()).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
     let e = b_op.vee_action(withdraw.clone()).await.unwrap_err();
@@ -365,7 +311,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
 async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     let _lab = lab::lock();
     // Throttled so that there is time to interfere midway.
-    let mut l = two_sites("fed-fail", "[migration]\nbandwidth_mib_s = 4\n").await;
+    let mut l = TwoSites::start("fed-fail", "[migration]\nbandwidth_mib_s = 4\n").await;
     let mut acme = l.a.client(ACME).await;
     let (_, vee) = l.deploy_one(&mut acme).await;
 
@@ -447,7 +393,7 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
     let _lab = lab::lock();
-    let mut l = two_sites("fed-recover", "").await;
+    let mut l = TwoSites::start("fed-recover", "").await;
     let mut acme = l.a.client(ACME).await;
     let (svc, vee) = l.deploy_one(&mut acme).await;
     let mut ca = l.a1.client().await;
@@ -480,7 +426,7 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
     l.a1.restart().await;
     let (cp_b, before, after) = checkpoint(&mut acme, &mut cb, &vee).await;
     assert_ne!(cp_b, cp_a);
-    let b_pid = l._b.daemon.pid().unwrap().to_string();
+    let b_pid = l.b.daemon.pid().unwrap().to_string();
     assert!(Command::new("kill").args(["-STOP", &b_pid]).status().unwrap().success());
     let info =
         l.a.wait_vee(&vee, "restored at home", BOOT, |i| {
@@ -553,14 +499,14 @@ fn resumed_at(ticks: &[u64]) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_full_vee_holds_a_spare_at_site_b_and_is_restored_into_it() {
     let _lab = lab::lock();
-    let mut l = two_sites("fed-full", "").await;
+    let mut l = TwoSites::start("fed-full", "").await;
     let mut acme = l.a.client(ACME).await;
     let full = manifest("critical", "acme", &l.ids, 1, "").replace("guarantee = \"standard\"", "guarantee = \"full\"");
 
     // Site B's only host is taken whole: no peer can hold a spare, and the
     // manifest is refused with B's reason (the provider reads it without
     // site names); nothing stays at A.
-    let mut acme_at_b = l._b.client(ACME).await;
+    let mut acme_at_b = l.b.client(ACME).await;
     let filler = manifest("filler", "acme", &l.ids, 1, "").replace("memory_mib = 128", "memory_mib = 1024");
     let filler = site::deploy(&mut acme_at_b, filler).await.unwrap();
     let e = site::deploy(&mut acme, full.clone()).await.unwrap_err();
@@ -583,7 +529,7 @@ async fn lab_a_full_vee_holds_a_spare_at_site_b_and_is_restored_into_it() {
     l.a.wait_vee(&vee, "running", BOOT, |i| i.state() == VeeState::Running).await;
     let mut ca = l.a1.client().await;
     wait_tick(&mut ca, &vee, 2, BOOT).await;
-    let mut b_op = l._b.client(OPERATOR).await;
+    let mut b_op = l.b.client(OPERATOR).await;
     let at_b = site::history(&mut b_op, "").await;
     assert!(
         at_b.iter()

@@ -208,7 +208,7 @@ fn propose(site: &FakeSite, vee: &str, to: &str) -> anyhow::Result<crate::model:
 
 #[tokio::test]
 async fn moving_one_vee_of_an_affinity_set_moves_the_set_together() {
-    let (site, vees, from, to) = bound_pair().await;
+    let (site, vees, _, to) = bound_pair().await;
     let to = to.as_str();
     let m = propose(&site, &vees[1], to).unwrap();
     assert_eq!(m.set.len(), 2, "{m:?}");
@@ -258,7 +258,7 @@ async fn a_set_member_that_cannot_move_brings_the_moved_ones_back() {
 
 #[tokio::test]
 async fn a_set_that_does_not_fit_whole_is_refused_with_the_reason() {
-    let (site, vees, from, to) = bound_pair().await;
+    let (site, vees, _, to) = bound_pair().await;
     let to = to.as_str();
     // Another service takes most of the destination: one member fits.
     let big = STANDARD

@@ -1,0 +1,71 @@
+//! Two sites of one VEEH each, whose VEEMs know each other (the
+//! federation tests' lab).
+
+use std::time::Duration;
+
+use interfaces::vmi::{ManifestRequest, ServiceInfo};
+
+use crate::daemons::{wait_tick, GuestIds, ImageRepo, Veeh};
+use crate::site::{self, manifest, Veem};
+use crate::{guest, lab};
+
+/// How long a guest may take to boot and tick (TCG).
+const BOOT: Duration = Duration::from_secs(180);
+
+/// Site A (VEEH `a1`) and site B (VEEH `b1`), with the image repository
+/// holding the test guest (`ids`); test files under `dir`.
+pub struct TwoSites {
+    pub dir: std::path::PathBuf,
+    pub ids: GuestIds,
+    pub a: Veem,
+    pub b: Veem,
+    pub a1: Veeh,
+    pub b1: Veeh,
+    _repo: ImageRepo,
+}
+
+impl TwoSites {
+    /// Starts both sites for test `name`, with `a_extra` in site A's VEEM
+    /// configuration.
+    pub async fn start(name: &str, a_extra: &str) -> TwoSites {
+        let dir = lab::test_dir(name);
+        let repo = ImageRepo::start(&dir).await;
+        let ids = repo.push_guest(&guest::image()).await;
+        let a1 = Veeh::start(&dir, "fa1", "site-a", lab::SITE_A_URI, &repo).await;
+        let b1 = Veeh::start(&dir, "fb1", "site-b", lab::SITE_B_URI, &repo).await;
+        let (pa, pb) = (site::port(), site::port());
+        let (to_b, to_a) = site::peer_links(pa, pb, false);
+        let ca = site::write_config(&dir, "site-a", pa, &repo, &[&a1], &[to_b], a_extra);
+        let cb = site::write_config(&dir, "site-b", pb, &repo, &[&b1], &[to_a], "");
+        let a = Veem::start(&dir, "site-a", pa, ca).await;
+        let b = Veem::start(&dir, "site-b", pb, cb).await;
+        TwoSites {
+            dir,
+            ids,
+            a,
+            b,
+            a1,
+            b1,
+            _repo: repo,
+        }
+    }
+
+    /// Deploys a one-VEE service as `acme` at site A; returns it and the
+    /// VEE's ID once its guest has ticked three times.
+    pub async fn deploy_one(&self, acme: &mut veem::peers::PeerClient) -> (ServiceInfo, String) {
+        let svc = acme
+            .deploy(ManifestRequest {
+                manifest_toml: manifest("shop", "acme", &self.ids, 1, ""),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let vee = svc.vees[0].vee_id.clone();
+        self.a
+            .wait_vee(&vee, "running", BOOT, |i| i.state() == interfaces::vmi::VeeState::Running)
+            .await;
+        wait_tick(&mut self.a1.client().await, &vee, 3, BOOT).await;
+        (svc, vee)
+    }
+}
