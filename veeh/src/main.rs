@@ -9,7 +9,11 @@ use veeh::host::Host;
 use veeh::server::VhiService;
 
 #[derive(Parser)]
-#[command(name = "veeh", about = "VEE host: runs VEEs on one host over libvirt and serves the VHI")]
+#[command(
+    name = "veeh",
+    version = interfaces::daemon::version(),
+    about = "VEE host: runs VEEs on one host over libvirt and serves the VHI"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -22,17 +26,22 @@ enum Cmd {
         /// The VEEH configuration (TOML).
         #[arg(long)]
         config: PathBuf,
+        /// How log lines are written on stderr.
+        #[arg(long, value_enum, default_value_t)]
+        log_format: interfaces::daemon::LogFormat,
     },
 }
 
+/// How long a stop waits for the VHI calls under way (a live migration's
+/// stream is cut after it; the VEEM records the migration failed and the
+/// VEE stays at its source).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
     match Cli::parse().cmd {
-        Cmd::Serve { config } => {
+        Cmd::Serve { config, log_format } => {
+            interfaces::daemon::init_logging(log_format, "info");
             let cfg = VeehConfig::load(&config)?;
             let listen = cfg.listen;
             // The port first: a VEEH that cannot serve does not start.
@@ -50,12 +59,32 @@ async fn main() -> anyhow::Result<()> {
             }
             host.spawn_state_watch(Duration::from_secs(1));
             tracing::info!(%listen, tls = cfg_tls, "VHI listening");
-            server
-                .add_service(VhiService::new(host))
-                .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
-                    let _ = tokio::signal::ctrl_c().await;
-                })
-                .await?;
+            // On SIGTERM or SIGINT: no new calls; those under way get the
+            // grace period.
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let mut served = tokio::spawn(server.add_service(VhiService::new(host)).serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                async {
+                    let _ = stopped.await;
+                },
+            ));
+            let ended = tokio::select! {
+                _ = interfaces::daemon::shutdown_signal() => None,
+                r = &mut served => Some(r),
+            };
+            if let Some(r) = ended {
+                // The server ended by itself (its listener failed).
+                return Ok(r??);
+            }
+            let _ = stop.send(());
+            match tokio::time::timeout(SHUTDOWN_GRACE, &mut served).await {
+                Ok(r) => r??,
+                Err(_) => {
+                    tracing::warn!(grace = ?SHUTDOWN_GRACE, "calls still under way after the grace period: cut");
+                    served.abort();
+                }
+            }
+            tracing::info!("stopped");
         }
     }
     Ok(())

@@ -16,15 +16,6 @@ use crate::server::VmiService;
 /// How long a stop waits for the loops' rounds under way.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Ctrl-C or SIGTERM (what systemd and `kill` send).
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-}
-
 /// Runs the VEEM of `config` until Ctrl-C or SIGTERM. `destroy_strays`:
 /// the operator's word that domains an empty database does not know are
 /// to be destroyed ([`crate::reconcile::Strays`]).
@@ -103,7 +94,7 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     ));
     // Until a signal, or until the server ends by itself (it cannot bind).
     let ended = tokio::select! {
-        _ = shutdown_signal() => None,
+        _ = interfaces::daemon::shutdown_signal() => None,
         r = &mut server => Some(r),
     };
     let _ = stop.send(());

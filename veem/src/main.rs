@@ -10,15 +10,9 @@ fn main() -> ExitCode {
     // Usage errors exit with 2 here (clap); `--help`/`--version` with 0.
     let cli = Cli::parse();
     let serve = matches!(cli.command, Command::Serve { .. });
-    if serve {
-        // Daemon logs on stderr; RUST_LOG overrides the level.
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .with_ansi(ansi)
-            .try_init();
+    if let Command::Serve { log_format, .. } = cli.command {
+        // Daemon logs on stderr; RUST_LOG overrides the filter.
+        interfaces::daemon::init_logging(log_format, "info");
     }
     // The daemon needs worker threads; a client makes one call at a time.
     let runtime = if serve {

@@ -100,7 +100,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let server = Server::bind(config).await?;
     // Plain line on stdout so that scripts and tests learn the bound port.
     println!("listening on {}", server.local_addr()?);
-    server.run(server::shutdown_signal()).await
+    server.run(interfaces::daemon::shutdown_signal()).await
 }
 
 async fn push(args: PushArgs) -> Result<()> {

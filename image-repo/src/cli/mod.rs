@@ -16,7 +16,7 @@ use interfaces::BlobId;
 
 /// Content-addressed repository of VEE images, kernels, initrds and checkpoints.
 #[derive(Debug, Parser)]
-#[command(name = "image-repo", version, about)]
+#[command(name = "image-repo", version = interfaces::daemon::version(), about)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -66,6 +66,9 @@ pub struct IdArgs {
 /// Options of `serve`; flags override the configuration file.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// How log lines are written on stderr.
+    #[arg(long, value_enum, default_value_t)]
+    pub log_format: interfaces::daemon::LogFormat,
     /// TOML configuration file (listen, data, token, tokens, max_bytes, reserve_bytes, limits, tls).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -217,14 +220,10 @@ fn parse_kind(s: &str) -> Result<BlobKind, String> {
 /// success, 1 on error, 2 on bad usage). Errors are printed to stderr.
 pub async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let default_level = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    match &cli.command {
+        Command::Serve(a) => interfaces::daemon::init_logging(a.log_format, "info"),
+        _ => interfaces::daemon::init_logging(interfaces::daemon::LogFormat::Text, "warn"),
+    }
     match commands::run(cli.command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -50,7 +50,7 @@ pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7200";
 #[derive(Debug, Parser)]
 #[command(
     name = "veem",
-    version,
+    version = interfaces::daemon::version(),
     about = "VEE manager: run the daemon, or manage services, VEEs and migrations through the VMI"
 )]
 pub struct Cli {
@@ -109,6 +109,9 @@ pub enum Command {
         /// empty database leaves them alone).
         #[arg(long)]
         destroy_strays: bool,
+        /// How log lines are written on stderr.
+        #[arg(long, value_enum, default_value_t)]
+        log_format: interfaces::daemon::LogFormat,
     },
     /// Check a manifest without reserving anything (exit 0 accept, 3 counter-offer, 4 reject).
     Negotiate {
@@ -274,6 +277,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Serve {
             ref config,
             destroy_strays,
+            ..
         } => match crate::daemon::run(config, destroy_strays).await {
             Ok(()) => exit::OK,
             Err(e) => {

@@ -1,0 +1,86 @@
+//! What the three daemons (`veem serve`, `veeh serve`, `image-repo serve`)
+//! share as processes: the version every binary prints, their logs
+//! (`--log-format text|json`, a default filter that keeps the libraries
+//! quiet), and the signals that stop them (SIGTERM from systemd or `kill`,
+//! SIGINT from a terminal).
+
+use std::sync::LazyLock;
+
+/// The git revision the binaries were built from (`git describe --always
+/// --dirty=+`: the commit, `+` when the tree had changes; `unknown` when
+/// built outside a git checkout).
+pub const GIT_REVISION: &str = git_version::git_version!(args = ["--always", "--dirty=+"], fallback = "unknown");
+
+static VERSION: LazyLock<String> = LazyLock::new(|| format!("{} ({GIT_REVISION})", env!("CARGO_PKG_VERSION")));
+
+/// What `--version` prints after the binary's name: `0.1.0 (4f2c1ab)`.
+pub fn version() -> &'static str {
+    VERSION.as_str()
+}
+
+/// How a daemon writes its log lines (on stderr).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event (colours on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `fields`, `target`),
+    /// for journald, Loki or Elasticsearch.
+    Json,
+}
+
+/// The filter when `RUST_LOG` is not set: `level` for everything, but
+/// warnings only from the libraries that are chatty below that (sled, the
+/// HTTP/2 and TLS stacks).
+pub fn default_filter(level: &str) -> String {
+    format!("{level},sled=warn,h2=warn,hyper=warn,hyper_util=warn,tower=warn,rustls=warn,reqwest=warn,tonic=warn")
+}
+
+/// Sets up logging on stderr in `format`, with `RUST_LOG` if set, else
+/// [`default_filter`] at `level` (`info` for daemons, `warn` for clients).
+/// A second call does nothing.
+pub fn init_logging(format: LogFormat, level: &str) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter(level)));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Completes on SIGTERM or SIGINT (ctrl-c), whichever comes first.
+pub async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; stopping on ctrl-c only");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("stop signal received");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_names_the_package_and_the_revision() {
+        let v = version();
+        assert!(v.starts_with(env!("CARGO_PKG_VERSION")), "{v}");
+        assert!(v.ends_with(&format!("({GIT_REVISION})")) && !GIT_REVISION.is_empty(), "{v}");
+    }
+
+    #[test]
+    fn the_default_filter_keeps_sled_quiet() {
+        let f = default_filter("debug");
+        assert!(f.starts_with("debug,") && f.contains("sled=warn"), "{f}");
+        assert!(tracing_subscriber::EnvFilter::try_new(&f).is_ok());
+    }
+}

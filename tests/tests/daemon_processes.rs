@@ -1,0 +1,118 @@
+//! The daemons as processes (issue 15): `veem serve` stops cleanly on
+//! SIGTERM (what systemd sends), also while a client follows a WatchEvents
+//! stream: the stream ends, the VEEM exits with success at once (well
+//! within its grace period), says so in its log, and its database opens
+//! again at once (no lock left behind); `veeh serve` and `image-repo serve`
+//! stop the same way; every binary prints its version with the git
+//! revision. Only the VEEH's test takes the lab (its libvirtd); none boots
+//! a guest.
+
+use std::time::{Duration, Instant};
+
+use e2e::daemons::{ImageRepo, Veeh};
+use e2e::{lab, site};
+use interfaces::vmi::WatchRequest;
+
+#[tokio::test]
+async fn veem_stops_cleanly_on_sigterm_and_starts_again_on_the_same_database() {
+    let dir = lab::test_dir("veem-stop");
+    let repo = ImageRepo::start(&dir).await;
+    let port = site::port();
+    let config = site::write_config(&dir, "site-a", port, &repo, &[], &[], "");
+    let veem = site::Veem::start(&dir, "site-a", port, config.clone()).await;
+    // A client that follows the events and never lets go.
+    let mut watcher = veem.client(site::OPERATOR).await;
+    let _stream = watcher.watch_events(WatchRequest::default()).await.unwrap().into_inner();
+    let start = Instant::now();
+    let mut daemon = veem.daemon;
+    let status = tokio::task::spawn_blocking(move || {
+        let st = daemon.terminate(Duration::from_secs(30));
+        (st, daemon)
+    })
+    .await
+    .unwrap();
+    let (status, daemon) = status;
+    let status = status.unwrap();
+    assert!(status.success(), "exit: {status}; log:\n{}", daemon.log_text());
+    assert!(daemon.log_text().contains("stopped"), "{}", daemon.log_text());
+    println!("stopped {:?} after SIGTERM with a stream open", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "the open stream ended at the stop instead of holding it for the grace period: {:?}",
+        start.elapsed()
+    );
+    // The same database, at once: the stopped VEEM released it.
+    let again = site::Veem::start(&dir, "site-a", port, config).await;
+    drop(again);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sends SIGTERM to `daemon` and returns how long it took to exit, after
+/// asserting that it exited with success and logged its stop.
+fn stops_cleanly(daemon: &mut vee_testkit::daemon::Daemon) -> Duration {
+    let start = Instant::now();
+    let status = tokio::task::block_in_place(|| daemon.terminate(Duration::from_secs(30))).unwrap();
+    assert!(status.success(), "exit: {status}; log:\n{}", daemon.log_text());
+    assert!(daemon.log_text().contains("stopped"), "{}", daemon.log_text());
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn veeh_and_image_repo_stop_cleanly_on_sigterm() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("daemons-stop");
+    let repo = ImageRepo::start(&dir).await;
+    let mut veeh = Veeh::start(&dir, "st1", "site-a", lab::SITE_A_URI, &repo).await;
+    let took = stops_cleanly(&mut veeh.daemon);
+    assert!(took < Duration::from_secs(5), "veeh took {took:?}");
+    let mut repo = repo;
+    let took = stops_cleanly(&mut repo.daemon);
+    assert!(took < Duration::from_secs(5), "image-repo took {took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_binary_prints_its_version_with_the_git_revision() {
+    for bin in ["veem", "veeh", "image-repo"] {
+        let out = std::process::Command::new(lab::binary(bin)).arg("--version").output().unwrap();
+        assert!(out.status.success(), "{bin} --version: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let want = format!("{bin} {}", interfaces::daemon::version());
+        assert_eq!(text.trim(), want, "{bin}");
+    }
+}
+
+#[test]
+fn a_daemon_started_with_log_format_json_logs_one_json_object_per_line() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "a-token-of-the-operator\n").unwrap();
+    let mut child = std::process::Command::new(lab::binary("image-repo"))
+        .args(["serve", "--insecure", "--log-format", "json", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.path().join("data"))
+        .arg("--token-file")
+        .arg(&token)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let serving = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains("image repository serving"))
+        .expect("a serving line");
+    let v: serde_json::Value = serde_json::from_str(&serving).unwrap_or_else(|e| panic!("{e}: {serving}"));
+    assert_eq!(v["level"], "INFO", "{v}");
+    assert_eq!(v["fields"]["message"], "image repository serving", "{v}");
+    assert!(v["timestamp"].is_string() && v["fields"]["addr"].is_string(), "{v}");
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(child.wait().unwrap().success());
+    assert!(
+        rest.iter().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()),
+        "{rest:?}"
+    );
+}
