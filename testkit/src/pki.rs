@@ -70,7 +70,16 @@ pub fn site(site_id: &str) -> Arc<SitePki> {
     sites
         .entry(site_id.to_string())
         .or_insert_with(|| {
-            let dir = std::env::temp_dir().join(format!("vee-pki-{}", std::process::id())).join(site_id);
+            // Unique to this process: a directory named by the PID alone
+            // is found again when the PID comes round (pid_max 32768), and
+            // its VEEM certificate, signed by an older CA of the same name,
+            // was taken for this one (hosts refused it: DecryptError).
+            let started = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let dir = std::env::temp_dir()
+                .join(format!("vee-pki-{}-{started}", std::process::id()))
+                .join(site_id);
             std::fs::create_dir_all(&dir).unwrap();
             Arc::new(SitePki {
                 site: site_id.into(),

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use futures::StreamExt;
 use interfaces::manifest::MigrationPolicy;
 use interfaces::retry::RetryPolicy;
@@ -577,50 +577,6 @@ impl Veem {
             Dest::ForPrimary(s) => bail!("the destination belongs to primary site {s}"),
         }
         Ok(())
-    }
-
-    /// Peer side of SendVee: the primary site `from` asks this site to
-    /// live-migrate the VEE it runs for it to `target`.
-    pub async fn send_vee(&self, from: &str, vee_id: &str, target: IncomingTarget) -> Result<MigrationRec> {
-        let _g = self.lock_vee(vee_id).await;
-        let mut v = self.vee(vee_id)?;
-        if v.for_peer.as_deref() != Some(from) {
-            bail!("VEE {vee_id} does not run here for {from}");
-        }
-        let src = v.host().context("VEE has no host here")?.to_string();
-        let mut m = MigrationRec {
-            id: uuid::Uuid::new_v4().to_string(),
-            vee_id: vee_id.into(),
-            from: format!("host:{src}"),
-            to: Dest::ForPrimary(from.into()),
-            reason: format!("requested by primary site {from}"),
-            state: MigrationState::Running,
-            decided_by: from.into(),
-            detail: String::new(),
-            total_ms: 0,
-            downtime_ms: 0,
-            created_ms: self.clock.now_ms(),
-            set: vec![],
-        };
-        self.transition(&mut v, VeeState::Migrating, "sent on by the primary site")?;
-        match self.migrate_out(&src, vee_id, target, v.max_downtime_ms, &mut m).await {
-            Ok((t, d)) => {
-                m.advance(MigrationState::Done)?;
-                m.total_ms = t;
-                m.downtime_ms = d;
-                let _ = self.planner.lock().unwrap().release_service(vee_id);
-                self.persist_planner()?;
-                v.location = Location::Nowhere;
-                self.transition(&mut v, VeeState::Terminated, "left for another site")?;
-            }
-            Err(e) => {
-                m.advance(MigrationState::Failed)?;
-                m.detail = format!("{e:#}");
-                self.transition(&mut v, VeeState::Running, "send failed; stays here")?;
-            }
-        }
-        self.store.put(Tree::Migrations, &m.id, &m)?;
-        Ok(m)
     }
 }
 

@@ -1,14 +1,17 @@
 //! VEEs coming home from a peer site: the operator's withdraw, the home
-//! host that keeps the VEE's host anti-affinity, and the local reservation
-//! it gets back (see the parent module for the migration itself).
+//! host that keeps the VEE's host anti-affinity, the local reservation it
+//! gets back, and the peer's side of the move (SendVee) (see the parent
+//! module for the migration itself).
 
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
+use interfaces::vhi::IncomingTarget;
 
 use super::{Dest, Proposer};
 use crate::manager::Veem;
-use crate::model::{Location, MigrationRec, MigrationState};
+use crate::model::{Location, MigrationRec, MigrationState, VeeState};
+use crate::store::Tree;
 
 impl Veem {
     /// Reserves local capacity on `host` for a VEE coming home from a peer
@@ -147,5 +150,49 @@ impl Veem {
             }
         }
         out
+    }
+
+    /// Peer side of SendVee: the primary site `from` asks this site to
+    /// live-migrate the VEE it runs for it to `target`.
+    pub async fn send_vee(&self, from: &str, vee_id: &str, target: IncomingTarget) -> Result<MigrationRec> {
+        let _g = self.lock_vee(vee_id).await;
+        let mut v = self.vee(vee_id)?;
+        if v.for_peer.as_deref() != Some(from) {
+            bail!("VEE {vee_id} does not run here for {from}");
+        }
+        let src = v.host().context("VEE has no host here")?.to_string();
+        let mut m = MigrationRec {
+            id: uuid::Uuid::new_v4().to_string(),
+            vee_id: vee_id.into(),
+            from: format!("host:{src}"),
+            to: Dest::ForPrimary(from.into()),
+            reason: format!("requested by primary site {from}"),
+            state: MigrationState::Running,
+            decided_by: from.into(),
+            detail: String::new(),
+            total_ms: 0,
+            downtime_ms: 0,
+            created_ms: self.clock.now_ms(),
+            set: vec![],
+        };
+        self.transition(&mut v, VeeState::Migrating, "sent on by the primary site")?;
+        match self.migrate_out(&src, vee_id, target, v.max_downtime_ms, &mut m).await {
+            Ok((t, d)) => {
+                m.advance(MigrationState::Done)?;
+                m.total_ms = t;
+                m.downtime_ms = d;
+                let _ = self.planner.lock().unwrap().release_service(vee_id);
+                self.persist_planner()?;
+                v.location = Location::Nowhere;
+                self.transition(&mut v, VeeState::Terminated, "left for another site")?;
+            }
+            Err(e) => {
+                m.advance(MigrationState::Failed)?;
+                m.detail = format!("{e:#}");
+                self.transition(&mut v, VeeState::Running, "send failed; stays here")?;
+            }
+        }
+        self.store.put(Tree::Migrations, &m.id, &m)?;
+        Ok(m)
     }
 }
