@@ -50,6 +50,16 @@ impl TwoSites {
         }
     }
 
+    /// Site A's only host dies as in a power loss: its VEEH is killed and
+    /// the domain of `vee` there is gone with it.
+    pub fn power_off_a1(&mut self, vee: &str) {
+        self.a1.daemon.kill();
+        veeh::hypervisor::Hypervisor::open(lab::SITE_A_URI, &self.a1.host)
+            .unwrap()
+            .destroy(vee)
+            .unwrap();
+    }
+
     /// Deploys a one-VEE service as `acme` at site A; returns it and the
     /// VEE's ID once its guest has ticked three times.
     pub async fn deploy_one(&self, acme: &mut veem::peers::PeerClient) -> (ServiceInfo, String) {

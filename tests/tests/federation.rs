@@ -401,11 +401,7 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
     // 1. A checkpoint taken at A; then A's only host fails: no local host
     // is left, so the VEE is restored at B from A's checkpoint.
     let (cp_a, before, after) = checkpoint(&mut acme, &mut ca, &vee).await;
-    l.a1.daemon.kill();
-    veeh::hypervisor::Hypervisor::open(lab::SITE_A_URI, &l.a1.host)
-        .unwrap()
-        .destroy(&vee)
-        .unwrap();
+    l.power_off_a1(&vee);
     let info =
         l.a.wait_vee(&vee, "restored at site B", BOOT, |i| {
             i.state() == interfaces::vmi::VeeState::Running && i.location == "remote (site-b)"
@@ -539,11 +535,7 @@ async fn lab_a_full_vee_holds_a_spare_at_site_b_and_is_restored_into_it() {
     let (cp, before, after) = checkpoint(&mut acme, &mut ca, &vee).await;
 
     // Site A's only host dies: restored at B, into the spare held for it.
-    l.a1.daemon.kill();
-    veeh::hypervisor::Hypervisor::open(lab::SITE_A_URI, &l.a1.host)
-        .unwrap()
-        .destroy(&vee)
-        .unwrap();
+    l.power_off_a1(&vee);
     let info =
         l.a.wait_vee(&vee, "restored into its spare at site B", BOOT, |i| {
             i.state() == VeeState::Running && i.location == "remote (site-b)"
