@@ -186,16 +186,14 @@ impl Veem {
         };
         let now = self.now_slot();
         let plan = self.planner.lock().unwrap().clone();
+        // The VEE and what host affinity binds to it go together.
+        let set = plan.affinity_set(vee_id, interfaces::manifest::ConstraintLevel::Host);
         let to = self
             .hosts
             .names()
             .into_iter()
             .filter(|h| h != from && self.hosts.health(h) != crate::hosts::Health::Failed)
-            .find(|h| {
-                plan.clone()
-                    .move_set(&self.affinity_set_of(vee_id, &Dest::Host(h.clone())), h, now)
-                    .is_ok()
-            })
+            .find(|h| plan.clone().move_set(&set, h, now).is_ok())
             .ok_or_else(|| anyhow!("VEE {vee_id}: no other host of the site can take it for the rest of its window"))?;
         self.propose(vee_id, Dest::Host(to), reason, by)
     }
