@@ -16,7 +16,10 @@
 //!   domain, in the same run: `{"rows": [{"name", "ours_s", "baseline",
 //!   "baseline_s", "ratio"}]}`. Needs `scripts/setup-host` and
 //!   `scripts/build-guest-image` first; hold `/var/lib/vee-lab/lab.lock`.
+//! - `vee-bench hashing [--mib N]`: SHA-256 throughput of `sha2`
+//!   (production) and `ring` next to `sha256sum`: `{"rows": [...]}`.
 
+mod hashing;
 mod planner;
 mod veem_rss;
 mod vhi;
@@ -47,6 +50,15 @@ enum Cli {
         #[arg(long, env = "BENCH_REPS", default_value_t = 5)]
         reps: usize,
     },
+    /// SHA-256 throughput: `sha2` and `ring` against `sha256sum`.
+    Hashing {
+        /// MiB hashed per repetition.
+        #[arg(long, default_value_t = 1024)]
+        mib: usize,
+        /// Repetitions (median reported; at least 1).
+        #[arg(long, env = "BENCH_REPS", default_value_t = 5)]
+        reps: usize,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -67,6 +79,10 @@ fn main() -> anyhow::Result<()> {
         Cli::Vhi { reps } => {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             let rows = rt.block_on(vhi::run(reps.max(1)))?;
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "rows": rows }))?);
+        }
+        Cli::Hashing { mib, reps } => {
+            let rows = hashing::run(mib.max(1), reps.max(1))?;
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "rows": rows }))?);
         }
     }

