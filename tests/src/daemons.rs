@@ -311,6 +311,22 @@ pub async fn wait_tick(c: &mut VhiClient<Channel>, vee_id: &str, min: u64, timeo
     panic!("VEE {vee_id} did not reach tick {min} in {timeout:?}; console tail:\n{text}");
 }
 
+/// Waits until the VEE's console has a line starting with `prefix` after
+/// the first `skip` such lines; returns that line. Panics with the console
+/// tail after `timeout`.
+pub async fn wait_console_line(c: &mut VhiClient<Channel>, vee_id: &str, prefix: &str, skip: usize, timeout: Duration) -> String {
+    let start = Instant::now();
+    let mut text = String::new();
+    while start.elapsed() < timeout {
+        text = console(c, vee_id).await;
+        if let Some(line) = text.lines().filter(|l| l.starts_with(prefix)).nth(skip) {
+            return line.to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    panic!("VEE {vee_id}: no console line {prefix:?} (after {skip}) in {timeout:?}; console tail:\n{text}");
+}
+
 /// Live-migrates `vee` from `c`'s host to `target` (max downtime 500 ms,
 /// `bandwidth_mib_s` 0 = unlimited): every progress message, the last the
 /// outcome.

@@ -175,9 +175,19 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
         "only the provider's own events"
     );
 
-    // Stop the service: nothing left on any host.
+    // Stop the service: each guest shuts down by itself (ACPI or its agent,
+    // within stop_timeout), and nothing is left on any host.
     for (vee, _) in &placed {
         site::vee_action(&mut acme, vee, interfaces::vmi::Action::Stop).await.unwrap();
+    }
+    let history = site::history(&mut acme, &svc.service_id).await;
+    for (vee, _) in &placed {
+        assert!(
+            history
+                .iter()
+                .any(|e| &e.vee_id == vee && e.detail.ends_with("-> stopped: the guest shut down")),
+            "{vee}: {history:?}"
+        );
     }
     for h in owned.iter().enumerate().filter(|(i, _)| *i != failed_index).map(|(_, h)| h) {
         assert!(h.domains().await.is_empty(), "{} still runs domains", h.host);

@@ -205,6 +205,7 @@ impl Host {
         let _ = std::fs::remove_file(&memory);
         result?;
         self.event(&vee_id, HostEventKind::Restored, cp.checkpoint_id.clone());
+        self.sync_guest_clock(&vee_id, "restore");
         tracing::info!(vee = %vee_id, checkpoint = %cp.checkpoint_id, "restored");
         self.status(&vee_id).await
     }

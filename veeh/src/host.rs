@@ -17,7 +17,7 @@ use crate::accel::Accel;
 use crate::config::VeehConfig;
 use crate::domain_xml::{self, DomainSpec};
 use crate::error::HostError;
-use crate::hypervisor::{DomainState, Hypervisor};
+use crate::hypervisor::{DomainState, GuestClock, Hypervisor};
 use crate::image_cache::ImageCache;
 use crate::qemu_img;
 use crate::vee_store::{VeeRecord, VeeStore};
@@ -98,6 +98,16 @@ pub fn vhi_state(s: Option<DomainState>) -> VeeState {
         Some(DomainState::Shutoff) => VeeState::Shutoff,
         Some(DomainState::Crashed) => VeeState::Crashed,
         Some(DomainState::Other) => VeeState::Unknown,
+    }
+}
+
+/// A host event of `vee_id`, now.
+fn host_event(vee_id: &str, kind: HostEventKind, detail: String) -> HostEvent {
+    HostEvent {
+        vee_id: vee_id.into(),
+        kind: kind as i32,
+        detail,
+        at_unix_ms: now_ms(),
     }
 }
 
@@ -196,12 +206,7 @@ impl Host {
 
     /// Emits a host event to WatchEvents subscribers.
     pub fn event(&self, vee_id: &str, kind: HostEventKind, detail: impl Into<String>) {
-        let _ = self.events.send(HostEvent {
-            vee_id: vee_id.into(),
-            kind: kind as i32,
-            detail: detail.into(),
-            at_unix_ms: now_ms(),
-        });
+        let _ = self.events.send(host_event(vee_id, kind, detail.into()));
     }
 
     /// The host's compatibility profile (H §4.4): a checkpoint restores only
@@ -435,17 +440,42 @@ impl Host {
         })
     }
 
-    pub async fn shutdown(&self, vee_id: &str, timeout_s: u32) -> Result<vhi::VeeStatus> {
+    /// Asks the guest to shut down; destroys its domain if it has not
+    /// within `timeout_s` seconds (at least 1).
+    pub async fn shutdown(&self, vee_id: &str, timeout_s: u32) -> Result<vhi::ShutdownResponse> {
         let id = vee_id.to_string();
         let timeout = Duration::from_secs(timeout_s.max(1) as u64);
         let clean = self.blocking(move |hv| hv.shutdown(&id, timeout)).await?;
         self.release_networks(vee_id).await?;
-        self.event(
-            vee_id,
-            HostEventKind::Stopped,
-            if clean { "acpi" } else { "destroyed after timeout" },
-        );
-        self.status(vee_id).await
+        let detail = if clean {
+            "the guest shut down".to_string()
+        } else {
+            format!("destroyed: the guest did not shut down within {}s", timeout.as_secs())
+        };
+        tracing::info!(vee = %vee_id, clean, "{detail}");
+        self.event(vee_id, HostEventKind::Stopped, detail);
+        Ok(vhi::ShutdownResponse {
+            status: Some(self.status(vee_id).await?),
+            clean,
+        })
+    }
+
+    /// Sets the guest's clock to the host's in the background (the guest
+    /// agent's guest-set-time; `after` says what paused it), with an event
+    /// and a log line either way.
+    pub fn sync_guest_clock(&self, vee_id: &str, after: &'static str) {
+        let (hv, events, id) = (self.hv.clone(), self.events.clone(), vee_id.to_string());
+        tokio::spawn(async move {
+            let vid = id.clone();
+            let detail = match tokio::task::spawn_blocking(move || hv.sync_guest_time(&vid)).await {
+                Ok(Ok(GuestClock::Set)) => format!("set to the host's time after {after}"),
+                Ok(Ok(GuestClock::NotSet(why))) => format!("not set after {after}: {why}"),
+                Ok(Err(e)) => format!("not set after {after}: {e:#}"),
+                Err(e) => format!("not set after {after}: {e}"),
+            };
+            tracing::info!(vee = %id, "guest clock {detail}");
+            let _ = events.send(host_event(&id, HostEventKind::GuestClock, detail));
+        });
     }
 
     /// Hard stop; with `remove` also deletes the VEE's files and record.
@@ -488,6 +518,7 @@ impl Host {
         let id = vee_id.to_string();
         self.blocking(move |hv| hv.resume(&id)).await?;
         self.event(vee_id, HostEventKind::Resumed, "");
+        self.sync_guest_clock(vee_id, "resume");
         self.status(vee_id).await
     }
 

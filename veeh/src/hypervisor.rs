@@ -22,6 +22,9 @@ use virt::sys;
 
 use crate::domain_xml::{self, domain_name};
 
+mod guest;
+pub use guest::GuestClock;
+
 /// The VEE has no domain owned by this VEEH at this libvirtd (none was
 /// found, or it vanished while being used). The VHI answers `NotFound`.
 #[derive(Debug, thiserror::Error)]
@@ -253,24 +256,6 @@ impl Hypervisor {
             }
             Ok(())
         })
-    }
-
-    /// ACPI shutdown; after `timeout` the domain is destroyed. Returns true
-    /// when the guest shut down by itself.
-    pub fn shutdown(&self, vee_id: &str, timeout: Duration) -> Result<bool> {
-        self.on_domain(vee_id, |d| {
-            let _ = d.shutdown();
-            Ok(())
-        })?;
-        let start = Instant::now();
-        while start.elapsed() < timeout {
-            if self.state(vee_id)?.is_none() {
-                return Ok(true);
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        self.destroy(vee_id)?;
-        Ok(false)
     }
 
     pub fn suspend(&self, vee_id: &str) -> Result<()> {

@@ -70,6 +70,7 @@ impl Host {
         let xml = self.blocking(move |hv| hv.xml(&id, false)).await?;
         std::fs::write(self.vees.dir(vee_id).join("domain.xml"), xml)?;
         self.event(vee_id, HostEventKind::MigratedIn, "");
+        self.sync_guest_clock(vee_id, "incoming migration");
         self.status(vee_id).await
     }
 

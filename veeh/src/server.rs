@@ -50,7 +50,7 @@ impl Vhi for VhiService {
     async fn start(&self, r: Request<VeeRef>) -> R<VeeStatus> {
         ok(self.host.start(&r.get_ref().vee_id).await)
     }
-    async fn shutdown(&self, r: Request<ShutdownRequest>) -> R<VeeStatus> {
+    async fn shutdown(&self, r: Request<ShutdownRequest>) -> R<ShutdownResponse> {
         let r = r.into_inner();
         ok(self.host.shutdown(&r.vee_id, r.timeout_s).await)
     }

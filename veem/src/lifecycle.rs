@@ -66,18 +66,27 @@ impl Veem {
         self.vee(vee_id)
     }
 
-    /// Stops a VEE (ACPI, then destroy) and releases its reservation.
+    /// Stops a VEE and releases its reservation: the guest is asked to shut
+    /// down (guest agent or ACPI power button) and its domain destroyed
+    /// after `stop_timeout` if it has not; the `stopped` event says which.
     pub async fn stop_vee(&self, vee_id: &str) -> Result<()> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
+        let mut how = String::new();
         if let Location::Host(h) = &v.location {
             let c = self.hosts.vhi(h)?;
-            let _ = c
+            let timeout_s = self.cfg.stop_timeout.as_secs().max(1) as u32;
+            how = match c
                 .shutdown(tonic::Request::new(ShutdownRequest {
                     vee_id: vee_id.into(),
-                    timeout_s: self.cfg.stop_timeout.as_secs().max(1) as u32,
+                    timeout_s,
                 }))
-                .await;
+                .await
+            {
+                Ok(r) if r.get_ref().clean => "the guest shut down".into(),
+                Ok(_) => format!("powered off: the guest did not shut down within stop_timeout ({timeout_s}s)"),
+                Err(e) => format!("powered off: shutdown failed: {}", e.message()),
+            };
             c.destroy(tonic::Request::new(DestroyRequest {
                 vee_id: vee_id.into(),
                 remove: true,
@@ -85,7 +94,7 @@ impl Veem {
             .await?;
         }
         if v.state != VeeState::Stopped {
-            self.transition(&mut v, VeeState::Stopped, "")?;
+            self.transition(&mut v, VeeState::Stopped, how)?;
         }
         let spare = self.spare_site(vee_id);
         let _ = self.planner.lock().unwrap().release_vee(vee_id);

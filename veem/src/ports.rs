@@ -83,7 +83,7 @@ impl vhi_server::Vhi for GrpcHost {
     async fn start(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStatus> {
         self.0.clone().start(r).await
     }
-    async fn shutdown(&self, r: Request<vhi::ShutdownRequest>) -> R<vhi::VeeStatus> {
+    async fn shutdown(&self, r: Request<vhi::ShutdownRequest>) -> R<vhi::ShutdownResponse> {
         self.0.clone().shutdown(r).await
     }
     async fn destroy(&self, r: Request<vhi::DestroyRequest>) -> R<vhi::VeeStatus> {

@@ -194,8 +194,12 @@ impl Vhi for FakeVhi {
     async fn start(&self, r: Request<VeeRef>) -> R<VeeStatus> {
         self.domain_call("Start", &r.into_inner().vee_id, true)
     }
-    async fn shutdown(&self, r: Request<ShutdownRequest>) -> R<VeeStatus> {
-        self.domain_call("Shutdown", &r.into_inner().vee_id, false)
+    async fn shutdown(&self, r: Request<ShutdownRequest>) -> R<ShutdownResponse> {
+        let status = self.domain_call("Shutdown", &r.into_inner().vee_id, false)?.into_inner();
+        Ok(Response::new(ShutdownResponse {
+            status: Some(status),
+            clean: true,
+        }))
     }
     async fn destroy(&self, r: Request<DestroyRequest>) -> R<VeeStatus> {
         self.domain_call("Destroy", &r.into_inner().vee_id, false)
