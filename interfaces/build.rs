@@ -20,6 +20,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]",
         )
         .type_attribute(".vhi.v1.Vtep", "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]")
+        .type_attribute(
+            ".vhi.v1.CloudInit",
+            "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]",
+        )
         .compile_protos(&["proto/vhi.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())

@@ -191,6 +191,7 @@ impl GuestIds {
             initrd: self.initrd.clone(),
             cmdline: self.cmdline.clone(),
             nics: vec![],
+            cloud_init: None,
         }
     }
 }

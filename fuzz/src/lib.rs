@@ -62,8 +62,10 @@ struct SpecInput {
     cmdline: String,
     console: String,
     nics: Vec<(String, String, u32)>,
+    seed: Option<String>,
     /// The rewrite for a migration: new paths, new owner, new bridges.
     to_disk: Option<String>,
+    to_seed: Option<String>,
     to_console: Option<String>,
     new_owner: String,
     to_bridges: Vec<(String, String)>,
@@ -84,7 +86,7 @@ pub fn domain_xml(data: &[u8]) {
     let Ok(s) = SpecInput::arbitrary(&mut Unstructured::new(data)) else { return };
     let texts = [&s.vee_id, &s.service_id, &s.owner, &s.cmdline, &s.console, &s.new_owner]
         .into_iter()
-        .chain([&s.disk, &s.kernel, &s.initrd, &s.to_disk, &s.to_console].into_iter().flatten())
+        .chain([&s.disk, &s.kernel, &s.initrd, &s.seed, &s.to_disk, &s.to_seed, &s.to_console].into_iter().flatten())
         .chain(s.nics.iter().flat_map(|(m, b, _)| [m, b]))
         .chain(s.to_bridges.iter().flat_map(|(m, b)| [m, b]));
     if texts.clone().any(|t| !t.chars().all(xml_char)) || texts.clone().any(|t| t.contains('\0')) {
@@ -108,10 +110,12 @@ pub fn domain_xml(data: &[u8]) {
         initrd: s.initrd.as_ref().map(PathBuf::from),
         cmdline: s.cmdline.clone(),
         console: PathBuf::from(&s.console),
+        seed: s.seed.as_ref().map(PathBuf::from),
         nics: s.nics.iter().map(|(mac, bridge, mtu)| NicXml { mac: mac.clone(), bridge: bridge.clone(), mtu: *mtu }).collect(),
     };
     let xml = domain_xml::generate(&spec);
-    check_domain(&xml, &s.owner, &s.service_id, &spec.nics.iter().map(|n| (n.mac.clone(), n.bridge.clone())).collect::<Vec<_>>(), spec.disk.is_some());
+    let disks = usize::from(spec.disk.is_some()) + usize::from(spec.seed.is_some());
+    check_domain(&xml, &s.owner, &s.service_id, &spec.nics.iter().map(|n| (n.mac.clone(), n.bridge.clone())).collect::<Vec<_>>(), disks);
     let doc = roxmltree::Document::parse(&xml).unwrap();
     let name = doc.descendants().find(|n| n.has_tag_name("name")).and_then(|n| n.text()).unwrap_or_default();
     assert_eq!(name, domain_xml::domain_name(&s.vee_id), "the domain's name");
@@ -125,6 +129,7 @@ pub fn domain_xml(data: &[u8]) {
         kernel: None,
         initrd: None,
         console: s.to_console.as_ref().map(PathBuf::from),
+        seed: s.to_seed.as_ref().map(PathBuf::from),
         bridges: s.to_bridges.clone(),
     };
     let moved = match domain_xml::rewrite_for(&xml, &to, &s.new_owner) {
@@ -132,7 +137,8 @@ pub fn domain_xml(data: &[u8]) {
         // Refused: the rewrite names an element the XML lacks (a disk
         // for a diskless VEE).
         Err(e) => {
-            assert!(to.disk.is_some() && spec.disk.is_none(), "rewrite refused: {e:#}\n{xml}");
+            let lacks = |to: &Option<PathBuf>, has: &Option<PathBuf>| to.is_some() && has.is_none();
+            assert!(lacks(&to.disk, &spec.disk) || lacks(&to.seed, &spec.seed), "rewrite refused: {e:#}\n{xml}");
             return;
         }
     };
@@ -144,19 +150,19 @@ pub fn domain_xml(data: &[u8]) {
             (n.mac.clone(), new.unwrap_or_else(|| n.bridge.clone()))
         })
         .collect();
-    check_domain(&moved, &s.new_owner, &s.service_id, &want, spec.disk.is_some());
+    check_domain(&moved, &s.new_owner, &s.service_id, &want, disks);
 }
 
 /// `xml` parses; its owner mark says `owner` and `service`; its bridged
-/// interfaces are `nics` in order; it has one disk if `disk`, else none.
-fn check_domain(xml: &str, owner: &str, service: &str, nics: &[(String, String)], disk: bool) {
+/// interfaces are `nics` in order; it has `disks` disks.
+fn check_domain(xml: &str, owner: &str, service: &str, nics: &[(String, String)], disks: usize) {
     let doc = roxmltree::Document::parse(xml).unwrap_or_else(|e| panic!("generated XML does not parse: {e}\n{xml}"));
     let own = domain_xml::ownership(xml).expect("the owner mark");
     assert_eq!((own.owner.as_str(), own.service_id.as_str()), (owner, service), "{xml}");
     assert_eq!(domain_xml::bridges(xml).unwrap(), nics, "{xml}");
     let count = |tag: &str| doc.descendants().filter(|n| n.has_tag_name(tag)).count();
     assert_eq!(count("interface"), nics.len(), "{xml}");
-    assert_eq!(count("disk"), usize::from(disk), "{xml}");
+    assert_eq!(count("disk"), disks, "{xml}");
     assert_eq!(count("domain"), 1, "{xml}");
     assert_eq!(count("serial"), 1, "{xml}");
 }

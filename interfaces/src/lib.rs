@@ -3,6 +3,7 @@
 //! shared error type. No daemon code lives here (DESIGN.md §2).
 
 pub mod blob_id;
+pub mod cloud_init;
 pub mod daemon;
 pub mod database;
 pub mod error;

@@ -433,6 +433,15 @@ pub struct Component {
     /// NICs in this order (eth0, eth1, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub networks: Vec<String>,
+    /// First-boot data for cloud-init (`#cloud-config`, a script, ...),
+    /// delivered as user-data on a NoCloud seed disk; at most
+    /// [`crate::cloud_init::MAX_USER_DATA_BYTES`] bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<String>,
+    /// OpenSSH public keys (`authorized_keys` lines) for the guest's default
+    /// user, delivered as the seed's meta-data `public-keys`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_authorized_keys: Vec<String>,
 }
 
 fn default_instances() -> u32 {

@@ -149,6 +149,7 @@ impl GuestIds {
             initrd: self.initrd.clone(),
             cmdline: self.cmdline.clone(),
             nics: vec![],
+            cloud_init: None,
         }
     }
 }

@@ -1,12 +1,14 @@
 //! The VEE as its guest operating system sees it, through a real `veeh`
 //! and libvirtd: a stop is a clean shutdown (guest agent or ACPI power
-//! button), and the guest's clock is set to the host's after a restore or a
-//! resume (guest agent). The tiny guest behaves here as a stock systemd
-//! guest with qemu-guest-agent would (scripts/build-guest-image).
+//! button); the guest's clock is set to the host's after a restore, a
+//! resume or a live migration (guest agent); first-boot data reaches it as
+//! a NoCloud seed, through a restore and a migration too. The tiny guest
+//! behaves here as a stock cloud image with cloud-init and qemu-guest-agent
+//! would (scripts/build-guest-image).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use e2e::daemons::{checkpoint, console, wait_console_line, wait_tick, ImageRepo, Veeh};
+use e2e::daemons::{checkpoint, console, migrate, wait_console_line, wait_tick, ImageRepo, Veeh};
 use e2e::{guest, lab};
 use interfaces::vhi::*;
 
@@ -103,5 +105,71 @@ async fn lab_the_guest_clock_is_the_hosts_after_a_restore_and_a_resume() {
     assert!(skew.abs() <= 2, "guest clock after resume {skew} s from the host's: {line}");
     c.destroy(destroy(true)).await.unwrap();
     drop(a1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_first_boot_data_reaches_the_guest_and_follows_it_through_restore_and_migration() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("guest-seed");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a = Veeh::start(&dir, "seed-a1", "site-a", lab::SITE_A_URI, &repo).await;
+    let b = Veeh::start(&dir, "seed-b1", "site-b", lab::SITE_B_URI, &repo).await;
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    let mut spec = ids.spec("svc-seed");
+    spec.cloud_init = Some(CloudInit {
+        hostname: "web-0".into(),
+        user_data: "#!/bin/sh\necho \"vee-guest: user-data ran on $(hostname)\"\n".into(),
+        ssh_authorized_keys: vec![
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBf0a7bYk5Yd0n9y5fQz1c6b3kKp alice@laptop".into(),
+            "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7 bob@desk".into(),
+        ],
+    });
+    let vee = spec.vee_id.clone();
+    ca.prepare(spec.clone()).await.unwrap();
+    ca.create(spec.clone()).await.unwrap();
+    ca.start(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    let seed = wait_console_line(&mut ca, &vee, "vee-guest: seed", 0, BOOT).await;
+    assert_eq!(seed, format!("vee-guest: seed instance-id={vee} hostname=web-0 ssh-keys=2"));
+    wait_console_line(&mut ca, &vee, "vee-guest: user-data ran on web-0", 0, BOOT).await;
+    let before = wait_tick(&mut ca, &vee, 3, BOOT).await.0;
+
+    // A checkpoint restored: the seed disk is written again and attached.
+    let cp = checkpoint(&mut ca, &vee).await;
+    ca.destroy(DestroyRequest {
+        vee_id: vee.clone(),
+        remove: false,
+    })
+    .await
+    .unwrap();
+    ca.restore(RestoreRequest {
+        spec: Some(spec.clone()),
+        checkpoint: Some(cp),
+        fence_owner: String::new(),
+    })
+    .await
+    .unwrap();
+    wait_tick(&mut ca, &vee, before + 2, Duration::from_secs(30)).await;
+
+    // Live-migrated to site B: B writes its own seed; the guest runs on,
+    // with its clock set there.
+    let target = cb.prepare_incoming(spec.clone()).await.unwrap().into_inner();
+    assert!(target.seed_path.starts_with(b.state_dir.to_str().unwrap()), "{}", target.seed_path);
+    let progress = migrate(&mut ca, &vee, target.clone(), 0).await;
+    let last = progress.last().unwrap();
+    assert_eq!(last.phase(), MigrationPhase::Done, "migration failed: {:?}", last.error);
+    cb.complete_incoming(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    assert!(std::path::Path::new(&target.seed_path).exists());
+    let line = wait_console_line(&mut cb, &vee, "vee-guest: agent set the clock to", 0, Duration::from_secs(30)).await;
+    assert!((clock_of(&line) - now_s()).abs() <= 2, "guest clock at B: {line}");
+    wait_tick(&mut cb, &vee, before + 4, Duration::from_secs(30)).await;
+    cb.destroy(DestroyRequest {
+        vee_id: vee.clone(),
+        remove: true,
+    })
+    .await
+    .unwrap();
+    drop((a, b, repo));
     std::fs::remove_dir_all(&dir).unwrap();
 }

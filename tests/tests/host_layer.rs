@@ -43,6 +43,7 @@ fn boots_the_tiny_guest_and_cleans_up() {
         initrd: Some(g.initrd.clone()),
         cmdline: g.cmdline.clone(),
         console: dir.join("console.log"),
+        seed: None,
         nics: vec![],
     };
     let hv = Hypervisor::open(lab::SITE_A_URI, &owner).unwrap();

@@ -162,6 +162,7 @@ impl Host {
         let mut reply = Default::default();
         let paths = self.ensure_images(&rec, &mut reply).await?;
         self.vees.save(&rec)?;
+        self.write_seed(&rec).await?;
         let dir = self.vees.dir(&vee_id);
         let memory = dir.join(format!("restore-{}.state", cp.checkpoint_id));
         let mem_id: BlobId = cp.memory_blob.parse().map_err(|e| HostError::field("checkpoint.memory_blob", e))?;
@@ -189,6 +190,7 @@ impl Host {
                 kernel: paths.kernel.clone(),
                 initrd: paths.initrd.clone(),
                 console: Some(self.vees.console(&vee_id)),
+                seed: rec.cloud_init.as_ref().map(|_| self.vees.seed(&vee_id)),
                 bridges: rec
                     .nics
                     .iter()

@@ -325,6 +325,7 @@ impl Host {
             }
         }
         self.vees.save(&rec)?;
+        self.write_seed(&rec).await?;
         let overlay = self.vees.overlay(&rec.vee_id);
         if let (Some(base), false) = (paths.base.clone(), overlay.exists()) {
             let size = rec.disk_gib * 1024 * 1024 * 1024;
@@ -337,6 +338,18 @@ impl Host {
             tracing::info!(%id, "evicted from the image cache");
         }
         Ok(reply)
+    }
+
+    /// Writes `rec`'s NoCloud seed disk, if it has first-boot data
+    /// (`crate::seed`).
+    pub async fn write_seed(&self, rec: &VeeRecord) -> Result<()> {
+        if let Some(c) = rec.cloud_init.clone() {
+            let (path, id) = (self.vees.seed(&rec.vee_id), rec.vee_id.clone());
+            tokio::task::spawn_blocking(move || crate::seed::write(&path, &id, &c))
+                .await?
+                .with_context(|| format!("VEE {}: the NoCloud seed (field `cloud_init`)", rec.vee_id))?;
+        }
+        Ok(())
     }
 
     /// Blob IDs any VEE on this host references.
@@ -367,6 +380,7 @@ impl Host {
             initrd: paths.initrd,
             cmdline: rec.cmdline.clone(),
             console: self.vees.console(&rec.vee_id),
+            seed: rec.cloud_init.as_ref().map(|_| self.vees.seed(&rec.vee_id)),
             nics: rec
                 .nics
                 .iter()

@@ -18,5 +18,6 @@ pub mod image_cache;
 pub mod migration;
 pub mod network;
 pub mod qemu_img;
+pub mod seed;
 pub mod server;
 pub mod vee_store;

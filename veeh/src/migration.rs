@@ -32,6 +32,7 @@ impl Host {
         let paths = self.ensure_images(&rec, &mut reply).await?;
         rec.incoming = true;
         self.vees.save(&rec)?;
+        self.write_seed(&rec).await?;
         let overlay = self.vees.overlay(&id);
         let _ = std::fs::remove_file(&overlay);
         if let Some(base) = &paths.base {
@@ -53,6 +54,7 @@ impl Host {
             kernel_path: ds.kernel.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             initrd_path: ds.initrd.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             console_path: ds.console.display().to_string(),
+            seed_path: ds.seed.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             dest_xml: domain_xml::generate(&ds),
             host: self.cfg.host.clone(),
         })
@@ -110,6 +112,7 @@ impl Host {
             kernel: opt(&target.kernel_path),
             initrd: opt(&target.initrd_path),
             console: opt(&target.console_path),
+            seed: opt(&target.seed_path),
             // The destination's bridges, as it generated them.
             bridges: domain_xml::bridges(&target.dest_xml).context("the destination's domain XML")?,
         };

@@ -44,6 +44,10 @@ pub struct VeeRecord {
     /// service networks).
     #[serde(default)]
     pub nics: Vec<interfaces::vhi::Nic>,
+    /// First-boot data for cloud-init: the VEE has a NoCloud seed disk
+    /// (`seed.iso`) made from it. Records before it have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_init: Option<interfaces::vhi::CloudInit>,
 }
 
 impl VeeRecord {
@@ -86,6 +90,12 @@ impl VeeRecord {
             crate::network::check_members(&format!("nics[{i}]"), &n.domain, &n.members)?;
             crate::network::check_overlay(&format!("nics[{i}]"), n.overlay_port, &n.stretched_to)?;
         }
+        if let Some(c) = &spec.cloud_init {
+            interfaces::cloud_init::check_wire("cloud_init", c).map_err(|e| match e {
+                interfaces::Error::InvalidManifest { field, reason } => HostError::field(field, reason).into(),
+                e => anyhow::Error::from(e),
+            })?;
+        }
         if spec.image.is_empty() && spec.kernel.is_empty() {
             bail!("VEE {}: needs an `image` or a `kernel` to boot", spec.vee_id);
         }
@@ -102,6 +112,7 @@ impl VeeRecord {
             cmdline: spec.cmdline.clone(),
             incoming: false,
             nics: spec.nics.clone(),
+            cloud_init: spec.cloud_init.clone(),
         })
     }
 
@@ -118,6 +129,7 @@ impl VeeRecord {
             initrd: self.initrd.clone(),
             cmdline: self.cmdline.clone(),
             nics: self.nics.clone(),
+            cloud_init: self.cloud_init.clone(),
         }
     }
 }
@@ -147,6 +159,11 @@ impl VeeStore {
     /// The VEE's private qcow2 overlay.
     pub fn overlay(&self, vee_id: &str) -> PathBuf {
         self.dir(vee_id).join("overlay.qcow2")
+    }
+
+    /// The VEE's NoCloud seed disk (ISO 9660, label `cidata`).
+    pub fn seed(&self, vee_id: &str) -> PathBuf {
+        self.dir(vee_id).join("seed.iso")
     }
 
     /// The VEE's serial console log.

@@ -510,6 +510,11 @@ impl VeeRec {
             kernel: c.kernel.as_ref().map(|k| k.to_string()).unwrap_or_default(),
             initrd: c.initrd.as_ref().map(|k| k.to_string()).unwrap_or_default(),
             cmdline: c.cmdline.clone().unwrap_or_default(),
+            cloud_init: (c.user_data.is_some() || !c.ssh_authorized_keys.is_empty()).then(|| interfaces::vhi::CloudInit {
+                hostname: crate::networks::host_name(&c.name, instance),
+                user_data: c.user_data.clone().unwrap_or_default(),
+                ssh_authorized_keys: c.ssh_authorized_keys.clone(),
+            }),
             state: VeeState::Admitted,
             location: Location::Nowhere,
             checkpoint_interval_s: checkpoint_interval(m, (end - start).max(1) as u64, DEFAULT_CHECKPOINT_COST_S),

@@ -214,6 +214,11 @@ pub struct VeeRec {
     /// cleared when it runs again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub down_since_ms: Option<i64>,
+    /// First-boot data for cloud-init: the manifest's `user_data` and
+    /// `ssh_authorized_keys` with the VEE's host name; its VEEH gives the
+    /// VEE a NoCloud seed disk of it. `None`: the manifest gave none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_init: Option<interfaces::vhi::CloudInit>,
 }
 
 /// A VEE's stay at a peer site, in Unix seconds: from when this site
@@ -309,6 +314,16 @@ impl VeeRec {
             checkpoint_cost_s: None,
             open_ended: true,
             init_lead_s: 0,
+            cloud_init: match &s.cloud_init {
+                Some(c) => {
+                    interfaces::cloud_init::check_wire("cloud_init", c).map_err(|e| match e {
+                        interfaces::Error::InvalidManifest { field, reason } => crate::error::VeemError::field(field, reason),
+                        e => crate::error::VeemError::field("cloud_init", e),
+                    })?;
+                    Some(c.clone())
+                }
+                None => None,
+            },
         })
     }
 
@@ -325,6 +340,7 @@ impl VeeRec {
             initrd: self.initrd.clone(),
             cmdline: self.cmdline.clone(),
             nics: self.nics.iter().map(NicRec::to_wire).collect(),
+            cloud_init: self.cloud_init.clone(),
         }
     }
 
@@ -489,8 +505,18 @@ mod tests {
                 ports: vec![80, 7000],
                 ..Default::default()
             }],
+            cloud_init: Some(interfaces::vhi::CloudInit {
+                hostname: "web-0".into(),
+                user_data: "#cloud-config\n".into(),
+                ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB alice@laptop".into()],
+            }),
         };
         assert_eq!(VeeRec::from_spec(&s).unwrap().spec(), s);
+        // A peer's first-boot data is checked like a manifest's.
+        let mut bad = s.clone();
+        bad.cloud_init.as_mut().unwrap().ssh_authorized_keys = vec!["ssh-rsa not-a-key!".into()];
+        let e = VeeRec::from_spec(&bad).unwrap_err().to_string();
+        assert!(e.contains("field `cloud_init.ssh_authorized_keys[0]`"), "{e}");
         let mut bad = s.clone();
         bad.nics[0].address = "10.240.1.2".into();
         let e = VeeRec::from_spec(&bad).unwrap_err().to_string();

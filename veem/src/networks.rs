@@ -33,6 +33,13 @@ pub fn dns_label(v: &VeeRec) -> String {
     format!("{}-{}", v.component.to_ascii_lowercase(), v.instance)
 }
 
+/// The guest's host name (cloud-init's `local-hostname`) of instance
+/// `instance` of component `component`: its DNS label, with `_` (allowed in
+/// component names, not in host names) as `-`.
+pub fn host_name(component: &str, instance: u32) -> String {
+    format!("{}-{instance}", component.to_ascii_lowercase().replace('_', "-"))
+}
+
 impl Veem {
     /// What the site's live services hold: the subnets and VNIs of every
     /// service with a VEE not terminated, and those VEEs' external

@@ -241,6 +241,26 @@ fn rejects_malformed_blob_ids() {
 }
 
 #[test]
+fn first_boot_data_is_read_and_checked() {
+    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBf0a7bYk5Yd0n9y5fQz1c6b3kKp alice@laptop";
+    let with = |keys: &str| {
+        edit(
+            "name = \"web\"",
+            &format!("name = \"web\"\nuser_data = \"\"\"\n#cloud-config\nruncmd: [date]\n\"\"\"\nssh_authorized_keys = [{keys}]"),
+        )
+    };
+    let m = Manifest::from_toml(&with(&format!("\"{key}\""))).unwrap();
+    let web = &m.components[1];
+    assert_eq!(web.user_data.as_deref(), Some("#cloud-config\nruncmd: [date]\n"));
+    assert_eq!(web.ssh_authorized_keys, [key]);
+    rejects(
+        &with(&format!("\"{key}\", \"AAAAB3NzaC1yc2E bob\"")),
+        "component[1].ssh_authorized_keys[1]",
+        "key type \"AAAAB3NzaC1yc2E\" is not one of",
+    );
+}
+
+#[test]
 fn rejects_initrd_or_cmdline_without_kernel() {
     rejects(
         &edit("name = \"web\"", &format!("name = \"web\"\ninitrd = \"{ID}\"")),

@@ -292,7 +292,7 @@ fn validate_component(i: usize, c: &Component) -> Result<()> {
             return Err(invalid(f("cmdline"), format!("contains the control character {ch:?}")));
         }
     }
-    Ok(())
+    crate::cloud_init::check(&format!("component[{i}]"), c.user_data.as_deref(), &c.ssh_authorized_keys)
 }
 
 fn validate_constraint(i: usize, c: &Constraint, known: &HashMap<&str, usize>) -> Result<()> {

@@ -35,6 +35,9 @@ pub struct DomainSpec {
     pub cmdline: String,
     /// Serial console log (appended to, so it survives restore/migration).
     pub console: PathBuf,
+    /// The NoCloud seed disk (read-only, after the VEE's own disk), if the
+    /// VEE has first-boot data.
+    pub seed: Option<PathBuf>,
     /// NICs in guest order: virtio on the network's bridge, with the
     /// VEEM's MAC and the network's MTU.
     pub nics: Vec<NicXml>,
@@ -73,6 +76,9 @@ fn esc(s: &str) -> String {
         .replace('\n', "&#10;")
         .replace('\r', "&#13;")
 }
+
+/// The target device of the NoCloud seed disk.
+pub const SEED_DEV: &str = "vdb";
 
 /// The guest agent's virtio-serial port name (qemu-guest-agent's default).
 pub const GUEST_AGENT_CHANNEL: &str = "org.qemu.guest_agent.0";
@@ -123,7 +129,7 @@ fn elem(w: &mut Xml, tag: &str, attrs: &[(&str, &str)], body: impl FnOnce(&mut X
 /// - the clock in UTC with the timer policies virt-install and OpenStack
 ///   use (RTC catch-up, PIT delay, no HPET, kvm-clock under KVM), so a guest
 ///   keeps time and its clock can be set after a restore;
-/// - virtio disk `vda`, a virtio NIC per service network, a serial console
+/// - virtio disk `vda`, the NoCloud seed `vdb` (read-only), a virtio NIC per service network, a serial console
 ///   to a file, a virtio-serial channel for the guest agent
 ///   ([`GUEST_AGENT_CHANNEL`]; libvirt picks the socket path), no graphics
 ///   (lab notes: `<graphics type='none'/>` is invalid), no balloon.
@@ -188,6 +194,16 @@ fn devices(w: &mut Xml, spec: &DomainSpec) {
             empty(w, "driver", &[("name", "qemu"), ("type", "qcow2")]);
             empty(w, "source", &[("file", &d.display().to_string())]);
             empty(w, "target", &[("dev", "vda"), ("bus", "virtio")]);
+        });
+    }
+    if let Some(s) = &spec.seed {
+        // Not part of a snapshot (libvirt's `snapshot='no'`) nor copied by a
+        // migration: each host writes its own from the spec.
+        elem(w, "disk", &[("type", "file"), ("device", "disk"), ("snapshot", "no")], |w| {
+            empty(w, "driver", &[("name", "qemu"), ("type", "raw")]);
+            empty(w, "source", &[("file", &s.display().to_string())]);
+            empty(w, "target", &[("dev", SEED_DEV), ("bus", "virtio")]);
+            empty(w, "readonly", &[]);
         });
     }
     for n in &spec.nics {

@@ -55,6 +55,8 @@ pub struct PathMap {
     pub kernel: Option<PathBuf>,
     pub initrd: Option<PathBuf>,
     pub console: Option<PathBuf>,
+    /// The NoCloud seed disk ([`super::SEED_DEV`]).
+    pub seed: Option<PathBuf>,
     /// (MAC, bridge); an interface whose MAC is not here keeps its bridge.
     pub bridges: Vec<(String, String)>,
 }
@@ -78,7 +80,7 @@ pub fn bridges(xml: &str) -> anyhow::Result<Vec<(String, String)>> {
 }
 
 /// Rewrites `xml` (a migratable or save-image domain XML) so that disk `vda`,
-/// kernel, initrd and the serial log point at `to`'s paths and the owner mark
+/// the seed disk, kernel, initrd and the serial log point at `to`'s paths and the owner mark
 /// names `new_owner`. Errors when the XML lacks an element `to` names.
 pub fn rewrite_for(xml: &str, to: &PathMap, new_owner: &str) -> anyhow::Result<String> {
     let doc = roxmltree::Document::parse(xml)?;
@@ -104,14 +106,15 @@ pub fn rewrite_for(xml: &str, to: &PathMap, new_owner: &str) -> anyhow::Result<S
             edits.push((a.range_value(), p(new)));
             Ok(())
         };
-    if let Some(disk) = &to.disk {
-        let target = find(&|n: &roxmltree::Node| n.tag_name().name() == "target" && n.attribute("dev") == Some("vda"))
-            .ok_or_else(|| anyhow::anyhow!("domain XML has no disk vda"))?;
+    for (dev, path) in [("vda", &to.disk), (super::SEED_DEV, &to.seed)] {
+        let Some(path) = path else { continue };
+        let target = find(&|n: &roxmltree::Node| n.tag_name().name() == "target" && n.attribute("dev") == Some(dev))
+            .ok_or_else(|| anyhow::anyhow!("domain XML has no disk {dev}"))?;
         let source = target
             .parent()
             .and_then(|d| d.children().find(|c| c.tag_name().name() == "source"))
-            .ok_or_else(|| anyhow::anyhow!("disk vda has no <source>"))?;
-        attr_edit(source, "file", disk, &mut edits)?;
+            .ok_or_else(|| anyhow::anyhow!("disk {dev} has no <source>"))?;
+        attr_edit(source, "file", path, &mut edits)?;
     }
     if let Some(console) = &to.console {
         // The live XML repeats the serial port's file as <console>: both go.

@@ -13,6 +13,7 @@ fn spec() -> DomainSpec {
         initrd: Some("/c/blobs/i".into()),
         cmdline: "console=ttyS0 quiet".into(),
         console: "/s/a/console.log".into(),
+        seed: None,
         nics: vec![],
     }
 }
@@ -144,12 +145,36 @@ fn a_domain_has_acpi_a_utc_clock_and_a_guest_agent_channel() {
 }
 
 #[test]
+fn the_seed_is_a_read_only_virtio_disk_outside_snapshots() {
+    let xml = generate(&DomainSpec {
+        seed: Some("/s/a/seed.iso".into()),
+        ..spec()
+    });
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let seed = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("disk"))
+        .find(|d| d.children().any(|c| c.has_tag_name("target") && c.attribute("dev") == Some("vdb")))
+        .expect("disk vdb");
+    assert_eq!(seed.attribute("snapshot"), Some("no"));
+    assert!(seed.children().any(|c| c.has_tag_name("readonly")));
+    assert_eq!(
+        seed.children().find(|c| c.has_tag_name("source")).unwrap().attribute("file"),
+        Some("/s/a/seed.iso")
+    );
+    assert!(!generate(&spec()).contains("vdb"), "no first-boot data, no seed disk");
+}
+
+#[test]
 fn the_generated_xml_is_valid_for_libvirt() {
     // libvirt's own schema (virt-xml-validate runs xmllint: libxml2-utils,
     // installed by scripts/setup-host), with and without NICs and disk, KVM too.
     let specs = [
         spec(),
-        two_nics(),
+        DomainSpec {
+            seed: Some("/s/a/seed.iso".into()),
+            ..two_nics()
+        },
         DomainSpec {
             accel: Accel::Kvm,
             disk: None,
@@ -237,7 +262,10 @@ fn every_string_is_escaped_the_name_too() {
 
 #[test]
 fn rewrite_points_every_path_bridge_and_the_owner_at_the_destination() {
-    let xml = generate(&two_nics());
+    let xml = generate(&DomainSpec {
+        seed: Some("/s/a/seed.iso".into()),
+        ..two_nics()
+    });
     assert_eq!(
         bridges(&xml).unwrap(),
         [
@@ -250,6 +278,7 @@ fn rewrite_points_every_path_bridge_and_the_owner_at_the_destination() {
         kernel: Some("/b/cache/k".into()),
         initrd: Some("/b/cache/i".into()),
         console: Some("/b/x/console.log".into()),
+        seed: Some("/b/x/seed.iso".into()),
         // A network stretched to the destination's site: its bridge there.
         bridges: vec![("02:00:00:65:00:02".into(), "vs4790-65".into())],
     };
@@ -261,10 +290,17 @@ fn rewrite_points_every_path_bridge_and_the_owner_at_the_destination() {
             ("02:00:00:65:00:02".into(), "vs4790-65".into())
         ]
     );
-    for old in ["/s/a/overlay.qcow2", "/c/blobs/k", "/c/blobs/i", "/s/a/console.log"] {
+    for old in [
+        "/s/a/overlay.qcow2",
+        "/c/blobs/k",
+        "/c/blobs/i",
+        "/s/a/console.log",
+        "/s/a/seed.iso",
+    ] {
         assert!(!out.contains(old), "{old} still in {out}");
     }
     assert!(out.contains(r#"<source file="/b/x/overlay.qcow2"/>"#), "{out}");
+    assert!(out.contains(r#"<source file="/b/x/seed.iso"/>"#), "{out}");
     assert!(out.contains("<kernel>/b/cache/k</kernel>"));
     assert_eq!(ownership(&out).unwrap().owner, "host-b1");
 }

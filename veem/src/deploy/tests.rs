@@ -36,6 +36,33 @@ async fn a_deployed_vee_is_prepared_created_and_started_on_its_host() {
 }
 
 #[tokio::test]
+async fn a_components_first_boot_data_reaches_each_vees_host_with_its_own_host_name() {
+    let site = site().await;
+    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBf0a7bYk5Yd0n9y5fQz1c6b3kKp alice@laptop";
+    let manifest = STANDARD.replace("name = \"vm\"", "name = \"web_tier\"\ninstances = 2")
+        + &format!("user_data = \"\"\"\n#cloud-config\npackages: [nginx]\n\"\"\"\nssh_authorized_keys = [\"{key}\"]\n");
+    let svc = site.veem.deploy(&acme(), &manifest).await.unwrap();
+    let mut names = vec![];
+    for vee in &svc.vees {
+        eventually("running", || site.veem.vee(vee).unwrap().state == VeeState::Running).await;
+        let host = site.veem.vee(vee).unwrap().host().unwrap().to_string();
+        let c = site.host(&host).spec(vee).unwrap().cloud_init.expect("a seed for the VEE");
+        assert_eq!(
+            (c.user_data.as_str(), c.ssh_authorized_keys.as_slice()),
+            ("#cloud-config\npackages: [nginx]\n", &[key.to_string()][..])
+        );
+        names.push(c.hostname);
+    }
+    names.sort();
+    assert_eq!(names, ["web-tier-0", "web-tier-1"], "DNS labels: `_` is not allowed in host names");
+    // Without first-boot data, no seed.
+    let plain = site.veem.deploy(&acme(), &STANDARD.replace("shop", "plain")).await.unwrap();
+    eventually("running", || site.veem.vee(&plain.vees[0]).unwrap().state == VeeState::Running).await;
+    let host = site.veem.vee(&plain.vees[0]).unwrap().host().unwrap().to_string();
+    assert_eq!(site.host(&host).spec(&plain.vees[0]).unwrap().cloud_init, None);
+}
+
+#[tokio::test]
 async fn a_repository_that_is_down_refuses_the_manifest_and_nothing_is_reserved() {
     let site = site().await;
     site.repo.down.store(true, std::sync::atomic::Ordering::SeqCst);
