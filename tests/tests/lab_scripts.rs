@@ -19,3 +19,24 @@ fn a_daemon_started_under_flock_does_not_hold_the_lock() {
     let _ = Command::new("kill").arg(&daemon).status();
     assert!(free.success(), "the daemon (pid {daemon}) still holds the lock");
 }
+
+#[test]
+fn each_phase_of_a_script_says_when_it_starts_and_how_long_it_took() {
+    let lib = format!("{}/../scripts/lib/phases", env!("CARGO_MANIFEST_DIR"));
+    let run = |body: &str| {
+        let script = format!("set -euo pipefail\nPHASE_SCRIPT=demo\n. {lib}\n{body}\n");
+        Command::new("bash").arg("-c").arg(script).output().unwrap()
+    };
+    let out = run("phase 'the build' bash -c 'echo compiling; sleep 1'\necho after");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "compiling\nafter\n", "the phase's own output shows");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines[0], "[demo] the build ...");
+    assert!(["[demo] the build: 1 s", "[demo] the build: 2 s"].contains(&lines[1]), "{stderr}");
+    // A failing phase stops the script (set -e) after naming itself.
+    let out = run("phase packages false\necho after");
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "[demo] packages ...\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+}
