@@ -4,6 +4,7 @@
 
 pub mod blob_id;
 pub mod cloud_init;
+pub mod config;
 pub mod daemon;
 pub mod database;
 pub mod error;

@@ -116,3 +116,47 @@ fn a_daemon_started_with_log_format_json_logs_one_json_object_per_line() {
         "{rest:?}"
     );
 }
+
+#[test]
+fn every_daemon_names_the_file_line_column_and_field_of_a_configuration_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |bin: &str, args: &[&str]| {
+        let out = std::process::Command::new(lab::binary(bin)).args(args).output().unwrap();
+        assert!(!out.status.success(), "{bin} {args:?} started");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    // A type error, where it is.
+    let veeh = file(
+        "veeh.toml",
+        "host = \"h1\"\nsite_id = \"a\"\nlibvirt_uri = \"qemu:///system\"\nlisten = \"127.0.0.1:1\"\nstate_dir = \"/tmp/x\"\nmigration_address = \"127.0.0.1\"\nimage_repo = \"http://127.0.0.1:1\"\ninsecure = true\ncache_limit = \"lots\"\n[capacity]\nvcpus = 1\nmemory_mib = 1\ndisk_gib = 1\n",
+    );
+    let e = run("veeh", &["serve", "--config", &veeh]);
+    assert!(e.contains(&format!("{veeh}:9:1: field `cache_limit`: ")), "{e}");
+    // A daemon's own rule, located the same way.
+    let veem = file(
+        "veem.toml",
+        "site_id = \"a\"\nlisten = \"127.0.0.1:1\"\ndb = \"/tmp/y\"\nrank_policy = \"random\"\nimage_repo = \"http://127.0.0.1:1\"\ninsecure = true\n",
+    );
+    let e = run("veem", &["serve", "--config", &veem]);
+    assert!(e.contains(&format!("{veem}:4:1: field `rank_policy`: ")), "{e}");
+    let repo = file(
+        "repo.toml",
+        "data = \"/tmp/z\"\ntoken = \"a-long-operator-token\"\ninsecure = true\nmax_size = -1\n",
+    );
+    let e = run("image-repo", &["serve", "--config", &repo]);
+    assert!(e.contains(&format!("{repo}:4:1: field `max_size`: ")), "{e}");
+    // Without --config, the daemons read their file under /etc.
+    let e = run("veeh", &["serve"]);
+    assert!(e.contains("/etc/veeh/veeh.toml"), "{e}");
+    let e = std::process::Command::new(lab::binary("veem"))
+        .args(["serve"])
+        .env_remove("VEEM_CONFIG")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&e.stderr).contains("/etc/veem/veem.toml"), "{e:?}");
+}

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use interfaces::config::{invalid, Invalid};
 use serde::Deserialize;
 
 /// Which accelerator guests run under.
@@ -38,7 +39,7 @@ pub struct Capacity {
 /// listen = "127.0.0.1:7101"
 /// state_dir = "/var/lib/vee/host-a1"
 /// cache_dir = "/var/lib/vee/host-a1/cache"
-/// cache_limit_mib = 4096
+/// cache_limit = "4 GiB"
 /// migration_address = "127.0.0.1"
 /// vtep = "127.0.0.1"
 /// accel = "auto"
@@ -74,9 +75,13 @@ pub struct VeehConfig {
     /// Image cache (defaults to `state_dir/cache`).
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
-    /// Cache size limit in MiB above which unused images are evicted (LRU).
-    #[serde(default = "default_cache_limit_mib")]
-    pub cache_limit_mib: u64,
+    /// Cache size above which unused images are evicted (LRU), in bytes:
+    /// written with a unit (`"4 GiB"`, the default). The older
+    /// `cache_limit_mib` (a number of MiB) still reads.
+    #[serde(default = "default_cache_limit", deserialize_with = "interfaces::config::size")]
+    pub cache_limit: u64,
+    #[serde(default)]
+    cache_limit_mib: Option<u64>,
     /// Address the migration and NBD disk streams of incoming migrations
     /// use, e.g. `127.0.0.1`.
     pub migration_address: String,
@@ -107,29 +112,37 @@ pub struct VeehConfig {
     pub insecure: bool,
 }
 
-fn default_cache_limit_mib() -> u64 {
-    4096
+fn default_cache_limit() -> u64 {
+    4 << 30
 }
 
 impl VeehConfig {
-    /// Reads and parses `path`. Errors name the file and the field.
+    /// Reads and checks `path`. Errors name the file, the line and column,
+    /// the field and why (`interfaces::config`).
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        let mut cfg: Self = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        if cfg.host.is_empty() || cfg.host.contains('/') {
-            anyhow::bail!("{}: field `host`: must be a non-empty name without '/'", path.display());
+        interfaces::config::load(path, Self::check)
+    }
+
+    fn check(&mut self) -> Result<(), Invalid> {
+        if self.host.is_empty() || self.host.contains('/') {
+            return Err(invalid("host", "must be a non-empty name without '/'"));
         }
-        if cfg.tls.is_some() == cfg.insecure {
-            anyhow::bail!(
-                "{}: field `tls`: give the VHI's certificate, key and the VEEM's CA ([tls]), or set insecure = true to serve it in plaintext to anyone",
-                path.display()
-            );
+        if self.tls.is_some() == self.insecure {
+            return Err(invalid(
+                "tls",
+                "give the VHI's certificate, key and the VEEM's CA ([tls]), or set insecure = true to serve it in plaintext to anyone",
+            ));
+        }
+        if let Some(mib) = self.cache_limit_mib.take() {
+            tracing::warn!("field `cache_limit_mib` is deprecated: write cache_limit = \"{mib} MiB\"");
+            self.cache_limit = mib << 20;
         }
         // libvirt needs absolute paths: relative ones are relative to the
         // working directory.
-        cfg.state_dir = std::path::absolute(&cfg.state_dir)?;
-        cfg.cache_dir = cfg.cache_dir.map(std::path::absolute).transpose()?;
-        Ok(cfg)
+        let absolute = |field: &str, p: &Path| std::path::absolute(p).map_err(|e| invalid(field, e));
+        self.state_dir = absolute("state_dir", &self.state_dir)?;
+        self.cache_dir = self.cache_dir.as_deref().map(|d| absolute("cache_dir", d)).transpose()?;
+        Ok(())
     }
 
     /// The image cache directory.

@@ -117,7 +117,7 @@ impl Host {
         let accel = Accel::detect(cfg.accel);
         let hv = Arc::new(Hypervisor::open(&cfg.libvirt_uri, &cfg.host)?);
         let repo = RepoClient::with_ca(&cfg.image_repo, cfg.image_repo_token.clone(), cfg.image_repo_ca.as_deref())?;
-        let cache = ImageCache::new(&cfg.cache_dir(), cfg.cache_limit_mib, repo.clone())?;
+        let cache = ImageCache::new(&cfg.cache_dir(), cfg.cache_limit >> 20, repo.clone())?;
         let vees = VeeStore::open(&cfg.state_dir)?;
         let (events, _) = broadcast::channel(256);
         let facts = hv.facts()?;

@@ -24,7 +24,7 @@ enum Cmd {
     /// Serve the VHI (gRPC) for this host.
     Serve {
         /// The VEEH configuration (TOML).
-        #[arg(long)]
+        #[arg(long, env = "VEEH_CONFIG", value_name = "FILE", default_value = "/etc/veeh/veeh.toml")]
         config: PathBuf,
         /// How log lines are written on stderr.
         #[arg(long, value_enum, default_value_t)]

@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
+use interfaces::config::{duration, invalid, Invalid};
 use serde::Deserialize;
 
 use crate::planner::{Resources, UsageLimit};
 
 mod policies;
-use policies::duration;
 pub use policies::{MigrationPolicy, ProposalPolicy, RecoveryPolicy};
 
 /// One VEEH of the site.
@@ -374,111 +374,114 @@ fn default_stop_timeout() -> Duration {
 }
 
 impl VeemConfig {
-    /// Reads and checks `path`; errors name the file, the field and why.
+    /// Reads and checks `path`; errors name the file, the line and column,
+    /// the field and why (`interfaces::config`).
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
-        Self::parse(&text).with_context(|| path.display().to_string())
+        interfaces::config::load(path, |c: &mut Self| c.check())
     }
 
-    /// Parses and checks a configuration's text; errors name the field
-    /// (`field `usage_limits.acme.limit`: missing field `disk_gib``).
+    /// Parses and checks a configuration's text; errors name the line and
+    /// column and the field (`3:1: field `usage_limits.acme.limit`: missing
+    /// field `disk_gib``).
     pub fn parse(text: &str) -> Result<Self> {
-        let cfg: Self = serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
-            let path = e.path().to_string();
-            let message = e.into_inner().message().trim().to_string();
-            match path.as_str() {
-                "." | "?" => anyhow::anyhow!("{message}"),
-                _ => anyhow::anyhow!("field `{path}`: {message}"),
-            }
-        })?;
-        cfg.check()?;
-        Ok(cfg)
+        Ok(interfaces::config::parse_checked(text, |c: &mut Self| c.check())?)
     }
 
-    fn check(&self) -> Result<()> {
+    fn check(&self) -> std::result::Result<(), Invalid> {
         if self.site_id.is_empty() {
-            bail!("field `site_id`: must not be empty");
+            return Err(invalid("site_id", "must not be empty"));
         }
         if !["packing", "striping", "load-aware"].contains(&self.rank_policy.as_str()) {
-            bail!("field `rank_policy`: {:?} is not packing, striping or load-aware", self.rank_policy);
+            return Err(invalid(
+                "rank_policy",
+                format!("{:?} is not packing, striping or load-aware", self.rank_policy),
+            ));
         }
         let mut names = std::collections::HashSet::new();
         for (i, h) in self.hosts.iter().enumerate() {
             if !names.insert(&h.name) {
-                bail!("field `hosts[{i}].name`: duplicate host {:?}", h.name);
+                return Err(invalid(format!("hosts[{i}].name"), format!("duplicate host {:?}", h.name)));
             }
         }
         let mut tokens = std::collections::HashSet::new();
         for (i, t) in self.tokens.iter().enumerate() {
-            let digest = t.digest(i).map_err(|e| anyhow::anyhow!("{e} (veem hash-token)"))?;
+            let digest = t
+                .digest(i)
+                .map_err(|e| invalid(format!("tokens[{i}]"), format!("{e} (veem hash-token)")))?;
             interfaces::tokens::warn_if_clear(&format!("tokens[{i}]"), t.token.as_deref(), "veem hash-token");
             if !tokens.insert(digest) {
-                bail!("field `tokens[{i}]`: the same token twice");
+                return Err(invalid(format!("tokens[{i}]"), "the same token twice"));
             }
         }
         if self.heartbeat_interval < Duration::from_secs(1) {
-            bail!("field `heartbeat_interval`: must be at least 1 s");
+            return Err(invalid("heartbeat_interval", "must be at least 1 s"));
         }
         if self.heartbeat_miss_limit == 0 {
-            bail!("field `heartbeat_miss_limit`: must be at least 1");
+            return Err(invalid("heartbeat_miss_limit", "must be at least 1"));
         }
         if self.slot.as_secs() == 0 || self.slot.subsec_nanos() != 0 {
-            bail!("field `slot`: must be whole seconds, at least 1 s");
+            return Err(invalid("slot", "must be whole seconds, at least 1 s"));
         }
         if self.planning_horizon < 2 * self.slot {
-            bail!(
-                "field `planning_horizon`: must be at least two slots ({} s)",
-                2 * self.slot.as_secs()
-            );
+            return Err(invalid(
+                "planning_horizon",
+                format!("must be at least two slots ({} s)", 2 * self.slot.as_secs()),
+            ));
         }
         if !(0.0..=1.0).contains(&self.recovery.remap_eta) {
-            bail!("field `recovery.remap_eta`: {} is not in [0, 1]", self.recovery.remap_eta);
+            return Err(invalid(
+                "recovery.remap_eta",
+                format!("{} is not in [0, 1]", self.recovery.remap_eta),
+            ));
         }
         if !(self.recovery.remap_zeta.is_finite() && self.recovery.remap_zeta >= 1.0) {
-            bail!("field `recovery.remap_zeta`: {} must be at least 1", self.recovery.remap_zeta);
+            return Err(invalid(
+                "recovery.remap_zeta",
+                format!("{} must be at least 1", self.recovery.remap_zeta),
+            ));
         }
         if self.recovery.attempts_per_host == 0 {
-            bail!("field `recovery.attempts_per_host`: must be at least 1");
+            return Err(invalid("recovery.attempts_per_host", "must be at least 1"));
         }
         let mut ports = std::collections::HashSet::new();
         for (i, p) in self.peers.iter().enumerate() {
             if let Some(o) = &p.overlay {
                 if o.port == 4789 || o.port == 0 {
-                    bail!(
-                        "field `peers[{i}].overlay.port`: {} is not a port for a peer's networks (4789 is this site's own)",
-                        o.port
-                    );
+                    return Err(invalid(
+                        format!("peers[{i}].overlay.port"),
+                        format!("{} is not a port for a peer's networks (4789 is this site's own)", o.port),
+                    ));
                 }
                 if !ports.insert(o.port) {
-                    bail!("field `peers[{i}].overlay.port`: {} is another peer's already", o.port);
+                    return Err(invalid(
+                        format!("peers[{i}].overlay.port"),
+                        format!("{} is another peer's already", o.port),
+                    ));
                 }
             }
         }
         let n = &self.networks;
         if !interfaces::manifest::NETWORK_PREFIXES.contains(&n.subnet_prefix) || n.subnet_prefix < n.pool.prefix_len() {
-            bail!(
-                "field `networks.subnet_prefix`: /{} must be /16 to /29 and inside the pool {}",
-                n.subnet_prefix,
-                n.pool
-            );
+            return Err(invalid(
+                "networks.subnet_prefix",
+                format!("/{} must be /16 to /29 and inside the pool {}", n.subnet_prefix, n.pool),
+            ));
         }
         if !(576..=9000).contains(&n.mtu) {
-            bail!("field `networks.mtu`: {} bytes; must be 576 to 9000", n.mtu);
+            return Err(invalid("networks.mtu", format!("{} bytes; must be 576 to 9000", n.mtu)));
         }
         for (i, r) in self.migration.auto_approve.iter().enumerate() {
             if crate::proposals::Reason::parse(r).is_none() {
-                bail!(
-                    "field `migration.auto_approve[{i}]`: {r:?} is not a reason the planner proposes (failure-risk, sla-at-risk, consolidation); a caller's reason always waits for an operator"
-                );
+                return Err(invalid(format!("migration.auto_approve[{i}]"), format!("{r:?} is not a reason the planner proposes (failure-risk, sla-at-risk, consolidation); a caller's reason always waits for an operator")));
             }
         }
         if self.proposals.interval < Duration::from_secs(1) {
-            bail!("field `proposals.interval`: must be at least 1 s");
+            return Err(invalid("proposals.interval", "must be at least 1 s"));
         }
         for (name, limit) in &self.usage_limits {
             if let Some((epoch_s, burst_s)) = limit.windows_s() {
                 if epoch_s == 0 || burst_s == 0 {
-                    bail!("field `usage_limits.{name}`: epoch and burst must be at least 1 s");
+                    return Err(invalid(format!("usage_limits.{name}"), "epoch and burst must be at least 1 s"));
                 }
             }
         }

@@ -96,7 +96,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
             .map(|(cert, key)| server::config::ServerTls { cert, key }),
         insecure: args.insecure,
     };
-    let config = Config::load(args.config.as_deref(), overrides)?;
+    let default = Path::new(server::config::DEFAULT_CONFIG);
+    let file = args.config.as_deref().or(default.exists().then_some(default));
+    let config = Config::load(file, overrides)?;
     let server = Server::bind(config).await?;
     // Plain line on stdout so that scripts and tests learn the bound port.
     println!("listening on {}", server.local_addr()?);

@@ -69,8 +69,9 @@ pub struct ServeArgs {
     /// How log lines are written on stderr.
     #[arg(long, value_enum, default_value_t)]
     pub log_format: interfaces::daemon::LogFormat,
-    /// TOML configuration file (listen, data, token, tokens, max_bytes, reserve_bytes, limits, tls).
-    #[arg(long, value_name = "FILE")]
+    /// TOML configuration file (listen, data, token, tokens, max_size, reserve, limits, tls);
+    /// without it, /etc/image-repo/image-repo.toml if that exists, else flags only.
+    #[arg(long, env = "IMAGE_REPO_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:7480].
     #[arg(long, value_name = "ADDR")]

@@ -23,12 +23,18 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use anyhow::{bail, Context, Result};
+use interfaces::config::{duration, invalid, ConfigError, Invalid, Size};
 use interfaces::repo_client::types::validate_pin;
 use serde::Deserialize;
 
 use super::auth::{Caller, Role};
 
+/// The configuration file `serve` reads when `--config` is not given (if it
+/// exists).
+pub const DEFAULT_CONFIG: &str = "/etc/image-repo/image-repo.toml";
 /// Default address the server listens on.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7480";
 /// Default free space left on the data disk, in bytes (64 MiB).
@@ -51,25 +57,28 @@ pub struct Config {
     /// Digests of `token` then of each of `tokens`, made by `validate`.
     #[serde(skip)]
     digests: Vec<[u8; 32]>,
-    /// Quota: most bytes of content stored in all; `None` for no quota.
-    #[serde(default)]
-    pub max_bytes: Option<u64>,
-    /// Free space kept on the data disk; an upload that would eat into it is
+    /// Quota: most bytes of content stored in all (`"500 GB"`; the older
+    /// `max_bytes`, a number of bytes, still reads); `None` for no quota.
+    #[serde(default, alias = "max_bytes")]
+    pub max_size: Option<Size>,
+    /// Free space kept on the data disk (`"64 MiB"`, the default; the older
+    /// `reserve_bytes` still reads); an upload that would eat into it is
     /// refused with 507 before any byte is written.
-    #[serde(default = "default_reserve")]
-    pub reserve_bytes: u64,
+    #[serde(default = "default_reserve", alias = "reserve_bytes")]
+    pub reserve: Size,
     /// Connections served at once; one more is answered 503 and closed.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
-    /// Seconds a client has for its TLS handshake and to send each
-    /// request's head (and an idle connection is kept).
-    #[serde(default = "default_header_timeout")]
-    pub header_timeout_s: u64,
-    /// Seconds an upload's body may go without a byte before it is cut off
+    /// How long a client has for its TLS handshake and to send each
+    /// request's head (and an idle connection is kept); default `"10s"`
+    /// (the older `header_timeout_s`, in seconds, still reads).
+    #[serde(default = "default_header_timeout", alias = "header_timeout_s", deserialize_with = "duration")]
+    pub header_timeout: Duration,
+    /// How long an upload's body may go without a byte before it is cut off
     /// (408); also the grace before [`Config::min_upload_bytes_per_s`]
-    /// applies.
-    #[serde(default = "default_body_idle")]
-    pub body_idle_timeout_s: u64,
+    /// applies. Default `"30s"` (the older `body_idle_timeout_s` still reads).
+    #[serde(default = "default_body_idle", alias = "body_idle_timeout_s", deserialize_with = "duration")]
+    pub body_idle_timeout: Duration,
     /// Least average rate of an upload's body, in bytes per second.
     #[serde(default = "default_min_rate")]
     pub min_upload_bytes_per_s: u64,
@@ -109,11 +118,11 @@ pub struct ServerTls {
 fn default_max_connections() -> usize {
     512
 }
-fn default_header_timeout() -> u64 {
-    10
+fn default_header_timeout() -> Duration {
+    Duration::from_secs(10)
 }
-fn default_body_idle() -> u64 {
-    30
+fn default_body_idle() -> Duration {
+    Duration::from_secs(30)
 }
 fn default_min_rate() -> u64 {
     16 * 1024
@@ -123,8 +132,8 @@ fn default_listen() -> SocketAddr {
     DEFAULT_LISTEN.parse().expect("valid default address")
 }
 
-fn default_reserve() -> u64 {
-    DEFAULT_RESERVE_BYTES
+fn default_reserve() -> Size {
+    Size(DEFAULT_RESERVE_BYTES)
 }
 
 /// Command-line values that override or replace the configuration file.
@@ -149,12 +158,17 @@ impl Config {
     /// be read or parsed (naming the file and field), or `data` or `token` is
     /// missing or empty.
     pub fn load(file: Option<&Path>, overrides: Overrides) -> Result<Self> {
-        let mut table = match file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
-                text.parse::<toml::Table>()
-                    .with_context(|| format!("config {} is not valid TOML", path.display()))?
-            }
+        let text = match file {
+            Some(path) => Some(std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?),
+            None => None,
+        };
+        let mut table = match &text {
+            Some(text) => toml::from_str::<toml::Table>(text).map_err(|e| ConfigError {
+                file: file.map(Path::to_path_buf),
+                at: e.span().map(|s| interfaces::config::line_col(text, s.start)),
+                field: String::new(),
+                reason: e.message().trim().to_string(),
+            })?,
             None => toml::Table::new(),
         };
         if let Some(listen) = overrides.listen {
@@ -177,7 +191,8 @@ impl Config {
         }
         if let Some(max) = overrides.max_bytes {
             let max = i64::try_from(max).context("--max-bytes is too large")?;
-            table.insert("max_bytes".into(), max.into());
+            table.remove("max_bytes");
+            table.insert("max_size".into(), max.into());
         }
         let from = file
             .map(|p| format!("config {}", p.display()))
@@ -187,9 +202,12 @@ impl Config {
                 bail!("{from}: `{key}` is required (set it in the config file or pass {flag})");
             }
         }
-        let mut config: Config = table.try_into().with_context(|| format!("{from}: invalid configuration"))?;
-        config.validate().with_context(|| format!("{from}: invalid configuration"))?;
-        Ok(config)
+        Ok(
+            interfaces::config::from_table(table, text.as_deref(), Config::validate).map_err(|mut e| {
+                e.file = file.map(Path::to_path_buf);
+                e
+            })?,
+        )
     }
 
     /// The caller `token` names, if any (compared in constant time with
@@ -218,34 +236,43 @@ impl Config {
             })
     }
 
-    fn validate(&mut self) -> Result<()> {
+    fn validate(&mut self) -> std::result::Result<(), Invalid> {
         let visible = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic());
         if !visible(&self.token) {
-            bail!("`token` must be non-empty visible ASCII");
+            return Err(invalid("token", "must be non-empty visible ASCII"));
         }
         self.digests = vec![interfaces::tokens::digest(&self.token)];
         let mut names = std::collections::HashSet::from([interfaces::repo_client::OPERATOR.to_string()]);
         for (i, t) in self.tokens.iter().enumerate() {
-            validate_pin(&t.name).map_err(|r| anyhow::anyhow!("field `tokens[{i}].name`: {r}"))?;
+            validate_pin(&t.name).map_err(|r| invalid(format!("tokens[{i}].name"), r))?;
             if !names.insert(t.name.clone()) {
-                bail!(
-                    "field `tokens[{i}].name`: {:?} is taken (the operator's name, or given twice)",
-                    t.name
-                );
+                return Err(invalid(
+                    format!("tokens[{i}].name"),
+                    format!("{:?} is taken (the operator's name, or given twice)", t.name),
+                ));
             }
             let digest = interfaces::tokens::configured(&format!("tokens[{i}]"), t.token.as_deref(), t.token_sha256.as_deref())
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+                .map_err(|e| invalid(format!("tokens[{i}]"), e))?;
             interfaces::tokens::warn_if_clear(&format!("tokens[{i}]"), t.token.as_deref(), "image-repo hash-token");
             if self.digests.contains(&digest) {
-                bail!("field `tokens[{i}]`: the same token as another entry or as `token`");
+                return Err(invalid(format!("tokens[{i}]"), "the same token as another entry or as `token`"));
             }
             self.digests.push(digest);
         }
         if self.tls.is_none() && !self.insecure {
-            bail!("no [tls]: give the server's certificate and key (--tls-cert, --tls-key), or serve plaintext with insecure = true (--insecure)");
+            return Err(invalid(
+                "tls",
+                "give the server's certificate and key (--tls-cert, --tls-key), or serve plaintext with insecure = true (--insecure)",
+            ));
         }
-        if self.max_connections == 0 || self.header_timeout_s == 0 || self.body_idle_timeout_s == 0 {
-            bail!("`max_connections`, `header_timeout_s` and `body_idle_timeout_s` must be at least 1");
+        for (field, zero) in [
+            ("max_connections", self.max_connections == 0),
+            ("header_timeout", self.header_timeout.is_zero()),
+            ("body_idle_timeout", self.body_idle_timeout.is_zero()),
+        ] {
+            if zero {
+                return Err(invalid(field, "must be at least 1 (s)"));
+            }
         }
         if self.token.len() < 16 {
             tracing::warn!("the write token is shorter than 16 characters");
@@ -284,11 +311,27 @@ mod tests {
 
         std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\n").unwrap();
         let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
-        assert!(err.contains("no [tls]") && err.contains("insecure"), "{err}");
+        assert!(err.contains("field `tls`") && err.contains("insecure"), "{err}");
 
+        // Errors name the file, the line and column and the field.
         std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\nlisten = 5\n").unwrap();
         let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
-        assert!(err.contains("listen"), "{err}");
+        assert!(err.starts_with(&format!("{}:3:1: field `listen`: ", file.display())), "{err}");
+        // Sizes and durations with units; the older integer keys still read.
+        let units = "data = \"/x\"\ntoken = \"t\"\ninsecure = true\nmax_size = \"500 GB\"\nreserve = \"1 GiB\"\nheader_timeout = \"2s\"\n";
+        std::fs::write(&file, units).unwrap();
+        let c = Config::load(Some(&file), Overrides::default()).unwrap();
+        assert_eq!(
+            (c.max_size, c.reserve, c.header_timeout),
+            (Some(Size(500_000_000_000)), Size(1 << 30), Duration::from_secs(2))
+        );
+        std::fs::write(
+            &file,
+            "data = \"/x\"\ntoken = \"t\"\ninsecure = true\nmax_bytes = 7\nheader_timeout_s = 3\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&file), Overrides::default()).unwrap();
+        assert_eq!((c.max_size, c.header_timeout), (Some(Size(7)), Duration::from_secs(3)));
 
         std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\ncolour = 1\n").unwrap();
         let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());

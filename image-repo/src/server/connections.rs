@@ -47,7 +47,7 @@ impl Limits {
     pub fn of(config: &Config) -> Self {
         Self {
             max_connections: config.max_connections,
-            header_timeout: Duration::from_secs(config.header_timeout_s),
+            header_timeout: config.header_timeout,
         }
     }
 }

@@ -90,7 +90,7 @@ pub async fn upload(
     // The quota is held as bytes are promised, not checked once: uploads
     // side by side cannot each take the same room.
     let mut held = app.quota.start();
-    let grow = |held: &mut super::quota::Reservation, more: u64| match app.config.max_bytes {
+    let grow = |held: &mut super::quota::Reservation, more: u64| match app.config.max_size.map(|s| s.0) {
         None => Ok(()),
         Some(max) => held.grow(max, more, || app.store.total_size()),
     };
@@ -195,7 +195,7 @@ struct BodyPace {
 impl BodyPace {
     fn new(config: &super::Config) -> Self {
         Self {
-            idle: std::time::Duration::from_secs(config.body_idle_timeout_s),
+            idle: config.body_idle_timeout,
             min_rate: config.min_upload_bytes_per_s,
             start: std::time::Instant::now(),
         }
@@ -231,12 +231,12 @@ fn room(app: &AppState, id: &BlobId, len: Option<u64>) -> Result<Room, ApiError>
         .store
         .free_bytes()
         .map_err(|e| ApiError::internal("reading free space of the data disk", e))?;
-    let reserve = app.config.reserve_bytes;
+    let reserve = app.config.reserve.0;
     let mut room = Room {
         bytes: free.saturating_sub(reserve),
         why: format!("{free} bytes free on the data disk, {reserve} kept in reserve"),
     };
-    if let Some(max) = app.config.max_bytes {
+    if let Some(max) = app.config.max_size.map(|s| s.0) {
         let used = app.store.total_size().map_err(|e| ApiError::internal("reading stored sizes", e))?;
         let left = max.saturating_sub(used);
         if left < room.bytes {

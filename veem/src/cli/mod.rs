@@ -102,7 +102,7 @@ pub enum Command {
     /// Run the VEEM daemon.
     Serve {
         /// Daemon configuration file (TOML).
-        #[arg(long, env = "VEEM_CONFIG", value_name = "FILE")]
+        #[arg(long, env = "VEEM_CONFIG", value_name = "FILE", default_value = "/etc/veem/veem.toml")]
         config: PathBuf,
         /// Destroy the domains the hosts run that no record places there,
         /// also when the database has no records at all (by default an

@@ -1,8 +1,8 @@
-//! The policies of `[migration]`, `[proposals]` and `[recovery]`, and the
-//! duration reader every duration key uses.
+//! The policies of `[migration]`, `[proposals]` and `[recovery]`.
 
 use std::time::Duration;
 
+use interfaces::config::duration;
 use interfaces::retry::RetryPolicy;
 use serde::Deserialize;
 
@@ -19,30 +19,6 @@ pub struct MigrationPolicy {
     /// Bandwidth limit of live migrations in MiB/s (0 = unlimited).
     #[serde(default)]
     pub bandwidth_mib_s: u64,
-}
-
-/// Reads a duration: a humantime string (`"2s"`, `"5m"`) or a bare number
-/// of seconds (the form of the deprecated `*_s` keys).
-pub(super) fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Duration, D::Error> {
-    struct V;
-    impl serde::de::Visitor<'_> for V {
-        type Value = Duration;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a duration such as \"30s\" or \"5m\", or whole seconds")
-        }
-        fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Duration, E> {
-            Ok(Duration::from_secs(v))
-        }
-        fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<Duration, E> {
-            u64::try_from(v)
-                .map(Duration::from_secs)
-                .map_err(|_| E::custom(format!("{v} is negative")))
-        }
-        fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Duration, E> {
-            humantime::parse_duration(v).map_err(|e| E::custom(format!("{v:?}: {e}")))
-        }
-    }
-    d.deserialize_any(V)
 }
 
 /// `[proposals]`: migrations the planner proposes by itself (see
