@@ -118,6 +118,23 @@ impl Veem {
         Ok(self.reply(&req, verdict))
     }
 
+    /// A refusal's extra reason when configured hosts do not answer (they
+    /// may be why): how many, without their names, which a provider may not
+    /// learn (E §3.4); the VEEM's log names each with its endpoint.
+    fn hosts_not_answering(&self) -> Option<String> {
+        let names = self.hosts.names();
+        let silent = names
+            .iter()
+            .filter(|h| matches!(self.hosts.health(h), crate::hosts::Health::Unknown | crate::hosts::Health::Failed))
+            .count();
+        (silent > 0).then(|| {
+            format!(
+                "{silent} of the site's {} hosts do not answer (the site's log names them with their endpoints)",
+                names.len()
+            )
+        })
+    }
+
     /// The answer to `req` (its service window, not the padded reservation).
     fn reply(&self, req: &ServiceRequest, verdict: Admission) -> NegotiateReply {
         let clock = self.slots;
@@ -140,11 +157,14 @@ impl Veem {
                     earliest_end_unix: clock.start_of(w.end),
                 }
             }
-            Admission::Rejected { reasons, .. } => NegotiateReply {
-                verdict: vmi::Verdict::Reject as i32,
-                reasons,
-                ..Default::default()
-            },
+            Admission::Rejected { mut reasons, .. } => {
+                reasons.extend(self.hosts_not_answering());
+                NegotiateReply {
+                    verdict: vmi::Verdict::Reject as i32,
+                    reasons,
+                    ..Default::default()
+                }
+            }
             Admission::NeedsPeerSpare { .. } => NegotiateReply {
                 verdict: vmi::Verdict::Accept as i32,
                 reasons: vec![

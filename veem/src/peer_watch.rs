@@ -65,8 +65,18 @@ impl Veem {
                 PeerAnswer::Silent => {
                     let n = misses.entry(site.clone()).or_default();
                     *n += 1;
+                    let endpoint = self
+                        .cfg
+                        .peers
+                        .iter()
+                        .find(|p| p.site_id == site)
+                        .map(|p| p.endpoint.clone())
+                        .unwrap_or_default();
+                    if *n == 1 {
+                        tracing::warn!(%site, %endpoint, "peer site does not answer");
+                    }
                     if *n == self.cfg.heartbeat_miss_limit && !vees.is_empty() {
-                        tracing::error!(%site, "peer site missed its heartbeats: failed");
+                        tracing::error!(%site, %endpoint, "peer site missed its heartbeats: failed");
                         self.event(
                             "",
                             "",
@@ -79,8 +89,11 @@ impl Veem {
                     }
                 }
                 PeerAnswer::Answered { lost } => {
-                    if misses.remove(&site).is_some_and(|n| n >= self.cfg.heartbeat_miss_limit) {
-                        self.event("", "", "peer-up", format!("{site} answers again"));
+                    if let Some(n) = misses.remove(&site) {
+                        tracing::info!(%site, "peer site answers again");
+                        if n >= self.cfg.heartbeat_miss_limit {
+                            self.event("", "", "peer-up", format!("{site} answers again"));
+                        }
                     }
                     for id in lost {
                         self.spawn_recover_from_peer(&id, &site);

@@ -63,6 +63,24 @@ async fn a_components_first_boot_data_reaches_each_vees_host_with_its_own_host_n
 }
 
 #[tokio::test]
+async fn a_refusal_says_how_many_hosts_do_not_answer_without_naming_them() {
+    let site = site().await;
+    site.host("h2").fail("HostInfo", Code::Unavailable, "connection refused");
+    for h in ["h1", "h2"] {
+        site.veem.hosts.heartbeat(h, 3).await;
+    }
+    let huge = STANDARD.replace("memory_mib = 512", "memory_mib = 1048576");
+    let r = site.veem.negotiate(&acme(), &huge).await.unwrap();
+    assert_eq!(r.verdict(), interfaces::vmi::Verdict::Reject);
+    let last = r.reasons.last().unwrap();
+    assert_eq!(
+        last,
+        "1 of the site's 2 hosts do not answer (the site's log names them with their endpoints)"
+    );
+    assert!(r.reasons.iter().all(|r| !r.contains("h2")), "{:?}", r.reasons);
+}
+
+#[tokio::test]
 async fn a_repository_that_is_down_refuses_the_manifest_and_nothing_is_reserved() {
     let site = site().await;
     site.repo.down.store(true, std::sync::atomic::Ordering::SeqCst);
