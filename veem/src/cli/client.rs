@@ -52,11 +52,15 @@ impl Interceptor for AuthInterceptor {
 /// `https://` endpoint needs `ca`, the CA of the VEEM's certificate, which
 /// must be for the endpoint's host name or address. The error names the
 /// endpoint that could not be reached.
-pub async fn connect(endpoint: &str, token: Option<&str>, ca: Option<&Path>) -> anyhow::Result<VmiClient> {
+///
+/// Each call is given up after `request_timeout` (DeadlineExceeded); a
+/// stream's messages are not (the timeout ends with its first answer).
+pub async fn connect(endpoint: &str, token: Option<&str>, ca: Option<&Path>, request_timeout: Duration) -> anyhow::Result<VmiClient> {
     let auth = AuthInterceptor::new(token)?;
     let mut ep = Endpoint::from_shared(endpoint.to_string())
         .map_err(|e| anyhow!("invalid endpoint URL {endpoint:?}: {e}"))?
-        .connect_timeout(CONNECT_TIMEOUT);
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(request_timeout);
     if endpoint.starts_with("https://") {
         let ca =
             ca.ok_or_else(|| anyhow!("{endpoint} is https: give the CA of the VEEM's certificate (--ca, VEEM_CA or the context's `ca`)"))?;

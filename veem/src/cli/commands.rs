@@ -22,19 +22,6 @@ pub fn verdict_exit_code(verdict: vmi::Verdict) -> Option<u8> {
     }
 }
 
-/// Migration states after which nothing more happens.
-pub fn is_terminal(state: vmi::MigrationState) -> bool {
-    use vmi::MigrationState::*;
-    matches!(state, Done | Failed | Rejected)
-}
-
-/// Migration states in which the detail says something (what is copied,
-/// why it failed or was rejected).
-fn detail_matters(state: vmi::MigrationState) -> bool {
-    use vmi::MigrationState::*;
-    matches!(state, Running | Failed | Rejected)
-}
-
 /// The line printed on stderr for a failed command: `error: <code>: <message>`
 /// for a gRPC status, `error: <chain of causes>` otherwise.
 pub fn error_line(e: &anyhow::Error) -> String {
@@ -59,12 +46,12 @@ pub async fn execute(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut d
         }
         Err(e) => {
             let _ = writeln!(err, "{}", error_line(&e));
-            exit::ERROR
+            exit::of(&e)
         }
     }
 }
 
-fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
+pub(super) fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(())
@@ -97,12 +84,25 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
     let fmt = cli.global.output;
     // Read local files before connecting, so their errors come first.
     let manifest_toml = match &cli.command {
-        Command::Negotiate { manifest } | Command::Deploy { manifest, .. } => read_manifest(manifest)?,
+        Command::Negotiate { manifest } | Command::Deploy { manifest, .. } => {
+            let text = read_manifest(manifest)?;
+            // A manifest that does not parse or validate never leaves here
+            // (exit 5, not a planner's rejection).
+            interfaces::manifest::Manifest::from_toml(&text)
+                .map_err(|e| anyhow::Error::from(e).context(format!("invalid manifest {}", manifest.display())))?;
+            text
+        }
         Command::Serve { .. } | Command::HashToken => bail!("`serve` and `hash-token` are not VMI calls"),
         _ => String::new(),
     };
     let target = super::context::resolve(&cli.global, &|k| std::env::var(k).ok())?;
-    let mut c = connect(&target.endpoint, target.token.as_deref(), target.ca.as_deref()).await?;
+    let mut c = connect(
+        &target.endpoint,
+        target.token.as_deref(),
+        target.ca.as_deref(),
+        cli.global.request_timeout,
+    )
+    .await?;
     match &cli.command {
         Command::Serve { .. } | Command::HashToken => unreachable!("handled above"),
         Command::Negotiate { .. } => {
@@ -119,12 +119,17 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
                 None => bail!("unknown verdict {:?} from the VEEM", r.verdict),
             }
         }
-        Command::Deploy { request_id, .. } => {
+        Command::Deploy { request_id, wait, .. } => {
             let req = vmi::ManifestRequest {
                 manifest_toml,
                 request_id: request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
             };
             let s = deploy_idempotent(&mut c, req, interfaces::retry::RetryPolicy::default()).await?;
+            if wait.wait {
+                let progress: &mut dyn Write = if fmt == OutputFormat::Json { &mut *err } else { &mut *out };
+                print(progress, &format!("deployed service {}\n", s.service_id))?;
+                return super::wait::service_running(&mut c, &s.service_id, wait.timeout, fmt, poll, out, err).await;
+            }
             print(out, &output::deployed(&Service::from(&s), fmt))?;
         }
         Command::Services => {
@@ -176,8 +181,8 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
                 })
                 .await?
                 .into_inner();
-            if *wait {
-                return wait_for_migration(&mut c, m, fmt, poll, out, err).await;
+            if wait.wait {
+                return super::wait::migration(&mut c, m, wait.timeout, fmt, poll, out, err).await;
             }
             print(out, &output::migration(&Migration::from(&m), fmt))?;
         }
@@ -191,8 +196,8 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
                 .approve_migration(vmi::MigrationRef { migration_id: id.clone() })
                 .await?
                 .into_inner();
-            if *wait {
-                return wait_for_migration(&mut c, m, fmt, poll, out, err).await;
+            if wait.wait {
+                return super::wait::migration(&mut c, m, wait.timeout, fmt, poll, out, err).await;
             }
             print(out, &output::migration(&Migration::from(&m), fmt))?;
         }
@@ -288,99 +293,6 @@ async fn vee_action(
     print(out, &output::vee(&Vee::from(&v), fmt))
 }
 
-/// One progress line of `--wait`: local time, migration ID, state and, while
-/// running (or once failed), the detail.
-pub fn progress_line(m: &vmi::MigrationInfo, now: chrono::DateTime<chrono::Utc>) -> String {
-    let mut line = format!(
-        "{} {}: {}",
-        now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        m.migration_id,
-        m.state()
-    );
-    if detail_matters(m.state()) && !m.detail.is_empty() {
-        line += ": ";
-        line += &m.detail;
-    }
-    line.push('\n');
-    line
-}
-
-/// The closing line of `--wait` in table mode.
-pub fn outcome_line(m: &vmi::MigrationInfo) -> String {
-    match m.state() {
-        vmi::MigrationState::Done => format!(
-            "migration {} done: {} -> {} in {} ms (downtime {} ms)\n",
-            m.migration_id, m.from, m.to, m.total_ms, m.downtime_ms
-        ),
-        state => {
-            let detail = if m.detail.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", m.detail)
-            };
-            format!("migration {} {state}{detail}\n", m.migration_id)
-        }
-    }
-}
-
-/// How many failed polls in a row `--wait` tolerates while the VEEM is
-/// unreachable (e.g. restarting) before giving up.
-const MAX_UNAVAILABLE_POLLS: u32 = 10;
-
-/// Poll ListMigrations until the migration reaches done/failed/rejected,
-/// printing each change (to `err` with `--output json`, so that stdout holds
-/// one JSON document). Exit code 0 only for `done`.
-async fn wait_for_migration(
-    c: &mut VmiClient,
-    first: vmi::MigrationInfo,
-    fmt: OutputFormat,
-    poll: Duration,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> anyhow::Result<u8> {
-    let id = first.migration_id.clone();
-    let mut current = first;
-    let mut shown = (current.state, current.detail.clone());
-    {
-        let progress: &mut dyn Write = if fmt == OutputFormat::Json { &mut *err } else { &mut *out };
-        print(progress, &progress_line(&current, chrono::Utc::now()))?;
-    }
-    let mut unavailable = 0;
-    while !is_terminal(current.state()) {
-        tokio::time::sleep(poll).await;
-        let list = match c.list_migrations(vmi::Empty {}).await {
-            Ok(l) => {
-                unavailable = 0;
-                l.into_inner()
-            }
-            Err(s) if s.code() == tonic::Code::Unavailable && unavailable < MAX_UNAVAILABLE_POLLS => {
-                unavailable += 1;
-                continue;
-            }
-            Err(s) => return Err(s.into()),
-        };
-        match list.migrations.into_iter().find(|m| m.migration_id == id) {
-            Some(m) => current = m,
-            None => bail!("migration {id} is no longer listed by the VEEM"),
-        }
-        let changed = current.state != shown.0 || (detail_matters(current.state()) && current.detail != shown.1);
-        if changed {
-            shown = (current.state, current.detail.clone());
-            let progress: &mut dyn Write = if fmt == OutputFormat::Json { &mut *err } else { &mut *out };
-            print(progress, &progress_line(&current, chrono::Utc::now()))?;
-        }
-    }
-    match fmt {
-        OutputFormat::Json => print(out, &output::migration(&Migration::from(&current), fmt))?,
-        OutputFormat::Table => print(out, &outcome_line(&current))?,
-    }
-    Ok(if current.state() == vmi::MigrationState::Done {
-        exit::OK
-    } else {
-        exit::ERROR
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,6 +340,7 @@ mod tests {
         m.state = vmi::MigrationState::Failed as i32;
         m.detail = "destination refused".into();
         assert_eq!(outcome_line(&m), "migration m-1 failed: destination refused\n");
+        use super::super::wait::{is_terminal, outcome_line, progress_line};
         assert!(
             is_terminal(vmi::MigrationState::Done)
                 && is_terminal(vmi::MigrationState::Failed)

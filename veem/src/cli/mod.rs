@@ -7,9 +7,13 @@
 //! document per command with `--output json`. Timestamps are printed as
 //! RFC3339.
 //!
-//! Exit codes: 0 success, 1 error (gRPC status, connection failure, a
-//! migration that did not finish), 2 usage error, 3 negotiation ended in a
-//! counter-offer, 4 negotiation rejected (see [`exit`]).
+//! Exit codes (see [`exit`]): 0 success, 1 error (connection failure, a
+//! VEE or migration that ended in failure, any other gRPC status), 2 usage
+//! error, 3 negotiation ended in a counter-offer, 4 refused (the manifest
+//! rejected, or the VEEM refused the request), 5 invalid input (a manifest
+//! that does not parse or validate, checked before anything is sent; a
+//! field the VEEM found invalid), 6 timed out (`--wait --timeout`, or a
+//! request past `--request-timeout`).
 
 mod client;
 mod commands;
@@ -19,6 +23,7 @@ mod output;
 mod table;
 #[cfg(test)]
 mod tests;
+mod wait;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,8 +44,57 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// Negotiation ended in a counter-offer.
     pub const COUNTER_OFFER: u8 = 3;
-    /// Negotiation rejected the manifest.
+    /// Refused: negotiation or Deploy rejected the manifest, or the VEEM
+    /// refused the request (gRPC FailedPrecondition, PermissionDenied,
+    /// AlreadyExists, ResourceExhausted).
     pub const REJECT: u8 = 4;
+    /// Invalid input: a manifest that does not parse or validate (checked
+    /// before anything is sent), or a field the VEEM found invalid (gRPC
+    /// InvalidArgument).
+    pub const INVALID: u8 = 5;
+    /// Timed out: `--wait` ran past `--timeout`, or a request past
+    /// `--request-timeout` (gRPC DeadlineExceeded).
+    pub const TIMEOUT: u8 = 6;
+
+    /// The exit code of a failed command's error.
+    pub fn of(e: &anyhow::Error) -> u8 {
+        use tonic::Code::*;
+        match e.chain().find_map(|c| c.downcast_ref::<tonic::Status>()).map(|s| s.code()) {
+            Some(InvalidArgument) => INVALID,
+            Some(FailedPrecondition | PermissionDenied | AlreadyExists | ResourceExhausted) => REJECT,
+            Some(DeadlineExceeded) => TIMEOUT,
+            _ if e.chain().any(|c| c.is::<super::TimedOut>()) => TIMEOUT,
+            _ if e.chain().any(|c| {
+                c.downcast_ref::<interfaces::Error>()
+                    .is_some_and(|e| matches!(e, interfaces::Error::InvalidManifest { .. } | interfaces::Error::ManifestSyntax(_)))
+            }) =>
+            {
+                INVALID
+            }
+            _ => ERROR,
+        }
+    }
+}
+
+/// `--wait` ran past `--timeout` (exit code [`exit::TIMEOUT`]).
+#[derive(Debug, thiserror::Error)]
+#[error("timed out after {}s {what}", .after.as_secs())]
+pub struct TimedOut {
+    pub after: Duration,
+    /// What it was waiting for: "waiting for migration m-1 (proposed)".
+    pub what: String,
+}
+
+/// `--wait` and `--timeout` of a long command.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct WaitOpts {
+    /// Wait until it is over, following its progress (exit 0 only if it
+    /// succeeded).
+    #[arg(long)]
+    pub wait: bool,
+    /// Give up waiting after this long (`90s`, `10m`; exit 6) [default: no limit].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, requires = "wait")]
+    pub timeout: Option<Duration>,
 }
 
 /// Default VMI endpoint of a local VEEM.
@@ -85,6 +139,10 @@ pub struct GlobalOpts {
     /// Output format.
     #[arg(long, short = 'o', global = true, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+    /// Give up on a VMI call after this long (`30s`; exit 6); streams
+    /// (`events --follow`) are not cut.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
+    pub request_timeout: Duration,
 }
 
 /// How results are printed.
@@ -129,6 +187,9 @@ pub enum Command {
         /// answer was lost [default: a new UUID].
         #[arg(long, value_name = "ID")]
         request_id: Option<String>,
+        /// `--wait`: until every VEE of the service runs.
+        #[command(flatten)]
+        wait: WaitOpts,
     },
     /// List the caller's services.
     Services,
@@ -207,9 +268,10 @@ pub enum Command {
         /// Why (recorded with the proposal).
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
-        /// Wait until the migration is done, failed or rejected (exit 1 unless done).
-        #[arg(long)]
-        wait: bool,
+        /// `--wait`: until the migration is done, failed or rejected (exit 1
+        /// unless done); a proposal waits for an operator's approval.
+        #[command(flatten)]
+        wait: WaitOpts,
     },
     /// List migrations and proposals.
     Migrations,
@@ -217,9 +279,10 @@ pub enum Command {
     Approve {
         /// Migration ID.
         id: String,
-        /// Wait until the migration is done, failed or rejected (exit 1 unless done).
-        #[arg(long)]
-        wait: bool,
+        /// `--wait`: until the migration is done, failed or rejected (exit 1
+        /// unless done).
+        #[command(flatten)]
+        wait: WaitOpts,
     },
     /// Reject a proposed migration.
     Reject {

@@ -16,6 +16,8 @@ pub(super) struct Mock {
     pub(super) seen: Mutex<Vec<String>>,
     /// States that successive ListMigrations return for migration m-1.
     pub(super) migration_states: Mutex<Vec<(&'static str, &'static str)>>,
+    /// The state Migrate answers with (default `approved`).
+    pub(super) migrate_state: Mutex<&'static str>,
     /// Deploy calls so far: the first is answered Unavailable, as a lost answer.
     pub(super) deploys: std::sync::atomic::AtomicU32,
 }
@@ -73,7 +75,8 @@ impl Vmi for MockSvc {
     async fn negotiate(&self, r: Request<ManifestRequest>) -> R<NegotiateReply> {
         self.note(&r);
         // An unknown word leaves the verdict unset.
-        let verdict = r.get_ref().manifest_toml.trim().parse::<vmi::Verdict>().map_or(0, |v| v as i32);
+        let name = interfaces::manifest::Manifest::from_toml(&r.get_ref().manifest_toml).map(|m| m.service.name);
+        let verdict = name.ok().and_then(|n| n.parse::<vmi::Verdict>().ok()).map_or(0, |v| v as i32);
         Ok(Response::new(NegotiateReply {
             verdict,
             reasons: vec!["because".into()],
@@ -131,7 +134,8 @@ impl Vmi for MockSvc {
     }
     async fn migrate(&self, r: Request<MigrateRequest>) -> R<MigrationInfo> {
         self.note(&r);
-        Ok(Response::new(migration("approved", "")))
+        let state = *self.migrate_state.lock().unwrap();
+        Ok(Response::new(migration(if state.is_empty() { "approved" } else { state }, "")))
     }
     async fn list_migrations(&self, r: Request<Empty>) -> R<MigrationList> {
         self.note(&r);

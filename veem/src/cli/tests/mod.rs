@@ -18,6 +18,15 @@ fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
     Cli::try_parse_from(std::iter::once("veem").chain(args.iter().copied()))
 }
 
+/// A valid manifest of service `name` (the mock's Negotiate answers the
+/// verdict its name spells).
+fn manifest(name: &str) -> String {
+    format!(
+        "[service]\nname = \"{name}\"\nprovider = \"acme\"\n[sla]\nguarantee = \"standard\"\n[[component]]\nname = \"vm\"\nvcpus = 1\nmemory_mib = 128\ndisk_gib = 1\nimage = \"sha256:{}\"\n",
+        "5".repeat(64)
+    )
+}
+
 // ---------------------------------------------------------------- parsing
 
 #[test]
@@ -48,7 +57,7 @@ fn migrate_takes_at_most_one_target() {
             assert_eq!(to_host, None);
             assert_eq!(to_site.as_deref(), Some("site-b"));
             assert_eq!(reason.as_deref(), Some("maintenance"));
-            assert!(wait);
+            assert!(wait.wait && wait.timeout.is_none());
         }
         other => panic!("{other:?}"),
     }
@@ -57,7 +66,10 @@ fn migrate_takes_at_most_one_target() {
         Command::Migrate {
             to_host: Some(_),
             to_site: None,
-            wait: false,
+            wait: super::WaitOpts {
+                wait: false,
+                timeout: None
+            },
             ..
         }
     ));
@@ -102,7 +114,29 @@ fn other_subcommands_parse() {
     ));
     assert!(matches!(
         parse(&["approve", "m-1", "--wait"]).unwrap().command,
-        Command::Approve { wait: true, .. }
+        Command::Approve {
+            wait: super::WaitOpts { wait: true, timeout: None },
+            ..
+        }
+    ));
+    // --timeout is a duration, and only with --wait.
+    match parse(&["approve", "m-1", "--wait", "--timeout", "90s"]).unwrap().command {
+        Command::Approve { wait, .. } => assert_eq!(wait.timeout, Some(Duration::from_secs(90))),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        parse(&["approve", "m-1", "--timeout", "90s"]).unwrap_err().kind(),
+        ErrorKind::MissingRequiredArgument
+    );
+    assert!(matches!(
+        parse(&["deploy", "m.toml", "--wait", "--timeout", "5m"]).unwrap().command,
+        Command::Deploy {
+            wait: super::WaitOpts {
+                wait: true,
+                timeout: Some(_)
+            },
+            ..
+        }
     ));
     assert!(matches!(
         parse(&["events", "--service", "s"]).unwrap().command,
@@ -177,7 +211,7 @@ async fn negotiate_exit_codes_and_bearer_token() {
     // and is an error.
     for (verdict, code) in [("accept", 0), ("counter-offer", 3), ("reject", 4), ("unspecified", 1)] {
         let path = dir.path().join(format!("{verdict}.toml"));
-        std::fs::write(&path, verdict).unwrap();
+        std::fs::write(&path, manifest(verdict)).unwrap();
         let (c, out, err) = run(&ep, &["negotiate", path.to_str().unwrap()]).await;
         assert_eq!(c, code, "{verdict}: {out} {err}");
         assert!(out.starts_with(&format!("verdict: {verdict}\n")), "{out}");
@@ -202,8 +236,32 @@ async fn grpc_errors_are_printed_with_their_code() {
     let ep = serve(Arc::new(Mock::default())).await;
     let (c, out, err) = run(&ep, &["show", "nope"]).await;
     assert_eq!((c, out.as_str(), err.as_str()), (1, "", "error: NotFound: no VEE nope\n"));
+    // A refusal is exit 4, distinct from other errors.
     let (c, _, err) = run(&ep, &["drain", "h1"]).await;
-    assert_eq!((c, err.as_str()), (1, "error: PermissionDenied: operator only\n"));
+    assert_eq!((c, err.as_str()), (exit::REJECT, "error: PermissionDenied: operator only\n"));
+}
+
+#[tokio::test]
+async fn a_manifest_that_does_not_parse_or_validate_is_exit_5_and_never_sent() {
+    let mock = Arc::new(Mock::default());
+    let ep = serve(mock.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.toml");
+    for (text, says) in [
+        ("[service\n", "TOML parse error at line 1"),
+        (&manifest("x").replace("vcpus = 1", "vcpus = 0"), "component[0].vcpus"),
+    ] {
+        std::fs::write(&path, text).unwrap();
+        for cmd in ["negotiate", "deploy"] {
+            let (c, out, err) = run(&ep, &[cmd, path.to_str().unwrap()]).await;
+            assert_eq!((c, out.as_str()), (exit::INVALID, ""), "{cmd}: {err}");
+            assert!(
+                err.starts_with(&format!("error: invalid manifest {}", path.display())) && err.contains(says),
+                "{err}"
+            );
+        }
+    }
+    assert!(mock.seen.lock().unwrap().is_empty(), "nothing reached the VEEM");
 }
 
 #[tokio::test]
@@ -302,6 +360,26 @@ async fn approve_wait_fails_unless_done_and_json_keeps_stdout_one_document() {
 }
 
 #[tokio::test]
+async fn a_proposal_no_one_approves_says_so_and_times_out_with_exit_6() {
+    let mock = Arc::new(Mock::default());
+    *mock.migration_states.lock().unwrap() = vec![("proposed", "")];
+    *mock.migrate_state.lock().unwrap() = "proposed";
+    let ep = serve(mock).await;
+    let t = std::time::Instant::now();
+    let (c, out, err) = run(&ep, &["migrate", "v1", "--wait", "--timeout", "1s"]).await;
+    assert_eq!(c, exit::TIMEOUT, "{out}{err}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(
+        out.contains("m-1: proposed: waiting for an operator to approve it (veem approve m-1, or veem reject m-1 --reason TEXT)"),
+        "{out}"
+    );
+    assert_eq!(
+        err,
+        "error: timed out after 1s waiting for migration m-1 (proposed: no operator approved it)\n"
+    );
+}
+
+#[tokio::test]
 async fn events_stream_lines() {
     let ep = serve(Arc::new(Mock::default())).await;
     let (c, out, _) = run(&ep, &["events", "--follow", "--service", "svc1"]).await;
@@ -369,11 +447,11 @@ async fn reject_and_deploy_errors() {
     assert!(mock.seen.lock().unwrap()[0].contains(r#"reason: "busy""#));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.toml");
-    std::fs::write(&path, "[service]\nname = \"x\"\n").unwrap();
+    std::fs::write(&path, manifest("x")).unwrap();
     let (c, _, err) = run(&ep, &["deploy", path.to_str().unwrap()]).await;
     assert_eq!(
         (c, err.as_str()),
-        (1, "error: FailedPrecondition: manifest rejected: no capacity\n")
+        (exit::REJECT, "error: FailedPrecondition: manifest rejected: no capacity\n")
     );
     // The unanswered first Deploy was asked again with the same request ID.
     let seen = mock.seen.lock().unwrap();
