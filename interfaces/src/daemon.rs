@@ -84,3 +84,32 @@ mod tests {
         assert!(tracing_subscriber::EnvFilter::try_new(&f).is_ok());
     }
 }
+
+/// `completions SHELL` and `man`: what every binary prints about itself.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum SelfDoc {
+    /// Print the shell completion script for SHELL (bash, zsh, fish,
+    /// elvish, powershell): `source <(veem completions bash)`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `veem man > /usr/share/man/man1/veem.1`.
+    Man,
+}
+
+/// Writes what `doc` asks of `cmd` (the binary's whole command line, from
+/// `clap::CommandFactory::command()`) to `out`. Errors: writing fails.
+pub fn write_self_doc(doc: &SelfDoc, mut cmd: clap::Command, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    // Into memory first: clap_complete panics when its writer fails (a
+    // closed pipe, `veem completions bash | head`).
+    let mut text = Vec::new();
+    match doc {
+        SelfDoc::Completions { shell } => {
+            let name = cmd.get_name().to_string();
+            clap_complete::generate(*shell, &mut cmd, name, &mut text);
+        }
+        SelfDoc::Man => clap_mangen::Man::new(cmd).render(&mut text)?,
+    }
+    out.write_all(&text)
+}

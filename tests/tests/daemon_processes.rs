@@ -160,3 +160,34 @@ fn every_daemon_names_the_file_line_column_and_field_of_a_configuration_error() 
         .unwrap();
     assert!(String::from_utf8_lossy(&e.stderr).contains("/etc/veem/veem.toml"), "{e:?}");
 }
+
+#[test]
+fn every_binary_prints_its_shell_completions_and_man_page() {
+    let dir = tempfile::tempdir().unwrap();
+    for bin in ["veem", "veeh", "image-repo"] {
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new(lab::binary(bin)).args(args).output().unwrap();
+            assert!(out.status.success(), "{bin} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let bash = run(&["completions", "bash"]);
+        let script = dir.path().join(format!("{bin}.bash"));
+        std::fs::write(&script, &bash).unwrap();
+        // The script is valid bash and completes the binary's subcommands.
+        let check = std::process::Command::new("bash").arg("-n").arg(&script).status().unwrap();
+        assert!(check.success(), "{bin}: bash -n");
+        assert!(
+            bash.contains(&format!("complete -F _{}", bin.replace('-', "__"))) && bash.contains("serve"),
+            "{bin}"
+        );
+        for shell in ["zsh", "fish"] {
+            assert!(run(&["completions", shell]).contains("serve"), "{bin} {shell}");
+        }
+        let man = run(&["man"]);
+        assert!(
+            man.contains(&format!(".TH {bin} 1")) && man.contains("serve"),
+            "{bin}: {}",
+            &man[..man.len().min(300)]
+        );
+    }
+}

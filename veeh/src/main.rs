@@ -30,6 +30,8 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t)]
         log_format: interfaces::daemon::LogFormat,
     },
+    #[command(flatten)]
+    Doc(interfaces::daemon::SelfDoc),
 }
 
 /// How long a stop waits for the VHI calls under way (a live migration's
@@ -40,6 +42,10 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
+        Cmd::Doc(doc) => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            interfaces::daemon::write_self_doc(&doc, cmd, &mut std::io::stdout())?;
+        }
         Cmd::Serve { config, log_format } => {
             interfaces::daemon::init_logging(log_format, "info");
             let cfg = VeehConfig::load(&config)?;

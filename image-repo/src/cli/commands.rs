@@ -75,6 +75,10 @@ pub async fn run(command: Command) -> Result<()> {
             println!("{}", interfaces::tokens::digest_hex(token.trim()));
             Ok(())
         }
+        Command::Doc(doc) => {
+            let cmd = <super::Cli as clap::CommandFactory>::command();
+            Ok(interfaces::daemon::write_self_doc(&doc, cmd, &mut std::io::stdout())?)
+        }
     }
 }
 

@@ -51,6 +51,8 @@ pub enum Command {
     Private(IdArgs),
     /// Print the SHA-256 of a token read from stdin, for `token_sha256`.
     HashToken,
+    #[command(flatten)]
+    Doc(interfaces::daemon::SelfDoc),
 }
 
 /// Options of commands that take just a blob ID.

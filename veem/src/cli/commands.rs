@@ -92,7 +92,9 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
                 .map_err(|e| anyhow::Error::from(e).context(format!("invalid manifest {}", manifest.display())))?;
             text
         }
-        Command::Serve { .. } | Command::HashToken => bail!("`serve` and `hash-token` are not VMI calls"),
+        Command::Serve { .. } | Command::HashToken | Command::Doc(_) => {
+            bail!("`serve`, `hash-token`, `completions` and `man` are not VMI calls")
+        }
         _ => String::new(),
     };
     let target = super::context::resolve(&cli.global, &|k| std::env::var(k).ok())?;
@@ -104,7 +106,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
     )
     .await?;
     match &cli.command {
-        Command::Serve { .. } | Command::HashToken => unreachable!("handled above"),
+        Command::Serve { .. } | Command::HashToken | Command::Doc(_) => unreachable!("handled above"),
         Command::Negotiate { .. } => {
             let r = c
                 .negotiate(vmi::ManifestRequest {

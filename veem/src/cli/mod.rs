@@ -328,6 +328,8 @@ pub enum Command {
     /// `token_sha256` of a `[[tokens]]` entry, so that the daemon's
     /// configuration does not hold the token itself.
     HashToken,
+    #[command(flatten)]
+    Doc(interfaces::daemon::SelfDoc),
 }
 
 /// How often `--wait` polls the migration list.
@@ -348,6 +350,16 @@ pub async fn run(cli: Cli) -> ExitCode {
                 exit::ERROR
             }
         },
+        Command::Doc(ref doc) => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            match interfaces::daemon::write_self_doc(doc, cmd, &mut std::io::stdout()) {
+                Ok(()) => exit::OK,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    exit::ERROR
+                }
+            }
+        }
         Command::HashToken => {
             let mut token = String::new();
             match std::io::stdin().read_line(&mut token) {
