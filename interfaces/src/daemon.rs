@@ -64,6 +64,7 @@ pub async fn shutdown_signal() {
         _ = term.recv() => {}
     }
     tracing::info!("stop signal received");
+    notify_stopping();
 }
 
 #[cfg(test)]
@@ -112,4 +113,17 @@ pub fn write_self_doc(doc: &SelfDoc, mut cmd: clap::Command, out: &mut dyn std::
         SelfDoc::Man => clap_mangen::Man::new(cmd).render(&mut text)?,
     }
     out.write_all(&text)
+}
+
+/// Tells systemd (a `Type=notify` unit) that the daemon serves: READY=1 on
+/// `$NOTIFY_SOCKET`; nothing when not started by systemd.
+pub fn notify_ready() {
+    if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+        tracing::warn!("could not tell systemd the daemon is ready: {e}");
+    }
+}
+
+/// Tells systemd the daemon is stopping (STOPPING=1), as its drain starts.
+pub fn notify_stopping() {
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
 }

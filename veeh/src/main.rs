@@ -65,6 +65,7 @@ async fn main() -> anyhow::Result<()> {
             }
             host.spawn_state_watch(Duration::from_secs(1));
             tracing::info!(%listen, tls = cfg_tls, "VHI listening");
+            interfaces::daemon::notify_ready();
             // On SIGTERM or SIGINT: no new calls; those under way get the
             // grace period.
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -85,6 +85,7 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     }
     let loops = Loops::start(&veem);
     tracing::info!(site = %veem.cfg.site_id, %listen, "VMI listening");
+    interfaces::daemon::notify_ready();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(builder.add_service(vmi).serve_with_incoming_shutdown(
         tokio_stream::wrappers::TcpListenerStream::new(listener),

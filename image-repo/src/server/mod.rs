@@ -73,6 +73,7 @@ impl Server {
             tracing::error!("INSECURE: insecure = true: the repository speaks plaintext HTTP; tokens and content cross in clear");
         }
         tracing::info!(%addr, data = %config.data.display(), tokens = config.tokens.len() + 1, tls = tls.is_some(), "image repository serving");
+        interfaces::daemon::notify_ready();
         let limits = connections::Limits::of(config);
         connections::serve(self.listener, routes::router(self.app), limits, tls, shutdown).await?;
         tracing::info!("image repository stopped");
