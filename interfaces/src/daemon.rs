@@ -127,3 +127,29 @@ pub fn notify_ready() {
 pub fn notify_stopping() {
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
 }
+
+/// Adds to `router` what a gRPC daemon serves beside its own interface:
+/// the standard health service (`grpc.health.v1.Health`: SERVING for
+/// `service`, e.g. `vmi.v1.Vmi`, until the returned reporter says
+/// otherwise) and server reflection (v1 and v1alpha, of `descriptors` and
+/// of the health service), so that load balancers, probes and `grpcurl`
+/// work without the protos. Neither needs a token: they tell only the
+/// interface's schema and whether the daemon serves. Errors: `descriptors`
+/// do not decode.
+pub async fn with_health_and_reflection<L: Clone>(
+    router: tonic::transport::server::Router<L>,
+    service: &str,
+    descriptors: &[u8],
+) -> anyhow::Result<(tonic::transport::server::Router<L>, tonic_health::server::HealthReporter)> {
+    let (mut reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_service_status(service, tonic_health::ServingStatus::Serving).await;
+    let v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(descriptors)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(descriptors)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    Ok((router.add_service(health).add_service(v1).add_service(v1alpha), reporter))
+}

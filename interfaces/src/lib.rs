@@ -19,11 +19,16 @@ pub mod tokens;
 /// VHI: the VEE host interface (`proto/vhi.proto`).
 pub mod vhi {
     tonic::include_proto!("vhi.v1");
+    /// The encoded descriptors of `vhi.proto`, for server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("vhi_descriptor");
 }
 
 /// VMI: the VEE management interface (`proto/vmi.proto`).
 pub mod vmi {
     tonic::include_proto!("vmi.v1");
+    /// The encoded descriptors of `vmi.proto` and what it imports, for
+    /// server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("vmi_descriptor");
 }
 
 /// The format of a checkpoint record (`vhi.CheckpointRecord`) this version

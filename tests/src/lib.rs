@@ -5,6 +5,7 @@
 
 pub mod daemons;
 pub mod disk;
+pub mod grpc;
 pub mod net;
 pub mod site;
 pub mod two_sites;

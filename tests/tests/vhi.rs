@@ -390,8 +390,21 @@ async fn lab_the_vhi_answers_only_its_sites_veem_over_mutual_tls() {
     let ca_only = ClientTlsConfig::new()
         .ca_certificate(tonic::transport::Certificate::from_pem(std::fs::read(&site_a.ca).unwrap()))
         .domain_name(a1.host.clone());
-    // Its site's VEEM: answered.
+    // Its site's VEEM: answered; health and reflection too (behind the same
+    // mutual TLS).
     assert_eq!(answers(a1.try_client().await).await, Ok(()));
+    let ch = Endpoint::from_shared(a1.endpoint.clone())
+        .unwrap()
+        .tls_config(site_a.client(&a1.host).unwrap())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    use tonic_health::pb::health_check_response::ServingStatus;
+    assert_eq!(e2e::grpc::health(ch.clone(), "vhi.v1.Vhi").await.unwrap(), ServingStatus::Serving);
+    let (services, described) = e2e::grpc::reflection(ch, "vhi.v1.Vhi").await.unwrap();
+    assert!(services.contains(&"vhi.v1.Vhi".to_string()), "{services:?}");
+    assert!(described);
     // In plaintext, without a client certificate, with another site's VEEM
     // certificate: refused.
     let plain = a1.endpoint.replace("https://", "http://");

@@ -38,6 +38,23 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
     // served (Veem::start already connected this way).
     veem.client(OPERATOR).await.list_migrations(Empty {}).await.unwrap();
 
+    // Health and reflection, as grpcurl or a load balancer asks them, over
+    // TLS and without a token.
+    let ch = pki_a.vmi_channel(&veem.endpoint, None).await.unwrap();
+    use tonic_health::pb::health_check_response::ServingStatus;
+    assert_eq!(e2e::grpc::health(ch.clone(), "vmi.v1.Vmi").await.unwrap(), ServingStatus::Serving);
+    assert_eq!(
+        e2e::grpc::health(ch.clone(), "").await.unwrap(),
+        ServingStatus::Serving,
+        "the server as a whole"
+    );
+    let (services, described) = e2e::grpc::reflection(ch, "vmi.v1.Vmi").await.unwrap();
+    assert!(
+        services.contains(&"vmi.v1.Vmi".to_string()) && services.contains(&"grpc.health.v1.Health".to_string()),
+        "{services:?}"
+    );
+    assert!(described, "reflection describes vmi.v1.Vmi");
+
     // Plaintext: no answer.
     let plain = veem.endpoint.replace("https://", "http://");
     let plain = match Endpoint::from_shared(plain)

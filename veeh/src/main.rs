@@ -39,6 +39,9 @@ enum Cmd {
 /// VEE stays at its source).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// The VHI's service name in gRPC health checks (`grpc.health.v1`).
+const VHI_SERVICE: &str = "vhi.v1.Vhi";
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
@@ -69,7 +72,13 @@ async fn main() -> anyhow::Result<()> {
             // On SIGTERM or SIGINT: no new calls; those under way get the
             // grace period.
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let mut served = tokio::spawn(server.add_service(VhiService::new(host)).serve_with_incoming_shutdown(
+            let (router, mut health) = interfaces::daemon::with_health_and_reflection(
+                server.add_service(VhiService::new(host)),
+                VHI_SERVICE,
+                interfaces::vhi::FILE_DESCRIPTOR_SET,
+            )
+            .await?;
+            let mut served = tokio::spawn(router.serve_with_incoming_shutdown(
                 tokio_stream::wrappers::TcpListenerStream::new(listener),
                 async {
                     let _ = stopped.await;
@@ -83,6 +92,9 @@ async fn main() -> anyhow::Result<()> {
                 // The server ended by itself (its listener failed).
                 return Ok(r??);
             }
+            health
+                .set_service_status(VHI_SERVICE, tonic_health::ServingStatus::NotServing)
+                .await;
             let _ = stop.send(());
             match tokio::time::timeout(SHUTDOWN_GRACE, &mut served).await {
                 Ok(r) => r??,

@@ -16,6 +16,9 @@ use crate::server::VmiService;
 /// How long a stop waits for the loops' rounds under way.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// The VMI's service name in gRPC health checks (`grpc.health.v1`).
+pub const VMI_SERVICE: &str = "vmi.v1.Vmi";
+
 /// Runs the VEEM of `config` until Ctrl-C or SIGTERM. `destroy_strays`:
 /// the operator's word that domains an empty database does not know are
 /// to be destroyed ([`crate::reconcile::Strays`]).
@@ -87,17 +90,21 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     tracing::info!(site = %veem.cfg.site_id, %listen, "VMI listening");
     interfaces::daemon::notify_ready();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(builder.add_service(vmi).serve_with_incoming_shutdown(
-        tokio_stream::wrappers::TcpListenerStream::new(listener),
-        async {
+    let (router, mut health) =
+        interfaces::daemon::with_health_and_reflection(builder.add_service(vmi), VMI_SERVICE, interfaces::vmi::FILE_DESCRIPTOR_SET).await?;
+    let mut server = tokio::spawn(
+        router.serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
             let _ = stopped.await;
-        },
-    ));
+        }),
+    );
     // Until a signal, or until the server ends by itself (it cannot bind).
     let ended = tokio::select! {
         _ = interfaces::daemon::shutdown_signal() => None,
         r = &mut server => Some(r),
     };
+    health
+        .set_service_status(VMI_SERVICE, tonic_health::ServingStatus::NotServing)
+        .await;
     let _ = stop.send(());
     veem.stopping.cancel();
     // The server stops accepting and lets the calls under way finish, the
