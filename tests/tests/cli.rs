@@ -2,7 +2,8 @@
 //! guest), as a provider's script uses it: `deploy --wait` follows the
 //! service until its VEEs run; `migrate --wait --timeout` on a proposal no
 //! operator approves says what it waits for and exits 6 when the time is
-//! up; the JSON of a read command parses.
+//! up; services and VEEs are found by name, `component-instance` or short
+//! ID; `-q` prints IDs; a list's JSON is `{"items": [...]}`.
 
 use std::process::{Command, Output};
 
@@ -50,7 +51,21 @@ async fn lab_deploy_waits_until_running_and_an_unapproved_migration_times_out() 
 
     let out = cli(&veem, ACME, &["-o", "json", "ls"]);
     let vees: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
-    let vee = vees["vees"][0]["vee_id"].as_str().unwrap_or_else(|| panic!("{vees}")).to_string();
+    let vee = vees["items"][0]["vee_id"].as_str().unwrap_or_else(|| panic!("{vees}")).to_string();
+
+    // Found by name, by `component-instance`, by a short ID; `-q` lists IDs.
+    let out = cli(&veem, ACME, &["-o", "json", "service", "shop"]);
+    let svc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+    assert_eq!(svc["name"], "shop");
+    for word in ["web-0", "shop/web-0", &vee[..8]] {
+        let out = cli(&veem, ACME, &["-q", "show", word]);
+        assert_eq!(text(&out.stdout).trim(), vee, "{word}: {}", text(&out.stderr));
+    }
+    let out = cli(&veem, ACME, &["-q", "ls", "shop"]);
+    assert_eq!(text(&out.stdout), format!("{vee}\n"));
+    let out = cli(&veem, ACME, &["show", "nothing-here"]);
+    assert_eq!(out.status.code(), Some(1), "NotFound");
+    assert!(text(&out.stderr).starts_with("error: NotFound: "), "{}", text(&out.stderr));
 
     // A provider's migration is a proposal: nobody approves it.
     let out = cli(&veem, ACME, &["migrate", &vee, "--wait", "--timeout", "3s"]);
@@ -64,7 +79,7 @@ async fn lab_deploy_waits_until_running_and_an_unapproved_migration_times_out() 
         stderr.starts_with("error: timed out after 3s waiting for migration ") && stderr.contains("(proposed: no operator approved it)"),
         "{stderr}"
     );
-    for v in vees["vees"].as_array().unwrap() {
+    for v in vees["items"].as_array().unwrap() {
         let out = cli(&veem, ACME, &["stop", v["vee_id"].as_str().unwrap()]);
         assert!(out.status.success(), "{}", text(&out.stderr));
     }

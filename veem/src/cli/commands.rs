@@ -8,6 +8,7 @@ use anyhow::bail;
 use interfaces::vmi;
 
 use super::client::{connect, read_manifest, VmiClient};
+use super::lookup::{or_lookup, Kind};
 use super::model::{Event, Migration, Negotiation, Service, SlaViolation, Usage, Vee};
 use super::{exit, output, Cli, Command, OutputFormat};
 
@@ -81,7 +82,7 @@ pub(crate) async fn deploy_idempotent(
 }
 
 async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
-    let fmt = cli.global.output;
+    let fmt = if cli.global.quiet { OutputFormat::Ids } else { cli.global.output };
     // Read local files before connecting, so their errors come first.
     let manifest_toml = match &cli.command {
         Command::Negotiate { manifest } | Command::Deploy { manifest, .. } => {
@@ -128,7 +129,11 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             };
             let s = deploy_idempotent(&mut c, req, interfaces::retry::RetryPolicy::default()).await?;
             if wait.wait {
-                let progress: &mut dyn Write = if fmt == OutputFormat::Json { &mut *err } else { &mut *out };
+                let progress: &mut dyn Write = if matches!(fmt, OutputFormat::Json | OutputFormat::Ids) {
+                    &mut *err
+                } else {
+                    &mut *out
+                };
                 print(progress, &format!("deployed service {}\n", s.service_id))?;
                 return super::wait::service_running(&mut c, &s.service_id, wait.timeout, fmt, poll, out, err).await;
             }
@@ -140,25 +145,34 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             print(out, &output::services(&list, fmt))?;
         }
         Command::Service { id } => {
-            let s = c.get_service(vmi::ServiceRef { service_id: id.clone() }).await?.into_inner();
+            let s = or_lookup(&c, id, Kind::Service, |mut c, service_id| async move {
+                c.get_service(vmi::ServiceRef { service_id }).await
+            })
+            .await?;
             print(out, &output::service(&Service::from(&s), fmt))?;
         }
         Command::Extend { id, until } => {
-            let req = vmi::ExtendRequest {
-                service_id: id.clone(),
-                until_unix: *until,
-            };
-            let s = c.extend_service(req).await?.into_inner();
+            let until_unix = *until;
+            let s = or_lookup(&c, id, Kind::Service, |mut c, service_id| async move {
+                c.extend_service(vmi::ExtendRequest { service_id, until_unix }).await
+            })
+            .await?;
             print(out, &output::service(&Service::from(&s), fmt))?;
         }
         Command::Ls { service } => {
-            let service_id = service.clone().unwrap_or_default();
-            let l = c.list_vees(vmi::ServiceRef { service_id }).await?.into_inner();
+            let word = service.clone().unwrap_or_default();
+            let l = or_lookup(&c, &word, Kind::Service, |mut c, service_id| async move {
+                c.list_vees(vmi::ServiceRef { service_id }).await
+            })
+            .await?;
             let list: Vec<Vee> = l.vees.iter().map(Vee::from).collect();
             print(out, &output::vees(&list, fmt))?;
         }
         Command::Show { vee } => {
-            let v = c.get_vee(vmi::VeeRef { vee_id: vee.clone() }).await?.into_inner();
+            let v = or_lookup(&c, vee, Kind::Vee, |mut c, vee_id| async move {
+                c.get_vee(vmi::VeeRef { vee_id }).await
+            })
+            .await?;
             print(out, &output::vee(&Vee::from(&v), fmt))?;
         }
         Command::Stop { vee } => vee_action(&mut c, vee, vmi::Action::Stop, None, fmt, out).await?,
@@ -174,15 +188,17 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             reason,
             wait,
         } => {
-            let m = c
-                .migrate(vmi::MigrateRequest {
-                    vee_id: vee.clone(),
-                    to_host: to_host.clone().unwrap_or_default(),
-                    to_site: to_site.clone().unwrap_or_default(),
-                    reason: reason.clone().unwrap_or_default(),
-                })
-                .await?
-                .into_inner();
+            let req = vmi::MigrateRequest {
+                vee_id: String::new(),
+                to_host: to_host.clone().unwrap_or_default(),
+                to_site: to_site.clone().unwrap_or_default(),
+                reason: reason.clone().unwrap_or_default(),
+            };
+            let m = or_lookup(&c, vee, Kind::Vee, |mut c, vee_id| {
+                let req = vmi::MigrateRequest { vee_id, ..req.clone() };
+                async move { c.migrate(req).await }
+            })
+            .await?;
             if wait.wait {
                 return super::wait::migration(&mut c, m, wait.timeout, fmt, poll, out, err).await;
             }
@@ -194,23 +210,21 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             print(out, &output::migrations(&list, fmt))?;
         }
         Command::Approve { id, wait } => {
-            let m = c
-                .approve_migration(vmi::MigrationRef { migration_id: id.clone() })
-                .await?
-                .into_inner();
+            let m = or_lookup(&c, id, Kind::Migration, |mut c, migration_id| async move {
+                c.approve_migration(vmi::MigrationRef { migration_id }).await
+            })
+            .await?;
             if wait.wait {
                 return super::wait::migration(&mut c, m, wait.timeout, fmt, poll, out, err).await;
             }
             print(out, &output::migration(&Migration::from(&m), fmt))?;
         }
         Command::Reject { id, reason } => {
-            let m = c
-                .reject_migration(vmi::RejectRequest {
-                    migration_id: id.clone(),
-                    reason: reason.clone(),
-                })
-                .await?
-                .into_inner();
+            let m = or_lookup(&c, id, Kind::Migration, |mut c, migration_id| {
+                let reason = reason.clone();
+                async move { c.reject_migration(vmi::RejectRequest { migration_id, reason }).await }
+            })
+            .await?;
             print(out, &output::migration(&Migration::from(&m), fmt))?;
         }
         Command::Drain { host } => {
@@ -219,14 +233,11 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             print(out, &output::migrations(&list, fmt))?;
         }
         Command::Events { service, follow } => {
-            let service_id = service.clone().unwrap_or_default();
-            let mut stream = c
-                .watch_events(vmi::WatchRequest {
-                    service_id,
-                    history_only: !follow,
-                })
-                .await?
-                .into_inner();
+            let (word, history_only) = (service.clone().unwrap_or_default(), !follow);
+            let mut stream = or_lookup(&c, &word, Kind::Service, |mut c, service_id| async move {
+                c.watch_events(vmi::WatchRequest { service_id, history_only }).await
+            })
+            .await?;
             while let Some(e) = stream.message().await? {
                 print(out, &output::event(&Event::from(&e), fmt))?;
             }
@@ -241,7 +252,13 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         }
         Command::Violations { service } => {
             let ids: Vec<String> = match service {
-                Some(s) => vec![s.clone()],
+                Some(s) => vec![
+                    or_lookup(&c, s, Kind::Service, |mut c, service_id| async move {
+                        c.get_service(vmi::ServiceRef { service_id }).await
+                    })
+                    .await?
+                    .service_id,
+                ],
                 None => c
                     .list_services(vmi::Empty {})
                     .await?
@@ -264,12 +281,10 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             print(out, &output::violations(&all, fmt))?;
         }
         Command::Usage { service } => {
-            let u = c
-                .get_usage(vmi::ServiceRef {
-                    service_id: service.clone(),
-                })
-                .await?
-                .into_inner();
+            let u = or_lookup(&c, service, Kind::Service, |mut c, service_id| async move {
+                c.get_usage(vmi::ServiceRef { service_id }).await
+            })
+            .await?;
             print(out, &output::usage(&Usage::from(&u), fmt))?;
         }
     }
@@ -284,14 +299,19 @@ async fn vee_action(
     fmt: OutputFormat,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let v = c
-        .vee_action(vmi::VeeActionRequest {
-            vee_id: vee.to_string(),
-            action: action as i32,
-            checkpoint_id: checkpoint.unwrap_or_default().to_string(),
-        })
-        .await?
-        .into_inner();
+    let checkpoint_id = checkpoint.unwrap_or_default().to_string();
+    let v = or_lookup(c, vee, Kind::Vee, |mut c, vee_id| {
+        let checkpoint_id = checkpoint_id.clone();
+        async move {
+            c.vee_action(vmi::VeeActionRequest {
+                vee_id,
+                action: action as i32,
+                checkpoint_id,
+            })
+            .await
+        }
+    })
+    .await?;
     print(out, &output::vee(&Vee::from(&v), fmt))
 }
 

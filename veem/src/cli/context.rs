@@ -130,6 +130,7 @@ mod tests {
             ca: None,
             context: context.map(str::to_string),
             output: OutputFormat::Table,
+            quiet: false,
             request_timeout: std::time::Duration::from_secs(30),
         }
     }

@@ -18,6 +18,7 @@
 mod client;
 mod commands;
 pub mod context;
+mod lookup;
 mod model;
 mod output;
 mod table;
@@ -139,6 +140,10 @@ pub struct GlobalOpts {
     /// Output format.
     #[arg(long, short = 'o', global = true, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+    /// Print only the IDs of what the command lists, makes or changes, one
+    /// per line (for scripts: `for v in $(veem ls -q); ...`).
+    #[arg(long, short = 'q', global = true, conflicts_with = "output")]
+    pub quiet: bool,
     /// Give up on a VMI call after this long (`30s`; exit 6); streams
     /// (`events --follow`) are not cut.
     #[arg(long, global = true, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
@@ -150,8 +155,16 @@ pub struct GlobalOpts {
 pub enum OutputFormat {
     /// Aligned columns, or `key: value` lines for a single object.
     Table,
-    /// One JSON document per command (one per line for `events`).
+    /// `table` with more columns where there are more to show (`ls`: each
+    /// VEE's addresses and last change).
+    Wide,
+    /// One JSON document per command (one per line for `events`): a single
+    /// object as itself, a list as `{"items": [...]}`; an absent value is
+    /// `null`, never `""`.
     Json,
+    /// The IDs only, one per line (`-q`).
+    #[value(skip)]
+    Ids,
 }
 
 /// The subcommands.

@@ -7,6 +7,16 @@ use chrono::{DateTime, SecondsFormat};
 use interfaces::vmi;
 use serde::Serialize;
 
+/// Serializes an empty string as `null`: the JSON of the CLI has no `""`
+/// for an absent value.
+fn empty_as_null<S: serde::Serializer>(v: &str, s: S) -> Result<S::Ok, S::Error> {
+    if v.is_empty() {
+        s.serialize_none()
+    } else {
+        s.serialize_str(v)
+    }
+}
+
 /// RFC3339 (UTC, `Z`) of a unix time in seconds; `None` for 0 or out of range.
 pub fn rfc3339_secs(unix: i64) -> Option<String> {
     if unix == 0 {
@@ -60,6 +70,7 @@ pub struct Vee {
     pub location: String,
     pub vcpus: u32,
     pub memory_mib: u64,
+    #[serde(serialize_with = "empty_as_null")]
     pub latest_checkpoint: String,
     pub updated: Option<String>,
     /// Its NICs in guest order (eth0, eth1, ...).
@@ -141,9 +152,12 @@ pub struct Migration {
     pub vee_id: String,
     pub from: String,
     pub to: String,
+    #[serde(serialize_with = "empty_as_null")]
     pub reason: String,
     pub state: vmi::MigrationState,
+    #[serde(serialize_with = "empty_as_null")]
     pub decided_by: String,
+    #[serde(serialize_with = "empty_as_null")]
     pub detail: String,
     pub total_ms: u64,
     pub downtime_ms: u64,
@@ -172,9 +186,12 @@ impl From<&vmi::MigrationInfo> for Migration {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Event {
     pub at: Option<String>,
+    #[serde(serialize_with = "empty_as_null")]
     pub service_id: String,
+    #[serde(serialize_with = "empty_as_null")]
     pub vee_id: String,
     pub kind: String,
+    #[serde(serialize_with = "empty_as_null")]
     pub detail: String,
 }
 

@@ -15,6 +15,21 @@ pub fn json<T: Serialize + ?Sized>(value: &T) -> String {
     s
 }
 
+/// The one JSON shape of every list: `{"items": [...]}` (each item the
+/// JSON of that command's single object).
+pub fn list_json<T: Serialize>(items: &[T]) -> String {
+    #[derive(Serialize)]
+    struct List<'a, T> {
+        items: &'a [T],
+    }
+    json(&List { items })
+}
+
+/// `-q`: the IDs, one per line.
+pub fn ids<'a>(ids: impl IntoIterator<Item = &'a str>) -> String {
+    ids.into_iter().map(|id| format!("{id}\n")).collect()
+}
+
 /// `key: value` lines; an empty value is shown as `-`.
 fn key_values(pairs: &[(&str, String)]) -> String {
     pairs
@@ -29,8 +44,10 @@ fn opt(s: &Option<String>) -> String {
 
 /// Negotiate: verdict, reasons, and for a counter-offer the earliest window.
 pub fn negotiation(n: &Negotiation, format: OutputFormat) -> String {
-    if format == OutputFormat::Json {
-        return json(n);
+    match format {
+        OutputFormat::Json => return json(n),
+        OutputFormat::Ids => return format!("{}\n", n.verdict),
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
     let mut s = format!("verdict: {}\n", n.verdict);
     if n.earliest_start.is_some() || n.earliest_end.is_some() {
@@ -49,8 +66,10 @@ pub fn negotiation(n: &Negotiation, format: OutputFormat) -> String {
 
 /// One VEE as `key: value` lines (`state:` and `location:` verbatim).
 pub fn vee(v: &Vee, format: OutputFormat) -> String {
-    if format == OutputFormat::Json {
-        return json(v);
+    match format {
+        OutputFormat::Json => return json(v),
+        OutputFormat::Ids => return ids([v.vee_id.as_str()]),
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
     key_values(&[
         ("vee_id", v.vee_id.clone()),
@@ -115,22 +134,49 @@ fn vee_table(vees: &[Vee]) -> String {
     t.render()
 }
 
-/// `ls`: a table of VEEs; JSON mirrors VeeList (`{"vees": [...]}`).
+/// `ls`: a table of VEEs (`wide`: with each VEE's addresses and its last
+/// change); JSON `{"items": [...]}`; `-q` their IDs.
 pub fn vees(vees: &[Vee], format: OutputFormat) -> String {
-    if format == OutputFormat::Json {
-        #[derive(Serialize)]
-        struct VeeList<'a> {
-            vees: &'a [Vee],
-        }
-        return json(&VeeList { vees });
+    match format {
+        OutputFormat::Json => list_json(vees),
+        OutputFormat::Ids => ids(vees.iter().map(|v| v.vee_id.as_str())),
+        OutputFormat::Wide => vee_table_wide(vees),
+        OutputFormat::Table => vee_table(vees),
     }
-    vee_table(vees)
+}
+
+/// [`vee_table`] with each VEE's addresses (and external ones) and when it
+/// last changed.
+fn vee_table_wide(vees: &[Vee]) -> String {
+    let mut t = Table::new(&["VEE", "SERVICE", "COMPONENT", "STATE", "LOCATION", "ADDRESSES", "UPDATED"]);
+    for v in vees {
+        let addrs: Vec<String> = v
+            .nics
+            .iter()
+            .map(|n| match &n.external_address {
+                Some(e) => format!("{}={} ({e})", n.network, n.address),
+                None => format!("{}={}", n.network, n.address),
+            })
+            .collect();
+        t.row([
+            v.vee_id.clone(),
+            v.service_id.clone(),
+            format!("{}-{}", v.component, v.instance),
+            v.state.to_string(),
+            v.location.clone(),
+            addrs.join(" "),
+            opt(&v.updated),
+        ]);
+    }
+    t.render()
 }
 
 /// `service`: the service as `key: value` lines, then its VEEs.
 pub fn service(s: &Service, format: OutputFormat) -> String {
-    if format == OutputFormat::Json {
-        return json(s);
+    match format {
+        OutputFormat::Json => return json(s),
+        OutputFormat::Ids => return ids([s.service_id.as_str()]),
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
     let mut out = key_values(&[
         ("service_id", s.service_id.clone()),
@@ -146,8 +192,10 @@ pub fn service(s: &Service, format: OutputFormat) -> String {
 
 /// `deploy`: the new service ID, then its VEEs.
 pub fn deployed(s: &Service, format: OutputFormat) -> String {
-    if format == OutputFormat::Json {
-        return json(s);
+    match format {
+        OutputFormat::Json => return json(s),
+        OutputFormat::Ids => return ids([s.service_id.as_str()]),
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
     let mut out = format!("service: {}\nstate: {}\n\n", s.service_id, s.state);
     out += &vee_table(&s.vees);
@@ -156,12 +204,10 @@ pub fn deployed(s: &Service, format: OutputFormat) -> String {
 
 /// `services`: one row per service; JSON mirrors ServiceList.
 pub fn services(services: &[Service], format: OutputFormat) -> String {
-    if format == OutputFormat::Json {
-        #[derive(Serialize)]
-        struct ServiceList<'a> {
-            services: &'a [Service],
-        }
-        return json(&ServiceList { services });
+    match format {
+        OutputFormat::Json => return list_json(services),
+        OutputFormat::Ids => return ids(services.iter().map(|s| s.service_id.as_str())),
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
     let mut t = Table::new(&["SERVICE", "NAME", "PROVIDER", "STATE", "GUARANTEE", "VEES>"]);
     for s in services {
@@ -179,8 +225,10 @@ pub fn services(services: &[Service], format: OutputFormat) -> String {
 
 /// One migration as `key: value` lines.
 pub fn migration(m: &Migration, format: OutputFormat) -> String {
-    if format == OutputFormat::Json {
-        return json(m);
+    match format {
+        OutputFormat::Json => return json(m),
+        OutputFormat::Ids => return ids([m.migration_id.as_str()]),
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
     key_values(&[
         ("migration_id", m.migration_id.clone()),
@@ -199,12 +247,10 @@ pub fn migration(m: &Migration, format: OutputFormat) -> String {
 
 /// `migrations` and `drain`: one row per migration; JSON mirrors MigrationList.
 pub fn migrations(migrations: &[Migration], format: OutputFormat) -> String {
-    if format == OutputFormat::Json {
-        #[derive(Serialize)]
-        struct MigrationList<'a> {
-            migrations: &'a [Migration],
-        }
-        return json(&MigrationList { migrations });
+    match format {
+        OutputFormat::Json => return list_json(migrations),
+        OutputFormat::Ids => return ids(migrations.iter().map(|m| m.migration_id.as_str())),
+        OutputFormat::Table | OutputFormat::Wide => {}
     }
     let mut t = Table::new(&[
         "MIGRATION",
@@ -347,7 +393,7 @@ pub fn violations(all: &[(String, SlaViolation)], format: OutputFormat) -> Strin
         violation: &'a SlaViolation,
     }
     if format == OutputFormat::Json {
-        return json(
+        return list_json(
             &all.iter()
                 .map(|(s, v)| Row {
                     service_id: s,
@@ -380,8 +426,8 @@ pub fn hosts(hosts: &[vmi::HostStatus], format: OutputFormat) -> String {
         used_disk_gib: u64,
         vees: u32,
         accel: &'a str,
-        #[serde(skip_serializing_if = "str::is_empty")]
-        last_error: &'a str,
+        /// `null` when it answered.
+        last_error: Option<&'a str>,
     }
     if format == OutputFormat::Json {
         let list: Vec<Host> = hosts
@@ -398,10 +444,10 @@ pub fn hosts(hosts: &[vmi::HostStatus], format: OutputFormat) -> String {
                 used_disk_gib: h.used_disk_gib,
                 vees: h.vees,
                 accel: &h.accel,
-                last_error: &h.last_error,
+                last_error: (!h.last_error.is_empty()).then_some(h.last_error.as_str()),
             })
             .collect();
-        return json(&list);
+        return list_json(&list);
     }
     let mut t = Table::new(&["HOST", "HEALTH", "vCPUs>", "MiB>", "GiB>", "VEES>", "ACCEL"]);
     for h in hosts {
@@ -475,7 +521,7 @@ pub fn usage_limits(limits: &[vmi::UsageLimitInfo], format: OutputFormat) -> Str
                 burst_avg: plain(&l.burst_avg),
             })
             .collect();
-        return json(&list);
+        return list_json(&list);
     }
     let text = |a: &Option<vmi::Amount>| {
         a.as_ref()

@@ -121,7 +121,7 @@ pub async fn migration(
     let id = first.migration_id.clone();
     let current = std::cell::RefCell::new(first);
     let mut shown = (current.borrow().state, current.borrow().detail.clone());
-    let json = fmt == OutputFormat::Json;
+    let json = matches!(fmt, OutputFormat::Json | OutputFormat::Ids);
     {
         let progress: &mut dyn Write = if json { &mut *err } else { &mut *out };
         print(progress, &progress_line(&current.borrow(), chrono::Utc::now()))?;
@@ -158,8 +158,8 @@ pub async fn migration(
     }
     let m = current.into_inner();
     match fmt {
-        OutputFormat::Json => print(out, &output::migration(&Migration::from(&m), fmt))?,
-        OutputFormat::Table => print(out, &outcome_line(&m))?,
+        OutputFormat::Json | OutputFormat::Ids => print(out, &output::migration(&Migration::from(&m), fmt))?,
+        OutputFormat::Table | OutputFormat::Wide => print(out, &outcome_line(&m))?,
     }
     Ok(if m.state() == vmi::MigrationState::Done {
         exit::OK
@@ -192,7 +192,7 @@ pub async fn service_running(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    let json = fmt == OutputFormat::Json;
+    let json = matches!(fmt, OutputFormat::Json | OutputFormat::Ids);
     let mut last = None;
     let failed = std::cell::RefCell::new(Vec::new());
     let state = std::cell::Cell::new((0, 0));

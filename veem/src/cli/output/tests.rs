@@ -81,14 +81,33 @@ fn vee_json_shape() {
 }
 
 #[test]
-fn list_json_mirrors_the_list_messages() {
+fn every_list_has_one_json_shape_and_absent_values_are_null() {
     let vs = vec![Vee::from(&vee_info("local"))];
     let v: serde_json::Value = serde_json::from_str(&vees(&vs, OutputFormat::Json)).unwrap();
-    assert_eq!(v["vees"].as_array().unwrap().len(), 1);
-    let v: serde_json::Value = serde_json::from_str(&migrations(&[], OutputFormat::Json)).unwrap();
-    assert_eq!(v, serde_json::json!({"migrations": []}));
-    let v: serde_json::Value = serde_json::from_str(&services(&[], OutputFormat::Json)).unwrap();
-    assert_eq!(v, serde_json::json!({"services": []}));
+    assert_eq!(v["items"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        v["items"][0]["latest_checkpoint"],
+        serde_json::Value::Null,
+        "no checkpoint yet: null, not \"\""
+    );
+    for empty in [
+        migrations(&[], OutputFormat::Json),
+        services(&[], OutputFormat::Json),
+        hosts(&[], OutputFormat::Json),
+        violations(&[], OutputFormat::Json),
+    ] {
+        let v: serde_json::Value = serde_json::from_str(&empty).unwrap();
+        assert_eq!(v, serde_json::json!({"items": []}));
+    }
+}
+
+#[test]
+fn quiet_prints_ids_and_wide_prints_addresses() {
+    let vs = vec![Vee::from(&vee_info("local"))];
+    assert_eq!(vees(&vs, OutputFormat::Ids), "svc1-db-0\n");
+    let wide = vees(&vs, OutputFormat::Wide);
+    assert!(wide.lines().next().unwrap().contains("ADDRESSES"), "{wide}");
+    assert!(!vees(&vs, OutputFormat::Table).contains("ADDRESSES"));
 }
 
 #[test]

@@ -301,7 +301,9 @@ async fn show_ls_and_actions() {
     assert_eq!(out.lines().count(), 3, "{out}");
     let (_, out, _) = run(&ep, &["-o", "json", "ls", "svc1"]).await;
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["vees"][1]["location"], "remote (site-b)");
+    assert_eq!(v["items"][1]["location"], "remote (site-b)");
+    let (_, out, _) = run(&ep, &["-q", "ls"]).await;
+    assert_eq!(out, "v1\nv22\n", "-q: the IDs alone");
 
     let (c, _, _) = run(&ep, &["restore", "v1", "--checkpoint", "c7"]).await;
     assert_eq!(c, 0);
@@ -412,7 +414,7 @@ async fn hosts_show_health_and_reservations() {
     assert!(!a1.contains("error"), "{out}");
     let (_, out, _) = run(&ep, &["-o", "json", "hosts"]).await;
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v[0]["used_memory_mib"], 256);
+    assert_eq!(v["items"][0]["used_memory_mib"], 256);
 }
 
 #[tokio::test]
@@ -432,9 +434,9 @@ async fn limits_show_each_consumers_usage_sla_and_what_it_holds() {
     );
     let (_, out, _) = run(&ep, &["-o", "json", "limits"]).await;
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v[0]["held"]["vcpus"], 2);
-    assert_eq!(v[1]["burst_limit"]["memory_mib"], 8192);
-    assert!(v[0]["burst_limit"].is_null());
+    assert_eq!(v["items"][0]["held"]["vcpus"], 2);
+    assert_eq!(v["items"][1]["burst_limit"]["memory_mib"], 8192);
+    assert!(v["items"][0]["burst_limit"].is_null());
 }
 
 #[tokio::test]
