@@ -280,12 +280,22 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             }
             print(out, &output::violations(&all, fmt))?;
         }
-        Command::Usage { service } => {
-            let u = or_lookup(&c, service, Kind::Service, |mut c, service_id| async move {
+        Command::Usage {
+            service,
+            from,
+            to,
+            group_by,
+        } => {
+            let mut u = or_lookup(&c, service, Kind::Service, |mut c, service_id| async move {
                 c.get_usage(vmi::ServiceRef { service_id }).await
             })
             .await?;
-            print(out, &output::usage(&Usage::from(&u), fmt))?;
+            let (from, to) = (from.unwrap_or(i64::MIN), to.unwrap_or(i64::MAX));
+            u.records.retain(|r| r.end_unix > from && r.start_unix < to);
+            match group_by {
+                Some(key) => print(out, &output::usage_groups(&super::model::usage_groups(&u.records, *key), fmt))?,
+                None => print(out, &output::usage(&Usage::from(&u), fmt))?,
+            }
         }
     }
     Ok(exit::OK)

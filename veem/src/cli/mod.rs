@@ -334,8 +334,19 @@ pub enum Command {
     },
     /// Usage records and SLA violations of a service.
     Usage {
-        /// Service ID.
+        /// Service ID or name.
         service: String,
+        /// Only records that end after this time: RFC 3339, or a duration
+        /// before now (`-2h`).
+        #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
+        from: Option<i64>,
+        /// Only records that start before this time (as `--from`).
+        #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
+        to: Option<i64>,
+        /// One row per VEE, site (the executing one), hour or day, with the
+        /// records' sums, instead of one row per record.
+        #[arg(long, value_enum, value_name = "KEY")]
+        group_by: Option<GroupBy>,
     },
     /// Print the SHA-256 (hex) of the token read from standard input: the
     /// `token_sha256` of a `[[tokens]]` entry, so that the daemon's
@@ -393,6 +404,25 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
     };
     ExitCode::from(code)
+}
+
+/// `usage --group-by`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GroupBy {
+    Vee,
+    Site,
+    Hour,
+    Day,
+}
+
+/// `--from`/`--to`: an RFC 3339 time, `+DURATION` from now or `-DURATION`
+/// before now, as Unix seconds.
+fn parse_time(text: &str) -> Result<i64, String> {
+    if let Some(d) = text.strip_prefix('-') {
+        let d = humantime::parse_duration(d).map_err(|e| format!("{text:?}: {e}"))?;
+        return Ok(chrono::Utc::now().timestamp() - d.as_secs() as i64);
+    }
+    parse_until(text)
 }
 
 /// `--until`: an RFC 3339 time or `+DURATION` from now, as Unix seconds.

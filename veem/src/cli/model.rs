@@ -300,3 +300,44 @@ impl From<&vmi::UsageReport> for Usage {
         }
     }
 }
+
+/// The sums of the usage records of one group (`usage --group-by`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageGroup {
+    /// The VEE ID, the executing site, or the hour's or day's start (RFC 3339).
+    pub key: String,
+    pub records: usize,
+    pub cpu_seconds: f64,
+    pub memory_mib_seconds: f64,
+    pub disk_bytes: u64,
+    pub net_bytes: u64,
+}
+
+/// `records` summed per `by` (a record belongs to the hour or day it
+/// starts in), in key order.
+pub fn usage_groups(records: &[vmi::UsageRecord], by: super::GroupBy) -> Vec<UsageGroup> {
+    use super::GroupBy;
+    let mut groups: std::collections::BTreeMap<String, UsageGroup> = Default::default();
+    for r in records {
+        let key = match by {
+            GroupBy::Vee => r.vee_id.clone(),
+            GroupBy::Site => r.site_chain.first().cloned().unwrap_or_default(),
+            GroupBy::Hour => rfc3339_secs(r.start_unix - r.start_unix.rem_euclid(3600)).unwrap_or_default(),
+            GroupBy::Day => rfc3339_secs(r.start_unix - r.start_unix.rem_euclid(86_400)).unwrap_or_default(),
+        };
+        let g = groups.entry(key.clone()).or_insert(UsageGroup {
+            key,
+            records: 0,
+            cpu_seconds: 0.0,
+            memory_mib_seconds: 0.0,
+            disk_bytes: 0,
+            net_bytes: 0,
+        });
+        g.records += 1;
+        g.cpu_seconds += r.cpu_seconds;
+        g.memory_mib_seconds += r.memory_mib_seconds;
+        g.disk_bytes += r.disk_bytes;
+        g.net_bytes += r.net_bytes;
+    }
+    groups.into_values().collect()
+}

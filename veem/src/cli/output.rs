@@ -25,6 +25,34 @@ pub fn list_json<T: Serialize>(items: &[T]) -> String {
     json(&List { items })
 }
 
+/// `usage --group-by`: one row per group; JSON `{"items": [...]}`.
+pub fn usage_groups(groups: &[super::model::UsageGroup], format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Json => return list_json(groups),
+        OutputFormat::Ids => return ids(groups.iter().map(|g| g.key.as_str())),
+        OutputFormat::Table | OutputFormat::Wide => {}
+    }
+    let mut t = Table::new(&["GROUP", "RECORDS>", "CPU s>", "MiB·s>", "DISK bytes>", "NET bytes>"]);
+    for g in groups {
+        t.row([
+            g.key.clone(),
+            g.records.to_string(),
+            format!("{:.1}", g.cpu_seconds),
+            format!("{:.1}", g.memory_mib_seconds),
+            g.disk_bytes.to_string(),
+            g.net_bytes.to_string(),
+        ]);
+    }
+    t.render()
+}
+
+/// An amount of money with two decimals; what rounds to zero is `0.00`,
+/// never `-0.00`.
+fn money(x: f64) -> String {
+    let x = if x.abs() < 0.005 { 0.0 } else { x };
+    format!("{x:.2}")
+}
+
 /// `-q`: the IDs, one per line.
 pub fn ids<'a>(ids: impl IntoIterator<Item = &'a str>) -> String {
     ids.into_iter().map(|id| format!("{id}\n")).collect()
@@ -355,7 +383,7 @@ pub fn usage(u: &Usage, format: OutputFormat) -> String {
     if !u.violations.is_empty() {
         out += &violation_table(u.violations.iter().map(|v| (None, v)));
     }
-    out += &format!("total penalty: {:.2}\n", u.totals.penalty);
+    out += &format!("total penalty: {}\n", money(u.totals.penalty));
     out
 }
 
@@ -369,13 +397,7 @@ fn violation_table<'a>(rows: impl Iterator<Item = (Option<&'a str>, &'a SlaViola
     }
     let mut t = Table::new(&headers);
     for (service, x) in rows {
-        let mut cells = vec![
-            x.vee_id.clone(),
-            x.term.clone(),
-            opt(&x.start),
-            opt(&x.end),
-            format!("{:.2}", x.penalty),
-        ];
+        let mut cells = vec![x.vee_id.clone(), x.term.clone(), opt(&x.start), opt(&x.end), money(x.penalty)];
         if with_service {
             cells.insert(0, service.unwrap_or_default().to_string());
         }
@@ -407,7 +429,7 @@ pub fn violations(all: &[(String, SlaViolation)], format: OutputFormat) -> Strin
     if !all.is_empty() {
         out += &violation_table(all.iter().map(|(s, v)| (Some(s.as_str()), v)));
     }
-    out + &format!("total penalty: {total:.2}\n")
+    out + &format!("total penalty: {}\n", money(total))
 }
 
 /// `hosts`: one row per host: health, capacity and what is reserved now

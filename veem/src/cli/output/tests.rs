@@ -282,3 +282,11 @@ fn service_and_deploy_text() {
     let out = services(&[s], OutputFormat::Table);
     assert!(out.lines().nth(1).unwrap().trim_end().ends_with(" 1"), "{out}");
 }
+
+#[test]
+fn a_penalty_that_rounds_to_zero_is_never_negative() {
+    assert_eq!(super::money(-0.0), "0.00");
+    assert_eq!(super::money(-0.004), "0.00");
+    assert_eq!(super::money(12.345), "12.35");
+    assert!(violations(&[], OutputFormat::Table).ends_with("total penalty: 0.00\n"));
+}

@@ -174,7 +174,30 @@ impl Vmi for MockSvc {
     }
     async fn get_usage(&self, r: Request<ServiceRef>) -> R<UsageReport> {
         self.note(&r);
-        Err(Status::unimplemented(""))
+        // Two VEEs, one record an hour each from 2026-11-28T08:00:00Z, v1's
+        // from 10:00 at site-b.
+        let rec = |vee: &str, hour: i64, site: &str| UsageRecord {
+            record_id: format!("{vee}-{hour}"),
+            abc_id: "svc1".into(),
+            vee_id: vee.into(),
+            site_chain: vec![site.into()],
+            start_unix: 1_795_852_800 + hour * 3600,
+            end_unix: 1_795_852_800 + (hour + 1) * 3600,
+            cpu_seconds: 10.0,
+            memory_mib_seconds: 100.0,
+            disk_bytes: 1,
+            net_bytes: 2,
+        };
+        let mut records = vec![];
+        for hour in 0..4 {
+            records.push(rec("v1", hour, if hour >= 2 { "site-b" } else { "site-a" }));
+            records.push(rec("v22", hour, "site-a"));
+        }
+        Ok(Response::new(UsageReport {
+            service_id: r.into_inner().service_id,
+            records,
+            violations: vec![],
+        }))
     }
     async fn prepare_incoming(&self, _: Request<IncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
         Err(Status::unimplemented(""))

@@ -482,3 +482,44 @@ fn extend_takes_an_rfc3339_time_or_a_duration_from_now() {
     assert_eq!(e.exit_code(), exit::USAGE as i32);
     assert!(e.to_string().contains("neither an RFC 3339 time nor +DURATION"), "{e}");
 }
+
+#[tokio::test]
+async fn usage_takes_a_range_and_groups_by_vee_site_or_hour() {
+    let ep = serve(Arc::new(Mock::default())).await;
+    let (c, out, err) = run(&ep, &["-o", "json", "usage", "svc1", "--group-by", "vee"]).await;
+    assert_eq!(c, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["items"][0]["key"], "v1");
+    assert_eq!(
+        (v["items"][0]["records"].as_u64(), v["items"][0]["cpu_seconds"].as_f64()),
+        (Some(4), Some(40.0))
+    );
+    // 09:00-11:00: the records of hours 9 and 10 only.
+    let args = [
+        "-o",
+        "json",
+        "usage",
+        "svc1",
+        "--from",
+        "2026-11-28T09:00:00Z",
+        "--to",
+        "2026-11-28T11:00:00Z",
+    ];
+    let (_, out, _) = run(&ep, &[&args[..], &["--group-by", "site"]].concat()).await;
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let by_site: Vec<(String, u64)> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["key"].as_str().unwrap().to_string(), g["records"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(by_site, [("site-a".to_string(), 3), ("site-b".to_string(), 1)]);
+    let (_, out, _) = run(&ep, &["usage", "svc1", "--group-by", "hour"]).await;
+    assert_eq!(out.lines().count(), 5, "a header and 4 hours: {out}");
+    assert!(
+        out.contains("2026-11-28T08:00:00Z") && out.contains("2026-11-28T11:00:00Z"),
+        "{out}"
+    );
+    let (c, _, _) = run(&ep, &["usage", "svc1", "--from", "-1h"]).await;
+    assert_eq!(c, 0);
+}
