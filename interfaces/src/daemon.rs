@@ -49,22 +49,30 @@ pub fn init_logging(format: LogFormat, level: &str) {
     };
 }
 
-/// Completes on SIGTERM or SIGINT (ctrl-c), whichever comes first.
-pub async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGTERM; stopping on ctrl-c only");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// Resolves on the first SIGTERM or SIGINT, logging it and telling systemd
+/// the daemon stops. The handlers are installed when this is called, not
+/// when it is first awaited: call it before telling anyone the daemon is
+/// ready (a SIGTERM right after READY=1 would otherwise kill it with the
+/// signal's default action). Needs a tokio runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let handlers = signal(SignalKind::terminate()).and_then(|t| Ok((t, signal(SignalKind::interrupt())?)));
+    async move {
+        match handlers {
+            Ok((mut term, mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGTERM; stopping on ctrl-c only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+        tracing::info!("stop signal received");
+        notify_stopping();
     }
-    tracing::info!("stop signal received");
-    notify_stopping();
 }
 
 #[cfg(test)]

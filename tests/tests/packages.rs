@@ -69,7 +69,9 @@ fn start_unit_command(name: &str, dir: &std::path::Path) {
         assert!(started.elapsed() < Duration::from_secs(60), "{name}: no READY=1: {}", log());
     }
     ok(&format!("kill -TERM {}", child.id()));
-    assert!(child.wait().unwrap().success(), "{name} did not stop cleanly");
+    let status = child.wait().unwrap();
+    let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+    assert!(status.success(), "{name} did not stop cleanly ({status}): {log}");
 }
 
 #[test]

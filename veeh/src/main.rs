@@ -67,6 +67,8 @@ async fn main() -> anyhow::Result<()> {
                 tracing::warn!(?swept, "removed networks a crash left behind");
             }
             host.spawn_state_watch(Duration::from_secs(1));
+            // The stop signal's handlers before READY=1 (see veem's daemon).
+            let stop_signal = interfaces::daemon::shutdown_signal();
             tracing::info!(%listen, tls = cfg_tls, "VHI listening");
             interfaces::daemon::notify_ready();
             // On SIGTERM or SIGINT: no new calls; those under way get the
@@ -85,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
                 },
             ));
             let ended = tokio::select! {
-                _ = interfaces::daemon::shutdown_signal() => None,
+                _ = stop_signal => None,
                 r = &mut served => Some(r),
             };
             if let Some(r) = ended {

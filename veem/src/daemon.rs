@@ -87,6 +87,9 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
         }
     }
     let loops = Loops::start(&veem);
+    // The stop signal's handlers before READY=1: a SIGTERM from then on
+    // is a clean stop.
+    let stop_signal = interfaces::daemon::shutdown_signal();
     tracing::info!(site = %veem.cfg.site_id, %listen, "VMI listening");
     interfaces::daemon::notify_ready();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -99,7 +102,7 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     );
     // Until a signal, or until the server ends by itself (it cannot bind).
     let ended = tokio::select! {
-        _ = interfaces::daemon::shutdown_signal() => None,
+        _ = stop_signal => None,
         r = &mut server => Some(r),
     };
     health
