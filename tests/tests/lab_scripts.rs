@@ -40,3 +40,20 @@ fn each_phase_of_a_script_says_when_it_starts_and_how_long_it_took() {
     assert_eq!(String::from_utf8_lossy(&out.stderr), "[demo] packages ...\n");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "");
 }
+
+#[test]
+fn the_cli_reference_is_the_binaries_own_help() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let bin_dir = vee_testkit::lab::binary("veem").parent().unwrap().to_path_buf();
+    let out = Command::new("bash")
+        .arg(format!("{root}/scripts/cli-reference"))
+        .arg("--check")
+        .env("BIN_DIR", bin_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "docs/cli-reference.md differs from --help (run scripts/cli-reference):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
