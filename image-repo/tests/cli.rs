@@ -25,13 +25,15 @@ fn push_prints_the_id_alone_and_pull_ls_show_agree() {
     assert_eq!(out.lines().last().unwrap(), id.to_string(), "stdout: {out:?}");
 
     let dest = repo.scratch().join("pulled.img");
-    let out = run_ok(repo.cli().args(["pull", &id.to_string(), "-o"]).arg(&dest));
+    let out = run_ok(repo.cli().args(["pull", &id.to_string()]).arg(&dest));
     assert!(out.contains("300000 bytes"), "{out}");
     assert_eq!(std::fs::read(&dest).unwrap(), data);
     assert!(!repo.scratch().join("pulled.img.partial").exists());
 
-    let json = run_ok(repo.cli().args(["ls", "--output", "json"]));
-    let list: Vec<BlobMeta> = serde_json::from_str(&json).unwrap();
+    let json = run_ok(repo.cli().args(["ls", "-o", "json"]));
+    let list: Vec<BlobMeta> = serde_json::from_value(serde_json::from_str::<serde_json::Value>(&json).unwrap()["items"].clone()).unwrap();
+    // -q: the IDs alone, as veem's.
+    assert_eq!(run_ok(repo.cli().args(["ls", "-q"])), format!("{id}\n"));
     assert_eq!(list.len(), 1);
     let m = &list[0];
     assert_eq!(
@@ -82,7 +84,10 @@ fn same_content_pushed_twice_is_stored_once() {
     let a = run_ok(repo.cli().arg("push").arg(&file).args(["--name", "first"]));
     let b = run_ok(repo.cli().arg("push").arg(&file).args(["--name", "second"]));
     assert_eq!(a.lines().last(), b.lines().last());
-    let list: Vec<BlobMeta> = serde_json::from_str(&run_ok(repo.cli().args(["ls", "--output", "json"]))).unwrap();
+    let list: Vec<BlobMeta> = serde_json::from_value(
+        serde_json::from_str::<serde_json::Value>(&run_ok(repo.cli().args(["ls", "-o", "json"]))).unwrap()["items"].clone(),
+    )
+    .unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].name, "first");
     assert_eq!(repo.blob_files().len(), 1);
@@ -197,9 +202,7 @@ fn reads_need_a_known_token() {
         let (out, _, stderr) = run(cmd.arg("ls"));
         assert!(!out.status.success() && stderr.contains("401"), "{stderr}");
         let mut cmd = repo.cli();
-        cmd.env("IMAGE_REPO_TOKEN", token.unwrap_or(""))
-            .args(["pull", &id, "-o"])
-            .arg(&dest);
+        cmd.env("IMAGE_REPO_TOKEN", token.unwrap_or("")).args(["pull", &id]).arg(&dest);
         let (out, _, _) = run(&mut cmd);
         assert!(!out.status.success() && !dest.exists());
     }
@@ -209,12 +212,12 @@ fn reads_need_a_known_token() {
 fn bad_input_on_the_command_line() {
     let repo = Repo::start();
     let dest = repo.scratch().join("out");
-    let (out, _, stderr) = run(repo.cli().args(["pull", "sha256:xyz", "-o"]).arg(&dest));
+    let (out, _, stderr) = run(repo.cli().args(["pull", "sha256:xyz"]).arg(&dest));
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr.contains("invalid blob ID"), "{stderr}");
 
     let unknown = BlobId::of(b"never pushed").to_string();
-    let (out, _, stderr) = run(repo.cli().args(["pull", &unknown, "-o"]).arg(&dest));
+    let (out, _, stderr) = run(repo.cli().args(["pull", &unknown]).arg(&dest));
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains(&unknown) && stderr.contains("not found"), "{stderr}");
     assert!(!dest.exists() && !repo.scratch().join("out.partial").exists());
@@ -249,7 +252,7 @@ fn progress_bar_only_on_a_terminal() {
     assert!(stderr.is_empty(), "{stderr:?}");
     let id = stdout.trim().to_string();
     let dest = repo.scratch().join("pulled");
-    let (out, _, stderr) = run(repo.cli().args(["pull", &id, "-o"]).arg(&dest));
+    let (out, _, stderr) = run(repo.cli().args(["pull", &id]).arg(&dest));
     assert!(out.status.success() && stderr.is_empty(), "{stderr:?}");
 
     // On a terminal (script(1) gives the command a pseudo-terminal): a bar.
@@ -258,7 +261,7 @@ fn progress_bar_only_on_a_terminal() {
         return;
     }
     std::fs::remove_file(&dest).unwrap();
-    let line = format!("{} pull {id} -o {}", common::bin(), dest.display());
+    let line = format!("{} pull {id} {}", common::bin(), dest.display());
     let (out, tty, _) = run(std::process::Command::new("script")
         .args(["-qec", &line, "/dev/null"])
         .env("IMAGE_REPO_URL", &repo.url)

@@ -22,17 +22,18 @@ pub async fn run(command: Command) -> Result<()> {
             let repo = client(&args.repo)?;
             let bar = Bar::new(&format!("pull {}", short(&args.id.to_string())));
             let callback = bar.callback();
-            let result = repo.pull(&args.id, &args.output, Some(&callback)).await;
+            let result = repo.pull(&args.id, &args.dest, Some(&callback)).await;
             bar.finish();
             let size = result?;
-            println!("pulled {} to {} ({size} bytes, sha256 verified)", args.id, args.output.display());
+            println!("pulled {} to {} ({size} bytes, sha256 verified)", args.id, args.dest.display());
             Ok(())
         }
         Command::Ls(args) => {
             let blobs = client(&args.repo)?.list().await?;
             match args.output {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&blobs)?),
-                Format::Text => print!("{}", output::table(&blobs)),
+                _ if args.quiet => blobs.iter().for_each(|b| println!("{}", b.id)),
+                Format::Json => println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "items": blobs }))?),
+                Format::Table => print!("{}", output::table(&blobs)),
             }
             Ok(())
         }
@@ -43,7 +44,7 @@ pub async fn run(command: Command) -> Result<()> {
                 .ok_or_else(|| interfaces::Error::BlobNotFound { id: args.id.to_string() })?;
             match args.output {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&meta)?),
-                Format::Text => print!("{}", output::details(&meta)),
+                Format::Table => print!("{}", output::details(&meta)),
             }
             Ok(())
         }

@@ -147,19 +147,20 @@ pub struct PullArgs {
     /// ID of the blob (sha256:<64 hex>).
     #[arg(value_parser = parse_id)]
     pub id: BlobId,
-    /// Where to write it.
-    #[arg(short, long, value_name = "FILE")]
-    pub output: PathBuf,
+    /// Where to write it (`FILE.partial` until verified, then renamed).
+    #[arg(value_name = "FILE")]
+    pub dest: PathBuf,
     #[command(flatten)]
     pub repo: RepoArgs,
 }
 
-/// Output formats of `ls` and `show`.
+/// Output formats of `ls` and `show`, spelt as `veem -o` spells them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
-    /// For humans.
-    Text,
-    /// JSON (a list for `ls`, an object for `show`).
+    /// For humans (`text` still reads).
+    #[value(alias = "text")]
+    Table,
+    /// JSON: a blob as an object, a list as `{"items": [...]}` (as veem's).
     Json,
 }
 
@@ -167,8 +168,11 @@ pub enum Format {
 #[derive(Debug, Args)]
 pub struct LsArgs {
     /// Output format.
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: Format,
+    /// Print the IDs alone, one per line.
+    #[arg(short = 'q', long, conflicts_with = "output")]
+    pub quiet: bool,
     #[command(flatten)]
     pub repo: RepoArgs,
 }
@@ -180,7 +184,7 @@ pub struct ShowArgs {
     #[arg(value_parser = parse_id)]
     pub id: BlobId,
     /// Output format.
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: Format,
     #[command(flatten)]
     pub repo: RepoArgs,
