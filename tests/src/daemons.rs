@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
 use interfaces::vhi::vhi_client::VhiClient;
-use interfaces::vhi::{ConsoleRequest, DomainInfo, Empty, IncomingTarget, MigrateOutRequest, MigrationProgress, VeeSpec};
+use interfaces::vhi::{ConsoleRequest, DomainInfo, Empty, IncomingTarget, MigrateOutRequest, MigrationProgress, VeeRef, VeeSpec, VeeState};
 use tonic::transport::Channel;
 
 use crate::guest::{last_tick, GuestImage};
@@ -293,6 +293,22 @@ pub async fn console(c: &mut VhiClient<Channel>, vee_id: &str) -> String {
     .await
     .map(|r| r.into_inner().text)
     .unwrap_or_default()
+}
+
+/// Prepares, creates and starts `spec` on `c`'s host and waits (up to
+/// 120 s, TCG) for its third tick; returns it as [`wait_tick`] does.
+pub async fn boot(c: &mut VhiClient<Channel>, spec: &VeeSpec) -> (u64, Option<u64>) {
+    c.prepare(spec.clone()).await.unwrap();
+    c.create(spec.clone()).await.unwrap();
+    let st = c
+        .start(VeeRef {
+            vee_id: spec.vee_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(st.state(), VeeState::Running);
+    wait_tick(c, &spec.vee_id, 3, Duration::from_secs(120)).await
 }
 
 /// Waits until the VEE's console shows tick `min` or later; returns the

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use e2e::daemons::{checkpoint, console, migrate, wait_console_line, wait_tick, ImageRepo, Veeh};
+use e2e::daemons::{boot, checkpoint, console, migrate, wait_console_line, wait_tick, ImageRepo, Veeh};
 use e2e::{guest, lab};
 use interfaces::vhi::*;
 
@@ -34,10 +34,7 @@ async fn lab_a_shutdown_is_a_clean_guest_shutdown_not_a_power_cut() {
     let mut c = a1.client().await;
     let spec = ids.spec("svc-shutdown");
     let vee = spec.vee_id.clone();
-    c.prepare(spec.clone()).await.unwrap();
-    c.create(spec.clone()).await.unwrap();
-    c.start(VeeRef { vee_id: vee.clone() }).await.unwrap();
-    wait_tick(&mut c, &vee, 2, BOOT).await;
+    boot(&mut c, &spec).await;
 
     let t = Instant::now();
     let r = c
@@ -72,10 +69,7 @@ async fn lab_the_guest_clock_is_the_hosts_after_a_restore_and_a_resume() {
     let mut c = a1.client().await;
     let spec = ids.spec("svc-clock");
     let vee = spec.vee_id.clone();
-    c.prepare(spec.clone()).await.unwrap();
-    c.create(spec.clone()).await.unwrap();
-    c.start(VeeRef { vee_id: vee.clone() }).await.unwrap();
-    wait_tick(&mut c, &vee, 2, BOOT).await;
+    boot(&mut c, &spec).await;
 
     // Saved, and restored 8 s later: the guest's clock would be 8 s behind.
     let cp = checkpoint(&mut c, &vee).await;

@@ -6,27 +6,13 @@
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::daemons::{checkpoint, console, migrate, wait_tick, ImageRepo, Veeh};
+use e2e::daemons::{boot, checkpoint, console, migrate, wait_tick, ImageRepo, Veeh};
 use e2e::{disk, guest, lab};
 use interfaces::vhi::vhi_client::VhiClient;
 use interfaces::vhi::*;
 use tonic::transport::Channel;
 
 const BOOT: Duration = Duration::from_secs(120);
-
-async fn boot(c: &mut VhiClient<Channel>, spec: &VeeSpec) -> (u64, Option<u64>) {
-    c.prepare(spec.clone()).await.unwrap();
-    c.create(spec.clone()).await.unwrap();
-    let st = c
-        .start(VeeRef {
-            vee_id: spec.vee_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(st.state(), VeeState::Running);
-    wait_tick(c, &spec.vee_id, 3, BOOT).await
-}
 
 async fn domains(c: &mut VhiClient<Channel>) -> Vec<DomainInfo> {
     c.list_domains(Empty {}).await.unwrap().into_inner().domains
