@@ -43,7 +43,7 @@ fn field_prefix(f: &str) -> String {
 }
 
 /// Line and column (1-based) of byte `offset` of `text`.
-pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
@@ -108,9 +108,8 @@ impl<'a> Node<'a> {
 /// (serde's, through `serde_path_to_error`) and where it is.
 pub fn parse<T: DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
     serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
-        let path = e.path().to_string();
+        let field = field_of(e.path());
         let inner = e.into_inner();
-        let field = if matches!(path.as_str(), "." | "?") { String::new() } else { path };
         let at = locate(text, &field).or_else(|| inner.span().map(|s| line_col(text, s.start)));
         ConfigError {
             file: None,
@@ -134,10 +133,29 @@ pub fn load<T: DeserializeOwned>(path: &Path, check: impl FnOnce(&mut T) -> Resu
 
 /// [`parse`] then `check`, for text not read from a file.
 pub fn parse_checked<T: DeserializeOwned>(text: &str, check: impl FnOnce(&mut T) -> Result<(), Invalid>) -> Result<T, ConfigError> {
-    let mut cfg: T = parse(text)?;
+    run_check(parse(text)?, check, |field| locate(text, field))
+}
+
+/// The field path `serde_path_to_error` reports; empty for the whole
+/// document.
+fn field_of(path: &serde_path_to_error::Path) -> String {
+    let path = path.to_string();
+    if matches!(path.as_str(), "." | "?") {
+        String::new()
+    } else {
+        path
+    }
+}
+
+/// `cfg` once `check` accepts it; its [`Invalid`] located by `at`.
+fn run_check<T>(
+    mut cfg: T,
+    check: impl FnOnce(&mut T) -> Result<(), Invalid>,
+    at: impl Fn(&str) -> Option<(usize, usize)>,
+) -> Result<T, ConfigError> {
     check(&mut cfg).map_err(|Invalid { field, reason }| ConfigError {
         file: None,
-        at: locate(text, &field),
+        at: at(&field),
         field,
         reason,
     })?;
@@ -229,9 +247,8 @@ pub fn from_table<T: DeserializeOwned>(
     check: impl FnOnce(&mut T) -> Result<(), Invalid>,
 ) -> Result<T, ConfigError> {
     let at = |field: &str| text.and_then(|t| locate(t, field));
-    let mut cfg: T = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-        let path = e.path().to_string();
-        let field = if matches!(path.as_str(), "." | "?") { String::new() } else { path };
+    let cfg: T = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let field = field_of(e.path());
         ConfigError {
             file: None,
             at: at(&field),
@@ -239,13 +256,7 @@ pub fn from_table<T: DeserializeOwned>(
             field,
         }
     })?;
-    check(&mut cfg).map_err(|Invalid { field, reason }| ConfigError {
-        file: None,
-        at: at(&field),
-        field,
-        reason,
-    })?;
-    Ok(cfg)
+    run_check(cfg, check, at)
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use interfaces::config::{duration, invalid, ConfigError, Invalid, Size};
+use interfaces::config::{duration, invalid, Invalid, Size};
 use interfaces::repo_client::types::validate_pin;
 use serde::Deserialize;
 
@@ -163,11 +163,9 @@ impl Config {
             None => None,
         };
         let mut table = match &text {
-            Some(text) => toml::from_str::<toml::Table>(text).map_err(|e| ConfigError {
-                file: file.map(Path::to_path_buf),
-                at: e.span().map(|s| interfaces::config::line_col(text, s.start)),
-                field: String::new(),
-                reason: e.message().trim().to_string(),
+            Some(text) => interfaces::config::parse::<toml::Table>(text).map_err(|mut e| {
+                e.file = file.map(Path::to_path_buf);
+                e
             })?,
             None => toml::Table::new(),
         };
@@ -317,6 +315,10 @@ mod tests {
         std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\nlisten = 5\n").unwrap();
         let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
         assert!(err.starts_with(&format!("{}:3:1: field `listen`: ", file.display())), "{err}");
+        // A TOML syntax error: where it is, in the same style.
+        std::fs::write(&file, "data = \"/x\"\n[oops\n").unwrap();
+        let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
+        assert!(err.starts_with(&format!("{}:2:", file.display())), "{err}");
         // Sizes and durations with units; the older integer keys still read.
         let units = "data = \"/x\"\ntoken = \"t\"\ninsecure = true\nmax_size = \"500 GB\"\nreserve = \"1 GiB\"\nheader_timeout = \"2s\"\n";
         std::fs::write(&file, units).unwrap();
