@@ -12,7 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .file_descriptor_set_path(out.join("vmi_descriptor.bin"))
         .extern_path(".vhi.v1", "crate::vhi")
         .enum_attribute(".vmi.v1", ENUM_ATTRS)
-        .compile_protos(&["proto/vmi.proto"], &["proto"])?;
+        .compile_protos(&["proto/vmi/v1/vmi.proto"], &["proto"])?;
     // A VEEH keeps a VEE's NICs in its own record (veeh's vee.json).
     tonic_build::configure()
         .file_descriptor_set_path(out.join("vhi_descriptor.bin"))
@@ -27,7 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ".vhi.v1.CloudInit",
             "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]",
         )
-        .compile_protos(&["proto/vhi.proto"], &["proto"])?;
+        .compile_protos(&["proto/vhi/v1/vhi.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use interfaces::manifest::Manifest;
-use interfaces::vmi::vmi_client::VmiClient;
+use interfaces::vmi::vmi_service_client::VmiServiceClient;
 use prost::Message;
 use serde_json::{json, Value};
 use veem::config::VeemConfig;
@@ -312,7 +312,7 @@ fn check_alive(dir: &Path, cleanup: &Cleanup) -> Result<()> {
     Ok(())
 }
 
-type Client = VmiClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>>;
+type Client = VmiServiceClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>>;
 
 /// Waits until the daemon answers ListMigrations with the operator token.
 async fn wait_ready(dir: &Path, cleanup: &Cleanup, endpoint: &str) -> Result<Client> {
@@ -320,7 +320,7 @@ async fn wait_ready(dir: &Path, cleanup: &Cleanup, endpoint: &str) -> Result<Cli
     loop {
         check_alive(dir, cleanup)?;
         if let Ok(ch) = vee_testkit::pki::site(SITE).vmi_channel(endpoint, None).await {
-            let mut c = VmiClient::with_interceptor(ch, Bearer::new(OPERATOR)?).max_decoding_message_size(usize::MAX);
+            let mut c = VmiServiceClient::with_interceptor(ch, Bearer::new(OPERATOR)?).max_decoding_message_size(usize::MAX);
             if c.list_migrations(interfaces::vmi::Empty {}).await.is_ok() {
                 return Ok(c);
             }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
-use interfaces::vhi::vhi_client::VhiClient;
+use interfaces::vhi::vhi_service_client::VhiServiceClient;
 use interfaces::vhi::*;
 use serde_json::{json, Value};
 use tonic::transport::Channel;
@@ -95,8 +95,8 @@ impl Samples {
 
 struct Ctx {
     ids: GuestIds,
-    ca: VhiClient<Channel>,
-    cb: VhiClient<Channel>,
+    ca: VhiServiceClient<Channel>,
+    cb: VhiServiceClient<Channel>,
     cleanup: std::sync::Arc<Cleanup>,
     /// Domain XML, VEE directory and ID of the warm-up VEE (the template).
     template: String,

@@ -280,8 +280,8 @@ const VMI_CALLS: [&str; 26] = [
 ];
 
 /// A VEEM of site A with no hosts and one peer, served in-process.
-fn vmi_server() -> &'static interfaces::vmi::vmi_server::VmiServer<veem::server::VmiService> {
-    static VMI: OnceLock<interfaces::vmi::vmi_server::VmiServer<veem::server::VmiService>> = OnceLock::new();
+fn vmi_service_server() -> &'static interfaces::vmi::vmi_service_server::VmiServiceServer<veem::server::VmiService> {
+    static VMI: OnceLock<interfaces::vmi::vmi_service_server::VmiServiceServer<veem::server::VmiService>> = OnceLock::new();
     VMI.get_or_init(|| {
         let dir = scratch("veem");
         let cfg = format!(
@@ -310,7 +310,7 @@ pub fn vmi(data: &[u8]) {
     let Some((&who, message)) = rest.split_first() else { return };
     let tokens = [None, Some("acme-token"), Some("operator-token"), Some("site-b-token"), Some("wrong-token")];
     let token = tokens[usize::from(who) % tokens.len()];
-    let path = format!("/vmi.v1.Vmi/{}", VMI_CALLS[usize::from(call) % VMI_CALLS.len()]);
+    let path = format!("/vmi.v1.VmiService/{}", VMI_CALLS[usize::from(call) % VMI_CALLS.len()]);
     // A gRPC frame: uncompressed, 4-byte big-endian length, the message.
     let mut frame = vec![0u8];
     frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
@@ -325,7 +325,7 @@ pub fn vmi(data: &[u8]) {
     }
     let req = req.body(Full::new(Bytes::from(frame))).unwrap();
     let (code, message) = runtime().block_on(async {
-        let resp = vmi_server().clone().oneshot(req).await.unwrap();
+        let resp = vmi_service_server().clone().oneshot(req).await.unwrap();
         let head = resp.headers().clone();
         let trailers = resp.into_body().collect().await.ok().and_then(|b| b.trailers().cloned());
         let get = |k: &str| {

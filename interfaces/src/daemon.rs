@@ -138,7 +138,7 @@ pub fn notify_stopping() {
 
 /// Adds to `router` what a gRPC daemon serves beside its own interface:
 /// the standard health service (`grpc.health.v1.Health`: SERVING for
-/// `service`, e.g. `vmi.v1.Vmi`, until the returned reporter says
+/// `service`, e.g. `vmi.v1.VmiService`, until the returned reporter says
 /// otherwise) and server reflection (v1 and v1alpha, of `descriptors` and
 /// of the health service), so that load balancers, probes and `grpcurl`
 /// work without the protos. Neither needs a token: they tell only the

@@ -16,14 +16,14 @@ pub mod retry;
 pub mod tls;
 pub mod tokens;
 
-/// VHI: the VEE host interface (`proto/vhi.proto`).
+/// VHI: the VEE host interface (`proto/vhi/v1/vhi.proto`).
 pub mod vhi {
     tonic::include_proto!("vhi.v1");
     /// The encoded descriptors of `vhi.proto`, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("vhi_descriptor");
 }
 
-/// VMI: the VEE management interface (`proto/vmi.proto`).
+/// VMI: the VEE management interface (`proto/vmi/v1/vmi.proto`).
 pub mod vmi {
     tonic::include_proto!("vmi.v1");
     /// The encoded descriptors of `vmi.proto` and what it imports, for

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use interfaces::tls::{SiteIdentity, TlsFiles};
-use interfaces::vhi::vhi_client::VhiClient;
+use interfaces::vhi::vhi_service_client::VhiServiceClient;
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 use tonic::transport::{Channel, Endpoint};
 
@@ -157,10 +157,10 @@ impl SitePki {
     }
 
     /// A VHI client of VEEH `host` at `endpoint`, as the site's VEEM.
-    pub async fn vhi_client(&self, endpoint: &str, host: &str) -> Result<VhiClient<Channel>, tonic::transport::Error> {
+    pub async fn vhi_service_client(&self, endpoint: &str, host: &str) -> Result<VhiServiceClient<Channel>, tonic::transport::Error> {
         let tls = self.veem().client(host).expect("the test PKI's files");
         let channel = Endpoint::from_shared(endpoint.to_string())?.tls_config(tls)?.connect().await?;
-        Ok(VhiClient::new(channel))
+        Ok(VhiServiceClient::new(channel))
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
-use interfaces::vhi::vhi_client::VhiClient;
+use interfaces::vhi::vhi_service_client::VhiServiceClient;
 use interfaces::vhi::{ConsoleRequest, DomainInfo, Empty, IncomingTarget, MigrateOutRequest, MigrationProgress, VeeRef, VeeSpec, VeeState};
 use tonic::transport::Channel;
 
@@ -249,7 +249,7 @@ impl Veeh {
     }
 
     /// A VHI client of this VEEH, as its site's VEEM (mutual TLS).
-    pub async fn client(&self) -> VhiClient<Channel> {
+    pub async fn client(&self) -> VhiServiceClient<Channel> {
         self.try_client().await.unwrap()
     }
 
@@ -259,8 +259,8 @@ impl Veeh {
     }
 
     /// [`Veeh::client`], or the error connecting.
-    pub async fn try_client(&self) -> Result<VhiClient<Channel>, tonic::transport::Error> {
-        vee_testkit::pki::site(&self.site).vhi_client(&self.endpoint, &self.host).await
+    pub async fn try_client(&self) -> Result<VhiServiceClient<Channel>, tonic::transport::Error> {
+        vee_testkit::pki::site(&self.site).vhi_service_client(&self.endpoint, &self.host).await
     }
 
     /// Starts the (killed) daemon again on the same configuration: the same
@@ -285,7 +285,7 @@ impl Veeh {
 }
 
 /// The VEE's console through the VHI Console call.
-pub async fn console(c: &mut VhiClient<Channel>, vee_id: &str) -> String {
+pub async fn console(c: &mut VhiServiceClient<Channel>, vee_id: &str) -> String {
     c.console(ConsoleRequest {
         vee_id: vee_id.into(),
         tail_bytes: 2048,
@@ -297,7 +297,7 @@ pub async fn console(c: &mut VhiClient<Channel>, vee_id: &str) -> String {
 
 /// Prepares, creates and starts `spec` on `c`'s host and waits (up to
 /// 120 s, TCG) for its third tick; returns it as [`wait_tick`] does.
-pub async fn boot(c: &mut VhiClient<Channel>, spec: &VeeSpec) -> (u64, Option<u64>) {
+pub async fn boot(c: &mut VhiServiceClient<Channel>, spec: &VeeSpec) -> (u64, Option<u64>) {
     c.prepare(spec.clone()).await.unwrap();
     c.create(spec.clone()).await.unwrap();
     let st = c
@@ -313,7 +313,7 @@ pub async fn boot(c: &mut VhiClient<Channel>, spec: &VeeSpec) -> (u64, Option<u6
 
 /// Waits until the VEE's console shows tick `min` or later; returns the
 /// last (tick, disk tick). Panics with the console tail after `timeout`.
-pub async fn wait_tick(c: &mut VhiClient<Channel>, vee_id: &str, min: u64, timeout: Duration) -> (u64, Option<u64>) {
+pub async fn wait_tick(c: &mut VhiServiceClient<Channel>, vee_id: &str, min: u64, timeout: Duration) -> (u64, Option<u64>) {
     let start = Instant::now();
     let mut text = String::new();
     while start.elapsed() < timeout {
@@ -331,7 +331,7 @@ pub async fn wait_tick(c: &mut VhiClient<Channel>, vee_id: &str, min: u64, timeo
 /// Waits until the VEE's console has a line starting with `prefix` after
 /// the first `skip` such lines; returns that line. Panics with the console
 /// tail after `timeout`.
-pub async fn wait_console_line(c: &mut VhiClient<Channel>, vee_id: &str, prefix: &str, skip: usize, timeout: Duration) -> String {
+pub async fn wait_console_line(c: &mut VhiServiceClient<Channel>, vee_id: &str, prefix: &str, skip: usize, timeout: Duration) -> String {
     let start = Instant::now();
     let mut text = String::new();
     while start.elapsed() < timeout {
@@ -347,7 +347,7 @@ pub async fn wait_console_line(c: &mut VhiClient<Channel>, vee_id: &str, prefix:
 /// Live-migrates `vee` from `c`'s host to `target` (max downtime 500 ms,
 /// `bandwidth_mib_s` 0 = unlimited): every progress message, the last the
 /// outcome.
-pub async fn migrate(c: &mut VhiClient<Channel>, vee: &str, target: IncomingTarget, bandwidth_mib_s: u64) -> Vec<MigrationProgress> {
+pub async fn migrate(c: &mut VhiServiceClient<Channel>, vee: &str, target: IncomingTarget, bandwidth_mib_s: u64) -> Vec<MigrationProgress> {
     let req = MigrateOutRequest {
         vee_id: vee.into(),
         target: Some(target),
@@ -363,7 +363,7 @@ pub async fn migrate(c: &mut VhiClient<Channel>, vee: &str, target: IncomingTarg
 }
 
 /// A live checkpoint of `vee` (it runs on): the record.
-pub async fn checkpoint(c: &mut VhiClient<Channel>, vee: &str) -> interfaces::vhi::CheckpointRecord {
+pub async fn checkpoint(c: &mut VhiServiceClient<Channel>, vee: &str) -> interfaces::vhi::CheckpointRecord {
     let req = interfaces::vhi::CheckpointRequest {
         vee_id: vee.into(),
         stop_after: false,
@@ -372,7 +372,7 @@ pub async fn checkpoint(c: &mut VhiClient<Channel>, vee: &str) -> interfaces::vh
 }
 
 /// Destroys `vee` and removes its files and record from the host.
-pub async fn destroy(c: &mut VhiClient<Channel>, vee: &str) {
+pub async fn destroy(c: &mut VhiServiceClient<Channel>, vee: &str) {
     let req = interfaces::vhi::DestroyRequest {
         vee_id: vee.into(),
         remove: true,

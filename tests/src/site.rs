@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use interfaces::vmi::vmi_client::VmiClient;
+use interfaces::vmi::vmi_service_client::VmiServiceClient;
 use interfaces::vmi::{Action, Event, ManifestRequest, NegotiateReply, ServiceInfo, VeeActionRequest, VeeInfo, VeeRef, WatchRequest};
 use veem::peers::{Bearer, PeerClient};
 
@@ -173,7 +173,7 @@ impl Veem {
         let start = Instant::now();
         loop {
             if let Ok(ch) = vee_testkit::pki::site(site_id).vmi_channel(&v.endpoint, None).await {
-                let mut c = VmiClient::with_interceptor(ch, Bearer::new(OPERATOR).unwrap());
+                let mut c = VmiServiceClient::with_interceptor(ch, Bearer::new(OPERATOR).unwrap());
                 if c.list_migrations(interfaces::vmi::Empty {}).await.is_ok() {
                     v.daemon.assert_alive();
                     break;
@@ -205,7 +205,7 @@ impl Veem {
             .vmi_channel(&self.endpoint, None)
             .await
             .unwrap();
-        VmiClient::with_interceptor(ch, Bearer::new(token).unwrap())
+        VmiServiceClient::with_interceptor(ch, Bearer::new(token).unwrap())
     }
 
     /// A VMI client as peer site `peer` calls: its certificate, and
@@ -216,7 +216,7 @@ impl Veem {
             .vmi_channel(&self.endpoint, Some(&id))
             .await
             .unwrap();
-        VmiClient::with_interceptor(ch, Bearer::new(token).unwrap())
+        VmiServiceClient::with_interceptor(ch, Bearer::new(token).unwrap())
     }
 
     /// Polls GetVee (as the operator) until `pred` holds; returns the info.

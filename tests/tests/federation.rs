@@ -473,7 +473,7 @@ async fn lab_checkpoints_restore_across_sites_when_a_host_or_a_site_fails() {
 /// guest tick on three more times.
 async fn checkpoint(
     acme: &mut veem::peers::PeerClient,
-    host: &mut vhi::vhi_client::VhiClient<tonic::transport::Channel>,
+    host: &mut vhi::vhi_service_client::VhiServiceClient<tonic::transport::Channel>,
     vee: &str,
 ) -> (String, u64, u64) {
     let before = guest::last_tick(&console(host, vee).await).unwrap().0;

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use e2e::daemons::{boot, checkpoint, console, migrate, wait_tick, ImageRepo, Veeh};
 use e2e::{disk, guest, lab};
-use interfaces::vhi::vhi_client::VhiClient;
+use interfaces::vhi::vhi_service_client::VhiServiceClient;
 use interfaces::vhi::*;
 use tonic::transport::Channel;
 
 const BOOT: Duration = Duration::from_secs(120);
 
-async fn domains(c: &mut VhiClient<Channel>) -> Vec<DomainInfo> {
+async fn domains(c: &mut VhiServiceClient<Channel>) -> Vec<DomainInfo> {
     c.list_domains(Empty {}).await.unwrap().into_inner().domains
 }
 
@@ -359,7 +359,7 @@ async fn lab_the_vhi_answers_only_its_sites_veem_over_mutual_tls() {
     let dir = lab::test_dir("vhi-tls");
     let repo = ImageRepo::start(&dir).await;
     let a1 = Veeh::start(&dir, "tls-a1", "site-a", lab::SITE_A_URI, &repo).await;
-    let answers = |c: Result<VhiClient<Channel>, tonic::transport::Error>| async move {
+    let answers = |c: Result<VhiServiceClient<Channel>, tonic::transport::Error>| async move {
         match c {
             Ok(mut c) => c.list_domains(Empty {}).await.map(|_| ()).map_err(|e| e.message().to_string()),
             Err(e) => Err(format!("{e:?}")),
@@ -370,7 +370,7 @@ async fn lab_the_vhi_answers_only_its_sites_veem_over_mutual_tls() {
         if let Some(tls) = tls {
             ep = ep.tls_config(tls).unwrap();
         }
-        ep.connect().await.map(VhiClient::new)
+        ep.connect().await.map(VhiServiceClient::new)
     };
     let site_a = pki::site("site-a").veem();
     let ca_only = ClientTlsConfig::new()
@@ -387,9 +387,9 @@ async fn lab_the_vhi_answers_only_its_sites_veem_over_mutual_tls() {
         .await
         .unwrap();
     use tonic_health::pb::health_check_response::ServingStatus;
-    assert_eq!(e2e::grpc::health(ch.clone(), "vhi.v1.Vhi").await.unwrap(), ServingStatus::Serving);
-    let (services, described) = e2e::grpc::reflection(ch, "vhi.v1.Vhi").await.unwrap();
-    assert!(services.contains(&"vhi.v1.Vhi".to_string()), "{services:?}");
+    assert_eq!(e2e::grpc::health(ch.clone(), "vhi.v1.VhiService").await.unwrap(), ServingStatus::Serving);
+    let (services, described) = e2e::grpc::reflection(ch, "vhi.v1.VhiService").await.unwrap();
+    assert!(services.contains(&"vhi.v1.VhiService".to_string()), "{services:?}");
     assert!(described);
     // In plaintext, without a client certificate, with another site's VEEM
     // certificate: refused.

@@ -8,14 +8,14 @@ use std::time::Duration;
 use e2e::daemons::ImageRepo;
 use e2e::lab;
 use e2e::site::{self, Veem, B_TO_A, OPERATOR};
-use interfaces::vmi::vmi_client::VmiClient;
+use interfaces::vmi::vmi_service_client::VmiServiceClient;
 use interfaces::vmi::{Empty, UsageBatch};
 use tonic::transport::{Channel, Endpoint};
 use veem::peers::Bearer;
 
 /// A peer's call (PushUsage of nothing) with `token` over `ch`.
 async fn peer_call(ch: Channel, token: &str) -> Result<(), tonic::Status> {
-    let mut c = VmiClient::with_interceptor(ch, Bearer::new(token).unwrap());
+    let mut c = VmiServiceClient::with_interceptor(ch, Bearer::new(token).unwrap());
     c.push_usage(UsageBatch {
         from_site: "site-b".into(),
         records: Vec::new(),
@@ -42,18 +42,18 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
     // TLS and without a token.
     let ch = pki_a.vmi_channel(&veem.endpoint, None).await.unwrap();
     use tonic_health::pb::health_check_response::ServingStatus;
-    assert_eq!(e2e::grpc::health(ch.clone(), "vmi.v1.Vmi").await.unwrap(), ServingStatus::Serving);
+    assert_eq!(e2e::grpc::health(ch.clone(), "vmi.v1.VmiService").await.unwrap(), ServingStatus::Serving);
     assert_eq!(
         e2e::grpc::health(ch.clone(), "").await.unwrap(),
         ServingStatus::Serving,
         "the server as a whole"
     );
-    let (services, described) = e2e::grpc::reflection(ch, "vmi.v1.Vmi").await.unwrap();
+    let (services, described) = e2e::grpc::reflection(ch, "vmi.v1.VmiService").await.unwrap();
     assert!(
-        services.contains(&"vmi.v1.Vmi".to_string()) && services.contains(&"grpc.health.v1.Health".to_string()),
+        services.contains(&"vmi.v1.VmiService".to_string()) && services.contains(&"grpc.health.v1.Health".to_string()),
         "{services:?}"
     );
-    assert!(described, "reflection describes vmi.v1.Vmi");
+    assert!(described, "reflection describes vmi.v1.VmiService");
 
     // Plaintext: no answer.
     let plain = veem.endpoint.replace("https://", "http://");
@@ -64,7 +64,7 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
         .await
     {
         Err(e) => Err(e.to_string()),
-        Ok(ch) => VmiClient::with_interceptor(ch, Bearer::new(OPERATOR).unwrap())
+        Ok(ch) => VmiServiceClient::with_interceptor(ch, Bearer::new(OPERATOR).unwrap())
             .list_migrations(Empty {})
             .await
             .map(|_| ())

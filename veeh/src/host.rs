@@ -99,7 +99,7 @@ pub fn vhi_state(s: Option<DomainState>) -> VeeState {
         Some(DomainState::Paused) => VeeState::Paused,
         Some(DomainState::Shutoff) => VeeState::Shutoff,
         Some(DomainState::Crashed) => VeeState::Crashed,
-        Some(DomainState::Other) => VeeState::Unknown,
+        Some(DomainState::Other) => VeeState::Unspecified,
     }
 }
 

@@ -40,7 +40,7 @@ enum Cmd {
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The VHI's service name in gRPC health checks (`grpc.health.v1`).
-const VHI_SERVICE: &str = "vhi.v1.Vhi";
+const VHI_SERVICE: &str = "vhi.v1.VhiService";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

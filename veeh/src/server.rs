@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
-use interfaces::vhi::vhi_server::{Vhi, VhiServer};
+use interfaces::vhi::vhi_service_server::{VhiService as Vhi, VhiServiceServer};
 use interfaces::vhi::*;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
@@ -31,8 +31,8 @@ fn ok<T>(r: anyhow::Result<T>) -> R<T> {
 }
 
 impl VhiService {
-    pub fn new(host: Arc<Host>) -> VhiServer<Self> {
-        VhiServer::new(Self { host })
+    pub fn new(host: Arc<Host>) -> VhiServiceServer<Self> {
+        VhiServiceServer::new(Self { host })
     }
 }
 

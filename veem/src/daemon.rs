@@ -17,7 +17,7 @@ use crate::server::VmiService;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The VMI's service name in gRPC health checks (`grpc.health.v1`).
-pub const VMI_SERVICE: &str = "vmi.v1.Vmi";
+pub const VMI_SERVICE: &str = "vmi.v1.VmiService";
 
 /// Runs the VEEM of `config` until Ctrl-C or SIGTERM. `destroy_strays`:
 /// the operator's word that domains an empty database does not know are

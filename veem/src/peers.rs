@@ -4,7 +4,7 @@
 
 use anyhow::{anyhow, Result};
 use interfaces::manifest::GuaranteeLevel;
-use interfaces::vmi::vmi_client::VmiClient;
+use interfaces::vmi::vmi_service_client::VmiServiceClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::transport::Channel;
@@ -33,7 +33,7 @@ impl Interceptor for Bearer {
 }
 
 /// A VMI client with a bearer token.
-pub type PeerClient = VmiClient<InterceptedService<Channel, Bearer>>;
+pub type PeerClient = VmiServiceClient<InterceptedService<Channel, Bearer>>;
 
 /// The configuration of an available peer site.
 pub fn peer<'a>(cfg: &'a VeemConfig, site: &str) -> Result<&'a PeerEntry> {

@@ -23,8 +23,8 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use futures::Stream;
 use interfaces::repo_client::RepoClient;
-use interfaces::vhi::vhi_client::VhiClient;
-use interfaces::vhi::{self, vhi_server};
+use interfaces::vhi::vhi_service_client::VhiServiceClient;
+use interfaces::vhi::{self, vhi_service_server};
 use interfaces::vmi;
 use interfaces::BlobId;
 use tonic::transport::{Channel, Endpoint};
@@ -39,13 +39,13 @@ pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 /// One VEEH as the workflows see it: the VHI itself (`vhi.proto`, one
 /// method per call), so that a fake host implements the same trait the
 /// real VEEH serves.
-pub type HostVhi = dyn vhi_server::Vhi<MigrateOutStream = BoxStream<vhi::MigrationProgress>, WatchEventsStream = BoxStream<vhi::HostEvent>>;
+pub type HostVhi = dyn vhi_service_server::VhiService<MigrateOutStream = BoxStream<vhi::MigrationProgress>, WatchEventsStream = BoxStream<vhi::HostEvent>>;
 
 type R<T> = Result<Response<T>, Status>;
 
 /// [`HostVhi`] over the network: a tonic client of the VEEH's endpoint.
 #[derive(Clone)]
-pub struct GrpcHost(VhiClient<Channel>);
+pub struct GrpcHost(VhiServiceClient<Channel>);
 
 impl GrpcHost {
     /// A lazy channel to host `name` at `endpoint` (nothing is dialled
@@ -65,12 +65,12 @@ impl GrpcHost {
             }
             (false, _) => {}
         }
-        Ok(Self(VhiClient::new(ep.connect_lazy())))
+        Ok(Self(VhiServiceClient::new(ep.connect_lazy())))
     }
 }
 
 #[tonic::async_trait]
-impl vhi_server::Vhi for GrpcHost {
+impl vhi_service_server::VhiService for GrpcHost {
     async fn host_info(&self, r: Request<vhi::Empty>) -> R<vhi::HostInfoReply> {
         self.0.clone().host_info(r).await
     }
@@ -197,7 +197,7 @@ impl GrpcPeer {
             ),
             (false, ..) => {}
         }
-        Ok(Self(vmi::vmi_client::VmiClient::with_interceptor(
+        Ok(Self(vmi::vmi_service_client::VmiServiceClient::with_interceptor(
             ep.connect_lazy(),
             Bearer::new(&entry.token)?,
         )))

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use futures::Stream;
 use interfaces::tls::PeerCa;
 use interfaces::vmi;
-use interfaces::vmi::vmi_server::{Vmi, VmiServer};
+use interfaces::vmi::vmi_service_server::{VmiService as Vmi, VmiServiceServer};
 use interfaces::vmi::*;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::StreamExt;
@@ -41,7 +41,7 @@ impl VmiService {
     /// The VMI server of `veem`: with `[tls]` in its configuration, peers'
     /// calls need their certificates. Errors: a peer's `ca` cannot be read
     /// or is missing.
-    pub fn new(veem: Arc<Veem>) -> anyhow::Result<VmiServer<Self>> {
+    pub fn new(veem: Arc<Veem>) -> anyhow::Result<VmiServiceServer<Self>> {
         let peer_cas = match &veem.cfg.tls {
             None => None,
             Some(_) => Some(
@@ -58,7 +58,7 @@ impl VmiService {
                     .collect::<anyhow::Result<_>>()?,
             ),
         };
-        Ok(VmiServer::new(Self { veem, peer_cas }))
+        Ok(VmiServiceServer::new(Self { veem, peer_cas }))
     }
 
     /// The handlers without the server and without TLS (in-process peers

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use interfaces::vhi::vhi_client::VhiClient;
+use interfaces::vhi::vhi_service_client::VhiServiceClient;
 use interfaces::vhi::ConsoleRequest;
 use tonic::transport::Channel;
 use vee_testkit::guest::last_tick;
@@ -134,8 +134,8 @@ pub(super) struct Veeh {
 
 impl Veeh {
     /// A VHI client, as its site's VEEM (mutual TLS).
-    pub(super) async fn client(&self) -> Result<VhiClient<Channel>, tonic::transport::Error> {
-        vee_testkit::pki::site(&self.site).vhi_client(&self.endpoint, &self.host).await
+    pub(super) async fn client(&self) -> Result<VhiServiceClient<Channel>, tonic::transport::Error> {
+        vee_testkit::pki::site(&self.site).vhi_service_client(&self.endpoint, &self.host).await
     }
 }
 
@@ -162,7 +162,7 @@ pub(super) async fn start_veeh(dir: &Path, name: &str, site: &str, uri: &str, re
     let mut daemon = Daemon::spawn(place, &host, "veeh", &["serve", "--config", cfg_path.to_str().unwrap()], dir)?;
     let endpoint = format!("https://{addr}:{port}");
     let t = Instant::now();
-    while vee_testkit::pki::site(site).vhi_client(&endpoint, &host).await.is_err() {
+    while vee_testkit::pki::site(site).vhi_service_client(&endpoint, &host).await.is_err() {
         daemon.check_alive()?;
         if t.elapsed() > Duration::from_secs(30) {
             bail!("veeh {host} did not answer in 30 s");
@@ -178,7 +178,7 @@ pub(super) async fn start_veeh(dir: &Path, name: &str, site: &str, uri: &str, re
     })
 }
 
-pub(super) async fn console(c: &mut VhiClient<Channel>, vee: &str) -> String {
+pub(super) async fn console(c: &mut VhiServiceClient<Channel>, vee: &str) -> String {
     c.console(ConsoleRequest {
         vee_id: vee.into(),
         tail_bytes: 2048,
@@ -189,7 +189,7 @@ pub(super) async fn console(c: &mut VhiClient<Channel>, vee: &str) -> String {
 }
 
 /// Polls the VHI console until a tick >= `min`; returns it.
-pub(super) async fn vhi_wait_tick(c: &mut VhiClient<Channel>, vee: &str, min: u64, timeout: Duration) -> Result<u64> {
+pub(super) async fn vhi_wait_tick(c: &mut VhiServiceClient<Channel>, vee: &str, min: u64, timeout: Duration) -> Result<u64> {
     let t = Instant::now();
     loop {
         let text = console(c, vee).await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::bail;
 use interfaces::vmi;
 
-use super::client::{connect, read_manifest, VmiClient};
+use super::client::{connect, read_manifest, VmiServiceClient};
 use super::lookup::{or_lookup, Kind};
 use super::model::{Event, Migration, Negotiation, Service, SlaViolation, Usage, Vee};
 use super::{exit, output, Cli, Command, OutputFormat};
@@ -62,7 +62,7 @@ pub(super) fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
 /// unreachable or its answer is lost (Unavailable), at most
 /// `retry.attempts` times: the VEEM deploys the service once.
 pub(crate) async fn deploy_idempotent(
-    c: &mut VmiClient,
+    c: &mut VmiServiceClient,
     req: vmi::ManifestRequest,
     retry: interfaces::retry::RetryPolicy,
 ) -> Result<vmi::ServiceInfo, tonic::Status> {
@@ -302,7 +302,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
 }
 
 async fn vee_action(
-    c: &mut VmiClient,
+    c: &mut VmiServiceClient,
     vee: &str,
     action: vmi::Action,
     checkpoint: Option<&str>,

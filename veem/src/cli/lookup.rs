@@ -11,7 +11,7 @@
 use anyhow::bail;
 use interfaces::vmi;
 
-use super::client::VmiClient;
+use super::client::VmiServiceClient;
 
 /// What a word names.
 #[derive(Clone, Copy, Debug)]
@@ -24,7 +24,7 @@ pub enum Kind {
 /// `call` with `word`; if the VEEM answers NotFound and `word` is not a
 /// full ID, `call` again with the ID `word` names as a `kind` (see the
 /// module doc). Errors: `call`'s, or a word naming several.
-pub async fn or_lookup<T, Fut>(c: &VmiClient, word: &str, kind: Kind, call: impl Fn(VmiClient, String) -> Fut) -> anyhow::Result<T>
+pub async fn or_lookup<T, Fut>(c: &VmiServiceClient, word: &str, kind: Kind, call: impl Fn(VmiServiceClient, String) -> Fut) -> anyhow::Result<T>
 where
     Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 {
@@ -70,7 +70,7 @@ fn prefix_of(word: &str, id: &str) -> bool {
 }
 
 /// A service's ID from its ID, a unique ID prefix or its name.
-pub async fn service(c: &mut VmiClient, word: &str) -> anyhow::Result<String> {
+pub async fn service(c: &mut VmiServiceClient, word: &str) -> anyhow::Result<String> {
     if is_full_id(word) {
         return Ok(word.into());
     }
@@ -85,7 +85,7 @@ pub async fn service(c: &mut VmiClient, word: &str) -> anyhow::Result<String> {
 
 /// A VEE's ID from its ID, a unique ID prefix, `COMPONENT-INSTANCE` or
 /// `SERVICE/COMPONENT-INSTANCE` (SERVICE a name or ID prefix).
-pub async fn vee(c: &mut VmiClient, word: &str) -> anyhow::Result<String> {
+pub async fn vee(c: &mut VmiServiceClient, word: &str) -> anyhow::Result<String> {
     if is_full_id(word) {
         return Ok(word.into());
     }
@@ -112,7 +112,7 @@ pub async fn vee(c: &mut VmiClient, word: &str) -> anyhow::Result<String> {
 }
 
 /// A migration's ID from its ID or a unique prefix.
-pub async fn migration(c: &mut VmiClient, word: &str) -> anyhow::Result<String> {
+pub async fn migration(c: &mut VmiServiceClient, word: &str) -> anyhow::Result<String> {
     if is_full_id(word) {
         return Ok(word.into());
     }

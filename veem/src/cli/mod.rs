@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
-pub use client::{connect, AuthInterceptor, VmiClient};
+pub use client::{connect, AuthInterceptor, VmiServiceClient};
 
 /// Process exit codes of the `veem` command.
 pub mod exit {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use interfaces::vmi;
 
-use super::client::VmiClient;
+use super::client::VmiServiceClient;
 use super::commands::print;
 use super::model::{Migration, Service};
 use super::{exit, output, OutputFormat, TimedOut};
@@ -110,7 +110,7 @@ where
 /// Follows migration `first` until it is done, failed or rejected,
 /// printing each change. Exit code 0 only for `done`.
 pub async fn migration(
-    c: &mut VmiClient,
+    c: &mut VmiServiceClient,
     first: vmi::MigrationInfo,
     timeout: Option<Duration>,
     fmt: OutputFormat,
@@ -184,7 +184,7 @@ fn tally(vees: &[vmi::VeeInfo]) -> (usize, Vec<String>) {
 /// fails (exit 1), printing the count of running VEEs as it changes; then
 /// prints the service.
 pub async fn service_running(
-    c: &mut VmiClient,
+    c: &mut VmiServiceClient,
     service_id: &str,
     timeout: Option<Duration>,
     fmt: OutputFormat,

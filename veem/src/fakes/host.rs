@@ -8,7 +8,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use interfaces::vhi::vhi_server::Vhi;
+use interfaces::vhi::vhi_service_server::VhiService as Vhi;
 use interfaces::vhi::*;
 use tonic::{Request, Response, Status};
 

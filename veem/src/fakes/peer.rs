@@ -101,51 +101,51 @@ fn vee_ref(id: &str) -> vmi::VeeRef {
 #[tonic::async_trait]
 impl Peer for LocalPeer {
     async fn prepare_incoming(&self, r: vmi::IncomingRequest) -> Result<IncomingTarget, Status> {
-        use vmi::vmi_server::Vmi;
+        use vmi::vmi_service_server::VmiService as Vmi;
         Ok(self.svc.prepare_incoming(self.req(r)).await?.into_inner())
     }
     async fn complete_incoming(&self, id: &str) -> Result<vmi::VeeInfo, Status> {
-        use vmi::vmi_server::Vmi;
+        use vmi::vmi_service_server::VmiService as Vmi;
         Ok(self.svc.complete_incoming(self.req(vee_ref(id))).await?.into_inner())
     }
     async fn abort_incoming(&self, id: &str) -> Result<(), Status> {
-        use vmi::vmi_server::Vmi;
+        use vmi::vmi_service_server::VmiService as Vmi;
         self.svc.abort_incoming(self.req(vee_ref(id))).await.map(|_| ())
     }
     async fn withdraw(&self, id: &str) -> Result<(), Status> {
-        use vmi::vmi_server::Vmi;
+        use vmi::vmi_service_server::VmiService as Vmi;
         self.svc.withdraw(self.req(vee_ref(id))).await.map(|_| ())
     }
     async fn send_vee(&self, r: vmi::SendVeeRequest) -> Result<vmi::MigrationInfo, Status> {
-        use vmi::vmi_server::Vmi;
+        use vmi::vmi_service_server::VmiService as Vmi;
         Ok(self.svc.send_vee(self.req(r)).await?.into_inner())
     }
     async fn push_usage(&self, b: vmi::UsageBatch) -> Result<vmi::PushUsageReply, Status> {
-        use vmi::vmi_server::Vmi;
+        use vmi::vmi_service_server::VmiService as Vmi;
         Ok(self.svc.push_usage(self.req(b)).await?.into_inner())
     }
     async fn get_vee(&self, id: &str) -> Result<vmi::VeeInfo, Status> {
-        use vmi::vmi_server::Vmi;
+        use vmi::vmi_service_server::VmiService as Vmi;
         Ok(self.svc.get_vee(self.req(vee_ref(id))).await?.into_inner())
     }
     async fn vee_action(&self, r: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status> {
-        use vmi::vmi_server::Vmi;
+        use vmi::vmi_service_server::VmiService as Vmi;
         Ok(self.svc.vee_action(self.req(r)).await?.into_inner())
     }
     async fn update_network(&self, u: interfaces::vhi::NetworkUpdate) -> Result<(), Status> {
-        use vmi::vmi_server::Vmi;
+        use vmi::vmi_service_server::VmiService as Vmi;
         self.svc.update_network(self.req(u)).await.map(|_| ())
     }
     async fn reserve_spare(&self, r: vmi::SpareRequest) -> Result<vmi::SpareReply, Status> {
-        use vmi::vmi_server::Vmi;
+        use vmi::vmi_service_server::VmiService as Vmi;
         Ok(self.svc.reserve_spare(self.req(r)).await?.into_inner())
     }
     async fn confirm_spare(&self, id: &str) -> Result<(), Status> {
-        use vmi::vmi_server::Vmi;
+        use vmi::vmi_service_server::VmiService as Vmi;
         self.svc.confirm_spare(self.req(vee_ref(id))).await.map(|_| ())
     }
     async fn release_spare(&self, id: &str) -> Result<(), Status> {
-        use vmi::vmi_server::Vmi;
+        use vmi::vmi_service_server::VmiService as Vmi;
         self.svc.release_spare(self.req(vee_ref(id))).await.map(|_| ())
     }
 }

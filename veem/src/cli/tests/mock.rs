@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use interfaces::vmi;
-use interfaces::vmi::vmi_server::{Vmi, VmiServer};
+use interfaces::vmi::vmi_service_server::{VmiService as Vmi, VmiServiceServer};
 use interfaces::vmi::*;
 use tonic::{Request, Response, Status};
 
@@ -284,7 +284,7 @@ pub(super) async fn serve(mock: Arc<Mock>) -> String {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(VmiServer::new(MockSvc(mock)))
+            .add_service(VmiServiceServer::new(MockSvc(mock)))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     format!("http://{addr}")
