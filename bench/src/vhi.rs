@@ -119,7 +119,11 @@ impl Ctx {
     /// and A's copy are removed.
     async fn migrate_to_b(&mut self, spec: &VeeSpec, at_b: &VeeSpec) -> Result<MigrationProgress> {
         let vee = spec.vee_id.clone();
-        let target = self.cb.prepare_incoming(at_b.clone()).await?.into_inner();
+        let target = self
+            .cb
+            .prepare_incoming(interfaces::vhi::PrepareIncomingRequest { spec: Some(at_b.clone()) })
+            .await?
+            .into_inner();
         let req = MigrateOutRequest {
             vee_id: vee.clone(),
             target: Some(target),
@@ -133,11 +137,11 @@ impl Ctx {
         }
         let last = last.context("MigrateOut sent nothing")?;
         if last.phase() != MigrationPhase::Done {
-            let _ = self.cb.abort_incoming(VeeRef { vee_id: vee.clone() }).await;
+            let _ = self.cb.abort_incoming(AbortIncomingRequest { vee_id: vee.clone() }).await;
             let _ = self.ca.destroy(DestroyRequest { vee_id: vee, remove: true }).await;
             bail!("migration {}: {}", last.phase(), last.error);
         }
-        self.cb.complete_incoming(VeeRef { vee_id: vee }).await?;
+        self.cb.complete_incoming(CompleteIncomingRequest { vee_id: vee }).await?;
         Ok(last)
     }
 
@@ -150,7 +154,7 @@ impl Ctx {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         if let Some(vee) = self.current.take() {
-            let _ = self.cb.abort_incoming(VeeRef { vee_id: vee.clone() }).await;
+            let _ = self.cb.abort_incoming(AbortIncomingRequest { vee_id: vee.clone() }).await;
             let _ = self
                 .ca
                 .destroy(DestroyRequest {
@@ -295,9 +299,9 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
     eprintln!("vhi: warm-up deploy (fills the image cache)");
     let spec = ids.spec();
     cleanup.track(SITE_A_URI, &format!("vee-{}", spec.vee_id));
-    ca.prepare(spec.clone()).await?;
-    ca.create(spec.clone()).await?;
-    ca.start(VeeRef {
+    ca.prepare(interfaces::vhi::PrepareRequest { spec: Some(spec.clone()) }).await?;
+    ca.create(interfaces::vhi::CreateRequest { spec: Some(spec.clone()) }).await?;
+    ca.start(StartRequest {
         vee_id: spec.vee_id.clone(),
     })
     .await?;
@@ -437,9 +441,9 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
     let ca = &mut ctx.ca;
 
     let t = Instant::now();
-    ca.prepare(spec.clone()).await?;
-    ca.create(spec.clone()).await?;
-    ca.start(VeeRef { vee_id: vee.clone() }).await?;
+    ca.prepare(interfaces::vhi::PrepareRequest { spec: Some(spec.clone()) }).await?;
+    ca.create(interfaces::vhi::CreateRequest { spec: Some(spec.clone()) }).await?;
+    ca.start(StartRequest { vee_id: vee.clone() }).await?;
     vhi_wait_tick(ca, &vee, 1, BOOT_TIMEOUT).await?;
     s.boot.0.push(t.elapsed().as_secs_f64());
 

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
 use interfaces::vhi::vhi_service_client::VhiServiceClient;
-use interfaces::vhi::{ConsoleRequest, DomainInfo, Empty, IncomingTarget, MigrateOutRequest, MigrationProgress, VeeRef, VeeSpec, VeeState};
+use interfaces::vhi::{
+    ConsoleRequest, DomainInfo, IncomingTarget, ListDomainsRequest, MigrateOutRequest, MigrationProgress, StartRequest, VeeSpec, VeeState,
+};
 use tonic::transport::Channel;
 
 use crate::guest::{last_tick, GuestImage};
@@ -255,12 +257,20 @@ impl Veeh {
 
     /// The domains this VEEH's libvirtd runs for it (VHI ListDomains).
     pub async fn domains(&self) -> Vec<DomainInfo> {
-        self.client().await.list_domains(Empty {}).await.unwrap().into_inner().domains
+        self.client()
+            .await
+            .list_domains(ListDomainsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .domains
     }
 
     /// [`Veeh::client`], or the error connecting.
     pub async fn try_client(&self) -> Result<VhiServiceClient<Channel>, tonic::transport::Error> {
-        vee_testkit::pki::site(&self.site).vhi_service_client(&self.endpoint, &self.host).await
+        vee_testkit::pki::site(&self.site)
+            .vhi_service_client(&self.endpoint, &self.host)
+            .await
     }
 
     /// Starts the (killed) daemon again on the same configuration: the same
@@ -298,10 +308,12 @@ pub async fn console(c: &mut VhiServiceClient<Channel>, vee_id: &str) -> String 
 /// Prepares, creates and starts `spec` on `c`'s host and waits (up to
 /// 120 s, TCG) for its third tick; returns it as [`wait_tick`] does.
 pub async fn boot(c: &mut VhiServiceClient<Channel>, spec: &VeeSpec) -> (u64, Option<u64>) {
-    c.prepare(spec.clone()).await.unwrap();
-    c.create(spec.clone()).await.unwrap();
+    c.prepare(interfaces::vhi::PrepareRequest { spec: Some(spec.clone()) })
+        .await
+        .unwrap();
+    c.create(interfaces::vhi::CreateRequest { spec: Some(spec.clone()) }).await.unwrap();
     let st = c
-        .start(VeeRef {
+        .start(StartRequest {
             vee_id: spec.vee_id.clone(),
         })
         .await

@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use interfaces::vmi::vmi_service_client::VmiServiceClient;
-use interfaces::vmi::{Action, Event, ManifestRequest, NegotiateReply, ServiceInfo, VeeActionRequest, VeeInfo, VeeRef, WatchRequest};
+use interfaces::vmi::{
+    Action, DeployRequest, Event, GetVeeRequest, NegotiateRequest, NegotiateResponse, ServiceInfo, VeeActionRequest, VeeInfo,
+    WatchEventsRequest,
+};
 use veem::peers::{Bearer, PeerClient};
 
 use crate::daemons::{Daemon, ImageRepo, Veeh};
@@ -140,7 +143,7 @@ impl Veem {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(20) {
             let hosts = op
-                .list_hosts(interfaces::vmi::Empty {})
+                .list_hosts(interfaces::vmi::ListHostsRequest {})
                 .await
                 .map(|r| r.into_inner().hosts)
                 .unwrap_or_default();
@@ -174,7 +177,7 @@ impl Veem {
         loop {
             if let Ok(ch) = vee_testkit::pki::site(site_id).vmi_channel(&v.endpoint, None).await {
                 let mut c = VmiServiceClient::with_interceptor(ch, Bearer::new(OPERATOR).unwrap());
-                if c.list_migrations(interfaces::vmi::Empty {}).await.is_ok() {
+                if c.list_migrations(interfaces::vmi::ListMigrationsRequest {}).await.is_ok() {
                     v.daemon.assert_alive();
                     break;
                 }
@@ -225,7 +228,7 @@ impl Veem {
         let start = Instant::now();
         let mut last = None;
         while start.elapsed() < timeout {
-            if let Ok(i) = c.get_vee(VeeRef { vee_id: vee_id.into() }).await {
+            if let Ok(i) = c.get_vee(GetVeeRequest { vee_id: vee_id.into() }).await {
                 let i = i.into_inner();
                 if pred(&i) {
                     return i;
@@ -245,7 +248,7 @@ impl Veem {
 /// its usage): a recovered VEE is none.
 pub async fn assert_no_violations(c: &mut PeerClient, service_id: &str) {
     let usage = c
-        .get_usage(interfaces::vmi::ServiceRef {
+        .get_usage(interfaces::vmi::GetUsageRequest {
             service_id: service_id.into(),
         })
         .await
@@ -268,7 +271,7 @@ pub async fn migrate_approved(a: &Veem, vee: &str, to_site: &str, to_host: &str)
 
 /// [`migrate_approved`] without waiting: the proposal, just approved.
 pub async fn approved(a: &Veem, vee: &str, to_site: &str, to_host: &str) -> interfaces::vmi::MigrationInfo {
-    use interfaces::vmi::{MigrateRequest, MigrationRef, MigrationState};
+    use interfaces::vmi::{ApproveMigrationRequest, MigrateRequest, MigrationState};
     let mut op = a.client(OPERATOR).await;
     let m = op
         .migrate(MigrateRequest {
@@ -281,7 +284,7 @@ pub async fn approved(a: &Veem, vee: &str, to_site: &str, to_host: &str) -> inte
         .unwrap()
         .into_inner();
     assert_eq!(m.state(), MigrationState::Proposed, "an operator approves moves: {m:?}");
-    op.approve_migration(MigrationRef {
+    op.approve_migration(ApproveMigrationRequest {
         migration_id: m.migration_id.clone(),
     })
     .await
@@ -297,7 +300,7 @@ pub async fn wait_migration(v: &Veem, id: &str, timeout: Duration) -> interfaces
     let start = Instant::now();
     loop {
         let m = op
-            .list_migrations(interfaces::vmi::Empty {})
+            .list_migrations(interfaces::vmi::ListMigrationsRequest {})
             .await
             .unwrap()
             .into_inner()
@@ -345,19 +348,13 @@ pub fn manifest(name: &str, provider: &str, ids: &crate::daemons::GuestIds, inst
 
 /// Negotiates `manifest_toml` with `c`; panics on a VMI error (a refusal
 /// is a verdict, not an error).
-pub async fn negotiate(c: &mut PeerClient, manifest_toml: String) -> NegotiateReply {
-    c.negotiate(ManifestRequest {
-        manifest_toml,
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
+pub async fn negotiate(c: &mut PeerClient, manifest_toml: String) -> NegotiateResponse {
+    c.negotiate(NegotiateRequest { manifest_toml }).await.unwrap().into_inner()
 }
 
 /// Deploys `manifest_toml` with `c`: the service, or the VMI error.
 pub async fn deploy(c: &mut PeerClient, manifest_toml: String) -> Result<ServiceInfo, tonic::Status> {
-    c.deploy(ManifestRequest {
+    c.deploy(DeployRequest {
         manifest_toml,
         ..Default::default()
     })
@@ -368,7 +365,7 @@ pub async fn deploy(c: &mut PeerClient, manifest_toml: String) -> Result<Service
 /// The events so far of service `service_id` as `c` may see them.
 pub async fn history(c: &mut PeerClient, service_id: &str) -> Vec<Event> {
     let mut s = c
-        .watch_events(WatchRequest {
+        .watch_events(WatchEventsRequest {
             service_id: service_id.into(),
             history_only: true,
         })

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use interfaces::vmi::{ManifestRequest, ServiceInfo};
+use interfaces::vmi::{DeployRequest, ServiceInfo};
 
 use crate::daemons::{wait_tick, GuestIds, ImageRepo, Veeh};
 use crate::site::{self, manifest, Veem};
@@ -64,7 +64,7 @@ impl TwoSites {
     /// VEE's ID once its guest has ticked three times.
     pub async fn deploy_one(&self, acme: &mut veem::peers::PeerClient) -> (ServiceInfo, String) {
         let svc = acme
-            .deploy(ManifestRequest {
+            .deploy(DeployRequest {
                 manifest_toml: manifest("shop", "acme", &self.ids, 1, ""),
                 ..Default::default()
             })

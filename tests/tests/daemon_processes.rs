@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use e2e::daemons::{ImageRepo, Veeh};
 use e2e::{lab, site};
-use interfaces::vmi::WatchRequest;
+use interfaces::vmi::WatchEventsRequest;
 
 #[tokio::test]
 async fn veem_stops_cleanly_on_sigterm_and_starts_again_on_the_same_database() {
@@ -22,7 +22,7 @@ async fn veem_stops_cleanly_on_sigterm_and_starts_again_on_the_same_database() {
     let veem = site::Veem::start(&dir, "site-a", port, config.clone()).await;
     // A client that follows the events and never lets go.
     let mut watcher = veem.client(site::OPERATOR).await;
-    let _stream = watcher.watch_events(WatchRequest::default()).await.unwrap().into_inner();
+    let _stream = watcher.watch_events(WatchEventsRequest::default()).await.unwrap().into_inner();
     let start = Instant::now();
     let mut daemon = veem.daemon;
     let status = tokio::task::spawn_blocking(move || {

@@ -114,7 +114,7 @@ impl Stage {
         let mut op = self.site.veem.client(OPERATOR).await;
         let start = Instant::now();
         loop {
-            let hosts = op.list_hosts(Empty {}).await.unwrap().into_inner().hosts;
+            let hosts = op.list_hosts(ListHostsRequest {}).await.unwrap().into_inner().hosts;
             let h = hosts.into_iter().find(|h| h.name == name).unwrap();
             if pred(&h) {
                 return h;
@@ -141,7 +141,7 @@ impl Stage {
         let at_view = Hypervisor::open(self.at_uri, &self.site.hosts[self.at].host).unwrap();
         assert_eq!(at_view.state(&self.vee).unwrap(), None, "a copy on the first host");
         let mut op = self.site.veem.client(OPERATOR).await;
-        let v = op.get_vee(VeeRef { vee_id: self.vee.clone() }).await.unwrap().into_inner();
+        let v = op.get_vee(GetVeeRequest { vee_id: self.vee.clone() }).await.unwrap().into_inner();
         assert_eq!((v.state(), host_of(&v)), (VeeState::Running, Some(other.host.clone())));
     }
 }
@@ -210,7 +210,7 @@ async fn lab_a_veem_killed_mid_recovery_finishes_it_after_its_restart() {
 async fn lab_a_veem_killed_inside_deploy_deploys_once_for_a_client_that_retries() {
     let _lab = lab::lock();
     let mut site = Site::new("faults-deploy-kill", "failpoints = \"deploy-after-commit=panic\"\n").await;
-    let shop = ManifestRequest {
+    let shop = DeployRequest {
         manifest_toml: manifest("shop", "acme", &site.ids, 1, ""),
         request_id: "shop-1".into(),
     };
@@ -226,11 +226,19 @@ async fn lab_a_veem_killed_inside_deploy_deploys_once_for_a_client_that_retries(
     let svc = acme.deploy(shop.clone()).await.unwrap().into_inner();
     let again = acme.deploy(shop).await.unwrap().into_inner();
     assert_eq!(again.service_id, svc.service_id);
-    assert_eq!(acme.list_services(Empty {}).await.unwrap().into_inner().services.len(), 1);
+    assert_eq!(
+        acme.list_services(ListServicesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .services
+            .len(),
+        1
+    );
     let vee = svc.vees[0].vee_id.clone();
     let info = site.veem.wait_vee(&vee, "running", BOOT, |i| i.state() == VeeState::Running).await;
     let mut op = site.veem.client(OPERATOR).await;
-    let placed = op.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    let placed = op.get_vee(GetVeeRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
     let host = host_of(&placed).expect("on a host");
     let (on, off) = if host == site.hosts[0].host { (0, 1) } else { (1, 0) };
     wait_tick(&mut site.hosts[on].client().await, &vee, 2, BOOT).await;

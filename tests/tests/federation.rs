@@ -29,7 +29,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     // Roles: a peer token cannot deploy; a service provider cannot approve.
     let mut peer_at_a = l.a.peer_client("site-b", B_TO_A).await;
     let e = peer_at_a
-        .deploy(ManifestRequest {
+        .deploy(DeployRequest {
             manifest_toml: manifest("x", "acme", &l.ids, 1, ""),
             ..Default::default()
         })
@@ -73,14 +73,14 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         .unwrap_err();
     assert!(e.message().contains("already has migration"), "{}", e.message());
     let e = acme
-        .approve_migration(MigrationRef {
+        .approve_migration(ApproveMigrationRequest {
             migration_id: p.migration_id.clone(),
         })
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
     let r = op
-        .reject_migration(RejectRequest {
+        .reject_migration(RejectMigrationRequest {
             migration_id: p.migration_id.clone(),
             reason: "not now".into(),
         })
@@ -92,7 +92,11 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     assert_eq!(l.a1.domains().await.len(), 1);
     assert!(l.b1.domains().await.is_empty());
     assert_eq!(
-        acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location,
+        acme.get_vee(GetVeeRequest { vee_id: vee.clone() })
+            .await
+            .unwrap()
+            .into_inner()
+            .location,
         "placed"
     );
     // Draining A's only host proposes nothing: no other host of A has room.
@@ -115,17 +119,17 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         .await
         .unwrap()
         .into_inner();
-    op.approve_migration(MigrationRef {
+    op.approve_migration(ApproveMigrationRequest {
         migration_id: p.migration_id.clone(),
     })
     .await
     .unwrap();
     let m = site::wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
     assert_eq!(m.state(), interfaces::vmi::MigrationState::Done, "{}", m.detail);
-    let shown = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    let shown = acme.get_vee(GetVeeRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
     assert_eq!(shown.location, "placed", "the provider never sees where");
     assert_eq!(shown.state(), interfaces::vmi::VeeState::Running);
-    let shown = op.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    let shown = op.get_vee(GetVeeRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
     assert_eq!(shown.location, "remote (site-b)");
     assert!(l.a1.domains().await.is_empty(), "the VEE still runs at A");
     let at_b = l.b1.domains().await;
@@ -142,7 +146,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     let start = std::time::Instant::now();
     let remote = loop {
         let u = op
-            .get_usage(ServiceRef {
+            .get_usage(GetUsageRequest {
                 service_id: svc.service_id.clone(),
             })
             .await
@@ -167,7 +171,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     let ids: std::collections::HashSet<_> = remote.iter().map(|r| r.record_id.clone()).collect();
     assert_eq!(ids.len(), remote.len(), "duplicate usage records");
     // A batch pushed twice is counted once.
-    let batch = UsageBatch {
+    let batch = PushUsageRequest {
         from_site: "site-b".into(),
         records: remote
             .iter()
@@ -191,7 +195,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         .await
         .unwrap()
         .into_inner();
-    op.approve_migration(MigrationRef {
+    op.approve_migration(ApproveMigrationRequest {
         migration_id: p.migration_id.clone(),
     })
     .await
@@ -199,7 +203,11 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
     let m = site::wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
     assert_eq!(m.state(), interfaces::vmi::MigrationState::Done, "{}", m.detail);
     assert_eq!(
-        acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner().location,
+        acme.get_vee(GetVeeRequest { vee_id: vee.clone() })
+            .await
+            .unwrap()
+            .into_inner()
+            .location,
         "placed"
     );
     assert!(l.b1.domains().await.is_empty(), "the VEE still runs at B");
@@ -226,7 +234,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
     // Site A has one host: the second anti-affine instance goes to B.
     // (A peer's token cannot use peer calls to deploy either.)
     let svc = match acme
-        .deploy(ManifestRequest {
+        .deploy(DeployRequest {
             manifest_toml: manifest("shop", "acme", &l.ids, 2, ""),
             ..Default::default()
         })
@@ -262,7 +270,7 @@ async fn lab_remote_placement_when_site_a_is_full() {
         .0
         .vee_id
         .clone();
-    let shown = acme.get_vee(VeeRef { vee_id: remote.clone() }).await.unwrap().into_inner();
+    let shown = acme.get_vee(GetVeeRequest { vee_id: remote.clone() }).await.unwrap().into_inner();
     assert_eq!(shown.location, "placed", "the provider never sees where");
     let mut cb = l.b1.client().await;
     wait_tick(&mut cb, &remote, 2, BOOT).await;
@@ -292,7 +300,11 @@ async fn lab_remote_placement_when_site_a_is_full() {
         })
         .await;
     assert_eq!(
-        acme.get_vee(VeeRef { vee_id: remote.clone() }).await.unwrap().into_inner().location,
+        acme.get_vee(GetVeeRequest { vee_id: remote.clone() })
+            .await
+            .unwrap()
+            .into_inner()
+            .location,
         "placed"
     );
     assert!(home.location.starts_with("local ("));
@@ -338,7 +350,7 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     let info =
         l.a.client(OPERATOR)
             .await
-            .get_vee(VeeRef { vee_id: vee.clone() })
+            .get_vee(GetVeeRequest { vee_id: vee.clone() })
             .await
             .unwrap()
             .into_inner();
@@ -369,7 +381,7 @@ async fn lab_failed_and_interrupted_migrations_leave_exactly_one_copy() {
     let info =
         l.a.client(OPERATOR)
             .await
-            .get_vee(VeeRef { vee_id: vee.clone() })
+            .get_vee(GetVeeRequest { vee_id: vee.clone() })
             .await
             .unwrap()
             .into_inner();
@@ -514,7 +526,13 @@ async fn lab_a_full_vee_holds_a_spare_at_site_b_and_is_restored_into_it() {
         "{}",
         e.message()
     );
-    assert!(acme.list_services(Empty {}).await.unwrap().into_inner().services.is_empty());
+    assert!(acme
+        .list_services(ListServicesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .services
+        .is_empty());
     site::vee_action(&mut acme_at_b, &filler.vees[0].vee_id, Action::Stop)
         .await
         .unwrap();

@@ -91,9 +91,9 @@ async fn lab_the_guest_clock_is_the_hosts_after_a_restore_and_a_resume() {
     assert!(skew.abs() <= 2, "guest clock after restore {skew} s from the host's: {line}");
 
     // Paused 8 s, then resumed: set again.
-    c.suspend(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    c.suspend(SuspendRequest { vee_id: vee.clone() }).await.unwrap();
     tokio::time::sleep(Duration::from_secs(8)).await;
-    c.resume(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    c.resume(ResumeRequest { vee_id: vee.clone() }).await.unwrap();
     let line = wait_console_line(&mut c, &vee, "vee-guest: agent set the clock to", 1, Duration::from_secs(30)).await;
     let skew = clock_of(&line) - now_s();
     assert!(skew.abs() <= 2, "guest clock after resume {skew} s from the host's: {line}");
@@ -121,9 +121,13 @@ async fn lab_first_boot_data_reaches_the_guest_and_follows_it_through_restore_an
         ],
     });
     let vee = spec.vee_id.clone();
-    ca.prepare(spec.clone()).await.unwrap();
-    ca.create(spec.clone()).await.unwrap();
-    ca.start(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    ca.prepare(interfaces::vhi::PrepareRequest { spec: Some(spec.clone()) })
+        .await
+        .unwrap();
+    ca.create(interfaces::vhi::CreateRequest { spec: Some(spec.clone()) })
+        .await
+        .unwrap();
+    ca.start(StartRequest { vee_id: vee.clone() }).await.unwrap();
     let seed = wait_console_line(&mut ca, &vee, "vee-guest: seed", 0, BOOT).await;
     assert_eq!(seed, format!("vee-guest: seed instance-id={vee} hostname=web-0 ssh-keys=2"));
     wait_console_line(&mut ca, &vee, "vee-guest: user-data ran on web-0", 0, BOOT).await;
@@ -148,12 +152,16 @@ async fn lab_first_boot_data_reaches_the_guest_and_follows_it_through_restore_an
 
     // Live-migrated to site B: B writes its own seed; the guest runs on,
     // with its clock set there.
-    let target = cb.prepare_incoming(spec.clone()).await.unwrap().into_inner();
+    let target = cb
+        .prepare_incoming(interfaces::vhi::PrepareIncomingRequest { spec: Some(spec.clone()) })
+        .await
+        .unwrap()
+        .into_inner();
     assert!(target.seed_path.starts_with(b.state_dir.to_str().unwrap()), "{}", target.seed_path);
     let progress = migrate(&mut ca, &vee, target.clone(), 0).await;
     let last = progress.last().unwrap();
     assert_eq!(last.phase(), MigrationPhase::Done, "migration failed: {:?}", last.error);
-    cb.complete_incoming(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    cb.complete_incoming(CompleteIncomingRequest { vee_id: vee.clone() }).await.unwrap();
     assert!(std::path::Path::new(&target.seed_path).exists());
     let line = wait_console_line(&mut cb, &vee, "vee-guest: agent set the clock to", 0, Duration::from_secs(30)).await;
     assert!((clock_of(&line) - now_s()).abs() <= 2, "guest clock at B: {line}");

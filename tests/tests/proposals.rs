@@ -18,7 +18,7 @@ const BOOT: Duration = Duration::from_secs(180);
 async fn migrations(v: &Veem) -> Vec<MigrationInfo> {
     v.client(OPERATOR)
         .await
-        .list_migrations(Empty {})
+        .list_migrations(ListMigrationsRequest {})
         .await
         .unwrap()
         .into_inner()
@@ -48,7 +48,7 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
     let mut vees = Vec::new();
     for name in ["shop", "blog"] {
         let svc = acme
-            .deploy(ManifestRequest {
+            .deploy(DeployRequest {
                 manifest_toml: manifest(name, "acme", &ids, 1, ""),
                 ..Default::default()
             })
@@ -173,7 +173,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     let veem = Veem::start(&dir, "site-a", port, cfg).await;
     let mut acme = veem.client(ACME).await;
     let svc = acme
-        .deploy(ManifestRequest {
+        .deploy(DeployRequest {
             manifest_toml: manifest("shop", "acme", &ids, 1, ""),
             ..Default::default()
         })
@@ -235,7 +235,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
 
     // The host answers again; the operator rejects the proposal.
     let back = Instant::now();
-    while rc.host_info(vhi::Empty {}).await.is_err() {
+    while rc.get_host_info(vhi::GetHostInfoRequest {}).await.is_err() {
         assert!(
             back.elapsed() < Duration::from_secs(20),
             "{} did not answer after SIGCONT",
@@ -246,7 +246,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut op = veem.client(OPERATOR).await;
     let r = op
-        .reject_migration(RejectRequest {
+        .reject_migration(RejectMigrationRequest {
             migration_id: proposal.migration_id.clone(),
             reason: "the host is back".into(),
         })
@@ -294,7 +294,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
         .into_inner()
         .migrations
         .is_empty());
-    op.reject_migration(RejectRequest {
+    op.reject_migration(RejectMigrationRequest {
         migration_id: d[0].migration_id.clone(),
         reason: "not today".into(),
     })
@@ -356,7 +356,7 @@ async fn lab_a_source_host_that_hangs_mid_migration_fails_it_and_its_vee_is_reco
         .await
         .unwrap()
         .into_inner();
-    op.approve_migration(MigrationRef {
+    op.approve_migration(ApproveMigrationRequest {
         migration_id: m.migration_id.clone(),
     })
     .await

@@ -256,7 +256,7 @@ async fn lab_the_outside_reaches_declared_ports_only_and_a_tcp_connection_surviv
         .unwrap()
         .into_inner();
     if mig.state() == MigrationState::Proposed {
-        op.approve_migration(MigrationRef {
+        op.approve_migration(ApproveMigrationRequest {
             migration_id: mig.migration_id.clone(),
         })
         .await

@@ -112,7 +112,7 @@ async fn lab_a_displaced_background_vee_comes_back_when_capacity_returns() {
     // Nothing brings it back while there is no room.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut op = s.veem.client(OPERATOR).await;
-    let still = op.get_vee(VeeRef { vee_id: bg.clone() }).await.unwrap().into_inner();
+    let still = op.get_vee(GetVeeRequest { vee_id: bg.clone() }).await.unwrap().into_inner();
     assert_eq!(still.state(), VeeState::Suspended);
 
     // The standard VEE ends: the background VEE resumes by itself, from its
@@ -133,7 +133,7 @@ async fn lab_a_displaced_background_vee_comes_back_when_capacity_returns() {
     let events = site::history(&mut op, &displaced.service_id).await;
     assert!(events.iter().any(|e| e.detail.contains("displaced to make room")), "{events:#?}");
     let usage = op
-        .get_usage(ServiceRef {
+        .get_usage(GetUsageRequest {
             service_id: displaced.service_id.clone(),
         })
         .await
@@ -159,7 +159,7 @@ async fn lab_the_scheduler_checkpoints_a_vee_by_itself_each_interval() {
     while seen.len() < 3 {
         assert!(start.elapsed() < Duration::from_secs(120), "checkpoints so far: {seen:?}");
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let v = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+        let v = acme.get_vee(GetVeeRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
         if !v.latest_checkpoint.is_empty() {
             seen.insert(v.latest_checkpoint);
         }
@@ -208,7 +208,7 @@ async fn lab_a_window_starts_and_stops_its_vee_and_a_later_fit_is_a_counter_offe
 
     // Nothing runs before the start (less its init overhead).
     while chrono::Utc::now().timestamp() < start - 4 - 3 {
-        let v = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+        let v = acme.get_vee(GetVeeRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
         assert_eq!(v.state(), VeeState::Admitted, "before its window");
         for h in &s.hosts {
             assert!(h.domains().await.is_empty(), "{} runs a domain before the window", h.host);
@@ -225,7 +225,7 @@ async fn lab_a_window_starts_and_stops_its_vee_and_a_later_fit_is_a_counter_offe
 
     // Extended by 20 s after admission: it runs on past the first end.
     let extended = acme
-        .extend_service(ExtendRequest {
+        .extend_service(ExtendServiceRequest {
             service_id: svc.service_id.clone(),
             until_unix: end + 20,
         })
@@ -238,7 +238,7 @@ async fn lab_a_window_starts_and_stops_its_vee_and_a_later_fit_is_a_counter_offe
     }
     // Running on (its scheduled checkpoints come every few seconds over so
     // short a window: checkpointing is running too).
-    let v = acme.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    let v = acme.get_vee(GetVeeRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
     assert!(
         matches!(v.state(), VeeState::Running | VeeState::Checkpointing),
         "extended past {end}: {:?}",
@@ -271,7 +271,7 @@ async fn lab_a_reservation_on_a_failed_host_is_remapped_and_starts_elsewhere() {
         .unwrap();
     let vee = svc.vees[0].vee_id.clone();
     let mut op = s.veem.client(OPERATOR).await;
-    let planned = op.get_vee(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    let planned = op.get_vee(GetVeeRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
     assert_eq!(planned.state(), VeeState::Admitted);
     let failed = s.index(&host_of(&planned).unwrap());
     let other = s.hosts[1 - failed].host.clone();
@@ -350,7 +350,7 @@ async fn lab_each_guarantee_level_keeps_its_promise_when_a_host_fails() {
     let at = |vee: &str| {
         let vee = vee.to_string();
         let mut op = op.clone();
-        async move { op.get_vee(VeeRef { vee_id: vee }).await.unwrap().into_inner() }
+        async move { op.get_vee(GetVeeRequest { vee_id: vee }).await.unwrap().into_inner() }
     };
     let x = where_(&at(&full.1).await);
     for (name, vee) in [("standard", &standard.1), ("legacy", &legacy.1), ("enhanced", &enhanced.1)] {
@@ -419,7 +419,7 @@ async fn lab_each_guarantee_level_keeps_its_promise_when_a_host_fails() {
     );
     a.wait_vee(&legacy.1, "legacy lost", t, |i| i.state() == VeeState::Failed).await;
     let usage = op
-        .get_usage(ServiceRef {
+        .get_usage(GetUsageRequest {
             service_id: legacy.0.clone(),
         })
         .await
@@ -432,7 +432,11 @@ async fn lab_each_guarantee_level_keeps_its_promise_when_a_host_fails() {
         format!("failed; violation, penalty {:.2}", usage.violations[0].penalty),
     );
     for svc in [&full.0, &standard.0, &enhanced.0, &background.0] {
-        let u = op.get_usage(ServiceRef { service_id: svc.clone() }).await.unwrap().into_inner();
+        let u = op
+            .get_usage(GetUsageRequest { service_id: svc.clone() })
+            .await
+            .unwrap()
+            .into_inner();
         assert!(u.violations.is_empty(), "{svc}: {:?}", u.violations);
     }
 

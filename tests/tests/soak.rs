@@ -38,7 +38,7 @@ async fn lab_soak_migrations_back_and_forth_with_checkpoints_lose_and_double_not
     let mut acme = a.client(ACME).await;
 
     let svc = acme
-        .deploy(ManifestRequest {
+        .deploy(DeployRequest {
             manifest_toml: manifest("soak", "acme", &ids, 1, ""),
             ..Default::default()
         })
@@ -70,7 +70,7 @@ async fn lab_soak_migrations_back_and_forth_with_checkpoints_lose_and_double_not
         let info = a
             .client(site::OPERATOR)
             .await
-            .get_vee(VeeRef { vee_id: vee.clone() })
+            .get_vee(GetVeeRequest { vee_id: vee.clone() })
             .await
             .unwrap()
             .into_inner();
@@ -99,7 +99,7 @@ async fn lab_soak_migrations_back_and_forth_with_checkpoints_lose_and_double_not
         checkpoints.len(),
         start.elapsed().as_secs_f64()
     );
-    let services = acme.list_services(Empty {}).await.unwrap().into_inner().services;
+    let services = acme.list_services(ListServicesRequest {}).await.unwrap().into_inner().services;
     assert_eq!(services.len(), 1, "one service");
     site::vee_action(&mut acme, &vee, Action::Stop).await.unwrap();
     assert_eq!(a1.domains().await.len() + b1.domains().await.len(), 0);

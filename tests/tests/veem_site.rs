@@ -33,7 +33,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
 
     // Two instances, host anti-affinity: two different hosts.
     let svc = acme
-        .deploy(ManifestRequest {
+        .deploy(DeployRequest {
             manifest_toml: manifest("shop", "acme", &ids, 2, ""),
             ..Default::default()
         })
@@ -55,7 +55,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     }
     // The service provider sees its VEEs, but not where they run.
     let mine = acme
-        .get_vee(VeeRef {
+        .get_vee(GetVeeRequest {
             vee_id: placed[0].0.clone(),
         })
         .await
@@ -67,7 +67,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     let mut globex = veem.client(GLOBEX).await;
     assert_eq!(
         globex
-            .get_service(ServiceRef {
+            .get_service(GetServiceRequest {
                 service_id: svc.service_id.clone()
             })
             .await
@@ -77,7 +77,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     );
     assert_eq!(
         globex
-            .get_vee(VeeRef {
+            .get_vee(GetVeeRequest {
                 vee_id: placed[0].0.clone()
             })
             .await
@@ -85,9 +85,15 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
             .code(),
         tonic::Code::NotFound
     );
-    assert!(globex.list_services(Empty {}).await.unwrap().into_inner().services.is_empty());
     assert!(globex
-        .list_vees(ServiceRef { service_id: String::new() })
+        .list_services(ListServicesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .services
+        .is_empty());
+    assert!(globex
+        .list_vees(ListVeesRequest { service_id: String::new() })
         .await
         .unwrap()
         .into_inner()
@@ -139,7 +145,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     // The operator sees the failed host and where the VEEs are now; the
     // event history tells the story; a provider sees no hosts.
     let mut op = veem.client(OPERATOR).await;
-    let hosts = op.list_hosts(Empty {}).await.unwrap().into_inner().hosts;
+    let hosts = op.list_hosts(ListHostsRequest {}).await.unwrap().into_inner().hosts;
     let status = |h: &str| hosts.iter().find(|x| x.name == h).unwrap().clone();
     assert_eq!(status(&failed_host).health(), interfaces::vmi::HostHealth::Failed);
     assert_eq!(
@@ -147,7 +153,10 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
         (interfaces::vmi::HostHealth::Up, 1)
     );
     assert!(status(&new_host).used_memory_mib >= 128 && status(&new_host).memory_mib > 0);
-    assert_eq!(acme.list_hosts(Empty {}).await.unwrap_err().code(), tonic::Code::PermissionDenied);
+    assert_eq!(
+        acme.list_hosts(ListHostsRequest {}).await.unwrap_err().code(),
+        tonic::Code::PermissionDenied
+    );
     let history = site::history(&mut acme, &svc.service_id).await;
     assert!(
         history.iter().any(|e| e.vee_id == victim && e.kind == "checkpointed"),
@@ -293,14 +302,19 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     let n = site::negotiate(&mut acme, manifest("shop", "acme", &ids, 2, "")).await;
     assert_eq!(n.verdict(), interfaces::vmi::Verdict::Accept);
     assert!(
-        acme.list_services(Empty {}).await.unwrap().into_inner().services.is_empty(),
+        acme.list_services(ListServicesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .services
+            .is_empty(),
         "nothing deployed by rejections or negotiation"
     );
     assert!(a1.domains().await.is_empty() && a2.domains().await.is_empty());
 
     // Nothing was reserved: a deployment that needs both hosts fits. The
     // VEEM is killed right after accepting it, mid-deploy.
-    let shop = ManifestRequest {
+    let shop = DeployRequest {
         manifest_toml: manifest("shop", "acme", &ids, 2, ""),
         request_id: "shop-deploy-1".into(),
     };
@@ -321,7 +335,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     assert_eq!(d1.len(), 1);
     let mut acme = veem.client(ACME).await;
     let again = acme
-        .get_service(ServiceRef {
+        .get_service(GetServiceRequest {
             service_id: svc.service_id.clone(),
         })
         .await
@@ -348,15 +362,29 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     let mut globex = veem.client(GLOBEX).await;
     let other = site::negotiate(&mut globex, manifest("bazaar", "globex", &ids, 2, "")).await;
     assert_eq!(other.verdict(), interfaces::vmi::Verdict::Accept, "no limit for globex: {other:?}");
-    assert_eq!(acme.list_services(Empty {}).await.unwrap().into_inner().services.len(), 1);
-    let mine = acme.list_usage_limits(Empty {}).await.unwrap().into_inner().limits;
+    assert_eq!(
+        acme.list_services(ListServicesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .services
+            .len(),
+        1
+    );
+    let mine = acme.list_usage_limits(ListUsageLimitsRequest {}).await.unwrap().into_inner().limits;
     assert_eq!(mine.len(), 1, "{mine:?}");
     assert_eq!(
         (mine[0].consumer.as_str(), mine[0].kind()),
         ("acme", interfaces::vmi::UsageLimitKind::Fixed)
     );
     assert_eq!(mine[0].held.as_ref().map(|h| (h.vcpus, h.memory_mib)), Some((2, 256)));
-    assert!(globex.list_usage_limits(Empty {}).await.unwrap().into_inner().limits.is_empty());
+    assert!(globex
+        .list_usage_limits(ListUsageLimitsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .limits
+        .is_empty());
     for h in [&a1, &a2] {
         for d in h.domains().await {
             h.client()
@@ -371,7 +399,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     }
     let mut op = veem.client(OPERATOR).await;
     assert!(
-        op.list_vees(ServiceRef { service_id: String::new() })
+        op.list_vees(ListVeesRequest { service_id: String::new() })
             .await
             .unwrap()
             .into_inner()

@@ -15,7 +15,7 @@ use tonic::transport::Channel;
 const BOOT: Duration = Duration::from_secs(120);
 
 async fn domains(c: &mut VhiServiceClient<Channel>) -> Vec<DomainInfo> {
-    c.list_domains(Empty {}).await.unwrap().into_inner().domains
+    c.list_domains(ListDomainsRequest {}).await.unwrap().into_inner().domains
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -142,7 +142,11 @@ async fn lab_live_migration_from_site_a_to_site_b_keeps_the_counter_going() {
     boot(&mut ca, &spec).await;
     let before = wait_tick(&mut ca, &vee, 4, BOOT).await.0;
 
-    let target = cb.prepare_incoming(spec.clone()).await.unwrap().into_inner();
+    let target = cb
+        .prepare_incoming(interfaces::vhi::PrepareIncomingRequest { spec: Some(spec.clone()) })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(target.libvirt_uri, lab::SITE_B_URI);
     assert!(target.disk_path.starts_with(b.state_dir.to_str().unwrap()));
     let progress = migrate(&mut ca, &vee, target, 0).await;
@@ -154,7 +158,7 @@ async fn lab_live_migration_from_site_a_to_site_b_keeps_the_counter_going() {
         last.error
     );
     assert!(last.total_ms > 0);
-    cb.complete_incoming(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    cb.complete_incoming(CompleteIncomingRequest { vee_id: vee.clone() }).await.unwrap();
 
     // Exactly one copy: at B, none at A.
     assert!(domains(&mut ca).await.is_empty(), "VEE still at site A");
@@ -203,7 +207,11 @@ async fn lab_migration_whose_destination_dies_leaves_the_vee_running_at_the_sour
     let spec = ids.spec("svc-migrate-fail");
     let vee = spec.vee_id.clone();
     boot(&mut ca, &spec).await;
-    let target = cb.prepare_incoming(spec.clone()).await.unwrap().into_inner();
+    let target = cb
+        .prepare_incoming(interfaces::vhi::PrepareIncomingRequest { spec: Some(spec.clone()) })
+        .await
+        .unwrap()
+        .into_inner();
 
     // Throttle to 4 MiB/s so the copy takes long enough to kill the
     // destination QEMU (the one started with -incoming) midway.
@@ -232,7 +240,7 @@ async fn lab_migration_whose_destination_dies_leaves_the_vee_running_at_the_sour
     assert_eq!(at_a[0].state(), VeeState::Running);
     let now = guest::last_tick(&console(&mut ca, &vee).await).unwrap().0;
     wait_tick(&mut ca, &vee, now + 2, Duration::from_secs(30)).await;
-    cb.abort_incoming(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    cb.abort_incoming(AbortIncomingRequest { vee_id: vee.clone() }).await.unwrap();
     assert!(domains(&mut cb).await.is_empty());
     assert!(!b.state_dir.join("vees").join(&vee).exists(), "destination left its prepared files");
 
@@ -274,7 +282,7 @@ async fn lab_libvirtd_restart_under_a_running_veeh() {
     assert_eq!(doms[0].state(), VeeState::Running);
     let now = guest::last_tick(&console(&mut c, &vee).await).unwrap().0;
     wait_tick(&mut c, &vee, now + 2, Duration::from_secs(30)).await;
-    let stats = c.stats(VeeRef { vee_id: vee.clone() }).await.unwrap().into_inner();
+    let stats = c.stats(StatsRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
     assert!(stats.cpu_seconds > 0.0 && stats.memory_mib >= 100, "{stats:?}");
     c.destroy(DestroyRequest {
         vee_id: vee.clone(),
@@ -330,14 +338,20 @@ async fn lab_an_image_naming_a_host_file_is_refused_before_libvirt_sees_it() {
             image: id.to_string(),
             ..ids.spec("svc-hostile")
         };
-        let e = c.prepare(spec.clone()).await.unwrap_err();
+        let e = c
+            .prepare(interfaces::vhi::PrepareRequest { spec: Some(spec.clone()) })
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{what}: {}", e.message());
         assert!(
             e.message().contains("field `image`") && e.message().contains(what),
             "{what}: {}",
             e.message()
         );
-        assert!(c.create(spec).await.is_err(), "{what}: a domain on the refused image");
+        assert!(
+            c.create(interfaces::vhi::CreateRequest { spec: Some(spec) }).await.is_err(),
+            "{what}: a domain on the refused image"
+        );
         assert!(domains(&mut c).await.is_empty());
     }
     let after = std::fs::metadata(&host_file).unwrap();
@@ -361,7 +375,11 @@ async fn lab_the_vhi_answers_only_its_sites_veem_over_mutual_tls() {
     let a1 = Veeh::start(&dir, "tls-a1", "site-a", lab::SITE_A_URI, &repo).await;
     let answers = |c: Result<VhiServiceClient<Channel>, tonic::transport::Error>| async move {
         match c {
-            Ok(mut c) => c.list_domains(Empty {}).await.map(|_| ()).map_err(|e| e.message().to_string()),
+            Ok(mut c) => c
+                .list_domains(ListDomainsRequest {})
+                .await
+                .map(|_| ())
+                .map_err(|e| e.message().to_string()),
             Err(e) => Err(format!("{e:?}")),
         }
     };
@@ -387,7 +405,10 @@ async fn lab_the_vhi_answers_only_its_sites_veem_over_mutual_tls() {
         .await
         .unwrap();
     use tonic_health::pb::health_check_response::ServingStatus;
-    assert_eq!(e2e::grpc::health(ch.clone(), "vhi.v1.VhiService").await.unwrap(), ServingStatus::Serving);
+    assert_eq!(
+        e2e::grpc::health(ch.clone(), "vhi.v1.VhiService").await.unwrap(),
+        ServingStatus::Serving
+    );
     let (services, described) = e2e::grpc::reflection(ch, "vhi.v1.VhiService").await.unwrap();
     assert!(services.contains(&"vhi.v1.VhiService".to_string()), "{services:?}");
     assert!(described);

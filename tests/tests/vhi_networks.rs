@@ -56,12 +56,10 @@ async fn lab_a_vee_with_nics_runs_on_its_networks_bridges_which_go_when_it_leave
     let mut spec = ids.spec("svc-nics");
     let net = subnet();
     spec.nics = vec![nic(vni, "02:00:4e:20:00:02", net), nic(vni + 1, "02:00:4e:21:00:02", net + 1)];
-    let vee = VeeRef {
-        vee_id: spec.vee_id.clone(),
-    };
-    c.create(spec.clone()).await.unwrap();
+    let vee = spec.vee_id.clone();
+    c.create(interfaces::vhi::CreateRequest { spec: Some(spec.clone()) }).await.unwrap();
     assert!(!ip(&["link", "show", "dev", &br0]).0, "no bridge before the VEE starts");
-    c.start(vee.clone()).await.unwrap();
+    c.start(StartRequest { vee_id: vee.clone() }).await.unwrap();
     let xml = Command::new("virsh")
         .args(["-c", lab::SITE_A_URI, "dumpxml", &format!("vee-{}", spec.vee_id)])
         .output()
@@ -97,7 +95,7 @@ async fn lab_a_vee_with_nics_runs_on_its_networks_bridges_which_go_when_it_leave
     assert!(text.contains(&want), "no `{want}` on the console:\n{text}");
     // Its traffic is metered from the interface counters (not 0, as before
     // NICs): the DHCP exchange at least.
-    let stats = c.stats(vee.clone()).await.unwrap().into_inner();
+    let stats = c.stats(StatsRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
     assert!(stats.net_rx_bytes > 0 && stats.net_tx_bytes > 0, "metered: {stats:?}");
     destroy(&mut c, &spec.vee_id).await;
     for (br, v) in [(&br0, vni), (&br1, vni + 1)] {
@@ -110,7 +108,7 @@ async fn lab_a_vee_with_nics_runs_on_its_networks_bridges_which_go_when_it_leave
     // A spec with a malformed NIC is refused naming the field.
     let mut bad = ids.spec("svc-nics");
     bad.nics = vec![nic(vni, "02:00:4E:20:00:02", net)];
-    let e = c.create(bad).await.unwrap_err();
+    let e = c.create(interfaces::vhi::CreateRequest { spec: Some(bad) }).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("nics[0].mac"), "{}", e.message());
     drop(a1);
@@ -142,17 +140,23 @@ async fn lab_live_migration_and_restore_elsewhere_keep_the_nic_and_its_bridge() 
     let mut spec = ids.spec("svc-nics-move");
     spec.nics = vec![nic(vni, mac, subnet())];
     let vee = spec.vee_id.clone();
-    ca.create(spec.clone()).await.unwrap();
-    ca.start(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    ca.create(interfaces::vhi::CreateRequest { spec: Some(spec.clone()) })
+        .await
+        .unwrap();
+    ca.start(StartRequest { vee_id: vee.clone() }).await.unwrap();
     wait_tick(&mut ca, &vee, 3, Duration::from_secs(120)).await;
 
     // Live migration to the second host ("B"): its VEEH readies the bridge,
     // the NIC keeps its MAC, and the bridge stays while B's tap is on it.
-    let target = cb.prepare_incoming(spec.clone()).await.unwrap().into_inner();
+    let target = cb
+        .prepare_incoming(interfaces::vhi::PrepareIncomingRequest { spec: Some(spec.clone()) })
+        .await
+        .unwrap()
+        .into_inner();
     let progress = migrate(&mut ca, &vee, target, 0).await;
     let last = progress.last().unwrap();
     assert_eq!(last.phase(), MigrationPhase::Done, "{}", last.error);
-    cb.complete_incoming(VeeRef { vee_id: vee.clone() }).await.unwrap();
+    cb.complete_incoming(CompleteIncomingRequest { vee_id: vee.clone() }).await.unwrap();
     let xml = dumpxml(lab::SITE_A2_URI, &vee);
     assert!(
         xml.contains(&format!("<mac address='{mac}'/>")) && xml.contains(&format!("<source bridge='{br}'/>")),

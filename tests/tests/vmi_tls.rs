@@ -9,14 +9,14 @@ use e2e::daemons::ImageRepo;
 use e2e::lab;
 use e2e::site::{self, Veem, B_TO_A, OPERATOR};
 use interfaces::vmi::vmi_service_client::VmiServiceClient;
-use interfaces::vmi::{Empty, UsageBatch};
+use interfaces::vmi::{ListMigrationsRequest, PushUsageRequest};
 use tonic::transport::{Channel, Endpoint};
 use veem::peers::Bearer;
 
 /// A peer's call (PushUsage of nothing) with `token` over `ch`.
 async fn peer_call(ch: Channel, token: &str) -> Result<(), tonic::Status> {
     let mut c = VmiServiceClient::with_interceptor(ch, Bearer::new(token).unwrap());
-    c.push_usage(UsageBatch {
+    c.push_usage(PushUsageRequest {
         from_site: "site-b".into(),
         records: Vec::new(),
     })
@@ -36,13 +36,16 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
 
     // A client that trusts site A's VMI CA and shows the operator's token:
     // served (Veem::start already connected this way).
-    veem.client(OPERATOR).await.list_migrations(Empty {}).await.unwrap();
+    veem.client(OPERATOR).await.list_migrations(ListMigrationsRequest {}).await.unwrap();
 
     // Health and reflection, as grpcurl or a load balancer asks them, over
     // TLS and without a token.
     let ch = pki_a.vmi_channel(&veem.endpoint, None).await.unwrap();
     use tonic_health::pb::health_check_response::ServingStatus;
-    assert_eq!(e2e::grpc::health(ch.clone(), "vmi.v1.VmiService").await.unwrap(), ServingStatus::Serving);
+    assert_eq!(
+        e2e::grpc::health(ch.clone(), "vmi.v1.VmiService").await.unwrap(),
+        ServingStatus::Serving
+    );
     assert_eq!(
         e2e::grpc::health(ch.clone(), "").await.unwrap(),
         ServingStatus::Serving,
@@ -65,7 +68,7 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
     {
         Err(e) => Err(e.to_string()),
         Ok(ch) => VmiServiceClient::with_interceptor(ch, Bearer::new(OPERATOR).unwrap())
-            .list_migrations(Empty {})
+            .list_migrations(ListMigrationsRequest {})
             .await
             .map(|_| ())
             .map_err(|e| e.to_string()),

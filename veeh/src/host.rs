@@ -228,8 +228,8 @@ impl Host {
         })
     }
 
-    pub async fn host_info(&self) -> Result<vhi::HostInfoReply> {
-        Ok(vhi::HostInfoReply {
+    pub async fn host_info(&self) -> Result<vhi::HostInfo> {
+        Ok(vhi::HostInfo {
             host: self.cfg.host.clone(),
             site_id: self.cfg.site_id.clone(),
             vcpus: self.cfg.capacity.vcpus,
@@ -280,7 +280,7 @@ impl Host {
     }
 
     /// Pulls (or finds in the cache) every image `rec` names.
-    pub async fn ensure_images(&self, rec: &VeeRecord, reply: &mut vhi::PrepareReply) -> Result<ImagePaths> {
+    pub async fn ensure_images(&self, rec: &VeeRecord, reply: &mut vhi::PrepareResponse) -> Result<ImagePaths> {
         let mut paths = ImagePaths::default();
         for (field, id, slot) in [
             ("image", &rec.image, &mut paths.base),
@@ -316,10 +316,10 @@ impl Host {
 
     /// Prepare: images into the cache, the VEE's record and an empty
     /// overlay on the base image. Evicts unused images above the limit.
-    pub async fn prepare(&self, spec: &VeeSpec) -> Result<vhi::PrepareReply> {
+    pub async fn prepare(&self, spec: &VeeSpec) -> Result<vhi::PrepareResponse> {
         let rec = VeeRecord::from_spec(spec)?;
         let _g = self.lock_vee(&rec.vee_id).await;
-        let mut reply = vhi::PrepareReply::default();
+        let mut reply = vhi::PrepareResponse::default();
         let paths = self.ensure_images(&rec, &mut reply).await?;
         if let Some(existing) = self.vees.load(&rec.vee_id)? {
             if existing.incoming {
@@ -510,9 +510,9 @@ impl Host {
     }
 
     /// What libvirt really runs for this VEEH.
-    pub async fn list_domains(&self) -> Result<vhi::DomainList> {
+    pub async fn list_domains(&self) -> Result<vhi::ListDomainsResponse> {
         let doms = self.blocking(|hv| hv.owned_domains()).await?;
-        Ok(vhi::DomainList {
+        Ok(vhi::ListDomainsResponse {
             domains: doms
                 .into_iter()
                 .map(|d| vhi::DomainInfo {

@@ -30,6 +30,11 @@ fn ok<T>(r: anyhow::Result<T>) -> R<T> {
     r.map(Response::new).map_err(status)
 }
 
+/// The VEE of a Prepare, Create or PrepareIncoming request.
+fn spec(spec: Option<VeeSpec>) -> Result<VeeSpec, Status> {
+    spec.ok_or_else(|| Status::invalid_argument("field `spec` is required"))
+}
+
 impl VhiService {
     pub fn new(host: Arc<Host>) -> VhiServiceServer<Self> {
         VhiServiceServer::new(Self { host })
@@ -38,16 +43,16 @@ impl VhiService {
 
 #[tonic::async_trait]
 impl Vhi for VhiService {
-    async fn host_info(&self, _: Request<Empty>) -> R<HostInfoReply> {
+    async fn get_host_info(&self, _: Request<GetHostInfoRequest>) -> R<HostInfo> {
         ok(self.host.host_info().await)
     }
-    async fn prepare(&self, r: Request<VeeSpec>) -> R<PrepareReply> {
-        ok(self.host.prepare(r.get_ref()).await)
+    async fn prepare(&self, r: Request<PrepareRequest>) -> R<PrepareResponse> {
+        ok(self.host.prepare(&spec(r.into_inner().spec)?).await)
     }
-    async fn create(&self, r: Request<VeeSpec>) -> R<VeeStatus> {
-        ok(self.host.create(r.get_ref()).await)
+    async fn create(&self, r: Request<CreateRequest>) -> R<VeeStatus> {
+        ok(self.host.create(&spec(r.into_inner().spec)?).await)
     }
-    async fn start(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+    async fn start(&self, r: Request<StartRequest>) -> R<VeeStatus> {
         ok(self.host.start(&r.get_ref().vee_id).await)
     }
     async fn shutdown(&self, r: Request<ShutdownRequest>) -> R<ShutdownResponse> {
@@ -58,10 +63,10 @@ impl Vhi for VhiService {
         let r = r.into_inner();
         ok(self.host.destroy(&r.vee_id, r.remove).await)
     }
-    async fn suspend(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+    async fn suspend(&self, r: Request<SuspendRequest>) -> R<VeeStatus> {
         ok(self.host.suspend(&r.get_ref().vee_id).await)
     }
-    async fn resume(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+    async fn resume(&self, r: Request<ResumeRequest>) -> R<VeeStatus> {
         ok(self.host.resume(&r.get_ref().vee_id).await)
     }
     async fn checkpoint(&self, r: Request<CheckpointRequest>) -> R<CheckpointRecord> {
@@ -71,13 +76,13 @@ impl Vhi for VhiService {
     async fn restore(&self, r: Request<RestoreRequest>) -> R<VeeStatus> {
         ok(self.host.restore(r.into_inner()).await)
     }
-    async fn prepare_incoming(&self, r: Request<VeeSpec>) -> R<IncomingTarget> {
-        ok(self.host.prepare_incoming(r.get_ref()).await)
+    async fn prepare_incoming(&self, r: Request<PrepareIncomingRequest>) -> R<IncomingTarget> {
+        ok(self.host.prepare_incoming(&spec(r.into_inner().spec)?).await)
     }
-    async fn complete_incoming(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+    async fn complete_incoming(&self, r: Request<CompleteIncomingRequest>) -> R<VeeStatus> {
         ok(self.host.complete_incoming(&r.get_ref().vee_id).await)
     }
-    async fn abort_incoming(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+    async fn abort_incoming(&self, r: Request<AbortIncomingRequest>) -> R<VeeStatus> {
         ok(self.host.abort_incoming(&r.get_ref().vee_id).await)
     }
 
@@ -97,25 +102,29 @@ impl Vhi for VhiService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(Ok))))
     }
 
-    async fn stats(&self, r: Request<VeeRef>) -> R<VeeStats> {
+    async fn stats(&self, r: Request<StatsRequest>) -> R<VeeStats> {
         ok(self.host.stats(&r.get_ref().vee_id).await)
     }
-    async fn list_domains(&self, _: Request<Empty>) -> R<DomainList> {
+    async fn list_domains(&self, _: Request<ListDomainsRequest>) -> R<ListDomainsResponse> {
         ok(self.host.list_domains().await)
     }
-    async fn console(&self, r: Request<ConsoleRequest>) -> R<ConsoleReply> {
+    async fn console(&self, r: Request<ConsoleRequest>) -> R<ConsoleResponse> {
         let r = r.into_inner();
-        ok(self.host.console(&r.vee_id, r.tail_bytes).map(|text| ConsoleReply { text }))
+        ok(self.host.console(&r.vee_id, r.tail_bytes).map(|text| ConsoleResponse { text }))
     }
 
-    async fn update_network(&self, r: Request<NetworkUpdate>) -> R<Empty> {
-        ok(crate::network::update_network(self.host.cfg.vtep(), r.get_ref())
+    async fn update_network(&self, r: Request<UpdateNetworkRequest>) -> R<UpdateNetworkResponse> {
+        let network = r
+            .into_inner()
+            .network
+            .ok_or_else(|| Status::invalid_argument("field `network` is required"))?;
+        ok(crate::network::update_network(self.host.cfg.vtep(), &network)
             .await
-            .map(|_| Empty {}))
+            .map(|_| UpdateNetworkResponse {}))
     }
 
     type WatchEventsStream = BoxStream<HostEvent>;
-    async fn watch_events(&self, _: Request<Empty>) -> R<Self::WatchEventsStream> {
+    async fn watch_events(&self, _: Request<WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         let rx = self.host.events.subscribe();
         Ok(Response::new(Box::pin(BroadcastStream::new(rx).filter_map(|e| e.ok().map(Ok)))))
     }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use anyhow::{anyhow, Result};
 use interfaces::vhi;
-use interfaces::vmi::{self, UsageBatch};
+use interfaces::vmi::{self, PushUsageRequest};
 
 use crate::config::UsageLimitEntry;
 use crate::manager::Veem;
@@ -89,7 +89,7 @@ impl Veem {
         {
             let Location::Host(h) = &v.location else { continue };
             let Ok(c) = self.hosts.vhi(h) else { continue };
-            let Ok(s) = c.stats(tonic::Request::new(vhi::VeeRef { vee_id: v.id.clone() })).await else {
+            let Ok(s) = c.stats(tonic::Request::new(vhi::StatsRequest { vee_id: v.id.clone() })).await else {
                 continue;
             };
             let s = s.into_inner();
@@ -234,7 +234,7 @@ impl Veem {
             }
         }
         for (site, recs) in by_site {
-            let batch = UsageBatch {
+            let batch = PushUsageRequest {
                 from_site: self.cfg.site_id.clone(),
                 records: recs.iter().map(to_vmi).collect(),
             };
@@ -258,8 +258,8 @@ impl Veem {
     /// pass [`Veem::usage_refusal`], appending this site's ID to each
     /// chain; a record ID seen before is dropped. Returns the reply:
     /// accepted, duplicates, refused with a reason each.
-    pub fn receive_usage(&self, from: &str, batch: UsageBatch) -> Result<vmi::PushUsageReply> {
-        let mut reply = vmi::PushUsageReply::default();
+    pub fn receive_usage(&self, from: &str, batch: PushUsageRequest) -> Result<vmi::PushUsageResponse> {
+        let mut reply = vmi::PushUsageResponse::default();
         let now = self.clock.now();
         for r in batch.records {
             if let Some(why) = self.usage_refusal(from, &r, now) {

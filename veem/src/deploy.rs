@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use interfaces::manifest::{CheckpointInterval, Component, Manifest};
-use interfaces::vmi::{self, NegotiateReply};
+use interfaces::vhi;
+use interfaces::vmi::{self, NegotiateResponse};
 use interfaces::BlobId;
 
 use crate::config::Role;
@@ -102,11 +103,11 @@ impl Veem {
 
     /// Negotiate: accept, counter-offer (earliest feasible window) or reject
     /// with reasons. Reserves nothing.
-    pub async fn negotiate(&self, caller: &Role, toml: &str) -> Result<NegotiateReply> {
+    pub async fn negotiate(&self, caller: &Role, toml: &str) -> Result<NegotiateResponse> {
         let m = match self.check_manifest(caller, toml).await {
             Ok(m) => m,
             Err(Refusal(reasons)) => {
-                return Ok(NegotiateReply {
+                return Ok(NegotiateResponse {
                     verdict: vmi::Verdict::Reject as i32,
                     reasons,
                     ..Default::default()
@@ -136,12 +137,12 @@ impl Veem {
     }
 
     /// The answer to `req` (its service window, not the padded reservation).
-    fn reply(&self, req: &ServiceRequest, verdict: Admission) -> NegotiateReply {
+    fn reply(&self, req: &ServiceRequest, verdict: Admission) -> NegotiateResponse {
         let clock = self.slots;
         match verdict {
             Admission::Accepted(a) => {
                 let w = req.service_window(a.window);
-                NegotiateReply {
+                NegotiateResponse {
                     verdict: vmi::Verdict::Accept as i32,
                     reasons: vec![],
                     earliest_start_unix: clock.start_of(w.start),
@@ -150,7 +151,7 @@ impl Veem {
             }
             Admission::CounterOffer { window, reasons } => {
                 let w = req.service_window(window);
-                NegotiateReply {
+                NegotiateResponse {
                     verdict: vmi::Verdict::CounterOffer as i32,
                     reasons,
                     earliest_start_unix: clock.start_of(w.start),
@@ -159,13 +160,13 @@ impl Veem {
             }
             Admission::Rejected { mut reasons, .. } => {
                 reasons.extend(self.hosts_not_answering());
-                NegotiateReply {
+                NegotiateResponse {
                     verdict: vmi::Verdict::Reject as i32,
                     reasons,
                     ..Default::default()
                 }
             }
-            Admission::NeedsPeerSpare { .. } => NegotiateReply {
+            Admission::NeedsPeerSpare { .. } => NegotiateResponse {
                 verdict: vmi::Verdict::Accept as i32,
                 reasons: vec![
                     "guarantee full: Deploy asks a peer site to hold a spare for each VEE and refuses the manifest if none does".into(),
@@ -455,9 +456,10 @@ impl Veem {
     pub async fn boot_on(&self, host: &str, v: &VeeRec) -> Result<()> {
         let c = self.hosts.vhi(host)?;
         let spec = self.spec_of(v);
-        c.prepare(tonic::Request::new(spec.clone())).await?;
-        c.create(tonic::Request::new(spec)).await?;
-        c.start(tonic::Request::new(interfaces::vhi::VeeRef { vee_id: v.id.clone() }))
+        c.prepare(tonic::Request::new(vhi::PrepareRequest { spec: Some(spec.clone()) }))
+            .await?;
+        c.create(tonic::Request::new(vhi::CreateRequest { spec: Some(spec) })).await?;
+        c.start(tonic::Request::new(interfaces::vhi::StartRequest { vee_id: v.id.clone() }))
             .await?;
         Ok(())
     }
@@ -482,7 +484,7 @@ impl Veem {
             Err(e) => match self
                 .hosts
                 .vhi(&host)?
-                .list_domains(tonic::Request::new(interfaces::vhi::Empty {}))
+                .list_domains(tonic::Request::new(interfaces::vhi::ListDomainsRequest {}))
                 .await
             {
                 Ok(l)

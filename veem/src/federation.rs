@@ -16,7 +16,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use interfaces::manifest::{GuaranteeLevel, Manifest, MigrationPolicy};
 use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;
-use interfaces::vmi::{self, IncomingRequest, VeeActionRequest};
+use interfaces::vmi::{self, PrepareIncomingRequest, VeeActionRequest};
 use interfaces::BlobId;
 
 use crate::domain::StateMachine;
@@ -130,7 +130,7 @@ impl Veem {
             Incoming::Restore(cp) => (true, Some(*cp)),
             Incoming::Migration => (false, None),
         };
-        let req = IncomingRequest {
+        let req = PrepareIncomingRequest {
             spec: Some(spec),
             primary_site: self.cfg.site_id.clone(),
             guarantee: vmi::GuaranteeLevel::from(v.guarantee) as i32,
@@ -258,7 +258,7 @@ impl Veem {
     /// Admits an incoming VEE for primary site `from` under the framework
     /// agreement and this site's own planner; boots it (`start_fresh`) or
     /// prepares a VEEH to receive it by live migration.
-    pub async fn accept_incoming(self: &Arc<Self>, from: &str, r: IncomingRequest) -> Result<IncomingTarget> {
+    pub async fn accept_incoming(self: &Arc<Self>, from: &str, r: PrepareIncomingRequest) -> Result<IncomingTarget> {
         if r.primary_site != from {
             return Err(VeemError::field("primary_site", format!("{:?} is not the calling site {from:?}", r.primary_site)).into());
         }
@@ -374,7 +374,9 @@ impl Veem {
             Ok(self
                 .hosts
                 .vhi(&host)?
-                .prepare_incoming(tonic::Request::new(self.spec_of(&v)))
+                .prepare_incoming(tonic::Request::new(vhi::PrepareIncomingRequest {
+                    spec: Some(self.spec_of(&v)),
+                }))
                 .await
                 .map_err(|s| anyhow!("{}", s.message()))?
                 .into_inner())
@@ -408,7 +410,7 @@ impl Veem {
         let st = self
             .hosts
             .vhi(&host)?
-            .complete_incoming(tonic::Request::new(vhi::VeeRef { vee_id: vee_id.into() }))
+            .complete_incoming(tonic::Request::new(vhi::CompleteIncomingRequest { vee_id: vee_id.into() }))
             .await
             .map_err(|s| anyhow!("{}", s.message()))?
             .into_inner();
@@ -460,7 +462,7 @@ impl Veem {
         if let Some(h) = v.host() {
             let c = self.hosts.vhi(h)?;
             if v.state == VeeState::Migrating {
-                c.abort_incoming(tonic::Request::new(vhi::VeeRef { vee_id: vee_id.into() }))
+                c.abort_incoming(tonic::Request::new(vhi::AbortIncomingRequest { vee_id: vee_id.into() }))
                     .await
                     .map_err(|s| anyhow!("{}", s.message()))?;
             } else {

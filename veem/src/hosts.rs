@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use interfaces::vhi::HostInfoReply;
+use interfaces::vhi::HostInfo;
 
 use crate::config::HostEntry;
 use crate::ports::HostVhi;
@@ -33,7 +33,7 @@ struct HostConn {
     entry: HostEntry,
     vhi: Arc<HostVhi>,
     health: Health,
-    info: Option<HostInfoReply>,
+    info: Option<HostInfo>,
     /// Why its last answer was not its own (logged once per change).
     impostor: Option<String>,
     /// A host of this site before this VEEM started (the planner's records
@@ -78,7 +78,7 @@ impl HostPool {
     }
 
     /// Why `reply` is not host `name`'s of this site, if it is not.
-    fn impostor(&self, name: &str, reply: &HostInfoReply) -> Option<String> {
+    fn impostor(&self, name: &str, reply: &HostInfo) -> Option<String> {
         (reply.host != name || reply.site_id != self.site_id).then(|| {
             format!(
                 "its endpoint answers as host {:?} of site {:?}, not as host {name:?} of site {:?}",
@@ -89,11 +89,11 @@ impl HostPool {
 
     /// Host `name`'s HostInfo (2 s timeout). Errors: an unknown host, no
     /// answer in time, or the VHI's error.
-    async fn ask_info(&self, name: &str) -> Result<HostInfoReply> {
+    async fn ask_info(&self, name: &str) -> Result<HostInfo> {
         let c = self.vhi(name)?;
-        let mut req = tonic::Request::new(interfaces::vhi::Empty {});
+        let mut req = tonic::Request::new(interfaces::vhi::GetHostInfoRequest {});
         req.set_timeout(Duration::from_secs(2));
-        Ok(tokio::time::timeout(Duration::from_secs(3), c.host_info(req))
+        Ok(tokio::time::timeout(Duration::from_secs(3), c.get_host_info(req))
             .await
             .map_err(|_| anyhow!("host {name} does not answer"))?
             .map_err(|e| match std::error::Error::source(&e) {
@@ -130,7 +130,7 @@ impl HostPool {
         self.hosts.lock().unwrap().get(name).map(|h| h.health).unwrap_or(Health::Unknown)
     }
 
-    pub fn info(&self, name: &str) -> Option<HostInfoReply> {
+    pub fn info(&self, name: &str) -> Option<HostInfo> {
         self.hosts.lock().unwrap().get(name).and_then(|h| h.info.clone())
     }
 
@@ -158,7 +158,7 @@ impl HostPool {
     /// when it changed to Failed or to Up, says so.
     /// A failed heartbeat is logged when its reason changes (kept in
     /// [`HostPool::last_error`]).
-    pub async fn heartbeat(&self, name: &str, miss_limit: u32) -> (Health, Option<HostInfoReply>) {
+    pub async fn heartbeat(&self, name: &str, miss_limit: u32) -> (Health, Option<HostInfo>) {
         let (reply, error) = match self.ask_info(name).await {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(format!("{e:#}"))),

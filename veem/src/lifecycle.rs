@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
-use interfaces::vhi::{CheckpointRequest, DestroyRequest, RestoreRequest, ShutdownRequest, VeeRef};
+use interfaces::vhi::{self, CheckpointRequest, DestroyRequest, RestoreRequest, ShutdownRequest};
 use interfaces::vmi;
 
 use crate::error::VeemError;
@@ -44,12 +44,12 @@ impl Veem {
                 let _g = self.lock_vee(vee_id).await;
                 let mut v = self.vee(vee_id)?;
                 let c = self.hosts.vhi(&Self::local_host(&v)?)?;
-                let r = VeeRef { vee_id: vee_id.into() };
+                let vee_id = vee_id.to_string();
                 if action == vmi::Action::Suspend {
-                    c.suspend(tonic::Request::new(r)).await?;
+                    c.suspend(tonic::Request::new(vhi::SuspendRequest { vee_id })).await?;
                     self.transition(&mut v, VeeState::Suspended, "")?;
                 } else {
-                    c.resume(tonic::Request::new(r)).await?;
+                    c.resume(tonic::Request::new(vhi::ResumeRequest { vee_id })).await?;
                     self.transition(&mut v, VeeState::Running, "")?;
                 }
             }

@@ -350,7 +350,9 @@ impl Veem {
                     Ok(self
                         .hosts
                         .vhi(h)?
-                        .prepare_incoming(tonic::Request::new(self.spec_of(&v)))
+                        .prepare_incoming(tonic::Request::new(vhi::PrepareIncomingRequest {
+                            spec: Some(self.spec_of(&v)),
+                        }))
                         .await
                         .map_err(|s| anyhow!("{h}: {}", s.message()))?
                         .into_inner())
@@ -534,7 +536,7 @@ impl Veem {
             Dest::Host(h) => {
                 self.hosts
                     .vhi(h)?
-                    .complete_incoming(tonic::Request::new(vhi::VeeRef { vee_id: vee_id.into() }))
+                    .complete_incoming(tonic::Request::new(vhi::CompleteIncomingRequest { vee_id: vee_id.into() }))
                     .await
                     .map_err(|s| anyhow!("{h}: {}", s.message()))?;
             }
@@ -562,7 +564,7 @@ impl Veem {
             Dest::Host(h) => {
                 self.hosts
                     .vhi(h)?
-                    .abort_incoming(tonic::Request::new(vhi::VeeRef { vee_id: vee_id.into() }))
+                    .abort_incoming(tonic::Request::new(vhi::AbortIncomingRequest { vee_id: vee_id.into() }))
                     .await
                     .map_err(|s| anyhow!("{h}: {}", s.message()))?;
             }

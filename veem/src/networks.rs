@@ -264,7 +264,12 @@ impl Veem {
         };
         for h in &hosts {
             let Ok(vhi) = self.hosts.vhi(h) else { continue };
-            if let Err(e) = vhi.update_network(tonic::Request::new(update.clone())).await {
+            if let Err(e) = vhi
+                .update_network(tonic::Request::new(interfaces::vhi::UpdateNetworkRequest {
+                    network: Some(update.clone()),
+                }))
+                .await
+            {
                 tracing::warn!(host = %h, vni = update.vni, %from, error = %e.message(), "network update not delivered");
             }
         }
@@ -360,7 +365,10 @@ impl Veem {
                 if anchor.as_ref() == Some(h) {
                     u.anchor = Some(home.clone());
                 }
-                if let Err(e) = vhi.update_network(tonic::Request::new(u)).await {
+                if let Err(e) = vhi
+                    .update_network(tonic::Request::new(interfaces::vhi::UpdateNetworkRequest { network: Some(u) }))
+                    .await
+                {
                     tracing::warn!(host = %h, vni = n.vni, error = %e.message(), "network update not delivered");
                 }
             }

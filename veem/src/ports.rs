@@ -39,7 +39,8 @@ pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 /// One VEEH as the workflows see it: the VHI itself (`vhi.proto`, one
 /// method per call), so that a fake host implements the same trait the
 /// real VEEH serves.
-pub type HostVhi = dyn vhi_service_server::VhiService<MigrateOutStream = BoxStream<vhi::MigrationProgress>, WatchEventsStream = BoxStream<vhi::HostEvent>>;
+pub type HostVhi =
+    dyn vhi_service_server::VhiService<MigrateOutStream = BoxStream<vhi::MigrationProgress>, WatchEventsStream = BoxStream<vhi::HostEvent>>;
 
 type R<T> = Result<Response<T>, Status>;
 
@@ -71,16 +72,16 @@ impl GrpcHost {
 
 #[tonic::async_trait]
 impl vhi_service_server::VhiService for GrpcHost {
-    async fn host_info(&self, r: Request<vhi::Empty>) -> R<vhi::HostInfoReply> {
-        self.0.clone().host_info(r).await
+    async fn get_host_info(&self, r: Request<vhi::GetHostInfoRequest>) -> R<vhi::HostInfo> {
+        self.0.clone().get_host_info(r).await
     }
-    async fn prepare(&self, r: Request<vhi::VeeSpec>) -> R<vhi::PrepareReply> {
+    async fn prepare(&self, r: Request<vhi::PrepareRequest>) -> R<vhi::PrepareResponse> {
         self.0.clone().prepare(r).await
     }
-    async fn create(&self, r: Request<vhi::VeeSpec>) -> R<vhi::VeeStatus> {
+    async fn create(&self, r: Request<vhi::CreateRequest>) -> R<vhi::VeeStatus> {
         self.0.clone().create(r).await
     }
-    async fn start(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStatus> {
+    async fn start(&self, r: Request<vhi::StartRequest>) -> R<vhi::VeeStatus> {
         self.0.clone().start(r).await
     }
     async fn shutdown(&self, r: Request<vhi::ShutdownRequest>) -> R<vhi::ShutdownResponse> {
@@ -89,10 +90,10 @@ impl vhi_service_server::VhiService for GrpcHost {
     async fn destroy(&self, r: Request<vhi::DestroyRequest>) -> R<vhi::VeeStatus> {
         self.0.clone().destroy(r).await
     }
-    async fn suspend(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStatus> {
+    async fn suspend(&self, r: Request<vhi::SuspendRequest>) -> R<vhi::VeeStatus> {
         self.0.clone().suspend(r).await
     }
-    async fn resume(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStatus> {
+    async fn resume(&self, r: Request<vhi::ResumeRequest>) -> R<vhi::VeeStatus> {
         self.0.clone().resume(r).await
     }
     async fn checkpoint(&self, r: Request<vhi::CheckpointRequest>) -> R<vhi::CheckpointRecord> {
@@ -101,13 +102,13 @@ impl vhi_service_server::VhiService for GrpcHost {
     async fn restore(&self, r: Request<vhi::RestoreRequest>) -> R<vhi::VeeStatus> {
         self.0.clone().restore(r).await
     }
-    async fn prepare_incoming(&self, r: Request<vhi::VeeSpec>) -> R<vhi::IncomingTarget> {
+    async fn prepare_incoming(&self, r: Request<vhi::PrepareIncomingRequest>) -> R<vhi::IncomingTarget> {
         self.0.clone().prepare_incoming(r).await
     }
-    async fn complete_incoming(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStatus> {
+    async fn complete_incoming(&self, r: Request<vhi::CompleteIncomingRequest>) -> R<vhi::VeeStatus> {
         self.0.clone().complete_incoming(r).await
     }
-    async fn abort_incoming(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStatus> {
+    async fn abort_incoming(&self, r: Request<vhi::AbortIncomingRequest>) -> R<vhi::VeeStatus> {
         self.0.clone().abort_incoming(r).await
     }
     type MigrateOutStream = BoxStream<vhi::MigrationProgress>;
@@ -115,20 +116,20 @@ impl vhi_service_server::VhiService for GrpcHost {
         let stream = self.0.clone().migrate_out(r).await?.into_inner();
         Ok(Response::new(Box::pin(stream)))
     }
-    async fn stats(&self, r: Request<vhi::VeeRef>) -> R<vhi::VeeStats> {
+    async fn stats(&self, r: Request<vhi::StatsRequest>) -> R<vhi::VeeStats> {
         self.0.clone().stats(r).await
     }
-    async fn list_domains(&self, r: Request<vhi::Empty>) -> R<vhi::DomainList> {
+    async fn list_domains(&self, r: Request<vhi::ListDomainsRequest>) -> R<vhi::ListDomainsResponse> {
         self.0.clone().list_domains(r).await
     }
-    async fn console(&self, r: Request<vhi::ConsoleRequest>) -> R<vhi::ConsoleReply> {
+    async fn console(&self, r: Request<vhi::ConsoleRequest>) -> R<vhi::ConsoleResponse> {
         self.0.clone().console(r).await
     }
-    async fn update_network(&self, r: Request<vhi::NetworkUpdate>) -> R<vhi::Empty> {
+    async fn update_network(&self, r: Request<vhi::UpdateNetworkRequest>) -> R<vhi::UpdateNetworkResponse> {
         self.0.clone().update_network(r).await
     }
     type WatchEventsStream = BoxStream<vhi::HostEvent>;
-    async fn watch_events(&self, r: Request<vhi::Empty>) -> R<Self::WatchEventsStream> {
+    async fn watch_events(&self, r: Request<vhi::WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         let stream = self.0.clone().watch_events(r).await?.into_inner();
         Ok(Response::new(Box::pin(stream)))
     }
@@ -141,7 +142,7 @@ impl vhi_service_server::VhiService for GrpcHost {
 pub trait Peer: Send + Sync {
     /// Admits a VEE arriving from this site (a migration, a remote
     /// placement or a restore) and returns where to send it.
-    async fn prepare_incoming(&self, r: vmi::IncomingRequest) -> Result<vhi::IncomingTarget, Status>;
+    async fn prepare_incoming(&self, r: vmi::PrepareIncomingRequest) -> Result<vhi::IncomingTarget, Status>;
     /// The VEE arrived: the peer runs it from now on.
     async fn complete_incoming(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status>;
     /// Forget an incoming VEE (or fence a copy the peer still runs).
@@ -151,13 +152,13 @@ pub trait Peer: Send + Sync {
     /// The peer live-migrates our VEE to `target`; returns when done or failed.
     async fn send_vee(&self, r: vmi::SendVeeRequest) -> Result<vmi::MigrationInfo, Status>;
     /// Usage records of VEEs the peer ran for us (or we for it).
-    async fn push_usage(&self, b: vmi::UsageBatch) -> Result<vmi::PushUsageReply, Status>;
+    async fn push_usage(&self, b: vmi::PushUsageRequest) -> Result<vmi::PushUsageResponse, Status>;
     async fn get_vee(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status>;
     async fn vee_action(&self, r: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status>;
     /// A network of ours that runs VEEs at the peer has a new member table.
     async fn update_network(&self, u: vhi::NetworkUpdate) -> Result<(), Status>;
     /// Hold spare capacity for our full-guarantee VEE (`crate::spares`).
-    async fn reserve_spare(&self, r: vmi::SpareRequest) -> Result<vmi::SpareReply, Status>;
+    async fn reserve_spare(&self, r: vmi::ReserveSpareRequest) -> Result<vmi::ReserveSpareResponse, Status>;
     /// Keep the spare held for our VEE (the admission here committed).
     async fn confirm_spare(&self, vee_id: &str) -> Result<(), Status>;
     /// Drop the spare held for our VEE.
@@ -204,47 +205,73 @@ impl GrpcPeer {
     }
 }
 
-fn vee_ref(vee_id: &str) -> vmi::VeeRef {
-    vmi::VeeRef { vee_id: vee_id.into() }
-}
-
 #[tonic::async_trait]
 impl Peer for GrpcPeer {
-    async fn prepare_incoming(&self, r: vmi::IncomingRequest) -> Result<vhi::IncomingTarget, Status> {
+    async fn prepare_incoming(&self, r: vmi::PrepareIncomingRequest) -> Result<vhi::IncomingTarget, Status> {
         Ok(self.0.clone().prepare_incoming(r).await?.into_inner())
     }
     async fn complete_incoming(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status> {
-        Ok(self.0.clone().complete_incoming(vee_ref(vee_id)).await?.into_inner())
+        Ok(self
+            .0
+            .clone()
+            .complete_incoming(vmi::CompleteIncomingRequest { vee_id: vee_id.into() })
+            .await?
+            .into_inner())
     }
     async fn abort_incoming(&self, vee_id: &str) -> Result<(), Status> {
-        self.0.clone().abort_incoming(vee_ref(vee_id)).await.map(|_| ())
+        self.0
+            .clone()
+            .abort_incoming(vmi::AbortIncomingRequest { vee_id: vee_id.into() })
+            .await
+            .map(|_| ())
     }
     async fn withdraw(&self, vee_id: &str) -> Result<(), Status> {
-        self.0.clone().withdraw(vee_ref(vee_id)).await.map(|_| ())
+        self.0
+            .clone()
+            .withdraw(vmi::WithdrawRequest { vee_id: vee_id.into() })
+            .await
+            .map(|_| ())
     }
     async fn send_vee(&self, r: vmi::SendVeeRequest) -> Result<vmi::MigrationInfo, Status> {
         Ok(self.0.clone().send_vee(r).await?.into_inner())
     }
-    async fn push_usage(&self, b: vmi::UsageBatch) -> Result<vmi::PushUsageReply, Status> {
+    async fn push_usage(&self, b: vmi::PushUsageRequest) -> Result<vmi::PushUsageResponse, Status> {
         Ok(self.0.clone().push_usage(b).await?.into_inner())
     }
     async fn get_vee(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status> {
-        Ok(self.0.clone().get_vee(vee_ref(vee_id)).await?.into_inner())
+        Ok(self
+            .0
+            .clone()
+            .get_vee(vmi::GetVeeRequest { vee_id: vee_id.into() })
+            .await?
+            .into_inner())
     }
     async fn vee_action(&self, r: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status> {
         Ok(self.0.clone().vee_action(r).await?.into_inner())
     }
     async fn update_network(&self, u: vhi::NetworkUpdate) -> Result<(), Status> {
-        self.0.clone().update_network(u).await.map(|_| ())
+        self.0
+            .clone()
+            .update_network(vmi::UpdateNetworkRequest { network: Some(u) })
+            .await
+            .map(|_| ())
     }
-    async fn reserve_spare(&self, r: vmi::SpareRequest) -> Result<vmi::SpareReply, Status> {
+    async fn reserve_spare(&self, r: vmi::ReserveSpareRequest) -> Result<vmi::ReserveSpareResponse, Status> {
         Ok(self.0.clone().reserve_spare(r).await?.into_inner())
     }
     async fn confirm_spare(&self, vee_id: &str) -> Result<(), Status> {
-        self.0.clone().confirm_spare(vee_ref(vee_id)).await.map(|_| ())
+        self.0
+            .clone()
+            .confirm_spare(vmi::ConfirmSpareRequest { vee_id: vee_id.into() })
+            .await
+            .map(|_| ())
     }
     async fn release_spare(&self, vee_id: &str) -> Result<(), Status> {
-        self.0.clone().release_spare(vee_ref(vee_id)).await.map(|_| ())
+        self.0
+            .clone()
+            .release_spare(vmi::ReleaseSpareRequest { vee_id: vee_id.into() })
+            .await
+            .map(|_| ())
     }
 }
 

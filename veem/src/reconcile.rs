@@ -48,7 +48,7 @@ impl Veem {
                 continue;
             }
             let Ok(c) = self.hosts.vhi(&h) else { continue };
-            match c.list_domains(tonic::Request::new(vhi::Empty {})).await {
+            match c.list_domains(tonic::Request::new(vhi::ListDomainsRequest {})).await {
                 Ok(l) => {
                     running.insert(
                         h.clone(),
@@ -181,7 +181,7 @@ impl Veem {
     pub(crate) async fn fence_returning_host(&self, host: &str) {
         let listed = match self.hosts.vhi(host) {
             Ok(c) => c
-                .list_domains(tonic::Request::new(vhi::Empty {}))
+                .list_domains(tonic::Request::new(vhi::ListDomainsRequest {}))
                 .await
                 .map_err(|e| e.message().to_string()),
             Err(e) => Err(e.to_string()),
@@ -245,7 +245,7 @@ impl Veem {
                 continue;
             }
             let Ok(c) = self.hosts.vhi(&h) else { continue };
-            let Ok(list) = c.list_domains(tonic::Request::new(vhi::Empty {})).await else {
+            let Ok(list) = c.list_domains(tonic::Request::new(vhi::ListDomainsRequest {})).await else {
                 continue;
             };
             let present: HashSet<String> = list.into_inner().domains.into_iter().map(|d| d.vee_id).collect();

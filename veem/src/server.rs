@@ -255,7 +255,7 @@ fn migration_info(m: &MigrationRec, r: Option<&Redactor>) -> MigrationInfo {
 
 #[tonic::async_trait]
 impl Vmi for VmiService {
-    async fn negotiate(&self, r: Request<ManifestRequest>) -> R<NegotiateReply> {
+    async fn negotiate(&self, r: Request<NegotiateRequest>) -> R<NegotiateResponse> {
         let role = self.user(&r)?;
         let redactor = self.redactor(&role);
         let mut reply = self
@@ -269,7 +269,7 @@ impl Vmi for VmiService {
         Ok(Response::new(reply))
     }
 
-    async fn deploy(&self, r: Request<ManifestRequest>) -> R<ServiceInfo> {
+    async fn deploy(&self, r: Request<DeployRequest>) -> R<ServiceInfo> {
         let role = self.user(&r)?;
         let r = r.get_ref();
         let s = self
@@ -280,13 +280,13 @@ impl Vmi for VmiService {
         Ok(Response::new(self.service_info(&role, &s)))
     }
 
-    async fn get_service(&self, r: Request<ServiceRef>) -> R<ServiceInfo> {
+    async fn get_service(&self, r: Request<GetServiceRequest>) -> R<ServiceInfo> {
         let role = self.user(&r)?;
         let s = self.visible_service(&role, &r.get_ref().service_id)?;
         Ok(Response::new(self.service_info(&role, &s)))
     }
 
-    async fn extend_service(&self, r: Request<ExtendRequest>) -> R<ServiceInfo> {
+    async fn extend_service(&self, r: Request<ExtendServiceRequest>) -> R<ServiceInfo> {
         let role = self.user(&r)?;
         let req = r.into_inner();
         self.visible_service(&role, &req.service_id)?;
@@ -298,7 +298,7 @@ impl Vmi for VmiService {
         Ok(Response::new(self.service_info(&role, &s)))
     }
 
-    async fn list_services(&self, r: Request<Empty>) -> R<ServiceList> {
+    async fn list_services(&self, r: Request<ListServicesRequest>) -> R<ListServicesResponse> {
         let role = self.user(&r)?;
         let all: Vec<ServiceRec> = self.veem.store.list(crate::store::Tree::Services).map_err(status)?;
         let services = all
@@ -306,10 +306,10 @@ impl Vmi for VmiService {
             .filter(|s| self.visible_service(&role, &s.id).is_ok())
             .map(|s| self.service_info(&role, s))
             .collect();
-        Ok(Response::new(ServiceList { services }))
+        Ok(Response::new(ListServicesResponse { services }))
     }
 
-    async fn list_vees(&self, r: Request<ServiceRef>) -> R<VeeList> {
+    async fn list_vees(&self, r: Request<ListVeesRequest>) -> R<ListVeesResponse> {
         let role = self.user(&r)?;
         let id = &r.get_ref().service_id;
         let vees = if id.is_empty() {
@@ -323,10 +323,10 @@ impl Vmi for VmiService {
         } else {
             self.service_info(&role, &self.visible_service(&role, id)?).vees
         };
-        Ok(Response::new(VeeList { vees }))
+        Ok(Response::new(ListVeesResponse { vees }))
     }
 
-    async fn get_vee(&self, r: Request<VeeRef>) -> R<VeeInfo> {
+    async fn get_vee(&self, r: Request<GetVeeRequest>) -> R<VeeInfo> {
         let role = self.caller(&r)?;
         let v = self.visible_vee(&role, &r.get_ref().vee_id)?;
         Ok(Response::new(self.vee_info(&role, &v)))
@@ -398,7 +398,7 @@ impl Vmi for VmiService {
             .map_err(|e| self.refusal(&role, e))
     }
 
-    async fn list_migrations(&self, r: Request<Empty>) -> R<MigrationList> {
+    async fn list_migrations(&self, r: Request<ListMigrationsRequest>) -> R<ListMigrationsResponse> {
         let role = self.user(&r)?;
         let all: Vec<MigrationRec> = self.veem.store.list(crate::store::Tree::Migrations).map_err(status)?;
         let redactor = self.redactor(&role);
@@ -408,15 +408,15 @@ impl Vmi for VmiService {
             .map(|m| migration_info(m, redactor.as_ref()))
             .collect();
         migrations.sort_by_key(|m| m.created_unix_ms);
-        Ok(Response::new(MigrationList { migrations }))
+        Ok(Response::new(ListMigrationsResponse { migrations }))
     }
 
-    async fn approve_migration(&self, r: Request<MigrationRef>) -> R<MigrationInfo> {
+    async fn approve_migration(&self, r: Request<ApproveMigrationRequest>) -> R<MigrationInfo> {
         let by = self.operator(&r)?;
         ok(self.veem.approve(&r.get_ref().migration_id, &by).map(|m| migration_info(&m, None)))
     }
 
-    async fn reject_migration(&self, r: Request<RejectRequest>) -> R<MigrationInfo> {
+    async fn reject_migration(&self, r: Request<RejectMigrationRequest>) -> R<MigrationInfo> {
         let by = self.operator(&r)?;
         let req = r.into_inner();
         ok(self
@@ -425,31 +425,31 @@ impl Vmi for VmiService {
             .map(|m| migration_info(&m, None)))
     }
 
-    async fn drain(&self, r: Request<DrainRequest>) -> R<MigrationList> {
+    async fn drain(&self, r: Request<DrainRequest>) -> R<DrainResponse> {
         self.operator(&r)?;
-        ok(self.veem.drain(&r.get_ref().host).map(|l| MigrationList {
+        ok(self.veem.drain(&r.get_ref().host).map(|l| DrainResponse {
             migrations: l.iter().map(|m| migration_info(m, None)).collect(),
         }))
     }
 
-    async fn list_hosts(&self, r: Request<Empty>) -> R<HostList> {
+    async fn list_hosts(&self, r: Request<ListHostsRequest>) -> R<ListHostsResponse> {
         self.operator(&r)?;
-        Ok(Response::new(HostList { hosts: self.host_status() }))
+        Ok(Response::new(ListHostsResponse { hosts: self.host_status() }))
     }
 
-    async fn list_usage_limits(&self, r: Request<Empty>) -> R<UsageLimitList> {
+    async fn list_usage_limits(&self, r: Request<ListUsageLimitsRequest>) -> R<ListUsageLimitsResponse> {
         let role = self.caller(&r)?;
         let limits = self.veem.usage_limits(|consumer| match &role {
             Role::Operator => true,
             Role::Provider(name) | Role::Peer(name) => name == consumer,
         });
-        Ok(Response::new(UsageLimitList { limits }))
+        Ok(Response::new(ListUsageLimitsResponse { limits }))
     }
 
     type WatchEventsStream = BoxStream<Event>;
-    async fn watch_events(&self, r: Request<WatchRequest>) -> R<Self::WatchEventsStream> {
+    async fn watch_events(&self, r: Request<WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         let role = self.caller(&r)?;
-        let WatchRequest {
+        let WatchEventsRequest {
             service_id: service,
             history_only,
         } = r.into_inner();
@@ -504,7 +504,7 @@ impl Vmi for VmiService {
         Ok(Response::new(Box::pin(stream)))
     }
 
-    async fn get_usage(&self, r: Request<ServiceRef>) -> R<UsageReport> {
+    async fn get_usage(&self, r: Request<GetUsageRequest>) -> R<UsageReport> {
         let role = self.user(&r)?;
         self.visible_service(&role, &r.get_ref().service_id)?;
         let redactor = self.redactor(&role);
@@ -521,12 +521,12 @@ impl Vmi for VmiService {
         }))
     }
 
-    async fn prepare_incoming(&self, r: Request<IncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
+    async fn prepare_incoming(&self, r: Request<PrepareIncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
         let site = self.peer(&r)?;
         ok(self.veem.accept_incoming(&site, r.into_inner()).await)
     }
 
-    async fn complete_incoming(&self, r: Request<VeeRef>) -> R<VeeInfo> {
+    async fn complete_incoming(&self, r: Request<CompleteIncomingRequest>) -> R<VeeInfo> {
         let site = self.peer(&r)?;
         let role = Role::Peer(site);
         self.visible_vee(&role, &r.get_ref().vee_id)?;
@@ -534,35 +534,47 @@ impl Vmi for VmiService {
         Ok(Response::new(self.vee_info(&role, &v)))
     }
 
-    async fn abort_incoming(&self, r: Request<VeeRef>) -> R<Empty> {
+    async fn abort_incoming(&self, r: Request<AbortIncomingRequest>) -> R<AbortIncomingResponse> {
         let site = self.peer(&r)?;
         self.visible_vee(&Role::Peer(site), &r.get_ref().vee_id)?;
-        ok(self.veem.abort_incoming(&r.get_ref().vee_id).await.map(|_| Empty {}))
+        ok(self
+            .veem
+            .abort_incoming(&r.get_ref().vee_id)
+            .await
+            .map(|_| AbortIncomingResponse {}))
     }
 
-    async fn update_network(&self, r: Request<interfaces::vhi::NetworkUpdate>) -> R<Empty> {
+    async fn update_network(&self, r: Request<UpdateNetworkRequest>) -> R<UpdateNetworkResponse> {
         let site = self.peer(&r)?;
-        ok(self.veem.primary_network_changed(&site, r.into_inner()).await.map(|_| Empty {}))
+        let network = r
+            .into_inner()
+            .network
+            .ok_or_else(|| Status::invalid_argument("field `network` is required"))?;
+        ok(self
+            .veem
+            .primary_network_changed(&site, network)
+            .await
+            .map(|_| UpdateNetworkResponse {}))
     }
 
-    async fn withdraw(&self, r: Request<VeeRef>) -> R<Empty> {
+    async fn withdraw(&self, r: Request<WithdrawRequest>) -> R<WithdrawResponse> {
         let site = self.peer(&r)?;
-        ok(self.veem.withdrawn(&site, &r.get_ref().vee_id).map(|_| Empty {}))
+        ok(self.veem.withdrawn(&site, &r.get_ref().vee_id).map(|_| WithdrawResponse {}))
     }
 
-    async fn reserve_spare(&self, r: Request<SpareRequest>) -> R<SpareReply> {
+    async fn reserve_spare(&self, r: Request<ReserveSpareRequest>) -> R<ReserveSpareResponse> {
         let site = self.peer(&r)?;
         ok(self.veem.hold_spare(&site, r.into_inner()))
     }
 
-    async fn confirm_spare(&self, r: Request<VeeRef>) -> R<Empty> {
+    async fn confirm_spare(&self, r: Request<ConfirmSpareRequest>) -> R<ConfirmSpareResponse> {
         let site = self.peer(&r)?;
-        ok(self.veem.confirm_spare(&site, &r.get_ref().vee_id).map(|_| Empty {}))
+        ok(self.veem.confirm_spare(&site, &r.get_ref().vee_id).map(|_| ConfirmSpareResponse {}))
     }
 
-    async fn release_spare(&self, r: Request<VeeRef>) -> R<Empty> {
+    async fn release_spare(&self, r: Request<ReleaseSpareRequest>) -> R<ReleaseSpareResponse> {
         let site = self.peer(&r)?;
-        ok(self.veem.release_spare(&site, &r.get_ref().vee_id).map(|_| Empty {}))
+        ok(self.veem.release_spare(&site, &r.get_ref().vee_id).map(|_| ReleaseSpareResponse {}))
     }
 
     async fn send_vee(&self, r: Request<SendVeeRequest>) -> R<MigrationInfo> {
@@ -577,7 +589,7 @@ impl Vmi for VmiService {
             .map(|m| migration_info(&m, r.as_ref())))
     }
 
-    async fn push_usage(&self, r: Request<UsageBatch>) -> R<PushUsageReply> {
+    async fn push_usage(&self, r: Request<PushUsageRequest>) -> R<PushUsageResponse> {
         let site = self.peer(&r)?;
         let batch = r.into_inner();
         if batch.from_site != site {

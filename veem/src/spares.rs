@@ -54,7 +54,7 @@ impl Veem {
     /// Holds spare capacity for `from`'s VEE as `r` asks, if the framework
     /// agreement admits `full` VEEs of that size and the planner has room
     /// over the window. Errors with the reason otherwise (nothing held).
-    pub fn hold_spare(&self, from: &str, r: vmi::SpareRequest) -> Result<vmi::SpareReply> {
+    pub fn hold_spare(&self, from: &str, r: vmi::ReserveSpareRequest) -> Result<vmi::ReserveSpareResponse> {
         crate::model::check_uuid("vee_id", &r.vee_id)?;
         crate::peers::admits(&self.cfg, from, r.vcpus, r.memory_mib, GuaranteeLevel::Full)?;
         if r.end_unix <= r.start_unix {
@@ -100,7 +100,7 @@ impl Veem {
         }
         self.planner_store.save_with(&self.planner, w)?;
         self.event(&r.vee_id, "", "spare", format!("held for {from} until confirmed"));
-        Ok(vmi::SpareReply {
+        Ok(vmi::ReserveSpareResponse {
             confirm_by_unix_ms: held.confirm_by_ms,
         })
     }
@@ -194,7 +194,7 @@ impl Veem {
             let mut held = Vec::new();
             let mut refused = None;
             for n in needs {
-                let r = vmi::SpareRequest {
+                let r = vmi::ReserveSpareRequest {
                     vee_id: n.vee.clone(),
                     vcpus: n.resources.vcpus,
                     memory_mib: n.resources.memory_mib,

@@ -135,7 +135,9 @@ pub(super) struct Veeh {
 impl Veeh {
     /// A VHI client, as its site's VEEM (mutual TLS).
     pub(super) async fn client(&self) -> Result<VhiServiceClient<Channel>, tonic::transport::Error> {
-        vee_testkit::pki::site(&self.site).vhi_service_client(&self.endpoint, &self.host).await
+        vee_testkit::pki::site(&self.site)
+            .vhi_service_client(&self.endpoint, &self.host)
+            .await
     }
 }
 

@@ -146,9 +146,9 @@ async fn ours(ctx: &mut Ctx, n: &Net, s: &mut NetSamples) -> Result<()> {
     ctx.cleanup.track(vee_testkit::lab::SITE_B_URI, &format!("vee-{vee}"));
     ctx.current = Some(vee.clone());
     let t = Instant::now();
-    ctx.ca.prepare(spec.clone()).await?;
-    ctx.ca.create(spec.clone()).await?;
-    ctx.ca.start(VeeRef { vee_id: vee.clone() }).await?;
+    ctx.ca.prepare(interfaces::vhi::PrepareRequest { spec: Some(spec.clone()) }).await?;
+    ctx.ca.create(interfaces::vhi::CreateRequest { spec: Some(spec.clone()) }).await?;
+    ctx.ca.start(StartRequest { vee_id: vee.clone() }).await?;
     s.0.push(first_http(&n.ip, t).await?);
     ctx.net_template = Some(std::fs::read_to_string(ctx.template_dir.with_file_name(&vee).join("domain.xml"))?);
 
@@ -168,7 +168,7 @@ async fn ours(ctx: &mut Ctx, n: &Net, s: &mut NetSamples) -> Result<()> {
         seen.push(rx.recv().await.context("the tick stream ended")?);
     }
     // Stretched to B first, as a VEEM does; B's host gets A's table.
-    ctx.ca.update_network(stretched_at_a(n, member(n, SITE_A_ADDR, 0))).await?;
+    ctx.ca.update_network(network(stretched_at_a(n, member(n, SITE_A_ADDR, 0)))).await?;
     let mut at_b = spec.clone();
     at_b.nics[0].overlay_port = OVERLAY_PORT;
     at_b.nics[0].members = vec![member(n, SITE_A_ADDR, 0)];
@@ -176,7 +176,7 @@ async fn ours(ctx: &mut Ctx, n: &Net, s: &mut NetSamples) -> Result<()> {
     let last = ctx.migrate_to_b(&spec, &at_b).await?;
     s.4.push(t.elapsed().as_secs_f64());
     ctx.ca
-        .update_network(stretched_at_a(n, member(n, SITE_B_ADDR, OVERLAY_PORT)))
+        .update_network(network(stretched_at_a(n, member(n, SITE_B_ADDR, OVERLAY_PORT))))
         .await?;
     let after = seen.len() + 10;
     while seen.len() < after {
@@ -190,10 +190,10 @@ async fn ours(ctx: &mut Ctx, n: &Net, s: &mut NetSamples) -> Result<()> {
     ctx.cb.destroy(DestroyRequest { vee_id: vee, remove: true }).await?;
     // No member left: site A lets the network go.
     ctx.ca
-        .update_network(NetworkUpdate {
+        .update_network(network(NetworkUpdate {
             vni: n.nic.vni,
             ..Default::default()
-        })
+        }))
         .await?;
     ctx.current = None;
     Ok(())
@@ -273,4 +273,9 @@ fn run_at_b(script: &str) -> Result<()> {
     let enter = Place::SiteB.enter().map_err(anyhow::Error::msg)?;
     let args: Vec<&str> = enter[1..].iter().map(String::as_str).chain(["sh", "-c", script]).collect();
     run_cmd(&enter[0], &args).map(|_| ())
+}
+
+/// The VHI request that carries `update`.
+fn network(update: NetworkUpdate) -> UpdateNetworkRequest {
+    UpdateNetworkRequest { network: Some(update) }
 }

@@ -55,7 +55,12 @@ impl Interceptor for AuthInterceptor {
 ///
 /// Each call is given up after `request_timeout` (DeadlineExceeded); a
 /// stream's messages are not (the timeout ends with its first answer).
-pub async fn connect(endpoint: &str, token: Option<&str>, ca: Option<&Path>, request_timeout: Duration) -> anyhow::Result<VmiServiceClient> {
+pub async fn connect(
+    endpoint: &str,
+    token: Option<&str>,
+    ca: Option<&Path>,
+    request_timeout: Duration,
+) -> anyhow::Result<VmiServiceClient> {
     let auth = AuthInterceptor::new(token)?;
     let mut ep = Endpoint::from_shared(endpoint.to_string())
         .map_err(|e| anyhow!("invalid endpoint URL {endpoint:?}: {e}"))?
@@ -73,7 +78,9 @@ pub async fn connect(endpoint: &str, token: Option<&str>, ca: Option<&Path>, req
         .connect()
         .await
         .map_err(|e| anyhow!("cannot reach the VEEM at {endpoint}: {}", interfaces::error::chain(&e)))?;
-    Ok(interfaces::vmi::vmi_service_client::VmiServiceClient::with_interceptor(channel, auth))
+    Ok(interfaces::vmi::vmi_service_client::VmiServiceClient::with_interceptor(
+        channel, auth,
+    ))
 }
 
 /// Read a manifest file for Negotiate/Deploy.

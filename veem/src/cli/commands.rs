@@ -63,7 +63,7 @@ pub(super) fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
 /// `retry.attempts` times: the VEEM deploys the service once.
 pub(crate) async fn deploy_idempotent(
     c: &mut VmiServiceClient,
-    req: vmi::ManifestRequest,
+    req: vmi::DeployRequest,
     retry: interfaces::retry::RetryPolicy,
 ) -> Result<vmi::ServiceInfo, tonic::Status> {
     let unanswered = |s: &tonic::Status| {
@@ -109,13 +109,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
     match &cli.command {
         Command::Serve { .. } | Command::HashToken | Command::Doc(_) => unreachable!("handled above"),
         Command::Negotiate { .. } => {
-            let r = c
-                .negotiate(vmi::ManifestRequest {
-                    manifest_toml,
-                    request_id: String::new(),
-                })
-                .await?
-                .into_inner();
+            let r = c.negotiate(vmi::NegotiateRequest { manifest_toml }).await?.into_inner();
             print(out, &output::negotiation(&Negotiation::from(&r), fmt))?;
             match verdict_exit_code(r.verdict()) {
                 Some(code) => return Ok(code),
@@ -123,7 +117,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             }
         }
         Command::Deploy { request_id, wait, .. } => {
-            let req = vmi::ManifestRequest {
+            let req = vmi::DeployRequest {
                 manifest_toml,
                 request_id: request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
             };
@@ -140,13 +134,13 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             print(out, &output::deployed(&Service::from(&s), fmt))?;
         }
         Command::Services => {
-            let l = c.list_services(vmi::Empty {}).await?.into_inner();
+            let l = c.list_services(vmi::ListServicesRequest {}).await?.into_inner();
             let list: Vec<Service> = l.services.iter().map(Service::from).collect();
             print(out, &output::services(&list, fmt))?;
         }
         Command::Service { id } => {
             let s = or_lookup(&c, id, Kind::Service, |mut c, service_id| async move {
-                c.get_service(vmi::ServiceRef { service_id }).await
+                c.get_service(vmi::GetServiceRequest { service_id }).await
             })
             .await?;
             print(out, &output::service(&Service::from(&s), fmt))?;
@@ -154,7 +148,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         Command::Extend { id, until } => {
             let until_unix = *until;
             let s = or_lookup(&c, id, Kind::Service, |mut c, service_id| async move {
-                c.extend_service(vmi::ExtendRequest { service_id, until_unix }).await
+                c.extend_service(vmi::ExtendServiceRequest { service_id, until_unix }).await
             })
             .await?;
             print(out, &output::service(&Service::from(&s), fmt))?;
@@ -162,7 +156,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         Command::Ls { service } => {
             let word = service.clone().unwrap_or_default();
             let l = or_lookup(&c, &word, Kind::Service, |mut c, service_id| async move {
-                c.list_vees(vmi::ServiceRef { service_id }).await
+                c.list_vees(vmi::ListVeesRequest { service_id }).await
             })
             .await?;
             let list: Vec<Vee> = l.vees.iter().map(Vee::from).collect();
@@ -170,7 +164,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         }
         Command::Show { vee } => {
             let v = or_lookup(&c, vee, Kind::Vee, |mut c, vee_id| async move {
-                c.get_vee(vmi::VeeRef { vee_id }).await
+                c.get_vee(vmi::GetVeeRequest { vee_id }).await
             })
             .await?;
             print(out, &output::vee(&Vee::from(&v), fmt))?;
@@ -205,13 +199,13 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             print(out, &output::migration(&Migration::from(&m), fmt))?;
         }
         Command::Migrations => {
-            let l = c.list_migrations(vmi::Empty {}).await?.into_inner();
+            let l = c.list_migrations(vmi::ListMigrationsRequest {}).await?.into_inner();
             let list: Vec<Migration> = l.migrations.iter().map(Migration::from).collect();
             print(out, &output::migrations(&list, fmt))?;
         }
         Command::Approve { id, wait } => {
             let m = or_lookup(&c, id, Kind::Migration, |mut c, migration_id| async move {
-                c.approve_migration(vmi::MigrationRef { migration_id }).await
+                c.approve_migration(vmi::ApproveMigrationRequest { migration_id }).await
             })
             .await?;
             if wait.wait {
@@ -222,7 +216,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         Command::Reject { id, reason } => {
             let m = or_lookup(&c, id, Kind::Migration, |mut c, migration_id| {
                 let reason = reason.clone();
-                async move { c.reject_migration(vmi::RejectRequest { migration_id, reason }).await }
+                async move { c.reject_migration(vmi::RejectMigrationRequest { migration_id, reason }).await }
             })
             .await?;
             print(out, &output::migration(&Migration::from(&m), fmt))?;
@@ -235,7 +229,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         Command::Events { service, follow } => {
             let (word, history_only) = (service.clone().unwrap_or_default(), !follow);
             let mut stream = or_lookup(&c, &word, Kind::Service, |mut c, service_id| async move {
-                c.watch_events(vmi::WatchRequest { service_id, history_only }).await
+                c.watch_events(vmi::WatchEventsRequest { service_id, history_only }).await
             })
             .await?;
             while let Some(e) = stream.message().await? {
@@ -243,24 +237,24 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             }
         }
         Command::Hosts => {
-            let l = c.list_hosts(vmi::Empty {}).await?.into_inner();
+            let l = c.list_hosts(vmi::ListHostsRequest {}).await?.into_inner();
             print(out, &output::hosts(&l.hosts, fmt))?;
         }
         Command::Limits => {
-            let l = c.list_usage_limits(vmi::Empty {}).await?.into_inner();
+            let l = c.list_usage_limits(vmi::ListUsageLimitsRequest {}).await?.into_inner();
             print(out, &output::usage_limits(&l.limits, fmt))?;
         }
         Command::Violations { service } => {
             let ids: Vec<String> = match service {
                 Some(s) => vec![
                     or_lookup(&c, s, Kind::Service, |mut c, service_id| async move {
-                        c.get_service(vmi::ServiceRef { service_id }).await
+                        c.get_service(vmi::GetServiceRequest { service_id }).await
                     })
                     .await?
                     .service_id,
                 ],
                 None => c
-                    .list_services(vmi::Empty {})
+                    .list_services(vmi::ListServicesRequest {})
                     .await?
                     .into_inner()
                     .services
@@ -271,7 +265,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             let mut all = Vec::new();
             for service_id in ids {
                 let u = c
-                    .get_usage(vmi::ServiceRef {
+                    .get_usage(vmi::GetUsageRequest {
                         service_id: service_id.clone(),
                     })
                     .await?
@@ -287,7 +281,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             group_by,
         } => {
             let mut u = or_lookup(&c, service, Kind::Service, |mut c, service_id| async move {
-                c.get_usage(vmi::ServiceRef { service_id }).await
+                c.get_usage(vmi::GetUsageRequest { service_id }).await
             })
             .await?;
             let (from, to) = (from.unwrap_or(i64::MIN), to.unwrap_or(i64::MAX));

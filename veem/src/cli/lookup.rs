@@ -24,7 +24,12 @@ pub enum Kind {
 /// `call` with `word`; if the VEEM answers NotFound and `word` is not a
 /// full ID, `call` again with the ID `word` names as a `kind` (see the
 /// module doc). Errors: `call`'s, or a word naming several.
-pub async fn or_lookup<T, Fut>(c: &VmiServiceClient, word: &str, kind: Kind, call: impl Fn(VmiServiceClient, String) -> Fut) -> anyhow::Result<T>
+pub async fn or_lookup<T, Fut>(
+    c: &VmiServiceClient,
+    word: &str,
+    kind: Kind,
+    call: impl Fn(VmiServiceClient, String) -> Fut,
+) -> anyhow::Result<T>
 where
     Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 {
@@ -74,7 +79,7 @@ pub async fn service(c: &mut VmiServiceClient, word: &str) -> anyhow::Result<Str
     if is_full_id(word) {
         return Ok(word.into());
     }
-    let services = c.list_services(vmi::Empty {}).await?.into_inner().services;
+    let services = c.list_services(vmi::ListServicesRequest {}).await?.into_inner().services;
     let found = services
         .iter()
         .filter(|s| s.name == word || prefix_of(word, &s.service_id))
@@ -94,7 +99,7 @@ pub async fn vee(c: &mut VmiServiceClient, word: &str) -> anyhow::Result<String>
         None => (None, word),
     };
     let vees = c
-        .list_vees(vmi::ServiceRef {
+        .list_vees(vmi::ListVeesRequest {
             service_id: svc.clone().unwrap_or_default(),
         })
         .await?
@@ -116,7 +121,7 @@ pub async fn migration(c: &mut VmiServiceClient, word: &str) -> anyhow::Result<S
     if is_full_id(word) {
         return Ok(word.into());
     }
-    let list = c.list_migrations(vmi::Empty {}).await?.into_inner().migrations;
+    let list = c.list_migrations(vmi::ListMigrationsRequest {}).await?.into_inner().migrations;
     let found = list
         .iter()
         .filter(|m| prefix_of(word, &m.migration_id))

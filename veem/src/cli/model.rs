@@ -47,8 +47,8 @@ pub struct Negotiation {
     pub earliest_end: Option<String>,
 }
 
-impl From<&vmi::NegotiateReply> for Negotiation {
-    fn from(r: &vmi::NegotiateReply) -> Self {
+impl From<&vmi::NegotiateResponse> for Negotiation {
+    fn from(r: &vmi::NegotiateResponse) -> Self {
         Self {
             verdict: r.verdict(),
             reasons: r.reasons.clone(),

@@ -230,7 +230,7 @@ pub fn deployed(s: &Service, format: OutputFormat) -> String {
     out
 }
 
-/// `services`: one row per service; JSON mirrors ServiceList.
+/// `services`: one row per service; JSON mirrors ListServicesResponse.
 pub fn services(services: &[Service], format: OutputFormat) -> String {
     match format {
         OutputFormat::Json => return list_json(services),
@@ -273,7 +273,7 @@ pub fn migration(m: &Migration, format: OutputFormat) -> String {
     ])
 }
 
-/// `migrations` and `drain`: one row per migration; JSON mirrors MigrationList.
+/// `migrations` and `drain`: one row per migration; JSON mirrors ListMigrationsResponse.
 pub fn migrations(migrations: &[Migration], format: OutputFormat) -> String {
     match format {
         OutputFormat::Json => return list_json(migrations),

@@ -130,9 +130,9 @@ pub async fn migration(
         let client = c.clone();
         let ask = || {
             let mut c = client.clone();
-            async move { c.list_migrations(vmi::Empty {}).await.map(|r| r.into_inner()) }
+            async move { c.list_migrations(vmi::ListMigrationsRequest {}).await.map(|r| r.into_inner()) }
         };
-        let on_answer = |list: &vmi::MigrationList| -> anyhow::Result<bool> {
+        let on_answer = |list: &vmi::ListMigrationsResponse| -> anyhow::Result<bool> {
             let Some(m) = list.migrations.iter().find(|m| m.migration_id == id) else {
                 bail!("migration {id} is no longer listed by the VEEM");
             };
@@ -200,9 +200,9 @@ pub async fn service_running(
     let sid = service_id.to_string();
     let ask = || {
         let (mut c, service_id) = (client.clone(), sid.clone());
-        async move { c.list_vees(vmi::ServiceRef { service_id }).await.map(|r| r.into_inner()) }
+        async move { c.list_vees(vmi::ListVeesRequest { service_id }).await.map(|r| r.into_inner()) }
     };
-    let on_answer = |l: &vmi::VeeList| -> anyhow::Result<bool> {
+    let on_answer = |l: &vmi::ListVeesResponse| -> anyhow::Result<bool> {
         let (running, bad) = tally(&l.vees);
         state.set((running, l.vees.len()));
         if last != Some(running) {
@@ -221,7 +221,7 @@ pub async fn service_running(
     };
     poll_until(poll, timeout, ask, on_answer, what).await?;
     let s = c
-        .get_service(vmi::ServiceRef {
+        .get_service(vmi::GetServiceRequest {
             service_id: service_id.into(),
         })
         .await?

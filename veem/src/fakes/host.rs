@@ -165,12 +165,12 @@ fn unscripted<T>(what: &str) -> R<T> {
 
 #[tonic::async_trait]
 impl Vhi for FakeVhi {
-    async fn host_info(&self, _: Request<Empty>) -> R<HostInfoReply> {
+    async fn get_host_info(&self, _: Request<GetHostInfoRequest>) -> R<HostInfo> {
         let s = self.call("HostInfo", "-")?;
         let (host, site_id) = s.answers_as.clone().unwrap_or((self.name.clone(), self.site.clone()));
         let cpu_load = s.cpu_load;
         drop(s);
-        Ok(Response::new(HostInfoReply {
+        Ok(Response::new(HostInfo {
             host,
             site_id,
             vcpus: 4,
@@ -181,17 +181,19 @@ impl Vhi for FakeVhi {
             ..Default::default()
         }))
     }
-    async fn prepare(&self, r: Request<VeeSpec>) -> R<PrepareReply> {
-        drop(self.call("Prepare", &r.get_ref().vee_id)?);
-        self.keep_spec(r.get_ref());
-        Ok(Response::new(PrepareReply::default()))
+    async fn prepare(&self, r: Request<PrepareRequest>) -> R<PrepareResponse> {
+        let spec = r.into_inner().spec.unwrap_or_default();
+        drop(self.call("Prepare", &spec.vee_id)?);
+        self.keep_spec(&spec);
+        Ok(Response::new(PrepareResponse::default()))
     }
-    async fn create(&self, r: Request<VeeSpec>) -> R<VeeStatus> {
-        drop(self.call("Create", &r.get_ref().vee_id)?);
-        self.keep_spec(r.get_ref());
-        Ok(self.status(&r.get_ref().vee_id, false))
+    async fn create(&self, r: Request<CreateRequest>) -> R<VeeStatus> {
+        let spec = r.into_inner().spec.unwrap_or_default();
+        drop(self.call("Create", &spec.vee_id)?);
+        self.keep_spec(&spec);
+        Ok(self.status(&spec.vee_id, false))
     }
-    async fn start(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+    async fn start(&self, r: Request<StartRequest>) -> R<VeeStatus> {
         self.domain_call("Start", &r.into_inner().vee_id, true)
     }
     async fn shutdown(&self, r: Request<ShutdownRequest>) -> R<ShutdownResponse> {
@@ -204,12 +206,12 @@ impl Vhi for FakeVhi {
     async fn destroy(&self, r: Request<DestroyRequest>) -> R<VeeStatus> {
         self.domain_call("Destroy", &r.into_inner().vee_id, false)
     }
-    async fn suspend(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+    async fn suspend(&self, r: Request<SuspendRequest>) -> R<VeeStatus> {
         let id = r.into_inner().vee_id;
         drop(self.call("Suspend", &id)?);
         Ok(self.status(&id, true))
     }
-    async fn resume(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+    async fn resume(&self, r: Request<ResumeRequest>) -> R<VeeStatus> {
         let id = r.into_inner().vee_id;
         drop(self.call("Resume", &id)?);
         Ok(self.status(&id, true))
@@ -254,9 +256,10 @@ impl Vhi for FakeVhi {
         drop(s);
         Ok(self.status(&id, true))
     }
-    async fn prepare_incoming(&self, r: Request<VeeSpec>) -> R<IncomingTarget> {
-        self.keep_spec(r.get_ref());
-        let id = r.into_inner().vee_id;
+    async fn prepare_incoming(&self, r: Request<PrepareIncomingRequest>) -> R<IncomingTarget> {
+        let spec = r.into_inner().spec.unwrap_or_default();
+        self.keep_spec(&spec);
+        let id = spec.vee_id;
         drop(self.call("PrepareIncoming", &id)?);
         Ok(Response::new(IncomingTarget {
             vee_id: id,
@@ -264,10 +267,10 @@ impl Vhi for FakeVhi {
             ..Default::default()
         }))
     }
-    async fn complete_incoming(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+    async fn complete_incoming(&self, r: Request<CompleteIncomingRequest>) -> R<VeeStatus> {
         self.domain_call("CompleteIncoming", &r.into_inner().vee_id, true)
     }
-    async fn abort_incoming(&self, r: Request<VeeRef>) -> R<VeeStatus> {
+    async fn abort_incoming(&self, r: Request<AbortIncomingRequest>) -> R<VeeStatus> {
         self.domain_call("AbortIncoming", &r.into_inner().vee_id, false)
     }
     type MigrateOutStream = BoxStream<MigrationProgress>;
@@ -298,7 +301,7 @@ impl Vhi for FakeVhi {
         };
         Ok(Response::new(Box::pin(futures::stream::iter([Ok(first), Ok(last)]))))
     }
-    async fn stats(&self, r: Request<VeeRef>) -> R<VeeStats> {
+    async fn stats(&self, r: Request<StatsRequest>) -> R<VeeStats> {
         let id = r.into_inner().vee_id;
         drop(self.call("Stats", &id)?);
         Ok(Response::new(VeeStats {
@@ -307,7 +310,7 @@ impl Vhi for FakeVhi {
             ..Default::default()
         }))
     }
-    async fn list_domains(&self, _: Request<Empty>) -> R<DomainList> {
+    async fn list_domains(&self, _: Request<ListDomainsRequest>) -> R<ListDomainsResponse> {
         let s = self.call("ListDomains", "-")?;
         let domains = s
             .running
@@ -318,23 +321,23 @@ impl Vhi for FakeVhi {
                 ..Default::default()
             })
             .collect();
-        Ok(Response::new(DomainList { domains }))
+        Ok(Response::new(ListDomainsResponse { domains }))
     }
-    async fn console(&self, _: Request<ConsoleRequest>) -> R<ConsoleReply> {
+    async fn console(&self, _: Request<ConsoleRequest>) -> R<ConsoleResponse> {
         unscripted("Console")
     }
-    async fn update_network(&self, r: Request<NetworkUpdate>) -> R<Empty> {
-        let u = r.into_inner();
+    async fn update_network(&self, r: Request<UpdateNetworkRequest>) -> R<UpdateNetworkResponse> {
+        let u = r.into_inner().network.unwrap_or_default();
         // `update_network vb<VNI> to=<peer VTEPs>`: where it is stretched.
         let to: Vec<&str> = u.stretched_to.iter().map(|v| v.address.as_str()).collect();
         let mut s = self.call("UpdateNetwork", &format!("vb{} to={}", u.vni, to.join(",")))?;
         s.networks.insert(u.vni, u.members);
         s.stretched_to.insert(u.vni, u.stretched_to);
         s.anchored.insert(u.vni, u.anchor.is_some());
-        Ok(Response::new(Empty {}))
+        Ok(Response::new(UpdateNetworkResponse {}))
     }
     type WatchEventsStream = BoxStream<HostEvent>;
-    async fn watch_events(&self, _: Request<Empty>) -> R<Self::WatchEventsStream> {
+    async fn watch_events(&self, _: Request<WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         unscripted("WatchEvents")
     }
 }

@@ -40,7 +40,7 @@ fn silent<T>() -> Result<T, Status> {
 
 #[tonic::async_trait]
 impl Peer for SilentPeer {
-    async fn prepare_incoming(&self, _: vmi::IncomingRequest) -> Result<IncomingTarget, Status> {
+    async fn prepare_incoming(&self, _: vmi::PrepareIncomingRequest) -> Result<IncomingTarget, Status> {
         silent()
     }
     async fn complete_incoming(&self, _: &str) -> Result<vmi::VeeInfo, Status> {
@@ -55,7 +55,7 @@ impl Peer for SilentPeer {
     async fn send_vee(&self, _: vmi::SendVeeRequest) -> Result<vmi::MigrationInfo, Status> {
         silent()
     }
-    async fn push_usage(&self, _: vmi::UsageBatch) -> Result<vmi::PushUsageReply, Status> {
+    async fn push_usage(&self, _: vmi::PushUsageRequest) -> Result<vmi::PushUsageResponse, Status> {
         silent()
     }
     async fn get_vee(&self, _: &str) -> Result<vmi::VeeInfo, Status> {
@@ -67,7 +67,7 @@ impl Peer for SilentPeer {
     async fn update_network(&self, _: interfaces::vhi::NetworkUpdate) -> Result<(), Status> {
         silent()
     }
-    async fn reserve_spare(&self, _: vmi::SpareRequest) -> Result<vmi::SpareReply, Status> {
+    async fn reserve_spare(&self, _: vmi::ReserveSpareRequest) -> Result<vmi::ReserveSpareResponse, Status> {
         silent()
     }
     async fn confirm_spare(&self, _: &str) -> Result<(), Status> {
@@ -94,39 +94,49 @@ impl LocalPeer {
     }
 }
 
-fn vee_ref(id: &str) -> vmi::VeeRef {
-    vmi::VeeRef { vee_id: id.into() }
-}
-
 #[tonic::async_trait]
 impl Peer for LocalPeer {
-    async fn prepare_incoming(&self, r: vmi::IncomingRequest) -> Result<IncomingTarget, Status> {
+    async fn prepare_incoming(&self, r: vmi::PrepareIncomingRequest) -> Result<IncomingTarget, Status> {
         use vmi::vmi_service_server::VmiService as Vmi;
         Ok(self.svc.prepare_incoming(self.req(r)).await?.into_inner())
     }
     async fn complete_incoming(&self, id: &str) -> Result<vmi::VeeInfo, Status> {
         use vmi::vmi_service_server::VmiService as Vmi;
-        Ok(self.svc.complete_incoming(self.req(vee_ref(id))).await?.into_inner())
+        Ok(self
+            .svc
+            .complete_incoming(self.req(vmi::CompleteIncomingRequest { vee_id: id.into() }))
+            .await?
+            .into_inner())
     }
     async fn abort_incoming(&self, id: &str) -> Result<(), Status> {
         use vmi::vmi_service_server::VmiService as Vmi;
-        self.svc.abort_incoming(self.req(vee_ref(id))).await.map(|_| ())
+        self.svc
+            .abort_incoming(self.req(vmi::AbortIncomingRequest { vee_id: id.into() }))
+            .await
+            .map(|_| ())
     }
     async fn withdraw(&self, id: &str) -> Result<(), Status> {
         use vmi::vmi_service_server::VmiService as Vmi;
-        self.svc.withdraw(self.req(vee_ref(id))).await.map(|_| ())
+        self.svc
+            .withdraw(self.req(vmi::WithdrawRequest { vee_id: id.into() }))
+            .await
+            .map(|_| ())
     }
     async fn send_vee(&self, r: vmi::SendVeeRequest) -> Result<vmi::MigrationInfo, Status> {
         use vmi::vmi_service_server::VmiService as Vmi;
         Ok(self.svc.send_vee(self.req(r)).await?.into_inner())
     }
-    async fn push_usage(&self, b: vmi::UsageBatch) -> Result<vmi::PushUsageReply, Status> {
+    async fn push_usage(&self, b: vmi::PushUsageRequest) -> Result<vmi::PushUsageResponse, Status> {
         use vmi::vmi_service_server::VmiService as Vmi;
         Ok(self.svc.push_usage(self.req(b)).await?.into_inner())
     }
     async fn get_vee(&self, id: &str) -> Result<vmi::VeeInfo, Status> {
         use vmi::vmi_service_server::VmiService as Vmi;
-        Ok(self.svc.get_vee(self.req(vee_ref(id))).await?.into_inner())
+        Ok(self
+            .svc
+            .get_vee(self.req(vmi::GetVeeRequest { vee_id: id.into() }))
+            .await?
+            .into_inner())
     }
     async fn vee_action(&self, r: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status> {
         use vmi::vmi_service_server::VmiService as Vmi;
@@ -134,18 +144,27 @@ impl Peer for LocalPeer {
     }
     async fn update_network(&self, u: interfaces::vhi::NetworkUpdate) -> Result<(), Status> {
         use vmi::vmi_service_server::VmiService as Vmi;
-        self.svc.update_network(self.req(u)).await.map(|_| ())
+        self.svc
+            .update_network(self.req(vmi::UpdateNetworkRequest { network: Some(u) }))
+            .await
+            .map(|_| ())
     }
-    async fn reserve_spare(&self, r: vmi::SpareRequest) -> Result<vmi::SpareReply, Status> {
+    async fn reserve_spare(&self, r: vmi::ReserveSpareRequest) -> Result<vmi::ReserveSpareResponse, Status> {
         use vmi::vmi_service_server::VmiService as Vmi;
         Ok(self.svc.reserve_spare(self.req(r)).await?.into_inner())
     }
     async fn confirm_spare(&self, id: &str) -> Result<(), Status> {
         use vmi::vmi_service_server::VmiService as Vmi;
-        self.svc.confirm_spare(self.req(vee_ref(id))).await.map(|_| ())
+        self.svc
+            .confirm_spare(self.req(vmi::ConfirmSpareRequest { vee_id: id.into() }))
+            .await
+            .map(|_| ())
     }
     async fn release_spare(&self, id: &str) -> Result<(), Status> {
         use vmi::vmi_service_server::VmiService as Vmi;
-        self.svc.release_spare(self.req(vee_ref(id))).await.map(|_| ())
+        self.svc
+            .release_spare(self.req(vmi::ReleaseSpareRequest { vee_id: id.into() }))
+            .await
+            .map(|_| ())
     }
 }

@@ -213,7 +213,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
     let n = bad.len() as u32;
     let mut records = bad;
     records.push(record("good", now, now + 3, 2.5));
-    let batch = interfaces::vmi::UsageBatch {
+    let batch = interfaces::vmi::PushUsageRequest {
         from_site: "site-b".into(),
         records,
     };
@@ -244,7 +244,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
     let stays = a.veem.vee(&vee).unwrap().stays;
     assert_eq!(stays.len(), 1);
     let left = stays[0].until_unix.expect("closed");
-    let later = interfaces::vmi::UsageBatch {
+    let later = interfaces::vmi::PushUsageRequest {
         from_site: "site-b".into(),
         records: vec![record("late", now + 1, now + 4, 1.0), record("after", left + 600, left + 603, 1.0)],
     };

@@ -23,17 +23,25 @@ fn as_<T>(token: &str, msg: T) -> Request<T> {
 /// one text: the VEE, the service, the migrations, the events, the usage.
 async fn everything_seen(vmi: &VmiService, token: &str, svc: &str, vee: &str) -> String {
     let mut seen = String::new();
-    let v = vmi.get_vee(as_(token, VeeRef { vee_id: vee.into() })).await.unwrap().into_inner();
+    let v = vmi
+        .get_vee(as_(token, GetVeeRequest { vee_id: vee.into() }))
+        .await
+        .unwrap()
+        .into_inner();
     seen.push_str(&format!("{v:?}\n"));
     let s = vmi
-        .get_service(as_(token, ServiceRef { service_id: svc.into() }))
+        .get_service(as_(token, GetServiceRequest { service_id: svc.into() }))
         .await
         .unwrap()
         .into_inner();
     seen.push_str(&format!("{s:?}\n"));
-    let m = vmi.list_migrations(as_(token, Empty {})).await.unwrap().into_inner();
+    let m = vmi
+        .list_migrations(as_(token, ListMigrationsRequest {}))
+        .await
+        .unwrap()
+        .into_inner();
     seen.push_str(&format!("{m:?}\n"));
-    let watch = WatchRequest {
+    let watch = WatchEventsRequest {
         service_id: svc.into(),
         history_only: true,
     };
@@ -42,7 +50,7 @@ async fn everything_seen(vmi: &VmiService, token: &str, svc: &str, vee: &str) ->
         seen.push_str(&format!("{:?}\n", e.unwrap()));
     }
     let u = vmi
-        .get_usage(as_(token, ServiceRef { service_id: svc.into() }))
+        .get_usage(as_(token, GetUsageRequest { service_id: svc.into() }))
         .await
         .unwrap()
         .into_inner();

@@ -81,7 +81,7 @@ async fn an_unconfirmed_hold_lapses() {
     let (_a, b) = pair("");
     let now = b.clock.now();
     let vee = uuid::Uuid::new_v4().to_string();
-    let r = vmi::SpareRequest {
+    let r = vmi::ReserveSpareRequest {
         vee_id: vee.clone(),
         vcpus: 1,
         memory_mib: 512,
@@ -125,7 +125,7 @@ async fn an_arrival_the_peer_cannot_admit_leaves_its_spare_held() {
     // The VEE arrives larger than any host of B (b1 has 4096 MiB).
     let mut spec = a.veem.spec_of(&a.veem.vee(&vee).unwrap());
     spec.memory_mib = 8192;
-    let req = vmi::IncomingRequest {
+    let req = vmi::PrepareIncomingRequest {
         spec: Some(spec),
         primary_site: "site-a".into(),
         guarantee: vmi::GuaranteeLevel::Full as i32,

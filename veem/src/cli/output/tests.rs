@@ -112,7 +112,7 @@ fn quiet_prints_ids_and_wide_prints_addresses() {
 
 #[test]
 fn negotiation_counter_offer_text_and_json() {
-    let n = Negotiation::from(&vmi::NegotiateReply {
+    let n = Negotiation::from(&vmi::NegotiateResponse {
         verdict: vmi::Verdict::CounterOffer as i32,
         reasons: vec!["not enough memory before 10:00".into()],
         earliest_start_unix: 1_795_852_800,
@@ -135,7 +135,7 @@ fn negotiation_counter_offer_text_and_json() {
             "earliest_end": "2026-11-28T20:00:00Z",
         })
     );
-    let accept = Negotiation::from(&vmi::NegotiateReply {
+    let accept = Negotiation::from(&vmi::NegotiateResponse {
         verdict: vmi::Verdict::Accept as i32,
         ..Default::default()
     });

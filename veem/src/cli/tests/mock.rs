@@ -72,56 +72,56 @@ impl std::ops::Deref for MockSvc {
 
 #[tonic::async_trait]
 impl Vmi for MockSvc {
-    async fn negotiate(&self, r: Request<ManifestRequest>) -> R<NegotiateReply> {
+    async fn negotiate(&self, r: Request<NegotiateRequest>) -> R<NegotiateResponse> {
         self.note(&r);
         // An unknown word leaves the verdict unset.
         let name = interfaces::manifest::Manifest::from_toml(&r.get_ref().manifest_toml).map(|m| m.service.name);
         let verdict = name.ok().and_then(|n| n.parse::<vmi::Verdict>().ok()).map_or(0, |v| v as i32);
-        Ok(Response::new(NegotiateReply {
+        Ok(Response::new(NegotiateResponse {
             verdict,
             reasons: vec!["because".into()],
             earliest_start_unix: 1_795_852_800,
             earliest_end_unix: 1_795_896_000,
         }))
     }
-    async fn deploy(&self, r: Request<ManifestRequest>) -> R<ServiceInfo> {
+    async fn deploy(&self, r: Request<DeployRequest>) -> R<ServiceInfo> {
         self.note(&r);
         if self.deploys.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
             return Err(Status::unavailable("connection reset"));
         }
         Err(Status::failed_precondition("manifest rejected: no capacity"))
     }
-    async fn get_service(&self, r: Request<ServiceRef>) -> R<ServiceInfo> {
+    async fn get_service(&self, r: Request<GetServiceRequest>) -> R<ServiceInfo> {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
-    async fn reserve_spare(&self, r: Request<SpareRequest>) -> R<SpareReply> {
+    async fn reserve_spare(&self, r: Request<ReserveSpareRequest>) -> R<ReserveSpareResponse> {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
-    async fn confirm_spare(&self, r: Request<VeeRef>) -> R<Empty> {
+    async fn confirm_spare(&self, r: Request<ConfirmSpareRequest>) -> R<ConfirmSpareResponse> {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
-    async fn release_spare(&self, r: Request<VeeRef>) -> R<Empty> {
+    async fn release_spare(&self, r: Request<ReleaseSpareRequest>) -> R<ReleaseSpareResponse> {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
-    async fn extend_service(&self, r: Request<ExtendRequest>) -> R<ServiceInfo> {
+    async fn extend_service(&self, r: Request<ExtendServiceRequest>) -> R<ServiceInfo> {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
-    async fn list_services(&self, r: Request<Empty>) -> R<ServiceList> {
+    async fn list_services(&self, r: Request<ListServicesRequest>) -> R<ListServicesResponse> {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
-    async fn list_vees(&self, r: Request<ServiceRef>) -> R<VeeList> {
+    async fn list_vees(&self, r: Request<ListVeesRequest>) -> R<ListVeesResponse> {
         self.note(&r);
-        Ok(Response::new(VeeList {
+        Ok(Response::new(ListVeesResponse {
             vees: vec![vee("v1", "local (h1)"), vee("v22", "remote (site-b)")],
         }))
     }
-    async fn get_vee(&self, r: Request<VeeRef>) -> R<VeeInfo> {
+    async fn get_vee(&self, r: Request<GetVeeRequest>) -> R<VeeInfo> {
         self.note(&r);
         match r.get_ref().vee_id.as_str() {
             "v1" => Ok(Response::new(vee("v1", "remote (site-b)"))),
@@ -137,28 +137,28 @@ impl Vmi for MockSvc {
         let state = *self.migrate_state.lock().unwrap();
         Ok(Response::new(migration(if state.is_empty() { "approved" } else { state }, "")))
     }
-    async fn list_migrations(&self, r: Request<Empty>) -> R<MigrationList> {
+    async fn list_migrations(&self, r: Request<ListMigrationsRequest>) -> R<ListMigrationsResponse> {
         self.note(&r);
         let mut states = self.migration_states.lock().unwrap();
         let (state, detail) = if states.len() > 1 { states.remove(0) } else { states[0] };
-        Ok(Response::new(MigrationList {
+        Ok(Response::new(ListMigrationsResponse {
             migrations: vec![migration(state, detail)],
         }))
     }
-    async fn approve_migration(&self, r: Request<MigrationRef>) -> R<MigrationInfo> {
+    async fn approve_migration(&self, r: Request<ApproveMigrationRequest>) -> R<MigrationInfo> {
         self.note(&r);
         Ok(Response::new(migration("approved", "")))
     }
-    async fn reject_migration(&self, r: Request<RejectRequest>) -> R<MigrationInfo> {
+    async fn reject_migration(&self, r: Request<RejectMigrationRequest>) -> R<MigrationInfo> {
         self.note(&r);
         Ok(Response::new(migration("rejected", "")))
     }
-    async fn drain(&self, r: Request<DrainRequest>) -> R<MigrationList> {
+    async fn drain(&self, r: Request<DrainRequest>) -> R<DrainResponse> {
         self.note(&r);
         Err(Status::permission_denied("operator only"))
     }
     type WatchEventsStream = tokio_stream::Iter<std::vec::IntoIter<Result<interfaces::vmi::Event, Status>>>;
-    async fn watch_events(&self, r: Request<WatchRequest>) -> R<Self::WatchEventsStream> {
+    async fn watch_events(&self, r: Request<WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         self.note(&r);
         let ev = |kind: &str, ms| interfaces::vmi::Event {
             vee_id: "v1".into(),
@@ -172,7 +172,7 @@ impl Vmi for MockSvc {
             Ok(ev("running", 1_795_852_801_500)),
         ])))
     }
-    async fn get_usage(&self, r: Request<ServiceRef>) -> R<UsageReport> {
+    async fn get_usage(&self, r: Request<GetUsageRequest>) -> R<UsageReport> {
         self.note(&r);
         // Two VEEs, one record an hour each from 2026-11-28T08:00:00Z, v1's
         // from 10:00 at site-b.
@@ -199,19 +199,19 @@ impl Vmi for MockSvc {
             violations: vec![],
         }))
     }
-    async fn prepare_incoming(&self, _: Request<IncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
+    async fn prepare_incoming(&self, _: Request<PrepareIncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
         Err(Status::unimplemented(""))
     }
-    async fn complete_incoming(&self, _: Request<VeeRef>) -> R<VeeInfo> {
+    async fn complete_incoming(&self, _: Request<CompleteIncomingRequest>) -> R<VeeInfo> {
         Err(Status::unimplemented(""))
     }
-    async fn abort_incoming(&self, _: Request<VeeRef>) -> R<Empty> {
+    async fn abort_incoming(&self, _: Request<AbortIncomingRequest>) -> R<AbortIncomingResponse> {
         Err(Status::unimplemented(""))
     }
-    async fn withdraw(&self, _: Request<VeeRef>) -> R<Empty> {
+    async fn withdraw(&self, _: Request<WithdrawRequest>) -> R<WithdrawResponse> {
         Err(Status::unimplemented(""))
     }
-    async fn list_hosts(&self, r: Request<Empty>) -> R<HostList> {
+    async fn list_hosts(&self, r: Request<ListHostsRequest>) -> R<ListHostsResponse> {
         self.note(&r);
         let h = |name: &str, health: vmi::HostHealth, vees| HostStatus {
             name: name.into(),
@@ -231,11 +231,11 @@ impl Vmi for MockSvc {
             },
             cpu_load: 0.25,
         };
-        Ok(Response::new(HostList {
+        Ok(Response::new(ListHostsResponse {
             hosts: vec![h("a1", vmi::HostHealth::Up, 2), h("a2", vmi::HostHealth::Missing, 0)],
         }))
     }
-    async fn list_usage_limits(&self, r: Request<Empty>) -> R<UsageLimitList> {
+    async fn list_usage_limits(&self, r: Request<ListUsageLimitsRequest>) -> R<ListUsageLimitsResponse> {
         self.note(&r);
         let a = |vcpus, memory_mib, disk_gib| {
             Some(Amount {
@@ -244,7 +244,7 @@ impl Vmi for MockSvc {
                 disk_gib,
             })
         };
-        Ok(Response::new(UsageLimitList {
+        Ok(Response::new(ListUsageLimitsResponse {
             limits: vec![
                 UsageLimitInfo {
                     consumer: "acme".into(),
@@ -270,10 +270,10 @@ impl Vmi for MockSvc {
     async fn send_vee(&self, _: Request<SendVeeRequest>) -> R<MigrationInfo> {
         Err(Status::unimplemented(""))
     }
-    async fn push_usage(&self, _: Request<UsageBatch>) -> R<PushUsageReply> {
+    async fn push_usage(&self, _: Request<PushUsageRequest>) -> R<PushUsageResponse> {
         Err(Status::unimplemented(""))
     }
-    async fn update_network(&self, _: Request<interfaces::vhi::NetworkUpdate>) -> R<Empty> {
+    async fn update_network(&self, _: Request<UpdateNetworkRequest>) -> R<UpdateNetworkResponse> {
         Err(Status::unimplemented(""))
     }
 }
