@@ -127,7 +127,7 @@ impl Ctx {
         let req = MigrateOutRequest {
             vee_id: vee.clone(),
             target: Some(target),
-            max_downtime_ms: 0,
+            max_downtime: interfaces::time::duration_ms(0),
             bandwidth_mib_s: 0,
         };
         let mut stream = self.ca.migrate_out(req).await?.into_inner();
@@ -457,7 +457,7 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
         .await?
         .into_inner();
     s.checkpoint.0.push(t.elapsed().as_secs_f64());
-    s.cp_downtime.0.push(cp.downtime_ms as f64 / 1000.0);
+    s.cp_downtime.0.push(interfaces::time::ms_of_duration(&cp.downtime) as f64 / 1000.0);
 
     ca.destroy(DestroyRequest {
         vee_id: vee.clone(),
@@ -481,8 +481,10 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
     vhi_wait_tick(ca, &vee, now + 1, Duration::from_secs(60)).await?;
 
     let last = ctx.migrate_to_b(&spec, &spec).await?;
-    s.migrate.0.push(last.total_ms as f64 / 1000.0);
-    s.mig_downtime.0.push(last.downtime_ms as f64 / 1000.0);
+    s.migrate.0.push(interfaces::time::ms_of_duration(&last.total) as f64 / 1000.0);
+    s.mig_downtime
+        .0
+        .push(interfaces::time::ms_of_duration(&last.downtime) as f64 / 1000.0);
     let now = vhi_wait_tick(&mut ctx.cb, &vee, 1, Duration::from_secs(60)).await?;
     vhi_wait_tick(&mut ctx.cb, &vee, now + 1, Duration::from_secs(60)).await?;
     ctx.cb

@@ -13,6 +13,7 @@ pub mod locks;
 pub mod manifest;
 pub mod repo_client;
 pub mod retry;
+pub mod time;
 pub mod tls;
 pub mod tokens;
 
@@ -32,8 +33,10 @@ pub mod vmi {
 }
 
 /// The format of a checkpoint record (`vhi.CheckpointRecord`) this version
-/// writes. 0: before the field existed (same meaning); 1: the field.
-pub const CHECKPOINT_RECORD_FORMAT: u32 = 1;
+/// writes. 0: before the field existed (same meaning as 1); 1: the field,
+/// times in Unix milliseconds (`taken_at_unix_ms`, `downtime_ms`); 2:
+/// `take_time` and `downtime` as protobuf Timestamp and Duration.
+pub const CHECKPOINT_RECORD_FORMAT: u32 = 2;
 
 impl vhi::CheckpointRecord {
     /// Errors with [`Error::FormatTooNew`] for a record written by a newer
@@ -45,6 +48,20 @@ impl vhi::CheckpointRecord {
             CHECKPOINT_RECORD_FORMAT,
         )
         .map(|_| ())
+    }
+
+    /// Brings a record of format 0 or 1 to this version's: its times move
+    /// from the millisecond fields into `take_time` and `downtime`. A
+    /// record of this format is left as it is.
+    #[allow(deprecated)] // the fields of formats 0 and 1 are read here only
+    pub fn upgrade(&mut self) {
+        if self.format_version < 2 {
+            self.take_time = self.take_time.or(time::timestamp_ms(self.taken_at_unix_ms));
+            self.downtime = self.downtime.or(time::duration_ms(self.downtime_ms));
+            self.taken_at_unix_ms = 0;
+            self.downtime_ms = 0;
+            self.format_version = CHECKPOINT_RECORD_FORMAT;
+        }
     }
 }
 

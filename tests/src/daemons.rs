@@ -363,7 +363,7 @@ pub async fn migrate(c: &mut VhiServiceClient<Channel>, vee: &str, target: Incom
     let req = MigrateOutRequest {
         vee_id: vee.into(),
         target: Some(target),
-        max_downtime_ms: 500,
+        max_downtime: interfaces::time::duration_ms(500),
         bandwidth_mib_s,
     };
     let mut s = c.migrate_out(req).await.unwrap().into_inner();

@@ -40,7 +40,7 @@ async fn lab_a_shutdown_is_a_clean_guest_shutdown_not_a_power_cut() {
     let r = c
         .shutdown(ShutdownRequest {
             vee_id: vee.clone(),
-            timeout_s: 60,
+            timeout: interfaces::time::duration_s(60),
         })
         .await
         .unwrap()

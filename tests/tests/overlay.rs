@@ -307,8 +307,8 @@ async fn lab_web_1_live_migrates_to_site_b_and_home_keeping_its_addresses_and_tc
     println!(
         "cross-site live migration A -> B: client-side TCP gap {} ms, libvirt's downtime {} ms, total {} ms",
         gap.as_millis(),
-        out.downtime_ms,
-        out.total_ms
+        interfaces::time::ms_of_duration(&out.downtime),
+        interfaces::time::ms_of_duration(&out.total)
     );
     stranger_at_b_cannot_reach(&s, &[&web1_ip, &web1_backend_ip]).await;
 
@@ -328,8 +328,8 @@ async fn lab_web_1_live_migrates_to_site_b_and_home_keeping_its_addresses_and_tc
     println!(
         "cross-site live migration B -> A: client-side TCP gap {} ms, libvirt's downtime {} ms, total {} ms",
         gap_home.as_millis(),
-        back.downtime_ms,
-        back.total_ms
+        interfaces::time::ms_of_duration(&back.downtime),
+        interfaces::time::ms_of_duration(&back.total)
     );
     // Site B's part of the overlay went with the last VEE of the network.
     assert!(no_stretch_at_b().await, "site B keeps {:?}", site_b_links("v"));

@@ -111,8 +111,8 @@ async fn lab_consolidation_empties_a_host_and_the_guest_goes_on() {
         .position(|(v, _)| *v == done.vee_id)
         .expect("one of the two VEEs moved");
     let (src, dst) = (placed[moved].1, placed[1 - moved].1);
-    assert_eq!(done.from, format!("host:{}", src.host));
-    assert_eq!(done.to, format!("host:{}", dst.host));
+    assert_eq!(done.source, format!("host:{}", src.host));
+    assert_eq!(done.destination, format!("host:{}", dst.host));
 
     // Both run on one host; the other is empty.
     for v in &vees {
@@ -223,8 +223,8 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
         ms[0]
     );
     assert_eq!(ms[0].decided_by, "");
-    assert_eq!(proposal.from, format!("host:{}", risky.host));
-    assert_eq!(proposal.to, format!("host:{}", other.host));
+    assert_eq!(proposal.source, format!("host:{}", risky.host));
+    assert_eq!(proposal.destination, format!("host:{}", other.host));
     assert!(
         veem.daemon.log_text().contains(&format!(
             "{} host:{} -> host:{}: proposed",
@@ -284,7 +284,7 @@ async fn lab_failure_risk_waits_for_the_operator_who_rejects_it() {
         .migrations;
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(
-        (d[0].reason.as_str(), d[0].state().to_string().as_str(), d[0].to.clone()),
+        (d[0].reason.as_str(), d[0].state().to_string().as_str(), d[0].destination.clone()),
         ("maintenance", "proposed", format!("host:{}", other.host))
     );
     assert!(op

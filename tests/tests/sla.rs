@@ -202,7 +202,7 @@ async fn lab_a_window_starts_and_stops_its_vee_and_a_later_fit_is_a_counter_offe
     let offer = site::negotiate(&mut acme, both).await;
     assert_eq!(offer.verdict(), Verdict::CounterOffer, "{offer:?}");
     assert!(
-        offer.earliest_start_unix >= end + 12 && offer.earliest_start_unix <= end + 16,
+        interfaces::time::s_of(&offer.earliest_start) >= end + 12 && interfaces::time::s_of(&offer.earliest_start) <= end + 16,
         "the earliest start is 14 s after the first window's end ({end}): {offer:?}"
     );
 
@@ -227,7 +227,7 @@ async fn lab_a_window_starts_and_stops_its_vee_and_a_later_fit_is_a_counter_offe
     let extended = acme
         .extend_service(ExtendServiceRequest {
             service_id: svc.service_id.clone(),
-            until_unix: end + 20,
+            until: interfaces::time::timestamp_s(end + 20),
         })
         .await
         .unwrap()

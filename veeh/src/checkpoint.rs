@@ -126,12 +126,13 @@ impl Host {
             memory_bytes,
             disk_blob,
             disk_bytes,
-            taken_at_unix_ms: now_ms(),
-            downtime_ms: downtime.unwrap_or(wall_ms),
+            take_time: interfaces::time::timestamp_ms(now_ms()),
+            downtime: interfaces::time::duration_ms(downtime.unwrap_or(wall_ms)),
             profile: Some(self.profile().await?),
             spec: Some(rec.to_spec()),
             host: self.cfg.host.clone(),
             format_version: interfaces::CHECKPOINT_RECORD_FORMAT,
+            ..Default::default()
         })
     }
 

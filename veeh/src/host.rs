@@ -109,7 +109,7 @@ pub(crate) fn host_event(vee_id: &str, kind: HostEventKind, detail: String) -> H
         vee_id: vee_id.into(),
         kind: kind as i32,
         detail,
-        at_unix_ms: now_ms(),
+        time: interfaces::time::timestamp_ms(now_ms()),
     }
 }
 
@@ -505,7 +505,7 @@ impl Host {
             disk_write_bytes: c.disk_write_bytes,
             net_rx_bytes: c.net_rx_bytes,
             net_tx_bytes: c.net_tx_bytes,
-            at_unix_ms: now_ms(),
+            time: interfaces::time::timestamp_ms(now_ms()),
         })
     }
 

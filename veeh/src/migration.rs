@@ -139,7 +139,7 @@ impl Host {
                     if let Ok(Some((done, left, total))) = tokio::task::spawn_blocking(move || hv.job_progress(&id)).await {
                         let _ = progress.send(MigrationProgress {
                             phase: MigrationPhase::Copying as i32, data_processed: done, data_remaining: left, data_total: total,
-                            total_ms: started.elapsed().as_millis() as u64, ..Default::default()
+                            total: interfaces::time::duration_ms(started.elapsed().as_millis() as u64), ..Default::default()
                         }).await;
                     }
                 }
@@ -161,8 +161,8 @@ impl Host {
                 let _ = progress
                     .send(MigrationProgress {
                         phase: MigrationPhase::Done as i32,
-                        total_ms,
-                        downtime_ms: downtime.unwrap_or(0),
+                        total: interfaces::time::duration_ms(total_ms),
+                        downtime: interfaces::time::duration_ms(downtime.unwrap_or(0)),
                         ..Default::default()
                     })
                     .await;
@@ -175,7 +175,7 @@ impl Host {
                 let _ = progress
                     .send(MigrationProgress {
                         phase: MigrationPhase::Failed as i32,
-                        total_ms,
+                        total: interfaces::time::duration_ms(total_ms),
                         error: msg.clone(),
                         ..Default::default()
                     })

@@ -57,7 +57,7 @@ impl Vhi for VhiService {
     }
     async fn shutdown(&self, r: Request<ShutdownRequest>) -> R<ShutdownResponse> {
         let r = r.into_inner();
-        ok(self.host.shutdown(&r.vee_id, r.timeout_s).await)
+        ok(self.host.shutdown(&r.vee_id, interfaces::time::s_of_duration(&r.timeout)).await)
     }
     async fn destroy(&self, r: Request<DestroyRequest>) -> R<VeeStatus> {
         let r = r.into_inner();
@@ -96,7 +96,12 @@ impl Vhi for VhiService {
         tokio::spawn(async move {
             // The outcome travels in the stream's last message.
             let _ = host
-                .migrate_out(&r.vee_id, target, (r.max_downtime_ms, r.bandwidth_mib_s), tx)
+                .migrate_out(
+                    &r.vee_id,
+                    target,
+                    (interfaces::time::ms_of_duration(&r.max_downtime), r.bandwidth_mib_s),
+                    tx,
+                )
                 .await;
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(Ok))))

@@ -58,8 +58,8 @@ pub fn to_vmi(u: &UsageRec) -> vmi::UsageRecord {
         abc_id: u.abc_id.clone(),
         vee_id: u.vee_id.clone(),
         site_chain: u.site_chain.clone(),
-        start_unix: u.start_unix,
-        end_unix: u.end_unix,
+        start_time: interfaces::time::timestamp_s(u.start_unix),
+        end_time: interfaces::time::timestamp_s(u.end_unix),
         cpu_seconds: u.cpu_seconds,
         memory_mib_seconds: u.memory_mib_seconds,
         disk_bytes: u.disk_bytes,
@@ -94,7 +94,7 @@ impl Veem {
             };
             let s = s.into_inner();
             let now = Last {
-                at_ms: s.at_unix_ms,
+                at_ms: interfaces::time::ms_of(&s.time),
                 cpu: s.cpu_seconds,
                 disk: s.disk_read_bytes + s.disk_write_bytes,
                 net: s.net_rx_bytes + s.net_tx_bytes,
@@ -214,7 +214,8 @@ impl Veem {
                         info.kind = vmi::UsageLimitKind::Commitment as i32;
                         info.limit = amount(*epoch_limit);
                         info.burst_limit = amount(*burst_limit);
-                        (info.epoch_s, info.burst_s) = (epoch.as_secs(), burst.as_secs());
+                        info.epoch = interfaces::time::duration_s(epoch.as_secs());
+                        info.burst = interfaces::time::duration_s(burst.as_secs());
                         info.epoch_avg = amount(snapshot.measured.epoch_avg);
                         info.burst_avg = amount(snapshot.measured.burst_avg);
                     }
@@ -275,8 +276,8 @@ impl Veem {
                 abc_id: r.abc_id,
                 vee_id: r.vee_id,
                 site_chain: chain,
-                start_unix: r.start_unix,
-                end_unix: r.end_unix,
+                start_unix: interfaces::time::s_of(&r.start_time),
+                end_unix: interfaces::time::s_of(&r.end_time),
                 cpu_seconds: r.cpu_seconds,
                 memory_mib_seconds: r.memory_mib_seconds,
                 disk_bytes: r.disk_bytes,
@@ -314,10 +315,13 @@ impl Veem {
                 return Some(format!("field `{field}`: {x} is not a finite, non-negative number"));
             }
         }
-        if r.end_unix < r.start_unix || r.end_unix > now + USAGE_SLACK_S {
+        if r.start_time.is_none() || r.end_time.is_none() {
+            return Some("fields `start_time`, `end_time`: both are required".into());
+        }
+        let (start, end) = (interfaces::time::s_of(&r.start_time), interfaces::time::s_of(&r.end_time));
+        if end < start || end > now + USAGE_SLACK_S {
             return Some(format!(
-                "fields `start_unix`, `end_unix`: {}..{} is not an interval up to now",
-                r.start_unix, r.end_unix
+                "fields `start_time`, `end_time`: {start}..{end} is not an interval up to now"
             ));
         }
         let Some(v) = self
@@ -330,16 +334,14 @@ impl Veem {
                 r.vee_id, r.abc_id
             ));
         };
-        let ran_there = v.stays.iter().any(|s| {
-            s.site == from && s.from_unix - USAGE_SLACK_S <= r.start_unix && r.end_unix <= s.until_unix.unwrap_or(now) + USAGE_SLACK_S
-        });
+        let ran_there = v
+            .stays
+            .iter()
+            .any(|s| s.site == from && s.from_unix - USAGE_SLACK_S <= start && end <= s.until_unix.unwrap_or(now) + USAGE_SLACK_S);
         if !ran_there {
-            return Some(format!(
-                "VEE {} did not run at {from} from {} to {}",
-                r.vee_id, r.start_unix, r.end_unix
-            ));
+            return Some(format!("VEE {} did not run at {from} from {start} to {end}", r.vee_id));
         }
-        let seconds = (r.end_unix - r.start_unix + 2) as f64;
+        let seconds = (end - start + 2) as f64;
         if r.cpu_seconds > f64::from(v.vcpus) * seconds {
             return Some(format!(
                 "field `cpu_seconds`: {} is more than {} vCPUs give in {seconds} s",
@@ -378,8 +380,8 @@ impl Veem {
                 .map(|v| vmi::SlaViolation {
                     vee_id: v.vee_id.clone(),
                     term: v.term.clone(),
-                    start_unix: v.start_unix,
-                    end_unix: v.end_unix,
+                    start_time: interfaces::time::timestamp_s(v.start_unix),
+                    end_time: interfaces::time::timestamp_s(v.end_unix),
                     penalty: v.penalty,
                 })
                 .collect(),

@@ -145,8 +145,8 @@ impl Veem {
                 NegotiateResponse {
                     verdict: vmi::Verdict::Accept as i32,
                     reasons: vec![],
-                    earliest_start_unix: clock.start_of(w.start),
-                    earliest_end_unix: clock.start_of(w.end),
+                    earliest_start: interfaces::time::timestamp_s(clock.start_of(w.start)),
+                    earliest_end: interfaces::time::timestamp_s(clock.start_of(w.end)),
                 }
             }
             Admission::CounterOffer { window, reasons } => {
@@ -154,8 +154,8 @@ impl Veem {
                 NegotiateResponse {
                     verdict: vmi::Verdict::CounterOffer as i32,
                     reasons,
-                    earliest_start_unix: clock.start_of(w.start),
-                    earliest_end_unix: clock.start_of(w.end),
+                    earliest_start: interfaces::time::timestamp_s(clock.start_of(w.start)),
+                    earliest_end: interfaces::time::timestamp_s(clock.start_of(w.end)),
                 }
             }
             Admission::Rejected { mut reasons, .. } => {

@@ -75,11 +75,11 @@ impl Veem {
         let mut how = String::new();
         if let Location::Host(h) = &v.location {
             let c = self.hosts.vhi(h)?;
-            let timeout_s = self.cfg.stop_timeout.as_secs().max(1) as u32;
+            let timeout_s = self.cfg.stop_timeout.as_secs().max(1);
             how = match c
                 .shutdown(tonic::Request::new(ShutdownRequest {
                     vee_id: vee_id.into(),
-                    timeout_s,
+                    timeout: interfaces::time::duration_s(timeout_s),
                 }))
                 .await
             {
@@ -201,7 +201,11 @@ impl Veem {
             &v.id,
             &v.service_id,
             "checkpointed",
-            format!("{} {where_} ({} ms downtime)", cp.id, rec.downtime_ms),
+            format!(
+                "{} {where_} ({} ms downtime)",
+                cp.id,
+                interfaces::time::ms_of_duration(&rec.downtime)
+            ),
         );
         Ok(cp)
     }

@@ -230,7 +230,7 @@ impl Veem {
             service_id: e.service_id,
             kind: e.kind,
             detail: e.detail,
-            at_unix_ms: e.at_ms,
+            time: interfaces::time::timestamp_ms(e.at_ms),
         });
     }
 

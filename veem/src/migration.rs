@@ -383,7 +383,10 @@ impl Veem {
                         match r {
                             Ok(i) => {
                                 if i.state() == vmi::MigrationState::Done {
-                                    Ok((i.total_ms, i.downtime_ms))
+                                    Ok((
+                                        interfaces::time::ms_of_duration(&i.total),
+                                        interfaces::time::ms_of_duration(&i.downtime),
+                                    ))
                                 } else {
                                     Err(anyhow!("site {src}: {}", i.detail))
                                 }
@@ -495,7 +498,7 @@ impl Veem {
         let req = MigrateOutRequest {
             vee_id: vee_id.into(),
             target: Some(target),
-            max_downtime_ms,
+            max_downtime: interfaces::time::duration_ms(max_downtime_ms),
             bandwidth_mib_s: self.cfg.migration.bandwidth_mib_s,
         };
         let mut stream = self
@@ -526,7 +529,10 @@ impl Veem {
         }
         let p = last.ok_or_else(|| anyhow!("{src}: migration stream ended without a result"))?;
         match p.phase() {
-            vhi::MigrationPhase::Done => Ok((p.total_ms, p.downtime_ms)),
+            vhi::MigrationPhase::Done => Ok((
+                interfaces::time::ms_of_duration(&p.total),
+                interfaces::time::ms_of_duration(&p.downtime),
+            )),
             _ => Err(anyhow!("{src}: {}", p.error)),
         }
     }

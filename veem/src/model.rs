@@ -364,25 +364,32 @@ pub struct CheckpointRec {
 }
 
 impl CheckpointRec {
+    /// The record of `r`, brought to this version's format first (a peer
+    /// of an older version sends format 1).
     pub fn new(r: &interfaces::vhi::CheckpointRecord) -> Self {
         use prost::Message;
+        let mut r = r.clone();
+        r.upgrade();
         Self {
             id: r.checkpoint_id.clone(),
             vee_id: r.vee_id.clone(),
-            taken_ms: r.taken_at_unix_ms,
+            taken_ms: interfaces::time::ms_of(&r.take_time),
             valid: true,
             record_hex: hex::encode(r.encode_to_vec()),
         }
     }
 
-    /// The VHI record; errors (naming the checkpoint) when the stored text
-    /// is not hex of a record, or the record is of a newer format.
+    /// The VHI record, in this version's format; errors (naming the
+    /// checkpoint) when the stored text is not hex of a record, or the
+    /// record is of a newer format.
     pub fn record(&self) -> anyhow::Result<interfaces::vhi::CheckpointRecord> {
         use anyhow::Context;
         use prost::Message;
         let bytes = hex::decode(&self.record_hex).with_context(|| format!("checkpoint {}: field `record_hex`", self.id))?;
-        let r = interfaces::vhi::CheckpointRecord::decode(bytes.as_slice()).with_context(|| format!("checkpoint {}: record", self.id))?;
+        let mut r =
+            interfaces::vhi::CheckpointRecord::decode(bytes.as_slice()).with_context(|| format!("checkpoint {}: record", self.id))?;
         r.check_format()?;
+        r.upgrade();
         Ok(r)
     }
 }
@@ -476,10 +483,32 @@ mod tests {
             checkpoint_id: "c1".into(),
             vee_id: "v".into(),
             memory_bytes: 7,
+            take_time: interfaces::time::timestamp_ms(1_763_000_000_123),
+            downtime: interfaces::time::duration_ms(87),
+            format_version: interfaces::CHECKPOINT_RECORD_FORMAT,
             ..Default::default()
         };
         let c = CheckpointRec::new(&r);
+        assert_eq!(c.taken_ms, 1_763_000_000_123);
         assert_eq!(c.record().unwrap(), r);
+    }
+
+    #[test]
+    #[allow(deprecated)] // a record of format 1, as a VEEM of that version stored it
+    fn a_format_1_checkpoint_record_reads_with_its_times() {
+        let old = interfaces::vhi::CheckpointRecord {
+            checkpoint_id: "c1".into(),
+            taken_at_unix_ms: 1_763_000_000_123,
+            downtime_ms: 87,
+            format_version: 1,
+            ..Default::default()
+        };
+        let c = CheckpointRec::new(&old);
+        assert_eq!(c.taken_ms, 1_763_000_000_123);
+        let r = c.record().unwrap();
+        assert_eq!(interfaces::time::ms_of(&r.take_time), 1_763_000_000_123);
+        assert_eq!(interfaces::time::ms_of_duration(&r.downtime), 87);
+        assert_eq!((r.taken_at_unix_ms, r.format_version), (0, interfaces::CHECKPOINT_RECORD_FORMAT));
     }
 
     #[test]
@@ -543,6 +572,10 @@ mod tests {
             ..r
         });
         let e = format!("{:#}", newer.record().unwrap_err());
-        assert!(e.contains("checkpoint record c1 has format version 2"), "{e}");
+        let newer = format!(
+            "checkpoint record c1 has format version {}",
+            interfaces::CHECKPOINT_RECORD_FORMAT + 1
+        );
+        assert!(e.contains(&newer), "{e}");
     }
 }

@@ -179,7 +179,7 @@ impl VmiService {
             vcpus: v.vcpus,
             memory_mib: v.memory_mib,
             latest_checkpoint: v.latest_checkpoint.clone().unwrap_or_default(),
-            updated_unix_ms: v.updated_ms,
+            update_time: interfaces::time::timestamp_ms(v.updated_ms),
             checkpoint_record: None,
             nics: v.nics.iter().map(crate::model::NicRec::to_wire).collect(),
         }
@@ -241,15 +241,15 @@ fn migration_info(m: &MigrationRec, r: Option<&Redactor>) -> MigrationInfo {
     MigrationInfo {
         migration_id: m.id.clone(),
         vee_id: m.vee_id.clone(),
-        from: redact(r, &m.from),
-        to: redact(r, &m.to.to_string()),
+        source: redact(r, &m.from),
+        destination: redact(r, &m.to.to_string()),
         reason: redact(r, &m.reason),
         state: vmi::MigrationState::from(m.state) as i32,
         decided_by: redact(r, &m.decided_by),
         detail: redact(r, &m.detail),
-        total_ms: m.total_ms,
-        downtime_ms: m.downtime_ms,
-        created_unix_ms: m.created_ms,
+        total: interfaces::time::duration_ms(m.total_ms),
+        downtime: interfaces::time::duration_ms(m.downtime_ms),
+        create_time: interfaces::time::timestamp_ms(m.created_ms),
     }
 }
 
@@ -290,9 +290,12 @@ impl Vmi for VmiService {
         let role = self.user(&r)?;
         let req = r.into_inner();
         self.visible_service(&role, &req.service_id)?;
+        if req.until.is_none() {
+            return Err(Status::invalid_argument("field `until` is required"));
+        }
         let s = self
             .veem
-            .extend_window(&req.service_id, req.until_unix)
+            .extend_window(&req.service_id, interfaces::time::s_of(&req.until))
             .await
             .map_err(|e| self.refusal(&role, e))?;
         Ok(Response::new(self.service_info(&role, &s)))
@@ -407,7 +410,7 @@ impl Vmi for VmiService {
             .filter(|m| self.visible_vee(&role, &m.vee_id).is_ok())
             .map(|m| migration_info(m, redactor.as_ref()))
             .collect();
-        migrations.sort_by_key(|m| m.created_unix_ms);
+        migrations.sort_by_key(|m| interfaces::time::ms_of(&m.create_time));
         Ok(Response::new(ListMigrationsResponse { migrations }))
     }
 
@@ -485,12 +488,12 @@ impl Vmi for VmiService {
                     service_id: e.service_id,
                     kind: e.kind,
                     detail: e.detail,
-                    at_unix_ms: e.at_ms,
+                    time: interfaces::time::timestamp_ms(e.at_ms),
                 })
                 .filter(|e| visible(e))
                 .map(&shown)
                 .collect();
-            past.sort_by_key(|e| e.at_unix_ms);
+            past.sort_by_key(|e| interfaces::time::ms_of(&e.time));
             return Ok(Response::new(Box::pin(futures::stream::iter(past.into_iter().map(Ok)))));
         }
         let rx = self.veem.events.subscribe();

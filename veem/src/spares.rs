@@ -57,14 +57,20 @@ impl Veem {
     pub fn hold_spare(&self, from: &str, r: vmi::ReserveSpareRequest) -> Result<vmi::ReserveSpareResponse> {
         crate::model::check_uuid("vee_id", &r.vee_id)?;
         crate::peers::admits(&self.cfg, from, r.vcpus, r.memory_mib, GuaranteeLevel::Full)?;
-        if r.end_unix <= r.start_unix {
-            return Err(crate::error::VeemError::field("end_unix", "must be after start_unix").into());
+        if r.start_time.is_none() {
+            return Err(crate::error::VeemError::field("start_time", "is required").into());
+        }
+        if interfaces::time::s_of(&r.end_time) <= interfaces::time::s_of(&r.start_time) {
+            return Err(crate::error::VeemError::field("end_time", "must be after start_time").into());
         }
         if self.store.get::<HeldSpare>(Tree::Spares, &r.vee_id)?.is_some() {
             bail!("a spare for VEE {} is held here already", r.vee_id);
         }
         let id = spare_id(&r.vee_id);
-        let window = self.slots.covering(r.start_unix.max(self.clock.now()), r.end_unix);
+        let window = self.slots.covering(
+            interfaces::time::s_of(&r.start_time).max(self.clock.now()),
+            interfaces::time::s_of(&r.end_time),
+        );
         let req = ServiceRequest {
             service_id: id.clone(),
             consumer: from.into(),
@@ -101,7 +107,7 @@ impl Veem {
         self.planner_store.save_with(&self.planner, w)?;
         self.event(&r.vee_id, "", "spare", format!("held for {from} until confirmed"));
         Ok(vmi::ReserveSpareResponse {
-            confirm_by_unix_ms: held.confirm_by_ms,
+            confirm_by: interfaces::time::timestamp_ms(held.confirm_by_ms),
         })
     }
 
@@ -199,8 +205,8 @@ impl Veem {
                     vcpus: n.resources.vcpus,
                     memory_mib: n.resources.memory_mib,
                     disk_gib: n.resources.disk_gib,
-                    start_unix: self.slots.start_of(n.range.start),
-                    end_unix: self.slots.start_of(n.range.end),
+                    start_time: interfaces::time::timestamp_s(self.slots.start_of(n.range.start)),
+                    end_time: interfaces::time::timestamp_s(self.slots.start_of(n.range.end)),
                 };
                 match peer.reserve_spare(r).await {
                     Ok(_) => held.push(n.vee.clone()),

@@ -186,7 +186,7 @@ async fn ours(ctx: &mut Ctx, n: &Net, s: &mut NetSamples) -> Result<()> {
     reader.abort();
     let gap = seen.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
     s.2.push(gap.as_secs_f64());
-    s.3.push(last.downtime_ms as f64 / 1000.0);
+    s.3.push(interfaces::time::ms_of_duration(&last.downtime) as f64 / 1000.0);
     ctx.cb.destroy(DestroyRequest { vee_id: vee, remove: true }).await?;
     // No member left: site A lets the network go.
     ctx.ca

@@ -13,9 +13,9 @@ use crate::vee_store::VeeRecord;
 impl Host {
     /// Asks the guest to shut down; destroys its domain if it has not
     /// within `timeout_s` seconds (at least 1).
-    pub async fn shutdown(&self, vee_id: &str, timeout_s: u32) -> Result<vhi::ShutdownResponse> {
+    pub async fn shutdown(&self, vee_id: &str, timeout_s: u64) -> Result<vhi::ShutdownResponse> {
         let id = vee_id.to_string();
-        let timeout = Duration::from_secs(timeout_s.max(1) as u64);
+        let timeout = Duration::from_secs(timeout_s.max(1));
         let clean = self.blocking(move |hv| hv.shutdown(&id, timeout)).await?;
         self.release_networks(vee_id).await?;
         let detail = if clean {

@@ -148,7 +148,11 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         Command::Extend { id, until } => {
             let until_unix = *until;
             let s = or_lookup(&c, id, Kind::Service, |mut c, service_id| async move {
-                c.extend_service(vmi::ExtendServiceRequest { service_id, until_unix }).await
+                c.extend_service(vmi::ExtendServiceRequest {
+                    service_id,
+                    until: interfaces::time::timestamp_s(until_unix),
+                })
+                .await
             })
             .await?;
             print(out, &output::service(&Service::from(&s), fmt))?;
@@ -285,7 +289,8 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             })
             .await?;
             let (from, to) = (from.unwrap_or(i64::MIN), to.unwrap_or(i64::MAX));
-            u.records.retain(|r| r.end_unix > from && r.start_unix < to);
+            u.records
+                .retain(|r| interfaces::time::s_of(&r.end_time) > from && interfaces::time::s_of(&r.start_time) < to);
             match group_by {
                 Some(key) => print(out, &output::usage_groups(&super::model::usage_groups(&u.records, *key), fmt))?,
                 None => print(out, &output::usage(&Usage::from(&u), fmt))?,
@@ -346,8 +351,8 @@ mod tests {
         let now = chrono::DateTime::from_timestamp(1_795_852_800, 0).unwrap();
         let mut m = vmi::MigrationInfo {
             migration_id: "m-1".into(),
-            from: "local (h1)".into(),
-            to: "remote (site-b)".into(),
+            source: "local (h1)".into(),
+            destination: "remote (site-b)".into(),
             state: vmi::MigrationState::Approved as i32,
             detail: "queued".into(),
             ..Default::default()
@@ -357,8 +362,8 @@ mod tests {
         m.detail = "disk 40%".into();
         assert_eq!(progress_line(&m, now), "2026-11-28T08:00:00Z m-1: running: disk 40%\n");
         m.state = vmi::MigrationState::Done as i32;
-        m.total_ms = 2100;
-        m.downtime_ms = 80;
+        m.total = interfaces::time::duration_ms(2100);
+        m.downtime = interfaces::time::duration_ms(80);
         assert_eq!(
             outcome_line(&m),
             "migration m-1 done: local (h1) -> remote (site-b) in 2100 ms (downtime 80 ms)\n"

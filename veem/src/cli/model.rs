@@ -52,8 +52,8 @@ impl From<&vmi::NegotiateResponse> for Negotiation {
         Self {
             verdict: r.verdict(),
             reasons: r.reasons.clone(),
-            earliest_start: rfc3339_secs(r.earliest_start_unix),
-            earliest_end: rfc3339_secs(r.earliest_end_unix),
+            earliest_start: rfc3339_secs(interfaces::time::s_of(&r.earliest_start)),
+            earliest_end: rfc3339_secs(interfaces::time::s_of(&r.earliest_end)),
         }
     }
 }
@@ -115,7 +115,7 @@ impl From<&vmi::VeeInfo> for Vee {
             vcpus: v.vcpus,
             memory_mib: v.memory_mib,
             latest_checkpoint: v.latest_checkpoint.clone(),
-            updated: rfc3339_ms(v.updated_unix_ms),
+            updated: rfc3339_ms(interfaces::time::ms_of(&v.update_time)),
             nics: v.nics.iter().map(Nic::from).collect(),
         }
     }
@@ -169,15 +169,15 @@ impl From<&vmi::MigrationInfo> for Migration {
         Self {
             migration_id: m.migration_id.clone(),
             vee_id: m.vee_id.clone(),
-            from: m.from.clone(),
-            to: m.to.clone(),
+            from: m.source.clone(),
+            to: m.destination.clone(),
             reason: m.reason.clone(),
             state: m.state(),
             decided_by: m.decided_by.clone(),
             detail: m.detail.clone(),
-            total_ms: m.total_ms,
-            downtime_ms: m.downtime_ms,
-            created: rfc3339_ms(m.created_unix_ms),
+            total_ms: interfaces::time::ms_of_duration(&m.total),
+            downtime_ms: interfaces::time::ms_of_duration(&m.downtime),
+            created: rfc3339_ms(interfaces::time::ms_of(&m.create_time)),
         }
     }
 }
@@ -198,7 +198,7 @@ pub struct Event {
 impl From<&vmi::Event> for Event {
     fn from(e: &vmi::Event) -> Self {
         Self {
-            at: rfc3339_ms(e.at_unix_ms),
+            at: rfc3339_ms(interfaces::time::ms_of(&e.time)),
             service_id: e.service_id.clone(),
             vee_id: e.vee_id.clone(),
             kind: e.kind.clone(),
@@ -230,8 +230,8 @@ impl From<&vmi::UsageRecord> for UsageRecord {
             abc_id: r.abc_id.clone(),
             vee_id: r.vee_id.clone(),
             site_chain: r.site_chain.clone(),
-            start: rfc3339_secs(r.start_unix),
-            end: rfc3339_secs(r.end_unix),
+            start: rfc3339_secs(interfaces::time::s_of(&r.start_time)),
+            end: rfc3339_secs(interfaces::time::s_of(&r.end_time)),
             cpu_seconds: r.cpu_seconds,
             memory_mib_seconds: r.memory_mib_seconds,
             disk_bytes: r.disk_bytes,
@@ -255,8 +255,8 @@ impl From<&vmi::SlaViolation> for SlaViolation {
         Self {
             vee_id: v.vee_id.clone(),
             term: v.term.clone(),
-            start: rfc3339_secs(v.start_unix),
-            end: rfc3339_secs(v.end_unix),
+            start: rfc3339_secs(interfaces::time::s_of(&v.start_time)),
+            end: rfc3339_secs(interfaces::time::s_of(&v.end_time)),
             penalty: v.penalty,
         }
     }
@@ -319,11 +319,12 @@ pub fn usage_groups(records: &[vmi::UsageRecord], by: super::GroupBy) -> Vec<Usa
     use super::GroupBy;
     let mut groups: std::collections::BTreeMap<String, UsageGroup> = Default::default();
     for r in records {
+        let start = interfaces::time::s_of(&r.start_time);
         let key = match by {
             GroupBy::Vee => r.vee_id.clone(),
             GroupBy::Site => r.site_chain.first().cloned().unwrap_or_default(),
-            GroupBy::Hour => rfc3339_secs(r.start_unix - r.start_unix.rem_euclid(3600)).unwrap_or_default(),
-            GroupBy::Day => rfc3339_secs(r.start_unix - r.start_unix.rem_euclid(86_400)).unwrap_or_default(),
+            GroupBy::Hour => rfc3339_secs(start - start.rem_euclid(3600)).unwrap_or_default(),
+            GroupBy::Day => rfc3339_secs(start - start.rem_euclid(86_400)).unwrap_or_default(),
         };
         let g = groups.entry(key.clone()).or_insert(UsageGroup {
             key,

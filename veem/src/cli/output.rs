@@ -536,8 +536,8 @@ pub fn usage_limits(limits: &[vmi::UsageLimitInfo], format: OutputFormat) -> Str
                 kind: l.kind(),
                 limit: plain(&l.limit),
                 burst_limit: plain(&l.burst_limit),
-                epoch_s: l.epoch_s,
-                burst_s: l.burst_s,
+                epoch_s: interfaces::time::s_of_duration(&l.epoch),
+                burst_s: interfaces::time::s_of_duration(&l.burst),
                 held: plain(&l.held),
                 epoch_avg: plain(&l.epoch_avg),
                 burst_avg: plain(&l.burst_avg),
@@ -556,9 +556,9 @@ pub fn usage_limits(limits: &[vmi::UsageLimitInfo], format: OutputFormat) -> Str
                 format!(
                     "epoch {} over {} s, burst {} over {} s",
                     text(&l.limit),
-                    l.epoch_s,
+                    interfaces::time::s_of_duration(&l.epoch),
                     text(&l.burst_limit),
-                    l.burst_s
+                    interfaces::time::s_of_duration(&l.burst)
                 ),
                 format!("epoch {}, burst {}", text(&l.epoch_avg), text(&l.burst_avg)),
             )

@@ -56,7 +56,11 @@ pub fn outcome_line(m: &vmi::MigrationInfo) -> String {
     match m.state() {
         vmi::MigrationState::Done => format!(
             "migration {} done: {} -> {} in {} ms (downtime {} ms)\n",
-            m.migration_id, m.from, m.to, m.total_ms, m.downtime_ms
+            m.migration_id,
+            m.source,
+            m.destination,
+            interfaces::time::ms_of_duration(&m.total),
+            interfaces::time::ms_of_duration(&m.downtime)
         ),
         state => {
             let detail = if m.detail.is_empty() {

@@ -231,7 +231,7 @@ impl Vhi for FakeVhi {
             vee_id: id,
             memory_blob: format!("sha256:{}", "2".repeat(64)),
             disk_blob: format!("sha256:{}", "3".repeat(64)),
-            taken_at_unix_ms: chrono::Utc::now().timestamp_millis(),
+            take_time: interfaces::time::timestamp_ms(chrono::Utc::now().timestamp_millis()),
             host: self.name.clone(),
             format_version: interfaces::CHECKPOINT_RECORD_FORMAT,
             ..Default::default()
@@ -289,8 +289,8 @@ impl Vhi for FakeVhi {
                 s.running.remove(&id);
                 MigrationProgress {
                     phase: MigrationPhase::Done as i32,
-                    total_ms: 1200,
-                    downtime_ms: 40,
+                    total: interfaces::time::duration_ms(1200),
+                    downtime: interfaces::time::duration_ms(40),
                     ..Default::default()
                 }
             }
@@ -306,7 +306,7 @@ impl Vhi for FakeVhi {
         drop(self.call("Stats", &id)?);
         Ok(Response::new(VeeStats {
             vee_id: id,
-            at_unix_ms: chrono::Utc::now().timestamp_millis(),
+            time: interfaces::time::timestamp_ms(chrono::Utc::now().timestamp_millis()),
             ..Default::default()
         }))
     }

@@ -179,8 +179,8 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         abc_id: service.clone(),
         vee_id: vee.clone(),
         site_chain: vec!["site-b".into()],
-        start_unix: start,
-        end_unix: end,
+        start_time: interfaces::time::timestamp_s(start),
+        end_time: interfaces::time::timestamp_s(end),
         cpu_seconds: cpu,
         memory_mib_seconds: 512.0 * 3.0,
         disk_bytes: 0,
@@ -456,7 +456,7 @@ mod networks {
             checkpoint_id: uuid::Uuid::new_v4().to_string(),
             vee_id: vee.clone(),
             memory_blob: format!("sha256:{}", "1".repeat(64)),
-            taken_at_unix_ms: crate::model::now_ms(),
+            take_time: interfaces::time::timestamp_ms(crate::model::now_ms()),
             host,
             ..Default::default()
         });

@@ -86,8 +86,8 @@ async fn an_unconfirmed_hold_lapses() {
         vcpus: 1,
         memory_mib: 512,
         disk_gib: 1,
-        start_unix: now,
-        end_unix: now + 3600,
+        start_time: interfaces::time::timestamp_s(now),
+        end_time: interfaces::time::timestamp_s(now + 3600),
     };
     b.veem.hold_spare("site-a", r.clone()).unwrap();
     let e = b.veem.hold_spare("site-a", r).unwrap_err();

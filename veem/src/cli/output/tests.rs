@@ -12,7 +12,7 @@ fn vee_info(location: &str) -> vmi::VeeInfo {
         vcpus: 1,
         memory_mib: 256,
         latest_checkpoint: String::new(),
-        updated_unix_ms: 1_795_852_800_123,
+        update_time: interfaces::time::timestamp_ms(1_795_852_800_123),
         checkpoint_record: None,
         nics: vec![],
     }
@@ -115,8 +115,8 @@ fn negotiation_counter_offer_text_and_json() {
     let n = Negotiation::from(&vmi::NegotiateResponse {
         verdict: vmi::Verdict::CounterOffer as i32,
         reasons: vec!["not enough memory before 10:00".into()],
-        earliest_start_unix: 1_795_852_800,
-        earliest_end_unix: 1_795_896_000,
+        earliest_start: interfaces::time::timestamp_s(1_795_852_800),
+        earliest_end: interfaces::time::timestamp_s(1_795_896_000),
     });
     let out = negotiation(&n, OutputFormat::Table);
     assert_eq!(
@@ -153,8 +153,8 @@ fn report() -> vmi::UsageReport {
                 abc_id: "svc1".into(),
                 vee_id: "svc1-db-0".into(),
                 site_chain: vec!["site-b".into(), "site-a".into()],
-                start_unix: 1_795_852_800,
-                end_unix: 1_795_852_860,
+                start_time: interfaces::time::timestamp_s(1_795_852_800),
+                end_time: interfaces::time::timestamp_s(1_795_852_860),
                 cpu_seconds: 30.5,
                 memory_mib_seconds: 15360.0,
                 disk_bytes: 1000,
@@ -165,8 +165,8 @@ fn report() -> vmi::UsageReport {
                 abc_id: "svc1".into(),
                 vee_id: "svc1-db-1".into(),
                 site_chain: vec!["site-a".into()],
-                start_unix: 1_795_852_800,
-                end_unix: 1_795_852_860,
+                start_time: interfaces::time::timestamp_s(1_795_852_800),
+                end_time: interfaces::time::timestamp_s(1_795_852_860),
                 cpu_seconds: 1.0,
                 memory_mib_seconds: 100.0,
                 disk_bytes: 5,
@@ -177,15 +177,15 @@ fn report() -> vmi::UsageReport {
             vmi::SlaViolation {
                 vee_id: "svc1-db-0".into(),
                 term: "max_downtime_ms".into(),
-                start_unix: 1_795_852_800,
-                end_unix: 1_795_852_801,
+                start_time: interfaces::time::timestamp_s(1_795_852_800),
+                end_time: interfaces::time::timestamp_s(1_795_852_801),
                 penalty: 1.5,
             },
             vmi::SlaViolation {
                 vee_id: "svc1-db-1".into(),
                 term: "availability".into(),
-                start_unix: 1_795_852_800,
-                end_unix: 1_795_856_400,
+                start_time: interfaces::time::timestamp_s(1_795_852_800),
+                end_time: interfaces::time::timestamp_s(1_795_856_400),
                 penalty: 12.0,
             },
         ],
@@ -229,7 +229,7 @@ fn event_line_has_rfc3339_time() {
         service_id: "svc1".into(),
         kind: "state".into(),
         detail: "running -> migrating".into(),
-        at_unix_ms: 1_795_852_800_005,
+        time: interfaces::time::timestamp_ms(1_795_852_800_005),
     });
     assert_eq!(
         event(&e, OutputFormat::Table),
@@ -247,10 +247,10 @@ fn migrations_table_rows_align() {
         Migration::from(&vmi::MigrationInfo {
             migration_id: id.into(),
             vee_id: "v".into(),
-            from: "local (h1)".into(),
-            to: "remote (site-b)".into(),
+            source: "local (h1)".into(),
+            destination: "remote (site-b)".into(),
             state: state.parse::<vmi::MigrationState>().unwrap() as i32,
-            total_ms: 1234,
+            total: interfaces::time::duration_ms(1234),
             ..Default::default()
         })
     };

@@ -39,7 +39,7 @@ pub(super) fn vee(id: &str, location: &str) -> VeeInfo {
         location: location.into(),
         vcpus: 1,
         memory_mib: 256,
-        updated_unix_ms: 1_795_852_800_000,
+        update_time: interfaces::time::timestamp_ms(1_795_852_800_000),
         ..Default::default()
     }
 }
@@ -48,12 +48,12 @@ pub(super) fn migration(state: &str, detail: &str) -> MigrationInfo {
     MigrationInfo {
         migration_id: "m-1".into(),
         vee_id: "v1".into(),
-        from: "local (h1)".into(),
-        to: "remote (site-b)".into(),
+        source: "local (h1)".into(),
+        destination: "remote (site-b)".into(),
         state: state.parse::<vmi::MigrationState>().unwrap() as i32,
         detail: detail.into(),
-        total_ms: 900,
-        downtime_ms: 40,
+        total: interfaces::time::duration_ms(900),
+        downtime: interfaces::time::duration_ms(40),
         ..Default::default()
     }
 }
@@ -80,8 +80,8 @@ impl Vmi for MockSvc {
         Ok(Response::new(NegotiateResponse {
             verdict,
             reasons: vec!["because".into()],
-            earliest_start_unix: 1_795_852_800,
-            earliest_end_unix: 1_795_896_000,
+            earliest_start: interfaces::time::timestamp_s(1_795_852_800),
+            earliest_end: interfaces::time::timestamp_s(1_795_896_000),
         }))
     }
     async fn deploy(&self, r: Request<DeployRequest>) -> R<ServiceInfo> {
@@ -165,7 +165,7 @@ impl Vmi for MockSvc {
             service_id: "svc1".into(),
             kind: kind.into(),
             detail: String::new(),
-            at_unix_ms: ms,
+            time: interfaces::time::timestamp_ms(ms),
         };
         Ok(Response::new(tokio_stream::iter(vec![
             Ok(ev("deploying", 1_795_852_800_000)),
@@ -181,8 +181,8 @@ impl Vmi for MockSvc {
             abc_id: "svc1".into(),
             vee_id: vee.into(),
             site_chain: vec![site.into()],
-            start_unix: 1_795_852_800 + hour * 3600,
-            end_unix: 1_795_852_800 + (hour + 1) * 3600,
+            start_time: interfaces::time::timestamp_s(1_795_852_800 + hour * 3600),
+            end_time: interfaces::time::timestamp_s(1_795_852_800 + (hour + 1) * 3600),
             cpu_seconds: 10.0,
             memory_mib_seconds: 100.0,
             disk_bytes: 1,
@@ -258,8 +258,8 @@ impl Vmi for MockSvc {
                     kind: vmi::UsageLimitKind::Commitment as i32,
                     limit: a(4, 4096, 40),
                     burst_limit: a(8, 8192, 80),
-                    epoch_s: 86400,
-                    burst_s: 3600,
+                    epoch: interfaces::time::duration_s(86400),
+                    burst: interfaces::time::duration_s(3600),
                     held: a(1, 128, 1),
                     epoch_avg: a(1, 100, 0),
                     burst_avg: a(2, 128, 0),
