@@ -321,7 +321,7 @@ async fn wait_ready(dir: &Path, cleanup: &Cleanup, endpoint: &str) -> Result<Cli
         check_alive(dir, cleanup)?;
         if let Ok(ch) = vee_testkit::pki::site(SITE).vmi_channel(endpoint, None).await {
             let mut c = VmiServiceClient::with_interceptor(ch, Bearer::new(OPERATOR)?).max_decoding_message_size(usize::MAX);
-            if c.list_migrations(interfaces::vmi::ListMigrationsRequest {}).await.is_ok() {
+            if c.list_migrations(interfaces::vmi::ListMigrationsRequest::default()).await.is_ok() {
                 return Ok(c);
             }
         }
@@ -354,7 +354,7 @@ async fn measure(dir: &Path, config: &Path, endpoint: &str, cleanup: &Cleanup) -
     eprintln!("veem-rss: after {IDLE_S} s idle: VmRSS {rss_idle:.1} MiB (max {rss_idle_max:.1}), CPU {idle_cpu_pct:.0} % of one core");
     let t = Instant::now();
     let list = c
-        .list_services(interfaces::vmi::ListServicesRequest {})
+        .list_services(interfaces::vmi::ListServicesRequest::default())
         .await
         .context("ListServices")?
         .into_inner();

@@ -143,7 +143,7 @@ impl Veem {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(20) {
             let hosts = op
-                .list_hosts(interfaces::vmi::ListHostsRequest {})
+                .list_hosts(interfaces::vmi::ListHostsRequest::default())
                 .await
                 .map(|r| r.into_inner().hosts)
                 .unwrap_or_default();
@@ -177,7 +177,7 @@ impl Veem {
         loop {
             if let Ok(ch) = vee_testkit::pki::site(site_id).vmi_channel(&v.endpoint, None).await {
                 let mut c = VmiServiceClient::with_interceptor(ch, Bearer::new(OPERATOR).unwrap());
-                if c.list_migrations(interfaces::vmi::ListMigrationsRequest {}).await.is_ok() {
+                if c.list_migrations(interfaces::vmi::ListMigrationsRequest::default()).await.is_ok() {
                     v.daemon.assert_alive();
                     break;
                 }
@@ -300,7 +300,7 @@ pub async fn wait_migration(v: &Veem, id: &str, timeout: Duration) -> interfaces
     let start = Instant::now();
     loop {
         let m = op
-            .list_migrations(interfaces::vmi::ListMigrationsRequest {})
+            .list_migrations(interfaces::vmi::ListMigrationsRequest::default())
             .await
             .unwrap()
             .into_inner()

@@ -114,7 +114,7 @@ impl Stage {
         let mut op = self.site.veem.client(OPERATOR).await;
         let start = Instant::now();
         loop {
-            let hosts = op.list_hosts(ListHostsRequest {}).await.unwrap().into_inner().hosts;
+            let hosts = op.list_hosts(ListHostsRequest::default()).await.unwrap().into_inner().hosts;
             let h = hosts.into_iter().find(|h| h.name == name).unwrap();
             if pred(&h) {
                 return h;
@@ -227,7 +227,7 @@ async fn lab_a_veem_killed_inside_deploy_deploys_once_for_a_client_that_retries(
     let again = acme.deploy(shop).await.unwrap().into_inner();
     assert_eq!(again.service_id, svc.service_id);
     assert_eq!(
-        acme.list_services(ListServicesRequest {})
+        acme.list_services(ListServicesRequest::default())
             .await
             .unwrap()
             .into_inner()

@@ -527,7 +527,7 @@ async fn lab_a_full_vee_holds_a_spare_at_site_b_and_is_restored_into_it() {
         e.message()
     );
     assert!(acme
-        .list_services(ListServicesRequest {})
+        .list_services(ListServicesRequest::default())
         .await
         .unwrap()
         .into_inner()

@@ -18,7 +18,7 @@ const BOOT: Duration = Duration::from_secs(180);
 async fn migrations(v: &Veem) -> Vec<MigrationInfo> {
     v.client(OPERATOR)
         .await
-        .list_migrations(ListMigrationsRequest {})
+        .list_migrations(ListMigrationsRequest::default())
         .await
         .unwrap()
         .into_inner()

@@ -99,7 +99,12 @@ async fn lab_soak_migrations_back_and_forth_with_checkpoints_lose_and_double_not
         checkpoints.len(),
         start.elapsed().as_secs_f64()
     );
-    let services = acme.list_services(ListServicesRequest {}).await.unwrap().into_inner().services;
+    let services = acme
+        .list_services(ListServicesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .services;
     assert_eq!(services.len(), 1, "one service");
     site::vee_action(&mut acme, &vee, Action::Stop).await.unwrap();
     assert_eq!(a1.domains().await.len() + b1.domains().await.len(), 0);

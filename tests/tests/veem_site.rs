@@ -62,6 +62,25 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
         .unwrap()
         .into_inner();
     assert_eq!(mine.location, "placed");
+    // Its VEEs page by page: one per page, then no next page.
+    let page = |page_token: String| ListVeesRequest {
+        service_id: svc.service_id.clone(),
+        page_size: 1,
+        page_token,
+    };
+    let first = acme.list_vees(page(String::new())).await.unwrap().into_inner();
+    assert_eq!(first.vees.len(), 1);
+    assert!(!first.next_page_token.is_empty());
+    let second = acme.list_vees(page(first.next_page_token)).await.unwrap().into_inner();
+    assert_eq!(second.vees.len(), 1);
+    assert!(second.next_page_token.is_empty(), "two VEEs, two pages");
+    let mut paged: Vec<String> = [first.vees, second.vees].concat().into_iter().map(|v| v.vee_id).collect();
+    let mut all: Vec<String> = svc.vees.iter().map(|v| v.vee_id.clone()).collect();
+    paged.sort();
+    all.sort();
+    assert_eq!(paged, all);
+    let bad = acme.list_vees(page("not-a-token".into())).await.unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
 
     // Another service provider cannot see them at all.
     let mut globex = veem.client(GLOBEX).await;
@@ -86,14 +105,14 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
         tonic::Code::NotFound
     );
     assert!(globex
-        .list_services(ListServicesRequest {})
+        .list_services(ListServicesRequest::default())
         .await
         .unwrap()
         .into_inner()
         .services
         .is_empty());
     assert!(globex
-        .list_vees(ListVeesRequest { service_id: String::new() })
+        .list_vees(ListVeesRequest::default())
         .await
         .unwrap()
         .into_inner()
@@ -145,7 +164,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     // The operator sees the failed host and where the VEEs are now; the
     // event history tells the story; a provider sees no hosts.
     let mut op = veem.client(OPERATOR).await;
-    let hosts = op.list_hosts(ListHostsRequest {}).await.unwrap().into_inner().hosts;
+    let hosts = op.list_hosts(ListHostsRequest::default()).await.unwrap().into_inner().hosts;
     let status = |h: &str| hosts.iter().find(|x| x.name == h).unwrap().clone();
     assert_eq!(status(&failed_host).health(), interfaces::vmi::HostHealth::Failed);
     assert_eq!(
@@ -154,7 +173,7 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
     );
     assert!(status(&new_host).used_memory_mib >= 128 && status(&new_host).memory_mib > 0);
     assert_eq!(
-        acme.list_hosts(ListHostsRequest {}).await.unwrap_err().code(),
+        acme.list_hosts(ListHostsRequest::default()).await.unwrap_err().code(),
         tonic::Code::PermissionDenied
     );
     let history = site::history(&mut acme, &svc.service_id).await;
@@ -302,7 +321,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     let n = site::negotiate(&mut acme, manifest("shop", "acme", &ids, 2, "")).await;
     assert_eq!(n.verdict(), interfaces::vmi::Verdict::Accept);
     assert!(
-        acme.list_services(ListServicesRequest {})
+        acme.list_services(ListServicesRequest::default())
             .await
             .unwrap()
             .into_inner()
@@ -363,7 +382,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     let other = site::negotiate(&mut globex, manifest("bazaar", "globex", &ids, 2, "")).await;
     assert_eq!(other.verdict(), interfaces::vmi::Verdict::Accept, "no limit for globex: {other:?}");
     assert_eq!(
-        acme.list_services(ListServicesRequest {})
+        acme.list_services(ListServicesRequest::default())
             .await
             .unwrap()
             .into_inner()
@@ -371,7 +390,12 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
             .len(),
         1
     );
-    let mine = acme.list_usage_limits(ListUsageLimitsRequest {}).await.unwrap().into_inner().limits;
+    let mine = acme
+        .list_usage_limits(ListUsageLimitsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .limits;
     assert_eq!(mine.len(), 1, "{mine:?}");
     assert_eq!(
         (mine[0].consumer.as_str(), mine[0].kind()),
@@ -379,7 +403,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
     );
     assert_eq!(mine[0].held.as_ref().map(|h| (h.vcpus, h.memory_mib)), Some((2, 256)));
     assert!(globex
-        .list_usage_limits(ListUsageLimitsRequest {})
+        .list_usage_limits(ListUsageLimitsRequest::default())
         .await
         .unwrap()
         .into_inner()
@@ -398,15 +422,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
         }
     }
     let mut op = veem.client(OPERATOR).await;
-    assert!(
-        op.list_vees(ListVeesRequest { service_id: String::new() })
-            .await
-            .unwrap()
-            .into_inner()
-            .vees
-            .len()
-            == 2
-    );
+    assert!(op.list_vees(ListVeesRequest::default()).await.unwrap().into_inner().vees.len() == 2);
     drop((veem, a1, a2, repo));
     std::fs::remove_dir_all(&dir).unwrap();
 }

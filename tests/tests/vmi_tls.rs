@@ -36,7 +36,11 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
 
     // A client that trusts site A's VMI CA and shows the operator's token:
     // served (Veem::start already connected this way).
-    veem.client(OPERATOR).await.list_migrations(ListMigrationsRequest {}).await.unwrap();
+    veem.client(OPERATOR)
+        .await
+        .list_migrations(ListMigrationsRequest::default())
+        .await
+        .unwrap();
 
     // Health and reflection, as grpcurl or a load balancer asks them, over
     // TLS and without a token.
@@ -68,7 +72,7 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
     {
         Err(e) => Err(e.to_string()),
         Ok(ch) => VmiServiceClient::with_interceptor(ch, Bearer::new(OPERATOR).unwrap())
-            .list_migrations(ListMigrationsRequest {})
+            .list_migrations(ListMigrationsRequest::default())
             .await
             .map(|_| ())
             .map_err(|e| e.to_string()),

@@ -309,12 +309,15 @@ impl Vmi for VmiService {
             .filter(|s| self.visible_service(&role, &s.id).is_ok())
             .map(|s| self.service_info(&role, s))
             .collect();
-        Ok(Response::new(ListServicesResponse { services }))
+        let r = r.get_ref();
+        let (services, next_page_token) = pages::page(services, |s| s.service_id.clone(), r.page_size, &r.page_token)?;
+        Ok(Response::new(ListServicesResponse { services, next_page_token }))
     }
 
     async fn list_vees(&self, r: Request<ListVeesRequest>) -> R<ListVeesResponse> {
         let role = self.user(&r)?;
-        let id = &r.get_ref().service_id;
+        let r = r.get_ref();
+        let id = &r.service_id;
         let vees = if id.is_empty() {
             self.veem
                 .vees()
@@ -326,7 +329,10 @@ impl Vmi for VmiService {
         } else {
             self.service_info(&role, &self.visible_service(&role, id)?).vees
         };
-        Ok(Response::new(ListVeesResponse { vees }))
+        // A service's VEEs together, by component and instance.
+        let key = |v: &VeeInfo| format!("{}/{}/{:010}/{}", v.service_id, v.component, v.instance, v.vee_id);
+        let (vees, next_page_token) = pages::page(vees, key, r.page_size, &r.page_token)?;
+        Ok(Response::new(ListVeesResponse { vees, next_page_token }))
     }
 
     async fn get_vee(&self, r: Request<GetVeeRequest>) -> R<VeeInfo> {
@@ -405,13 +411,19 @@ impl Vmi for VmiService {
         let role = self.user(&r)?;
         let all: Vec<MigrationRec> = self.veem.store.list(crate::store::Tree::Migrations).map_err(status)?;
         let redactor = self.redactor(&role);
-        let mut migrations: Vec<MigrationInfo> = all
+        let migrations: Vec<MigrationInfo> = all
             .iter()
             .filter(|m| self.visible_vee(&role, &m.vee_id).is_ok())
             .map(|m| migration_info(m, redactor.as_ref()))
             .collect();
-        migrations.sort_by_key(|m| interfaces::time::ms_of(&m.create_time));
-        Ok(Response::new(ListMigrationsResponse { migrations }))
+        // Oldest first: the creation time (ms, zero-padded) sorts as text.
+        let key = |m: &MigrationInfo| format!("{:020}/{}", interfaces::time::ms_of(&m.create_time).max(0), m.migration_id);
+        let r = r.get_ref();
+        let (migrations, next_page_token) = pages::page(migrations, key, r.page_size, &r.page_token)?;
+        Ok(Response::new(ListMigrationsResponse {
+            migrations,
+            next_page_token,
+        }))
     }
 
     async fn approve_migration(&self, r: Request<ApproveMigrationRequest>) -> R<MigrationInfo> {
@@ -437,7 +449,9 @@ impl Vmi for VmiService {
 
     async fn list_hosts(&self, r: Request<ListHostsRequest>) -> R<ListHostsResponse> {
         self.operator(&r)?;
-        Ok(Response::new(ListHostsResponse { hosts: self.host_status() }))
+        let r = r.get_ref();
+        let (hosts, next_page_token) = pages::page(self.host_status(), |h| h.name.clone(), r.page_size, &r.page_token)?;
+        Ok(Response::new(ListHostsResponse { hosts, next_page_token }))
     }
 
     async fn list_usage_limits(&self, r: Request<ListUsageLimitsRequest>) -> R<ListUsageLimitsResponse> {
@@ -446,7 +460,9 @@ impl Vmi for VmiService {
             Role::Operator => true,
             Role::Provider(name) | Role::Peer(name) => name == consumer,
         });
-        Ok(Response::new(ListUsageLimitsResponse { limits }))
+        let r = r.get_ref();
+        let (limits, next_page_token) = pages::page(limits, |l| l.consumer.clone(), r.page_size, &r.page_token)?;
+        Ok(Response::new(ListUsageLimitsResponse { limits, next_page_token }))
     }
 
     type WatchEventsStream = BoxStream<Event>;
@@ -605,5 +621,6 @@ impl Vmi for VmiService {
     }
 }
 
+mod pages;
 #[cfg(test)]
 mod tests;

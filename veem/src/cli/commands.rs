@@ -10,7 +10,7 @@ use interfaces::vmi;
 use super::client::{connect, read_manifest, VmiServiceClient};
 use super::lookup::{or_lookup, Kind};
 use super::model::{Event, Migration, Negotiation, Service, SlaViolation, Usage, Vee};
-use super::{exit, output, Cli, Command, OutputFormat};
+use super::{exit, output, pages, Cli, Command, OutputFormat};
 
 /// Exit code for a Negotiate verdict: 0 accept, 3 counter-offer, 4 reject;
 /// `None` for a verdict this CLI does not know.
@@ -134,8 +134,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             print(out, &output::deployed(&Service::from(&s), fmt))?;
         }
         Command::Services => {
-            let l = c.list_services(vmi::ListServicesRequest {}).await?.into_inner();
-            let list: Vec<Service> = l.services.iter().map(Service::from).collect();
+            let list: Vec<Service> = pages::services(&c).await?.iter().map(Service::from).collect();
             print(out, &output::services(&list, fmt))?;
         }
         Command::Service { id } => {
@@ -159,11 +158,11 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
         }
         Command::Ls { service } => {
             let word = service.clone().unwrap_or_default();
-            let l = or_lookup(&c, &word, Kind::Service, |mut c, service_id| async move {
-                c.list_vees(vmi::ListVeesRequest { service_id }).await
+            let l = or_lookup(&c, &word, Kind::Service, |c, service_id| async move {
+                pages::vees(&c, &service_id).await.map(tonic::Response::new)
             })
             .await?;
-            let list: Vec<Vee> = l.vees.iter().map(Vee::from).collect();
+            let list: Vec<Vee> = l.iter().map(Vee::from).collect();
             print(out, &output::vees(&list, fmt))?;
         }
         Command::Show { vee } => {
@@ -203,8 +202,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             print(out, &output::migration(&Migration::from(&m), fmt))?;
         }
         Command::Migrations => {
-            let l = c.list_migrations(vmi::ListMigrationsRequest {}).await?.into_inner();
-            let list: Vec<Migration> = l.migrations.iter().map(Migration::from).collect();
+            let list: Vec<Migration> = pages::migrations(&c).await?.iter().map(Migration::from).collect();
             print(out, &output::migrations(&list, fmt))?;
         }
         Command::Approve { id, wait } => {
@@ -241,12 +239,10 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
             }
         }
         Command::Hosts => {
-            let l = c.list_hosts(vmi::ListHostsRequest {}).await?.into_inner();
-            print(out, &output::hosts(&l.hosts, fmt))?;
+            print(out, &output::hosts(&pages::hosts(&c).await?, fmt))?;
         }
         Command::Limits => {
-            let l = c.list_usage_limits(vmi::ListUsageLimitsRequest {}).await?.into_inner();
-            print(out, &output::usage_limits(&l.limits, fmt))?;
+            print(out, &output::usage_limits(&pages::usage_limits(&c).await?, fmt))?;
         }
         Command::Violations { service } => {
             let ids: Vec<String> = match service {
@@ -257,14 +253,7 @@ async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn 
                     .await?
                     .service_id,
                 ],
-                None => c
-                    .list_services(vmi::ListServicesRequest {})
-                    .await?
-                    .into_inner()
-                    .services
-                    .into_iter()
-                    .map(|s| s.service_id)
-                    .collect(),
+                None => pages::services(&c).await?.into_iter().map(|s| s.service_id).collect(),
             };
             let mut all = Vec::new();
             for service_id in ids {

@@ -9,7 +9,6 @@
 //! NotFound, a word that matches several is an error listing them.
 
 use anyhow::bail;
-use interfaces::vmi;
 
 use super::client::VmiServiceClient;
 
@@ -79,7 +78,7 @@ pub async fn service(c: &mut VmiServiceClient, word: &str) -> anyhow::Result<Str
     if is_full_id(word) {
         return Ok(word.into());
     }
-    let services = c.list_services(vmi::ListServicesRequest {}).await?.into_inner().services;
+    let services = super::pages::services(c).await?;
     let found = services
         .iter()
         .filter(|s| s.name == word || prefix_of(word, &s.service_id))
@@ -98,13 +97,7 @@ pub async fn vee(c: &mut VmiServiceClient, word: &str) -> anyhow::Result<String>
         Some((s, l)) => (Some(service(c, s).await?), l),
         None => (None, word),
     };
-    let vees = c
-        .list_vees(vmi::ListVeesRequest {
-            service_id: svc.clone().unwrap_or_default(),
-        })
-        .await?
-        .into_inner()
-        .vees;
+    let vees = super::pages::vees(c, svc.as_deref().unwrap_or_default()).await?;
     let found = vees
         .iter()
         .filter(|v| {
@@ -121,7 +114,7 @@ pub async fn migration(c: &mut VmiServiceClient, word: &str) -> anyhow::Result<S
     if is_full_id(word) {
         return Ok(word.into());
     }
-    let list = c.list_migrations(vmi::ListMigrationsRequest {}).await?.into_inner().migrations;
+    let list = super::pages::migrations(c).await?;
     let found = list
         .iter()
         .filter(|m| prefix_of(word, &m.migration_id))

@@ -21,6 +21,7 @@ pub mod context;
 mod lookup;
 mod model;
 mod output;
+mod pages;
 mod table;
 #[cfg(test)]
 mod tests;

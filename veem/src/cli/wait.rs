@@ -133,11 +133,11 @@ pub async fn migration(
     if !is_terminal(current.borrow().state()) {
         let client = c.clone();
         let ask = || {
-            let mut c = client.clone();
-            async move { c.list_migrations(vmi::ListMigrationsRequest {}).await.map(|r| r.into_inner()) }
+            let c = client.clone();
+            async move { super::pages::migrations(&c).await }
         };
-        let on_answer = |list: &vmi::ListMigrationsResponse| -> anyhow::Result<bool> {
-            let Some(m) = list.migrations.iter().find(|m| m.migration_id == id) else {
+        let on_answer = |list: &Vec<vmi::MigrationInfo>| -> anyhow::Result<bool> {
+            let Some(m) = list.iter().find(|m| m.migration_id == id) else {
                 bail!("migration {id} is no longer listed by the VEEM");
             };
             *current.borrow_mut() = m.clone();
@@ -203,19 +203,19 @@ pub async fn service_running(
     let client = c.clone();
     let sid = service_id.to_string();
     let ask = || {
-        let (mut c, service_id) = (client.clone(), sid.clone());
-        async move { c.list_vees(vmi::ListVeesRequest { service_id }).await.map(|r| r.into_inner()) }
+        let (c, service_id) = (client.clone(), sid.clone());
+        async move { super::pages::vees(&c, &service_id).await }
     };
-    let on_answer = |l: &vmi::ListVeesResponse| -> anyhow::Result<bool> {
-        let (running, bad) = tally(&l.vees);
-        state.set((running, l.vees.len()));
+    let on_answer = |vees: &Vec<vmi::VeeInfo>| -> anyhow::Result<bool> {
+        let (running, bad) = tally(vees);
+        state.set((running, vees.len()));
         if last != Some(running) {
             last = Some(running);
             let progress: &mut dyn Write = if json { &mut *err } else { &mut *out };
             let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-            print(progress, &format!("{now} service {sid}: {running}/{} VEEs running\n", l.vees.len()))?;
+            print(progress, &format!("{now} service {sid}: {running}/{} VEEs running\n", vees.len()))?;
         }
-        let over = !bad.is_empty() || (running == l.vees.len() && running > 0);
+        let over = !bad.is_empty() || (running == vees.len() && running > 0);
         *failed.borrow_mut() = bad;
         Ok(over)
     };

@@ -36,7 +36,7 @@ async fn everything_seen(vmi: &VmiService, token: &str, svc: &str, vee: &str) ->
         .into_inner();
     seen.push_str(&format!("{s:?}\n"));
     let m = vmi
-        .list_migrations(as_(token, ListMigrationsRequest {}))
+        .list_migrations(as_(token, ListMigrationsRequest::default()))
         .await
         .unwrap()
         .into_inner();

@@ -117,8 +117,17 @@ impl Vmi for MockSvc {
     }
     async fn list_vees(&self, r: Request<ListVeesRequest>) -> R<ListVeesResponse> {
         self.note(&r);
-        Ok(Response::new(ListVeesResponse {
-            vees: vec![vee("v1", "local (h1)"), vee("v22", "remote (site-b)")],
+        // One VEE per page: the CLI asks for the next until the token is empty.
+        Ok(Response::new(match r.get_ref().page_token.as_str() {
+            "" => ListVeesResponse {
+                vees: vec![vee("v1", "local (h1)")],
+                next_page_token: "after-v1".into(),
+            },
+            "after-v1" => ListVeesResponse {
+                vees: vec![vee("v22", "remote (site-b)")],
+                next_page_token: String::new(),
+            },
+            other => return Err(Status::invalid_argument(format!("field `page_token`: {other:?}"))),
         }))
     }
     async fn get_vee(&self, r: Request<GetVeeRequest>) -> R<VeeInfo> {
@@ -143,6 +152,7 @@ impl Vmi for MockSvc {
         let (state, detail) = if states.len() > 1 { states.remove(0) } else { states[0] };
         Ok(Response::new(ListMigrationsResponse {
             migrations: vec![migration(state, detail)],
+            next_page_token: String::new(),
         }))
     }
     async fn approve_migration(&self, r: Request<ApproveMigrationRequest>) -> R<MigrationInfo> {
@@ -233,6 +243,7 @@ impl Vmi for MockSvc {
         };
         Ok(Response::new(ListHostsResponse {
             hosts: vec![h("a1", vmi::HostHealth::Up, 2), h("a2", vmi::HostHealth::Missing, 0)],
+            next_page_token: String::new(),
         }))
     }
     async fn list_usage_limits(&self, r: Request<ListUsageLimitsRequest>) -> R<ListUsageLimitsResponse> {
@@ -265,6 +276,7 @@ impl Vmi for MockSvc {
                     burst_avg: a(2, 128, 0),
                 },
             ],
+            next_page_token: String::new(),
         }))
     }
     async fn send_vee(&self, _: Request<SendVeeRequest>) -> R<MigrationInfo> {

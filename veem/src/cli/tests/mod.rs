@@ -312,8 +312,19 @@ async fn show_ls_and_actions() {
     let (c, _, _) = run(&ep, &["withdraw", "v1"]).await;
     assert_eq!(c, 0);
     let seen = mock.seen.lock().unwrap().join("\n");
-    assert!(seen.contains(r#"ListVeesRequest { service_id: "" }"#), "{seen}");
-    assert!(seen.contains(r#"ListVeesRequest { service_id: "svc1" }"#), "{seen}");
+    assert!(
+        seen.contains(r#"ListVeesRequest { service_id: "", page_size: 0, page_token: "" }"#),
+        "{seen}"
+    );
+    // Both pages of service svc1's VEEs were asked for.
+    assert!(
+        seen.contains(r#"ListVeesRequest { service_id: "svc1", page_size: 0, page_token: "" }"#),
+        "{seen}"
+    );
+    assert!(
+        seen.contains(r#"ListVeesRequest { service_id: "svc1", page_size: 0, page_token: "after-v1" }"#),
+        "{seen}"
+    );
     assert!(seen.contains(r#"action: Restore, checkpoint_id: "c7""#), "{seen}");
     assert!(seen.contains(r#"action: Suspend, checkpoint_id: """#), "{seen}");
     assert!(seen.contains(r#"action: Withdraw, checkpoint_id: """#), "{seen}");

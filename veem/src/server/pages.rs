@@ -1,0 +1,119 @@
+//! Pagination of the VMI's lists, as Google's AIP-158 describes it: a page
+//! holds at most `page_size` items (0: [`DEFAULT_PAGE_SIZE`]; more than
+//! [`MAX_PAGE_SIZE`]: that many), in the list's order; `next_page_token`
+//! is empty on the last page. A token is the hex of the last item's sort
+//! key, so a page starts after that item even when items were added or
+//! removed since the previous page.
+
+// Errors are tonic's `Status`, as the VMI's handlers return them.
+#![allow(clippy::result_large_err)]
+
+use tonic::Status;
+
+/// Items in a page when the request gives no `page_size`.
+pub const DEFAULT_PAGE_SIZE: usize = 100;
+/// The most items in a page, whatever the request asks for.
+pub const MAX_PAGE_SIZE: usize = 1000;
+/// What every token starts with (its format's version).
+const TOKEN_PREFIX: &str = "p1/";
+
+/// The page of `items` that `page_size` and `page_token` ask for, in the
+/// order of `key` (each item's sort key, unique in the list), and the
+/// token of the next page (empty: none). Errors (InvalidArgument, naming
+/// the field): a negative `page_size`, or a token this VMI did not give.
+pub fn page<T>(mut items: Vec<T>, key: impl Fn(&T) -> String, page_size: i32, page_token: &str) -> Result<(Vec<T>, String), Status> {
+    let size = match usize::try_from(page_size) {
+        Err(_) => return Err(Status::invalid_argument(format!("field `page_size`: {page_size} is negative"))),
+        Ok(0) => DEFAULT_PAGE_SIZE,
+        Ok(n) => n.min(MAX_PAGE_SIZE),
+    };
+    let after = after(page_token)?;
+    items.sort_by_cached_key(|i| key(i));
+    let start = after.map_or(0, |after| items.partition_point(|i| key(i) <= after));
+    let rest = items.len() - start;
+    let page: Vec<T> = items.into_iter().skip(start).take(size).collect();
+    let next = if rest > size {
+        page.last()
+            .map(|last| hex::encode(format!("{TOKEN_PREFIX}{}", key(last))))
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    Ok((page, next))
+}
+
+/// The sort key after which the page of `token` starts; None for the
+/// first page.
+fn after(token: &str) -> Result<Option<String>, Status> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    hex::decode(token)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .and_then(|s| s.strip_prefix(TOKEN_PREFIX).map(str::to_string))
+        .map(Some)
+        .ok_or_else(|| Status::invalid_argument("field `page_token`: not a next_page_token of this list"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("id-{i:03}")).collect()
+    }
+
+    fn all_pages(items: Vec<String>, size: i32) -> Vec<Vec<String>> {
+        let mut pages = vec![];
+        let mut token = String::new();
+        loop {
+            let (p, next) = page(items.clone(), String::clone, size, &token).unwrap();
+            pages.push(p);
+            if next.is_empty() {
+                return pages;
+            }
+            token = next;
+        }
+    }
+
+    #[test]
+    fn pages_cover_the_list_once_in_order() {
+        let pages = all_pages(ids(7), 3);
+        assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 1]);
+        assert_eq!(pages.concat(), ids(7));
+        // A list that ends on a page boundary has no empty last page.
+        assert_eq!(all_pages(ids(6), 3).len(), 2);
+        assert_eq!(all_pages(vec![], 3), vec![Vec::<String>::new()]);
+    }
+
+    #[test]
+    fn the_page_size_defaults_and_is_capped() {
+        assert_eq!(all_pages(ids(250), 0)[0].len(), DEFAULT_PAGE_SIZE);
+        assert_eq!(all_pages(ids(1500), 5000)[0].len(), MAX_PAGE_SIZE);
+        let e = page(ids(3), String::clone, -1, "").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().contains("field `page_size`"), "{}", e.message());
+    }
+
+    #[test]
+    fn a_page_starts_after_the_last_item_seen_even_when_the_list_changed() {
+        let (first, token) = page(ids(6), String::clone, 3, "").unwrap();
+        assert_eq!(first, ids(3));
+        // id-001 went away and id-004 is new since the first page.
+        let mut now: Vec<String> = ids(6).into_iter().filter(|i| i != "id-001").collect();
+        now.push("id-0035".into());
+        let (second, next) = page(now, String::clone, 3, &token).unwrap();
+        assert_eq!(second, ["id-003", "id-0035", "id-004"]);
+        assert!(!next.is_empty());
+    }
+
+    #[test]
+    fn a_token_not_of_this_list_is_refused() {
+        for bad in ["zz", "abc", &hex::encode("other/1")] {
+            let e = page(ids(3), String::clone, 1, bad).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
+            assert!(e.message().contains("field `page_token`"), "{}", e.message());
+        }
+    }
+}
