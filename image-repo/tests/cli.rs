@@ -55,6 +55,11 @@ fn push_prints_the_id_alone_and_pull_ls_show_agree() {
     );
     let shown: BlobMeta = serde_json::from_str(&run_ok(repo.cli().args(["show", &id.to_string(), "--output", "json"]))).unwrap();
     assert_eq!(&shown, m);
+    let yaml = run_ok(repo.cli().args(["show", &id.to_string(), "-o", "yaml"]));
+    assert!(yaml.starts_with(&format!("id: {id}\n")), "{yaml}");
+    assert!(yaml.contains("\nname: debian-12\n") && yaml.contains("\n  os: debian\n"), "{yaml}");
+    let yaml = run_ok(repo.cli().args(["ls", "-o", "yaml"]));
+    assert!(yaml.starts_with(&format!("items:\n- id: {id}\n")), "{yaml}");
 }
 
 #[test]

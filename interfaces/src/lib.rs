@@ -11,6 +11,7 @@ pub mod error;
 pub mod listen;
 pub mod locks;
 pub mod manifest;
+pub mod output;
 pub mod repo_client;
 pub mod retry;
 pub mod time;

@@ -103,4 +103,46 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
     // Site B's certificate does not make a provider of it: the token decides.
     let err = peer_call(b, "no-such-token").await.expect_err("an unknown token");
     assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
+
+    // The REST routes on the same port and TLS, as curl calls them.
+    let curl = |token: Option<&str>, method: &str, path: &str, body: Option<&str>| {
+        let mut c = std::process::Command::new("curl");
+        c.args(["-sS", "--max-time", "20", "--cacert"])
+            .arg(pki_a.vmi_ca())
+            .args(["-X", method, "-w", "\n%{http_code} %{http_version}"]);
+        if let Some(t) = token {
+            c.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        if let Some(b) = body {
+            c.args(["-H", "Content-Type: application/toml", "--data-binary", b]);
+        }
+        let out = c.arg(format!("{}{path}", veem.endpoint)).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (json, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (
+            status.to_string(),
+            serde_json::from_str::<serde_json::Value>(json).unwrap_or_default(),
+        )
+    };
+    let (status, list) = curl(Some(OPERATOR), "GET", "/v1/services", None);
+    assert_eq!((status.as_str(), &list["items"]), ("200 2", &serde_json::json!([])), "{list}");
+    let (status, e) = curl(None, "GET", "/v1/vees", None);
+    assert_eq!(
+        (status.as_str(), e["error"]["status"].as_str()),
+        ("401 2", Some("UNAUTHENTICATED")),
+        "{e}"
+    );
+    // A peer's token is not enough without its certificate, here as over gRPC.
+    let (status, e) = curl(Some(B_TO_A), "GET", "/v1/vees", None);
+    assert_eq!(status, "401 2", "{e}");
+    let manifest = format!(
+        "[service]\nname = \"rest\"\nprovider = \"acme\"\n[sla]\nguarantee = \"standard\"\n\
+         [[component]]\nname = \"web\"\nvcpus = 1\nmemory_mib = 128\ndisk_gib = 1\nimage = \"sha256:{}\"\n",
+        "0".repeat(64)
+    );
+    let (status, n) = curl(Some(site::ACME), "POST", "/v1/negotiations", Some(&manifest));
+    assert_eq!(status, "200 2", "{n}");
+    assert_eq!(n["verdict"], "reject", "a site without hosts: {n}");
+    let (status, doc) = curl(None, "GET", "/v1/openapi.json", None);
+    assert_eq!((status.as_str(), doc["openapi"].as_str()), ("200 2", Some("3.1.0")), "{doc}");
 }

@@ -49,7 +49,12 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     let listener = interfaces::listen::bind(listen).await?;
     let veem = Veem::open(cfg)?;
     let vmi = VmiService::new(veem.clone())?;
-    let mut builder = tonic::transport::Server::builder();
+    // REST beside gRPC on the same port: HTTP/1.1 too (plaintext; over
+    // TLS the VMI's ALPN offers HTTP/2 alone, which curl speaks).
+    let rest = tonic::service::Routes::default()
+        .into_axum_router()
+        .merge(crate::rest::router(VmiService::checked(veem.clone())?));
+    let mut builder = tonic::transport::Server::builder().accept_http1(true);
     if let Some(tls) = &veem.cfg.tls {
         let cas: Vec<&Path> = veem.cfg.peers.iter().filter_map(|p| p.ca.as_deref()).collect();
         builder = builder.tls_config(tls.server(&cas)?)?;
@@ -93,8 +98,12 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     tracing::info!(site = %veem.cfg.site_id, %listen, "VMI listening");
     interfaces::daemon::notify_ready();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (router, mut health) =
-        interfaces::daemon::with_health_and_reflection(builder.add_service(vmi), VMI_SERVICE, interfaces::vmi::FILE_DESCRIPTOR_SET).await?;
+    let (router, mut health) = interfaces::daemon::with_health_and_reflection(
+        builder.add_routes(rest.into()).add_service(vmi),
+        VMI_SERVICE,
+        interfaces::vmi::FILE_DESCRIPTOR_SET,
+    )
+    .await?;
     let mut server = tokio::spawn(
         router.serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
             let _ = stopped.await;

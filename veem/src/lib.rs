@@ -42,6 +42,7 @@ pub mod proposals;
 pub mod reconcile;
 pub mod recovery;
 pub mod remapping;
+pub mod rest;
 pub mod server;
 pub mod site_constraints;
 pub mod sla;

@@ -42,6 +42,12 @@ impl VmiService {
     /// calls need their certificates. Errors: a peer's `ca` cannot be read
     /// or is missing.
     pub fn new(veem: Arc<Veem>) -> anyhow::Result<VmiServiceServer<Self>> {
+        Ok(VmiServiceServer::new(Self::checked(veem)?))
+    }
+
+    /// The handlers of [`VmiService::new`] without the gRPC server (the
+    /// REST routes call them).
+    pub fn checked(veem: Arc<Veem>) -> anyhow::Result<Self> {
         let peer_cas = match &veem.cfg.tls {
             None => None,
             Some(_) => Some(
@@ -58,7 +64,7 @@ impl VmiService {
                     .collect::<anyhow::Result<_>>()?,
             ),
         };
-        Ok(VmiServiceServer::new(Self { veem, peer_cas }))
+        Ok(Self { veem, peer_cas })
     }
 
     /// The handlers without the server and without TLS (in-process peers

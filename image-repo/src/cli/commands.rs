@@ -32,7 +32,8 @@ pub async fn run(command: Command) -> Result<()> {
             let blobs = client(&args.repo)?.list().await?;
             match args.output {
                 _ if args.quiet => blobs.iter().for_each(|b| println!("{}", b.id)),
-                Format::Json => println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "items": blobs }))?),
+                Format::Json => println!("{}", serde_json::to_string_pretty(&Items { items: &blobs })?),
+                Format::Yaml => print!("{}", interfaces::output::yaml(&serde_json::to_vec(&Items { items: &blobs })?)?),
                 Format::Table => print!("{}", output::table(&blobs)),
             }
             Ok(())
@@ -44,6 +45,7 @@ pub async fn run(command: Command) -> Result<()> {
                 .ok_or_else(|| interfaces::Error::BlobNotFound { id: args.id.to_string() })?;
             match args.output {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&meta)?),
+                Format::Yaml => print!("{}", interfaces::output::yaml(&serde_json::to_vec(&meta)?)?),
                 Format::Table => print!("{}", output::details(&meta)),
             }
             Ok(())
@@ -155,4 +157,11 @@ fn client(args: &RepoArgs) -> Result<RepoClient> {
 /// `sha256:0123456789ab` for progress labels.
 fn short(id: &str) -> &str {
     &id[..id.len().min(19)]
+}
+
+/// A list as veem prints it: `{"items": [...]}`, each item's fields in
+/// their order.
+#[derive(serde::Serialize)]
+struct Items<'a, T> {
+    items: &'a [T],
 }

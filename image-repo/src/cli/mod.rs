@@ -162,6 +162,8 @@ pub enum Format {
     Table,
     /// JSON: a blob as an object, a list as `{"items": [...]}` (as veem's).
     Json,
+    /// The JSON as YAML, the same fields in the same order.
+    Yaml,
 }
 
 /// Options of `ls`.

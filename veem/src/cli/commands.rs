@@ -83,6 +83,15 @@ pub(crate) async fn deploy_idempotent(
 
 async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
     let fmt = if cli.global.quiet { OutputFormat::Ids } else { cli.global.output };
+    // YAML is the JSON, converted document by document as it is printed.
+    if fmt == OutputFormat::Yaml {
+        let mut yaml = interfaces::output::YamlWriter::new(out);
+        return Box::pin(run(cli, OutputFormat::Json, poll, &mut yaml, err)).await;
+    }
+    run(cli, fmt, poll, out, err).await
+}
+
+async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
     // Read local files before connecting, so their errors come first.
     let manifest_toml = match &cli.command {
         Command::Negotiate { manifest } | Command::Deploy { manifest, .. } => {

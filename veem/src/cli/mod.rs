@@ -19,7 +19,7 @@ mod client;
 mod commands;
 pub mod context;
 mod lookup;
-mod model;
+pub(crate) mod model;
 mod output;
 mod pages;
 mod table;
@@ -163,6 +163,9 @@ pub enum OutputFormat {
     /// object as itself, a list as `{"items": [...]}`; an absent value is
     /// `null`, never `""`.
     Json,
+    /// The JSON as YAML: the same fields in the same order, one document
+    /// per JSON document (`---` between them).
+    Yaml,
     /// The IDs only, one per line (`-q`).
     #[value(skip)]
     Ids,

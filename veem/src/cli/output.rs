@@ -28,7 +28,7 @@ pub fn list_json<T: Serialize>(items: &[T]) -> String {
 /// `usage --group-by`: one row per group; JSON `{"items": [...]}`.
 pub fn usage_groups(groups: &[super::model::UsageGroup], format: OutputFormat) -> String {
     match format {
-        OutputFormat::Json => return list_json(groups),
+        OutputFormat::Json | OutputFormat::Yaml => return list_json(groups),
         OutputFormat::Ids => return ids(groups.iter().map(|g| g.key.as_str())),
         OutputFormat::Table | OutputFormat::Wide => {}
     }
@@ -73,7 +73,7 @@ fn opt(s: &Option<String>) -> String {
 /// Negotiate: verdict, reasons, and for a counter-offer the earliest window.
 pub fn negotiation(n: &Negotiation, format: OutputFormat) -> String {
     match format {
-        OutputFormat::Json => return json(n),
+        OutputFormat::Json | OutputFormat::Yaml => return json(n),
         OutputFormat::Ids => return format!("{}\n", n.verdict),
         OutputFormat::Table | OutputFormat::Wide => {}
     }
@@ -95,7 +95,7 @@ pub fn negotiation(n: &Negotiation, format: OutputFormat) -> String {
 /// One VEE as `key: value` lines (`state:` and `location:` verbatim).
 pub fn vee(v: &Vee, format: OutputFormat) -> String {
     match format {
-        OutputFormat::Json => return json(v),
+        OutputFormat::Json | OutputFormat::Yaml => return json(v),
         OutputFormat::Ids => return ids([v.vee_id.as_str()]),
         OutputFormat::Table | OutputFormat::Wide => {}
     }
@@ -166,7 +166,7 @@ fn vee_table(vees: &[Vee]) -> String {
 /// change); JSON `{"items": [...]}`; `-q` their IDs.
 pub fn vees(vees: &[Vee], format: OutputFormat) -> String {
     match format {
-        OutputFormat::Json => list_json(vees),
+        OutputFormat::Json | OutputFormat::Yaml => list_json(vees),
         OutputFormat::Ids => ids(vees.iter().map(|v| v.vee_id.as_str())),
         OutputFormat::Wide => vee_table_wide(vees),
         OutputFormat::Table => vee_table(vees),
@@ -202,7 +202,7 @@ fn vee_table_wide(vees: &[Vee]) -> String {
 /// `service`: the service as `key: value` lines, then its VEEs.
 pub fn service(s: &Service, format: OutputFormat) -> String {
     match format {
-        OutputFormat::Json => return json(s),
+        OutputFormat::Json | OutputFormat::Yaml => return json(s),
         OutputFormat::Ids => return ids([s.service_id.as_str()]),
         OutputFormat::Table | OutputFormat::Wide => {}
     }
@@ -221,7 +221,7 @@ pub fn service(s: &Service, format: OutputFormat) -> String {
 /// `deploy`: the new service ID, then its VEEs.
 pub fn deployed(s: &Service, format: OutputFormat) -> String {
     match format {
-        OutputFormat::Json => return json(s),
+        OutputFormat::Json | OutputFormat::Yaml => return json(s),
         OutputFormat::Ids => return ids([s.service_id.as_str()]),
         OutputFormat::Table | OutputFormat::Wide => {}
     }
@@ -233,7 +233,7 @@ pub fn deployed(s: &Service, format: OutputFormat) -> String {
 /// `services`: one row per service; JSON mirrors ListServicesResponse.
 pub fn services(services: &[Service], format: OutputFormat) -> String {
     match format {
-        OutputFormat::Json => return list_json(services),
+        OutputFormat::Json | OutputFormat::Yaml => return list_json(services),
         OutputFormat::Ids => return ids(services.iter().map(|s| s.service_id.as_str())),
         OutputFormat::Table | OutputFormat::Wide => {}
     }
@@ -254,7 +254,7 @@ pub fn services(services: &[Service], format: OutputFormat) -> String {
 /// One migration as `key: value` lines.
 pub fn migration(m: &Migration, format: OutputFormat) -> String {
     match format {
-        OutputFormat::Json => return json(m),
+        OutputFormat::Json | OutputFormat::Yaml => return json(m),
         OutputFormat::Ids => return ids([m.migration_id.as_str()]),
         OutputFormat::Table | OutputFormat::Wide => {}
     }
@@ -276,7 +276,7 @@ pub fn migration(m: &Migration, format: OutputFormat) -> String {
 /// `migrations` and `drain`: one row per migration; JSON mirrors ListMigrationsResponse.
 pub fn migrations(migrations: &[Migration], format: OutputFormat) -> String {
     match format {
-        OutputFormat::Json => return list_json(migrations),
+        OutputFormat::Json | OutputFormat::Yaml => return list_json(migrations),
         OutputFormat::Ids => return ids(migrations.iter().map(|m| m.migration_id.as_str())),
         OutputFormat::Table | OutputFormat::Wide => {}
     }

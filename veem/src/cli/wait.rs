@@ -162,7 +162,7 @@ pub async fn migration(
     }
     let m = current.into_inner();
     match fmt {
-        OutputFormat::Json | OutputFormat::Ids => print(out, &output::migration(&Migration::from(&m), fmt))?,
+        OutputFormat::Json | OutputFormat::Yaml | OutputFormat::Ids => print(out, &output::migration(&Migration::from(&m), fmt))?,
         OutputFormat::Table | OutputFormat::Wide => print(out, &outcome_line(&m))?,
     }
     Ok(if m.state() == vmi::MigrationState::Done {

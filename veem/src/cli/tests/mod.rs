@@ -302,6 +302,12 @@ async fn show_ls_and_actions() {
     let (_, out, _) = run(&ep, &["-o", "json", "ls", "svc1"]).await;
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["items"][1]["location"], "remote (site-b)");
+    // YAML: the JSON's fields, in its order.
+    let (c, out, _) = run(&ep, &["-o", "yaml", "ls", "svc1"]).await;
+    assert_eq!(c, 0);
+    assert!(out.starts_with("items:\n- vee_id: v1\n  service_id: "), "{out}");
+    assert!(out.contains("\n  location: remote (site-b)\n"), "{out}");
+    assert!(out.contains("\n  latest_checkpoint: null\n"), "{out}");
     let (_, out, _) = run(&ep, &["-q", "ls"]).await;
     assert_eq!(out, "v1\nv22\n", "-q: the IDs alone");
 

@@ -1,0 +1,338 @@
+//! The VMI's provider operations as REST and JSON, for `curl` and HTTP
+//! clients: deploy, negotiate, list, show, the actions on a VEE and the
+//! migrations. Served on the VMI's own port, with its TLS (HTTP/2 over
+//! TLS, as curl speaks by default; HTTP/1.1 in plaintext), beside gRPC.
+//! Each route calls the gRPC handler in-process, so the token, the
+//! caller's role and what it may see are checked exactly as for gRPC; the
+//! answers are the JSON the CLI prints with `-o json` (`crate::cli::model`),
+//! lists with `next_page_token`. `docs/openapi.json` describes every route
+//! ([`ROUTES`]); `GET /v1/openapi.json` serves it without a token.
+//!
+//! Errors are Google's JSON error (AIP-193): `{"error": {"code": HTTP
+//! status, "status": "NOT_FOUND", "message": "..."}}`, the gRPC code mapped
+//! to the HTTP status as grpc-gateway maps it.
+
+// Errors carry tonic's `Status`, as the gRPC handlers return it.
+#![allow(clippy::result_large_err)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use interfaces::vmi::vmi_service_server::VmiService as _;
+use interfaces::vmi::{self, Action};
+use serde::Serialize;
+use tonic::{Code, Status};
+
+use crate::cli::model::{Migration, Negotiation, Service, Usage, Vee};
+use crate::server::VmiService;
+
+/// The OpenAPI 3.1 description of the routes.
+pub const OPENAPI: &str = include_str!("../../docs/openapi.json");
+
+/// Every route as `METHOD PATH` in OpenAPI's path syntax: what
+/// `docs/openapi.json` must describe (a test checks both ways).
+pub const ROUTES: &[&str] = &[
+    "GET /v1/openapi.json",
+    "GET /v1/services",
+    "POST /v1/services",
+    "POST /v1/negotiations",
+    "GET /v1/services/{service_id}",
+    "GET /v1/services/{service_id}/vees",
+    "GET /v1/services/{service_id}/usage",
+    "GET /v1/vees",
+    "GET /v1/vees/{vee_id}",
+    "POST /v1/vees/{vee_id}/{action}",
+    "GET /v1/migrations",
+    "POST /v1/migrations/{migration_id}/approve",
+    "POST /v1/migrations/{migration_id}/reject",
+];
+
+type Vmi = Arc<VmiService>;
+
+/// The REST routes over `vmi`'s handlers.
+pub fn router(vmi: VmiService) -> Router {
+    Router::new()
+        .route("/v1/openapi.json", get(openapi))
+        .route("/v1/services", get(list_services).post(deploy))
+        .route("/v1/negotiations", post(negotiate))
+        .route("/v1/services/:service_id", get(get_service))
+        .route("/v1/services/:service_id/vees", get(list_service_vees))
+        .route("/v1/services/:service_id/usage", get(get_usage))
+        .route("/v1/vees", get(list_vees))
+        .route("/v1/vees/:vee_id", get(get_vee))
+        .route("/v1/vees/:vee_id/:action", post(vee_action))
+        .route("/v1/migrations", get(list_migrations))
+        .route("/v1/migrations/:migration_id/approve", post(approve))
+        .route("/v1/migrations/:migration_id/reject", post(reject))
+        .with_state(Arc::new(vmi))
+}
+
+/// An error as Google's JSON error.
+pub struct RestError(Status);
+
+impl From<Status> for RestError {
+    fn from(s: Status) -> Self {
+        Self(s)
+    }
+}
+
+/// The HTTP status of a gRPC code (grpc-gateway's mapping).
+fn http_status(code: Code) -> StatusCode {
+    match code {
+        Code::Ok => StatusCode::OK,
+        Code::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => StatusCode::BAD_REQUEST,
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::Unknown | Code::Internal | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// `NOT_FOUND` for `Code::NotFound`: the code's name in Google's errors.
+fn status_name(code: Code) -> String {
+    let words = format!("{code:?}");
+    let mut name = String::new();
+    for (i, c) in words.char_indices() {
+        if c.is_uppercase() && i > 0 {
+            name.push('_');
+        }
+        name.push(c.to_ascii_uppercase());
+    }
+    name
+}
+
+impl IntoResponse for RestError {
+    fn into_response(self) -> Response {
+        let http = http_status(self.0.code());
+        let body = serde_json::json!({"error": {
+            "code": http.as_u16(),
+            "status": status_name(self.0.code()),
+            "message": self.0.message(),
+        }});
+        (http, Json(body)).into_response()
+    }
+}
+
+type Answer<T> = Result<Json<T>, RestError>;
+
+/// `msg` as a gRPC request with the caller's `Authorization` header.
+fn grpc<T>(headers: &HeaderMap, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    if let Some(v) = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+    {
+        r.metadata_mut().insert("authorization", v);
+    }
+    r
+}
+
+/// A page of a list: `{"items": [...], "next_page_token": "..."}` (the
+/// token `null` on the last page).
+#[derive(Serialize)]
+struct Page<T> {
+    items: Vec<T>,
+    next_page_token: Option<String>,
+}
+
+fn page<T>(items: Vec<T>, next: String) -> Page<T> {
+    Page {
+        items,
+        next_page_token: (!next.is_empty()).then_some(next),
+    }
+}
+
+/// Query parameters of a list.
+#[derive(serde::Deserialize, Default)]
+struct PageQuery {
+    #[serde(default)]
+    page_size: i32,
+    #[serde(default)]
+    page_token: String,
+}
+
+async fn openapi() -> impl IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], OPENAPI)
+}
+
+async fn list_services(State(vmi): State<Vmi>, headers: HeaderMap, Query(q): Query<PageQuery>) -> Answer<Page<Service>> {
+    let req = vmi::ListServicesRequest {
+        page_size: q.page_size,
+        page_token: q.page_token,
+    };
+    let r = vmi.list_services(grpc(&headers, req)).await?.into_inner();
+    Ok(Json(page(r.services.iter().map(Service::from).collect(), r.next_page_token)))
+}
+
+/// `POST /v1/services?request_id=ID` with the service manifest (TOML) as
+/// the body: deploys it.
+async fn deploy(
+    State(vmi): State<Vmi>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+    manifest_toml: String,
+) -> Answer<Service> {
+    let req = vmi::DeployRequest {
+        manifest_toml,
+        request_id: q.get("request_id").cloned().unwrap_or_default(),
+    };
+    let s = vmi.deploy(grpc(&headers, req)).await?.into_inner();
+    Ok(Json(Service::from(&s)))
+}
+
+/// `POST /v1/negotiations` with the manifest as the body: the verdict,
+/// nothing reserved.
+async fn negotiate(State(vmi): State<Vmi>, headers: HeaderMap, manifest_toml: String) -> Answer<Negotiation> {
+    let r = vmi
+        .negotiate(grpc(&headers, vmi::NegotiateRequest { manifest_toml }))
+        .await?
+        .into_inner();
+    Ok(Json(Negotiation::from(&r)))
+}
+
+async fn get_service(State(vmi): State<Vmi>, headers: HeaderMap, Path(service_id): Path<String>) -> Answer<Service> {
+    let s = vmi
+        .get_service(grpc(&headers, vmi::GetServiceRequest { service_id }))
+        .await?
+        .into_inner();
+    Ok(Json(Service::from(&s)))
+}
+
+async fn vees(vmi: &VmiService, headers: &HeaderMap, service_id: String, q: PageQuery) -> Answer<Page<Vee>> {
+    let req = vmi::ListVeesRequest {
+        service_id,
+        page_size: q.page_size,
+        page_token: q.page_token,
+    };
+    let r = vmi.list_vees(grpc(headers, req)).await?.into_inner();
+    Ok(Json(page(r.vees.iter().map(Vee::from).collect(), r.next_page_token)))
+}
+
+async fn list_vees(State(vmi): State<Vmi>, headers: HeaderMap, Query(q): Query<PageQuery>) -> Answer<Page<Vee>> {
+    vees(&vmi, &headers, String::new(), q).await
+}
+
+async fn list_service_vees(
+    State(vmi): State<Vmi>,
+    headers: HeaderMap,
+    Path(service_id): Path<String>,
+    Query(q): Query<PageQuery>,
+) -> Answer<Page<Vee>> {
+    vees(&vmi, &headers, service_id, q).await
+}
+
+async fn get_usage(State(vmi): State<Vmi>, headers: HeaderMap, Path(service_id): Path<String>) -> Answer<Usage> {
+    let u = vmi
+        .get_usage(grpc(&headers, vmi::GetUsageRequest { service_id }))
+        .await?
+        .into_inner();
+    Ok(Json(Usage::from(&u)))
+}
+
+async fn get_vee(State(vmi): State<Vmi>, headers: HeaderMap, Path(vee_id): Path<String>) -> Answer<Vee> {
+    let v = vmi.get_vee(grpc(&headers, vmi::GetVeeRequest { vee_id })).await?.into_inner();
+    Ok(Json(Vee::from(&v)))
+}
+
+/// The optional body of `POST /v1/vees/{id}/{action}`: `migrate` takes
+/// `to_host`, `to_site` (the operator) and `reason`; `restore` takes
+/// `checkpoint_id` (absent: the latest).
+#[derive(serde::Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+struct ActionBody {
+    checkpoint_id: String,
+    to_host: String,
+    to_site: String,
+    reason: String,
+}
+
+/// The [`ActionBody`] of `text` (empty: all absent). Errors: not JSON of
+/// one, naming what is wrong.
+fn action_body(text: &str) -> Result<ActionBody, RestError> {
+    if text.trim().is_empty() {
+        return Ok(ActionBody::default());
+    }
+    serde_json::from_str(text).map_err(|e| Status::invalid_argument(format!("body: {e}")).into())
+}
+
+/// `POST /v1/vees/{id}/{action}`: stop, suspend, resume, checkpoint,
+/// restore (answer: the VEE) or migrate (answer: the migration).
+async fn vee_action(
+    State(vmi): State<Vmi>,
+    headers: HeaderMap,
+    Path((vee_id, action)): Path<(String, String)>,
+    body: String,
+) -> Result<Response, RestError> {
+    let body = action_body(&body)?;
+    if action == "migrate" {
+        let req = vmi::MigrateRequest {
+            vee_id,
+            to_host: body.to_host,
+            to_site: body.to_site,
+            reason: body.reason,
+        };
+        let m = vmi.migrate(grpc(&headers, req)).await?.into_inner();
+        return Ok(Json(Migration::from(&m)).into_response());
+    }
+    let parsed = match action.as_str() {
+        "stop" => Action::Stop,
+        "suspend" => Action::Suspend,
+        "resume" => Action::Resume,
+        "checkpoint" => Action::Checkpoint,
+        "restore" => Action::Restore,
+        other => {
+            return Err(Status::not_found(format!(
+                "no action {other:?}: stop, suspend, resume, checkpoint, restore or migrate"
+            ))
+            .into())
+        }
+    };
+    let req = vmi::VeeActionRequest {
+        vee_id,
+        action: parsed as i32,
+        checkpoint_id: body.checkpoint_id,
+    };
+    let v = vmi.vee_action(grpc(&headers, req)).await?.into_inner();
+    Ok(Json(Vee::from(&v)).into_response())
+}
+
+async fn list_migrations(State(vmi): State<Vmi>, headers: HeaderMap, Query(q): Query<PageQuery>) -> Answer<Page<Migration>> {
+    let req = vmi::ListMigrationsRequest {
+        page_size: q.page_size,
+        page_token: q.page_token,
+    };
+    let r = vmi.list_migrations(grpc(&headers, req)).await?.into_inner();
+    Ok(Json(page(r.migrations.iter().map(Migration::from).collect(), r.next_page_token)))
+}
+
+async fn approve(State(vmi): State<Vmi>, headers: HeaderMap, Path(migration_id): Path<String>) -> Answer<Migration> {
+    let req = vmi::ApproveMigrationRequest { migration_id };
+    let m = vmi.approve_migration(grpc(&headers, req)).await?.into_inner();
+    Ok(Json(Migration::from(&m)))
+}
+
+/// `POST /v1/migrations/{id}/reject` with `{"reason": "..."}` (optional).
+async fn reject(State(vmi): State<Vmi>, headers: HeaderMap, Path(migration_id): Path<String>, body: String) -> Answer<Migration> {
+    let body = action_body(&body)?;
+    let req = vmi::RejectMigrationRequest {
+        migration_id,
+        reason: body.reason,
+    };
+    let m = vmi.reject_migration(grpc(&headers, req)).await?.into_inner();
+    Ok(Json(Migration::from(&m)))
+}
+
+#[cfg(test)]
+mod tests;
