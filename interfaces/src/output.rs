@@ -92,7 +92,8 @@ mod tests {
         let mut out = Vec::new();
         {
             let mut w = YamlWriter::new(&mut out);
-            w.write_all(b"{\n  \"items\": [{\"vee_id\": \"v1\", \"latest_checkpoint\": null}]\n}\n").unwrap();
+            w.write_all(b"{\n  \"items\": [{\"vee_id\": \"v1\", \"latest_checkpoint\": null}]\n}\n")
+                .unwrap();
             w.flush().unwrap();
             // JSON lines (events): one document each.
             w.write_all(b"{\"kind\":\"started\"}\n{\"kind\":\"stopped\"}\n").unwrap();

@@ -1,22 +1,26 @@
-//! Persistent state of the VEEM in sled: one tree per record kind, values
-//! JSON. Survives restarts; every write is flushed before the caller goes on
-//! (a `kill -9` loses nothing that was acknowledged).
+//! Persistent state of the VEEM: one tree per record kind, values JSON, in
+//! a key-value [`Engine`] (sled by default, [`SledEngine`]; `engine` says
+//! what another must do). Survives restarts; every write is durable before
+//! the caller goes on (a `kill -9` loses nothing that was acknowledged).
 //!
 //! The database carries its format version ([`FORMAT_VERSION`], key
 //! `format_version` in the `meta` tree). A database of an older format is
 //! migrated explicitly when it is opened ([`Store::migrate`]); one of a newer
 //! format is refused, never misread.
 
+mod engine;
+
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
+pub use engine::{Engine, MemoryEngine, SledEngine};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use sled::Transactional;
 
 use crate::model::EventRec;
 
-/// The record kinds (sled trees).
+/// The record kinds (an engine's trees).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tree {
     Services,
@@ -42,7 +46,7 @@ pub enum Tree {
 }
 
 impl Tree {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Tree::Services => "services",
             Tree::Vees => "vees",
@@ -98,24 +102,27 @@ impl Writes {
     }
 }
 
-/// The VEEM's database.
+/// The VEEM's database: typed records (JSON) in an [`Engine`].
 #[derive(Clone)]
 pub struct Store {
-    db: sled::Db,
+    engine: Arc<dyn Engine>,
 }
 
 impl Store {
-    /// Opens (or creates) the database at `path`, migrating an older
-    /// format. Errors with [`interfaces::Error::FormatTooNew`] for a
-    /// database written by a newer VEEM.
+    /// Opens (or creates) the sled database at `path` (the embedded
+    /// default, [`SledEngine`]), migrating an older format. Errors with
+    /// [`interfaces::Error::FormatTooNew`] for a database written by a
+    /// newer VEEM.
     pub fn open(path: &Path) -> Result<Self> {
-        // Every write flushes itself. The VEEM keeps its hot records in
-        // memory, so sled's page cache stays small (64 MiB instead of
-        // sled's 1 GiB default).
-        let db = interfaces::database::open_database(path, 64).with_context(|| format!("open database {}", path.display()))?;
-        let store = Self { db };
+        Self::on(Arc::new(SledEngine::open(path)?), &path.display().to_string())
+    }
+
+    /// The database in `engine` (named `what` in errors), migrated as
+    /// [`Store::open`] does.
+    pub fn on(engine: Arc<dyn Engine>, what: &str) -> Result<Self> {
+        let store = Self { engine };
         let found = store.get::<u32>(Tree::Meta, FORMAT_KEY)?.unwrap_or(0);
-        interfaces::Error::check_format(format!("VEEM database {}", path.display()), found, FORMAT_VERSION)?;
+        interfaces::Error::check_format(format!("VEEM database {what}"), found, FORMAT_VERSION)?;
         store.migrate(found)?;
         Ok(store)
     }
@@ -151,82 +158,33 @@ impl Store {
         self.commit(w)
     }
 
-    fn tree(&self, t: Tree) -> Result<sled::Tree> {
-        Ok(self.db.open_tree(t.name())?)
-    }
-
     /// Calls `f` with every key and raw value of a tree, in key order,
     /// without holding them all in memory at once.
     pub fn scan(&self, t: Tree, mut f: impl FnMut(&str, &[u8]) -> Result<()>) -> Result<()> {
-        for kv in self.tree(t)?.iter() {
-            let (k, v) = kv?;
-            f(&String::from_utf8_lossy(&k), &v)?;
-        }
-        Ok(())
+        self.engine.scan(t, &mut |k, v| f(&String::from_utf8_lossy(k), v))
     }
 
-    /// Applies `writes`, across trees, in one sled transaction (all or
-    /// nothing, also across a crash) and flushes once.
+    /// Applies `writes`, across trees, at once (all or nothing, also
+    /// across a crash).
     pub fn commit(&self, writes: Writes) -> Result<()> {
-        if writes.is_empty() {
-            return Ok(());
-        }
-        let mut kinds: Vec<Tree> = Vec::new();
-        for (t, _, _) in &writes.0 {
-            if !kinds.contains(t) {
-                kinds.push(*t);
-            }
-        }
-        if let [t] = kinds[..] {
-            // One tree: a batch is as atomic, and cheaper for the
-            // planner's first full write (100,000s of records).
-            let mut batch = sled::Batch::default();
-            for (_, key, value) in writes.0 {
-                match value {
-                    Some(v) => batch.insert(key.as_bytes(), v),
-                    None => batch.remove(key.as_bytes()),
-                }
-            }
-            self.tree(t)?.apply_batch(batch)?;
-            self.db.flush()?;
-            return Ok(());
-        }
-        let trees = kinds.iter().map(|t| self.tree(*t)).collect::<Result<Vec<_>>>()?;
-        trees
-            .as_slice()
-            .transaction(|tx| {
-                for (t, key, value) in &writes.0 {
-                    let i = kinds.iter().position(|k| k == t).expect("tree listed");
-                    match value {
-                        Some(v) => tx[i].insert(key.as_bytes(), v.as_slice())?,
-                        None => tx[i].remove(key.as_bytes())?,
-                    };
-                }
-                Ok::<(), sled::transaction::ConflictableTransactionError<()>>(())
-            })
-            .map_err(|e| anyhow::anyhow!("commit of {} records: {e:?}", writes.0.len()))?;
-        self.db.flush()?;
-        Ok(())
+        let writes = writes.0.into_iter().map(|(t, k, v)| (t, k.into_bytes(), v)).collect();
+        self.engine.commit(writes)
     }
 
-    /// Writes `value` under `key` and flushes.
+    /// Writes `value` under `key`.
     pub fn put<T: Serialize>(&self, t: Tree, key: &str, value: &T) -> Result<()> {
-        self.tree(t)?.insert(key.as_bytes(), serde_json::to_vec(value)?)?;
-        self.db.flush()?;
-        Ok(())
+        let mut w = Writes::default();
+        w.put(t, key, value)?;
+        self.commit(w)
     }
 
     /// Writes `value` under `key` unless the key exists; true when written.
     pub fn put_new<T: Serialize>(&self, t: Tree, key: &str, value: &T) -> Result<bool> {
-        let r = self
-            .tree(t)?
-            .compare_and_swap(key.as_bytes(), None as Option<&[u8]>, Some(serde_json::to_vec(value)?))?;
-        self.db.flush()?;
-        Ok(r.is_ok())
+        self.engine.insert_new(t, key.as_bytes(), serde_json::to_vec(value)?)
     }
 
     pub fn get<T: DeserializeOwned>(&self, t: Tree, key: &str) -> Result<Option<T>> {
-        match self.tree(t)?.get(key.as_bytes())? {
+        match self.engine.get(t, key.as_bytes())? {
             Some(v) => Ok(Some(
                 serde_json::from_slice(&v).with_context(|| format!("{} record {key}", t.name()))?,
             )),
@@ -236,21 +194,25 @@ impl Store {
 
     /// Every record of a tree, in key order.
     pub fn list<T: DeserializeOwned>(&self, t: Tree) -> Result<Vec<T>> {
-        self.tree(t)?.iter().values().map(|v| Ok(serde_json::from_slice(&v?)?)).collect()
+        let mut all = Vec::new();
+        self.engine.scan(t, &mut |_, v| {
+            all.push(serde_json::from_slice(v)?);
+            Ok(())
+        })?;
+        Ok(all)
     }
 
     pub fn remove(&self, t: Tree, key: &str) -> Result<()> {
-        self.tree(t)?.remove(key.as_bytes())?;
-        self.db.flush()?;
-        Ok(())
+        let mut w = Writes::default();
+        w.remove(t, key);
+        self.commit(w)
     }
 
     /// Appends an event (keys are a monotonic sequence).
     pub fn append_event(&self, e: &EventRec) -> Result<()> {
-        let id = self.db.generate_id()?;
-        self.tree(Tree::Events)?.insert(id.to_be_bytes(), serde_json::to_vec(e)?)?;
-        self.db.flush()?;
-        Ok(())
+        let id = self.engine.next_id()?;
+        self.engine
+            .commit(vec![(Tree::Events, id.to_be_bytes().to_vec(), Some(serde_json::to_vec(e)?))])
     }
 
     /// Events in order.
@@ -335,6 +297,37 @@ mod tests {
             "{msg}"
         );
         assert!(e.chain().any(|c| c.is::<interfaces::Error>()));
+    }
+
+    #[test]
+    fn the_store_reads_and_writes_its_records_the_same_in_another_engine() {
+        let s = Store::on(Arc::new(MemoryEngine::default()), "memory").unwrap();
+        assert_eq!(
+            s.get::<u32>(Tree::Meta, FORMAT_KEY).unwrap(),
+            Some(FORMAT_VERSION),
+            "a new database is current"
+        );
+        let mut w = Writes::default();
+        w.put(Tree::Vees, "v2", &2u32).unwrap();
+        w.put(Tree::Vees, "v1", &1u32).unwrap();
+        s.commit(w).unwrap();
+        assert_eq!(s.list::<u32>(Tree::Vees).unwrap(), [1, 2]);
+        s.remove(Tree::Vees, "v1").unwrap();
+        assert!(s.put_new(Tree::Vees, "v1", &3u32).unwrap());
+        assert!(!s.put_new(Tree::Vees, "v1", &4u32).unwrap());
+        assert_eq!(s.get::<u32>(Tree::Vees, "v1").unwrap(), Some(3));
+        for at_ms in [2, 1] {
+            let e = EventRec {
+                vee_id: "v".into(),
+                service_id: "s".into(),
+                kind: "k".into(),
+                detail: String::new(),
+                at_ms,
+            };
+            s.append_event(&e).unwrap();
+        }
+        let order: Vec<i64> = s.events().unwrap().iter().map(|e| e.at_ms).collect();
+        assert_eq!(order, [2, 1], "events in the order they were appended");
     }
 
     #[test]

@@ -99,7 +99,8 @@ fn global_options_anywhere_and_defaults() {
         assert_eq!(parse(&["services"]).unwrap().global.endpoint, None);
     }
     assert_eq!(parse(&["services"]).unwrap().global.output, OutputFormat::Table);
-    assert_eq!(parse(&["-o", "yaml", "services"]).unwrap_err().kind(), ErrorKind::InvalidValue);
+    assert_eq!(parse(&["-o", "yaml", "services"]).unwrap().global.output, OutputFormat::Yaml);
+    assert_eq!(parse(&["-o", "xml", "services"]).unwrap_err().kind(), ErrorKind::InvalidValue);
 }
 
 #[test]
