@@ -250,11 +250,12 @@ pub fn repo_http(data: &[u8]) {
 }
 
 /// The VMI's unary calls, by path, that the fuzzer may make.
-const VMI_CALLS: [&str; 26] = [
+const VMI_CALLS: [&str; 27] = [
     "Negotiate",
     "Deploy",
     "GetService",
     "ExtendService",
+    "DeleteService",
     "ListServices",
     "ListVees",
     "GetVee",

@@ -3,7 +3,8 @@
 //! service until its VEEs run; `migrate --wait --timeout` on a proposal no
 //! operator approves says what it waits for and exits 6 when the time is
 //! up; services and VEEs are found by name, `component-instance` or short
-//! ID; `-q` prints IDs; a list's JSON is `{"items": [...]}`.
+//! ID; `-q` prints IDs; a list's JSON is `{"items": [...]}`; `undeploy`
+//! stops every VEE of a service and leaves it listed, terminated.
 
 use std::process::{Command, Output};
 
@@ -79,10 +80,20 @@ async fn lab_deploy_waits_until_running_and_an_unapproved_migration_times_out() 
         stderr.starts_with("error: timed out after 3s waiting for migration ") && stderr.contains("(proposed: no operator approved it)"),
         "{stderr}"
     );
-    for v in vees["items"].as_array().unwrap() {
-        let out = cli(&veem, ACME, &["stop", v["vee_id"].as_str().unwrap()]);
-        assert!(out.status.success(), "{}", text(&out.stderr));
+    // Undeployed by name: every VEE stopped, its domain gone; the service
+    // stays listed, terminated.
+    let out = cli(&veem, ACME, &["-o", "json", "undeploy", "shop"]);
+    let svc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+    assert_eq!(
+        (svc["state"].as_str(), svc["vees"][0]["state"].as_str()),
+        (Some("terminated"), Some("terminated")),
+        "{svc}"
+    );
+    for host in [&a1, &a2] {
+        assert!(host.domains().await.iter().all(|d| d.vee_id != vee), "a domain of {vee} is left");
     }
+    let out = cli(&veem, ACME, &["-q", "services"]);
+    assert_eq!(text(&out.stdout).lines().count(), 1, "still listed");
     drop((veem, a1, a2, repo));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -85,6 +85,7 @@ impl Veem {
             {
                 Ok(r) if r.get_ref().clean => "the guest shut down".into(),
                 Ok(_) => format!("powered off: the guest did not shut down within stop_timeout ({timeout_s}s)"),
+                Err(e) if e.code() == tonic::Code::NotFound => "its domain was already gone".into(),
                 Err(e) => format!("powered off: shutdown failed: {}", e.message()),
             };
             c.destroy(tonic::Request::new(DestroyRequest {
@@ -102,6 +103,34 @@ impl Veem {
         self.persist_planner()?;
         v.location = Location::Nowhere;
         self.transition(&mut v, VeeState::Terminated, "")
+    }
+
+    /// Undeploys service `service_id`: stops each of its VEEs that is not
+    /// terminated yet (as VeeAction Stop: locally, or at the peer site that
+    /// runs it), all at once, and returns the service. Errors, naming each
+    /// VEE that could not be stopped, after the others were.
+    pub async fn undeploy(self: &Arc<Self>, service_id: &str) -> Result<crate::model::ServiceRec> {
+        let service = self.service(service_id)?;
+        let live = self.vees_where(|v| {
+            v.service_id == service_id && !matches!(v.state, VeeState::Pending | VeeState::Terminated | VeeState::Rejected)
+        });
+        let stops = live
+            .iter()
+            .map(|v| async move { (v.id.clone(), self.vee_action(&v.id, vmi::Action::Stop, "").await) });
+        let failed: Vec<String> = futures::future::join_all(stops)
+            .await
+            .into_iter()
+            .filter_map(|(id, r)| r.err().map(|e| format!("VEE {id}: {e:#}")))
+            .collect();
+        if !failed.is_empty() {
+            bail!(
+                "service {service_id}: {} of {} VEEs not stopped: {}",
+                failed.len(),
+                live.len(),
+                failed.join("; ")
+            );
+        }
+        Ok(service)
     }
 
     /// Takes a whole-VM checkpoint of a running VEE (H §4.4) and records it;

@@ -50,6 +50,7 @@ pub const ROUTES: &[&str] = &[
     "GET /v1/migrations",
     "POST /v1/migrations/{migration_id}/approve",
     "POST /v1/migrations/{migration_id}/reject",
+    "DELETE /v1/services/{service_id}",
 ];
 
 type Vmi = Arc<VmiService>;
@@ -60,7 +61,7 @@ pub fn router(vmi: VmiService) -> Router {
         .route("/v1/openapi.json", get(openapi))
         .route("/v1/services", get(list_services).post(deploy))
         .route("/v1/negotiations", post(negotiate))
-        .route("/v1/services/:service_id", get(get_service))
+        .route("/v1/services/:service_id", get(get_service).delete(undeploy))
         .route("/v1/services/:service_id/vees", get(list_service_vees))
         .route("/v1/services/:service_id/usage", get(get_usage))
         .route("/v1/vees", get(list_vees))
@@ -205,6 +206,16 @@ async fn negotiate(State(vmi): State<Vmi>, headers: HeaderMap, manifest_toml: St
 async fn get_service(State(vmi): State<Vmi>, headers: HeaderMap, Path(service_id): Path<String>) -> Answer<Service> {
     let s = vmi
         .get_service(grpc(&headers, vmi::GetServiceRequest { service_id }))
+        .await?
+        .into_inner();
+    Ok(Json(Service::from(&s)))
+}
+
+/// `DELETE /v1/services/{id}`: undeploys it (every VEE stops; the service
+/// stays listed, terminated).
+async fn undeploy(State(vmi): State<Vmi>, headers: HeaderMap, Path(service_id): Path<String>) -> Answer<Service> {
+    let s = vmi
+        .delete_service(grpc(&headers, vmi::DeleteServiceRequest { service_id }))
         .await?
         .into_inner();
     Ok(Json(Service::from(&s)))

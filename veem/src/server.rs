@@ -307,6 +307,14 @@ impl Vmi for VmiService {
         Ok(Response::new(self.service_info(&role, &s)))
     }
 
+    async fn delete_service(&self, r: Request<DeleteServiceRequest>) -> R<ServiceInfo> {
+        let role = self.user(&r)?;
+        let id = &r.get_ref().service_id;
+        self.visible_service(&role, id)?;
+        let s = self.veem.undeploy(id).await.map_err(|e| self.refusal(&role, e))?;
+        Ok(Response::new(self.service_info(&role, &s)))
+    }
+
     async fn list_services(&self, r: Request<ListServicesRequest>) -> R<ListServicesResponse> {
         let role = self.user(&r)?;
         let all: Vec<ServiceRec> = self.veem.store.list(crate::store::Tree::Services).map_err(status)?;

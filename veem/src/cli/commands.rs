@@ -153,6 +153,13 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
             .await?;
             print(out, &output::service(&Service::from(&s), fmt))?;
         }
+        Command::Undeploy { id } => {
+            let s = or_lookup(&c, id, Kind::Service, |mut c, service_id| async move {
+                c.delete_service(vmi::DeleteServiceRequest { service_id }).await
+            })
+            .await?;
+            print(out, &output::service(&Service::from(&s), fmt))?;
+        }
         Command::Extend { id, until } => {
             let until_unix = *until;
             let s = or_lookup(&c, id, Kind::Service, |mut c, service_id| async move {

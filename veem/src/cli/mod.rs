@@ -215,6 +215,14 @@ pub enum Command {
         /// Service ID.
         id: String,
     },
+    /// Undeploy a service: every VEE of it stops (a clean guest shutdown,
+    /// then its domain destroyed after the VEEM's stop_timeout) and its
+    /// reservations are released; it stays listed, terminated, with its
+    /// usage. Returns when all are stopped.
+    Undeploy {
+        /// Service ID, unique ID prefix or name.
+        id: String,
+    },
     /// Extend an admitted service's window (kept only if the planner can
     /// keep every VEE where it is for the added time).
     Extend {

@@ -121,3 +121,56 @@ async fn an_auto_interval_follows_the_measured_checkpoint_cost() {
         site.events(&vee)
     );
 }
+
+#[tokio::test]
+async fn undeploy_stops_every_vee_of_the_service_and_releases_its_reservations_only() {
+    let site = FakeSite::start(&["h1", "h2"], "").await;
+    let gone = site.running_service(STANDARD).remove(0);
+    let kept = site.running_service(STANDARD).remove(0);
+    let service = site.veem.vee(&gone).unwrap().service_id;
+    let host = site.veem.vee(&gone).unwrap().host().unwrap().to_string();
+    let used = |site: &FakeSite| {
+        let (planner, now) = (site.veem.planner(), site.veem.now_slot());
+        planner.host_usage("h1", now).unwrap().vcpus + planner.host_usage("h2", now).unwrap().vcpus
+    };
+    let before = used(&site);
+
+    site.veem.undeploy(&service).await.unwrap();
+    assert_eq!(site.veem.vee(&gone).unwrap().state, VeeState::Terminated);
+    assert!(
+        site.host(&host).calls().contains(&format!("destroy {gone}")),
+        "{:?}",
+        site.host(&host).calls()
+    );
+    assert!(!site.host(&host).runs(&gone));
+    assert_eq!(used(&site), before - 1, "its reservation released, the other's kept");
+    assert_eq!(site.veem.vee(&kept).unwrap().state, VeeState::Running);
+
+    // Again: nothing left to stop, no call to a host.
+    let calls = site.host(&host).calls().len();
+    site.veem.undeploy(&service).await.unwrap();
+    assert_eq!(site.host(&host).calls().len(), calls);
+}
+
+#[tokio::test]
+async fn an_undeploy_a_host_refuses_names_the_vee_left_running() {
+    let (site, vee, host) = one_running_vee().await;
+    let service = site.veem.vee(&vee).unwrap().service_id;
+    site.host(&host).fail("Destroy", Code::Unavailable, "libvirtd is gone");
+    let e = format!("{:#}", site.veem.undeploy(&service).await.unwrap_err());
+    assert!(
+        e.contains(&format!("1 of 1 VEEs not stopped: VEE {vee}")) && e.contains("libvirtd is gone"),
+        "{e}"
+    );
+    assert_ne!(site.veem.vee(&vee).unwrap().state, VeeState::Terminated);
+}
+
+#[tokio::test]
+async fn stopping_a_vee_whose_domain_is_gone_says_so() {
+    let (site, vee, host) = one_running_vee().await;
+    site.host(&host).fail("Shutdown", Code::NotFound, "no domain vee-x");
+    site.veem.vee_action(&vee, Action::Stop, "").await.unwrap();
+    let events = site.events(&vee);
+    assert!(events.iter().any(|e| e.contains("its domain was already gone")), "{events:?}");
+    assert!(!events.iter().any(|e| e.contains("shutdown failed")), "{events:?}");
+}

@@ -61,6 +61,28 @@ async fn a_provider_lists_shows_and_acts_on_its_vees_and_sees_no_one_elses() {
     assert_eq!(e["error"]["code"], 404);
     let (_, services) = call(&site, Some("other-token"), Method::GET, "/v1/services", "").await;
     assert_eq!(services["items"], serde_json::json!([]));
+    let (code, _) = call(
+        &site,
+        Some("other-token"),
+        Method::DELETE,
+        &format!("/v1/services/{service_id}"),
+        "",
+    )
+    .await;
+    assert_eq!(code, 404, "another provider cannot undeploy it");
+    assert_eq!(site.veem.vee(&vee).unwrap().state, crate::model::VeeState::Suspended);
+
+    // Its provider undeploys it: terminated, still listed.
+    let (code, s) = call(
+        &site,
+        Some("provider-token"),
+        Method::DELETE,
+        &format!("/v1/services/{service_id}"),
+        "",
+    )
+    .await;
+    assert_eq!((code, s["state"].as_str()), (200, Some("terminated")), "{s}");
+    assert_eq!(s["vees"][0]["state"], "terminated");
 }
 
 #[tokio::test]

@@ -111,6 +111,10 @@ impl Vmi for MockSvc {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
+    async fn delete_service(&self, r: Request<DeleteServiceRequest>) -> R<ServiceInfo> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
     async fn list_services(&self, r: Request<ListServicesRequest>) -> R<ListServicesResponse> {
         self.note(&r);
         Err(Status::unimplemented(""))
