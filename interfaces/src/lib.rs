@@ -12,6 +12,7 @@ pub mod listen;
 pub mod locks;
 pub mod manifest;
 pub mod output;
+pub mod pages;
 pub mod repo_client;
 pub mod retry;
 pub mod time;

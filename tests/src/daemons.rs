@@ -259,7 +259,7 @@ impl Veeh {
     pub async fn domains(&self) -> Vec<DomainInfo> {
         self.client()
             .await
-            .list_domains(ListDomainsRequest {})
+            .list_domains(ListDomainsRequest::default())
             .await
             .unwrap()
             .into_inner()

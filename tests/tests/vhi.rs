@@ -15,7 +15,7 @@ use tonic::transport::Channel;
 const BOOT: Duration = Duration::from_secs(120);
 
 async fn domains(c: &mut VhiServiceClient<Channel>) -> Vec<DomainInfo> {
-    c.list_domains(ListDomainsRequest {}).await.unwrap().into_inner().domains
+    c.list_domains(ListDomainsRequest::default()).await.unwrap().into_inner().domains
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -376,7 +376,7 @@ async fn lab_the_vhi_answers_only_its_sites_veem_over_mutual_tls() {
     let answers = |c: Result<VhiServiceClient<Channel>, tonic::transport::Error>| async move {
         match c {
             Ok(mut c) => c
-                .list_domains(ListDomainsRequest {})
+                .list_domains(ListDomainsRequest::default())
                 .await
                 .map(|_| ())
                 .map_err(|e| e.message().to_string()),

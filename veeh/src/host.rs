@@ -510,18 +510,16 @@ impl Host {
     }
 
     /// What libvirt really runs for this VEEH.
-    pub async fn list_domains(&self) -> Result<vhi::ListDomainsResponse> {
+    pub async fn list_domains(&self) -> Result<Vec<vhi::DomainInfo>> {
         let doms = self.blocking(|hv| hv.owned_domains()).await?;
-        Ok(vhi::ListDomainsResponse {
-            domains: doms
-                .into_iter()
-                .map(|d| vhi::DomainInfo {
-                    vee_id: d.vee_id,
-                    domain: d.name,
-                    state: vhi_state(Some(d.state)) as i32,
-                })
-                .collect(),
-        })
+        Ok(doms
+            .into_iter()
+            .map(|d| vhi::DomainInfo {
+                vee_id: d.vee_id,
+                domain: d.name,
+                state: vhi_state(Some(d.state)) as i32,
+            })
+            .collect())
     }
 
     /// The last `tail_bytes` (default 4 KiB) of the VEE's serial console.

@@ -110,8 +110,11 @@ impl Vhi for VhiService {
     async fn stats(&self, r: Request<StatsRequest>) -> R<VeeStats> {
         ok(self.host.stats(&r.get_ref().vee_id).await)
     }
-    async fn list_domains(&self, _: Request<ListDomainsRequest>) -> R<ListDomainsResponse> {
-        ok(self.host.list_domains().await)
+    async fn list_domains(&self, r: Request<ListDomainsRequest>) -> R<ListDomainsResponse> {
+        let domains = self.host.list_domains().await.map_err(status)?;
+        let r = r.get_ref();
+        let (domains, next_page_token) = interfaces::pages::page(domains, |d| d.domain.clone(), r.page_size, &r.page_token)?;
+        Ok(Response::new(ListDomainsResponse { domains, next_page_token }))
     }
     async fn console(&self, r: Request<ConsoleRequest>) -> R<ConsoleResponse> {
         let r = r.into_inner();

@@ -481,16 +481,9 @@ impl Veem {
         let result = self.boot_on(&host, &v).await;
         let result = match result {
             // Whatever failed, a VEE its host runs is running.
-            Err(e) => match self
-                .hosts
-                .vhi(&host)?
-                .list_domains(tonic::Request::new(interfaces::vhi::ListDomainsRequest {}))
-                .await
-            {
+            Err(e) => match crate::ports::domains(&*self.hosts.vhi(&host)?).await {
                 Ok(l)
-                    if l.get_ref()
-                        .domains
-                        .iter()
+                    if l.iter()
                         .any(|d| d.vee_id == vee_id && d.state() == interfaces::vhi::VeeState::Running) =>
                 {
                     Ok(())

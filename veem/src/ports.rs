@@ -44,6 +44,13 @@ pub type HostVhi =
 
 type R<T> = Result<Response<T>, Status>;
 
+/// Every domain the VEEH `vhi` runs for itself (VHI ListDomains, read
+/// page after page).
+pub async fn domains(vhi: &HostVhi) -> Result<Vec<vhi::DomainInfo>, Status> {
+    let call = |page_token| vhi.list_domains(Request::new(vhi::ListDomainsRequest { page_size: 0, page_token }));
+    interfaces::pages::all(call, |r| (r.domains, r.next_page_token)).await
+}
+
 /// [`HostVhi`] over the network: a tonic client of the VEEH's endpoint.
 #[derive(Clone)]
 pub struct GrpcHost(VhiServiceClient<Channel>);

@@ -48,12 +48,9 @@ impl Veem {
                 continue;
             }
             let Ok(c) = self.hosts.vhi(&h) else { continue };
-            match c.list_domains(tonic::Request::new(vhi::ListDomainsRequest {})).await {
+            match crate::ports::domains(&*c).await {
                 Ok(l) => {
-                    running.insert(
-                        h.clone(),
-                        l.into_inner().domains.into_iter().map(|d| (d.vee_id.clone(), d.state())).collect(),
-                    );
+                    running.insert(h.clone(), l.into_iter().map(|d| (d.vee_id.clone(), d.state())).collect());
                 }
                 Err(e) => tracing::warn!(host = %h, error = %e.message(), "cannot reconcile with host"),
             }
@@ -180,15 +177,12 @@ impl Veem {
     /// two places).
     pub(crate) async fn fence_returning_host(&self, host: &str) {
         let listed = match self.hosts.vhi(host) {
-            Ok(c) => c
-                .list_domains(tonic::Request::new(vhi::ListDomainsRequest {}))
-                .await
-                .map_err(|e| e.message().to_string()),
+            Ok(c) => crate::ports::domains(&*c).await.map_err(|e| e.message().to_string()),
             Err(e) => Err(e.to_string()),
         };
         match listed {
             Ok(l) => {
-                let ids: Vec<String> = l.into_inner().domains.into_iter().map(|d| d.vee_id).collect();
+                let ids: Vec<String> = l.into_iter().map(|d| d.vee_id).collect();
                 let stale = |s: VeeState| matches!(s, VeeState::Failed | VeeState::Recovering | VeeState::Terminated);
                 self.destroy_strays(host, ids.iter(), |v| !stale(v.state)).await;
             }
@@ -245,10 +239,10 @@ impl Veem {
                 continue;
             }
             let Ok(c) = self.hosts.vhi(&h) else { continue };
-            let Ok(list) = c.list_domains(tonic::Request::new(vhi::ListDomainsRequest {})).await else {
+            let Ok(list) = crate::ports::domains(&*c).await else {
                 continue;
             };
-            let present: HashSet<String> = list.into_inner().domains.into_iter().map(|d| d.vee_id).collect();
+            let present: HashSet<String> = list.into_iter().map(|d| d.vee_id).collect();
             let here = Location::Host(h.clone());
             for v in self.vees_where(|v| v.state == VeeState::Running && v.location == here && !present.contains(&v.id)) {
                 // An operation under way (its lock held) may have moved or

@@ -14,6 +14,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
+use interfaces::pages;
 use interfaces::tls::PeerCa;
 use interfaces::vmi;
 use interfaces::vmi::vmi_service_server::{VmiService as Vmi, VmiServiceServer};
@@ -635,6 +636,5 @@ impl Vmi for VmiService {
     }
 }
 
-mod pages;
 #[cfg(test)]
 mod tests;

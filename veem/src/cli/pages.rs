@@ -2,33 +2,11 @@
 //! function asks page after page, of the VEEM's default size, until the
 //! answer's `next_page_token` is empty.
 
-use std::future::Future;
-
+use interfaces::pages::all;
 use interfaces::vmi::{self, HostStatus, MigrationInfo, ServiceInfo, UsageLimitInfo, VeeInfo};
-use tonic::{Response, Status};
+use tonic::Status;
 
 use super::client::VmiServiceClient;
-
-/// Every item of a list: `call` asks for the page of a token (empty: the
-/// first), `split` takes a page's items and the next token. Errors: the
-/// VEEM's, or a VEEM that gives the same token again (it would never end).
-async fn all<R, T, Fut>(mut call: impl FnMut(String) -> Fut, split: impl Fn(R) -> (Vec<T>, String)) -> Result<Vec<T>, Status>
-where
-    Fut: Future<Output = Result<Response<R>, Status>>,
-{
-    let (mut items, mut token) = (Vec::new(), String::new());
-    loop {
-        let (mut page, next) = split(call(token.clone()).await?.into_inner());
-        items.append(&mut page);
-        if next.is_empty() {
-            return Ok(items);
-        }
-        if next == token {
-            return Err(Status::internal("the VEEM gave the same page token twice"));
-        }
-        token = next;
-    }
-}
 
 /// Every service the caller may see.
 pub async fn services(c: &VmiServiceClient) -> Result<Vec<ServiceInfo>, Status> {

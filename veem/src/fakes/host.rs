@@ -310,18 +310,21 @@ impl Vhi for FakeVhi {
             ..Default::default()
         }))
     }
-    async fn list_domains(&self, _: Request<ListDomainsRequest>) -> R<ListDomainsResponse> {
+    async fn list_domains(&self, r: Request<ListDomainsRequest>) -> R<ListDomainsResponse> {
         let s = self.call("ListDomains", "-")?;
         let domains = s
             .running
             .iter()
             .map(|id| DomainInfo {
                 vee_id: id.clone(),
+                domain: format!("vee-{id}"),
                 state: VeeState::Running as i32,
-                ..Default::default()
             })
             .collect();
-        Ok(Response::new(ListDomainsResponse { domains }))
+        drop(s);
+        let r = r.get_ref();
+        let (domains, next_page_token) = interfaces::pages::page(domains, |d| d.domain.clone(), r.page_size, &r.page_token)?;
+        Ok(Response::new(ListDomainsResponse { domains, next_page_token }))
     }
     async fn console(&self, _: Request<ConsoleRequest>) -> R<ConsoleResponse> {
         unscripted("Console")

@@ -1,14 +1,17 @@
-//! Pagination of the VMI's lists, as Google's AIP-158 describes it: a page
-//! holds at most `page_size` items (0: [`DEFAULT_PAGE_SIZE`]; more than
+//! Pagination of the VMI's and VHI's lists, as Google's AIP-158 describes
+//! it (a server pages with [`page`]; a client reads every page with
+//! [`all`]): a page holds at most `page_size` items (0: [`DEFAULT_PAGE_SIZE`]; more than
 //! [`MAX_PAGE_SIZE`]: that many), in the list's order; `next_page_token`
 //! is empty on the last page. A token is the hex of the last item's sort
 //! key, so a page starts after that item even when items were added or
 //! removed since the previous page.
 
-// Errors are tonic's `Status`, as the VMI's handlers return them.
+// Errors are tonic's `Status`, as the gRPC handlers return them.
 #![allow(clippy::result_large_err)]
 
-use tonic::Status;
+use std::future::Future;
+
+use tonic::{Response, Status};
 
 /// Items in a page when the request gives no `page_size`.
 pub const DEFAULT_PAGE_SIZE: usize = 100;
@@ -20,7 +23,7 @@ const TOKEN_PREFIX: &str = "p1/";
 /// The page of `items` that `page_size` and `page_token` ask for, in the
 /// order of `key` (each item's sort key, unique in the list), and the
 /// token of the next page (empty: none). Errors (InvalidArgument, naming
-/// the field): a negative `page_size`, or a token this VMI did not give.
+/// the field): a negative `page_size`, or a token this server did not give.
 pub fn page<T>(mut items: Vec<T>, key: impl Fn(&T) -> String, page_size: i32, page_token: &str) -> Result<(Vec<T>, String), Status> {
     let size = match usize::try_from(page_size) {
         Err(_) => return Err(Status::invalid_argument(format!("field `page_size`: {page_size} is negative"))),
@@ -40,6 +43,28 @@ pub fn page<T>(mut items: Vec<T>, key: impl Fn(&T) -> String, page_size: i32, pa
         String::new()
     };
     Ok((page, next))
+}
+
+/// Every item of a list, read page after page: `call` asks for the page
+/// of a token (empty: the first), `split` takes a page's items and the
+/// next token. Errors: the server's, or a server that gives the same
+/// token again (the list would never end).
+pub async fn all<R, T, Fut>(mut call: impl FnMut(String) -> Fut, split: impl Fn(R) -> (Vec<T>, String)) -> Result<Vec<T>, Status>
+where
+    Fut: Future<Output = Result<Response<R>, Status>>,
+{
+    let (mut items, mut token) = (Vec::new(), String::new());
+    loop {
+        let (mut page, next) = split(call(token.clone()).await?.into_inner());
+        items.append(&mut page);
+        if next.is_empty() {
+            return Ok(items);
+        }
+        if next == token {
+            return Err(Status::internal("the server gave the same page token twice"));
+        }
+        token = next;
+    }
 }
 
 /// The sort key after which the page of `token` starts; None for the
@@ -106,6 +131,21 @@ mod tests {
         let (second, next) = page(now, String::clone, 3, &token).unwrap();
         assert_eq!(second, ["id-003", "id-0035", "id-004"]);
         assert!(!next.is_empty());
+    }
+
+    #[tokio::test]
+    async fn all_reads_every_page_and_stops_a_server_that_repeats_a_token() {
+        let calls = std::cell::Cell::new(0);
+        let call = |token: String| {
+            calls.set(calls.get() + 1);
+            let answer = page(ids(250), String::clone, 0, &token).map(Response::new);
+            async move { answer }
+        };
+        assert_eq!(all(call, |r| r).await.unwrap(), ids(250));
+        assert_eq!(calls.get(), 3, "pages of 100, 100 and 50");
+        let stuck = |_| async { Ok(Response::new((vec![1], "same".to_string()))) };
+        let e = all(stuck, |r| r).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Internal);
     }
 
     #[test]
