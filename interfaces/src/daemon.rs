@@ -161,3 +161,50 @@ pub async fn with_health_and_reflection<L: Clone>(
         .build_v1alpha()?;
     Ok((router.add_service(health).add_service(v1).add_service(v1alpha), reporter))
 }
+
+/// Serves `router` on `listener` until `stop_signal` (from
+/// [`shutdown_signal`], taken before READY=1) or until the server ends by
+/// itself (its listener failed). Then the health of `service` says
+/// NOT_SERVING, no new call is taken, `on_stop` is called (what the daemon
+/// stops beside the server: the future it returns runs alongside the
+/// drain) and the calls under way get `grace`, after which they are cut
+/// (logged). Errors: the server's own.
+pub async fn serve_until_stopped<F: std::future::Future<Output = ()>>(
+    router: tonic::transport::server::Router,
+    listener: tokio::net::TcpListener,
+    stop_signal: impl std::future::Future<Output = ()>,
+    (mut health, service): (tonic_health::server::HealthReporter, &str),
+    grace: std::time::Duration,
+    on_stop: impl FnOnce() -> F,
+) -> anyhow::Result<()> {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(
+        router.serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
+            let _ = stopped.await;
+        }),
+    );
+    let ended = tokio::select! {
+        _ = stop_signal => None,
+        r = &mut server => Some(r),
+    };
+    health.set_service_status(service, tonic_health::ServingStatus::NotServing).await;
+    let _ = stop.send(());
+    let beside = on_stop();
+    let drain = async {
+        match ended {
+            Some(r) => r,
+            None => match tokio::time::timeout(grace, &mut server).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!(?grace, "calls still under way after the grace period: cut");
+                    server.abort();
+                    Ok(Ok(()))
+                }
+            },
+        }
+    };
+    let (served, ()) = tokio::join!(drain, beside);
+    served??;
+    tracing::info!("stopped");
+    Ok(())
+}

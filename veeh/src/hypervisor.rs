@@ -393,10 +393,21 @@ impl Hypervisor {
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            // SAFETY: as above.
-            let rc = unsafe { sys::virDomainBlockJobAbort(d.as_ptr(), disk.as_ptr(), sys::VIR_DOMAIN_BLOCK_JOB_ABORT_PIVOT) };
-            if rc < 0 {
-                return Err(last_error("block commit pivot"));
+            // The job is ready when QEMU says so (libvirt's BLOCK_JOB_READY),
+            // which can come a moment after cur == end on a busy host: a
+            // pivot refused as not ready yet is asked again.
+            loop {
+                // SAFETY: as above.
+                let rc = unsafe { sys::virDomainBlockJobAbort(d.as_ptr(), disk.as_ptr(), sys::VIR_DOMAIN_BLOCK_JOB_ABORT_PIVOT) };
+                if rc == 0 {
+                    break;
+                }
+                let e = virt::error::Error::last_error();
+                let not_ready = Result::<virt::error::ErrorNumber, _>::from(e.code()) == Ok(virt::error::ErrorNumber::BlockCopyActive);
+                if !not_ready || start.elapsed() > timeout {
+                    return Err(anyhow::Error::new(e).context("block commit pivot"));
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
             loop {
                 let mut info: sys::virDomainBlockJobInfo = unsafe { std::mem::zeroed() };

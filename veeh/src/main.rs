@@ -73,39 +73,14 @@ async fn main() -> anyhow::Result<()> {
             interfaces::daemon::notify_ready();
             // On SIGTERM or SIGINT: no new calls; those under way get the
             // grace period.
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let (router, mut health) = interfaces::daemon::with_health_and_reflection(
+            let (router, health) = interfaces::daemon::with_health_and_reflection(
                 server.add_service(VhiService::new(host)),
                 VHI_SERVICE,
                 interfaces::vhi::FILE_DESCRIPTOR_SET,
             )
             .await?;
-            let mut served = tokio::spawn(router.serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                async {
-                    let _ = stopped.await;
-                },
-            ));
-            let ended = tokio::select! {
-                _ = stop_signal => None,
-                r = &mut served => Some(r),
-            };
-            if let Some(r) = ended {
-                // The server ended by itself (its listener failed).
-                return Ok(r??);
-            }
-            health
-                .set_service_status(VHI_SERVICE, tonic_health::ServingStatus::NotServing)
-                .await;
-            let _ = stop.send(());
-            match tokio::time::timeout(SHUTDOWN_GRACE, &mut served).await {
-                Ok(r) => r??,
-                Err(_) => {
-                    tracing::warn!(grace = ?SHUTDOWN_GRACE, "calls still under way after the grace period: cut");
-                    served.abort();
-                }
-            }
-            tracing::info!("stopped");
+            let health = (health, VHI_SERVICE);
+            interfaces::daemon::serve_until_stopped(router, listener, stop_signal, health, SHUTDOWN_GRACE, || async {}).await?;
         }
     }
     Ok(())

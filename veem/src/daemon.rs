@@ -97,47 +97,21 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     let stop_signal = interfaces::daemon::shutdown_signal();
     tracing::info!(site = %veem.cfg.site_id, %listen, "VMI listening");
     interfaces::daemon::notify_ready();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (router, mut health) = interfaces::daemon::with_health_and_reflection(
+    let (router, health) = interfaces::daemon::with_health_and_reflection(
         builder.add_routes(rest.into()).add_service(vmi),
         VMI_SERVICE,
         interfaces::vmi::FILE_DESCRIPTOR_SET,
     )
     .await?;
-    let mut server = tokio::spawn(
-        router.serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
-            let _ = stopped.await;
-        }),
-    );
     // Until a signal, or until the server ends by itself (it cannot bind).
-    let ended = tokio::select! {
-        _ = stop_signal => None,
-        r = &mut server => Some(r),
-    };
-    health
-        .set_service_status(VMI_SERVICE, tonic_health::ServingStatus::NotServing)
-        .await;
-    let _ = stop.send(());
-    veem.stopping.cancel();
-    // The server stops accepting and lets the calls under way finish, the
-    // loops end their round under way, both within the grace period: a
-    // client that keeps a stream open (WatchEvents) does not hold the stop.
-    // Every store write is flushed when made, so nothing is half-written.
-    let drain = async {
-        match ended {
-            Some(r) => r,
-            None => match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-                Ok(r) => r,
-                Err(_) => {
-                    tracing::warn!(grace = ?SHUTDOWN_GRACE, "connections still open after the grace period: closed");
-                    server.abort();
-                    Ok(Ok(()))
-                }
-            },
-        }
-    };
-    let (served, ()) = tokio::join!(drain, loops.shutdown(SHUTDOWN_GRACE));
-    served??;
-    tracing::info!("stopped");
-    Ok(())
+    // Then the server stops accepting and lets the calls under way finish,
+    // the loops end their round under way, both within the grace period:
+    // the stop token ends WatchEvents streams, so that a client that keeps
+    // one open does not hold the stop. Every store write is durable when
+    // made, so nothing is half-written.
+    interfaces::daemon::serve_until_stopped(router, listener, stop_signal, (health, VMI_SERVICE), SHUTDOWN_GRACE, || {
+        veem.stopping.cancel();
+        loops.shutdown(SHUTDOWN_GRACE)
+    })
+    .await
 }
