@@ -449,8 +449,9 @@ async fn lab_a_vee_placed_at_site_b_is_on_its_services_networks_and_no_one_elses
     assert!(tcp.starts_with(&format!("PROBE-OK {db0_ip} tick")), "web-1 -> db-0:7000: {tcp}");
     let ping = probe(&web1_ip, &format!("ping={db0_ip}")).await;
     assert!(ping.starts_with("PROBE-OK"), "web-1 -> {db0_ip}: {ping}");
-    // And db-0 reaches web-0 at A: its name from site A's DNS.
-    let back = probe(&db0_ip, "tcp=web-0:7000").await;
+    // And db-0 reaches web-0 at A: its name from site A's DNS (web-0 may
+    // still be booting: nothing above waited for it).
+    let back = probe_until(&db0_ip, "tcp=web-0:7000", &format!("PROBE-OK {web0_ip} tick")).await;
     assert!(back.starts_with(&format!("PROBE-OK {web0_ip} tick")), "db-0 -> web-0:7000: {back}");
     stranger_at_b_cannot_reach(&s, &[&db0_ip]).await;
     stop_and_check_b_is_clean(&s, &db0.vee_id).await;
