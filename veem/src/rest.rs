@@ -269,11 +269,18 @@ struct ActionBody {
     reason: String,
 }
 
-/// The [`ActionBody`] of `text` (empty: all absent). Errors: not JSON of
-/// one, naming what is wrong.
-fn action_body(text: &str) -> Result<ActionBody, RestError> {
+/// The optional body of `POST /v1/migrations/{id}/reject`.
+#[derive(serde::Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+struct RejectBody {
+    reason: String,
+}
+
+/// The optional JSON body `text` (empty: every field absent). Errors: not
+/// JSON of a `T`, naming what is wrong.
+fn json_body<T: serde::de::DeserializeOwned + Default>(text: &str) -> Result<T, RestError> {
     if text.trim().is_empty() {
-        return Ok(ActionBody::default());
+        return Ok(T::default());
     }
     serde_json::from_str(text).map_err(|e| Status::invalid_argument(format!("body: {e}")).into())
 }
@@ -286,7 +293,7 @@ async fn vee_action(
     Path((vee_id, action)): Path<(String, String)>,
     body: String,
 ) -> Result<Response, RestError> {
-    let body = action_body(&body)?;
+    let body: ActionBody = json_body(&body)?;
     if action == "migrate" {
         let req = vmi::MigrateRequest {
             vee_id,
@@ -336,7 +343,7 @@ async fn approve(State(vmi): State<Vmi>, headers: HeaderMap, Path(migration_id):
 
 /// `POST /v1/migrations/{id}/reject` with `{"reason": "..."}` (optional).
 async fn reject(State(vmi): State<Vmi>, headers: HeaderMap, Path(migration_id): Path<String>, body: String) -> Answer<Migration> {
-    let body = action_body(&body)?;
+    let body: RejectBody = json_body(&body)?;
     let req = vmi::RejectMigrationRequest {
         migration_id,
         reason: body.reason,

@@ -118,6 +118,16 @@ async fn bad_calls_get_the_http_status_and_a_message_naming_what_is_wrong() {
         e["error"]["message"].as_str().unwrap().contains("unknown field `checkpoint`"),
         "{e}"
     );
+    let (code, e) = call(
+        &site,
+        Some("operator-token"),
+        Method::POST,
+        "/v1/migrations/m-1/reject",
+        r#"{"to_host": "h1"}"#,
+    )
+    .await;
+    assert_eq!(code, 400, "reject takes a reason only: {e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("unknown field `to_host`"), "{e}");
     let (code, e) = call(&site, Some("provider-token"), Method::GET, "/v1/vees?page_token=garbage", "").await;
     assert_eq!((code, e["error"]["status"].as_str()), (400, Some("INVALID_ARGUMENT")), "{e}");
     // A manifest that does not parse: rejected, naming the field; nothing deployed.
