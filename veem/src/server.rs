@@ -24,12 +24,12 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use crate::config::Role;
-use crate::domain::ServiceState;
 use crate::error::status;
 use crate::manager::Veem;
 use crate::migration::{Dest, Proposer};
-use crate::model::{Location, MigrationRec, ServiceRec, VeeRec};
+use crate::model::{MigrationRec, ServiceRec, VeeRec};
 use crate::visibility::{redact, Redactor};
+use info::migration_info;
 
 pub struct VmiService {
     veem: Arc<Veem>,
@@ -164,99 +164,6 @@ impl VmiService {
     /// What `role` may not see in free text ([`Redactor::for_role`]).
     fn redactor(&self, role: &Role) -> Option<Redactor> {
         Redactor::for_role(&self.veem.cfg, &self.veem.hosts.names(), role)
-    }
-
-    fn vee_info(&self, role: &Role, v: &VeeRec) -> VeeInfo {
-        // Location unawareness (E §3.4): a provider learns that its VEE is
-        // placed, not where; a peer that it runs here, not on which host.
-        let location = match (&v.location, role) {
-            (Location::Nowhere, _) => "none".into(),
-            (_, Role::Provider(_)) => "placed".into(),
-            (Location::Site(s), _) => format!("remote ({s})"),
-            (Location::Host(h), Role::Operator) => format!("local ({h})"),
-            (Location::Host(_), Role::Peer(_)) => "local".into(),
-        };
-        VeeInfo {
-            vee_id: v.id.clone(),
-            service_id: v.service_id.clone(),
-            component: v.component.clone(),
-            instance: v.instance,
-            state: vmi::VeeState::from(v.state) as i32,
-            location,
-            vcpus: v.vcpus,
-            memory_mib: v.memory_mib,
-            latest_checkpoint: v.latest_checkpoint.clone().unwrap_or_default(),
-            update_time: interfaces::time::timestamp_ms(v.updated_ms),
-            checkpoint_record: None,
-            nics: v.nics.iter().map(crate::model::NicRec::to_wire).collect(),
-        }
-    }
-
-    /// Every VEEH of the site, in configuration order: health, the capacity
-    /// it offers (vCPUs, MiB, GiB), what the planner reserves on it in the
-    /// current slot, the VEEs placed on it and its accelerator. A host that
-    /// never answered shows zero capacity.
-    pub(crate) fn host_status(&self) -> Vec<HostStatus> {
-        let now = self.veem.now_slot();
-        let placed = self.veem.vees_where(|v| v.host().is_some() && v.state.is_live());
-        let p = self.veem.planner.lock().unwrap();
-        self.veem
-            .hosts
-            .names()
-            .into_iter()
-            .map(|h| {
-                let cap = p.host(&h).map(|s| s.capacity).unwrap_or_default();
-                let used = p.host_usage(&h, now).unwrap_or_default();
-                let (health, missed_heartbeats) = crate::wire::host_health(self.veem.hosts.health(&h));
-                HostStatus {
-                    health: health as i32,
-                    missed_heartbeats,
-                    vcpus: cap.vcpus,
-                    memory_mib: cap.memory_mib,
-                    disk_gib: cap.disk_gib,
-                    used_vcpus: used.vcpus,
-                    used_memory_mib: used.memory_mib,
-                    used_disk_gib: used.disk_gib,
-                    vees: placed.iter().filter(|v| v.host() == Some(h.as_str())).count() as u32,
-                    accel: p.host(&h).map(|s| s.profile.accel.clone()).unwrap_or_default(),
-                    last_error: self.veem.hosts.last_error(&h).unwrap_or_default(),
-                    cpu_load: p.measured_load(&h).unwrap_or_default(),
-                    name: h,
-                }
-            })
-            .collect()
-    }
-
-    fn service_info(&self, role: &Role, s: &ServiceRec) -> ServiceInfo {
-        let recs: Vec<VeeRec> = s.vees.iter().filter_map(|id| self.veem.vee(id).ok()).collect();
-        let state = vmi::ServiceState::from(ServiceState::of(recs.iter().map(|v| v.state)));
-        let vees: Vec<VeeInfo> = recs.iter().map(|v| self.vee_info(role, v)).collect();
-        ServiceInfo {
-            service_id: s.id.clone(),
-            name: s.name.clone(),
-            provider: s.provider.clone(),
-            state: state as i32,
-            vees,
-            guarantee: vmi::GuaranteeLevel::from(s.guarantee) as i32,
-        }
-    }
-}
-
-/// A migration as `r` may see it: without a redactor (the operator) as
-/// recorded; otherwise its ends and free text redacted.
-fn migration_info(m: &MigrationRec, r: Option<&Redactor>) -> MigrationInfo {
-    MigrationInfo {
-        migration_id: m.id.clone(),
-        vee_id: m.vee_id.clone(),
-        source: redact(r, &m.from),
-        destination: redact(r, &m.to.to_string()),
-        reason: redact(r, &m.reason),
-        state: vmi::MigrationState::from(m.state) as i32,
-        decided_by: redact(r, &m.decided_by),
-        detail: redact(r, &m.detail),
-        total: interfaces::time::duration_ms(m.total_ms),
-        downtime: interfaces::time::duration_ms(m.downtime_ms),
-        create_time: interfaces::time::timestamp_ms(m.created_ms),
     }
 }
 
@@ -636,5 +543,6 @@ impl Vmi for VmiService {
     }
 }
 
+mod info;
 #[cfg(test)]
 mod tests;
