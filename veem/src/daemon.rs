@@ -48,12 +48,14 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     // reconcile, nor run its loops).
     let listener = interfaces::listen::bind(listen).await?;
     let veem = Veem::open(cfg)?;
-    let vmi = VmiService::new(veem.clone())?;
-    // REST beside gRPC on the same port: HTTP/1.1 too (plaintext; over
-    // TLS the VMI's ALPN offers HTTP/2 alone, which curl speaks).
+    // One set of handlers (and of peer CAs) for gRPC and REST. REST is
+    // beside gRPC on the same port: HTTP/1.1 too (plaintext; over TLS the
+    // VMI's ALPN offers HTTP/2 alone, which curl speaks).
+    let handlers = std::sync::Arc::new(VmiService::checked(veem.clone())?);
+    let vmi = interfaces::vmi::vmi_service_server::VmiServiceServer::from_arc(handlers.clone());
     let rest = tonic::service::Routes::default()
         .into_axum_router()
-        .merge(crate::rest::router(VmiService::checked(veem.clone())?));
+        .merge(crate::rest::router(handlers));
     let mut builder = tonic::transport::Server::builder().accept_http1(true);
     if let Some(tls) = &veem.cfg.tls {
         let cas: Vec<&Path> = veem.cfg.peers.iter().filter_map(|p| p.ca.as_deref()).collect();

@@ -56,7 +56,7 @@ pub const ROUTES: &[&str] = &[
 type Vmi = Arc<VmiService>;
 
 /// The REST routes over `vmi`'s handlers.
-pub fn router(vmi: VmiService) -> Router {
+pub fn router(vmi: Arc<VmiService>) -> Router {
     Router::new()
         .route("/v1/openapi.json", get(openapi))
         .route("/v1/services", get(list_services).post(deploy))
@@ -70,7 +70,7 @@ pub fn router(vmi: VmiService) -> Router {
         .route("/v1/migrations", get(list_migrations))
         .route("/v1/migrations/:migration_id/approve", post(approve))
         .route("/v1/migrations/:migration_id/reject", post(reject))
-        .with_state(Arc::new(vmi))
+        .with_state(vmi)
 }
 
 /// An error as Google's JSON error.
