@@ -1,4 +1,5 @@
-//! The tiny guest: its files, and reading its serial counter.
+//! The test guests' files (the tiny guest; the stock Debian cloud guest),
+//! and reading the tiny guest's serial counter.
 //!
 //! The guest prints `tick N disk=M` every second: N counts up in memory
 //! from 1 at boot; M is the last tick read back from its data disk.
@@ -18,17 +19,38 @@ pub struct GuestImage {
 
 /// The built guest; panics with what to run when it is missing.
 pub fn image() -> GuestImage {
-    let dir = std::env::var_os("GUEST_DIR")
+    let dir = built_dir("GUEST_DIR", "target/guest");
+    files_in(dir, "console=ttyS0 quiet".into(), "scripts/build-guest-image")
+}
+
+/// The stock Debian 12 cloud guest built by `scripts/build-cloud-guest`
+/// (systemd, cloud-init, openssh-server, qemu-guest-agent; nothing of this
+/// project), booted with the `cmdline` it was built with; panics with what
+/// to run when it is missing.
+pub fn cloud_image() -> GuestImage {
+    let dir = built_dir("CLOUD_GUEST_DIR", "target/cloud-guest");
+    let cmdline = std::fs::read_to_string(dir.join("cmdline"))
+        .unwrap_or_else(|e| panic!("{}/cmdline: {e}: run scripts/build-cloud-guest", dir.display()));
+    files_in(dir, cmdline.trim().into(), "scripts/build-cloud-guest")
+}
+
+/// `$var`, or `default` under the repository's root.
+fn built_dir(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var)
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/guest"));
+        .unwrap_or_else(|| repo_root().join(default))
+}
+
+/// The kernel, initrd and disk `script` builds in `dir`.
+fn files_in(dir: PathBuf, cmdline: String, script: &str) -> GuestImage {
     let g = GuestImage {
         kernel: dir.join("vmlinuz"),
         initrd: dir.join("initrd.img"),
         disk: dir.join("disk.qcow2"),
-        cmdline: "console=ttyS0 quiet".into(),
+        cmdline,
     };
     for f in [&g.kernel, &g.initrd, &g.disk] {
-        assert!(f.exists(), "{} missing: run scripts/build-guest-image", f.display());
+        assert!(f.exists(), "{} missing: run {script}", f.display());
     }
     g
 }
