@@ -26,9 +26,13 @@ pub enum GuestClock {
 impl Hypervisor {
     /// Asks the guest to shut down (libvirt's default: the guest agent if
     /// one answers, else the ACPI power button); after `timeout` the domain
-    /// is destroyed. Returns true when the guest shut down by itself.
+    /// is destroyed. A paused guest could not act on the request: it runs
+    /// again first. Returns true when the guest shut down by itself.
     pub fn shutdown(&self, vee_id: &str, timeout: Duration) -> Result<bool> {
         self.on_domain(vee_id, |d| {
+            if matches!(d.state()?.0, virt::enumutil::Enum::Known(virt::domain::DomainState::Paused)) {
+                d.resume()?;
+            }
             let _ = d.shutdown();
             Ok(())
         })?;

@@ -77,7 +77,7 @@ async fn an_open_ended_service_is_renewed_before_half_its_horizon_is_gone() {
 
 #[tokio::test]
 async fn a_reservation_holds_its_host_for_the_vees_start_and_stop_and_it_is_deployed_ahead() {
-    // 1-minute slots; init_overhead 30 s and stop_timeout 5 s by default.
+    // 1-minute slots; init_overhead 30 s and stop_timeout 30 s by default.
     let site = FakeSite::start(&["h1"], "").await;
     let now = site.clock.now();
     let start = site.veem.slots.start_of(site.veem.now_slot() + 10);
@@ -92,7 +92,7 @@ async fn a_reservation_holds_its_host_for_the_vees_start_and_stop_and_it_is_depl
     assert_eq!(
         (site.veem.slots.start_of(r.range.start), site.veem.slots.start_of(r.range.end)),
         (start - 60, start + 660),
-        "a slot before (boot: 30 s) and after (stop and a checkpoint in progress: 10 s), H eq. 3.7"
+        "a slot before (boot: 30 s) and after (stop and a checkpoint in progress: 35 s), H eq. 3.7"
     );
     // Deployed when its lead begins, so that it runs when its window opens.
     assert_eq!(v.init_lead_s, 60);
