@@ -294,11 +294,17 @@ impl Veeh {
     }
 }
 
-/// The VEE's console through the VHI Console call.
+/// The VEE's console through the VHI Console call: its last 2 KiB.
 pub async fn console(c: &mut VhiServiceClient<Channel>, vee_id: &str) -> String {
+    console_tail(c, vee_id, 2048).await
+}
+
+/// The last `tail_bytes` bytes of the VEE's console (empty when the host
+/// has none).
+pub async fn console_tail(c: &mut VhiServiceClient<Channel>, vee_id: &str, tail_bytes: u64) -> String {
     c.console(ConsoleRequest {
         vee_id: vee_id.into(),
-        tail_bytes: 2048,
+        tail_bytes,
     })
     .await
     .map(|r| r.into_inner().text)
@@ -344,16 +350,37 @@ pub async fn wait_tick(c: &mut VhiServiceClient<Channel>, vee_id: &str, min: u64
 /// the first `skip` such lines; returns that line. Panics with the console
 /// tail after `timeout`.
 pub async fn wait_console_line(c: &mut VhiServiceClient<Channel>, vee_id: &str, prefix: &str, skip: usize, timeout: Duration) -> String {
+    let what = format!("{prefix:?} (after {skip})");
+    wait_console(c, vee_id, 2048, &what, timeout, |text| {
+        text.lines().filter(|l| l.starts_with(prefix)).nth(skip).map(str::to_string)
+    })
+    .await
+}
+
+/// Polls the last `tail_bytes` of the VEE's console every 300 ms until
+/// `find` finds something in it; returns that. Panics naming `what`, with
+/// the console's tail, after `timeout`.
+pub async fn wait_console<T>(
+    c: &mut VhiServiceClient<Channel>,
+    vee_id: &str,
+    tail_bytes: u64,
+    what: &str,
+    timeout: Duration,
+    find: impl Fn(&str) -> Option<T>,
+) -> T {
     let start = Instant::now();
     let mut text = String::new();
     while start.elapsed() < timeout {
-        text = console(c, vee_id).await;
-        if let Some(line) = text.lines().filter(|l| l.starts_with(prefix)).nth(skip) {
-            return line.to_string();
+        text = console_tail(c, vee_id, tail_bytes).await;
+        if let Some(found) = find(&text) {
+            return found;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    panic!("VEE {vee_id}: no console line {prefix:?} (after {skip}) in {timeout:?}; console tail:\n{text}");
+    panic!(
+        "VEE {vee_id}: no console line {what} in {timeout:?}; console tail:\n{}",
+        crate::site::tail(&text, 3000)
+    );
 }
 
 /// Live-migrates `vee` from `c`'s host to `target` (max downtime 500 ms,

@@ -10,13 +10,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use e2e::daemons::{ImageRepo, Veeh};
+use e2e::daemons::{console_tail, wait_console, ImageRepo, Veeh};
 use e2e::net::{outside, Forwarding, OUTSIDE};
 use e2e::site::{self, Veem, ACME};
 use e2e::{guest, lab};
 use interfaces::vhi::vhi_service_client::VhiServiceClient;
-use interfaces::vhi::ConsoleRequest;
 use interfaces::vmi::*;
+use tonic::transport::Channel;
 
 /// Boot to cloud-init's last stage: about 2 minutes under TCG, more on a
 /// loaded machine.
@@ -49,33 +49,15 @@ fn manifest(ids: &e2e::daemons::GuestIds, public_key: &str) -> String {
     )
 }
 
-/// The VEE's whole console log (so far) through the VHI.
-async fn console(c: &mut VhiServiceClient<tonic::transport::Channel>, vee: &str) -> String {
-    c.console(ConsoleRequest {
-        vee_id: vee.into(),
-        tail_bytes: 4 << 20,
-    })
-    .await
-    .map(|r| r.into_inner().text)
-    .unwrap_or_default()
-}
+/// The console's last 4 MiB: all of it for this test's boot.
+const WHOLE: u64 = 4 << 20;
 
 /// Waits until the console has a line containing `needle`; returns it.
-/// Panics with the console's tail after `timeout`.
-async fn wait_line(c: &mut VhiServiceClient<tonic::transport::Channel>, vee: &str, needle: &str, timeout: Duration) -> String {
-    let start = Instant::now();
-    let mut text = String::new();
-    while start.elapsed() < timeout {
-        text = console(c, vee).await;
-        if let Some(l) = text.lines().find(|l| l.contains(needle)) {
-            return l.trim().to_string();
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    panic!(
-        "no console line with {needle:?} in {timeout:?}; console tail:\n{}",
-        site::tail(&text, 3000)
-    );
+async fn wait_line(c: &mut VhiServiceClient<Channel>, vee: &str, needle: &str, timeout: Duration) -> String {
+    wait_console(c, vee, WHOLE, &format!("with {needle:?}"), timeout, |text| {
+        text.lines().find(|l| l.contains(needle)).map(|l| l.trim().to_string())
+    })
+    .await
 }
 
 /// `ssh -i key debian@address command` from the lab's outside, trusting
@@ -152,7 +134,7 @@ async fn lab_a_stock_cloud_image_boots_configured_by_its_manifest_and_stops_clea
     // logs in from outside with the manifest's key at the external address
     // (DHCP gave the guest its internal one): the file of the user data is
     // there, cloud-init reports no error, no systemd unit failed.
-    let text = console(&mut c, &vee).await;
+    let text = console_tail(&mut c, &vee, WHOLE).await;
     let host_key = text
         .lines()
         .skip_while(|l| !l.starts_with("-----BEGIN SSH HOST KEY KEYS-----"))

@@ -183,8 +183,9 @@ fn rfc3339(t: i64) -> String {
 async fn lab_a_window_starts_and_stops_its_vee_and_a_later_fit_is_a_counter_offer() {
     let _lab = lab::lock();
     // 2 s slots: the window's boundaries within 2 s. The VEE is deployed
-    // its 4 s init overhead ahead of its window (H §3.4.1).
-    let s = Site::new("sla-window", "slot = \"2s\"\ninit_overhead = \"4s\"\n").await;
+    // its 4 s init overhead ahead of its window (H §3.4.1); a stop waits
+    // 5 s for the guest.
+    let s = Site::new("sla-window", "slot = \"2s\"\ninit_overhead = \"4s\"\nstop_timeout = \"5s\"\n").await;
     let mut acme = s.veem.client(ACME).await;
     let now = chrono::Utc::now().timestamp();
     let (start, end) = (now + 30, now + 75);
