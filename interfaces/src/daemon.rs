@@ -162,27 +162,34 @@ pub async fn with_health_and_reflection<L: Clone>(
     Ok((router.add_service(health).add_service(v1).add_service(v1alpha), reporter))
 }
 
-/// Serves `router` on `listener` until `stop_signal` (from
+/// Serves `router` on the connections of `incoming` (a listener's, as
+/// `tokio_stream::wrappers::TcpListenerStream`, or
+/// [`crate::listen::tls_incoming`]'s) until `stop_signal` (from
 /// [`shutdown_signal`], taken before READY=1) or until the server ends by
 /// itself (its listener failed). Then the health of `service` says
 /// NOT_SERVING, no new call is taken, `on_stop` is called (what the daemon
 /// stops beside the server: the future it returns runs alongside the
 /// drain) and the calls under way get `grace`, after which they are cut
 /// (logged). Errors: the server's own.
-pub async fn serve_until_stopped<F: std::future::Future<Output = ()>>(
+pub async fn serve_until_stopped<F, I, IO, IE>(
     router: tonic::transport::server::Router,
-    listener: tokio::net::TcpListener,
+    incoming: I,
     stop_signal: impl std::future::Future<Output = ()>,
     (mut health, service): (tonic_health::server::HealthReporter, &str),
     grace: std::time::Duration,
     on_stop: impl FnOnce() -> F,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<()>
+where
+    F: std::future::Future<Output = ()>,
+    I: futures::Stream<Item = Result<IO, IE>> + Send + 'static,
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + tonic::transport::server::Connected + Unpin + Send + 'static,
+    IO::ConnectInfo: Clone + Send + Sync + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(
-        router.serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
-            let _ = stopped.await;
-        }),
-    );
+    let mut server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
+        let _ = stopped.await;
+    }));
     let ended = tokio::select! {
         _ = stop_signal => None,
         r = &mut server => Some(r),

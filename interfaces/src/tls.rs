@@ -100,13 +100,28 @@ impl SiteIdentity {
     /// The VMI server's TLS: this identity; a client may show a
     /// certificate of one of `peer_cas` (a peer VEEM, checked again per
     /// peer by [`PeerCa`]) or none (providers and operators, who present
-    /// bearer tokens). Errors: a file cannot be read.
-    pub fn server(&self, peer_cas: &[&Path]) -> Result<ServerTlsConfig> {
-        let tls = ServerTlsConfig::new().identity(self.identity()?);
-        if peer_cas.is_empty() {
-            return Ok(tls);
-        }
-        Ok(tls.client_ca_root(ca_bundle(peer_cas)?).client_auth_optional(true))
+    /// bearer tokens). ALPN offers HTTP/2 (gRPC, REST) and HTTP/1.1 (REST
+    /// from clients that speak only it, such as Python's `requests`):
+    /// tonic's own TLS offers HTTP/2 alone, so the VMI serves its TLS
+    /// connections itself ([`crate::listen::tls_incoming`]). Errors: a file
+    /// cannot be read or holds no usable certificate, key or CA, naming it.
+    pub fn acceptor(&self, peer_cas: &[&Path]) -> Result<tokio_rustls::TlsAcceptor> {
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?;
+        let builder = if peer_cas.is_empty() {
+            builder.with_no_client_auth()
+        } else {
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots(peer_cas)?.into(), provider)
+                .allow_unauthenticated()
+                .build()
+                .context("TLS peer CAs")?;
+            builder.with_client_cert_verifier(verifier)
+        };
+        let mut config = with_identity(builder, &self.cert, &self.key)?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
     }
 
     /// A client's TLS towards peer site `site`, whose certificate must be
@@ -118,6 +133,44 @@ impl SiteIdentity {
             .identity(self.identity()?)
             .domain_name(site))
     }
+}
+
+/// The CA certificates in the PEM files `paths`. Errors: a file cannot be
+/// read, holds no certificate, or one rustls does not accept as a CA,
+/// naming it.
+fn roots(paths: &[&Path]) -> Result<rustls::RootCertStore> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for path in paths {
+        let before = roots.len();
+        for cert in rustls_pki_types::CertificateDer::pem_file_iter(path).with_context(|| format!("TLS CA {}", path.display()))? {
+            let cert = cert.with_context(|| format!("TLS CA {}", path.display()))?;
+            roots.add(cert).with_context(|| format!("TLS CA {}", path.display()))?;
+        }
+        anyhow::ensure!(roots.len() > before, "TLS CA {}: no certificate in it", path.display());
+    }
+    Ok(roots)
+}
+
+/// A rustls server configuration from `builder` with the certificate
+/// chain in PEM file `cert` and the private key in `key`. Errors: a file
+/// cannot be read, holds no certificate or key, or they do not match,
+/// naming them.
+pub fn with_identity(
+    builder: rustls::ConfigBuilder<rustls::ServerConfig, rustls::server::WantsServerCert>,
+    cert: &Path,
+    key: &Path,
+) -> Result<rustls::ServerConfig> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("TLS certificate {}", cert.display()))?;
+    anyhow::ensure!(!certs.is_empty(), "TLS certificate {}: no certificate in it", cert.display());
+    let private = PrivateKeyDer::from_pem_file(key).with_context(|| format!("TLS key {}", key.display()))?;
+    builder
+        .with_single_cert(certs, private)
+        .with_context(|| format!("TLS certificate {} with key {}", cert.display(), key.display()))
 }
 
 /// One peer site's CA, as the VMI checks the client certificate of a call
@@ -139,15 +192,8 @@ impl PeerCa {
     /// The CA certificates in PEM file `path`. Errors: unreadable, no
     /// certificate in it, or one rustls does not accept as a CA.
     pub fn load(path: &Path) -> Result<Self> {
-        use rustls_pki_types::pem::PemObject;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_pki_types::CertificateDer::pem_file_iter(path).with_context(|| format!("TLS CA {}", path.display()))? {
-            let cert = cert.with_context(|| format!("TLS CA {}", path.display()))?;
-            roots.add(cert).with_context(|| format!("TLS CA {}", path.display()))?;
-        }
-        anyhow::ensure!(!roots.is_empty(), "TLS CA {}: no certificate in it", path.display());
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(std::sync::Arc::new(roots), provider)
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots(&[path])?.into(), provider)
             .build()
             .with_context(|| format!("TLS CA {}", path.display()))?;
         Ok(Self { verifier })

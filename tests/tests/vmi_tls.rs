@@ -105,9 +105,10 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
     assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
 
     // The REST routes on the same port and TLS, as curl calls them.
-    let curl = |token: Option<&str>, method: &str, path: &str, body: Option<&str>| {
+    let curl_with = |opts: &[&str], token: Option<&str>, method: &str, path: &str, body: Option<&str>| {
         let mut c = std::process::Command::new("curl");
-        c.args(["-sS", "--max-time", "20", "--cacert"])
+        c.args(opts)
+            .args(["-sS", "--max-time", "20", "--cacert"])
             .arg(pki_a.vmi_ca())
             .args(["-X", method, "-w", "\n%{http_code} %{http_version}"]);
         if let Some(t) = token {
@@ -124,8 +125,13 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
             serde_json::from_str::<serde_json::Value>(json).unwrap_or_default(),
         )
     };
+    let curl = |token: Option<&str>, method: &str, path: &str, body: Option<&str>| curl_with(&[], token, method, path, body);
     let (status, list) = curl(Some(OPERATOR), "GET", "/v1/services", None);
     assert_eq!((status.as_str(), &list["items"]), ("200 2", &serde_json::json!([])), "{list}");
+    // A client that speaks only HTTP/1.1 over TLS (Python's requests) is
+    // served too: the VMI's ALPN offers both.
+    let (status, list) = curl_with(&["--http1.1"], Some(OPERATOR), "GET", "/v1/services", None);
+    assert_eq!((status.as_str(), &list["items"]), ("200 1.1", &serde_json::json!([])), "{list}");
     let (status, e) = curl(None, "GET", "/v1/vees", None);
     assert_eq!(
         (status.as_str(), e["error"]["status"].as_str()),

@@ -80,7 +80,15 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?;
             let health = (health, VHI_SERVICE);
-            interfaces::daemon::serve_until_stopped(router, listener, stop_signal, health, SHUTDOWN_GRACE, || async {}).await?;
+            interfaces::daemon::serve_until_stopped(
+                router,
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                stop_signal,
+                health,
+                SHUTDOWN_GRACE,
+                || async {},
+            )
+            .await?;
         }
     }
     Ok(())

@@ -49,18 +49,21 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     let listener = interfaces::listen::bind(listen).await?;
     let veem = Veem::open(cfg)?;
     // One set of handlers (and of peer CAs) for gRPC and REST. REST is
-    // beside gRPC on the same port: HTTP/1.1 too (plaintext; over TLS the
-    // VMI's ALPN offers HTTP/2 alone, which curl speaks).
+    // beside gRPC on the same port, over HTTP/1.1 too (TLS included: the
+    // VMI's ALPN offers both, so the connections' TLS is ours, not tonic's).
     let handlers = std::sync::Arc::new(VmiService::checked(veem.clone())?);
     let vmi = interfaces::vmi::vmi_service_server::VmiServiceServer::from_arc(handlers.clone());
     let rest = tonic::service::Routes::default()
         .into_axum_router()
         .merge(crate::rest::router(handlers));
     let mut builder = tonic::transport::Server::builder().accept_http1(true);
-    if let Some(tls) = &veem.cfg.tls {
-        let cas: Vec<&Path> = veem.cfg.peers.iter().filter_map(|p| p.ca.as_deref()).collect();
-        builder = builder.tls_config(tls.server(&cas)?)?;
-    }
+    let tls = match &veem.cfg.tls {
+        Some(tls) => {
+            let cas: Vec<&Path> = veem.cfg.peers.iter().filter_map(|p| p.ca.as_deref()).collect();
+            Some(tls.acceptor(&cas)?)
+        }
+        None => None,
+    };
     // First heartbeats: learn capacities and profiles, then reconcile.
     for _ in 0..10 {
         loops::heartbeat_round(&veem).await;
@@ -111,9 +114,19 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     // the stop token ends WatchEvents streams, so that a client that keeps
     // one open does not hold the stop. Every store write is durable when
     // made, so nothing is half-written.
-    interfaces::daemon::serve_until_stopped(router, listener, stop_signal, (health, VMI_SERVICE), SHUTDOWN_GRACE, || {
+    let on_stop = || {
         veem.stopping.cancel();
         loops.shutdown(SHUTDOWN_GRACE)
-    })
-    .await
+    };
+    let health = (health, VMI_SERVICE);
+    match tls {
+        Some(acceptor) => {
+            let incoming = interfaces::listen::tls_incoming(listener, acceptor);
+            interfaces::daemon::serve_until_stopped(router, incoming, stop_signal, health, SHUTDOWN_GRACE, on_stop).await
+        }
+        None => {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            interfaces::daemon::serve_until_stopped(router, incoming, stop_signal, health, SHUTDOWN_GRACE, on_stop).await
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! The VMI's provider operations as REST and JSON, for `curl` and HTTP
 //! clients: deploy, negotiate, list, show, the actions on a VEE and the
-//! migrations. Served on the VMI's own port, with its TLS (HTTP/2 over
-//! TLS, as curl speaks by default; HTTP/1.1 in plaintext), beside gRPC.
+//! migrations. Served on the VMI's own port, with its TLS (HTTP/2 and
+//! HTTP/1.1, over TLS too), beside gRPC.
 //! Each route calls the gRPC handler in-process, so the token, the
 //! caller's role and what it may see are checked exactly as for gRPC; the
 //! answers are the JSON the CLI prints with `-o json` (`crate::cli::model`),

@@ -55,20 +55,12 @@ impl Limits {
 /// The TLS acceptor of `tls` (rustls, ring). Errors: a file cannot be
 /// read or holds no usable certificate or key, naming it.
 pub fn acceptor(tls: &ServerTls) -> Result<TlsAcceptor> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let certs = CertificateDer::pem_file_iter(&tls.cert)
-        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-        .with_context(|| format!("TLS certificate {}", tls.cert.display()))?;
-    anyhow::ensure!(!certs.is_empty(), "TLS certificate {}: no certificate in it", tls.cert.display());
-    let key = PrivateKeyDer::from_pem_file(&tls.key).with_context(|| format!("TLS key {}", tls.key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .context("TLS protocol versions")?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .with_context(|| format!("TLS certificate {} with key {}", tls.cert.display(), tls.key.display()))?;
+        .with_no_client_auth();
+    let mut config = interfaces::tls::with_identity(builder, &tls.cert, &tls.key)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
