@@ -22,6 +22,21 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
     }
 }
 
+/// The next connection `listener` accepts; an accept error (such as
+/// running out of file descriptors) is logged and retried after 100 ms.
+/// Cancel-safe: a connection is only taken when it is returned.
+pub async fn accept(listener: &TcpListener) -> tokio::net::TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((tcp, _)) => return tcp,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
 /// How long a client has to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -39,14 +54,7 @@ pub fn tls_incoming(
     tokio::spawn(async move {
         loop {
             let tcp = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((tcp, _)) => tcp,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
+                tcp = accept(&listener) => tcp,
                 () = tx.closed() => break,
             };
             let (acceptor, tx) = (acceptor.clone(), tx.clone());

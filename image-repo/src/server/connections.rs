@@ -68,7 +68,7 @@ pub fn acceptor(tls: &ServerTls) -> Result<TlsAcceptor> {
 /// Serves `app` on `listener` within `limits` (over TLS with `tls`) until
 /// `shutdown` completes, then lets the requests in flight finish (30 s at
 /// most). Errors: none once serving; accept errors (such as running out of
-/// descriptors) are logged and retried.
+/// descriptors) are logged and retried (`interfaces::listen::accept`).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -83,14 +83,7 @@ pub async fn serve(
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+            stream = interfaces::listen::accept(&listener) => stream,
             () = &mut shutdown => break,
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
