@@ -26,18 +26,34 @@ fn clock_of(line: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_shutdown_is_a_clean_guest_shutdown_not_a_power_cut() {
-    clean_shutdown("guest-shutdown", false).await;
+    clean_shutdown("guest-shutdown", Asked::Running).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_suspended_guest_runs_again_to_shut_down_cleanly() {
-    clean_shutdown("guest-shutdown-suspended", true).await;
+    clean_shutdown("guest-shutdown-suspended", Asked::Suspended).await;
 }
 
-/// Boots the tiny guest, suspends it (paused) if `suspended`, and asks for a
-/// shutdown with 30 s to spare: the guest shuts down by itself, unmounting
-/// its disk, well before the destroy.
-async fn clean_shutdown(name: &str, suspended: bool) {
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_guest_asked_while_it_boots_is_asked_again_and_shuts_down_cleanly() {
+    clean_shutdown("guest-shutdown-booting", Asked::Booting).await;
+}
+
+/// When the guest is asked to shut down.
+#[derive(PartialEq)]
+enum Asked {
+    /// Running: ticking, its power button and agent listening.
+    Running,
+    /// Suspended (paused) after that.
+    Suspended,
+    /// At once after the start, before anything in it listens.
+    Booting,
+}
+
+/// Boots the tiny guest and asks for a shutdown with 30 s to spare, when
+/// `asked`: the guest shuts down by itself, unmounting its disk, well
+/// before the destroy.
+async fn clean_shutdown(name: &str, asked: Asked) {
     let _lab = lab::lock();
     let dir = lab::test_dir(name);
     let repo = ImageRepo::start(&dir).await;
@@ -46,8 +62,14 @@ async fn clean_shutdown(name: &str, suspended: bool) {
     let mut c = a1.client().await;
     let spec = ids.spec("svc-shutdown");
     let vee = spec.vee_id.clone();
-    boot(&mut c, &spec).await;
-    if suspended {
+    if asked == Asked::Booting {
+        c.prepare(PrepareRequest { spec: Some(spec.clone()) }).await.unwrap();
+        c.create(CreateRequest { spec: Some(spec.clone()) }).await.unwrap();
+        c.start(StartRequest { vee_id: vee.clone() }).await.unwrap();
+    } else {
+        boot(&mut c, &spec).await;
+    }
+    if asked == Asked::Suspended {
         let st = c.suspend(SuspendRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
         assert_eq!(st.state(), VeeState::Paused);
     }

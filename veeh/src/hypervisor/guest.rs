@@ -13,6 +13,10 @@ use super::{is_no_domain, Hypervisor};
 /// default is to wait for ever).
 const AGENT_TIMEOUT_S: i32 = 5;
 
+/// How often a shutdown request is made again while the guest has not shut
+/// down (Nova's libvirt driver: `SHUTDOWN_RETRY_INTERVAL`, 10 s).
+pub const SHUTDOWN_RETRY: Duration = Duration::from_secs(10);
+
 /// Whether the guest's clock was set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GuestClock {
@@ -25,19 +29,29 @@ pub enum GuestClock {
 
 impl Hypervisor {
     /// Asks the guest to shut down (libvirt's default: the guest agent if
-    /// one answers, else the ACPI power button); after `timeout` the domain
-    /// is destroyed. A paused guest could not act on the request: it runs
-    /// again first. Returns true when the guest shut down by itself.
+    /// one answers, else the ACPI power button), again every
+    /// [`SHUTDOWN_RETRY`] as Nova does (a guest still booting when asked
+    /// has no one listening yet); after `timeout` the domain is destroyed.
+    /// A paused guest could not act on the request: it runs again first.
+    /// Returns true when the guest shut down by itself.
     pub fn shutdown(&self, vee_id: &str, timeout: Duration) -> Result<bool> {
         self.on_domain(vee_id, |d| {
             if matches!(d.state()?.0, virt::enumutil::Enum::Known(virt::domain::DomainState::Paused)) {
                 d.resume()?;
             }
-            let _ = d.shutdown();
             Ok(())
         })?;
         let start = Instant::now();
+        let mut asked: Option<Instant> = None;
         while start.elapsed() < timeout {
+            if asked.is_none_or(|t| t.elapsed() >= SHUTDOWN_RETRY) {
+                // Gone meanwhile: the check below says so.
+                let _ = self.on_domain(vee_id, |d| {
+                    let _ = d.shutdown();
+                    Ok(())
+                });
+                asked = Some(Instant::now());
+            }
             if self.state(vee_id)?.is_none() {
                 return Ok(true);
             }

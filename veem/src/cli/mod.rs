@@ -145,9 +145,10 @@ pub struct GlobalOpts {
     /// per line (for scripts: `for v in $(veem ls -q); ...`).
     #[arg(long, short = 'q', global = true, conflicts_with = "output")]
     pub quiet: bool,
-    /// Give up on a VMI call after this long (`30s`; exit 6); streams
-    /// (`events --follow`) are not cut.
-    #[arg(long, global = true, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
+    /// Give up on a VMI call after this long (exit 6); streams
+    /// (`events --follow`) are not cut. Longer than the VEEM's default
+    /// stop_timeout (30 s), so that a stop ending in a destroy answers.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "60s")]
     pub request_timeout: Duration,
 }
 
