@@ -314,6 +314,13 @@ pub async fn console_tail(c: &mut VhiServiceClient<Channel>, vee_id: &str, tail_
 /// Prepares, creates and starts `spec` on `c`'s host and waits (up to
 /// 120 s, TCG) for its third tick; returns it as [`wait_tick`] does.
 pub async fn boot(c: &mut VhiServiceClient<Channel>, spec: &VeeSpec) -> (u64, Option<u64>) {
+    start(c, spec).await;
+    wait_tick(c, &spec.vee_id, 3, Duration::from_secs(120)).await
+}
+
+/// Prepares, creates and starts `spec` on `c`'s host; panics unless its
+/// domain runs. Returns at once: nothing in the guest has booted yet.
+pub async fn start(c: &mut VhiServiceClient<Channel>, spec: &VeeSpec) {
     c.prepare(interfaces::vhi::PrepareRequest { spec: Some(spec.clone()) })
         .await
         .unwrap();
@@ -326,7 +333,6 @@ pub async fn boot(c: &mut VhiServiceClient<Channel>, spec: &VeeSpec) -> (u64, Op
         .unwrap()
         .into_inner();
     assert_eq!(st.state(), VeeState::Running);
-    wait_tick(c, &spec.vee_id, 3, Duration::from_secs(120)).await
 }
 
 /// Waits until the VEE's console shows tick `min` or later; returns the

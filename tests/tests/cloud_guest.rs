@@ -60,6 +60,18 @@ async fn wait_line(c: &mut VhiServiceClient<Channel>, vee: &str, needle: &str, t
     .await
 }
 
+/// A new ed25519 key pair at `path` (the public key at `path.pub`);
+/// returns `path`.
+fn keygen(path: &Path) -> std::path::PathBuf {
+    let made = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "alice@laptop", "-f"])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "ssh-keygen {}", path.display());
+    path.to_path_buf()
+}
+
 /// `ssh -i key debian@address command` from the lab's outside, trusting
 /// only the host keys in `known_hosts`: (success, output).
 fn ssh(key: &Path, known_hosts: &Path, address: &str, command: &str) -> (bool, String) {
@@ -92,20 +104,15 @@ async fn lab_a_stock_cloud_image_boots_configured_by_its_manifest_and_stops_clea
     let _forwarding = Forwarding::on();
     assert!(outside("true").0, "no namespace {OUTSIDE}: run scripts/setup-host");
     let dir = lab::test_dir("cloud-guest");
-    let key = dir.join("id_ed25519");
-    let made = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", "alice@laptop", "-f"])
-        .arg(&key)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    let key = keygen(&dir.join("id_ed25519"));
     let public_key = std::fs::read_to_string(key.with_extension("pub")).unwrap();
 
     let repo = ImageRepo::start(&dir).await;
     let ids = repo.push_guest(&guest::cloud_image()).await;
     let a1 = Veeh::start(&dir, "cg-a1", "site-a", lab::SITE_A_URI, &repo).await;
     let port = site::port();
-    // A systemd guest takes tens of seconds to shut down under TCG.
+    // The guest's systemd shutdown takes about 9 s under TCG: room for a
+    // loaded machine.
     let extra = "stop_timeout = \"180s\"\n[networks]\nexternal_pool = \"10.80.5.0/28\"\n";
     let cfg = site::write_config(&dir, "site-a", port, &repo, &[&a1], &[], extra);
     let veem = Veem::start(&dir, "site-a", port, cfg).await;
@@ -165,12 +172,7 @@ async fn lab_a_stock_cloud_image_boots_configured_by_its_manifest_and_stops_clea
         "{text}"
     );
     // Another key is refused.
-    let other = dir.join("other_ed25519");
-    Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&other)
-        .status()
-        .unwrap();
+    let other = keygen(&dir.join("other_ed25519"));
     let (ok, text) = ssh(&other, &known_hosts, &external, "true");
     assert!(!ok, "a key not in the manifest logged in: {text}");
 

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use e2e::daemons::{boot, checkpoint, console, migrate, wait_console_line, wait_tick, ImageRepo, Veeh};
+use e2e::daemons::{boot, checkpoint, console, migrate, start, wait_console_line, wait_tick, ImageRepo, Veeh};
 use e2e::{guest, lab};
 use interfaces::vhi::*;
 
@@ -63,9 +63,7 @@ async fn clean_shutdown(name: &str, asked: Asked) {
     let spec = ids.spec("svc-shutdown");
     let vee = spec.vee_id.clone();
     if asked == Asked::Booting {
-        c.prepare(PrepareRequest { spec: Some(spec.clone()) }).await.unwrap();
-        c.create(CreateRequest { spec: Some(spec.clone()) }).await.unwrap();
-        c.start(StartRequest { vee_id: vee.clone() }).await.unwrap();
+        start(&mut c, &spec).await;
     } else {
         boot(&mut c, &spec).await;
     }
@@ -159,13 +157,7 @@ async fn lab_first_boot_data_reaches_the_guest_and_follows_it_through_restore_an
         ],
     });
     let vee = spec.vee_id.clone();
-    ca.prepare(interfaces::vhi::PrepareRequest { spec: Some(spec.clone()) })
-        .await
-        .unwrap();
-    ca.create(interfaces::vhi::CreateRequest { spec: Some(spec.clone()) })
-        .await
-        .unwrap();
-    ca.start(StartRequest { vee_id: vee.clone() }).await.unwrap();
+    start(&mut ca, &spec).await;
     let seed = wait_console_line(&mut ca, &vee, "vee-guest: seed", 0, BOOT).await;
     assert_eq!(seed, format!("vee-guest: seed instance-id={vee} hostname=web-0 ssh-keys=2"));
     wait_console_line(&mut ca, &vee, "vee-guest: user-data ran on web-0", 0, BOOT).await;
