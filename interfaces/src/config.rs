@@ -43,7 +43,7 @@ fn field_prefix(f: &str) -> String {
 }
 
 /// Line and column (1-based) of byte `offset` of `text`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;

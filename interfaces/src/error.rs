@@ -43,8 +43,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// The gRPC status a daemon answers for an error chain: the code of the
 /// first link that `code_of` classifies, else of the first shared
 /// [`Error`] in it (see [`Error::grpc_code`]), else `default`; the message
-/// is the whole chain. Each daemon passes its own typed errors in
-/// `code_of`: no status is chosen by reading message text.
+/// is the whole chain, at most [`crate::excerpt::MESSAGE_BYTES`]. Each
+/// daemon passes its own typed errors in `code_of`: no status is chosen by
+/// reading message text.
 pub fn grpc_status(
     e: &anyhow::Error,
     code_of: impl Fn(&(dyn std::error::Error + 'static)) -> Option<tonic::Code>,
@@ -54,7 +55,7 @@ pub fn grpc_status(
         .chain()
         .find_map(|c| code_of(c).or_else(|| c.downcast_ref::<Error>().and_then(Error::grpc_code)))
         .unwrap_or(default);
-    tonic::Status::new(code, format!("{e:#}"))
+    tonic::Status::new(code, crate::excerpt::message(&format!("{e:#}")))
 }
 
 impl Error {

@@ -8,6 +8,7 @@ pub mod config;
 pub mod daemon;
 pub mod database;
 pub mod error;
+pub mod excerpt;
 pub mod listen;
 pub mod locks;
 pub mod manifest;

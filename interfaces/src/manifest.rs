@@ -37,6 +37,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::blob_id::BlobId;
 use crate::error::{Error, Result};
+use crate::excerpt::{around, excerpt, QUOTE_CHARS};
 
 mod validate;
 
@@ -544,18 +545,20 @@ fn parse(text: &str) -> Result<Manifest> {
 }
 
 /// Turns a deserialization error at `path` into an error naming the field.
+/// What it quotes of the manifest is bounded (`crate::excerpt`): the
+/// message's ends, the field path's, and the part of the line around the
+/// column of a syntax error.
 fn shape_error(text: &str, path: &str, err: &toml::de::Error) -> Error {
-    let message = err.message().trim().to_string();
-    let line = err
-        .span()
-        .map(|span| format!(" (line {})", text[..span.start.min(text.len())].lines().count().max(1)));
-    let line = line.unwrap_or_default();
+    let message = excerpt(err.message().trim(), 2 * QUOTE_CHARS).into_owned();
+    let at = err.span().map(|span| crate::config::line_col(text, span.start));
+    let line = at.map(|(l, _)| format!(" (line {l})")).unwrap_or_default();
     let path = if path == "." || path == "?" { "" } else { path };
+    let path = &*excerpt(path, QUOTE_CHARS);
     // Missing and unknown fields are reported by serde at the enclosing
     // table; name the field itself.
     for prefix in ["missing field `", "unknown field `"] {
         if let Some(rest) = message.strip_prefix(prefix) {
-            let name = rest.split('`').next().unwrap_or_default();
+            let name = &*excerpt(rest.split('`').next().unwrap_or_default(), QUOTE_CHARS);
             let field = match (path, name) {
                 ("", n) => n.to_string(),
                 (p, n) if p == n || p.ends_with(&format!(".{n}")) => p.to_string(),
@@ -571,7 +574,10 @@ fn shape_error(text: &str, path: &str, err: &toml::de::Error) -> Error {
     }
     if path.is_empty() {
         // Not even TOML (or an error without a location in the shape).
-        return Error::ManifestSyntax(err.to_string());
+        return Error::ManifestSyntax(match at {
+            Some((l, c)) => format!("line {l}, column {c}: {message}: {}", around(text, l, c)),
+            None => message,
+        });
     }
     Error::InvalidManifest {
         field: path.to_string(),

@@ -212,13 +212,16 @@ impl Veem {
         self.busy.lock().unwrap().remove(vee_id);
     }
 
-    /// Persists and broadcasts an event.
+    /// Persists and broadcasts an event; its detail (often an error that
+    /// quotes a host's, a peer's or a caller's words) is bounded to
+    /// [`interfaces::excerpt::MESSAGE_BYTES`].
     pub fn event(&self, vee_id: &str, service_id: &str, kind: &str, detail: impl Into<String>) {
+        let detail: String = detail.into();
         let e = EventRec {
             vee_id: vee_id.into(),
             service_id: service_id.into(),
             kind: kind.into(),
-            detail: detail.into(),
+            detail: interfaces::excerpt::message(&detail).into_owned(),
             at_ms: self.clock.now_ms(),
         };
         if let Err(err) = self.store.append_event(&e) {

@@ -379,6 +379,25 @@ fn rejects_wrong_types_and_syntax() {
     }
 }
 
+/// A manifest's errors quote it by excerpts (issue 36): a malformed 1 MiB
+/// line, a 1 MiB string of the wrong type or a 1 MiB unknown key comes
+/// back as a few hundred characters naming the line, column and field.
+#[test]
+fn errors_quote_a_huge_manifest_by_excerpts_with_line_column_and_field() {
+    let huge = "x".repeat(1 << 20);
+    let cases = [
+        (format!("[service]\nname = {huge}\n"), "line 2, column"),
+        (edit("vcpus = 2", &format!("vcpus = \"{huge}\"")), "component[1].vcpus"),
+        (edit("vcpus = 2", &format!("{huge} = 2\nvcpus = 2")), "unknown field"),
+    ];
+    for (text, names) in cases {
+        let e = Manifest::from_toml(&text).unwrap_err().to_string();
+        assert!(e.len() < 1200, "{} bytes: {}", e.len(), &e[..2000.min(e.len())]);
+        assert!(e.contains(names), "{e}");
+        assert!(e.contains("xxxx") && e.contains("characters cut]") || e.contains('…'), "{e}");
+    }
+}
+
 #[test]
 fn rejects_missing_components_and_sla_inconsistency() {
     let text = base();

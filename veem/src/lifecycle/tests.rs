@@ -35,6 +35,22 @@ async fn a_suspend_the_host_refuses_changes_nothing() {
     assert_eq!(site.events(&vee).len(), before, "no state event");
 }
 
+/// What a host answers is quoted in the event and the error, bounded
+/// (issue 36): a host that says 1 MiB does not make a 1 MiB event.
+#[tokio::test]
+async fn a_hosts_huge_refusal_is_quoted_by_a_bounded_excerpt() {
+    let (site, vee, host) = one_running_vee().await;
+    site.host(&host).fail("Checkpoint", Code::Internal, &"disk full ".repeat(100_000));
+    let e = site.veem.vee_action(&vee, Action::Checkpoint, "").await.unwrap_err();
+    let status = crate::error::status(e);
+    assert!(status.message().contains("disk full"), "{}", &status.message()[..200]);
+    assert!(status.message().len() <= interfaces::excerpt::MESSAGE_BYTES, "{}", status.message().len());
+    let events = site.events(&vee);
+    let last = events.last().unwrap();
+    assert!(last.contains("disk full"), "{events:?}");
+    assert!(events.iter().all(|e| e.len() <= interfaces::excerpt::MESSAGE_BYTES + 40), "{}", last.len());
+}
+
 #[tokio::test]
 async fn a_checkpoint_is_recorded_and_its_blobs_pinned() {
     let (site, vee, _) = one_running_vee().await;
