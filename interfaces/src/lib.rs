@@ -2,9 +2,11 @@
 //! the service manifest and SLA types, the image repository client and the
 //! shared error type. No daemon code lives here (DESIGN.md §2).
 
+pub mod auth_throttle;
 pub mod blob_id;
 pub mod cloud_init;
 pub mod config;
+pub mod connections;
 pub mod daemon;
 pub mod database;
 pub mod error;

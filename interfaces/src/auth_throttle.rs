@@ -1,0 +1,121 @@
+//! Failed authentications slowed down per client address (issue 36): an
+//! address may fail `burst` times at once, then once per `interval` (a
+//! leaky bucket of failures, as GCRA counts requests). While an address is
+//! over its bucket, a server answers its calls that carry credentials with
+//! 429 / RESOURCE_EXHAUSTED and `Retry-After` *before* checking them, so
+//! that a right guess cannot be told from a wrong one at more than one
+//! guess per `interval`; calls without credentials (health, the API's
+//! description) are not held up. IPv6 addresses count by /64
+//! (`connections::peer_key`).
+//!
+//! The table holds at most [`MAX_ADDRESSES`] addresses: when it is full,
+//! emptied buckets go first; an address that still finds no room is not
+//! tracked (memory stays bounded; the connection limits still hold it).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Addresses tracked at most.
+pub const MAX_ADDRESSES: usize = 65_536;
+
+/// The failures of each address; see the module doc.
+pub struct AuthThrottle {
+    burst: f64,
+    interval: Duration,
+    table: Mutex<HashMap<IpAddr, Bucket>>,
+}
+
+/// Failures not yet leaked away, as of `at`.
+#[derive(Clone, Copy)]
+struct Bucket {
+    level: f64,
+    at: Instant,
+}
+
+impl AuthThrottle {
+    /// `burst` failures at once (at least 1), then one per `interval`.
+    pub fn new(burst: u32, interval: Duration) -> Self {
+        Self {
+            burst: f64::from(burst.max(1)),
+            interval: interval.max(Duration::from_millis(1)),
+            table: Mutex::default(),
+        }
+    }
+
+    /// `Some(wait)` while `peer` may not try again: how long until it may.
+    pub fn check(&self, peer: IpAddr) -> Option<Duration> {
+        self.check_at(crate::connections::peer_key(peer), Instant::now())
+    }
+
+    /// Counts a failed authentication of `peer`.
+    pub fn failed(&self, peer: IpAddr) {
+        self.failed_at(crate::connections::peer_key(peer), Instant::now());
+    }
+
+    fn level(&self, b: Bucket, now: Instant) -> f64 {
+        let leaked = now.saturating_duration_since(b.at).as_secs_f64() / self.interval.as_secs_f64();
+        (b.level - leaked).max(0.0)
+    }
+
+    fn check_at(&self, peer: IpAddr, now: Instant) -> Option<Duration> {
+        let b = *self.table.lock().unwrap().get(&peer)?;
+        let over = self.level(b, now) - (self.burst - 1.0);
+        (over > 0.0).then(|| self.interval.mul_f64(over))
+    }
+
+    fn failed_at(&self, peer: IpAddr, now: Instant) {
+        let mut table = self.table.lock().unwrap();
+        if table.len() >= MAX_ADDRESSES && !table.contains_key(&peer) {
+            table.retain(|_, b| self.level(*b, now) > 0.0);
+            if table.len() >= MAX_ADDRESSES {
+                return;
+            }
+        }
+        let level = table.get(&peer).map_or(0.0, |b| self.level(*b, now));
+        table.insert(peer, Bucket { level: level + 1.0, at: now });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_of_failures_then_one_per_interval() {
+        let t = AuthThrottle::new(3, Duration::from_secs(1));
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            assert_eq!(t.check_at(a, t0), None);
+            t.failed_at(a, t0);
+        }
+        let wait = t.check_at(a, t0).expect("over the burst");
+        assert_eq!(wait, Duration::from_secs(1));
+        assert_eq!(t.check_at(b, t0), None, "another address is not held up");
+        let later = t0 + Duration::from_millis(1001);
+        assert_eq!(t.check_at(a, later), None, "one more try after the interval");
+        t.failed_at(a, later);
+        assert!(t.check_at(a, later).is_some());
+        assert_eq!(t.check_at(a, t0 + Duration::from_secs(10)), None, "forgotten in time");
+    }
+
+    #[test]
+    fn ipv6_addresses_count_by_their_64() {
+        let t = AuthThrottle::new(1, Duration::from_secs(60));
+        t.failed("2001:db8:1:2::1".parse().unwrap());
+        assert!(t.check("2001:db8:1:2::ffff".parse().unwrap()).is_some());
+        assert!(t.check("2001:db8:1:3::1".parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn the_table_stays_bounded() {
+        let t = AuthThrottle::new(1, Duration::from_secs(3600));
+        let now = Instant::now();
+        for i in 0..(MAX_ADDRESSES as u32 + 10) {
+            t.failed_at(IpAddr::from(i.to_be_bytes()), now);
+        }
+        assert_eq!(t.table.lock().unwrap().len(), MAX_ADDRESSES);
+    }
+}
