@@ -138,7 +138,7 @@ pub fn notify_stopping() {
 
 /// Adds to `router` what a gRPC daemon serves beside its own interface:
 /// the standard health service (`grpc.health.v1.Health`: SERVING for
-/// `service`, e.g. `vmi.v1.VmiService`, until the returned reporter says
+/// `service`, e.g. `vhi.v1.VhiService`, until the returned reporter says
 /// otherwise) and server reflection (v1 and v1alpha, of `descriptors` and
 /// of the health service), so that load balancers, probes and `grpcurl`
 /// work without the protos. Neither needs a token: they tell only the
@@ -149,8 +149,40 @@ pub async fn with_health_and_reflection<L: Clone>(
     service: &str,
     descriptors: &[u8],
 ) -> anyhow::Result<(tonic::transport::server::Router<L>, tonic_health::server::HealthReporter)> {
+    let (reporter, health, v1, v1alpha) = health_and_reflection(service, descriptors, tonic_health::ServingStatus::Serving).await?;
+    Ok((router.add_service(health).add_service(v1).add_service(v1alpha), reporter))
+}
+
+/// [`with_health_and_reflection`] for routes served by the daemon's own
+/// listener (`crate::connections`), the health of `service` starting as
+/// `status` (NOT_SERVING while a daemon starts up).
+pub async fn routes_with_health_and_reflection(
+    routes: tonic::service::Routes,
+    service: &str,
+    descriptors: &[u8],
+    status: tonic_health::ServingStatus,
+) -> anyhow::Result<(tonic::service::Routes, tonic_health::server::HealthReporter)> {
+    let (reporter, health, v1, v1alpha) = health_and_reflection(service, descriptors, status).await?;
+    Ok((routes.add_service(health).add_service(v1).add_service(v1alpha), reporter))
+}
+
+type Reflection<T> = tonic_reflection::server::v1::ServerReflectionServer<T>;
+type ReflectionAlpha<T> = tonic_reflection::server::v1alpha::ServerReflectionServer<T>;
+
+/// The health service with `service` at `status`, and reflection v1 and
+/// v1alpha of `descriptors` and of the health service.
+async fn health_and_reflection(
+    service: &str,
+    descriptors: &[u8],
+    status: tonic_health::ServingStatus,
+) -> anyhow::Result<(
+    tonic_health::server::HealthReporter,
+    tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+    Reflection<impl tonic_reflection::server::v1::ServerReflection>,
+    ReflectionAlpha<impl tonic_reflection::server::v1alpha::ServerReflection>,
+)> {
     let (mut reporter, health) = tonic_health::server::health_reporter();
-    reporter.set_service_status(service, tonic_health::ServingStatus::Serving).await;
+    reporter.set_service_status(service, status).await;
     let v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(descriptors)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -159,7 +191,7 @@ pub async fn with_health_and_reflection<L: Clone>(
         .register_encoded_file_descriptor_set(descriptors)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    Ok((router.add_service(health).add_service(v1).add_service(v1alpha), reporter))
+    Ok((reporter, health, v1, v1alpha))
 }
 
 /// Serves `router` on the connections of `incoming` (a listener's, as

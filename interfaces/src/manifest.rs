@@ -549,7 +549,7 @@ fn parse(text: &str) -> Result<Manifest> {
 /// message's ends, the field path's, and the part of the line around the
 /// column of a syntax error.
 fn shape_error(text: &str, path: &str, err: &toml::de::Error) -> Error {
-    let message = excerpt(err.message().trim(), 2 * QUOTE_CHARS).into_owned();
+    let message = excerpt(&err.message().trim().replace('\n', "; "), 2 * QUOTE_CHARS).into_owned();
     let at = err.span().map(|span| crate::config::line_col(text, span.start));
     let line = at.map(|(l, _)| format!(" (line {l})")).unwrap_or_default();
     let path = if path == "." || path == "?" { "" } else { path };

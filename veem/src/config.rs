@@ -257,6 +257,11 @@ pub struct VeemConfig {
     /// `insecure = true`.
     #[serde(default)]
     pub tls: Option<interfaces::tls::SiteIdentity>,
+    /// The VMI listener's limits (`[listener]`: connections, per address,
+    /// handshake, head and idle timeouts, head and body sizes, failed
+    /// authentications; README "Security").
+    #[serde(default)]
+    pub listener: interfaces::connections::ListenerLimits,
     /// Allow plaintext: the VMI without `[tls]`, `http://` host and peer
     /// endpoints (unauthenticated hosts and peers; logged at every start).
     #[serde(default)]
@@ -393,6 +398,7 @@ impl VeemConfig {
         if self.site_id.is_empty() {
             return Err(invalid("site_id", "must not be empty"));
         }
+        self.listener.check("listener")?;
         if !["packing", "striping", "load-aware"].contains(&self.rank_policy.as_str()) {
             return Err(invalid(
                 "rank_policy",

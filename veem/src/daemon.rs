@@ -1,17 +1,20 @@
-//! `veem serve`: opens the state, learns the site's hosts, reconciles with
-//! what the VEEHs run, then serves the VMI beside the loops (`loops`) until
-//! stopped, and stops them cleanly.
+//! `veem serve`: binds its port, opens the state, answers the VMI (not
+//! serving yet: `front`) while it learns the site's hosts and reconciles
+//! with what the VEEHs run, then serves the VMI beside the loops (`loops`)
+//! until stopped, and stops them cleanly.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::VeemConfig;
+use crate::front::Front;
 use crate::hosts::Health;
 use crate::loops::{self, Loops};
 use crate::manager::Veem;
-use crate::server::VmiService;
 
 /// How long a stop waits for the loops' rounds under way.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -22,7 +25,21 @@ pub const VMI_SERVICE: &str = "vmi.v1.VmiService";
 /// Runs the VEEM of `config` until Ctrl-C or SIGTERM. `destroy_strays`:
 /// the operator's word that domains an empty database does not know are
 /// to be destroyed ([`crate::reconcile::Strays`]).
+///
+/// The stop signal's handlers come first and the port next: from then on
+/// the VMI answers (health NOT_SERVING, calls UNAVAILABLE: `front`) while
+/// the VEEM learns its hosts and reconciles with them, and a SIGTERM or
+/// SIGINT at any moment is a clean stop (exit 0, the database closed).
 pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
+    let stop = CancellationToken::new();
+    let signal = interfaces::daemon::shutdown_signal();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            signal.await;
+            stop.cancel();
+        }
+    });
     let cfg = VeemConfig::load(config)?;
     #[cfg(feature = "failpoints")]
     if let Some(spec) = &cfg.failpoints {
@@ -48,15 +65,11 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     // reconcile, nor run its loops).
     let listener = interfaces::listen::bind(listen).await?;
     let veem = Veem::open(cfg)?;
-    // One set of handlers (and of peer CAs) for gRPC and REST. REST is
-    // beside gRPC on the same port, over HTTP/1.1 too (TLS included: the
-    // VMI's ALPN offers both, so the connections' TLS is ours, not tonic's).
-    let handlers = std::sync::Arc::new(VmiService::checked(veem.clone())?);
-    let vmi = interfaces::vmi::vmi_service_server::VmiServiceServer::from_arc(handlers.clone());
-    let rest = tonic::service::Routes::default()
-        .into_axum_router()
-        .merge(crate::rest::router(handlers));
-    let mut builder = tonic::transport::Server::builder().accept_http1(true);
+    let limits = veem.cfg.listener.effective();
+    // One set of handlers (and of peer CAs) for gRPC and REST, on one
+    // port, over HTTP/2 and HTTP/1.1 (TLS included: the VMI's ALPN offers
+    // both).
+    let front = Front::of(veem.clone(), &limits).await?;
     let tls = match &veem.cfg.tls {
         Some(tls) => {
             let cas: Vec<&Path> = veem.cfg.peers.iter().filter_map(|p| p.ca.as_deref()).collect();
@@ -64,9 +77,52 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
         }
         None => None,
     };
-    // First heartbeats: learn capacities and profiles, then reconcile.
+    // Until the stop, then no new connection, the calls under way and the
+    // loops' rounds get the grace period: the stop token ends WatchEvents
+    // streams, so that a client that keeps one open does not hold the
+    // stop. Every store write is durable when made, so nothing is
+    // half-written.
+    let server = tokio::spawn(interfaces::connections::serve(
+        listener,
+        tls,
+        limits,
+        front.clone().router(),
+        stop.clone().cancelled_owned(),
+        SHUTDOWN_GRACE,
+    ));
+    tracing::info!(site = %veem.cfg.site_id, %listen, max_connections = limits.max_connections, "VMI listening; reconciling with the hosts");
+    let started = tokio::select! {
+        () = stop.cancelled() => false,
+        () = start_up(&veem, destroy_strays) => true,
+    };
+    let mut loops = None;
+    if started {
+        front.started().await;
+        loops = Some(Loops::start(&veem));
+        tracing::info!(site = %veem.cfg.site_id, %listen, "VMI serving");
+        interfaces::daemon::notify_ready();
+        stop.cancelled().await;
+    }
+    front.stopping().await;
+    veem.stopping.cancel();
+    let beside = async {
+        if let Some(loops) = loops {
+            loops.shutdown(SHUTDOWN_GRACE).await;
+        }
+    };
+    let (served, ()) = tokio::join!(server, beside);
+    served??;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// What the VEEM does before it serves: learns its hosts' capacities and
+/// profiles (first heartbeats), undoes what a crash cut short, reconciles
+/// its records with what the VEEHs run. Cancel-safe as a crash is: every
+/// step commits atomically.
+async fn start_up(veem: &Arc<Veem>, destroy_strays: bool) {
     for _ in 0..10 {
-        loops::heartbeat_round(&veem).await;
+        loops::heartbeat_round(veem).await;
         if veem.hosts.names().iter().all(|h| veem.hosts.health(h) == Health::Up) {
             break;
         }
@@ -94,39 +150,6 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     for h in veem.hosts.names() {
         if veem.planner.lock().unwrap().host(&h).is_some() {
             veem.hosts.mark_known(&h);
-        }
-    }
-    let loops = Loops::start(&veem);
-    // The stop signal's handlers before READY=1: a SIGTERM from then on
-    // is a clean stop.
-    let stop_signal = interfaces::daemon::shutdown_signal();
-    tracing::info!(site = %veem.cfg.site_id, %listen, "VMI listening");
-    interfaces::daemon::notify_ready();
-    let (router, health) = interfaces::daemon::with_health_and_reflection(
-        builder.add_routes(rest.into()).add_service(vmi),
-        VMI_SERVICE,
-        interfaces::vmi::FILE_DESCRIPTOR_SET,
-    )
-    .await?;
-    // Until a signal, or until the server ends by itself (it cannot bind).
-    // Then the server stops accepting and lets the calls under way finish,
-    // the loops end their round under way, both within the grace period:
-    // the stop token ends WatchEvents streams, so that a client that keeps
-    // one open does not hold the stop. Every store write is durable when
-    // made, so nothing is half-written.
-    let on_stop = || {
-        veem.stopping.cancel();
-        loops.shutdown(SHUTDOWN_GRACE)
-    };
-    let health = (health, VMI_SERVICE);
-    match tls {
-        Some(acceptor) => {
-            let incoming = interfaces::listen::tls_incoming(listener, acceptor);
-            interfaces::daemon::serve_until_stopped(router, incoming, stop_signal, health, SHUTDOWN_GRACE, on_stop).await
-        }
-        None => {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            interfaces::daemon::serve_until_stopped(router, incoming, stop_signal, health, SHUTDOWN_GRACE, on_stop).await
         }
     }
 }

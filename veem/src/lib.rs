@@ -21,6 +21,7 @@ pub mod deploy;
 pub mod domain;
 pub mod error;
 pub mod failpoints;
+pub mod front;
 #[cfg(test)]
 pub(crate) mod fakes;
 pub mod federation;

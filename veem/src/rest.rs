@@ -55,8 +55,12 @@ pub const ROUTES: &[&str] = &[
 
 type Vmi = Arc<VmiService>;
 
-/// The REST routes over `vmi`'s handlers.
-pub fn router(vmi: Arc<VmiService>) -> Router {
+/// The REST routes over `vmi`'s handlers. Every request's body is read
+/// whole first, at most `max_body` bytes (larger: 413), so that a route
+/// that needs none still answers over HTTP/2 instead of resetting the
+/// stream; a path no route has is 404, a route's path with another method
+/// 405 (with `Allow`), both as Google's JSON error.
+pub fn router(vmi: Arc<VmiService>, max_body: usize) -> Router {
     Router::new()
         .route("/v1/openapi.json", get(openapi))
         .route("/v1/services", get(list_services).post(deploy))
@@ -70,15 +74,76 @@ pub fn router(vmi: Arc<VmiService>) -> Router {
         .route("/v1/migrations", get(list_migrations))
         .route("/v1/migrations/:migration_id/approve", post(approve))
         .route("/v1/migrations/:migration_id/reject", post(reject))
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .with_state(vmi)
+        .layer(axum::middleware::from_fn_with_state(max_body, whole_body))
 }
 
-/// An error as Google's JSON error.
-pub struct RestError(Status);
+/// Reads the request's body whole (at most `max` bytes) before its route
+/// runs. Errors: 413 above `max`; 400 when the body cannot be read.
+async fn whole_body(
+    State(max): State<usize>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Result<Response, RestError> {
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, max).await.map_err(|e| {
+        let too_large = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            RestError::http(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Code::ResourceExhausted,
+                format!("the body is larger than {max} bytes (listener.max_body_size)"),
+            )
+        } else {
+            Status::invalid_argument(format!("the body cannot be read: {e}")).into()
+        }
+    })?;
+    Ok(next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await)
+}
+
+/// A path no route has: 404.
+async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> RestError {
+    Status::not_found(format!(
+        "no route {method} {}: the routes are in /v1/openapi.json",
+        interfaces::excerpt::excerpt(uri.path(), interfaces::excerpt::QUOTE_CHARS)
+    ))
+    .into()
+}
+
+/// A route's path with a method it does not take: 405 (axum adds `Allow`).
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> RestError {
+    RestError::http(
+        StatusCode::METHOD_NOT_ALLOWED,
+        Code::Unimplemented,
+        format!(
+            "{method} is not a method of {}: see Allow, or /v1/openapi.json",
+            interfaces::excerpt::excerpt(uri.path(), interfaces::excerpt::QUOTE_CHARS)
+        ),
+    )
+}
+
+/// An error as Google's JSON error: a gRPC status, answered with the HTTP
+/// status grpc-gateway maps its code to unless given one.
+pub struct RestError {
+    status: Status,
+    http: Option<StatusCode>,
+}
+
+impl RestError {
+    /// An error answered with `http`, `code` named in its body.
+    pub(crate) fn http(http: StatusCode, code: Code, message: String) -> Self {
+        Self {
+            status: Status::new(code, message),
+            http: Some(http),
+        }
+    }
+}
 
 impl From<Status> for RestError {
-    fn from(s: Status) -> Self {
-        Self(s)
+    fn from(status: Status) -> Self {
+        Self { status, http: None }
     }
 }
 
@@ -114,12 +179,14 @@ fn status_name(code: Code) -> String {
 }
 
 impl IntoResponse for RestError {
+    /// The message is bounded (`interfaces::excerpt::message`), whatever
+    /// the handler quoted.
     fn into_response(self) -> Response {
-        let http = http_status(self.0.code());
+        let http = self.http.unwrap_or_else(|| http_status(self.status.code()));
         let body = serde_json::json!({"error": {
             "code": http.as_u16(),
-            "status": status_name(self.0.code()),
-            "message": self.0.message(),
+            "status": status_name(self.status.code()),
+            "message": interfaces::excerpt::message(self.status.message()),
         }});
         (http, Json(body)).into_response()
     }

@@ -20,7 +20,7 @@ async fn call(site: &FakeSite, token: Option<&str>, method: Method, path: &str, 
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
     }
-    let app = router(std::sync::Arc::new(VmiService::handler(site.veem.clone())));
+    let app = router(std::sync::Arc::new(VmiService::handler(site.veem.clone())), 1 << 20);
     let res = app.oneshot(req.body(Body::from(body.to_string())).unwrap()).await.unwrap();
     let status = res.status().as_u16();
     let bytes = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();

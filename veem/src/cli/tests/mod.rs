@@ -249,7 +249,7 @@ async fn a_manifest_that_does_not_parse_or_validate_is_exit_5_and_never_sent() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.toml");
     for (text, says) in [
-        ("[service\n", "TOML parse error at line 1"),
+        ("[service\n", "line 1, column 9: invalid table header; expected `.`, `]`: [service"),
         (&manifest("x").replace("vcpus = 1", "vcpus = 0"), "component[0].vcpus"),
     ] {
         std::fs::write(&path, text).unwrap();

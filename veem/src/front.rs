@@ -1,0 +1,199 @@
+//! What every request on the VMI's port passes before a handler (issue
+//! 36), for gRPC and REST alike:
+//!
+//! - **gRPC or REST** by the request's content type (`application/grpc`,
+//!   `+proto` and the like): gRPC goes to the VMI, health and reflection
+//!   services, everything else to the REST routes, whose unknown paths are
+//!   404 and wrong methods 405. Nothing falls through from one to the
+//!   other.
+//! - **Start-up**: until the VEEM has reconciled with its hosts
+//!   ([`Front::started`]), calls are answered UNAVAILABLE (503 with
+//!   `Retry-After`), except health (NOT_SERVING meanwhile), reflection and
+//!   the API's description.
+//! - **Failed authentications** per client address
+//!   (`interfaces::auth_throttle`): a call that carries credentials from an
+//!   address over its bucket is answered RESOURCE_EXHAUSTED (429 with
+//!   `Retry-After`) before its token is looked at; an UNAUTHENTICATED
+//!   answer to a call with credentials fills the bucket.
+//! - **Bounded status messages**: a gRPC status message longer than
+//!   `interfaces::excerpt::MESSAGE_BYTES` is cut, whichever handler made it
+//!   (REST errors are bounded by `rest::RestError`).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use interfaces::auth_throttle::AuthThrottle;
+use interfaces::connections::ListenerLimits;
+use tonic::{Code, Status};
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+use tower::ServiceExt;
+
+use crate::daemon::VMI_SERVICE;
+use crate::manager::Veem;
+use crate::rest::RestError;
+use crate::server::VmiService;
+
+/// The front of the VMI's port: see the module doc.
+pub struct Front {
+    grpc: axum::Router,
+    rest: axum::Router,
+    throttle: AuthThrottle,
+    starting: AtomicBool,
+    health: HealthReporter,
+}
+
+impl Front {
+    /// The front of `veem`'s VMI within `limits`: its handlers (with the
+    /// peers' CAs under `[tls]`) as gRPC with health and reflection, and
+    /// as REST; starting up (health NOT_SERVING, [`Front::started`]).
+    /// Errors: a peer's CA cannot be read.
+    pub async fn of(veem: Arc<Veem>, limits: &ListenerLimits) -> anyhow::Result<Arc<Self>> {
+        let handlers = Arc::new(VmiService::checked(veem)?);
+        let vmi = interfaces::vmi::vmi_service_server::VmiServiceServer::from_arc(handlers.clone());
+        let (grpc, mut health) = interfaces::daemon::routes_with_health_and_reflection(
+            tonic::service::Routes::new(vmi),
+            VMI_SERVICE,
+            interfaces::vmi::FILE_DESCRIPTOR_SET,
+            ServingStatus::NotServing,
+        )
+        .await?;
+        health.set_service_status("", ServingStatus::NotServing).await;
+        let max_body = usize::try_from(limits.max_body_size).unwrap_or(usize::MAX);
+        Ok(Arc::new(Self {
+            grpc: grpc.into_axum_router(),
+            rest: crate::rest::router(handlers, max_body),
+            throttle: AuthThrottle::new(limits.auth_failures_burst, limits.auth_failure_interval),
+            starting: AtomicBool::new(true),
+            health,
+        }))
+    }
+
+    /// The VEEM has reconciled: calls are served, health says SERVING.
+    pub async fn started(&self) {
+        self.starting.store(false, Ordering::SeqCst);
+        self.set_health(ServingStatus::Serving).await;
+    }
+
+    /// The VEEM stops: health says NOT_SERVING.
+    pub async fn stopping(&self) {
+        self.set_health(ServingStatus::NotServing).await;
+    }
+
+    async fn set_health(&self, status: ServingStatus) {
+        let mut health = self.health.clone();
+        for service in [VMI_SERVICE, ""] {
+            health.set_service_status(service, status).await;
+        }
+    }
+
+    /// The front as the router the listener serves.
+    pub fn router(self: Arc<Self>) -> axum::Router {
+        axum::Router::new().fallback(handle).with_state(self)
+    }
+}
+
+/// Whether `req` is a gRPC call (content type `application/grpc`,
+/// `application/grpc+proto`, ...).
+fn is_grpc(req: &Request) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"))
+}
+
+/// What is answered while the VEEM starts up: whether it serves, its
+/// schema, and the REST API's description.
+fn open_while_starting(req: &Request, grpc: bool) -> bool {
+    let path = req.uri().path();
+    if grpc {
+        path.starts_with("/grpc.health.v1.Health/") || path.starts_with("/grpc.reflection.")
+    } else {
+        path == "/v1/openapi.json"
+    }
+}
+
+async fn handle(State(front): State<Arc<Front>>, req: Request) -> Response {
+    let grpc = is_grpc(&req);
+    // In-process calls (tests) have no address: one unnamed client.
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.0.ip());
+    let credentials = req.headers().contains_key(header::AUTHORIZATION);
+    if front.starting.load(Ordering::SeqCst) && !open_while_starting(&req, grpc) {
+        let status = Status::unavailable("the VEEM is starting: it reconciles with its hosts; retry shortly");
+        return refusal(grpc, status, StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(1));
+    }
+    if credentials {
+        if let Some(wait) = front.throttle.check(peer) {
+            let secs = wait.as_secs_f64().ceil().max(1.0);
+            let status = Status::resource_exhausted(format!(
+                "too many failed authentications from this address: retry in {secs} s"
+            ));
+            return refusal(grpc, status, StatusCode::TOO_MANY_REQUESTS, Duration::from_secs_f64(secs));
+        }
+    }
+    let to = if grpc { &front.grpc } else { &front.rest };
+    let Ok(resp) = to.clone().oneshot(req).await;
+    if credentials && unauthenticated(&resp, grpc) {
+        front.throttle.failed(peer);
+    }
+    if grpc {
+        bounded(resp)
+    } else {
+        resp
+    }
+}
+
+/// `status` as a gRPC answer, or as REST's JSON error with `http`; both
+/// with `Retry-After: wait`.
+fn refusal(grpc: bool, status: Status, http: StatusCode, wait: Duration) -> Response {
+    let mut resp = if grpc {
+        status.into_http().map(Body::new)
+    } else {
+        RestError::http(http, status.code(), status.message().to_string()).into_response()
+    };
+    resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
+    resp
+}
+
+/// Whether `resp` refused its caller's credentials.
+fn unauthenticated(resp: &Response, grpc: bool) -> bool {
+    if grpc {
+        resp.headers().get("grpc-status").is_some_and(|v| v.as_bytes() == b"16")
+    } else {
+        resp.status() == StatusCode::UNAUTHORIZED
+    }
+}
+
+/// `resp` with its `grpc-message` at most `MESSAGE_BYTES` once decoded.
+fn bounded(mut resp: Response) -> Response {
+    let Some(msg) = resp.headers().get("grpc-message") else {
+        return resp;
+    };
+    if msg.len() <= interfaces::excerpt::MESSAGE_BYTES {
+        return resp;
+    }
+    let text = percent_encoding::percent_decode(msg.as_bytes()).decode_utf8_lossy();
+    let code = resp
+        .headers()
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<i32>().ok())
+        .map_or(Code::Unknown, Code::from);
+    let cut = Status::new(code, interfaces::excerpt::message(&text)).into_http();
+    if let Some(v) = cut.headers().get("grpc-message") {
+        resp.headers_mut().insert("grpc-message", v.clone());
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,203 @@
+//! The front of the VMI's port over a fake site, as HTTP requests: what
+//! matches no route, start-up, failed authentications, bounded messages.
+
+use axum::http::{Method, Request};
+use prost::Message;
+use serde_json::Value;
+
+use super::*;
+use crate::fakes::FakeSite;
+
+const TOKENS: &str = "[[tokens]]\ntoken = \"provider-token\"\nrole = \"provider\"\nname = \"acme\"\n\
+[[tokens]]\ntoken = \"operator-token\"\nrole = \"operator\"\n";
+
+async fn front(site: &FakeSite) -> Arc<Front> {
+    let limits = ListenerLimits {
+        auth_failures_burst: 3,
+        auth_failure_interval: Duration::from_secs(60),
+        max_body_size: 4096,
+        ..ListenerLimits::default()
+    };
+    let f = Front::of(site.veem.clone(), &limits).await.unwrap();
+    f.started().await;
+    f
+}
+
+/// An answer: status, headers, body.
+struct Answer {
+    status: u16,
+    headers: axum::http::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+    fn grpc_status(&self) -> Option<&str> {
+        self.headers.get("grpc-status").and_then(|v| v.to_str().ok())
+    }
+}
+
+/// `req` from client address `from` through `front`.
+async fn send(front: &Arc<Front>, from: [u8; 4], mut req: Request<Body>) -> Answer {
+    req.extensions_mut().insert(ConnectInfo(SocketAddr::from((from, 40000))));
+    let resp = front.clone().router().oneshot(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    Answer {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: axum::body::to_bytes(body, 1 << 24).await.unwrap().to_vec(),
+    }
+}
+
+fn rest(method: Method, path: &str, token: Option<&str>, body: &str) -> Request<Body> {
+    let mut r = Request::builder().method(method).uri(path);
+    if let Some(t) = token {
+        r = r.header("authorization", format!("Bearer {t}"));
+    }
+    r.body(Body::from(body.to_string())).unwrap()
+}
+
+/// A unary gRPC call of `method` with `msg`.
+fn grpc(method: &str, token: Option<&str>, msg: impl Message) -> Request<Body> {
+    let bytes = msg.encode_to_vec();
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&bytes);
+    let mut r = Request::builder()
+        .method(Method::POST)
+        .uri(format!("/vmi.v1.VmiService/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(t) = token {
+        r = r.header("authorization", format!("Bearer {t}"));
+    }
+    r.body(Body::from(frame)).unwrap()
+}
+
+const A: [u8; 4] = [192, 0, 2, 1];
+const B: [u8; 4] = [192, 0, 2, 2];
+
+#[tokio::test]
+async fn what_no_route_matches_is_404_or_405_as_json_with_or_without_a_token() {
+    let site = FakeSite::start(&["h1"], TOKENS).await;
+    let f = front(&site).await;
+    for token in [None, Some("operator-token"), Some("wrong")] {
+        for (method, path) in [
+            (Method::GET, "/"),
+            (Method::GET, "/v1/hosts"),
+            (Method::GET, "/v1/nope"),
+            (Method::GET, "/v1/services/../../etc/passwd"),
+            (Method::POST, "/vmi.v1.VmiService/ListServices"),
+        ] {
+            let a = send(&f, A, rest(method.clone(), path, token, "")).await;
+            let e = a.json();
+            assert_eq!((a.status, e["error"]["status"].as_str()), (404, Some("NOT_FOUND")), "{method} {path}: {e}");
+            assert_eq!(e["error"]["code"], 404);
+            assert!(a.grpc_status().is_none(), "{method} {path} fell into gRPC");
+        }
+        let a = send(&f, A, rest(Method::PUT, "/v1/services", token, "")).await;
+        assert_eq!(a.status, 405, "{}", a.json());
+        assert_eq!(a.json()["error"]["code"], 405);
+        let allow = a.headers.get("allow").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        assert!(allow.contains("GET") && allow.contains("POST"), "Allow: {allow:?}");
+    }
+    // A gRPC call of a method the VMI does not have: gRPC's own answer.
+    let a = send(&f, A, grpc("NoSuchMethod", Some("operator-token"), interfaces::vmi::ListServicesRequest::default())).await;
+    assert_eq!((a.status, a.grpc_status()), (200, Some("12")));
+    // And a known one is served (its status in the trailers).
+    let a = send(&f, A, grpc("ListServices", Some("operator-token"), interfaces::vmi::ListServicesRequest::default())).await;
+    assert_eq!((a.status, a.grpc_status()), (200, None), "{:?}", a.headers);
+    interfaces::vmi::ListServicesResponse::decode(&a.body[5..]).unwrap();
+}
+
+#[tokio::test]
+async fn a_body_is_read_whole_and_bounded() {
+    let site = FakeSite::start(&["h1"], TOKENS).await;
+    let f = front(&site).await;
+    // A route that takes no body answers with one given.
+    let a = send(&f, A, rest(Method::POST, "/v1/migrations/m-1/approve", Some("operator-token"), "{}")).await;
+    assert_eq!((a.status, a.json()["error"]["status"].as_str()), (404, Some("NOT_FOUND")), "{}", a.json());
+    let a = send(&f, A, rest(Method::POST, "/v1/services", Some("provider-token"), &"x".repeat(5000))).await;
+    assert_eq!((a.status, a.json()["error"]["status"].as_str()), (413, Some("RESOURCE_EXHAUSTED")), "{}", a.json());
+    assert!(a.json()["error"]["message"].as_str().unwrap().contains("4096 bytes"));
+}
+
+#[tokio::test]
+async fn calls_wait_while_the_veem_starts_but_health_and_the_description_answer() {
+    let site = FakeSite::start(&["h1"], TOKENS).await;
+    let limits = ListenerLimits::default();
+    let f = Front::of(site.veem.clone(), &limits).await.unwrap();
+    let a = send(&f, A, rest(Method::GET, "/v1/services", Some("operator-token"), "")).await;
+    assert_eq!((a.status, a.json()["error"]["status"].as_str()), (503, Some("UNAVAILABLE")));
+    assert_eq!(a.headers["retry-after"], "1");
+    let a = send(&f, A, grpc("ListServices", Some("operator-token"), interfaces::vmi::ListServicesRequest::default())).await;
+    assert_eq!(a.grpc_status(), Some("14"));
+    let a = send(&f, A, rest(Method::GET, "/v1/openapi.json", None, "")).await;
+    assert_eq!(a.status, 200);
+    let check = tonic_health::pb::HealthCheckRequest {
+        service: VMI_SERVICE.into(),
+    };
+    let mut req = grpc("x", None, check.clone());
+    *req.uri_mut() = "/grpc.health.v1.Health/Check".parse().unwrap();
+    let a = send(&f, A, req).await;
+    let served = |a: &Answer| tonic_health::pb::HealthCheckResponse::decode(&a.body[5..]).unwrap().status;
+    assert_eq!(served(&a), tonic_health::pb::health_check_response::ServingStatus::NotServing as i32);
+    f.started().await;
+    let a = send(&f, A, rest(Method::GET, "/v1/services", Some("operator-token"), "")).await;
+    assert_eq!(a.status, 200);
+    let mut req = grpc("x", None, check);
+    *req.uri_mut() = "/grpc.health.v1.Health/Check".parse().unwrap();
+    assert_eq!(served(&send(&f, A, req).await), tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+}
+
+#[tokio::test]
+async fn failed_authentications_from_one_address_are_slowed_down_before_any_token_is_checked() {
+    let site = FakeSite::start(&["h1"], TOKENS).await;
+    let f = front(&site).await;
+    for i in 0..3 {
+        let a = if i % 2 == 0 {
+            send(&f, A, rest(Method::GET, "/v1/vees", Some(&format!("guess-{i}")), "")).await
+        } else {
+            let a = send(&f, A, grpc("ListVees", Some("guess"), interfaces::vmi::ListVeesRequest::default())).await;
+            assert_eq!(a.grpc_status(), Some("16"));
+            a
+        };
+        assert!(a.status == 401 || a.status == 200, "guess {i}: {}", a.status);
+    }
+    // Over the burst: even the right token waits, so a guess tells nothing.
+    let a = send(&f, A, rest(Method::GET, "/v1/vees", Some("operator-token"), "")).await;
+    assert_eq!((a.status, a.json()["error"]["status"].as_str()), (429, Some("RESOURCE_EXHAUSTED")), "{}", a.json());
+    assert_eq!(a.headers["retry-after"], "60");
+    let a = send(&f, A, grpc("ListVees", Some("operator-token"), interfaces::vmi::ListVeesRequest::default())).await;
+    assert_eq!(a.grpc_status(), Some("8"));
+    // Without credentials, nothing to slow down; another address is served.
+    assert_eq!(send(&f, A, rest(Method::GET, "/v1/openapi.json", None, "")).await.status, 200);
+    assert_eq!(send(&f, B, rest(Method::GET, "/v1/vees", Some("operator-token"), "")).await.status, 200);
+}
+
+#[tokio::test]
+async fn a_status_that_quotes_a_huge_input_is_cut_to_its_bound() {
+    let site = FakeSite::start(&["h1"], TOKENS).await;
+    let f = front(&site).await;
+    let huge = "x".repeat(1 << 20);
+    let a = send(&f, A, grpc("GetService", Some("operator-token"), interfaces::vmi::GetServiceRequest { service_id: huge.clone() })).await;
+    assert_eq!(a.grpc_status(), Some("5"));
+    let msg = a.headers["grpc-message"].to_str().unwrap();
+    assert!(msg.len() <= 3 * interfaces::excerpt::MESSAGE_BYTES && msg.contains("xxxx"), "{} bytes", msg.len());
+    let a = send(&f, A, rest(Method::GET, &format!("/v1/services/{}", &huge[..3000]), Some("operator-token"), "")).await;
+    assert_eq!(a.status, 404);
+    assert!(a.body.len() <= interfaces::excerpt::MESSAGE_BYTES + 200, "{} bytes", a.body.len());
+}
+
+#[test]
+fn any_handlers_status_message_is_cut_whatever_made_it() {
+    let long = format!("VEE {} not found", "é".repeat(1 << 19));
+    let resp = bounded(Status::not_found(long).into_http().map(Body::new));
+    let header = resp.headers()["grpc-message"].as_bytes();
+    let text = percent_encoding::percent_decode(header).decode_utf8().unwrap();
+    assert!(text.len() <= interfaces::excerpt::MESSAGE_BYTES, "{}", text.len());
+    assert!(text.starts_with("VEE éé") && text.ends_with("[cut]"), "{text}");
+    assert_eq!(resp.headers()["grpc-status"], "5");
+}
