@@ -200,10 +200,18 @@ pub async fn serve(
     let http = Arc::new(builder(&limits));
     let (closing, cut, tracker) = (CancellationToken::new(), CancellationToken::new(), TaskTracker::new());
     let mut refusing = false;
+    let ended = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut trim = tokio::time::interval(TRIM_EVERY);
     tokio::pin!(stop);
     loop {
         let tcp = tokio::select! {
             tcp = crate::listen::accept(&listener) => tcp,
+            _ = trim.tick() => {
+                if ended.swap(0, std::sync::atomic::Ordering::Relaxed) >= TRIM_AFTER {
+                    return_freed_memory();
+                }
+                continue;
+            }
             () = &mut stop => break,
         };
         let Ok(peer) = tcp.peer_addr() else { continue };
@@ -231,8 +239,9 @@ pub async fn serve(
             closing: closing.clone(),
             cut: cut.clone(),
         };
-        let tls = tls.clone();
+        let (tls, ended) = (tls.clone(), ended.clone());
         tracker.spawn(async move {
+            let _ended = Ended(ended);
             match tls {
                 None => conn.serve(tcp).await,
                 Some(tls) => {
@@ -259,6 +268,32 @@ pub async fn serve(
         tracker.wait().await;
     }
     Ok(())
+}
+
+/// How often the listener looks whether to return freed memory, and after
+/// how many connections ended since it last did.
+const TRIM_EVERY: Duration = Duration::from_secs(2);
+const TRIM_AFTER: usize = 16;
+
+/// Counts a connection's end, when dropped.
+struct Ended(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Gives the memory the allocator holds free back to the system (glibc's
+/// `malloc_trim`): the buffers of many connections, freed when they end,
+/// stay in glibc's per-thread arenas otherwise, and a burst of abusive
+/// connections would leave the daemon larger for good.
+fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory of the allocator.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// The address a client is counted by: itself, or its /64 for IPv6 (one

@@ -26,11 +26,19 @@ impl Daemon {
     /// namespaces, through `nsenter`, which execs: the child's pid is the
     /// daemon's).
     pub fn try_spawn_at(place: Place, name: &str, bin: &str, args: &[&str], dir: &Path) -> Result<Self, String> {
+        Self::try_spawn_wrapped(place, &[], name, bin, args, dir)
+    }
+
+    /// [`Daemon::try_spawn_at`] through `wrapper`, a command that execs the
+    /// rest of its line (`prlimit --nofile=1024:1024 --`): the child's pid
+    /// is still the daemon's.
+    pub fn try_spawn_wrapped(place: Place, wrapper: &[&str], name: &str, bin: &str, args: &[&str], dir: &Path) -> Result<Self, String> {
         let log = dir.join(format!("{name}.log"));
         let f = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let out = f.try_clone().map_err(|e| e.to_string())?;
         let bin_path = try_binary(bin)?;
         let mut cmd = place.enter()?;
+        cmd.extend(wrapper.iter().map(|w| w.to_string()));
         cmd.push(bin_path.to_string_lossy().into_owned());
         let child = Command::new(&cmd[0])
             .args(&cmd[1..])

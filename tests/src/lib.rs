@@ -3,6 +3,7 @@
 //! and real daemons (`image-repo`, `veeh`, `veem`) started as processes.
 //! Nothing here mocks libvirt.
 
+pub mod abusive;
 pub mod daemons;
 pub mod disk;
 pub mod grpc;

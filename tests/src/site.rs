@@ -158,14 +158,22 @@ impl Veem {
     /// [`Veem::start`] without waiting for the hosts (a restart may find
     /// one dead on purpose).
     async fn start_serving(dir: &Path, site_id: &str, port: u16, config: PathBuf) -> Self {
+        Self::start_wrapped(dir, site_id, port, config, &[]).await
+    }
+
+    /// [`Veem::start`] without waiting for the hosts, through `wrapper`
+    /// (`Daemon::try_spawn_wrapped`: `prlimit --nofile=1024:1024 --`).
+    pub async fn start_wrapped(dir: &Path, site_id: &str, port: u16, config: PathBuf, wrapper: &[&str]) -> Self {
         let place = Place::of_site(site_id);
-        let daemon = Daemon::spawn_at(
+        let daemon = Daemon::try_spawn_wrapped(
             place,
+            wrapper,
             &format!("veem-{site_id}"),
             "veem",
             &["serve", "--config", config.to_str().unwrap()],
             dir,
-        );
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let mut v = Self {
             daemon,
             site_id: site_id.into(),

@@ -47,6 +47,74 @@ async fn veem_stops_cleanly_on_sigterm_and_starts_again_on_the_same_database() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A VEEM whose hosts do not answer takes seconds to start (it waits for
+/// their heartbeats, then reconciles): meanwhile its port answers, health
+/// NOT_SERVING and calls UNAVAILABLE, and a SIGTERM at any moment of it is
+/// a clean stop that leaves the database to the next start (issue 36).
+#[tokio::test(flavor = "multi_thread")]
+async fn veem_answers_not_serving_while_it_starts_and_stops_cleanly_at_any_moment_of_it() {
+    let dir = lab::test_dir("veem-start-stop");
+    let repo = ImageRepo::start(&dir).await;
+    let port = site::port();
+    let hosts = "[[hosts]]\nname = \"gone\"\nendpoint = \"https://127.0.0.1:1\"\n";
+    let config = site::write_config(&dir, "site-a", port, &repo, &[], &[], hosts);
+    let spawn = || {
+        vee_testkit::daemon::Daemon::spawn_at(
+            lab::Place::SiteA,
+            "veem-site-a",
+            "veem",
+            &["serve", "--config", config.to_str().unwrap()],
+            &dir,
+        )
+    };
+    let endpoint = site::endpoint("site-a", port);
+    let pki = vee_testkit::pki::site("site-a");
+    for delay in [100, 400] {
+        let mut veem = spawn();
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        let took = stops_cleanly(&mut veem);
+        println!("stopped {delay} ms into its start-up in {took:?}");
+    }
+    let mut veem = spawn();
+    let start = Instant::now();
+    let ch = loop {
+        if let Ok(ch) = pki.vmi_channel(&endpoint, None).await {
+            break ch;
+        }
+        assert!(start.elapsed() < Duration::from_secs(3), "the port is not served at once");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    use tonic_health::pb::health_check_response::ServingStatus;
+    assert_eq!(e2e::grpc::health(ch.clone(), "vmi.v1.VmiService").await.unwrap(), ServingStatus::NotServing);
+    let mut op = interfaces::vmi::vmi_service_client::VmiServiceClient::with_interceptor(
+        ch,
+        veem::peers::Bearer::new(site::OPERATOR).unwrap(),
+    );
+    let err = op
+        .list_services(interfaces::vmi::ListServicesRequest::default())
+        .await
+        .expect_err("served while starting");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(start.elapsed() < Duration::from_secs(3), "{:?}: the test needs the start-up still under way", start.elapsed());
+    let took = stops_cleanly(&mut veem);
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    // The same database, at once, to the end of its start-up.
+    let mut veem = spawn();
+    let start = Instant::now();
+    loop {
+        if let Ok(ch) = pki.vmi_channel(&endpoint, None).await {
+            if matches!(e2e::grpc::health(ch, "vmi.v1.VmiService").await, Ok(ServingStatus::Serving)) {
+                break;
+            }
+        }
+        veem.assert_alive();
+        assert!(start.elapsed() < Duration::from_secs(30), "{}", veem.log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stops_cleanly(&mut veem);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Sends SIGTERM to `daemon` and returns how long it took to exit, after
 /// asserting that it exited with success and logged its stop.
 fn stops_cleanly(daemon: &mut vee_testkit::daemon::Daemon) -> Duration {

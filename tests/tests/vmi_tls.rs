@@ -151,4 +151,31 @@ async fn lab_the_vmi_needs_tls_and_a_peer_needs_its_own_certificate() {
     assert_eq!(n["verdict"], "reject", "a site without hosts: {n}");
     let (status, doc) = curl(None, "GET", "/v1/openapi.json", None);
     assert_eq!((status.as_str(), doc["openapi"].as_str()), ("200 2", Some("3.1.0")), "{doc}");
+
+    // What no route matches is 404 in the API's error shape, over HTTP/2
+    // and HTTP/1.1, with a token or without: never a gRPC answer.
+    for (opts, version) in [(&[][..], "2"), (&["--http1.1"][..], "1.1")] {
+        for token in [None, Some(OPERATOR)] {
+            for path in ["/", "/v1/hosts", "/v1/nope", "/vmi.v1.VmiService/ListServices"] {
+                let (status, e) = curl_with(opts, token, "GET", path, None);
+                assert_eq!(
+                    (status, e["error"]["status"].as_str()),
+                    (format!("404 {version}"), Some("NOT_FOUND")),
+                    "{path}: {e}"
+                );
+            }
+        }
+        let (status, e) = curl_with(opts, Some(OPERATOR), "PATCH", "/v1/services", None);
+        assert_eq!(status, format!("405 {version}"), "{e}");
+    }
+    // A route that needs no body, sent one, answers every time over HTTP/2
+    // (curl exits 0 with the answer; not a reset stream, curl's error 92).
+    let json = ["-H", "Content-Type: application/json", "--data-binary", "{}"];
+    for (token, want) in [(OPERATOR, "404 2"), (site::ACME, "403 2")] {
+        for _ in 0..20 {
+            let (status, e) = curl_with(&json, Some(token), "POST", "/v1/migrations/m-none/approve", None);
+            assert_eq!(status, want, "{e}");
+            assert!(e["error"]["message"].is_string(), "{e}");
+        }
+    }
 }
