@@ -348,3 +348,139 @@ pub fn vmi(data: &[u8]) {
         );
     }
 }
+
+/// The front of a VEEM of site A with no hosts (`veem::front`: REST and
+/// gRPC on one port), started, with a throttle of failed authentications
+/// that never holds the fuzzer up.
+fn vmi_front() -> &'static axum::Router {
+    static FRONT: OnceLock<axum::Router> = OnceLock::new();
+    FRONT.get_or_init(|| {
+        let dir = scratch("veem-front");
+        let cfg = format!(
+            "site_id = \"site-a\"\nlisten = \"127.0.0.1:1\"\ndb = \"{}\"\nimage_repo = \"http://127.0.0.1:1\"\ninsecure = true\n\
+             [listener]\nauth_failures_burst = 4000000000\nmax_body_size = \"64 KiB\"\n\
+             [[tokens]]\ntoken = \"acme-token\"\nrole = \"provider\"\nname = \"acme\"\n\
+             [[tokens]]\ntoken = \"operator-token\"\nrole = \"operator\"\n",
+            dir.join("db").display()
+        );
+        let cfg = veem::config::VeemConfig::parse(&cfg).unwrap();
+        let limits = cfg.listener;
+        runtime().block_on(async {
+            let veem = veem::manager::Veem::open(cfg).unwrap();
+            let front = veem::front::Front::of(veem, &limits).await.unwrap();
+            front.started().await;
+            front.router()
+        })
+    })
+}
+
+/// One HTTP request to the VMI's port, as a REST client (or anyone) sends.
+#[derive(Arbitrary, Debug)]
+struct RestRequest {
+    method: u8,
+    /// Index into the routes' shapes, or a free path.
+    shape: u8,
+    segments: Vec<String>,
+    query: String,
+    token: u8,
+    from: u8,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+/// Whether `METHOD PATH` of the REST routes (`veem::rest::ROUTES`, in
+/// OpenAPI's syntax) has `path` (a `{param}` is any one non-empty
+/// segment), and whether with `method` (HEAD is GET's).
+fn route_of(method: &str, path: &str) -> (bool, bool) {
+    let method = if method == "HEAD" { "GET" } else { method };
+    let mut path_known = false;
+    for route in veem::rest::ROUTES {
+        let (m, pattern) = route.split_once(' ').unwrap();
+        let (want, got): (Vec<_>, Vec<_>) = (pattern.split('/').collect(), path.split('/').collect());
+        let same = want.len() == got.len()
+            && want
+                .iter()
+                .zip(&got)
+                .all(|(w, g)| if w.starts_with('{') { !g.is_empty() } else { w == g });
+        if same {
+            path_known = true;
+            if m == method {
+                return (true, true);
+            }
+        }
+    }
+    (path_known, false)
+}
+
+/// The VMI's REST layer behind its front (issue 36): any method, path,
+/// headers, body and token is answered (no panic); a request no route has
+/// is never 200 (404, or 405 for a route's path with another method) and
+/// never reaches gRPC; no answer is a 5xx of the VEEM's own (500, 501: an
+/// error not mapped to its code; 503 only says a dependency is out of
+/// reach); an error's body is bounded (its message at most
+/// `interfaces::excerpt::MESSAGE_BYTES`, JSON-escaped).
+pub fn vmi_rest(data: &[u8]) {
+    let Ok(r) = RestRequest::arbitrary(&mut Unstructured::new(data)) else { return };
+    const METHODS: [&str; 8] = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"];
+    const TOKENS: [Option<&str>; 4] = [None, Some("acme-token"), Some("operator-token"), Some("wrong-token")];
+    const SHAPES: [&str; 8] = [
+        "/v1/services",
+        "/v1/services/{}",
+        "/v1/services/{}/vees",
+        "/v1/vees/{}",
+        "/v1/vees/{}/{}",
+        "/v1/migrations/{}/approve",
+        "/v1/negotiations",
+        "/v1/openapi.json",
+    ];
+    let mut segs = r.segments.iter().map(|s| s.replace(['/', '?', '#'], ""));
+    let path = match SHAPES.get(usize::from(r.shape)) {
+        Some(shape) => shape
+            .split("{}")
+            .enumerate()
+            .map(|(i, part)| if i == 0 { part.to_string() } else { format!("{}{part}", segs.next().unwrap_or_default()) })
+            .collect(),
+        None => format!("/{}", r.segments.join("/")),
+    };
+    let uri = if r.query.is_empty() { path } else { format!("{path}?{}", r.query) };
+    let Ok(uri) = uri.parse::<http::Uri>() else { return };
+    let method = METHODS[usize::from(r.method) % METHODS.len()];
+    let token = TOKENS[usize::from(r.token) % TOKENS.len()];
+    let mut req = http::Request::builder().method(method).uri(uri.clone());
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    for (k, v) in r.headers.iter().take(4) {
+        // gRPC is the `vmi` target's; the front's choice by content type
+        // is what this one checks.
+        if k.eq_ignore_ascii_case("authorization") || k.eq_ignore_ascii_case("content-type") && v.starts_with("application/grpc") {
+            continue;
+        }
+        req = req.header(k.as_str(), v.as_str());
+    }
+    // A request the HTTP layer (hyper) would refuse never reaches a handler.
+    let Ok(mut req) = req.body(axum::body::Body::from(r.body.clone())) else { return };
+    req.extensions_mut()
+        .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from(([192, 0, 2, r.from], 40000))));
+    let (status, grpc, body) = runtime().block_on(async {
+        let resp = vmi_front().clone().oneshot(req).await.unwrap();
+        let grpc = resp.headers().contains_key("grpc-status");
+        let status = resp.status();
+        (status, grpc, resp.into_body().collect().await.unwrap().to_bytes())
+    });
+    let (path_known, route_known) = route_of(method, uri.path());
+    assert!(!grpc, "{method} {uri}: answered by gRPC");
+    if !route_known {
+        assert_ne!(status, http::StatusCode::OK, "{method} {uri}: no such route");
+        assert!(
+            status == if path_known { 405 } else { 404 } || status == 413,
+            "{method} {uri}: {status}"
+        );
+    }
+    assert!(status.as_u16() < 500 || status == 503, "{method} {uri}: {status} {body:?}");
+    if status.as_u16() >= 400 {
+        assert!(body.len() <= 6 * interfaces::excerpt::MESSAGE_BYTES + 200, "{method} {uri}: {} bytes", body.len());
+        let e: serde_json::Value = serde_json::from_slice(&body).unwrap_or_else(|_| panic!("{method} {uri}: not JSON: {body:?}"));
+        assert_eq!(e["error"]["code"], status.as_u16(), "{method} {uri}: {e}");
+    }
+}

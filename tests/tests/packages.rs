@@ -100,6 +100,9 @@ fn lab_the_debian_packages_install_and_their_units_start() {
                 std::path::Path::new(&format!("/etc/{bin}/{bin}.toml")).exists(),
                 "{bin}'s default configuration"
             );
+            // Descriptors for its connections well above their limit
+            // (systemd's default soft limit is 1,024).
+            assert_eq!(unit_key(bin, "LimitNOFILE").as_deref(), Some("65536"), "{bin}");
         }
         for user in ["veem", "image-repo"] {
             ok(&format!("id {user}"));

@@ -248,3 +248,20 @@ fn auto_approve_names_only_the_planners_reasons() {
         "{e}"
     );
 }
+
+/// The packaged configuration's commented `[listener]` block says the
+/// defaults: uncommented, it changes nothing; and a bad limit is named.
+#[test]
+fn the_packaged_listener_block_gives_the_defaults_and_bad_limits_are_named() {
+    let packaged = include_str!("../../../packaging/config/veem.toml");
+    let start = packaged.find("# [listener]").expect("the packaged [listener] block");
+    let block: String = packaged[start..]
+        .lines()
+        .take_while(|l| l.starts_with("# "))
+        .map(|l| format!("{}\n", &l[2..]))
+        .collect();
+    let cfg = VeemConfig::parse(&format!("{BASE}{block}")).unwrap();
+    assert_eq!(cfg.listener, interfaces::connections::ListenerLimits::default());
+    let e = VeemConfig::parse(&format!("{BASE}[listener]\nhead_timeout = \"0s\"\n")).unwrap_err().to_string();
+    assert!(e.contains("listener.head_timeout") && e.contains("longer than 0 s"), "{e}");
+}
