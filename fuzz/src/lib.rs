@@ -389,8 +389,8 @@ struct RestRequest {
 }
 
 /// Whether `METHOD PATH` of the REST routes (`veem::rest::ROUTES`, in
-/// OpenAPI's syntax) has `path` (a `{param}` is any one non-empty
-/// segment), and whether with `method` (HEAD is GET's).
+/// OpenAPI's syntax) has `path` (a `{param}` is any one segment, even
+/// empty, as axum matches it), and whether with `method` (HEAD is GET's).
 fn route_of(method: &str, path: &str) -> (bool, bool) {
     let method = if method == "HEAD" { "GET" } else { method };
     let mut path_known = false;
@@ -401,7 +401,7 @@ fn route_of(method: &str, path: &str) -> (bool, bool) {
             && want
                 .iter()
                 .zip(&got)
-                .all(|(w, g)| if w.starts_with('{') { !g.is_empty() } else { w == g });
+                .all(|(w, g)| w.starts_with('{') || w == g);
         if same {
             path_known = true;
             if m == method {
@@ -462,8 +462,9 @@ pub fn vmi_rest(data: &[u8]) {
     let Ok(mut req) = req.body(axum::body::Body::from(r.body.clone())) else { return };
     req.extensions_mut()
         .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from(([192, 0, 2, r.from], 40000))));
+    let front = vmi_front().clone();
     let (status, grpc, body) = runtime().block_on(async {
-        let resp = vmi_front().clone().oneshot(req).await.unwrap();
+        let resp = front.oneshot(req).await.unwrap();
         let grpc = resp.headers().contains_key("grpc-status");
         let status = resp.status();
         (status, grpc, resp.into_body().collect().await.unwrap().to_bytes())
@@ -471,14 +472,17 @@ pub fn vmi_rest(data: &[u8]) {
     let (path_known, route_known) = route_of(method, uri.path());
     assert!(!grpc, "{method} {uri}: answered by gRPC");
     if !route_known {
-        assert_ne!(status, http::StatusCode::OK, "{method} {uri}: no such route");
+        // 404, or 405 for a route's path (where an empty segment counts
+        // as a path parameter is the router's own call: either is a
+        // refusal), or 413 for a body too large to read first.
         assert!(
-            status == if path_known { 405 } else { 404 } || status == 413,
+            status == 404 || status == 405 && (path_known || uri.path().contains("//")) || status == 413,
             "{method} {uri}: {status}"
         );
     }
     assert!(status.as_u16() < 500 || status == 503, "{method} {uri}: {status} {body:?}");
-    if status.as_u16() >= 400 {
+    // A HEAD answer has no body, by HTTP's rules.
+    if status.as_u16() >= 400 && method != "HEAD" {
         assert!(body.len() <= 6 * interfaces::excerpt::MESSAGE_BYTES + 200, "{method} {uri}: {} bytes", body.len());
         let e: serde_json::Value = serde_json::from_slice(&body).unwrap_or_else(|_| panic!("{method} {uri}: not JSON: {body:?}"));
         assert_eq!(e["error"]["code"], status.as_u16(), "{method} {uri}: {e}");

@@ -81,12 +81,11 @@ pub fn router(vmi: Arc<VmiService>, max_body: usize) -> Router {
 }
 
 /// Reads the request's body whole (at most `max` bytes) before its route
-/// runs. Errors: 413 above `max`; 400 when the body cannot be read.
-async fn whole_body(
-    State(max): State<usize>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Result<Response, RestError> {
+/// runs, and answers what axum's extractors refuse (a body not UTF-8, a
+/// query or path parameter that does not parse: their plain-text
+/// rejections) in the JSON error shape too. Errors: 413 above `max`; 400
+/// when the body cannot be read.
+async fn whole_body(State(max): State<usize>, req: axum::extract::Request, next: axum::middleware::Next) -> Result<Response, RestError> {
     let (parts, body) = req.into_parts();
     let bytes = axum::body::to_bytes(body, max).await.map_err(|e| {
         let too_large = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
@@ -100,7 +99,28 @@ async fn whole_body(
             Status::invalid_argument(format!("the body cannot be read: {e}")).into()
         }
     })?;
-    Ok(next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await)
+    let resp = next
+        .run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await;
+    let json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if json || !(resp.status().is_client_error() || resp.status().is_server_error()) {
+        return Ok(resp);
+    }
+    // A rejection's text is short (axum's own words, with the part of
+    // the input that did not parse); read it bounded all the same.
+    let http = resp.status();
+    let text = axum::body::to_bytes(resp.into_body(), 64 * 1024).await.unwrap_or_default();
+    let code = match http {
+        StatusCode::NOT_FOUND => Code::NotFound,
+        StatusCode::METHOD_NOT_ALLOWED => Code::Unimplemented,
+        StatusCode::PAYLOAD_TOO_LARGE => Code::ResourceExhausted,
+        s if s.is_server_error() => Code::Internal,
+        _ => Code::InvalidArgument,
+    };
+    Err(RestError::http(http, code, String::from_utf8_lossy(&text).into_owned()))
 }
 
 /// A path no route has: 404.
@@ -308,6 +328,10 @@ async fn list_service_vees(
     Path(service_id): Path<String>,
     Query(q): Query<PageQuery>,
 ) -> Answer<Page<Vee>> {
+    // `/v1/services//vees` names no service (an empty ID would list all).
+    if service_id.is_empty() {
+        return Err(Status::not_found("service \"\" not found").into());
+    }
     vees(&vmi, &headers, service_id, q).await
 }
 

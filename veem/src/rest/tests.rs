@@ -93,6 +93,9 @@ async fn bad_calls_get_the_http_status_and_a_message_naming_what_is_wrong() {
     assert_eq!((code, e["error"]["status"].as_str()), (401, Some("UNAUTHENTICATED")), "{e}");
     let (code, _) = call(&site, Some("nobody"), Method::GET, "/v1/vees", "").await;
     assert_eq!(code, 401);
+    // An empty service ID names no service: not a list of every VEE.
+    let (code, e) = call(&site, Some("provider-token"), Method::GET, "/v1/services//vees", "").await;
+    assert_eq!((code, e["error"]["status"].as_str()), (404, Some("NOT_FOUND")), "{e}");
     let (code, e) = call(&site, Some("provider-token"), Method::POST, &format!("/v1/vees/{vee}/explode"), "").await;
     assert_eq!(code, 404, "{e}");
     assert!(e["error"]["message"].as_str().unwrap().contains("stop, suspend"), "{e}");
@@ -234,4 +237,31 @@ fn the_described_schemas_have_the_fields_the_answers_have() {
     assert_eq!(keys(u["records"][0].clone()), props("UsageRecord"));
     assert_eq!(keys(u["violations"][0].clone()), props("SlaViolation"));
     assert_eq!(keys(u["totals"].clone()), props("UsageTotals"));
+}
+
+/// What axum's extractors refuse is answered in the API's error shape too
+/// (found by the `vmi_rest` fuzz target: a body not UTF-8 was plain text).
+#[tokio::test]
+async fn what_the_extractors_refuse_is_a_json_error() {
+    let site = FakeSite::start(&["h1"], TOKENS).await;
+    let app = router(std::sync::Arc::new(VmiService::handler(site.veem.clone())), 1 << 20);
+    let cases = [
+        (Method::POST, "/v1/services", Body::from(vec![0xff, 0xfe])),
+        (Method::GET, "/v1/services?page_size=many", Body::empty()),
+        (Method::GET, "/v1/vees/%FF", Body::empty()),
+    ];
+    for (method, path, body) in cases {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", "Bearer provider-token")
+            .body(body)
+            .unwrap();
+        let res = app.clone().oneshot(req).await.unwrap();
+        let status = res.status().as_u16();
+        let bytes = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
+        let e: Value = serde_json::from_slice(&bytes).unwrap_or_else(|_| panic!("{path}: {}", String::from_utf8_lossy(&bytes)));
+        assert_eq!((status, e["error"]["code"].as_u64()), (400, Some(400)), "{path}: {e}");
+        assert_eq!(e["error"]["status"], "INVALID_ARGUMENT", "{path}: {e}");
+    }
 }
