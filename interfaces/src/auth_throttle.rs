@@ -74,7 +74,13 @@ impl AuthThrottle {
             }
         }
         let level = table.get(&peer).map_or(0.0, |b| self.level(*b, now));
-        table.insert(peer, Bucket { level: level + 1.0, at: now });
+        table.insert(
+            peer,
+            Bucket {
+                level: level + 1.0,
+                at: now,
+            },
+        );
     }
 }
 

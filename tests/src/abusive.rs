@@ -36,7 +36,11 @@ pub fn connector(ca: &Path, alpn: &str) -> TlsConnector {
 /// 127.0.0.0/8 is this machine's, so each is another client to the
 /// server).
 pub async fn tcp_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
-    let sock = if from.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    let sock = if from.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
     sock.bind(SocketAddr::new(from, 0))?;
     sock.connect(to).await
 }

@@ -85,17 +85,22 @@ async fn veem_answers_not_serving_while_it_starts_and_stops_cleanly_at_any_momen
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     use tonic_health::pb::health_check_response::ServingStatus;
-    assert_eq!(e2e::grpc::health(ch.clone(), "vmi.v1.VmiService").await.unwrap(), ServingStatus::NotServing);
-    let mut op = interfaces::vmi::vmi_service_client::VmiServiceClient::with_interceptor(
-        ch,
-        veem::peers::Bearer::new(site::OPERATOR).unwrap(),
+    assert_eq!(
+        e2e::grpc::health(ch.clone(), "vmi.v1.VmiService").await.unwrap(),
+        ServingStatus::NotServing
     );
+    let mut op =
+        interfaces::vmi::vmi_service_client::VmiServiceClient::with_interceptor(ch, veem::peers::Bearer::new(site::OPERATOR).unwrap());
     let err = op
         .list_services(interfaces::vmi::ListServicesRequest::default())
         .await
         .expect_err("served while starting");
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
-    assert!(start.elapsed() < Duration::from_secs(3), "{:?}: the test needs the start-up still under way", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}: the test needs the start-up still under way",
+        start.elapsed()
+    );
     let took = stops_cleanly(&mut veem);
     assert!(took < Duration::from_secs(3), "{took:?}");
     // The same database, at once, to the end of its start-up.

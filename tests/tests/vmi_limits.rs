@@ -89,7 +89,11 @@ async fn lab_slow_heads_are_cut_within_the_head_timeout_while_a_client_is_answer
     }
     took.sort();
     let median = took[took.len() / 2];
-    println!("legitimate calls during the slow heads: median {median:?}, max {:?}, {} calls", took[took.len() - 1], took.len());
+    println!(
+        "legitimate calls during the slow heads: median {median:?}, max {:?}, {} calls",
+        took[took.len() - 1],
+        took.len()
+    );
     assert!(median < Duration::from_millis(100), "{took:?}");
     assert!(took[took.len() * 9 / 10] < Duration::from_millis(100), "{took:?}");
 
@@ -110,9 +114,15 @@ async fn lab_slow_heads_are_cut_within_the_head_timeout_while_a_client_is_answer
     // A head of 64 KiB is refused at once.
     let mut big = abusive::tls_from(&tls, loopback(45), to, "site-a").await.unwrap();
     let _ = big.write_all(&[b'a'; 64 * 1024]).await;
-    assert!(abusive::closed_within(&mut big, Duration::from_secs(2)).await, "a 64 KiB head kept open");
+    assert!(
+        abusive::closed_within(&mut big, Duration::from_secs(2)).await,
+        "a 64 KiB head kept open"
+    );
     for s in &mut held {
-        assert!(abusive::closed_within(s, Duration::from_secs(4)).await, "an unfinished head outlived the head timeout");
+        assert!(
+            abusive::closed_within(s, Duration::from_secs(4)).await,
+            "an unfinished head outlived the head timeout"
+        );
     }
     drop(held);
     // The listener returns freed memory every 2 s once connections ended.
@@ -135,7 +145,10 @@ async fn lab_idle_connections_past_the_descriptor_limit_do_not_stop_a_legitimate
     // systemd's default soft limit; ulimit -n 1024 sets both.
     let mut veem = Veem::start_wrapped(&dir, "site-a", port, cfg, &["prlimit", "--nofile=1024:1024", "--"]).await;
     let (pid, to) = (veem.daemon.pid().unwrap(), addr_of(&veem));
-    assert!(interfaces::connections::descriptor_limit().unwrap() > 4096, "this test opens 1,400 connections itself");
+    assert!(
+        interfaces::connections::descriptor_limit().unwrap() > 4096,
+        "this test opens 1,400 connections itself"
+    );
     let tls = abusive::connector(&vee_testkit::pki::site("site-a").vmi_ca(), "h2");
 
     // 1,100 idle TLS connections, 100 from each of 11 addresses.
@@ -148,7 +161,11 @@ async fn lab_idle_connections_past_the_descriptor_limit_do_not_stop_a_legitimate
     for c in opened.await.into_iter().flatten() {
         idle.push(c);
     }
-    println!("{} of 1,100 idle connections finished their handshakes in {:?}", idle.len(), start.elapsed());
+    println!(
+        "{} of 1,100 idle connections finished their handshakes in {:?}",
+        idle.len(),
+        start.elapsed()
+    );
     // A legitimate client, by gRPC and by REST, is served.
     let started = Instant::now();
     let mut op = veem.client(OPERATOR).await;
@@ -186,7 +203,10 @@ async fn lab_idle_connections_past_the_descriptor_limit_do_not_stop_a_legitimate
     let mut same = abusive::tls_from(&tls, loopback(99), to, "site-a").await.unwrap();
     let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
     same.write_all(preface).await.unwrap();
-    assert!(!abusive::closed_within(&mut same, Duration::from_millis(500)).await, "the newest connection was refused");
+    assert!(
+        !abusive::closed_within(&mut same, Duration::from_millis(500)).await,
+        "the newest connection was refused"
+    );
     drop(one);
     let log = veem.daemon.log_text();
     assert!(!log.contains("Too many open files"), "{log}");

@@ -3,10 +3,9 @@
 //! decide the code; the message is always the whole chain, so users read
 //! the field and the reason.
 
-use tonic::Status;
+use std::time::Duration;
 
-use crate::host::ForeignCopy;
-use crate::hypervisor::NoDomain;
+use tonic::Status;
 
 /// What a VHI caller did that this host refuses or cannot find.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +35,34 @@ impl HostError {
     }
 }
 
+/// The VEE has no domain owned by this VEEH at this libvirtd (none was
+/// found, or it vanished while being used). The VHI answers `NotFound`.
+#[derive(Debug, thiserror::Error)]
+#[error("VEE {vee_id}: no domain {domain} owned by {owner} at {uri}")]
+pub struct NoDomain {
+    pub vee_id: String,
+    pub domain: String,
+    pub owner: String,
+    pub uri: String,
+}
+
+/// Another VEEH's domain of this VEE is still at this host's libvirtd:
+/// starting a second copy is refused (FailedPrecondition; the VEEM retries).
+#[derive(Debug, thiserror::Error)]
+#[error("VEE {vee_id}: the copy owned by {owner} is still at this libvirtd after {waited:?}; not starting a second one")]
+pub struct ForeignCopy {
+    pub vee_id: String,
+    pub owner: String,
+    pub waited: Duration,
+}
+
+/// An image this host refuses to use: it would make QEMU open a file of
+/// the host (a backing or external data file) or is in a format it does
+/// not take. The message says which and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UnsafeImage(pub String);
+
 /// The gRPC status of an error: decided by the first typed error in its
 /// chain, `Internal` when there is none; the message is the whole chain.
 pub fn status(e: anyhow::Error) -> Status {
@@ -51,7 +78,7 @@ fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<tonic::Code> {
             HostError::AlreadyHere { .. } | HostError::Incompatible { .. } => Code::FailedPrecondition,
         });
     }
-    if e.is::<crate::qemu_img::UnsafeImage>() {
+    if e.is::<UnsafeImage>() {
         return Some(Code::InvalidArgument);
     }
     if e.is::<NoDomain>() {

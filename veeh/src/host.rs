@@ -16,6 +16,7 @@ use tokio::sync::broadcast;
 use crate::accel::Accel;
 use crate::config::VeehConfig;
 use crate::domain_xml::{self, DomainSpec};
+pub use crate::error::ForeignCopy;
 use crate::error::HostError;
 use crate::hypervisor::{DomainState, Hypervisor};
 use crate::image_cache::ImageCache;
@@ -27,16 +28,6 @@ mod guest;
 /// How long a restore or start waits for another VEEH's copy of the same
 /// VEE to vanish from a shared libvirtd.
 pub const FOREIGN_COPY_WAIT: Duration = Duration::from_secs(30);
-
-/// Another VEEH's domain of this VEE is still at this host's libvirtd:
-/// starting a second copy is refused (FailedPrecondition; the VEEM retries).
-#[derive(Debug, thiserror::Error)]
-#[error("VEE {vee_id}: the copy owned by {owner} is still at this libvirtd after {waited:?}; not starting a second one")]
-pub struct ForeignCopy {
-    pub vee_id: String,
-    pub owner: String,
-    pub waited: Duration,
-}
 
 /// Local paths of the images a VEE boots from.
 #[derive(Clone, Debug, Default)]

@@ -21,20 +21,10 @@ use virt::domain::{Domain, MigrateParameters};
 use virt::sys;
 
 use crate::domain_xml::{self, domain_name};
+pub use crate::error::NoDomain;
 
 mod guest;
 pub use guest::GuestClock;
-
-/// The VEE has no domain owned by this VEEH at this libvirtd (none was
-/// found, or it vanished while being used). The VHI answers `NotFound`.
-#[derive(Debug, thiserror::Error)]
-#[error("VEE {vee_id}: no domain {domain} owned by {owner} at {uri}")]
-pub struct NoDomain {
-    pub vee_id: String,
-    pub domain: String,
-    pub owner: String,
-    pub uri: String,
-}
 
 /// True when `e` (or any error in its chain) is libvirt's `NoDomain`: the
 /// domain does not exist (any more).

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
+pub use crate::error::UnsafeImage;
 use anyhow::{bail, Context, Result};
 
 fn run(args: &[&str]) -> Result<String> {
@@ -39,13 +40,6 @@ impl DiskFormat {
         }
     }
 }
-
-/// An image this host refuses to use: it would make QEMU open a file of
-/// the host (a backing or external data file) or is in a format it does
-/// not take. The message says which and why.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UnsafeImage(pub String);
 
 /// What an image is to a VEE: its base image (a tenant's data, which may
 /// reference nothing) or the disk overlay of a checkpoint (whose backing

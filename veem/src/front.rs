@@ -134,9 +134,7 @@ async fn handle(State(front): State<Arc<Front>>, req: Request) -> Response {
     if credentials {
         if let Some(wait) = front.throttle.check(peer) {
             let secs = wait.as_secs_f64().ceil().max(1.0);
-            let status = Status::resource_exhausted(format!(
-                "too many failed authentications from this address: retry in {secs} s"
-            ));
+            let status = Status::resource_exhausted(format!("too many failed authentications from this address: retry in {secs} s"));
             return refusal(grpc, status, StatusCode::TOO_MANY_REQUESTS, Duration::from_secs_f64(secs));
         }
     }
@@ -160,7 +158,8 @@ fn refusal(grpc: bool, status: Status, http: StatusCode, wait: Duration) -> Resp
     } else {
         RestError::http(http, status.code(), status.message().to_string()).into_response()
     };
-    resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
     resp
 }
 

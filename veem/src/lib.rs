@@ -21,10 +21,10 @@ pub mod deploy;
 pub mod domain;
 pub mod error;
 pub mod failpoints;
-pub mod front;
 #[cfg(test)]
 pub(crate) mod fakes;
 pub mod federation;
+pub mod front;
 pub mod hosts;
 pub mod intents;
 pub mod ipam;

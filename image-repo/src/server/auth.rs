@@ -8,23 +8,10 @@
 
 use axum::http::{header, HeaderMap};
 use interfaces::repo_client::{BlobMeta, OPERATOR};
-use serde::Deserialize;
 
 use super::config::Config;
+pub use super::config::Role;
 use super::error::ApiError;
-
-/// What a token speaks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Role {
-    /// Reads and manages every blob; marks blobs public.
-    Operator,
-    /// A site's VEEM and VEEHs: push checkpoints, share them with peer
-    /// sites, ask whether a provider may use an image.
-    Site,
-    /// A service provider: pushes and reads its own images.
-    Provider,
-}
 
 /// An authenticated caller.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +59,33 @@ impl Caller {
     }
 }
 
+/// The caller `token` names, if any (compared in constant time with
+/// every known token's digest).
+pub fn caller_of(config: &Config, token: &str) -> Option<Caller> {
+    match interfaces::tokens::find(token, &config.digests)? {
+        0 => Some(Caller::operator()),
+        i => {
+            let t = &config.tokens[i - 1];
+            Some(Caller {
+                name: t.name.clone(),
+                role: t.role,
+            })
+        }
+    }
+}
+
+/// The service provider named `name`, if a token speaks for one.
+pub fn provider(config: &Config, name: &str) -> Option<Caller> {
+    config
+        .tokens
+        .iter()
+        .find(|t| t.role == Role::Provider && t.name == name)
+        .map(|t| Caller {
+            name: t.name.clone(),
+            role: t.role,
+        })
+}
+
 /// The caller a request's `Authorization: Bearer` header names.
 /// Errors: 401 saying whether the token is missing, malformed or unknown.
 pub fn caller(config: &Config, headers: &HeaderMap) -> Result<Caller, ApiError> {
@@ -86,9 +100,7 @@ pub fn caller(config: &Config, headers: &HeaderMap) -> Result<Caller, ApiError> 
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| ApiError::unauthorized("the Authorization header is not `Bearer TOKEN`"))?
         .trim();
-    config
-        .caller_of(token)
-        .ok_or_else(|| ApiError::unauthorized("the bearer token is not known to this repository"))
+    caller_of(config, token).ok_or_else(|| ApiError::unauthorized("the bearer token is not known to this repository"))
 }
 
 /// [`caller`], which must have `role`. Errors: 401; 403 naming the role.

@@ -30,7 +30,18 @@ use interfaces::config::{duration, invalid, Invalid, Size};
 use interfaces::repo_client::types::validate_pin;
 use serde::Deserialize;
 
-use super::auth::{Caller, Role};
+/// What a token speaks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Reads and manages every blob; marks blobs public.
+    Operator,
+    /// A site's VEEM and VEEHs: push checkpoints, share them with peer
+    /// sites, ask whether a provider may use an image.
+    Site,
+    /// A service provider: pushes and reads its own images.
+    Provider,
+}
 
 /// The configuration file `serve` reads when `--config` is not given (if it
 /// exists).
@@ -56,7 +67,7 @@ pub struct Config {
     pub tokens: Vec<TokenEntry>,
     /// Digests of `token` then of each of `tokens`, made by `validate`.
     #[serde(skip)]
-    digests: Vec<[u8; 32]>,
+    pub(super) digests: Vec<[u8; 32]>,
     /// Quota: most bytes of content stored in all (`"500 GB"`; the older
     /// `max_bytes`, a number of bytes, still reads); `None` for no quota.
     #[serde(default, alias = "max_bytes")]
@@ -206,32 +217,6 @@ impl Config {
                 e
             })?,
         )
-    }
-
-    /// The caller `token` names, if any (compared in constant time with
-    /// every known token's digest).
-    pub fn caller_of(&self, token: &str) -> Option<Caller> {
-        match interfaces::tokens::find(token, &self.digests)? {
-            0 => Some(Caller::operator()),
-            i => {
-                let t = &self.tokens[i - 1];
-                Some(Caller {
-                    name: t.name.clone(),
-                    role: t.role,
-                })
-            }
-        }
-    }
-
-    /// The service provider named `name`, if a token speaks for one.
-    pub fn provider(&self, name: &str) -> Option<Caller> {
-        self.tokens
-            .iter()
-            .find(|t| t.role == Role::Provider && t.name == name)
-            .map(|t| Caller {
-                name: t.name.clone(),
-                role: t.role,
-            })
     }
 
     fn validate(&mut self) -> std::result::Result<(), Invalid> {

@@ -11,7 +11,9 @@ use interfaces::repo_client::protocol::CONTENT_ID_HEADER;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
-use super::auth::caller;
+use interfaces::repo_client::BlobMeta;
+
+use super::auth::{caller, Caller};
 use super::error::{parse_id, ApiError};
 use super::AppState;
 
@@ -83,7 +85,7 @@ pub async fn download(
 ) -> Result<Response, ApiError> {
     let who = caller(&app.config, &headers)?;
     let id = parse_id(&raw_id)?;
-    let meta = super::routes::readable(&app, &who, &id)?;
+    let meta = readable(&app, &who, &id)?;
     let size = meta.size;
     let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let (status, start, len) = match range.map(|r| parse_range(r, size)).unwrap_or(Wanted::Full) {
@@ -127,6 +129,15 @@ pub async fn download(
         resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     }
     Ok(resp)
+}
+
+/// The record of `id` if `who` may read it. Errors: 404 otherwise.
+pub fn readable(app: &AppState, who: &Caller, id: &interfaces::BlobId) -> Result<BlobMeta, ApiError> {
+    let m = app
+        .store
+        .get(id)
+        .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?;
+    who.readable(m, id)
 }
 
 #[cfg(test)]

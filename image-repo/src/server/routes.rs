@@ -12,6 +12,7 @@ use interfaces::repo_client::BlobMeta;
 use serde::Deserialize;
 
 use super::auth::{caller, caller_as, Caller, Role};
+use super::download::readable;
 use super::error::{parse_id, ApiError};
 use super::store::Deleted;
 use super::{download, upload, AppState};
@@ -52,15 +53,6 @@ async fn meta(State(app): State<AppState>, Path(raw_id): Path<String>, headers: 
     let who = caller(&app.config, &headers)?;
     let id = parse_id(&raw_id)?;
     Ok(Json(who.view(readable(&app, &who, &id)?)))
-}
-
-/// The record of `id` if `who` may read it. Errors: 404 otherwise.
-pub fn readable(app: &AppState, who: &Caller, id: &interfaces::BlobId) -> Result<BlobMeta, ApiError> {
-    let m = app
-        .store
-        .get(id)
-        .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?;
-    who.readable(m, id)
 }
 
 /// `PUT /v1/blobs/{id}/readers/{name}`: `name` may read the blob too. For
@@ -110,7 +102,7 @@ async fn grant(
     let provider = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0.provider;
     // A public blob is every provider's, with a token here or not.
     let m = readable(&app, &Caller::operator(), &id)?;
-    if !(m.public || app.config.provider(&provider).is_some_and(|p| p.may_read(&m))) {
+    if !(m.public || super::auth::provider(&app.config, &provider).is_some_and(|p| p.may_read(&m))) {
         return Err(ApiError::not_found(&id));
     }
     if who.role == Role::Site {

@@ -16,7 +16,10 @@ use super::*;
 /// cancelled.
 async fn server(limits: ListenerLimits) -> (SocketAddr, CancellationToken) {
     let app = axum::Router::new()
-        .route("/", get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.ip().to_string() }))
+        .route(
+            "/",
+            get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.ip().to_string() }),
+        )
         .route(
             "/slow",
             get(|| async {
@@ -98,7 +101,10 @@ async fn an_idle_connection_is_closed_but_not_one_waiting_for_its_answer() {
     waiting.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
     assert!(closed_within(&mut idle, Duration::from_secs(2)).await, "an idle connection stays");
     let mut out = vec![0u8; 256];
-    let n = tokio::time::timeout(Duration::from_secs(3), waiting.read(&mut out)).await.unwrap().unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(3), waiting.read(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
     let text = String::from_utf8_lossy(&out[..n]);
     assert!(text.starts_with("HTTP/1.1 200") && text.ends_with("done"), "{text}");
 }
@@ -134,7 +140,10 @@ async fn one_address_cannot_take_every_slot_nor_keep_a_newcomer_out() {
             .await
             .unwrap()
             .unwrap();
-        assert!(answer.ends_with(&format!("{}.{}.{}.{}", from[0], from[1], from[2], from[3])), "{answer}");
+        assert!(
+            answer.ends_with(&format!("{}.{}.{}.{}", from[0], from[1], from[2], from[3])),
+            "{answer}"
+        );
     }
     let mut open = 0;
     for s in &mut hog {
@@ -168,5 +177,9 @@ fn the_connection_limit_stays_below_the_descriptor_limit() {
         ..ListenerLimits::default()
     }
     .effective();
-    assert!(l.max_connections < nofile && l.max_connections >= nofile / 2, "{} of {nofile}", l.max_connections);
+    assert!(
+        l.max_connections < nofile && l.max_connections >= nofile / 2,
+        "{} of {nofile}",
+        l.max_connections
+    );
 }

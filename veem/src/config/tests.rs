@@ -262,6 +262,8 @@ fn the_packaged_listener_block_gives_the_defaults_and_bad_limits_are_named() {
         .collect();
     let cfg = VeemConfig::parse(&format!("{BASE}{block}")).unwrap();
     assert_eq!(cfg.listener, interfaces::connections::ListenerLimits::default());
-    let e = VeemConfig::parse(&format!("{BASE}[listener]\nhead_timeout = \"0s\"\n")).unwrap_err().to_string();
+    let e = VeemConfig::parse(&format!("{BASE}[listener]\nhead_timeout = \"0s\"\n"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("listener.head_timeout") && e.contains("longer than 0 s"), "{e}");
 }

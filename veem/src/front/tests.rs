@@ -93,7 +93,11 @@ async fn what_no_route_matches_is_404_or_405_as_json_with_or_without_a_token() {
         ] {
             let a = send(&f, A, rest(method.clone(), path, token, "")).await;
             let e = a.json();
-            assert_eq!((a.status, e["error"]["status"].as_str()), (404, Some("NOT_FOUND")), "{method} {path}: {e}");
+            assert_eq!(
+                (a.status, e["error"]["status"].as_str()),
+                (404, Some("NOT_FOUND")),
+                "{method} {path}: {e}"
+            );
             assert_eq!(e["error"]["code"], 404);
             assert!(a.grpc_status().is_none(), "{method} {path} fell into gRPC");
         }
@@ -104,10 +108,28 @@ async fn what_no_route_matches_is_404_or_405_as_json_with_or_without_a_token() {
         assert!(allow.contains("GET") && allow.contains("POST"), "Allow: {allow:?}");
     }
     // A gRPC call of a method the VMI does not have: gRPC's own answer.
-    let a = send(&f, A, grpc("NoSuchMethod", Some("operator-token"), interfaces::vmi::ListServicesRequest::default())).await;
+    let a = send(
+        &f,
+        A,
+        grpc(
+            "NoSuchMethod",
+            Some("operator-token"),
+            interfaces::vmi::ListServicesRequest::default(),
+        ),
+    )
+    .await;
     assert_eq!((a.status, a.grpc_status()), (200, Some("12")));
     // And a known one is served (its status in the trailers).
-    let a = send(&f, A, grpc("ListServices", Some("operator-token"), interfaces::vmi::ListServicesRequest::default())).await;
+    let a = send(
+        &f,
+        A,
+        grpc(
+            "ListServices",
+            Some("operator-token"),
+            interfaces::vmi::ListServicesRequest::default(),
+        ),
+    )
+    .await;
     assert_eq!((a.status, a.grpc_status()), (200, None), "{:?}", a.headers);
     interfaces::vmi::ListServicesResponse::decode(&a.body[5..]).unwrap();
 }
@@ -117,10 +139,25 @@ async fn a_body_is_read_whole_and_bounded() {
     let site = FakeSite::start(&["h1"], TOKENS).await;
     let f = front(&site).await;
     // A route that takes no body answers with one given.
-    let a = send(&f, A, rest(Method::POST, "/v1/migrations/m-1/approve", Some("operator-token"), "{}")).await;
-    assert_eq!((a.status, a.json()["error"]["status"].as_str()), (404, Some("NOT_FOUND")), "{}", a.json());
+    let a = send(
+        &f,
+        A,
+        rest(Method::POST, "/v1/migrations/m-1/approve", Some("operator-token"), "{}"),
+    )
+    .await;
+    assert_eq!(
+        (a.status, a.json()["error"]["status"].as_str()),
+        (404, Some("NOT_FOUND")),
+        "{}",
+        a.json()
+    );
     let a = send(&f, A, rest(Method::POST, "/v1/services", Some("provider-token"), &"x".repeat(5000))).await;
-    assert_eq!((a.status, a.json()["error"]["status"].as_str()), (413, Some("RESOURCE_EXHAUSTED")), "{}", a.json());
+    assert_eq!(
+        (a.status, a.json()["error"]["status"].as_str()),
+        (413, Some("RESOURCE_EXHAUSTED")),
+        "{}",
+        a.json()
+    );
     assert!(a.json()["error"]["message"].as_str().unwrap().contains("4096 bytes"));
 }
 
@@ -132,7 +169,16 @@ async fn calls_wait_while_the_veem_starts_but_health_and_the_description_answer(
     let a = send(&f, A, rest(Method::GET, "/v1/services", Some("operator-token"), "")).await;
     assert_eq!((a.status, a.json()["error"]["status"].as_str()), (503, Some("UNAVAILABLE")));
     assert_eq!(a.headers["retry-after"], "1");
-    let a = send(&f, A, grpc("ListServices", Some("operator-token"), interfaces::vmi::ListServicesRequest::default())).await;
+    let a = send(
+        &f,
+        A,
+        grpc(
+            "ListServices",
+            Some("operator-token"),
+            interfaces::vmi::ListServicesRequest::default(),
+        ),
+    )
+    .await;
     assert_eq!(a.grpc_status(), Some("14"));
     let a = send(&f, A, rest(Method::GET, "/v1/openapi.json", None, "")).await;
     assert_eq!(a.status, 200);
@@ -143,13 +189,19 @@ async fn calls_wait_while_the_veem_starts_but_health_and_the_description_answer(
     *req.uri_mut() = "/grpc.health.v1.Health/Check".parse().unwrap();
     let a = send(&f, A, req).await;
     let served = |a: &Answer| tonic_health::pb::HealthCheckResponse::decode(&a.body[5..]).unwrap().status;
-    assert_eq!(served(&a), tonic_health::pb::health_check_response::ServingStatus::NotServing as i32);
+    assert_eq!(
+        served(&a),
+        tonic_health::pb::health_check_response::ServingStatus::NotServing as i32
+    );
     f.started().await;
     let a = send(&f, A, rest(Method::GET, "/v1/services", Some("operator-token"), "")).await;
     assert_eq!(a.status, 200);
     let mut req = grpc("x", None, check);
     *req.uri_mut() = "/grpc.health.v1.Health/Check".parse().unwrap();
-    assert_eq!(served(&send(&f, A, req).await), tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+    assert_eq!(
+        served(&send(&f, A, req).await),
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
 }
 
 #[tokio::test]
@@ -168,13 +220,26 @@ async fn failed_authentications_from_one_address_are_slowed_down_before_any_toke
     }
     // Over the burst: even the right token waits, so a guess tells nothing.
     let a = send(&f, A, rest(Method::GET, "/v1/vees", Some("operator-token"), "")).await;
-    assert_eq!((a.status, a.json()["error"]["status"].as_str()), (429, Some("RESOURCE_EXHAUSTED")), "{}", a.json());
+    assert_eq!(
+        (a.status, a.json()["error"]["status"].as_str()),
+        (429, Some("RESOURCE_EXHAUSTED")),
+        "{}",
+        a.json()
+    );
     assert_eq!(a.headers["retry-after"], "60");
-    let a = send(&f, A, grpc("ListVees", Some("operator-token"), interfaces::vmi::ListVeesRequest::default())).await;
+    let a = send(
+        &f,
+        A,
+        grpc("ListVees", Some("operator-token"), interfaces::vmi::ListVeesRequest::default()),
+    )
+    .await;
     assert_eq!(a.grpc_status(), Some("8"));
     // Without credentials, nothing to slow down; another address is served.
     assert_eq!(send(&f, A, rest(Method::GET, "/v1/openapi.json", None, "")).await.status, 200);
-    assert_eq!(send(&f, B, rest(Method::GET, "/v1/vees", Some("operator-token"), "")).await.status, 200);
+    assert_eq!(
+        send(&f, B, rest(Method::GET, "/v1/vees", Some("operator-token"), "")).await.status,
+        200
+    );
 }
 
 #[tokio::test]
@@ -182,11 +247,29 @@ async fn a_status_that_quotes_a_huge_input_is_cut_to_its_bound() {
     let site = FakeSite::start(&["h1"], TOKENS).await;
     let f = front(&site).await;
     let huge = "x".repeat(1 << 20);
-    let a = send(&f, A, grpc("GetService", Some("operator-token"), interfaces::vmi::GetServiceRequest { service_id: huge.clone() })).await;
+    let a = send(
+        &f,
+        A,
+        grpc(
+            "GetService",
+            Some("operator-token"),
+            interfaces::vmi::GetServiceRequest { service_id: huge.clone() },
+        ),
+    )
+    .await;
     assert_eq!(a.grpc_status(), Some("5"));
     let msg = a.headers["grpc-message"].to_str().unwrap();
-    assert!(msg.len() <= 3 * interfaces::excerpt::MESSAGE_BYTES && msg.contains("xxxx"), "{} bytes", msg.len());
-    let a = send(&f, A, rest(Method::GET, &format!("/v1/services/{}", &huge[..3000]), Some("operator-token"), "")).await;
+    assert!(
+        msg.len() <= 3 * interfaces::excerpt::MESSAGE_BYTES && msg.contains("xxxx"),
+        "{} bytes",
+        msg.len()
+    );
+    let a = send(
+        &f,
+        A,
+        rest(Method::GET, &format!("/v1/services/{}", &huge[..3000]), Some("operator-token"), ""),
+    )
+    .await;
     assert_eq!(a.status, 404);
     assert!(a.body.len() <= interfaces::excerpt::MESSAGE_BYTES + 200, "{} bytes", a.body.len());
 }

@@ -44,11 +44,19 @@ async fn a_hosts_huge_refusal_is_quoted_by_a_bounded_excerpt() {
     let e = site.veem.vee_action(&vee, Action::Checkpoint, "").await.unwrap_err();
     let status = crate::error::status(e);
     assert!(status.message().contains("disk full"), "{}", &status.message()[..200]);
-    assert!(status.message().len() <= interfaces::excerpt::MESSAGE_BYTES, "{}", status.message().len());
+    assert!(
+        status.message().len() <= interfaces::excerpt::MESSAGE_BYTES,
+        "{}",
+        status.message().len()
+    );
     let events = site.events(&vee);
     let last = events.last().unwrap();
     assert!(last.contains("disk full"), "{events:?}");
-    assert!(events.iter().all(|e| e.len() <= interfaces::excerpt::MESSAGE_BYTES + 40), "{}", last.len());
+    assert!(
+        events.iter().all(|e| e.len() <= interfaces::excerpt::MESSAGE_BYTES + 40),
+        "{}",
+        last.len()
+    );
 }
 
 #[tokio::test]
