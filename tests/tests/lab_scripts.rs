@@ -57,3 +57,35 @@ fn the_cli_reference_is_the_binaries_own_help() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The layering check (`scripts/check-layers`, run by `scripts/test`)
+/// fails on a crate whose modules import each other in a circle, naming
+/// each edge, also through `use super::{…}` trees; and passes the
+/// repository's crates, the cycles still to cut listed.
+#[test]
+fn the_layering_check_fails_when_modules_import_each_other_in_a_circle() {
+    let script = format!("{}/../scripts/check-layers", env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("demo").join("src");
+    std::fs::create_dir_all(src.join("b")).unwrap();
+    std::fs::write(src.join("lib.rs"), "pub mod a;\npub mod b;\npub mod c;\n").unwrap();
+    std::fs::write(src.join("a.rs"), "use crate::b::B;\npub struct A;\n").unwrap();
+    std::fs::write(src.join("b/mod.rs"), "mod inner;\npub struct B;\n").unwrap();
+    std::fs::write(src.join("c.rs"), "// use crate::a::A;\npub struct C;\n").unwrap();
+    let check = || Command::new("python3").arg(&script).arg(dir.path().join("demo")).output().unwrap();
+    // b's submodule reaches c: no cycle yet.
+    std::fs::write(src.join("b/inner.rs"), "use super::super::{c::C};\n").unwrap();
+    let out = check();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    // c then reaches a (and a reaches b): a cycle.
+    std::fs::write(src.join("c.rs"), "pub struct C(crate::a::A);\n").unwrap();
+    let out = check();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("modules in a cycle: a, b, c"), "{text}");
+    assert!(text.contains("b -> c") && text.contains("inner.rs:1"), "{text}");
+    // The repository itself passes.
+    let known = format!("{}/../scripts/layers-known-cycles", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3").arg(&script).args(["--known", &known]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}

@@ -19,8 +19,6 @@ use crate::manager::Veem;
 /// How long a stop waits for the loops' rounds under way.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// The VMI's service name in gRPC health checks (`grpc.health.v1`).
-pub const VMI_SERVICE: &str = "vmi.v1.VmiService";
 
 /// Runs the VEEM of `config` until Ctrl-C or SIGTERM. `destroy_strays`:
 /// the operator's word that domains an empty database does not know are

@@ -35,10 +35,12 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 use tower::ServiceExt;
 
-use crate::daemon::VMI_SERVICE;
 use crate::manager::Veem;
 use crate::rest::RestError;
 use crate::server::VmiService;
+
+/// The VMI's service name in gRPC health checks (`grpc.health.v1`).
+pub const VMI_SERVICE: &str = "vmi.v1.VmiService";
 
 /// The front of the VMI's port: see the module doc.
 pub struct Front {
