@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use toml_edit::{ImDocument, Item, Table, Value};
+use vee_manifest::excerpt::line_col;
 
 /// A configuration error: where and why.
 #[derive(Debug, thiserror::Error)]
@@ -40,14 +41,6 @@ fn field_prefix(f: &str) -> String {
     } else {
         format!("field `{f}`: ")
     }
-}
-
-/// Line and column (1-based) of byte `offset` of `text`.
-pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, col)
 }
 
 /// Where field `path` (`hosts[0].endpoint`, `tls`) is written in `text`:

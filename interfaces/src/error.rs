@@ -4,16 +4,10 @@
 /// wrong (the field, the ID) and why.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A blob ID that is not `sha256:<64 lowercase hex>`.
-    #[error("invalid blob ID {id:?}: {reason}")]
-    InvalidBlobId { id: String, reason: String },
-    /// A manifest field that fails validation; `field` is the path, e.g.
-    /// `component[1].memory_mib`.
-    #[error("manifest field `{field}`: {reason}")]
-    InvalidManifest { field: String, reason: String },
-    /// The manifest is not valid TOML or does not have the manifest's shape.
-    #[error("manifest does not parse: {0}")]
-    ManifestSyntax(String),
+    /// A manifest or a content ID refused (`vee_manifest::Error`: the
+    /// field and the reason).
+    #[error(transparent)]
+    Manifest(#[from] vee_manifest::Error),
     /// A blob the image repository does not hold.
     #[error("blob {id} not found in the image repository")]
     BlobNotFound { id: String },
@@ -53,7 +47,11 @@ pub fn grpc_status(
 ) -> tonic::Status {
     let code = e
         .chain()
-        .find_map(|c| code_of(c).or_else(|| c.downcast_ref::<Error>().and_then(Error::grpc_code)))
+        .find_map(|c| {
+            code_of(c)
+                .or_else(|| c.downcast_ref::<Error>().and_then(Error::grpc_code))
+                .or_else(|| c.is::<vee_manifest::Error>().then_some(tonic::Code::InvalidArgument))
+        })
         .unwrap_or(default);
     tonic::Status::new(code, crate::excerpt::message(&format!("{e:#}")))
 }
@@ -64,7 +62,7 @@ impl Error {
     pub fn grpc_code(&self) -> Option<tonic::Code> {
         use tonic::Code;
         match self {
-            Error::InvalidBlobId { .. } | Error::InvalidManifest { .. } | Error::ManifestSyntax(_) => Some(Code::InvalidArgument),
+            Error::Manifest(_) => Some(Code::InvalidArgument),
             Error::BlobNotFound { .. } => Some(Code::NotFound),
             Error::DigestMismatch { .. } | Error::FormatTooNew { .. } => Some(Code::FailedPrecondition),
             Error::Repository { .. } | Error::Io { .. } => None,

@@ -3,17 +3,14 @@
 //! shared error type. No daemon code lives here (DESIGN.md §2).
 
 pub mod auth_throttle;
-pub mod blob_id;
 pub mod cloud_init;
 pub mod config;
 pub mod connections;
 pub mod daemon;
 pub mod database;
 pub mod error;
-pub mod excerpt;
 pub mod listen;
 pub mod locks;
-pub mod manifest;
 pub mod output;
 pub mod pages;
 pub mod repo_client;
@@ -32,6 +29,29 @@ pub mod vhi {
 /// VMI: the VEE management interface (`proto/vmi/v1/vmi.proto`).
 pub mod vmi {
     tonic::include_proto!("vmi.v1");
+
+    impl From<crate::manifest::GuaranteeLevel> for GuaranteeLevel {
+        fn from(g: crate::manifest::GuaranteeLevel) -> Self {
+            use crate::manifest::GuaranteeLevel as M;
+            match g {
+                M::Background => Self::Background,
+                M::Legacy => Self::Legacy,
+                M::Standard => Self::Standard,
+                M::Enhanced => Self::Enhanced,
+                M::Full => Self::Full,
+            }
+        }
+    }
+
+    impl GuaranteeLevel {
+        /// The manifest's level of a VMI `GuaranteeLevel` (an `i32`
+        /// field); `None` when unset or unknown.
+        pub fn of_wire(value: i32) -> Option<crate::manifest::GuaranteeLevel> {
+            crate::manifest::GuaranteeLevel::ALL
+                .into_iter()
+                .find(|g| Self::from(*g) as i32 == value)
+        }
+    }
     /// The encoded descriptors of `vmi.proto` and what it imports, for
     /// server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("vmi_descriptor");
@@ -70,5 +90,7 @@ impl vhi::CheckpointRecord {
     }
 }
 
-pub use blob_id::BlobId;
+pub use vee_manifest::{blob_id, excerpt, BlobId};
+/// The service manifest and its validation (crate `vee-manifest`).
+pub use vee_manifest as manifest;
 pub use error::{Error, Result};

@@ -92,7 +92,7 @@ impl VeeRecord {
         }
         if let Some(c) = &spec.cloud_init {
             interfaces::cloud_init::check_wire("cloud_init", c).map_err(|e| match e {
-                interfaces::Error::InvalidManifest { field, reason } => HostError::field(field, reason).into(),
+                interfaces::manifest::Error::InvalidManifest { field, reason } => HostError::field(field, reason).into(),
                 e => anyhow::Error::from(e),
             })?;
         }

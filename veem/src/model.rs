@@ -317,7 +317,7 @@ impl VeeRec {
             cloud_init: match &s.cloud_init {
                 Some(c) => {
                     interfaces::cloud_init::check_wire("cloud_init", c).map_err(|e| match e {
-                        interfaces::Error::InvalidManifest { field, reason } => crate::error::VeemError::field(field, reason),
+                        interfaces::manifest::Error::InvalidManifest { field, reason } => crate::error::VeemError::field(field, reason),
                         e => crate::error::VeemError::field("cloud_init", e),
                     })?;
                     Some(c.clone())

@@ -67,7 +67,7 @@ wire_enum!(ServiceState, vmi::ServiceState, service_state {
 /// The guarantee level of wire field `field` (`From<GuaranteeLevel>` for
 /// the wire enum is in `interfaces`, where both types are).
 pub fn guarantee(field: &str, value: i32) -> Result<GuaranteeLevel, VeemError> {
-    GuaranteeLevel::from_wire(value).ok_or_else(|| VeemError::field(field, format!("{value} is not a guarantee level")))
+    interfaces::vmi::GuaranteeLevel::of_wire(value).ok_or_else(|| VeemError::field(field, format!("{value} is not a guarantee level")))
 }
 
 /// A host's health on the wire: the state and, while heartbeats are

@@ -218,7 +218,7 @@ pub struct PinArgs {
 }
 
 fn parse_id(s: &str) -> Result<BlobId, String> {
-    s.parse().map_err(|e: interfaces::Error| e.to_string())
+    s.parse().map_err(|e: interfaces::manifest::Error| e.to_string())
 }
 
 fn parse_kind(s: &str) -> Result<BlobKind, String> {

@@ -67,8 +67,7 @@ pub mod exit {
             Some(DeadlineExceeded) => TIMEOUT,
             _ if e.chain().any(|c| c.is::<super::TimedOut>()) => TIMEOUT,
             _ if e.chain().any(|c| {
-                c.downcast_ref::<interfaces::Error>()
-                    .is_some_and(|e| matches!(e, interfaces::Error::InvalidManifest { .. } | interfaces::Error::ManifestSyntax(_)))
+                c.is::<interfaces::manifest::Error>() || matches!(c.downcast_ref::<interfaces::Error>(), Some(interfaces::Error::Manifest(_)))
             }) =>
             {
                 INVALID

@@ -15,6 +15,15 @@ pub const QUOTE_CHARS: usize = 200;
 /// metadata, where the message travels.
 pub const MESSAGE_BYTES: usize = 2048;
 
+/// Line and column (1-based, the column in characters) of byte `offset`
+/// of `text`.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
 /// `text` whole when it has at most `max` characters; else its first and
 /// last `max / 2` characters around `…[N characters cut]…`, so that both
 /// the start of a message and its end (where serde says what it expected)

@@ -10,7 +10,7 @@
 //! not TOML at all). Unknown fields are rejected so that typos are caught.
 //!
 //! ```
-//! use interfaces::manifest::{Manifest, GuaranteeLevel};
+//! use vee_manifest::{Manifest, GuaranteeLevel};
 //! let m = Manifest::from_toml(r#"
 //! [service]
 //! name = "webshop"
@@ -35,11 +35,17 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::blob_id::BlobId;
-use crate::error::{Error, Result};
+pub mod blob_id;
+pub mod cloud_init;
+mod error;
+pub mod excerpt;
+mod validate;
+
+pub use blob_id::BlobId;
+pub use error::{Error, Result};
+
 use crate::excerpt::{around, excerpt, QUOTE_CHARS};
 
-mod validate;
 
 #[cfg(test)]
 mod tests;
@@ -239,29 +245,6 @@ impl GuaranteeLevel {
     /// Levels whose VEEs are checkpointed by default (standard and above).
     pub fn checkpoints_by_default(self) -> bool {
         self >= GuaranteeLevel::Standard
-    }
-}
-
-impl From<GuaranteeLevel> for crate::vmi::GuaranteeLevel {
-    fn from(g: GuaranteeLevel) -> Self {
-        use crate::vmi::GuaranteeLevel as W;
-        match g {
-            GuaranteeLevel::Background => W::Background,
-            GuaranteeLevel::Legacy => W::Legacy,
-            GuaranteeLevel::Standard => W::Standard,
-            GuaranteeLevel::Enhanced => W::Enhanced,
-            GuaranteeLevel::Full => W::Full,
-        }
-    }
-}
-
-impl GuaranteeLevel {
-    /// The level of a VMI `GuaranteeLevel` (an `i32` field); `None` when
-    /// unset or unknown.
-    pub fn from_wire(value: i32) -> Option<Self> {
-        GuaranteeLevel::ALL
-            .into_iter()
-            .find(|g| crate::vmi::GuaranteeLevel::from(*g) as i32 == value)
     }
 }
 
@@ -550,7 +533,7 @@ fn parse(text: &str) -> Result<Manifest> {
 /// column of a syntax error.
 fn shape_error(text: &str, path: &str, err: &toml::de::Error) -> Error {
     let message = excerpt(&err.message().trim().replace('\n', "; "), 2 * QUOTE_CHARS).into_owned();
-    let at = err.span().map(|span| crate::config::line_col(text, span.start));
+    let at = err.span().map(|span| crate::excerpt::line_col(text, span.start));
     let line = at.map(|(l, _)| format!(" (line {l})")).unwrap_or_default();
     let path = if path == "." || path == "?" { "" } else { path };
     let path = &*excerpt(path, QUOTE_CHARS);
