@@ -36,7 +36,8 @@ pub mod model;
 pub mod networks;
 pub mod peer_watch;
 pub mod peers;
-pub mod planner;
+/// The planner (crate `vee-planner`).
+pub use vee_planner as planner;
 pub mod planner_store;
 pub mod ports;
 pub mod proposals;

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use interfaces::manifest::{ConstraintLevel, ConstraintScope, GuaranteeLevel};
+use vee_manifest::{ConstraintLevel, ConstraintScope, GuaranteeLevel};
 
 use super::tests::{anti, request};
 use super::*;

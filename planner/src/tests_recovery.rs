@@ -1,6 +1,6 @@
 //! Unit tests of recovery placement and VRM remapping.
 
-use interfaces::manifest::{ConstraintLevel, ConstraintScope, GuaranteeLevel, MigrationPolicy};
+use vee_manifest::{ConstraintLevel, ConstraintScope, GuaranteeLevel, MigrationPolicy};
 
 use super::tests::{anti, planner, request, res};
 use super::*;

@@ -115,11 +115,6 @@ impl Planner {
         Ok(self.d.usage[self.host_idx(name)? as usize].total.at(slot))
     }
 
-    /// Reserved usage of host `name` in `slot` without background VEEs.
-    pub fn host_firm_usage(&self, name: &str, slot: Slot) -> Result<Resources, PlanError> {
-        Ok(self.d.usage[self.host_idx(name)? as usize].firm.at(slot))
-    }
-
     /// Sum of the capacities of all hosts (not removed).
     pub fn total_capacity(&self) -> Resources {
         self.p

@@ -22,7 +22,7 @@
 
 use std::collections::HashSet;
 
-use interfaces::manifest::{Constraint, ConstraintKind, ConstraintLevel, ConstraintScope};
+use vee_manifest::{Constraint, ConstraintKind, ConstraintLevel, ConstraintScope};
 
 use super::capacity::HostIdx;
 use super::request::{RemoteNeed, ServiceRequest};

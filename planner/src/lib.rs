@@ -375,8 +375,8 @@ impl Planner {
     }
 
     /// Label of host `h` at a constraint level (host index, site id, region id).
-    pub(crate) fn label(&self, h: HostIdx, level: interfaces::manifest::ConstraintLevel) -> u32 {
-        use interfaces::manifest::ConstraintLevel::*;
+    pub(crate) fn label(&self, h: HostIdx, level: vee_manifest::ConstraintLevel) -> u32 {
+        use vee_manifest::ConstraintLevel::*;
         let rec = &self.p.hosts[h as usize];
         match level {
             Host => h,

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use interfaces::manifest::{ConstraintKind, ConstraintLevel};
+use vee_manifest::{ConstraintKind, ConstraintLevel};
 
 use super::request::Placement;
 use super::slots::Slot;
@@ -82,7 +82,7 @@ impl Planner {
 
 #[cfg(test)]
 mod tests {
-    use interfaces::manifest::{Constraint, ConstraintScope, GuaranteeLevel};
+    use vee_manifest::{Constraint, ConstraintScope, GuaranteeLevel};
 
     use super::super::tests::{accepted, anti, planner, request, res};
     use super::super::{RankPolicy, SlotRange};
@@ -129,9 +129,9 @@ mod tests {
         // h1 has 700 MiB: two of the three 256 MiB members fit, not all.
         let mut p = bound(1024);
         p.remove_host("h1").ok();
-        p.add_host(crate::planner::HostSpec::new(
+        p.add_host(crate::HostSpec::new(
             "h2",
-            crate::planner::Resources::new(4, 700, 100),
+            crate::Resources::new(4, 700, 100),
             "s1",
             "r1",
         ))

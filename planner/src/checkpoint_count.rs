@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use interfaces::manifest::{CheckpointInterval, Sla};
+use vee_manifest::{CheckpointInterval, Sla};
 use serde::{Deserialize, Serialize};
 
 /// Optimal number of checkpoints, `ceil(-1 + sqrt(n·t/c))`, at least 0
@@ -91,7 +91,7 @@ pub fn checkpoint_plan(sla: &Sla, run_time_s: f64, checkpoint_cost_s: f64) -> Ch
 
 #[cfg(test)]
 mod tests {
-    use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
+    use vee_manifest::{GuaranteeLevel, MigrationPolicy};
 
     use super::*;
 

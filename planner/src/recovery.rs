@@ -18,7 +18,7 @@
 //! Reservations that start later are not touched here: see
 //! [`super::remap`] (VRM remapping interval).
 
-use interfaces::manifest::GuaranteeLevel;
+use vee_manifest::GuaranteeLevel;
 use serde::{Deserialize, Serialize};
 
 use super::capacity::HostIdx;
@@ -172,7 +172,7 @@ impl Planner {
                 s.component_of(&r.vee).and_then(|c| c.profile.clone()),
                 s.migration,
             ),
-            None => (Vec::new(), None, interfaces::manifest::MigrationPolicy::None),
+            None => (Vec::new(), None, vee_manifest::MigrationPolicy::None),
         };
         let others = self.others_of(&r.service, &r.vee, Some(failed));
         let others_ref: Vec<(&str, HostIdx)> = others.iter().map(|(c, h)| (c.as_str(), *h)).collect();

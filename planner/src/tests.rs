@@ -1,6 +1,6 @@
 //! Unit tests of the planner across its modules.
 
-use interfaces::manifest::{Constraint, ConstraintKind, ConstraintLevel, ConstraintScope, GuaranteeLevel, Manifest, MigrationPolicy};
+use vee_manifest::{Constraint, ConstraintKind, ConstraintLevel, ConstraintScope, GuaranteeLevel, Manifest, MigrationPolicy};
 
 use super::*;
 
@@ -41,7 +41,7 @@ pub(super) fn request(id: &str, g: GuaranteeLevel, window: SlotRange, comps: &[(
             .collect(),
         constraints: Vec::new(),
         peer_spare: PeerSpare::NotAsked,
-        padding: crate::planner::Padding::NONE,
+        padding: crate::Padding::NONE,
     }
 }
 
@@ -523,7 +523,7 @@ fn forget_before_drops_finished_reservations() {
 
 #[test]
 fn request_from_the_example_manifest() {
-    let m = Manifest::from_toml(include_str!("../../../configs/manifests/example.toml")).unwrap();
+    let m = Manifest::from_toml(include_str!("../../configs/manifests/example.toml")).unwrap();
     let clock = SlotClock::new(0, 60);
     let start = m.sla.window.unwrap().start.timestamp();
     let r = ServiceRequest::from_manifest("svc1", &m, &clock, start - 3600, 10);
@@ -542,7 +542,7 @@ fn request_from_the_example_manifest() {
         .collect();
     assert_ne!(db[0], db[1], "anti-affinity of the example");
     // No window: from now for the default length.
-    let minimal = Manifest::from_toml(include_str!("../../../configs/manifests/minimal.toml")).unwrap();
+    let minimal = Manifest::from_toml(include_str!("../../configs/manifests/minimal.toml")).unwrap();
     let r = ServiceRequest::from_manifest("svc2", &minimal, &clock, 600, 10);
     assert_eq!(r.window, SlotRange::new(10, 20));
 }

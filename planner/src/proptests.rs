@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use interfaces::manifest::{ConstraintKind, ConstraintLevel, ConstraintScope, GuaranteeLevel};
+use vee_manifest::{ConstraintKind, ConstraintLevel, ConstraintScope, GuaranteeLevel};
 use proptest::prelude::*;
 
 use super::tests::{anti, fingerprint, request};

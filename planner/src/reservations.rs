@@ -1,7 +1,7 @@
 //! Reservations and admitted services: the types, queries, release
 //! (service stopped) and forgetting the past.
 
-use interfaces::manifest::{Constraint, GuaranteeLevel, MigrationPolicy};
+use vee_manifest::{Constraint, GuaranteeLevel, MigrationPolicy};
 use serde::{Deserialize, Serialize};
 
 use super::capacity::{HostIdx, Profile, Resources};
@@ -127,12 +127,6 @@ impl Planner {
             range: r.range,
             resources: r.resources,
         }
-    }
-
-    /// All reservations (VEEs and spares) on host `name`, by start slot.
-    pub fn reservations_on(&self, name: &str) -> Result<Vec<&Reservation>, PlanError> {
-        let h = self.host_idx(name)?;
-        Ok(self.d.usage[h as usize].res.iter().filter_map(|(_, k)| self.get(k)).collect())
     }
 
     /// Number of VEE reservations (spares not counted).

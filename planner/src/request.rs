@@ -3,7 +3,7 @@
 //! Negotiate: accept | counter-offer with the earliest feasible window |
 //! reject with reasons).
 
-use interfaces::manifest::{Constraint, ConstraintLevel, GuaranteeLevel, Manifest, MigrationPolicy};
+use vee_manifest::{Constraint, ConstraintLevel, GuaranteeLevel, Manifest, MigrationPolicy};
 use serde::{Deserialize, Serialize};
 
 use super::capacity::{Profile, Resources};

@@ -22,7 +22,7 @@
 
 use std::collections::HashSet;
 
-use interfaces::manifest::GuaranteeLevel;
+use vee_manifest::GuaranteeLevel;
 
 use super::capacity::{HostIdx, Profile, Resources};
 use super::constraints::Filter;

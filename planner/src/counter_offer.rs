@@ -10,7 +10,7 @@
 //! on some host) and tries a full placement there, up to
 //! `counter_offer_max_tries` times within `counter_offer_horizon_slots`.
 
-use interfaces::manifest::GuaranteeLevel;
+use vee_manifest::GuaranteeLevel;
 
 use super::capacity::Resources;
 use super::request::{Admission, ServiceRequest};

@@ -149,12 +149,6 @@ impl Planner {
         self.p.usage_limits = limits.into_iter().filter(|(_, l)| *l != UsageLimit::NoLimit).collect();
     }
 
-    /// The usage SLA of `consumer`.
-    pub fn usage_limit(&self, consumer: &str) -> &UsageLimit {
-        static NONE: UsageLimit = UsageLimit::NoLimit;
-        self.p.usage_limits.get(consumer).unwrap_or(&NONE)
-    }
-
     /// Records measured averages of `consumer` (from accounting).
     pub fn record_consumer_usage(&mut self, consumer: &str, usage: ConsumerUsage) {
         self.p.consumer_usage.insert(consumer.to_string(), usage);

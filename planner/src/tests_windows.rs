@@ -1,7 +1,7 @@
 //! Unit tests of extending an admitted service's window, and of the padding
 //! a window is reserved with.
 
-use interfaces::manifest::GuaranteeLevel;
+use vee_manifest::GuaranteeLevel;
 
 use super::tests::{fingerprint, planner, request, res};
 use super::*;
