@@ -17,6 +17,9 @@
 //! - **Idle**: a connection with no request in flight for
 //!   [`ListenerLimits::idle_timeout`] is closed (HTTP/2: GOAWAY first); a
 //!   response still streaming (a WatchEvents stream) counts as in flight.
+//! - **Slow readers**: a write blocked for
+//!   [`ListenerLimits::send_timeout`] (the client leaves its answers
+//!   unread) closes the connection (`stall`).
 //!
 //! Each request carries, as extensions, the client's address
 //! (`axum::extract::ConnectInfo<SocketAddr>`) and tonic's connection info
@@ -48,6 +51,7 @@ use tower::ServiceExt;
 use crate::config::{duration, size};
 
 mod slots;
+mod stall;
 pub use slots::{Refused, Slots};
 
 /// The limits of a daemon's HTTP listener (a `[listener]` table; every
@@ -76,6 +80,10 @@ pub struct ListenerLimits {
     pub max_header_size: u64,
     /// HTTP/2 streams (calls) at once on one connection (default 100).
     pub max_streams_per_connection: u32,
+    /// Time a write to a client may stay blocked (it does not read its
+    /// answers) before the connection is closed (default 60 s).
+    #[serde(deserialize_with = "duration")]
+    pub send_timeout: Duration,
     /// Bytes of a REST request body at most (default 2 MiB; the handler
     /// answers 413 above it).
     #[serde(deserialize_with = "size")]
@@ -98,6 +106,7 @@ impl Default for ListenerLimits {
             idle_timeout: Duration::from_secs(60),
             max_header_size: 16 * 1024,
             max_streams_per_connection: 100,
+            send_timeout: Duration::from_secs(60),
             max_body_size: 2 * 1024 * 1024,
             auth_failures_burst: 10,
             auth_failure_interval: Duration::from_secs(1),
@@ -125,6 +134,7 @@ impl ListenerLimits {
             ("handshake_timeout", self.handshake_timeout),
             ("head_timeout", self.head_timeout),
             ("idle_timeout", self.idle_timeout),
+            ("send_timeout", self.send_timeout),
             ("auth_failure_interval", self.auth_failure_interval),
         ] {
             if d.is_zero() {
@@ -369,6 +379,7 @@ impl Conn {
                 }))
             }
         });
+        let (io, stalled) = stall::watch(io);
         let conn = self.http.serve_connection(TokioIo::new(io), svc);
         tokio::pin!(conn);
         let mut idle = self.slot.in_flight.subscribe();
@@ -405,6 +416,10 @@ impl Conn {
                     closing = true;
                 }
                 () = self.cut.cancelled() => return,
+                () = stalled.for_longer_than(self.limits.send_timeout) => {
+                    tracing::debug!(peer = %self.peer, "closed: the client did not read its answers");
+                    return;
+                }
                 () = hard_stop => return,
             }
         }

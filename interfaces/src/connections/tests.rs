@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,6 +20,13 @@ async fn server(limits: ListenerLimits) -> (SocketAddr, CancellationToken) {
         .route(
             "/",
             get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.ip().to_string() }),
+        )
+        .route(
+            "/endless",
+            get(|| async {
+                let chunk = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
+                Body::from_stream(futures::StreamExt::map(futures::stream::repeat(chunk), Ok::<_, std::io::Error>))
+            }),
         )
         .route(
             "/slow",
@@ -39,6 +47,7 @@ fn quick() -> ListenerLimits {
     ListenerLimits {
         head_timeout: Duration::from_millis(800),
         idle_timeout: Duration::from_millis(800),
+        send_timeout: Duration::from_secs(1),
         ..ListenerLimits::default()
     }
 }
@@ -182,4 +191,19 @@ fn the_connection_limit_stays_below_the_descriptor_limit() {
         "{} of {nofile}",
         l.max_connections
     );
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_its_answer_is_cut_after_the_send_timeout() {
+    let (addr, _stop) = server(quick()).await;
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut s = sock.connect(addr).await.unwrap();
+    // An answer that never ends (as a stream of events), never read: the
+    // request stays in flight, so only the blocked writes tell.
+    s.write_all(b"GET /endless HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "still open after 14 s ({} bytes read)", got.len());
 }
