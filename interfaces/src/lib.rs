@@ -90,7 +90,7 @@ impl vhi::CheckpointRecord {
     }
 }
 
-pub use vee_manifest::{blob_id, excerpt, BlobId};
+pub use error::{Error, Result};
 /// The service manifest and its validation (crate `vee-manifest`).
 pub use vee_manifest as manifest;
-pub use error::{Error, Result};
+pub use vee_manifest::{blob_id, excerpt, BlobId};

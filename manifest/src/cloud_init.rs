@@ -114,5 +114,4 @@ mod tests {
             "one line",
         );
     }
-
 }

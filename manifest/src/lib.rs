@@ -46,7 +46,6 @@ pub use error::{Error, Result};
 
 use crate::excerpt::{around, excerpt, QUOTE_CHARS};
 
-
 #[cfg(test)]
 mod tests;
 

@@ -129,13 +129,8 @@ mod tests {
         // h1 has 700 MiB: two of the three 256 MiB members fit, not all.
         let mut p = bound(1024);
         p.remove_host("h1").ok();
-        p.add_host(crate::HostSpec::new(
-            "h2",
-            crate::Resources::new(4, 700, 100),
-            "s1",
-            "r1",
-        ))
-        .unwrap();
+        p.add_host(crate::HostSpec::new("h2", crate::Resources::new(4, 700, 100), "s1", "r1"))
+            .unwrap();
         let before = p.clone();
         let set = p.affinity_set("s-app-0", ConstraintLevel::Host);
         let e = p.move_set(&set, "h2", 10).unwrap_err();

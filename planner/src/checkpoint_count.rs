@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use vee_manifest::{CheckpointInterval, Sla};
 use serde::{Deserialize, Serialize};
+use vee_manifest::{CheckpointInterval, Sla};
 
 /// Optimal number of checkpoints, `ceil(-1 + sqrt(n·t/c))`, at least 0
 /// (H eq. 3.16). `run_time_s` = t (s), `checkpoint_cost_s` = c (s, > 0),

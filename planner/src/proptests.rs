@@ -5,8 +5,8 @@
 
 use std::collections::HashSet;
 
-use vee_manifest::{ConstraintKind, ConstraintLevel, ConstraintScope, GuaranteeLevel};
 use proptest::prelude::*;
+use vee_manifest::{ConstraintKind, ConstraintLevel, ConstraintScope, GuaranteeLevel};
 
 use super::tests::{anti, fingerprint, request};
 use super::*;

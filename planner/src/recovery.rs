@@ -18,8 +18,8 @@
 //! Reservations that start later are not touched here: see
 //! [`super::remap`] (VRM remapping interval).
 
-use vee_manifest::GuaranteeLevel;
 use serde::{Deserialize, Serialize};
+use vee_manifest::GuaranteeLevel;
 
 use super::capacity::HostIdx;
 use super::constraints::Filter;

@@ -3,8 +3,8 @@
 //! Negotiate: accept | counter-offer with the earliest feasible window |
 //! reject with reasons).
 
-use vee_manifest::{Constraint, ConstraintLevel, GuaranteeLevel, Manifest, MigrationPolicy};
 use serde::{Deserialize, Serialize};
+use vee_manifest::{Constraint, ConstraintLevel, GuaranteeLevel, Manifest, MigrationPolicy};
 
 use super::capacity::{Profile, Resources};
 use super::slots::{Slot, SlotClock, SlotRange};

@@ -1,8 +1,8 @@
 //! Reservations and admitted services: the types, queries, release
 //! (service stopped) and forgetting the past.
 
-use vee_manifest::{Constraint, GuaranteeLevel, MigrationPolicy};
 use serde::{Deserialize, Serialize};
+use vee_manifest::{Constraint, GuaranteeLevel, MigrationPolicy};
 
 use super::capacity::{HostIdx, Profile, Resources};
 use super::request::{Placement, SpareNeed};

@@ -479,7 +479,7 @@ impl VeemConfig {
             return Err(invalid("networks.mtu", format!("{} bytes; must be 576 to 9000", n.mtu)));
         }
         for (i, r) in self.migration.auto_approve.iter().enumerate() {
-            if crate::proposals::Reason::parse(r).is_none() {
+            if crate::domain::Reason::parse(r).is_none() {
                 return Err(invalid(format!("migration.auto_approve[{i}]"), format!("{r:?} is not a reason the planner proposes (failure-risk, sla-at-risk, consolidation); a caller's reason always waits for an operator")));
             }
         }

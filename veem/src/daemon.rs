@@ -11,14 +11,13 @@ use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::VeemConfig;
+use crate::domain::Health;
 use crate::front::Front;
-use crate::hosts::Health;
 use crate::loops::{self, Loops};
 use crate::manager::Veem;
 
 /// How long a stop waits for the loops' rounds under way.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
 
 /// Runs the VEEM of `config` until Ctrl-C or SIGTERM. `destroy_strays`:
 /// the operator's word that domains an empty database does not know are

@@ -126,7 +126,7 @@ impl Veem {
         let names = self.hosts.names();
         let silent = names
             .iter()
-            .filter(|h| matches!(self.hosts.health(h), crate::hosts::Health::Unknown | crate::hosts::Health::Failed))
+            .filter(|h| matches!(self.hosts.health(h), crate::domain::Health::Unknown | crate::domain::Health::Failed))
             .count();
         (silent > 0).then(|| {
             format!(

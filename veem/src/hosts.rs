@@ -18,16 +18,7 @@ use interfaces::vhi::HostInfo;
 use crate::config::HostEntry;
 use crate::ports::HostVhi;
 
-/// Liveness of a host as the VEEM sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Health {
-    /// Never answered yet.
-    Unknown,
-    Up,
-    /// Missed this many heartbeats in a row (below the limit).
-    Missing(u32),
-    Failed,
-}
+pub use crate::domain::Health;
 
 struct HostConn {
     entry: HostEntry,

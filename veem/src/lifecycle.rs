@@ -358,7 +358,7 @@ impl Veem {
                 let mut p = self.planner.lock().unwrap();
                 match p.resume_background(&v.id, range) {
                     // Only onto a host that answers now.
-                    Ok(at) if self.hosts.health(&at.host) != crate::hosts::Health::Up => {
+                    Ok(at) if self.hosts.health(&at.host) != crate::domain::Health::Up => {
                         let _ = p.displace_background(&v.id);
                         Err(anyhow!("host {} does not answer", at.host))
                     }
@@ -410,7 +410,7 @@ impl Veem {
             match due(&v, now, ms) {
                 // Not onto a host that has failed: VRM moves its reservation
                 // first (crate::remapping).
-                Some(Due::Deploy) if v.host().is_some_and(|h| self.hosts.health(h) == crate::hosts::Health::Failed) => {}
+                Some(Due::Deploy) if v.host().is_some_and(|h| self.hosts.health(h) == crate::domain::Health::Failed) => {}
                 Some(Due::Deploy) => self.spawn_deploy(&v.id),
                 Some(Due::Stop) => {
                     let veem = self.clone();

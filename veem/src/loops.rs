@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::hosts::Health;
+use crate::domain::Health;
 use crate::manager::Veem;
 use crate::planner::{HostSpec, Profile, Resources};
 
@@ -196,7 +196,7 @@ mod tests {
         for _ in 0..3 {
             super::heartbeat_round(&site.veem).await;
         }
-        eventually("h1 failed", || site.veem.hosts.health("h1") == crate::hosts::Health::Failed).await;
+        eventually("h1 failed", || site.veem.hosts.health("h1") == crate::domain::Health::Failed).await;
         // An hour later h1 still does not answer.
         for _ in 0..3 {
             site.clock.advance_ms(20 * 60 * 1000);

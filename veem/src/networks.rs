@@ -321,12 +321,12 @@ impl Veem {
         let anchor = if hosts.is_empty() && !stretched_to.is_empty() {
             svc.anchor
                 .clone()
-                .filter(|h| self.hosts.health(h) != crate::hosts::Health::Failed)
+                .filter(|h| self.hosts.health(h) != crate::domain::Health::Failed)
                 .or_else(|| {
                     self.hosts
                         .names()
                         .into_iter()
-                        .find(|h| self.hosts.health(h) == crate::hosts::Health::Up)
+                        .find(|h| self.hosts.health(h) == crate::domain::Health::Up)
                 })
         } else {
             None

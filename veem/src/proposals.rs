@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use crate::hosts::Health;
+use crate::domain::Health;
 use crate::manager::Veem;
 use crate::migration::{Dest, Proposer};
 use crate::model::{Location, MigrationRec, MigrationState, VeeState};
@@ -45,35 +45,7 @@ use crate::store::Tree;
 #[cfg(test)]
 mod tests;
 
-/// Why the planner proposes a move.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Reason {
-    /// The VEE's host is missing heartbeats.
-    FailureRisk,
-    /// The VEE's checkpoints keep failing on its host.
-    SlaAtRisk,
-    /// The VEE's host is to be emptied.
-    Consolidation,
-}
-
-impl Reason {
-    /// The reason as proposals carry it (and `migration.auto_approve`
-    /// names it): `failure-risk`, `sla-at-risk`, `consolidation`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::FailureRisk => "failure-risk",
-            Reason::SlaAtRisk => "sla-at-risk",
-            Reason::Consolidation => "consolidation",
-        }
-    }
-
-    /// The reason named `s`, if it is one of the planner's.
-    pub fn parse(s: &str) -> Option<Self> {
-        [Reason::FailureRisk, Reason::SlaAtRisk, Reason::Consolidation]
-            .into_iter()
-            .find(|r| r.as_str() == s)
-    }
-}
+pub use crate::domain::Reason;
 
 /// A host as a pass sees it.
 #[derive(Clone, Debug, PartialEq)]

@@ -6,9 +6,9 @@
 use interfaces::manifest::GuaranteeLevel;
 use interfaces::vmi;
 
+use crate::domain::Health;
 use crate::domain::{MigrationState, ServiceState, VeeState};
 use crate::error::VeemError;
-use crate::hosts::Health;
 
 /// Maps each domain variant to its wire variant and back: `From<domain>`
 /// for the wire enum, and `wire_to_domain(field, i32)` for the domain.

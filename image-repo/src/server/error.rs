@@ -160,5 +160,6 @@ impl IntoResponse for ApiError {
 
 /// Parses an ID from a path segment. Errors: 400 with the parse error.
 pub fn parse_id(raw: &str) -> Result<BlobId, ApiError> {
-    raw.parse().map_err(|e: interfaces::manifest::Error| ApiError::bad_request(e.to_string()))
+    raw.parse()
+        .map_err(|e: interfaces::manifest::Error| ApiError::bad_request(e.to_string()))
 }

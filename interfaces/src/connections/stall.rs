@@ -26,7 +26,13 @@ pub struct Stalled(Arc<Mutex<Option<Instant>>>);
 /// `io` watched, and the handle that tells how long its writes block.
 pub fn watch<IO>(io: IO) -> (Watched<IO>, Stalled) {
     let since = Arc::new(Mutex::new(None));
-    (Watched { inner: io, since: since.clone() }, Stalled(since))
+    (
+        Watched {
+            inner: io,
+            since: since.clone(),
+        },
+        Stalled(since),
+    )
 }
 
 impl Stalled {

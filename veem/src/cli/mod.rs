@@ -67,7 +67,8 @@ pub mod exit {
             Some(DeadlineExceeded) => TIMEOUT,
             _ if e.chain().any(|c| c.is::<super::TimedOut>()) => TIMEOUT,
             _ if e.chain().any(|c| {
-                c.is::<interfaces::manifest::Error>() || matches!(c.downcast_ref::<interfaces::Error>(), Some(interfaces::Error::Manifest(_)))
+                c.is::<interfaces::manifest::Error>()
+                    || matches!(c.downcast_ref::<interfaces::Error>(), Some(interfaces::Error::Manifest(_)))
             }) =>
             {
                 INVALID

@@ -1,14 +1,19 @@
 //! The VEEM's state machines (DESIGN.md §4): a VEE's life, a migration's
-//! course and a service's overall state. Each is an enum with a transition
+//! course and a service's overall state; and the domain's small values
+//! that several layers share: a host's health, a proposal's reason. Each is an enum with a transition
 //! table; a state change the table does not allow is an
 //! [`InvalidTransition`], never a silent overwrite (the model: Cloud
 //! Hypervisor's `VmState::valid_transition`).
 
+pub mod health;
 pub mod migration;
+pub mod reason;
 pub mod service;
 pub mod vee;
 
+pub use health::Health;
 pub use migration::MigrationState;
+pub use reason::Reason;
 pub use service::ServiceState;
 pub use vee::VeeState;
 
