@@ -102,9 +102,17 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     }
     front.stopping().await;
     veem.stopping.cancel();
+    // Beside the calls under way: the loops' rounds, then the background
+    // work they or the calls started (a deploy's boots, a recovery, a
+    // migration), whose steps commit atomically, so that what the grace
+    // period cuts is resumed at the next start (reconcile, intents).
     let beside = async {
         if let Some(loops) = loops {
             loops.shutdown(SHUTDOWN_GRACE).await;
+        }
+        let cut = veem.drain_tasks(SHUTDOWN_GRACE).await;
+        if cut > 0 {
+            tracing::warn!(tasks = cut, grace = ?SHUTDOWN_GRACE, "background work still under way after the grace period: cut");
         }
     };
     let (served, ()) = tokio::join!(server, beside);

@@ -353,7 +353,7 @@ impl Veem {
         for id in admitted.iter().flat_map(|a| &a.preempted) {
             let veem = self.clone();
             let id = id.clone();
-            tokio::spawn(async move { veem.preempt_background(&id).await });
+            self.spawn(async move { veem.preempt_background(&id).await });
         }
         for v in vees.iter().filter(|v| v.host().is_some()) {
             if v.deploy_due(self.clock.now()) {
@@ -443,7 +443,7 @@ impl Veem {
         }
         let veem = self.clone();
         let id = vee_id.to_string();
-        tokio::spawn(async move {
+        self.spawn(async move {
             if let Err(e) = veem.deploy_vee(&id).await {
                 tracing::warn!(vee = %id, error = %format!("{e:#}"), "deploy failed");
             }

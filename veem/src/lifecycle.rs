@@ -375,7 +375,7 @@ impl Veem {
             };
             started += 1;
             let veem = self.clone();
-            tokio::spawn(async move {
+            self.spawn(async move {
                 if let Err(e) = veem.recover_vee_on(&v.id, "", &host, None).await {
                     tracing::warn!(vee = %v.id, %host, error = %format!("{e:#}"), "displaced VEE not resumed; tried again later");
                     veem.clean_failed_attempt(&v.id, &host).await;
@@ -414,11 +414,15 @@ impl Veem {
                 Some(Due::Deploy) => self.spawn_deploy(&v.id),
                 Some(Due::Stop) => {
                     let veem = self.clone();
-                    tokio::spawn(async move { veem.stop_vee(&v.id).await });
+                    self.spawn(async move {
+                        if let Err(e) = veem.stop_vee(&v.id).await {
+                            tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "stop at the window's end failed; tried again later");
+                        }
+                    });
                 }
                 Some(Due::Checkpoint) if self.try_busy(&v.id) => {
                     let veem = self.clone();
-                    tokio::spawn(async move {
+                    self.spawn(async move {
                         let r = match &v.location {
                             Location::Site(s) => veem.forward_action(s, &v.id, vmi::Action::Checkpoint, "").await,
                             _ => veem.checkpoint_vee(&v.id).await.map(|_| ()),

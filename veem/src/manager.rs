@@ -60,6 +60,10 @@ pub struct Veem {
     pub(crate) booking: Mutex<crate::planner::BookingProfile>,
     /// Cancelled when the VEEM stops: event streams end.
     pub(crate) stopping: tokio_util::sync::CancellationToken,
+    /// The background work the workflows start (a deploy's boots, a
+    /// recovery, a migration, a checkpoint due): a stop drains it
+    /// ([`Veem::drain_tasks`]).
+    tasks: tokio_util::task::TaskTracker,
 }
 
 /// The rank policy named in the configuration.
@@ -133,7 +137,25 @@ impl Veem {
             renewal_refused: Mutex::new(Default::default()),
             booking: Mutex::new(booking),
             stopping: Default::default(),
+            tasks: Default::default(),
         }))
+    }
+
+    /// Runs `work` in the background as one of the VEEM's own tasks, which
+    /// a stop drains ([`Veem::drain_tasks`]) rather than cuts at the exit.
+    pub fn spawn(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(work);
+    }
+
+    /// Waits for the background work under way (and what it starts
+    /// meanwhile), at most `grace`. Returns the number of tasks still
+    /// running then (cut with the process).
+    pub async fn drain_tasks(&self, grace: std::time::Duration) -> usize {
+        self.tasks.close();
+        if tokio::time::timeout(grace, self.tasks.wait()).await.is_err() {
+            return self.tasks.len();
+        }
+        0
     }
 
     /// The configuration it was opened with.
@@ -413,5 +435,25 @@ mod tests {
         assert_eq!(v.state, VeeState::Running);
         assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running, "nothing stored");
         assert_eq!(events(), before, "no event");
+    }
+
+    /// A stop waits for the background work under way, and cuts what
+    /// outlives the grace period (issue 37: no detached task).
+    #[tokio::test]
+    async fn a_stop_drains_the_background_work_and_cuts_it_after_the_grace_period() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        use std::time::Duration;
+        let site = FakeSite::start(&["h1"], "").await;
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        site.veem.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            d.store(true, Ordering::SeqCst);
+        });
+        site.veem.spawn(std::future::pending());
+        let cut = site.veem.drain_tasks(Duration::from_millis(500)).await;
+        assert!(done.load(Ordering::SeqCst), "the finite task was waited for");
+        assert_eq!(cut, 1, "the endless one is cut");
     }
 }

@@ -306,7 +306,7 @@ impl Veem {
     pub fn spawn_migration(self: &Arc<Self>, id: &str) {
         let veem = self.clone();
         let id = id.to_string();
-        tokio::spawn(async move {
+        self.spawn(async move {
             if let Err(e) = veem.run_migration(&id).await {
                 tracing::warn!(migration = %id, error = %format!("{e:#}"), "migration failed");
             }

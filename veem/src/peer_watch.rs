@@ -150,7 +150,7 @@ impl Veem {
 
     fn spawn_recover_from_peer(self: &Arc<Self>, vee_id: &str, site: &str) {
         let (veem, vee_id, site) = (self.clone(), vee_id.to_string(), site.to_string());
-        tokio::spawn(async move {
+        self.spawn(async move {
             if let Err(e) = veem.recover_from_peer(&vee_id, &site).await {
                 tracing::error!(vee = %vee_id, %site, error = %format!("{e:#}"), "recovery from a failed peer site failed");
             }

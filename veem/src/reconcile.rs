@@ -141,7 +141,7 @@ impl Veem {
                             format!("recovery on {h} cut short by a restart: resumed"),
                         );
                         let (veem, id) = (self.clone(), v.id.clone());
-                        tokio::spawn(async move { veem.restore_on(&id, &h, "its recovery was cut short by a VEEM restart").await });
+                        self.spawn(async move { veem.restore_on(&id, &h, "its recovery was cut short by a VEEM restart").await });
                     }
                 }
                 (Location::Host(h), s) if s.is_live() || s == VeeState::Recovering => {
@@ -259,7 +259,7 @@ impl Veem {
                 still.insert(v.id.clone());
                 if n == MISSING_ROUNDS && self.try_busy(&v.id) {
                     let (veem, id, host) = (self.clone(), v.id.clone(), h.clone());
-                    tokio::spawn(async move {
+                    self.spawn(async move {
                         let why = format!("its domain vanished from {host}");
                         veem.restore_on(&id, &host, &why).await;
                         veem.unbusy(&id);

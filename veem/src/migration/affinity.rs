@@ -168,7 +168,7 @@ impl Veem {
     /// background; see the module doc for a member that fails.
     pub(super) fn spawn_set(self: &Arc<Self>, set: Vec<String>) {
         let veem = self.clone();
-        tokio::spawn(async move {
+        self.spawn(async move {
             if let Err(e) = veem.run_set(&set).await {
                 tracing::warn!(set = ?set, error = %format!("{e:#}"), "affinity set did not move");
             }
