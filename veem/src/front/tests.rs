@@ -107,29 +107,12 @@ async fn what_no_route_matches_is_404_or_405_as_json_with_or_without_a_token() {
         let allow = a.headers.get("allow").and_then(|v| v.to_str().ok()).unwrap_or_default();
         assert!(allow.contains("GET") && allow.contains("POST"), "Allow: {allow:?}");
     }
-    // A gRPC call of a method the VMI does not have: gRPC's own answer.
-    let a = send(
-        &f,
-        A,
-        grpc(
-            "NoSuchMethod",
-            Some("operator-token"),
-            interfaces::vmi::ListServicesRequest::default(),
-        ),
-    )
-    .await;
+    // A gRPC call of a method the VMI does not have: gRPC's own answer;
+    // a known one is served (its status in the trailers).
+    let list_as = |method: &str| grpc(method, Some("operator-token"), interfaces::vmi::ListServicesRequest::default());
+    let a = send(&f, A, list_as("NoSuchMethod")).await;
     assert_eq!((a.status, a.grpc_status()), (200, Some("12")));
-    // And a known one is served (its status in the trailers).
-    let a = send(
-        &f,
-        A,
-        grpc(
-            "ListServices",
-            Some("operator-token"),
-            interfaces::vmi::ListServicesRequest::default(),
-        ),
-    )
-    .await;
+    let a = send(&f, A, list_as("ListServices")).await;
     assert_eq!((a.status, a.grpc_status()), (200, None), "{:?}", a.headers);
     interfaces::vmi::ListServicesResponse::decode(&a.body[5..]).unwrap();
 }
