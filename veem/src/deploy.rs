@@ -19,7 +19,7 @@ use interfaces::BlobId;
 use crate::config::Role;
 use crate::intents::Intent;
 use crate::manager::Veem;
-use crate::model::{now_ms, Location, ServiceRec, VeeRec, VeeState};
+use crate::model::{Location, ServiceRec, VeeRec, VeeState};
 use crate::planner::{checkpoint_plan, Admission, Admitted, CheckpointPlan, PeerSpare, ServiceRequest};
 
 /// Planned run time assumed for a service without a window, for the
@@ -269,7 +269,7 @@ impl Veem {
             vees.push(VeeRec {
                 state: VeeState::Deploying,
                 for_peer: svc.for_peer.clone(),
-                ..VeeRec::of_manifest(&m, c, *instance, vee_id, &service_id, (self.clock.now(), end))
+                ..VeeRec::of_manifest(&m, c, *instance, vee_id, &service_id, (self.clock.now(), end), self.clock.now_ms())
             });
         }
         svc.vees = sorted_ids(&mut vees);
@@ -396,7 +396,7 @@ impl Veem {
                     location: Location::Host(p.host.clone()),
                     for_peer: for_peer.clone(),
                     init_lead_s: lead,
-                    ..VeeRec::of_manifest(m, comp, instance, &p.vee, &req.service_id, window)
+                    ..VeeRec::of_manifest(m, comp, instance, &p.vee, &req.service_id, window, self.clock.now_ms())
                 }
             })
             .collect();
@@ -512,7 +512,15 @@ impl VeeRec {
     /// (vCPUs, MiB, GiB), image IDs and the SLA terms (guarantee, migration
     /// policy, checkpoint period over the window, max downtime); not placed
     /// yet (`Location::Nowhere`), not run for a peer.
-    pub fn of_manifest(m: &Manifest, c: &Component, instance: u32, vee_id: &str, service_id: &str, (start, end): (i64, i64)) -> VeeRec {
+    pub fn of_manifest(
+        m: &Manifest,
+        c: &Component,
+        instance: u32,
+        vee_id: &str,
+        service_id: &str,
+        (start, end): (i64, i64),
+        now_ms: i64,
+    ) -> VeeRec {
         VeeRec {
             id: vee_id.into(),
             service_id: service_id.into(),
@@ -540,7 +548,7 @@ impl VeeRec {
             max_downtime_ms: m.sla.max_downtime_ms.unwrap_or(0),
             window_start_unix: start,
             window_end_unix: end,
-            updated_ms: now_ms(),
+            updated_ms: now_ms,
             for_peer: None,
             // Assigned with the admission (`networks`).
             nics: vec![],

@@ -335,7 +335,7 @@ impl Veem {
             window_start_unix: self.clock.now(),
             window_end_unix: clock.start_of(admitted.window.end),
             for_peer: Some(from.into()),
-            ..VeeRec::from_spec(&spec)?
+            ..VeeRec::from_spec(&spec, self.clock.now_ms())?
         };
         // The primary's member tables: this site's host stretches the
         // networks from them (checked by the VEEH before use).

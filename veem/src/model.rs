@@ -8,11 +8,6 @@ use interfaces::manifest::{GuaranteeLevel, MigrationPolicy, NetworkKind};
 use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
 use crate::domain::StateMachine;
 pub use crate::domain::{MigrationState, VeeState};
 
@@ -277,7 +272,7 @@ impl VeeRec {
     /// description; [`VeeRec::spec`] is its inverse), with the rest unset:
     /// state pending, placed nowhere, one instance of a component `vee`,
     /// no checkpoints, guarantee `standard`, migration policy `site`.
-    pub fn from_spec(s: &interfaces::vhi::VeeSpec) -> Result<Self, crate::error::VeemError> {
+    pub fn from_spec(s: &interfaces::vhi::VeeSpec, now_ms: i64) -> Result<Self, crate::error::VeemError> {
         Ok(VeeRec {
             id: s.vee_id.clone(),
             service_id: s.service_id.clone(),
@@ -300,7 +295,7 @@ impl VeeRec {
             max_downtime_ms: 0,
             window_start_unix: 0,
             window_end_unix: 0,
-            updated_ms: now_ms(),
+            updated_ms: now_ms,
             for_peer: None,
             nics: s
                 .nics
@@ -540,19 +535,22 @@ mod tests {
                 ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB alice@laptop".into()],
             }),
         };
-        assert_eq!(VeeRec::from_spec(&s).unwrap().spec(), s);
+        assert_eq!(VeeRec::from_spec(&s, 0).unwrap().spec(), s);
         // A peer's first-boot data is checked like a manifest's.
         let mut bad = s.clone();
         bad.cloud_init.as_mut().unwrap().ssh_authorized_keys = vec!["ssh-rsa not-a-key!".into()];
-        let e = VeeRec::from_spec(&bad).unwrap_err().to_string();
+        let e = VeeRec::from_spec(&bad, 0).unwrap_err().to_string();
         assert!(e.contains("field `cloud_init.ssh_authorized_keys[0]`"), "{e}");
         let mut bad = s.clone();
         bad.nics[0].address = "10.240.1.2".into();
-        let e = VeeRec::from_spec(&bad).unwrap_err().to_string();
+        let e = VeeRec::from_spec(&bad, 0).unwrap_err().to_string();
         assert!(e.contains("field `nics[0].address`"), "{e}");
         bad.nics[0].address = "10.240.1.2/24".into();
         bad.nics[0].ports = vec![70000];
-        assert!(VeeRec::from_spec(&bad).unwrap_err().to_string().contains("70000 is not a TCP port"));
+        assert!(VeeRec::from_spec(&bad, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("70000 is not a TCP port"));
     }
 
     #[test]

@@ -231,7 +231,7 @@ impl FakeSite {
                 checkpoint_id: uuid::Uuid::new_v4().to_string(),
                 vee_id: v.id.clone(),
                 memory_blob: format!("sha256:{}", "1".repeat(64)),
-                take_time: interfaces::time::timestamp_ms(crate::model::now_ms()),
+                take_time: interfaces::time::timestamp_ms(self.clock.now_ms()),
                 host: h.clone(),
                 ..Default::default()
             });

@@ -456,7 +456,7 @@ mod networks {
             checkpoint_id: uuid::Uuid::new_v4().to_string(),
             vee_id: vee.clone(),
             memory_blob: format!("sha256:{}", "1".repeat(64)),
-            take_time: interfaces::time::timestamp_ms(crate::model::now_ms()),
+            take_time: interfaces::time::timestamp_ms(chrono::Utc::now().timestamp_millis()),
             host,
             ..Default::default()
         });
