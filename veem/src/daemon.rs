@@ -131,7 +131,7 @@ async fn start_up(veem: &Arc<Veem>, destroy_strays: bool) {
         if veem.hosts.names().iter().all(|h| veem.hosts.health(h) == Health::Up) {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        veem.clock.sleep(Duration::from_millis(500)).await;
     }
     let strays = if destroy_strays {
         crate::reconcile::Strays::Destroy

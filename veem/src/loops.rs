@@ -92,7 +92,7 @@ impl Loops {
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(period) => {}
+                    _ = veem.clock.sleep(period) => {}
                 }
                 state = round(veem.clone(), state).await;
             }

@@ -512,7 +512,7 @@ impl Veem {
         loop {
             let next = tokio::select! {
                 next = stream.next() => next,
-                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+                _ = self.clock.sleep(std::time::Duration::from_secs(1)) => {
                     if self.hosts.health(src) == crate::hosts::Health::Failed {
                         bail!("{src}: the source host failed during the migration (missed heartbeats)");
                     }

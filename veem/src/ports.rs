@@ -340,6 +340,10 @@ pub trait Clock: Send + Sync {
     fn now(&self) -> i64 {
         self.now_ms().div_euclid(1000)
     }
+    /// Resolves once `d` has passed on this clock: the workflows' and
+    /// loops' waits (backoffs, periods, polls) go through it, so that a
+    /// virtual clock can drive them.
+    fn sleep(&self, d: std::time::Duration) -> futures::future::BoxFuture<'static, ()>;
 }
 
 /// [`Clock`] of the system.
@@ -348,6 +352,10 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
         chrono::Utc::now().timestamp_millis()
+    }
+
+    fn sleep(&self, d: std::time::Duration) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(d))
     }
 }
 

@@ -196,7 +196,7 @@ impl Veem {
                         self.clean_failed_attempt(&vee, &host).await;
                         break 'places "the outage budget is spent";
                     }
-                    tokio::time::sleep(wait).await;
+                    self.clock.sleep(wait).await;
                 }
             }
             // Whatever the failed attempts left on that host goes, so that

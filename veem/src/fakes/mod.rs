@@ -93,6 +93,12 @@ impl Clock for FakeClock {
     fn now_ms(&self) -> i64 {
         self.0.load(Ordering::SeqCst)
     }
+
+    /// Waits in real time, as the workflows' unit tests were written for
+    /// (the test moves the time it reads by itself).
+    fn sleep(&self, d: std::time::Duration) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(d))
+    }
 }
 
 /// A VEEM over fake VEEHs, with a temporary database: the harness of the
