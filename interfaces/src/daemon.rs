@@ -195,8 +195,7 @@ async fn health_and_reflection(
 }
 
 /// Serves `router` on the connections of `incoming` (a listener's, as
-/// `tokio_stream::wrappers::TcpListenerStream`, or
-/// [`crate::listen::tls_incoming`]'s) until `stop_signal` (from
+/// `tokio_stream::wrappers::TcpListenerStream`) until `stop_signal` (from
 /// [`shutdown_signal`], taken before READY=1) or until the server ends by
 /// itself (its listener failed). Then the health of `service` says
 /// NOT_SERVING, no new call is taken, `on_stop` is called (what the daemon

@@ -1,8 +1,7 @@
 //! How the daemons bind their listening port: a port another process holds
 //! is refused at start-up with the holder named (from `ss -ltnp`, iproute2),
 //! so that a daemon never runs without its port and an operator sees whom
-//! to stop; and, for a server that terminates TLS itself, its connections
-//! after their handshakes (`tls_incoming`).
+//! to stop; and the accept loop that outlives a failed accept (`accept`).
 
 use std::net::SocketAddr;
 
@@ -35,41 +34,6 @@ pub async fn accept(listener: &TcpListener) -> tokio::net::TcpStream {
             }
         }
     }
-}
-
-/// How long a client has to finish its TLS handshake.
-pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// The TLS connections `listener` accepts, through `acceptor`, as the
-/// stream tonic's `serve_with_incoming` takes (its `Connected` gives the
-/// handlers the client's certificates). Each handshake runs on its own
-/// task, so a slow client holds up no other, and gets
-/// [`HANDSHAKE_TIMEOUT`]; a failed one is logged (debug) and dropped.
-/// Accepting ends, and the port is closed, when the stream is dropped.
-pub fn tls_incoming(
-    listener: TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
-) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        loop {
-            let tcp = tokio::select! {
-                tcp = accept(&listener) => tcp,
-                () = tx.closed() => break,
-            };
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
-            tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => {
-                        let _ = tx.send(Ok(tls)).await;
-                    }
-                    Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
-                    Err(_) => tracing::debug!("TLS handshake timed out"),
-                }
-            });
-        }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 /// The process listening on TCP `port` as `ss` shows it, e.g.

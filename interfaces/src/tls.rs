@@ -103,7 +103,7 @@ impl SiteIdentity {
     /// bearer tokens). ALPN offers HTTP/2 (gRPC, REST) and HTTP/1.1 (REST
     /// from clients that speak only it, such as Python's `requests`):
     /// tonic's own TLS offers HTTP/2 alone, so the VMI serves its TLS
-    /// connections itself ([`crate::listen::tls_incoming`]). Errors: a file
+    /// connections itself ([`crate::connections::serve`]). Errors: a file
     /// cannot be read or holds no usable certificate, key or CA, naming it.
     pub fn acceptor(&self, peer_cas: &[&Path]) -> Result<tokio_rustls::TlsAcceptor> {
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
