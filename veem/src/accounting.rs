@@ -15,7 +15,7 @@ use crate::config::UsageLimitEntry;
 use crate::manager::Veem;
 use crate::model::{Location, ServiceRec, UsageRec, VeeState, ViolationRec};
 use crate::planner::{ConsumerUsage, Resources, SlotRange};
-use crate::store::Tree;
+use crate::store::{Tree, Writes};
 
 /// Counters of the previous metering round of one VEE.
 #[derive(Clone, Copy, Default)]
@@ -117,7 +117,14 @@ impl Veem {
                 net_bytes: now.net.saturating_sub(prev.net),
                 sent: v.for_peer.is_none(),
             };
-            self.store.put(Tree::Usage, &rec.record_id, &rec)?;
+            // A record of a VEE run for a peer goes to its outbox in the
+            // same write.
+            let mut w = Writes::default();
+            w.put(Tree::Usage, &rec.record_id, &rec)?;
+            if let Some(primary) = &v.for_peer {
+                w.put(Tree::UsageOutbox, &rec.record_id, primary)?;
+            }
+            self.store.commit(w)?;
         }
         Ok(())
     }
@@ -225,13 +232,21 @@ impl Veem {
             .collect()
     }
 
-    /// Sends unsent records of VEEs run for peers to their primary sites.
+    /// Sends the usage records in the outbox (those of VEEs run for peers,
+    /// not yet sent) to their primary sites; a site's records leave the
+    /// outbox once that site answered. A round reads the outbox, not every
+    /// usage record.
     pub async fn push_usage(&self) -> Result<()> {
         let mut by_site: HashMap<String, Vec<UsageRec>> = HashMap::new();
-        for u in self.store.list::<UsageRec>(Tree::Usage)?.into_iter().filter(|u| !u.sent) {
-            let Ok(v) = self.vee(&u.vee_id) else { continue };
-            if let Some(site) = v.for_peer {
-                by_site.entry(site).or_default().push(u);
+        let mut outbox: Vec<(String, String)> = Vec::new();
+        self.store.scan(Tree::UsageOutbox, |key, raw| {
+            outbox.push((key.to_string(), serde_json::from_slice(raw)?));
+            Ok(())
+        })?;
+        for (id, site) in outbox {
+            match self.store.get::<UsageRec>(Tree::Usage, &id)? {
+                Some(u) => by_site.entry(site).or_default().push(u),
+                None => self.store.remove(Tree::UsageOutbox, &id)?,
             }
         }
         for (site, recs) in by_site {
@@ -247,10 +262,13 @@ impl Veem {
             for why in &reply.reasons {
                 tracing::warn!(%site, reason = %why, "the primary site refused a usage record");
             }
+            let mut w = Writes::default();
             for mut u in recs {
                 u.sent = true;
-                self.store.put(Tree::Usage, &u.record_id.clone(), &u)?;
+                w.put(Tree::Usage, &u.record_id, &u)?;
+                w.remove(Tree::UsageOutbox, &u.record_id);
             }
+            self.store.commit(w)?;
         }
         Ok(())
     }

@@ -143,7 +143,7 @@ impl Veem {
         }
         let host = Self::local_host(&v)?;
         self.transition(&mut v, VeeState::Checkpointing, format!("on {host}"))?;
-        let started = std::time::Instant::now();
+        let started = self.clock.now_ms();
         let r = self
             .hosts
             .vhi(&host)?
@@ -159,7 +159,7 @@ impl Veem {
                 bail!("checkpoint of {vee_id}: {}", e.message());
             }
         };
-        self.measured_checkpoint_cost(&mut v, started.elapsed().as_secs_f64());
+        self.measured_checkpoint_cost(&mut v, self.clock.since_ms(started) as f64 / 1000.0);
         let cp = self.record_checkpoint(&mut v, &rec, &format!("on {host}")).await?;
         self.transition(&mut v, VeeState::Running, "")?;
         Ok(cp)

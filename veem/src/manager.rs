@@ -86,6 +86,13 @@ impl Veem {
     /// [`Veem::open`] with the given ports (tests: in-memory fakes).
     pub fn with_ports(cfg: VeemConfig, ports: Ports) -> Result<Arc<Self>> {
         let store = Store::open(&cfg.db)?;
+        Self::with_store(cfg, ports, store)
+    }
+
+    /// [`Veem::with_ports`] over database `store` (the simulation's: in
+    /// memory) instead of the one at `cfg.db`. Errors: a database of
+    /// another site.
+    pub fn with_store(cfg: VeemConfig, ports: Ports, store: Store) -> Result<Arc<Self>> {
         // A database belongs to one site: another site's is refused, never
         // mistaken for this one's.
         match store.get::<String>(Tree::Meta, "site_id")? {

@@ -331,7 +331,7 @@ impl Veem {
         // The migration runs and the VEE is migrating: one write.
         m.advance(MigrationState::Running)?;
         self.transition_committing(&mut v, VeeState::Migrating, format!("to {}", m.to), migration_write(&m)?)?;
-        let started = std::time::Instant::now();
+        let started = self.clock.now_ms();
         // A VEE coming home from a peer site needs a local reservation again.
         let homecoming = matches!((&v.location, &dest), (Location::Site(_), Dest::Host(_)));
         if let (true, Dest::Host(h)) = (homecoming, &dest) {
@@ -442,11 +442,7 @@ impl Veem {
                     Dest::Site(s) | Dest::ForPrimary(s) => Location::Site(s.clone()),
                 };
                 m.advance(MigrationState::Done)?;
-                m.total_ms = if total_ms > 0 {
-                    total_ms
-                } else {
-                    started.elapsed().as_millis() as u64
-                };
+                m.total_ms = if total_ms > 0 { total_ms } else { self.clock.since_ms(started) };
                 m.downtime_ms = downtime_ms;
                 m.detail = format!("{} ms, {} ms downtime", m.total_ms, downtime_ms);
                 // The reservation's move, the VEE, the migration and a

@@ -344,6 +344,16 @@ pub trait Clock: Send + Sync {
     /// loops' waits (backoffs, periods, polls) go through it, so that a
     /// virtual clock can drive them.
     fn sleep(&self, d: std::time::Duration) -> futures::future::BoxFuture<'static, ()>;
+    /// Resolves at `at_ms` (milliseconds since the Unix epoch) on this
+    /// clock, at once when that has passed: a due time's timer.
+    fn sleep_until(&self, at_ms: i64) -> futures::future::BoxFuture<'static, ()> {
+        self.sleep(std::time::Duration::from_millis(at_ms.saturating_sub(self.now_ms()).max(0) as u64))
+    }
+    /// Milliseconds since `start_ms` (a time this clock gave), 0 when this
+    /// clock went back meanwhile.
+    fn since_ms(&self, start_ms: i64) -> u64 {
+        self.now_ms().saturating_sub(start_ms).max(0) as u64
+    }
 }
 
 /// [`Clock`] of the system.

@@ -24,7 +24,6 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use interfaces::vhi::{DestroyRequest, RestoreRequest};
-use tokio::time::Instant;
 
 use crate::manager::Veem;
 use crate::model::{Location, VeeRec, VeeState, ViolationRec};
@@ -61,7 +60,7 @@ impl Veem {
     /// Handles the failure of `host`: recovers its VEEs, remaps future
     /// reservations within the remapping interval.
     pub async fn recover_host(self: &Arc<Self>, host: &str) -> Result<()> {
-        let started = Instant::now();
+        let started = self.clock.now_ms();
         // The host's VEEs are locked before the plan is made: nothing moves
         // them meanwhile, and no other write sees the plan before the VEEs
         // are failed with it.
@@ -136,13 +135,14 @@ impl Veem {
 
     /// Brings back one VEE of failed host `failed`, starting at the
     /// planner's first choice `step` (see the module doc for the order of
-    /// attempts). The outage budget counts from `since`. Errors only when
+    /// attempts). The outage budget counts from `since_ms` (the clock's
+    /// milliseconds). Errors only when
     /// the records cannot be written.
-    async fn recover_vee(&self, failed: &str, step: RecoveryStep, since: Instant) -> Result<()> {
+    async fn recover_vee(&self, failed: &str, step: RecoveryStep, since_ms: i64) -> Result<()> {
         let vee = step.vee.clone();
         let why = format!("host {failed} failed");
         let per_host = self.cfg.recovery.per_host();
-        let deadline = since + self.cfg.recovery.budget;
+        let deadline = since_ms.saturating_add(self.cfg.recovery.budget.as_millis() as i64);
         let mut attempts: Vec<Attempt> = Vec::new();
         let mut tried: Vec<String> = vec![failed.to_string()];
         let mut target = step.target;
@@ -192,7 +192,7 @@ impl Veem {
                 }
                 if n < per_host.attempts {
                     let wait = per_host.backoff(n);
-                    if Instant::now() + wait >= deadline {
+                    if self.clock.now_ms().saturating_add(wait.as_millis() as i64) >= deadline {
                         self.clean_failed_attempt(&vee, &host).await;
                         break 'places "the outage budget is spent";
                     }
@@ -203,7 +203,7 @@ impl Veem {
             // the VEE never runs twice.
             self.clean_failed_attempt(&vee, &host).await;
             tried.push(host);
-            if Instant::now() >= deadline {
+            if self.clock.now_ms() >= deadline {
                 break 'places "the outage budget is spent";
             }
             let next = {

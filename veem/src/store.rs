@@ -43,6 +43,10 @@ pub enum Tree {
     /// Spare capacity held here for peers' full-guarantee VEEs
     /// (crate::spares::HeldSpare).
     Spares,
+    /// Usage records of VEEs run for a peer, not yet pushed to their
+    /// primary site: record ID -> the primary's site ID
+    /// (crate::accounting::push_usage).
+    UsageOutbox,
 }
 
 impl Tree {
@@ -61,6 +65,7 @@ impl Tree {
             Tree::Requests => "requests",
             Tree::Intents => "intents",
             Tree::Spares => "spares",
+            Tree::UsageOutbox => "usage_outbox",
         }
     }
 }
@@ -72,7 +77,8 @@ impl Tree {
 /// | 0 | (no version key) the layout up to this version: one tree per record kind, JSON values, the planner as a header plus entries or as the legacy single value |
 /// | 1 | the version key; records as in 0 |
 /// | 2 | usage records' numbers are finite and non-negative: a NaN or infinity a peer could push before was stored as `null` and broke every read of the tree; migrating sets such a number to 0 |
-pub const FORMAT_VERSION: u32 = 2;
+/// | 3 | the `usage_outbox` tree: the usage records still to push to a primary site, so that a round reads those and not every record; migrating fills it from the unsent records whose VEE is known |
+pub const FORMAT_VERSION: u32 = 3;
 const FORMAT_KEY: &str = "format_version";
 
 /// Records to write (or, with `None`, remove) in one atomic commit:
@@ -135,8 +141,19 @@ impl Store {
         // 0 -> 1: the records are read as they are; only the version is new.
         // (The legacy single-value planner of format 0 is replaced by
         // `PlannerStore` at its first save.)
-        // 1 -> 2: usage records' numbers repaired.
         let mut w = Writes::default();
+        if from < 2 {
+            self.repair_usage_numbers(&mut w)?;
+        }
+        if from < 3 {
+            self.fill_usage_outbox(&mut w)?;
+        }
+        w.put(Tree::Meta, FORMAT_KEY, &FORMAT_VERSION)?;
+        self.commit(w)
+    }
+
+    /// 1 -> 2: usage records' numbers repaired.
+    fn repair_usage_numbers(&self, w: &mut Writes) -> Result<()> {
         self.scan(Tree::Usage, |key, raw| {
             let Ok(mut rec) = serde_json::from_slice::<serde_json::Value>(raw) else {
                 return Ok(());
@@ -153,9 +170,33 @@ impl Store {
                 w.put(Tree::Usage, key, &rec)?;
             }
             Ok(())
+        })
+    }
+
+    /// 2 -> 3: the unsent usage records of VEEs run for a peer go to the
+    /// outbox, addressed to that peer (a record whose VEE is gone was
+    /// never pushed before either: it stays unsent).
+    fn fill_usage_outbox(&self, w: &mut Writes) -> Result<()> {
+        let mut primaries = std::collections::HashMap::new();
+        self.scan(Tree::Vees, |key, raw| {
+            let vee = serde_json::from_slice::<serde_json::Value>(raw).unwrap_or_default();
+            if let Some(site) = vee["for_peer"].as_str() {
+                primaries.insert(key.to_string(), site.to_string());
+            }
+            Ok(())
         })?;
-        w.put(Tree::Meta, FORMAT_KEY, &FORMAT_VERSION)?;
-        self.commit(w)
+        // Read as JSON values: a format-1 record may still hold a null
+        // number here (repaired in the same commit).
+        self.scan(Tree::Usage, |key, raw| {
+            let Ok(rec) = serde_json::from_slice::<serde_json::Value>(raw) else {
+                return Ok(());
+            };
+            let unsent = rec["sent"] == serde_json::json!(false);
+            if let (true, Some(site)) = (unsent, rec["vee_id"].as_str().and_then(|v| primaries.get(v))) {
+                w.put(Tree::UsageOutbox, key, site)?;
+            }
+            Ok(())
+        })
     }
 
     /// Calls `f` with every key and raw value of a tree, in key order,
@@ -283,6 +324,39 @@ mod tests {
     }
 
     #[test]
+    fn a_format_2_database_gets_its_unsent_usage_records_of_peers_vees_in_the_outbox() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("db");
+        {
+            let s = Store::open(&path).unwrap();
+            s.put(Tree::Meta, FORMAT_KEY, &2u32).unwrap();
+            // Only what the migration reads of a VEE record.
+            let vee = |id: &str, for_peer: Option<&str>| serde_json::json!({"id": id, "for_peer": for_peer});
+            s.put(Tree::Vees, "v-peer", &vee("v-peer", Some("site-b"))).unwrap();
+            s.put(Tree::Vees, "v-own", &vee("v-own", None)).unwrap();
+            for (id, vee_id, sent) in [
+                ("r1", "v-peer", false),
+                ("r2", "v-peer", true),
+                ("r3", "v-own", true),
+                ("r4", "gone", false),
+            ] {
+                let rec = serde_json::json!({"record_id": id, "abc_id": "s", "vee_id": vee_id, "site_chain": ["site-a"],
+                    "start_unix": 10, "end_unix": 13, "cpu_seconds": 1.0, "memory_mib_seconds": 5.0, "disk_bytes": 0, "net_bytes": 0, "sent": sent});
+                s.put(Tree::Usage, id, &rec).unwrap();
+            }
+        }
+        let s = Store::open(&path).unwrap();
+        let mut outbox = Vec::new();
+        s.scan(Tree::UsageOutbox, |k, v| {
+            outbox.push((k.to_string(), serde_json::from_slice::<String>(v)?));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(outbox, [("r1".to_string(), "site-b".to_string())]);
+        assert_eq!(s.get::<u32>(Tree::Meta, FORMAT_KEY).unwrap(), Some(FORMAT_VERSION));
+    }
+
+    #[test]
     fn a_database_of_a_newer_format_is_refused() {
         let t = tempfile::tempdir().unwrap();
         let path = t.path().join("db");
@@ -293,7 +367,10 @@ mod tests {
         let e = Store::open(&path).err().expect("refused");
         let msg = format!("{e:#}");
         assert!(
-            msg.contains("has format version 3, newer than this version reads (up to 2)"),
+            msg.contains(&format!(
+                "has format version {}, newer than this version reads (up to {FORMAT_VERSION})",
+                FORMAT_VERSION + 1
+            )),
             "{msg}"
         );
         assert!(e.chain().any(|c| c.is::<interfaces::Error>()));

@@ -78,24 +78,57 @@ impl ImageRepository for FakeRepo {
     }
 }
 
-/// A clock a test sets: starts at the system's time and moves only when
-/// told.
-pub struct FakeClock(pub AtomicI64);
+/// A clock a test sets. It starts at the system's time and, until
+/// [`FakeClock::follow_runtime`], moves only when told; its waits are the
+/// runtime's timers. Following the runtime, it moves with tokio's clock
+/// too: real time, or virtual time under `#[tokio::test(start_paused =
+/// true)]`, where the runtime jumps to the next timer whenever every task
+/// waits (a day of a site in seconds).
+pub struct FakeClock {
+    /// Milliseconds since the Unix epoch at `since`, or now when `since`
+    /// is `None`.
+    base_ms: AtomicI64,
+    since: Mutex<Option<tokio::time::Instant>>,
+}
 
 impl FakeClock {
+    /// A clock at the system's time, moving only when told.
+    pub fn new() -> Self {
+        Self {
+            base_ms: AtomicI64::new(chrono::Utc::now().timestamp_millis()),
+            since: Mutex::new(None),
+        }
+    }
+
     /// Moves the clock `ms` milliseconds on.
     pub fn advance_ms(&self, ms: i64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
+        self.base_ms.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    /// From now on the clock also moves with the runtime's clock.
+    pub fn follow_runtime(&self) {
+        let mut since = self.since.lock().unwrap();
+        if since.is_none() {
+            *since = Some(tokio::time::Instant::now());
+        }
+    }
+}
+
+impl Default for FakeClock {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
 impl Clock for FakeClock {
     fn now_ms(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
+        let moved = self.since.lock().unwrap().map_or(0, |t| t.elapsed().as_millis() as i64);
+        self.base_ms.load(Ordering::SeqCst) + moved
     }
 
-    /// Waits in real time, as the workflows' unit tests were written for
-    /// (the test moves the time it reads by itself).
+    /// The runtime's timer: real time, as the workflows' unit tests were
+    /// written for (a test that does not follow the runtime moves the
+    /// time it reads by itself), or virtual time in a paused runtime.
     fn sleep(&self, d: std::time::Duration) -> futures::future::BoxFuture<'static, ()> {
         Box::pin(tokio::time::sleep(d))
     }
@@ -109,7 +142,8 @@ pub struct FakeSite {
     pub repo: Arc<FakeRepo>,
     pub peers: FakePeers,
     pub clock: Arc<FakeClock>,
-    _dir: tempfile::TempDir,
+    /// The site's database, in memory: a restart opens it again.
+    store: crate::store::Store,
 }
 
 impl FakeSite {
@@ -122,10 +156,8 @@ impl FakeSite {
 
     /// [`FakeSite::start`] for site `site_id`.
     pub fn start_site(site_id: &str, names: &[&str], extra: &str) -> FakeSite {
-        let dir = tempfile::tempdir().unwrap();
         let mut cfg = format!(
-            "site_id = \"{site_id}\"\nlisten = \"127.0.0.1:1\"\ndb = \"{}\"\nimage_repo = \"http://127.0.0.1:1\"\n",
-            dir.path().join("db").display()
+            "site_id = \"{site_id}\"\nlisten = \"127.0.0.1:1\"\ndb = \"/nonexistent/{site_id}.db\"\nimage_repo = \"http://127.0.0.1:1\"\n"
         );
         let mut tables = String::new();
         let hosts: Vec<FakeVhi> = names.iter().map(|n| FakeVhi::new(n, site_id)).collect();
@@ -136,9 +168,10 @@ impl FakeSite {
         cfg.push_str(&tables);
         let repo = Arc::new(FakeRepo::default());
         let peers = FakePeers::default();
-        let clock = Arc::new(FakeClock(AtomicI64::new(chrono::Utc::now().timestamp_millis())));
+        let clock = Arc::new(FakeClock::new());
         let cfg = crate::config::VeemConfig::parse(&cfg).unwrap();
-        let veem = crate::manager::Veem::with_ports(cfg, Self::ports(&hosts, &repo, &peers, &clock)).unwrap();
+        let store = crate::store::Store::on(Arc::new(crate::store::MemoryEngine::default()), "memory").unwrap();
+        let veem = crate::manager::Veem::with_store(cfg, Self::ports(&hosts, &repo, &peers, &clock), store.clone()).unwrap();
         for n in names {
             let spec = crate::planner::HostSpec::new(*n, crate::planner::Resources::new(4, 4096, 100), site_id, site_id);
             veem.planner.lock().unwrap().add_host(spec).unwrap();
@@ -149,7 +182,7 @@ impl FakeSite {
             repo,
             peers,
             clock,
-            _dir: dir,
+            store,
         }
     }
 
@@ -181,17 +214,17 @@ impl FakeSite {
             repo,
             peers,
             clock,
-            _dir,
+            store,
         } = self;
         drop(veem);
-        let veem = crate::manager::Veem::with_ports(cfg, Self::ports(&hosts, &repo, &peers, &clock))?;
+        let veem = crate::manager::Veem::with_store(cfg, Self::ports(&hosts, &repo, &peers, &clock), store.clone())?;
         Ok(FakeSite {
             veem,
             hosts,
             repo,
             peers,
             clock,
-            _dir,
+            store,
         })
     }
 

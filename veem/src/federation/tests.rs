@@ -255,6 +255,44 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
     assert_eq!(report.records[0].site_chain, ["site-b", "site-a"]);
 }
 
+/// What a peer site meters of a primary's VEE goes back to the primary
+/// once: it waits in the outbox while the primary cannot be reached, and
+/// leaves it when the primary has it.
+#[tokio::test]
+async fn usage_metered_for_a_primary_is_pushed_once_and_waits_while_the_primary_is_away() {
+    let a_trusts_b = "[[tokens]]\ntoken = \"b-to-a-token\"\nrole = \"peer\"\nname = \"site-b\"\n";
+    let a = FakeSite::start_site("site-a", &["a1"], &format!("{A_PEERS_WITH_B}{a_trusts_b}"));
+    let b = FakeSite::start_site("site-b", &["b1"], B_TRUSTS_A);
+    a.peer_with(&b, "a-to-b-token");
+    let vee = a.running_service(&federated()).remove(0);
+    assert_eq!(migrate_to_b(&a, &vee).await.state, MigrationState::Done);
+    let outbox = |site: &FakeSite| {
+        let mut keys = Vec::new();
+        site.veem
+            .store
+            .scan(crate::store::Tree::UsageOutbox, |k, _| {
+                keys.push(k.to_string());
+                Ok(())
+            })
+            .unwrap();
+        keys
+    };
+    // B meters the VEE twice (one record) while it cannot reach A.
+    let mut last = std::collections::HashMap::new();
+    b.veem.accounting_round(&mut last).await;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    b.veem.accounting_round(&mut last).await;
+    assert_eq!(outbox(&b).len(), 1, "the record waits for site A");
+    b.peer_with(&a, "b-to-a-token");
+    b.veem.push_usage().await.unwrap();
+    assert_eq!(outbox(&b), Vec::<String>::new(), "sent");
+    b.veem.push_usage().await.unwrap();
+    let service = a.veem.vee(&vee).unwrap().service_id;
+    let report = a.veem.usage_report(&service).unwrap();
+    assert_eq!(report.records.len(), 1);
+    assert_eq!(report.records[0].site_chain, ["site-b", "site-a"]);
+}
+
 mod networks {
     //! A VEE on service networks goes to a peer site only over an agreed
     //! overlay; its networks are stretched there (the peer's host gets the

@@ -120,6 +120,8 @@ fn the_checkpoint_cost_is_the_first_sample_then_a_moving_average() {
 #[tokio::test]
 async fn an_auto_interval_follows_the_measured_checkpoint_cost() {
     let site = FakeSite::start(&["h1"], "").await;
+    // The checkpoint's cost is measured on the VEEM's clock.
+    site.clock.follow_runtime();
     site.host("h1").script.lock().unwrap().checkpoint_ms = 300;
     let vee = site.running_service(STANDARD).remove(0);
     let v = site.veem.vee(&vee).unwrap();

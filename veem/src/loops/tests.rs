@@ -1,0 +1,123 @@
+use std::time::{Duration, Instant};
+
+use super::Loops;
+use crate::fakes::{eventually, FakeSite};
+
+fn heartbeats(site: &FakeSite) -> usize {
+    site.host("h1").calls().iter().filter(|c| c.starts_with("host_info")).count()
+}
+
+#[tokio::test]
+async fn a_host_that_stays_silent_gets_no_new_vee_after_its_remapping_block() {
+    let site = FakeSite::start(&["h1", "h2"], "heartbeat_miss_limit = 1\n").await;
+    site.repo.blobs.lock().unwrap().insert(format!("sha256:{}", "5".repeat(64)));
+    super::heartbeat_round(&site.veem).await; // both up
+    site.host("h1").fail("HostInfo", tonic::Code::Unavailable, "host down");
+    for _ in 0..3 {
+        super::heartbeat_round(&site.veem).await;
+    }
+    eventually("h1 failed", || site.veem.hosts.health("h1") == crate::domain::Health::Failed).await;
+    // An hour later h1 still does not answer.
+    for _ in 0..3 {
+        site.clock.advance_ms(20 * 60 * 1000);
+        super::heartbeat_round(&site.veem).await;
+    }
+    let two = crate::fakes::STANDARD.replace("disk_gib = 1\n", "disk_gib = 1\ninstances = 2\n");
+    let provider = crate::config::Role::Provider("acme".into());
+    let svc = site.veem.deploy(&provider, &two).await.unwrap();
+    for id in &svc.vees {
+        assert_eq!(site.veem.vee(id).unwrap().host(), Some("h2"), "a VEE placed on the silent host");
+    }
+}
+
+#[tokio::test]
+async fn load_aware_placement_follows_the_load_the_hosts_measure() {
+    let site = FakeSite::start(&["h1", "h2"], "rank_policy = \"load-aware\"\n").await;
+    site.repo.blobs.lock().unwrap().insert(format!("sha256:{}", "5".repeat(64)));
+    let provider = crate::config::Role::Provider("acme".into());
+    for (busy, idle) in [("h1", "h2"), ("h2", "h1")] {
+        site.host(busy).script.lock().unwrap().cpu_load = 0.9;
+        site.host(idle).script.lock().unwrap().cpu_load = 0.1;
+        super::heartbeat_round(&site.veem).await;
+        let svc = site.veem.deploy(&provider, crate::fakes::STANDARD).await.unwrap();
+        let vee = site.veem.vee(&svc.vees[0]).unwrap();
+        assert_eq!(vee.host(), Some(idle), "{busy} measured busy");
+    }
+    let vmi = crate::server::VmiService::handler(site.veem.clone());
+    let loads: Vec<(String, f64)> = vmi.host_status().into_iter().map(|h| (h.name, h.cpu_load)).collect();
+    assert_eq!(loads, [("h1".to_string(), 0.1), ("h2".to_string(), 0.9)]);
+}
+
+#[tokio::test]
+async fn the_loops_run_each_period_and_stop_for_good_on_shutdown() {
+    let site = FakeSite::start(&["h1"], "heartbeat_interval = \"1s\"\n").await;
+    let loops = Loops::start(&site.veem);
+    eventually("a heartbeat", || heartbeats(&site) >= 1).await;
+    let t = Instant::now();
+    loops.shutdown(Duration::from_secs(5)).await;
+    assert!(t.elapsed() < Duration::from_secs(1), "nothing hung: {:?}", t.elapsed());
+    let after = heartbeats(&site);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(heartbeats(&site), after, "no round after the shutdown");
+}
+
+/// A whole day of a site on the virtual clock (issue 37): two services
+/// deployed hours apart, checkpoints every hour, a host that fails in the
+/// afternoon and its VEE restored from its checkpoint on another host, the
+/// open-ended windows renewed, all through the real loops and workflows
+/// over the in-memory ports. The runtime's clock is paused, so it jumps to
+/// the next timer whenever every task waits: the day passes in seconds.
+#[tokio::test(start_paused = true)]
+async fn a_day_of_a_site_passes_on_the_virtual_clock() {
+    use crate::model::{CheckpointRec, VeeState};
+    use crate::ports::Clock;
+    use crate::store::Tree;
+    const HOUR: Duration = Duration::from_secs(3600);
+    let wall = Instant::now();
+    let site = FakeSite::start(&["h1", "h2"], "heartbeat_interval = \"10s\"\nheartbeat_miss_limit = 3\n").await;
+    site.clock.follow_runtime();
+    let start_ms = site.clock.now_ms();
+    site.repo.blobs.lock().unwrap().insert(format!("sha256:{}", "5".repeat(64)));
+    let hourly = crate::fakes::STANDARD.replace("penalty_per_hour", "checkpoint_interval = \"1h\"\npenalty_per_hour");
+    let provider = crate::config::Role::Provider("acme".into());
+    let loops = Loops::start(&site.veem);
+
+    let first = site.veem.deploy(&provider, &hourly).await.unwrap().vees.remove(0);
+    tokio::time::sleep(2 * HOUR).await;
+    let second = site.veem.deploy(&provider, &hourly).await.unwrap().vees.remove(0);
+    tokio::time::sleep(4 * HOUR).await;
+    for id in [&first, &second] {
+        assert_eq!(site.veem.vee(id).unwrap().state, VeeState::Running, "{id}");
+    }
+    let on_h1 = [&first, &second]
+        .into_iter()
+        .find(|id| site.veem.vee(id).unwrap().host() == Some("h1"))
+        .expect("packing puts a VEE on h1")
+        .clone();
+    // h1 stops answering in the afternoon.
+    site.host("h1").fail("HostInfo", tonic::Code::Unavailable, "host down");
+    tokio::time::sleep(18 * HOUR).await;
+
+    assert!(
+        site.clock.now_ms() - start_ms >= 24 * 3600 * 1000,
+        "a day passed on the VEEM's clock"
+    );
+    assert_eq!(site.veem.hosts.health("h1"), crate::domain::Health::Failed);
+    let moved = site.veem.vee(&on_h1).unwrap();
+    assert_eq!(
+        (moved.state, moved.host()),
+        (VeeState::Running, Some("h2")),
+        "{on_h1} recovered on h2"
+    );
+    assert!(
+        site.host("h2").calls().iter().any(|c| c.starts_with(&format!("restore {on_h1} "))),
+        "restored from its checkpoint, not rebooted"
+    );
+    let checkpoints: Vec<CheckpointRec> = site.veem.store.list(Tree::Checkpoints).unwrap();
+    for (id, hours) in [(&first, 24), (&second, 22)] {
+        let n = checkpoints.iter().filter(|c| &c.vee_id == id).count();
+        assert!((hours - 2..=hours + 1).contains(&n), "{id}: {n} checkpoints in {hours} hours");
+    }
+    loops.shutdown(Duration::from_secs(5)).await;
+    eprintln!("a day of a site took {:?} of wall time", wall.elapsed());
+}
