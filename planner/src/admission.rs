@@ -26,10 +26,22 @@ use vee_manifest::GuaranteeLevel;
 
 use super::capacity::{HostIdx, Profile, Resources};
 use super::constraints::Filter;
+use super::plan::Step;
 use super::rank::{Found, Need, WindowCache};
 use super::request::{Admission, Admitted, PeerSpare, Placement, ServiceRequest, SpareNeed};
 use super::slots::SlotRange;
 use super::{ComponentRecord, PlanError, Planner, Reservation, ReservationKey, ServiceId, ServiceRecord, VeeId};
+
+/// What an evaluation keeps of an acceptance.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Everything: the admission is reserved.
+    Admit,
+    /// Nothing.
+    Negotiate,
+    /// The steps that reserve it (a plan); nothing is reserved.
+    Plan,
+}
 
 /// How to undo one step of a tentative admission.
 pub(crate) enum Undo {
@@ -50,45 +62,49 @@ impl Planner {
     /// Admits `req` if it can be kept: reserves everything and answers
     /// [`Admission::Accepted`]; otherwise reserves nothing.
     pub fn admit(&mut self, req: &ServiceRequest) -> Admission {
-        self.evaluate(req, true)
+        self.evaluate(req, Mode::Admit).0
     }
 
     /// Answers as [`Planner::admit`] would, without reserving anything.
     pub fn negotiate(&mut self, req: &ServiceRequest) -> Admission {
-        self.evaluate(req, false)
+        self.evaluate(req, Mode::Negotiate).0
     }
 
-    fn evaluate(&mut self, req: &ServiceRequest, commit: bool) -> Admission {
-        // Only a committed acceptance changes the planner: a negotiation or
-        // a refusal tries placements and rolls them back, so it leaves no
-        // changed entries to write either.
-        let changed = self.d.changed.len();
-        let answer = self.evaluate_once(req, commit);
-        if !(commit && matches!(answer, Admission::Accepted(_))) {
+    /// Answers as [`Planner::admit`] and, for an acceptance, the steps
+    /// that reserve it ([`super::plan`]); reserves nothing.
+    pub(crate) fn evaluate(&mut self, req: &ServiceRequest, mode: Mode) -> (Admission, Vec<Step>) {
+        // Only a committed acceptance changes the planner: a negotiation, a
+        // plan or a refusal tries placements and rolls them back, so it
+        // leaves no changed entries to write and the revision as it was.
+        let (changed, revision) = (self.d.changed.len(), self.d.revision);
+        let answer = self.evaluate_once(req, mode);
+        if !(mode == Mode::Admit && matches!(answer.0, Admission::Accepted(_))) {
             self.d.changed.truncate(changed);
+            self.d.revision = revision;
         }
         answer
     }
 
-    fn evaluate_once(&mut self, req: &ServiceRequest, commit: bool) -> Admission {
+    fn evaluate_once(&mut self, req: &ServiceRequest, mode: Mode) -> (Admission, Vec<Step>) {
+        let answer = |a: Admission| (a, Vec::new());
         let reject = |reasons: Vec<String>| Admission::Rejected {
             reasons,
             remote: Vec::new(),
         };
         if let Err(reasons) = self.check_request(req) {
-            return reject(reasons);
+            return answer(reject(reasons));
         }
         if req.guarantee == GuaranteeLevel::Full && req.peer_spare == PeerSpare::NoneOffered {
-            return reject(vec![
+            return answer(reject(vec![
                 "full guarantee needs spare capacity at a peer site (H §3.2.2), and no peer site offers it".into(),
-            ]);
+            ]));
         }
         if let Err(reason) = self.check_usage_limit(req, req.window) {
-            return reject(vec![reason]);
+            return answer(reject(vec![reason]));
         }
         let trial = match self.try_place(req, req.window, true) {
             Ok(t) => t,
-            Err(reasons) => return self.infeasible(req, reasons),
+            Err(reasons) => return answer(self.infeasible(req, reasons)),
         };
         let peer_spares: Vec<SpareNeed> = if req.guarantee == GuaranteeLevel::Full {
             let site = match &req.peer_spare {
@@ -98,7 +114,7 @@ impl Planner {
             let needs = self.peer_spare_needs(req, &trial.placements, site.clone());
             if site.is_none() {
                 self.rollback(trial.undo);
-                return Admission::NeedsPeerSpare { spares: needs };
+                return answer(Admission::NeedsPeerSpare { spares: needs });
             }
             needs
         } else {
@@ -112,15 +128,21 @@ impl Planner {
             peer_spares,
             preempted: trial.preempted,
         };
-        if commit {
-            for s in &admitted.peer_spares {
-                self.d.changed.push(super::keys::peer_spare_key(&s.vee));
-                self.p.peer_spares.insert(s.vee.clone(), s.clone());
+        let mut steps = Vec::new();
+        match mode {
+            Mode::Admit => {
+                for s in &admitted.peer_spares {
+                    self.note_change(super::keys::peer_spare_key(&s.vee));
+                    self.p.peer_spares.insert(s.vee.clone(), s.clone());
+                }
             }
-        } else {
-            self.rollback(trial.undo);
+            Mode::Negotiate => self.rollback(trial.undo),
+            Mode::Plan => {
+                steps = self.steps_of(&trial.undo, &admitted.peer_spares);
+                self.rollback(trial.undo);
+            }
         }
-        Admission::Accepted(admitted)
+        (Admission::Accepted(admitted), steps)
     }
 
     /// Request sanity: IDs unique and new, window and VEEs not empty.
@@ -174,7 +196,7 @@ impl Planner {
             preempted: Vec::new(),
             undo: Vec::new(),
         };
-        self.d.changed.push(super::keys::service_key(&req.service_id));
+        self.note_change(super::keys::service_key(&req.service_id));
         self.p.services.insert(req.service_id.clone(), record(req, range));
         trial.undo.push(Undo::Service(req.service_id.clone()));
         let background = req.guarantee == GuaranteeLevel::Background;
@@ -364,6 +386,21 @@ impl Planner {
         out
     }
 
+    /// The steps that redo a tentative admission from its undo log
+    /// (oldest first), with the peer spares it notes: what a plan applies.
+    fn steps_of(&self, undo: &[Undo], peer_spares: &[SpareNeed]) -> Vec<Step> {
+        let mut steps = Vec::with_capacity(undo.len() + peer_spares.len());
+        for u in undo {
+            match u {
+                Undo::Service(id) => steps.extend(self.p.services.get(id).cloned().map(Step::Service)),
+                Undo::Added(k) => steps.extend(self.get(k).cloned().map(Step::Add)),
+                Undo::Removed(r) => steps.push(Step::Remove(r.key())),
+            }
+        }
+        steps.extend(peer_spares.iter().cloned().map(Step::PeerSpare));
+        steps
+    }
+
     /// Undoes a tentative admission, newest step first.
     pub(crate) fn rollback(&mut self, undo: Vec<Undo>) {
         for u in undo.into_iter().rev() {
@@ -373,7 +410,7 @@ impl Planner {
                 }
                 Undo::Removed(r) => self.insert_reservation(r),
                 Undo::Service(id) => {
-                    self.d.changed.push(super::keys::service_key(&id));
+                    self.note_change(super::keys::service_key(&id));
                     self.p.services.remove(&id);
                 }
             }

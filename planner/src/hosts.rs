@@ -26,6 +26,7 @@ impl Planner {
         });
         self.d.usage.push(HostUsage::default());
         self.reindex(idx);
+        self.d.revision += 1;
         Ok(idx)
     }
 
@@ -43,6 +44,7 @@ impl Planner {
         self.p.hosts[h as usize].removed = true;
         self.d.host_names.remove(name);
         self.d.index.remove(h);
+        self.d.revision += 1;
         Ok(())
     }
 
@@ -57,6 +59,7 @@ impl Planner {
             since,
             blocked_until: now.saturating_add(block_slots),
         });
+        self.d.revision += 1;
         Ok(())
     }
 
@@ -64,6 +67,7 @@ impl Planner {
     pub fn set_host_up(&mut self, name: &str) -> Result<(), PlanError> {
         let h = self.host_idx(name)?;
         self.p.hosts[h as usize].down = None;
+        self.d.revision += 1;
         Ok(())
     }
 

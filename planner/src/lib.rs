@@ -20,6 +20,8 @@
 //! - [`admission`]: the atomic admission and guarantee levels (spares for
 //!   enhanced, peer spares for full, displacing background);
 //! - [`counter_offer`]: the earliest feasible start, or why never;
+//! - [`plan`]: an admission as a plan made at one revision and applied
+//!   at that revision only (Nomad's plan, commit, retry);
 //! - [`checkpoint_count`]: optimal checkpoint count (H eq. 3.12-3.16);
 //! - [`recovery`]: new hosts for the VEEs of a failed host, moves;
 //! - [`remap`]: VRM remapping interval (V Fig. 7);
@@ -42,6 +44,7 @@ pub mod counter_offer;
 pub mod hosts;
 mod keys;
 pub mod persisted;
+pub mod plan;
 pub mod rank;
 pub mod recovery;
 pub mod remap;
@@ -65,6 +68,7 @@ pub use booking::BookingProfile;
 pub use capacity::{Down, HostIdx, HostSpec, Profile, Resources};
 pub use checkpoint_count::{checkpoint_interval_s, checkpoint_plan, expected_run_time_s, optimal_checkpoints, CheckpointPlan};
 pub use persisted::{PlannerEntry, PlannerHeader};
+pub use plan::{AdmissionPlan, Stale};
 pub use rank::RankPolicy;
 pub use recovery::{RecoveryReport, RecoveryStep, RecoveryTarget};
 pub use remap::{RemapParams, RemapReport};
@@ -197,6 +201,9 @@ struct Derived {
     /// [`Planner::take_changes`], in the order of the changes (a key may
     /// repeat; see [`persisted`]).
     changed: Vec<String>,
+    /// Counts the changes an admission depends on (see
+    /// [`Planner::revision`]).
+    revision: u64,
 }
 
 /// The planner: hosts, reservations and services of one site.
@@ -284,13 +291,29 @@ impl Planner {
         self.p.config.rank = rank;
     }
 
+    /// The planner's revision: it moves with every change an admission
+    /// depends on (reservations, services, peer spares, hosts added,
+    /// removed, down or up, usage SLAs), not with measured inputs (load,
+    /// consumers' averages). A plan made at one revision is applied only
+    /// at that revision ([`plan`]). Not persisted: it starts at 0.
+    pub fn revision(&self) -> u64 {
+        self.d.revision
+    }
+
     // ----- primitives used by the submodules -----
+
+    /// Notes that the entry under `key` changed (written at the next
+    /// save) and moves the revision.
+    pub(crate) fn note_change(&mut self, key: String) {
+        self.d.changed.push(key);
+        self.d.revision += 1;
+    }
 
     /// Adds a reservation (no check: callers check first).
     pub(crate) fn insert_reservation(&mut self, r: Reservation) {
         self.account(&r, true);
         self.reindex(r.host);
-        self.d.changed.push(keys::reservation_key(&r.vee, r.spare));
+        self.note_change(keys::reservation_key(&r.vee, r.spare));
         let map = if r.spare { &mut self.p.spares } else { &mut self.p.primaries };
         let old = map.insert(r.vee.clone(), r);
         debug_assert!(old.is_none(), "reservation inserted twice");
@@ -300,7 +323,7 @@ impl Planner {
     pub(crate) fn remove_reservation(&mut self, key: &ReservationKey) -> Option<Reservation> {
         let map = if key.spare { &mut self.p.spares } else { &mut self.p.primaries };
         let r = map.remove(&key.vee)?;
-        self.d.changed.push(keys::reservation_key(&key.vee, key.spare));
+        self.note_change(keys::reservation_key(&key.vee, key.spare));
         self.account(&r, false);
         self.reindex(r.host);
         Some(r)

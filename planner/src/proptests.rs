@@ -133,7 +133,32 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     r.peer_spare = PeerSpare::Offered { site: "peer".into() };
                 }
                 let before = fingerprint(&p);
+                // The same admission as a plan, on a copy: it reserves
+                // nothing, and applied it gives what admit gives.
+                let mut copy = p.clone();
+                let revision = copy.revision();
+                let plan = copy.plan_admission(&r);
+                prop_assert_eq!(fingerprint(&copy), before.clone());
+                prop_assert_eq!(copy.revision(), revision);
                 let out = if dry_run { p.negotiate(&r) } else { p.admit(&r) };
+                match (&plan, &out) {
+                    (Ok(plan), Admission::Accepted(a)) => {
+                        prop_assert_eq!(&plan.admitted, a);
+                        if !dry_run {
+                            let mut entries: Vec<(String, Option<PlannerEntry>)> = plan.entries();
+                            entries.sort_by(|x, y| x.0.cmp(&y.0));
+                            entries.dedup_by(|later, earlier| later.0 == earlier.0);
+                            copy.apply(plan.clone()).unwrap();
+                            prop_assert_eq!(fingerprint(&copy), fingerprint(&p));
+                            copy.check_invariants().map_err(TestCaseError::fail)?;
+                            let mut changes = copy.take_changes();
+                            changes.sort_by(|x, y| x.0.cmp(&y.0));
+                            prop_assert_eq!(changes, entries, "the plan's entries are what applying it changes");
+                        }
+                    }
+                    (Err(other), _) => prop_assert_eq!(&**other, &out),
+                    (Ok(_), other) => prop_assert!(false, "planned an acceptance, admit answered {:?}", other),
+                }
                 match &out {
                     Admission::Accepted(a) if !dry_run => {
                         prop_assert_eq!(a.placements.len(), r.vee_count());

@@ -202,14 +202,14 @@ impl Planner {
         for v in &vees {
             if let Some(need) = self.p.peer_spares.get_mut(v).filter(|n| n.range.end == old.end) {
                 need.range = SlotRange::new(need.range.start, end);
-                self.d.changed.push(super::keys::peer_spare_key(v));
+                self.note_change(super::keys::peer_spare_key(v));
             }
         }
         let window = SlotRange::new(old.start, end);
         if let Some(svc) = self.p.services.get_mut(id) {
             svc.window = window;
         }
-        self.d.changed.push(super::keys::service_key(id));
+        self.note_change(super::keys::service_key(id));
         Ok(window)
     }
 
@@ -221,7 +221,7 @@ impl Planner {
         for v in &vees {
             self.drop_reservations_of(v);
         }
-        self.d.changed.push(super::keys::service_key(id));
+        self.note_change(super::keys::service_key(id));
         self.p.services.remove(id);
         Ok(vees)
     }
@@ -231,7 +231,7 @@ impl Planner {
     pub fn release_vee(&mut self, vee: &str) -> Result<(), PlanError> {
         let service = self.service_of(vee).ok_or_else(|| PlanError::UnknownVee(vee.to_string()))?;
         self.drop_reservations_of(vee);
-        self.d.changed.push(super::keys::service_key(&service));
+        self.note_change(super::keys::service_key(&service));
         if let Some(svc) = self.p.services.get_mut(&service) {
             for c in &mut svc.components {
                 c.vees.retain(|v| v != vee);
@@ -275,7 +275,7 @@ impl Planner {
     /// Records the peer spare `need` (its `site` set) of a VEE, replacing
     /// the one it had.
     pub fn set_peer_spare(&mut self, need: SpareNeed) {
-        self.d.changed.push(super::keys::peer_spare_key(&need.vee));
+        self.note_change(super::keys::peer_spare_key(&need.vee));
         self.p.peer_spares.insert(need.vee.clone(), need);
     }
 
@@ -283,7 +283,7 @@ impl Planner {
     /// returns it.
     pub fn take_peer_spare(&mut self, vee: &str) -> Option<SpareNeed> {
         let s = self.p.peer_spares.remove(vee)?;
-        self.d.changed.push(super::keys::peer_spare_key(vee));
+        self.note_change(super::keys::peer_spare_key(vee));
         Some(s)
     }
 
@@ -295,7 +295,7 @@ impl Planner {
             });
         }
         if self.p.peer_spares.remove(vee).is_some() {
-            self.d.changed.push(super::keys::peer_spare_key(vee));
+            self.note_change(super::keys::peer_spare_key(vee));
         }
     }
 

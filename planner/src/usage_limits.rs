@@ -141,12 +141,14 @@ impl Planner {
         } else {
             self.p.usage_limits.insert(consumer.to_string(), limit);
         }
+        self.d.revision += 1;
     }
 
     /// Replaces every usage SLA by `limits` (the site's configuration is
     /// the authority: a consumer it no longer names has no limit).
     pub fn replace_usage_limits(&mut self, limits: impl IntoIterator<Item = (String, UsageLimit)>) {
         self.p.usage_limits = limits.into_iter().filter(|(_, l)| *l != UsageLimit::NoLimit).collect();
+        self.d.revision += 1;
     }
 
     /// Records measured averages of `consumer` (from accounting).

@@ -7,20 +7,29 @@
 //! Deploy reserves atomically and records the service and its VEEs before
 //! any VEEH is called, so a VEEM killed mid-deploy resumes from its records
 //! without duplicating a VEE.
+//!
+//! Deploy is a plan (Nomad's scheduler: plan on a snapshot, commit, retry):
+//! the planner plans the admission on its state as it is and reserves
+//! nothing ([`crate::planner::plan`]); the networks are assigned and VEEs
+//! that do not fit are placed at peer sites; then the plan's planner
+//! entries, the service and its VEEs are written in one commit and the
+//! plan applied to the live planner ([`Veem::commit_admission_plan`]). When
+//! the planner changed in between (another admission, a recovery), nothing
+//! is written, what went to peers is taken back, and Deploy plans again,
+//! at most [`PLAN_ATTEMPTS`] times (then ABORTED). Nothing is ever undone in
+//! the planner by hand.
 
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use interfaces::manifest::{CheckpointInterval, Component, Manifest};
 use interfaces::vhi;
-use interfaces::vmi::{self, NegotiateResponse};
-use interfaces::BlobId;
 
 use crate::config::Role;
 use crate::intents::Intent;
 use crate::manager::Veem;
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
-use crate::planner::{checkpoint_plan, Admission, Admitted, CheckpointPlan, PeerSpare, ServiceRequest};
+use crate::planner::{checkpoint_plan, Admission, AdmissionPlan, Admitted, CheckpointPlan, PeerSpare, ServiceRequest, Stale};
 
 /// Planned run time assumed for a service without a window, for the
 /// checkpoint count (s).
@@ -30,6 +39,20 @@ pub const DEFAULT_CHECKPOINT_COST_S: f64 = 5.0;
 
 /// Why a manifest is refused before planning: the field and the reason.
 pub struct Refusal(pub Vec<String>);
+
+/// How many times Deploy plans a service when the planner changed between
+/// its plan and its commit (other admissions, a recovery) before it gives up.
+pub const PLAN_ATTEMPTS: u32 = 5;
+
+/// What one Deploy committed: the service, its VEEs, what the planner
+/// admitted here (`None`: all of it at peer sites) and whether VEEs went to
+/// peer sites.
+struct Deployed {
+    svc: ServiceRec,
+    vees: Vec<VeeRec>,
+    admitted: Option<Admitted>,
+    remote: bool,
+}
 
 /// A VEE that did not fit at this site: (component, instance, VEE ID).
 type LeftOver = (String, u32, String);
@@ -49,133 +72,6 @@ fn sorted_ids(vees: &mut [VeeRec]) -> Vec<String> {
 }
 
 impl Veem {
-    /// Parses, validates and checks a manifest for `caller`: the provider
-    /// must be the caller's own, and every image ID one the provider may
-    /// read in the image repository (its own, shared with it or public:
-    /// never another provider's image or a checkpoint; issue 13 S3).
-    pub async fn check_manifest(&self, caller: &Role, toml: &str) -> Result<Manifest, Refusal> {
-        let m = Manifest::from_toml(toml).map_err(|e| Refusal(vec![e.to_string()]))?;
-        if let Role::Provider(p) = caller {
-            if &m.service.provider != p {
-                return Err(Refusal(vec![format!(
-                    "manifest field `service.provider`: {:?} is not the provider this token speaks for ({p:?})",
-                    m.service.provider
-                )]));
-            }
-        }
-        let mut missing = Vec::new();
-        for (i, c) in m.components.iter().enumerate() {
-            let ids: [(&str, Option<&BlobId>); 3] = [
-                ("image", Some(&c.image)),
-                ("kernel", c.kernel.as_ref()),
-                ("initrd", c.initrd.as_ref()),
-            ];
-            for (field, id) in ids {
-                let Some(id) = id else { continue };
-                match self.repo.grant_for(id, &m.service.provider).await {
-                    Ok(true) => {}
-                    Ok(false) => missing.push(format!(
-                        "manifest field `component[{i}].{field}`: {id} is not in the image repository, or not an image provider {:?} may use",
-                        m.service.provider
-                    )),
-                    Err(e) => missing.push(format!("manifest field `component[{i}].{field}`: cannot check {id}: {e}")),
-                }
-            }
-        }
-        if !missing.is_empty() {
-            return Err(Refusal(missing));
-        }
-        Ok(m)
-    }
-
-    /// The planner request of `m` as service `service_id`, with UUID VEE
-    /// IDs, its window padded for the VEEs' overheads ([`Veem::padding`]).
-    pub fn request(&self, m: &Manifest, service_id: &str) -> ServiceRequest {
-        let mut req = ServiceRequest::from_manifest(service_id, m, &self.slots, self.clock.now(), self.horizon_slots())
-            .padded(self.padding(m, None), self.now_slot());
-        for c in &mut req.components {
-            for v in &mut c.vees {
-                *v = uuid::Uuid::new_v4().to_string();
-            }
-        }
-        req
-    }
-
-    /// Negotiate: accept, counter-offer (earliest feasible window) or reject
-    /// with reasons. Reserves nothing.
-    pub async fn negotiate(&self, caller: &Role, toml: &str) -> Result<NegotiateResponse> {
-        let m = match self.check_manifest(caller, toml).await {
-            Ok(m) => m,
-            Err(Refusal(reasons)) => {
-                return Ok(NegotiateResponse {
-                    verdict: vmi::Verdict::Reject as i32,
-                    reasons,
-                    ..Default::default()
-                })
-            }
-        };
-        let req = self.request(&m, &uuid::Uuid::new_v4().to_string());
-        let verdict = self.planner.lock().unwrap().negotiate(&req);
-        Ok(self.reply(&req, verdict))
-    }
-
-    /// A refusal's extra reason when configured hosts do not answer (they
-    /// may be why): how many, without their names, which a provider may not
-    /// learn (E §3.4); the VEEM's log names each with its endpoint.
-    fn hosts_not_answering(&self) -> Option<String> {
-        let names = self.hosts.names();
-        let silent = names
-            .iter()
-            .filter(|h| matches!(self.hosts.health(h), crate::domain::Health::Unknown | crate::domain::Health::Failed))
-            .count();
-        (silent > 0).then(|| {
-            format!(
-                "{silent} of the site's {} hosts do not answer (the site's log names them with their endpoints)",
-                names.len()
-            )
-        })
-    }
-
-    /// The answer to `req` (its service window, not the padded reservation).
-    fn reply(&self, req: &ServiceRequest, verdict: Admission) -> NegotiateResponse {
-        let clock = self.slots;
-        match verdict {
-            Admission::Accepted(a) => {
-                let w = req.service_window(a.window);
-                NegotiateResponse {
-                    verdict: vmi::Verdict::Accept as i32,
-                    reasons: vec![],
-                    earliest_start: interfaces::time::timestamp_s(clock.start_of(w.start)),
-                    earliest_end: interfaces::time::timestamp_s(clock.start_of(w.end)),
-                }
-            }
-            Admission::CounterOffer { window, reasons } => {
-                let w = req.service_window(window);
-                NegotiateResponse {
-                    verdict: vmi::Verdict::CounterOffer as i32,
-                    reasons,
-                    earliest_start: interfaces::time::timestamp_s(clock.start_of(w.start)),
-                    earliest_end: interfaces::time::timestamp_s(clock.start_of(w.end)),
-                }
-            }
-            Admission::Rejected { mut reasons, .. } => {
-                reasons.extend(self.hosts_not_answering());
-                NegotiateResponse {
-                    verdict: vmi::Verdict::Reject as i32,
-                    reasons,
-                    ..Default::default()
-                }
-            }
-            Admission::NeedsPeerSpare { .. } => NegotiateResponse {
-                verdict: vmi::Verdict::Accept as i32,
-                reasons: vec![
-                    "guarantee full: Deploy asks a peer site to hold a spare for each VEE and refuses the manifest if none does".into(),
-                ],
-                ..Default::default()
-            },
-        }
-    }
-
     /// Deploy: admits atomically, records the service and its VEEs, and
     /// starts them in the background (VEEs whose window starts later wait
     /// for it). A service the site cannot take whole, whose SLA allows
@@ -210,79 +106,117 @@ impl Veem {
         };
         let service_id = uuid::Uuid::new_v4().to_string();
         let mut req = self.request(&m, &service_id);
-        let mut verdict = self.planner.lock().unwrap().admit(&req);
         // The full guarantee: spares held at a peer first (crate::spares).
         let mut spare_site = None;
-        if let Admission::NeedsPeerSpare { spares } = &verdict {
-            let needs = spares.clone();
-            match self.reserve_peer_spares(&needs, None).await {
-                Ok(site) => {
-                    req.peer_spare = PeerSpare::Offered { site: site.clone() };
-                    verdict = self.planner.lock().unwrap().admit(&req);
-                    if !matches!(verdict, Admission::Accepted(_)) {
-                        let vees: Vec<String> = needs.iter().map(|n| n.vee.clone()).collect();
-                        self.settle_peer_spares(&site, &vees, false).await;
-                    } else {
-                        spare_site = Some((site, needs.iter().map(|n| n.vee.clone()).collect::<Vec<_>>()));
+        let mut stale = None;
+        for attempt in 1..=PLAN_ATTEMPTS {
+            let mut verdict = self.planner.lock().unwrap().plan_admission(&req);
+            let needs = match (&verdict, &spare_site) {
+                (Err(no), None) => match &**no {
+                    Admission::NeedsPeerSpare { spares } => Some(spares.clone()),
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some(needs) = needs {
+                let site = self
+                    .reserve_peer_spares(&needs, None)
+                    .await
+                    .map_err(|reasons| crate::spares::refusal(&reasons))?;
+                req.peer_spare = PeerSpare::Offered { site: site.clone() };
+                spare_site = Some((site, needs.iter().map(|n| n.vee.clone()).collect::<Vec<_>>()));
+                verdict = self.planner.lock().unwrap().plan_admission(&req);
+            }
+            let planned = self.deploy_planned(caller, toml, &m, &req, verdict, request).await;
+            match planned {
+                Ok(Ok(deployed)) => {
+                    // The peer keeps the spares now.
+                    if let Some((site, spared)) = &spare_site {
+                        self.settle_peer_spares(site, spared, true).await;
                     }
+                    fail::fail_point!("deploy-after-commit");
+                    self.start_deployed(&req, &deployed).await;
+                    return Ok(deployed.svc);
                 }
-                Err(reasons) => return Err(crate::spares::refusal(&reasons)),
+                Ok(Err(s)) => {
+                    tracing::info!(service = %service_id, attempt, "{s}");
+                    stale = Some(s);
+                }
+                Err(e) => {
+                    // A hold left unconfirmed lapses at the peer by itself;
+                    // released now, it is free at once.
+                    if let Some((site, spared)) = &spare_site {
+                        self.settle_peer_spares(site, spared, false).await;
+                    }
+                    return Err(e);
+                }
             }
         }
+        if let Some((site, spared)) = &spare_site {
+            self.settle_peer_spares(site, spared, false).await;
+        }
+        let stale = stale.expect("every attempt was stale");
+        Err(anyhow::Error::from(stale).context(format!(
+            "reject: the site's plan changed under each of {PLAN_ATTEMPTS} attempts (other admissions); try again"
+        )))
+    }
+
+    /// One attempt of Deploy on `verdict`, the plan of `req` made on the
+    /// planner as it was: the records, networks and remote placements of
+    /// what it admits, then one commit of the plan and the records, then
+    /// the plan applied to the live planner ([`Veem::commit_admission_plan`]).
+    /// `Ok(Err(Stale))` when the planner changed since the plan (what this
+    /// attempt did at peer sites is undone; nothing here was written).
+    async fn deploy_planned(
+        self: &Arc<Self>,
+        caller: &Role,
+        toml: &str,
+        m: &Manifest,
+        req: &ServiceRequest,
+        verdict: Result<AdmissionPlan, Box<Admission>>,
+        request: Option<&request::RequestKey>,
+    ) -> Result<Result<Deployed, Stale>> {
+        let service_id = &req.service_id;
         let federate = m.sla.migration.allows_peer_site() && !self.cfg.peers.is_empty();
         // What is admitted here, what goes to peer sites, and, when none of
         // it fits here, why.
-        let (admitted, remote, refused) = match verdict {
-            Admission::Accepted(a) => (Some(a), vec![], None),
-            other if federate => match self.admit_in_part(&req) {
-                Some((a, rest)) => (Some(a), rest, None),
+        let (plan, remote, refused) = match verdict {
+            Ok(plan) => (Some(plan), vec![], None),
+            Err(other) if federate => match self.plan_in_part(req) {
+                Some((plan, rest)) => (Some(plan), rest, None),
                 None => {
                     tracing::info!(service = %service_id, reasons = ?other.reasons(), "local admission failed; trying peer sites");
-                    (None, all_vees(&req), Some(self.reply(&req, other)))
+                    (None, all_vees(req), Some(self.reply(req, *other)))
                 }
             },
-            other => {
-                let r = self.reply(&req, other);
+            Err(other) => {
+                let r = self.reply(req, *other);
                 bail!("{}: {}", r.verdict(), r.reasons.join("; "));
             }
         };
-        if let Some(a) = &admitted {
-            // What arrives, for how far ahead: VRM's booking profile.
-            let placed = a.placements.len() as u64;
-            let all = req.vee_count().max(1) as u64;
-            let share = {
-                let p = self.planner.lock().unwrap();
-                p.site_share(&req.total_resources()) * placed as f64 / all as f64
-            };
-            self.booking.lock().unwrap().record(self.now_slot(), a.window, share);
-        }
+        let admitted = plan.as_ref().map(|p| &p.admitted);
         let for_peer = match caller {
             Role::Peer(site) => Some(site.clone()),
             _ => None,
         };
-        let (mut svc, mut vees) = self.admission_records(&m, toml, &req, admitted.as_ref(), for_peer);
+        let (mut svc, mut vees) = self.admission_records(m, toml, req, admitted, for_peer);
         let end = self
             .slots
-            .start_of(req.service_window(admitted.as_ref().map_or(req.window, |a| a.window)).end);
+            .start_of(req.service_window(admitted.map_or(req.window, |a| a.window)).end);
         for (component, instance, vee_id) in &remote {
             let c = m.component(component).expect("a request's component is the manifest's");
             vees.push(VeeRec {
                 state: VeeState::Deploying,
                 for_peer: svc.for_peer.clone(),
-                ..VeeRec::of_manifest(&m, c, *instance, vee_id, &service_id, (self.clock.now(), end), self.clock.now_ms())
+                ..VeeRec::of_manifest(m, c, *instance, vee_id, service_id, (self.clock.now(), end), self.clock.now_ms())
             });
         }
         svc.vees = sorted_ids(&mut vees);
-        let release = || {
-            let _ = self.planner.lock().unwrap().release_service(&service_id);
-        };
         // Networks, remote placements and records, then the VEEHs here: a
         // crash from the commit on resumes.
         let one_at_a_time = self.ipam.lock().await;
-        if let Err(e) = self.assign_networks(&one_at_a_time, &m, &mut svc, &mut vees) {
-            release();
-            return Err(e.context("reject"));
-        }
+        self.assign_networks(&one_at_a_time, m, &mut svc, &mut vees)
+            .map_err(|e| e.context("reject"))?;
         // VEEs placed at peers: an intent first (the peers boot them before
         // the commit here), ended by the commit.
         let intent = (!remote.is_empty()).then(|| Intent::RemotePlacement {
@@ -291,14 +225,10 @@ impl Veem {
             created_ms: self.clock.now_ms(),
         });
         if let Some(intent) = &intent {
-            if let Err(e) = self.begin_intent(intent) {
-                release();
-                return Err(e.context("reject"));
-            }
+            self.begin_intent(intent).map_err(|e| e.context("reject"))?;
             let placed = match self.place_remote(&svc, &mut vees).await {
                 Ok(placed) => placed,
                 Err(e) => {
-                    release();
                     self.unplace_remote(&vees).await;
                     self.drop_intent(intent)?;
                     return Err(e);
@@ -306,7 +236,6 @@ impl Veem {
             };
             if let Err(why) = placed {
                 self.drop_intent(intent)?;
-                release();
                 match refused {
                     Some(r) => bail!("{}: {}; {why}", r.verdict(), r.reasons.join("; ")),
                     None => bail!(
@@ -326,41 +255,69 @@ impl Veem {
         if let Some(intent) = &intent {
             Self::end_intent(&mut with, intent);
         }
-        if let Err(e) = self.commit_admission_with(&svc, &vees, with) {
-            release();
-            self.unplace_remote(&vees).await;
-            if let Some(intent) = &intent {
-                self.drop_intent(intent)?;
+        let committed = match plan {
+            Some(plan) => self.commit_admission_plan(plan, &svc, &vees, with).map(|r| r.map(Some)),
+            None => self.commit_admission_with(&svc, &vees, with).map(|()| Ok(None)),
+        };
+        let admitted = match committed {
+            Ok(Ok(admitted)) => admitted,
+            Ok(Err(stale)) => {
+                self.unplace_remote_intent(&vees, intent.as_ref()).await?;
+                return Ok(Err(stale));
             }
-            return Err(e.context("reject"));
+            Err(e) => {
+                self.unplace_remote_intent(&vees, intent.as_ref()).await?;
+                return Err(e.context("reject"));
+            }
+        };
+        Ok(Ok(Deployed {
+            svc,
+            vees,
+            admitted,
+            remote: intent.is_some(),
+        }))
+    }
+
+    /// Takes back what an attempt placed at peer sites under `intent`.
+    async fn unplace_remote_intent(&self, vees: &[VeeRec], intent: Option<&Intent>) -> Result<()> {
+        if let Some(intent) = intent {
+            self.unplace_remote(vees).await;
+            self.drop_intent(intent)?;
         }
-        drop(one_at_a_time);
-        // The peer keeps the spares now (a hold an error path above left
-        // unconfirmed lapses there by itself).
-        if let Some((site, spared)) = &spare_site {
-            self.settle_peer_spares(site, spared, true).await;
+        Ok(())
+    }
+
+    /// After Deploy's commit: the booking profile learns the admission,
+    /// events, background VEEs it displaced suspended, and the VEEs due
+    /// now started in the background.
+    async fn start_deployed(self: &Arc<Self>, req: &ServiceRequest, d: &Deployed) {
+        if let Some(a) = &d.admitted {
+            // What arrives, for how far ahead: VRM's booking profile.
+            let share = {
+                let p = self.planner.lock().unwrap();
+                p.site_share(&req.total_resources()) * a.placements.len() as f64 / req.vee_count().max(1) as f64
+            };
+            self.booking.lock().unwrap().record(self.now_slot(), a.window, share);
         }
-        fail::fail_point!("deploy-after-commit");
-        self.placed_remotely(&vees);
-        if intent.is_some() {
+        self.placed_remotely(&d.vees);
+        if d.remote {
             // VEEs at peers: their networks' home part is here (anchored
             // when none runs here).
-            self.sync_networks(&svc.id).await;
+            self.sync_networks(&d.svc.id).await;
         }
-        for v in vees.iter().filter(|v| v.host().is_some()) {
-            self.event(&v.id, &svc.id, "admitted", format!("on {}", v.host().unwrap_or("?")));
+        for v in d.vees.iter().filter(|v| v.host().is_some()) {
+            self.event(&v.id, &d.svc.id, "admitted", format!("on {}", v.host().unwrap_or("?")));
         }
-        for id in admitted.iter().flat_map(|a| &a.preempted) {
+        for id in d.admitted.iter().flat_map(|a| &a.preempted) {
             let veem = self.clone();
             let id = id.clone();
             self.spawn(async move { veem.preempt_background(&id).await });
         }
-        for v in vees.iter().filter(|v| v.host().is_some()) {
+        for v in d.vees.iter().filter(|v| v.host().is_some()) {
             if v.deploy_due(self.clock.now()) {
                 self.spawn_deploy(&v.id);
             }
         }
-        Ok(svc)
     }
 
     /// The records Deploy writes for `admitted` (request `req` of manifest
@@ -416,11 +373,11 @@ impl Veem {
         (svc, vees)
     }
 
-    /// Admits the largest prefix of the request's VEEs that fits at this
-    /// site (reserving it); returns the admission and the VEEs left over
-    /// `(component, instance, VEE ID)` for peer sites. `None` if not even
-    /// one VEE fits.
-    fn admit_in_part(&self, req: &ServiceRequest) -> Option<(crate::planner::Admitted, Vec<LeftOver>)> {
+    /// Plans the largest prefix of the request's VEEs that fits at this
+    /// site; returns the plan and the VEEs left over `(component, instance,
+    /// VEE ID)` for peer sites. `None` if not even one VEE fits. Reserves
+    /// nothing.
+    fn plan_in_part(&self, req: &ServiceRequest) -> Option<(AdmissionPlan, Vec<LeftOver>)> {
         let all = all_vees(req);
         for k in (1..all.len()).rev() {
             let keep: std::collections::HashSet<&String> = all[..k].iter().map(|x| &x.2).collect();
@@ -429,8 +386,8 @@ impl Veem {
                 c.vees.retain(|v| keep.contains(v));
             }
             sub.components.retain(|c| !c.vees.is_empty());
-            if let Admission::Accepted(a) = self.planner.lock().unwrap().admit(&sub) {
-                return Some((a, all[k..].to_vec()));
+            if let Ok(plan) = self.planner.lock().unwrap().plan_admission(&sub) {
+                return Some((plan, all[k..].to_vec()));
             }
         }
         None
@@ -576,6 +533,7 @@ pub fn checkpoint_interval(m: &Manifest, run_time_s: u64, checkpoint_cost_s: f64
     }
 }
 
+mod negotiate;
 pub mod request;
 #[cfg(test)]
 mod tests;

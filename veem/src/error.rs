@@ -55,6 +55,11 @@ fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
             VeemError::RequestReused(..) => Code::AlreadyExists,
         });
     }
+    if e.is::<crate::planner::Stale>() {
+        // The site's plan changed under every attempt: a conflict, to be
+        // retried by the caller.
+        return Some(Code::Aborted);
+    }
     e.is::<InvalidTransition>().then_some(Code::FailedPrecondition)
 }
 
@@ -86,6 +91,10 @@ mod tests {
                 Code::FailedPrecondition,
             ),
             (VeemError::RequestReused("r1".into(), "s1".into()).into(), Code::AlreadyExists),
+            (
+                anyhow::Error::from(crate::planner::Stale { planned: 1, now: 2 }).context("reject: the site's plan changed"),
+                Code::Aborted,
+            ),
             // A refusal, even one whose words say "not found" or "field".
             (anyhow::anyhow!("reject: field `x` not found anywhere"), Code::FailedPrecondition),
         ];

@@ -13,7 +13,7 @@ use crate::domain::StateMachine;
 use crate::error::VeemError;
 use crate::hosts::HostPool;
 use crate::model::{EventRec, ServiceRec, VeeRec, VeeState};
-use crate::planner::{Planner, PlannerConfig, RankPolicy, SlotClock};
+use crate::planner::{AdmissionPlan, Admitted, Planner, PlannerConfig, RankPolicy, SlotClock, Stale};
 use crate::planner_store::PlannerStore;
 use crate::ports::{Clock, ImageRepository, Peer, PeerDirectory, Ports};
 use crate::store::{Store, Tree, Writes};
@@ -197,6 +197,37 @@ impl Veem {
     /// [`Veem::commit_admission`] with more records `w` in the same commit
     /// (Deploy's request record).
     pub fn commit_admission_with(&self, svc: &ServiceRec, vees: &[VeeRec], mut w: Writes) -> Result<()> {
+        let vees = self.admission_writes(svc, vees, &mut w)?;
+        self.planner_store.save_with(&self.planner, w)?;
+        self.cache_new_vees(vees);
+        Ok(())
+    }
+
+    /// Commits an admission planned on the planner as it was (Deploy;
+    /// [`crate::planner::plan`]): the plan's planner entries, the VEE
+    /// records `vees`, the service record `svc` and `w` in one write, then
+    /// the plan applied to the live planner. `Ok(Err(Stale))`, with nothing
+    /// written, when the planner changed since the plan: plan again.
+    /// Errors: the store's (nothing written, nothing applied).
+    pub fn commit_admission_plan(
+        &self,
+        plan: AdmissionPlan,
+        svc: &ServiceRec,
+        vees: &[VeeRec],
+        mut w: Writes,
+    ) -> Result<std::result::Result<Admitted, Stale>> {
+        let vees = self.admission_writes(svc, vees, &mut w)?;
+        let admitted = match self.planner_store.commit_plan(&self.planner, plan, w)? {
+            Ok(a) => a,
+            Err(stale) => return Ok(Err(stale)),
+        };
+        self.cache_new_vees(vees);
+        Ok(Ok(admitted))
+    }
+
+    /// The records of a new admission into `w`: the service and its VEEs
+    /// (their stays from now); returns the VEEs as written.
+    fn admission_writes(&self, svc: &ServiceRec, vees: &[VeeRec], w: &mut Writes) -> Result<Vec<VeeRec>> {
         let now = self.clock.now();
         let vees: Vec<VeeRec> = vees
             .iter()
@@ -209,14 +240,16 @@ impl Veem {
             w.put(Tree::Vees, &v.id, v)?;
         }
         w.put(Tree::Services, &svc.id, svc)?;
-        self.planner_store.save_with(&self.planner, w)?;
-        // New records: nobody else writes them yet, so the map may follow
-        // the store (the planner's lock is not held here).
+        Ok(vees)
+    }
+
+    /// New records, written: nobody else writes them yet, so the map may
+    /// follow the store (the planner's lock is not held here).
+    fn cache_new_vees(&self, vees: Vec<VeeRec>) {
         let mut records = self.vee_records.write().unwrap();
         for v in vees {
             records.insert(v.id.clone(), v);
         }
-        Ok(())
     }
 
     /// Serialises operations on one VEE.

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 
-use crate::planner::{Planner, PlannerEntry, PlannerHeader};
+use crate::planner::{AdmissionPlan, Admitted, Planner, PlannerEntry, PlannerHeader, Stale};
 use crate::store::{Store, Tree, Writes};
 
 const HEADER: &str = "header";
@@ -112,6 +112,35 @@ impl PlannerStore {
             written.header = Some(header);
         }
         Ok(())
+    }
+}
+
+impl PlannerStore {
+    /// Commits `plan` (Deploy's admission, made on the planner at an
+    /// earlier moment): when the planner is still at the plan's revision,
+    /// writes the plan's entries with `also` in one atomic commit, then
+    /// applies the plan to the planner; the planner's lock is held from
+    /// the check to the apply, so nothing comes between. `Ok(Err(Stale))`
+    /// when the planner changed since the plan (nothing written). Errors:
+    /// the store's (nothing written, nothing applied).
+    pub fn commit_plan(&self, planner: &Mutex<Planner>, plan: AdmissionPlan, also: Writes) -> Result<Result<Admitted, Stale>> {
+        let _saves = self.written.lock().unwrap();
+        let mut p = planner.lock().unwrap();
+        if p.revision() != plan.revision() {
+            return Ok(Err(Stale {
+                planned: plan.revision(),
+                now: p.revision(),
+            }));
+        }
+        let mut batch = also;
+        for (key, e) in plan.entries() {
+            match e {
+                Some(e) => batch.put(Tree::Planner, &key, &e)?,
+                None => batch.remove(Tree::Planner, &key),
+            }
+        }
+        self.store.commit(batch)?;
+        Ok(p.apply_written(plan))
     }
 }
 

@@ -182,3 +182,54 @@ async fn a_refused_deploy_records_no_request_and_its_retry_is_planned_anew() {
     let svc = site.veem.deploy_request(&acme(), STANDARD, "req-2").await.unwrap();
     assert_eq!(site.veem.deploy_request(&acme(), STANDARD, "req-2").await.unwrap().id, svc.id);
 }
+
+/// Deploy plans on the planner as it is, and commits later (after the
+/// networks are assigned under their lock): when another admission took
+/// the planned host meanwhile, the commit finds the planner changed, writes
+/// nothing, and Deploy plans again on the fresh state (issue 37: Nomad's
+/// partial commit, retried). Nothing is lost: the other admission keeps
+/// its host, the VEE is recorded where the planner holds it.
+#[tokio::test]
+async fn a_deploy_whose_commit_meets_a_changed_planner_plans_again_and_loses_nothing() {
+    let site = site().await;
+    let networks = site.veem.ipam.lock().await;
+    let veem = site.veem.clone();
+    let deploy = tokio::spawn(async move { veem.deploy(&acme(), STANDARD).await });
+    // The deploy has planned (packing: h1) and waits for the networks' lock.
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!deploy.is_finished());
+    let whole_host = STANDARD.replace("vcpus = 1", "vcpus = 4");
+    let m = interfaces::manifest::Manifest::from_toml(&whole_host).unwrap();
+    let other = site.veem.request(&m, "other");
+    let taken = site.veem.planner().admit(&other);
+    let crate::planner::Admission::Accepted(taken) = taken else {
+        panic!("{taken:?}")
+    };
+    assert_eq!(taken.placements[0].host, "h1", "the host the deploy planned on");
+    drop(networks);
+    let svc = deploy.await.unwrap().expect("deployed on the second plan");
+    let vee = site.veem.vee(&svc.vees[0]).unwrap();
+    let p = site.veem.planner();
+    assert_eq!(vee.host(), Some("h2"));
+    assert_eq!(
+        p.placement(&vee.id).map(|x| x.host),
+        Some("h2".to_string()),
+        "records and planner agree"
+    );
+    assert_eq!(
+        p.placement(&taken.placements[0].vee).map(|x| x.host),
+        Some("h1".to_string()),
+        "the other admission kept"
+    );
+    p.check_invariants().unwrap();
+    assert_eq!(
+        site.veem
+            .store
+            .list::<crate::model::ServiceRec>(crate::store::Tree::Services)
+            .unwrap()
+            .len(),
+        1
+    );
+}

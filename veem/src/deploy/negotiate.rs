@@ -1,0 +1,144 @@
+//! What Negotiate and Deploy do before anything is reserved: the manifest
+//! checked for its caller (the provider its token speaks for, images it may
+//! read), the planner request made of it, and the planner's answer as the
+//! VMI's reply (accept, counter-offer with the earliest window, reject with
+//! reasons).
+
+use anyhow::Result;
+use interfaces::manifest::Manifest;
+use interfaces::vmi::{self, NegotiateResponse};
+use interfaces::BlobId;
+
+use super::Refusal;
+use crate::config::Role;
+use crate::manager::Veem;
+use crate::planner::{Admission, ServiceRequest};
+
+impl Veem {
+    /// Parses, validates and checks a manifest for `caller`: the provider
+    /// must be the caller's own, and every image ID one the provider may
+    /// read in the image repository (its own, shared with it or public:
+    /// never another provider's image or a checkpoint; issue 13 S3).
+    pub async fn check_manifest(&self, caller: &Role, toml: &str) -> Result<Manifest, Refusal> {
+        let m = Manifest::from_toml(toml).map_err(|e| Refusal(vec![e.to_string()]))?;
+        if let Role::Provider(p) = caller {
+            if &m.service.provider != p {
+                return Err(Refusal(vec![format!(
+                    "manifest field `service.provider`: {:?} is not the provider this token speaks for ({p:?})",
+                    m.service.provider
+                )]));
+            }
+        }
+        let mut missing = Vec::new();
+        for (i, c) in m.components.iter().enumerate() {
+            let ids: [(&str, Option<&BlobId>); 3] = [
+                ("image", Some(&c.image)),
+                ("kernel", c.kernel.as_ref()),
+                ("initrd", c.initrd.as_ref()),
+            ];
+            for (field, id) in ids {
+                let Some(id) = id else { continue };
+                match self.repo.grant_for(id, &m.service.provider).await {
+                    Ok(true) => {}
+                    Ok(false) => missing.push(format!(
+                        "manifest field `component[{i}].{field}`: {id} is not in the image repository, or not an image provider {:?} may use",
+                        m.service.provider
+                    )),
+                    Err(e) => missing.push(format!("manifest field `component[{i}].{field}`: cannot check {id}: {e}")),
+                }
+            }
+        }
+        if !missing.is_empty() {
+            return Err(Refusal(missing));
+        }
+        Ok(m)
+    }
+
+    /// The planner request of `m` as service `service_id`, with UUID VEE
+    /// IDs, its window padded for the VEEs' overheads ([`Veem::padding`]).
+    pub fn request(&self, m: &Manifest, service_id: &str) -> ServiceRequest {
+        let mut req = ServiceRequest::from_manifest(service_id, m, &self.slots, self.clock.now(), self.horizon_slots())
+            .padded(self.padding(m, None), self.now_slot());
+        for c in &mut req.components {
+            for v in &mut c.vees {
+                *v = uuid::Uuid::new_v4().to_string();
+            }
+        }
+        req
+    }
+
+    /// Negotiate: accept, counter-offer (earliest feasible window) or reject
+    /// with reasons. Reserves nothing.
+    pub async fn negotiate(&self, caller: &Role, toml: &str) -> Result<NegotiateResponse> {
+        let m = match self.check_manifest(caller, toml).await {
+            Ok(m) => m,
+            Err(Refusal(reasons)) => {
+                return Ok(NegotiateResponse {
+                    verdict: vmi::Verdict::Reject as i32,
+                    reasons,
+                    ..Default::default()
+                })
+            }
+        };
+        let req = self.request(&m, &uuid::Uuid::new_v4().to_string());
+        let verdict = self.planner.lock().unwrap().negotiate(&req);
+        Ok(self.reply(&req, verdict))
+    }
+
+    /// A refusal's extra reason when configured hosts do not answer (they
+    /// may be why): how many, without their names, which a provider may not
+    /// learn (E §3.4); the VEEM's log names each with its endpoint.
+    fn hosts_not_answering(&self) -> Option<String> {
+        let names = self.hosts.names();
+        let silent = names
+            .iter()
+            .filter(|h| matches!(self.hosts.health(h), crate::domain::Health::Unknown | crate::domain::Health::Failed))
+            .count();
+        (silent > 0).then(|| {
+            format!(
+                "{silent} of the site's {} hosts do not answer (the site's log names them with their endpoints)",
+                names.len()
+            )
+        })
+    }
+
+    /// The answer to `req` (its service window, not the padded reservation).
+    pub(super) fn reply(&self, req: &ServiceRequest, verdict: Admission) -> NegotiateResponse {
+        let clock = self.slots;
+        match verdict {
+            Admission::Accepted(a) => {
+                let w = req.service_window(a.window);
+                NegotiateResponse {
+                    verdict: vmi::Verdict::Accept as i32,
+                    reasons: vec![],
+                    earliest_start: interfaces::time::timestamp_s(clock.start_of(w.start)),
+                    earliest_end: interfaces::time::timestamp_s(clock.start_of(w.end)),
+                }
+            }
+            Admission::CounterOffer { window, reasons } => {
+                let w = req.service_window(window);
+                NegotiateResponse {
+                    verdict: vmi::Verdict::CounterOffer as i32,
+                    reasons,
+                    earliest_start: interfaces::time::timestamp_s(clock.start_of(w.start)),
+                    earliest_end: interfaces::time::timestamp_s(clock.start_of(w.end)),
+                }
+            }
+            Admission::Rejected { mut reasons, .. } => {
+                reasons.extend(self.hosts_not_answering());
+                NegotiateResponse {
+                    verdict: vmi::Verdict::Reject as i32,
+                    reasons,
+                    ..Default::default()
+                }
+            }
+            Admission::NeedsPeerSpare { .. } => NegotiateResponse {
+                verdict: vmi::Verdict::Accept as i32,
+                reasons: vec![
+                    "guarantee full: Deploy asks a peer site to hold a spare for each VEE and refuses the manifest if none does".into(),
+                ],
+                ..Default::default()
+            },
+        }
+    }
+}
