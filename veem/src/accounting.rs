@@ -456,6 +456,7 @@ mod tests {
             name: "shop".into(),
             provider: "acme".into(),
             manifest_toml: String::new(),
+            terms: None,
             guarantee: interfaces::manifest::GuaranteeLevel::Standard,
             penalty_per_hour: 0.0,
             created_ms: 0,

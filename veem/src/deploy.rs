@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
-use interfaces::manifest::{CheckpointInterval, Component, Manifest};
+use interfaces::manifest::{CheckpointInterval, Component, Manifest, Sla};
 use interfaces::vhi;
 
 use crate::config::Role;
@@ -362,6 +362,7 @@ impl Veem {
             name: m.service.name.clone(),
             provider: m.service.provider.clone(),
             manifest_toml: toml.to_string(),
+            terms: Some(crate::domain::ServiceTerms::of(m)),
             guarantee: m.sla.guarantee,
             penalty_per_hour: m.sla.penalty_per_hour,
             created_ms: self.clock.now_ms(),
@@ -497,7 +498,7 @@ impl VeeRec {
             }),
             state: VeeState::Admitted,
             location: Location::Nowhere,
-            checkpoint_interval_s: checkpoint_interval(m, (end - start).max(1) as u64, DEFAULT_CHECKPOINT_COST_S),
+            checkpoint_interval_s: checkpoint_interval(&m.sla, (end - start).max(1) as u64, DEFAULT_CHECKPOINT_COST_S),
             last_checkpoint_ms: None,
             latest_checkpoint: None,
             guarantee: m.sla.guarantee,
@@ -519,15 +520,15 @@ impl VeeRec {
     }
 }
 
-/// Checkpoint period of the manifest's VEEs in seconds (explicit, or the
-/// optimal count over the planned run time for checkpoint cost
+/// Checkpoint period in seconds of the VEEs under SLA `sla` (explicit, or
+/// the optimal count over the planned run time for checkpoint cost
 /// `checkpoint_cost_s`: H eq. 3.12-3.16). Before a VEE's first checkpoint
 /// the cost is [`DEFAULT_CHECKPOINT_COST_S`]; then it is the measured one.
-pub fn checkpoint_interval(m: &Manifest, run_time_s: u64, checkpoint_cost_s: f64) -> Option<u64> {
-    if let CheckpointInterval::Every(d) = &m.sla.checkpoint_interval {
+pub fn checkpoint_interval(sla: &Sla, run_time_s: u64, checkpoint_cost_s: f64) -> Option<u64> {
+    if let CheckpointInterval::Every(d) = &sla.checkpoint_interval {
         return Some(d.as_secs().max(1));
     }
-    match checkpoint_plan(&m.sla, run_time_s.min(DEFAULT_RUN_TIME_S * 24) as f64, checkpoint_cost_s) {
+    match checkpoint_plan(sla, run_time_s.min(DEFAULT_RUN_TIME_S * 24) as f64, checkpoint_cost_s) {
         CheckpointPlan::None => None,
         CheckpointPlan::Every { interval, .. } => Some(interval.as_secs().max(1)),
     }

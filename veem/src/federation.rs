@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use interfaces::manifest::{GuaranteeLevel, Manifest, MigrationPolicy};
+use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
 use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;
 use interfaces::vmi::{self, PrepareIncomingRequest, VeeActionRequest};
@@ -43,7 +43,7 @@ impl Veem {
             }
             let (c_vcpus, c_mem, guarantee) = (vees[i].vcpus, vees[i].memory_mib, vees[i].guarantee);
             let mut refusals: Vec<String> = Vec::new();
-            let constraints = Manifest::from_toml(&svc.manifest_toml).map(|m| m.constraints).unwrap_or_default();
+            let constraints = svc.terms.as_ref().map(|t| t.constraints.clone()).unwrap_or_default();
             for p in peers::candidates(&self.cfg, c_vcpus, c_mem, guarantee) {
                 if let Some(why) = self.site_refusal(&vees[i], &p.site_id, vees, &constraints) {
                     refusals.push(format!("not {}: {why}", p.site_id));
@@ -317,6 +317,7 @@ impl Veem {
             name: format!("for-{from}"),
             provider: from.into(),
             manifest_toml: String::new(),
+            terms: None,
             guarantee,
             penalty_per_hour: 0.0,
             created_ms: self.clock.now_ms(),

@@ -172,14 +172,14 @@ impl Veem {
     fn measured_checkpoint_cost(&self, v: &mut VeeRec, cost_s: f64) {
         let cost = smoothed_cost(v.checkpoint_cost_s, cost_s);
         v.checkpoint_cost_s = Some(cost);
-        let Some(m) = self.manifest_of(&v.service_id) else {
+        let Some(terms) = self.terms_of(&v.service_id) else {
             return;
         };
-        if m.sla.checkpoint_interval != interfaces::manifest::CheckpointInterval::Auto {
+        if terms.sla.checkpoint_interval != interfaces::manifest::CheckpointInterval::Auto {
             return;
         }
         let run_time_s = (v.window_end_unix - v.window_start_unix).max(1) as u64;
-        let interval = crate::deploy::checkpoint_interval(&m, run_time_s, cost);
+        let interval = crate::deploy::checkpoint_interval(&terms.sla, run_time_s, cost);
         if interval != v.checkpoint_interval_s {
             let text = |i: Option<u64>| i.map_or("none".to_string(), |s| format!("{s} s"));
             self.event(

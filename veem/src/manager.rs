@@ -315,11 +315,11 @@ impl Veem {
             .ok_or_else(|| VeemError::not_found("service", id).into())
     }
 
-    /// The manifest of service `id` as admitted; `None` when the service
-    /// is gone or has none (one run here for a peer site).
-    pub fn manifest_of(&self, id: &str) -> Option<interfaces::manifest::Manifest> {
-        let s = self.service(id).ok()?;
-        interfaces::manifest::Manifest::from_toml(&s.manifest_toml).ok()
+    /// The terms (SLA, constraints) of service `id` as admitted; `None`
+    /// when the service is gone or has none here (one run here for a peer
+    /// site).
+    pub fn terms_of(&self, id: &str) -> Option<crate::domain::ServiceTerms> {
+        self.service(id).ok()?.terms
     }
 
     /// Every VEE record, in ID order.

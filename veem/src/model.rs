@@ -9,7 +9,7 @@ use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::StateMachine;
-pub use crate::domain::{MigrationState, VeeState};
+pub use crate::domain::{MigrationState, ServiceTerms, VeeState};
 
 /// A service deployed from a manifest.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -19,6 +19,11 @@ pub struct ServiceRec {
     /// The service provider (for a service run for a peer: the peer site).
     pub provider: String,
     pub manifest_toml: String,
+    /// Its SLA and constraints, parsed from the manifest at admission
+    /// (`None`: a service run here for a peer site, whose manifest stays
+    /// there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terms: Option<ServiceTerms>,
     pub guarantee: GuaranteeLevel,
     pub penalty_per_hour: f64,
     pub created_ms: i64,

@@ -39,7 +39,7 @@ impl Veem {
     /// The constraints of `v`'s service (none when its manifest cannot be
     /// read: a VEE run for a peer has none here).
     pub(crate) fn constraints_of(&self, v: &VeeRec) -> Vec<Constraint> {
-        self.manifest_of(&v.service_id).map(|m| m.constraints).unwrap_or_default()
+        self.terms_of(&v.service_id).map(|t| t.constraints).unwrap_or_default()
     }
 
     /// Why VEE `v` may not go to peer site `site` under `constraints`

@@ -85,7 +85,7 @@ impl Veem {
             .downtime_violation(v, "the restore after its host failed", (up_ms - down_ms).max(0) as u64, up_ms)
             .into_iter()
             .collect();
-        let max = self.manifest_of(&v.service_id).map(|m| m.sla.max_outages);
+        let max = self.terms_of(&v.service_id).map(|t| t.sla.max_outages);
         if let Some(max) = max.filter(|max| v.outages > *max) {
             out.push(ViolationRec::over(
                 uuid::Uuid::new_v4().to_string(),

@@ -78,7 +78,8 @@ impl Tree {
 /// | 1 | the version key; records as in 0 |
 /// | 2 | usage records' numbers are finite and non-negative: a NaN or infinity a peer could push before was stored as `null` and broke every read of the tree; migrating sets such a number to 0 |
 /// | 3 | the `usage_outbox` tree: the usage records still to push to a primary site, so that a round reads those and not every record; migrating fills it from the unsent records whose VEE is known |
-pub const FORMAT_VERSION: u32 = 3;
+/// | 4 | a service record holds its terms (`terms`: SLA and constraints, parsed from the manifest once, at admission); migrating parses each service's stored manifest one last time |
+pub const FORMAT_VERSION: u32 = 4;
 const FORMAT_KEY: &str = "format_version";
 
 /// Records to write (or, with `None`, remove) in one atomic commit:
@@ -148,6 +149,9 @@ impl Store {
         if from < 3 {
             self.fill_usage_outbox(&mut w)?;
         }
+        if from < 4 {
+            self.fill_service_terms(&mut w)?;
+        }
         w.put(Tree::Meta, FORMAT_KEY, &FORMAT_VERSION)?;
         self.commit(w)
     }
@@ -194,6 +198,29 @@ impl Store {
             let unsent = rec["sent"] == serde_json::json!(false);
             if let (true, Some(site)) = (unsent, rec["vee_id"].as_str().and_then(|v| primaries.get(v))) {
                 w.put(Tree::UsageOutbox, key, site)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// 3 -> 4: each service's terms from its stored manifest (a service
+    /// run for a peer has none; a manifest this version no longer reads
+    /// leaves them unset, and says so).
+    fn fill_service_terms(&self, w: &mut Writes) -> Result<()> {
+        self.scan(Tree::Services, |key, raw| {
+            let Ok(mut rec) = serde_json::from_slice::<serde_json::Value>(raw) else {
+                return Ok(());
+            };
+            let toml = rec["manifest_toml"].as_str().unwrap_or_default();
+            if toml.is_empty() || !rec["terms"].is_null() {
+                return Ok(());
+            }
+            match interfaces::manifest::Manifest::from_toml(toml) {
+                Ok(m) => {
+                    rec["terms"] = serde_json::to_value(crate::domain::ServiceTerms::of(&m))?;
+                    w.put(Tree::Services, key, &rec)?;
+                }
+                Err(e) => tracing::warn!(service = %key, error = %e, "stored manifest not read: the service has no terms"),
             }
             Ok(())
         })
@@ -354,6 +381,37 @@ mod tests {
         .unwrap();
         assert_eq!(outbox, [("r1".to_string(), "site-b".to_string())]);
         assert_eq!(s.get::<u32>(Tree::Meta, FORMAT_KEY).unwrap(), Some(FORMAT_VERSION));
+    }
+
+    #[test]
+    fn a_format_3_database_gets_each_services_terms_from_its_stored_manifest() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("db");
+        let toml = crate::fakes::STANDARD.replace("penalty_per_hour", "max_outages = 3\npenalty_per_hour");
+        {
+            let s = Store::open(&path).unwrap();
+            s.put(Tree::Meta, FORMAT_KEY, &3u32).unwrap();
+            for (id, manifest) in [("s1", toml.as_str()), ("for-peer", "")] {
+                let rec = serde_json::json!({"id": id, "name": "shop", "provider": "acme", "manifest_toml": manifest,
+                    "guarantee": "standard", "penalty_per_hour": 36.0, "created_ms": 0, "vees": []});
+                s.put(Tree::Services, id, &rec).unwrap();
+            }
+        }
+        let s = Store::open(&path).unwrap();
+        let terms = s
+            .get::<crate::model::ServiceRec>(Tree::Services, "s1")
+            .unwrap()
+            .unwrap()
+            .terms
+            .unwrap();
+        assert_eq!((terms.sla.max_outages, terms.sla.penalty_per_hour), (3, 36.0));
+        assert_eq!(
+            s.get::<crate::model::ServiceRec>(Tree::Services, "for-peer")
+                .unwrap()
+                .unwrap()
+                .terms,
+            None
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use interfaces::manifest::Manifest;
+use interfaces::manifest::Sla;
 
 use crate::deploy::DEFAULT_CHECKPOINT_COST_S;
 use crate::manager::Veem;
@@ -28,13 +28,13 @@ impl Veem {
         self.slots.slots_for(self.cfg.planning_horizon)
     }
 
-    /// The overheads a reservation of manifest `m` holds beyond its window
+    /// The overheads a reservation under SLA `sla` holds beyond its window
     /// ([`Padding`], H eq. 3.7): `init_overhead` before; after, the
     /// `stop_timeout` and, when its VEEs are checkpointed, one
     /// checkpoint's cost (`checkpoint_cost_s`: measured, or
     /// [`DEFAULT_CHECKPOINT_COST_S`] before the first). Whole slots.
-    pub fn padding(&self, m: &Manifest, checkpoint_cost_s: Option<f64>) -> Padding {
-        let checkpoints = crate::deploy::checkpoint_interval(m, self.cfg.planning_horizon.as_secs(), DEFAULT_CHECKPOINT_COST_S).is_some();
+    pub fn padding(&self, sla: &Sla, checkpoint_cost_s: Option<f64>) -> Padding {
+        let checkpoints = crate::deploy::checkpoint_interval(sla, self.cfg.planning_horizon.as_secs(), DEFAULT_CHECKPOINT_COST_S).is_some();
         let cp = if checkpoints {
             Duration::from_secs_f64(checkpoint_cost_s.unwrap_or(DEFAULT_CHECKPOINT_COST_S).max(0.0))
         } else {
@@ -50,8 +50,8 @@ impl Veem {
     /// its measured checkpoint cost), in seconds.
     pub fn tail_s(&self, v: &VeeRec) -> i64 {
         let after = self
-            .manifest_of(&v.service_id)
-            .map_or(0, |m| self.padding(&m, v.checkpoint_cost_s).after);
+            .terms_of(&v.service_id)
+            .map_or(0, |t| self.padding(&t.sla, v.checkpoint_cost_s).after);
         self.slots.duration_of(after).as_secs() as i64
     }
 
@@ -82,7 +82,7 @@ impl Veem {
         // The reservations end the padding after the window (the largest
         // measured checkpoint cost of its VEEs).
         let cost = vees.iter().filter_map(|v| v.checkpoint_cost_s).reduce(f64::max);
-        let after = self.manifest_of(service_id).map_or(0, |m| self.padding(&m, cost).after);
+        let after = self.terms_of(service_id).map_or(0, |t| self.padding(&t.sla, cost).after);
         let end = self.slots.slot_ceil(until_unix).saturating_add(after);
         let window = {
             let mut p = self.planner.lock().unwrap();

@@ -58,7 +58,7 @@ impl Veem {
     /// IDs, its window padded for the VEEs' overheads ([`Veem::padding`]).
     pub fn request(&self, m: &Manifest, service_id: &str) -> ServiceRequest {
         let mut req = ServiceRequest::from_manifest(service_id, m, &self.slots, self.clock.now(), self.horizon_slots())
-            .padded(self.padding(m, None), self.now_slot());
+            .padded(self.padding(&m.sla, None), self.now_slot());
         for c in &mut req.components {
             for v in &mut c.vees {
                 *v = uuid::Uuid::new_v4().to_string();

@@ -1,6 +1,7 @@
 //! The VEEM's state machines (DESIGN.md §4): a VEE's life, a migration's
 //! course and a service's overall state; and the domain's small values
-//! that several layers share: a host's health, a proposal's reason. Each is an enum with a transition
+//! that several layers share: a host's health, a proposal's reason, a
+//! service's terms (its SLA and constraints, parsed once). Each is an enum with a transition
 //! table; a state change the table does not allow is an
 //! [`InvalidTransition`], never a silent overwrite (the model: Cloud
 //! Hypervisor's `VmState::valid_transition`).
@@ -9,12 +10,14 @@ pub mod health;
 pub mod migration;
 pub mod reason;
 pub mod service;
+pub mod terms;
 pub mod vee;
 
 pub use health::Health;
 pub use migration::MigrationState;
 pub use reason::Reason;
 pub use service::ServiceState;
+pub use terms::ServiceTerms;
 pub use vee::VeeState;
 
 /// A state machine: its states' names and its transition table.

@@ -125,12 +125,12 @@ impl Veem {
     /// covers every pair, `type` only different listed components).
     fn anti_affine_hosts(&self, v: &crate::model::VeeRec) -> Vec<String> {
         use interfaces::manifest::{ConstraintKind, ConstraintLevel, ConstraintScope};
-        let Some(m) = self.manifest_of(&v.service_id) else {
+        let Some(terms) = self.terms_of(&v.service_id) else {
             return vec![];
         };
         let vees = self.vees_where(|o| o.service_id == v.service_id);
         let mut out = Vec::new();
-        for c in m
+        for c in terms
             .constraints
             .iter()
             .filter(|c| c.kind == ConstraintKind::AntiAffinity && c.level == ConstraintLevel::Host)

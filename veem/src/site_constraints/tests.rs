@@ -33,6 +33,8 @@ fn admitted_apart(site: &FakeSite, level: &str) -> Vec<String> {
     let v = site.veem.vee(&ids[0]).unwrap();
     let mut svc = site.veem.service(&v.service_id).unwrap();
     svc.manifest_toml = apart(level);
+    let m = interfaces::manifest::Manifest::from_toml(&svc.manifest_toml).unwrap();
+    svc.terms = Some(crate::domain::ServiceTerms::of(&m));
     site.veem.store.put(crate::store::Tree::Services, &svc.id, &svc).unwrap();
     ids
 }
