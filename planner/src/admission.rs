@@ -26,7 +26,6 @@ use vee_manifest::GuaranteeLevel;
 
 use super::capacity::{HostIdx, Profile, Resources};
 use super::constraints::Filter;
-use super::plan::Step;
 use super::rank::{Found, Need, WindowCache};
 use super::request::{Admission, Admitted, PeerSpare, Placement, ServiceRequest, SpareNeed};
 use super::slots::SlotRange;
@@ -41,6 +40,20 @@ pub(crate) enum Mode {
     Negotiate,
     /// The steps that reserve it (a plan); nothing is reserved.
     Plan,
+}
+
+/// One step of a plan (`super::plan`), in the order the admission took it:
+/// a tentative admission's redo log.
+#[derive(Debug, Clone)]
+pub(crate) enum Step {
+    /// The service's record.
+    Service(ServiceRecord),
+    /// A reservation (a VEE's or a spare's).
+    Add(Reservation),
+    /// A displaced background VEE's reservation goes.
+    Remove(ReservationKey),
+    /// The spare a peer site holds (full guarantee).
+    PeerSpare(SpareNeed),
 }
 
 /// How to undo one step of a tentative admission.

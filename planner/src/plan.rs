@@ -12,23 +12,10 @@
 //! left as it was), and the caller plans again on the fresh state. No
 //! caller ever undoes an admission by hand.
 
+use super::admission::{Mode, Step};
 use super::keys::{peer_spare_key, reservation_key, service_key};
-use super::request::{Admission, Admitted, ServiceRequest, SpareNeed};
-use super::reservations::{Reservation, ReservationKey, ServiceRecord};
+use super::request::{Admission, Admitted, ServiceRequest};
 use super::{Planner, PlannerEntry};
-
-/// One step of a plan, in the order the admission took it.
-#[derive(Debug, Clone)]
-pub(crate) enum Step {
-    /// The service's record.
-    Service(ServiceRecord),
-    /// A reservation (a VEE's or a spare's).
-    Add(Reservation),
-    /// A displaced background VEE's reservation goes.
-    Remove(ReservationKey),
-    /// The spare a peer site holds (full guarantee).
-    PeerSpare(SpareNeed),
-}
 
 /// An accepted admission, planned at one revision of the planner and not
 /// reserved yet.
@@ -88,7 +75,7 @@ impl Planner {
     /// nothing and leaves the revision as it was.
     pub fn plan_admission(&mut self, req: &ServiceRequest) -> Result<AdmissionPlan, Box<Admission>> {
         let revision = self.d.revision;
-        match self.evaluate(req, super::admission::Mode::Plan) {
+        match self.evaluate(req, Mode::Plan) {
             (Admission::Accepted(admitted), steps) => Ok(AdmissionPlan { admitted, revision, steps }),
             (other, _) => Err(Box::new(other)),
         }

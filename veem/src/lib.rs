@@ -5,8 +5,9 @@
 //! usage records (DESIGN.md §1, §4-7).
 //!
 //! Modules: `config`, `model` (records), `store` (sled), `planner_store`
-//! (the planner in the store, written incrementally), `manager` (shared
-//! state), `hosts` (VHI clients, heartbeats), `planner` (pure planning
+//! (the planner in the store, written incrementally), `core` (the
+//! shared state every workflow uses), `manager` (`Veem`: the core and the
+//! workflows' own state), `hosts` (VHI clients, heartbeats), `planner` (pure planning
 //! logic), `deploy` (negotiation, admission), `lifecycle` (actions,
 //! checkpoint schedule), `recovery`, `migration`, `proposals` (migrations the
 //! planner proposes by itself), `federation`, `peers`,
@@ -16,6 +17,7 @@
 pub mod accounting;
 pub mod cli;
 pub mod config;
+pub mod core;
 pub mod daemon;
 pub mod deploy;
 pub mod domain;

@@ -1,0 +1,469 @@
+//! The core every workflow of the VEEM shares (issue 37): the
+//! configuration, the database, the planner, the ports (hosts, peers, the
+//! image repository, the clock), the record cache of every VEE, the per-VEE
+//! locks, state changes through the transition table (`transition`,
+//! `commit_transitions`: one write), events, and the task set a stop
+//! drains. It holds no workflow's own state and calls no workflow: the
+//! workflows (and the `Veem` facade that builds them) sit on it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use anyhow::{Context, Result};
+use interfaces::vmi;
+use tokio::sync::broadcast;
+
+use crate::config::VeemConfig;
+use crate::domain::StateMachine;
+use crate::error::VeemError;
+use crate::hosts::HostPool;
+use crate::model::{EventRec, ServiceRec, VeeRec, VeeState};
+use crate::planner::{AdmissionPlan, Admitted, Planner, PlannerConfig, RankPolicy, SlotClock, Stale};
+use crate::planner_store::PlannerStore;
+use crate::ports::{Clock, ImageRepository, Peer, PeerDirectory, Ports};
+use crate::store::{Store, Tree, Writes};
+
+/// The VEEM's shared state (see the module doc).
+pub struct Core {
+    pub(crate) cfg: VeemConfig,
+    pub(crate) store: Store,
+    /// Never held across an `.await`.
+    pub(crate) planner: Mutex<Planner>,
+    pub(crate) planner_store: PlannerStore,
+    /// The planner's slot clock (fixed when the planner is created), kept
+    /// here so that reading the time never takes the planner's lock.
+    pub(crate) slots: SlotClock,
+    /// The time (a port: tests set it).
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) hosts: HostPool,
+    pub(crate) repo: Arc<dyn ImageRepository>,
+    peer_directory: Arc<dyn PeerDirectory>,
+    pub(crate) events: broadcast::Sender<vmi::Event>,
+    /// Every VEE record by ID, written through to the store: the periodic
+    /// loops (scheduler, metering, proposals, peer watch) scan this instead
+    /// of decoding the database each time.
+    vee_records: RwLock<BTreeMap<String, VeeRec>>,
+    vee_locks: Mutex<interfaces::locks::LockMap>,
+    /// VEEs with a background task (deploy, checkpoint) under way, so the
+    /// scheduler does not queue another.
+    busy: Mutex<std::collections::HashSet<String>>,
+    /// Cancelled when the VEEM stops: event streams end.
+    pub(crate) stopping: tokio_util::sync::CancellationToken,
+    /// The background work the workflows start (a deploy's boots, a
+    /// recovery, a migration, a checkpoint due): a stop drains it
+    /// ([`Core::drain_tasks`]).
+    tasks: tokio_util::task::TaskTracker,
+}
+
+/// The rank policy named in the configuration.
+pub fn rank_policy(name: &str) -> RankPolicy {
+    match name {
+        "striping" => RankPolicy::Striping,
+        "load-aware" => RankPolicy::LoadAware,
+        _ => RankPolicy::Packing,
+    }
+}
+
+impl Core {
+    /// The core of site `cfg.site_id` over database `store` and `ports`:
+    /// the planner restored from the store (or an empty one), the VEE
+    /// records read. Errors: a database of another site, a record that
+    /// cannot be read, a host the configuration names twice.
+    pub fn open(cfg: VeemConfig, ports: Ports, store: Store) -> Result<Self> {
+        // A database belongs to one site: another site's is refused, never
+        // mistaken for this one's.
+        match store.get::<String>(Tree::Meta, "site_id")? {
+            Some(site) if site != cfg.site_id => anyhow::bail!(
+                "database {} belongs to site {site:?}, not to {:?} (field `db`)",
+                cfg.db.display(),
+                cfg.site_id
+            ),
+            Some(_) => {}
+            None => store.put(Tree::Meta, "site_id", &cfg.site_id)?,
+        }
+        let (saved, planner_store) = PlannerStore::load(&store)?;
+        let mut planner: Planner = match saved {
+            Some(p) => p,
+            None => Planner::new(PlannerConfig {
+                clock: SlotClock::new(0, cfg.slot.as_secs() as u32),
+                ..PlannerConfig::default()
+            }),
+        };
+        planner.set_rank_policy(rank_policy(&cfg.rank_policy));
+        planner.replace_usage_limits(
+            cfg.usage_limits
+                .iter()
+                .map(|(name, l)| (name.clone(), l.to_planner(cfg.slot.as_secs()))),
+        );
+        let slots = planner.clock();
+        let hosts = HostPool::new(&cfg.site_id, &cfg.hosts, &ports.hosts)?;
+        let (events, _) = broadcast::channel(1024);
+        let vee_records = RwLock::new(store.list::<VeeRec>(Tree::Vees)?.into_iter().map(|v| (v.id.clone(), v)).collect());
+        Ok(Self {
+            cfg,
+            store,
+            planner: Mutex::new(planner),
+            planner_store,
+            slots,
+            clock: ports.clock,
+            hosts,
+            repo: ports.repo,
+            peer_directory: ports.peers,
+            events,
+            vee_records,
+            vee_locks: Mutex::new(Default::default()),
+            busy: Mutex::new(Default::default()),
+            stopping: Default::default(),
+            tasks: Default::default(),
+        })
+    }
+
+    /// Runs `work` in the background as one of the VEEM's own tasks, which
+    /// a stop drains ([`Core::drain_tasks`]) rather than cuts at the exit.
+    pub fn spawn(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(work);
+    }
+
+    /// Waits for the background work under way (and what it starts
+    /// meanwhile), at most `grace`. Returns the number of tasks still
+    /// running then (cut with the process).
+    pub async fn drain_tasks(&self, grace: std::time::Duration) -> usize {
+        self.tasks.close();
+        if tokio::time::timeout(grace, self.tasks.wait()).await.is_err() {
+            return self.tasks.len();
+        }
+        0
+    }
+
+    /// The configuration it was opened with.
+    pub fn config(&self) -> &VeemConfig {
+        &self.cfg
+    }
+
+    /// The database.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The planner, locked (never hold it across an `.await`).
+    pub fn planner(&self) -> std::sync::MutexGuard<'_, Planner> {
+        self.planner.lock().unwrap()
+    }
+
+    /// Writes what changed in the planner's state (reservations, hosts,
+    /// services) since the last write (see [`PlannerStore`]).
+    pub fn persist_planner(&self) -> Result<()> {
+        self.planner_store.save(&self.planner)
+    }
+
+    /// Writes an admission in one atomic commit: the planner's changes,
+    /// the VEE records `vees` and the service record `svc`. After a crash
+    /// either all of them are there or none (no reservation without its
+    /// VEEs, no VEE without its service).
+    pub fn commit_admission(&self, svc: &ServiceRec, vees: &[VeeRec]) -> Result<()> {
+        self.commit_admission_with(svc, vees, Writes::default())
+    }
+
+    /// [`Core::commit_admission`] with more records `w` in the same commit
+    /// (Deploy's request record).
+    pub fn commit_admission_with(&self, svc: &ServiceRec, vees: &[VeeRec], mut w: Writes) -> Result<()> {
+        let vees = self.admission_writes(svc, vees, &mut w)?;
+        self.planner_store.save_with(&self.planner, w)?;
+        self.cache_new_vees(vees);
+        Ok(())
+    }
+
+    /// Commits an admission planned on the planner as it was (Deploy;
+    /// [`crate::planner::plan`]): the plan's planner entries, the VEE
+    /// records `vees`, the service record `svc` and `w` in one write, then
+    /// the plan applied to the live planner. `Ok(Err(Stale))`, with nothing
+    /// written, when the planner changed since the plan: plan again.
+    /// Errors: the store's (nothing written, nothing applied).
+    pub fn commit_admission_plan(
+        &self,
+        plan: AdmissionPlan,
+        svc: &ServiceRec,
+        vees: &[VeeRec],
+        mut w: Writes,
+    ) -> Result<std::result::Result<Admitted, Stale>> {
+        let vees = self.admission_writes(svc, vees, &mut w)?;
+        let admitted = match self.planner_store.commit_plan(&self.planner, plan, w)? {
+            Ok(a) => a,
+            Err(stale) => return Ok(Err(stale)),
+        };
+        self.cache_new_vees(vees);
+        Ok(Ok(admitted))
+    }
+
+    /// The records of a new admission into `w`: the service and its VEEs
+    /// (their stays from now); returns the VEEs as written.
+    fn admission_writes(&self, svc: &ServiceRec, vees: &[VeeRec], w: &mut Writes) -> Result<Vec<VeeRec>> {
+        let now = self.clock.now();
+        let vees: Vec<VeeRec> = vees
+            .iter()
+            .map(|v| VeeRec {
+                stays: v.stays_after(None, now),
+                ..v.clone()
+            })
+            .collect();
+        for v in &vees {
+            w.put(Tree::Vees, &v.id, v)?;
+        }
+        w.put(Tree::Services, &svc.id, svc)?;
+        Ok(vees)
+    }
+
+    /// New records, written: nobody else writes them yet, so the map may
+    /// follow the store (the planner's lock is not held here).
+    fn cache_new_vees(&self, vees: Vec<VeeRec>) {
+        let mut records = self.vee_records.write().unwrap();
+        for v in vees {
+            records.insert(v.id.clone(), v);
+        }
+    }
+
+    /// Serialises operations on one VEE.
+    pub async fn lock_vee(&self, vee_id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let m = interfaces::locks::entry(&mut self.vee_locks.lock().unwrap(), vee_id);
+        m.lock_owned().await
+    }
+
+    /// The VEE's lock if nobody holds it now (an operation on it is under
+    /// way otherwise).
+    pub fn try_lock_vee(&self, vee_id: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let m = interfaces::locks::entry(&mut self.vee_locks.lock().unwrap(), vee_id);
+        m.try_lock_owned().ok()
+    }
+
+    /// Marks `vee_id` busy with a background task; false if it already is.
+    pub fn try_busy(&self, vee_id: &str) -> bool {
+        self.busy.lock().unwrap().insert(vee_id.to_string())
+    }
+
+    pub fn unbusy(&self, vee_id: &str) {
+        self.busy.lock().unwrap().remove(vee_id);
+    }
+
+    /// Persists and broadcasts an event; its detail (often an error that
+    /// quotes a host's, a peer's or a caller's words) is bounded to
+    /// [`interfaces::excerpt::MESSAGE_BYTES`].
+    pub fn event(&self, vee_id: &str, service_id: &str, kind: &str, detail: impl Into<String>) {
+        let detail: String = detail.into();
+        let e = EventRec {
+            vee_id: vee_id.into(),
+            service_id: service_id.into(),
+            kind: kind.into(),
+            detail: interfaces::excerpt::message(&detail).into_owned(),
+            at_ms: self.clock.now_ms(),
+        };
+        if let Err(err) = self.store.append_event(&e) {
+            tracing::error!(%err, "cannot persist event");
+        }
+        tracing::info!(vee = %e.vee_id, kind = %e.kind, detail = %e.detail, "event");
+        let _ = self.events.send(vmi::Event {
+            vee_id: e.vee_id,
+            service_id: e.service_id,
+            kind: e.kind,
+            detail: e.detail,
+            time: interfaces::time::timestamp_ms(e.at_ms),
+        });
+    }
+
+    /// The record of VEE `id`; errors when there is none.
+    pub fn vee(&self, id: &str) -> Result<VeeRec> {
+        self.vee_records
+            .read()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| VeemError::not_found("VEE", id).into())
+    }
+
+    pub fn service(&self, id: &str) -> Result<ServiceRec> {
+        self.store
+            .get(Tree::Services, id)?
+            .ok_or_else(|| VeemError::not_found("service", id).into())
+    }
+
+    /// The terms (SLA, constraints) of service `id` as admitted; `None`
+    /// when the service is gone or has none here (one run here for a peer
+    /// site).
+    pub fn terms_of(&self, id: &str) -> Option<crate::domain::ServiceTerms> {
+        self.service(id).ok()?.terms
+    }
+
+    /// Every VEE record, in ID order.
+    pub fn vees(&self) -> Result<Vec<VeeRec>> {
+        Ok(self.vee_records.read().unwrap().values().cloned().collect())
+    }
+
+    /// The VEE records for which `keep` holds, in ID order (copies only
+    /// those).
+    pub fn vees_where(&self, keep: impl Fn(&VeeRec) -> bool) -> Vec<VeeRec> {
+        self.vee_records.read().unwrap().values().filter(|v| keep(v)).cloned().collect()
+    }
+
+    /// Writes a VEE record (flushed to the store first).
+    /// Its stays at peer sites follow its location ([`VeeRec::stays_after`]).
+    pub fn save_vee(&self, v: &VeeRec) -> Result<()> {
+        // Held across the write so that the store and the map agree.
+        let mut records = self.vee_records.write().unwrap();
+        let v = VeeRec {
+            stays: v.stays_after(records.get(&v.id), self.clock.now()),
+            ..v.clone()
+        };
+        self.store.put(Tree::Vees, &v.id, &v)?;
+        records.insert(v.id.clone(), v);
+        Ok(())
+    }
+
+    /// Forgets a VEE record.
+    pub fn remove_vee(&self, id: &str) -> Result<()> {
+        let mut records = self.vee_records.write().unwrap();
+        self.store.remove(Tree::Vees, id)?;
+        records.remove(id);
+        Ok(())
+    }
+
+    /// Changes a VEE's state, persists it and emits the transition event.
+    /// Errors with [`crate::domain::InvalidTransition`] (and changes
+    /// nothing) when the VEE state table does not allow the change.
+    pub fn transition(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>) -> Result<()> {
+        let from = vee.state;
+        vee.state = from.transition(&vee.id, to)?;
+        vee.updated_ms = self.clock.now_ms();
+        self.save_vee(vee).context("persist VEE")?;
+        self.transition_event(vee, from, vee.state, detail);
+        Ok(())
+    }
+
+    /// [`Core::transition`] for a command that writes several records:
+    /// the VEE, the planner's changes since the last write and `extra`
+    /// (e.g. the migration record) go to the store in one commit. The
+    /// caller holds the VEE's lock.
+    pub fn transition_committing(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>, extra: Writes) -> Result<()> {
+        self.commit_transitions(&mut [(vee, vec![(to, detail.into())])], extra)
+    }
+
+    /// Moves each VEE through its states in order (each step checked
+    /// against the transition table, each with its event's detail), and
+    /// writes the VEEs, the planner's changes since the last write and
+    /// `extra` in one commit: a crash leaves all of it or none (issue 13
+    /// R1: a recovery or migration step is one write). The caller holds
+    /// the VEEs' locks. Errors: a step the table forbids (nothing is
+    /// written), or the store's.
+    pub fn commit_transitions(&self, changes: &mut [(&mut VeeRec, Vec<(VeeState, String)>)], extra: Writes) -> Result<()> {
+        let now_ms = self.clock.now_ms();
+        let mut w = extra;
+        let mut events = Vec::new();
+        let before: Vec<VeeRec> = changes.iter().map(|(v, _)| (**v).clone()).collect();
+        let checked = (|| -> Result<()> {
+            let records = self.vee_records.read().unwrap();
+            for (vee, steps) in changes.iter_mut() {
+                for (to, detail) in steps.iter() {
+                    let from = vee.state;
+                    vee.state = from.transition(&vee.id, *to)?;
+                    events.push((vee.id.clone(), from, *to, detail.clone()));
+                }
+                vee.updated_ms = now_ms;
+                vee.stays = vee.stays_after(records.get(&vee.id), self.clock.now());
+                w.put(Tree::Vees, &vee.id, &**vee)?;
+            }
+            Ok(())
+        })();
+        let written = checked.and_then(|()| self.planner_store.save_with(&self.planner, w).context("persist VEE"));
+        if let Err(e) = written {
+            for ((vee, _), old) in changes.iter_mut().zip(before) {
+                **vee = old;
+            }
+            return Err(e);
+        }
+        let mut records = self.vee_records.write().unwrap();
+        for (vee, _) in changes.iter() {
+            records.insert(vee.id.clone(), (**vee).clone());
+        }
+        drop(records);
+        for (id, from, to, detail) in events {
+            if let Some((vee, _)) = changes.iter().find(|(v, _)| v.id == id) {
+                self.transition_event(vee, from, to, detail);
+            }
+        }
+        Ok(())
+    }
+
+    fn transition_event(&self, vee: &VeeRec, from: VeeState, to: VeeState, detail: impl Into<String>) {
+        let d: String = detail.into();
+        let text = if d.is_empty() {
+            format!("{} -> {}", from.as_str(), to.as_str())
+        } else {
+            format!("{} -> {}: {d}", from.as_str(), to.as_str())
+        };
+        self.event(&vee.id, &vee.service_id, "state", text);
+    }
+
+    /// Current slot of the planner's clock; takes no lock, so it may be
+    /// called with the planner locked.
+    pub fn now_slot(&self) -> crate::planner::Slot {
+        self.slots.slot_at(self.clock.now())
+    }
+
+    /// Peer site `site`. Errors when it is not a peer of this site or is
+    /// marked unavailable in the configuration.
+    pub fn peer(&self, site: &str) -> Result<Arc<dyn Peer>> {
+        self.peer_directory.connect(crate::peers::peer(&self.cfg, site)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fakes::{FakeSite, STANDARD};
+    use crate::model::VeeState;
+
+    #[tokio::test]
+    async fn an_admissions_records_and_reservation_are_all_committed_and_read_back_after_a_restart() {
+        let site = FakeSite::start(&["h1", "h2"], "").await;
+        let vees = site.running_service(STANDARD);
+        let service = site.veem.vee(&vees[0]).unwrap().service_id;
+        let site = site.restart();
+        assert_eq!(site.veem.service(&service).unwrap().vees, vees);
+        assert!(site.veem.vee(&vees[0]).is_ok());
+        assert!(
+            site.veem.planner().placement(&vees[0]).is_some(),
+            "the reservation was committed with them"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_invalid_transition_is_refused_and_changes_nothing() {
+        let site = FakeSite::start(&["h1"], "").await;
+        let vee = site.running_service(STANDARD).remove(0);
+        let mut v = site.veem.vee(&vee).unwrap();
+        let events = || site.veem.store.events().unwrap().into_iter().filter(|e| e.vee_id == vee).count();
+        let before = events();
+        let e = site.veem.transition(&mut v, VeeState::Pending, "back to the start").unwrap_err();
+        assert!(e.downcast_ref::<crate::domain::InvalidTransition>().is_some(), "{e:#}");
+        assert_eq!(v.state, VeeState::Running);
+        assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running, "nothing stored");
+        assert_eq!(events(), before, "no event");
+    }
+
+    /// A stop waits for the background work under way, and cuts what
+    /// outlives the grace period (issue 37: no detached task).
+    #[tokio::test]
+    async fn a_stop_drains_the_background_work_and_cuts_it_after_the_grace_period() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        use std::time::Duration;
+        let site = FakeSite::start(&["h1"], "").await;
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        site.veem.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            d.store(true, Ordering::SeqCst);
+        });
+        site.veem.spawn(std::future::pending());
+        let cut = site.veem.drain_tasks(Duration::from_millis(500)).await;
+        assert!(done.load(Ordering::SeqCst), "the finite task was waited for");
+        assert_eq!(cut, 1, "the endless one is cut");
+    }
+}
