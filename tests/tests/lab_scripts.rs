@@ -86,6 +86,53 @@ fn the_layering_check_fails_when_modules_import_each_other_in_a_circle() {
     assert!(text.contains("b -> c") && text.contains("inner.rs:1"), "{text}");
     // The repository itself passes.
     let known = format!("{}/../scripts/layers-known-cycles", env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("python3").arg(&script).args(["--known", &known]).output().unwrap();
+    let facade = format!("{}/../scripts/layers-facade", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(["--known", &known, "--facade", &facade])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// In veem, the layering check sees each workflow as a module of its own
+/// (two workflows calling each other are a cycle), and fails on an `impl
+/// Veem` outside the facade that the facade list does not name, and on a
+/// listed file that has none left.
+#[test]
+fn the_layering_check_keeps_veems_workflows_acyclic_and_out_of_the_facade() {
+    let script = format!("{}/../scripts/check-layers", env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("veem").join("src");
+    std::fs::create_dir_all(src.join("workflows")).unwrap();
+    let write = |file: &str, text: &str| std::fs::write(src.join(file), text).unwrap();
+    write("lib.rs", "pub mod manager;\npub mod windows;\npub mod workflows;\n");
+    write("manager.rs", "pub struct Veem;\nimpl Veem {}\n");
+    write("windows.rs", "use crate::manager::Veem;\nimpl Veem {\n    fn renew(&self) {}\n}\n");
+    write("workflows/mod.rs", "pub mod deploy;\npub mod spares;\n");
+    write("workflows/deploy.rs", "use super::spares::Spares;\npub struct Deploy(Spares);\n");
+    write("workflows/spares.rs", "pub struct Spares;\n");
+    let list = dir.path().join("facade");
+    let check = |listed: &str| {
+        std::fs::write(&list, listed).unwrap();
+        let out = Command::new("python3")
+            .arg(&script)
+            .args(["--facade", list.to_str().unwrap()])
+            .arg(dir.path().join("veem"))
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (ok, text) = check("# listed\nwindows.rs\n");
+    assert!(ok, "{text}");
+    let (ok, text) = check("");
+    assert!(!ok && text.contains("veem/src/windows.rs has `impl Veem`"), "{text}");
+    write("windows.rs", "pub struct Windows;\n");
+    let (ok, text) = check("windows.rs\n");
+    assert!(!ok && text.contains("veem/src/windows.rs has no `impl Veem` left"), "{text}");
+    // Spares calls Deploy back: a cycle between two workflows.
+    write("workflows/spares.rs", "pub struct Spares(Box<super::deploy::Deploy>);\n");
+    let (ok, text) = check("");
+    assert!(!ok, "{text}");
+    assert!(text.contains("modules in a cycle: workflows::deploy, workflows::spares"), "{text}");
 }

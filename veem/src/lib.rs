@@ -14,7 +14,7 @@
 //! `accounting`, `reconcile`, `server` (VMI), `wire` (domain enums on the VMI),
 //! `daemon`, `cli`.
 
-pub mod accounting;
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod core;
@@ -55,3 +55,4 @@ pub mod store;
 pub mod visibility;
 pub mod windows;
 pub mod wire;
+pub mod workflows;

@@ -58,7 +58,7 @@ impl Loops {
         });
         let usage = cfg.usage_interval.max(Duration::from_secs(1));
         loops.spawn(veem, usage, HashMap::new(), |veem, mut last| async move {
-            veem.accounting_round(&mut last).await;
+            veem.accounting.round(&mut last).await;
             last
         });
         loops.spawn(

@@ -13,6 +13,7 @@ use crate::config::VeemConfig;
 use crate::core::Core;
 use crate::ports::Ports;
 use crate::store::Store;
+use crate::workflows::accounting::Accounting;
 
 /// The VEE manager of one site.
 pub struct Veem {
@@ -33,6 +34,8 @@ pub struct Veem {
     /// VRM's average booking profile b̄ (V §4.6), learnt from the
     /// admissions since the VEEM started (`crate::remapping`).
     pub(crate) booking: Mutex<crate::planner::BookingProfile>,
+    /// Usage records and usage-SLA averages.
+    pub accounting: Accounting,
 }
 
 impl Deref for Veem {
@@ -63,8 +66,10 @@ impl Veem {
         let core = Core::open(cfg, ports, store)?;
         let mut booking = crate::planner::BookingProfile::new(core.slots.slots_for(core.cfg.planning_horizon));
         booking.observe_from(core.now_slot());
+        let core = Arc::new(core);
         Ok(Arc::new(Self {
-            core: Arc::new(core),
+            accounting: Accounting::new(core.clone()),
+            core,
             request_locks: Mutex::new(Default::default()),
             ipam: tokio::sync::Mutex::new(()),
             stretching: Mutex::new(Default::default()),

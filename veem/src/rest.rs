@@ -4,7 +4,7 @@
 //! HTTP/1.1, over TLS too), beside gRPC.
 //! Each route calls the gRPC handler in-process, so the token, the
 //! caller's role and what it may see are checked exactly as for gRPC; the
-//! answers are the JSON the CLI prints with `-o json` (`crate::cli::model`),
+//! answers are the JSON the CLI prints with `-o json` (`crate::api::model`),
 //! lists with `next_page_token`. `docs/openapi.json` describes every route
 //! ([`ROUTES`]); `GET /v1/openapi.json` serves it without a token.
 //!
@@ -28,7 +28,7 @@ use interfaces::vmi::{self, Action};
 use serde::Serialize;
 use tonic::{Code, Status};
 
-use crate::cli::model::{Migration, Negotiation, Service, Usage, Vee};
+use crate::api::model::{Migration, Negotiation, Service, Usage, Vee};
 use crate::server::VmiService;
 
 /// The OpenAPI 3.1 description of the routes.

@@ -378,7 +378,7 @@ impl Vmi for VmiService {
 
     async fn list_usage_limits(&self, r: Request<ListUsageLimitsRequest>) -> R<ListUsageLimitsResponse> {
         let role = self.caller(&r)?;
-        let limits = self.veem.usage_limits(|consumer| match &role {
+        let limits = self.veem.accounting.usage_limits(|consumer| match &role {
             Role::Operator => true,
             Role::Provider(name) | Role::Peer(name) => name == consumer,
         });
@@ -449,7 +449,7 @@ impl Vmi for VmiService {
         let role = self.user(&r)?;
         self.visible_service(&role, &r.get_ref().service_id)?;
         let redactor = self.redactor(&role);
-        ok(self.veem.usage_report(&r.get_ref().service_id).map(|mut u| {
+        ok(self.veem.accounting.usage_report(&r.get_ref().service_id).map(|mut u| {
             if let Some(r) = &redactor {
                 for rec in &mut u.records {
                     rec.site_chain.clear();
@@ -539,7 +539,7 @@ impl Vmi for VmiService {
                 batch.from_site
             )));
         }
-        ok(self.veem.receive_usage(&site, batch))
+        ok(self.veem.accounting.receive_usage(&site, batch))
     }
 }
 

@@ -45,7 +45,7 @@ pub enum Tree {
     Spares,
     /// Usage records of VEEs run for a peer, not yet pushed to their
     /// primary site: record ID -> the primary's site ID
-    /// (crate::accounting::push_usage).
+    /// (crate::workflows::accounting::Accounting::push_usage).
     UsageOutbox,
 }
 

@@ -9,8 +9,8 @@ use interfaces::vmi;
 
 use super::client::{connect, read_manifest, VmiServiceClient};
 use super::lookup::{or_lookup, Kind};
-use super::model::{Event, Migration, Negotiation, Service, SlaViolation, Usage, Vee};
 use super::{exit, output, pages, Cli, Command, OutputFormat};
+use crate::api::model::{Event, Migration, Negotiation, Service, SlaViolation, Usage, Vee};
 
 /// Exit code for a Negotiate verdict: 0 accept, 3 counter-offer, 4 reject;
 /// `None` for a verdict this CLI does not know.
@@ -297,7 +297,7 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
             u.records
                 .retain(|r| interfaces::time::s_of(&r.end_time) > from && interfaces::time::s_of(&r.start_time) < to);
             match group_by {
-                Some(key) => print(out, &output::usage_groups(&super::model::usage_groups(&u.records, *key), fmt))?,
+                Some(key) => print(out, &output::usage_groups(&crate::api::model::usage_groups(&u.records, *key), fmt))?,
                 None => print(out, &output::usage(&Usage::from(&u), fmt))?,
             }
         }

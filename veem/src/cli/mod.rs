@@ -19,7 +19,6 @@ mod client;
 mod commands;
 pub mod context;
 mod lookup;
-pub(crate) mod model;
 mod output;
 mod pages;
 mod table;
@@ -419,14 +418,7 @@ pub async fn run(cli: Cli) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// `usage --group-by`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GroupBy {
-    Vee,
-    Site,
-    Hour,
-    Day,
-}
+pub use crate::api::model::GroupBy;
 
 /// `--from`/`--to`: an RFC 3339 time, `+DURATION` from now or `-DURATION`
 /// before now, as Unix seconds.

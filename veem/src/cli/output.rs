@@ -4,9 +4,9 @@
 use interfaces::vmi;
 use serde::Serialize;
 
-use super::model::{Event, Migration, Negotiation, Nic, Service, SlaViolation, Usage, Vee};
 use super::table::Table;
 use super::OutputFormat;
+use crate::api::model::{Event, Migration, Negotiation, Nic, Service, SlaViolation, Usage, Vee};
 
 /// Pretty JSON of one document, with a trailing newline.
 pub fn json<T: Serialize + ?Sized>(value: &T) -> String {
@@ -26,7 +26,7 @@ pub fn list_json<T: Serialize>(items: &[T]) -> String {
 }
 
 /// `usage --group-by`: one row per group; JSON `{"items": [...]}`.
-pub fn usage_groups(groups: &[super::model::UsageGroup], format: OutputFormat) -> String {
+pub fn usage_groups(groups: &[crate::api::model::UsageGroup], format: OutputFormat) -> String {
     match format {
         OutputFormat::Json | OutputFormat::Yaml => return list_json(groups),
         OutputFormat::Ids => return ids(groups.iter().map(|g| g.key.as_str())),

@@ -11,8 +11,8 @@ use interfaces::vmi;
 
 use super::client::VmiServiceClient;
 use super::commands::print;
-use super::model::{Migration, Service};
 use super::{exit, output, OutputFormat, TimedOut};
+use crate::api::model::{Migration, Service};
 
 /// Migration states after which nothing more happens.
 pub fn is_terminal(state: vmi::MigrationState) -> bool {

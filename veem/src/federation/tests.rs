@@ -217,7 +217,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         from_site: "site-b".into(),
         records,
     };
-    let reply = a.veem.receive_usage("site-b", batch.clone()).unwrap();
+    let reply = a.veem.accounting.receive_usage("site-b", batch.clone()).unwrap();
     assert_eq!((reply.accepted, reply.duplicates, reply.refused), (1, 0, n), "{:?}", reply.reasons);
     for (id, why) in [
         ("nan", "cpu_seconds"),
@@ -234,7 +234,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         );
     }
     // Sent again: the good one is a duplicate; reads of the usage work.
-    let again = a.veem.receive_usage("site-b", batch).unwrap();
+    let again = a.veem.accounting.receive_usage("site-b", batch).unwrap();
     assert_eq!((again.accepted, again.duplicates, again.refused), (0, 1, n));
     // Home again: the stay at B is closed; B may still account for it,
     // not for later.
@@ -248,9 +248,9 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         from_site: "site-b".into(),
         records: vec![record("late", now + 1, now + 4, 1.0), record("after", left + 600, left + 603, 1.0)],
     };
-    let reply = a.veem.receive_usage("site-b", later).unwrap();
+    let reply = a.veem.accounting.receive_usage("site-b", later).unwrap();
     assert_eq!((reply.accepted, reply.refused), (1, 1), "{:?}", reply.reasons);
-    let report = a.veem.usage_report(&service).unwrap();
+    let report = a.veem.accounting.usage_report(&service).unwrap();
     assert_eq!(report.records.len(), 2);
     assert_eq!(report.records[0].site_chain, ["site-b", "site-a"]);
 }
@@ -279,16 +279,16 @@ async fn usage_metered_for_a_primary_is_pushed_once_and_waits_while_the_primary_
     };
     // B meters the VEE twice (one record) while it cannot reach A.
     let mut last = std::collections::HashMap::new();
-    b.veem.accounting_round(&mut last).await;
+    b.veem.accounting.round(&mut last).await;
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    b.veem.accounting_round(&mut last).await;
+    b.veem.accounting.round(&mut last).await;
     assert_eq!(outbox(&b).len(), 1, "the record waits for site A");
     b.peer_with(&a, "b-to-a-token");
-    b.veem.push_usage().await.unwrap();
+    b.veem.accounting.push_usage().await.unwrap();
     assert_eq!(outbox(&b), Vec::<String>::new(), "sent");
-    b.veem.push_usage().await.unwrap();
+    b.veem.accounting.push_usage().await.unwrap();
     let service = a.veem.vee(&vee).unwrap().service_id;
-    let report = a.veem.usage_report(&service).unwrap();
+    let report = a.veem.accounting.usage_report(&service).unwrap();
     assert_eq!(report.records.len(), 1);
     assert_eq!(report.records[0].site_chain, ["site-b", "site-a"]);
 }

@@ -200,7 +200,7 @@ async fn every_route_answers_as_the_description_says() {
 
 #[test]
 fn the_described_schemas_have_the_fields_the_answers_have() {
-    use crate::cli::model::{Negotiation, Service, Usage, Vee};
+    use crate::api::model::{Negotiation, Service, Usage, Vee};
     let doc: Value = serde_json::from_str(OPENAPI).unwrap();
     let keys = |v: Value| -> Vec<String> {
         let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();

@@ -313,10 +313,18 @@ pub struct UsageGroup {
     pub net_bytes: u64,
 }
 
+/// What usage records are summed by (`veem usage --group-by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroupBy {
+    Vee,
+    Site,
+    Hour,
+    Day,
+}
+
 /// `records` summed per `by` (a record belongs to the hour or day it
 /// starts in), in key order.
-pub fn usage_groups(records: &[vmi::UsageRecord], by: super::GroupBy) -> Vec<UsageGroup> {
-    use super::GroupBy;
+pub fn usage_groups(records: &[vmi::UsageRecord], by: GroupBy) -> Vec<UsageGroup> {
     let mut groups: std::collections::BTreeMap<String, UsageGroup> = Default::default();
     for r in records {
         let start = interfaces::time::s_of(&r.start_time);

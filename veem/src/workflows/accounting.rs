@@ -6,13 +6,15 @@
 //! ID. Records survive restarts.
 
 use std::collections::HashMap;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 use interfaces::vhi;
 use interfaces::vmi::{self, PushUsageRequest};
 
 use crate::config::UsageLimitEntry;
-use crate::manager::Veem;
+use crate::core::Core;
 use crate::model::{Location, ServiceRec, UsageRec, VeeState, ViolationRec};
 use crate::planner::{ConsumerUsage, Resources, SlotRange};
 use crate::store::{Tree, Writes};
@@ -67,11 +69,30 @@ pub fn to_vmi(u: &UsageRec) -> vmi::UsageRecord {
     }
 }
 
-impl Veem {
+/// The accounting workflow (see the module doc): usage records metered
+/// here, pushed to primary sites, received from peers, and the consumers'
+/// averages for their usage SLAs. Calls only the core.
+pub struct Accounting {
+    core: Arc<Core>,
+}
+
+impl Deref for Accounting {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Accounting {
+    pub fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+
     /// One accounting round (see the module doc): meter, update the
     /// consumers' averages, push usage records to their primary sites.
     /// `last` holds each VEE's previous counters between rounds.
-    pub(crate) async fn accounting_round(&self, last: &mut HashMap<String, Last>) {
+    pub(crate) async fn round(&self, last: &mut HashMap<String, Last>) {
         if let Err(e) = self.meter_round(last).await {
             tracing::warn!(error = %format!("{e:#}"), "metering round failed");
         }
@@ -450,7 +471,7 @@ mod tests {
             dir.path().join("db").display()
         ))
         .unwrap();
-        let veem = Veem::open(cfg).unwrap();
+        let veem = crate::manager::Veem::open(cfg).unwrap();
         let service = ServiceRec {
             id: "svc".into(),
             name: "shop".into(),
@@ -478,7 +499,7 @@ mod tests {
         remote.site_chain = vec!["site-b".into(), "site-a".into()];
         veem.store.put(Tree::Usage, "remote", &remote).unwrap();
 
-        veem.update_consumer_usage().unwrap();
+        veem.accounting.update_consumer_usage().unwrap();
         let p = veem.planner.lock().unwrap();
         let measured = p.usage_snapshot("acme", crate::planner::SlotRange::new(0, 1)).measured;
         assert_eq!(measured.burst_avg, Resources::new(2, 512, 0));

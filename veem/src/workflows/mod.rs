@@ -1,0 +1,11 @@
+//! The VEEM's workflows as values (issue 37): each a struct holding the
+//! [`Core`](crate::core::Core) and the workflows below it that it calls,
+//! built once by the `Veem` facade in dependency order. A workflow reaches
+//! the core's records, planner and ports through `Deref`; it calls another
+//! workflow only through a field naming it, so the call graph is the
+//! fields' graph, and it has no cycle.
+//!
+//! - [`accounting`]: usage records (metering, pushing to primary sites,
+//!   receiving from peers) and the consumers' averages for usage SLAs.
+
+pub mod accounting;
