@@ -49,7 +49,6 @@ pub mod remapping;
 pub mod rest;
 pub mod server;
 pub mod site_constraints;
-pub mod sla;
 pub mod spares;
 pub mod store;
 pub mod visibility;

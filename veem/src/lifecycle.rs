@@ -402,7 +402,7 @@ impl Veem {
         if let Err(e) = self.lapse_spares() {
             tracing::warn!(error = %format!("{e:#}"), "lapsing unconfirmed spares");
         }
-        if let Err(e) = self.sla_round() {
+        if let Err(e) = self.sla.sla_round() {
             tracing::warn!(error = %format!("{e:#}"), "SLA round");
         }
         let (now, ms) = (self.clock.now(), self.clock.now_ms());

@@ -14,6 +14,7 @@ use crate::core::Core;
 use crate::ports::Ports;
 use crate::store::Store;
 use crate::workflows::accounting::Accounting;
+use crate::workflows::sla::Sla;
 
 /// The VEE manager of one site.
 pub struct Veem {
@@ -36,6 +37,7 @@ pub struct Veem {
     pub(crate) booking: Mutex<crate::planner::BookingProfile>,
     /// Usage records and usage-SLA averages.
     pub accounting: Accounting,
+    pub sla: Sla,
 }
 
 impl Deref for Veem {
@@ -69,6 +71,7 @@ impl Veem {
         let core = Arc::new(core);
         Ok(Arc::new(Self {
             accounting: Accounting::new(core.clone()),
+            sla: Sla::new(core.clone()),
             core,
             request_locks: Mutex::new(Default::default()),
             ipam: tokio::sync::Mutex::new(()),

@@ -448,14 +448,15 @@ impl Veem {
                 // The reservation's move, the VEE, the migration and a
                 // downtime beyond the SLA's bound: one commit.
                 let viols: Vec<_> = self
+                    .sla
                     .downtime_violation(&v, &format!("migration {}", m.id), downtime_ms, self.clock.now_ms())
                     .into_iter()
                     .collect();
                 let mut w = migration_write(&m)?;
-                Self::put_violations(&mut w, &viols)?;
+                crate::workflows::sla::Sla::put_violations(&mut w, &viols)?;
                 self.transition_committing(&mut v, VeeState::Running, format!("migrated to {}", m.to), w)?;
                 self.migration_event(&m);
-                self.violation_events(&viols);
+                self.sla.violation_events(&viols);
                 self.sync_networks(&v.service_id).await;
                 if let Some((site, need)) = used_spare {
                     self.replace_used_spare(&v.id, &site, need).await?;

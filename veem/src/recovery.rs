@@ -298,14 +298,14 @@ impl Veem {
         };
         // Running again, and what the outage broke of its SLA: one write.
         let viols = match v.down_since_ms.take() {
-            Some(down) => self.outage_violations(&v, (down, self.clock.now_ms())),
+            Some(down) => self.sla.outage_violations(&v, (down, self.clock.now_ms())),
             None => Vec::new(),
         };
         let mut w = Writes::default();
-        Self::put_violations(&mut w, &viols)?;
+        crate::workflows::sla::Sla::put_violations(&mut w, &viols)?;
         let restored = self.transition_committing(&mut v, VeeState::Running, how, w);
         if restored.is_ok() {
-            self.violation_events(&viols);
+            self.sla.violation_events(&viols);
         }
         self.sync_networks(&v.service_id).await;
         restored
@@ -339,7 +339,7 @@ impl Veem {
         } else {
             self.transition_committing(&mut v, VeeState::Failed, why.to_string(), w)?;
         }
-        self.violation_events(std::slice::from_ref(&viol));
+        self.sla.violation_events(std::slice::from_ref(&viol));
         Ok(())
     }
 }

@@ -9,3 +9,4 @@
 //!   receiving from peers) and the consumers' averages for usage SLAs.
 
 pub mod accounting;
+pub mod sla;

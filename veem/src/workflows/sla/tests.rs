@@ -71,7 +71,7 @@ async fn an_outage_beyond_max_outages_is_a_violation() {
     // that took longer than max_downtime_ms is charged too.
     let mut rec = site.veem.vee(&vee).unwrap();
     rec.max_downtime_ms = 1000;
-    let out = site.veem.outage_violations(&rec, (1_000_000, 1_090_000));
+    let out = site.veem.sla.outage_violations(&rec, (1_000_000, 1_090_000));
     assert_eq!(out.len(), 2, "{out:?}");
     assert!(out.iter().all(|o| close(o.penalty, 0.9)), "{out:?}");
     assert_eq!((out[0].start_unix, out[0].end_unix), (1000, 1090));
@@ -87,12 +87,12 @@ async fn a_missed_checkpoint_is_one_violation_kept_current_until_one_is_taken() 
     let last = v.last_checkpoint_ms.unwrap();
     // Due after 60 s; missed by more than its interval after 120 s.
     site.clock.advance_ms(119_000);
-    site.veem.sla_round().unwrap();
+    site.veem.sla.sla_round().unwrap();
     assert!(violations(&site, &vee).is_empty());
     site.clock.advance_ms(11_000);
-    site.veem.sla_round().unwrap();
+    site.veem.sla.sla_round().unwrap();
     site.clock.advance_ms(60_000);
-    site.veem.sla_round().unwrap();
+    site.veem.sla.sla_round().unwrap();
     let v = violations(&site, &vee);
     assert_eq!(v.len(), 1, "one violation per miss: {v:?}");
     assert_eq!((v[0].start_unix, v[0].end_unix), ((last + 60_000) / 1000, (last + 190_000) / 1000));
@@ -103,7 +103,7 @@ async fn a_missed_checkpoint_is_one_violation_kept_current_until_one_is_taken() 
     // A checkpoint ends the miss.
     site.veem.checkpoint_vee(&vee).await.unwrap();
     site.clock.advance_ms(60_000);
-    site.veem.sla_round().unwrap();
+    site.veem.sla.sla_round().unwrap();
     assert_eq!(violations(&site, &vee).len(), 1);
 }
 
@@ -115,7 +115,7 @@ async fn a_vee_that_never_starts_in_its_window_is_a_violation() {
     v.state = VeeState::Deploying;
     v.window_start_unix = site.clock.now() - START_GRACE_S - 30;
     site.veem.save_vee(&v).unwrap();
-    site.veem.sla_round().unwrap();
+    site.veem.sla.sla_round().unwrap();
     let viol = violations(&site, &vee);
     assert_eq!(viol.len(), 1, "{viol:?}");
     assert!(

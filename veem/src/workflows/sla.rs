@@ -13,15 +13,18 @@
 //! - the window: a VEE that should run and does not, because it never
 //!   started (from its window's start) — a VEE lost for good is charged
 //!   by recovery for the rest of its window
-//!   ([`Veem::record_unrecovered`]).
+//!   ([`Sla::record_unrecovered`]).
 //!
 //! Violations a round keeps current (missed checkpoints, late starts) have
 //! IDs derived from what they are about, so that a round updates the one
 //! record instead of adding one per round.
 
+use std::ops::Deref;
+use std::sync::Arc;
+
 use anyhow::Result;
 
-use crate::manager::Veem;
+use crate::core::Core;
 use crate::model::{VeeRec, VeeState, ViolationRec};
 use crate::store::{Tree, Writes};
 
@@ -47,7 +50,26 @@ impl ViolationRec {
     }
 }
 
-impl Veem {
+/// The SLA workflow (see the module doc): the SLA terms checked against what happened, each breach a violation with its penalty. Calls only the core.
+pub struct Sla {
+    core: Arc<Core>,
+}
+
+impl Deref for Sla {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Sla {
+    pub fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+}
+
+impl Sla {
     /// The manifest's penalty per hour for VEE `v` (0 when its service is
     /// gone).
     fn penalty_per_hour(&self, v: &VeeRec) -> f64 {
@@ -100,7 +122,7 @@ impl Veem {
     }
 
     /// Adds violations `viols` to write set `w` (committed by the caller
-    /// with the change that caused them); [`Veem::violation_events`] after
+    /// with the change that caused them); [`Sla::violation_events`] after
     /// the commit.
     pub(crate) fn put_violations(w: &mut Writes, viols: &[ViolationRec]) -> Result<()> {
         for v in viols {
