@@ -138,7 +138,7 @@ async fn start_up(veem: &Arc<Veem>, destroy_strays: bool) {
     } else {
         crate::reconcile::Strays::KeepWithoutRecords
     };
-    match veem.undo_intents().await {
+    match veem.intents.undo_intents().await {
         Ok(0) => {}
         Ok(n) => tracing::warn!(
             left = n,

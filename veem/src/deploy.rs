@@ -26,10 +26,10 @@ use interfaces::manifest::{CheckpointInterval, Component, Manifest, Sla};
 use interfaces::vhi;
 
 use crate::config::Role;
-use crate::intents::Intent;
 use crate::manager::Veem;
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
 use crate::planner::{checkpoint_plan, Admission, AdmissionPlan, Admitted, CheckpointPlan, PeerSpare, ServiceRequest, Stale};
+use crate::workflows::intents::Intent;
 
 /// Planned run time assumed for a service without a window, for the
 /// checkpoint count (s).
@@ -225,17 +225,17 @@ impl Veem {
             created_ms: self.clock.now_ms(),
         });
         if let Some(intent) = &intent {
-            self.begin_intent(intent).map_err(|e| e.context("reject"))?;
+            self.intents.begin_intent(intent).map_err(|e| e.context("reject"))?;
             let placed = match self.place_remote(&svc, &mut vees).await {
                 Ok(placed) => placed,
                 Err(e) => {
                     self.unplace_remote(&vees).await;
-                    self.drop_intent(intent)?;
+                    self.intents.drop_intent(intent)?;
                     return Err(e);
                 }
             };
             if let Err(why) = placed {
-                self.drop_intent(intent)?;
+                self.intents.drop_intent(intent)?;
                 match refused {
                     Some(r) => bail!("{}: {}; {why}", r.verdict(), r.reasons.join("; ")),
                     None => bail!(
@@ -253,7 +253,7 @@ impl Veem {
             None => Default::default(),
         };
         if let Some(intent) = &intent {
-            Self::end_intent(&mut with, intent);
+            crate::workflows::intents::Intents::end_intent(&mut with, intent);
         }
         let committed = match plan {
             Some(plan) => self.commit_admission_plan(plan, &svc, &vees, with).map(|r| r.map(Some)),
@@ -282,7 +282,7 @@ impl Veem {
     async fn unplace_remote_intent(&self, vees: &[VeeRec], intent: Option<&Intent>) -> Result<()> {
         if let Some(intent) = intent {
             self.unplace_remote(vees).await;
-            self.drop_intent(intent)?;
+            self.intents.drop_intent(intent)?;
         }
         Ok(())
     }

@@ -45,7 +45,7 @@ impl Veem {
             let mut refusals: Vec<String> = Vec::new();
             let constraints = svc.terms.as_ref().map(|t| t.constraints.clone()).unwrap_or_default();
             for p in peers::candidates(&self.cfg, c_vcpus, c_mem, guarantee) {
-                if let Some(why) = self.site_refusal(&vees[i], &p.site_id, vees, &constraints) {
+                if let Some(why) = self.site_constraints.site_refusal(&vees[i], &p.site_id, vees, &constraints) {
                     refusals.push(format!("not {}: {why}", p.site_id));
                     continue;
                 }
@@ -210,7 +210,7 @@ impl Veem {
         }
         self.transition(&mut v, VeeState::Recovering, "at a peer site")?;
         let mut refusals = Vec::new();
-        let constraints = self.constraints_of(&v);
+        let constraints = self.site_constraints.constraints_of(&v);
         let others = self.vees_where(|o| o.service_id == v.service_id);
         // The peer holding its spare (full guarantee) first.
         let spare = self.spare_site(vee_id);
@@ -220,7 +220,7 @@ impl Veem {
             if Some(p.site_id.as_str()) == skip {
                 continue;
             }
-            if let Some(why) = self.site_refusal(&v, &p.site_id, &others, &constraints) {
+            if let Some(why) = self.site_constraints.site_refusal(&v, &p.site_id, &others, &constraints) {
                 refusals.push(format!("not {}: {why}", p.site_id));
                 continue;
             }

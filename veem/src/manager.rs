@@ -14,6 +14,8 @@ use crate::core::Core;
 use crate::ports::Ports;
 use crate::store::Store;
 use crate::workflows::accounting::Accounting;
+use crate::workflows::intents::Intents;
+use crate::workflows::site_constraints::SiteConstraints;
 use crate::workflows::sla::Sla;
 
 /// The VEE manager of one site.
@@ -37,6 +39,8 @@ pub struct Veem {
     pub(crate) booking: Mutex<crate::planner::BookingProfile>,
     /// Usage records and usage-SLA averages.
     pub accounting: Accounting,
+    pub intents: Intents,
+    pub site_constraints: SiteConstraints,
     pub sla: Sla,
 }
 
@@ -71,6 +75,8 @@ impl Veem {
         let core = Arc::new(core);
         Ok(Arc::new(Self {
             accounting: Accounting::new(core.clone()),
+            intents: Intents::new(core.clone()),
+            site_constraints: SiteConstraints::new(core.clone()),
             sla: Sla::new(core.clone()),
             core,
             request_locks: Mutex::new(Default::default()),

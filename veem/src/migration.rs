@@ -132,7 +132,10 @@ impl Veem {
                             v.migration_policy.as_str()
                         );
                     }
-                    if let Some(why) = self.site_refusal(&v, s, &others, &self.constraints_of(&v)) {
+                    if let Some(why) = self
+                        .site_constraints
+                        .site_refusal(&v, s, &others, &self.site_constraints.constraints_of(&v))
+                    {
                         let set = self.affinity_set_of(vee_id, &to);
                         if set.len() > 1 {
                             return self.propose_set(&v, set, to, reason, by);

@@ -360,8 +360,8 @@ mod networks {
 
     #[tokio::test]
     async fn a_remote_placement_a_crash_cut_short_is_taken_back_from_the_peer() {
-        use crate::intents::Intent;
         use crate::store::Tree;
+        use crate::workflows::intents::Intent;
         let (a, b, svc) = one_host_at_a(false).await;
         let svc = svc.unwrap();
         let intents = |a: &FakeSite| a.veem.store.list::<Intent>(Tree::Intents).unwrap();
@@ -376,13 +376,14 @@ mod networks {
         // As a VEEM killed after B booted the VEE and before its commit
         // leaves it: the intent, naming a VEE B runs and one it never got.
         a.veem
+            .intents
             .begin_intent(&Intent::RemotePlacement {
                 service_id: "cut-short".into(),
                 vees: vec![at_b.id.clone(), "never-placed".into()],
                 created_ms: 0,
             })
             .unwrap();
-        assert_eq!(a.veem.undo_intents().await.unwrap(), 0);
+        assert_eq!(a.veem.intents.undo_intents().await.unwrap(), 0);
         assert!(b.veem.vee(&at_b.id).is_err(), "B took it back");
         assert!(
             b.host("b1")

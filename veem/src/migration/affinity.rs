@@ -79,10 +79,10 @@ impl Veem {
                 }
             }
             Dest::Site(s) => {
-                let constraints = self.constraints_of(v);
+                let constraints = self.site_constraints.constraints_of(v);
                 let others = self.vees_where(|o| o.service_id == v.service_id && !set.contains(&o.id));
                 for m in &members {
-                    if let Some(why) = self.site_refusal(m, s, &others, &constraints) {
+                    if let Some(why) = self.site_constraints.site_refusal(m, s, &others, &constraints) {
                         bail!(
                             "VEE {} cannot move to {s} with its affinity set ({names}): VEE {}: {why}",
                             v.id,

@@ -9,4 +9,6 @@
 //!   receiving from peers) and the consumers' averages for usage SLAs.
 
 pub mod accounting;
+pub mod intents;
+pub mod site_constraints;
 pub mod sla;

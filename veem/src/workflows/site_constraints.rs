@@ -8,12 +8,34 @@
 //! its `[[peers]] region` (default: its site ID); this site's VEEs are in
 //! their host's region (`[[hosts]] region`, default: this site's ID).
 
+use std::ops::Deref;
+use std::sync::Arc;
+
 use interfaces::manifest::{Constraint, ConstraintKind, ConstraintLevel, ConstraintScope};
 
-use crate::manager::Veem;
+use crate::core::Core;
 use crate::model::{Location, VeeRec};
 
-impl Veem {
+/// Which peer site a VEE may go to under its service's site- and region-level constraints (see the module doc): a leaf the placing, restoring and moving workflows share. Calls only the core.
+pub struct SiteConstraints {
+    core: Arc<Core>,
+}
+
+impl Deref for SiteConstraints {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl SiteConstraints {
+    pub fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+}
+
+impl SiteConstraints {
     /// The region of peer site `site` (its ID when it has no label).
     pub fn peer_region(&self, site: &str) -> String {
         self.cfg

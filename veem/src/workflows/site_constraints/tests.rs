@@ -45,10 +45,17 @@ async fn site_level_anti_affinity_never_puts_two_instances_at_one_peer() {
     let ids = admitted_apart(&site, "site");
     let mut vees: Vec<_> = ids.iter().map(|id| site.veem.vee(id).unwrap()).collect();
     vees[0].location = Location::Site("site-b".into());
-    let constraints = site.veem.constraints_of(&vees[1]);
-    let why = site.veem.site_refusal(&vees[1], "site-b", &vees, &constraints).unwrap();
+    let constraints = site.veem.site_constraints.constraints_of(&vees[1]);
+    let why = site
+        .veem
+        .site_constraints
+        .site_refusal(&vees[1], "site-b", &vees, &constraints)
+        .unwrap();
     assert_eq!(why, "site-level anti-affinity keeps vm-1 apart from vm-0 (at site site-b)");
-    assert_eq!(site.veem.site_refusal(&vees[1], "site-c", &vees, &constraints), None);
+    assert_eq!(
+        site.veem.site_constraints.site_refusal(&vees[1], "site-c", &vees, &constraints),
+        None
+    );
     // A manual move there is refused with the reason; another peer is not.
     site.veem.save_vee(&vees[0]).unwrap();
     let e = site
@@ -67,11 +74,18 @@ async fn region_level_constraints_read_the_peers_region_labels() {
     let ids = admitted_apart(&site, "region");
     let mut vees: Vec<_> = ids.iter().map(|id| site.veem.vee(id).unwrap()).collect();
     vees[0].location = Location::Site("site-b".into());
-    let constraints = site.veem.constraints_of(&vees[1]);
+    let constraints = site.veem.site_constraints.constraints_of(&vees[1]);
     // site-c shares site-b's region; site-d does not.
-    let why = site.veem.site_refusal(&vees[1], "site-c", &vees, &constraints).unwrap();
+    let why = site
+        .veem
+        .site_constraints
+        .site_refusal(&vees[1], "site-c", &vees, &constraints)
+        .unwrap();
     assert_eq!(why, "region-level anti-affinity keeps vm-1 apart from vm-0 (at region eu)");
-    assert_eq!(site.veem.site_refusal(&vees[1], "site-d", &vees, &constraints), None);
+    assert_eq!(
+        site.veem.site_constraints.site_refusal(&vees[1], "site-d", &vees, &constraints),
+        None
+    );
     // Affinity at site level: only where the other one is.
     let together: Vec<_> = constraints
         .iter()
@@ -81,7 +95,11 @@ async fn region_level_constraints_read_the_peers_region_labels() {
             ..c.clone()
         })
         .collect();
-    assert_eq!(site.veem.site_refusal(&vees[1], "site-b", &vees, &together), None);
-    let why = site.veem.site_refusal(&vees[1], "site-d", &vees, &together).unwrap();
+    assert_eq!(site.veem.site_constraints.site_refusal(&vees[1], "site-b", &vees, &together), None);
+    let why = site
+        .veem
+        .site_constraints
+        .site_refusal(&vees[1], "site-d", &vees, &together)
+        .unwrap();
     assert_eq!(why, "site-level affinity keeps vm-1 together with vm-0 (at site site-b)");
 }

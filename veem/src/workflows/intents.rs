@@ -2,17 +2,20 @@
 //! database before it can commit its own records writes an intent first;
 //! the commit that records the step's outcome removes it in the same
 //! transaction. An intent found later means the VEEM died in between: what
-//! the step may have done outside is undone ([`Veem::undo_intents`], at
+//! the step may have done outside is undone ([`Intents::undo_intents`], at
 //! start-up and then every usage interval until it succeeds), so a crash
 //! at any point leaves no orphan.
 //!
 //! Today's one step of that kind is Deploy's placement at peer sites: the
 //! peers boot VEEs before the admission is committed here.
 
+use std::ops::Deref;
+use std::sync::Arc;
+
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::manager::Veem;
+use crate::core::Core;
 use crate::store::{Tree, Writes};
 
 /// What a step may have done outside the database.
@@ -39,7 +42,26 @@ impl Intent {
     }
 }
 
-impl Veem {
+/// The intents of steps that act outside the database before they commit (see the module doc): written, ended by the step's commit, undone after a crash. Calls only the core and the peers.
+pub struct Intents {
+    core: Arc<Core>,
+}
+
+impl Deref for Intents {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Intents {
+    pub fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+}
+
+impl Intents {
     /// Writes `intent` (flushed) before its step acts.
     pub(crate) fn begin_intent(&self, intent: &Intent) -> Result<()> {
         self.store.put(Tree::Intents, &intent.key(), intent)
