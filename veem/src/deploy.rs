@@ -120,9 +120,10 @@ impl Veem {
             };
             if let Some(needs) = needs {
                 let site = self
+                    .spares
                     .reserve_peer_spares(&needs, None)
                     .await
-                    .map_err(|reasons| crate::spares::refusal(&reasons))?;
+                    .map_err(|reasons| crate::workflows::spares::refusal(&reasons))?;
                 req.peer_spare = PeerSpare::Offered { site: site.clone() };
                 spare_site = Some((site, needs.iter().map(|n| n.vee.clone()).collect::<Vec<_>>()));
                 verdict = self.planner.lock().unwrap().plan_admission(&req);
@@ -132,7 +133,7 @@ impl Veem {
                 Ok(Ok(deployed)) => {
                     // The peer keeps the spares now.
                     if let Some((site, spared)) = &spare_site {
-                        self.settle_peer_spares(site, spared, true).await;
+                        self.spares.settle_peer_spares(site, spared, true).await;
                     }
                     fail::fail_point!("deploy-after-commit");
                     self.start_deployed(&req, &deployed).await;
@@ -146,14 +147,14 @@ impl Veem {
                     // A hold left unconfirmed lapses at the peer by itself;
                     // released now, it is free at once.
                     if let Some((site, spared)) = &spare_site {
-                        self.settle_peer_spares(site, spared, false).await;
+                        self.spares.settle_peer_spares(site, spared, false).await;
                     }
                     return Err(e);
                 }
             }
         }
         if let Some((site, spared)) = &spare_site {
-            self.settle_peer_spares(site, spared, false).await;
+            self.spares.settle_peer_spares(site, spared, false).await;
         }
         let stale = stale.expect("every attempt was stale");
         Err(anyhow::Error::from(stale).context(format!(

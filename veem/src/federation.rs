@@ -213,7 +213,7 @@ impl Veem {
         let constraints = self.site_constraints.constraints_of(&v);
         let others = self.vees_where(|o| o.service_id == v.service_id);
         // The peer holding its spare (full guarantee) first.
-        let spare = self.spare_site(vee_id);
+        let spare = self.spares.spare_site(vee_id);
         let mut candidates = peers::candidates(&self.cfg, v.vcpus, v.memory_mib, v.guarantee);
         candidates.sort_by_key(|p| Some(&p.site_id) != spare.as_ref());
         for p in candidates {
@@ -240,7 +240,7 @@ impl Veem {
                     let r = self.transition(&mut v, VeeState::Running, how);
                     self.sync_networks(&v.service_id).await;
                     if let Some(need) = used_spare {
-                        self.replace_used_spare(vee_id, &p.site_id, need).await?;
+                        self.spares.replace_used_spare(vee_id, &p.site_id, need).await?;
                     }
                     return r;
                 }
@@ -302,7 +302,7 @@ impl Veem {
         // A full VEE arriving into the spare held for it here: the spare
         // makes room, in the same commit as the VEE's admission (refused,
         // the spare stays held). Here it runs without a further peer spare.
-        let (admitted, spare) = match self.admit_into_spare(from, &req) {
+        let (admitted, spare) = match self.spares.admit_into_spare(from, &req) {
             (Admission::Accepted(a), spare) => (a, spare),
             (other, _) => bail!(
                 "site {} cannot admit VEE {}: {}",

@@ -47,7 +47,6 @@ pub mod recovery;
 pub mod remapping;
 pub mod rest;
 pub mod server;
-pub mod spares;
 pub mod store;
 pub mod visibility;
 pub mod windows;

@@ -34,7 +34,7 @@ impl Veem {
                 // No longer abroad: an anchor here may go, and so does the
                 // spare kept for it.
                 self.sync_networks(&v.service_id).await;
-                self.release_spare_of_stopped_abroad(vee_id).await?;
+                self.spares.release_spare_of_stopped_abroad(vee_id).await?;
             }
             return Ok(v);
         }
@@ -97,9 +97,9 @@ impl Veem {
         if v.state != VeeState::Stopped {
             self.transition(&mut v, VeeState::Stopped, how)?;
         }
-        let spare = self.spare_site(vee_id);
+        let spare = self.spares.spare_site(vee_id);
         let _ = self.planner.lock().unwrap().release_vee(vee_id);
-        self.release_peer_spare_of(vee_id, spare).await;
+        self.spares.release_peer_spare_of(vee_id, spare).await;
         self.persist_planner()?;
         v.location = Location::Nowhere;
         self.transition(&mut v, VeeState::Terminated, "")
@@ -399,7 +399,7 @@ impl Veem {
     /// ([`Veem::sla_round`]).
     pub(crate) fn scheduler_round(self: &Arc<Self>) {
         self.resume_displaced();
-        if let Err(e) = self.lapse_spares() {
+        if let Err(e) = self.spares.lapse_spares() {
             tracing::warn!(error = %format!("{e:#}"), "lapsing unconfirmed spares");
         }
         if let Err(e) = self.sla.sla_round() {

@@ -17,6 +17,7 @@ use crate::workflows::accounting::Accounting;
 use crate::workflows::intents::Intents;
 use crate::workflows::site_constraints::SiteConstraints;
 use crate::workflows::sla::Sla;
+use crate::workflows::spares::Spares;
 
 /// The VEE manager of one site.
 pub struct Veem {
@@ -39,6 +40,7 @@ pub struct Veem {
     pub(crate) booking: Mutex<crate::planner::BookingProfile>,
     /// Usage records and usage-SLA averages.
     pub accounting: Accounting,
+    pub spares: Spares,
     pub intents: Intents,
     pub site_constraints: SiteConstraints,
     pub sla: Sla,
@@ -75,6 +77,7 @@ impl Veem {
         let core = Arc::new(core);
         Ok(Arc::new(Self {
             accounting: Accounting::new(core.clone()),
+            spares: Spares::new(core.clone()),
             intents: Intents::new(core.clone()),
             site_constraints: SiteConstraints::new(core.clone()),
             sla: Sla::new(core.clone()),

@@ -462,7 +462,7 @@ impl Veem {
                 self.sla.violation_events(&viols);
                 self.sync_networks(&v.service_id).await;
                 if let Some((site, need)) = used_spare {
-                    self.replace_used_spare(&v.id, &site, need).await?;
+                    self.spares.replace_used_spare(&v.id, &site, need).await?;
                 }
                 Ok(())
             }

@@ -505,17 +505,25 @@ impl Vmi for VmiService {
 
     async fn reserve_spare(&self, r: Request<ReserveSpareRequest>) -> R<ReserveSpareResponse> {
         let site = self.peer(&r)?;
-        ok(self.veem.hold_spare(&site, r.into_inner()))
+        ok(self.veem.spares.hold_spare(&site, r.into_inner()))
     }
 
     async fn confirm_spare(&self, r: Request<ConfirmSpareRequest>) -> R<ConfirmSpareResponse> {
         let site = self.peer(&r)?;
-        ok(self.veem.confirm_spare(&site, &r.get_ref().vee_id).map(|_| ConfirmSpareResponse {}))
+        ok(self
+            .veem
+            .spares
+            .confirm_spare(&site, &r.get_ref().vee_id)
+            .map(|_| ConfirmSpareResponse {}))
     }
 
     async fn release_spare(&self, r: Request<ReleaseSpareRequest>) -> R<ReleaseSpareResponse> {
         let site = self.peer(&r)?;
-        ok(self.veem.release_spare(&site, &r.get_ref().vee_id).map(|_| ReleaseSpareResponse {}))
+        ok(self
+            .veem
+            .spares
+            .release_spare(&site, &r.get_ref().vee_id)
+            .map(|_| ReleaseSpareResponse {}))
     }
 
     async fn send_vee(&self, r: Request<SendVeeRequest>) -> R<MigrationInfo> {

@@ -41,7 +41,7 @@ pub enum Tree {
     /// Steps under way that act outside the database (crate::intents).
     Intents,
     /// Spare capacity held here for peers' full-guarantee VEEs
-    /// (crate::spares::HeldSpare).
+    /// (crate::workflows::spares::HeldSpare).
     Spares,
     /// Usage records of VEEs run for a peer, not yet pushed to their
     /// primary site: record ID -> the primary's site ID

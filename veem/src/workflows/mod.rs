@@ -12,3 +12,4 @@ pub mod accounting;
 pub mod intents;
 pub mod site_constraints;
 pub mod sla;
+pub mod spares;

@@ -19,12 +19,15 @@
 //!
 //! [`Admission::NeedsPeerSpare`]: crate::planner::Admission::NeedsPeerSpare
 
+use std::ops::Deref;
+use std::sync::Arc;
+
 use anyhow::{anyhow, bail, Result};
 use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
 use interfaces::vmi;
 use serde::{Deserialize, Serialize};
 
-use crate::manager::Veem;
+use crate::core::Core;
 use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SpareNeed};
 use crate::store::{Tree, Writes};
 
@@ -48,7 +51,26 @@ pub fn spare_id(vee_id: &str) -> String {
     format!("spare-{vee_id}")
 }
 
-impl Veem {
+/// The full guarantee at both ends (see the module doc): spares held here for peers' VEEs, and held at peers for this site's. Calls only the core and the peers.
+pub struct Spares {
+    core: Arc<Core>,
+}
+
+impl Deref for Spares {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Spares {
+    pub fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+}
+
+impl Spares {
     // ----- peer side -----
 
     /// Holds spare capacity for `from`'s VEE as `r` asks, if the framework

@@ -48,7 +48,7 @@ async fn deploy_full(a: &FakeSite) -> anyhow::Result<String> {
 async fn a_full_vee_holds_a_spare_at_a_peer_until_it_stops() {
     let (a, b) = pair("\"full\", \"standard\"");
     let vee = deploy_full(&a).await.unwrap();
-    assert_eq!(a.veem.spare_site(&vee).as_deref(), Some("site-b"));
+    assert_eq!(a.veem.spares.spare_site(&vee).as_deref(), Some("site-b"));
     let h = held(&b);
     assert_eq!(h.len(), 1);
     assert_eq!(
@@ -89,12 +89,12 @@ async fn an_unconfirmed_hold_lapses() {
         start_time: interfaces::time::timestamp_s(now),
         end_time: interfaces::time::timestamp_s(now + 3600),
     };
-    b.veem.hold_spare("site-a", r.clone()).unwrap();
-    let e = b.veem.hold_spare("site-a", r).unwrap_err();
+    b.veem.spares.hold_spare("site-a", r.clone()).unwrap();
+    let e = b.veem.spares.hold_spare("site-a", r).unwrap_err();
     assert!(e.to_string().contains("held here already"), "{e}");
-    assert_eq!(b.veem.lapse_spares().unwrap(), 0);
+    assert_eq!(b.veem.spares.lapse_spares().unwrap(), 0);
     b.clock.advance_ms((HOLD_SECONDS + 1) * 1000);
-    assert_eq!(b.veem.lapse_spares().unwrap(), 1);
+    assert_eq!(b.veem.spares.lapse_spares().unwrap(), 1);
     assert!(held(&b).is_empty() && b.veem.planner().reservation(&spare_id(&vee)).is_none());
 }
 
@@ -163,13 +163,13 @@ fn trio() -> (FakeSite, FakeSite, FakeSite) {
 async fn a_vee_restored_into_its_spare_gets_a_new_spare_at_another_peer() {
     let (a, b, c) = trio();
     let vee = deploy_full(&a).await.unwrap();
-    assert_eq!(a.veem.spare_site(&vee).as_deref(), Some("site-b"));
+    assert_eq!(a.veem.spares.spare_site(&vee).as_deref(), Some("site-b"));
     a.veem.checkpoint_vee(&vee).await.unwrap();
     a.veem.recover_host("a1").await.unwrap();
     assert_eq!(a.veem.vee(&vee).unwrap().location, Location::Site("site-b".into()));
     assert!(held(&b).is_empty(), "B's spare made room for it");
     // The full guarantee is kept: C holds the new spare, confirmed.
-    assert_eq!(a.veem.spare_site(&vee).as_deref(), Some("site-c"));
+    assert_eq!(a.veem.spares.spare_site(&vee).as_deref(), Some("site-c"));
     let h = held(&c);
     assert_eq!((h.len(), h[0].vee_id.as_str(), h[0].confirmed), (1, vee.as_str(), true));
     assert!(c.veem.planner().reservation(&spare_id(&vee)).is_some());
@@ -199,7 +199,7 @@ async fn a_vee_migrated_to_another_peer_keeps_its_spare_until_it_stops() {
     assert_eq!(m.state, crate::model::MigrationState::Done, "{}", m.detail);
     assert!(c.host("c1").runs(&vee));
     // Still protected by B's spare, and A still knows it.
-    assert_eq!(a.veem.spare_site(&vee).as_deref(), Some("site-b"));
+    assert_eq!(a.veem.spares.spare_site(&vee).as_deref(), Some("site-b"));
     assert_eq!(held(&b).len(), 1);
     // Stopped (wherever it runs), the spare goes.
     a.veem.vee_action(&vee, vmi::Action::Stop, "").await.unwrap();
