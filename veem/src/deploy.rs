@@ -215,8 +215,9 @@ impl Veem {
         svc.vees = sorted_ids(&mut vees);
         // Networks, remote placements and records, then the VEEHs here: a
         // crash from the commit on resumes.
-        let one_at_a_time = self.ipam.lock().await;
-        self.assign_networks(&one_at_a_time, m, &mut svc, &mut vees)
+        let one_at_a_time = self.networks.ipam.lock().await;
+        self.networks
+            .assign_networks(&one_at_a_time, m, &mut svc, &mut vees)
             .map_err(|e| e.context("reject"))?;
         // VEEs placed at peers: an intent first (the peers boot them before
         // the commit here), ended by the commit.
@@ -304,7 +305,7 @@ impl Veem {
         if d.remote {
             // VEEs at peers: their networks' home part is here (anchored
             // when none runs here).
-            self.sync_networks(&d.svc.id).await;
+            self.networks.sync_networks(&d.svc.id).await;
         }
         for v in d.vees.iter().filter(|v| v.host().is_some()) {
             self.event(&v.id, &d.svc.id, "admitted", format!("on {}", v.host().unwrap_or("?")));
@@ -414,7 +415,7 @@ impl Veem {
     /// create the overlay), Create, Start.
     pub async fn boot_on(&self, host: &str, v: &VeeRec) -> Result<()> {
         let c = self.hosts.vhi(host)?;
-        let spec = self.spec_of(v);
+        let spec = self.networks.spec_of(v);
         c.prepare(tonic::Request::new(vhi::PrepareRequest { spec: Some(spec.clone()) }))
             .await?;
         c.create(tonic::Request::new(vhi::CreateRequest { spec: Some(spec) })).await?;
@@ -454,7 +455,7 @@ impl Veem {
         match result {
             Ok(()) => {
                 self.transition(&mut v, VeeState::Running, format!("on {host}"))?;
-                self.sync_networks(&v.service_id).await;
+                self.networks.sync_networks(&v.service_id).await;
                 Ok(())
             }
             Err(e) => {
@@ -493,7 +494,7 @@ impl VeeRec {
             initrd: c.initrd.as_ref().map(|k| k.to_string()).unwrap_or_default(),
             cmdline: c.cmdline.clone().unwrap_or_default(),
             cloud_init: (c.user_data.is_some() || !c.ssh_authorized_keys.is_empty()).then(|| interfaces::vhi::CloudInit {
-                hostname: crate::networks::host_name(&c.name, instance),
+                hostname: crate::workflows::networks::host_name(&c.name, instance),
                 user_data: c.user_data.clone().unwrap_or_default(),
                 ssh_authorized_keys: c.ssh_authorized_keys.clone(),
             }),

@@ -49,7 +49,7 @@ impl Veem {
                     refusals.push(format!("not {}: {why}", p.site_id));
                     continue;
                 }
-                let spec = self.spec_among(&vees[i], svc, vees);
+                let spec = self.networks.spec_among(&vees[i], svc, vees);
                 match self.send_incoming(&p.site_id, &vees[i], Incoming::Boot, spec).await {
                     Ok(_) => {
                         let v = &mut vees[i];
@@ -89,7 +89,7 @@ impl Veem {
                 if let Err(e) = aborted {
                     tracing::warn!(vee = %v.id, site = %s, error = %e, "a VEE placed at a peer site was not taken back");
                 }
-                self.stretch(v, None).await;
+                self.networks.stretch(v, None).await;
             }
         }
     }
@@ -113,7 +113,7 @@ impl Veem {
     /// ([`Veem::stretch`]; a live migration's caller unstretches them when
     /// it ends, see [`Veem::run_migration`]).
     pub async fn send_incoming(&self, site: &str, v: &VeeRec, how: Incoming, spec: vhi::VeeSpec) -> Result<IncomingTarget> {
-        if !v.nics.is_empty() && self.overlay(site).is_none() {
+        if !v.nics.is_empty() && self.networks.overlay(site).is_none() {
             bail!(
                 "VEE {} is on service networks and the framework agreement with {site} has no overlay ([peers.overlay]) to stretch them there",
                 v.id
@@ -124,7 +124,7 @@ impl Veem {
             blobs.extend([cp.memory_blob.clone(), cp.disk_blob.clone()]);
         }
         self.share_blobs(blobs, site).await?;
-        self.stretch(v, Some(site)).await;
+        self.networks.stretch(v, Some(site)).await;
         let (start_fresh, restore_from) = match how {
             Incoming::Boot => (true, None),
             Incoming::Restore(cp) => (true, Some(*cp)),
@@ -145,7 +145,7 @@ impl Veem {
         // stays "on its way" until the caller records it at the peer; a
         // migration until it ends.
         if r.is_err() {
-            self.stretch(v, None).await;
+            self.networks.stretch(v, None).await;
         }
         r
     }
@@ -228,7 +228,7 @@ impl Veem {
                 Some(r) => Incoming::Restore(Box::new(r.clone())),
                 None => Incoming::Boot,
             };
-            match self.send_incoming(&p.site_id, &v, how, self.spec_of(&v)).await {
+            match self.send_incoming(&p.site_id, &v, how, self.networks.spec_of(&v)).await {
                 Ok(_) => {
                     let used_spare = self.planner.lock().unwrap().release_vee_to_site(vee_id, &p.site_id).ok().flatten();
                     self.persist_planner()?;
@@ -238,7 +238,7 @@ impl Veem {
                         None => format!("restarted from its images at {} (no checkpoint)", p.site_id),
                     };
                     let r = self.transition(&mut v, VeeState::Running, how);
-                    self.sync_networks(&v.service_id).await;
+                    self.networks.sync_networks(&v.service_id).await;
                     if let Some(need) = used_spare {
                         self.spares.replace_used_spare(vee_id, &p.site_id, need).await?;
                     }
@@ -266,7 +266,7 @@ impl Veem {
         let guarantee = crate::wire::guarantee("guarantee", r.guarantee)?;
         peers::admits(&self.cfg, from, spec.vcpus, spec.memory_mib, guarantee)?;
         crate::model::check_uuid("vee_id", &spec.vee_id)?;
-        if !spec.nics.is_empty() && self.overlay(from).is_none() {
+        if !spec.nics.is_empty() && self.networks.overlay(from).is_none() {
             bail!(
                 "VEE {} is on service networks and the framework agreement with {from} has no overlay ([peers.overlay]) to stretch them here",
                 spec.vee_id
@@ -376,7 +376,7 @@ impl Veem {
                 .hosts
                 .vhi(&host)?
                 .prepare_incoming(tonic::Request::new(vhi::PrepareIncomingRequest {
-                    spec: Some(self.spec_of(&v)),
+                    spec: Some(self.networks.spec_of(&v)),
                 }))
                 .await
                 .map_err(|s| anyhow!("{}", s.message()))?
@@ -432,7 +432,7 @@ impl Veem {
             .hosts
             .vhi(host)?
             .restore(tonic::Request::new(vhi::RestoreRequest {
-                spec: Some(self.spec_of(&v)),
+                spec: Some(self.networks.spec_of(&v)),
                 checkpoint: Some(cp.clone()),
                 fence_owner: String::new(),
             }))

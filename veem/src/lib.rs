@@ -34,7 +34,6 @@ pub mod loops;
 pub mod manager;
 pub mod migration;
 pub mod model;
-pub mod networks;
 pub mod peer_watch;
 pub mod peers;
 /// The planner (crate `vee-planner`).

@@ -33,7 +33,7 @@ impl Veem {
             if action == vmi::Action::Stop {
                 // No longer abroad: an anchor here may go, and so does the
                 // spare kept for it.
-                self.sync_networks(&v.service_id).await;
+                self.networks.sync_networks(&v.service_id).await;
                 self.spares.release_spare_of_stopped_abroad(vee_id).await?;
             }
             return Ok(v);
@@ -277,13 +277,13 @@ impl Veem {
         .await?;
         self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.id))?;
         c.restore(tonic::Request::new(RestoreRequest {
-            spec: Some(self.spec_of(&v)),
+            spec: Some(self.networks.spec_of(&v)),
             checkpoint: Some(cp.record()?),
             fence_owner: String::new(),
         }))
         .await?;
         self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.id))?;
-        self.sync_networks(&v.service_id).await;
+        self.networks.sync_networks(&v.service_id).await;
         Ok(())
     }
 

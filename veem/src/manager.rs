@@ -3,7 +3,6 @@
 //! their own, issue 37, they are methods on `Veem`, which reaches the core
 //! through `Deref`).
 
-use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
@@ -15,6 +14,7 @@ use crate::ports::Ports;
 use crate::store::Store;
 use crate::workflows::accounting::Accounting;
 use crate::workflows::intents::Intents;
+use crate::workflows::networks::Networks;
 use crate::workflows::site_constraints::SiteConstraints;
 use crate::workflows::sla::Sla;
 use crate::workflows::spares::Spares;
@@ -24,14 +24,6 @@ pub struct Veem {
     core: Arc<Core>,
     /// Serialises Deploys with the same request ID (crate::deploy).
     pub(crate) request_locks: Mutex<interfaces::locks::LockMap>,
-    /// Held while a service's networks are assigned, its VEEs for peer
-    /// sites placed there, and its admission committed.
-    pub(crate) ipam: tokio::sync::Mutex<()>,
-    /// VEE ID -> peer site: VEEs on their way to a peer site (booted,
-    /// restored or live-migrated there). Their networks are stretched there
-    /// before they arrive, so that the first frame after the switch-over
-    /// (or the first DHCP request) finds its way back.
-    pub(crate) stretching: Mutex<BTreeMap<String, String>>,
     /// Open-ended services whose last window renewal the planner refused
     /// (its event was sent; `crate::windows`).
     pub(crate) renewal_refused: Mutex<std::collections::HashSet<String>>,
@@ -40,6 +32,7 @@ pub struct Veem {
     pub(crate) booking: Mutex<crate::planner::BookingProfile>,
     /// Usage records and usage-SLA averages.
     pub accounting: Accounting,
+    pub networks: Networks,
     pub spares: Spares,
     pub intents: Intents,
     pub site_constraints: SiteConstraints,
@@ -77,14 +70,13 @@ impl Veem {
         let core = Arc::new(core);
         Ok(Arc::new(Self {
             accounting: Accounting::new(core.clone()),
+            networks: Networks::new(core.clone()),
             spares: Spares::new(core.clone()),
             intents: Intents::new(core.clone()),
             site_constraints: SiteConstraints::new(core.clone()),
             sla: Sla::new(core.clone()),
             core,
             request_locks: Mutex::new(Default::default()),
-            ipam: tokio::sync::Mutex::new(()),
-            stretching: Mutex::new(Default::default()),
             renewal_refused: Mutex::new(Default::default()),
             booking: Mutex::new(booking),
         }))

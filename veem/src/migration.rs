@@ -116,7 +116,7 @@ impl Veem {
             Dest::Site(s) => {
                 if s != &self.cfg.site_id {
                     peers::peer(&self.cfg, s).map_err(|e| VeemError::field("to_site", e))?;
-                    if !v.nics.is_empty() && self.overlay(s).is_none() {
+                    if !v.nics.is_empty() && self.networks.overlay(s).is_none() {
                         return Err(VeemError::field(
                             "to_site",
                             format!(
@@ -354,7 +354,7 @@ impl Veem {
                         .hosts
                         .vhi(h)?
                         .prepare_incoming(tonic::Request::new(vhi::PrepareIncomingRequest {
-                            spec: Some(self.spec_of(&v)),
+                            spec: Some(self.networks.spec_of(&v)),
                         }))
                         .await
                         .map_err(|s| anyhow!("{h}: {}", s.message()))?
@@ -364,7 +364,7 @@ impl Veem {
             }
             Dest::Site(s) if s == &self.cfg.site_id => Err(anyhow!("migrating home needs a destination host: use --to-host")),
             Dest::Site(s) => {
-                self.send_incoming(s, &v, crate::federation::Incoming::Migration, self.spec_of(&v))
+                self.send_incoming(s, &v, crate::federation::Incoming::Migration, self.networks.spec_of(&v))
                     .await
             }
             Dest::ForPrimary(s) => Err(anyhow!("site-of:{s} is not a destination this site can choose")),
@@ -414,7 +414,7 @@ impl Veem {
         // The networks were stretched to the destination site for the
         // switch-over; from now on the VEE's location says where they go.
         if matches!(dest, Dest::Site(_)) {
-            self.stretching.lock().unwrap().remove(&v.id);
+            self.networks.stretching.lock().unwrap().remove(&v.id);
         }
         match outcome {
             Ok((total_ms, downtime_ms)) => {
@@ -460,7 +460,7 @@ impl Veem {
                 self.transition_committing(&mut v, VeeState::Running, format!("migrated to {}", m.to), w)?;
                 self.migration_event(&m);
                 self.sla.violation_events(&viols);
-                self.sync_networks(&v.service_id).await;
+                self.networks.sync_networks(&v.service_id).await;
                 if let Some((site, need)) = used_spare {
                     self.spares.replace_used_spare(&v.id, &site, need).await?;
                 }
@@ -476,7 +476,7 @@ impl Veem {
                 self.transition_committing(&mut v, VeeState::Running, stays, migration_write(&m)?)?;
                 self.migration_event(&m);
                 // Unstretched from a destination that never got the VEE.
-                self.sync_networks(&v.service_id).await;
+                self.networks.sync_networks(&v.service_id).await;
                 Err(e)
             }
         }

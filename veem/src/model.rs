@@ -148,6 +148,14 @@ pub enum Location {
     Site(String),
 }
 
+/// A VEE recovered away from `site`, whose copy there must be destroyed
+/// when the site answers again.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FenceRec {
+    pub vee_id: String,
+    pub site: String,
+}
+
 /// One VEE (one VM).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct VeeRec {

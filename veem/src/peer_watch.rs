@@ -17,22 +17,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use serde::{Deserialize, Serialize};
 
 use crate::manager::Veem;
-use crate::model::{Location, VeeRec, VeeState};
+use crate::model::{FenceRec, Location, VeeRec, VeeState};
 use crate::store::Tree;
 
 /// How long one call to a peer may take before it counts as unanswered.
 pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A VEE recovered away from `site`, whose copy there must be destroyed
-/// when the site answers again.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FenceRec {
-    pub vee_id: String,
-    pub site: String,
-}
 
 /// What one watch round learned about one peer.
 enum PeerAnswer {
@@ -176,7 +167,7 @@ impl Veem {
             },
         )?;
         // Cut off the overlay there first (networks::fenced_at).
-        self.sync_networks(&v.service_id).await;
+        self.networks.sync_networks(&v.service_id).await;
         let why = format!("site {site} lost it");
         let local = match self.home_host(&v) {
             Some(host) => match self.reserve_home(&v, &host) {

@@ -284,7 +284,7 @@ impl Veem {
         let how = match self.checkpoint_of(vee_id, None)? {
             Some(cp) => {
                 c.restore(tonic::Request::new(RestoreRequest {
-                    spec: Some(self.spec_of(&v)),
+                    spec: Some(self.networks.spec_of(&v)),
                     checkpoint: Some(cp.record()?),
                     fence_owner: fence.unwrap_or_default().to_string(),
                 }))
@@ -307,7 +307,7 @@ impl Veem {
         if restored.is_ok() {
             self.sla.violation_events(&viols);
         }
-        self.sync_networks(&v.service_id).await;
+        self.networks.sync_networks(&v.service_id).await;
         restored
     }
 

@@ -493,6 +493,7 @@ impl Vmi for VmiService {
             .ok_or_else(|| Status::invalid_argument("field `network` is required"))?;
         ok(self
             .veem
+            .networks
             .primary_network_changed(&site, network)
             .await
             .map(|_| UpdateNetworkResponse {}))

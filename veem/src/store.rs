@@ -31,7 +31,7 @@ pub enum Tree {
     Violations,
     Events,
     Meta,
-    /// VEEs recovered away from a silent peer site (peer_watch::FenceRec).
+    /// VEEs recovered away from a silent peer site (model::FenceRec).
     Fenced,
     /// The planner's header and entries (crate::planner_store).
     Planner,

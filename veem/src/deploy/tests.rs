@@ -192,7 +192,7 @@ async fn a_refused_deploy_records_no_request_and_its_retry_is_planned_anew() {
 #[tokio::test]
 async fn a_deploy_whose_commit_meets_a_changed_planner_plans_again_and_loses_nothing() {
     let site = site().await;
-    let networks = site.veem.ipam.lock().await;
+    let networks = site.veem.networks.ipam.lock().await;
     let veem = site.veem.clone();
     let deploy = tokio::spawn(async move { veem.deploy(&acme(), STANDARD).await });
     // The deploy has planned (packing: h1) and waits for the networks' lock.

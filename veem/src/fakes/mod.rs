@@ -260,7 +260,7 @@ impl FakeSite {
         };
         let (mut svc, mut vees) = self.veem.admission_records(&m, manifest, &req, Some(&admitted), None);
         // As Deploy does.
-        self.veem.admit_records(&m, &mut svc, &mut vees).unwrap();
+        self.veem.networks.admit_records(&m, &mut svc, &mut vees).unwrap();
         for mut v in vees.clone() {
             v.state = VeeState::Running;
             let Location::Host(h) = &v.location else { panic!("{v:?}") };

@@ -440,7 +440,7 @@ mod networks {
         let e = format!("{:#}", svc.unwrap_err());
         assert!(e.contains("no peer site takes the other 1") && e.contains("no room"), "{e}");
         assert!(a.veem.vees().unwrap().is_empty(), "site A recorded {:?}", a.veem.vees().unwrap());
-        assert!(a.veem.networks_taken().unwrap().subnets.is_empty());
+        assert!(a.veem.networks.networks_taken().unwrap().subnets.is_empty());
         assert!(
             a.host("a1").calls().iter().all(|c| !c.starts_with("prepare")),
             "{:?}",

@@ -10,6 +10,7 @@
 
 pub mod accounting;
 pub mod intents;
+pub mod networks;
 pub mod site_constraints;
 pub mod sla;
 pub mod spares;

@@ -123,7 +123,7 @@ async fn an_arrival_the_peer_cannot_admit_leaves_its_spare_held() {
     let (a, b) = pair("\"full\", \"standard\"");
     let vee = deploy_full(&a).await.unwrap();
     // The VEE arrives larger than any host of B (b1 has 4096 MiB).
-    let mut spec = a.veem.spec_of(&a.veem.vee(&vee).unwrap());
+    let mut spec = a.veem.networks.spec_of(&a.veem.vee(&vee).unwrap());
     spec.memory_mib = 8192;
     let req = vmi::PrepareIncomingRequest {
         spec: Some(spec),

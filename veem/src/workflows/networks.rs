@@ -10,13 +10,15 @@
 //!   the VXLAN forwarding entries follow it.
 
 use std::collections::BTreeSet;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use anyhow::Result;
 use interfaces::manifest::Manifest;
 use interfaces::vhi::{NetworkMember, NetworkUpdate, VeeSpec, Vtep};
 
+use crate::core::Core;
 use crate::ipam::{self, Taken};
-use crate::manager::Veem;
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
 use crate::store::Tree;
 
@@ -40,7 +42,38 @@ pub fn host_name(component: &str, instance: u32) -> String {
     format!("{}-{instance}", component.to_ascii_lowercase().replace('_', "-"))
 }
 
-impl Veem {
+/// Service networks after IPAM (see the module doc): what admission assigns under one lock, the member tables pushed to hosts and peers, the peer sites a network is stretched to. Calls only the core, the hosts and the peers.
+pub struct Networks {
+    core: Arc<Core>,
+    /// Held while a service's networks are assigned, its VEEs for peer
+    /// sites placed there, and its admission committed (Deploy).
+    pub(crate) ipam: tokio::sync::Mutex<()>,
+    /// VEE ID -> peer site: VEEs on their way to a peer site (booted,
+    /// restored or live-migrated there). Their networks are stretched there
+    /// before they arrive, so that the first frame after the switch-over
+    /// (or the first DHCP request) finds its way back.
+    pub(crate) stretching: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
+}
+
+impl Deref for Networks {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Networks {
+    pub fn new(core: Arc<Core>) -> Self {
+        Self {
+            core,
+            ipam: Default::default(),
+            stretching: Default::default(),
+        }
+    }
+}
+
+impl Networks {
     /// What the site's live services hold: the subnets and VNIs of every
     /// service with a VEE not terminated, and those VEEs' external
     /// addresses.
@@ -85,8 +118,8 @@ impl Veem {
         Ok(())
     }
 
-    /// [`Veem::assign_networks`], then the admission in one commit
-    /// ([`Veem::commit_admission`]); nothing is written on error (the
+    /// [`Networks::assign_networks`], then the admission in one commit
+    /// ([`Networks::commit_admission`]); nothing is written on error (the
     /// caller releases the planner's reservation). For admissions made
     /// outside Deploy (the fakes); errors if another admission is under
     /// way.
@@ -97,7 +130,7 @@ impl Veem {
     }
 }
 
-impl Veem {
+impl Networks {
     /// The VHI spec of `v` ([`VeeRec::spec`]) with, on each NIC, its
     /// network's member table, the service's domain and the peer sites the
     /// network is stretched to. A VEE this site runs for a primary site
@@ -146,7 +179,7 @@ impl Veem {
     }
 
     /// The peer sites' VTEPs where a VEE of `vees` (one service's) runs or
-    /// is on its way to ([`Veem::stretching`]; a VEE recorded at the site it
+    /// is on its way to ([`Networks::stretching`]; a VEE recorded at the site it
     /// was on its way to has arrived, and is no longer on its way).
     fn stretched_to(&self, vees: &[VeeRec]) -> Vec<Vtep> {
         let stretching = {
@@ -222,7 +255,7 @@ impl Veem {
     /// runs anywhere else: two copies never answer for one address.
     fn fenced_at(&self, v: &VeeRec, site: &str) -> bool {
         self.store
-            .get::<crate::peer_watch::FenceRec>(Tree::Fenced, &v.id)
+            .get::<crate::model::FenceRec>(Tree::Fenced, &v.id)
             .ok()
             .flatten()
             .is_some_and(|f| f.site == site)
