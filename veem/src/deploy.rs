@@ -22,20 +22,14 @@
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
-use interfaces::manifest::{CheckpointInterval, Component, Manifest, Sla};
+use interfaces::manifest::{Component, Manifest};
 use interfaces::vhi;
 
 use crate::config::Role;
 use crate::manager::Veem;
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
-use crate::planner::{checkpoint_plan, Admission, AdmissionPlan, Admitted, CheckpointPlan, PeerSpare, ServiceRequest, Stale};
+use crate::planner::{Admission, AdmissionPlan, Admitted, PeerSpare, ServiceRequest, Stale};
 use crate::workflows::intents::Intent;
-
-/// Planned run time assumed for a service without a window, for the
-/// checkpoint count (s).
-pub const DEFAULT_RUN_TIME_S: u64 = 3600;
-/// Checkpoint cost assumed before one was measured (s); H eq. 3.16's `c`.
-pub const DEFAULT_CHECKPOINT_COST_S: f64 = 5.0;
 
 /// Why a manifest is refused before planning: the field and the reason.
 pub struct Refusal(pub Vec<String>);
@@ -500,7 +494,11 @@ impl VeeRec {
             }),
             state: VeeState::Admitted,
             location: Location::Nowhere,
-            checkpoint_interval_s: checkpoint_interval(&m.sla, (end - start).max(1) as u64, DEFAULT_CHECKPOINT_COST_S),
+            checkpoint_interval_s: crate::domain::terms::checkpoint_interval(
+                &m.sla,
+                (end - start).max(1) as u64,
+                crate::domain::terms::DEFAULT_CHECKPOINT_COST_S,
+            ),
             last_checkpoint_ms: None,
             latest_checkpoint: None,
             guarantee: m.sla.guarantee,
@@ -519,20 +517,6 @@ impl VeeRec {
             open_ended: m.sla.window.is_none(),
             init_lead_s: 0,
         }
-    }
-}
-
-/// Checkpoint period in seconds of the VEEs under SLA `sla` (explicit, or
-/// the optimal count over the planned run time for checkpoint cost
-/// `checkpoint_cost_s`: H eq. 3.12-3.16). Before a VEE's first checkpoint
-/// the cost is [`DEFAULT_CHECKPOINT_COST_S`]; then it is the measured one.
-pub fn checkpoint_interval(sla: &Sla, run_time_s: u64, checkpoint_cost_s: f64) -> Option<u64> {
-    if let CheckpointInterval::Every(d) = &sla.checkpoint_interval {
-        return Some(d.as_secs().max(1));
-    }
-    match checkpoint_plan(sla, run_time_s.min(DEFAULT_RUN_TIME_S * 24) as f64, checkpoint_cost_s) {
-        CheckpointPlan::None => None,
-        CheckpointPlan::Every { interval, .. } => Some(interval.as_secs().max(1)),
     }
 }
 

@@ -288,7 +288,7 @@ impl Veem {
                 guarantee
             },
             migration: MigrationPolicy::Site,
-            window: SlotRange::starting_at(now, self.horizon_slots()),
+            window: SlotRange::starting_at(now, self.windows.horizon_slots()),
             components: vec![ComponentRequest {
                 name: "vee".into(),
                 resources: Resources::new(spec.vcpus, spec.memory_mib, spec.disk_gib),

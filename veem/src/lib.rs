@@ -48,6 +48,5 @@ pub mod rest;
 pub mod server;
 pub mod store;
 pub mod visibility;
-pub mod windows;
 pub mod wire;
 pub mod workflows;

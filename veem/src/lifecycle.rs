@@ -179,7 +179,7 @@ impl Veem {
             return;
         }
         let run_time_s = (v.window_end_unix - v.window_start_unix).max(1) as u64;
-        let interval = crate::deploy::checkpoint_interval(&terms.sla, run_time_s, cost);
+        let interval = crate::domain::terms::checkpoint_interval(&terms.sla, run_time_s, cost);
         if interval != v.checkpoint_interval_s {
             let text = |i: Option<u64>| i.map_or("none".to_string(), |s| format!("{s} s"));
             self.event(
@@ -353,7 +353,7 @@ impl Veem {
             if !self.try_busy(&v.id) {
                 continue;
             }
-            let range = self.slots.covering(now, v.window_end_unix + self.tail_s(&v));
+            let range = self.slots.covering(now, v.window_end_unix + self.windows.tail_s(&v));
             let placed = {
                 let mut p = self.planner.lock().unwrap();
                 match p.resume_background(&v.id, range) {

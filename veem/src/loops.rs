@@ -48,7 +48,7 @@ impl Loops {
         );
         loops.spawn(veem, Duration::from_secs(1), (), |veem, _| async move {
             veem.scheduler_round();
-            veem.renew_windows().await;
+            veem.windows.renew_windows().await;
         });
         // Steps a crash cut short whose undo could not finish at start-up.
         loops.spawn(veem, cfg.usage_interval.max(Duration::from_secs(1)), (), |veem, _| async move {

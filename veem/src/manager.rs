@@ -18,20 +18,19 @@ use crate::workflows::networks::Networks;
 use crate::workflows::site_constraints::SiteConstraints;
 use crate::workflows::sla::Sla;
 use crate::workflows::spares::Spares;
+use crate::workflows::windows::Windows;
 
 /// The VEE manager of one site.
 pub struct Veem {
     core: Arc<Core>,
     /// Serialises Deploys with the same request ID (crate::deploy).
     pub(crate) request_locks: Mutex<interfaces::locks::LockMap>,
-    /// Open-ended services whose last window renewal the planner refused
-    /// (its event was sent; `crate::windows`).
-    pub(crate) renewal_refused: Mutex<std::collections::HashSet<String>>,
     /// VRM's average booking profile b̄ (V §4.6), learnt from the
     /// admissions since the VEEM started (`crate::remapping`).
     pub(crate) booking: Mutex<crate::planner::BookingProfile>,
     /// Usage records and usage-SLA averages.
     pub accounting: Accounting,
+    pub windows: Windows,
     pub networks: Networks,
     pub spares: Spares,
     pub intents: Intents,
@@ -70,6 +69,7 @@ impl Veem {
         let core = Arc::new(core);
         Ok(Arc::new(Self {
             accounting: Accounting::new(core.clone()),
+            windows: Windows::new(core.clone()),
             networks: Networks::new(core.clone()),
             spares: Spares::new(core.clone()),
             intents: Intents::new(core.clone()),
@@ -77,7 +77,6 @@ impl Veem {
             sla: Sla::new(core.clone()),
             core,
             request_locks: Mutex::new(Default::default()),
-            renewal_refused: Mutex::new(Default::default()),
             booking: Mutex::new(booking),
         }))
     }

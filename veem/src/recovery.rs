@@ -73,7 +73,7 @@ impl Veem {
         let now = self.now_slot();
         let report = {
             let mut p = self.planner.lock().unwrap();
-            p.set_host_down(host, now, self.horizon_slots())?;
+            p.set_host_down(host, now, self.windows.horizon_slots())?;
             p.recover_host(host, now)?
         };
         // All of the host's VEEs are down from now on (they are restored one

@@ -27,7 +27,7 @@ impl Veem {
         RemapParams {
             eta: self.cfg.recovery.remap_eta,
             zeta: self.cfg.recovery.remap_zeta,
-            lookahead_slots: self.horizon_slots(),
+            lookahead_slots: self.windows.horizon_slots(),
         }
     }
 
@@ -42,7 +42,7 @@ impl Veem {
         let (interval, report) = {
             let mut p = self.planner.lock().unwrap();
             let interval = p.remapping_interval(host, now, &params, &booking)?;
-            p.set_host_down(host, now, self.horizon_slots())?;
+            p.set_host_down(host, now, self.windows.horizon_slots())?;
             let report = p.remap(host, now, interval)?;
             (interval, report)
         };

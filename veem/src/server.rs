@@ -209,6 +209,7 @@ impl Vmi for VmiService {
         }
         let s = self
             .veem
+            .windows
             .extend_window(&req.service_id, interfaces::time::s_of(&req.until))
             .await
             .map_err(|e| self.refusal(&role, e))?;

@@ -57,8 +57,8 @@ impl Veem {
     /// The planner request of `m` as service `service_id`, with UUID VEE
     /// IDs, its window padded for the VEEs' overheads ([`Veem::padding`]).
     pub fn request(&self, m: &Manifest, service_id: &str) -> ServiceRequest {
-        let mut req = ServiceRequest::from_manifest(service_id, m, &self.slots, self.clock.now(), self.horizon_slots())
-            .padded(self.padding(&m.sla, None), self.now_slot());
+        let mut req = ServiceRequest::from_manifest(service_id, m, &self.slots, self.clock.now(), self.windows.horizon_slots())
+            .padded(self.windows.padding(&m.sla, None), self.now_slot());
         for c in &mut req.components {
             for v in &mut c.vees {
                 *v = uuid::Uuid::new_v4().to_string();

@@ -127,13 +127,13 @@ async fn an_auto_interval_follows_the_measured_checkpoint_cost() {
     let v = site.veem.vee(&vee).unwrap();
     let m = interfaces::manifest::Manifest::from_toml(STANDARD).unwrap();
     let run = (v.window_end_unix - v.window_start_unix) as u64;
-    let assumed = crate::deploy::checkpoint_interval(&m.sla, run, crate::deploy::DEFAULT_CHECKPOINT_COST_S);
+    let assumed = crate::domain::terms::checkpoint_interval(&m.sla, run, crate::domain::terms::DEFAULT_CHECKPOINT_COST_S);
     assert_eq!(v.checkpoint_interval_s, assumed, "before any: the default cost");
     site.veem.checkpoint_vee(&vee).await.unwrap();
     let v = site.veem.vee(&vee).unwrap();
     let cost = v.checkpoint_cost_s.unwrap();
     assert!((0.3..1.0).contains(&cost), "measured {cost} s");
-    let measured = crate::deploy::checkpoint_interval(&m.sla, run, cost);
+    let measured = crate::domain::terms::checkpoint_interval(&m.sla, run, cost);
     assert_eq!(v.checkpoint_interval_s, measured);
     assert!(
         measured.unwrap() < assumed.unwrap(),

@@ -14,3 +14,4 @@ pub mod networks;
 pub mod site_constraints;
 pub mod sla;
 pub mod spares;
+pub mod windows;

@@ -28,7 +28,7 @@ async fn an_extension_moves_the_end_of_every_vee_or_of_none() {
     let svc = site.veem.vee(&vee).unwrap().service_id;
     let end = site.veem.vee(&vee).unwrap().window_end_unix;
     // Kept: 10 minutes more.
-    site.veem.extend_window(&svc, end + 600).await.unwrap();
+    site.veem.windows.extend_window(&svc, end + 600).await.unwrap();
     let v = site.veem.vee(&vee).unwrap();
     assert_eq!(v.window_end_unix, end + 600);
     let r = site.veem.planner().reservation(&vee).unwrap().clone();
@@ -41,7 +41,7 @@ async fn an_extension_moves_the_end_of_every_vee_or_of_none() {
     // (Its reservation starts a slot before its window, where the first's
     // padding ends.)
     site.running_service(&windowed(end + 720, end + 1200, 2));
-    let e = site.veem.extend_window(&svc, end + 1200).await.unwrap_err();
+    let e = site.veem.windows.extend_window(&svc, end + 1200).await.unwrap_err();
     assert!(format!("{e:#}").contains("cannot end at"), "{e:#}");
     assert_eq!(site.veem.vee(&vee).unwrap().window_end_unix, end + 600);
     assert_eq!(site.veem.planner().reservation(&vee).unwrap().range, r.range);
@@ -56,10 +56,10 @@ async fn an_open_ended_service_is_renewed_before_half_its_horizon_is_gone() {
     assert!(v.open_ended);
     let first_end = v.window_end_unix;
     assert!((first_end - site.clock.now() - 3600).abs() <= 60, "a horizon from now");
-    assert!(site.veem.renew_windows().await.is_empty(), "more than half is left");
+    assert!(site.veem.windows.renew_windows().await.is_empty(), "more than half is left");
     // 40 minutes on: less than half left, renewed to an hour from now.
     site.clock.advance_ms(40 * 60 * 1000);
-    assert_eq!(site.veem.renew_windows().await, std::slice::from_ref(&v.service_id));
+    assert_eq!(site.veem.windows.renew_windows().await, std::slice::from_ref(&v.service_id));
     let end = site.veem.vee(&vee).unwrap().window_end_unix;
     assert!(
         end > first_end && (end - site.clock.now() - 3600).abs() <= 60,
@@ -70,7 +70,7 @@ async fn an_open_ended_service_is_renewed_before_half_its_horizon_is_gone() {
     let fixed = site.running_service(&windowed(now, now + 600, 1)).remove(0);
     let fixed_end = site.veem.vee(&fixed).unwrap().window_end_unix;
     site.clock.advance_ms(400 * 1000);
-    site.veem.renew_windows().await;
+    site.veem.windows.renew_windows().await;
     assert!(!site.veem.vee(&fixed).unwrap().open_ended);
     assert_eq!(site.veem.vee(&fixed).unwrap().window_end_unix, fixed_end);
 }

@@ -4,25 +4,52 @@
 //! and stop at its end (the scheduler, `crate::lifecycle`). A manifest
 //! without one is open-ended: the planner reserves `planning_horizon` from
 //! admission and the VEEM renews the reservation while the service runs,
-//! whenever less than half of the horizon is left ([`Veem::renew_windows`]).
-//! A window can be extended after admission ([`Veem::extend_window`],
+//! whenever less than half of the horizon is left ([`Windows::renew_windows`]).
+//! A window can be extended after admission ([`Windows::extend_window`],
 //! VMI `ExtendService`, `veem extend`), admitted only if the planner keeps
 //! every VEE where it is for the added time.
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 
 use interfaces::manifest::Sla;
 
-use crate::deploy::DEFAULT_CHECKPOINT_COST_S;
-use crate::manager::Veem;
+use crate::core::Core;
+use crate::domain::terms::{checkpoint_interval, DEFAULT_CHECKPOINT_COST_S};
 use crate::model::{ServiceRec, VeeRec};
 use crate::planner::Padding;
 use crate::store::Writes;
 
-impl Veem {
+/// Service windows after admission (see the module doc): the padding a reservation holds, open-ended services renewed, windows extended. Calls only the core.
+pub struct Windows {
+    core: Arc<Core>,
+    /// Open-ended services whose last window renewal the planner refused
+    /// (its event was sent).
+    renewal_refused: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl Deref for Windows {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Windows {
+    pub fn new(core: Arc<Core>) -> Self {
+        Self {
+            core,
+            renewal_refused: Default::default(),
+        }
+    }
+}
+
+impl Windows {
     /// The planning horizon in slots (`planning_horizon`).
     pub fn horizon_slots(&self) -> u32 {
         self.slots.slots_for(self.cfg.planning_horizon)
@@ -34,7 +61,7 @@ impl Veem {
     /// checkpoint's cost (`checkpoint_cost_s`: measured, or
     /// [`DEFAULT_CHECKPOINT_COST_S`] before the first). Whole slots.
     pub fn padding(&self, sla: &Sla, checkpoint_cost_s: Option<f64>) -> Padding {
-        let checkpoints = crate::deploy::checkpoint_interval(sla, self.cfg.planning_horizon.as_secs(), DEFAULT_CHECKPOINT_COST_S).is_some();
+        let checkpoints = checkpoint_interval(sla, self.cfg.planning_horizon.as_secs(), DEFAULT_CHECKPOINT_COST_S).is_some();
         let cp = if checkpoints {
             Duration::from_secs_f64(checkpoint_cost_s.unwrap_or(DEFAULT_CHECKPOINT_COST_S).max(0.0))
         } else {
@@ -57,7 +84,7 @@ impl Veem {
 
     /// Extends the window of service `service_id` to end at `until_unix`
     /// (Unix s, rounded up to a slot boundary): every reservation that ran
-    /// to the old end runs to the new one (and its padding, [`Veem::padding`])
+    /// to the old end runs to the new one (and its padding, [`Windows::padding`])
     /// on the same host, and the VEEs'
     /// records say so (one write). Errors, changing nothing, when the
     /// service is unknown, `until_unix` is not after its end, or the
