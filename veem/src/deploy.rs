@@ -23,7 +23,6 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use interfaces::manifest::{Component, Manifest};
-use interfaces::vhi;
 
 use crate::config::Role;
 use crate::manager::Veem;
@@ -311,7 +310,7 @@ impl Veem {
         }
         for v in d.vees.iter().filter(|v| v.host().is_some()) {
             if v.deploy_due(self.clock.now()) {
-                self.spawn_deploy(&v.id);
+                self.boot.spawn_deploy(&v.id);
             }
         }
     }
@@ -388,75 +387,6 @@ impl Veem {
             }
         }
         None
-    }
-
-    /// Starts deploying `vee_id` in the background.
-    pub fn spawn_deploy(self: &Arc<Self>, vee_id: &str) {
-        if !self.try_busy(vee_id) {
-            return;
-        }
-        let veem = self.clone();
-        let id = vee_id.to_string();
-        self.spawn(async move {
-            if let Err(e) = veem.deploy_vee(&id).await {
-                tracing::warn!(vee = %id, error = %format!("{e:#}"), "deploy failed");
-            }
-            veem.unbusy(&id);
-        });
-    }
-
-    /// Boots VEE `v` from its images on `host`: VHI Prepare (pull images,
-    /// create the overlay), Create, Start.
-    pub async fn boot_on(&self, host: &str, v: &VeeRec) -> Result<()> {
-        let c = self.hosts.vhi(host)?;
-        let spec = self.networks.spec_of(v);
-        c.prepare(tonic::Request::new(vhi::PrepareRequest { spec: Some(spec.clone()) }))
-            .await?;
-        c.create(tonic::Request::new(vhi::CreateRequest { spec: Some(spec) })).await?;
-        c.start(tonic::Request::new(interfaces::vhi::StartRequest { vee_id: v.id.clone() }))
-            .await?;
-        Ok(())
-    }
-
-    /// Prepares, creates and starts one admitted VEE on its planned host.
-    /// Idempotent: a VEE already running there is only marked running.
-    pub async fn deploy_vee(&self, vee_id: &str) -> Result<()> {
-        let _g = self.lock_vee(vee_id).await;
-        let mut v = self.vee(vee_id)?;
-        if !matches!(v.state, VeeState::Admitted | VeeState::Deploying) {
-            return Ok(());
-        }
-        let Some(host) = v.host().map(str::to_string) else {
-            bail!("VEE {vee_id} has no host")
-        };
-        if v.state == VeeState::Admitted {
-            self.transition(&mut v, VeeState::Deploying, format!("on {host}"))?;
-        }
-        let result = self.boot_on(&host, &v).await;
-        let result = match result {
-            // Whatever failed, a VEE its host runs is running.
-            Err(e) => match crate::ports::domains(&*self.hosts.vhi(&host)?).await {
-                Ok(l)
-                    if l.iter()
-                        .any(|d| d.vee_id == vee_id && d.state() == interfaces::vhi::VeeState::Running) =>
-                {
-                    Ok(())
-                }
-                _ => Err(e),
-            },
-            ok => ok,
-        };
-        match result {
-            Ok(()) => {
-                self.transition(&mut v, VeeState::Running, format!("on {host}"))?;
-                self.networks.sync_networks(&v.service_id).await;
-                Ok(())
-            }
-            Err(e) => {
-                self.transition(&mut v, VeeState::Failed, format!("deploy on {host}: {e:#}"))?;
-                Err(e)
-            }
-        }
     }
 }
 

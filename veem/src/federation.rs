@@ -364,7 +364,7 @@ impl Veem {
                     });
                 }
                 (true, None) => {
-                    self.deploy_vee(&v.id).await?;
+                    self.boot.deploy_vee(&v.id).await?;
                     return Ok(IncomingTarget {
                         vee_id: v.id.clone(),
                         ..Default::default()

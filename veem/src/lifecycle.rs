@@ -411,7 +411,7 @@ impl Veem {
                 // Not onto a host that has failed: VRM moves its reservation
                 // first (crate::remapping).
                 Some(Due::Deploy) if v.host().is_some_and(|h| self.hosts.health(h) == crate::domain::Health::Failed) => {}
-                Some(Due::Deploy) => self.spawn_deploy(&v.id),
+                Some(Due::Deploy) => self.boot.spawn_deploy(&v.id),
                 Some(Due::Stop) => {
                     let veem = self.clone();
                     self.spawn(async move {

@@ -13,6 +13,7 @@ use crate::core::Core;
 use crate::ports::Ports;
 use crate::store::Store;
 use crate::workflows::accounting::Accounting;
+use crate::workflows::boot::Boot;
 use crate::workflows::intents::Intents;
 use crate::workflows::networks::Networks;
 use crate::workflows::site_constraints::SiteConstraints;
@@ -28,14 +29,16 @@ pub struct Veem {
     /// VRM's average booking profile b̄ (V §4.6), learnt from the
     /// admissions since the VEEM started (`crate::remapping`).
     pub(crate) booking: Mutex<crate::planner::BookingProfile>,
-    /// Usage records and usage-SLA averages.
-    pub accounting: Accounting,
-    pub windows: Windows,
-    pub networks: Networks,
-    pub spares: Spares,
-    pub intents: Intents,
-    pub site_constraints: SiteConstraints,
-    pub sla: Sla,
+    /// The workflows, each built once on the core (and on those it
+    /// calls), in `crate::workflows`.
+    pub accounting: Arc<Accounting>,
+    pub boot: Arc<Boot>,
+    pub windows: Arc<Windows>,
+    pub networks: Arc<Networks>,
+    pub spares: Arc<Spares>,
+    pub intents: Arc<Intents>,
+    pub site_constraints: Arc<SiteConstraints>,
+    pub sla: Arc<Sla>,
 }
 
 impl Deref for Veem {
@@ -67,14 +70,17 @@ impl Veem {
         let mut booking = crate::planner::BookingProfile::new(core.slots.slots_for(core.cfg.planning_horizon));
         booking.observe_from(core.now_slot());
         let core = Arc::new(core);
+        // In dependency order: a workflow after those it calls.
+        let networks = Arc::new(Networks::new(core.clone()));
         Ok(Arc::new(Self {
-            accounting: Accounting::new(core.clone()),
-            windows: Windows::new(core.clone()),
-            networks: Networks::new(core.clone()),
-            spares: Spares::new(core.clone()),
-            intents: Intents::new(core.clone()),
-            site_constraints: SiteConstraints::new(core.clone()),
-            sla: Sla::new(core.clone()),
+            accounting: Arc::new(Accounting::new(core.clone())),
+            boot: Arc::new(Boot::new(core.clone(), networks.clone())),
+            windows: Arc::new(Windows::new(core.clone())),
+            spares: Arc::new(Spares::new(core.clone())),
+            intents: Arc::new(Intents::new(core.clone())),
+            site_constraints: Arc::new(SiteConstraints::new(core.clone())),
+            sla: Arc::new(Sla::new(core.clone())),
+            networks,
             core,
             request_locks: Mutex::new(Default::default()),
             booking: Mutex::new(booking),

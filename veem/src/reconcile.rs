@@ -113,7 +113,7 @@ impl Veem {
                         self.transition(&mut v, VeeState::Running, "reconciled")?;
                     } else if v.deploy_due(self.clock.now()) {
                         self.event(&v.id, &v.service_id, "reconcile", format!("deploy on {h} resumed"));
-                        self.spawn_deploy(&v.id);
+                        self.boot.spawn_deploy(&v.id);
                     }
                 }
                 (Location::Host(h), VeeState::Failed | VeeState::Recovering) if !self.charged(&v)? => {

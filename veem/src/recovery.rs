@@ -292,7 +292,7 @@ impl Veem {
                 format!("restored from checkpoint {} on {to}", cp.id)
             }
             None => {
-                self.boot_on(to, &v).await?;
+                self.boot.boot_on(to, &v).await?;
                 format!("restarted from its images on {to} (no checkpoint)")
             }
         };

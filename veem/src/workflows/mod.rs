@@ -9,6 +9,7 @@
 //!   receiving from peers) and the consumers' averages for usage SLAs.
 
 pub mod accounting;
+pub mod boot;
 pub mod intents;
 pub mod networks;
 pub mod site_constraints;
