@@ -306,7 +306,7 @@ impl Veem {
         for id in d.admitted.iter().flat_map(|a| &a.preempted) {
             let veem = self.clone();
             let id = id.clone();
-            self.spawn(async move { veem.preempt_background(&id).await });
+            self.spawn(async move { veem.background.preempt_background(&id).await });
         }
         for v in d.vees.iter().filter(|v| v.host().is_some()) {
             if v.deploy_due(self.clock.now()) {

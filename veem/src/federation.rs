@@ -17,7 +17,6 @@ use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
 use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;
 use interfaces::vmi::{self, PrepareIncomingRequest, VeeActionRequest};
-use interfaces::BlobId;
 
 use crate::domain::StateMachine;
 use crate::error::VeemError;
@@ -123,7 +122,7 @@ impl Veem {
         if let Incoming::Restore(cp) = &how {
             blobs.extend([cp.memory_blob.clone(), cp.disk_blob.clone()]);
         }
-        self.share_blobs(blobs, site).await?;
+        self.checkpoints.share_blobs(blobs, site).await?;
         self.networks.stretch(v, Some(site)).await;
         let (start_fresh, restore_from) = match how {
             Incoming::Boot => (true, None),
@@ -150,21 +149,6 @@ impl Veem {
         r
     }
 
-    /// Lets peer `site` read `blobs` (IDs; empty ones are skipped) in the
-    /// image repository, so that its hosts can pull them (issue 13 S3).
-    /// Errors: a blob cannot be shared (the repository is down, or this
-    /// site may not read it).
-    pub(crate) async fn share_blobs(&self, blobs: Vec<String>, site: &str) -> Result<()> {
-        for blob in blobs.iter().filter(|b| !b.is_empty()) {
-            let id: BlobId = blob.parse().with_context(|| format!("blob ID {blob:?}"))?;
-            self.repo
-                .share(&id, site)
-                .await
-                .with_context(|| format!("sharing {id} with {site} in the image repository"))?;
-        }
-        Ok(())
-    }
-
     /// Forwards an action on a VEE that runs at peer `site`; a checkpoint
     /// taken there is recorded here too, so that it can be restored at any
     /// site (both pull its blobs by ID: B §2; DESIGN.md §7).
@@ -181,7 +165,7 @@ impl Veem {
             .map_err(|s| anyhow!("site {site}: {}", s.message()))?;
         let mut v = self.vee(vee_id)?;
         if let Some(rec) = info.checkpoint_record.as_ref().filter(|_| action == vmi::Action::Checkpoint) {
-            self.record_checkpoint(&mut v, rec, &format!("at {site}")).await?;
+            self.checkpoints.record_checkpoint(&mut v, rec, &format!("at {site}")).await?;
         }
         match crate::wire::vee_state("state", info.state).ok() {
             Some(state) if state == v.state => {}
@@ -203,7 +187,7 @@ impl Veem {
     pub async fn recover_at_peer(&self, vee_id: &str, skip: Option<&str>) -> Result<()> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
-        let cp = self.checkpoint_of(vee_id, None)?;
+        let cp = self.checkpoints.checkpoint_of(vee_id, None)?;
         let record = cp.as_ref().map(CheckpointRec::record).transpose()?;
         if v.state != VeeState::Failed {
             self.transition(&mut v, VeeState::Failed, "its host or site failed")?;
@@ -448,7 +432,7 @@ impl Veem {
                 .await;
             bail!("{host}: {}", s.message());
         }
-        self.record_checkpoint(&mut v, &cp, "restored here").await?;
+        self.checkpoints.record_checkpoint(&mut v, &cp, "restored here").await?;
         self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.checkpoint_id))?;
         Ok(())
     }

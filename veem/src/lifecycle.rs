@@ -10,7 +10,6 @@ use interfaces::vmi;
 use crate::error::VeemError;
 use crate::manager::Veem;
 use crate::model::{CheckpointRec, Location, VeeRec, VeeState};
-use crate::store::Tree;
 
 impl Veem {
     /// The host a VEE runs on, or an error saying where it is instead.
@@ -160,7 +159,7 @@ impl Veem {
             }
         };
         self.measured_checkpoint_cost(&mut v, self.clock.since_ms(started) as f64 / 1000.0);
-        let cp = self.record_checkpoint(&mut v, &rec, &format!("on {host}")).await?;
+        let cp = self.checkpoints.record_checkpoint(&mut v, &rec, &format!("on {host}")).await?;
         self.transition(&mut v, VeeState::Running, "")?;
         Ok(cp)
     }
@@ -196,77 +195,13 @@ impl Veem {
         }
     }
 
-    /// Records checkpoint `rec` of VEE `v` (taken here or `where_` at a
-    /// peer site) as its latest, pinning its blobs in the image repository
-    /// (and sharing them with the primary site of a VEE run for a peer).
-    pub(crate) async fn record_checkpoint(
-        &self,
-        v: &mut VeeRec,
-        rec: &interfaces::vhi::CheckpointRecord,
-        where_: &str,
-    ) -> Result<CheckpointRec> {
-        let cp = CheckpointRec::new(rec);
-        if let Some(primary) = &v.for_peer {
-            // Taken for a peer: its primary site restores it anywhere.
-            if let Err(e) = self
-                .share_blobs(vec![rec.memory_blob.clone(), rec.disk_blob.clone()], primary)
-                .await
-            {
-                tracing::warn!(vee = %v.id, %primary, error = %format!("{e:#}"), "cannot share checkpoint blobs with the primary site");
-            }
-        }
-        for blob in [&rec.memory_blob, &rec.disk_blob] {
-            if let Ok(id) = blob.parse() {
-                if let Err(e) = self.repo.pin(&id, &format!("{}-checkpoint-{}", self.cfg.site_id, cp.id)).await {
-                    tracing::warn!(%blob, error = %e, "cannot pin checkpoint blob");
-                }
-            }
-        }
-        self.store.put(Tree::Checkpoints, &cp.id, &cp)?;
-        v.latest_checkpoint = Some(cp.id.clone());
-        v.last_checkpoint_ms = Some(self.clock.now_ms());
-        self.save_vee(v)?;
-        self.event(
-            &v.id,
-            &v.service_id,
-            "checkpointed",
-            format!(
-                "{} {where_} ({} ms downtime)",
-                cp.id,
-                interfaces::time::ms_of_duration(&rec.downtime)
-            ),
-        );
-        Ok(cp)
-    }
-
-    /// The latest valid checkpoint of a VEE, or the named one.
-    pub fn checkpoint_of(&self, vee_id: &str, id: Option<&str>) -> Result<Option<CheckpointRec>> {
-        if let Some(id) = id {
-            let cp: CheckpointRec = self
-                .store
-                .get(Tree::Checkpoints, id)?
-                .ok_or_else(|| VeemError::not_found("checkpoint", id))?;
-            if cp.vee_id != vee_id {
-                bail!("checkpoint {id} is not of VEE {vee_id}");
-            }
-            return Ok(Some(cp));
-        }
-        let mut all: Vec<CheckpointRec> = self
-            .store
-            .list::<CheckpointRec>(Tree::Checkpoints)?
-            .into_iter()
-            .filter(|c| c.vee_id == vee_id && c.valid)
-            .collect();
-        all.sort_by_key(|c| c.taken_ms);
-        Ok(all.pop())
-    }
-
     /// Rolls a VEE back to a checkpoint on its current host.
     pub async fn restore_vee(&self, vee_id: &str, checkpoint_id: Option<&str>) -> Result<()> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         let host = Self::local_host(&v)?;
         let cp = self
+            .checkpoints
             .checkpoint_of(vee_id, checkpoint_id)?
             .ok_or_else(|| anyhow!("VEE {vee_id} has no checkpoint"))?;
         let c = self.hosts.vhi(&host)?;
@@ -285,50 +220,6 @@ impl Veem {
         self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.id))?;
         self.networks.sync_networks(&v.service_id).await;
         Ok(())
-    }
-
-    /// Displaces a background VEE to make room for a stronger reservation
-    /// (H §4: background VEEs give way during a recovery): its whole state
-    /// is saved as a checkpoint and its domain stopped, so that the host's
-    /// memory and vCPUs are really free; the VEE is `suspended` and placed
-    /// nowhere until [`Veem::resume_displaced`] finds it room again. When
-    /// the checkpoint fails the domain is destroyed anyway (a background VEE
-    /// has no guarantee) and it resumes from its last checkpoint, or its
-    /// images.
-    pub async fn preempt_background(&self, vee_id: &str) {
-        let _g = self.lock_vee(vee_id).await;
-        let Ok(mut v) = self.vee(vee_id) else { return };
-        let mut saved = "no state saved".to_string();
-        if let (Location::Host(h), true) = (v.location.clone(), v.state.is_live()) {
-            if let Ok(c) = self.hosts.vhi(&h) {
-                let req = CheckpointRequest {
-                    vee_id: vee_id.into(),
-                    stop_after: true,
-                };
-                match c.checkpoint(tonic::Request::new(req)).await {
-                    Ok(rec) => match self
-                        .record_checkpoint(&mut v, &rec.into_inner(), &format!("on {h}, displaced"))
-                        .await
-                    {
-                        Ok(cp) => saved = format!("saved as checkpoint {}", cp.id),
-                        Err(e) => tracing::warn!(vee = %vee_id, error = %format!("{e:#}"), "cannot record the displaced VEE's checkpoint"),
-                    },
-                    Err(e) => tracing::warn!(vee = %vee_id, host = %h, error = %e.message(), "cannot save a displaced background VEE"),
-                }
-                let destroy = DestroyRequest {
-                    vee_id: vee_id.into(),
-                    remove: true,
-                };
-                if let Err(e) = c.destroy(tonic::Request::new(destroy)).await {
-                    tracing::warn!(vee = %vee_id, host = %h, error = %e.message(), "cannot remove a displaced background VEE");
-                }
-            }
-        }
-        v.location = Location::Nowhere;
-        let why = format!("background VEE displaced to make room ({saved}); resumes when capacity returns");
-        if let Err(e) = self.transition(&mut v, VeeState::Suspended, why) {
-            tracing::warn!(vee = %vee_id, error = %format!("{e:#}"), "cannot record the displacement");
-        }
     }
 
     /// Whether `v` is a background VEE displaced to make room: suspended

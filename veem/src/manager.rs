@@ -13,7 +13,9 @@ use crate::core::Core;
 use crate::ports::Ports;
 use crate::store::Store;
 use crate::workflows::accounting::Accounting;
+use crate::workflows::background::Background;
 use crate::workflows::boot::Boot;
+use crate::workflows::checkpoints::Checkpoints;
 use crate::workflows::intents::Intents;
 use crate::workflows::networks::Networks;
 use crate::workflows::site_constraints::SiteConstraints;
@@ -32,6 +34,8 @@ pub struct Veem {
     /// The workflows, each built once on the core (and on those it
     /// calls), in `crate::workflows`.
     pub accounting: Arc<Accounting>,
+    pub background: Arc<Background>,
+    pub checkpoints: Arc<Checkpoints>,
     pub boot: Arc<Boot>,
     pub windows: Arc<Windows>,
     pub networks: Arc<Networks>,
@@ -72,8 +76,11 @@ impl Veem {
         let core = Arc::new(core);
         // In dependency order: a workflow after those it calls.
         let networks = Arc::new(Networks::new(core.clone()));
+        let checkpoints = Arc::new(Checkpoints::new(core.clone()));
         Ok(Arc::new(Self {
             accounting: Arc::new(Accounting::new(core.clone())),
+            background: Arc::new(Background::new(core.clone(), checkpoints.clone())),
+            checkpoints,
             boot: Arc::new(Boot::new(core.clone(), networks.clone())),
             windows: Arc::new(Windows::new(core.clone())),
             spares: Arc::new(Spares::new(core.clone())),

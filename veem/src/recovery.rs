@@ -109,7 +109,7 @@ impl Veem {
         self.commit_transitions(&mut changes, Writes::default())?;
         drop(guards);
         for id in report.steps.iter().flat_map(|s| s.preempted.iter()) {
-            self.preempt_background(id).await;
+            self.background.preempt_background(id).await;
         }
         for step in report.steps {
             // A VEE being received by a migration never ran here: the
@@ -215,7 +215,7 @@ impl Veem {
             match next {
                 Ok(next) => {
                     for id in &next.preempted {
-                        self.preempt_background(id).await;
+                        self.background.preempt_background(id).await;
                     }
                     target = next.target;
                 }
@@ -281,7 +281,7 @@ impl Veem {
         }
         fail::fail_point!("recovery-before-restore");
         let c = self.hosts.vhi(to)?;
-        let how = match self.checkpoint_of(vee_id, None)? {
+        let how = match self.checkpoints.checkpoint_of(vee_id, None)? {
             Some(cp) => {
                 c.restore(tonic::Request::new(RestoreRequest {
                     spec: Some(self.networks.spec_of(&v)),

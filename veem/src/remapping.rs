@@ -67,7 +67,7 @@ impl Veem {
             }
         }
         for id in &report.preempted {
-            self.preempt_background(id).await;
+            self.background.preempt_background(id).await;
         }
         if !report.remapped.is_empty() || !report.kept.is_empty() {
             tracing::info!(

@@ -285,6 +285,7 @@ impl Vmi for VmiService {
         if matches!(role, Role::Peer(_)) && action == vmi::Action::Checkpoint {
             info.checkpoint_record = self
                 .veem
+                .checkpoints
                 .checkpoint_of(&v.id, None)
                 .map_err(status)?
                 .map(|c| c.record())

@@ -9,7 +9,9 @@
 //!   receiving from peers) and the consumers' averages for usage SLAs.
 
 pub mod accounting;
+pub mod background;
 pub mod boot;
+pub mod checkpoints;
 pub mod intents;
 pub mod networks;
 pub mod site_constraints;

@@ -1,0 +1,115 @@
+//! Recording a checkpoint (issue 37: a leaf several workflows share): a
+//! checkpoint taken here or at a peer site becomes the VEE's latest, its
+//! blobs pinned in the image repository (and shared with the primary site
+//! of a VEE run for a peer, whose hosts restore it anywhere); the latest
+//! valid one, or a named one, is looked up for a restore.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use interfaces::BlobId;
+
+use crate::core::Core;
+use crate::error::VeemError;
+use crate::model::{CheckpointRec, VeeRec};
+use crate::store::Tree;
+
+/// A VEE's checkpoint records: recorded (blobs pinned, shared with the primary site of a VEE run for a peer) and looked up. A leaf lifecycle, federation and recovery share. Calls only the core.
+pub struct Checkpoints {
+    core: Arc<Core>,
+}
+
+impl Deref for Checkpoints {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Checkpoints {
+    pub fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+
+    /// Records checkpoint `rec` of VEE `v` (taken here or `where_` at a
+    /// peer site) as its latest, pinning its blobs in the image repository
+    /// (and sharing them with the primary site of a VEE run for a peer).
+    pub(crate) async fn record_checkpoint(
+        &self,
+        v: &mut VeeRec,
+        rec: &interfaces::vhi::CheckpointRecord,
+        where_: &str,
+    ) -> Result<CheckpointRec> {
+        let cp = CheckpointRec::new(rec);
+        if let Some(primary) = &v.for_peer {
+            // Taken for a peer: its primary site restores it anywhere.
+            if let Err(e) = self
+                .share_blobs(vec![rec.memory_blob.clone(), rec.disk_blob.clone()], primary)
+                .await
+            {
+                tracing::warn!(vee = %v.id, %primary, error = %format!("{e:#}"), "cannot share checkpoint blobs with the primary site");
+            }
+        }
+        for blob in [&rec.memory_blob, &rec.disk_blob] {
+            if let Ok(id) = blob.parse() {
+                if let Err(e) = self.repo.pin(&id, &format!("{}-checkpoint-{}", self.cfg.site_id, cp.id)).await {
+                    tracing::warn!(%blob, error = %e, "cannot pin checkpoint blob");
+                }
+            }
+        }
+        self.store.put(Tree::Checkpoints, &cp.id, &cp)?;
+        v.latest_checkpoint = Some(cp.id.clone());
+        v.last_checkpoint_ms = Some(self.clock.now_ms());
+        self.save_vee(v)?;
+        self.event(
+            &v.id,
+            &v.service_id,
+            "checkpointed",
+            format!(
+                "{} {where_} ({} ms downtime)",
+                cp.id,
+                interfaces::time::ms_of_duration(&rec.downtime)
+            ),
+        );
+        Ok(cp)
+    }
+
+    /// The latest valid checkpoint of a VEE, or the named one.
+    pub fn checkpoint_of(&self, vee_id: &str, id: Option<&str>) -> Result<Option<CheckpointRec>> {
+        if let Some(id) = id {
+            let cp: CheckpointRec = self
+                .store
+                .get(Tree::Checkpoints, id)?
+                .ok_or_else(|| VeemError::not_found("checkpoint", id))?;
+            if cp.vee_id != vee_id {
+                bail!("checkpoint {id} is not of VEE {vee_id}");
+            }
+            return Ok(Some(cp));
+        }
+        let mut all: Vec<CheckpointRec> = self
+            .store
+            .list::<CheckpointRec>(Tree::Checkpoints)?
+            .into_iter()
+            .filter(|c| c.vee_id == vee_id && c.valid)
+            .collect();
+        all.sort_by_key(|c| c.taken_ms);
+        Ok(all.pop())
+    }
+
+    /// Lets peer `site` read `blobs` (IDs; empty ones are skipped) in the
+    /// image repository, so that its hosts can pull them (issue 13 S3).
+    /// Errors: a blob cannot be shared (the repository is down, or this
+    /// site may not read it).
+    pub(crate) async fn share_blobs(&self, blobs: Vec<String>, site: &str) -> Result<()> {
+        for blob in blobs.iter().filter(|b| !b.is_empty()) {
+            let id: BlobId = blob.parse().with_context(|| format!("blob ID {blob:?}"))?;
+            self.repo
+                .share(&id, site)
+                .await
+                .with_context(|| format!("sharing {id} with {site} in the image repository"))?;
+        }
+        Ok(())
+    }
+}
