@@ -292,7 +292,7 @@ impl Veem {
                 let p = self.planner.lock().unwrap();
                 p.site_share(&req.total_resources()) * a.placements.len() as f64 / req.vee_count().max(1) as f64
             };
-            self.booking.lock().unwrap().record(self.now_slot(), a.window, share);
+            self.remapping.record_booking(a.window, share);
         }
         self.placed_remotely(&d.vees);
         if d.remote {

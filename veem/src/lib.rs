@@ -43,7 +43,6 @@ pub mod ports;
 pub mod proposals;
 pub mod reconcile;
 pub mod recovery;
-pub mod remapping;
 pub mod rest;
 pub mod server;
 pub mod store;

@@ -222,12 +222,6 @@ impl Veem {
         Ok(())
     }
 
-    /// Whether `v` is a background VEE displaced to make room: suspended
-    /// and placed nowhere (a VEE a caller suspended stays on its host).
-    pub fn is_displaced(v: &VeeRec) -> bool {
-        v.state == VeeState::Suspended && v.location == Location::Nowhere
-    }
-
     /// Resumes displaced background VEEs for which the planner finds free
     /// capacity for the rest of their window
     /// ([`Planner::resume_background`]): each is restored from its latest
@@ -240,7 +234,7 @@ impl Veem {
     pub fn resume_displaced(self: &Arc<Self>) -> usize {
         let now = self.clock.now();
         let mut started = 0;
-        for v in self.vees_where(|v| Self::is_displaced(v) && v.window_end_unix > now) {
+        for v in self.vees_where(|v| v.is_displaced() && v.window_end_unix > now) {
             if !self.try_busy(&v.id) {
                 continue;
             }

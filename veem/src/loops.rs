@@ -160,7 +160,7 @@ pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
             // Still silent: VRM again (V §4.4: every slot while it is
             // down), and its block moves on, so that no new VEE is placed
             // on it until it answers again.
-            if let Err(e) = veem.remap_failed_host(&h).await {
+            if let Err(e) = veem.remapping.remap_failed_host(&h).await {
                 tracing::warn!(host = %h, error = %format!("{e:#}"), "VRM remapping");
             }
         }

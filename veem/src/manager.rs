@@ -18,6 +18,7 @@ use crate::workflows::boot::Boot;
 use crate::workflows::checkpoints::Checkpoints;
 use crate::workflows::intents::Intents;
 use crate::workflows::networks::Networks;
+use crate::workflows::remapping::Remapping;
 use crate::workflows::site_constraints::SiteConstraints;
 use crate::workflows::sla::Sla;
 use crate::workflows::spares::Spares;
@@ -28,12 +29,10 @@ pub struct Veem {
     core: Arc<Core>,
     /// Serialises Deploys with the same request ID (crate::deploy).
     pub(crate) request_locks: Mutex<interfaces::locks::LockMap>,
-    /// VRM's average booking profile b̄ (V §4.6), learnt from the
-    /// admissions since the VEEM started (`crate::remapping`).
-    pub(crate) booking: Mutex<crate::planner::BookingProfile>,
     /// The workflows, each built once on the core (and on those it
     /// calls), in `crate::workflows`.
     pub accounting: Arc<Accounting>,
+    pub remapping: Arc<Remapping>,
     pub background: Arc<Background>,
     pub checkpoints: Arc<Checkpoints>,
     pub boot: Arc<Boot>,
@@ -71,26 +70,35 @@ impl Veem {
     /// memory) instead of the one at `cfg.db`. Errors: as [`Core::open`].
     pub fn with_store(cfg: VeemConfig, ports: Ports, store: Store) -> Result<Arc<Self>> {
         let core = Core::open(cfg, ports, store)?;
-        let mut booking = crate::planner::BookingProfile::new(core.slots.slots_for(core.cfg.planning_horizon));
-        booking.observe_from(core.now_slot());
         let core = Arc::new(core);
         // In dependency order: a workflow after those it calls.
+        let accounting = Arc::new(Accounting::new(core.clone()));
+        let windows = Arc::new(Windows::new(core.clone()));
         let networks = Arc::new(Networks::new(core.clone()));
+        let spares = Arc::new(Spares::new(core.clone()));
+        let intents = Arc::new(Intents::new(core.clone()));
+        let site_constraints = Arc::new(SiteConstraints::new(core.clone()));
+        let sla = Arc::new(Sla::new(core.clone()));
         let checkpoints = Arc::new(Checkpoints::new(core.clone()));
+        let background = Arc::new(Background::new(core.clone(), checkpoints.clone()));
+        let boot = Arc::new(Boot::new(core.clone(), networks.clone()));
+        let remapping = Arc::new(Remapping::new(core.clone(), windows.clone(), background.clone()));
+        // (the next workflow here)
         Ok(Arc::new(Self {
-            accounting: Arc::new(Accounting::new(core.clone())),
-            background: Arc::new(Background::new(core.clone(), checkpoints.clone())),
-            checkpoints,
-            boot: Arc::new(Boot::new(core.clone(), networks.clone())),
-            windows: Arc::new(Windows::new(core.clone())),
-            spares: Arc::new(Spares::new(core.clone())),
-            intents: Arc::new(Intents::new(core.clone())),
-            site_constraints: Arc::new(SiteConstraints::new(core.clone())),
-            sla: Arc::new(Sla::new(core.clone())),
+            accounting,
+            windows,
             networks,
+            spares,
+            intents,
+            site_constraints,
+            sla,
+            checkpoints,
+            background,
+            boot,
+            remapping,
+            // (its field here)
             core,
             request_locks: Mutex::new(Default::default()),
-            booking: Mutex::new(booking),
         }))
     }
 

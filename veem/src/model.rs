@@ -243,6 +243,12 @@ pub struct Stay {
 pub const MAX_STAYS: usize = 64;
 
 impl VeeRec {
+    /// Whether it is a background VEE displaced to make room: suspended
+    /// and placed nowhere (a VEE a caller suspended stays on its host).
+    pub fn is_displaced(&self) -> bool {
+        self.state == VeeState::Suspended && self.location == Location::Nowhere
+    }
+
     /// Whether an admitted VEE is to be deployed at `now` (Unix s): its
     /// window starts within its initialization lead.
     pub fn deploy_due(&self, now: i64) -> bool {

@@ -124,7 +124,7 @@ impl Veem {
         }
         // Reservations that start soon follow (VRM), and again each round
         // while the host stays down (`crate::loops`).
-        if let Err(e) = self.remap_failed_host(host).await {
+        if let Err(e) = self.remapping.remap_failed_host(host).await {
             tracing::warn!(host, error = %format!("{e:#}"), "VRM remapping");
         }
         // Proposals made before the failure (moves off this host, moves to
@@ -272,7 +272,7 @@ impl Veem {
         } else {
             // Failed (if it was not yet), recovering, and where to: one write.
             let mut steps = Vec::new();
-            if v.state != VeeState::Failed && !Self::is_displaced(&v) {
+            if v.state != VeeState::Failed && !v.is_displaced() {
                 steps.push((VeeState::Failed, why.to_string()));
             }
             steps.push((VeeState::Recovering, format!("to {to}")));

@@ -368,7 +368,7 @@ async fn the_levels_side_by_side_on_one_host_failure() {
     // nothing of the lost VEE to move onto y: the background VEE stays.
     // (It once displaced it again: the lab's levels test failed on it when
     // the standard VEE stopped within the failure's minute.)
-    let (_, report) = site.veem.remap_failed_host(&x).await.unwrap();
+    let (_, report) = site.veem.remapping.remap_failed_host(&x).await.unwrap();
     assert!(report.remapped.is_empty() && report.preempted.is_empty(), "{report:?}");
     assert_eq!(site.veem.vee(&background).unwrap().state, VeeState::Running);
 }

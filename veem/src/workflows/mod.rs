@@ -14,6 +14,7 @@ pub mod boot;
 pub mod checkpoints;
 pub mod intents;
 pub mod networks;
+pub mod remapping;
 pub mod site_constraints;
 pub mod sla;
 pub mod spares;

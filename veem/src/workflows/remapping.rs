@@ -12,15 +12,55 @@
 //! the failed host takes no new reservation: it is blocked for the whole
 //! planning horizon, renewed each round.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use anyhow::Result;
 
-use crate::manager::Veem;
+use crate::core::Core;
 use crate::model::{Location, VeeState};
 use crate::planner::{RemapParams, RemapReport};
+use crate::workflows::background::Background;
+use crate::workflows::windows::Windows;
 
-impl Veem {
+/// VRM applied while a host is down (see the module doc); owns the booking profile Deploy's admissions teach it. Calls the core, the windows and the background displacement.
+pub struct Remapping {
+    core: Arc<Core>,
+    pub(crate) windows: Arc<Windows>,
+    pub(crate) background: Arc<Background>,
+    /// VRM's average booking profile b̄ (V §4.6), learnt from the
+    /// admissions since the VEEM started ([`Remapping::record_booking`]).
+    booking: std::sync::Mutex<crate::planner::BookingProfile>,
+}
+
+impl Deref for Remapping {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Remapping {
+    pub fn new(core: Arc<Core>, windows: Arc<Windows>, background: Arc<Background>) -> Self {
+        let mut booking = crate::planner::BookingProfile::new(windows.horizon_slots());
+        booking.observe_from(core.now_slot());
+        Self {
+            core,
+            windows,
+            background,
+            booking: std::sync::Mutex::new(booking),
+        }
+    }
+
+    /// Teaches the booking profile an admission at the current slot over
+    /// `window`, of `share` of the site's capacity (Deploy).
+    pub fn record_booking(&self, window: crate::planner::SlotRange, share: f64) {
+        self.booking.lock().unwrap().record(self.now_slot(), window, share);
+    }
+}
+
+impl Remapping {
     /// VRM's parameters from the configuration, looking one planning
     /// horizon ahead.
     pub fn remap_params(&self) -> RemapParams {

@@ -42,7 +42,7 @@ async fn a_reservation_that_starts_during_the_outage_moves_when_it_enters_the_in
     let mut moved_at = None;
     for minute in 1..=5 {
         site.clock.advance_ms(60_000);
-        site.veem.remap_failed_host("h1").await.unwrap();
+        site.veem.remapping.remap_failed_host("h1").await.unwrap();
         if site.veem.vee(&vee).unwrap().location == Location::Host("h2".into()) {
             moved_at = Some(minute);
             break;
@@ -70,7 +70,10 @@ async fn eta_and_zeta_come_from_the_configuration() {
     // η = 0: every future reservation is in the interval at once.
     let site = FakeSite::start(&["h1", "h2"], "[recovery]\nremap_eta = 0.0\nremap_zeta = 3.0\n").await;
     crate::loops::heartbeat_round(&site.veem).await;
-    assert_eq!((site.veem.remap_params().eta, site.veem.remap_params().zeta), (0.0, 3.0));
+    assert_eq!(
+        (site.veem.remapping.remap_params().eta, site.veem.remapping.remap_params().zeta),
+        (0.0, 3.0)
+    );
     let vee = future_vee_on_h1(&site, 1800);
     site.veem.recover_host("h1").await.unwrap();
     assert_eq!(site.veem.vee(&vee).unwrap().location, Location::Host("h2".into()));
