@@ -221,10 +221,10 @@ impl Veem {
         });
         if let Some(intent) = &intent {
             self.intents.begin_intent(intent).map_err(|e| e.context("reject"))?;
-            let placed = match self.place_remote(&svc, &mut vees).await {
+            let placed = match self.federation.place_remote(&svc, &mut vees).await {
                 Ok(placed) => placed,
                 Err(e) => {
-                    self.unplace_remote(&vees).await;
+                    self.federation.unplace_remote(&vees).await;
                     self.intents.drop_intent(intent)?;
                     return Err(e);
                 }
@@ -276,7 +276,7 @@ impl Veem {
     /// Takes back what an attempt placed at peer sites under `intent`.
     async fn unplace_remote_intent(&self, vees: &[VeeRec], intent: Option<&Intent>) -> Result<()> {
         if let Some(intent) = intent {
-            self.unplace_remote(vees).await;
+            self.federation.unplace_remote(vees).await;
             self.intents.drop_intent(intent)?;
         }
         Ok(())
@@ -294,7 +294,7 @@ impl Veem {
             };
             self.remapping.record_booking(a.window, share);
         }
-        self.placed_remotely(&d.vees);
+        self.federation.placed_remotely(&d.vees);
         if d.remote {
             // VEEs at peers: their networks' home part is here (anchored
             // when none runs here).

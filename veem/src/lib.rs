@@ -25,7 +25,6 @@ pub mod error;
 pub mod failpoints;
 #[cfg(test)]
 pub(crate) mod fakes;
-pub mod federation;
 pub mod front;
 pub mod hosts;
 pub mod ipam;

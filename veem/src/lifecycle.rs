@@ -27,7 +27,7 @@ impl Veem {
     /// [`Veem::withdraw`]).
     pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: vmi::Action, checkpoint_id: &str) -> Result<VeeRec> {
         if let Location::Site(site) = self.vee(vee_id)?.location {
-            self.forward_action(&site, vee_id, action, checkpoint_id).await?;
+            self.federation.forward_action(&site, vee_id, action, checkpoint_id).await?;
             let v = self.vee(vee_id)?;
             if action == vmi::Action::Stop {
                 // No longer abroad: an anchor here may go, and so does the
@@ -309,7 +309,7 @@ impl Veem {
                     let veem = self.clone();
                     self.spawn(async move {
                         let r = match &v.location {
-                            Location::Site(s) => veem.forward_action(s, &v.id, vmi::Action::Checkpoint, "").await,
+                            Location::Site(s) => veem.federation.forward_action(s, &v.id, vmi::Action::Checkpoint, "").await,
                             _ => veem.checkpoint_vee(&v.id).await.map(|_| ()),
                         };
                         if let Err(e) = r {

@@ -16,6 +16,7 @@ use crate::workflows::accounting::Accounting;
 use crate::workflows::background::Background;
 use crate::workflows::boot::Boot;
 use crate::workflows::checkpoints::Checkpoints;
+use crate::workflows::federation::Federation;
 use crate::workflows::intents::Intents;
 use crate::workflows::networks::Networks;
 use crate::workflows::remapping::Remapping;
@@ -32,6 +33,7 @@ pub struct Veem {
     /// The workflows, each built once on the core (and on those it
     /// calls), in `crate::workflows`.
     pub accounting: Arc<Accounting>,
+    pub federation: Arc<Federation>,
     pub remapping: Arc<Remapping>,
     pub background: Arc<Background>,
     pub checkpoints: Arc<Checkpoints>,
@@ -83,6 +85,15 @@ impl Veem {
         let background = Arc::new(Background::new(core.clone(), checkpoints.clone()));
         let boot = Arc::new(Boot::new(core.clone(), networks.clone()));
         let remapping = Arc::new(Remapping::new(core.clone(), windows.clone(), background.clone()));
+        let federation = Arc::new(Federation::new(
+            core.clone(),
+            networks.clone(),
+            site_constraints.clone(),
+            spares.clone(),
+            windows.clone(),
+            boot.clone(),
+            checkpoints.clone(),
+        ));
         // (the next workflow here)
         Ok(Arc::new(Self {
             accounting,
@@ -96,6 +107,7 @@ impl Veem {
             background,
             boot,
             remapping,
+            federation,
             // (its field here)
             core,
             request_locks: Mutex::new(Default::default()),

@@ -364,7 +364,8 @@ impl Veem {
             }
             Dest::Site(s) if s == &self.cfg.site_id => Err(anyhow!("migrating home needs a destination host: use --to-host")),
             Dest::Site(s) => {
-                self.send_incoming(s, &v, crate::federation::Incoming::Migration, self.networks.spec_of(&v))
+                self.federation
+                    .send_incoming(s, &v, crate::workflows::federation::Incoming::Migration, self.networks.spec_of(&v))
                     .await
             }
             Dest::ForPrimary(s) => Err(anyhow!("site-of:{s} is not a destination this site can choose")),

@@ -185,7 +185,7 @@ impl Veem {
         };
         let Err(local) = local else { return Ok(()) };
         tracing::warn!(vee = %vee_id, error = %format!("{local:#}"), "cannot recover locally; trying other peer sites");
-        if let Err(e) = self.recover_at_peer(vee_id, Some(site)).await {
+        if let Err(e) = self.federation.recover_at_peer(vee_id, Some(site)).await {
             self.record_unrecovered(vee_id, &why, &format!("{local:#}; {e:#}"))?;
         }
         Ok(())

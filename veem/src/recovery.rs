@@ -116,7 +116,7 @@ impl Veem {
             // migration fails at its source, where it keeps running.
             if let Ok(v) = self.vee(&step.vee) {
                 if v.state == VeeState::Migrating && v.for_peer.is_some() {
-                    self.drop_incoming(&v.id).await;
+                    self.federation.drop_incoming(&v.id).await;
                     continue;
                 }
             }
@@ -150,7 +150,7 @@ impl Veem {
             let host = match target {
                 RecoveryTarget::Spare { host } | RecoveryTarget::Host { host } => host,
                 RecoveryTarget::NeedsPeer | RecoveryTarget::PeerSpare { .. } => {
-                    match self.recover_at_peer(&vee, None).await {
+                    match self.federation.recover_at_peer(&vee, None).await {
                         Ok(()) => return Ok(()),
                         Err(e) => attempts.push(Attempt {
                             place: "peer sites".into(),

@@ -466,14 +466,14 @@ impl Vmi for VmiService {
 
     async fn prepare_incoming(&self, r: Request<PrepareIncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
         let site = self.peer(&r)?;
-        ok(self.veem.accept_incoming(&site, r.into_inner()).await)
+        ok(self.veem.federation.accept_incoming(&site, r.into_inner()).await)
     }
 
     async fn complete_incoming(&self, r: Request<CompleteIncomingRequest>) -> R<VeeInfo> {
         let site = self.peer(&r)?;
         let role = Role::Peer(site);
         self.visible_vee(&role, &r.get_ref().vee_id)?;
-        let v = self.veem.complete_incoming(&r.get_ref().vee_id).await.map_err(status)?;
+        let v = self.veem.federation.complete_incoming(&r.get_ref().vee_id).await.map_err(status)?;
         Ok(Response::new(self.vee_info(&role, &v)))
     }
 
@@ -482,6 +482,7 @@ impl Vmi for VmiService {
         self.visible_vee(&Role::Peer(site), &r.get_ref().vee_id)?;
         ok(self
             .veem
+            .federation
             .abort_incoming(&r.get_ref().vee_id)
             .await
             .map(|_| AbortIncomingResponse {}))

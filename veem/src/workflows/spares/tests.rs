@@ -132,7 +132,7 @@ async fn an_arrival_the_peer_cannot_admit_leaves_its_spare_held() {
         start_fresh: true,
         restore_from: None,
     };
-    let e = format!("{:#}", b.veem.accept_incoming("site-a", req).await.unwrap_err());
+    let e = format!("{:#}", b.veem.federation.accept_incoming("site-a", req).await.unwrap_err());
     assert!(e.contains("cannot admit VEE"), "{e}");
     let h = held(&b);
     assert_eq!((h.len(), h[0].confirmed), (1, true), "the spare is still held: {h:?}");

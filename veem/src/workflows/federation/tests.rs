@@ -147,7 +147,7 @@ async fn a_vee_on_service_networks_never_goes_to_a_peer_without_an_agreed_overla
     );
     assert!(e.contains("to_site") && e.contains("no overlay"), "{e}");
     // Nor when its host fails and no local host is left: the peer is not asked.
-    let e = format!("{:#}", a.veem.recover_at_peer(&vee, None).await.unwrap_err());
+    let e = format!("{:#}", a.veem.federation.recover_at_peer(&vee, None).await.unwrap_err());
     assert!(e.contains("service networks"), "{e}");
     assert!(b.veem.vees().unwrap().is_empty(), "site B got the VEE");
     assert!(!b.host("b1").calls().iter().any(|c| c.contains(&vee)), "{:?}", b.host("b1").calls());
@@ -501,7 +501,7 @@ mod networks {
         });
         a.veem.store.put(crate::store::Tree::Checkpoints, &cp.id, &cp).unwrap();
         // Its host failed and no host here can take it.
-        a.veem.recover_at_peer(&vee, None).await.unwrap();
+        a.veem.federation.recover_at_peer(&vee, None).await.unwrap();
         let v = a.veem.vee(&vee).unwrap();
         assert_eq!((v.state, &v.location), (VeeState::Running, &Location::Site("site-b".into())));
         assert!(

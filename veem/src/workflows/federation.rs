@@ -10,6 +10,7 @@
 //! and fencing, and sending a VEE on (SendVee). Watching the peers:
 //! [`crate::peer_watch`].
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -18,15 +19,62 @@ use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;
 use interfaces::vmi::{self, PrepareIncomingRequest, VeeActionRequest};
 
+use crate::core::Core;
 use crate::domain::StateMachine;
 use crate::error::VeemError;
-use crate::manager::Veem;
 use crate::model::{CheckpointRec, Location, ServiceRec, VeeRec, VeeState};
 use crate::peers;
 use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
 use crate::store::{Tree, Writes};
+use crate::workflows::boot::Boot;
+use crate::workflows::checkpoints::Checkpoints;
+use crate::workflows::networks::Networks;
+use crate::workflows::site_constraints::SiteConstraints;
+use crate::workflows::spares::Spares;
+use crate::workflows::windows::Windows;
 
-impl Veem {
+/// Peer sites as this site's primary and as their host (see the module doc): remote placement, incoming VEEs, actions forwarded, recovery at a peer. Calls the core, the networks, site constraints, spares, windows, booting and checkpoint records.
+pub struct Federation {
+    core: Arc<Core>,
+    pub(crate) networks: Arc<Networks>,
+    pub(crate) site_constraints: Arc<SiteConstraints>,
+    pub(crate) spares: Arc<Spares>,
+    pub(crate) windows: Arc<Windows>,
+    pub(crate) boot: Arc<Boot>,
+    pub(crate) checkpoints: Arc<Checkpoints>,
+}
+
+impl Deref for Federation {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Federation {
+    pub fn new(
+        core: Arc<Core>,
+        networks: Arc<Networks>,
+        site_constraints: Arc<SiteConstraints>,
+        spares: Arc<Spares>,
+        windows: Arc<Windows>,
+        boot: Arc<Boot>,
+        checkpoints: Arc<Checkpoints>,
+    ) -> Self {
+        Self {
+            core,
+            networks,
+            site_constraints,
+            spares,
+            windows,
+            boot,
+            checkpoints,
+        }
+    }
+}
+
+impl Federation {
     /// Places the VEEs of `vees` (all records of service `svc`, not yet
     /// committed) that have no location at peer sites, cheapest agreement
     /// first; each peer applies its own admission and may refuse. A VEE on
@@ -109,8 +157,8 @@ impl Veem {
     /// Errors carry the peer's refusal (its admission, agreement or host).
     /// A VEE on service networks goes only to a peer with an agreed overlay
     /// (`[peers.overlay]`): its networks are stretched there first
-    /// ([`Veem::stretch`]; a live migration's caller unstretches them when
-    /// it ends, see [`Veem::run_migration`]).
+    /// ([`Federation::stretch`]; a live migration's caller unstretches them when
+    /// it ends, see [`Federation::run_migration`]).
     pub async fn send_incoming(&self, site: &str, v: &VeeRec, how: Incoming, spec: vhi::VeeSpec) -> Result<IncomingTarget> {
         if !v.nics.is_empty() && self.networks.overlay(site).is_none() {
             bail!(
@@ -466,7 +514,7 @@ impl Veem {
     }
 }
 
-/// How a peer site is to take a VEE ([`Veem::send_incoming`]).
+/// How a peer site is to take a VEE ([`Federation::send_incoming`]).
 pub enum Incoming {
     /// Boot it from its images (remote placement).
     Boot,
