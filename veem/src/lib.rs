@@ -31,7 +31,6 @@ pub mod ipam;
 pub mod lifecycle;
 pub mod loops;
 pub mod manager;
-pub mod migration;
 pub mod model;
 pub mod peer_watch;
 pub mod peers;

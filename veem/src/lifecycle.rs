@@ -59,7 +59,7 @@ impl Veem {
                 self.restore_vee(vee_id, (!checkpoint_id.is_empty()).then_some(checkpoint_id))
                     .await?
             }
-            vmi::Action::Withdraw => self.withdraw(vee_id).await?,
+            vmi::Action::Withdraw => self.migration.withdraw(vee_id).await?,
             vmi::Action::Unspecified => return Err(VeemError::field("action", "unset").into()),
         }
         self.vee(vee_id)

@@ -18,6 +18,7 @@ use crate::workflows::boot::Boot;
 use crate::workflows::checkpoints::Checkpoints;
 use crate::workflows::federation::Federation;
 use crate::workflows::intents::Intents;
+use crate::workflows::migration::Migration;
 use crate::workflows::networks::Networks;
 use crate::workflows::remapping::Remapping;
 use crate::workflows::site_constraints::SiteConstraints;
@@ -33,6 +34,7 @@ pub struct Veem {
     /// The workflows, each built once on the core (and on those it
     /// calls), in `crate::workflows`.
     pub accounting: Arc<Accounting>,
+    pub migration: Arc<Migration>,
     pub federation: Arc<Federation>,
     pub remapping: Arc<Remapping>,
     pub background: Arc<Background>,
@@ -94,6 +96,14 @@ impl Veem {
             boot.clone(),
             checkpoints.clone(),
         ));
+        let migration = Arc::new(Migration::new(
+            core.clone(),
+            federation.clone(),
+            networks.clone(),
+            site_constraints.clone(),
+            sla.clone(),
+            spares.clone(),
+        ));
         // (the next workflow here)
         Ok(Arc::new(Self {
             accounting,
@@ -108,6 +118,7 @@ impl Veem {
             boot,
             remapping,
             federation,
+            migration,
             // (its field here)
             core,
             request_locks: Mutex::new(Default::default()),

@@ -425,7 +425,7 @@ pub struct MigrationRec {
     pub downtime_ms: u64,
     pub created_ms: i64,
     /// The migrations of the affinity set this one moves with, in the
-    /// order they run, this one included (`crate::migration::affinity`);
+    /// order they run, this one included (`crate::workflows::migration::affinity`);
     /// empty for a VEE that moves alone.
     #[serde(default)]
     pub set: Vec<String>,

@@ -169,8 +169,8 @@ impl Veem {
         // Cut off the overlay there first (networks::fenced_at).
         self.networks.sync_networks(&v.service_id).await;
         let why = format!("site {site} lost it");
-        let local = match self.home_host(&v) {
-            Some(host) => match self.reserve_home(&v, &host) {
+        let local = match self.migration.home_host(&v) {
+            Some(host) => match self.migration.reserve_home(&v, &host) {
                 Ok(()) => match self.recover_vee_on(vee_id, &why, &host, None).await {
                     Ok(()) => Ok(()),
                     Err(e) => {

@@ -37,10 +37,10 @@ use anyhow::Result;
 
 use crate::domain::Health;
 use crate::manager::Veem;
-use crate::migration::{Dest, Proposer};
 use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::planner::{Planner, Resources, Slot};
 use crate::store::Tree;
+use crate::workflows::migration::{Dest, Proposer};
 
 #[cfg(test)]
 mod tests;
@@ -430,7 +430,10 @@ impl Veem {
         };
         let mut made = Vec::new();
         for p in plan(&snapshot, &mut mover) {
-            match self.propose(&p.vee_id, Dest::Host(p.to.clone()), p.reason.as_str(), Proposer::Planner) {
+            match self
+                .migration
+                .propose(&p.vee_id, Dest::Host(p.to.clone()), p.reason.as_str(), Proposer::Planner)
+            {
                 Ok(m) => made.push(m),
                 Err(e) => {
                     tracing::warn!(vee = %p.vee_id, to = %p.to, reason = p.reason.as_str(), error = %format!("{e:#}"), "planner proposal refused")

@@ -10,9 +10,9 @@ use anyhow::Result;
 use interfaces::vhi::{self, DestroyRequest};
 
 use crate::manager::Veem;
-use crate::migration::Dest;
 use crate::model::{Location, MigrationRec, MigrationState, VeeRec, VeeState};
 use crate::store::Tree;
+use crate::workflows::migration::Dest;
 
 /// What start-up reconciliation does with domains no record places on
 /// their host.
@@ -67,7 +67,7 @@ impl Veem {
             let dest = m.to.clone();
             let mut to = VeeState::Running;
             if doms.contains_key(&v.id) {
-                let _ = self.abort_at(&dest, &v.id).await;
+                let _ = self.migration.abort_at(&dest, &v.id).await;
                 m.advance(MigrationState::Failed)?;
                 m.detail = "the VEEM restarted mid-migration; the destination was aborted and the VEE stays at its source".into();
             } else {
@@ -75,7 +75,7 @@ impl Veem {
                 // primary site finishes what it sent on itself).
                 let done = match &dest {
                     Dest::ForPrimary(_) => true,
-                    _ => self.complete_at(&dest, &v.id).await.is_ok(),
+                    _ => self.migration.complete_at(&dest, &v.id).await.is_ok(),
                 };
                 m.advance(if done { MigrationState::Done } else { MigrationState::Failed })?;
                 m.detail = "the VEEM restarted mid-migration; the VEE left its source".into();

@@ -129,7 +129,7 @@ impl Veem {
         }
         // Proposals made before the failure (moves off this host, moves to
         // it) have lost their premise.
-        self.close_stale_proposals()?;
+        self.migration.close_stale_proposals()?;
         Ok(())
     }
 

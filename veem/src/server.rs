@@ -26,9 +26,9 @@ use tonic::{Request, Response, Status};
 use crate::config::Role;
 use crate::error::status;
 use crate::manager::Veem;
-use crate::migration::{Dest, Proposer};
 use crate::model::{MigrationRec, ServiceRec, VeeRec};
 use crate::visibility::{redact, Redactor};
+use crate::workflows::migration::{Dest, Proposer};
 use info::migration_info;
 
 pub struct VmiService {
@@ -323,8 +323,8 @@ impl Vmi for VmiService {
             req.reason
         };
         let m = match to {
-            Some(to) => self.veem.propose(&req.vee_id, to, &reason, by),
-            None => self.veem.propose_anywhere(&req.vee_id, &reason, by),
+            Some(to) => self.veem.migration.propose(&req.vee_id, to, &reason, by),
+            None => self.veem.migration.propose_anywhere(&req.vee_id, &reason, by),
         };
         let redactor = self.redactor(&role);
         m.map(|m| Response::new(migration_info(&m, redactor.as_ref())))
@@ -352,7 +352,11 @@ impl Vmi for VmiService {
 
     async fn approve_migration(&self, r: Request<ApproveMigrationRequest>) -> R<MigrationInfo> {
         let by = self.operator(&r)?;
-        ok(self.veem.approve(&r.get_ref().migration_id, &by).map(|m| migration_info(&m, None)))
+        ok(self
+            .veem
+            .migration
+            .approve(&r.get_ref().migration_id, &by)
+            .map(|m| migration_info(&m, None)))
     }
 
     async fn reject_migration(&self, r: Request<RejectMigrationRequest>) -> R<MigrationInfo> {
@@ -360,13 +364,14 @@ impl Vmi for VmiService {
         let req = r.into_inner();
         ok(self
             .veem
+            .migration
             .reject(&req.migration_id, &by, &req.reason)
             .map(|m| migration_info(&m, None)))
     }
 
     async fn drain(&self, r: Request<DrainRequest>) -> R<DrainResponse> {
         self.operator(&r)?;
-        ok(self.veem.drain(&r.get_ref().host).map(|l| DrainResponse {
+        ok(self.veem.migration.drain(&r.get_ref().host).map(|l| DrainResponse {
             migrations: l.iter().map(|m| migration_info(m, None)).collect(),
         }))
     }
@@ -504,7 +509,11 @@ impl Vmi for VmiService {
 
     async fn withdraw(&self, r: Request<WithdrawRequest>) -> R<WithdrawResponse> {
         let site = self.peer(&r)?;
-        ok(self.veem.withdrawn(&site, &r.get_ref().vee_id).map(|_| WithdrawResponse {}))
+        ok(self
+            .veem
+            .migration
+            .withdrawn(&site, &r.get_ref().vee_id)
+            .map(|_| WithdrawResponse {}))
     }
 
     async fn reserve_spare(&self, r: Request<ReserveSpareRequest>) -> R<ReserveSpareResponse> {
@@ -537,6 +546,7 @@ impl Vmi for VmiService {
         let r = self.redactor(&Role::Peer(site.clone()));
         ok(self
             .veem
+            .migration
             .send_vee(&site, &req.vee_id, target)
             .await
             .map(|m| migration_info(&m, r.as_ref())))

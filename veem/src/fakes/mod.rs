@@ -304,7 +304,7 @@ impl FakeSite {
 
     /// The migration `id` once it ended (done, failed or rejected).
     pub async fn finished(&self, id: &str) -> crate::model::MigrationRec {
-        eventually("migration ended", || !self.veem.migration(id).unwrap().state.is_open()).await;
-        self.veem.migration(id).unwrap()
+        eventually("migration ended", || !self.veem.migration.migration(id).unwrap().state.is_open()).await;
+        self.veem.migration.migration(id).unwrap()
     }
 }

@@ -189,8 +189,8 @@ async fn a_returning_host_loses_the_copies_recovered_elsewhere() {
 
 #[tokio::test]
 async fn a_proposal_whose_vee_was_recovered_elsewhere_is_closed_and_blocks_nothing() {
-    use crate::migration::{Dest, Proposer};
     use crate::model::MigrationState;
+    use crate::workflows::migration::{Dest, Proposer};
     let site = FakeSite::start(&["h1", "h2", "h3"], FAST).await;
     let vee = site.running_service(STANDARD).remove(0);
     let failed = host_of(&site, &vee);
@@ -199,12 +199,13 @@ async fn a_proposal_whose_vee_was_recovered_elsewhere_is_closed_and_blocks_nothi
     // failed, waiting for an operator.
     let stale = site
         .veem
+        .migration
         .propose(&vee, Dest::Host(to.clone()), "failure-risk", Proposer::Planner)
         .unwrap();
     assert_eq!(stale.state, MigrationState::Proposed);
     site.veem.recover_host(&failed).await.unwrap();
     let now_at = host_of(&site, &vee);
-    let m = site.veem.migration(&stale.id).unwrap();
+    let m = site.veem.migration.migration(&stale.id).unwrap();
     assert_eq!(m.state, MigrationState::Rejected, "{m:?}");
     assert!(
         m.detail.contains("premise is gone") && m.detail.contains(&format!("host:{failed}")),
@@ -213,7 +214,7 @@ async fn a_proposal_whose_vee_was_recovered_elsewhere_is_closed_and_blocks_nothi
     );
     // Approving it now says why it is closed; a new move of the VEE is
     // proposed at once.
-    let e = format!("{:#}", site.veem.approve(&stale.id, "operator").unwrap_err());
+    let e = format!("{:#}", site.veem.migration.approve(&stale.id, "operator").unwrap_err());
     assert!(e.contains("rejected") && e.contains("premise is gone"), "{e}");
     let other = site
         .hosts
@@ -223,6 +224,7 @@ async fn a_proposal_whose_vee_was_recovered_elsewhere_is_closed_and_blocks_nothi
         .unwrap();
     let fresh = site
         .veem
+        .migration
         .propose(&vee, Dest::Host(other), "maintenance", Proposer::Operator)
         .unwrap();
     assert_eq!(fresh.state, MigrationState::Proposed);

@@ -88,7 +88,7 @@ async fn a_provider_never_learns_hosts_or_sites_and_cannot_name_them() {
     let m = vmi.migrate(as_("provider-token", req)).await.unwrap().into_inner();
     assert_eq!(m.state(), vmi::MigrationState::Proposed);
     assert_eq!((m.source.as_str(), m.destination.as_str()), ("host:[host]", "host:[host]"));
-    assert_eq!(site.veem.migration(&m.migration_id).unwrap().to, Dest::Host(other.into()));
+    assert_eq!(site.veem.migration.migration(&m.migration_id).unwrap().to, Dest::Host(other.into()));
     // A violation and a usage record that name where the VEE ran.
     let violation = ViolationRec {
         id: "x".into(),

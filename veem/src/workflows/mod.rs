@@ -14,6 +14,7 @@ pub mod boot;
 pub mod checkpoints;
 pub mod federation;
 pub mod intents;
+pub mod migration;
 pub mod networks;
 pub mod remapping;
 pub mod site_constraints;

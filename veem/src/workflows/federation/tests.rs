@@ -3,8 +3,8 @@
 //! framework agreement checked), or a peer that never answers.
 
 use crate::fakes::{FakeSite, STANDARD};
-use crate::migration::{Dest, Proposer};
 use crate::model::{Location, MigrationState, VeeState};
+use crate::workflows::migration::{Dest, Proposer};
 
 /// Site A's agreement with site B, and B's with A (each names the other's
 /// token; B admits A's VEEs).
@@ -32,9 +32,10 @@ async fn two_sites(b_config: &str) -> (FakeSite, FakeSite, String) {
 async fn migrate_to_b(a: &FakeSite, vee: &str) -> crate::model::MigrationRec {
     let m = a
         .veem
+        .migration
         .propose(vee, Dest::Site("site-b".into()), "maintenance", Proposer::Operator)
         .unwrap();
-    a.veem.approve(&m.id, "operator").unwrap();
+    a.veem.migration.approve(&m.id, "operator").unwrap();
     a.finished(&m.id).await
 }
 
@@ -142,6 +143,7 @@ async fn a_vee_on_service_networks_never_goes_to_a_peer_without_an_agreed_overla
     let e = format!(
         "{:#}",
         a.veem
+            .migration
             .propose(&vee, Dest::Site("site-b".into()), "maintenance", Proposer::Operator)
             .unwrap_err()
     );
@@ -160,8 +162,12 @@ async fn a_vee_comes_home_twice() {
     let (a, _b, vee) = two_sites(B_TRUSTS_A).await;
     for round in 0..2 {
         assert_eq!(migrate_to_b(&a, &vee).await.state, MigrationState::Done, "round {round}: out");
-        let m = a.veem.propose(&vee, Dest::Host("a1".into()), "home", Proposer::Operator).unwrap();
-        a.veem.approve(&m.id, "operator").unwrap();
+        let m = a
+            .veem
+            .migration
+            .propose(&vee, Dest::Host("a1".into()), "home", Proposer::Operator)
+            .unwrap();
+        a.veem.migration.approve(&m.id, "operator").unwrap();
         let m = a.finished(&m.id).await;
         assert_eq!(m.state, MigrationState::Done, "round {round}: home: {}", m.detail);
         assert_eq!(a.veem.vee(&vee).unwrap().location, Location::Host("a1".into()));
@@ -238,8 +244,12 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
     assert_eq!((again.accepted, again.duplicates, again.refused), (0, 1, n));
     // Home again: the stay at B is closed; B may still account for it,
     // not for later.
-    let m = a.veem.propose(&vee, Dest::Host("a1".into()), "home", Proposer::Operator).unwrap();
-    a.veem.approve(&m.id, "operator").unwrap();
+    let m = a
+        .veem
+        .migration
+        .propose(&vee, Dest::Host("a1".into()), "home", Proposer::Operator)
+        .unwrap();
+    a.veem.migration.approve(&m.id, "operator").unwrap();
     assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
     let stays = a.veem.vee(&vee).unwrap().stays;
     assert_eq!(stays.len(), 1);
@@ -551,8 +561,12 @@ mod networks {
         assert_eq!((anchored("a1"), anchored("a2")), (Some(true), None));
         assert_eq!(a.veem.service(&service).unwrap().anchor.as_deref(), Some("a1"));
         // vm-0 comes home to a2: a1 lets the network go.
-        let m = a.veem.propose(&vm0, Dest::Host("a2".into()), "home", Proposer::Operator).unwrap();
-        a.veem.approve(&m.id, "operator").unwrap();
+        let m = a
+            .veem
+            .migration
+            .propose(&vm0, Dest::Host("a2".into()), "home", Proposer::Operator)
+            .unwrap();
+        a.veem.migration.approve(&m.id, "operator").unwrap();
         assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
         assert_eq!((anchored("a1"), anchored("a2")), (Some(false), Some(false)));
         assert_eq!(a.veem.service(&service).unwrap().anchor, None);
@@ -592,9 +606,10 @@ mod networks {
         let to = if other == "a1" { "a2" } else { "a1" };
         let m = a
             .veem
+            .migration
             .propose(&vm0, Dest::Host(to.into()), "maintenance", Proposer::Operator)
             .unwrap();
-        a.veem.approve(&m.id, "operator").unwrap();
+        a.veem.migration.approve(&m.id, "operator").unwrap();
         assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
         let vtep = a.host(to).vtep();
         let at_b = b.host("b1").script.lock().unwrap().networks[&100].clone();
@@ -615,10 +630,11 @@ async fn a_site_level_affinity_set_moves_to_the_peer_together() {
     let vees = a.running_service(&m);
     let p = a
         .veem
+        .migration
         .propose(&vees[1], Dest::Site("site-b".into()), "maintenance", Proposer::Operator)
         .unwrap();
     assert_eq!(p.set.len(), 2, "{p:?}");
-    a.veem.approve(&p.id, "operator").unwrap();
+    a.veem.migration.approve(&p.id, "operator").unwrap();
     for id in &p.set {
         let m = a.finished(id).await;
         assert_eq!(m.state, MigrationState::Done, "{}", m.detail);

@@ -1,8 +1,8 @@
 //! Site- and region-level constraints across peer sites.
 
 use crate::fakes::{FakeSite, STANDARD};
-use crate::migration::{Dest, Proposer};
 use crate::model::Location;
+use crate::workflows::migration::{Dest, Proposer};
 
 /// Peers site-b and site-c in region eu, site-d in region us.
 const PEERS: &str = "[[peers]]\nsite_id = \"site-b\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"t\"\nregion = \"eu\"\n[peers.agreement]\nprice_per_vee_hour = 0.1\n\
@@ -60,10 +60,12 @@ async fn site_level_anti_affinity_never_puts_two_instances_at_one_peer() {
     site.veem.save_vee(&vees[0]).unwrap();
     let e = site
         .veem
+        .migration
         .propose(&vees[1].id, Dest::Site("site-b".into()), "maintenance", Proposer::Operator)
         .unwrap_err();
     assert!(format!("{e:#}").contains("apart from vm-0 (at site site-b)"), "{e:#}");
     site.veem
+        .migration
         .propose(&vees[1].id, Dest::Site("site-c".into()), "maintenance", Proposer::Operator)
         .unwrap();
 }

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::fakes::{FakeSite, STANDARD};
-use crate::migration::{Dest, Proposer};
 use crate::ports::Clock;
+use crate::workflows::migration::{Dest, Proposer};
 
 /// 36 per hour: 0.01 per second.
 fn manifest(extra_sla: &str) -> String {
@@ -34,9 +34,10 @@ async fn a_migration_longer_than_max_downtime_is_a_violation_with_its_penalty() 
         };
         let m = site
             .veem
+            .migration
             .propose(vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
             .unwrap();
-        site.veem.approve(&m.id, "operator").unwrap();
+        site.veem.migration.approve(&m.id, "operator").unwrap();
         assert_eq!(site.finished(&m.id).await.state, crate::model::MigrationState::Done);
     }
     let v = violations(&site, &tight);

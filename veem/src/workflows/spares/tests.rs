@@ -187,14 +187,15 @@ async fn a_vee_migrated_to_another_peer_keeps_its_spare_until_it_stops() {
     let vee = deploy_full(&a).await.unwrap();
     let m = a
         .veem
+        .migration
         .propose(
             &vee,
-            crate::migration::Dest::Site("site-c".into()),
+            crate::workflows::migration::Dest::Site("site-c".into()),
             "maintenance",
-            crate::migration::Proposer::Operator,
+            crate::workflows::migration::Proposer::Operator,
         )
         .unwrap();
-    a.veem.approve(&m.id, "operator").unwrap();
+    a.veem.migration.approve(&m.id, "operator").unwrap();
     let m = a.finished(&m.id).await;
     assert_eq!(m.state, crate::model::MigrationState::Done, "{}", m.detail);
     assert!(c.host("c1").runs(&vee));

@@ -5,8 +5,8 @@
 use tonic::Code;
 
 use crate::fakes::{FakeSite, STANDARD};
-use crate::migration::{Dest, Proposer};
 use crate::model::{Location, MigrationState, VeeState};
+use crate::workflows::migration::{Dest, Proposer};
 
 /// A site of two hosts running one VEE; returns it, the VEE, its host and
 /// the other host.
@@ -23,9 +23,10 @@ async fn one_vee_two_hosts() -> (FakeSite, String, String, String) {
 async fn migrate(site: &FakeSite, vee: &str, to: &str) -> crate::model::MigrationRec {
     let m = site
         .veem
+        .migration
         .propose(vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
         .unwrap();
-    site.veem.approve(&m.id, "operator").unwrap();
+    site.veem.migration.approve(&m.id, "operator").unwrap();
     site.finished(&m.id).await
 }
 
@@ -92,6 +93,7 @@ async fn a_vee_whose_policy_forbids_moves_is_never_proposed() {
     let vee = site.running_service(&pinned).remove(0);
     let e = site
         .veem
+        .migration
         .propose(&vee, Dest::Host("h2".into()), "maintenance", Proposer::Operator)
         .unwrap_err();
     assert!(e.to_string().contains("migration policy is \"none\""), "{e}");
@@ -103,7 +105,7 @@ async fn after_a_restart_the_migration_the_vee_and_the_reservation_agree() {
     let (site, vee, _, to) = one_vee_two_hosts().await;
     let m = migrate(&site, &vee, &to).await;
     let site = site.restart();
-    assert_eq!(site.veem.migration(&m.id).unwrap().state, MigrationState::Done);
+    assert_eq!(site.veem.migration.migration(&m.id).unwrap().state, MigrationState::Done);
     assert_eq!(site.veem.vee(&vee).unwrap().location, Location::Host(to.clone()));
     assert_eq!(site.veem.planner().placement(&vee).unwrap().host, to, "committed with them");
 }
@@ -131,14 +133,19 @@ async fn a_callers_reason_never_skips_the_operator_only_the_planners_does() {
     };
     // A provider or an operator typing the policy's reason: still waits.
     for by in [Proposer::Provider("acme".into()), Proposer::Operator] {
-        let m = site.veem.propose(&vee, Dest::Host(to.into()), "consolidation", by.clone()).unwrap();
+        let m = site
+            .veem
+            .migration
+            .propose(&vee, Dest::Host(to.into()), "consolidation", by.clone())
+            .unwrap();
         assert_eq!(m.state, MigrationState::Proposed, "{by}");
         assert_eq!(m.detail, format!("proposed by {by}"));
-        site.veem.reject(&m.id, "operator", "test").unwrap();
+        site.veem.migration.reject(&m.id, "operator", "test").unwrap();
     }
     // The planner's own proposal runs on the policy.
     let m = site
         .veem
+        .migration
         .propose(&vee, Dest::Host(to.into()), "consolidation", Proposer::Planner)
         .unwrap();
     assert_eq!((m.state, m.decided_by.as_str()), (MigrationState::Approved, "site policy"));
@@ -153,6 +160,7 @@ async fn a_move_the_planner_cannot_keep_is_refused_with_its_reason() {
     let vee = vee_of_on(&site, 2, "h2");
     let e = site
         .veem
+        .migration
         .propose(&vee, Dest::Host("h1".into()), "maintenance", Proposer::Operator)
         .unwrap_err();
     let e = format!("{e:#}");
@@ -161,6 +169,7 @@ async fn a_move_the_planner_cannot_keep_is_refused_with_its_reason() {
     // Without a destination the site finds none either, and says so.
     let e = site
         .veem
+        .migration
         .propose_anywhere(&vee, "requested", Proposer::Provider("acme".into()))
         .unwrap_err();
     assert!(format!("{e:#}").contains("no other host of the site can take it"), "{e:#}");
@@ -174,10 +183,11 @@ async fn without_a_destination_the_site_chooses_a_host_that_can_keep_the_vee() {
     let vee = vee_of_on(&site, 2, "h2");
     let m = site
         .veem
+        .migration
         .propose_anywhere(&vee, "requested", Proposer::Provider("acme".into()))
         .unwrap();
     assert_eq!((m.to.clone(), m.state), (Dest::Host("h3".into()), MigrationState::Proposed));
-    site.veem.approve(&m.id, "operator").unwrap();
+    site.veem.migration.approve(&m.id, "operator").unwrap();
     assert_eq!(site.finished(&m.id).await.state, MigrationState::Done);
     assert_eq!(site.veem.vee(&vee).unwrap().location, Location::Host("h3".into()));
 }
@@ -203,7 +213,9 @@ fn migrations(site: &FakeSite) -> Vec<crate::model::MigrationRec> {
 
 /// An operator's proposal to move `vee` to host `to`.
 fn propose(site: &FakeSite, vee: &str, to: &str) -> anyhow::Result<crate::model::MigrationRec> {
-    site.veem.propose(vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
+    site.veem
+        .migration
+        .propose(vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
 }
 
 #[tokio::test]
@@ -214,7 +226,7 @@ async fn moving_one_vee_of_an_affinity_set_moves_the_set_together() {
     assert_eq!(m.set.len(), 2, "{m:?}");
     assert!(m.detail.contains("moves with its affinity set"), "{}", m.detail);
     // One approval moves both, one after the other.
-    site.veem.approve(&m.id, "operator").unwrap();
+    site.veem.migration.approve(&m.id, "operator").unwrap();
     for id in &m.set {
         let done = site.finished(id).await;
         assert_eq!(done.state, MigrationState::Done, "{}", done.detail);
@@ -232,10 +244,13 @@ async fn a_set_member_that_cannot_move_brings_the_moved_ones_back() {
     let to = to.as_str();
     // The destination takes the first member, then refuses the second.
     let m = propose(&site, &vees[0], to).unwrap();
-    let (first, second) = (site.veem.migration(&m.set[0]).unwrap(), site.veem.migration(&m.set[1]).unwrap());
+    let (first, second) = (
+        site.veem.migration.migration(&m.set[0]).unwrap(),
+        site.veem.migration.migration(&m.set[1]).unwrap(),
+    );
     site.host(to)
         .fail_for("PrepareIncoming", &second.vee_id, Code::ResourceExhausted, "no room");
-    site.veem.approve(&m.id, "operator").unwrap();
+    site.veem.migration.approve(&m.id, "operator").unwrap();
     let second = site.finished(&second.id).await;
     assert_eq!(second.state, MigrationState::Failed);
     // The first comes back: the set is never left split.

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context, Result};
 use interfaces::vhi::IncomingTarget;
 
+use super::Migration;
 use super::{Dest, Proposer};
-use crate::manager::Veem;
 use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::store::Tree;
 
-impl Veem {
+impl Migration {
     /// Reserves local capacity on `host` for a VEE coming home from a peer
     /// site (a one-VEE reservation under the planner service `home-<id>`;
     /// one left from an earlier homecoming, emptied when the VEE left
@@ -63,7 +63,7 @@ impl Veem {
     }
 
     /// A peer site withdraws a VEE it runs for this site: the VEE migrates
-    /// home to the host [`Veem::home_host`] picks, without waiting for an
+    /// home to the host [`Migration::home_host`] picks, without waiting for an
     /// operator. Errors when the VEE does not run at `site` or no local host
     /// can take it.
     pub fn withdrawn(self: &Arc<Self>, site: &str, vee_id: &str) -> Result<MigrationRec> {

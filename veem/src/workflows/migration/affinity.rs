@@ -18,12 +18,12 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use interfaces::manifest::ConstraintLevel;
 
+use super::Migration;
 use super::{location_text, migration_write, Dest, Proposer};
-use crate::manager::Veem;
 use crate::model::{MigrationRec, MigrationState, VeeRec, VeeState};
 use crate::store::{Tree, Writes};
 
-impl Veem {
+impl Migration {
     /// The VEEs the affinity at `to`'s level binds to `vee_id` (itself
     /// first); just itself when none does.
     pub(crate) fn affinity_set_of(&self, vee_id: &str, to: &Dest) -> Vec<String> {
@@ -35,7 +35,7 @@ impl Veem {
     }
 
     /// Proposes moving `v` and the rest of its affinity set `set` to `to`
-    /// (see [`Veem::propose`]): every member must be running with no open
+    /// (see [`Migration::propose`]): every member must be running with no open
     /// migration, and the planner must be able to keep them all there (a
     /// host: [`crate::planner::Planner::move_set`]; a site: each member's
     /// site constraints, the set aside). Members already there stay.
@@ -142,7 +142,7 @@ impl Veem {
 
     /// An operator's decision on one migration of a set applies to all of
     /// them still proposed: approved (`approve`; the caller runs them,
-    /// [`Veem::spawn_set`]) or rejected with `detail`.
+    /// [`Migration::spawn_set`]) or rejected with `detail`.
     pub(super) fn decide_set(&self, set: &[String], approve: bool, by: &str, detail: &str) -> Result<()> {
         let mut recs = Vec::new();
         for id in set {

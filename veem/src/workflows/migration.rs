@@ -11,6 +11,7 @@
 //! failure the destination removes what it prepared and the VEE keeps
 //! running where it was: a VEE never runs in two places.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
@@ -21,11 +22,16 @@ use interfaces::vhi::IncomingTarget;
 use interfaces::vhi::{self, MigrateOutRequest};
 use interfaces::vmi::{self, SendVeeRequest};
 
+use crate::core::Core;
 use crate::error::VeemError;
-use crate::manager::Veem;
 use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::peers;
 use crate::store::Tree;
+use crate::workflows::federation::Federation;
+use crate::workflows::networks::Networks;
+use crate::workflows::site_constraints::SiteConstraints;
+use crate::workflows::sla::Sla;
+use crate::workflows::spares::Spares;
 
 mod affinity;
 mod home;
@@ -40,7 +46,45 @@ fn location_text(l: &Location) -> String {
     }
 }
 
-impl Veem {
+/// Migrations (see the module doc): proposals, approval, live migration within the site and to peers, homecoming, affinity sets moved as one. Calls the core, federation, networks, site constraints, the SLA and spares.
+pub struct Migration {
+    core: Arc<Core>,
+    pub(crate) federation: Arc<Federation>,
+    pub(crate) networks: Arc<Networks>,
+    pub(crate) site_constraints: Arc<SiteConstraints>,
+    pub(crate) sla: Arc<Sla>,
+    pub(crate) spares: Arc<Spares>,
+}
+
+impl Deref for Migration {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Migration {
+    pub fn new(
+        core: Arc<Core>,
+        federation: Arc<Federation>,
+        networks: Arc<Networks>,
+        site_constraints: Arc<SiteConstraints>,
+        sla: Arc<Sla>,
+        spares: Arc<Spares>,
+    ) -> Self {
+        Self {
+            core,
+            federation,
+            networks,
+            site_constraints,
+            sla,
+            spares,
+        }
+    }
+}
+
+impl Migration {
     pub fn migration(&self, id: &str) -> Result<MigrationRec> {
         self.store
             .get(Tree::Migrations, id)?
@@ -178,7 +222,7 @@ impl Veem {
     /// the VEE on for the rest of its window ([`Planner::move_vee`]:
     /// capacity in every slot, profile, constraints). This is how a service
     /// provider asks for a move: it never names hosts or sites (location
-    /// unawareness, E §3.4). Errors as [`Veem::propose`] does, and when no
+    /// unawareness, E §3.4). Errors as [`Migration::propose`] does, and when no
     /// other host can take the VEE.
     ///
     /// [`Planner::move_vee`]: crate::planner::Planner::move_vee
@@ -234,7 +278,7 @@ impl Veem {
     }
 
     /// An operator approves a proposal: it runs now. A proposal whose
-    /// premise is gone is closed instead ([`Veem::close_stale_proposals`]).
+    /// premise is gone is closed instead ([`Migration::close_stale_proposals`]).
     pub fn approve(self: &Arc<Self>, id: &str, by: &str) -> Result<MigrationRec> {
         self.close_stale_proposals()?;
         let mut m = self.migration(id)?;
@@ -423,7 +467,7 @@ impl Veem {
                 let mut used_spare = None;
                 if let (Location::Host(_), Dest::Host(h)) = (&old, &dest) {
                     let now = self.now_slot();
-                    // The rest of its affinity set follows (crate::migration::affinity).
+                    // The rest of its affinity set follows (crate::workflows::migration::affinity).
                     let later = self.set_still_to_move(&m);
                     let moved = self.planner.lock().unwrap().move_vee_with(&v.id, h, now, &later);
                     if let Err(e) = moved {
