@@ -40,7 +40,6 @@ pub mod planner_store;
 pub mod ports;
 pub mod proposals;
 pub mod reconcile;
-pub mod recovery;
 pub mod rest;
 pub mod server;
 pub mod store;

@@ -261,9 +261,9 @@ impl Veem {
             started += 1;
             let veem = self.clone();
             self.spawn(async move {
-                if let Err(e) = veem.recover_vee_on(&v.id, "", &host, None).await {
+                if let Err(e) = veem.recovery.recover_vee_on(&v.id, "", &host, None).await {
                     tracing::warn!(vee = %v.id, %host, error = %format!("{e:#}"), "displaced VEE not resumed; tried again later");
-                    veem.clean_failed_attempt(&v.id, &host).await;
+                    veem.recovery.clean_failed_attempt(&v.id, &host).await;
                     let _ = veem.planner.lock().unwrap().displace_background(&v.id);
                     let _ = veem.persist_planner();
                     if let Ok(mut v) = veem.vee(&v.id) {

@@ -166,9 +166,9 @@ pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
         }
         if after == Health::Failed && before != Health::Failed {
             tracing::error!(host = %h, "host missed its heartbeats: failed");
-            let v = veem.clone();
+            let recovery = veem.recovery.clone();
             veem.spawn(async move {
-                if let Err(e) = v.recover_host(&h).await {
+                if let Err(e) = recovery.recover_host(&h).await {
                     tracing::error!(host = %h, error = %format!("{e:#}"), "recovery failed");
                 }
             });

@@ -20,6 +20,7 @@ use crate::workflows::federation::Federation;
 use crate::workflows::intents::Intents;
 use crate::workflows::migration::Migration;
 use crate::workflows::networks::Networks;
+use crate::workflows::recovery::Recovery;
 use crate::workflows::remapping::Remapping;
 use crate::workflows::site_constraints::SiteConstraints;
 use crate::workflows::sla::Sla;
@@ -34,6 +35,7 @@ pub struct Veem {
     /// The workflows, each built once on the core (and on those it
     /// calls), in `crate::workflows`.
     pub accounting: Arc<Accounting>,
+    pub recovery: Arc<Recovery>,
     pub migration: Arc<Migration>,
     pub federation: Arc<Federation>,
     pub remapping: Arc<Remapping>,
@@ -104,6 +106,18 @@ impl Veem {
             sla.clone(),
             spares.clone(),
         ));
+        let recovery = Arc::new(Recovery {
+            core: core.clone(),
+            background: background.clone(),
+            boot: boot.clone(),
+            checkpoints: checkpoints.clone(),
+            federation: federation.clone(),
+            migration: migration.clone(),
+            networks: networks.clone(),
+            remapping: remapping.clone(),
+            sla: sla.clone(),
+            windows: windows.clone(),
+        });
         // (the next workflow here)
         Ok(Arc::new(Self {
             accounting,
@@ -119,6 +133,7 @@ impl Veem {
             remapping,
             federation,
             migration,
+            recovery,
             // (its field here)
             core,
             request_locks: Mutex::new(Default::default()),

@@ -171,7 +171,7 @@ impl Veem {
         let why = format!("site {site} lost it");
         let local = match self.migration.home_host(&v) {
             Some(host) => match self.migration.reserve_home(&v, &host) {
-                Ok(()) => match self.recover_vee_on(vee_id, &why, &host, None).await {
+                Ok(()) => match self.recovery.recover_vee_on(vee_id, &why, &host, None).await {
                     Ok(()) => Ok(()),
                     Err(e) => {
                         let _ = self.planner.lock().unwrap().release_service(&format!("home-{vee_id}"));
@@ -186,7 +186,7 @@ impl Veem {
         let Err(local) = local else { return Ok(()) };
         tracing::warn!(vee = %vee_id, error = %format!("{local:#}"), "cannot recover locally; trying other peer sites");
         if let Err(e) = self.federation.recover_at_peer(vee_id, Some(site)).await {
-            self.record_unrecovered(vee_id, &why, &format!("{local:#}; {e:#}"))?;
+            self.recovery.record_unrecovered(vee_id, &why, &format!("{local:#}; {e:#}"))?;
         }
         Ok(())
     }

@@ -275,9 +275,9 @@ impl Veem {
     /// unrecovered violation if that fails.
     async fn restore_on(&self, vee_id: &str, host: &str, why: &str) {
         tracing::error!(vee = %vee_id, %host, "{why}: restoring it there");
-        if let Err(e) = self.recover_vee_on(vee_id, why, host, None).await {
+        if let Err(e) = self.recovery.recover_vee_on(vee_id, why, host, None).await {
             tracing::error!(vee = %vee_id, %host, error = %format!("{e:#}"), "the VEE could not be restored");
-            if let Err(e) = self.record_unrecovered(vee_id, why, &format!("{e:#}")) {
+            if let Err(e) = self.recovery.record_unrecovered(vee_id, why, &format!("{e:#}")) {
                 tracing::error!(vee = %vee_id, error = %format!("{e:#}"), "cannot record the violation");
             }
         }

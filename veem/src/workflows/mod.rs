@@ -16,6 +16,7 @@ pub mod federation;
 pub mod intents;
 pub mod migration;
 pub mod networks;
+pub mod recovery;
 pub mod remapping;
 pub mod site_constraints;
 pub mod sla;

@@ -32,7 +32,7 @@ async fn a_reservation_that_starts_during_the_outage_moves_when_it_enters_the_in
     let site = FakeSite::start(&["h1", "h2"], "").await;
     crate::loops::heartbeat_round(&site.veem).await;
     let vee = future_vee_on_h1(&site, 300);
-    site.veem.recover_host("h1").await.unwrap();
+    site.veem.recovery.recover_host("h1").await.unwrap();
     assert_eq!(
         site.veem.vee(&vee).unwrap().location,
         Location::Host("h1".into()),
@@ -75,7 +75,7 @@ async fn eta_and_zeta_come_from_the_configuration() {
         (0.0, 3.0)
     );
     let vee = future_vee_on_h1(&site, 1800);
-    site.veem.recover_host("h1").await.unwrap();
+    site.veem.recovery.recover_host("h1").await.unwrap();
     assert_eq!(site.veem.vee(&vee).unwrap().location, Location::Host("h2".into()));
     let e = crate::config::VeemConfig::parse(
         "site_id = \"a\"\nlisten = \"127.0.0.1:1\"\ndb = \"/tmp/x\"\nimage_repo = \"http://127.0.0.1:1\"\n[recovery]\nremap_zeta = 0.5\n",

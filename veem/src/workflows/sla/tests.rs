@@ -54,12 +54,12 @@ async fn an_outage_beyond_max_outages_is_a_violation() {
     crate::loops::heartbeat_round(&site.veem).await;
     let vee = site.running_service(&manifest("max_outages = 1")).remove(0);
     let first = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
-    site.veem.recover_host(&first).await.unwrap();
+    site.veem.recovery.recover_host(&first).await.unwrap();
     let v = site.veem.vee(&vee).unwrap();
     assert_eq!((v.state, v.outages, v.down_since_ms), (VeeState::Running, 1, None));
     assert!(violations(&site, &vee).is_empty(), "the first outage is covered");
     let second = v.host().unwrap().to_string();
-    site.veem.recover_host(&second).await.unwrap();
+    site.veem.recovery.recover_host(&second).await.unwrap();
     let v = violations(&site, &vee);
     assert_eq!(v.len(), 1, "{v:?}");
     assert!(

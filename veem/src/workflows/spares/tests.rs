@@ -104,7 +104,7 @@ async fn with_no_local_room_a_failed_full_vee_is_restored_into_its_spare_at_the_
     let vee = deploy_full(&a).await.unwrap();
     a.veem.checkpoint_vee(&vee).await.unwrap();
     // a1 is site A's only host.
-    a.veem.recover_host("a1").await.unwrap();
+    a.veem.recovery.recover_host("a1").await.unwrap();
     let v = a.veem.vee(&vee).unwrap();
     assert_eq!((v.state, v.location.clone()), (VeeState::Running, Location::Site("site-b".into())));
     assert!(b.host("b1").runs(&vee));
@@ -165,7 +165,7 @@ async fn a_vee_restored_into_its_spare_gets_a_new_spare_at_another_peer() {
     let vee = deploy_full(&a).await.unwrap();
     assert_eq!(a.veem.spares.spare_site(&vee).as_deref(), Some("site-b"));
     a.veem.checkpoint_vee(&vee).await.unwrap();
-    a.veem.recover_host("a1").await.unwrap();
+    a.veem.recovery.recover_host("a1").await.unwrap();
     assert_eq!(a.veem.vee(&vee).unwrap().location, Location::Site("site-b".into()));
     assert!(held(&b).is_empty(), "B's spare made room for it");
     // The full guarantee is kept: C holds the new spare, confirmed.

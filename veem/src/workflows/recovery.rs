@@ -20,15 +20,25 @@
 //! manifest's penalty whose text lists every attempt and its reason, as the
 //! `recovery-attempt` events did while it went on.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use anyhow::Result;
 use interfaces::vhi::{DestroyRequest, RestoreRequest};
 
-use crate::manager::Veem;
+use crate::core::Core;
 use crate::model::{Location, VeeRec, VeeState, ViolationRec};
 use crate::planner::{RecoveryStep, RecoveryTarget};
 use crate::store::{Tree, Writes};
+use crate::workflows::background::Background;
+use crate::workflows::boot::Boot;
+use crate::workflows::checkpoints::Checkpoints;
+use crate::workflows::federation::Federation;
+use crate::workflows::migration::Migration;
+use crate::workflows::networks::Networks;
+use crate::workflows::remapping::Remapping;
+use crate::workflows::sla::Sla;
+use crate::workflows::windows::Windows;
 
 /// One failed try to bring a VEE back: where, and why it failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,7 +66,29 @@ fn refuses_for_good(e: &anyhow::Error) -> bool {
         .is_some_and(|s| s.code() == tonic::Code::FailedPrecondition)
 }
 
-impl Veem {
+/// Recovery from a host failure (see the module doc): the failed host's VEEs restored from their checkpoints on the next place, retried, at a peer, or recorded unrecovered. Calls the core, background displacement, booting, checkpoint records, federation, migration, networks, remapping, the SLA and windows.
+pub struct Recovery {
+    pub(crate) core: Arc<Core>,
+    pub(crate) background: Arc<Background>,
+    pub(crate) boot: Arc<Boot>,
+    pub(crate) checkpoints: Arc<Checkpoints>,
+    pub(crate) federation: Arc<Federation>,
+    pub(crate) migration: Arc<Migration>,
+    pub(crate) networks: Arc<Networks>,
+    pub(crate) remapping: Arc<Remapping>,
+    pub(crate) sla: Arc<Sla>,
+    pub(crate) windows: Arc<Windows>,
+}
+
+impl Deref for Recovery {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Recovery {
     /// Handles the failure of `host`: recovers its VEEs, remaps future
     /// reservations within the remapping interval.
     pub async fn recover_host(self: &Arc<Self>, host: &str) -> Result<()> {

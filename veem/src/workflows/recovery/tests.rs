@@ -52,7 +52,7 @@ async fn a_transient_restore_error_is_retried_and_the_vee_runs_without_a_violati
     for h in &site.hosts {
         h.script.lock().unwrap().failing_restores = 1;
     }
-    site.veem.recover_host(&failed).await.unwrap();
+    site.veem.recovery.recover_host(&failed).await.unwrap();
 
     let v = site.veem.vee(&vee).unwrap();
     assert_eq!(v.state, VeeState::Running, "{:#?}", events(&site, &vee));
@@ -83,7 +83,7 @@ async fn a_host_that_keeps_failing_is_left_for_the_next_compatible_host() {
     let failed = host_of(&site, &vee);
     let bad = first_choice(&site, &vee, &failed);
     site.host(&bad).script.lock().unwrap().failing_restores = u32::MAX;
-    site.veem.recover_host(&failed).await.unwrap();
+    site.veem.recovery.recover_host(&failed).await.unwrap();
 
     let v = site.veem.vee(&vee).unwrap();
     assert_eq!(v.state, VeeState::Running, "{:#?}", events(&site, &vee));
@@ -116,7 +116,7 @@ async fn when_every_host_refuses_the_violation_lists_every_attempt() {
         // the next test).
         s.restore_error = Some((tonic::Code::Unavailable, format!("checkpoint cannot be restored on {}", h.name)));
     }
-    site.veem.recover_host(&failed).await.unwrap();
+    site.veem.recovery.recover_host(&failed).await.unwrap();
 
     let v = site.veem.vee(&vee).unwrap();
     assert_eq!(v.state, VeeState::Failed);
@@ -153,7 +153,7 @@ async fn recovery_stops_when_the_outage_budget_is_spent() {
     for h in &site.hosts {
         h.script.lock().unwrap().failing_restores = u32::MAX;
     }
-    site.veem.recover_host(&failed).await.unwrap();
+    site.veem.recovery.recover_host(&failed).await.unwrap();
     let viol = violations(&site);
     assert_eq!(viol.len(), 1);
     assert!(
@@ -175,7 +175,7 @@ async fn a_returning_host_loses_the_copies_recovered_elsewhere() {
     let site = FakeSite::start(&["h1", "h2", "h3"], FAST).await;
     let vee = site.running_service(STANDARD).remove(0);
     let failed = host_of(&site, &vee);
-    site.veem.recover_host(&failed).await.unwrap();
+    site.veem.recovery.recover_host(&failed).await.unwrap();
     assert_ne!(host_of(&site, &vee), failed);
     // The failed host comes back still running its (stale) copy.
     assert!(site.host(&failed).script.lock().unwrap().running.contains(&vee));
@@ -203,7 +203,7 @@ async fn a_proposal_whose_vee_was_recovered_elsewhere_is_closed_and_blocks_nothi
         .propose(&vee, Dest::Host(to.clone()), "failure-risk", Proposer::Planner)
         .unwrap();
     assert_eq!(stale.state, MigrationState::Proposed);
-    site.veem.recover_host(&failed).await.unwrap();
+    site.veem.recovery.recover_host(&failed).await.unwrap();
     let now_at = host_of(&site, &vee);
     let m = site.veem.migration.migration(&stale.id).unwrap();
     assert_eq!(m.state, MigrationState::Rejected, "{m:?}");
@@ -297,7 +297,7 @@ async fn a_background_vee_displaced_for_a_recovery_is_saved_and_resumed_when_roo
 
     // h1 fails: the standard VEE takes h2; the background VEE gives way,
     // its state saved and its domain gone (its memory really free).
-    site.veem.recover_host("h1").await.unwrap();
+    site.veem.recovery.recover_host("h1").await.unwrap();
     assert_eq!(host_of(&site, &std_vee), "h2");
     let v = site.veem.vee(&bg).unwrap();
     assert_eq!((v.state, v.location.clone()), (VeeState::Suspended, Location::Nowhere));
@@ -347,7 +347,7 @@ async fn the_levels_side_by_side_on_one_host_failure() {
     let x = host_of(&site, &standard);
     let y = host_of(&site, &background);
     assert_ne!(x, y);
-    site.veem.recover_host(&x).await.unwrap();
+    site.veem.recovery.recover_host(&x).await.unwrap();
     assert_eq!(host_of(&site, &enhanced), y);
     assert_eq!(host_of(&site, &standard), y);
     assert_eq!(site.veem.vee(&legacy).unwrap().state, VeeState::Failed);
@@ -384,7 +384,7 @@ async fn a_resume_that_finds_its_host_silent_is_tried_again_later() {
         .replace("guarantee = \"standard\"", "guarantee = \"background\"")
         .replace("vcpus = 1", "vcpus = 4");
     let bg = site.running_service(&background).remove(0);
-    site.veem.recover_host("h1").await.unwrap();
+    site.veem.recovery.recover_host("h1").await.unwrap();
     site.veem.stop_vee(&std_vee).await.unwrap();
     // h2 misses a heartbeat just then: no resume onto it, and the VEE
     // stays its service's.
@@ -414,7 +414,7 @@ async fn a_host_refusing_the_checkpoints_profile_is_not_retried_and_the_next_com
             format!("checkpoint c1 cannot be restored on {bad}: `qemu_version` 7.2.0 is older than 8.2.2"),
         ));
     }
-    site.veem.recover_host(&failed).await.unwrap();
+    site.veem.recovery.recover_host(&failed).await.unwrap();
 
     let v = site.veem.vee(&vee).unwrap();
     assert_eq!(v.state, VeeState::Running, "{:#?}", events(&site, &vee));
