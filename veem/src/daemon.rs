@@ -21,7 +21,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs the VEEM of `config` until Ctrl-C or SIGTERM. `destroy_strays`:
 /// the operator's word that domains an empty database does not know are
-/// to be destroyed ([`crate::reconcile::Strays`]).
+/// to be destroyed ([`crate::workflows::reconcile::Strays`]).
 ///
 /// The stop signal's handlers come first and the port next: from then on
 /// the VMI answers (health NOT_SERVING, calls UNAVAILABLE: `front`) while
@@ -134,9 +134,9 @@ async fn start_up(veem: &Arc<Veem>, destroy_strays: bool) {
         veem.clock.sleep(Duration::from_millis(500)).await;
     }
     let strays = if destroy_strays {
-        crate::reconcile::Strays::Destroy
+        crate::workflows::reconcile::Strays::Destroy
     } else {
-        crate::reconcile::Strays::KeepWithoutRecords
+        crate::workflows::reconcile::Strays::KeepWithoutRecords
     };
     match veem.intents.undo_intents().await {
         Ok(0) => {}
@@ -146,7 +146,7 @@ async fn start_up(veem: &Arc<Veem>, destroy_strays: bool) {
         ),
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot read the intents a crash left"),
     }
-    if let Err(e) = veem.reconcile(strays).await {
+    if let Err(e) = veem.reconcile.reconcile(strays).await {
         tracing::warn!(error = %format!("{e:#}"), "reconciliation incomplete");
     }
     // Hosts the site had before: from now on, silence counts against them

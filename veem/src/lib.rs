@@ -32,14 +32,11 @@ pub mod lifecycle;
 pub mod loops;
 pub mod manager;
 pub mod model;
-pub mod peer_watch;
 pub mod peers;
 /// The planner (crate `vee-planner`).
 pub use vee_planner as planner;
 pub mod planner_store;
 pub mod ports;
-pub mod proposals;
-pub mod reconcile;
 pub mod rest;
 pub mod server;
 pub mod store;

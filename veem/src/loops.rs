@@ -40,9 +40,9 @@ impl Loops {
         loops.spawn(
             veem,
             cfg.heartbeat_interval,
-            crate::reconcile::Missing::new(),
+            crate::workflows::reconcile::Missing::new(),
             |veem, mut missing| async move {
-                veem.domain_watch_round(&mut missing).await;
+                veem.reconcile.domain_watch_round(&mut missing).await;
                 missing
             },
         );
@@ -64,16 +64,16 @@ impl Loops {
         loops.spawn(
             veem,
             cfg.proposals.interval,
-            crate::proposals::Seen::new(),
+            crate::workflows::proposals::Seen::new(),
             |veem, mut seen| async move {
-                if let Err(e) = veem.proposal_pass(&mut seen) {
+                if let Err(e) = veem.proposals.proposal_pass(&mut seen) {
                     tracing::warn!(error = %format!("{e:#}"), "proposal pass failed");
                 }
                 seen
             },
         );
         loops.spawn(veem, cfg.heartbeat_interval, HashMap::new(), |veem, mut misses| async move {
-            veem.watch_round(&mut misses).await;
+            veem.peer_watch.watch_round(&mut misses).await;
             misses
         });
         loops
@@ -150,7 +150,7 @@ pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
                 let _ = veem.persist_planner();
                 veem.event("", "", "host-up", format!("{h} registered"));
             } else if before == Health::Failed || veem.planner.lock().unwrap().host_down(&h).is_some() && before != Health::Up {
-                veem.fence_returning_host(&h).await;
+                veem.reconcile.fence_returning_host(&h).await;
                 let _ = veem.planner.lock().unwrap().set_host_up(&h);
                 let _ = veem.persist_planner();
                 veem.event("", "", "host-up", format!("{h} answers again"));

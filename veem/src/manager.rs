@@ -20,6 +20,9 @@ use crate::workflows::federation::Federation;
 use crate::workflows::intents::Intents;
 use crate::workflows::migration::Migration;
 use crate::workflows::networks::Networks;
+use crate::workflows::peer_watch::PeerWatch;
+use crate::workflows::proposals::Proposals;
+use crate::workflows::reconcile::Reconcile;
 use crate::workflows::recovery::Recovery;
 use crate::workflows::remapping::Remapping;
 use crate::workflows::site_constraints::SiteConstraints;
@@ -35,6 +38,9 @@ pub struct Veem {
     /// The workflows, each built once on the core (and on those it
     /// calls), in `crate::workflows`.
     pub accounting: Arc<Accounting>,
+    pub reconcile: Arc<Reconcile>,
+    pub peer_watch: Arc<PeerWatch>,
+    pub proposals: Arc<Proposals>,
     pub recovery: Arc<Recovery>,
     pub migration: Arc<Migration>,
     pub federation: Arc<Federation>,
@@ -118,6 +124,15 @@ impl Veem {
             sla: sla.clone(),
             windows: windows.clone(),
         });
+        let proposals = Arc::new(Proposals::new(core.clone(), migration.clone()));
+        let peer_watch = Arc::new(PeerWatch::new(
+            core.clone(),
+            federation.clone(),
+            migration.clone(),
+            networks.clone(),
+            recovery.clone(),
+        ));
+        let reconcile = Arc::new(Reconcile::new(core.clone(), boot.clone(), migration.clone(), recovery.clone()));
         // (the next workflow here)
         Ok(Arc::new(Self {
             accounting,
@@ -134,6 +149,9 @@ impl Veem {
             federation,
             migration,
             recovery,
+            proposals,
+            peer_watch,
+            reconcile,
             // (its field here)
             core,
             request_locks: Mutex::new(Default::default()),

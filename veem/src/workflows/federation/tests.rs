@@ -111,13 +111,13 @@ async fn a_silent_peers_vee_is_recovered_at_home_and_its_copy_fenced_when_the_pe
     // VEE at home from its checkpoint.
     a.peers.0.lock().unwrap().remove("site-b");
     let mut misses = Default::default();
-    a.veem.watch_round(&mut misses).await;
+    a.veem.peer_watch.watch_round(&mut misses).await;
     assert_eq!(
         a.veem.vee(&vee).unwrap().location,
         Location::Site("site-b".into()),
         "one miss is not enough"
     );
-    a.veem.watch_round(&mut misses).await;
+    a.veem.peer_watch.watch_round(&mut misses).await;
     crate::fakes::eventually("recovered at home", || {
         let v = a.veem.vee(&vee).unwrap();
         (v.state, v.location) == (VeeState::Running, Location::Host("a1".into()))
@@ -127,7 +127,7 @@ async fn a_silent_peers_vee_is_recovered_at_home_and_its_copy_fenced_when_the_pe
     // B answers again: its copy is destroyed, and only A's runs.
     assert!(b.host("b1").runs(&vee), "B never knew");
     a.peer_with(&b, "a-to-b-token");
-    a.veem.watch_round(&mut misses).await;
+    a.veem.peer_watch.watch_round(&mut misses).await;
     assert!(!b.host("b1").runs(&vee), "B's copy is fenced: {:?}", b.host("b1").calls());
     assert!(a.host("a1").runs(&vee));
 }
@@ -579,7 +579,7 @@ mod networks {
         let host = a.host(&other);
         let before = host.calls().len();
         // Site B went silent; site A recovers the VEE at home.
-        a.veem.recover_from_peer(&vee, "site-b").await.unwrap();
+        a.veem.peer_watch.recover_from_peer(&vee, "site-b").await.unwrap();
         let v = a.veem.vee(&vee).unwrap();
         assert_eq!(v.state, VeeState::Running, "recovered at home");
         // The first update after the silence already drops site B: the

@@ -179,7 +179,7 @@ async fn a_returning_host_loses_the_copies_recovered_elsewhere() {
     assert_ne!(host_of(&site, &vee), failed);
     // The failed host comes back still running its (stale) copy.
     assert!(site.host(&failed).script.lock().unwrap().running.contains(&vee));
-    site.veem.fence_returning_host(&failed).await;
+    site.veem.reconcile.fence_returning_host(&failed).await;
     assert!(site.host(&failed).calls().contains(&format!("destroy {vee}")));
     assert!(site.host(&failed).script.lock().unwrap().running.is_empty());
     // The recovered copy stays.

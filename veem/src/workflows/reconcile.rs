@@ -1,18 +1,22 @@
 //! Reconciliation: the VEEM's records against what every VEEH reports
 //! (ListDomains), in full at start-up, and for lost domains at every
-//! heartbeat interval ([`Veem::domain_watch_round`]). Each difference it
+//! heartbeat interval ([`Reconcile::domain_watch_round`]). Each difference it
 //! resolves is logged and evented.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Deref;
 use std::sync::Arc;
 
 use anyhow::Result;
 use interfaces::vhi::{self, DestroyRequest};
 
-use crate::manager::Veem;
+use crate::core::Core;
 use crate::model::{Location, MigrationRec, MigrationState, VeeRec, VeeState};
 use crate::store::Tree;
+use crate::workflows::boot::Boot;
 use crate::workflows::migration::Dest;
+use crate::workflows::migration::Migration;
+use crate::workflows::recovery::Recovery;
 
 /// What start-up reconciliation does with domains no record places on
 /// their host.
@@ -25,7 +29,34 @@ pub enum Strays {
     KeepWithoutRecords,
 }
 
-impl Veem {
+/// Start-up and the domain watch (see the module doc): the records against what the VEEHs run, recoveries a restart cut short finished, a returning host fenced. Calls the core, booting, migration and recovery.
+pub struct Reconcile {
+    core: Arc<Core>,
+    pub(crate) boot: Arc<Boot>,
+    pub(crate) migration: Arc<Migration>,
+    pub(crate) recovery: Arc<Recovery>,
+}
+
+impl Deref for Reconcile {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Reconcile {
+    pub fn new(core: Arc<Core>, boot: Arc<Boot>, migration: Arc<Migration>, recovery: Arc<Recovery>) -> Self {
+        Self {
+            core,
+            boot,
+            migration,
+            recovery,
+        }
+    }
+}
+
+impl Reconcile {
     /// Resolves every difference between records and hosts:
     /// - a VEE recorded admitted/deploying: deployed again (idempotent);
     /// - a VEE recorded running whose host runs no such domain: failed, to
@@ -216,14 +247,14 @@ impl Veem {
 }
 
 /// VEE ID -> lists of its host in a row that lacked its domain while it
-/// was recorded running there ([`Veem::domain_watch_round`]).
+/// was recorded running there ([`Reconcile::domain_watch_round`]).
 pub type Missing = HashMap<String, u32>;
 
 /// Lists in a row a running VEE's domain must be missing from before it
 /// counts as lost: one list may race the end of an operation.
 pub const MISSING_ROUNDS: u32 = 2;
 
-impl Veem {
+impl Reconcile {
     /// Continuous reconciliation, every heartbeat interval: each host that
     /// is up lists its domains; a VEE recorded running there, with no
     /// operation under way on it, whose domain is missing from

@@ -1,7 +1,7 @@
 //! Migrations the planner proposes by itself (DESIGN.md §7 "Proposals").
 //!
 //! Every `proposals.interval` a pass looks at the site and
-//! proposes moves as [`MigrationRec`]s through [`Veem::propose`], which
+//! proposes moves as [`MigrationRec`]s through [`Proposals::propose`], which
 //! persists and events them; the site policy (`migration.auto_approve`)
 //! runs some at once, the rest wait for an operator. Reasons, checked in
 //! this order (an operator's `drain` is the fourth, `maintenance`):
@@ -28,18 +28,20 @@
 //! pass.
 //!
 //! The decisions are pure functions over a [`Snapshot`] ([`plan`]); the
-//! VEEM builds the snapshot, calls them and proposes ([`Veem::proposal_pass`]).
+//! VEEM builds the snapshot, calls them and proposes ([`Proposals::proposal_pass`]).
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Deref;
 use std::sync::Arc;
 
 use anyhow::Result;
 
+use crate::core::Core;
 use crate::domain::Health;
-use crate::manager::Veem;
 use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::planner::{Planner, Resources, Slot};
 use crate::store::Tree;
+use crate::workflows::migration::Migration;
 use crate::workflows::migration::{Dest, Proposer};
 
 #[cfg(test)]
@@ -356,7 +358,27 @@ pub fn open_and_held(records: Vec<MigrationRec>, now_ms: i64, hold_s: u64) -> (V
 /// afresh, which only delays proposals).
 pub type Seen = HashMap<String, (String, i64)>;
 
-impl Veem {
+/// Migrations the planner proposes by itself (see the module doc): a pass over a snapshot, decided on a copy of the planner, each move proposed through the migration workflow. Calls the core and migration.
+pub struct Proposals {
+    core: Arc<Core>,
+    pub(crate) migration: Arc<Migration>,
+}
+
+impl Deref for Proposals {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Proposals {
+    pub fn new(core: Arc<Core>, migration: Arc<Migration>) -> Self {
+        Self { core, migration }
+    }
+}
+
+impl Proposals {
     /// The snapshot a pass decides on; updates `seen`.
     pub fn proposal_snapshot(&self, seen: &mut Seen) -> Result<Snapshot> {
         let now = self.clock.now_ms();

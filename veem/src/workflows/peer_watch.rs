@@ -13,14 +13,19 @@
 //! VEE never runs in two places for longer than the peer's silence.
 
 use std::collections::HashMap;
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 
-use crate::manager::Veem;
+use crate::core::Core;
 use crate::model::{FenceRec, Location, VeeRec, VeeState};
 use crate::store::Tree;
+use crate::workflows::federation::Federation;
+use crate::workflows::migration::Migration;
+use crate::workflows::networks::Networks;
+use crate::workflows::recovery::Recovery;
 
 /// How long one call to a peer may take before it counts as unanswered.
 pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -33,7 +38,42 @@ enum PeerAnswer {
     Answered { lost: Vec<String> },
 }
 
-impl Veem {
+/// The watch over peer sites that run this site's VEEs (see the module doc): a silent peer's VEEs recovered, their copies fenced when it answers again. Calls the core, federation, migration, networks and recovery.
+pub struct PeerWatch {
+    core: Arc<Core>,
+    pub(crate) federation: Arc<Federation>,
+    pub(crate) migration: Arc<Migration>,
+    pub(crate) networks: Arc<Networks>,
+    pub(crate) recovery: Arc<Recovery>,
+}
+
+impl Deref for PeerWatch {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl PeerWatch {
+    pub fn new(
+        core: Arc<Core>,
+        federation: Arc<Federation>,
+        migration: Arc<Migration>,
+        networks: Arc<Networks>,
+        recovery: Arc<Recovery>,
+    ) -> Self {
+        Self {
+            core,
+            federation,
+            migration,
+            networks,
+            recovery,
+        }
+    }
+}
+
+impl PeerWatch {
     /// One round over every peer that runs VEEs of this site or still holds
     /// fenced copies; `misses` counts silent rounds per peer.
     pub(crate) async fn watch_round(self: &Arc<Self>, misses: &mut HashMap<String, u32>) {

@@ -6,14 +6,14 @@ use tonic::Code;
 
 use crate::fakes::{FakeSite, STANDARD};
 use crate::model::VeeState;
-use crate::reconcile::Strays;
+use crate::workflows::reconcile::Strays;
 
 #[tokio::test]
 async fn a_domain_no_record_places_on_the_host_is_destroyed() {
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
     site.host("h1").script.lock().unwrap().running.insert("stray".into());
-    site.veem.reconcile(Strays::KeepWithoutRecords).await.unwrap();
+    site.veem.reconcile.reconcile(Strays::KeepWithoutRecords).await.unwrap();
     assert!(!site.host("h1").runs("stray"));
     assert!(site.host("h1").calls().contains(&"destroy stray".to_string()));
     assert!(site.host("h1").runs(&vee), "the recorded VEE is left alone");
@@ -25,7 +25,7 @@ async fn a_running_vee_its_host_does_not_run_is_failed() {
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
     site.host("h1").script.lock().unwrap().running.remove(&vee);
-    site.veem.reconcile(Strays::KeepWithoutRecords).await.unwrap();
+    site.veem.reconcile.reconcile(Strays::KeepWithoutRecords).await.unwrap();
     assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Failed);
     assert!(
         site.events(&vee).iter().any(|e| e.contains("not running on h1")),
@@ -40,7 +40,7 @@ async fn a_host_that_cannot_be_asked_changes_no_record() {
     let vee = site.running_service(STANDARD).remove(0);
     site.host("h1").script.lock().unwrap().running.remove(&vee);
     site.host("h1").fail("ListDomains", Code::Unavailable, "connection refused");
-    site.veem.reconcile(Strays::KeepWithoutRecords).await.unwrap();
+    site.veem.reconcile.reconcile(Strays::KeepWithoutRecords).await.unwrap();
     assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running, "not knowing is not failing");
 }
 
@@ -57,7 +57,7 @@ async fn a_host_that_answers_as_another_is_never_acted_on() {
         assert_eq!((health, info.is_some()), (crate::hosts::Health::Unknown, false), "{host}@{at}");
         let e = format!("{:#}", site.veem.hosts.identify("h1").await.unwrap_err());
         assert!(e.contains(&format!("answers as host \"{host}\" of site \"{at}\"")), "{e}");
-        site.veem.reconcile(Strays::Destroy).await.unwrap();
+        site.veem.reconcile.reconcile(Strays::Destroy).await.unwrap();
         assert!(site.host("h1").runs("stray") && site.host("h1").runs(&vee));
         assert!(!site
             .host("h1")
@@ -68,7 +68,7 @@ async fn a_host_that_answers_as_another_is_never_acted_on() {
     // Itself again: heard, and reconciled.
     site.host("h1").script.lock().unwrap().answers_as = None;
     assert_eq!(site.veem.hosts.heartbeat("h1", 3).await.0, crate::hosts::Health::Up);
-    site.veem.reconcile(Strays::KeepWithoutRecords).await.unwrap();
+    site.veem.reconcile.reconcile(Strays::KeepWithoutRecords).await.unwrap();
     assert!(!site.host("h1").runs("stray"));
 }
 
@@ -76,14 +76,14 @@ async fn a_host_that_answers_as_another_is_never_acted_on() {
 async fn an_empty_database_leaves_the_hosts_domains_alone_until_an_operator_says_so() {
     let site = FakeSite::start(&["h1"], "").await;
     site.host("h1").script.lock().unwrap().running.insert("someones-vee".into());
-    site.veem.reconcile(Strays::KeepWithoutRecords).await.unwrap();
+    site.veem.reconcile.reconcile(Strays::KeepWithoutRecords).await.unwrap();
     assert!(site.host("h1").runs("someones-vee"), "destroyed by a VEEM that knows nothing");
     assert!(
         site.events("someones-vee").iter().any(|e| e.contains("left alone")),
         "{:?}",
         site.events("someones-vee")
     );
-    site.veem.reconcile(Strays::Destroy).await.unwrap();
+    site.veem.reconcile.reconcile(Strays::Destroy).await.unwrap();
     assert!(!site.host("h1").runs("someones-vee"));
 }
 
@@ -98,27 +98,27 @@ async fn another_sites_database_is_refused() {
 
 #[tokio::test]
 async fn a_vee_destroyed_behind_the_veems_back_is_restored_on_its_host_within_two_rounds() {
-    use crate::reconcile::Missing;
+    use crate::workflows::reconcile::Missing;
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
     site.veem.hosts.heartbeat("h1", 3).await;
     let mut missing = Missing::new();
-    site.veem.domain_watch_round(&mut missing).await;
+    site.veem.reconcile.domain_watch_round(&mut missing).await;
     assert!(missing.is_empty(), "its domain runs");
     site.host("h1").script.lock().unwrap().running.remove(&vee);
     // While an operation holds the VEE, its absence is not counted.
     let held = site.veem.lock_vee(&vee).await;
-    site.veem.domain_watch_round(&mut missing).await;
+    site.veem.reconcile.domain_watch_round(&mut missing).await;
     assert!(missing.is_empty());
     drop(held);
-    site.veem.domain_watch_round(&mut missing).await;
+    site.veem.reconcile.domain_watch_round(&mut missing).await;
     assert_eq!(missing.get(&vee), Some(&1));
     assert_eq!(
         site.veem.vee(&vee).unwrap().state,
         VeeState::Running,
         "one list may race an operation"
     );
-    site.veem.domain_watch_round(&mut missing).await;
+    site.veem.reconcile.domain_watch_round(&mut missing).await;
     crate::fakes::eventually("restored", || {
         site.host("h1").runs(&vee) && site.veem.vee(&vee).unwrap().state == VeeState::Running
     })
@@ -129,6 +129,6 @@ async fn a_vee_destroyed_behind_the_veems_back_is_restored_on_its_host_within_tw
         "{:?}",
         site.events(&vee)
     );
-    site.veem.domain_watch_round(&mut missing).await;
+    site.veem.reconcile.domain_watch_round(&mut missing).await;
     assert!(missing.is_empty());
 }
