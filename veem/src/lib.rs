@@ -28,7 +28,6 @@ pub(crate) mod fakes;
 pub mod front;
 pub mod hosts;
 pub mod ipam;
-pub mod lifecycle;
 pub mod loops;
 pub mod manager;
 pub mod model;

@@ -47,7 +47,7 @@ impl Loops {
             },
         );
         loops.spawn(veem, Duration::from_secs(1), (), |veem, _| async move {
-            veem.scheduler_round();
+            veem.lifecycle.scheduler_round();
             veem.windows.renew_windows().await;
         });
         // Steps a crash cut short whose undo could not finish at start-up.

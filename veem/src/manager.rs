@@ -18,6 +18,7 @@ use crate::workflows::boot::Boot;
 use crate::workflows::checkpoints::Checkpoints;
 use crate::workflows::federation::Federation;
 use crate::workflows::intents::Intents;
+use crate::workflows::lifecycle::Lifecycle;
 use crate::workflows::migration::Migration;
 use crate::workflows::networks::Networks;
 use crate::workflows::peer_watch::PeerWatch;
@@ -38,6 +39,7 @@ pub struct Veem {
     /// The workflows, each built once on the core (and on those it
     /// calls), in `crate::workflows`.
     pub accounting: Arc<Accounting>,
+    pub lifecycle: Arc<Lifecycle>,
     pub reconcile: Arc<Reconcile>,
     pub peer_watch: Arc<PeerWatch>,
     pub proposals: Arc<Proposals>,
@@ -133,6 +135,18 @@ impl Veem {
             recovery.clone(),
         ));
         let reconcile = Arc::new(Reconcile::new(core.clone(), boot.clone(), migration.clone(), recovery.clone()));
+        let lifecycle = Arc::new(Lifecycle {
+            core: core.clone(),
+            boot: boot.clone(),
+            checkpoints: checkpoints.clone(),
+            federation: federation.clone(),
+            migration: migration.clone(),
+            networks: networks.clone(),
+            recovery: recovery.clone(),
+            sla: sla.clone(),
+            spares: spares.clone(),
+            windows: windows.clone(),
+        });
         // (the next workflow here)
         Ok(Arc::new(Self {
             accounting,
@@ -152,6 +166,7 @@ impl Veem {
             proposals,
             peer_watch,
             reconcile,
+            lifecycle,
             // (its field here)
             core,
             request_locks: Mutex::new(Default::default()),

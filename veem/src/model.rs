@@ -180,7 +180,7 @@ pub struct VeeRec {
     pub checkpoint_interval_s: Option<u64>,
     /// The cost c of one checkpoint (H eq. 3.12-3.16) as measured here: the
     /// wall time of its VHI Checkpoint calls (snapshot and push), smoothed
-    /// ([`crate::lifecycle::smoothed_cost`]). `None` until the first one.
+    /// ([`crate::workflows::lifecycle::smoothed_cost`]). `None` until the first one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_cost_s: Option<f64>,
     /// Its manifest has no window: the reservation runs for the planning

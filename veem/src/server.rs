@@ -220,7 +220,7 @@ impl Vmi for VmiService {
         let role = self.user(&r)?;
         let id = &r.get_ref().service_id;
         self.visible_service(&role, id)?;
-        let s = self.veem.undeploy(id).await.map_err(|e| self.refusal(&role, e))?;
+        let s = self.veem.lifecycle.undeploy(id).await.map_err(|e| self.refusal(&role, e))?;
         Ok(Response::new(self.service_info(&role, &s)))
     }
 
@@ -277,6 +277,7 @@ impl Vmi for VmiService {
         self.visible_vee(&role, &req.vee_id)?;
         let v = self
             .veem
+            .lifecycle
             .vee_action(&req.vee_id, action, &req.checkpoint_id)
             .await
             .map_err(|e| self.refusal(&role, e))?;

@@ -14,6 +14,7 @@ pub mod boot;
 pub mod checkpoints;
 pub mod federation;
 pub mod intents;
+pub mod lifecycle;
 pub mod migration;
 pub mod networks;
 pub mod peer_watch;

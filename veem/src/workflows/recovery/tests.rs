@@ -310,11 +310,11 @@ async fn a_background_vee_displaced_for_a_recovery_is_saved_and_resumed_when_roo
     let saved = v.latest_checkpoint.clone().unwrap();
     assert!(site.veem.planner().placement(&bg).is_none());
     // No room yet: it waits.
-    assert_eq!(site.veem.resume_displaced(), 0);
+    assert_eq!(site.veem.lifecycle.resume_displaced(), 0);
 
     // The standard VEE ends: the background VEE resumes from the saved state.
-    site.veem.stop_vee(&std_vee).await.unwrap();
-    assert_eq!(site.veem.resume_displaced(), 1);
+    site.veem.lifecycle.stop_vee(&std_vee).await.unwrap();
+    assert_eq!(site.veem.lifecycle.resume_displaced(), 1);
     crate::fakes::eventually("background VEE resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
     assert_eq!(host_of(&site, &bg), "h2");
     assert!(site.host("h2").runs(&bg));
@@ -355,9 +355,9 @@ async fn the_levels_side_by_side_on_one_host_failure() {
     // The lost legacy VEE holds nothing any more (it held its failed
     // host's slots from the failure's slot on).
     assert!(site.veem.planner().placement(&legacy).is_none());
-    site.veem.stop_vee(&standard).await.unwrap();
+    site.veem.lifecycle.stop_vee(&standard).await.unwrap();
     assert_eq!(
-        site.veem.resume_displaced(),
+        site.veem.lifecycle.resume_displaced(),
         1,
         "{:?}",
         site.veem.planner().host_usage(&y, site.veem.now_slot())
@@ -385,15 +385,15 @@ async fn a_resume_that_finds_its_host_silent_is_tried_again_later() {
         .replace("vcpus = 1", "vcpus = 4");
     let bg = site.running_service(&background).remove(0);
     site.veem.recovery.recover_host("h1").await.unwrap();
-    site.veem.stop_vee(&std_vee).await.unwrap();
+    site.veem.lifecycle.stop_vee(&std_vee).await.unwrap();
     // h2 misses a heartbeat just then: no resume onto it, and the VEE
     // stays its service's.
     site.host("h2").fail("HostInfo", tonic::Code::Unavailable, "slow");
     crate::loops::heartbeat_round(&site.veem).await;
-    assert_eq!(site.veem.resume_displaced(), 0);
+    assert_eq!(site.veem.lifecycle.resume_displaced(), 0);
     site.host("h2").script.lock().unwrap().failing.clear();
     crate::loops::heartbeat_round(&site.veem).await;
-    assert_eq!(site.veem.resume_displaced(), 1, "tried again once h2 answers");
+    assert_eq!(site.veem.lifecycle.resume_displaced(), 1, "tried again once h2 answers");
     crate::fakes::eventually("resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
 }
 
@@ -401,7 +401,7 @@ async fn a_resume_that_finds_its_host_silent_is_tried_again_later() {
 async fn a_host_refusing_the_checkpoints_profile_is_not_retried_and_the_next_compatible_host_restores() {
     let site = FakeSite::start(&["h1", "h2", "h3"], FAST).await;
     let vee = site.running_service(STANDARD).remove(0);
-    site.veem.checkpoint_vee(&vee).await.unwrap();
+    site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
     let failed = host_of(&site, &vee);
     let bad = first_choice(&site, &vee, &failed);
     {

@@ -102,7 +102,7 @@ async fn a_missed_checkpoint_is_one_violation_kept_current_until_one_is_taken() 
     let events = site.events(&vee);
     assert_eq!(events.iter().filter(|e| e.starts_with("sla-violation")).count(), 1, "{events:?}");
     // A checkpoint ends the miss.
-    site.veem.checkpoint_vee(&vee).await.unwrap();
+    site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
     site.clock.advance_ms(60_000);
     site.veem.sla.sla_round().unwrap();
     assert_eq!(violations(&site, &vee).len(), 1);

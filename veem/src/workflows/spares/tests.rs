@@ -58,7 +58,7 @@ async fn a_full_vee_holds_a_spare_at_a_peer_until_it_stops() {
     let r = b.veem.planner().reservation(&spare_id(&vee)).unwrap().clone();
     assert_eq!(r.resources, Resources::new(1, 512, 1));
     // Its VEE stops: the spare goes.
-    a.veem.stop_vee(&vee).await.unwrap();
+    a.veem.lifecycle.stop_vee(&vee).await.unwrap();
     assert!(held(&b).is_empty());
     assert!(b.veem.planner().reservation(&spare_id(&vee)).is_none());
 }
@@ -102,7 +102,7 @@ async fn an_unconfirmed_hold_lapses() {
 async fn with_no_local_room_a_failed_full_vee_is_restored_into_its_spare_at_the_peer() {
     let (a, b) = pair("");
     let vee = deploy_full(&a).await.unwrap();
-    a.veem.checkpoint_vee(&vee).await.unwrap();
+    a.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
     // a1 is site A's only host.
     a.veem.recovery.recover_host("a1").await.unwrap();
     let v = a.veem.vee(&vee).unwrap();
@@ -164,7 +164,7 @@ async fn a_vee_restored_into_its_spare_gets_a_new_spare_at_another_peer() {
     let (a, b, c) = trio();
     let vee = deploy_full(&a).await.unwrap();
     assert_eq!(a.veem.spares.spare_site(&vee).as_deref(), Some("site-b"));
-    a.veem.checkpoint_vee(&vee).await.unwrap();
+    a.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
     a.veem.recovery.recover_host("a1").await.unwrap();
     assert_eq!(a.veem.vee(&vee).unwrap().location, Location::Site("site-b".into()));
     assert!(held(&b).is_empty(), "B's spare made room for it");
@@ -203,7 +203,7 @@ async fn a_vee_migrated_to_another_peer_keeps_its_spare_until_it_stops() {
     assert_eq!(a.veem.spares.spare_site(&vee).as_deref(), Some("site-b"));
     assert_eq!(held(&b).len(), 1);
     // Stopped (wherever it runs), the spare goes.
-    a.veem.vee_action(&vee, vmi::Action::Stop, "").await.unwrap();
+    a.veem.lifecycle.vee_action(&vee, vmi::Action::Stop, "").await.unwrap();
     eventually("B's spare is released", || held(&b).is_empty()).await;
     assert!(b.veem.planner().reservation(&spare_id(&vee)).is_none());
 }

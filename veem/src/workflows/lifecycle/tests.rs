@@ -17,9 +17,9 @@ async fn one_running_vee() -> (FakeSite, String, String) {
 #[tokio::test]
 async fn suspend_and_resume_go_to_the_host_and_change_the_state() {
     let (site, vee, host) = one_running_vee().await;
-    let v = site.veem.vee_action(&vee, Action::Suspend, "").await.unwrap();
+    let v = site.veem.lifecycle.vee_action(&vee, Action::Suspend, "").await.unwrap();
     assert_eq!(v.state, VeeState::Suspended);
-    let v = site.veem.vee_action(&vee, Action::Resume, "").await.unwrap();
+    let v = site.veem.lifecycle.vee_action(&vee, Action::Resume, "").await.unwrap();
     assert_eq!(v.state, VeeState::Running);
     assert_eq!(site.host(&host).calls(), [format!("suspend {vee}"), format!("resume {vee}")]);
 }
@@ -29,7 +29,7 @@ async fn a_suspend_the_host_refuses_changes_nothing() {
     let (site, vee, host) = one_running_vee().await;
     site.host(&host).fail("Suspend", Code::FailedPrecondition, "domain is not running");
     let before = site.events(&vee).len();
-    let e = site.veem.vee_action(&vee, Action::Suspend, "").await.unwrap_err();
+    let e = site.veem.lifecycle.vee_action(&vee, Action::Suspend, "").await.unwrap_err();
     assert!(format!("{e:#}").contains("domain is not running"), "{e:#}");
     assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
     assert_eq!(site.events(&vee).len(), before, "no state event");
@@ -41,7 +41,7 @@ async fn a_suspend_the_host_refuses_changes_nothing() {
 async fn a_hosts_huge_refusal_is_quoted_by_a_bounded_excerpt() {
     let (site, vee, host) = one_running_vee().await;
     site.host(&host).fail("Checkpoint", Code::Internal, &"disk full ".repeat(100_000));
-    let e = site.veem.vee_action(&vee, Action::Checkpoint, "").await.unwrap_err();
+    let e = site.veem.lifecycle.vee_action(&vee, Action::Checkpoint, "").await.unwrap_err();
     let status = crate::error::status(e);
     assert!(status.message().contains("disk full"), "{}", &status.message()[..200]);
     assert!(
@@ -62,7 +62,7 @@ async fn a_hosts_huge_refusal_is_quoted_by_a_bounded_excerpt() {
 #[tokio::test]
 async fn a_checkpoint_is_recorded_and_its_blobs_pinned() {
     let (site, vee, _) = one_running_vee().await;
-    let cp = site.veem.checkpoint_vee(&vee).await.unwrap();
+    let cp = site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
     let v = site.veem.vee(&vee).unwrap();
     assert_eq!((v.state, v.latest_checkpoint.as_deref()), (VeeState::Running, Some(cp.id.as_str())));
     assert_eq!(site.repo.pins.lock().unwrap().len(), 2, "memory and disk blobs");
@@ -73,7 +73,7 @@ async fn a_failed_checkpoint_leaves_the_vee_running_with_its_previous_checkpoint
     let (site, vee, host) = one_running_vee().await;
     let previous = site.veem.vee(&vee).unwrap().latest_checkpoint;
     site.host(&host).fail("Checkpoint", Code::Internal, "snapshot: disk full");
-    let e = site.veem.checkpoint_vee(&vee).await.unwrap_err();
+    let e = site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap_err();
     assert!(e.to_string().contains("disk full"), "{e}");
     let v = site.veem.vee(&vee).unwrap();
     assert_eq!((v.state, v.latest_checkpoint), (VeeState::Running, previous));
@@ -86,7 +86,7 @@ async fn a_failed_checkpoint_leaves_the_vee_running_with_its_previous_checkpoint
 #[tokio::test]
 async fn an_unset_action_is_refused_naming_the_field() {
     let (site, vee, host) = one_running_vee().await;
-    let e = site.veem.vee_action(&vee, Action::Unspecified, "").await.unwrap_err();
+    let e = site.veem.lifecycle.vee_action(&vee, Action::Unspecified, "").await.unwrap_err();
     assert!(e.to_string().contains("field `action`"), "{e}");
     assert!(site.host(&host).calls().is_empty());
 }
@@ -100,18 +100,18 @@ async fn the_scheduler_checkpoints_a_vee_once_its_period_has_passed_and_not_befo
     v.last_checkpoint_ms = Some(site.clock.now_ms());
     site.veem.save_vee(&v).unwrap();
     site.clock.advance_ms(59_000);
-    site.veem.scheduler_round();
+    site.veem.lifecycle.scheduler_round();
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert!(site.host(&host).calls().is_empty(), "59 s: not due yet");
     site.clock.advance_ms(1_000);
-    site.veem.scheduler_round();
+    site.veem.lifecycle.scheduler_round();
     crate::fakes::eventually("checkpointed", || site.veem.vee(&vee).unwrap().latest_checkpoint.is_some()).await;
     assert_eq!(site.host(&host).calls(), [format!("checkpoint {vee}")]);
 }
 
 #[test]
 fn the_checkpoint_cost_is_the_first_sample_then_a_moving_average() {
-    use crate::lifecycle::{smoothed_cost, COST_SMOOTHING};
+    use crate::workflows::lifecycle::{smoothed_cost, COST_SMOOTHING};
     assert_eq!(smoothed_cost(None, 3.0), 3.0);
     assert!((smoothed_cost(Some(3.0), 6.0) - (3.0 + COST_SMOOTHING * 3.0)).abs() < 1e-12);
     assert_eq!(smoothed_cost(Some(3.0), f64::NAN), 3.0 + COST_SMOOTHING * (0.001 - 3.0));
@@ -129,7 +129,7 @@ async fn an_auto_interval_follows_the_measured_checkpoint_cost() {
     let run = (v.window_end_unix - v.window_start_unix) as u64;
     let assumed = crate::domain::terms::checkpoint_interval(&m.sla, run, crate::domain::terms::DEFAULT_CHECKPOINT_COST_S);
     assert_eq!(v.checkpoint_interval_s, assumed, "before any: the default cost");
-    site.veem.checkpoint_vee(&vee).await.unwrap();
+    site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
     let v = site.veem.vee(&vee).unwrap();
     let cost = v.checkpoint_cost_s.unwrap();
     assert!((0.3..1.0).contains(&cost), "measured {cost} s");
@@ -161,7 +161,7 @@ async fn undeploy_stops_every_vee_of_the_service_and_releases_its_reservations_o
     };
     let before = used(&site);
 
-    site.veem.undeploy(&service).await.unwrap();
+    site.veem.lifecycle.undeploy(&service).await.unwrap();
     assert_eq!(site.veem.vee(&gone).unwrap().state, VeeState::Terminated);
     assert!(
         site.host(&host).calls().contains(&format!("destroy {gone}")),
@@ -174,7 +174,7 @@ async fn undeploy_stops_every_vee_of_the_service_and_releases_its_reservations_o
 
     // Again: nothing left to stop, no call to a host.
     let calls = site.host(&host).calls().len();
-    site.veem.undeploy(&service).await.unwrap();
+    site.veem.lifecycle.undeploy(&service).await.unwrap();
     assert_eq!(site.host(&host).calls().len(), calls);
 }
 
@@ -183,7 +183,7 @@ async fn an_undeploy_a_host_refuses_names_the_vee_left_running() {
     let (site, vee, host) = one_running_vee().await;
     let service = site.veem.vee(&vee).unwrap().service_id;
     site.host(&host).fail("Destroy", Code::Unavailable, "libvirtd is gone");
-    let e = format!("{:#}", site.veem.undeploy(&service).await.unwrap_err());
+    let e = format!("{:#}", site.veem.lifecycle.undeploy(&service).await.unwrap_err());
     assert!(
         e.contains(&format!("1 of 1 VEEs not stopped: VEE {vee}")) && e.contains("libvirtd is gone"),
         "{e}"
@@ -195,7 +195,7 @@ async fn an_undeploy_a_host_refuses_names_the_vee_left_running() {
 async fn stopping_a_vee_whose_domain_is_gone_says_so() {
     let (site, vee, host) = one_running_vee().await;
     site.host(&host).fail("Shutdown", Code::NotFound, "no domain vee-x");
-    site.veem.vee_action(&vee, Action::Stop, "").await.unwrap();
+    site.veem.lifecycle.vee_action(&vee, Action::Stop, "").await.unwrap();
     let events = site.events(&vee);
     assert!(events.iter().any(|e| e.contains("its domain was already gone")), "{events:?}");
     assert!(!events.iter().any(|e| e.contains("shutdown failed")), "{events:?}");

@@ -1,17 +1,49 @@
 //! VEE actions (stop, suspend, resume, checkpoint, restore), the checkpoint
 //! schedule and the window scheduler.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
 use interfaces::vhi::{self, CheckpointRequest, DestroyRequest, RestoreRequest, ShutdownRequest};
 use interfaces::vmi;
 
+use crate::core::Core;
 use crate::error::VeemError;
-use crate::manager::Veem;
 use crate::model::{CheckpointRec, Location, VeeRec, VeeState};
+use crate::workflows::boot::Boot;
+use crate::workflows::checkpoints::Checkpoints;
+use crate::workflows::federation::Federation;
+use crate::workflows::migration::Migration;
+use crate::workflows::networks::Networks;
+use crate::workflows::recovery::Recovery;
+use crate::workflows::sla::Sla;
+use crate::workflows::spares::Spares;
+use crate::workflows::windows::Windows;
 
-impl Veem {
+/// A VEE's life after admission (see the module doc): actions (stop, suspend, resume, checkpoint, restore, undeploy) and the scheduler's round. Calls the core, booting, checkpoint records, federation, migration, networks, recovery, the SLA, spares and windows.
+pub struct Lifecycle {
+    pub(crate) core: Arc<Core>,
+    pub(crate) boot: Arc<Boot>,
+    pub(crate) checkpoints: Arc<Checkpoints>,
+    pub(crate) federation: Arc<Federation>,
+    pub(crate) migration: Arc<Migration>,
+    pub(crate) networks: Arc<Networks>,
+    pub(crate) recovery: Arc<Recovery>,
+    pub(crate) sla: Arc<Sla>,
+    pub(crate) spares: Arc<Spares>,
+    pub(crate) windows: Arc<Windows>,
+}
+
+impl Deref for Lifecycle {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Lifecycle {
     /// The host a VEE runs on, or an error saying where it is instead.
     fn local_host(v: &VeeRec) -> Result<String> {
         match &v.location {
@@ -24,7 +56,7 @@ impl Veem {
     /// Applies a VMI VeeAction: stop | suspend | resume | checkpoint |
     /// restore (`checkpoint_id` empty = latest valid) | withdraw (operator of
     /// a site running the VEE for a peer: give it back, see
-    /// [`Veem::withdraw`]).
+    /// [`Lifecycle::withdraw`]).
     pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: vmi::Action, checkpoint_id: &str) -> Result<VeeRec> {
         if let Location::Site(site) = self.vee(vee_id)?.location {
             self.federation.forward_action(&site, vee_id, action, checkpoint_id).await?;
@@ -281,7 +313,7 @@ impl Veem {
     /// opened, takes the checkpoints that are due, stops VEEs whose window
     /// closed, resumes displaced background VEEs that have room again (each
     /// in a task of its own), and records the SLA terms broken meanwhile
-    /// ([`Veem::sla_round`]).
+    /// ([`Lifecycle::sla_round`]).
     pub(crate) fn scheduler_round(self: &Arc<Self>) {
         self.resume_displaced();
         if let Err(e) = self.spares.lapse_spares() {
