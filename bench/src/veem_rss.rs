@@ -219,14 +219,14 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
     let services = vees / VEES_PER_SERVICE;
     let (mut admit_s, mut written) = (0.0f64, 0usize);
     for s in 0..services {
-        let req = veem.request(&m, &uuid::Uuid::new_v4().to_string());
+        let req = veem.deploy.request(&m, &uuid::Uuid::new_v4().to_string());
         let t = Instant::now();
         let verdict = veem.planner().admit(&req);
         admit_s += t.elapsed().as_secs_f64();
         let Admission::Accepted(a) = verdict else {
             bail!("service {s} of {services} not admitted: {verdict:?}")
         };
-        let (svc, mut vs) = veem.admission_records(&m, MANIFEST, &req, Some(&a), None);
+        let (svc, mut vs) = veem.deploy.admission_records(&m, MANIFEST, &req, Some(&a), None);
         // As `Veem::deploy`: VEE records, the service, `admitted` events.
         for v in &vs {
             veem.save_vee(v)?;
@@ -254,7 +254,7 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
     veem.persist_planner()?;
     let persist_s = t.elapsed().as_secs_f64();
     // What one more Deploy costs: its admission written incrementally.
-    let req = veem.request(&m, &uuid::Uuid::new_v4().to_string());
+    let req = veem.deploy.request(&m, &uuid::Uuid::new_v4().to_string());
     let Admission::Accepted(_) = veem.planner().admit(&req) else {
         bail!("one more service not admitted")
     };

@@ -19,7 +19,6 @@ pub mod cli;
 pub mod config;
 pub mod core;
 pub mod daemon;
-pub mod deploy;
 pub mod domain;
 pub mod error;
 pub mod failpoints;

@@ -4,7 +4,7 @@
 //! through `Deref`).
 
 use std::ops::Deref;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Result;
 
@@ -16,6 +16,7 @@ use crate::workflows::accounting::Accounting;
 use crate::workflows::background::Background;
 use crate::workflows::boot::Boot;
 use crate::workflows::checkpoints::Checkpoints;
+use crate::workflows::deploy::Deploy;
 use crate::workflows::federation::Federation;
 use crate::workflows::intents::Intents;
 use crate::workflows::lifecycle::Lifecycle;
@@ -34,11 +35,10 @@ use crate::workflows::windows::Windows;
 /// The VEE manager of one site.
 pub struct Veem {
     core: Arc<Core>,
-    /// Serialises Deploys with the same request ID (crate::deploy).
-    pub(crate) request_locks: Mutex<interfaces::locks::LockMap>,
     /// The workflows, each built once on the core (and on those it
     /// calls), in `crate::workflows`.
     pub accounting: Arc<Accounting>,
+    pub deploy: Arc<Deploy>,
     pub lifecycle: Arc<Lifecycle>,
     pub reconcile: Arc<Reconcile>,
     pub peer_watch: Arc<PeerWatch>,
@@ -147,6 +147,18 @@ impl Veem {
             spares: spares.clone(),
             windows: windows.clone(),
         });
+        let deploy = Arc::new(Deploy {
+            core: core.clone(),
+            request_locks: Default::default(),
+            background: background.clone(),
+            boot: boot.clone(),
+            federation: federation.clone(),
+            intents: intents.clone(),
+            networks: networks.clone(),
+            remapping: remapping.clone(),
+            spares: spares.clone(),
+            windows: windows.clone(),
+        });
         // (the next workflow here)
         Ok(Arc::new(Self {
             accounting,
@@ -167,9 +179,9 @@ impl Veem {
             peer_watch,
             reconcile,
             lifecycle,
+            deploy,
             // (its field here)
             core,
-            request_locks: Mutex::new(Default::default()),
         }))
     }
 

@@ -174,6 +174,7 @@ impl Vmi for VmiService {
         let redactor = self.redactor(&role);
         let mut reply = self
             .veem
+            .deploy
             .negotiate(&role, &r.get_ref().manifest_toml)
             .await
             .map_err(|e| self.refusal(&role, e))?;
@@ -188,6 +189,7 @@ impl Vmi for VmiService {
         let r = r.get_ref();
         let s = self
             .veem
+            .deploy
             .deploy_request(&role, &r.manifest_toml, &r.request_id)
             .await
             .map_err(|e| self.refusal(&role, e))?;

@@ -36,7 +36,7 @@ pub enum Tree {
     /// The planner's header and entries (crate::planner_store).
     Planner,
     /// Deploy request IDs and the services they made
-    /// (crate::deploy::request::RequestRec).
+    /// (crate::workflows::deploy::request::RequestRec).
     Requests,
     /// Steps under way that act outside the database (crate::intents).
     Intents,

@@ -253,12 +253,12 @@ impl FakeSite {
         use crate::planner::Admission;
         use crate::store::Tree;
         let m = interfaces::manifest::Manifest::from_toml(manifest).unwrap();
-        let req = self.veem.request(&m, &uuid::Uuid::new_v4().to_string());
+        let req = self.veem.deploy.request(&m, &uuid::Uuid::new_v4().to_string());
         let admitted = match self.veem.planner.lock().unwrap().admit(&req) {
             Admission::Accepted(a) => a,
             other => panic!("not admitted: {other:?}"),
         };
-        let (mut svc, mut vees) = self.veem.admission_records(&m, manifest, &req, Some(&admitted), None);
+        let (mut svc, mut vees) = self.veem.deploy.admission_records(&m, manifest, &req, Some(&admitted), None);
         // As Deploy does.
         self.veem.networks.admit_records(&m, &mut svc, &mut vees).unwrap();
         for mut v in vees.clone() {

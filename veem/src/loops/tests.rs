@@ -24,7 +24,7 @@ async fn a_host_that_stays_silent_gets_no_new_vee_after_its_remapping_block() {
     }
     let two = crate::fakes::STANDARD.replace("disk_gib = 1\n", "disk_gib = 1\ninstances = 2\n");
     let provider = crate::config::Role::Provider("acme".into());
-    let svc = site.veem.deploy(&provider, &two).await.unwrap();
+    let svc = site.veem.deploy.deploy(&provider, &two).await.unwrap();
     for id in &svc.vees {
         assert_eq!(site.veem.vee(id).unwrap().host(), Some("h2"), "a VEE placed on the silent host");
     }
@@ -39,7 +39,7 @@ async fn load_aware_placement_follows_the_load_the_hosts_measure() {
         site.host(busy).script.lock().unwrap().cpu_load = 0.9;
         site.host(idle).script.lock().unwrap().cpu_load = 0.1;
         super::heartbeat_round(&site.veem).await;
-        let svc = site.veem.deploy(&provider, crate::fakes::STANDARD).await.unwrap();
+        let svc = site.veem.deploy.deploy(&provider, crate::fakes::STANDARD).await.unwrap();
         let vee = site.veem.vee(&svc.vees[0]).unwrap();
         assert_eq!(vee.host(), Some(idle), "{busy} measured busy");
     }
@@ -82,9 +82,9 @@ async fn a_day_of_a_site_passes_on_the_virtual_clock() {
     let provider = crate::config::Role::Provider("acme".into());
     let loops = Loops::start(&site.veem);
 
-    let first = site.veem.deploy(&provider, &hourly).await.unwrap().vees.remove(0);
+    let first = site.veem.deploy.deploy(&provider, &hourly).await.unwrap().vees.remove(0);
     tokio::time::sleep(2 * HOUR).await;
-    let second = site.veem.deploy(&provider, &hourly).await.unwrap().vees.remove(0);
+    let second = site.veem.deploy.deploy(&provider, &hourly).await.unwrap().vees.remove(0);
     tokio::time::sleep(4 * HOUR).await;
     for id in [&first, &second] {
         assert_eq!(site.veem.vee(id).unwrap().state, VeeState::Running, "{id}");

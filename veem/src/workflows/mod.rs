@@ -12,6 +12,7 @@ pub mod accounting;
 pub mod background;
 pub mod boot;
 pub mod checkpoints;
+pub mod deploy;
 pub mod federation;
 pub mod intents;
 pub mod lifecycle;

@@ -338,7 +338,7 @@ mod networks {
         for h in &a.hosts {
             a.veem.hosts.heartbeat(&h.name, 3).await;
         }
-        let svc = a.veem.deploy(&Role::Provider("acme".into()), &networked()).await.unwrap();
+        let svc = a.veem.deploy.deploy(&Role::Provider("acme".into()), &networked()).await.unwrap();
         for id in &svc.vees {
             eventually("running", || a.veem.vee(id).unwrap().state == VeeState::Running).await;
         }
@@ -364,7 +364,7 @@ mod networks {
         if b_refuses {
             b.host("b1").fail("Prepare", tonic::Code::ResourceExhausted, "no room");
         }
-        let svc = a.veem.deploy(&Role::Provider("acme".into()), &apart()).await;
+        let svc = a.veem.deploy.deploy(&Role::Provider("acme".into()), &apart()).await;
         (a, b, svc)
     }
 
@@ -459,7 +459,7 @@ mod networks {
         assert!(b.veem.vees().unwrap().is_empty(), "site B keeps {:?}", b.veem.vees().unwrap());
         // The same service deploys once B has room.
         b.host("b1").script.lock().unwrap().failing.clear();
-        let svc = a.veem.deploy(&Role::Provider("acme".into()), &apart()).await.unwrap();
+        let svc = a.veem.deploy.deploy(&Role::Provider("acme".into()), &apart()).await.unwrap();
         assert_eq!(svc.vees.len(), 2);
     }
 

@@ -34,7 +34,7 @@ fn acme() -> Role {
 #[tokio::test]
 async fn deployed_vees_get_their_nics_and_keep_them_across_a_restart() {
     let site = site(POOLS).await;
-    let svc = site.veem.deploy(&acme(), &networked()).await.unwrap();
+    let svc = site.veem.deploy.deploy(&acme(), &networked()).await.unwrap();
     let nets: Vec<String> = svc.networks.iter().map(|n| format!("{} {} {}", n.name, n.cidr, n.vni)).collect();
     assert_eq!(nets, ["backend 10.240.0.0/24 100", "public 10.240.1.0/24 101"]);
     let v0 = site.veem.vee(&svc.vees[0]).unwrap();
@@ -65,10 +65,10 @@ async fn deployed_vees_get_their_nics_and_keep_them_across_a_restart() {
 async fn a_site_out_of_subnets_refuses_the_service_whole_and_an_ended_services_subnets_are_free_again() {
     // Room for one service's two /24s.
     let site = site(POOLS).await;
-    let first = site.veem.deploy(&acme(), &networked()).await.unwrap();
+    let first = site.veem.deploy.deploy(&acme(), &networked()).await.unwrap();
     let usage = |site: &FakeSite| site.veem.planner().host_usage("h1", site.veem.now_slot()).unwrap().vcpus;
     let before = usage(&site);
-    let e = format!("{:#}", site.veem.deploy(&acme(), &networked()).await.unwrap_err());
+    let e = format!("{:#}", site.veem.deploy.deploy(&acme(), &networked()).await.unwrap_err());
     assert!(
         e.contains("reject") && e.contains("manifest field `network[0].cidr`: the site's pool 10.240.0.0/23 has no free /24"),
         "{e}"
@@ -84,14 +84,14 @@ async fn a_site_out_of_subnets_refuses_the_service_whole_and_an_ended_services_s
         eventually("running", || site.veem.vee(id).unwrap().state == VeeState::Running).await;
         site.veem.lifecycle.stop_vee(id).await.unwrap();
     }
-    let again = site.veem.deploy(&acme(), &networked()).await.unwrap();
+    let again = site.veem.deploy.deploy(&acme(), &networked()).await.unwrap();
     assert_eq!(again.networks[0].cidr.to_string(), "10.240.0.0/24", "the ended service's subnet");
 }
 
 #[tokio::test]
 async fn an_external_network_at_a_site_without_external_addresses_is_refused() {
     let site = site("").await;
-    let e = format!("{:#}", site.veem.deploy(&acme(), &networked()).await.unwrap_err());
+    let e = format!("{:#}", site.veem.deploy.deploy(&acme(), &networked()).await.unwrap_err());
     assert!(e.contains("`network[1].kind`: this site has no external addresses"), "{e}");
     assert!(site.veem.vees().unwrap().is_empty());
 }
@@ -102,7 +102,7 @@ async fn each_host_gets_its_networks_member_tables_with_names_and_vteps() {
     for h in &site.hosts {
         site.veem.hosts.heartbeat(&h.name, 3).await; // the VEEM learns each host's VTEP
     }
-    let svc = site.veem.deploy(&acme(), &networked()).await.unwrap();
+    let svc = site.veem.deploy.deploy(&acme(), &networked()).await.unwrap();
     for id in &svc.vees {
         eventually("running", || site.veem.vee(id).unwrap().state == VeeState::Running).await;
     }

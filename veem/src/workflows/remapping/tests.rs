@@ -61,7 +61,7 @@ async fn a_reservation_that_starts_during_the_outage_moves_when_it_enters_the_in
     let later = crate::fakes::STANDARD;
     let provider = crate::config::Role::Provider("acme".into());
     site.repo.blobs.lock().unwrap().insert(format!("sha256:{}", "5".repeat(64)));
-    let svc = site.veem.deploy(&provider, later).await.unwrap();
+    let svc = site.veem.deploy.deploy(&provider, later).await.unwrap();
     assert_eq!(site.veem.vee(&svc.vees[0]).unwrap().host(), Some("h2"));
 }
 

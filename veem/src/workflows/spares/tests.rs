@@ -38,7 +38,7 @@ fn held(b: &FakeSite) -> Vec<HeldSpare> {
 
 async fn deploy_full(a: &FakeSite) -> anyhow::Result<String> {
     let provider = crate::config::Role::Provider("acme".into());
-    let svc = a.veem.deploy(&provider, &full()).await?;
+    let svc = a.veem.deploy.deploy(&provider, &full()).await?;
     let vee = svc.vees[0].clone();
     eventually("the full VEE runs", || a.veem.vee(&vee).unwrap().state == VeeState::Running).await;
     Ok(vee)

@@ -101,7 +101,7 @@ async fn a_reservation_holds_its_host_for_the_vees_start_and_stop_and_it_is_depl
     // Back to back with it on the only host: the next window starts only
     // once its stop and the next VEE's boot fit between them.
     let m = interfaces::manifest::Manifest::from_toml(&windowed(start + 600, start + 1200, 3)).unwrap();
-    let req = site.veem.request(&m, "next");
+    let req = site.veem.deploy.request(&m, "next");
     let offer = site.veem.planner.lock().unwrap().negotiate(&req);
     match offer {
         crate::planner::Admission::CounterOffer { window, .. } => {

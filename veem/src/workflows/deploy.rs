@@ -13,22 +13,31 @@
 //! nothing ([`crate::planner::plan`]); the networks are assigned and VEEs
 //! that do not fit are placed at peer sites; then the plan's planner
 //! entries, the service and its VEEs are written in one commit and the
-//! plan applied to the live planner ([`Veem::commit_admission_plan`]). When
+//! plan applied to the live planner ([`Deploy::commit_admission_plan`]). When
 //! the planner changed in between (another admission, a recovery), nothing
 //! is written, what went to peers is taken back, and Deploy plans again,
 //! at most [`PLAN_ATTEMPTS`] times (then ABORTED). Nothing is ever undone in
 //! the planner by hand.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use interfaces::manifest::{Component, Manifest};
 
 use crate::config::Role;
-use crate::manager::Veem;
+use crate::core::Core;
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
 use crate::planner::{Admission, AdmissionPlan, Admitted, PeerSpare, ServiceRequest, Stale};
+use crate::workflows::background::Background;
+use crate::workflows::boot::Boot;
+use crate::workflows::federation::Federation;
 use crate::workflows::intents::Intent;
+use crate::workflows::intents::Intents;
+use crate::workflows::networks::Networks;
+use crate::workflows::remapping::Remapping;
+use crate::workflows::spares::Spares;
+use crate::workflows::windows::Windows;
 
 /// Why a manifest is refused before planning: the field and the reason.
 pub struct Refusal(pub Vec<String>);
@@ -64,7 +73,30 @@ fn sorted_ids(vees: &mut [VeeRec]) -> Vec<String> {
     vees.iter().map(|v| v.id.clone()).collect()
 }
 
-impl Veem {
+/// Negotiate and Deploy (see the module doc): a manifest checked, planned, committed with its records and booted. Calls the core, background displacement, booting, federation, intents, networks, remapping, spares and windows.
+pub struct Deploy {
+    pub(crate) core: Arc<Core>,
+    /// Serialises Deploys with the same request ID ([`request`]).
+    pub(crate) request_locks: std::sync::Mutex<interfaces::locks::LockMap>,
+    pub(crate) background: Arc<Background>,
+    pub(crate) boot: Arc<Boot>,
+    pub(crate) federation: Arc<Federation>,
+    pub(crate) intents: Arc<Intents>,
+    pub(crate) networks: Arc<Networks>,
+    pub(crate) remapping: Arc<Remapping>,
+    pub(crate) spares: Arc<Spares>,
+    pub(crate) windows: Arc<Windows>,
+}
+
+impl Deref for Deploy {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Deploy {
     /// Deploy: admits atomically, records the service and its VEEs, and
     /// starts them in the background (VEEs whose window starts later wait
     /// for it). A service the site cannot take whole, whose SLA allows
@@ -76,7 +108,7 @@ impl Veem {
         self.deploy_request(caller, toml, "").await
     }
 
-    /// [`Veem::deploy`], idempotent under `request_id` (non-empty): a
+    /// [`Deploy::deploy`], idempotent under `request_id` (non-empty): a
     /// Deploy the caller already made with this ID and manifest answers
     /// the service it made ([`request`]). Errors: as Deploy's; InvalidArgument
     /// for a malformed ID; AlreadyExists for an ID used with another manifest.
@@ -158,7 +190,7 @@ impl Veem {
     /// One attempt of Deploy on `verdict`, the plan of `req` made on the
     /// planner as it was: the records, networks and remote placements of
     /// what it admits, then one commit of the plan and the records, then
-    /// the plan applied to the live planner ([`Veem::commit_admission_plan`]).
+    /// the plan applied to the live planner ([`Deploy::commit_admission_plan`]).
     /// `Ok(Err(Stale))` when the planner changed since the plan (what this
     /// attempt did at peer sites is undone; nothing here was written).
     async fn deploy_planned(

@@ -9,12 +9,12 @@ use interfaces::manifest::Manifest;
 use interfaces::vmi::{self, NegotiateResponse};
 use interfaces::BlobId;
 
+use super::Deploy;
 use super::Refusal;
 use crate::config::Role;
-use crate::manager::Veem;
 use crate::planner::{Admission, ServiceRequest};
 
-impl Veem {
+impl Deploy {
     /// Parses, validates and checks a manifest for `caller`: the provider
     /// must be the caller's own, and every image ID one the provider may
     /// read in the image repository (its own, shared with it or public:
@@ -55,7 +55,7 @@ impl Veem {
     }
 
     /// The planner request of `m` as service `service_id`, with UUID VEE
-    /// IDs, its window padded for the VEEs' overheads ([`Veem::padding`]).
+    /// IDs, its window padded for the VEEs' overheads ([`Deploy::padding`]).
     pub fn request(&self, m: &Manifest, service_id: &str) -> ServiceRequest {
         let mut req = ServiceRequest::from_manifest(service_id, m, &self.slots, self.clock.now(), self.windows.horizon_slots())
             .padded(self.windows.padding(&m.sla, None), self.now_slot());

@@ -25,7 +25,7 @@ async fn site() -> FakeSite {
 #[tokio::test]
 async fn a_deployed_vee_is_prepared_created_and_started_on_its_host() {
     let site = site().await;
-    let svc = site.veem.deploy(&acme(), STANDARD).await.unwrap();
+    let svc = site.veem.deploy.deploy(&acme(), STANDARD).await.unwrap();
     let vee = svc.vees[0].clone();
     eventually("running", || site.veem.vee(&vee).unwrap().state == VeeState::Running).await;
     let host = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
@@ -41,7 +41,7 @@ async fn a_components_first_boot_data_reaches_each_vees_host_with_its_own_host_n
     let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBf0a7bYk5Yd0n9y5fQz1c6b3kKp alice@laptop";
     let manifest = STANDARD.replace("name = \"vm\"", "name = \"web_tier\"\ninstances = 2")
         + &format!("user_data = \"\"\"\n#cloud-config\npackages: [nginx]\n\"\"\"\nssh_authorized_keys = [\"{key}\"]\n");
-    let svc = site.veem.deploy(&acme(), &manifest).await.unwrap();
+    let svc = site.veem.deploy.deploy(&acme(), &manifest).await.unwrap();
     let mut names = vec![];
     for vee in &svc.vees {
         eventually("running", || site.veem.vee(vee).unwrap().state == VeeState::Running).await;
@@ -56,7 +56,7 @@ async fn a_components_first_boot_data_reaches_each_vees_host_with_its_own_host_n
     names.sort();
     assert_eq!(names, ["web-tier-0", "web-tier-1"], "DNS labels: `_` is not allowed in host names");
     // Without first-boot data, no seed.
-    let plain = site.veem.deploy(&acme(), &STANDARD.replace("shop", "plain")).await.unwrap();
+    let plain = site.veem.deploy.deploy(&acme(), &STANDARD.replace("shop", "plain")).await.unwrap();
     eventually("running", || site.veem.vee(&plain.vees[0]).unwrap().state == VeeState::Running).await;
     let host = site.veem.vee(&plain.vees[0]).unwrap().host().unwrap().to_string();
     assert_eq!(site.host(&host).spec(&plain.vees[0]).unwrap().cloud_init, None);
@@ -70,7 +70,7 @@ async fn a_refusal_says_how_many_hosts_do_not_answer_without_naming_them() {
         site.veem.hosts.heartbeat(h, 3).await;
     }
     let huge = STANDARD.replace("memory_mib = 512", "memory_mib = 1048576");
-    let r = site.veem.negotiate(&acme(), &huge).await.unwrap();
+    let r = site.veem.deploy.negotiate(&acme(), &huge).await.unwrap();
     assert_eq!(r.verdict(), interfaces::vmi::Verdict::Reject);
     let last = r.reasons.last().unwrap();
     assert_eq!(
@@ -84,7 +84,7 @@ async fn a_refusal_says_how_many_hosts_do_not_answer_without_naming_them() {
 async fn a_repository_that_is_down_refuses_the_manifest_and_nothing_is_reserved() {
     let site = site().await;
     site.repo.down.store(true, std::sync::atomic::Ordering::SeqCst);
-    let e = site.veem.deploy(&acme(), STANDARD).await.unwrap_err();
+    let e = site.veem.deploy.deploy(&acme(), STANDARD).await.unwrap_err();
     let msg = format!("{e:#}");
     assert!(msg.contains("manifest field `component[0].image`: cannot check"), "{msg}");
     assert!(matches!(e.downcast_ref(), Some(crate::error::VeemError::ManifestRefused(_))));
@@ -102,7 +102,7 @@ async fn a_repository_that_is_down_refuses_the_manifest_and_nothing_is_reserved(
 #[tokio::test]
 async fn an_image_the_repository_lacks_is_named_in_the_refusal() {
     let site = FakeSite::start(&["h1"], "").await;
-    let e = format!("{:#}", site.veem.deploy(&acme(), STANDARD).await.unwrap_err());
+    let e = format!("{:#}", site.veem.deploy.deploy(&acme(), STANDARD).await.unwrap_err());
     assert!(
         e.contains(&format!("`component[0].image`: {IMAGE} is not in the image repository")),
         "{e}"
@@ -116,7 +116,7 @@ async fn a_host_that_refuses_leaves_the_vee_failed_with_its_reason_and_nothing_r
     for h in &site.hosts {
         h.fail("Prepare", Code::Unavailable, "image pull: connection refused");
     }
-    let svc = site.veem.deploy(&acme(), STANDARD).await.unwrap();
+    let svc = site.veem.deploy.deploy(&acme(), STANDARD).await.unwrap();
     let vee = svc.vees[0].clone();
     eventually("failed", || site.veem.vee(&vee).unwrap().state == VeeState::Failed).await;
     assert!(
@@ -140,12 +140,12 @@ async fn a_deploy_retried_with_its_request_id_deploys_once() {
     // Two at once and one after, as a client whose answers were lost.
     let provider = acme();
     let (a, b) = tokio::join!(
-        site.veem.deploy_request(&provider, STANDARD, "req-1"),
-        site.veem.deploy_request(&provider, STANDARD, "req-1")
+        site.veem.deploy.deploy_request(&provider, STANDARD, "req-1"),
+        site.veem.deploy.deploy_request(&provider, STANDARD, "req-1")
     );
     let first = a.unwrap();
     assert_eq!(b.unwrap().id, first.id);
-    let again = site.veem.deploy_request(&acme(), STANDARD, "req-1").await.unwrap();
+    let again = site.veem.deploy.deploy_request(&acme(), STANDARD, "req-1").await.unwrap();
     assert_eq!((again.id.as_str(), &again.vees), (first.id.as_str(), &first.vees));
     assert_eq!(site.veem.vees().unwrap().len(), first.vees.len(), "one set of VEEs");
     let reserved = usage(&site);
@@ -153,7 +153,7 @@ async fn a_deploy_retried_with_its_request_id_deploys_once() {
 
     // The same ID with another manifest: refused, nothing changes.
     let other = STANDARD.replace("name = \"shop\"", "name = \"other\"");
-    let e = site.veem.deploy_request(&acme(), &other, "req-1").await.unwrap_err();
+    let e = site.veem.deploy.deploy_request(&acme(), &other, "req-1").await.unwrap_err();
     let status = crate::error::status(e);
     assert_eq!(status.code(), Code::AlreadyExists, "{}", status.message());
     assert!(
@@ -162,11 +162,11 @@ async fn a_deploy_retried_with_its_request_id_deploys_once() {
         status.message()
     );
     // Another caller's ID space, and no ID at all: new services.
-    let op = site.veem.deploy_request(&Role::Operator, STANDARD, "req-1").await.unwrap();
-    let plain = site.veem.deploy(&acme(), STANDARD).await.unwrap();
+    let op = site.veem.deploy.deploy_request(&Role::Operator, STANDARD, "req-1").await.unwrap();
+    let plain = site.veem.deploy.deploy(&acme(), STANDARD).await.unwrap();
     assert!(op.id != first.id && plain.id != first.id && op.id != plain.id);
     // A malformed ID names the field.
-    let e = crate::error::status(site.veem.deploy_request(&acme(), STANDARD, "a b").await.unwrap_err());
+    let e = crate::error::status(site.veem.deploy.deploy_request(&acme(), STANDARD, "a b").await.unwrap_err());
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("field `request_id`"), "{}", e.message());
 }
@@ -175,12 +175,15 @@ async fn a_deploy_retried_with_its_request_id_deploys_once() {
 async fn a_refused_deploy_records_no_request_and_its_retry_is_planned_anew() {
     let site = FakeSite::start(&["h1", "h2"], "").await;
     assert!(
-        site.veem.deploy_request(&acme(), STANDARD, "req-2").await.is_err(),
+        site.veem.deploy.deploy_request(&acme(), STANDARD, "req-2").await.is_err(),
         "the image is missing"
     );
     site.repo.blobs.lock().unwrap().insert(IMAGE.into());
-    let svc = site.veem.deploy_request(&acme(), STANDARD, "req-2").await.unwrap();
-    assert_eq!(site.veem.deploy_request(&acme(), STANDARD, "req-2").await.unwrap().id, svc.id);
+    let svc = site.veem.deploy.deploy_request(&acme(), STANDARD, "req-2").await.unwrap();
+    assert_eq!(
+        site.veem.deploy.deploy_request(&acme(), STANDARD, "req-2").await.unwrap().id,
+        svc.id
+    );
 }
 
 /// Deploy plans on the planner as it is, and commits later (after the
@@ -194,7 +197,7 @@ async fn a_deploy_whose_commit_meets_a_changed_planner_plans_again_and_loses_not
     let site = site().await;
     let networks = site.veem.networks.ipam.lock().await;
     let veem = site.veem.clone();
-    let deploy = tokio::spawn(async move { veem.deploy(&acme(), STANDARD).await });
+    let deploy = tokio::spawn(async move { veem.deploy.deploy(&acme(), STANDARD).await });
     // The deploy has planned (packing: h1) and waits for the networks' lock.
     for _ in 0..50 {
         tokio::task::yield_now().await;
@@ -202,7 +205,7 @@ async fn a_deploy_whose_commit_meets_a_changed_planner_plans_again_and_loses_not
     assert!(!deploy.is_finished());
     let whole_host = STANDARD.replace("vcpus = 1", "vcpus = 4");
     let m = interfaces::manifest::Manifest::from_toml(&whole_host).unwrap();
-    let other = site.veem.request(&m, "other");
+    let other = site.veem.deploy.request(&m, "other");
     let taken = site.veem.planner().admit(&other);
     let crate::planner::Admission::Accepted(taken) = taken else {
         panic!("{taken:?}")

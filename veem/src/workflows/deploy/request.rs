@@ -8,9 +8,9 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use super::Deploy;
 use crate::config::Role;
 use crate::error::VeemError;
-use crate::manager::Veem;
 use crate::model::ServiceRec;
 use crate::store::{Tree, Writes};
 
@@ -76,7 +76,7 @@ impl RequestKey {
     }
 }
 
-impl Veem {
+impl Deploy {
     /// The service an earlier Deploy of `request` made, if any. Errors:
     /// [`VeemError::RequestReused`] when that Deploy had another manifest;
     /// NotFound when its service has since been deleted.
