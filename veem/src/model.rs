@@ -86,7 +86,7 @@ pub struct NicRec {
 
 impl NicRec {
     /// The VHI description (the inverse of [`NicRec::from_wire`]), without
-    /// the network's member table ([`crate::manager::Veem::spec_of`] adds it).
+    /// the network's member table ([`Networks::spec_of`](crate::workflows::networks::Networks::spec_of) adds it).
     pub fn to_wire(&self) -> interfaces::vhi::Nic {
         interfaces::vhi::Nic {
             network: self.network.clone(),
@@ -212,7 +212,7 @@ pub struct VeeRec {
     pub nics: Vec<NicRec>,
     /// Its stays at peer sites, oldest first (at most [`MAX_STAYS`]): what
     /// each may account for. Kept by the VEEM's writes of the record
-    /// ([`crate::manager::Veem::save_vee`]), not by the caller.
+    /// ([`Core::save_vee`](crate::core::Core::save_vee)), not by the caller.
     #[serde(default)]
     pub stays: Vec<Stay>,
     /// Outages so far (its host failed), against the SLA's `max_outages`.

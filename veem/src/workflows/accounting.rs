@@ -295,7 +295,7 @@ impl Accounting {
     }
 
     /// Primary side of PushUsage: stores the records from peer `from` that
-    /// pass [`Veem::usage_refusal`], appending this site's ID to each
+    /// pass [`Accounting::usage_refusal`](Accounting::usage_refusal), appending this site's ID to each
     /// chain; a record ID seen before is dropped. Returns the reply:
     /// accepted, duplicates, refused with a reason each.
     pub fn receive_usage(&self, from: &str, batch: PushUsageRequest) -> Result<vmi::PushUsageResponse> {

@@ -13,7 +13,7 @@
 //! nothing ([`crate::planner::plan`]); the networks are assigned and VEEs
 //! that do not fit are placed at peer sites; then the plan's planner
 //! entries, the service and its VEEs are written in one commit and the
-//! plan applied to the live planner ([`Deploy::commit_admission_plan`]). When
+//! plan applied to the live planner ([`Core::commit_admission_plan`](crate::core::Core::commit_admission_plan)). When
 //! the planner changed in between (another admission, a recovery), nothing
 //! is written, what went to peers is taken back, and Deploy plans again,
 //! at most [`PLAN_ATTEMPTS`] times (then ABORTED). Nothing is ever undone in
@@ -190,7 +190,7 @@ impl Deploy {
     /// One attempt of Deploy on `verdict`, the plan of `req` made on the
     /// planner as it was: the records, networks and remote placements of
     /// what it admits, then one commit of the plan and the records, then
-    /// the plan applied to the live planner ([`Deploy::commit_admission_plan`]).
+    /// the plan applied to the live planner ([`Core::commit_admission_plan`](crate::core::Core::commit_admission_plan)).
     /// `Ok(Err(Stale))` when the planner changed since the plan (what this
     /// attempt did at peer sites is undone; nothing here was written).
     async fn deploy_planned(

@@ -8,7 +8,7 @@
 //! incoming VEEs under the framework agreement (PrepareIncoming: boot,
 //! restore from a checkpoint, or receive a migration), completion, abort
 //! and fencing, and sending a VEE on (SendVee). Watching the peers:
-//! [`crate::peer_watch`].
+//! [`workflows::peer_watch`](crate::workflows::peer_watch).
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -157,8 +157,8 @@ impl Federation {
     /// Errors carry the peer's refusal (its admission, agreement or host).
     /// A VEE on service networks goes only to a peer with an agreed overlay
     /// (`[peers.overlay]`): its networks are stretched there first
-    /// ([`Federation::stretch`]; a live migration's caller unstretches them when
-    /// it ends, see [`Federation::run_migration`]).
+    /// ([`Networks::stretch`](crate::workflows::networks::Networks::stretch); a live migration's caller unstretches them when
+    /// it ends, see [`Migration::run_migration`](crate::workflows::migration::Migration::run_migration)).
     pub async fn send_incoming(&self, site: &str, v: &VeeRec, how: Incoming, spec: vhi::VeeSpec) -> Result<IncomingTarget> {
         if !v.nics.is_empty() && self.networks.overlay(site).is_none() {
             bail!(

@@ -56,7 +56,7 @@ impl Lifecycle {
     /// Applies a VMI VeeAction: stop | suspend | resume | checkpoint |
     /// restore (`checkpoint_id` empty = latest valid) | withdraw (operator of
     /// a site running the VEE for a peer: give it back, see
-    /// [`Lifecycle::withdraw`]).
+    /// [`Migration::withdraw`](crate::workflows::migration::Migration::withdraw)).
     pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: vmi::Action, checkpoint_id: &str) -> Result<VeeRec> {
         if let Location::Site(site) = self.vee(vee_id)?.location {
             self.federation.forward_action(&site, vee_id, action, checkpoint_id).await?;

@@ -5,8 +5,13 @@
 //! workflow only through a field naming it, so the call graph is the
 //! fields' graph, and it has no cycle.
 //!
-//! - [`accounting`]: usage records (metering, pushing to primary sites,
-//!   receiving from peers) and the consumers' averages for usage SLAs.
+//! Leaves (the core, and at most another leaf): [`boot`] (a VEE booted
+//! on a host), [`checkpoints`] (checkpoint records), [`background`]
+//! (displacement), [`intents`], [`networks`], [`site_constraints`],
+//! [`sla`], [`spares`], [`windows`], [`accounting`]. On them:
+//! [`remapping`], [`federation`], [`migration`], [`recovery`],
+//! [`lifecycle`], [`deploy`], [`proposals`], [`peer_watch`],
+//! [`reconcile`]. ARCHITECTURE.md lists what each calls.
 
 pub mod accounting;
 pub mod background;

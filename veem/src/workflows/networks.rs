@@ -119,7 +119,7 @@ impl Networks {
     }
 
     /// [`Networks::assign_networks`], then the admission in one commit
-    /// ([`Networks::commit_admission`]); nothing is written on error (the
+    /// ([`Core::commit_admission`](crate::core::Core::commit_admission)); nothing is written on error (the
     /// caller releases the planner's reservation). For admissions made
     /// outside Deploy (the fakes); errors if another admission is under
     /// way.

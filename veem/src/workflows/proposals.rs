@@ -1,7 +1,7 @@
 //! Migrations the planner proposes by itself (DESIGN.md §7 "Proposals").
 //!
 //! Every `proposals.interval` a pass looks at the site and
-//! proposes moves as [`MigrationRec`]s through [`Proposals::propose`], which
+//! proposes moves as [`MigrationRec`]s through [`Migration::propose`](crate::workflows::migration::Migration::propose), which
 //! persists and events them; the site policy (`migration.auto_approve`)
 //! runs some at once, the rest wait for an operator. Reasons, checked in
 //! this order (an operator's `drain` is the fourth, `maintenance`):

@@ -13,7 +13,7 @@
 //! - the window: a VEE that should run and does not, because it never
 //!   started (from its window's start) — a VEE lost for good is charged
 //!   by recovery for the rest of its window
-//!   ([`Sla::record_unrecovered`]).
+//!   ([`Recovery::record_unrecovered`](crate::workflows::recovery::Recovery::record_unrecovered)).
 //!
 //! Violations a round keeps current (missed checkpoints, late starts) have
 //! IDs derived from what they are about, so that a round updates the one
