@@ -96,7 +96,7 @@ impl Core {
                 .map(|(name, l)| (name.clone(), l.to_planner(cfg.slot.as_secs()))),
         );
         let slots = planner.clock();
-        let hosts = HostPool::new(&cfg.site_id, &cfg.hosts, &ports.hosts)?;
+        let hosts = HostPool::new(&cfg.site_id, &cfg.hosts, &ports.hosts, ports.clock.clone())?;
         let (events, _) = broadcast::channel(1024);
         let vee_records = RwLock::new(store.list::<VeeRec>(Tree::Vees)?.into_iter().map(|v| (v.id.clone(), v)).collect());
         Ok(Self {

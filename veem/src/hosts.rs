@@ -16,7 +16,7 @@ use anyhow::{anyhow, Result};
 use interfaces::vhi::HostInfo;
 
 use crate::config::HostEntry;
-use crate::ports::HostVhi;
+use crate::ports::{within, Clock, HostVhi};
 
 pub use crate::domain::Health;
 
@@ -39,12 +39,14 @@ pub struct HostPool {
     hosts: Mutex<HashMap<String, HostConn>>,
     order: Vec<String>,
     site_id: String,
+    /// The heartbeats' timeouts run on it.
+    clock: Arc<dyn Clock>,
 }
 
 impl HostPool {
     /// The configured hosts `entries` of site `site_id`, each with its port
     /// in `ports`. Errors: a host without a port.
-    pub fn new(site_id: &str, entries: &[HostEntry], ports: &HashMap<String, Arc<HostVhi>>) -> Result<Self> {
+    pub fn new(site_id: &str, entries: &[HostEntry], ports: &HashMap<String, Arc<HostVhi>>, clock: Arc<dyn Clock>) -> Result<Self> {
         let mut hosts = HashMap::new();
         for e in entries {
             let vhi = ports.get(&e.name).ok_or_else(|| anyhow!("host {}: no VHI port", e.name))?.clone();
@@ -65,6 +67,7 @@ impl HostPool {
             hosts: Mutex::new(hosts),
             order: entries.iter().map(|e| e.name.clone()).collect(),
             site_id: site_id.to_string(),
+            clock,
         })
     }
 
@@ -84,9 +87,9 @@ impl HostPool {
         let c = self.vhi(name)?;
         let mut req = tonic::Request::new(interfaces::vhi::GetHostInfoRequest {});
         req.set_timeout(Duration::from_secs(2));
-        Ok(tokio::time::timeout(Duration::from_secs(3), c.get_host_info(req))
+        Ok(within(&*self.clock, Duration::from_secs(3), c.get_host_info(req))
             .await
-            .map_err(|_| anyhow!("host {name} does not answer"))?
+            .ok_or_else(|| anyhow!("host {name} does not answer"))?
             .map_err(|e| match std::error::Error::source(&e) {
                 // A transport error's message alone says "transport error".
                 Some(why) => anyhow!("host {name}: {}: {}", e.message(), interfaces::error::chain(why)),
@@ -211,7 +214,13 @@ mod tests {
                 endpoint: "http://127.0.0.1:9".into(),
                 region: None,
             };
-            let pool = HostPool::new("site-a", &[entry], &HashMap::from([("h".to_string(), port)])).unwrap();
+            let pool = HostPool::new(
+                "site-a",
+                &[entry],
+                &HashMap::from([("h".to_string(), port)]),
+                std::sync::Arc::new(crate::ports::SystemClock),
+            )
+            .unwrap();
             // Never answered: stays Unknown (not failed) however long.
             assert_eq!(pool.heartbeat("h", 2).await.0, Health::Unknown);
             // Why, with the transport's own reason (not "transport error" alone).

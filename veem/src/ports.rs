@@ -356,6 +356,16 @@ pub trait Clock: Send + Sync {
     }
 }
 
+/// `work`'s output if it ends within `d` on `clock`, else `None` (and
+/// `work` is dropped): the workflows' and loops' timeouts, on the same
+/// clock as their waits.
+pub async fn within<F: std::future::Future>(clock: &dyn Clock, d: std::time::Duration, work: F) -> Option<F::Output> {
+    tokio::select! {
+        out = work => Some(out),
+        () = clock.sleep(d) => None,
+    }
+}
+
 /// [`Clock`] of the system.
 pub struct SystemClock;
 

@@ -21,6 +21,7 @@ use anyhow::{anyhow, Result};
 
 use crate::core::Core;
 use crate::model::{FenceRec, Location, VeeRec, VeeState};
+use crate::ports::within;
 use crate::store::Tree;
 use crate::workflows::federation::Federation;
 use crate::workflows::migration::Migration;
@@ -143,14 +144,14 @@ impl PeerWatch {
         let mut answered = false;
         let mut lost = Vec::new();
         for v in vees {
-            match tokio::time::timeout(PEER_CALL_TIMEOUT, c.get_vee(&v.id)).await {
-                Ok(Ok(info)) => {
+            match within(&*self.clock, PEER_CALL_TIMEOUT, c.get_vee(&v.id)).await {
+                Some(Ok(info)) => {
                     answered = true;
                     if info.state() == interfaces::vmi::VeeState::Failed {
                         lost.push(v.id.clone());
                     }
                 }
-                Ok(Err(s)) if s.code() == tonic::Code::NotFound => {
+                Some(Err(s)) if s.code() == tonic::Code::NotFound => {
                     answered = true;
                     lost.push(v.id.clone());
                 }
@@ -158,7 +159,7 @@ impl PeerWatch {
             }
         }
         for f in fenced.iter().filter(|f| f.site == site) {
-            let Ok(r) = tokio::time::timeout(PEER_CALL_TIMEOUT, c.abort_incoming(&f.vee_id)).await else {
+            let Some(r) = within(&*self.clock, PEER_CALL_TIMEOUT, c.abort_incoming(&f.vee_id)).await else {
                 continue; // no answer in time
             };
             answered = true;
