@@ -416,8 +416,8 @@ impl Core {
 
 #[cfg(test)]
 mod tests {
-    use crate::fakes::{FakeSite, STANDARD};
     use crate::model::VeeState;
+    use crate::sim::{FakeSite, STANDARD};
 
     #[tokio::test]
     async fn an_admissions_records_and_reservation_are_all_committed_and_read_back_after_a_restart() {

@@ -22,8 +22,6 @@ pub mod daemon;
 pub mod domain;
 pub mod error;
 pub mod failpoints;
-#[cfg(test)]
-pub(crate) mod fakes;
 pub mod front;
 pub mod hosts;
 pub mod ipam;
@@ -37,6 +35,8 @@ pub mod planner_store;
 pub mod ports;
 pub mod rest;
 pub mod server;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
 pub mod store;
 pub mod visibility;
 pub mod wire;

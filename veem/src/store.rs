@@ -387,7 +387,7 @@ mod tests {
     fn a_format_3_database_gets_each_services_terms_from_its_stored_manifest() {
         let t = tempfile::tempdir().unwrap();
         let path = t.path().join("db");
-        let toml = crate::fakes::STANDARD.replace("penalty_per_hour", "max_outages = 3\npenalty_per_hour");
+        let toml = crate::sim::STANDARD.replace("penalty_per_hour", "max_outages = 3\npenalty_per_hour");
         {
             let s = Store::open(&path).unwrap();
             s.put(Tree::Meta, FORMAT_KEY, &3u32).unwrap();

@@ -6,7 +6,7 @@ use prost::Message;
 use serde_json::Value;
 
 use super::*;
-use crate::fakes::FakeSite;
+use crate::sim::FakeSite;
 
 const TOKENS: &str = "[[tokens]]\ntoken = \"provider-token\"\nrole = \"provider\"\nname = \"acme\"\n\
 [[tokens]]\ntoken = \"operator-token\"\nrole = \"operator\"\n";

@@ -1,7 +1,7 @@
 use std::time::{Duration, Instant};
 
 use super::Loops;
-use crate::fakes::{eventually, FakeSite};
+use crate::sim::{eventually, FakeSite};
 
 fn heartbeats(site: &FakeSite) -> usize {
     site.host("h1").calls().iter().filter(|c| c.starts_with("host_info")).count()
@@ -22,7 +22,7 @@ async fn a_host_that_stays_silent_gets_no_new_vee_after_its_remapping_block() {
         site.clock.advance_ms(20 * 60 * 1000);
         super::heartbeat_round(&site.veem).await;
     }
-    let two = crate::fakes::STANDARD.replace("disk_gib = 1\n", "disk_gib = 1\ninstances = 2\n");
+    let two = crate::sim::STANDARD.replace("disk_gib = 1\n", "disk_gib = 1\ninstances = 2\n");
     let provider = crate::config::Role::Provider("acme".into());
     let svc = site.veem.deploy.deploy(&provider, &two).await.unwrap();
     for id in &svc.vees {
@@ -39,7 +39,7 @@ async fn load_aware_placement_follows_the_load_the_hosts_measure() {
         site.host(busy).script.lock().unwrap().cpu_load = 0.9;
         site.host(idle).script.lock().unwrap().cpu_load = 0.1;
         super::heartbeat_round(&site.veem).await;
-        let svc = site.veem.deploy.deploy(&provider, crate::fakes::STANDARD).await.unwrap();
+        let svc = site.veem.deploy.deploy(&provider, crate::sim::STANDARD).await.unwrap();
         let vee = site.veem.vee(&svc.vees[0]).unwrap();
         assert_eq!(vee.host(), Some(idle), "{busy} measured busy");
     }
@@ -78,7 +78,7 @@ async fn a_day_of_a_site_passes_on_the_virtual_clock() {
     site.clock.follow_runtime();
     let start_ms = site.clock.now_ms();
     site.repo.blobs.lock().unwrap().insert(format!("sha256:{}", "5".repeat(64)));
-    let hourly = crate::fakes::STANDARD.replace("penalty_per_hour", "checkpoint_interval = \"1h\"\npenalty_per_hour");
+    let hourly = crate::sim::STANDARD.replace("penalty_per_hour", "checkpoint_interval = \"1h\"\npenalty_per_hour");
     let provider = crate::config::Role::Provider("acme".into());
     let loops = Loops::start(&site.veem);
 

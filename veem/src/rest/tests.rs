@@ -7,7 +7,7 @@ use serde_json::Value;
 use tower::ServiceExt;
 
 use super::*;
-use crate::fakes::{FakeSite, STANDARD};
+use crate::sim::{FakeSite, STANDARD};
 
 const TOKENS: &str = "[[tokens]]\ntoken = \"provider-token\"\nrole = \"provider\"\nname = \"acme\"\n\
 [[tokens]]\ntoken = \"other-token\"\nrole = \"provider\"\nname = \"globex\"\n\

@@ -5,8 +5,8 @@ use futures::StreamExt;
 use tonic::{Code, Request};
 
 use super::*;
-use crate::fakes::{FakeSite, STANDARD};
 use crate::model::{UsageRec, ViolationRec};
+use crate::sim::{FakeSite, STANDARD};
 use crate::store::Tree;
 
 const TOKENS: &str = "[[tokens]]\ntoken = \"provider-token\"\nrole = \"provider\"\nname = \"acme\"\n\

@@ -6,8 +6,8 @@
 use tonic::Code;
 
 use crate::config::Role;
-use crate::fakes::{eventually, FakeSite, STANDARD};
 use crate::model::VeeState;
+use crate::sim::{eventually, FakeSite, STANDARD};
 
 const IMAGE: &str = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
 

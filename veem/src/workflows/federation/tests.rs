@@ -2,8 +2,8 @@
 //! VEEHs answers the VMI peer calls with its real handlers (roles and
 //! framework agreement checked), or a peer that never answers.
 
-use crate::fakes::{FakeSite, STANDARD};
 use crate::model::{Location, MigrationState, VeeState};
+use crate::sim::{FakeSite, STANDARD};
 use crate::workflows::migration::{Dest, Proposer};
 
 /// Site A's agreement with site B, and B's with A (each names the other's
@@ -118,7 +118,7 @@ async fn a_silent_peers_vee_is_recovered_at_home_and_its_copy_fenced_when_the_pe
         "one miss is not enough"
     );
     a.veem.peer_watch.watch_round(&mut misses).await;
-    crate::fakes::eventually("recovered at home", || {
+    crate::sim::eventually("recovered at home", || {
         let v = a.veem.vee(&vee).unwrap();
         (v.state, v.location) == (VeeState::Running, Location::Host("a1".into()))
     })
@@ -311,7 +311,7 @@ mod networks {
     //! leaves nothing stretched.
     use super::*;
     use crate::config::Role;
-    use crate::fakes::eventually;
+    use crate::sim::eventually;
 
     const IMAGE: &str = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
     const OVERLAY_B: &str = "[peers.overlay]\nvtep = \"198.51.100.2\"\nport = 4790\n";

@@ -5,8 +5,8 @@
 use interfaces::vmi::Action;
 use tonic::Code;
 
-use crate::fakes::{FakeSite, STANDARD};
 use crate::model::VeeState;
+use crate::sim::{FakeSite, STANDARD};
 
 async fn one_running_vee() -> (FakeSite, String, String) {
     let site = FakeSite::start(&["h1"], "").await;
@@ -105,7 +105,7 @@ async fn the_scheduler_checkpoints_a_vee_once_its_period_has_passed_and_not_befo
     assert!(site.host(&host).calls().is_empty(), "59 s: not due yet");
     site.clock.advance_ms(1_000);
     site.veem.lifecycle.scheduler_round();
-    crate::fakes::eventually("checkpointed", || site.veem.vee(&vee).unwrap().latest_checkpoint.is_some()).await;
+    crate::sim::eventually("checkpointed", || site.veem.vee(&vee).unwrap().latest_checkpoint.is_some()).await;
     assert_eq!(site.host(&host).calls(), [format!("checkpoint {vee}")]);
 }
 

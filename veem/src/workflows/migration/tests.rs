@@ -4,8 +4,8 @@
 
 use tonic::Code;
 
-use crate::fakes::{FakeSite, STANDARD};
 use crate::model::{Location, MigrationState, VeeState};
+use crate::sim::{FakeSite, STANDARD};
 use crate::workflows::migration::{Dest, Proposer};
 
 /// A site of two hosts running one VEE; returns it, the VEE, its host and
@@ -254,7 +254,7 @@ async fn a_set_member_that_cannot_move_brings_the_moved_ones_back() {
     let second = site.finished(&second.id).await;
     assert_eq!(second.state, MigrationState::Failed);
     // The first comes back: the set is never left split.
-    crate::fakes::eventually("the set is together again", || {
+    crate::sim::eventually("the set is together again", || {
         vees.iter()
             .all(|v| site.veem.vee(v).unwrap().location == Location::Host(from.clone()))
     })

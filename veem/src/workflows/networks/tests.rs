@@ -3,8 +3,8 @@
 //! service whole.
 
 use crate::config::Role;
-use crate::fakes::{eventually, FakeSite, STANDARD};
 use crate::model::{ServiceRec, VeeState};
+use crate::sim::{eventually, FakeSite, STANDARD};
 use crate::store::Tree;
 
 const IMAGE: &str = "sha256:5555555555555555555555555555555555555555555555555555555555555555";

@@ -4,8 +4,8 @@
 
 use tonic::Code;
 
-use crate::fakes::{FakeSite, STANDARD};
 use crate::model::VeeState;
+use crate::sim::{FakeSite, STANDARD};
 use crate::workflows::reconcile::Strays;
 
 #[tokio::test]
@@ -119,7 +119,7 @@ async fn a_vee_destroyed_behind_the_veems_back_is_restored_on_its_host_within_tw
         "one list may race an operation"
     );
     site.veem.reconcile.domain_watch_round(&mut missing).await;
-    crate::fakes::eventually("restored", || {
+    crate::sim::eventually("restored", || {
         site.host("h1").runs(&vee) && site.veem.vee(&vee).unwrap().state == VeeState::Running
     })
     .await;

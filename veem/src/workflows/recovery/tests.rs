@@ -3,8 +3,8 @@
 //! unrecovered only with every attempt in the violation.
 
 use super::*;
-use crate::fakes::{FakeSite, STANDARD};
 use crate::planner::RecoveryTarget;
+use crate::sim::{FakeSite, STANDARD};
 
 /// Two restores per host, 10 ms apart: the tests take milliseconds.
 const FAST: &str = "[recovery]\nattempts_per_host = 2\nbackoff = \"10ms\"\nbudget = \"1m\"\n";
@@ -315,7 +315,7 @@ async fn a_background_vee_displaced_for_a_recovery_is_saved_and_resumed_when_roo
     // The standard VEE ends: the background VEE resumes from the saved state.
     site.veem.lifecycle.stop_vee(&std_vee).await.unwrap();
     assert_eq!(site.veem.lifecycle.resume_displaced(), 1);
-    crate::fakes::eventually("background VEE resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
+    crate::sim::eventually("background VEE resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
     assert_eq!(host_of(&site, &bg), "h2");
     assert!(site.host("h2").runs(&bg));
     assert_eq!(site.veem.planner().placement(&bg).unwrap().host, "h2");
@@ -362,7 +362,7 @@ async fn the_levels_side_by_side_on_one_host_failure() {
         "{:?}",
         site.veem.planner().host_usage(&y, site.veem.now_slot())
     );
-    crate::fakes::eventually("background resumed", || {
+    crate::sim::eventually("background resumed", || {
         site.veem.vee(&background).unwrap().state == VeeState::Running
     })
     .await;
@@ -394,7 +394,7 @@ async fn a_resume_that_finds_its_host_silent_is_tried_again_later() {
     site.host("h2").script.lock().unwrap().failing.clear();
     crate::loops::heartbeat_round(&site.veem).await;
     assert_eq!(site.veem.lifecycle.resume_displaced(), 1, "tried again once h2 answers");
-    crate::fakes::eventually("resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
+    crate::sim::eventually("resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
 }
 
 #[tokio::test]

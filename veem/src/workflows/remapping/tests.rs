@@ -1,8 +1,8 @@
 //! VRM applied by the VEEM, against fake VEEHs and a clock the tests move.
 
-use crate::fakes::{FakeSite, STANDARD};
 use crate::model::{Location, VeeState};
 use crate::ports::Clock;
+use crate::sim::{FakeSite, STANDARD};
 
 /// A standard VEE of 3 vCPUs admitted (not started) on `h1`, its window
 /// opening `ahead_s` from now for an hour.
@@ -58,7 +58,7 @@ async fn a_reservation_that_starts_during_the_outage_moves_when_it_enters_the_in
         site.events(&vee)
     );
     // The failed host takes nothing new meanwhile, however far ahead.
-    let later = crate::fakes::STANDARD;
+    let later = crate::sim::STANDARD;
     let provider = crate::config::Role::Provider("acme".into());
     site.repo.blobs.lock().unwrap().insert(format!("sha256:{}", "5".repeat(64)));
     let svc = site.veem.deploy.deploy(&provider, later).await.unwrap();

@@ -1,7 +1,7 @@
 //! Site- and region-level constraints across peer sites.
 
-use crate::fakes::{FakeSite, STANDARD};
 use crate::model::Location;
+use crate::sim::{FakeSite, STANDARD};
 use crate::workflows::migration::{Dest, Proposer};
 
 /// Peers site-b and site-c in region eu, site-d in region us.

@@ -2,8 +2,8 @@
 //! one violation with its interval and its penalty.
 
 use super::*;
-use crate::fakes::{FakeSite, STANDARD};
 use crate::ports::Clock;
+use crate::sim::{FakeSite, STANDARD};
 use crate::workflows::migration::{Dest, Proposer};
 
 /// 36 per hour: 0.01 per second.

@@ -2,9 +2,9 @@
 //! released, lapsed, refused with the reason, and used after a failure.
 
 use super::*;
-use crate::fakes::{eventually, FakeSite, STANDARD};
 use crate::model::{Location, VeeState};
 use crate::ports::Clock;
+use crate::sim::{eventually, FakeSite, STANDARD};
 
 const A_PEERS_WITH_B: &str = "[[peers]]\nsite_id = \"site-b\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"a-to-b-token\"\n\
     [peers.agreement]\nprice_per_vee_hour = 0.1\n";

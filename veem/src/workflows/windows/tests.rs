@@ -2,8 +2,8 @@
 //! extension (kept or refused whole) and the renewal of open-ended
 //! services.
 
-use crate::fakes::{FakeSite, STANDARD};
 use crate::ports::Clock;
+use crate::sim::{FakeSite, STANDARD};
 
 /// STANDARD with a window from `start` to `end` (Unix s); `vcpus` each.
 fn windowed(start: i64, end: i64, vcpus: u32) -> String {

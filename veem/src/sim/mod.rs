@@ -1,9 +1,13 @@
-//! In-memory fakes of the VEEM's ports (`crate::ports`) and `FakeSite`, the
-//! harness of the workflows' unit tests: a VEEM over fake VEEHs (each
-//! implements the VHI service trait, answers as a test scripts it and
-//! records the calls it got), a fake image repository, peer sites that are
-//! other in-process VEEMs (or silent), and a clock a test may move. They
-//! cover the VEEM's failure branches without libvirt or a network; the
+//! The simulation ports (issue 37; the cargo feature `sim`, and the unit
+//! tests): in-memory implementations of the VEEM's ports (`crate::ports`)
+//! and `FakeSite`, a VEEM over them with its database in memory: fake
+//! VEEHs (each implements the VHI service trait, answers as a test or a
+//! simulation scripts it and records the calls it got), a fake image
+//! repository, peer sites that are other in-process VEEMs (or silent), and
+//! a clock that moves when told or follows the runtime's (virtual under a
+//! paused runtime). The workflows' unit tests run on them, so can a
+//! simulator or a benchmark drive the same workflows and loops; they cover
+//! the VEEM's failure branches without libvirt or a network, and the
 //! end-to-end tests in `tests/` run the real daemons.
 
 use std::collections::BTreeSet;
