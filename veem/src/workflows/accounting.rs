@@ -15,7 +15,7 @@ use interfaces::vmi::{self, PushUsageRequest};
 
 use crate::config::UsageLimitEntry;
 use crate::core::Core;
-use crate::model::{Location, ServiceRec, UsageRec, VeeState, ViolationRec};
+use crate::model::{Location, ServiceRec, UsageRec, VeeRec, VeeState, ViolationRec};
 use crate::planner::{ConsumerUsage, Resources, SlotRange};
 use crate::store::{Tree, Writes};
 
@@ -105,9 +105,10 @@ impl Accounting {
     }
 
     async fn meter_round(&self, last: &mut HashMap<String, Last>) -> Result<()> {
-        for v in
-            self.vees_where(|v| matches!(v.location, Location::Host(_)) && matches!(v.state, VeeState::Running | VeeState::Checkpointing))
-        {
+        // Only what runs on a configured host (the copies: those).
+        let hosts: std::collections::HashSet<String> = self.hosts.names().into_iter().collect();
+        let running = |v: &VeeRec| matches!(v.state, VeeState::Running | VeeState::Checkpointing);
+        for v in self.vees_where(|v| running(v) && v.host().is_some_and(|h| hosts.contains(h))) {
             let Location::Host(h) = &v.location else { continue };
             let Ok(c) = self.hosts.vhi(h) else { continue };
             let Ok(s) = c.stats(tonic::Request::new(vhi::StatsRequest { vee_id: v.id.clone() })).await else {

@@ -323,7 +323,7 @@ impl Lifecycle {
             tracing::warn!(error = %format!("{e:#}"), "SLA round");
         }
         let (now, ms) = (self.clock.now(), self.clock.now_ms());
-        for v in self.vees_where(|v| due(v, now, ms).is_some()) {
+        for v in self.due_vees(ms).into_iter().filter(|v| due(v, now, ms).is_some()) {
             match due(&v, now, ms) {
                 // Not onto a host that has failed: VRM moves its reservation
                 // first (crate::remapping).
@@ -357,7 +357,7 @@ impl Lifecycle {
 }
 
 /// What the scheduler owes a VEE now.
-enum Due {
+pub(crate) enum Due {
     /// Its window opened: deploy it on its planned host.
     Deploy,
     /// Its window closed: stop it.
@@ -368,7 +368,7 @@ enum Due {
 }
 
 /// What is due for `v` at `now` (Unix seconds; `now_ms` the same in ms).
-fn due(v: &VeeRec, now: i64, now_ms: i64) -> Option<Due> {
+pub(crate) fn due(v: &VeeRec, now: i64, now_ms: i64) -> Option<Due> {
     match v.state {
         VeeState::Admitted if v.deploy_due(now) && v.host().is_some() => Some(Due::Deploy),
         VeeState::Running if v.window_end_unix <= now && v.host().is_some() => Some(Due::Stop),

@@ -399,15 +399,15 @@ impl Proposals {
                 })
                 .collect()
         };
-        let mut vees = Vec::new();
-        for v in self.vees()? {
+        // Views of the records, not copies of them.
+        let vees = self.vees_map(|v| {
             let Location::Host(h) = &v.location else {
                 seen.remove(&v.id);
-                continue;
+                return None;
             };
             if !v.state.is_live() {
                 seen.remove(&v.id);
-                continue;
+                return None;
             }
             let since = match seen.get(&v.id) {
                 Some((host, t)) if host == h => *t,
@@ -416,17 +416,16 @@ impl Proposals {
                     now
                 }
             };
-            let migratable = v.migration_policy != interfaces::manifest::MigrationPolicy::None;
-            vees.push(VeeView {
-                id: v.id,
+            Some(VeeView {
+                id: v.id.clone(),
                 state: v.state,
-                location: v.location,
-                migratable,
+                location: v.location.clone(),
+                migratable: v.migration_policy != interfaces::manifest::MigrationPolicy::None,
                 checkpoint_interval_s: v.checkpoint_interval_s,
                 last_checkpoint_ms: v.last_checkpoint_ms,
                 on_host_since_ms: since,
-            });
-        }
+            })
+        });
         let (open, held) = open_and_held(self.store.list::<MigrationRec>(Tree::Migrations)?, now, cfg.hold.as_secs());
         Ok(Snapshot {
             now_ms: now,

@@ -25,12 +25,8 @@ use std::sync::Arc;
 use anyhow::Result;
 
 use crate::core::Core;
-use crate::model::{VeeRec, VeeState, ViolationRec};
+use crate::model::{VeeRec, VeeState, ViolationRec, START_GRACE_S};
 use crate::store::{Tree, Writes};
-
-/// How long after its window opened a VEE may still be starting before
-/// the window term counts as broken (s).
-pub const START_GRACE_S: i64 = 120;
 
 impl ViolationRec {
     /// A violation of `term` by VEE `vee_id` of service `service_id` from
@@ -149,7 +145,7 @@ impl Sla {
     /// current. Errors only when the store cannot be written.
     pub fn sla_round(&self) -> Result<()> {
         let now_ms = self.clock.now_ms();
-        for v in self.vees_where(|v| v.for_peer.is_none()) {
+        for v in self.due_vees(now_ms).into_iter().filter(|v| v.for_peer.is_none()) {
             let Some((id, term, start_ms)) = ongoing_breach(&v, now_ms) else {
                 continue;
             };
@@ -166,7 +162,7 @@ impl Sla {
 
 /// The breach VEE `v` is in at `now_ms`, if any: (violation ID, term, since
 /// when in Unix ms).
-fn ongoing_breach(v: &VeeRec, now_ms: i64) -> Option<(String, String, i64)> {
+pub(crate) fn ongoing_breach(v: &VeeRec, now_ms: i64) -> Option<(String, String, i64)> {
     let window_start_ms = v.window_start_unix * 1000;
     let in_window = window_start_ms <= now_ms && now_ms < v.window_end_unix * 1000;
     match v.state {

@@ -139,7 +139,12 @@ impl Windows {
         let now = self.clock.now();
         let horizon = self.cfg.planning_horizon.as_secs() as i64;
         let mut ends: BTreeMap<String, i64> = BTreeMap::new();
-        for v in self.vees_where(|v| v.open_ended && v.state.is_live() && v.host().is_some()) {
+        // The VEE of a service whose window ends first is the first due.
+        for v in self
+            .due_vees(now * 1000)
+            .into_iter()
+            .filter(|v| v.open_ended && v.state.is_live() && v.host().is_some())
+        {
             let e = ends.entry(v.service_id.clone()).or_insert(i64::MAX);
             *e = (*e).min(v.window_end_unix);
         }

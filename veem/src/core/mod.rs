@@ -6,7 +6,8 @@
 //! drains. It holds no workflow's own state and calls no workflow: the
 //! workflows (and the `Veem` facade that builds them) sit on it.
 
-use std::collections::BTreeMap;
+mod records;
+
 use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::{Context, Result};
@@ -22,6 +23,7 @@ use crate::planner::{AdmissionPlan, Admitted, Planner, PlannerConfig, RankPolicy
 use crate::planner_store::PlannerStore;
 use crate::ports::{Clock, ImageRepository, Peer, PeerDirectory, Ports};
 use crate::store::{Store, Tree, Writes};
+use records::VeeRecords;
 
 /// The VEEM's shared state (see the module doc).
 pub struct Core {
@@ -39,10 +41,11 @@ pub struct Core {
     pub(crate) repo: Arc<dyn ImageRepository>,
     peer_directory: Arc<dyn PeerDirectory>,
     pub(crate) events: broadcast::Sender<vmi::Event>,
-    /// Every VEE record by ID, written through to the store: the periodic
-    /// loops (scheduler, metering, proposals, peer watch) scan this instead
-    /// of decoding the database each time.
-    vee_records: RwLock<BTreeMap<String, VeeRec>>,
+    /// Every VEE record by ID, written through to the store, with when
+    /// each is next due ([`records`]): the periodic loops read this instead
+    /// of decoding the database each time, and the per-second rounds only
+    /// the records that are due.
+    vee_records: RwLock<VeeRecords>,
     vee_locks: Mutex<interfaces::locks::LockMap>,
     /// VEEs with a background task (deploy, checkpoint) under way, so the
     /// scheduler does not queue another.
@@ -98,7 +101,8 @@ impl Core {
         let slots = planner.clock();
         let hosts = HostPool::new(&cfg.site_id, &cfg.hosts, &ports.hosts, ports.clock.clone())?;
         let (events, _) = broadcast::channel(1024);
-        let vee_records = RwLock::new(store.list::<VeeRec>(Tree::Vees)?.into_iter().map(|v| (v.id.clone(), v)).collect());
+        let renew_ahead_s = cfg.planning_horizon.as_secs() as i64 / 2;
+        let vee_records = RwLock::new(VeeRecords::new(store.list::<VeeRec>(Tree::Vees)?, renew_ahead_s));
         Ok(Self {
             cfg,
             store,
@@ -218,7 +222,7 @@ impl Core {
     fn cache_new_vees(&self, vees: Vec<VeeRec>) {
         let mut records = self.vee_records.write().unwrap();
         for v in vees {
-            records.insert(v.id.clone(), v);
+            records.insert(v);
         }
     }
 
@@ -303,6 +307,18 @@ impl Core {
         self.vee_records.read().unwrap().values().filter(|v| keep(v)).cloned().collect()
     }
 
+    /// What `f` makes of each VEE record, where it makes something, in ID
+    /// order (copies no record).
+    pub fn vees_map<T>(&self, f: impl FnMut(&VeeRec) -> Option<T>) -> Vec<T> {
+        self.vee_records.read().unwrap().values().filter_map(f).collect()
+    }
+
+    /// The VEE records due at `now_ms` or before ([`VeeRec::due_ms`]),
+    /// earliest first: what the scheduler and the SLA round look at.
+    pub fn due_vees(&self, now_ms: i64) -> Vec<VeeRec> {
+        self.vee_records.read().unwrap().due(now_ms).cloned().collect()
+    }
+
     /// Writes a VEE record (flushed to the store first).
     /// Its stays at peer sites follow its location ([`VeeRec::stays_after`]).
     pub fn save_vee(&self, v: &VeeRec) -> Result<()> {
@@ -313,7 +329,7 @@ impl Core {
             ..v.clone()
         };
         self.store.put(Tree::Vees, &v.id, &v)?;
-        records.insert(v.id.clone(), v);
+        records.insert(v);
         Ok(())
     }
 
@@ -380,7 +396,7 @@ impl Core {
         }
         let mut records = self.vee_records.write().unwrap();
         for (vee, _) in changes.iter() {
-            records.insert(vee.id.clone(), (**vee).clone());
+            records.insert((**vee).clone());
         }
         drop(records);
         for (id, from, to, detail) in events {

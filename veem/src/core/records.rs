@@ -1,0 +1,140 @@
+//! The VEE records the core keeps in memory (written through to the
+//! store), with an index of when each next needs the scheduler's or the
+//! SLA round's attention ([`VeeRec::due_ms`]): the per-second rounds read
+//! the records that are due, not every record (issue 37, item 7).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::VeeRec;
+
+/// The VEE records by ID and their due times.
+#[derive(Default)]
+pub(crate) struct VeeRecords {
+    by_id: BTreeMap<String, (VeeRec, Option<i64>)>,
+    /// (due time in Unix ms, VEE ID) for every record with a due time.
+    due: BTreeSet<(i64, String)>,
+    /// Seconds before an open-ended window's end at which its renewal is
+    /// due (half the planning horizon).
+    renew_ahead_s: i64,
+}
+
+impl VeeRecords {
+    /// `records`, an open-ended window renewed `renew_ahead_s` seconds
+    /// before its end.
+    pub(crate) fn new(records: Vec<VeeRec>, renew_ahead_s: i64) -> Self {
+        let mut this = Self {
+            renew_ahead_s,
+            ..Self::default()
+        };
+        for v in records {
+            this.insert(v);
+        }
+        this
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<&VeeRec> {
+        self.by_id.get(id).map(|(v, _)| v)
+    }
+
+    /// Adds or replaces `v`, with its due time.
+    pub(crate) fn insert(&mut self, v: VeeRec) {
+        let due = v.due_ms(self.renew_ahead_s);
+        let id = v.id.clone();
+        if let Some((_, Some(old))) = self.by_id.insert(id.clone(), (v, due)) {
+            self.due.remove(&(old, id.clone()));
+        }
+        if let Some(at) = due {
+            self.due.insert((at, id));
+        }
+    }
+
+    pub(crate) fn remove(&mut self, id: &str) {
+        if let Some((_, Some(at))) = self.by_id.remove(id) {
+            self.due.remove(&(at, id.to_string()));
+        }
+    }
+
+    /// Every record, in ID order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &VeeRec> {
+        self.by_id.values().map(|(v, _)| v)
+    }
+
+    /// The records due at `now_ms` or before, earliest first.
+    pub(crate) fn due(&self, now_ms: i64) -> impl Iterator<Item = &VeeRec> {
+        self.due
+            .range(..(now_ms.saturating_add(1), String::new()))
+            .filter_map(|(_, id)| self.get(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::VeeRecords;
+    use crate::model::{Location, VeeRec, VeeState};
+
+    const STATES: [VeeState; 6] = [
+        VeeState::Admitted,
+        VeeState::Deploying,
+        VeeState::Running,
+        VeeState::Checkpointing,
+        VeeState::Suspended,
+        VeeState::Stopped,
+    ];
+
+    fn vee(id: &str) -> VeeRec {
+        let m = interfaces::manifest::Manifest::from_toml(crate::sim::STANDARD).unwrap();
+        VeeRec::of_manifest(&m, &m.components[0], 0, id, "s", (0, 0), 0)
+    }
+
+    proptest! {
+        /// The due time is never later than the first moment the scheduler
+        /// or the SLA round would act on the record, or its window's
+        /// renewal is due: the rounds that read only due records miss
+        /// nothing a full scan would find.
+        #[test]
+        fn a_record_is_due_no_later_than_any_round_would_act_on_it(
+            state in 0usize..6, place in 0usize..3, for_peer: bool, open_ended: bool,
+            start in 0i64..10_000, len in 0i64..10_000, lead in 0i64..300,
+            every in proptest::option::of(1u64..5_000), last in proptest::option::of(0i64..10_000_000),
+            updated in 0i64..10_000_000, now_ms in 0i64..30_000_000, renew_ahead in 0i64..5_000,
+        ) {
+            let mut v = vee("v");
+            v.state = STATES[state];
+            v.location = [Location::Host("h".into()), Location::Site("b".into()), Location::Nowhere][place].clone();
+            v.for_peer = for_peer.then(|| "site-b".to_string());
+            v.open_ended = open_ended;
+            (v.window_start_unix, v.window_end_unix, v.init_lead_s) = (start, start + len, lead);
+            (v.checkpoint_interval_s, v.last_checkpoint_ms, v.updated_ms) = (every, last, updated);
+            let now = now_ms.div_euclid(1000);
+            let scheduler = crate::workflows::lifecycle::due(&v, now, now_ms).is_some();
+            let sla = v.for_peer.is_none() && crate::workflows::sla::ongoing_breach(&v, now_ms).is_some();
+            let renewal = v.open_ended && v.state.is_live() && v.host().is_some() && v.window_end_unix - now < renew_ahead;
+            if scheduler || sla || renewal {
+                let due = v.due_ms(renew_ahead);
+                prop_assert!(due.is_some_and(|d| d <= now_ms), "due {due:?} after {now_ms}: scheduler {scheduler}, sla {sla}, renewal {renewal}");
+                let records = VeeRecords::new(vec![v.clone()], renew_ahead);
+                prop_assert_eq!(records.due(now_ms).count(), 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_replaced_record_moves_in_the_due_index_and_a_removed_one_leaves_it() {
+        let mut v = vee("v");
+        v.state = VeeState::Running;
+        v.location = Location::Host("h".into());
+        v.window_end_unix = 100;
+        v.checkpoint_interval_s = None;
+        let mut records = VeeRecords::new(vec![v.clone()], 0);
+        assert_eq!(records.due(99_999).count(), 0);
+        assert_eq!(records.due(100_000).count(), 1);
+        v.window_end_unix = 200;
+        records.insert(v);
+        assert_eq!(records.due(100_000).count(), 0, "its old due time went");
+        assert_eq!(records.due(200_000).count(), 1);
+        records.remove("v");
+        assert_eq!(records.due(i64::MAX).count(), 0);
+    }
+}
