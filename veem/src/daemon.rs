@@ -10,9 +10,9 @@ use std::time::Duration;
 use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::front::Front;
 use crate::config::VeemConfig;
 use crate::domain::Health;
-use crate::front::Front;
 use crate::loops::{self, Loops};
 use crate::manager::Veem;
 

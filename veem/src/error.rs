@@ -1,12 +1,6 @@
-//! The VEEM's typed errors and their one mapping to gRPC status codes
-//! ([`status`]). Workflows return `anyhow::Error` chains; the first typed
-//! link decides the code, and the message is always the whole chain, so
-//! users read the field and the reason. A chain with no typed link is a
-//! refusal (FailedPrecondition): the VEEM declined to do what was asked.
-
-use tonic::{Code, Status};
-
-use crate::domain::InvalidTransition;
+//! The VEEM's typed errors. Workflows return `anyhow::Error` chains; the
+//! interfaces map them to status codes in one place
+//! (`crate::api::status`).
 
 /// What a VMI caller asked for that does not exist or is malformed.
 #[derive(Debug, thiserror::Error)]
@@ -39,70 +33,5 @@ impl VeemError {
             field: field.into(),
             reason: reason.to_string(),
         }
-    }
-}
-
-/// The gRPC status of an error (see the module doc).
-pub fn status(e: anyhow::Error) -> Status {
-    interfaces::error::grpc_status(&e, code_of, Code::FailedPrecondition)
-}
-
-fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
-    if let Some(v) = e.downcast_ref::<VeemError>() {
-        return Some(match v {
-            VeemError::NotFound { .. } => Code::NotFound,
-            VeemError::InvalidField { .. } | VeemError::ManifestRefused(_) => Code::InvalidArgument,
-            VeemError::RequestReused(..) => Code::AlreadyExists,
-        });
-    }
-    if e.is::<crate::planner::Stale>() {
-        // The site's plan changed under every attempt: a conflict, to be
-        // retried by the caller.
-        return Some(Code::Aborted);
-    }
-    e.is::<InvalidTransition>().then_some(Code::FailedPrecondition)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::StateMachine;
-
-    #[test]
-    fn each_error_maps_to_one_code_whatever_its_context() {
-        let cases: Vec<(anyhow::Error, Code)> = vec![
-            (
-                anyhow::Error::from(VeemError::not_found("VEE", "v1")).context("restore"),
-                Code::NotFound,
-            ),
-            (
-                VeemError::field("to_host", "\"x\" is not a host of site a").into(),
-                Code::InvalidArgument,
-            ),
-            (
-                VeemError::ManifestRefused(vec!["manifest field `sla.guarantee`: unknown".into()]).into(),
-                Code::InvalidArgument,
-            ),
-            (
-                crate::domain::VeeState::Terminated
-                    .transition("v", crate::domain::VeeState::Running)
-                    .unwrap_err()
-                    .into(),
-                Code::FailedPrecondition,
-            ),
-            (VeemError::RequestReused("r1".into(), "s1".into()).into(), Code::AlreadyExists),
-            (
-                anyhow::Error::from(crate::planner::Stale { planned: 1, now: 2 }).context("reject: the site's plan changed"),
-                Code::Aborted,
-            ),
-            // A refusal, even one whose words say "not found" or "field".
-            (anyhow::anyhow!("reject: field `x` not found anywhere"), Code::FailedPrecondition),
-        ];
-        for (e, code) in cases {
-            let msg = format!("{e:#}");
-            let s = status(e);
-            assert_eq!((s.code(), s.message()), (code, msg.as_str()));
-        }
-        assert_eq!(VeemError::not_found("VEE", "v1").to_string(), "VEE v1 not found");
     }
 }

@@ -4,17 +4,18 @@
 //! VEEs of failed hosts, federates with peer sites over the VMI and keeps
 //! usage records (DESIGN.md §1, §4-7).
 //!
-//! Modules: `config`, `model` (records), `store` (sled), `planner_store`
-//! (the planner in the store, written incrementally), `core` (the
-//! shared state every workflow uses), `manager` (`Veem`: the core and the
-//! workflows' own state), `hosts` (VHI clients, heartbeats), `planner` (pure planning
-//! logic), `deploy` (negotiation, admission), `lifecycle` (actions,
-//! checkpoint schedule), `recovery`, `migration`, `proposals` (migrations the
-//! planner proposes by itself), `federation`, `peers`,
-//! `accounting`, `reconcile`, `server` (VMI), `wire` (domain enums on the VMI),
-//! `daemon`, `cli`.
+//! Layers (ARCHITECTURE.md): the domain, the records and the ports at the
+//! bottom (`domain`, `error`, `config`, `model`, `store`, `planner`,
+//! `planner_store`, `peers`, `ports`, `hosts`, `ipam`, `wire`); the `core`
+//! every workflow shares on them; the workflows as values (`workflows`);
+//! the `Veem` facade that builds them (`manager`); the interfaces (`api`:
+//! the VMI's gRPC server, REST, the front of its port, visibility, the
+//! status map, the JSON shape), the `loops`, the `daemon` and the `cli` on
+//! top; the simulation ports (`sim`, feature `sim`).
 
 pub mod api;
+// The interfaces under their earlier paths (`veem::server::VmiService`, ...).
+pub use api::{front, rest, server, visibility};
 pub mod cli;
 pub mod config;
 pub mod core;
@@ -22,7 +23,6 @@ pub mod daemon;
 pub mod domain;
 pub mod error;
 pub mod failpoints;
-pub mod front;
 pub mod hosts;
 pub mod ipam;
 pub mod loops;
@@ -33,11 +33,8 @@ pub mod peers;
 pub use vee_planner as planner;
 pub mod planner_store;
 pub mod ports;
-pub mod rest;
-pub mod server;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod store;
-pub mod visibility;
 pub mod wire;
 pub mod workflows;

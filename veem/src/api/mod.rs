@@ -1,6 +1,15 @@
-//! What the VEEM's interfaces share (issue 37: conversions between the
-//! VMI's messages and what users read happen here, never in workflows):
-//! today the one JSON shape of the VMI's records that the CLI prints
-//! (`-o json`), REST answers and a console would show ([`model`]).
+//! The VEEM's interfaces (issue 37: conversions between the VMI's
+//! messages and the domain's records happen here): the VMI's gRPC server
+//! ([`server`]: roles, the records as VMI messages, pages), its REST layer
+//! ([`rest`]), what every request on the port passes first ([`front`]),
+//! what each role may see ([`visibility`]), the one map of errors to
+//! status codes ([`status`]), and the one JSON shape of the VMI's records
+//! that the CLI prints (`-o json`), REST answers and a console would show
+//! ([`model`]).
 
+pub mod front;
 pub mod model;
+pub mod rest;
+pub mod server;
+pub mod status;
+pub mod visibility;

@@ -43,7 +43,7 @@ async fn load_aware_placement_follows_the_load_the_hosts_measure() {
         let vee = site.veem.vee(&svc.vees[0]).unwrap();
         assert_eq!(vee.host(), Some(idle), "{busy} measured busy");
     }
-    let vmi = crate::server::VmiService::handler(site.veem.clone());
+    let vmi = crate::api::server::VmiService::handler(site.veem.clone());
     let loads: Vec<(String, f64)> = vmi.host_status().into_iter().map(|h| (h.name, h.cpu_load)).collect();
     assert_eq!(loads, [("h1".to_string(), 0.1), ("h2".to_string(), 0.9)]);
 }

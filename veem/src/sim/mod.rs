@@ -238,7 +238,7 @@ impl FakeSite {
     pub fn peer_with(&self, other: &FakeSite, token: &str) {
         let id = other.veem.config().site_id.clone();
         let peer = LocalPeer {
-            svc: crate::server::VmiService::handler(other.veem.clone()),
+            svc: crate::api::server::VmiService::handler(other.veem.clone()),
             token: token.into(),
         };
         self.peers.0.lock().unwrap().insert(id, Arc::new(peer));

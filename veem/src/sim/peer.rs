@@ -81,7 +81,7 @@ impl Peer for SilentPeer {
 /// Another VEEM of this process as a peer: its real VMI handlers, called
 /// with the bearer token of the agreement (so its roles are checked).
 pub struct LocalPeer {
-    pub svc: crate::server::VmiService,
+    pub svc: crate::api::server::VmiService,
     pub token: String,
 }
 

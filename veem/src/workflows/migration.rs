@@ -98,7 +98,7 @@ impl Migration {
     }
 
     /// A `migration` event, under the VEE's service so that its provider
-    /// follows it too (redacted: `crate::visibility`).
+    /// follows it too (redacted: `crate::api::visibility`).
     fn migration_event(&self, m: &MigrationRec) {
         let service = self.vee(&m.vee_id).map(|v| v.service_id).unwrap_or_default();
         self.event(

@@ -154,7 +154,7 @@ async fn a_deploy_retried_with_its_request_id_deploys_once() {
     // The same ID with another manifest: refused, nothing changes.
     let other = STANDARD.replace("name = \"shop\"", "name = \"other\"");
     let e = site.veem.deploy.deploy_request(&acme(), &other, "req-1").await.unwrap_err();
-    let status = crate::error::status(e);
+    let status = crate::api::status::status(e);
     assert_eq!(status.code(), Code::AlreadyExists, "{}", status.message());
     assert!(
         status.message().contains("req-1") && status.message().contains(&first.id),
@@ -166,7 +166,7 @@ async fn a_deploy_retried_with_its_request_id_deploys_once() {
     let plain = site.veem.deploy.deploy(&acme(), STANDARD).await.unwrap();
     assert!(op.id != first.id && plain.id != first.id && op.id != plain.id);
     // A malformed ID names the field.
-    let e = crate::error::status(site.veem.deploy.deploy_request(&acme(), STANDARD, "a b").await.unwrap_err());
+    let e = crate::api::status::status(site.veem.deploy.deploy_request(&acme(), STANDARD, "a b").await.unwrap_err());
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("field `request_id`"), "{}", e.message());
 }

@@ -42,7 +42,7 @@ async fn a_hosts_huge_refusal_is_quoted_by_a_bounded_excerpt() {
     let (site, vee, host) = one_running_vee().await;
     site.host(&host).fail("Checkpoint", Code::Internal, &"disk full ".repeat(100_000));
     let e = site.veem.lifecycle.vee_action(&vee, Action::Checkpoint, "").await.unwrap_err();
-    let status = crate::error::status(e);
+    let status = crate::api::status::status(e);
     assert!(status.message().contains("disk full"), "{}", &status.message()[..200]);
     assert!(
         status.message().len() <= interfaces::excerpt::MESSAGE_BYTES,

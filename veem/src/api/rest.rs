@@ -29,10 +29,10 @@ use serde::Serialize;
 use tonic::{Code, Status};
 
 use crate::api::model::{Migration, Negotiation, Service, Usage, Vee};
-use crate::server::VmiService;
+use crate::api::server::VmiService;
 
 /// The OpenAPI 3.1 description of the routes.
-pub const OPENAPI: &str = include_str!("../../docs/openapi.json");
+pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
 /// Every route as `METHOD PATH` in OpenAPI's path syntax: what
 /// `docs/openapi.json` must describe (a test checks both ways).

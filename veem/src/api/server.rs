@@ -23,11 +23,11 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
+use crate::api::status::status;
+use crate::api::visibility::{redact, Redactor};
 use crate::config::Role;
-use crate::error::status;
 use crate::manager::Veem;
 use crate::model::{MigrationRec, ServiceRec, VeeRec};
-use crate::visibility::{redact, Redactor};
 use crate::workflows::migration::{Dest, Proposer};
 use info::migration_info;
 

@@ -35,9 +35,9 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 use tower::ServiceExt;
 
+use crate::api::rest::RestError;
+use crate::api::server::VmiService;
 use crate::manager::Veem;
-use crate::rest::RestError;
-use crate::server::VmiService;
 
 /// The VMI's service name in gRPC health checks (`grpc.health.v1`).
 pub const VMI_SERVICE: &str = "vmi.v1.VmiService";
@@ -70,7 +70,7 @@ impl Front {
         let max_body = usize::try_from(limits.max_body_size).unwrap_or(usize::MAX);
         Ok(Arc::new(Self {
             grpc: grpc.into_axum_router(),
-            rest: crate::rest::router(handlers, max_body),
+            rest: crate::api::rest::router(handlers, max_body),
             throttle: AuthThrottle::new(limits.auth_failures_burst, limits.auth_failure_interval),
             starting: AtomicBool::new(true),
             health,

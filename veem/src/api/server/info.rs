@@ -5,10 +5,10 @@
 use interfaces::vmi::{self, HostStatus, MigrationInfo, ServiceInfo, VeeInfo};
 
 use super::VmiService;
+use crate::api::visibility::{redact, Redactor};
 use crate::config::Role;
 use crate::domain::ServiceState;
 use crate::model::{Location, MigrationRec, ServiceRec, VeeRec};
-use crate::visibility::{redact, Redactor};
 
 impl VmiService {
     pub(super) fn vee_info(&self, role: &Role, v: &VeeRec) -> VeeInfo {
