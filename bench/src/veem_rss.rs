@@ -253,13 +253,18 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
     let t = Instant::now();
     veem.persist_planner()?;
     let persist_s = t.elapsed().as_secs_f64();
-    // What one more Deploy costs: its admission written incrementally.
+    // What one more Deploy writes, as Deploy does: its plan's planner
+    // entries, its service and VEE records in one commit, the plan then
+    // applied to the planner.
     let req = veem.deploy.request(&m, &uuid::Uuid::new_v4().to_string());
-    let Admission::Accepted(_) = veem.planner().admit(&req) else {
-        bail!("one more service not admitted")
-    };
+    let plan = veem
+        .planner()
+        .plan_admission(&req)
+        .map_err(|a| anyhow::anyhow!("one more service not admitted: {a:?}"))?;
+    let (svc, vs) = veem.deploy.admission_records(&m, MANIFEST, &req, Some(&plan.admitted), None);
     let t = Instant::now();
-    veem.persist_planner()?;
+    veem.commit_admission_plan(plan, &svc, &vs, veem::store::Writes::default())?
+        .map_err(|s| anyhow::anyhow!("{s}"))?;
     let persist_one_s = t.elapsed().as_secs_f64();
     let planner_mib = serde_json::to_vec(&*veem.planner())?.len() as f64 / (1024.0 * 1024.0);
     let reservations = veem.planner().reservation_count();
@@ -399,7 +404,8 @@ async fn measure(dir: &Path, config: &Path, endpoint: &str, cleanup: &Cleanup) -
 ///   planner's share), `records_written` (VEE, service and event records),
 ///   `planner_json_mib` (the whole planner as JSON), `persist_planner_s`
 ///   (its first write, all of it) and `persist_one_deploy_s` (what one
-///   more Deploy then pays: only its records are written);
+///   more Deploy then writes: its plan's planner entries with its service
+///   and VEE records in one commit, `Core::commit_admission_plan`);
 /// - `db_mib`: the sled directory;
 /// - `daemon`: `load_s` (spawn until the first VMI answer),
 ///   `cpu_s_until_ready`, VmRSS at that moment (`rss_mib_ready`), after

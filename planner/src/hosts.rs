@@ -27,6 +27,7 @@ impl Planner {
         self.d.usage.push(HostUsage::default());
         self.reindex(idx);
         self.d.revision += 1;
+        self.d.header_revision += 1;
         Ok(idx)
     }
 
@@ -45,6 +46,7 @@ impl Planner {
         self.d.host_names.remove(name);
         self.d.index.remove(h);
         self.d.revision += 1;
+        self.d.header_revision += 1;
         Ok(())
     }
 
@@ -60,6 +62,7 @@ impl Planner {
             blocked_until: now.saturating_add(block_slots),
         });
         self.d.revision += 1;
+        self.d.header_revision += 1;
         Ok(())
     }
 
@@ -68,6 +71,7 @@ impl Planner {
         let h = self.host_idx(name)?;
         self.p.hosts[h as usize].down = None;
         self.d.revision += 1;
+        self.d.header_revision += 1;
         Ok(())
     }
 
@@ -75,7 +79,11 @@ impl Planner {
     /// (any scale, lower is better; NaN and negatives count as 0).
     pub fn set_measured_load(&mut self, name: &str, load: f64) -> Result<(), PlanError> {
         let h = self.host_idx(name)?;
-        self.p.hosts[h as usize].measured_load = if load.is_finite() && load > 0.0 { load } else { 0.0 };
+        let load = if load.is_finite() && load > 0.0 { load } else { 0.0 };
+        if self.p.hosts[h as usize].measured_load != load {
+            self.p.hosts[h as usize].measured_load = load;
+            self.d.header_revision += 1;
+        }
         self.reindex(h);
         Ok(())
     }

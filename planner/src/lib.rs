@@ -204,6 +204,9 @@ struct Derived {
     /// Counts the changes an admission depends on (see
     /// [`Planner::revision`]).
     revision: u64,
+    /// Counts the changes of the persisted header (see
+    /// [`Planner::header_revision`]).
+    header_revision: u64,
 }
 
 /// The planner: hosts, reservations and services of one site.
@@ -288,7 +291,19 @@ impl Planner {
 
     /// Changes the rank policy.
     pub fn set_rank_policy(&mut self, rank: RankPolicy) {
-        self.p.config.rank = rank;
+        if self.p.config.rank != rank {
+            self.p.config.rank = rank;
+            self.d.header_revision += 1;
+        }
+    }
+
+    /// Moves with every change of what [`Planner::header`] holds (hosts
+    /// added, removed, down or up, a measured load that changed, usage
+    /// SLAs and averages, the rank policy), so that a store writes the
+    /// header only when it changed, without comparing copies of it. Not
+    /// persisted: it starts at 0.
+    pub fn header_revision(&self) -> u64 {
+        self.d.header_revision
     }
 
     /// The planner's revision: it moves with every change an admission

@@ -142,6 +142,7 @@ impl Planner {
             self.p.usage_limits.insert(consumer.to_string(), limit);
         }
         self.d.revision += 1;
+        self.d.header_revision += 1;
     }
 
     /// Replaces every usage SLA by `limits` (the site's configuration is
@@ -149,11 +150,14 @@ impl Planner {
     pub fn replace_usage_limits(&mut self, limits: impl IntoIterator<Item = (String, UsageLimit)>) {
         self.p.usage_limits = limits.into_iter().filter(|(_, l)| *l != UsageLimit::NoLimit).collect();
         self.d.revision += 1;
+        self.d.header_revision += 1;
     }
 
     /// Records measured averages of `consumer` (from accounting).
     pub fn record_consumer_usage(&mut self, consumer: &str, usage: ConsumerUsage) {
-        self.p.consumer_usage.insert(consumer.to_string(), usage);
+        if self.p.consumer_usage.insert(consumer.to_string(), usage) != Some(usage) {
+            self.d.header_revision += 1;
+        }
     }
 
     /// What `consumer` holds (VEEs that are not background) at the busiest

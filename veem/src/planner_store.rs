@@ -19,7 +19,9 @@ const LEGACY_KEY: &str = "planner";
 /// What the last save left.
 #[derive(Default)]
 struct Written {
-    header: Option<PlannerHeader>,
+    /// The planner's header revision the stored header is of
+    /// ([`Planner::header_revision`]); `None`: not written yet.
+    header: Option<u64>,
     /// The planner was read from `meta/planner`, to be removed once saved.
     legacy: bool,
 }
@@ -45,13 +47,14 @@ impl PlannerStore {
             Ok(())
         })?;
         let (planner, written) = match header {
-            Some(h) => (
-                Some(Planner::from_parts(h.clone(), entries)),
-                Written {
-                    header: Some(h),
+            Some(h) => {
+                let planner = Planner::from_parts(h, entries);
+                let written = Written {
+                    header: Some(planner.header_revision()),
                     legacy: false,
-                },
-            ),
+                };
+                (Some(planner), written)
+            }
             None => {
                 let mut old: Option<Planner> = store.get(Tree::Meta, LEGACY_KEY)?;
                 if let Some(p) = old.as_mut() {
@@ -82,14 +85,17 @@ impl PlannerStore {
     /// changes are written together or not at all.
     pub fn save_with(&self, planner: &Mutex<Planner>, also: Writes) -> Result<()> {
         let mut written = self.written.lock().unwrap();
-        let (header, changes) = {
+        // The header (10,000 hosts: megabytes) is copied and written only
+        // when it changed since the last save.
+        let (header_revision, header, changes) = {
             let mut p = planner.lock().unwrap();
-            (p.header(), p.take_changes())
+            let revision = p.header_revision();
+            let header = (written.header != Some(revision)).then(|| p.header());
+            (revision, header, p.take_changes())
         };
         let mut batch = also;
-        let header_changed = written.header.as_ref() != Some(&header);
-        if header_changed {
-            batch.put(Tree::Planner, HEADER, &header)?;
+        if let Some(header) = &header {
+            batch.put(Tree::Planner, HEADER, header)?;
         }
         for (key, e) in &changes {
             match e {
@@ -108,8 +114,8 @@ impl PlannerStore {
             self.store.remove(Tree::Meta, LEGACY_KEY)?;
             written.legacy = false;
         }
-        if header_changed {
-            written.header = Some(header);
+        if header.is_some() {
+            written.header = Some(header_revision);
         }
         Ok(())
     }
@@ -233,6 +239,29 @@ mod tests {
         let (q, records) = reload(dir.path());
         assert_eq!(state(&q), state(&p.lock().unwrap()));
         assert_eq!(records, 1 + 3);
+    }
+
+    /// The header is written when a host changes (down, its load), not
+    /// copied and compared at every save; a reloaded planner has the
+    /// change.
+    #[test]
+    fn a_hosts_change_reaches_the_stored_header() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            let (_, ps) = PlannerStore::load(&store).unwrap();
+            let p = Mutex::new(planner());
+            ps.save(&p).unwrap();
+            let before = p.lock().unwrap().header_revision();
+            ps.save(&p).unwrap();
+            assert_eq!(p.lock().unwrap().header_revision(), before, "a save changes nothing");
+            p.lock().unwrap().set_host_down("h1", 5, 10).unwrap();
+            p.lock().unwrap().set_measured_load("h2", 0.5).unwrap();
+            ps.save(&p).unwrap();
+        }
+        let (q, _) = reload(dir.path());
+        assert!(q.host_down("h1").is_some(), "the host down is stored");
+        assert_eq!(q.measured_load("h2"), Some(0.5));
     }
 
     #[test]
