@@ -270,6 +270,19 @@ impl Store {
         Ok(all)
     }
 
+    /// Whether tree `t` holds no record (reads at most one).
+    pub fn is_empty(&self, t: Tree) -> Result<bool> {
+        let mut empty = true;
+        let r = self.engine.scan(t, &mut |_, _| {
+            empty = false;
+            anyhow::bail!("one is enough")
+        });
+        match r {
+            Err(_) if !empty => Ok(false),
+            other => other.map(|()| empty),
+        }
+    }
+
     pub fn remove(&self, t: Tree, key: &str) -> Result<()> {
         let mut w = Writes::default();
         w.remove(t, key);
@@ -447,6 +460,7 @@ mod tests {
         w.put(Tree::Vees, "v1", &1u32).unwrap();
         s.commit(w).unwrap();
         assert_eq!(s.list::<u32>(Tree::Vees).unwrap(), [1, 2]);
+        assert!(!s.is_empty(Tree::Vees).unwrap() && s.is_empty(Tree::Services).unwrap());
         s.remove(Tree::Vees, "v1").unwrap();
         assert!(s.put_new(Tree::Vees, "v1", &3u32).unwrap());
         assert!(!s.put_new(Tree::Vees, "v1", &4u32).unwrap());

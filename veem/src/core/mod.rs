@@ -296,6 +296,11 @@ impl Core {
         self.service(id).ok()?.terms
     }
 
+    /// How many VEE records there are.
+    pub fn vee_count(&self) -> usize {
+        self.vee_records.read().unwrap().len()
+    }
+
     /// Every VEE record, in ID order.
     pub fn vees(&self) -> Result<Vec<VeeRec>> {
         Ok(self.vee_records.read().unwrap().values().cloned().collect())

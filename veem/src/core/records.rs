@@ -32,6 +32,10 @@ impl VeeRecords {
         this
     }
 
+    pub(crate) fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
     pub(crate) fn get(&self, id: &str) -> Option<&VeeRec> {
         self.by_id.get(id).map(|(v, _)| v)
     }

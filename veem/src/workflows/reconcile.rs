@@ -136,7 +136,19 @@ impl Reconcile {
                 self.save_vee(&v)?;
             }
         }
-        for mut v in self.vees()? {
+        // Only what the arms below may act on (copies of those): VEEs
+        // deploying or recovering on a host, and the live ones of the hosts
+        // that answered.
+        let relevant = |v: &VeeRec| match &v.location {
+            Location::Host(h) => {
+                matches!(
+                    v.state,
+                    VeeState::Admitted | VeeState::Deploying | VeeState::Failed | VeeState::Recovering
+                ) || (v.state.is_live() && running.contains_key(h))
+            }
+            _ => false,
+        };
+        for mut v in self.vees_where(relevant) {
             match (v.location.clone(), v.state) {
                 (Location::Host(h), VeeState::Admitted | VeeState::Deploying) => {
                     if running.get(&h).is_some_and(|d| d.get(&v.id) == Some(&vhi::VeeState::Running)) {
@@ -187,7 +199,7 @@ impl Reconcile {
             }
         }
         // Domains a host runs that the records place elsewhere or nowhere.
-        let no_records = self.vees()?.is_empty() && self.store.list::<crate::model::ServiceRec>(Tree::Services)?.is_empty();
+        let no_records = self.vee_count() == 0 && self.store.is_empty(Tree::Services)?;
         for (h, doms) in &running {
             if no_records && strays == Strays::KeepWithoutRecords {
                 for id in doms.keys() {
