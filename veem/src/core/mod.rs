@@ -84,7 +84,20 @@ impl Core {
             Some(_) => {}
             None => store.put(Tree::Meta, "site_id", &cfg.site_id)?,
         }
-        let (saved, planner_store) = PlannerStore::load(&store)?;
+        // The VEE records and the planner are read side by side (100,000
+        // of each take about as long).
+        let renew_ahead_s = cfg.planning_horizon.as_secs() as i64 / 2;
+        let (records, planner) = std::thread::scope(|s| {
+            let records = s.spawn(|| -> Result<VeeRecords> { Ok(VeeRecords::new(store.list::<VeeRec>(Tree::Vees)?, renew_ahead_s)) });
+            let planner = PlannerStore::load(&store);
+            (
+                records
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("reading the VEE records panicked"))),
+                planner,
+            )
+        });
+        let (vee_records, (saved, planner_store)) = (RwLock::new(records?), planner?);
         let mut planner: Planner = match saved {
             Some(p) => p,
             None => Planner::new(PlannerConfig {
@@ -101,8 +114,6 @@ impl Core {
         let slots = planner.clock();
         let hosts = HostPool::new(&cfg.site_id, &cfg.hosts, &ports.hosts, ports.clock.clone())?;
         let (events, _) = broadcast::channel(1024);
-        let renew_ahead_s = cfg.planning_horizon.as_secs() as i64 / 2;
-        let vee_records = RwLock::new(VeeRecords::new(store.list::<VeeRec>(Tree::Vees)?, renew_ahead_s));
         Ok(Self {
             cfg,
             store,
