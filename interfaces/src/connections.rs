@@ -218,7 +218,7 @@ pub async fn serve(
             tcp = crate::listen::accept(&listener) => tcp,
             _ = trim.tick() => {
                 if ended.swap(0, std::sync::atomic::Ordering::Relaxed) >= TRIM_AFTER {
-                    return_freed_memory();
+                    crate::daemon::return_freed_memory();
                 }
                 continue;
             }
@@ -291,18 +291,6 @@ struct Ended(Arc<std::sync::atomic::AtomicUsize>);
 impl Drop for Ended {
     fn drop(&mut self) {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// Gives the memory the allocator holds free back to the system (glibc's
-/// `malloc_trim`): the buffers of many connections, freed when they end,
-/// stay in glibc's per-thread arenas otherwise, and a burst of abusive
-/// connections would leave the daemon larger for good.
-fn return_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free memory of the allocator.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 
