@@ -7,7 +7,7 @@ use interfaces::manifest::GuaranteeLevel;
 use interfaces::vmi;
 
 use crate::domain::Health;
-use crate::domain::{MigrationState, ServiceState, VeeState};
+use crate::domain::{MigrationState, ServiceState, VeeState, Verdict};
 use crate::error::VeemError;
 
 /// Maps each domain variant to its wire variant and back: `From<domain>`
@@ -32,6 +32,16 @@ macro_rules! wire_enum {
             }
         }
     };
+}
+
+impl From<Verdict> for vmi::Verdict {
+    fn from(v: Verdict) -> Self {
+        match v {
+            Verdict::Accept => vmi::Verdict::Accept,
+            Verdict::CounterOffer => vmi::Verdict::CounterOffer,
+            Verdict::Reject => vmi::Verdict::Reject,
+        }
+    }
 }
 
 wire_enum!(VeeState, vmi::VeeState, vee_state {

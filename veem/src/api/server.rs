@@ -172,16 +172,18 @@ impl Vmi for VmiService {
     async fn negotiate(&self, r: Request<NegotiateRequest>) -> R<NegotiateResponse> {
         let role = self.user(&r)?;
         let redactor = self.redactor(&role);
-        let mut reply = self
+        let offer = self
             .veem
             .deploy
             .negotiate(&role, &r.get_ref().manifest_toml)
             .await
             .map_err(|e| self.refusal(&role, e))?;
-        for reason in &mut reply.reasons {
-            *reason = redact(redactor.as_ref(), reason);
-        }
-        Ok(Response::new(reply))
+        Ok(Response::new(NegotiateResponse {
+            verdict: vmi::Verdict::from(offer.verdict) as i32,
+            reasons: offer.reasons.iter().map(|r| redact(redactor.as_ref(), r)).collect(),
+            earliest_start: offer.window.and_then(|(start, _)| interfaces::time::timestamp_s(start)),
+            earliest_end: offer.window.and_then(|(_, end)| interfaces::time::timestamp_s(end)),
+        }))
     }
 
     async fn deploy(&self, r: Request<DeployRequest>) -> R<ServiceInfo> {

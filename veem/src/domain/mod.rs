@@ -8,6 +8,7 @@
 
 pub mod health;
 pub mod migration;
+pub mod offer;
 pub mod reason;
 pub mod service;
 pub mod terms;
@@ -15,6 +16,7 @@ pub mod vee;
 
 pub use health::Health;
 pub use migration::MigrationState;
+pub use offer::{Offer, Verdict};
 pub use reason::Reason;
 pub use service::ServiceState;
 pub use terms::ServiceTerms;

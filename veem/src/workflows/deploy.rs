@@ -217,7 +217,7 @@ impl Deploy {
             },
             Err(other) => {
                 let r = self.reply(req, *other);
-                bail!("{}: {}", r.verdict(), r.reasons.join("; "));
+                bail!("{}: {}", r.verdict, r.reasons.join("; "));
             }
         };
         let admitted = plan.as_ref().map(|p| &p.admitted);
@@ -264,7 +264,7 @@ impl Deploy {
             if let Err(why) = placed {
                 self.intents.drop_intent(intent)?;
                 match refused {
-                    Some(r) => bail!("{}: {}; {why}", r.verdict(), r.reasons.join("; ")),
+                    Some(r) => bail!("{}: {}; {why}", r.verdict, r.reasons.join("; ")),
                     None => bail!(
                         "reject: {} VEEs fit at site {} and no peer site takes the other {}: {why}",
                         vees.len() - remote.len(),

@@ -6,12 +6,12 @@
 
 use anyhow::Result;
 use interfaces::manifest::Manifest;
-use interfaces::vmi::{self, NegotiateResponse};
 use interfaces::BlobId;
 
 use super::Deploy;
 use super::Refusal;
 use crate::config::Role;
+use crate::domain::{Offer, Verdict};
 use crate::planner::{Admission, ServiceRequest};
 
 impl Deploy {
@@ -69,16 +69,10 @@ impl Deploy {
 
     /// Negotiate: accept, counter-offer (earliest feasible window) or reject
     /// with reasons. Reserves nothing.
-    pub async fn negotiate(&self, caller: &Role, toml: &str) -> Result<NegotiateResponse> {
+    pub async fn negotiate(&self, caller: &Role, toml: &str) -> Result<Offer> {
         let m = match self.check_manifest(caller, toml).await {
             Ok(m) => m,
-            Err(Refusal(reasons)) => {
-                return Ok(NegotiateResponse {
-                    verdict: vmi::Verdict::Reject as i32,
-                    reasons,
-                    ..Default::default()
-                })
-            }
+            Err(Refusal(reasons)) => return Ok(Offer::reject(reasons)),
         };
         let req = self.request(&m, &uuid::Uuid::new_v4().to_string());
         let verdict = self.planner.lock().unwrap().negotiate(&req);
@@ -103,41 +97,33 @@ impl Deploy {
     }
 
     /// The answer to `req` (its service window, not the padded reservation).
-    pub(super) fn reply(&self, req: &ServiceRequest, verdict: Admission) -> NegotiateResponse {
+    pub(super) fn reply(&self, req: &ServiceRequest, verdict: Admission) -> Offer {
         let clock = self.slots;
+        let window = |w: crate::planner::SlotRange| {
+            let w = req.service_window(w);
+            Some((clock.start_of(w.start), clock.start_of(w.end)))
+        };
         match verdict {
-            Admission::Accepted(a) => {
-                let w = req.service_window(a.window);
-                NegotiateResponse {
-                    verdict: vmi::Verdict::Accept as i32,
-                    reasons: vec![],
-                    earliest_start: interfaces::time::timestamp_s(clock.start_of(w.start)),
-                    earliest_end: interfaces::time::timestamp_s(clock.start_of(w.end)),
-                }
-            }
-            Admission::CounterOffer { window, reasons } => {
-                let w = req.service_window(window);
-                NegotiateResponse {
-                    verdict: vmi::Verdict::CounterOffer as i32,
-                    reasons,
-                    earliest_start: interfaces::time::timestamp_s(clock.start_of(w.start)),
-                    earliest_end: interfaces::time::timestamp_s(clock.start_of(w.end)),
-                }
-            }
+            Admission::Accepted(a) => Offer {
+                verdict: Verdict::Accept,
+                reasons: vec![],
+                window: window(a.window),
+            },
+            Admission::CounterOffer { window: w, reasons } => Offer {
+                verdict: Verdict::CounterOffer,
+                reasons,
+                window: window(w),
+            },
             Admission::Rejected { mut reasons, .. } => {
                 reasons.extend(self.hosts_not_answering());
-                NegotiateResponse {
-                    verdict: vmi::Verdict::Reject as i32,
-                    reasons,
-                    ..Default::default()
-                }
+                Offer::reject(reasons)
             }
-            Admission::NeedsPeerSpare { .. } => NegotiateResponse {
-                verdict: vmi::Verdict::Accept as i32,
+            Admission::NeedsPeerSpare { .. } => Offer {
+                verdict: Verdict::Accept,
                 reasons: vec![
                     "guarantee full: Deploy asks a peer site to hold a spare for each VEE and refuses the manifest if none does".into(),
                 ],
-                ..Default::default()
+                window: None,
             },
         }
     }
