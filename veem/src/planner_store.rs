@@ -97,12 +97,7 @@ impl PlannerStore {
         if let Some(header) = &header {
             batch.put(Tree::Planner, HEADER, header)?;
         }
-        for (key, e) in &changes {
-            match e {
-                Some(e) => batch.put(Tree::Planner, key, e)?,
-                None => batch.remove(Tree::Planner, key),
-            }
-        }
+        put_entries(&mut batch, &changes)?;
         if let Err(e) = self.store.commit(batch) {
             planner
                 .lock()
@@ -139,15 +134,22 @@ impl PlannerStore {
             }));
         }
         let mut batch = also;
-        for (key, e) in plan.entries() {
-            match e {
-                Some(e) => batch.put(Tree::Planner, &key, &e)?,
-                None => batch.remove(Tree::Planner, &key),
-            }
-        }
+        put_entries(&mut batch, &plan.entries())?;
         self.store.commit(batch)?;
         Ok(p.apply_written(plan))
     }
+}
+
+/// Adds the planner's `entries` to `batch`: each value under its key, or
+/// the key's removal.
+fn put_entries(batch: &mut Writes, entries: &[(String, Option<PlannerEntry>)]) -> Result<()> {
+    for (key, e) in entries {
+        match e {
+            Some(e) => batch.put(Tree::Planner, key, e)?,
+            None => batch.remove(Tree::Planner, key),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -374,7 +374,7 @@ pub(crate) fn due(v: &VeeRec, now: i64, now_ms: i64) -> Option<Due> {
         VeeState::Running if v.window_end_unix <= now && v.host().is_some() => Some(Due::Stop),
         VeeState::Running if v.for_peer.is_none() => {
             let every = v.checkpoint_interval_s?;
-            let last = v.last_checkpoint_ms.unwrap_or(v.updated_ms);
+            let last = v.checkpointed_ms();
             (now_ms - last >= every as i64 * 1000).then_some(Due::Checkpoint)
         }
         _ => None,

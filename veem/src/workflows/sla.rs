@@ -168,7 +168,7 @@ pub(crate) fn ongoing_breach(v: &VeeRec, now_ms: i64) -> Option<(String, String,
     match v.state {
         VeeState::Running | VeeState::Checkpointing if v.host().is_some() => {
             let every_ms = v.checkpoint_interval_s? as i64 * 1000;
-            let last = v.last_checkpoint_ms.unwrap_or(v.updated_ms);
+            let last = v.checkpointed_ms();
             let due = last + every_ms;
             (now_ms - last > 2 * every_ms).then(|| {
                 let term = format!(

@@ -148,7 +148,10 @@ async fn a_manifest_is_negotiated_then_deployed_once_under_its_request_id() {
     site.repo.blobs.lock().unwrap().insert(image.into());
     let (code, n) = call(&site, Some("provider-token"), Method::POST, "/v1/negotiations", STANDARD).await;
     assert_eq!((code, n["verdict"].as_str()), (200, Some("accept")), "{n}");
-    assert!(n["earliest_start"].is_string() && n["earliest_end"].is_string(), "the window it keeps: {n}");
+    assert!(
+        n["earliest_start"].is_string() && n["earliest_end"].is_string(),
+        "the window it keeps: {n}"
+    );
     let (_, none) = call(&site, Some("provider-token"), Method::GET, "/v1/services", "").await;
     assert_eq!(none["items"], serde_json::json!([]), "a negotiation reserves nothing");
     let (code, s) = call(&site, Some("provider-token"), Method::POST, "/v1/services?request_id=r-1", STANDARD).await;

@@ -2,6 +2,8 @@
 //! migration proposals, usage records, SLA violations and events. All are
 //! persisted in sled (see `store`).
 
+mod schedule;
+
 use std::net::Ipv4Addr;
 
 use interfaces::manifest::{GuaranteeLevel, MigrationPolicy, NetworkKind};
@@ -10,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::StateMachine;
 pub use crate::domain::{MigrationState, ServiceTerms, VeeState};
+pub use schedule::START_GRACE_S;
 
 /// A service deployed from a manifest.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -156,10 +159,6 @@ pub struct FenceRec {
     pub site: String,
 }
 
-/// How long after its window opened a VEE may still be starting before
-/// the SLA counts it late (s).
-pub const START_GRACE_S: i64 = 120;
-
 /// One VEE (one VM).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct VeeRec {
@@ -251,47 +250,6 @@ impl VeeRec {
     /// and placed nowhere (a VEE a caller suspended stays on its host).
     pub fn is_displaced(&self) -> bool {
         self.state == VeeState::Suspended && self.location == Location::Nowhere
-    }
-
-    /// When this VEE next needs the scheduler's or the SLA round's
-    /// attention, in Unix ms (`None`: only an event will change that): its
-    /// deployment ([`VeeRec::deploy_due`]), the end of its window, its
-    /// next checkpoint, a breach of its SLA beginning (a checkpoint missed
-    /// for two intervals, not running [`START_GRACE_S`] after its window
-    /// opened), the renewal of an open-ended window `renew_ahead_s` before
-    /// its end. Never later than the first moment any of these holds (a
-    /// unit test checks it against the scheduler's and the SLA's own
-    /// tests); the rounds then check the record itself.
-    pub fn due_ms(&self, renew_ahead_s: i64) -> Option<i64> {
-        let on_host = self.host().is_some();
-        // Checkpoints and the SLA are the primary site's, not a peer's.
-        let primary = self.for_peer.is_none();
-        let mut due: Option<i64> = None;
-        let mut at = |ms: i64| due = Some(due.map_or(ms, |d| d.min(ms)));
-        if self.state == VeeState::Admitted && on_host {
-            at((self.window_start_unix - self.init_lead_s) * 1000);
-        }
-        if self.state == VeeState::Running && on_host {
-            at(self.window_end_unix * 1000);
-        }
-        if primary && matches!(self.state, VeeState::Admitted | VeeState::Deploying) {
-            at((self.window_start_unix + START_GRACE_S) * 1000);
-        }
-        let checkpointed = matches!(self.state, VeeState::Running | VeeState::Checkpointing);
-        if let (true, Some(every)) = (primary && checkpointed, self.checkpoint_interval_s) {
-            let last = self.last_checkpoint_ms.unwrap_or(self.updated_ms);
-            at(last.saturating_add(every as i64 * 1000));
-        }
-        if self.open_ended && self.state.is_live() && on_host {
-            at((self.window_end_unix - renew_ahead_s) * 1000);
-        }
-        due
-    }
-
-    /// Whether an admitted VEE is to be deployed at `now` (Unix s): its
-    /// window starts within its initialization lead.
-    pub fn deploy_due(&self, now: i64) -> bool {
-        self.window_start_unix - self.init_lead_s <= now
     }
 
     /// This record's stays once it is recorded where it is now, at `now`
