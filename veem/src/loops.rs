@@ -3,14 +3,18 @@
 //! and checkpoints), accounting (`usage_interval`), migration proposals
 //! (`proposals.interval`) and the peer watch (`heartbeat_interval`). Each
 //! runs one round per period; [`Loops::shutdown`] lets the round under way
-//! end (within a grace period) and starts no other.
+//! end (within a grace period) and starts no other. The loops are tasks
+//! of the core's one task set ([`crate::core::Core::spawn_task`]), which
+//! the daemon's stop drains with the background work they start; their
+//! handles are kept so that the loops alone can be stopped (a leader that
+//! steps down keeps serving).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::JoinSet;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::Health;
@@ -20,7 +24,8 @@ use crate::planner::{HostSpec, Profile, Resources};
 /// The running loops of one VEEM.
 pub struct Loops {
     stop: CancellationToken,
-    tasks: JoinSet<()>,
+    /// The loops' tasks, in the core's task set.
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl Loops {
@@ -28,7 +33,7 @@ impl Loops {
     pub fn start(veem: &Arc<Veem>) -> Loops {
         let mut loops = Loops {
             stop: CancellationToken::new(),
-            tasks: JoinSet::new(),
+            tasks: Vec::new(),
         };
         let cfg = veem.config();
         loops.spawn(
@@ -88,7 +93,7 @@ impl Loops {
         Fut: Future<Output = S> + Send,
     {
         let (veem, stop) = (veem.clone(), self.stop.clone());
-        self.tasks.spawn(async move {
+        self.tasks.push(veem.clone().spawn_task(async move {
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
@@ -96,19 +101,17 @@ impl Loops {
                 }
                 state = round(veem.clone(), state).await;
             }
-        });
+        }));
     }
 
     /// Stops every loop: no round starts any more, the rounds under way
     /// get `grace` to end, then they are aborted.
-    pub async fn shutdown(mut self, grace: Duration) {
+    pub async fn shutdown(self, grace: Duration) {
         self.stop.cancel();
-        if tokio::time::timeout(grace, async { while self.tasks.join_next().await.is_some() {} })
-            .await
-            .is_err()
-        {
+        let aborts: Vec<_> = self.tasks.iter().map(|t| t.abort_handle()).collect();
+        if tokio::time::timeout(grace, futures::future::join_all(self.tasks)).await.is_err() {
             tracing::warn!(?grace, "loops still busy after the grace period: aborted");
-            self.tasks.abort_all();
+            aborts.iter().for_each(|a| a.abort());
         }
     }
 }

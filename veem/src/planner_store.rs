@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use anyhow::{Context, Result};
 
 use crate::planner::{AdmissionPlan, Admitted, Planner, PlannerEntry, PlannerHeader, Stale};
-use crate::store::{Store, Tree, Writes};
+use crate::store::{Revision, Store, Tree, Writes};
 
 const HEADER: &str = "header";
 const LEGACY_KEY: &str = "planner";
@@ -77,13 +77,14 @@ impl PlannerStore {
     /// Errors: the store cannot write; nothing of this save is then
     /// written, and its changes are kept for the next save.
     pub fn save(&self, planner: &Mutex<Planner>) -> Result<()> {
-        self.save_with(planner, Writes::default())
+        self.save_with(planner, Writes::default()).map(|_| ())
     }
 
     /// As [`PlannerStore::save`], with `also` (records of other trees) in
-    /// the same atomic commit: a command's records and the planner's
-    /// changes are written together or not at all.
-    pub fn save_with(&self, planner: &Mutex<Planner>, also: Writes) -> Result<()> {
+    /// the same atomic commit (and its conditions): a command's records
+    /// and the planner's changes are written together or not at all.
+    /// Returns the revision of the commit.
+    pub fn save_with(&self, planner: &Mutex<Planner>, also: Writes) -> Result<Revision> {
         let mut written = self.written.lock().unwrap();
         // The header (10,000 hosts: megabytes) is copied and written only
         // when it changed since the last save.
@@ -98,13 +99,16 @@ impl PlannerStore {
             batch.put(Tree::Planner, HEADER, header)?;
         }
         put_entries(&mut batch, &changes)?;
-        if let Err(e) = self.store.commit(batch) {
-            planner
-                .lock()
-                .unwrap()
-                .mark_changed(Some(changes.into_iter().map(|(k, _)| k).collect()));
-            return Err(e);
-        }
+        let revision = match self.store.commit(batch) {
+            Ok(r) => r,
+            Err(e) => {
+                planner
+                    .lock()
+                    .unwrap()
+                    .mark_changed(Some(changes.into_iter().map(|(k, _)| k).collect()));
+                return Err(e);
+            }
+        };
         if written.legacy {
             self.store.remove(Tree::Meta, LEGACY_KEY)?;
             written.legacy = false;
@@ -112,7 +116,7 @@ impl PlannerStore {
         if header.is_some() {
             written.header = Some(header_revision);
         }
-        Ok(())
+        Ok(revision)
     }
 }
 
@@ -122,9 +126,15 @@ impl PlannerStore {
     /// writes the plan's entries with `also` in one atomic commit, then
     /// applies the plan to the planner; the planner's lock is held from
     /// the check to the apply, so nothing comes between. `Ok(Err(Stale))`
-    /// when the planner changed since the plan (nothing written). Errors:
-    /// the store's (nothing written, nothing applied).
-    pub fn commit_plan(&self, planner: &Mutex<Planner>, plan: AdmissionPlan, also: Writes) -> Result<Result<Admitted, Stale>> {
+    /// when the planner changed since the plan (nothing written); else the
+    /// admission and the revision of the commit. Errors: the store's
+    /// (nothing written, nothing applied).
+    pub fn commit_plan(
+        &self,
+        planner: &Mutex<Planner>,
+        plan: AdmissionPlan,
+        also: Writes,
+    ) -> Result<Result<(Admitted, Revision), Stale>> {
         let _saves = self.written.lock().unwrap();
         let mut p = planner.lock().unwrap();
         if p.revision() != plan.revision() {
@@ -135,8 +145,8 @@ impl PlannerStore {
         }
         let mut batch = also;
         put_entries(&mut batch, &plan.entries())?;
-        self.store.commit(batch)?;
-        Ok(p.apply_written(plan))
+        let revision = self.store.commit(batch)?;
+        Ok(p.apply_written(plan).map(|a| (a, revision)))
     }
 }
 

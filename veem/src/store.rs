@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-pub use engine::{Engine, MemoryEngine, SledEngine};
+pub use engine::{Conflict, Engine, MemoryEngine, Revision, SledEngine, Unchanged};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -50,6 +50,13 @@ pub enum Tree {
 }
 
 impl Tree {
+    /// Whether an engine keeps the revision that last wrote each key of
+    /// this tree (every tree but the events, which are only appended and
+    /// never a commit's condition).
+    pub(crate) fn versioned(self) -> bool {
+        self != Tree::Events
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Tree::Services => "services",
@@ -79,33 +86,50 @@ impl Tree {
 /// | 2 | usage records' numbers are finite and non-negative: a NaN or infinity a peer could push before was stored as `null` and broke every read of the tree; migrating sets such a number to 0 |
 /// | 3 | the `usage_outbox` tree: the usage records still to push to a primary site, so that a round reads those and not every record; migrating fills it from the unsent records whose VEE is known |
 /// | 4 | a service record holds its terms (`terms`: SLA and constraints, parsed from the manifest once, at admission); migrating parses each service's stored manifest one last time |
-pub const FORMAT_VERSION: u32 = 4;
+/// | 5 | store revisions: every commit makes one, every key carries the one that last wrote it (in sled, the `_revisions` tree), and commits may be conditioned on them ([`Unchanged`]); a key written before has revision 0, so migrating writes nothing else (an older VEEM, which would write without revisions, refuses the database) |
+pub const FORMAT_VERSION: u32 = 5;
 const FORMAT_KEY: &str = "format_version";
 
-/// Records to write (or, with `None`, remove) in one atomic commit:
-/// [`Store::commit`] writes all of them or, after a crash, none.
+/// Records to write (or, with `None`, remove) in one atomic commit, and
+/// the conditions it holds to: [`Store::commit`] writes all of them or,
+/// after a crash or when a condition fails, none.
 #[derive(Default)]
-pub struct Writes(Vec<(Tree, String, Option<Vec<u8>>)>);
+pub struct Writes {
+    writes: Vec<(Tree, String, Option<Vec<u8>>)>,
+    unchanged: Vec<Unchanged>,
+}
 
 impl Writes {
     /// Adds `value` under `key` in tree `t`.
     pub fn put<T: Serialize>(&mut self, t: Tree, key: &str, value: &T) -> Result<()> {
-        self.0.push((t, key.to_string(), Some(serde_json::to_vec(value)?)));
+        self.writes.push((t, key.to_string(), Some(serde_json::to_vec(value)?)));
         Ok(())
     }
 
     /// Adds raw bytes under `key` in tree `t`.
     pub fn put_raw(&mut self, t: Tree, key: &str, value: Vec<u8>) {
-        self.0.push((t, key.to_string(), Some(value)));
+        self.writes.push((t, key.to_string(), Some(value)));
     }
 
     /// Adds the removal of `key` from tree `t`.
     pub fn remove(&mut self, t: Tree, key: &str) {
-        self.0.push((t, key.to_string(), None));
+        self.writes.push((t, key.to_string(), None));
     }
 
+    /// Conditions the commit on `key` of tree `t` not having been written
+    /// after revision `since` (when it was read; 0: never written): else
+    /// the commit writes nothing and fails with [`Conflict`].
+    pub fn unchanged_since(&mut self, t: Tree, key: &str, since: Revision) {
+        self.unchanged.push(Unchanged {
+            tree: t,
+            key: key.as_bytes().to_vec(),
+            since,
+        });
+    }
+
+    /// Whether there is nothing to write (conditions aside).
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.writes.is_empty()
     }
 }
 
@@ -152,8 +176,9 @@ impl Store {
         if from < 4 {
             self.fill_service_terms(&mut w)?;
         }
+        // 4 -> 5: keys written before have revision 0.
         w.put(Tree::Meta, FORMAT_KEY, &FORMAT_VERSION)?;
-        self.commit(w)
+        self.commit(w).map(|_| ())
     }
 
     /// 1 -> 2: usage records' numbers repaired.
@@ -233,17 +258,27 @@ impl Store {
     }
 
     /// Applies `writes`, across trees, at once (all or nothing, also
-    /// across a crash).
-    pub fn commit(&self, writes: Writes) -> Result<()> {
-        let writes = writes.0.into_iter().map(|(t, k, v)| (t, k.into_bytes(), v)).collect();
-        self.engine.commit(writes)
+    /// across a crash), when their conditions hold; returns the revision
+    /// the commit made. Errors: [`Conflict`] (nothing written) when a
+    /// record it was conditioned on was written since it was read; the
+    /// engine's.
+    pub fn commit(&self, writes: Writes) -> Result<Revision> {
+        let Writes { writes, unchanged } = writes;
+        let writes = writes.into_iter().map(|(t, k, v)| (t, k.into_bytes(), v)).collect();
+        self.engine.commit(writes, &unchanged)
+    }
+
+    /// The revision of the last commit: noted before a read, it is what
+    /// the commit that follows is conditioned on.
+    pub fn revision(&self) -> Result<Revision> {
+        self.engine.revision()
     }
 
     /// Writes `value` under `key`.
     pub fn put<T: Serialize>(&self, t: Tree, key: &str, value: &T) -> Result<()> {
         let mut w = Writes::default();
         w.put(t, key, value)?;
-        self.commit(w)
+        self.commit(w).map(|_| ())
     }
 
     /// Writes `value` under `key` unless the key exists; true when written.
@@ -286,14 +321,15 @@ impl Store {
     pub fn remove(&self, t: Tree, key: &str) -> Result<()> {
         let mut w = Writes::default();
         w.remove(t, key);
-        self.commit(w)
+        self.commit(w).map(|_| ())
     }
 
     /// Appends an event (keys are a monotonic sequence).
     pub fn append_event(&self, e: &EventRec) -> Result<()> {
         let id = self.engine.next_id()?;
         self.engine
-            .commit(vec![(Tree::Events, id.to_be_bytes().to_vec(), Some(serde_json::to_vec(e)?))])
+            .commit(vec![(Tree::Events, id.to_be_bytes().to_vec(), Some(serde_json::to_vec(e)?))], &[])
+            .map(|_| ())
     }
 
     /// Events in order.

@@ -22,9 +22,10 @@ fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
             VeemError::RequestReused(..) => Code::AlreadyExists,
         });
     }
-    if e.is::<crate::planner::Stale>() {
-        // The site's plan changed under every attempt: a conflict, to be
-        // retried by the caller.
+    if e.is::<crate::planner::Stale>() || e.is::<crate::store::Conflict>() {
+        // The site's plan changed under every attempt, or another VEEM of
+        // the site wrote a record since this one read it: a conflict, to
+        // be retried by the caller.
         return Some(Code::Aborted);
     }
     e.is::<InvalidTransition>().then_some(Code::FailedPrecondition)
@@ -60,6 +61,16 @@ mod tests {
             (VeemError::RequestReused("r1".into(), "s1".into()).into(), Code::AlreadyExists),
             (
                 anyhow::Error::from(crate::planner::Stale { planned: 1, now: 2 }).context("reject: the site's plan changed"),
+                Code::Aborted,
+            ),
+            (
+                anyhow::Error::from(crate::store::Conflict {
+                    tree: crate::store::Tree::Vees,
+                    key: "v1".into(),
+                    since: 3,
+                    written: 4,
+                })
+                .context("persist VEE"),
                 Code::Aborted,
             ),
             // A refusal, even one whose words say "not found" or "field".

@@ -22,7 +22,7 @@ use crate::model::{EventRec, ServiceRec, VeeRec, VeeState};
 use crate::planner::{AdmissionPlan, Admitted, Planner, PlannerConfig, RankPolicy, SlotClock, Stale};
 use crate::planner_store::PlannerStore;
 use crate::ports::{Clock, ImageRepository, Peer, PeerDirectory, Ports};
-use crate::store::{Store, Tree, Writes};
+use crate::store::{Conflict, Revision, Store, Tree, Writes};
 use records::VeeRecords;
 
 /// The VEEM's shared state (see the module doc).
@@ -87,8 +87,13 @@ impl Core {
         // The VEE records and the planner are read side by side (100,000
         // of each take about as long).
         let renew_ahead_s = cfg.planning_horizon.as_secs() as i64 / 2;
+        // Noted before the read: a record written meanwhile (by another
+        // VEEM of the site) is written after it, so no commit overwrites it.
+        let read_at = store.revision()?;
         let (records, planner) = std::thread::scope(|s| {
-            let records = s.spawn(|| -> Result<VeeRecords> { Ok(VeeRecords::new(store.list::<VeeRec>(Tree::Vees)?, renew_ahead_s)) });
+            let records = s.spawn(|| -> Result<VeeRecords> {
+                Ok(VeeRecords::new(store.list::<VeeRec>(Tree::Vees)?, renew_ahead_s, read_at))
+            });
             let planner = PlannerStore::load(&store);
             (
                 records
@@ -139,6 +144,15 @@ impl Core {
         self.tasks.spawn(work);
     }
 
+    /// [`Core::spawn`], with the task's handle (a loop, which its owner
+    /// stops and awaits on its own).
+    pub fn spawn_task<T: Send + 'static>(
+        &self,
+        work: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        self.tasks.spawn(work)
+    }
+
     /// Waits for the background work under way (and what it starts
     /// meanwhile), at most `grace`. Returns the number of tasks still
     /// running then (cut with the process).
@@ -183,9 +197,8 @@ impl Core {
     /// (Deploy's request record).
     pub fn commit_admission_with(&self, svc: &ServiceRec, vees: &[VeeRec], mut w: Writes) -> Result<()> {
         let vees = self.admission_writes(svc, vees, &mut w)?;
-        self.planner_store.save_with(&self.planner, w)?;
-        self.cache_new_vees(vees);
-        Ok(())
+        let revision = self.planner_store.save_with(&self.planner, w);
+        self.cache_new_vees(vees, revision)
     }
 
     /// Commits an admission planned on the planner as it was (Deploy;
@@ -202,16 +215,20 @@ impl Core {
         mut w: Writes,
     ) -> Result<std::result::Result<Admitted, Stale>> {
         let vees = self.admission_writes(svc, vees, &mut w)?;
-        let admitted = match self.planner_store.commit_plan(&self.planner, plan, w)? {
-            Ok(a) => a,
-            Err(stale) => return Ok(Err(stale)),
+        let ids: Vec<String> = vees.iter().map(|v| v.id.clone()).collect();
+        let (admitted, revision) = match self.planner_store.commit_plan(&self.planner, plan, w) {
+            Ok(Ok(done)) => done,
+            Ok(Err(stale)) => return Ok(Err(stale)),
+            Err(e) => return Err(self.reload_on_conflict(e, &ids)),
         };
-        self.cache_new_vees(vees);
+        self.cache_new_vees(vees, Ok(revision))?;
         Ok(Ok(admitted))
     }
 
     /// The records of a new admission into `w`: the service and its VEEs
-    /// (their stays from now); returns the VEEs as written.
+    /// (their stays from now), each VEE on the condition that nobody wrote
+    /// it since this VEEM last knew it absent; returns the VEEs as
+    /// written.
     fn admission_writes(&self, svc: &ServiceRec, vees: &[VeeRec], w: &mut Writes) -> Result<Vec<VeeRec>> {
         let now = self.clock.now();
         let vees: Vec<VeeRec> = vees
@@ -221,20 +238,60 @@ impl Core {
                 ..v.clone()
             })
             .collect();
+        let records = self.vee_records.read().unwrap();
         for v in &vees {
             w.put(Tree::Vees, &v.id, v)?;
+            w.unchanged_since(Tree::Vees, &v.id, records.read_at(&v.id));
         }
         w.put(Tree::Services, &svc.id, svc)?;
         Ok(vees)
     }
 
-    /// New records, written: nobody else writes them yet, so the map may
-    /// follow the store (the planner's lock is not held here).
-    fn cache_new_vees(&self, vees: Vec<VeeRec>) {
+    /// New records, written at `revision` (or not: the records another
+    /// VEEM wrote meanwhile are read again): nobody else writes them yet,
+    /// so the map may follow the store (the planner's lock is not held
+    /// here).
+    fn cache_new_vees(&self, vees: Vec<VeeRec>, revision: Result<Revision>) -> Result<()> {
+        let revision = match revision {
+            Ok(r) => r,
+            Err(e) => {
+                let ids: Vec<String> = vees.into_iter().map(|v| v.id).collect();
+                return Err(self.reload_on_conflict(e, &ids));
+            }
+        };
         let mut records = self.vee_records.write().unwrap();
         for v in vees {
-            records.insert(v);
+            records.insert(v, revision);
         }
+        Ok(())
+    }
+
+    /// `e`, after reading again the records of `ids` when it is a
+    /// [`Conflict`] (another VEEM of the site wrote one since this one
+    /// read it): the next command on them starts from what is stored.
+    fn reload_on_conflict(&self, e: anyhow::Error, ids: &[String]) -> anyhow::Error {
+        if e.downcast_ref::<Conflict>().is_some() {
+            for id in ids {
+                if let Err(err) = self.reload_vee(id) {
+                    tracing::warn!(vee = %id, error = %format!("{err:#}"), "cannot read the VEE record again");
+                }
+            }
+        }
+        e
+    }
+
+    /// Reads VEE `id`'s record again from the store (another VEEM of the
+    /// site may have written it): the record cache follows. Returns the
+    /// record, `None` when there is none any more.
+    pub fn reload_vee(&self, id: &str) -> Result<Option<VeeRec>> {
+        let mut records = self.vee_records.write().unwrap();
+        let revision = self.store.revision()?;
+        let stored: Option<VeeRec> = self.store.get(Tree::Vees, id)?;
+        match &stored {
+            Some(v) => records.insert(v.clone(), revision),
+            None => records.remove(id, revision),
+        }
+        Ok(stored)
     }
 
     /// Serialises operations on one VEE.
@@ -335,8 +392,11 @@ impl Core {
         self.vee_records.read().unwrap().due(now_ms).cloned().collect()
     }
 
-    /// Writes a VEE record (flushed to the store first).
-    /// Its stays at peer sites follow its location ([`VeeRec::stays_after`]).
+    /// Writes a VEE record (flushed to the store first), on the condition
+    /// that nobody wrote it since this VEEM read it. Its stays at peer
+    /// sites follow its location ([`VeeRec::stays_after`]). Errors:
+    /// [`Conflict`] (nothing written; the record is read again), the
+    /// store's.
     pub fn save_vee(&self, v: &VeeRec) -> Result<()> {
         // Held across the write so that the store and the map agree.
         let mut records = self.vee_records.write().unwrap();
@@ -344,28 +404,49 @@ impl Core {
             stays: v.stays_after(records.get(&v.id), self.clock.now()),
             ..v.clone()
         };
-        self.store.put(Tree::Vees, &v.id, &v)?;
-        records.insert(v);
+        let mut w = Writes::default();
+        w.put(Tree::Vees, &v.id, &v)?;
+        w.unchanged_since(Tree::Vees, &v.id, records.read_at(&v.id));
+        match self.store.commit(w) {
+            Ok(revision) => records.insert(v, revision),
+            Err(e) => {
+                drop(records);
+                return Err(self.reload_on_conflict(e, &[v.id]));
+            }
+        }
         Ok(())
     }
 
-    /// Forgets a VEE record.
+    /// Forgets a VEE record (on the same condition as [`Core::save_vee`]).
     pub fn remove_vee(&self, id: &str) -> Result<()> {
         let mut records = self.vee_records.write().unwrap();
-        self.store.remove(Tree::Vees, id)?;
-        records.remove(id);
+        let mut w = Writes::default();
+        w.remove(Tree::Vees, id);
+        w.unchanged_since(Tree::Vees, id, records.read_at(id));
+        match self.store.commit(w) {
+            Ok(revision) => records.remove(id, revision),
+            Err(e) => {
+                drop(records);
+                return Err(self.reload_on_conflict(e, &[id.to_string()]));
+            }
+        }
         Ok(())
     }
 
     /// Changes a VEE's state, persists it and emits the transition event.
     /// Errors with [`crate::domain::InvalidTransition`] (and changes
-    /// nothing) when the VEE state table does not allow the change.
+    /// nothing) when the VEE state table does not allow the change, with
+    /// [`Conflict`] (nothing written, `vee` as it was) when another VEEM
+    /// of the site wrote the record since this one read it.
     pub fn transition(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>) -> Result<()> {
-        let from = vee.state;
-        vee.state = from.transition(&vee.id, to)?;
+        let before = vee.clone();
+        vee.state = before.state.transition(&vee.id, to)?;
         vee.updated_ms = self.clock.now_ms();
-        self.save_vee(vee).context("persist VEE")?;
-        self.transition_event(vee, from, vee.state, detail);
+        if let Err(e) = self.save_vee(vee) {
+            *vee = before;
+            return Err(e.context("persist VEE"));
+        }
+        self.transition_event(vee, before.state, vee.state, detail);
         Ok(())
     }
 
@@ -400,19 +481,24 @@ impl Core {
                 vee.updated_ms = now_ms;
                 vee.stays = vee.stays_after(records.get(&vee.id), self.clock.now());
                 w.put(Tree::Vees, &vee.id, &**vee)?;
+                w.unchanged_since(Tree::Vees, &vee.id, records.read_at(&vee.id));
             }
             Ok(())
         })();
         let written = checked.and_then(|()| self.planner_store.save_with(&self.planner, w).context("persist VEE"));
-        if let Err(e) = written {
-            for ((vee, _), old) in changes.iter_mut().zip(before) {
-                **vee = old;
+        let revision = match written {
+            Ok(r) => r,
+            Err(e) => {
+                for ((vee, _), old) in changes.iter_mut().zip(before) {
+                    **vee = old;
+                }
+                let ids: Vec<String> = changes.iter().map(|(v, _)| v.id.clone()).collect();
+                return Err(self.reload_on_conflict(e, &ids));
             }
-            return Err(e);
-        }
+        };
         let mut records = self.vee_records.write().unwrap();
         for (vee, _) in changes.iter() {
-            records.insert((**vee).clone());
+            records.insert((**vee).clone(), revision);
         }
         drop(records);
         for (id, from, to, detail) in events {
@@ -477,6 +563,47 @@ mod tests {
         assert_eq!(v.state, VeeState::Running);
         assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running, "nothing stored");
         assert_eq!(events(), before, "no event");
+    }
+
+    /// Two VEEMs of one site over one database (as a standby that took
+    /// over will be): a record one wrote after the other read it is not
+    /// overwritten by the other's stale copy, whichever write path it
+    /// takes; the stale VEEM reads the record again and goes on from it.
+    #[tokio::test]
+    async fn a_record_another_veem_wrote_since_it_was_read_is_not_overwritten() {
+        let site = FakeSite::start(&["h1"], "").await;
+        let vee = site.running_service(STANDARD).remove(0);
+        let other = site.another_veem();
+        let mut theirs = other.vee(&vee).unwrap();
+        other.transition(&mut theirs, VeeState::Suspended, "by the other VEEM").unwrap();
+        let stored = || site.veem.store.get::<crate::model::VeeRec>(crate::store::Tree::Vees, &vee).unwrap().unwrap().state;
+
+        let mut mine = site.veem.vee(&vee).unwrap();
+        assert_eq!(mine.state, VeeState::Running, "this VEEM's copy is stale");
+        let e = site.veem.transition(&mut mine, VeeState::Stopped, "from a stale copy").unwrap_err();
+        assert!(e.chain().any(|c| c.is::<crate::store::Conflict>()), "{e:#}");
+        assert_eq!(mine.state, VeeState::Running, "the caller's copy as it was");
+        assert_eq!(stored(), VeeState::Suspended, "the other VEEM's write stands");
+        assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Suspended, "read again");
+
+        // The commit of several records (a VEE, the planner, a migration
+        // record) is refused whole the same way.
+        let mut theirs = other.vee(&vee).unwrap();
+        other.transition(&mut theirs, VeeState::Running, "resumed by the other VEEM").unwrap();
+        let mut mine = site.veem.vee(&vee).unwrap();
+        let mut extra = crate::store::Writes::default();
+        extra.put(crate::store::Tree::Meta, "marker", &1u32).unwrap();
+        let e = site
+            .veem
+            .transition_committing(&mut mine, VeeState::Stopped, "", extra)
+            .unwrap_err();
+        assert!(e.chain().any(|c| c.is::<crate::store::Conflict>()), "{e:#}");
+        assert_eq!(site.veem.store.get::<u32>(crate::store::Tree::Meta, "marker").unwrap(), None, "nothing of it written");
+        assert_eq!(stored(), VeeState::Running);
+
+        let mut current = site.veem.vee(&vee).unwrap();
+        site.veem.transition(&mut current, VeeState::Stopped, "from what is stored").unwrap();
+        assert_eq!(stored(), VeeState::Stopped);
     }
 
     /// A stop waits for the background work under way, and cuts what

@@ -1,16 +1,27 @@
 //! The VEE records the core keeps in memory (written through to the
 //! store), with an index of when each next needs the scheduler's or the
 //! SLA round's attention ([`VeeRec::due_ms`]): the per-second rounds read
-//! the records that are due, not every record (issue 37, item 7).
+//! the records that are due, not every record (issue 37, item 7). Each
+//! record carries the store revision it was read or written at, the
+//! condition of the next commit that writes it ([`crate::store::Unchanged`]):
+//! a record another VEEM wrote meanwhile is not overwritten.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::VeeRec;
+use crate::store::Revision;
 
-/// The VEE records by ID and their due times.
+/// A record, its due time and the revision it was read or written at.
+type Entry = (VeeRec, Option<i64>, Revision);
+
+/// The VEE records by ID, their due times and revisions.
 #[derive(Default)]
 pub(crate) struct VeeRecords {
-    by_id: BTreeMap<String, (VeeRec, Option<i64>)>,
+    by_id: BTreeMap<String, Entry>,
+    /// The revision the records were read at, or of the last commit that
+    /// wrote or removed one through this map: a record the map does not
+    /// hold was absent then.
+    revision: Revision,
     /// (due time in Unix ms, VEE ID) for every record with a due time.
     due: BTreeSet<(i64, String)>,
     /// Seconds before an open-ended window's end at which its renewal is
@@ -19,17 +30,25 @@ pub(crate) struct VeeRecords {
 }
 
 impl VeeRecords {
-    /// `records`, an open-ended window renewed `renew_ahead_s` seconds
-    /// before its end.
-    pub(crate) fn new(records: Vec<VeeRec>, renew_ahead_s: i64) -> Self {
+    /// `records`, read at store revision `revision` (noted before the
+    /// read); an open-ended window renewed `renew_ahead_s` seconds before
+    /// its end.
+    pub(crate) fn new(records: Vec<VeeRec>, renew_ahead_s: i64, revision: Revision) -> Self {
         let mut this = Self {
             renew_ahead_s,
+            revision,
             ..Self::default()
         };
         for v in records {
-            this.insert(v);
+            this.insert(v, revision);
         }
         this
+    }
+
+    /// The revision at which record `id` was last read or written here:
+    /// a commit that writes it holds to it not having been written since.
+    pub(crate) fn read_at(&self, id: &str) -> Revision {
+        self.by_id.get(id).map_or(self.revision, |(_, _, r)| *r)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -37,14 +56,16 @@ impl VeeRecords {
     }
 
     pub(crate) fn get(&self, id: &str) -> Option<&VeeRec> {
-        self.by_id.get(id).map(|(v, _)| v)
+        self.by_id.get(id).map(|(v, _, _)| v)
     }
 
-    /// Adds or replaces `v`, with its due time.
-    pub(crate) fn insert(&mut self, v: VeeRec) {
+    /// Adds or replaces `v`, read or written at `revision`, with its due
+    /// time.
+    pub(crate) fn insert(&mut self, v: VeeRec, revision: Revision) {
         let due = v.due_ms(self.renew_ahead_s);
         let id = v.id.clone();
-        if let Some((_, Some(old))) = self.by_id.insert(id.clone(), (v, due)) {
+        self.revision = self.revision.max(revision);
+        if let Some((_, Some(old), _)) = self.by_id.insert(id.clone(), (v, due, revision)) {
             self.due.remove(&(old, id.clone()));
         }
         if let Some(at) = due {
@@ -52,15 +73,17 @@ impl VeeRecords {
         }
     }
 
-    pub(crate) fn remove(&mut self, id: &str) {
-        if let Some((_, Some(at))) = self.by_id.remove(id) {
+    /// Forgets record `id`, removed (or found absent) at `revision`.
+    pub(crate) fn remove(&mut self, id: &str, revision: Revision) {
+        self.revision = self.revision.max(revision);
+        if let Some((_, Some(at), _)) = self.by_id.remove(id) {
             self.due.remove(&(at, id.to_string()));
         }
     }
 
     /// Every record, in ID order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &VeeRec> {
-        self.by_id.values().map(|(v, _)| v)
+        self.by_id.values().map(|(v, _, _)| v)
     }
 
     /// The records due at `now_ms` or before, earliest first.
@@ -118,7 +141,7 @@ mod tests {
             if scheduler || sla || renewal {
                 let due = v.due_ms(renew_ahead);
                 prop_assert!(due.is_some_and(|d| d <= now_ms), "due {due:?} after {now_ms}: scheduler {scheduler}, sla {sla}, renewal {renewal}");
-                let records = VeeRecords::new(vec![v.clone()], renew_ahead);
+                let records = VeeRecords::new(vec![v.clone()], renew_ahead, 0);
                 prop_assert_eq!(records.due(now_ms).count(), 1);
             }
         }
@@ -131,14 +154,16 @@ mod tests {
         v.location = Location::Host("h".into());
         v.window_end_unix = 100;
         v.checkpoint_interval_s = None;
-        let mut records = VeeRecords::new(vec![v.clone()], 0);
+        let mut records = VeeRecords::new(vec![v.clone()], 0, 1);
         assert_eq!(records.due(99_999).count(), 0);
         assert_eq!(records.due(100_000).count(), 1);
         v.window_end_unix = 200;
-        records.insert(v);
+        records.insert(v, 2);
         assert_eq!(records.due(100_000).count(), 0, "its old due time went");
         assert_eq!(records.due(200_000).count(), 1);
-        records.remove("v");
+        assert_eq!(records.read_at("v"), 2, "the revision it was written at");
+        records.remove("v", 3);
         assert_eq!(records.due(i64::MAX).count(), 0);
+        assert_eq!(records.read_at("v"), 3, "absent since its removal");
     }
 }

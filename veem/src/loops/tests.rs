@@ -61,6 +61,19 @@ async fn the_loops_run_each_period_and_stop_for_good_on_shutdown() {
     assert_eq!(heartbeats(&site), after, "no round after the shutdown");
 }
 
+/// The loops are tasks of the core's one task set (issue 37: no second
+/// set the stop forgets): a drain of the core waits for them, and finds
+/// none left once they are shut down.
+#[tokio::test]
+async fn the_loops_are_in_the_task_set_a_stop_drains() {
+    let site = FakeSite::start(&["h1"], "heartbeat_interval = \"1s\"\n").await;
+    let loops = Loops::start(&site.veem);
+    let running = site.veem.drain_tasks(Duration::from_millis(100)).await;
+    assert!(running >= 7, "every loop is one of the core's tasks: {running} running");
+    loops.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(site.veem.drain_tasks(Duration::from_secs(1)).await, 0, "none left after the shutdown");
+}
+
 /// A whole day of a site on the virtual clock (issue 37): two services
 /// deployed hours apart, checkpoints every hour, a host that fails in the
 /// afternoon and its VEE restored from its checkpoint on another host, the

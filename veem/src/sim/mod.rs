@@ -202,6 +202,13 @@ impl FakeSite {
         }
     }
 
+    /// Another VEEM of this site beside this one, over the same database,
+    /// hosts, repository, peers and clock (as a standby is).
+    pub fn another_veem(&self) -> Arc<crate::manager::Veem> {
+        let cfg = self.veem.config().clone();
+        crate::manager::Veem::with_store(cfg, Self::ports(&self.hosts, &self.repo, &self.peers, &self.clock), self.store.clone()).unwrap()
+    }
+
     /// A restart: this VEEM goes, another opens the same database over
     /// the same hosts, repository, peers and clock.
     pub fn restart(self) -> FakeSite {

@@ -1,12 +1,21 @@
-//! The key-value engines a [`super::Store`] keeps its records in. An
-//! engine holds ordered trees of byte values under byte keys, applies a
-//! set of writes across trees at once, writes a key only if it is absent,
-//! and gives increasing numbers; the `Store` above it adds the record
-//! kinds, JSON values, the format version and migrations. sled is the
-//! embedded default ([`SledEngine`]); [`MemoryEngine`] keeps nothing
-//! across a restart (tests, and a model of what an engine must do). Another
-//! engine (etcd, a SQL database) implements [`Engine`] and passes
-//! `tests::every_engine_keeps_the_contract`.
+//! The key-value engines a [`super::Store`] keeps its records in: the
+//! store's port. An engine holds ordered trees of byte values under byte
+//! keys, applies a set of writes across trees at once, writes a key only
+//! if it is absent, and gives increasing numbers; the `Store` above it
+//! adds the record kinds, JSON values, the format version and migrations.
+//!
+//! Every commit makes a new store revision, higher than every one before
+//! (as etcd's), and every key remembers the revision that last wrote it.
+//! A commit may carry conditions ([`Unchanged`]: this key was not written
+//! after the revision I read it at), checked in the same atomic step as
+//! its writes: a compare-and-swap over several records, so that a writer
+//! whose reads are stale (another VEEM wrote meanwhile) writes nothing and
+//! gets [`Conflict`] (DESIGN.md §10, §11).
+//!
+//! sled is the embedded default ([`SledEngine`]); [`MemoryEngine`] keeps
+//! nothing across a restart (tests, and a model of what an engine must
+//! do). Another engine (etcd, a SQL database) implements [`Engine`] and
+//! passes `tests::every_engine_keeps_the_contract`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -24,6 +33,43 @@ pub type Write = (Tree, Vec<u8>, Option<Vec<u8>>);
 /// What [`Engine::scan`] calls with each key and value.
 pub type Visit<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> Result<()>;
 
+/// A store revision: the number of the commit that made it (0: nothing
+/// committed yet). Every commit makes a higher one.
+pub type Revision = u64;
+
+/// A commit's condition: key `key` of tree `tree` was not written (put or
+/// removed) after revision `since`, the revision at which the writer read
+/// it. `since` 0: the key was never written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unchanged {
+    pub tree: Tree,
+    pub key: Vec<u8>,
+    pub since: Revision,
+}
+
+/// A commit refused, with nothing written, because a record it was
+/// conditioned on was written after the writer read it (by another writer
+/// of the same database: another VEEM of the site).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("the {tree} record {key:?} was written at revision {written}, after revision {since} at which it was read (another VEEM of this site wrote it): nothing committed", tree = tree.name())]
+pub struct Conflict {
+    pub tree: Tree,
+    pub key: String,
+    pub since: Revision,
+    pub written: Revision,
+}
+
+impl Conflict {
+    fn of(c: &Unchanged, written: Revision) -> Self {
+        Conflict {
+            tree: c.tree,
+            key: String::from_utf8_lossy(&c.key).into_owned(),
+            since: c.since,
+            written,
+        }
+    }
+}
+
 /// What a [`super::Store`] needs of its storage. Every method that writes
 /// is durable when it returns (a crash right after loses nothing it
 /// acknowledged).
@@ -33,11 +79,19 @@ pub trait Engine: Send + Sync {
     /// Calls `f` with every key and value of tree `t`, in key (byte)
     /// order; an error of `f` stops the scan and is returned.
     fn scan(&self, t: Tree, f: Visit) -> Result<()>;
-    /// Applies `writes` in order, across trees, all at once: after a crash
-    /// either all of them are there or none.
-    fn commit(&self, writes: Vec<Write>) -> Result<()>;
-    /// Writes `value` under `key` in tree `t` unless the key exists; true
-    /// when it wrote.
+    /// The revision of the last commit (0 before the first): what a
+    /// reader notes before it reads, to condition its commit on
+    /// ([`Unchanged`]).
+    fn revision(&self) -> Result<Revision>;
+    /// When every condition of `unchanged` holds, applies `writes` in
+    /// order, across trees, all at once (after a crash either all of them
+    /// are there or none) and returns the new revision, which every key
+    /// written now carries. Errors: [`Conflict`] (in the error's chain)
+    /// when a condition does not hold, and then nothing is written; the
+    /// engine's own.
+    fn commit(&self, writes: Vec<Write>, unchanged: &[Unchanged]) -> Result<Revision>;
+    /// Writes `value` under `key` in tree `t` unless the key exists (a
+    /// commit of its own); true when it wrote.
     fn insert_new(&self, t: Tree, key: &[u8], value: Vec<u8>) -> Result<bool>;
     /// A number greater than every number this engine gave before, also
     /// across restarts.
@@ -45,8 +99,33 @@ pub trait Engine: Send + Sync {
 }
 
 /// [`Engine`] in sled: one sled tree per [`Tree`], each write flushed.
+/// The revisions live in one more sled tree ([`REVISIONS`]): under the
+/// empty key the last commit's revision, under `<tree> 0x00 <key>` the
+/// revision that last wrote each key (events aside: they are only
+/// appended, never a condition), written in the transaction of the commit.
 pub struct SledEngine {
     db: sled::Db,
+    revisions: sled::Tree,
+}
+
+/// The sled tree of the revisions (no record kind has this name).
+const REVISIONS: &str = "_revisions";
+/// The key, in [`REVISIONS`], of the last commit's revision.
+const LAST: &[u8] = b"";
+
+/// The key of `key` of tree `t` in the revisions.
+fn revision_key(t: Tree, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(t.name().len() + 1 + key.len());
+    k.extend_from_slice(t.name().as_bytes());
+    k.push(0);
+    k.extend_from_slice(key);
+    k
+}
+
+fn revision_of(raw: Option<sled::IVec>) -> Revision {
+    raw.and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+        .map(u64::from_be_bytes)
+        .unwrap_or(0)
 }
 
 impl SledEngine {
@@ -55,13 +134,16 @@ impl SledEngine {
     /// 1 GiB). Errors: the database cannot be opened (in use, damaged).
     pub fn open(path: &Path) -> Result<Self> {
         let db = interfaces::database::open_database(path, 64).with_context(|| format!("open database {}", path.display()))?;
-        Ok(Self { db })
+        let revisions = db.open_tree(REVISIONS)?;
+        Ok(Self { db, revisions })
     }
 
     fn tree(&self, t: Tree) -> Result<sled::Tree> {
         Ok(self.db.open_tree(t.name())?)
     }
 }
+
+type Tx = sled::transaction::ConflictableTransactionError<Conflict>;
 
 impl Engine for SledEngine {
     fn get(&self, t: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -76,9 +158,13 @@ impl Engine for SledEngine {
         Ok(())
     }
 
-    fn commit(&self, writes: Vec<Write>) -> Result<()> {
-        if writes.is_empty() {
-            return Ok(());
+    fn revision(&self) -> Result<Revision> {
+        Ok(revision_of(self.revisions.get(LAST)?))
+    }
+
+    fn commit(&self, writes: Vec<Write>, unchanged: &[Unchanged]) -> Result<Revision> {
+        if writes.is_empty() && unchanged.is_empty() {
+            return self.revision();
         }
         let mut kinds: Vec<Tree> = Vec::new();
         for (t, _, _) in &writes {
@@ -86,42 +172,62 @@ impl Engine for SledEngine {
                 kinds.push(*t);
             }
         }
-        if let [t] = kinds[..] {
-            // One tree: a batch is as atomic, and cheaper for the
-            // planner's first full write (100,000s of records).
-            let mut batch = sled::Batch::default();
-            for (_, key, value) in writes {
-                match value {
-                    Some(v) => batch.insert(key, v),
-                    None => batch.remove(key),
+        let mut trees = kinds.iter().map(|t| self.tree(*t)).collect::<Result<Vec<_>>>()?;
+        trees.push(self.revisions.clone());
+        let committed = trees.as_slice().transaction(|tx| {
+            let revisions = &tx[kinds.len()];
+            for c in unchanged {
+                let written = revision_of(revisions.get(revision_key(c.tree, &c.key))?);
+                if written > c.since {
+                    return Err(Tx::Abort(Conflict::of(c, written)));
                 }
             }
-            self.tree(t)?.apply_batch(batch)?;
-            self.db.flush()?;
-            return Ok(());
-        }
-        let trees = kinds.iter().map(|t| self.tree(*t)).collect::<Result<Vec<_>>>()?;
-        trees
-            .as_slice()
-            .transaction(|tx| {
-                for (t, key, value) in &writes {
-                    let i = kinds.iter().position(|k| k == t).expect("tree listed");
-                    match value {
-                        Some(v) => tx[i].insert(key.as_slice(), v.as_slice())?,
-                        None => tx[i].remove(key.as_slice())?,
-                    };
+            let last = revision_of(revisions.get(LAST)?);
+            if writes.is_empty() {
+                return Ok(last);
+            }
+            let next = last + 1;
+            for (t, key, value) in &writes {
+                let i = kinds.iter().position(|k| k == t).expect("tree listed");
+                match value {
+                    Some(v) => tx[i].insert(key.as_slice(), v.as_slice())?,
+                    None => tx[i].remove(key.as_slice())?,
+                };
+                if t.versioned() {
+                    revisions.insert(revision_key(*t, key), &next.to_be_bytes())?;
                 }
-                Ok::<(), sled::transaction::ConflictableTransactionError<()>>(())
-            })
-            .map_err(|e| anyhow::anyhow!("commit of {} records: {e:?}", writes.len()))?;
+            }
+            revisions.insert(LAST, &next.to_be_bytes())?;
+            Ok(next)
+        });
+        let revision = match committed {
+            Ok(r) => r,
+            Err(sled::transaction::TransactionError::Abort(conflict)) => return Err(conflict.into()),
+            Err(sled::transaction::TransactionError::Storage(e)) => {
+                return Err(anyhow::Error::from(e).context(format!("commit of {} records", writes.len())))
+            }
+        };
         self.db.flush()?;
-        Ok(())
+        Ok(revision)
     }
 
     fn insert_new(&self, t: Tree, key: &[u8], value: Vec<u8>) -> Result<bool> {
-        let r = self.tree(t)?.compare_and_swap(key, None as Option<&[u8]>, Some(value))?;
+        let trees = [self.tree(t)?, self.revisions.clone()];
+        let wrote = trees
+            .as_slice()
+            .transaction(|tx| {
+                if tx[0].get(key)?.is_some() {
+                    return Ok(false);
+                }
+                let next = revision_of(tx[1].get(LAST)?) + 1;
+                tx[0].insert(key, value.as_slice())?;
+                tx[1].insert(revision_key(t, key), &next.to_be_bytes())?;
+                tx[1].insert(LAST, &next.to_be_bytes())?;
+                Ok::<bool, Tx>(true)
+            })
+            .map_err(|e| anyhow::anyhow!("insert of {} record: {e:?}", t.name()))?;
         self.db.flush()?;
-        Ok(r.is_ok())
+        Ok(wrote)
     }
 
     fn next_id(&self) -> Result<u64> {
@@ -132,15 +238,24 @@ impl Engine for SledEngine {
 /// [`Engine`] in memory: everything is lost when it is dropped.
 #[derive(Default)]
 pub struct MemoryEngine {
-    /// The values by tree name and key, and the last number given.
-    state: Mutex<(Records, u64)>,
+    state: Mutex<Memory>,
 }
 
-type Records = BTreeMap<(&'static str, Vec<u8>), Vec<u8>>;
+#[derive(Default)]
+struct Memory {
+    /// The values by tree name and key.
+    records: BTreeMap<(&'static str, Vec<u8>), Vec<u8>>,
+    /// The revision that last wrote each key.
+    written: BTreeMap<(&'static str, Vec<u8>), Revision>,
+    /// The last commit's revision.
+    revision: Revision,
+    /// The last number given.
+    id: u64,
+}
 
 impl Engine for MemoryEngine {
     fn get(&self, t: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.state.lock().unwrap().0.get(&(t.name(), key.to_vec())).cloned())
+        Ok(self.state.lock().unwrap().records.get(&(t.name(), key.to_vec())).cloned())
     }
 
     fn scan(&self, t: Tree, f: Visit) -> Result<()> {
@@ -149,7 +264,7 @@ impl Engine for MemoryEngine {
             let state = self.state.lock().unwrap();
             let from = (t.name(), Vec::new());
             state
-                .0
+                .records
                 .range(from..)
                 .take_while(|((tree, _), _)| *tree == t.name())
                 .map(|((_, k), v)| (k.clone(), v.clone()))
@@ -158,33 +273,51 @@ impl Engine for MemoryEngine {
         records.iter().try_for_each(|(k, v)| f(k, v))
     }
 
-    fn commit(&self, writes: Vec<Write>) -> Result<()> {
+    fn revision(&self) -> Result<Revision> {
+        Ok(self.state.lock().unwrap().revision)
+    }
+
+    fn commit(&self, writes: Vec<Write>, unchanged: &[Unchanged]) -> Result<Revision> {
         let mut state = self.state.lock().unwrap();
+        for c in unchanged {
+            let written = state.written.get(&(c.tree.name(), c.key.clone())).copied().unwrap_or(0);
+            if written > c.since {
+                return Err(Conflict::of(c, written).into());
+            }
+        }
+        if writes.is_empty() {
+            return Ok(state.revision);
+        }
+        state.revision += 1;
+        let next = state.revision;
         for (t, key, value) in writes {
+            if t.versioned() {
+                state.written.insert((t.name(), key.clone()), next);
+            }
             match value {
-                Some(v) => state.0.insert((t.name(), key), v),
-                None => state.0.remove(&(t.name(), key)),
+                Some(v) => state.records.insert((t.name(), key), v),
+                None => state.records.remove(&(t.name(), key)),
             };
         }
-        Ok(())
+        Ok(next)
     }
 
     fn insert_new(&self, t: Tree, key: &[u8], value: Vec<u8>) -> Result<bool> {
         let mut state = self.state.lock().unwrap();
-        let entry = state.0.entry((t.name(), key.to_vec()));
-        match entry {
-            std::collections::btree_map::Entry::Occupied(_) => Ok(false),
-            std::collections::btree_map::Entry::Vacant(e) => {
-                e.insert(value);
-                Ok(true)
-            }
+        if state.records.contains_key(&(t.name(), key.to_vec())) {
+            return Ok(false);
         }
+        state.revision += 1;
+        let next = state.revision;
+        state.written.insert((t.name(), key.to_vec()), next);
+        state.records.insert((t.name(), key.to_vec()), value);
+        Ok(true)
     }
 
     fn next_id(&self) -> Result<u64> {
         let mut state = self.state.lock().unwrap();
-        state.1 += 1;
-        Ok(state.1)
+        state.id += 1;
+        Ok(state.id)
     }
 }
 
@@ -195,14 +328,16 @@ mod tests {
     /// What every engine must do, as the `Store` relies on it.
     fn keeps_the_contract(e: &dyn Engine) {
         assert_eq!(e.get(Tree::Vees, b"v1").unwrap(), None);
-        e.commit(vec![
+        assert_eq!(e.revision().unwrap(), 0, "nothing committed yet");
+        let first = e.commit(vec![
             (Tree::Vees, b"v2".to_vec(), Some(b"two".to_vec())),
             (Tree::Vees, b"v1".to_vec(), Some(b"one".to_vec())),
             (Tree::Services, b"s1".to_vec(), Some(b"svc".to_vec())),
             (Tree::Services, b"s1".to_vec(), None),
             (Tree::Services, b"s2".to_vec(), Some(b"svc2".to_vec())),
-        ])
+        ], &[])
         .unwrap();
+        assert_eq!(e.revision().unwrap(), first);
         assert_eq!(e.get(Tree::Vees, b"v1").unwrap().as_deref(), Some(&b"one"[..]));
         assert_eq!(e.get(Tree::Services, b"s1").unwrap(), None, "a later write of the same key wins");
         // Trees are apart and in key order.
@@ -220,6 +355,60 @@ mod tests {
         assert_eq!(e.get(Tree::Meta, b"n").unwrap().as_deref(), Some(&b"1"[..]));
         let (a, b) = (e.next_id().unwrap(), e.next_id().unwrap());
         assert!(b > a);
+        keeps_conditions(e, first);
+    }
+
+    /// Commits conditioned on what was read (compare-and-swap): a key
+    /// written after the revision its writer read it at refuses the whole
+    /// commit; a key not written since lets it through.
+    fn keeps_conditions(e: &dyn Engine, first: Revision) {
+        let unchanged = |t: Tree, key: &[u8], since: Revision| Unchanged {
+            tree: t,
+            key: key.to_vec(),
+            since,
+        };
+        let put = |t: Tree, key: &[u8], v: &[u8]| (t, key.to_vec(), Some(v.to_vec()));
+        // insert_new above was a commit of its own, after `first`.
+        let read_at = e.revision().unwrap();
+        assert!(read_at > first);
+        let other = e.commit(vec![put(Tree::Vees, b"v1", b"theirs")], &[]).unwrap();
+        assert!(other > read_at, "every commit makes a higher revision");
+        let stale = e.commit(
+            vec![put(Tree::Vees, b"v1", b"mine"), put(Tree::Services, b"s9", b"new")],
+            &[unchanged(Tree::Vees, b"v1", read_at)],
+        );
+        let conflict = stale.unwrap_err();
+        assert_eq!(
+            conflict.downcast_ref::<Conflict>(),
+            Some(&Conflict {
+                tree: Tree::Vees,
+                key: "v1".into(),
+                since: read_at,
+                written: other
+            })
+        );
+        assert_eq!(e.get(Tree::Vees, b"v1").unwrap().as_deref(), Some(&b"theirs"[..]), "nothing written");
+        assert_eq!(e.get(Tree::Services, b"s9").unwrap(), None, "nothing of the commit written");
+        assert_eq!(e.revision().unwrap(), other, "no revision made");
+        // Read again at `other`: the commit goes through; so does one on a
+        // key never written (since 0) and one on a key another commit left
+        // alone.
+        let mine = e
+            .commit(
+                vec![put(Tree::Vees, b"v1", b"mine")],
+                &[
+                    unchanged(Tree::Vees, b"v1", other),
+                    unchanged(Tree::Vees, b"never", 0),
+                    unchanged(Tree::Vees, b"v2", first),
+                ],
+            )
+            .unwrap();
+        assert_eq!(e.get(Tree::Vees, b"v1").unwrap().as_deref(), Some(&b"mine"[..]));
+        // A removal is a write; so is a key written by insert_new.
+        e.commit(vec![(Tree::Vees, b"v2".to_vec(), None)], &[]).unwrap();
+        assert!(e.commit(vec![], &[unchanged(Tree::Vees, b"v2", mine)]).is_err(), "removed after it was read");
+        assert!(e.commit(vec![], &[unchanged(Tree::Meta, b"n", first)]).is_err(), "inserted after it was read");
+        assert!(e.commit(vec![], &[unchanged(Tree::Meta, b"n", e.revision().unwrap())]).is_ok());
     }
 
     #[test]
@@ -234,11 +423,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let first = {
             let e = SledEngine::open(dir.path()).unwrap();
-            e.commit(vec![(Tree::Meta, b"k".to_vec(), Some(b"v".to_vec()))]).unwrap();
-            e.next_id().unwrap()
+            let revision = e.commit(vec![(Tree::Meta, b"k".to_vec(), Some(b"v".to_vec()))], &[]).unwrap();
+            (e.next_id().unwrap(), revision)
         };
         let e = SledEngine::open(dir.path()).unwrap();
         assert_eq!(e.get(Tree::Meta, b"k").unwrap().as_deref(), Some(&b"v"[..]));
-        assert!(e.next_id().unwrap() > first);
+        assert!(e.next_id().unwrap() > first.0);
+        assert_eq!(e.revision().unwrap(), first.1, "the revision too");
+        let stale = Unchanged {
+            tree: Tree::Meta,
+            key: b"k".to_vec(),
+            since: first.1 - 1,
+        };
+        assert!(e.commit(vec![], &[stale]).is_err(), "and what wrote each key");
     }
 }
