@@ -32,8 +32,14 @@ impl Interceptor for Bearer {
     }
 }
 
-/// A VMI client with a bearer token.
-pub type PeerClient = VmiServiceClient<InterceptedService<Channel, Bearer>>;
+/// The network transport of a VMI client to a peer (`ports::GrpcPeer`):
+/// a tonic channel whose every request carries the agreement's bearer
+/// token.
+pub type PeerChannel = InterceptedService<Channel, Bearer>;
+
+/// A VMI client whose every request carries a bearer token (the e2e
+/// tests' callers; a peer's is `ports::GrpcPeer`).
+pub type PeerClient = VmiServiceClient<PeerChannel>;
 
 /// The configuration of an available peer site.
 pub fn peer<'a>(cfg: &'a VeemConfig, site: &str) -> Result<&'a PeerEntry> {

@@ -129,12 +129,7 @@ impl PlannerStore {
     /// when the planner changed since the plan (nothing written); else the
     /// admission and the revision of the commit. Errors: the store's
     /// (nothing written, nothing applied).
-    pub fn commit_plan(
-        &self,
-        planner: &Mutex<Planner>,
-        plan: AdmissionPlan,
-        also: Writes,
-    ) -> Result<Result<(Admitted, Revision), Stale>> {
+    pub fn commit_plan(&self, planner: &Mutex<Planner>, plan: AdmissionPlan, also: Writes) -> Result<Result<(Admitted, Revision), Stale>> {
         let _saves = self.written.lock().unwrap();
         let mut p = planner.lock().unwrap();
         if p.revision() != plan.revision() {

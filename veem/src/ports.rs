@@ -27,11 +27,18 @@ use interfaces::vhi::vhi_service_client::VhiServiceClient;
 use interfaces::vhi::{self, vhi_service_server};
 use interfaces::vmi;
 use interfaces::BlobId;
+use tonic::client::GrpcService;
+use tonic::codegen::{Body, Bytes, StdError};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
 use crate::config::{PeerEntry, VeemConfig};
-use crate::peers::{Bearer, PeerClient};
+use crate::domain::peer::{IncomingVee, MigrationOutcome, RemoteVee, SpareRequest, UsageReceipt};
+use crate::domain::Action;
+use crate::model::UsageRec;
+use crate::peers::{Bearer, PeerChannel};
+use crate::wire::peer as wire;
 
 /// A stream of replies, as the VHI's streaming calls return them.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -142,40 +149,78 @@ impl vhi_service_server::VhiService for GrpcHost {
     }
 }
 
-/// A peer site as the workflows see it: the VMI calls one VEEM makes to
-/// another under their framework agreement (DESIGN.md §7). Errors are the
-/// peer's status (or Unavailable when it does not answer).
+/// A peer site as the workflows see it: the calls one VEEM makes to
+/// another under their framework agreement (DESIGN.md §7), in domain
+/// values ([`crate::domain::peer`]; the VEE's spec, a checkpoint record
+/// and an incoming target are the VHI's, handed on as they are). Errors
+/// are the peer's status (or Unavailable when it does not answer).
 #[tonic::async_trait]
 pub trait Peer: Send + Sync {
     /// Admits a VEE arriving from this site (a migration, a remote
     /// placement or a restore) and returns where to send it.
-    async fn prepare_incoming(&self, r: vmi::PrepareIncomingRequest) -> Result<vhi::IncomingTarget, Status>;
+    async fn prepare_incoming(&self, v: IncomingVee) -> Result<vhi::IncomingTarget, Status>;
     /// The VEE arrived: the peer runs it from now on.
-    async fn complete_incoming(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status>;
+    async fn complete_incoming(&self, vee_id: &str) -> Result<RemoteVee, Status>;
     /// Forget an incoming VEE (or fence a copy the peer still runs).
     async fn abort_incoming(&self, vee_id: &str) -> Result<(), Status>;
     /// The peer runs the VEE for us and gives it back.
     async fn withdraw(&self, vee_id: &str) -> Result<(), Status>;
-    /// The peer live-migrates our VEE to `target`; returns when done or failed.
-    async fn send_vee(&self, r: vmi::SendVeeRequest) -> Result<vmi::MigrationInfo, Status>;
-    /// Usage records of VEEs the peer ran for us (or we for it).
-    async fn push_usage(&self, b: vmi::PushUsageRequest) -> Result<vmi::PushUsageResponse, Status>;
-    async fn get_vee(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status>;
-    async fn vee_action(&self, r: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status>;
+    /// The peer live-migrates our VEE `vee_id` to `target`; returns when
+    /// done or failed.
+    async fn send_vee(&self, vee_id: &str, target: vhi::IncomingTarget) -> Result<MigrationOutcome, Status>;
+    /// Usage records of VEEs this site (`from_site`) ran for the peer.
+    async fn push_usage(&self, from_site: &str, records: &[UsageRec]) -> Result<UsageReceipt, Status>;
+    async fn get_vee(&self, vee_id: &str) -> Result<RemoteVee, Status>;
+    /// An action on our VEE that runs there (`checkpoint_id`: a restore's
+    /// checkpoint, empty for the latest).
+    async fn vee_action(&self, vee_id: &str, action: Action, checkpoint_id: &str) -> Result<RemoteVee, Status>;
     /// A network of ours that runs VEEs at the peer has a new member table.
     async fn update_network(&self, u: vhi::NetworkUpdate) -> Result<(), Status>;
-    /// Hold spare capacity for our full-guarantee VEE (`crate::spares`).
-    async fn reserve_spare(&self, r: vmi::ReserveSpareRequest) -> Result<vmi::ReserveSpareResponse, Status>;
+    /// Hold spare capacity for our full-guarantee VEE
+    /// (`crate::workflows::spares`); returns when the hold lapses unless
+    /// confirmed (Unix ms).
+    async fn reserve_spare(&self, r: &SpareRequest) -> Result<i64, Status>;
     /// Keep the spare held for our VEE (the admission here committed).
     async fn confirm_spare(&self, vee_id: &str) -> Result<(), Status>;
     /// Drop the spare held for our VEE.
     async fn release_spare(&self, vee_id: &str) -> Result<(), Status>;
 }
 
-/// [`Peer`] over the network: a tonic VMI client with the bearer token this
-/// site presents under the framework agreement.
+/// What a VMI client runs over: a tonic channel to a peer (with the
+/// agreement's bearer token), or, in the simulation, another VEEM's VMI
+/// server in the same process.
+pub trait VmiTransport:
+    GrpcService<
+        tonic::body::BoxBody,
+        Error: Into<StdError>,
+        Future: Send,
+        ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<T> VmiTransport for T where
+    T: GrpcService<
+            tonic::body::BoxBody,
+            Error: Into<StdError>,
+            Future: Send,
+            ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// [`Peer`] as VMI calls: a tonic VMI client over transport `T` (by
+/// default the network, with the bearer token this site presents under
+/// the framework agreement); the messages are made and read by
+/// `wire::peer`.
 #[derive(Clone)]
-pub struct GrpcPeer(PeerClient);
+pub struct GrpcPeer<T = PeerChannel>(vmi::vmi_service_client::VmiServiceClient<T>);
 
 impl GrpcPeer {
     /// A lazy channel to the peer of `entry` (3 s to connect). An
@@ -205,80 +250,79 @@ impl GrpcPeer {
             ),
             (false, ..) => {}
         }
-        Ok(Self(vmi::vmi_service_client::VmiServiceClient::with_interceptor(
-            ep.connect_lazy(),
-            Bearer::new(&entry.token)?,
-        )))
+        Ok(Self::over(InterceptedService::new(ep.connect_lazy(), Bearer::new(&entry.token)?)))
+    }
+}
+
+impl<T: VmiTransport> GrpcPeer<T> {
+    /// A VMI client over `transport`.
+    pub fn over(transport: T) -> Self {
+        Self(vmi::vmi_service_client::VmiServiceClient::new(transport))
+    }
+
+    fn client(&self) -> vmi::vmi_service_client::VmiServiceClient<T> {
+        self.0.clone()
     }
 }
 
 #[tonic::async_trait]
-impl Peer for GrpcPeer {
-    async fn prepare_incoming(&self, r: vmi::PrepareIncomingRequest) -> Result<vhi::IncomingTarget, Status> {
-        Ok(self.0.clone().prepare_incoming(r).await?.into_inner())
+impl<T: VmiTransport> Peer for GrpcPeer<T> {
+    async fn prepare_incoming(&self, v: IncomingVee) -> Result<vhi::IncomingTarget, Status> {
+        Ok(self.client().prepare_incoming(wire::prepare_incoming(v)).await?.into_inner())
     }
-    async fn complete_incoming(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status> {
-        Ok(self
-            .0
-            .clone()
-            .complete_incoming(vmi::CompleteIncomingRequest { vee_id: vee_id.into() })
-            .await?
-            .into_inner())
+    async fn complete_incoming(&self, vee_id: &str) -> Result<RemoteVee, Status> {
+        let r = vmi::CompleteIncomingRequest { vee_id: vee_id.into() };
+        Ok(wire::remote_vee(self.client().complete_incoming(r).await?.into_inner()))
     }
     async fn abort_incoming(&self, vee_id: &str) -> Result<(), Status> {
-        self.0
-            .clone()
-            .abort_incoming(vmi::AbortIncomingRequest { vee_id: vee_id.into() })
-            .await
-            .map(|_| ())
+        let r = vmi::AbortIncomingRequest { vee_id: vee_id.into() };
+        self.client().abort_incoming(r).await.map(|_| ())
     }
     async fn withdraw(&self, vee_id: &str) -> Result<(), Status> {
-        self.0
-            .clone()
-            .withdraw(vmi::WithdrawRequest { vee_id: vee_id.into() })
-            .await
-            .map(|_| ())
+        let r = vmi::WithdrawRequest { vee_id: vee_id.into() };
+        self.client().withdraw(r).await.map(|_| ())
     }
-    async fn send_vee(&self, r: vmi::SendVeeRequest) -> Result<vmi::MigrationInfo, Status> {
-        Ok(self.0.clone().send_vee(r).await?.into_inner())
+    async fn send_vee(&self, vee_id: &str, target: vhi::IncomingTarget) -> Result<MigrationOutcome, Status> {
+        let r = vmi::SendVeeRequest {
+            vee_id: vee_id.into(),
+            target: Some(target),
+        };
+        Ok(wire::migration_outcome(self.client().send_vee(r).await?.into_inner()))
     }
-    async fn push_usage(&self, b: vmi::PushUsageRequest) -> Result<vmi::PushUsageResponse, Status> {
-        Ok(self.0.clone().push_usage(b).await?.into_inner())
+    async fn push_usage(&self, from_site: &str, records: &[UsageRec]) -> Result<UsageReceipt, Status> {
+        let r = vmi::PushUsageRequest {
+            from_site: from_site.into(),
+            records: records.iter().map(wire::usage_record).collect(),
+        };
+        Ok(wire::receipt_of(self.client().push_usage(r).await?.into_inner()))
     }
-    async fn get_vee(&self, vee_id: &str) -> Result<vmi::VeeInfo, Status> {
-        Ok(self
-            .0
-            .clone()
-            .get_vee(vmi::GetVeeRequest { vee_id: vee_id.into() })
-            .await?
-            .into_inner())
+    async fn get_vee(&self, vee_id: &str) -> Result<RemoteVee, Status> {
+        let r = vmi::GetVeeRequest { vee_id: vee_id.into() };
+        Ok(wire::remote_vee(self.client().get_vee(r).await?.into_inner()))
     }
-    async fn vee_action(&self, r: vmi::VeeActionRequest) -> Result<vmi::VeeInfo, Status> {
-        Ok(self.0.clone().vee_action(r).await?.into_inner())
+    async fn vee_action(&self, vee_id: &str, action: Action, checkpoint_id: &str) -> Result<RemoteVee, Status> {
+        let r = vmi::VeeActionRequest {
+            vee_id: vee_id.into(),
+            action: vmi::Action::from(action) as i32,
+            checkpoint_id: checkpoint_id.into(),
+        };
+        Ok(wire::remote_vee(self.client().vee_action(r).await?.into_inner()))
     }
     async fn update_network(&self, u: vhi::NetworkUpdate) -> Result<(), Status> {
-        self.0
-            .clone()
-            .update_network(vmi::UpdateNetworkRequest { network: Some(u) })
-            .await
-            .map(|_| ())
+        let r = vmi::UpdateNetworkRequest { network: Some(u) };
+        self.client().update_network(r).await.map(|_| ())
     }
-    async fn reserve_spare(&self, r: vmi::ReserveSpareRequest) -> Result<vmi::ReserveSpareResponse, Status> {
-        Ok(self.0.clone().reserve_spare(r).await?.into_inner())
+    async fn reserve_spare(&self, s: &SpareRequest) -> Result<i64, Status> {
+        let held = self.client().reserve_spare(wire::reserve_spare(s)).await?.into_inner();
+        Ok(wire::spare_confirm_by(&held))
     }
     async fn confirm_spare(&self, vee_id: &str) -> Result<(), Status> {
-        self.0
-            .clone()
-            .confirm_spare(vmi::ConfirmSpareRequest { vee_id: vee_id.into() })
-            .await
-            .map(|_| ())
+        let r = vmi::ConfirmSpareRequest { vee_id: vee_id.into() };
+        self.client().confirm_spare(r).await.map(|_| ())
     }
     async fn release_spare(&self, vee_id: &str) -> Result<(), Status> {
-        self.0
-            .clone()
-            .release_spare(vmi::ReleaseSpareRequest { vee_id: vee_id.into() })
-            .await
-            .map(|_| ())
+        let r = vmi::ReleaseSpareRequest { vee_id: vee_id.into() };
+        self.client().release_spare(r).await.map(|_| ())
     }
 }
 

@@ -7,8 +7,10 @@ use interfaces::manifest::GuaranteeLevel;
 use interfaces::vmi;
 
 use crate::domain::Health;
-use crate::domain::{MigrationState, ServiceState, VeeState, Verdict};
+use crate::domain::{Action, MigrationState, ServiceState, VeeState, Verdict};
 use crate::error::VeemError;
+
+pub mod peer;
 
 /// Maps each domain variant to its wire variant and back: `From<domain>`
 /// for the wire enum, and `wire_to_domain(field, i32)` for the domain.
@@ -66,6 +68,15 @@ wire_enum!(MigrationState, vmi::MigrationState, migration_state {
     Running <=> Running,
     Done <=> Done,
     Failed <=> Failed,
+});
+
+wire_enum!(Action, vmi::Action, action {
+    Stop <=> Stop,
+    Suspend <=> Suspend,
+    Resume <=> Resume,
+    Checkpoint <=> Checkpoint,
+    Restore <=> Restore,
+    Withdraw <=> Withdraw,
 });
 
 wire_enum!(ServiceState, vmi::ServiceState, service_state {

@@ -26,8 +26,10 @@ use tonic::{Request, Response, Status};
 use crate::api::status::status;
 use crate::api::visibility::{redact, Redactor};
 use crate::config::Role;
+use crate::domain::Action;
 use crate::manager::Veem;
-use crate::model::{MigrationRec, ServiceRec, VeeRec};
+use crate::model::{EventRec, MigrationRec, ServiceRec, VeeRec};
+use crate::wire::peer as wire;
 use crate::workflows::migration::{Dest, Proposer};
 use info::migration_info;
 
@@ -270,11 +272,8 @@ impl Vmi for VmiService {
 
     async fn vee_action(&self, r: Request<VeeActionRequest>) -> R<VeeInfo> {
         let role = self.caller(&r)?;
-        let action = vmi::Action::try_from(r.get_ref().action)
-            .ok()
-            .filter(|a| *a != vmi::Action::Unspecified)
-            .ok_or_else(|| Status::invalid_argument(format!("field `action`: {} is not an action", r.get_ref().action)))?;
-        if action == vmi::Action::Withdraw {
+        let action = crate::wire::action("action", r.get_ref().action).map_err(|e| status(e.into()))?;
+        if action == Action::Withdraw {
             self.operator(&r)?;
         }
         let req = r.into_inner();
@@ -287,7 +286,7 @@ impl Vmi for VmiService {
             .map_err(|e| self.refusal(&role, e))?;
         let mut info = self.vee_info(&role, &v);
         // The primary site records a checkpoint taken here for its VEE.
-        if matches!(role, Role::Peer(_)) && action == vmi::Action::Checkpoint {
+        if matches!(role, Role::Peer(_)) && action == Action::Checkpoint {
             info.checkpoint_record = self
                 .veem
                 .checkpoints
@@ -390,10 +389,16 @@ impl Vmi for VmiService {
 
     async fn list_usage_limits(&self, r: Request<ListUsageLimitsRequest>) -> R<ListUsageLimitsResponse> {
         let role = self.caller(&r)?;
-        let limits = self.veem.accounting.usage_limits(|consumer| match &role {
-            Role::Operator => true,
-            Role::Provider(name) | Role::Peer(name) => name == consumer,
-        });
+        let limits: Vec<UsageLimitInfo> = self
+            .veem
+            .accounting
+            .usage_limits(|consumer| match &role {
+                Role::Operator => true,
+                Role::Provider(name) | Role::Peer(name) => name == consumer,
+            })
+            .into_iter()
+            .map(info::usage_limit_info)
+            .collect();
         let r = r.get_ref();
         let (limits, next_page_token) = pages::page(limits, |l| l.consumer.clone(), r.page_size, &r.page_token)?;
         Ok(Response::new(ListUsageLimitsResponse { limits, next_page_token }))
@@ -410,12 +415,15 @@ impl Vmi for VmiService {
             self.visible_service(&role, &service)?;
         }
         let redactor = self.redactor(&role);
-        let shown = move |mut e: Event| {
-            e.detail = redact(redactor.as_ref(), &e.detail);
-            e
+        let shown = move |e: EventRec| Event {
+            detail: redact(redactor.as_ref(), &e.detail),
+            vee_id: e.vee_id,
+            service_id: e.service_id,
+            kind: e.kind,
+            time: interfaces::time::timestamp_ms(e.at_ms),
         };
         let veem = self.veem.clone();
-        let visible = move |e: &Event| {
+        let visible = move |e: &EventRec| {
             let mine = match &role {
                 Role::Operator => true,
                 _ => veem.service(&e.service_id).ok().is_some_and(|s| match &role {
@@ -427,23 +435,16 @@ impl Vmi for VmiService {
             mine && (service.is_empty() || e.service_id == service)
         };
         if history_only {
-            let mut past: Vec<Event> = self
+            let mut past: Vec<EventRec> = self
                 .veem
                 .store
                 .events()
                 .map_err(status)?
                 .into_iter()
-                .map(|e| Event {
-                    vee_id: e.vee_id,
-                    service_id: e.service_id,
-                    kind: e.kind,
-                    detail: e.detail,
-                    time: interfaces::time::timestamp_ms(e.at_ms),
-                })
                 .filter(|e| visible(e))
-                .map(&shown)
                 .collect();
-            past.sort_by_key(|e| interfaces::time::ms_of(&e.time));
+            past.sort_by_key(|e| e.at_ms);
+            let past: Vec<Event> = past.into_iter().map(&shown).collect();
             return Ok(Response::new(Box::pin(futures::stream::iter(past.into_iter().map(Ok)))));
         }
         let rx = self.veem.events.subscribe();
@@ -461,7 +462,9 @@ impl Vmi for VmiService {
         let role = self.user(&r)?;
         self.visible_service(&role, &r.get_ref().service_id)?;
         let redactor = self.redactor(&role);
-        ok(self.veem.accounting.usage_report(&r.get_ref().service_id).map(|mut u| {
+        let service_id = r.get_ref().service_id.clone();
+        ok(self.veem.accounting.usage_report(&service_id).map(|u| {
+            let mut u = info::usage_report(&service_id, u);
             if let Some(r) = &redactor {
                 for rec in &mut u.records {
                     rec.site_chain.clear();
@@ -476,7 +479,8 @@ impl Vmi for VmiService {
 
     async fn prepare_incoming(&self, r: Request<PrepareIncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
         let site = self.peer(&r)?;
-        ok(self.veem.federation.accept_incoming(&site, r.into_inner()).await)
+        let incoming = wire::incoming_vee(r.into_inner()).map_err(|e| status(e.into()))?;
+        ok(self.veem.federation.accept_incoming(&site, incoming).await)
     }
 
     async fn complete_incoming(&self, r: Request<CompleteIncomingRequest>) -> R<VeeInfo> {
@@ -523,7 +527,8 @@ impl Vmi for VmiService {
 
     async fn reserve_spare(&self, r: Request<ReserveSpareRequest>) -> R<ReserveSpareResponse> {
         let site = self.peer(&r)?;
-        ok(self.veem.spares.hold_spare(&site, r.into_inner()))
+        let spare = wire::spare_request(r.into_inner()).map_err(|e| status(e.into()))?;
+        ok(self.veem.spares.hold_spare(&site, &spare).map(wire::spare_held))
     }
 
     async fn confirm_spare(&self, r: Request<ConfirmSpareRequest>) -> R<ConfirmSpareResponse> {
@@ -566,7 +571,8 @@ impl Vmi for VmiService {
                 batch.from_site
             )));
         }
-        ok(self.veem.accounting.receive_usage(&site, batch))
+        let records = batch.records.into_iter().map(wire::pushed_usage).collect();
+        ok(self.veem.accounting.receive_usage(&site, records).map(wire::usage_receipt))
     }
 }
 

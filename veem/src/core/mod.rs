@@ -11,7 +11,6 @@ mod records;
 use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::{Context, Result};
-use interfaces::vmi;
 use tokio::sync::broadcast;
 
 use crate::config::VeemConfig;
@@ -40,7 +39,8 @@ pub struct Core {
     pub(crate) hosts: HostPool,
     pub(crate) repo: Arc<dyn ImageRepository>,
     peer_directory: Arc<dyn PeerDirectory>,
-    pub(crate) events: broadcast::Sender<vmi::Event>,
+    /// Every event as it is recorded (the VMI's WatchEvents follows it).
+    pub(crate) events: broadcast::Sender<EventRec>,
     /// Every VEE record by ID, written through to the store, with when
     /// each is next due ([`records`]): the periodic loops read this instead
     /// of decoding the database each time, and the per-second rounds only
@@ -91,9 +91,8 @@ impl Core {
         // VEEM of the site) is written after it, so no commit overwrites it.
         let read_at = store.revision()?;
         let (records, planner) = std::thread::scope(|s| {
-            let records = s.spawn(|| -> Result<VeeRecords> {
-                Ok(VeeRecords::new(store.list::<VeeRec>(Tree::Vees)?, renew_ahead_s, read_at))
-            });
+            let records =
+                s.spawn(|| -> Result<VeeRecords> { Ok(VeeRecords::new(store.list::<VeeRec>(Tree::Vees)?, renew_ahead_s, read_at)) });
             let planner = PlannerStore::load(&store);
             (
                 records
@@ -146,10 +145,7 @@ impl Core {
 
     /// [`Core::spawn`], with the task's handle (a loop, which its owner
     /// stops and awaits on its own).
-    pub fn spawn_task<T: Send + 'static>(
-        &self,
-        work: impl std::future::Future<Output = T> + Send + 'static,
-    ) -> tokio::task::JoinHandle<T> {
+    pub fn spawn_task<T: Send + 'static>(&self, work: impl std::future::Future<Output = T> + Send + 'static) -> tokio::task::JoinHandle<T> {
         self.tasks.spawn(work)
     }
 
@@ -332,13 +328,7 @@ impl Core {
             tracing::error!(%err, "cannot persist event");
         }
         tracing::info!(vee = %e.vee_id, kind = %e.kind, detail = %e.detail, "event");
-        let _ = self.events.send(vmi::Event {
-            vee_id: e.vee_id,
-            service_id: e.service_id,
-            kind: e.kind,
-            detail: e.detail,
-            time: interfaces::time::timestamp_ms(e.at_ms),
-        });
+        let _ = self.events.send(e);
     }
 
     /// The record of VEE `id`; errors when there is none.
@@ -576,7 +566,14 @@ mod tests {
         let other = site.another_veem();
         let mut theirs = other.vee(&vee).unwrap();
         other.transition(&mut theirs, VeeState::Suspended, "by the other VEEM").unwrap();
-        let stored = || site.veem.store.get::<crate::model::VeeRec>(crate::store::Tree::Vees, &vee).unwrap().unwrap().state;
+        let stored = || {
+            site.veem
+                .store
+                .get::<crate::model::VeeRec>(crate::store::Tree::Vees, &vee)
+                .unwrap()
+                .unwrap()
+                .state
+        };
 
         let mut mine = site.veem.vee(&vee).unwrap();
         assert_eq!(mine.state, VeeState::Running, "this VEEM's copy is stale");
@@ -589,7 +586,9 @@ mod tests {
         // The commit of several records (a VEE, the planner, a migration
         // record) is refused whole the same way.
         let mut theirs = other.vee(&vee).unwrap();
-        other.transition(&mut theirs, VeeState::Running, "resumed by the other VEEM").unwrap();
+        other
+            .transition(&mut theirs, VeeState::Running, "resumed by the other VEEM")
+            .unwrap();
         let mut mine = site.veem.vee(&vee).unwrap();
         let mut extra = crate::store::Writes::default();
         extra.put(crate::store::Tree::Meta, "marker", &1u32).unwrap();
@@ -598,11 +597,17 @@ mod tests {
             .transition_committing(&mut mine, VeeState::Stopped, "", extra)
             .unwrap_err();
         assert!(e.chain().any(|c| c.is::<crate::store::Conflict>()), "{e:#}");
-        assert_eq!(site.veem.store.get::<u32>(crate::store::Tree::Meta, "marker").unwrap(), None, "nothing of it written");
+        assert_eq!(
+            site.veem.store.get::<u32>(crate::store::Tree::Meta, "marker").unwrap(),
+            None,
+            "nothing of it written"
+        );
         assert_eq!(stored(), VeeState::Running);
 
         let mut current = site.veem.vee(&vee).unwrap();
-        site.veem.transition(&mut current, VeeState::Stopped, "from what is stored").unwrap();
+        site.veem
+            .transition(&mut current, VeeState::Stopped, "from what is stored")
+            .unwrap();
         assert_eq!(stored(), VeeState::Stopped);
     }
 

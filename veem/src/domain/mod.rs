@@ -9,6 +9,7 @@
 pub mod health;
 pub mod migration;
 pub mod offer;
+pub mod peer;
 pub mod reason;
 pub mod service;
 pub mod terms;
@@ -20,7 +21,7 @@ pub use offer::{Offer, Verdict};
 pub use reason::Reason;
 pub use service::ServiceState;
 pub use terms::ServiceTerms;
-pub use vee::VeeState;
+pub use vee::{Action, VeeState};
 
 /// A state machine: its states' names and its transition table.
 pub trait StateMachine: Copy {

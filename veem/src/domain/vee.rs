@@ -125,6 +125,21 @@ impl StateMachine for VeeState {
     }
 }
 
+/// An action on a VEE (the VMI's VeeAction), asked by a provider, an
+/// operator or the VEE's primary site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Stop,
+    Suspend,
+    Resume,
+    /// A checkpoint of the whole VM, recorded as its latest.
+    Checkpoint,
+    /// A restore from a named checkpoint, or the latest.
+    Restore,
+    /// A VEE that runs at a peer site brought back home.
+    Withdraw,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,7 +71,11 @@ async fn the_loops_are_in_the_task_set_a_stop_drains() {
     let running = site.veem.drain_tasks(Duration::from_millis(100)).await;
     assert!(running >= 7, "every loop is one of the core's tasks: {running} running");
     loops.shutdown(Duration::from_secs(5)).await;
-    assert_eq!(site.veem.drain_tasks(Duration::from_secs(1)).await, 0, "none left after the shutdown");
+    assert_eq!(
+        site.veem.drain_tasks(Duration::from_secs(1)).await,
+        0,
+        "none left after the shutdown"
+    );
 }
 
 /// A whole day of a site on the virtual clock (issue 37): two services

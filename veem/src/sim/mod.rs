@@ -23,7 +23,7 @@ mod host;
 mod peer;
 
 pub use host::FakeVhi;
-pub use peer::{FakePeers, LocalPeer};
+pub use peer::{local_peer, FakePeers, LocalPeer};
 
 /// A `standard` service of one 1-vCPU, 512 MiB VEE, penalty 36 per hour.
 pub const STANDARD: &str = r#"
@@ -206,7 +206,12 @@ impl FakeSite {
     /// hosts, repository, peers and clock (as a standby is).
     pub fn another_veem(&self) -> Arc<crate::manager::Veem> {
         let cfg = self.veem.config().clone();
-        crate::manager::Veem::with_store(cfg, Self::ports(&self.hosts, &self.repo, &self.peers, &self.clock), self.store.clone()).unwrap()
+        crate::manager::Veem::with_store(
+            cfg,
+            Self::ports(&self.hosts, &self.repo, &self.peers, &self.clock),
+            self.store.clone(),
+        )
+        .unwrap()
     }
 
     /// A restart: this VEEM goes, another opens the same database over
@@ -244,10 +249,7 @@ impl FakeSite {
     /// role peer (its configuration's `[[tokens]]`).
     pub fn peer_with(&self, other: &FakeSite, token: &str) {
         let id = other.veem.config().site_id.clone();
-        let peer = LocalPeer {
-            svc: crate::api::server::VmiService::handler(other.veem.clone()),
-            token: token.into(),
-        };
+        let peer = local_peer(crate::api::server::VmiService::handler(other.veem.clone()), token);
         self.peers.0.lock().unwrap().insert(id, Arc::new(peer));
     }
 

@@ -329,14 +329,18 @@ mod tests {
     fn keeps_the_contract(e: &dyn Engine) {
         assert_eq!(e.get(Tree::Vees, b"v1").unwrap(), None);
         assert_eq!(e.revision().unwrap(), 0, "nothing committed yet");
-        let first = e.commit(vec![
-            (Tree::Vees, b"v2".to_vec(), Some(b"two".to_vec())),
-            (Tree::Vees, b"v1".to_vec(), Some(b"one".to_vec())),
-            (Tree::Services, b"s1".to_vec(), Some(b"svc".to_vec())),
-            (Tree::Services, b"s1".to_vec(), None),
-            (Tree::Services, b"s2".to_vec(), Some(b"svc2".to_vec())),
-        ], &[])
-        .unwrap();
+        let first = e
+            .commit(
+                vec![
+                    (Tree::Vees, b"v2".to_vec(), Some(b"two".to_vec())),
+                    (Tree::Vees, b"v1".to_vec(), Some(b"one".to_vec())),
+                    (Tree::Services, b"s1".to_vec(), Some(b"svc".to_vec())),
+                    (Tree::Services, b"s1".to_vec(), None),
+                    (Tree::Services, b"s2".to_vec(), Some(b"svc2".to_vec())),
+                ],
+                &[],
+            )
+            .unwrap();
         assert_eq!(e.revision().unwrap(), first);
         assert_eq!(e.get(Tree::Vees, b"v1").unwrap().as_deref(), Some(&b"one"[..]));
         assert_eq!(e.get(Tree::Services, b"s1").unwrap(), None, "a later write of the same key wins");
@@ -387,7 +391,11 @@ mod tests {
                 written: other
             })
         );
-        assert_eq!(e.get(Tree::Vees, b"v1").unwrap().as_deref(), Some(&b"theirs"[..]), "nothing written");
+        assert_eq!(
+            e.get(Tree::Vees, b"v1").unwrap().as_deref(),
+            Some(&b"theirs"[..]),
+            "nothing written"
+        );
         assert_eq!(e.get(Tree::Services, b"s9").unwrap(), None, "nothing of the commit written");
         assert_eq!(e.revision().unwrap(), other, "no revision made");
         // Read again at `other`: the commit goes through; so does one on a
@@ -406,8 +414,14 @@ mod tests {
         assert_eq!(e.get(Tree::Vees, b"v1").unwrap().as_deref(), Some(&b"mine"[..]));
         // A removal is a write; so is a key written by insert_new.
         e.commit(vec![(Tree::Vees, b"v2".to_vec(), None)], &[]).unwrap();
-        assert!(e.commit(vec![], &[unchanged(Tree::Vees, b"v2", mine)]).is_err(), "removed after it was read");
-        assert!(e.commit(vec![], &[unchanged(Tree::Meta, b"n", first)]).is_err(), "inserted after it was read");
+        assert!(
+            e.commit(vec![], &[unchanged(Tree::Vees, b"v2", mine)]).is_err(),
+            "removed after it was read"
+        );
+        assert!(
+            e.commit(vec![], &[unchanged(Tree::Meta, b"n", first)]).is_err(),
+            "inserted after it was read"
+        );
         assert!(e.commit(vec![], &[unchanged(Tree::Meta, b"n", e.revision().unwrap())]).is_ok());
     }
 

@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 use interfaces::vhi;
-use interfaces::vmi::{self, PushUsageRequest};
 
 use crate::config::UsageLimitEntry;
 use crate::core::Core;
+use crate::domain::peer::UsageReceipt;
 use crate::model::{Location, ServiceRec, UsageRec, VeeRec, VeeState, ViolationRec};
 use crate::planner::{ConsumerUsage, Resources, SlotRange};
 use crate::store::{Tree, Writes};
@@ -54,19 +54,28 @@ pub fn average_use(records: &[UsageRec], now_unix: i64, window_s: u64) -> Resour
     Resources::new((cpu / window).round() as u32, (mib / window).round() as u64, 0)
 }
 
-pub fn to_vmi(u: &UsageRec) -> vmi::UsageRecord {
-    vmi::UsageRecord {
-        record_id: u.record_id.clone(),
-        abc_id: u.abc_id.clone(),
-        vee_id: u.vee_id.clone(),
-        site_chain: u.site_chain.clone(),
-        start_time: interfaces::time::timestamp_s(u.start_unix),
-        end_time: interfaces::time::timestamp_s(u.end_unix),
-        cpu_seconds: u.cpu_seconds,
-        memory_mib_seconds: u.memory_mib_seconds,
-        disk_bytes: u.disk_bytes,
-        net_bytes: u.net_bytes,
-    }
+/// A consumer's usage SLA as configured (`[usage_limits]`), with what it
+/// holds in the current slot and, for a commitment, the metered averages
+/// (H §3.4-3.6): what ListUsageLimits shows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UsageLimitView {
+    /// The service provider's name or the peer site's ID.
+    pub consumer: String,
+    pub limit: UsageLimitEntry,
+    /// Reserved for the consumer in the current slot.
+    pub held: Resources,
+    /// A commitment's metered averages over its epoch and its burst
+    /// window (EA_i, BA_i); zero for the other kinds.
+    pub epoch_avg: Resources,
+    pub burst_avg: Resources,
+}
+
+/// A service's usage and its SLA violations (the VMI's GetUsage).
+#[derive(Clone, Debug, Default)]
+pub struct UsageReport {
+    /// Metered here and received from peers, by start then VEE.
+    pub records: Vec<UsageRec>,
+    pub violations: Vec<ViolationRec>,
 }
 
 /// The accounting workflow (see the module doc): usage records metered
@@ -204,14 +213,7 @@ impl Accounting {
     /// The configured usage SLAs of the consumers `visible` admits, in name
     /// order, with what each holds in the current slot and, for commitment
     /// limits, the latest metered averages.
-    pub fn usage_limits(&self, visible: impl Fn(&str) -> bool) -> Vec<vmi::UsageLimitInfo> {
-        let amount = |r: Resources| {
-            Some(vmi::Amount {
-                vcpus: r.vcpus,
-                memory_mib: r.memory_mib,
-                disk_gib: r.disk_gib,
-            })
-        };
+    pub fn usage_limits(&self, visible: impl Fn(&str) -> bool) -> Vec<UsageLimitView> {
         let now = self.now_slot();
         let p = self.planner.lock().unwrap();
         self.cfg
@@ -220,36 +222,22 @@ impl Accounting {
             .filter(|(name, _)| visible(name))
             .map(|(name, l)| {
                 let snapshot = p.usage_snapshot(name, SlotRange::new(now, now + 1));
-                let mut info = vmi::UsageLimitInfo {
+                let commitment = matches!(l, UsageLimitEntry::Commitment { .. });
+                UsageLimitView {
                     consumer: name.clone(),
-                    held: amount(snapshot.held),
-                    ..Default::default()
-                };
-                match l {
-                    UsageLimitEntry::Fixed { limit } | UsageLimitEntry::Extensible { limit } => {
-                        info.kind = if matches!(l, UsageLimitEntry::Fixed { .. }) {
-                            vmi::UsageLimitKind::Fixed
-                        } else {
-                            vmi::UsageLimitKind::Extensible
-                        } as i32;
-                        info.limit = amount(*limit);
-                    }
-                    UsageLimitEntry::Commitment {
-                        epoch_limit,
-                        epoch,
-                        burst_limit,
-                        burst,
-                    } => {
-                        info.kind = vmi::UsageLimitKind::Commitment as i32;
-                        info.limit = amount(*epoch_limit);
-                        info.burst_limit = amount(*burst_limit);
-                        info.epoch = interfaces::time::duration_s(epoch.as_secs());
-                        info.burst = interfaces::time::duration_s(burst.as_secs());
-                        info.epoch_avg = amount(snapshot.measured.epoch_avg);
-                        info.burst_avg = amount(snapshot.measured.burst_avg);
-                    }
+                    limit: l.clone(),
+                    held: snapshot.held,
+                    epoch_avg: if commitment {
+                        snapshot.measured.epoch_avg
+                    } else {
+                        Resources::default()
+                    },
+                    burst_avg: if commitment {
+                        snapshot.measured.burst_avg
+                    } else {
+                        Resources::default()
+                    },
                 }
-                info
             })
             .collect()
     }
@@ -272,13 +260,9 @@ impl Accounting {
             }
         }
         for (site, recs) in by_site {
-            let batch = PushUsageRequest {
-                from_site: self.cfg.site_id.clone(),
-                records: recs.iter().map(to_vmi).collect(),
-            };
             let reply = self
                 .peer(&site)?
-                .push_usage(batch)
+                .push_usage(&self.cfg.site_id, &recs)
                 .await
                 .map_err(|s| anyhow!("{site}: {}", s.message()))?;
             for why in &reply.reasons {
@@ -297,34 +281,28 @@ impl Accounting {
 
     /// Primary side of PushUsage: stores the records from peer `from` that
     /// pass [`Accounting::usage_refusal`](Accounting::usage_refusal), appending this site's ID to each
-    /// chain; a record ID seen before is dropped. Returns the reply:
-    /// accepted, duplicates, refused with a reason each.
-    pub fn receive_usage(&self, from: &str, batch: PushUsageRequest) -> Result<vmi::PushUsageResponse> {
-        let mut reply = vmi::PushUsageResponse::default();
+    /// chain; a record ID seen before is dropped. `records` are as the
+    /// peer sent them, or (record ID, why) for one the wire could not
+    /// read, refused with that reason. Returns the receipt: accepted,
+    /// duplicates, refused with a reason each.
+    pub fn receive_usage(&self, from: &str, records: Vec<std::result::Result<UsageRec, (String, String)>>) -> Result<UsageReceipt> {
+        let mut reply = UsageReceipt::default();
         let now = self.clock.now();
-        for r in batch.records {
-            if let Some(why) = self.usage_refusal(from, &r, now) {
-                tracing::warn!(site = %from, record = %r.record_id, reason = %why, "usage record refused");
-                reply.refused += 1;
-                reply.reasons.push(format!("usage record {:?}: {why}", r.record_id));
-                continue;
-            }
-            let mut chain = r.site_chain.clone();
-            chain.push(self.cfg.site_id.clone());
-            let rec = UsageRec {
-                record_id: r.record_id.clone(),
-                abc_id: r.abc_id,
-                vee_id: r.vee_id,
-                site_chain: chain,
-                start_unix: interfaces::time::s_of(&r.start_time),
-                end_unix: interfaces::time::s_of(&r.end_time),
-                cpu_seconds: r.cpu_seconds,
-                memory_mib_seconds: r.memory_mib_seconds,
-                disk_bytes: r.disk_bytes,
-                net_bytes: r.net_bytes,
-                sent: true,
+        for r in records {
+            let refusal = match &r {
+                Ok(rec) => self.usage_refusal(from, rec, now).map(|why| (rec.record_id.clone(), why)),
+                Err((id, why)) => Some((id.clone(), why.clone())),
             };
-            if self.store.put_new(Tree::Usage, &r.record_id, &rec)? {
+            let (Ok(mut rec), None) = (r, refusal.as_ref()) else {
+                let (id, why) = refusal.unwrap_or_default();
+                tracing::warn!(site = %from, record = %id, reason = %why, "usage record refused");
+                reply.refused += 1;
+                reply.reasons.push(format!("usage record {id:?}: {why}"));
+                continue;
+            };
+            rec.site_chain.push(self.cfg.site_id.clone());
+            rec.sent = true;
+            if self.store.put_new(Tree::Usage, &rec.record_id, &rec)? {
                 reply.accepted += 1;
             } else {
                 reply.duplicates += 1;
@@ -341,7 +319,7 @@ impl Accounting {
     /// its values are finite, non-negative, and no more than the VEE's
     /// vCPUs and memory give over the interval (plus 2 s for the rounding
     /// of its ends to whole seconds).
-    pub fn usage_refusal(&self, from: &str, r: &vmi::UsageRecord, now: i64) -> Option<String> {
+    pub fn usage_refusal(&self, from: &str, r: &UsageRec, now: i64) -> Option<String> {
         if r.record_id.is_empty() || r.record_id.len() > 128 {
             return Some("field `record_id`: must be 1 to 128 characters".into());
         }
@@ -355,10 +333,7 @@ impl Accounting {
                 return Some(format!("field `{field}`: {x} is not a finite, non-negative number"));
             }
         }
-        if r.start_time.is_none() || r.end_time.is_none() {
-            return Some("fields `start_time`, `end_time`: both are required".into());
-        }
-        let (start, end) = (interfaces::time::s_of(&r.start_time), interfaces::time::s_of(&r.end_time));
+        let (start, end) = (r.start_unix, r.end_unix);
         if end < start || end > now + USAGE_SLACK_S {
             return Some(format!(
                 "fields `start_time`, `end_time`: {start}..{end} is not an interval up to now"
@@ -398,7 +373,7 @@ impl Accounting {
     }
 
     /// Local and remote usage of a service, and its SLA violations.
-    pub fn usage_report(&self, service_id: &str) -> Result<vmi::UsageReport> {
+    pub fn usage_report(&self, service_id: &str) -> Result<UsageReport> {
         let mut records: Vec<UsageRec> = self
             .store
             .list::<UsageRec>(Tree::Usage)?
@@ -412,20 +387,7 @@ impl Accounting {
             .into_iter()
             .filter(|v| v.service_id == service_id)
             .collect();
-        Ok(vmi::UsageReport {
-            service_id: service_id.into(),
-            records: records.iter().map(to_vmi).collect(),
-            violations: violations
-                .iter()
-                .map(|v| vmi::SlaViolation {
-                    vee_id: v.vee_id.clone(),
-                    term: v.term.clone(),
-                    start_time: interfaces::time::timestamp_s(v.start_unix),
-                    end_time: interfaces::time::timestamp_s(v.end_unix),
-                    penalty: v.penalty,
-                })
-                .collect(),
-        })
+        Ok(UsageReport { records, violations })
     }
 }
 

@@ -17,10 +17,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
 use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;
-use interfaces::vmi::{self, PrepareIncomingRequest, VeeActionRequest};
 
 use crate::core::Core;
-use crate::domain::StateMachine;
+use crate::domain::peer::{Incoming, IncomingVee};
+use crate::domain::{Action, StateMachine};
 use crate::error::VeemError;
 use crate::model::{CheckpointRec, Location, ServiceRec, VeeRec, VeeState};
 use crate::peers;
@@ -172,20 +172,14 @@ impl Federation {
         }
         self.checkpoints.share_blobs(blobs, site).await?;
         self.networks.stretch(v, Some(site)).await;
-        let (start_fresh, restore_from) = match how {
-            Incoming::Boot => (true, None),
-            Incoming::Restore(cp) => (true, Some(*cp)),
-            Incoming::Migration => (false, None),
-        };
-        let req = PrepareIncomingRequest {
-            spec: Some(spec),
+        let incoming = IncomingVee {
+            spec,
             primary_site: self.cfg.site_id.clone(),
-            guarantee: vmi::GuaranteeLevel::from(v.guarantee) as i32,
-            start_fresh,
-            restore_from,
+            guarantee: v.guarantee,
+            how,
         };
         let r = match self.peer(site) {
-            Ok(p) => p.prepare_incoming(req).await.map_err(|s| anyhow!("{}", s.message())),
+            Ok(p) => p.prepare_incoming(incoming).await.map_err(|s| anyhow!("{}", s.message())),
             Err(e) => Err(e),
         };
         // Refused: not on its way any more. Booted or restored there, it
@@ -200,27 +194,22 @@ impl Federation {
     /// Forwards an action on a VEE that runs at peer `site`; a checkpoint
     /// taken there is recorded here too, so that it can be restored at any
     /// site (both pull its blobs by ID: B §2; DESIGN.md §7).
-    pub async fn forward_action(&self, site: &str, vee_id: &str, action: vmi::Action, checkpoint_id: &str) -> Result<()> {
-        let req = VeeActionRequest {
-            vee_id: vee_id.into(),
-            action: action as i32,
-            checkpoint_id: checkpoint_id.into(),
-        };
+    pub async fn forward_action(&self, site: &str, vee_id: &str, action: Action, checkpoint_id: &str) -> Result<()> {
         let info = self
             .peer(site)?
-            .vee_action(req)
+            .vee_action(vee_id, action, checkpoint_id)
             .await
             .map_err(|s| anyhow!("site {site}: {}", s.message()))?;
         let mut v = self.vee(vee_id)?;
-        if let Some(rec) = info.checkpoint_record.as_ref().filter(|_| action == vmi::Action::Checkpoint) {
+        if let Some(rec) = info.checkpoint.as_ref().filter(|_| action == Action::Checkpoint) {
             self.checkpoints.record_checkpoint(&mut v, rec, &format!("at {site}")).await?;
         }
-        match crate::wire::vee_state("state", info.state).ok() {
+        match info.state {
             Some(state) if state == v.state => {}
             Some(state) if v.state.can_become(state) => self.transition(&mut v, state, format!("at {site}"))?,
             // A peer's word is checked, not trusted.
-            _ => {
-                tracing::warn!(vee = %vee_id, %site, from = v.state.as_str(), to = %info.state().as_str_name(), "peer reports a state change the VEE cannot make; ignored")
+            other => {
+                tracing::warn!(vee = %vee_id, %site, from = v.state.as_str(), to = ?other.map(|s| s.as_str()), "peer reports a state change the VEE cannot make; ignored")
             }
         }
         Ok(())
@@ -288,14 +277,14 @@ impl Federation {
     // ----- peer side -----
 
     /// Admits an incoming VEE for primary site `from` under the framework
-    /// agreement and this site's own planner; boots it (`start_fresh`) or
-    /// prepares a VEEH to receive it by live migration.
-    pub async fn accept_incoming(self: &Arc<Self>, from: &str, r: PrepareIncomingRequest) -> Result<IncomingTarget> {
+    /// agreement and this site's own planner; boots it, restores it from
+    /// its checkpoint or prepares a VEEH to receive it by live migration
+    /// (`r.how`).
+    pub async fn accept_incoming(self: &Arc<Self>, from: &str, r: IncomingVee) -> Result<IncomingTarget> {
         if r.primary_site != from {
             return Err(VeemError::field("primary_site", format!("{:?} is not the calling site {from:?}", r.primary_site)).into());
         }
-        let spec = r.spec.clone().ok_or_else(|| VeemError::field("spec", "is required"))?;
-        let guarantee = crate::wire::guarantee("guarantee", r.guarantee)?;
+        let (spec, guarantee) = (r.spec, r.guarantee);
         peers::admits(&self.cfg, from, spec.vcpus, spec.memory_mib, guarantee)?;
         crate::model::check_uuid("vee_id", &spec.vee_id)?;
         if !spec.nics.is_empty() && self.networks.overlay(from).is_none() {
@@ -362,7 +351,11 @@ impl Federation {
             svc.vees.push(spec.vee_id.clone());
         }
         let mut v = VeeRec {
-            state: if r.start_fresh { VeeState::Admitted } else { VeeState::Migrating },
+            state: if r.how == Incoming::Migration {
+                VeeState::Migrating
+            } else {
+                VeeState::Admitted
+            },
             location: Location::Host(host.clone()),
             guarantee,
             window_start_unix: self.clock.now(),
@@ -387,22 +380,22 @@ impl Federation {
         }
         self.event(&v.id, &v.service_id, "incoming", format!("from {from} on {host}"));
         let result = async {
-            match (r.start_fresh, r.restore_from) {
-                (true, Some(cp)) => {
-                    self.restore_incoming(&v.id, &host, cp).await?;
+            match r.how {
+                Incoming::Restore(cp) => {
+                    self.restore_incoming(&v.id, &host, *cp).await?;
                     return Ok(IncomingTarget {
                         vee_id: v.id.clone(),
                         ..Default::default()
                     });
                 }
-                (true, None) => {
+                Incoming::Boot => {
                     self.boot.deploy_vee(&v.id).await?;
                     return Ok(IncomingTarget {
                         vee_id: v.id.clone(),
                         ..Default::default()
                     });
                 }
-                (false, _) => {}
+                Incoming::Migration => {}
             }
             Ok(self
                 .hosts
@@ -512,16 +505,6 @@ impl Federation {
         self.drop_incoming(vee_id).await;
         Ok(())
     }
-}
-
-/// How a peer site is to take a VEE ([`Federation::send_incoming`]).
-pub enum Incoming {
-    /// Boot it from its images (remote placement).
-    Boot,
-    /// Restore it from this checkpoint record (recovery at a peer site).
-    Restore(Box<vhi::CheckpointRecord>),
-    /// Prepare a VEEH to receive a live migration.
-    Migration,
 }
 
 #[cfg(test)]

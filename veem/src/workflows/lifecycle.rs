@@ -6,10 +6,9 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
 use interfaces::vhi::{self, CheckpointRequest, DestroyRequest, RestoreRequest, ShutdownRequest};
-use interfaces::vmi;
 
 use crate::core::Core;
-use crate::error::VeemError;
+use crate::domain::Action;
 use crate::model::{CheckpointRec, Location, VeeRec, VeeState};
 use crate::workflows::boot::Boot;
 use crate::workflows::checkpoints::Checkpoints;
@@ -53,15 +52,15 @@ impl Lifecycle {
         }
     }
 
-    /// Applies a VMI VeeAction: stop | suspend | resume | checkpoint |
+    /// Applies an action on a VEE (the VMI's VeeAction): stop | suspend | resume | checkpoint |
     /// restore (`checkpoint_id` empty = latest valid) | withdraw (operator of
     /// a site running the VEE for a peer: give it back, see
     /// [`Migration::withdraw`](crate::workflows::migration::Migration::withdraw)).
-    pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: vmi::Action, checkpoint_id: &str) -> Result<VeeRec> {
+    pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: Action, checkpoint_id: &str) -> Result<VeeRec> {
         if let Location::Site(site) = self.vee(vee_id)?.location {
             self.federation.forward_action(&site, vee_id, action, checkpoint_id).await?;
             let v = self.vee(vee_id)?;
-            if action == vmi::Action::Stop {
+            if action == Action::Stop {
                 // No longer abroad: an anchor here may go, and so does the
                 // spare kept for it.
                 self.networks.sync_networks(&v.service_id).await;
@@ -70,13 +69,13 @@ impl Lifecycle {
             return Ok(v);
         }
         match action {
-            vmi::Action::Stop => self.stop_vee(vee_id).await?,
-            vmi::Action::Suspend | vmi::Action::Resume => {
+            Action::Stop => self.stop_vee(vee_id).await?,
+            Action::Suspend | Action::Resume => {
                 let _g = self.lock_vee(vee_id).await;
                 let mut v = self.vee(vee_id)?;
                 let c = self.hosts.vhi(&Self::local_host(&v)?)?;
                 let vee_id = vee_id.to_string();
-                if action == vmi::Action::Suspend {
+                if action == Action::Suspend {
                     c.suspend(tonic::Request::new(vhi::SuspendRequest { vee_id })).await?;
                     self.transition(&mut v, VeeState::Suspended, "")?;
                 } else {
@@ -84,15 +83,14 @@ impl Lifecycle {
                     self.transition(&mut v, VeeState::Running, "")?;
                 }
             }
-            vmi::Action::Checkpoint => {
+            Action::Checkpoint => {
                 self.checkpoint_vee(vee_id).await?;
             }
-            vmi::Action::Restore => {
+            Action::Restore => {
                 self.restore_vee(vee_id, (!checkpoint_id.is_empty()).then_some(checkpoint_id))
                     .await?
             }
-            vmi::Action::Withdraw => self.migration.withdraw(vee_id).await?,
-            vmi::Action::Unspecified => return Err(VeemError::field("action", "unset").into()),
+            Action::Withdraw => self.migration.withdraw(vee_id).await?,
         }
         self.vee(vee_id)
     }
@@ -147,7 +145,7 @@ impl Lifecycle {
         });
         let stops = live
             .iter()
-            .map(|v| async move { (v.id.clone(), self.vee_action(&v.id, vmi::Action::Stop, "").await) });
+            .map(|v| async move { (v.id.clone(), self.vee_action(&v.id, Action::Stop, "").await) });
         let failed: Vec<String> = futures::future::join_all(stops)
             .await
             .into_iter()
@@ -341,7 +339,7 @@ impl Lifecycle {
                     let veem = self.clone();
                     self.spawn(async move {
                         let r = match &v.location {
-                            Location::Site(s) => veem.federation.forward_action(s, &v.id, vmi::Action::Checkpoint, "").await,
+                            Location::Site(s) => veem.federation.forward_action(s, &v.id, Action::Checkpoint, "").await,
                             _ => veem.checkpoint_vee(&v.id).await.map(|_| ()),
                         };
                         if let Err(e) = r {

@@ -20,9 +20,9 @@ use interfaces::manifest::MigrationPolicy;
 use interfaces::retry::RetryPolicy;
 use interfaces::vhi::IncomingTarget;
 use interfaces::vhi::{self, MigrateOutRequest};
-use interfaces::vmi::{self, SendVeeRequest};
 
 use crate::core::Core;
+use crate::domain::peer::MigrationOutcome;
 use crate::error::VeemError;
 use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::peers;
@@ -409,7 +409,7 @@ impl Migration {
             Dest::Site(s) if s == &self.cfg.site_id => Err(anyhow!("migrating home needs a destination host: use --to-host")),
             Dest::Site(s) => {
                 self.federation
-                    .send_incoming(s, &v, crate::workflows::federation::Incoming::Migration, self.networks.spec_of(&v))
+                    .send_incoming(s, &v, crate::domain::peer::Incoming::Migration, self.networks.spec_of(&v))
                     .await
             }
             Dest::ForPrimary(s) => Err(anyhow!("site-of:{s} is not a destination this site can choose")),
@@ -420,28 +420,11 @@ impl Migration {
                 // 2. The source sends the VEE.
                 let sent = match v.location.clone() {
                     Location::Host(src) => self.migrate_out(&src, &v.id, target, v.max_downtime_ms, &mut m).await,
-                    Location::Site(src) => {
-                        let r = self
-                            .peer(&src)?
-                            .send_vee(SendVeeRequest {
-                                vee_id: v.id.clone(),
-                                target: Some(target),
-                            })
-                            .await;
-                        match r {
-                            Ok(i) => {
-                                if i.state() == vmi::MigrationState::Done {
-                                    Ok((
-                                        interfaces::time::ms_of_duration(&i.total),
-                                        interfaces::time::ms_of_duration(&i.downtime),
-                                    ))
-                                } else {
-                                    Err(anyhow!("site {src}: {}", i.detail))
-                                }
-                            }
-                            Err(s) => Err(anyhow!("site {src}: {}", s.message())),
-                        }
-                    }
+                    Location::Site(src) => match self.peer(&src)?.send_vee(&v.id, target).await {
+                        Ok(MigrationOutcome::Done { total_ms, downtime_ms }) => Ok((total_ms, downtime_ms)),
+                        Ok(MigrationOutcome::NotDone { detail, .. }) => Err(anyhow!("site {src}: {detail}")),
+                        Err(s) => Err(anyhow!("site {src}: {}", s.message())),
+                    },
                     Location::Nowhere => Err(anyhow!("VEE is not placed")),
                 };
                 // 3. The destination completes, or removes what it prepared.

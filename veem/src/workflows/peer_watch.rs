@@ -147,7 +147,7 @@ impl PeerWatch {
             match within(&*self.clock, PEER_CALL_TIMEOUT, c.get_vee(&v.id)).await {
                 Some(Ok(info)) => {
                     answered = true;
-                    if info.state() == interfaces::vmi::VeeState::Failed {
+                    if info.state == Some(VeeState::Failed) {
                         lost.push(v.id.clone());
                     }
                 }

@@ -22,9 +22,9 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
+use crate::domain::peer::SpareRequest;
 use anyhow::{anyhow, bail, Result};
 use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
-use interfaces::vmi;
 use serde::{Deserialize, Serialize};
 
 use crate::core::Core;
@@ -76,23 +76,18 @@ impl Spares {
     /// Holds spare capacity for `from`'s VEE as `r` asks, if the framework
     /// agreement admits `full` VEEs of that size and the planner has room
     /// over the window. Errors with the reason otherwise (nothing held).
-    pub fn hold_spare(&self, from: &str, r: vmi::ReserveSpareRequest) -> Result<vmi::ReserveSpareResponse> {
+    /// Returns when the hold lapses unless confirmed (Unix ms).
+    pub fn hold_spare(&self, from: &str, r: &SpareRequest) -> Result<i64> {
         crate::model::check_uuid("vee_id", &r.vee_id)?;
         crate::peers::admits(&self.cfg, from, r.vcpus, r.memory_mib, GuaranteeLevel::Full)?;
-        if r.start_time.is_none() {
-            return Err(crate::error::VeemError::field("start_time", "is required").into());
-        }
-        if interfaces::time::s_of(&r.end_time) <= interfaces::time::s_of(&r.start_time) {
+        if r.end_unix <= r.start_unix {
             return Err(crate::error::VeemError::field("end_time", "must be after start_time").into());
         }
         if self.store.get::<HeldSpare>(Tree::Spares, &r.vee_id)?.is_some() {
             bail!("a spare for VEE {} is held here already", r.vee_id);
         }
         let id = spare_id(&r.vee_id);
-        let window = self.slots.covering(
-            interfaces::time::s_of(&r.start_time).max(self.clock.now()),
-            interfaces::time::s_of(&r.end_time),
-        );
+        let window = self.slots.covering(r.start_unix.max(self.clock.now()), r.end_unix);
         let req = ServiceRequest {
             service_id: id.clone(),
             consumer: from.into(),
@@ -128,9 +123,7 @@ impl Spares {
         }
         self.planner_store.save_with(&self.planner, w)?;
         self.event(&r.vee_id, "", "spare", format!("held for {from} until confirmed"));
-        Ok(vmi::ReserveSpareResponse {
-            confirm_by: interfaces::time::timestamp_ms(held.confirm_by_ms),
-        })
+        Ok(held.confirm_by_ms)
     }
 
     /// The spare held for `from`'s VEE `vee_id`; errors when there is none.
@@ -222,15 +215,15 @@ impl Spares {
             let mut held = Vec::new();
             let mut refused = None;
             for n in needs {
-                let r = vmi::ReserveSpareRequest {
+                let r = SpareRequest {
                     vee_id: n.vee.clone(),
                     vcpus: n.resources.vcpus,
                     memory_mib: n.resources.memory_mib,
                     disk_gib: n.resources.disk_gib,
-                    start_time: interfaces::time::timestamp_s(self.slots.start_of(n.range.start)),
-                    end_time: interfaces::time::timestamp_s(self.slots.start_of(n.range.end)),
+                    start_unix: self.slots.start_of(n.range.start),
+                    end_unix: self.slots.start_of(n.range.end),
                 };
-                match peer.reserve_spare(r).await {
+                match peer.reserve_spare(&r).await {
                     Ok(_) => held.push(n.vee.clone()),
                     Err(s) => {
                         refused = Some(format!("{site} refused a spare: {}", s.message()));

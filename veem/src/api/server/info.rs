@@ -104,3 +104,64 @@ pub(super) fn migration_info(m: &MigrationRec, r: Option<&Redactor>) -> Migratio
         create_time: interfaces::time::timestamp_ms(m.created_ms),
     }
 }
+
+/// A consumer's usage SLA as ListUsageLimits shows it.
+pub(super) fn usage_limit_info(l: crate::workflows::accounting::UsageLimitView) -> vmi::UsageLimitInfo {
+    use crate::config::UsageLimitEntry;
+    let amount = |r: crate::planner::Resources| {
+        Some(vmi::Amount {
+            vcpus: r.vcpus,
+            memory_mib: r.memory_mib,
+            disk_gib: r.disk_gib,
+        })
+    };
+    let mut info = vmi::UsageLimitInfo {
+        consumer: l.consumer,
+        held: amount(l.held),
+        ..Default::default()
+    };
+    match l.limit {
+        UsageLimitEntry::Fixed { limit } => {
+            info.kind = vmi::UsageLimitKind::Fixed as i32;
+            info.limit = amount(limit);
+        }
+        UsageLimitEntry::Extensible { limit } => {
+            info.kind = vmi::UsageLimitKind::Extensible as i32;
+            info.limit = amount(limit);
+        }
+        UsageLimitEntry::Commitment {
+            epoch_limit,
+            epoch,
+            burst_limit,
+            burst,
+        } => {
+            info.kind = vmi::UsageLimitKind::Commitment as i32;
+            info.limit = amount(epoch_limit);
+            info.burst_limit = amount(burst_limit);
+            info.epoch = interfaces::time::duration_s(epoch.as_secs());
+            info.burst = interfaces::time::duration_s(burst.as_secs());
+            info.epoch_avg = amount(l.epoch_avg);
+            info.burst_avg = amount(l.burst_avg);
+        }
+    }
+    info
+}
+
+/// A service's usage and violations as GetUsage answers them.
+pub(super) fn usage_report(service_id: &str, u: crate::workflows::accounting::UsageReport) -> vmi::UsageReport {
+    vmi::UsageReport {
+        service_id: service_id.into(),
+        records: u.records.iter().map(crate::wire::peer::usage_record).collect(),
+        violations: u
+            .violations
+            .iter()
+            .map(|v| vmi::SlaViolation {
+                vee_id: v.vee_id.clone(),
+                term: v.term.clone(),
+                start_time: interfaces::time::timestamp_s(v.start_unix),
+                end_time: interfaces::time::timestamp_s(v.end_unix),
+                penalty: v.penalty,
+            })
+            .collect(),
+    }
+}

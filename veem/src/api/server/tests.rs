@@ -130,3 +130,22 @@ async fn a_provider_never_learns_hosts_or_sites_and_cannot_name_them() {
         assert!(operator.contains(name), "the operator does not see {name:?} in:\n{operator}");
     }
 }
+
+/// An action the caller left unset is refused at the VMI, naming the
+/// field, before any workflow or host is asked (the workflows' actions
+/// are a domain enum with no unset value).
+#[tokio::test]
+async fn an_unset_action_is_refused_naming_the_field() {
+    let site = FakeSite::start(&["h1"], TOKENS).await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let vmi = VmiService::handler(site.veem.clone());
+    let req = VeeActionRequest {
+        vee_id: vee,
+        action: 0,
+        checkpoint_id: String::new(),
+    };
+    let e = vmi.vee_action(as_("provider-token", req)).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("field `action`"), "{}", e.message());
+    assert!(site.host("h1").calls().is_empty(), "no host asked");
+}

@@ -223,7 +223,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         from_site: "site-b".into(),
         records,
     };
-    let reply = a.veem.accounting.receive_usage("site-b", batch.clone()).unwrap();
+    let reply = a.veem.accounting.receive_usage("site-b", pushed(&batch)).unwrap();
     assert_eq!((reply.accepted, reply.duplicates, reply.refused), (1, 0, n), "{:?}", reply.reasons);
     for (id, why) in [
         ("nan", "cpu_seconds"),
@@ -240,7 +240,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         );
     }
     // Sent again: the good one is a duplicate; reads of the usage work.
-    let again = a.veem.accounting.receive_usage("site-b", batch).unwrap();
+    let again = a.veem.accounting.receive_usage("site-b", pushed(&batch)).unwrap();
     assert_eq!((again.accepted, again.duplicates, again.refused), (0, 1, n));
     // Home again: the stay at B is closed; B may still account for it,
     // not for later.
@@ -258,7 +258,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         from_site: "site-b".into(),
         records: vec![record("late", now + 1, now + 4, 1.0), record("after", left + 600, left + 603, 1.0)],
     };
-    let reply = a.veem.accounting.receive_usage("site-b", later).unwrap();
+    let reply = a.veem.accounting.receive_usage("site-b", pushed(&later)).unwrap();
     assert_eq!((reply.accepted, reply.refused), (1, 1), "{:?}", reply.reasons);
     let report = a.veem.accounting.usage_report(&service).unwrap();
     assert_eq!(report.records.len(), 2);
@@ -643,4 +643,9 @@ async fn a_site_level_affinity_set_moves_to_the_peer_together() {
         assert_eq!(a.veem.vee(v).unwrap().location, Location::Site("site-b".into()), "{v}");
         assert!(b.host("b1").runs(v));
     }
+}
+
+/// The records of a PushUsage as the VMI server hands them on.
+fn pushed(b: &interfaces::vmi::PushUsageRequest) -> Vec<Result<crate::model::UsageRec, (String, String)>> {
+    b.records.iter().cloned().map(crate::wire::peer::pushed_usage).collect()
 }

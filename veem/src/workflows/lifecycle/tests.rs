@@ -2,7 +2,7 @@
 //! and a failed checkpoint leaves the VEE running with its previous
 //! checkpoint.
 
-use interfaces::vmi::Action;
+use crate::domain::Action;
 use tonic::Code;
 
 use crate::model::VeeState;
@@ -81,14 +81,6 @@ async fn a_failed_checkpoint_leaves_the_vee_running_with_its_previous_checkpoint
         .events(&vee)
         .iter()
         .any(|e| e.contains("checkpointing -> running: checkpoint failed")));
-}
-
-#[tokio::test]
-async fn an_unset_action_is_refused_naming_the_field() {
-    let (site, vee, host) = one_running_vee().await;
-    let e = site.veem.lifecycle.vee_action(&vee, Action::Unspecified, "").await.unwrap_err();
-    assert!(e.to_string().contains("field `action`"), "{e}");
-    assert!(site.host(&host).calls().is_empty());
 }
 
 #[tokio::test]

@@ -81,16 +81,16 @@ async fn an_unconfirmed_hold_lapses() {
     let (_a, b) = pair("");
     let now = b.clock.now();
     let vee = uuid::Uuid::new_v4().to_string();
-    let r = vmi::ReserveSpareRequest {
+    let r = SpareRequest {
         vee_id: vee.clone(),
         vcpus: 1,
         memory_mib: 512,
         disk_gib: 1,
-        start_time: interfaces::time::timestamp_s(now),
-        end_time: interfaces::time::timestamp_s(now + 3600),
+        start_unix: now,
+        end_unix: now + 3600,
     };
-    b.veem.spares.hold_spare("site-a", r.clone()).unwrap();
-    let e = b.veem.spares.hold_spare("site-a", r).unwrap_err();
+    b.veem.spares.hold_spare("site-a", &r).unwrap();
+    let e = b.veem.spares.hold_spare("site-a", &r).unwrap_err();
     assert!(e.to_string().contains("held here already"), "{e}");
     assert_eq!(b.veem.spares.lapse_spares().unwrap(), 0);
     b.clock.advance_ms((HOLD_SECONDS + 1) * 1000);
@@ -125,12 +125,11 @@ async fn an_arrival_the_peer_cannot_admit_leaves_its_spare_held() {
     // The VEE arrives larger than any host of B (b1 has 4096 MiB).
     let mut spec = a.veem.networks.spec_of(&a.veem.vee(&vee).unwrap());
     spec.memory_mib = 8192;
-    let req = vmi::PrepareIncomingRequest {
-        spec: Some(spec),
+    let req = crate::domain::peer::IncomingVee {
+        spec,
         primary_site: "site-a".into(),
-        guarantee: vmi::GuaranteeLevel::Full as i32,
-        start_fresh: true,
-        restore_from: None,
+        guarantee: GuaranteeLevel::Full,
+        how: crate::domain::peer::Incoming::Boot,
     };
     let e = format!("{:#}", b.veem.federation.accept_incoming("site-a", req).await.unwrap_err());
     assert!(e.contains("cannot admit VEE"), "{e}");
@@ -203,7 +202,7 @@ async fn a_vee_migrated_to_another_peer_keeps_its_spare_until_it_stops() {
     assert_eq!(a.veem.spares.spare_site(&vee).as_deref(), Some("site-b"));
     assert_eq!(held(&b).len(), 1);
     // Stopped (wherever it runs), the spare goes.
-    a.veem.lifecycle.vee_action(&vee, vmi::Action::Stop, "").await.unwrap();
+    a.veem.lifecycle.vee_action(&vee, crate::domain::Action::Stop, "").await.unwrap();
     eventually("B's spare is released", || held(&b).is_empty()).await;
     assert!(b.veem.planner().reservation(&spare_id(&vee)).is_none());
 }
