@@ -58,6 +58,8 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_plan;
+#[cfg(test)]
 mod tests_recovery;
 #[cfg(test)]
 mod tests_scale;

@@ -79,7 +79,7 @@ fn hosts_of(a: &Admitted) -> Vec<String> {
     a.placements.iter().map(|p| p.host.clone()).collect()
 }
 
-const W: SlotRange = SlotRange { start: 0, end: 60 };
+pub(super) const W: SlotRange = SlotRange { start: 0, end: 60 };
 
 #[test]
 fn admits_a_service_and_reserves_every_slot() {
@@ -567,50 +567,4 @@ fn rejects_malformed_requests() {
     let mut r = request("c", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 256))]);
     r.constraints = vec![anti(ConstraintLevel::Host, ConstraintScope::Instance, &["nope"])];
     assert!(p.admit(&r).reasons()[0].contains("unknown component"));
-}
-
-/// A plan made before another admission is refused, and changes nothing;
-/// planned again on the fresh state it is applied (issue 37: Nomad's
-/// partial commit, retried).
-#[test]
-fn a_plan_made_before_another_admission_is_stale_and_planned_again() {
-    let mut p = planner(1, 1024, RankPolicy::Packing);
-    let at = p.revision();
-    let first = p
-        .plan_admission(&request("a", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 512))]))
-        .unwrap();
-    let second = p
-        .plan_admission(&request("b", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 768))]))
-        .unwrap();
-    assert_eq!(p.service_ids().count(), 0, "planning reserves nothing");
-    p.apply(second).unwrap();
-    let before = fingerprint(&p);
-    let stale = p.apply(first).unwrap_err();
-    assert_eq!(stale.planned, at);
-    assert!(stale.now > at);
-    assert_eq!(fingerprint(&p), before, "a stale plan changes nothing");
-    // On the fresh state the first service no longer fits.
-    let again = p.plan_admission(&request("a", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 512))]));
-    assert!(!again.unwrap_err().is_accepted());
-    p.check_invariants().unwrap();
-}
-
-/// A plan that displaces a background VEE removes its reservation when
-/// applied, and says so in its entries.
-#[test]
-fn a_plan_that_displaces_background_removes_its_reservation_when_applied() {
-    let mut p = planner(1, 1024, RankPolicy::Packing);
-    accepted(p.admit(&request("bg", GuaranteeLevel::Background, W, &[("batch", 2, res(1, 512))])));
-    p.take_changes();
-    let plan = p
-        .plan_admission(&request("s", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 400))]))
-        .unwrap();
-    let victim = plan.admitted.preempted[0].clone();
-    assert!(p.reservation(&victim).is_some(), "not displaced by planning");
-    assert!(plan.entries().contains(&(format!("p/{victim}"), None)), "{:?}", plan.entries());
-    let admitted = p.apply_written(plan).unwrap();
-    assert_eq!(admitted.preempted, std::slice::from_ref(&victim));
-    assert!(p.reservation(&victim).is_none());
-    assert!(p.take_changes().is_empty(), "written by the caller: not noted again");
-    p.check_invariants().unwrap();
 }
