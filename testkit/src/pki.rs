@@ -182,3 +182,34 @@ pub fn repo(addr: &str) -> (SiteIdentity, PathBuf) {
     let pki = site("image-repo");
     (pki.vmi(addr), pki.vmi_ca())
 }
+
+/// The certificates of a test etcd cluster, under `dir`: its CA, the
+/// members' server certificate (for 127.0.0.1 and `localhost`, server and
+/// client authentication: the members also call each other) and a client
+/// certificate for the VEEMs (`[store.tls]`).
+pub struct EtcdPki {
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    /// What a VEEM shows and trusts: its client certificate and the CA.
+    pub client: TlsFiles,
+}
+
+/// Makes [`EtcdPki`] in `dir`.
+pub fn etcd(dir: &Path) -> EtcdPki {
+    use ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+    std::fs::create_dir_all(dir).unwrap();
+    let ca = Ca::new(dir, "etcd CA");
+    let (server_cert, server_key) = ca.issue_for(dir, "etcd-member", &["127.0.0.1", "localhost"], vec![ServerAuth, ClientAuth]);
+    let (cert, key) = ca.issue(dir, "veem-etcd", ClientAuth);
+    EtcdPki {
+        ca: ca.file.clone(),
+        server_cert,
+        server_key,
+        client: TlsFiles {
+            cert,
+            key,
+            ca: ca.file.clone(),
+        },
+    }
+}

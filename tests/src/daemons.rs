@@ -266,6 +266,15 @@ impl Veeh {
             .domains
     }
 
+    /// Destroys every domain this VEEH runs and removes its files (a
+    /// test's clean-up).
+    pub async fn destroy_all(&self) {
+        let mut c = self.client().await;
+        for d in self.domains().await {
+            destroy(&mut c, &d.vee_id).await;
+        }
+    }
+
     /// [`Veeh::client`], or the error connecting.
     pub async fn try_client(&self) -> Result<VhiServiceClient<Channel>, tonic::transport::Error> {
         vee_testkit::pki::site(&self.site)

@@ -8,7 +8,6 @@ use std::time::Duration;
 use e2e::daemons::{console, wait_tick, ImageRepo, Veeh};
 use e2e::site::{self, host_of, manifest, Veem, ACME, GLOBEX, OPERATOR};
 use e2e::{guest, lab};
-use interfaces::vhi::DestroyRequest;
 use interfaces::vmi::*;
 
 const BOOT: Duration = Duration::from_secs(180);
@@ -410,16 +409,7 @@ async fn lab_rejected_manifest_changes_nothing_and_a_killed_veem_resumes() {
         .limits
         .is_empty());
     for h in [&a1, &a2] {
-        for d in h.domains().await {
-            h.client()
-                .await
-                .destroy(DestroyRequest {
-                    vee_id: d.vee_id,
-                    remove: true,
-                })
-                .await
-                .unwrap();
-        }
+        h.destroy_all().await;
     }
     let mut op = veem.client(OPERATOR).await;
     assert!(op.list_vees(ListVeesRequest::default()).await.unwrap().into_inner().vees.len() == 2);

@@ -20,7 +20,9 @@ use serde::Deserialize;
 use crate::planner::{Resources, UsageLimit};
 
 mod policies;
+mod store;
 pub use policies::{MigrationPolicy, ProposalPolicy, RecoveryPolicy};
+pub use store::{EngineKind, StoreConfig};
 
 /// One VEEH of the site.
 #[derive(Clone, Debug, Deserialize)]
@@ -199,8 +201,13 @@ pub struct VeemConfig {
     pub site_id: String,
     /// VMI gRPC listen address.
     pub listen: SocketAddr,
-    /// sled database directory.
+    /// sled database directory (`[store] engine = "sled"`, the default).
+    #[serde(default)]
     pub db: PathBuf,
+    /// Where the records are kept: sled at `db`, or the site's etcd
+    /// cluster (`[store]`).
+    #[serde(default)]
+    pub store: StoreConfig,
     /// Image repository base URL.
     pub image_repo: String,
     #[serde(default)]
@@ -397,6 +404,13 @@ impl VeemConfig {
     fn check(&self) -> std::result::Result<(), Invalid> {
         if self.site_id.is_empty() {
             return Err(invalid("site_id", "must not be empty"));
+        }
+        self.store.check(&self.site_id, self.insecure)?;
+        if self.store.engine == EngineKind::Sled && self.db.as_os_str().is_empty() {
+            return Err(invalid(
+                "db",
+                "is required: the sled database's directory (or [store] engine = \"etcd\")",
+            ));
         }
         self.listener.check("listener")?;
         if !["packing", "striping", "load-aware"].contains(&self.rank_policy.as_str()) {

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use crate::config::VeemConfig;
+use crate::config::{EngineKind, VeemConfig};
 use crate::core::Core;
 use crate::ports::Ports;
-use crate::store::Store;
+use crate::store::{EtcdEngine, Store};
 use crate::workflows::accounting::Accounting;
 use crate::workflows::background::Background;
 use crate::workflows::boot::Boot;
@@ -76,7 +76,7 @@ impl Veem {
 
     /// [`Veem::open`] with the given ports (tests: in-memory fakes).
     pub fn with_ports(cfg: VeemConfig, ports: Ports) -> Result<Arc<Self>> {
-        let store = Store::open(&cfg.db)?;
+        let store = store_of(&cfg)?;
         Self::with_store(cfg, ports, store)
     }
 
@@ -188,5 +188,19 @@ impl Veem {
     /// The core the workflows share.
     pub fn core(&self) -> &Arc<Core> {
         &self.core
+    }
+}
+
+/// The store `cfg` names: the sled database at `db`, or the site's etcd
+/// cluster (`[store]`). Errors: it cannot be opened, or holds a newer
+/// format.
+fn store_of(cfg: &VeemConfig) -> Result<Store> {
+    match cfg.store.engine {
+        EngineKind::Sled => Store::open(&cfg.db),
+        EngineKind::Etcd => {
+            let o = cfg.store.etcd(&cfg.site_id);
+            let what = format!("etcd {:?} at {}", o.prefix, o.endpoints.join(","));
+            Store::on(Arc::new(EtcdEngine::connect(&o)?), &what)
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Persistent state of the VEEM: one tree per record kind, values JSON, in
-//! a key-value [`Engine`] (sled by default, [`SledEngine`]; `engine` says
-//! what another must do). Survives restarts; every write is durable before
+//! a key-value [`Engine`] (sled by default, [`SledEngine`]; a site's etcd
+//! cluster, [`EtcdEngine`]; `engine` says what another must do). Survives restarts; every write is durable before
 //! the caller goes on (a `kill -9` loses nothing that was acknowledged).
 //!
 //! The database carries its format version ([`FORMAT_VERSION`], key
@@ -9,12 +9,14 @@
 //! format is refused, never misread.
 
 mod engine;
+mod etcd;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 pub use engine::{Conflict, Engine, MemoryEngine, Revision, SledEngine, Unchanged};
+pub use etcd::{EtcdEngine, EtcdOptions, Fenced, StoreUnavailable, PAGE as ETCD_PAGE};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -117,13 +119,15 @@ impl Writes {
     }
 
     /// Conditions the commit on `key` of tree `t` not having been written
-    /// after revision `since` (when it was read; 0: never written): else
-    /// the commit writes nothing and fails with [`Conflict`].
-    pub fn unchanged_since(&mut self, t: Tree, key: &str, since: Revision) {
+    /// (or removed) after revision `since`, when it was read and found
+    /// (`existed`) or not (0: never written): else the commit writes
+    /// nothing and fails with [`Conflict`].
+    pub fn unchanged_since(&mut self, t: Tree, key: &str, since: Revision, existed: bool) {
         self.unchanged.push(Unchanged {
             tree: t,
             key: key.as_bytes().to_vec(),
             since,
+            existed,
         });
     }
 

@@ -28,6 +28,11 @@ fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
         // be retried by the caller.
         return Some(Code::Aborted);
     }
+    if e.is::<crate::store::StoreUnavailable>() || e.is::<crate::store::Fenced>() {
+        // The site's control plane cannot take the write now (no quorum,
+        // or this VEEM no longer leads): another moment, or another VEEM.
+        return Some(Code::Unavailable);
+    }
     e.is::<InvalidTransition>().then_some(Code::FailedPrecondition)
 }
 

@@ -267,3 +267,50 @@ fn the_packaged_listener_block_gives_the_defaults_and_bad_limits_are_named() {
         .to_string();
     assert!(e.contains("listener.head_timeout") && e.contains("longer than 0 s"), "{e}");
 }
+
+#[test]
+fn the_store_is_sled_at_db_by_default_or_the_sites_etcd_cluster() {
+    let cfg = VeemConfig::parse(BASE).unwrap();
+    assert_eq!(cfg.store.engine, EngineKind::Sled);
+    let head = "site_id = \"site-a\"\nlisten = \"127.0.0.1:7200\"\nimage_repo = \"http://127.0.0.1:7000\"\n";
+    let tls = "[store.tls]\nca = \"/etc/vee/etcd-ca.crt\"\ncert = \"/etc/vee/veem.crt\"\nkey = \"/etc/vee/veem.key\"\n";
+    let etcd = format!("{head}[store]\nengine = \"etcd\"\nendpoints = [\"https://10.0.0.1:2379\", \"https://10.0.0.2:2379\"]\n{tls}");
+    let cfg = VeemConfig::parse(&etcd).expect("no db needed with etcd");
+    let o = cfg.store.etcd(&cfg.site_id);
+    assert_eq!(
+        (o.prefix.as_str(), o.endpoints.len(), o.timeout),
+        ("/vee/site-a", 2, Duration::from_secs(5))
+    );
+    let refused = |text: &str, field: &str, why: &str| {
+        let e = format!("{:#}", VeemConfig::parse(text).unwrap_err());
+        assert!(e.contains(&format!("field `{field}`")) && e.contains(why), "{field}: {e}");
+    };
+    refused(head, "db", "is required");
+    refused(&format!("{head}[store]\nengine = \"etcd\"\n"), "store.endpoints", "at least one");
+    refused(
+        &format!("{head}[store]\nengine = \"etcd\"\nendpoints = [\"https://10.0.0.1:2379\"]\n"),
+        "store.endpoints[0]",
+        "[store.tls] is missing",
+    );
+    refused(
+        &format!("{head}[store]\nengine = \"etcd\"\nendpoints = [\"http://10.0.0.1:2379\"]\n"),
+        "store.endpoints[0]",
+        "insecure = true",
+    );
+    refused(
+        &format!("{head}[store]\nengine = \"etcd\"\nendpoints = [\"10.0.0.1:2379\"]\n"),
+        "store.endpoints[0]",
+        "not an http:// or https:// URL",
+    );
+    refused(
+        &format!("{head}[store]\nengine = \"etcd\"\nprefix = \"/vee/a/\"\nendpoints = [\"https://10.0.0.1:2379\"]\n{tls}"),
+        "store.prefix",
+        "must start with /",
+    );
+    refused(
+        &format!("{BASE}[store]\nendpoints = [\"https://10.0.0.1:2379\"]\n"),
+        "store.engine",
+        "etcd's",
+    );
+    refused(&format!("{BASE}[store]\nengine = \"zookeeper\"\n"), "store.engine", "zookeeper");
+}

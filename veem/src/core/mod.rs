@@ -76,11 +76,18 @@ impl Core {
         // A database belongs to one site: another site's is refused, never
         // mistaken for this one's.
         match store.get::<String>(Tree::Meta, "site_id")? {
-            Some(site) if site != cfg.site_id => anyhow::bail!(
-                "database {} belongs to site {site:?}, not to {:?} (field `db`)",
-                cfg.db.display(),
-                cfg.site_id
-            ),
+            Some(site) if site != cfg.site_id => match cfg.store.engine {
+                crate::config::EngineKind::Sled => anyhow::bail!(
+                    "database {} belongs to site {site:?}, not to {:?} (field `db`)",
+                    cfg.db.display(),
+                    cfg.site_id
+                ),
+                crate::config::EngineKind::Etcd => anyhow::bail!(
+                    "etcd prefix {:?} belongs to site {site:?}, not to {:?} (field `store.prefix`)",
+                    cfg.store.prefix(&cfg.site_id),
+                    cfg.site_id
+                ),
+            },
             Some(_) => {}
             None => store.put(Tree::Meta, "site_id", &cfg.site_id)?,
         }
@@ -237,7 +244,8 @@ impl Core {
         let records = self.vee_records.read().unwrap();
         for v in &vees {
             w.put(Tree::Vees, &v.id, v)?;
-            w.unchanged_since(Tree::Vees, &v.id, records.read_at(&v.id));
+            let (since, existed) = records.read_at(&v.id);
+            w.unchanged_since(Tree::Vees, &v.id, since, existed);
         }
         w.put(Tree::Services, &svc.id, svc)?;
         Ok(vees)
@@ -396,7 +404,8 @@ impl Core {
         };
         let mut w = Writes::default();
         w.put(Tree::Vees, &v.id, &v)?;
-        w.unchanged_since(Tree::Vees, &v.id, records.read_at(&v.id));
+        let (since, existed) = records.read_at(&v.id);
+        w.unchanged_since(Tree::Vees, &v.id, since, existed);
         match self.store.commit(w) {
             Ok(revision) => records.insert(v, revision),
             Err(e) => {
@@ -412,7 +421,8 @@ impl Core {
         let mut records = self.vee_records.write().unwrap();
         let mut w = Writes::default();
         w.remove(Tree::Vees, id);
-        w.unchanged_since(Tree::Vees, id, records.read_at(id));
+        let (since, existed) = records.read_at(id);
+        w.unchanged_since(Tree::Vees, id, since, existed);
         match self.store.commit(w) {
             Ok(revision) => records.remove(id, revision),
             Err(e) => {
@@ -471,7 +481,8 @@ impl Core {
                 vee.updated_ms = now_ms;
                 vee.stays = vee.stays_after(records.get(&vee.id), self.clock.now());
                 w.put(Tree::Vees, &vee.id, &**vee)?;
-                w.unchanged_since(Tree::Vees, &vee.id, records.read_at(&vee.id));
+                let (since, existed) = records.read_at(&vee.id);
+                w.unchanged_since(Tree::Vees, &vee.id, since, existed);
             }
             Ok(())
         })();

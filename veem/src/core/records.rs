@@ -45,10 +45,11 @@ impl VeeRecords {
         this
     }
 
-    /// The revision at which record `id` was last read or written here:
-    /// a commit that writes it holds to it not having been written since.
-    pub(crate) fn read_at(&self, id: &str) -> Revision {
-        self.by_id.get(id).map_or(self.revision, |(_, _, r)| *r)
+    /// The revision at which record `id` was last read or written here,
+    /// and whether it was there: a commit that writes it holds to it not
+    /// having been written since.
+    pub(crate) fn read_at(&self, id: &str) -> (Revision, bool) {
+        self.by_id.get(id).map_or((self.revision, false), |(_, _, r)| (*r, true))
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -161,9 +162,9 @@ mod tests {
         records.insert(v, 2);
         assert_eq!(records.due(100_000).count(), 0, "its old due time went");
         assert_eq!(records.due(200_000).count(), 1);
-        assert_eq!(records.read_at("v"), 2, "the revision it was written at");
+        assert_eq!(records.read_at("v"), (2, true), "the revision it was written at");
         records.remove("v", 3);
         assert_eq!(records.due(i64::MAX).count(), 0);
-        assert_eq!(records.read_at("v"), 3, "absent since its removal");
+        assert_eq!(records.read_at("v"), (3, false), "absent since its removal");
     }
 }

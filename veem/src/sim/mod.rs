@@ -19,9 +19,11 @@ use interfaces::BlobId;
 
 use crate::ports::{Clock, HostVhi, ImageRepository, Ports};
 
+mod engine_contract;
 mod host;
 mod peer;
 
+pub use engine_contract::engine_contract;
 pub use host::FakeVhi;
 pub use peer::{local_peer, FakePeers, LocalPeer};
 

@@ -1,0 +1,140 @@
+//! Where the VEEM keeps its records (`[store]`; DESIGN.md §11): the
+//! embedded sled database at `db` (the default, one machine), or the
+//! site's etcd cluster, which the site's VEEMs share.
+//!
+//! ```toml
+//! [store]
+//! engine = "etcd"
+//! endpoints = ["https://10.0.0.11:2379", "https://10.0.0.12:2379", "https://10.0.0.13:2379"]
+//! prefix = "/vee/site-a"          # the site's keys (default: /vee/<site_id>)
+//! timeout = "5s"                  # one call to etcd at most
+//! [store.tls]                     # etcd's CA, this VEEM's client certificate
+//! ca = "/etc/vee/pki/etcd-ca.crt"
+//! cert = "/etc/vee/pki/veem-etcd.crt"
+//! key = "/etc/vee/pki/veem-etcd.key"
+//! ```
+
+use std::time::Duration;
+
+use interfaces::config::{duration, invalid, Invalid};
+use serde::Deserialize;
+
+use crate::store::EtcdOptions;
+
+/// The store engines a VEEM can keep its records in.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// sled, embedded, in the directory `db`.
+    #[default]
+    Sled,
+    /// An etcd cluster (v3 API) shared by the site's VEEMs.
+    Etcd,
+}
+
+/// `[store]` (see the module doc).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    #[serde(default)]
+    pub engine: EngineKind,
+    /// etcd: the members' client URLs (`https://`, or `http://` with
+    /// `insecure = true`).
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+    /// etcd: the CA of the members' certificates (`ca`) and this VEEM's
+    /// client certificate and key (`cert`, `key`), PEM files.
+    #[serde(default)]
+    pub tls: Option<interfaces::tls::TlsFiles>,
+    /// etcd: the prefix of the site's keys (default `/vee/<site_id>`).
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// etcd: how long one call may take before the store counts as
+    /// unavailable (default 5 s, at least 1 s).
+    #[serde(default = "default_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            engine: EngineKind::Sled,
+            endpoints: Vec::new(),
+            tls: None,
+            prefix: None,
+            timeout: default_timeout(),
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Checks the section for site `site_id` (`insecure`: plaintext
+    /// allowed); errors name the field.
+    pub(super) fn check(&self, site_id: &str, insecure: bool) -> Result<(), Invalid> {
+        if self.engine == EngineKind::Sled {
+            if !self.endpoints.is_empty() || self.tls.is_some() || self.prefix.is_some() {
+                return Err(invalid(
+                    "store.engine",
+                    "is sled (the default): endpoints, tls and prefix are etcd's",
+                ));
+            }
+            return Ok(());
+        }
+        if self.endpoints.is_empty() {
+            return Err(invalid("store.endpoints", "etcd needs at least one member's client URL"));
+        }
+        for (i, e) in self.endpoints.iter().enumerate() {
+            let field = format!("store.endpoints[{i}]");
+            match (e.strip_prefix("https://"), e.strip_prefix("http://")) {
+                (Some(rest), _) if !rest.is_empty() => {
+                    if self.tls.is_none() {
+                        return Err(invalid(field, format!("{e:?} is https and [store.tls] is missing")));
+                    }
+                }
+                (_, Some(rest)) if !rest.is_empty() => {
+                    if !insecure {
+                        return Err(invalid(
+                            field,
+                            format!("{e:?} is plaintext: use https with [store.tls], or set insecure = true"),
+                        ));
+                    }
+                }
+                _ => return Err(invalid(field, format!("{e:?} is not an http:// or https:// URL"))),
+            }
+        }
+        let prefix = self.prefix(site_id);
+        if !prefix.starts_with('/')
+            || prefix.ends_with('/')
+            || prefix.len() > 200
+            || prefix.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(invalid(
+                "store.prefix",
+                format!("{prefix:?} must start with / and not end with it, with no spaces, at most 200 characters"),
+            ));
+        }
+        if self.timeout < Duration::from_secs(1) {
+            return Err(invalid("store.timeout", "must be at least 1 s"));
+        }
+        Ok(())
+    }
+
+    /// The prefix of site `site_id`'s keys.
+    pub fn prefix(&self, site_id: &str) -> String {
+        self.prefix.clone().unwrap_or_else(|| format!("/vee/{site_id}"))
+    }
+
+    /// The etcd engine's options for site `site_id`.
+    pub fn etcd(&self, site_id: &str) -> EtcdOptions {
+        EtcdOptions {
+            endpoints: self.endpoints.clone(),
+            tls: self.tls.clone(),
+            prefix: self.prefix(site_id),
+            timeout: self.timeout,
+        }
+    }
+}
