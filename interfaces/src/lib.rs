@@ -9,6 +9,7 @@ pub mod connections;
 pub mod daemon;
 pub mod database;
 pub mod error;
+pub mod fencing;
 pub mod listen;
 pub mod locks;
 pub mod output;

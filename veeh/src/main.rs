@@ -61,6 +61,9 @@ async fn main() -> anyhow::Result<()> {
                 None => tracing::error!("{}", interfaces::tls::INSECURE_WARNING),
             }
             let cfg_tls = cfg.tls.is_some();
+            // The newest epoch of the site's leading VEEM this host has
+            // seen: an older one's calls are refused.
+            let gate = interfaces::fencing::Gate::open(&cfg.state_dir.join("leader-epoch"))?;
             let host = Host::open(cfg)?;
             let swept = veeh::network::sweep_unused().await;
             if !swept.is_empty() {
@@ -74,7 +77,7 @@ async fn main() -> anyhow::Result<()> {
             // On SIGTERM or SIGINT: no new calls; those under way get the
             // grace period.
             let (router, health) = interfaces::daemon::with_health_and_reflection(
-                server.add_service(VhiService::new(host)),
+                server.add_service(VhiService::fenced(host, gate)),
                 VHI_SERVICE,
                 interfaces::vhi::FILE_DESCRIPTOR_SET,
             )

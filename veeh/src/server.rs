@@ -8,11 +8,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
+use interfaces::fencing::Gate;
 use interfaces::vhi::vhi_service_server::{VhiService as Vhi, VhiServiceServer};
 use interfaces::vhi::*;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
 use tokio_stream::StreamExt;
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
 use crate::error::status;
@@ -38,6 +40,13 @@ fn spec(spec: Option<VeeSpec>) -> Result<VeeSpec, Status> {
 impl VhiService {
     pub fn new(host: Arc<Host>) -> VhiServiceServer<Self> {
         VhiServiceServer::new(Self { host })
+    }
+
+    /// The VHI service behind `gate`: a call from a VEEM of an epoch
+    /// older than the newest this host has seen is refused before any
+    /// handler (`interfaces::fencing`).
+    pub fn fenced(host: Arc<Host>, gate: Gate) -> InterceptedService<VhiServiceServer<Self>, Gate> {
+        VhiServiceServer::with_interceptor(Self { host }, gate)
     }
 }
 

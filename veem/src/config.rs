@@ -201,6 +201,11 @@ pub struct VeemConfig {
     pub site_id: String,
     /// VMI gRPC listen address.
     pub listen: SocketAddr,
+    /// The VMI URL clients and peers reach this VEEM at, which a standby
+    /// of the site tells them when it names its leader (etcd; default
+    /// `https://<listen>`, `http://` without `[tls]`).
+    #[serde(default)]
+    pub advertise: Option<String>,
     /// sled database directory (`[store] engine = "sled"`, the default).
     #[serde(default)]
     pub db: PathBuf,
@@ -388,6 +393,14 @@ fn default_stop_timeout() -> Duration {
 }
 
 impl VeemConfig {
+    /// The VMI URL of this VEEM (`advertise`, else from `listen`).
+    pub fn advertised(&self) -> String {
+        self.advertise.clone().unwrap_or_else(|| {
+            let scheme = if self.tls.is_some() { "https" } else { "http" };
+            format!("{scheme}://{}", self.listen)
+        })
+    }
+
     /// Reads and checks `path`; errors name the file, the line and column,
     /// the field and why (`interfaces::config`).
     pub fn load(path: &Path) -> Result<Self> {

@@ -11,10 +11,13 @@ use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::front::Front;
-use crate::config::VeemConfig;
+use crate::api::standby::Port;
+use crate::config::{EngineKind, VeemConfig};
 use crate::domain::Health;
+use crate::leadership::{Leader, Leadership};
 use crate::loops::{self, Loops};
 use crate::manager::Veem;
+use crate::store::{EtcdEngine, Store};
 
 /// How long a stop waits for the loops' rounds under way.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -61,18 +64,25 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     // The port first: a VEEM that cannot serve does not start (nor
     // reconcile, nor run its loops).
     let listener = interfaces::listen::bind(listen).await?;
-    let veem = Veem::open(cfg)?;
-    let limits = veem.cfg.listener.effective();
-    // One set of handlers (and of peer CAs) for gRPC and REST, on one
-    // port, over HTTP/2 and HTTP/1.1 (TLS included: the VMI's ALPN offers
-    // both).
-    let front = Front::of(veem.clone(), &limits).await?;
-    let tls = match &veem.cfg.tls {
+    let limits = cfg.listener.effective();
+    let tls = match &cfg.tls {
         Some(tls) => {
-            let cas: Vec<&Path> = veem.cfg.peers.iter().filter_map(|p| p.ca.as_deref()).collect();
+            let cas: Vec<&Path> = cfg.peers.iter().filter_map(|p| p.ca.as_deref()).collect();
             Some(tls.acceptor(&cas)?)
         }
         None => None,
+    };
+    // On the embedded store the VEEM opens its database and answers at
+    // once (not serving until it has reconciled: `front`); over etcd it
+    // stands by until it leads its site.
+    let site = cfg.site_id.clone();
+    let (port, opening) = match cfg.store.engine {
+        EngineKind::Sled => {
+            let veem = Veem::open(cfg)?;
+            let front = Front::of(veem.clone(), &limits).await?;
+            (Port::of(&site, front.clone()), Opening::Opened(veem, front))
+        }
+        EngineKind::Etcd => (Port::standing_by(&site), Opening::StandingBy(Box::new(cfg))),
     };
     // Until the stop, then no new connection, the calls under way and the
     // loops' rounds get the grace period: the stop token ends WatchEvents
@@ -83,13 +93,32 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
         listener,
         tls,
         limits,
-        front.clone().router(),
+        port.clone().router(),
         stop.clone().cancelled_owned(),
         SHUTDOWN_GRACE,
     ));
+    let (veem, front, leader) = match opening {
+        Opening::Opened(veem, front) => (veem, front, None),
+        Opening::StandingBy(cfg) => match lead(*cfg, &port, &stop).await? {
+            Some((veem, leader)) => {
+                // One set of handlers (and of peer CAs) for gRPC and
+                // REST, on one port, over HTTP/2 and HTTP/1.1.
+                let front = Front::of(veem.clone(), &limits).await?;
+                port.lead(front.clone());
+                (veem, front, Some(leader))
+            }
+            None => {
+                server.await??;
+                tracing::info!("stopped while standing by");
+                return Ok(());
+            }
+        },
+    };
     tracing::info!(site = %veem.cfg.site_id, %listen, max_connections = limits.max_connections, "VMI listening; reconciling with the hosts");
+    let lost = leader.as_ref().map(|l| l.lost.clone()).unwrap_or_default();
     let started = tokio::select! {
         () = stop.cancelled() => false,
+        () = lost.cancelled() => false,
         () = start_up(&veem, destroy_strays) => true,
     };
     let mut loops = None;
@@ -98,7 +127,15 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
         loops = Some(Loops::start(&veem));
         tracing::info!(site = %veem.cfg.site_id, %listen, "VMI serving");
         interfaces::daemon::notify_ready();
-        stop.cancelled().await;
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = lost.cancelled() => {}
+        }
+    }
+    let stepped_down = lost.is_cancelled() && !stop.is_cancelled();
+    if stepped_down {
+        tracing::error!(site = %veem.cfg.site_id, "lost the site's leadership (the lease was not renewed in time): stepping down");
+        stop.cancel();
     }
     front.stopping().await;
     veem.stopping.cancel();
@@ -116,9 +153,82 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
         }
     };
     let (served, ()) = tokio::join!(server, beside);
+    if stepped_down {
+        return Err(SteppedDown.into());
+    }
+    // A clean stop hands the site over at once.
+    if let Some(leader) = leader {
+        leader.resign().await;
+    }
     served??;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How `veem serve` comes to act for its site.
+enum Opening {
+    /// On the embedded store: at once.
+    Opened(Arc<Veem>, Arc<Front>),
+    /// Over etcd: once it leads ([`lead`]).
+    StandingBy(Box<VeemConfig>),
+}
+
+/// `veem serve` stopped because this VEEM lost its site's leadership
+/// (exit code `cli::exit::STEPPED_DOWN`): started again, it stands by.
+#[derive(Debug, thiserror::Error)]
+#[error("this VEEM lost its site's leadership and stepped down")]
+pub struct SteppedDown;
+
+/// Campaigns for site `cfg.site_id`'s leadership in its etcd cluster
+/// (`crate::leadership`), the port answering as a standby (naming the
+/// leader) meanwhile; once elected, the store's commits are fenced by the
+/// election key and the VEEM is opened over it, its host calls carrying
+/// the epoch. `None` when stopped first. Errors: the cluster's
+/// configuration, a database of another site or format.
+async fn lead(cfg: VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> Result<Option<(Arc<Veem>, Leader)>> {
+    let engine = Arc::new(EtcdEngine::connect(&cfg.store.etcd(&cfg.site_id))?);
+    let leadership = Arc::new(Leadership::new(
+        engine.waiting_client().await?,
+        engine.prefix(),
+        &cfg.advertised(),
+        cfg.store.lease_ttl,
+    ));
+    tracing::info!(site = %cfg.site_id, endpoint = %cfg.advertised(), "standing by: campaigning for the site's leadership");
+    // Who leads, for the standby's answers, until this VEEM does.
+    let watching = CancellationToken::new();
+    tokio::spawn({
+        let (leadership, port, watching) = (leadership.clone(), port.clone(), watching.clone());
+        async move {
+            while !watching.is_cancelled() {
+                port.set_leader(leadership.leader_endpoint().await);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    });
+    let leader = loop {
+        let won = tokio::select! {
+            () = stop.cancelled() => {
+                watching.cancel();
+                return Ok(None);
+            }
+            won = leadership.campaign() => won,
+        };
+        match won {
+            Ok(l) => break l,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "campaign failed; campaigning again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    watching.cancel();
+    port.set_leader(Some(cfg.advertised()));
+    tracing::info!(site = %cfg.site_id, epoch = leader.epoch, "leading the site");
+    engine.fence_with(Some((leader.key.clone(), leader.epoch)));
+    let what = format!("etcd {:?}", engine.prefix());
+    let store = Store::on(engine, &what)?;
+    let veem = Veem::open_leading(cfg, store, leader.epoch)?;
+    Ok(Some((veem, leader)))
 }
 
 /// What the VEEM does before it serves: learns its hosts' capacities and

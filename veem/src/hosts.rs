@@ -208,7 +208,7 @@ mod tests {
     fn a_silent_host_fails_after_the_miss_limit() {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let port: Arc<HostVhi> = Arc::new(crate::ports::GrpcHost::new("h", "http://127.0.0.1:9", None, true).unwrap());
+            let port: Arc<HostVhi> = Arc::new(crate::ports::GrpcHost::new("h", "http://127.0.0.1:9", None, true, None).unwrap());
             let entry = HostEntry {
                 name: "h".into(),
                 endpoint: "http://127.0.0.1:9".into(),

@@ -25,6 +25,7 @@ pub mod error;
 pub mod failpoints;
 pub mod hosts;
 pub mod ipam;
+pub mod leadership;
 pub mod loops;
 pub mod manager;
 pub mod model;

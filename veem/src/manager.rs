@@ -70,8 +70,16 @@ impl Veem {
     /// Opens the database and restores the planner (or starts an empty
     /// one), talking to hosts, peers and the repository over the network.
     pub fn open(cfg: VeemConfig) -> Result<Arc<Self>> {
-        let ports = Ports::connect(&cfg)?;
+        let ports = Ports::connect(&cfg, None)?;
         Self::with_ports(cfg, ports)
+    }
+
+    /// The VEEM of a site's leader over `store` (the site's etcd cluster,
+    /// its commits fenced by the election key of `epoch`): its calls to
+    /// hosts carry `epoch` (`interfaces::fencing`).
+    pub fn open_leading(cfg: VeemConfig, store: Store, epoch: i64) -> Result<Arc<Self>> {
+        let ports = Ports::connect(&cfg, Some(epoch))?;
+        Self::with_store(cfg, ports, store)
     }
 
     /// [`Veem::open`] with the given ports (tests: in-memory fakes).

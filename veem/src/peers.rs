@@ -11,9 +11,14 @@ use tonic::transport::Channel;
 
 use crate::config::{PeerEntry, VeemConfig};
 
-/// Adds `authorization: Bearer TOKEN` to every request.
+/// Adds `authorization: Bearer TOKEN` to every request, and this VEEM's
+/// epoch when it leads its site over etcd (`interfaces::fencing`: a peer
+/// refuses a call of an epoch older than the newest it has seen).
 #[derive(Clone)]
-pub struct Bearer(pub tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+pub struct Bearer(
+    pub tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+    interfaces::fencing::Stamp,
+);
 
 impl Bearer {
     pub fn new(token: &str) -> Result<Self> {
@@ -21,14 +26,20 @@ impl Bearer {
             format!("Bearer {token}")
                 .parse()
                 .map_err(|_| anyhow!("token is not valid ASCII metadata"))?,
+            interfaces::fencing::Stamp(None),
         ))
+    }
+
+    /// The same, with `epoch` on every request too.
+    pub fn with_epoch(self, epoch: Option<i64>) -> Self {
+        Self(self.0, interfaces::fencing::Stamp(epoch))
     }
 }
 
 impl Interceptor for Bearer {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         req.metadata_mut().insert("authorization", self.0.clone());
-        Ok(req)
+        self.1.call(req)
     }
 }
 

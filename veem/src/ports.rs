@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use futures::Stream;
+use interfaces::fencing::Stamp;
 use interfaces::repo_client::RepoClient;
 use interfaces::vhi::vhi_service_client::VhiServiceClient;
 use interfaces::vhi::{self, vhi_service_server};
@@ -58,16 +59,19 @@ pub async fn domains(vhi: &HostVhi) -> Result<Vec<vhi::DomainInfo>, Status> {
     interfaces::pages::all(call, |r| (r.domains, r.next_page_token)).await
 }
 
-/// [`HostVhi`] over the network: a tonic client of the VEEH's endpoint.
+/// [`HostVhi`] over the network: a tonic client of the VEEH's endpoint,
+/// each call stamped with this VEEM's epoch when it leads its site over
+/// etcd (`interfaces::fencing`).
 #[derive(Clone)]
-pub struct GrpcHost(VhiServiceClient<Channel>);
+pub struct GrpcHost(VhiServiceClient<InterceptedService<Channel, Stamp>>);
 
 impl GrpcHost {
     /// A lazy channel to host `name` at `endpoint` (nothing is dialled
     /// yet): 2 s to connect, 600 s per call at most (a migration's
     /// stream). An `https://` endpoint needs `tls` (the host's certificate
     /// must be for `name`, mutual TLS); an `http://` one needs `insecure`.
-    pub fn new(name: &str, endpoint: &str, tls: Option<&interfaces::tls::TlsFiles>, insecure: bool) -> Result<Self> {
+    /// `epoch`: this VEEM's, carried by every call.
+    pub fn new(name: &str, endpoint: &str, tls: Option<&interfaces::tls::TlsFiles>, insecure: bool, epoch: Option<i64>) -> Result<Self> {
         let mut ep = Endpoint::from_shared(endpoint.to_string())
             .map_err(|err| anyhow!("host {name}: endpoint {endpoint:?}: {err}"))?
             .connect_timeout(Duration::from_secs(2))
@@ -80,7 +84,7 @@ impl GrpcHost {
             }
             (false, _) => {}
         }
-        Ok(Self(VhiServiceClient::new(ep.connect_lazy())))
+        Ok(Self(VhiServiceClient::with_interceptor(ep.connect_lazy(), Stamp(epoch))))
     }
 }
 
@@ -227,8 +231,8 @@ impl GrpcPeer {
     /// `https://` endpoint needs this site's identity `tls` (shown to the
     /// peer: mutual TLS) and the peer's CA (`ca` of the entry), and the
     /// peer's certificate must be for its site ID; an `http://` one needs
-    /// `insecure`.
-    pub fn new(entry: &PeerEntry, tls: Option<&interfaces::tls::SiteIdentity>, insecure: bool) -> Result<Self> {
+    /// `insecure`. `epoch`: this VEEM's, carried by every call.
+    pub fn new(entry: &PeerEntry, tls: Option<&interfaces::tls::SiteIdentity>, insecure: bool, epoch: Option<i64>) -> Result<Self> {
         let site = &entry.site_id;
         let mut ep = Endpoint::from_shared(entry.endpoint.clone())
             .map_err(|e| anyhow!("peer {site}: endpoint {:?}: {e}", entry.endpoint))?
@@ -250,7 +254,10 @@ impl GrpcPeer {
             ),
             (false, ..) => {}
         }
-        Ok(Self::over(InterceptedService::new(ep.connect_lazy(), Bearer::new(&entry.token)?)))
+        Ok(Self::over(InterceptedService::new(
+            ep.connect_lazy(),
+            Bearer::new(&entry.token)?.with_epoch(epoch),
+        )))
     }
 }
 
@@ -338,11 +345,12 @@ pub trait PeerDirectory: Send + Sync {
 pub struct GrpcPeers {
     tls: Option<interfaces::tls::SiteIdentity>,
     insecure: bool,
+    epoch: Option<i64>,
 }
 
 impl PeerDirectory for GrpcPeers {
     fn connect(&self, entry: &PeerEntry) -> Result<Arc<dyn Peer>> {
-        Ok(Arc::new(GrpcPeer::new(entry, self.tls.as_ref(), self.insecure)?))
+        Ok(Arc::new(GrpcPeer::new(entry, self.tls.as_ref(), self.insecure, self.epoch)?))
     }
 }
 
@@ -434,13 +442,15 @@ pub struct Ports {
 
 impl Ports {
     /// The network adapters for configuration `cfg` (lazy: nothing is
-    /// dialled yet). Errors: a malformed endpoint or token.
-    pub fn connect(cfg: &VeemConfig) -> Result<Self> {
+    /// dialled yet), their calls to hosts stamped with `epoch` (a leader's
+    /// over etcd; `None` on the embedded store). Errors: a malformed
+    /// endpoint or token.
+    pub fn connect(cfg: &VeemConfig, epoch: Option<i64>) -> Result<Self> {
         let mut hosts: HashMap<String, Arc<HostVhi>> = HashMap::new();
         for h in &cfg.hosts {
             hosts.insert(
                 h.name.clone(),
-                Arc::new(GrpcHost::new(&h.name, &h.endpoint, cfg.vhi_tls.as_ref(), cfg.insecure)?),
+                Arc::new(GrpcHost::new(&h.name, &h.endpoint, cfg.vhi_tls.as_ref(), cfg.insecure, epoch)?),
             );
         }
         Ok(Self {
@@ -448,6 +458,7 @@ impl Ports {
             peers: Arc::new(GrpcPeers {
                 tls: cfg.tls.clone(),
                 insecure: cfg.insecure,
+                epoch,
             }),
             repo: Arc::new(RepoClient::with_ca(
                 &cfg.image_repo,

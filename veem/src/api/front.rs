@@ -103,7 +103,7 @@ impl Front {
 
 /// Whether `req` is a gRPC call (content type `application/grpc`,
 /// `application/grpc+proto`, ...).
-fn is_grpc(req: &Request) -> bool {
+pub(crate) fn is_grpc(req: &Request) -> bool {
     req.headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -122,6 +122,11 @@ fn open_while_starting(req: &Request, grpc: bool) -> bool {
 }
 
 async fn handle(State(front): State<Arc<Front>>, req: Request) -> Response {
+    answer(front, req).await
+}
+
+/// What `front` answers to `req` (see the module doc).
+pub(crate) async fn answer(front: Arc<Front>, req: Request) -> Response {
     let grpc = is_grpc(&req);
     // In-process calls (tests) have no address: one unnamed client.
     let peer = req
@@ -154,7 +159,7 @@ async fn handle(State(front): State<Arc<Front>>, req: Request) -> Response {
 
 /// `status` as a gRPC answer, or as REST's JSON error with `http`; both
 /// with `Retry-After: wait`.
-fn refusal(grpc: bool, status: Status, http: StatusCode, wait: Duration) -> Response {
+pub(crate) fn refusal(grpc: bool, status: Status, http: StatusCode, wait: Duration) -> Response {
     let mut resp = if grpc {
         status.into_http().map(Body::new)
     } else {

@@ -105,7 +105,30 @@ impl VmiService {
             let chain = req.peer_certs().unwrap_or_default();
             ca.check(&chain, site).map_err(Status::unauthenticated)?;
         }
+        if let Role::Peer(site) = &role {
+            self.admit_peer_epoch(site, interfaces::fencing::epoch_of(req)?)?;
+        }
         Ok(role)
+    }
+
+    /// A peer's call carries the epoch of the VEEM that leads it (over
+    /// etcd; `interfaces::fencing`): one older than the newest this site
+    /// has seen from that peer is refused (FAILED_PRECONDITION), a newer
+    /// one kept in the store (`meta/peer-epoch/<site>`). A call without
+    /// one passes (a peer on the embedded store).
+    fn admit_peer_epoch(&self, site: &str, epoch: Option<i64>) -> Result<(), Status> {
+        let Some(e) = epoch else { return Ok(()) };
+        let key = format!("peer-epoch/{site}");
+        let newest: i64 = self.veem.store.get(crate::store::Tree::Meta, &key).map_err(status)?.unwrap_or(0);
+        if e < newest {
+            return Err(Status::failed_precondition(format!(
+                "fenced: this call comes from a VEEM of {site} of epoch {e}, and one of epoch {newest} has since led {site}"
+            )));
+        }
+        if e > newest {
+            self.veem.store.put(crate::store::Tree::Meta, &key, &e).map_err(status)?;
+        }
+        Ok(())
     }
 
     /// Service providers and operators only (no peers).

@@ -8,6 +8,7 @@
 //! endpoints = ["https://10.0.0.11:2379", "https://10.0.0.12:2379", "https://10.0.0.13:2379"]
 //! prefix = "/vee/site-a"          # the site's keys (default: /vee/<site_id>)
 //! timeout = "5s"                  # one call to etcd at most
+//! lease_ttl = "10s"               # the leader's lease: a standby takes over after at most this
 //! [store.tls]                     # etcd's CA, this VEEM's client certificate
 //! ca = "/etc/vee/pki/etcd-ca.crt"
 //! cert = "/etc/vee/pki/veem-etcd.crt"
@@ -53,6 +54,16 @@ pub struct StoreConfig {
     /// unavailable (default 5 s, at least 1 s).
     #[serde(default = "default_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
+    /// etcd: the lease of the site's leader (whole seconds, at least 2 s;
+    /// default 10 s): a leader that does not renew it (crashed, stalled,
+    /// cut off) loses the site after at most this long, and a standby
+    /// takes over.
+    #[serde(default = "default_lease_ttl", deserialize_with = "duration")]
+    pub lease_ttl: Duration,
+}
+
+fn default_lease_ttl() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_timeout() -> Duration {
@@ -67,6 +78,7 @@ impl Default for StoreConfig {
             tls: None,
             prefix: None,
             timeout: default_timeout(),
+            lease_ttl: default_lease_ttl(),
         }
     }
 }
@@ -119,6 +131,12 @@ impl StoreConfig {
         }
         if self.timeout < Duration::from_secs(1) {
             return Err(invalid("store.timeout", "must be at least 1 s"));
+        }
+        if self.lease_ttl < Duration::from_secs(2) || self.lease_ttl.subsec_nanos() != 0 {
+            return Err(invalid(
+                "store.lease_ttl",
+                "must be whole seconds, at least 2 s (etcd's least lease)",
+            ));
         }
         Ok(())
     }

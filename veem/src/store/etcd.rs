@@ -73,6 +73,7 @@ struct Fence {
 /// [`Engine`] over an etcd cluster (see the module doc).
 pub struct EtcdEngine {
     client: Client,
+    options: EtcdOptions,
     prefix: Vec<u8>,
     timeout: Duration,
     fence: RwLock<Option<Fence>>,
@@ -190,6 +191,7 @@ impl EtcdEngine {
             .map_err(|e| anyhow!("etcd endpoints {:?}: {e}", o.endpoints))?;
         Ok(Self {
             client,
+            options: o.clone(),
             prefix: format!("{}/", o.prefix.trim_end_matches('/')).into_bytes(),
             timeout: o.timeout,
             fence: RwLock::new(None),
@@ -205,10 +207,29 @@ impl EtcdEngine {
         *self.fence.write().unwrap() = fence.map(|(key, epoch)| Fence { key, epoch });
     }
 
-    /// A client of the same cluster (the leadership's election and
-    /// watches use it).
+    /// A client of the same cluster, with the engine's per-call timeout.
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// A client of the same cluster without a per-call timeout, on the
+    /// caller's runtime: for calls that wait on purpose (a campaign, a
+    /// lease's keep-alive stream, a watch). Errors: unreadable TLS files.
+    pub async fn waiting_client(&self) -> Result<Client> {
+        let mut opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3));
+        if let Some(tls) = &self.options.tls {
+            opts = opts.with_tls(tls_options(tls)?);
+        }
+        Client::connect(self.options.endpoints.clone(), Some(opts))
+            .await
+            .map_err(|e| anyhow!("etcd endpoints {:?}: {e}", self.options.endpoints))
+    }
+
+    /// The site's key prefix (`[store] prefix`).
+    pub fn prefix(&self) -> &str {
+        &self.options.prefix
     }
 
     fn key(&self, t: Tree, key: &[u8]) -> Vec<u8> {

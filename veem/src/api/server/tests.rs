@@ -149,3 +149,34 @@ async fn an_unset_action_is_refused_naming_the_field() {
     assert!(e.message().contains("field `action`"), "{}", e.message());
     assert!(site.host("h1").calls().is_empty(), "no host asked");
 }
+
+/// A peer's calls carry the epoch of the VEEM that leads it: once this
+/// site has seen a newer one, an older one's calls are refused before
+/// any handler (issue 38: a peer's stalled old leader is fenced here too).
+#[tokio::test]
+async fn a_peer_call_of_an_older_epoch_than_seen_is_refused() {
+    let peer_token = "[[tokens]]\ntoken = \"b-to-a-token\"\nrole = \"peer\"\nname = \"site-b\"\n";
+    let site = FakeSite::start(&["h1"], &format!("{TOKENS}{peer_token}")).await;
+    let vmi = VmiService::handler(site.veem.clone());
+    let call = |epoch: Option<i64>| {
+        let mut r = as_("b-to-a-token", ReleaseSpareRequest { vee_id: "v-nope".into() });
+        if let Some(e) = epoch {
+            r.metadata_mut().insert(interfaces::fencing::EPOCH, e.into());
+        }
+        r
+    };
+    let fenced = |r: &Result<Response<ReleaseSpareResponse>, Status>| matches!(r, Err(s) if s.code() == Code::FailedPrecondition && s.message().starts_with("fenced"));
+    assert!(!fenced(&vmi.release_spare(call(Some(7))).await), "epoch 7 is the newest");
+    let old = vmi.release_spare(call(Some(5))).await;
+    assert!(fenced(&old), "{old:?}");
+    let msg = old.unwrap_err().message().to_string();
+    assert!(msg.contains("epoch 5") && msg.contains("epoch 7"), "{msg}");
+    assert!(!fenced(&vmi.release_spare(call(Some(9))).await));
+    assert!(fenced(&vmi.release_spare(call(Some(7))).await), "9 is the newest now");
+    let restarted = VmiService::handler(site.veem.clone());
+    assert!(fenced(&restarted.release_spare(call(Some(8))).await), "kept in the store");
+    assert!(
+        !fenced(&vmi.release_spare(call(None)).await),
+        "no epoch: a peer without an election"
+    );
+}

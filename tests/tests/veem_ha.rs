@@ -1,0 +1,229 @@
+//! Two VEEMs of site A over one etcd cluster (issue 38, items 2 and 3):
+//! one leads, the other stands by and names it; the leader killed, the
+//! standby takes over within the lease, the VEE runs on and is
+//! checkpointed on schedule, a deploy goes through the new leader; a
+//! leader stopped past its lease and woken up is fenced and steps down.
+//! Real processes: etcd (3 members), `veem` twice, a VEEH, the tiny guest.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use e2e::daemons::{Daemon, ImageRepo, Veeh};
+use e2e::site::{self, manifest, Veem, ACME, OPERATOR};
+use e2e::{guest, lab};
+use interfaces::vmi::vmi_service_client::VmiServiceClient;
+use interfaces::vmi::*;
+use vee_testkit::etcd::EtcdCluster;
+
+const BOOT: Duration = Duration::from_secs(180);
+/// The leader's lease in this test.
+const TTL: Duration = Duration::from_secs(3);
+
+/// A VEEM of site A named `name` (its log) on `port` with `config`, not
+/// waiting for it to lead.
+fn spawn(dir: &Path, name: &str, port: u16, config: &Path) -> Veem {
+    let daemon = Daemon::spawn_at(
+        lab::Place::SiteA,
+        name,
+        "veem",
+        &["serve", "--config", config.to_str().unwrap()],
+        dir,
+    );
+    Veem {
+        daemon,
+        site_id: "site-a".into(),
+        endpoint: site::endpoint("site-a", port),
+        config: config.to_path_buf(),
+        dir: dir.to_path_buf(),
+    }
+}
+
+/// What `v` answers the operator's ListVees: the VEEs when it leads, its
+/// status otherwise (a standby's names the leader).
+async fn list(v: &Veem) -> Result<Vec<VeeInfo>, tonic::Status> {
+    let ch = vee_testkit::pki::site("site-a")
+        .vmi_channel(&v.endpoint, None)
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut c = VmiServiceClient::with_interceptor(ch, veem::peers::Bearer::new(OPERATOR).unwrap());
+    Ok(c.list_vees(ListVeesRequest::default()).await?.into_inner().vees)
+}
+
+/// Waits until `v` leads (answers ListVees); how long it took.
+async fn wait_leading(v: &mut Veem, within: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        if list(v).await.is_ok() {
+            return start.elapsed();
+        }
+        v.daemon.assert_alive();
+        assert!(
+            start.elapsed() < within,
+            "{} did not lead within {within:?}; log:\n{}",
+            v.daemon.name,
+            v.daemon.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The config of one of site A's VEEMs on `port`, in its own file.
+fn config(dir: &Path, name: &str, port: u16, repo: &ImageRepo, hosts: &[&Veeh], store: &str) -> PathBuf {
+    let written = site::write_config(dir, "site-a", port, repo, hosts, &[], store);
+    let own = dir.join(format!("{name}.toml"));
+    std::fs::rename(written, &own).unwrap();
+    own
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_the_standby_takes_over_a_killed_leader_and_a_stalled_one_is_fenced() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("veem-ha");
+    let cluster = tokio::task::block_in_place(|| EtcdCluster::start(&dir, 3)).unwrap();
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let h1 = Veeh::start(&dir, "ha1", "site-a", lab::SITE_A_URI, &repo).await;
+    let store = cluster
+        .store_toml("/vee/site-a")
+        .replacen("[store.tls]", &format!("lease_ttl = \"{}s\"\n[store.tls]", TTL.as_secs()), 1);
+    let (pa, pb) = (site::port(), site::port());
+    let (ca, cb) = (
+        config(&dir, "veem-1", pa, &repo, &[&h1], &store),
+        config(&dir, "veem-2", pb, &repo, &[&h1], &store),
+    );
+
+    let mut one = spawn(&dir, "veem-1", pa, &ca);
+    wait_leading(&mut one, Duration::from_secs(60)).await;
+    let mut two = spawn(&dir, "veem-2", pb, &cb);
+    // The standby names its leader and serves nothing itself.
+    let start = Instant::now();
+    let named = loop {
+        match list(&two).await {
+            Err(s) if s.code() == tonic::Code::Unavailable && s.metadata().get("vee-leader").is_some() => break s,
+            Ok(_) => panic!("a standby answered as the leader"),
+            _ => {}
+        }
+        two.daemon.assert_alive();
+        assert!(start.elapsed() < Duration::from_secs(30), "{}", two.daemon.log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(named.metadata().get("vee-leader").unwrap().to_str().unwrap(), one.endpoint);
+    assert!(named.message().contains("stands by"), "{}", named.message());
+
+    // A service whose VEE is checkpointed every 15 s.
+    let mut acme = one.client(ACME).await;
+    let svc = site::deploy(&mut acme, manifest("shop", "acme", &ids, 1, "checkpoint_interval = \"15s\"\n"))
+        .await
+        .unwrap();
+    let vee = svc.vees[0].vee_id.clone();
+    one.wait_vee(&vee, "running", BOOT, |i| i.state() == VeeState::Running).await;
+    let before = list(&one).await.unwrap();
+
+    // The leader dies: the standby leads within the lease and a heartbeat.
+    one.daemon.kill();
+    let took = wait_leading(&mut two, TTL + Duration::from_secs(20)).await;
+    println!("takeover after kill -9: {took:?} (lease {TTL:?})");
+    let after = list(&two).await.unwrap();
+    let view = |v: &[VeeInfo]| v.iter().map(|i| (i.vee_id.clone(), i.state())).collect::<Vec<_>>();
+    assert_eq!(view(&after), view(&before), "the same VEEs, in the same states");
+    assert_eq!(h1.domains().await.len(), 1, "the VEE ran on, once");
+    // Checkpointed on schedule by the new leader.
+    let last = after[0].latest_checkpoint.clone();
+    two.wait_vee(&vee, "checkpointed again", Duration::from_secs(60), |i| {
+        !i.latest_checkpoint.is_empty() && i.latest_checkpoint != last
+    })
+    .await;
+    // The killed VEEM comes back as a standby naming the new leader.
+    let mut one = spawn(&dir, "veem-1b", pa, &ca);
+    let start = Instant::now();
+    loop {
+        if let Err(s) = list(&one).await {
+            if s.metadata().get("vee-leader").is_some_and(|l| l.to_str().unwrap() == two.endpoint) {
+                break;
+            }
+        }
+        one.daemon.assert_alive();
+        assert!(start.elapsed() < Duration::from_secs(30), "{}", one.daemon.log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The leader stalls past its lease: the other takes over, and the
+    // stalled one, woken up, is fenced and steps down (exit 75).
+    let stalled = two.daemon.pid().unwrap().to_string();
+    std::process::Command::new("kill").args(["-STOP", &stalled]).status().unwrap();
+    let took = wait_leading(&mut one, TTL + Duration::from_secs(20)).await;
+    println!("takeover of a stalled leader: {took:?}");
+    // The new leader's heartbeats carried its epoch to the host, which
+    // keeps the newest and refuses any older one: the stalled leader's
+    // (its election key was made before the new leader's).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let newest: i64 = std::fs::read_to_string(h1.state_dir.join("leader-epoch"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut vhi = h1.client().await;
+    let mut older = tonic::Request::new(interfaces::vhi::ListDomainsRequest::default());
+    older.metadata_mut().insert(interfaces::fencing::EPOCH, (newest - 1).into());
+    let refused = vhi.list_domains(older).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().starts_with("fenced"), "{}", refused.message());
+    // A deploy sent to the stalled leader waits in its socket; woken up,
+    // it must not take effect: its commit is fenced, or it steps down
+    // first.
+    let late = tokio::spawn({
+        let (m, endpoint) = (manifest("late", "acme", &ids, 1, ""), two.endpoint.clone());
+        async move {
+            // Connected once it wakes up (the TLS handshake waits too).
+            let ch = vee_testkit::pki::site("site-a")
+                .vmi_channel(&endpoint, None)
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let mut c = VmiServiceClient::with_interceptor(ch, veem::peers::Bearer::new(ACME).unwrap());
+            site::deploy(&mut c, m).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    std::process::Command::new("kill").args(["-CONT", &stalled]).status().unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = two.daemon.child.as_mut().unwrap().try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the stalled leader did not step down; log:\n{}",
+            two.daemon.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status.code(), Some(75), "log:\n{}", two.daemon.log_text());
+    assert!(two.daemon.log_text().contains("stepping down"), "{}", two.daemon.log_text());
+    let late = late.await.unwrap();
+    println!(
+        "a deploy sent to the stalled leader: {:?}",
+        late.as_ref().map(|s| &s.service_id).map_err(|e| e.message())
+    );
+    assert!(late.is_err(), "the stalled leader deployed {late:?}");
+    let mut op = one.client(OPERATOR).await;
+    let services = op
+        .list_services(ListServicesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .services;
+    assert!(services.iter().all(|s| s.name != "late"), "nothing of it written: {services:?}");
+
+    // The site goes on under its new leader: a deploy through it.
+    let mut acme = one.client(ACME).await;
+    let more = site::deploy(&mut acme, manifest("more", "acme", &ids, 1, "")).await;
+    // One host, anti-affine instances of another service: it fits.
+    let more = more.unwrap();
+    one.wait_vee(&more.vees[0].vee_id, "running", BOOT, |i| i.state() == VeeState::Running)
+        .await;
+    assert_eq!(h1.domains().await.len(), 2);
+
+    h1.destroy_all().await;
+    drop((one, two, h1, repo, cluster));
+    let _ = std::fs::remove_dir_all(&dir);
+}
