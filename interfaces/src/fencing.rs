@@ -6,6 +6,7 @@
 //! older one ([`Gate`]): a leader that stalled past its lease and woke up
 //! cannot command a host the new leader has spoken to. A call without an
 //! epoch (a VEEM on the embedded store, which has no election) passes.
+//! And the metadata by which a standby names its leader ([`LEADER`]).
 
 // Interceptors and their checks return tonic's `Status`, as tonic's
 // traits require; it is large, and that is tonic's choice to make.
@@ -20,6 +21,11 @@ use tonic::{Request, Status};
 
 /// The metadata key of the epoch.
 pub const EPOCH: &str = "vee-epoch";
+
+/// The metadata key (and HTTP header) by which a standby VEEM names the
+/// VMI URL of its site's leader in its UNAVAILABLE answers: clients and
+/// peers go there (what it answered was not acted on).
+pub const LEADER: &str = "vee-leader";
 
 /// Adds the caller's epoch to every request (nothing without one).
 #[derive(Clone, Copy, Debug, Default)]

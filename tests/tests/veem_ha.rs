@@ -214,13 +214,28 @@ async fn lab_the_standby_takes_over_a_killed_leader_and_a_stalled_one_is_fenced(
         .services;
     assert!(services.iter().all(|s| s.name != "late"), "nothing of it written: {services:?}");
 
-    // The site goes on under its new leader: a deploy through it.
-    let mut acme = one.client(ACME).await;
-    let more = site::deploy(&mut acme, manifest("more", "acme", &ids, 1, "")).await;
-    // One host, anti-affine instances of another service: it fits.
-    let more = more.unwrap();
-    one.wait_vee(&more.vees[0].vee_id, "running", BOOT, |i| i.state() == VeeState::Running)
-        .await;
+    // The site goes on under its new leader: the CLI, given both VEEMs'
+    // endpoints, finds it and deploys there (the stopped one first in
+    // the list).
+    let file = dir.join("more.toml");
+    std::fs::write(&file, manifest("more", "acme", &ids, 1, "")).unwrap();
+    let out = std::process::Command::new(lab::binary("veem"))
+        .env("VEEM_TOKEN", ACME)
+        .env("VEEM_CA", vee_testkit::pki::site("site-a").vmi_ca())
+        .env_remove("VEEM_CLIENT_CONFIG")
+        .env("HOME", &dir)
+        .args(["--endpoint", &format!("{},{}", two.endpoint, one.endpoint)])
+        .args(["deploy", file.to_str().unwrap(), "-o", "json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let deployed: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let more_vee = deployed["vees"][0]["vee_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .to_string();
+    one.wait_vee(&more_vee, "running", BOOT, |i| i.state() == VeeState::Running).await;
     assert_eq!(h1.domains().await.len(), 2);
 
     h1.destroy_all().await;

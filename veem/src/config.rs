@@ -101,7 +101,9 @@ fn big64() -> u64 {
 #[serde(deny_unknown_fields)]
 pub struct PeerEntry {
     pub site_id: String,
-    /// The peer VEEM's VMI endpoint.
+    /// The peer VEEM's VMI endpoint; for a peer site whose VEEMs are
+    /// several (a leader and standbys over etcd), their endpoints
+    /// separated by commas: the one that leads is called.
     pub endpoint: String,
     /// Token this site presents to the peer.
     pub token: String,
@@ -123,6 +125,18 @@ pub struct PeerEntry {
     /// VEE on service networks never goes there, nor comes from there.
     #[serde(default)]
     pub overlay: Option<Overlay>,
+}
+
+impl PeerEntry {
+    /// The peer's endpoints (see `endpoint`).
+    pub fn endpoints(&self) -> Vec<String> {
+        self.endpoint
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(String::from)
+            .collect()
+    }
 }
 
 /// How service networks stretch between this site and a peer (E PIII §II:

@@ -143,13 +143,17 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     // work they or the calls started (a deploy's boots, a recovery, a
     // migration), whose steps commit atomically, so that what the grace
     // period cuts is resumed at the next start (reconcile, intents).
+    // A VEEM that stepped down gives its work a second only: whatever
+    // it still does is fenced (its commits by etcd, its host calls by
+    // their epoch), and the new leader reconciles.
+    let grace = if stepped_down { Duration::from_secs(1) } else { SHUTDOWN_GRACE };
     let beside = async {
         if let Some(loops) = loops {
-            loops.shutdown(SHUTDOWN_GRACE).await;
+            loops.shutdown(grace).await;
         }
-        let cut = veem.drain_tasks(SHUTDOWN_GRACE).await;
+        let cut = veem.drain_tasks(grace).await;
         if cut > 0 {
-            tracing::warn!(tasks = cut, grace = ?SHUTDOWN_GRACE, "background work still under way after the grace period: cut");
+            tracing::warn!(tasks = cut, ?grace, "background work still under way after the grace period: cut");
         }
     };
     let (served, ()) = tokio::join!(server, beside);

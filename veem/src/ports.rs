@@ -41,6 +41,8 @@ use crate::model::UsageRec;
 use crate::peers::{Bearer, PeerChannel};
 use crate::wire::peer as wire;
 
+mod following;
+
 /// A stream of replies, as the VHI's streaming calls return them.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -227,30 +229,33 @@ impl<T> VmiTransport for T where
 pub struct GrpcPeer<T = PeerChannel>(vmi::vmi_service_client::VmiServiceClient<T>);
 
 impl GrpcPeer {
-    /// A lazy channel to the peer of `entry` (3 s to connect). An
-    /// `https://` endpoint needs this site's identity `tls` (shown to the
-    /// peer: mutual TLS) and the peer's CA (`ca` of the entry), and the
-    /// peer's certificate must be for its site ID; an `http://` one needs
-    /// `insecure`. `epoch`: this VEEM's, carried by every call.
-    pub fn new(entry: &PeerEntry, tls: Option<&interfaces::tls::SiteIdentity>, insecure: bool, epoch: Option<i64>) -> Result<Self> {
+    /// A lazy channel to the peer of `entry` at `endpoint` (one of the
+    /// entry's; 3 s to connect). An `https://` endpoint needs this site's
+    /// identity `tls` (shown to the peer: mutual TLS) and the peer's CA
+    /// (`ca` of the entry), and the peer's certificate must be for its
+    /// site ID; an `http://` one needs `insecure`. `epoch`: this VEEM's,
+    /// carried by every call.
+    pub fn new(
+        entry: &PeerEntry,
+        endpoint: &str,
+        tls: Option<&interfaces::tls::SiteIdentity>,
+        insecure: bool,
+        epoch: Option<i64>,
+    ) -> Result<Self> {
         let site = &entry.site_id;
-        let mut ep = Endpoint::from_shared(entry.endpoint.clone())
-            .map_err(|e| anyhow!("peer {site}: endpoint {:?}: {e}", entry.endpoint))?
+        let mut ep = Endpoint::from_shared(endpoint.to_string())
+            .map_err(|e| anyhow!("peer {site}: endpoint {endpoint:?}: {e}"))?
             .connect_timeout(Duration::from_secs(3));
-        match (entry.endpoint.starts_with("https://"), tls, &entry.ca) {
+        match (endpoint.starts_with("https://"), tls, &entry.ca) {
             (true, Some(tls), Some(ca)) => {
                 ep = ep
                     .tls_config(tls.client_to(site, ca)?)
                     .map_err(|e| anyhow!("peer {site}: TLS: {e}"))?
             }
-            (true, None, _) => anyhow::bail!(
-                "peer {site}: endpoint {:?} is https and the configuration has no [tls]",
-                entry.endpoint
-            ),
-            (true, _, None) => anyhow::bail!("peer {site}: endpoint {:?} is https and the peer has no `ca`", entry.endpoint),
+            (true, None, _) => anyhow::bail!("peer {site}: endpoint {endpoint:?} is https and the configuration has no [tls]"),
+            (true, _, None) => anyhow::bail!("peer {site}: endpoint {endpoint:?} is https and the peer has no `ca`"),
             (false, ..) if !insecure => anyhow::bail!(
-                "peer {site}: endpoint {:?} is plaintext: use https (with [tls] and the peer's `ca`) or set insecure = true",
-                entry.endpoint
+                "peer {site}: endpoint {endpoint:?} is plaintext: use https (with [tls] and the peer's `ca`) or set insecure = true"
             ),
             (false, ..) => {}
         }
@@ -349,8 +354,19 @@ pub struct GrpcPeers {
 }
 
 impl PeerDirectory for GrpcPeers {
+    /// The peer of `entry`: at its one endpoint, or, for a peer site whose
+    /// VEEMs are several (a leader and standbys over etcd), at whichever
+    /// of its endpoints leads ([`following::Following`]).
     fn connect(&self, entry: &PeerEntry) -> Result<Arc<dyn Peer>> {
-        Ok(Arc::new(GrpcPeer::new(entry, self.tls.as_ref(), self.insecure, self.epoch)?))
+        let endpoints = entry.endpoints();
+        let mut peers = Vec::new();
+        for e in &endpoints {
+            peers.push((e.clone(), GrpcPeer::new(entry, e, self.tls.as_ref(), self.insecure, self.epoch)?));
+        }
+        match peers.len() {
+            1 => Ok(Arc::new(peers.remove(0).1)),
+            _ => Ok(Arc::new(following::Following::new(peers))),
+        }
     }
 }
 

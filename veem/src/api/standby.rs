@@ -17,7 +17,7 @@ use tonic::Status;
 use crate::api::front::{self, Front};
 
 /// The metadata key (and REST header) naming the site's leader.
-pub const LEADER: &str = "vee-leader";
+pub use interfaces::fencing::LEADER;
 
 /// What answers on the VMI's port (see the module doc).
 pub struct Port {

@@ -53,6 +53,13 @@ impl Interceptor for AuthInterceptor {
 /// must be for the endpoint's host name or address. The error names the
 /// endpoint that could not be reached.
 ///
+/// `endpoint` may name several VEEMs of one site, separated by commas (a
+/// site on etcd, with a leader and standbys: README "A site on etcd"):
+/// each is asked whether it serves (gRPC health) until one does; a
+/// standby's answer names the leader, which is asked next, and a leader
+/// still starting is taken when none serves. The error then names each
+/// endpoint's answer.
+///
 /// Each call is given up after `request_timeout` (DeadlineExceeded); a
 /// stream's messages are not (the timeout ends with its first answer).
 pub async fn connect(
@@ -62,6 +69,62 @@ pub async fn connect(
     request_timeout: Duration,
 ) -> anyhow::Result<VmiServiceClient> {
     let auth = AuthInterceptor::new(token)?;
+    let endpoints: Vec<String> = endpoint
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(String::from)
+        .collect();
+    if endpoints.len() <= 1 {
+        let channel = channel(endpoint.trim(), ca, request_timeout).await?;
+        return Ok(interfaces::vmi::vmi_service_client::VmiServiceClient::with_interceptor(
+            channel, auth,
+        ));
+    }
+    let leader = leading(endpoints, ca, request_timeout).await?;
+    Ok(interfaces::vmi::vmi_service_client::VmiServiceClient::with_interceptor(
+        leader, auth,
+    ))
+}
+
+/// The channel to whichever of `endpoints` leads (see [`connect`]).
+async fn leading(endpoints: Vec<String>, ca: Option<&Path>, request_timeout: Duration) -> anyhow::Result<Channel> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let mut queue: std::collections::VecDeque<String> = endpoints.into();
+    let (mut answers, mut starting): (Vec<String>, Option<Channel>) = (Vec::new(), None);
+    while let Some(ep) = queue.pop_front() {
+        if answers.iter().any(|a| a.starts_with(&format!("{ep}: "))) {
+            continue;
+        }
+        let ch = match channel(&ep, ca, request_timeout).await {
+            Ok(ch) => ch,
+            Err(e) => {
+                answers.push(format!("{ep}: {e:#}"));
+                continue;
+            }
+        };
+        let check = tonic_health::pb::HealthCheckRequest {
+            service: crate::api::front::VMI_SERVICE.into(),
+        };
+        match tonic_health::pb::health_client::HealthClient::new(ch.clone()).check(check).await {
+            Ok(r) if r.get_ref().status() == ServingStatus::Serving => return Ok(ch),
+            Ok(_) => {
+                answers.push(format!("{ep}: not serving yet"));
+                starting.get_or_insert(ch);
+            }
+            Err(s) => {
+                if let Some(leader) = s.metadata().get(interfaces::fencing::LEADER).and_then(|v| v.to_str().ok()) {
+                    queue.push_front(leader.to_string());
+                }
+                answers.push(format!("{ep}: {}", s.message()));
+            }
+        }
+    }
+    starting.ok_or_else(|| anyhow!("no VEEM of the site serves as its leader: {}", answers.join("; ")))
+}
+
+/// A channel to the VMI at `endpoint` (see [`connect`]).
+async fn channel(endpoint: &str, ca: Option<&Path>, request_timeout: Duration) -> anyhow::Result<Channel> {
     let mut ep = Endpoint::from_shared(endpoint.to_string())
         .map_err(|e| anyhow!("invalid endpoint URL {endpoint:?}: {e}"))?
         .connect_timeout(CONNECT_TIMEOUT)
@@ -74,13 +137,9 @@ pub async fn connect(
             .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
             .map_err(|e| anyhow!("TLS towards {endpoint}: {e}"))?;
     }
-    let channel = ep
-        .connect()
+    ep.connect()
         .await
-        .map_err(|e| anyhow!("cannot reach the VEEM at {endpoint}: {}", interfaces::error::chain(&e)))?;
-    Ok(interfaces::vmi::vmi_service_client::VmiServiceClient::with_interceptor(
-        channel, auth,
-    ))
+        .map_err(|e| anyhow!("cannot reach the VEEM at {endpoint}: {}", interfaces::error::chain(&e)))
 }
 
 /// Read a manifest file for Negotiate/Deploy.

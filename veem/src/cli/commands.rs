@@ -130,7 +130,25 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
                 manifest_toml,
                 request_id: request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
             };
-            let s = deploy_idempotent(&mut c, req, interfaces::retry::RetryPolicy::default()).await?;
+            let mut s = deploy_idempotent(&mut c, req.clone(), interfaces::retry::RetryPolicy::default()).await;
+            // A site's VEEMs over etcd: its leader may have changed
+            // meanwhile; the same request ID goes to the one leading now.
+            for _ in 0..3 {
+                match &s {
+                    Err(e) if e.code() == tonic::Code::Unavailable && target.endpoint.contains(',') => {
+                        c = connect(
+                            &target.endpoint,
+                            target.token.as_deref(),
+                            target.ca.as_deref(),
+                            cli.global.request_timeout,
+                        )
+                        .await?;
+                        s = deploy_idempotent(&mut c, req.clone(), interfaces::retry::RetryPolicy::default()).await;
+                    }
+                    _ => break,
+                }
+            }
+            let s = s?;
             if wait.wait {
                 let progress: &mut dyn Write = if matches!(fmt, OutputFormat::Json | OutputFormat::Ids) {
                     &mut *err

@@ -125,7 +125,8 @@ pub struct Cli {
 #[derive(Debug, Clone, Args)]
 pub struct GlobalOpts {
     /// VMI endpoint of the VEEM (default: the context's, else
-    /// http://127.0.0.1:7200).
+    /// http://127.0.0.1:7200); several, comma-separated, for a site's
+    /// VEEMs over etcd: the one that leads is used.
     #[arg(long, global = true, env = "VEEM_ENDPOINT")]
     pub endpoint: Option<String>,
     /// File whose first line is the bearer token (sent as `authorization:

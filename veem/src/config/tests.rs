@@ -313,7 +313,14 @@ fn the_store_is_sled_at_db_by_default_or_the_sites_etcd_cluster() {
         "etcd's",
     );
     refused(&format!("{BASE}[store]\nengine = \"zookeeper\"\n"), "store.engine", "zookeeper");
-    refused(&etcd.replacen("[store.tls]", "lease_ttl = \"1s\"\n[store.tls]", 1), "store.lease_ttl", "at least 2 s");
+    refused(
+        &etcd.replacen("[store.tls]", "lease_ttl = \"1s\"\n[store.tls]", 1),
+        "store.lease_ttl",
+        "at least 2 s",
+    );
     let ttl = VeemConfig::parse(&etcd.replacen("[store.tls]", "lease_ttl = \"4s\"\n[store.tls]", 1)).unwrap();
-    assert_eq!((ttl.store.lease_ttl, ttl.advertised()), (Duration::from_secs(4), "http://127.0.0.1:7200".to_string()));
+    assert_eq!(
+        (ttl.store.lease_ttl, ttl.advertised()),
+        (Duration::from_secs(4), "http://127.0.0.1:7200".to_string())
+    );
 }

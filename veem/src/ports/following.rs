@@ -1,0 +1,165 @@
+//! A peer site whose VEEMs are several (a leader and standbys over etcd,
+//! issue 38): its calls go to the endpoint that led last; a standby's
+//! answer (UNAVAILABLE naming the leader in `vee-leader`: it did nothing)
+//! sends the call on to the leader it names, if that is one of the peer's
+//! configured endpoints, and a connection that could not be made sends it
+//! to the next endpoint. Any other answer, a refusal or an error of the
+//! leader's, is the call's.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use interfaces::vhi;
+use tonic::Status;
+
+use super::{GrpcPeer, Peer};
+use crate::domain::peer::{IncomingVee, MigrationOutcome, RemoteVee, SpareRequest, UsageReceipt};
+use crate::domain::Action;
+use crate::model::UsageRec;
+
+/// See the module doc.
+pub struct Following {
+    /// Each endpoint and its client.
+    peers: Vec<(String, GrpcPeer)>,
+    /// The endpoint that answered last.
+    current: AtomicUsize,
+}
+
+/// Where an UNAVAILABLE answer says to go: the leader a standby names
+/// (`Ok(Some)`), the next endpoint after a connection that could not be
+/// made (`Ok(None)`), or nowhere: the answer is the call's (`Err`).
+fn redirect(s: &Status) -> Result<Option<String>, ()> {
+    if s.code() != tonic::Code::Unavailable {
+        return Err(());
+    }
+    if let Some(leader) = s.metadata().get(interfaces::fencing::LEADER).and_then(|v| v.to_str().ok()) {
+        return Ok(Some(leader.to_string()));
+    }
+    let m = s.message();
+    if m.contains("connect") || m.contains("transport error") || m.contains("stands by") {
+        return Ok(None);
+    }
+    Err(())
+}
+
+impl Following {
+    /// A peer at `peers` (endpoint, client), tried first to last.
+    pub fn new(peers: Vec<(String, GrpcPeer)>) -> Self {
+        Self {
+            peers,
+            current: AtomicUsize::new(0),
+        }
+    }
+
+    /// `call` on the endpoint that leads (see the module doc): each
+    /// endpoint is tried once at most.
+    async fn call<R, F, Fut>(&self, call: F) -> Result<R, Status>
+    where
+        F: Fn(GrpcPeer) -> Fut,
+        Fut: Future<Output = Result<R, Status>>,
+    {
+        let n = self.peers.len();
+        let mut i = self.current.load(Ordering::Relaxed) % n;
+        let mut last = None;
+        for _ in 0..n {
+            match call(self.peers[i].1.clone()).await {
+                Err(s) => match redirect(&s) {
+                    Ok(to) => {
+                        i = to
+                            .and_then(|url| {
+                                self.peers
+                                    .iter()
+                                    .position(|(e, _)| e.trim_end_matches('/') == url.trim_end_matches('/'))
+                            })
+                            .unwrap_or((i + 1) % n);
+                        last = Some(s);
+                    }
+                    Err(()) => return Err(s),
+                },
+                ok => {
+                    self.current.store(i, Ordering::Relaxed);
+                    return ok;
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Status::unavailable("no endpoint of the peer site answered")))
+    }
+}
+
+#[tonic::async_trait]
+impl Peer for Following {
+    async fn prepare_incoming(&self, v: IncomingVee) -> Result<vhi::IncomingTarget, Status> {
+        self.call(|p| {
+            let v = v.clone();
+            async move { p.prepare_incoming(v).await }
+        })
+        .await
+    }
+    async fn complete_incoming(&self, vee_id: &str) -> Result<RemoteVee, Status> {
+        self.call(|p| async move { p.complete_incoming(vee_id).await }).await
+    }
+    async fn abort_incoming(&self, vee_id: &str) -> Result<(), Status> {
+        self.call(|p| async move { p.abort_incoming(vee_id).await }).await
+    }
+    async fn withdraw(&self, vee_id: &str) -> Result<(), Status> {
+        self.call(|p| async move { p.withdraw(vee_id).await }).await
+    }
+    async fn send_vee(&self, vee_id: &str, target: vhi::IncomingTarget) -> Result<MigrationOutcome, Status> {
+        self.call(|p| {
+            let target = target.clone();
+            async move { p.send_vee(vee_id, target).await }
+        })
+        .await
+    }
+    async fn push_usage(&self, from_site: &str, records: &[UsageRec]) -> Result<UsageReceipt, Status> {
+        self.call(|p| async move { p.push_usage(from_site, records).await }).await
+    }
+    async fn get_vee(&self, vee_id: &str) -> Result<RemoteVee, Status> {
+        self.call(|p| async move { p.get_vee(vee_id).await }).await
+    }
+    async fn vee_action(&self, vee_id: &str, action: Action, checkpoint_id: &str) -> Result<RemoteVee, Status> {
+        self.call(|p| async move { p.vee_action(vee_id, action, checkpoint_id).await })
+            .await
+    }
+    async fn update_network(&self, u: vhi::NetworkUpdate) -> Result<(), Status> {
+        self.call(|p| {
+            let u = u.clone();
+            async move { p.update_network(u).await }
+        })
+        .await
+    }
+    async fn reserve_spare(&self, r: &SpareRequest) -> Result<i64, Status> {
+        self.call(|p| async move { p.reserve_spare(r).await }).await
+    }
+    async fn confirm_spare(&self, vee_id: &str) -> Result<(), Status> {
+        self.call(|p| async move { p.confirm_spare(vee_id).await }).await
+    }
+    async fn release_spare(&self, vee_id: &str) -> Result<(), Status> {
+        self.call(|p| async move { p.release_spare(vee_id).await }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_standbys_answer_or_a_connection_not_made_goes_elsewhere() {
+        let mut standby = Status::unavailable("this VEEM stands by for site b: its leader is at https://b2:7200");
+        standby
+            .metadata_mut()
+            .insert(interfaces::fencing::LEADER, "https://b2:7200".parse().unwrap());
+        assert_eq!(redirect(&standby), Ok(Some("https://b2:7200".into())));
+        let no_leader = Status::unavailable("this VEEM stands by for site b, which has no leader now");
+        assert_eq!(redirect(&no_leader), Ok(None));
+        assert_eq!(
+            redirect(&Status::unavailable("error trying to connect: tcp connect error")),
+            Ok(None)
+        );
+        // The leader's own answers are the call's: its store did not
+        // answer (the outcome unknown), or it refused.
+        let store = Status::unavailable("the site's control plane store (etcd) does not answer");
+        assert_eq!(redirect(&store), Err(()));
+        assert_eq!(redirect(&Status::failed_precondition("no room")), Err(()));
+    }
+}
