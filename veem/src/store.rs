@@ -10,6 +10,7 @@
 
 mod engine;
 mod etcd;
+pub mod migrate;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -52,6 +53,24 @@ pub enum Tree {
 }
 
 impl Tree {
+    /// Every tree, in the order a copy of the store goes through them.
+    pub const ALL: [Tree; 14] = [
+        Tree::Meta,
+        Tree::Services,
+        Tree::Vees,
+        Tree::Checkpoints,
+        Tree::Migrations,
+        Tree::Usage,
+        Tree::Violations,
+        Tree::Events,
+        Tree::Fenced,
+        Tree::Planner,
+        Tree::Requests,
+        Tree::Intents,
+        Tree::Spares,
+        Tree::UsageOutbox,
+    ];
+
     /// Whether an engine that keeps revisions itself (sled, memory: etcd
     /// has its own for every key) keeps the revision that last wrote each
     /// key of this tree: the trees of records a commit may be conditioned

@@ -24,11 +24,11 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use crate::api::status::status;
-use crate::api::visibility::{redact, Redactor};
+use crate::api::visibility::redact;
 use crate::config::Role;
 use crate::domain::Action;
 use crate::manager::Veem;
-use crate::model::{EventRec, MigrationRec, ServiceRec, VeeRec};
+use crate::model::{EventRec, MigrationRec, ServiceRec};
 use crate::wire::peer as wire;
 use crate::workflows::migration::{Dest, Proposer};
 use info::migration_info;
@@ -82,114 +82,6 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 fn ok<T>(r: anyhow::Result<T>) -> R<T> {
     r.map(Response::new).map_err(status)
-}
-
-impl VmiService {
-    /// The caller's role from `authorization: Bearer TOKEN`.
-    fn caller<T>(&self, req: &Request<T>) -> Result<Role, Status> {
-        let token = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or_else(|| Status::unauthenticated("missing `authorization: Bearer TOKEN`"))?;
-        let role = self
-            .veem
-            .cfg
-            .role_of(token)
-            .ok_or_else(|| Status::unauthenticated("unknown token"))?;
-        if let (Role::Peer(site), Some(cas)) = (&role, &self.peer_cas) {
-            let ca = cas
-                .get(site)
-                .ok_or_else(|| Status::unauthenticated(format!("peer {site}: no CA configured for it")))?;
-            let chain = req.peer_certs().unwrap_or_default();
-            ca.check(&chain, site).map_err(Status::unauthenticated)?;
-        }
-        if let Role::Peer(site) = &role {
-            self.admit_peer_epoch(site, interfaces::fencing::epoch_of(req)?)?;
-        }
-        Ok(role)
-    }
-
-    /// A peer's call carries the epoch of the VEEM that leads it (over
-    /// etcd; `interfaces::fencing`): one older than the newest this site
-    /// has seen from that peer is refused (FAILED_PRECONDITION), a newer
-    /// one kept in the store (`meta/peer-epoch/<site>`). A call without
-    /// one passes (a peer on the embedded store).
-    fn admit_peer_epoch(&self, site: &str, epoch: Option<i64>) -> Result<(), Status> {
-        let Some(e) = epoch else { return Ok(()) };
-        let key = format!("peer-epoch/{site}");
-        let newest: i64 = self.veem.store.get(crate::store::Tree::Meta, &key).map_err(status)?.unwrap_or(0);
-        if e < newest {
-            return Err(Status::failed_precondition(format!(
-                "fenced: this call comes from a VEEM of {site} of epoch {e}, and one of epoch {newest} has since led {site}"
-            )));
-        }
-        if e > newest {
-            self.veem.store.put(crate::store::Tree::Meta, &key, &e).map_err(status)?;
-        }
-        Ok(())
-    }
-
-    /// Service providers and operators only (no peers).
-    fn user<T>(&self, req: &Request<T>) -> Result<Role, Status> {
-        match self.caller(req)? {
-            Role::Peer(site) => Err(Status::permission_denied(format!("peer site {site} may call only peer operations"))),
-            r => Ok(r),
-        }
-    }
-
-    fn operator<T>(&self, req: &Request<T>) -> Result<String, Status> {
-        match self.caller(req)? {
-            Role::Operator => Ok("operator".into()),
-            _ => Err(Status::permission_denied("only the site's operator may do this")),
-        }
-    }
-
-    fn peer<T>(&self, req: &Request<T>) -> Result<String, Status> {
-        match self.caller(req)? {
-            Role::Peer(site) => Ok(site),
-            _ => Err(Status::permission_denied("peer operation: a peer site's token is required")),
-        }
-    }
-
-    /// The service, if `role` may see it (NotFound otherwise: a provider
-    /// cannot even learn that another's service exists).
-    fn visible_service(&self, role: &Role, id: &str) -> Result<ServiceRec, Status> {
-        let s = self.veem.service(id).map_err(status)?;
-        let mine = match role {
-            Role::Operator => true,
-            Role::Provider(p) => &s.provider == p && s.for_peer.is_none(),
-            Role::Peer(site) => s.for_peer.as_deref() == Some(site.as_str()),
-        };
-        if mine {
-            Ok(s)
-        } else {
-            Err(Status::not_found(format!("service {id} not found")))
-        }
-    }
-
-    fn visible_vee(&self, role: &Role, id: &str) -> Result<VeeRec, Status> {
-        let v = self.veem.vee(id).map_err(status)?;
-        self.visible_service(role, &v.service_id)
-            .map_err(|_| Status::not_found(format!("VEE {id} not found")))?;
-        Ok(v)
-    }
-
-    /// The status of error `e` as `role` may read it: its message redacted
-    /// (a planner's or a host's reason may name hosts and sites).
-    fn refusal(&self, role: &Role, e: anyhow::Error) -> Status {
-        let s = status(e);
-        match self.redactor(role) {
-            Some(r) => Status::new(s.code(), r.text(s.message())),
-            None => s,
-        }
-    }
-
-    /// What `role` may not see in free text ([`Redactor::for_role`]).
-    fn redactor(&self, role: &Role) -> Option<Redactor> {
-        Redactor::for_role(&self.veem.cfg, &self.veem.hosts.names(), role)
-    }
 }
 
 #[tonic::async_trait]
@@ -600,5 +492,6 @@ impl Vmi for VmiService {
 }
 
 mod info;
+mod roles;
 #[cfg(test)]
 mod tests;

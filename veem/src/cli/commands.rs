@@ -102,8 +102,8 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
                 .map_err(|e| anyhow::Error::from(e).context(format!("invalid manifest {}", manifest.display())))?;
             text
         }
-        Command::Serve { .. } | Command::HashToken | Command::Doc(_) => {
-            bail!("`serve`, `hash-token`, `completions` and `man` are not VMI calls")
+        Command::Serve { .. } | Command::HashToken | Command::Doc(_) | Command::Store(_) => {
+            bail!("`serve`, `store`, `hash-token`, `completions` and `man` are not VMI calls")
         }
         _ => String::new(),
     };
@@ -116,7 +116,7 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
     )
     .await?;
     match &cli.command {
-        Command::Serve { .. } | Command::HashToken | Command::Doc(_) => unreachable!("handled above"),
+        Command::Serve { .. } | Command::HashToken | Command::Doc(_) | Command::Store(_) => unreachable!("handled above"),
         Command::Negotiate { .. } => {
             let r = c.negotiate(vmi::NegotiateRequest { manifest_toml }).await?.into_inner();
             print(out, &output::negotiation(&Negotiation::from(&r), fmt))?;

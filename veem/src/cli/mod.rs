@@ -21,6 +21,7 @@ pub mod context;
 mod lookup;
 mod output;
 mod pages;
+mod store;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -365,12 +366,37 @@ pub enum Command {
         #[arg(long, value_enum, value_name = "KEY")]
         group_by: Option<GroupBy>,
     },
+    /// The site's records (run where the daemon runs, with its
+    /// configuration; no VEEM may be using either store).
+    #[command(subcommand)]
+    Store(StoreCommand),
     /// Print the SHA-256 (hex) of the token read from standard input: the
     /// `token_sha256` of a `[[tokens]]` entry, so that the daemon's
     /// configuration does not hold the token itself.
     HashToken,
     #[command(flatten)]
     Doc(interfaces::daemon::SelfDoc),
+}
+
+/// `veem store ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum StoreCommand {
+    /// Copy every record of a site from one store to another and check
+    /// them one by one: `--from sled:/var/lib/veem/db --to etcd` moves a
+    /// site onto its etcd cluster (`[store]` of `--config`), `--from etcd
+    /// --to sled:PATH` back. The target must be empty; neither store may
+    /// be in use (stop the site's VEEMs first).
+    Migrate {
+        /// The daemon's configuration (its site and `[store]`).
+        #[arg(long, env = "VEEM_CONFIG", value_name = "FILE", default_value = "/etc/veem/veem.toml")]
+        config: PathBuf,
+        /// Where the records are: `sled:PATH` or `etcd`.
+        #[arg(long, value_name = "STORE")]
+        from: String,
+        /// Where they go: `sled:PATH` or `etcd`.
+        #[arg(long, value_name = "STORE")]
+        to: String,
+    },
 }
 
 /// How often `--wait` polls the migration list.
@@ -405,6 +431,23 @@ pub async fn run(cli: Cli) -> ExitCode {
                 }
             }
         }
+        Command::Store(StoreCommand::Migrate {
+            ref config,
+            ref from,
+            ref to,
+        }) => match store::migrate(config, from, to) {
+            Ok(copied) => {
+                for (tree, n) in &copied.trees {
+                    println!("{tree}: {n}");
+                }
+                println!("{} records copied and checked", copied.total());
+                exit::OK
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                exit::ERROR
+            }
+        },
         Command::HashToken => {
             let mut token = String::new();
             match std::io::stdin().read_line(&mut token) {

@@ -227,6 +227,19 @@ impl EtcdEngine {
             .map_err(|e| anyhow!("etcd endpoints {:?}: {e}", self.options.endpoints))
     }
 
+    /// Whether a VEEM leads the site or campaigns for it (a key in its
+    /// election, `<prefix>/leader/`): the records are in use.
+    pub fn in_use(&self) -> Result<bool> {
+        let k = format!("{}/leader/", self.options.prefix.trim_end_matches('/')).into_bytes();
+        self.run("etcd election", move |mut c| {
+            let k = k.clone();
+            async move {
+                let r = c.get(k, Some(GetOptions::new().with_prefix().with_count_only())).await?;
+                Ok(r.count() > 0)
+            }
+        })
+    }
+
     /// The site's key prefix (`[store] prefix`).
     pub fn prefix(&self) -> &str {
         &self.options.prefix

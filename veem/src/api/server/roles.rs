@@ -1,0 +1,120 @@
+//! Who calls the VMI and what they may see: the caller's role from its
+//! bearer token (a peer's also from its certificate, and its epoch against
+//! the newest seen from it), the roles each call admits, the services and
+//! VEEs a role may see, and a refusal's words as it may read them.
+
+use tonic::{Request, Status};
+
+use super::VmiService;
+use crate::api::status::status;
+use crate::api::visibility::Redactor;
+use crate::config::Role;
+use crate::model::{ServiceRec, VeeRec};
+
+impl VmiService {
+    /// The caller's role from `authorization: Bearer TOKEN`.
+    pub(super) fn caller<T>(&self, req: &Request<T>) -> Result<Role, Status> {
+        let token = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| Status::unauthenticated("missing `authorization: Bearer TOKEN`"))?;
+        let role = self
+            .veem
+            .cfg
+            .role_of(token)
+            .ok_or_else(|| Status::unauthenticated("unknown token"))?;
+        if let (Role::Peer(site), Some(cas)) = (&role, &self.peer_cas) {
+            let ca = cas
+                .get(site)
+                .ok_or_else(|| Status::unauthenticated(format!("peer {site}: no CA configured for it")))?;
+            let chain = req.peer_certs().unwrap_or_default();
+            ca.check(&chain, site).map_err(Status::unauthenticated)?;
+        }
+        if let Role::Peer(site) = &role {
+            self.admit_peer_epoch(site, interfaces::fencing::epoch_of(req)?)?;
+        }
+        Ok(role)
+    }
+
+    /// A peer's call carries the epoch of the VEEM that leads it (over
+    /// etcd; `interfaces::fencing`): one older than the newest this site
+    /// has seen from that peer is refused (FAILED_PRECONDITION), a newer
+    /// one kept in the store (`meta/peer-epoch/<site>`). A call without
+    /// one passes (a peer on the embedded store).
+    pub(super) fn admit_peer_epoch(&self, site: &str, epoch: Option<i64>) -> Result<(), Status> {
+        let Some(e) = epoch else { return Ok(()) };
+        let key = format!("peer-epoch/{site}");
+        let newest: i64 = self.veem.store.get(crate::store::Tree::Meta, &key).map_err(status)?.unwrap_or(0);
+        if e < newest {
+            return Err(Status::failed_precondition(format!(
+                "fenced: this call comes from a VEEM of {site} of epoch {e}, and one of epoch {newest} has since led {site}"
+            )));
+        }
+        if e > newest {
+            self.veem.store.put(crate::store::Tree::Meta, &key, &e).map_err(status)?;
+        }
+        Ok(())
+    }
+
+    /// Service providers and operators only (no peers).
+    pub(super) fn user<T>(&self, req: &Request<T>) -> Result<Role, Status> {
+        match self.caller(req)? {
+            Role::Peer(site) => Err(Status::permission_denied(format!("peer site {site} may call only peer operations"))),
+            r => Ok(r),
+        }
+    }
+
+    pub(super) fn operator<T>(&self, req: &Request<T>) -> Result<String, Status> {
+        match self.caller(req)? {
+            Role::Operator => Ok("operator".into()),
+            _ => Err(Status::permission_denied("only the site's operator may do this")),
+        }
+    }
+
+    pub(super) fn peer<T>(&self, req: &Request<T>) -> Result<String, Status> {
+        match self.caller(req)? {
+            Role::Peer(site) => Ok(site),
+            _ => Err(Status::permission_denied("peer operation: a peer site's token is required")),
+        }
+    }
+
+    /// The service, if `role` may see it (NotFound otherwise: a provider
+    /// cannot even learn that another's service exists).
+    pub(super) fn visible_service(&self, role: &Role, id: &str) -> Result<ServiceRec, Status> {
+        let s = self.veem.service(id).map_err(status)?;
+        let mine = match role {
+            Role::Operator => true,
+            Role::Provider(p) => &s.provider == p && s.for_peer.is_none(),
+            Role::Peer(site) => s.for_peer.as_deref() == Some(site.as_str()),
+        };
+        if mine {
+            Ok(s)
+        } else {
+            Err(Status::not_found(format!("service {id} not found")))
+        }
+    }
+
+    pub(super) fn visible_vee(&self, role: &Role, id: &str) -> Result<VeeRec, Status> {
+        let v = self.veem.vee(id).map_err(status)?;
+        self.visible_service(role, &v.service_id)
+            .map_err(|_| Status::not_found(format!("VEE {id} not found")))?;
+        Ok(v)
+    }
+
+    /// The status of error `e` as `role` may read it: its message redacted
+    /// (a planner's or a host's reason may name hosts and sites).
+    pub(super) fn refusal(&self, role: &Role, e: anyhow::Error) -> Status {
+        let s = status(e);
+        match self.redactor(role) {
+            Some(r) => Status::new(s.code(), r.text(s.message())),
+            None => s,
+        }
+    }
+
+    /// What `role` may not see in free text ([`Redactor::for_role`]).
+    pub(super) fn redactor(&self, role: &Role) -> Option<Redactor> {
+        Redactor::for_role(&self.veem.cfg, &self.veem.hosts.names(), role)
+    }
+}
