@@ -18,9 +18,14 @@
 //!   `scripts/build-guest-image` first; hold `/var/lib/vee-lab/lab.lock`.
 //! - `vee-bench hashing [--mib N]`: SHA-256 throughput of `sha2`
 //!   (production) and `ring` next to `sha256sum`: `{"rows": [...]}`.
+//! - `vee-bench store`: the VEEM's durable commits (a Deploy's, a
+//!   checkpoint record's) on a 3-member etcd cluster next to sled, in the
+//!   same run: `{"rows": [...]}`. Needs Debian's etcd-server
+//!   (`scripts/setup-host`).
 
 mod hashing;
 mod planner;
+mod store;
 mod veem_rss;
 mod vhi;
 
@@ -48,6 +53,12 @@ enum Cli {
     Vhi {
         /// Repetitions of each operation (at least 1).
         #[arg(long, env = "BENCH_REPS", default_value_t = 5)]
+        reps: usize,
+    },
+    /// The store's commits on etcd next to sled.
+    Store {
+        /// Commits of each kind (median reported; at least 1).
+        #[arg(long, env = "BENCH_STORE_REPS", default_value_t = 50)]
         reps: usize,
     },
     /// SHA-256 throughput: `sha2` and `ring` against `sha256sum`.
@@ -79,6 +90,10 @@ fn main() -> anyhow::Result<()> {
         Cli::Vhi { reps } => {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             let rows = rt.block_on(vhi::run(reps.max(1)))?;
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "rows": rows }))?);
+        }
+        Cli::Store { reps } => {
+            let rows = store::run(reps.max(1))?;
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "rows": rows }))?);
         }
         Cli::Hashing { mib, reps } => {

@@ -1,0 +1,103 @@
+//! The VEEM's durable commits on a site's etcd cluster next to the
+//! embedded sled database, in the same run (issue 38): what one Deploy
+//! writes (the service, its 4 VEEs conditioned on the revision they were
+//! read at, 4 planner entries: one etcd transaction, one sled
+//! transaction) and what recording one checkpoint writes (the checkpoint
+//! record and its VEE, conditioned). etcd: 3 members on loopback ports
+//! with client certificates (`vee_testkit::etcd`), data under
+//! `target/bench/store`; sled there too, flushed at each commit. The
+//! records are payloads of the sizes the VEEM writes (a service 2 KiB, a
+//! VEE 1.5 KiB, a planner entry 300 B, a checkpoint record 600 B).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde_json::{json, Value};
+use vee_testkit::etcd::EtcdCluster;
+use veem::store::{EtcdEngine, EtcdOptions, SledEngine, Store, Tree, Writes};
+
+fn payload(bytes: usize, tag: usize) -> String {
+    format!("{tag:08}{}", "x".repeat(bytes.saturating_sub(8)))
+}
+
+/// Median seconds of `reps` runs of `f`.
+fn median(reps: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<f64> {
+    let mut t = Vec::with_capacity(reps);
+    for i in 0..reps {
+        let start = Instant::now();
+        f(i)?;
+        t.push(start.elapsed().as_secs_f64());
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t[t.len() / 2])
+}
+
+/// What one Deploy commits, `reps` times: its median (s).
+fn deploy(store: &Store, reps: usize) -> Result<f64> {
+    median(reps, |i| {
+        let since = store.revision()?;
+        let mut w = Writes::default();
+        w.put(Tree::Services, &format!("s{i:06}"), &payload(2048, i))?;
+        for v in 0..4 {
+            let id = format!("v{i:06}-{v}");
+            w.put(Tree::Vees, &id, &payload(1536, i))?;
+            w.unchanged_since(Tree::Vees, &id, since, false);
+            w.put(Tree::Planner, &format!("p/{id}"), &payload(300, i))?;
+        }
+        store.commit(w)?;
+        Ok(())
+    })
+}
+
+/// What recording one checkpoint commits, `reps` times: its median (s).
+fn checkpoint(store: &Store, reps: usize) -> Result<f64> {
+    median(reps, |i| {
+        let since = store.revision()?;
+        let vee = format!("v{i:06}-0");
+        let mut w = Writes::default();
+        w.put(Tree::Checkpoints, &format!("c{i:06}"), &payload(600, i))?;
+        w.put(Tree::Vees, &vee, &payload(1536, i + 1))?;
+        w.unchanged_since(Tree::Vees, &vee, since, true);
+        store.commit(w)?;
+        Ok(())
+    })
+}
+
+/// The rows: each commit on etcd (ours) next to sled (baseline).
+pub fn run(reps: usize) -> Result<Vec<Value>> {
+    let dir = vee_testkit::lab::repo_root().join("target").join("bench").join("store");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let cluster = EtcdCluster::start(&dir, 3).map_err(anyhow::Error::msg)?;
+    let etcd = EtcdEngine::connect(&EtcdOptions {
+        endpoints: cluster.endpoints(),
+        tls: Some(cluster.client_tls()),
+        prefix: "/vee/bench".into(),
+        timeout: Duration::from_secs(5),
+    })?;
+    let etcd = Store::on(Arc::new(etcd), "etcd")?;
+    let sled = Store::on(Arc::new(SledEngine::open(&dir.join("sled"))?), "sled")?;
+    let mut rows = Vec::new();
+    for (name, what) in [
+        (
+            "store: one Deploy's commit (service, 4 VEEs, 4 planner entries)",
+            deploy as fn(&Store, usize) -> Result<f64>,
+        ),
+        ("store: one checkpoint record's commit (record and VEE)", checkpoint),
+    ] {
+        eprintln!("{name}");
+        let ours = what(&etcd, reps)?;
+        let base = what(&sled, reps)?;
+        rows.push(json!({
+            "name": format!("{name}, etcd 3 members (loopback, TLS)"),
+            "ours_s": (ours * 1e6).round() / 1e6,
+            "baseline": "the same on sled (embedded, flushed)",
+            "baseline_s": (base * 1e6).round() / 1e6,
+            "ratio": if base > 0.0 { ((ours / base) * 1000.0).round() / 1000.0 } else { 0.0 },
+        }));
+    }
+    drop((etcd, sled, cluster));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(rows)
+}
