@@ -409,3 +409,19 @@ pub fn endpoint(site_id: &str, port: u16) -> String {
 pub fn port() -> u16 {
     free_port()
 }
+
+/// `veem ARGS` (the CLI binary) as `token`'s holder against site A's VMI
+/// at `endpoint` (one URL, or several separated by commas), trusting site
+/// A's VMI CA, with no client configuration of this machine's (`home` as
+/// its HOME).
+pub fn cli_at(endpoint: &str, home: &Path, token: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(crate::lab::binary("veem"))
+        .env("VEEM_TOKEN", token)
+        .env("VEEM_CA", vee_testkit::pki::site("site-a").vmi_ca())
+        .env_remove("VEEM_CLIENT_CONFIG")
+        .env("HOME", home)
+        .args(["--endpoint", endpoint])
+        .args(args)
+        .output()
+        .unwrap()
+}

@@ -6,7 +6,7 @@
 //! ID; `-q` prints IDs; a list's JSON is `{"items": [...]}`; `undeploy`
 //! stops every VEE of a service and leaves it listed, terminated.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use e2e::daemons::{ImageRepo, Veeh};
 use e2e::site::{self, manifest, Veem, ACME};
@@ -15,15 +15,7 @@ use e2e::{guest, lab};
 /// `veem ARGS` as `token`'s holder, against `veem`, with no client
 /// configuration of this machine's.
 fn cli(veem: &Veem, token: &str, args: &[&str]) -> Output {
-    Command::new(lab::binary("veem"))
-        .env("VEEM_TOKEN", token)
-        .env("VEEM_CA", vee_testkit::pki::site("site-a").vmi_ca())
-        .env_remove("VEEM_CLIENT_CONFIG")
-        .env("HOME", &veem.dir)
-        .args(["--endpoint", &veem.endpoint])
-        .args(args)
-        .output()
-        .unwrap()
+    site::cli_at(&veem.endpoint, &veem.dir, token, args)
 }
 
 fn text(b: &[u8]) -> String {

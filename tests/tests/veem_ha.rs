@@ -38,14 +38,21 @@ fn spawn(dir: &Path, name: &str, port: u16, config: &Path) -> Veem {
     }
 }
 
+/// A VMI client of site A's VEEM at `endpoint` presenting `token`, or
+/// UNAVAILABLE when it cannot be reached (unlike `Veem::client`, which
+/// panics: a VEEM here may be dead or stopped on purpose).
+async fn client(endpoint: &str, token: &str) -> Result<veem::peers::PeerClient, tonic::Status> {
+    let ch = vee_testkit::pki::site("site-a")
+        .vmi_channel(endpoint, None)
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    Ok(VmiServiceClient::with_interceptor(ch, veem::peers::Bearer::new(token).unwrap()))
+}
+
 /// What `v` answers the operator's ListVees: the VEEs when it leads, its
 /// status otherwise (a standby's names the leader).
 async fn list(v: &Veem) -> Result<Vec<VeeInfo>, tonic::Status> {
-    let ch = vee_testkit::pki::site("site-a")
-        .vmi_channel(&v.endpoint, None)
-        .await
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-    let mut c = VmiServiceClient::with_interceptor(ch, veem::peers::Bearer::new(OPERATOR).unwrap());
+    let mut c = client(&v.endpoint, OPERATOR).await?;
     Ok(c.list_vees(ListVeesRequest::default()).await?.into_inner().vees)
 }
 
@@ -175,11 +182,7 @@ async fn lab_the_standby_takes_over_a_killed_leader_and_a_stalled_one_is_fenced(
         let (m, endpoint) = (manifest("late", "acme", &ids, 1, ""), two.endpoint.clone());
         async move {
             // Connected once it wakes up (the TLS handshake waits too).
-            let ch = vee_testkit::pki::site("site-a")
-                .vmi_channel(&endpoint, None)
-                .await
-                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-            let mut c = VmiServiceClient::with_interceptor(ch, veem::peers::Bearer::new(ACME).unwrap());
+            let mut c = client(&endpoint, ACME).await?;
             site::deploy(&mut c, m).await
         }
     });
@@ -219,15 +222,8 @@ async fn lab_the_standby_takes_over_a_killed_leader_and_a_stalled_one_is_fenced(
     // the list).
     let file = dir.join("more.toml");
     std::fs::write(&file, manifest("more", "acme", &ids, 1, "")).unwrap();
-    let out = std::process::Command::new(lab::binary("veem"))
-        .env("VEEM_TOKEN", ACME)
-        .env("VEEM_CA", vee_testkit::pki::site("site-a").vmi_ca())
-        .env_remove("VEEM_CLIENT_CONFIG")
-        .env("HOME", &dir)
-        .args(["--endpoint", &format!("{},{}", two.endpoint, one.endpoint)])
-        .args(["deploy", file.to_str().unwrap(), "-o", "json"])
-        .output()
-        .unwrap();
+    let both = format!("{},{}", two.endpoint, one.endpoint);
+    let out = site::cli_at(&both, &dir, ACME, &["deploy", file.to_str().unwrap(), "-o", "json"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let deployed: serde_json::Value = serde_json::from_str(&stdout).unwrap();

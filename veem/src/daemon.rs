@@ -193,7 +193,7 @@ async fn lead(cfg: VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> Re
     let engine = Arc::new(EtcdEngine::connect(&cfg.store.etcd(&cfg.site_id))?);
     let leadership = Arc::new(Leadership::new(
         engine.waiting_client().await?,
-        engine.prefix(),
+        engine.election(),
         &cfg.advertised(),
         cfg.store.lease_ttl,
     ));

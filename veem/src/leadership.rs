@@ -53,14 +53,14 @@ impl Leader {
 }
 
 impl Leadership {
-    /// The election of the site whose records are under `prefix`, for a
-    /// VEEM reached at `endpoint`, with leases of `ttl` (whole seconds, at
+    /// The site's election `name` (`EtcdEngine::election`), for a VEEM
+    /// reached at `endpoint`, with leases of `ttl` (whole seconds, at
     /// least 2 s: etcd's least). `client` has no per-call timeout: a
     /// campaign waits as long as another VEEM leads.
-    pub fn new(client: Client, prefix: &str, endpoint: &str, ttl: Duration) -> Self {
+    pub fn new(client: Client, name: String, endpoint: &str, ttl: Duration) -> Self {
         Self {
             client,
-            name: format!("{}/leader", prefix.trim_end_matches('/')),
+            name,
             endpoint: endpoint.into(),
             ttl: ttl.max(Duration::from_secs(2)),
         }

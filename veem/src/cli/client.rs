@@ -91,9 +91,10 @@ pub async fn connect(
 async fn leading(endpoints: Vec<String>, ca: Option<&Path>, request_timeout: Duration) -> anyhow::Result<Channel> {
     use tonic_health::pb::health_check_response::ServingStatus;
     let mut queue: std::collections::VecDeque<String> = endpoints.into();
+    let mut asked = std::collections::HashSet::new();
     let (mut answers, mut starting): (Vec<String>, Option<Channel>) = (Vec::new(), None);
     while let Some(ep) = queue.pop_front() {
-        if answers.iter().any(|a| a.starts_with(&format!("{ep}: "))) {
+        if !asked.insert(ep.clone()) {
             continue;
         }
         let ch = match channel(&ep, ca, request_timeout).await {

@@ -200,8 +200,12 @@ impl Core {
     /// (Deploy's request record).
     pub fn commit_admission_with(&self, svc: &ServiceRec, vees: &[VeeRec], mut w: Writes) -> Result<()> {
         let vees = self.admission_writes(svc, vees, &mut w)?;
-        let revision = self.planner_store.save_with(&self.planner, w);
-        self.cache_new_vees(vees, revision)
+        let revision = self
+            .planner_store
+            .save_with(&self.planner, w)
+            .map_err(|e| self.reload_on_conflict(e, vees.iter().map(|v| v.id.as_str())))?;
+        self.cache_new_vees(vees, revision);
+        Ok(())
     }
 
     /// Commits an admission planned on the planner as it was (Deploy;
@@ -218,13 +222,12 @@ impl Core {
         mut w: Writes,
     ) -> Result<std::result::Result<Admitted, Stale>> {
         let vees = self.admission_writes(svc, vees, &mut w)?;
-        let ids: Vec<String> = vees.iter().map(|v| v.id.clone()).collect();
         let (admitted, revision) = match self.planner_store.commit_plan(&self.planner, plan, w) {
             Ok(Ok(done)) => done,
             Ok(Err(stale)) => return Ok(Err(stale)),
-            Err(e) => return Err(self.reload_on_conflict(e, &ids)),
+            Err(e) => return Err(self.reload_on_conflict(e, vees.iter().map(|v| v.id.as_str()))),
         };
-        self.cache_new_vees(vees, Ok(revision))?;
+        self.cache_new_vees(vees, revision);
         Ok(Ok(admitted))
     }
 
@@ -244,36 +247,25 @@ impl Core {
         let records = self.vee_records.read().unwrap();
         for v in &vees {
             w.put(Tree::Vees, &v.id, v)?;
-            let (since, existed) = records.read_at(&v.id);
-            w.unchanged_since(Tree::Vees, &v.id, since, existed);
+            records.condition(w, &v.id);
         }
         w.put(Tree::Services, &svc.id, svc)?;
         Ok(vees)
     }
 
-    /// New records, written at `revision` (or not: the records another
-    /// VEEM wrote meanwhile are read again): nobody else writes them yet,
-    /// so the map may follow the store (the planner's lock is not held
-    /// here).
-    fn cache_new_vees(&self, vees: Vec<VeeRec>, revision: Result<Revision>) -> Result<()> {
-        let revision = match revision {
-            Ok(r) => r,
-            Err(e) => {
-                let ids: Vec<String> = vees.into_iter().map(|v| v.id).collect();
-                return Err(self.reload_on_conflict(e, &ids));
-            }
-        };
+    /// New records, written at `revision`: nobody else writes them yet, so
+    /// the map may follow the store (the planner's lock is not held here).
+    fn cache_new_vees(&self, vees: Vec<VeeRec>, revision: Revision) {
         let mut records = self.vee_records.write().unwrap();
         for v in vees {
             records.insert(v, revision);
         }
-        Ok(())
     }
 
     /// `e`, after reading again the records of `ids` when it is a
     /// [`Conflict`] (another VEEM of the site wrote one since this one
     /// read it): the next command on them starts from what is stored.
-    fn reload_on_conflict(&self, e: anyhow::Error, ids: &[String]) -> anyhow::Error {
+    fn reload_on_conflict<'a>(&self, e: anyhow::Error, ids: impl IntoIterator<Item = &'a str>) -> anyhow::Error {
         if e.downcast_ref::<Conflict>().is_some() {
             for id in ids {
                 if let Err(err) = self.reload_vee(id) {
@@ -396,38 +388,35 @@ impl Core {
     /// [`Conflict`] (nothing written; the record is read again), the
     /// store's.
     pub fn save_vee(&self, v: &VeeRec) -> Result<()> {
-        // Held across the write so that the store and the map agree.
-        let mut records = self.vee_records.write().unwrap();
-        let v = VeeRec {
-            stays: v.stays_after(records.get(&v.id), self.clock.now()),
-            ..v.clone()
-        };
-        let mut w = Writes::default();
-        w.put(Tree::Vees, &v.id, &v)?;
-        let (since, existed) = records.read_at(&v.id);
-        w.unchanged_since(Tree::Vees, &v.id, since, existed);
-        match self.store.commit(w) {
-            Ok(revision) => records.insert(v, revision),
-            Err(e) => {
-                drop(records);
-                return Err(self.reload_on_conflict(e, &[v.id]));
-            }
-        }
-        Ok(())
+        self.write_vee(&v.id, Some(v))
     }
 
     /// Forgets a VEE record (on the same condition as [`Core::save_vee`]).
     pub fn remove_vee(&self, id: &str) -> Result<()> {
+        self.write_vee(id, None)
+    }
+
+    /// Writes VEE `id`'s record `v` (`None`: removes it) as
+    /// [`Core::save_vee`] says.
+    fn write_vee(&self, id: &str, v: Option<&VeeRec>) -> Result<()> {
+        // Held across the write so that the store and the map agree.
         let mut records = self.vee_records.write().unwrap();
+        let v = v.map(|v| VeeRec {
+            stays: v.stays_after(records.get(id), self.clock.now()),
+            ..v.clone()
+        });
         let mut w = Writes::default();
-        w.remove(Tree::Vees, id);
-        let (since, existed) = records.read_at(id);
-        w.unchanged_since(Tree::Vees, id, since, existed);
-        match self.store.commit(w) {
-            Ok(revision) => records.remove(id, revision),
-            Err(e) => {
+        match &v {
+            Some(v) => w.put(Tree::Vees, id, v)?,
+            None => w.remove(Tree::Vees, id),
+        }
+        records.condition(&mut w, id);
+        match (self.store.commit(w), v) {
+            (Ok(revision), Some(v)) => records.insert(v, revision),
+            (Ok(revision), None) => records.remove(id, revision),
+            (Err(e), _) => {
                 drop(records);
-                return Err(self.reload_on_conflict(e, &[id.to_string()]));
+                return Err(self.reload_on_conflict(e, [id]));
             }
         }
         Ok(())
@@ -481,8 +470,7 @@ impl Core {
                 vee.updated_ms = now_ms;
                 vee.stays = vee.stays_after(records.get(&vee.id), self.clock.now());
                 w.put(Tree::Vees, &vee.id, &**vee)?;
-                let (since, existed) = records.read_at(&vee.id);
-                w.unchanged_since(Tree::Vees, &vee.id, since, existed);
+                records.condition(&mut w, &vee.id);
             }
             Ok(())
         })();
@@ -493,8 +481,7 @@ impl Core {
                 for ((vee, _), old) in changes.iter_mut().zip(before) {
                     **vee = old;
                 }
-                let ids: Vec<String> = changes.iter().map(|(v, _)| v.id.clone()).collect();
-                return Err(self.reload_on_conflict(e, &ids));
+                return Err(self.reload_on_conflict(e, changes.iter().map(|(v, _)| v.id.as_str())));
             }
         };
         let mut records = self.vee_records.write().unwrap();

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::VeeRec;
-use crate::store::Revision;
+use crate::store::{Revision, Tree, Writes};
 
 /// A record, its due time and the revision it was read or written at.
 type Entry = (VeeRec, Option<i64>, Revision);
@@ -50,6 +50,14 @@ impl VeeRecords {
     /// having been written since.
     pub(crate) fn read_at(&self, id: &str) -> (Revision, bool) {
         self.by_id.get(id).map_or((self.revision, false), |(_, _, r)| (*r, true))
+    }
+
+    /// Conditions `w` on record `id` being as this map read it
+    /// ([`VeeRecords::read_at`]): a commit that writes it writes nothing
+    /// if another VEEM wrote it since.
+    pub(crate) fn condition(&self, w: &mut Writes, id: &str) {
+        let (since, existed) = self.read_at(id);
+        w.unchanged_since(Tree::Vees, id, since, existed);
     }
 
     pub(crate) fn len(&self) -> usize {

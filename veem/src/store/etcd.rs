@@ -75,7 +75,6 @@ pub struct EtcdEngine {
     client: Client,
     options: EtcdOptions,
     prefix: Vec<u8>,
-    timeout: Duration,
     fence: RwLock<Option<Fence>>,
     /// The engine's own runtime: its calls are made and awaited there.
     rt: Option<tokio::runtime::Runtime>,
@@ -91,11 +90,28 @@ impl Drop for EtcdEngine {
     }
 }
 
-fn tls_options(tls: &interfaces::tls::TlsFiles) -> Result<etcd_client::TlsOptions> {
-    let read = |p: &std::path::Path| std::fs::read(p).with_context(|| format!("read {}", p.display()));
-    Ok(etcd_client::TlsOptions::new()
-        .ca_certificate(etcd_client::Certificate::from_pem(read(&tls.ca)?))
-        .identity(etcd_client::Identity::from_pem(read(&tls.cert)?, read(&tls.key)?)))
+/// How a client of the cluster of `o` connects: 2 s to connect, HTTP/2
+/// pings, the TLS of `o`; each call cut after `o.timeout` when `per_call`
+/// (the engine's calls, which also fail at once on a member without a
+/// raft leader: an election under way, or no quorum; the request was not
+/// applied, so it is tried again), never otherwise (a campaign, a lease's
+/// keep-alive: they wait on purpose). Errors: unreadable TLS files.
+fn connect_options(o: &EtcdOptions, per_call: bool) -> Result<ConnectOptions> {
+    let mut opts = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3));
+    if per_call {
+        opts = opts.with_timeout(o.timeout).with_require_leader(true);
+    }
+    if let Some(tls) = &o.tls {
+        let read = |p: &std::path::Path| std::fs::read(p).with_context(|| format!("read {}", p.display()));
+        opts = opts.with_tls(
+            etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(read(&tls.ca)?))
+                .identity(etcd_client::Identity::from_pem(read(&tls.cert)?, read(&tls.key)?)),
+        );
+    }
+    Ok(opts)
 }
 
 /// Whether `e` means the request was not applied and may be sent again:
@@ -167,17 +183,7 @@ impl EtcdEngine {
             .thread_name("veem-etcd")
             .enable_all()
             .build()?;
-        let mut opts = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_timeout(o.timeout)
-            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3))
-            // A member without a raft leader (an election under way, or no
-            // quorum) refuses at once rather than at its own timeout: the
-            // request was not applied, so it is tried again.
-            .with_require_leader(true);
-        if let Some(tls) = &o.tls {
-            opts = opts.with_tls(tls_options(tls)?);
-        }
+        let opts = connect_options(o, true)?;
         // Connected on the engine's runtime (the caller may be inside
         // another, where blocking on one is not allowed).
         let endpoints = o.endpoints.clone();
@@ -193,7 +199,6 @@ impl EtcdEngine {
             client,
             options: o.clone(),
             prefix: format!("{}/", o.prefix.trim_end_matches('/')).into_bytes(),
-            timeout: o.timeout,
             fence: RwLock::new(None),
             rt: Some(rt),
         })
@@ -216,21 +221,22 @@ impl EtcdEngine {
     /// caller's runtime: for calls that wait on purpose (a campaign, a
     /// lease's keep-alive stream, a watch). Errors: unreadable TLS files.
     pub async fn waiting_client(&self) -> Result<Client> {
-        let mut opts = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3));
-        if let Some(tls) = &self.options.tls {
-            opts = opts.with_tls(tls_options(tls)?);
-        }
-        Client::connect(self.options.endpoints.clone(), Some(opts))
+        Client::connect(self.options.endpoints.clone(), Some(connect_options(&self.options, false)?))
             .await
             .map_err(|e| anyhow!("etcd endpoints {:?}: {e}", self.options.endpoints))
+    }
+
+    /// The name of the site's election (`<prefix>/leader`: beside the
+    /// records' trees, never scanned with them): `crate::leadership`
+    /// campaigns there, and the records are in use while it has a key.
+    pub fn election(&self) -> String {
+        format!("{}/leader", self.options.prefix.trim_end_matches('/'))
     }
 
     /// Whether a VEEM leads the site or campaigns for it (a key in its
     /// election, `<prefix>/leader/`): the records are in use.
     pub fn in_use(&self) -> Result<bool> {
-        let k = format!("{}/leader/", self.options.prefix.trim_end_matches('/')).into_bytes();
+        let k = format!("{}/", self.election()).into_bytes();
         self.run("etcd election", move |mut c| {
             let k = k.clone();
             async move {
@@ -263,7 +269,7 @@ impl EtcdEngine {
         F: Fn(Client) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, etcd_client::Error>> + Send,
     {
-        let (client, timeout) = (self.client.clone(), self.timeout);
+        let (client, timeout) = (self.client.clone(), self.options.timeout);
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let rt = self.rt.as_ref().expect("runtime until dropped");
         rt.spawn(async move {
@@ -397,14 +403,13 @@ impl Engine for EtcdEngine {
             let txn = Txn::new().when(when.clone()).and_then(ops.clone()).or_else(otherwise.clone());
             async move {
                 let r = c.txn(txn).await?;
-                let found: Vec<Option<(Vec<u8>, i64, i64)>> = r
+                // (mod revision, create revision) of each key asked, if
+                // there.
+                let found: Vec<Option<(i64, i64)>> = r
                     .op_responses()
                     .into_iter()
                     .map(|op| match op {
-                        TxnOpResponse::Get(g) => g
-                            .kvs()
-                            .first()
-                            .map(|kv| (kv.key().to_vec(), kv.mod_revision(), kv.create_revision())),
+                        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| (kv.mod_revision(), kv.create_revision())),
                         _ => None,
                     })
                     .collect();
@@ -417,14 +422,14 @@ impl Engine for EtcdEngine {
         // Which condition failed: the fence first, then the first record
         // written since it was read.
         if let Some(f) = &fence {
-            let held = found.last().cloned().flatten().is_some_and(|(_, _, created)| created == f.epoch);
+            let held = found.last().cloned().flatten().is_some_and(|(_, created)| created == f.epoch);
             if !held {
                 return Err(Fenced { epoch: f.epoch }.into());
             }
         }
         for (c, seen) in unchanged.iter().zip(&found) {
             let written = match seen {
-                Some((_, modified, _)) if *modified as u64 > c.since => *modified as u64,
+                Some((modified, _)) if *modified as u64 > c.since => *modified as u64,
                 // Removed since it was read: when, etcd does not keep;
                 // no later than now.
                 None if c.existed => revision.max(0) as u64,
@@ -442,39 +447,20 @@ impl Engine for EtcdEngine {
     }
 
     fn insert_new(&self, t: Tree, key: &[u8], value: Vec<u8>) -> Result<bool> {
-        let k = self.key(t, key);
-        let fence = self.fence();
-        let mut when = vec![Compare::create_revision(k.clone(), CompareOp::Equal, 0)];
-        let mut otherwise = vec![];
-        if let Some(f) = &fence {
-            when.push(Compare::create_revision(f.key.clone(), CompareOp::Equal, f.epoch));
-            otherwise.push(TxnOp::get(f.key.clone(), None));
+        // A commit on the condition that the key was never written, or is
+        // gone (etcd's mod_revision of an absent key is 0), fenced as
+        // every commit is.
+        let absent = Unchanged {
+            tree: t,
+            key: key.to_vec(),
+            since: 0,
+            existed: false,
+        };
+        match self.commit(vec![(t, key.to_vec(), Some(value))], &[absent]) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is::<Conflict>() => Ok(false),
+            Err(e) => Err(e),
         }
-        let (succeeded, held) = self.run("etcd insert", move |mut c| {
-            let txn = Txn::new()
-                .when(when.clone())
-                .and_then(vec![TxnOp::put(k.clone(), value.clone(), None)])
-                .or_else(otherwise.clone());
-            let epoch = fence.as_ref().map(|f| f.epoch);
-            async move {
-                let r = c.txn(txn).await?;
-                let held = match epoch {
-                    None => true,
-                    Some(e) => r.op_responses().into_iter().any(|op| match op {
-                        TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.create_revision() == e),
-                        _ => false,
-                    }),
-                };
-                Ok((r.succeeded(), held || r.succeeded()))
-            }
-        })?;
-        if !held {
-            return Err(Fenced {
-                epoch: self.fence().map_or(0, |f| f.epoch),
-            }
-            .into());
-        }
-        Ok(succeeded)
     }
 
     fn next_id(&self) -> Result<u64> {

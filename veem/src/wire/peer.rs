@@ -128,8 +128,8 @@ pub fn usage_record(u: &UsageRec) -> vmi::UsageRecord {
     }
 }
 
-/// A usage record a peer pushed, as it says it (`sent`: it came from
-/// afar, nothing to push on); checked by
+/// A usage record a peer pushed, as it says it (`sent`, this site's own
+/// bookkeeping, is left for the receiver to set); checked by
 /// `Accounting::usage_refusal`. Errors with the record's ID and why it
 /// cannot be read: no `start_time` or `end_time`.
 pub fn pushed_usage(r: vmi::UsageRecord) -> Result<UsageRec, (String, String)> {
@@ -147,7 +147,7 @@ pub fn pushed_usage(r: vmi::UsageRecord) -> Result<UsageRec, (String, String)> {
         memory_mib_seconds: r.memory_mib_seconds,
         disk_bytes: r.disk_bytes,
         net_bytes: r.net_bytes,
-        sent: true,
+        sent: false,
     })
 }
 

@@ -289,18 +289,21 @@ impl Accounting {
         let mut reply = UsageReceipt::default();
         let now = self.clock.now();
         for r in records {
-            let refusal = match &r {
-                Ok(rec) => self.usage_refusal(from, rec, now).map(|why| (rec.record_id.clone(), why)),
-                Err((id, why)) => Some((id.clone(), why.clone())),
-            };
-            let (Ok(mut rec), None) = (r, refusal.as_ref()) else {
-                let (id, why) = refusal.unwrap_or_default();
-                tracing::warn!(site = %from, record = %id, reason = %why, "usage record refused");
-                reply.refused += 1;
-                reply.reasons.push(format!("usage record {id:?}: {why}"));
-                continue;
+            let checked = r.and_then(|rec| match self.usage_refusal(from, &rec, now) {
+                Some(why) => Err((rec.record_id.clone(), why)),
+                None => Ok(rec),
+            });
+            let mut rec = match checked {
+                Ok(rec) => rec,
+                Err((id, why)) => {
+                    tracing::warn!(site = %from, record = %id, reason = %why, "usage record refused");
+                    reply.refused += 1;
+                    reply.reasons.push(format!("usage record {id:?}: {why}"));
+                    continue;
+                }
             };
             rec.site_chain.push(self.cfg.site_id.clone());
+            // Stored here at its primary: nothing to push on.
             rec.sent = true;
             if self.store.put_new(Tree::Usage, &rec.record_id, &rec)? {
                 reply.accepted += 1;
