@@ -25,6 +25,7 @@
 
 mod hashing;
 mod planner;
+mod standby;
 mod store;
 mod veem_rss;
 mod vhi;

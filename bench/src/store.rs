@@ -7,7 +7,8 @@
 //! with client certificates (`vee_testkit::etcd`), data under
 //! `target/bench/store`; sled there too, flushed at each commit. The
 //! records are payloads of the sizes the VEEM writes (a service 2 KiB, a
-//! VEE 1.5 KiB, a planner entry 300 B, a checkpoint record 600 B).
+//! VEE 1.5 KiB, a planner entry 300 B, a checkpoint record 600 B). Then,
+//! on the same cluster, a standby's rows ([`crate::standby`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -64,7 +65,18 @@ fn checkpoint(store: &Store, reps: usize) -> Result<f64> {
     })
 }
 
-/// The rows: each commit on etcd (ours) next to sled (baseline).
+/// The sizes of the standby rows: `BENCH_STANDBY_VEES`, a comma list of
+/// VEE counts (multiples of 4), 10,000 and 100,000 by default.
+fn standby_sizes() -> Result<Vec<usize>> {
+    let text = std::env::var("BENCH_STANDBY_VEES").unwrap_or_else(|_| "10000,100000".into());
+    text.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse::<usize>().map_err(|e| anyhow::anyhow!("BENCH_STANDBY_VEES {s:?}: {e}")))
+        .collect()
+}
+
+/// The rows: each commit on etcd (ours) next to sled (baseline), then a
+/// standby's ([`crate::standby`]).
 pub fn run(reps: usize) -> Result<Vec<Value>> {
     let dir = vee_testkit::lab::repo_root().join("target").join("bench").join("store");
     let _ = std::fs::remove_dir_all(&dir);
@@ -97,7 +109,22 @@ pub fn run(reps: usize) -> Result<Vec<Value>> {
             "ratio": if base > 0.0 { ((ours / base) * 1000.0).round() / 1000.0 } else { 0.0 },
         }));
     }
-    drop((etcd, sled, cluster));
+    drop((etcd, sled));
+    // A standby becoming current and taking over, at each size, on a
+    // prefix and a database of its own.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    for vees in standby_sizes()? {
+        eprintln!("standby at {vees} VEEs");
+        let etcd = Arc::new(EtcdEngine::connect(&EtcdOptions {
+            endpoints: cluster.endpoints(),
+            tls: Some(cluster.client_tls()),
+            prefix: format!("/vee/standby-{vees}"),
+            timeout: Duration::from_secs(30),
+        })?);
+        let sled = Store::on(Arc::new(SledEngine::open(&dir.join(format!("sled-{vees}")))?), "sled")?;
+        rows.extend(rt.block_on(crate::standby::run(etcd, sled, &dir, vees))?);
+    }
+    drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(rows)
 }

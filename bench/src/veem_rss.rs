@@ -60,7 +60,7 @@ const IDLE_S: u64 = 12;
 
 /// The services' manifest: 4 anti-affine VEEs; an explicit 6 h checkpoint
 /// period so that no scheduled checkpoint falls due during the run.
-const MANIFEST: &str = r#"
+pub(crate) const MANIFEST: &str = r#"
 [service]
 name = "bench-svc"
 provider = "bench"
@@ -90,7 +90,7 @@ components = ["vm"]
 "#;
 
 /// VEEs per service in [`MANIFEST`].
-const VEES_PER_SERVICE: usize = 4;
+pub(crate) const VEES_PER_SERVICE: usize = 4;
 
 /// Kills the daemon and removes the state directory, once: on drop, or
 /// from the SIGINT / SIGTERM handler (which skips the destructors).

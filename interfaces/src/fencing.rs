@@ -27,6 +27,12 @@ pub const EPOCH: &str = "vee-epoch";
 /// peers go there (what it answered was not acted on).
 pub const LEADER: &str = "vee-leader";
 
+/// The metadata key (and HTTP header) by which a VEEM marks an
+/// UNAVAILABLE answer as its site's control plane being read-only (its
+/// store has no quorum or does not answer): asking again at once, or of
+/// another VEEM of the site, does not help; nothing was written.
+pub const READ_ONLY: &str = "vee-read-only";
+
 /// Adds the caller's epoch to every request (nothing without one).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Stamp(pub Option<i64>);

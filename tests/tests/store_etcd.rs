@@ -205,3 +205,55 @@ fn veem_store_migrate_moves_a_site_from_sled_to_etcd_and_back() {
     assert_eq!(code, Some(1));
     assert!(out.contains("leads or campaigns"), "{out}");
 }
+
+/// A standby's copy of the site's records and planner (issue 38, item
+/// 2): read once, then kept current from etcd's watch; what a new leader
+/// takes is what reading the store then gives, and a copy that met a
+/// record it could not decode is not taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_copy_kept_by_the_watch_is_what_reading_the_store_gives() {
+    use veem::core::replica::Replica;
+    use veem::core::Loaded;
+    let dir = lab::test_dir("etcd-replica");
+    let cluster = EtcdCluster::start(&dir, 1).unwrap();
+    let store = Store::on(Arc::new(engine(&cluster, "/vee/site-a")), "etcd").unwrap();
+    let site = veem::sim::FakeSite::start_on("site-a", &["h1", "h2"], "", store.clone());
+    let first = site.running_service(veem::sim::STANDARD);
+    site.veem.persist_planner().unwrap();
+    let cfg = site.veem.config().clone();
+    let standby = Arc::new(engine(&cluster, "/vee/site-a"));
+    let replica = Replica::follow(standby.clone(), veem::core::renew_ahead_s(&cfg));
+    assert!(replica.wait_for(store.revision().unwrap(), Duration::from_secs(10)).await, "the first read");
+    // The leader goes on: a second service, a VEE changed, one removed.
+    let second = site.running_service(veem::sim::STANDARD);
+    let mut v = site.veem.vee(&first[0]).unwrap();
+    v.last_checkpoint_ms = Some(1234);
+    site.veem.save_vee(&v).unwrap();
+    site.veem.remove_vee(&second[0]).unwrap();
+    site.veem.persist_planner().unwrap();
+    let taken = replica
+        .take(&store, 0, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("a copy that reached the barrier");
+    let read = Loaded::read(&cfg, &store).unwrap();
+    let json = |l: &Loaded| serde_json::to_value(l.vees().collect::<Vec<_>>()).unwrap();
+    assert_eq!(json(&taken), json(&read), "the VEE records");
+    assert_eq!(taken.vees().count(), first.len() + second.len() - 1);
+    let planner = |l: &Loaded| {
+        let p = l.planner().expect("a planner");
+        let mut e = p.entries();
+        e.sort_by(|a, b| a.0.cmp(&b.0));
+        (p.header(), e)
+    };
+    assert_eq!(planner(&taken), planner(&read), "the planner");
+
+    // A record the copy cannot decode: not taken (the leader reads the
+    // store, which says what is wrong).
+    let replica = Replica::follow(standby, veem::core::renew_ahead_s(&cfg));
+    assert!(replica.wait_for(store.revision().unwrap(), Duration::from_secs(10)).await);
+    let mut w = Writes::default();
+    w.put_raw(Tree::Vees, "broken", b"{not json".to_vec());
+    store.commit(w).unwrap();
+    assert!(replica.take(&store, 0, Duration::from_secs(10)).await.unwrap().is_none());
+}

@@ -13,11 +13,17 @@ use tokio_util::sync::CancellationToken;
 use crate::api::front::Front;
 use crate::api::standby::Port;
 use crate::config::{EngineKind, VeemConfig};
+use crate::core::replica::Replica;
+use crate::core::renew_ahead_s;
 use crate::domain::Health;
 use crate::leadership::{Leader, Leadership};
 use crate::loops::{self, Loops};
 use crate::manager::Veem;
-use crate::store::{EtcdEngine, Store};
+use crate::store::{EtcdEngine, Fenced, Store, StoreUnavailable};
+
+/// How long a new leader waits for its standby copy to reach the
+/// takeover's barrier before it reads the store instead.
+const CATCH_UP: Duration = Duration::from_secs(10);
 
 /// How long a stop waits for the loops' rounds under way.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -72,116 +78,110 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
         }
         None => None,
     };
-    // On the embedded store the VEEM opens its database and answers at
-    // once (not serving until it has reconciled: `front`); over etcd it
-    // stands by until it leads its site.
-    let site = cfg.site_id.clone();
-    let (port, opening) = match cfg.store.engine {
-        EngineKind::Sled => {
-            let veem = Veem::open(cfg)?;
-            let front = Front::of(veem.clone(), &limits).await?;
-            (Port::of(&site, front.clone()), Opening::Opened(veem, front))
-        }
-        EngineKind::Etcd => (Port::standing_by(&site), Opening::StandingBy(Box::new(cfg))),
-    };
     // Until the stop, then no new connection, the calls under way and the
     // loops' rounds get the grace period: the stop token ends WatchEvents
     // streams, so that a client that keeps one open does not hold the
     // stop. Every store write is durable when made, so nothing is
     // half-written.
-    let server = tokio::spawn(interfaces::connections::serve(
-        listener,
-        tls,
-        limits,
-        port.clone().router(),
-        stop.clone().cancelled_owned(),
-        SHUTDOWN_GRACE,
-    ));
-    let (veem, front, leader) = match opening {
-        Opening::Opened(veem, front) => (veem, front, None),
-        Opening::StandingBy(cfg) => match lead(*cfg, &port, &stop).await? {
-            Some((veem, leader)) => {
-                // One set of handlers (and of peer CAs) for gRPC and
-                // REST, on one port, over HTTP/2 and HTTP/1.1.
+    let serve = |port: Arc<Port>| {
+        tokio::spawn(interfaces::connections::serve(
+            listener,
+            tls,
+            limits,
+            port.router(),
+            stop.clone().cancelled_owned(),
+            SHUTDOWN_GRACE,
+        ))
+    };
+    let site = cfg.site_id.clone();
+    match cfg.store.engine {
+        // On the embedded store the VEEM opens its database and answers
+        // at once (not serving until it has reconciled: `front`).
+        EngineKind::Sled => {
+            let veem = Veem::open(cfg)?;
+            // One set of handlers (and of peer CAs) for gRPC and REST, on
+            // one port, over HTTP/2 and HTTP/1.1.
+            let front = Front::of(veem.clone(), &limits).await?;
+            let server = serve(Port::of(&site, front.clone()));
+            tracing::info!(%site, %listen, max_connections = limits.max_connections, "VMI listening; reconciling with the hosts");
+            let loops = act(&veem, &front, &CancellationToken::new(), &stop, destroy_strays).await;
+            let (served, ()) = tokio::join!(server, wind_down(&veem, &front, loops, SHUTDOWN_GRACE));
+            served??;
+        }
+        // Over etcd it stands by until it leads its site, leads until it
+        // loses the leadership, and then stands by again.
+        EngineKind::Etcd => {
+            let port = Port::standing_by(&site);
+            let server = serve(port.clone());
+            let mut resign = None;
+            while let Some((veem, leader)) = lead(&cfg, &port, &stop).await? {
                 let front = Front::of(veem.clone(), &limits).await?;
                 port.lead(front.clone());
-                (veem, front, Some(leader))
+                tracing::info!(%site, %listen, max_connections = limits.max_connections, "VMI listening; reconciling with the hosts");
+                let loops = act(&veem, &front, &leader.lost, &stop, destroy_strays).await;
+                if stop.is_cancelled() {
+                    wind_down(&veem, &front, loops, SHUTDOWN_GRACE).await;
+                    resign = Some(leader);
+                    break;
+                }
+                // A VEEM that lost its leadership gives its work a second
+                // only: whatever it still does is fenced (its commits by
+                // etcd, its host and peer calls by their epoch), and the
+                // new leader reconciles.
+                tracing::error!(%site, "lost the site's leadership (the lease was not renewed in time): stepping down, standing by again");
+                port.stand_by();
+                wind_down(&veem, &front, loops, Duration::from_secs(1)).await;
             }
-            None => {
-                server.await??;
-                tracing::info!("stopped while standing by");
-                return Ok(());
+            server.await??;
+            // A clean stop hands the site over at once.
+            if let Some(leader) = resign {
+                leader.resign().await;
             }
-        },
-    };
-    tracing::info!(site = %veem.cfg.site_id, %listen, max_connections = limits.max_connections, "VMI listening; reconciling with the hosts");
-    let lost = leader.as_ref().map(|l| l.lost.clone()).unwrap_or_default();
-    let started = tokio::select! {
-        () = stop.cancelled() => false,
-        () = lost.cancelled() => false,
-        () = start_up(&veem, destroy_strays) => true,
-    };
-    let mut loops = None;
-    if started {
-        front.started().await;
-        loops = Some(Loops::start(&veem));
-        tracing::info!(site = %veem.cfg.site_id, %listen, "VMI serving");
-        interfaces::daemon::notify_ready();
-        tokio::select! {
-            () = stop.cancelled() => {}
-            () = lost.cancelled() => {}
         }
     }
-    let stepped_down = lost.is_cancelled() && !stop.is_cancelled();
-    if stepped_down {
-        tracing::error!(site = %veem.cfg.site_id, "lost the site's leadership (the lease was not renewed in time): stepping down");
-        stop.cancel();
-    }
-    front.stopping().await;
-    veem.stopping.cancel();
-    // Beside the calls under way: the loops' rounds, then the background
-    // work they or the calls started (a deploy's boots, a recovery, a
-    // migration), whose steps commit atomically, so that what the grace
-    // period cuts is resumed at the next start (reconcile, intents).
-    // A VEEM that stepped down gives its work a second only: whatever
-    // it still does is fenced (its commits by etcd, its host calls by
-    // their epoch), and the new leader reconciles.
-    let grace = if stepped_down { Duration::from_secs(1) } else { SHUTDOWN_GRACE };
-    let beside = async {
-        if let Some(loops) = loops {
-            loops.shutdown(grace).await;
-        }
-        let cut = veem.drain_tasks(grace).await;
-        if cut > 0 {
-            tracing::warn!(tasks = cut, ?grace, "background work still under way after the grace period: cut");
-        }
-    };
-    let (served, ()) = tokio::join!(server, beside);
-    if stepped_down {
-        return Err(SteppedDown.into());
-    }
-    // A clean stop hands the site over at once.
-    if let Some(leader) = leader {
-        leader.resign().await;
-    }
-    served??;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// How `veem serve` comes to act for its site.
-enum Opening {
-    /// On the embedded store: at once.
-    Opened(Arc<Veem>, Arc<Front>),
-    /// Over etcd: once it leads ([`lead`]).
-    StandingBy(Box<VeemConfig>),
+/// Acts for the site with `veem`, its `front` answering: starts up (the
+/// first heartbeats, reconcile) and runs the loops, until `stop` or
+/// `lost`. Returns the loops, if they were started.
+async fn act(veem: &Arc<Veem>, front: &Front, lost: &CancellationToken, stop: &CancellationToken, destroy_strays: bool) -> Option<Loops> {
+    let started = tokio::select! {
+        () = stop.cancelled() => false,
+        () = lost.cancelled() => false,
+        () = start_up(veem, destroy_strays) => true,
+    };
+    if !started {
+        return None;
+    }
+    front.started().await;
+    let loops = Loops::start(veem);
+    tracing::info!(site = %veem.cfg.site_id, "VMI serving");
+    interfaces::daemon::notify_ready();
+    tokio::select! {
+        () = stop.cancelled() => {}
+        () = lost.cancelled() => {}
+    }
+    Some(loops)
 }
 
-/// `veem serve` stopped because this VEEM lost its site's leadership
-/// (exit code `cli::exit::STEPPED_DOWN`): started again, it stands by.
-#[derive(Debug, thiserror::Error)]
-#[error("this VEEM lost its site's leadership and stepped down")]
-pub struct SteppedDown;
+/// Stops acting: health NOT_SERVING, the loops' rounds and then the
+/// background work they or the calls started (a deploy's boots, a
+/// recovery, a migration) given `grace`, their steps committed
+/// atomically, so that what the grace period cuts is resumed at the next
+/// start (reconcile, intents).
+async fn wind_down(veem: &Arc<Veem>, front: &Front, loops: Option<Loops>, grace: Duration) {
+    front.stopping().await;
+    veem.stopping.cancel();
+    if let Some(loops) = loops {
+        loops.shutdown(grace).await;
+    }
+    let cut = veem.drain_tasks(grace).await;
+    if cut > 0 {
+        tracing::warn!(tasks = cut, ?grace, "background work still under way after the grace period: cut");
+    }
+}
 
 /// Campaigns for site `cfg.site_id`'s leadership in its etcd cluster
 /// (`crate::leadership`), the port answering as a standby (naming the
@@ -189,7 +189,7 @@ pub struct SteppedDown;
 /// election key and the VEEM is opened over it, its host calls carrying
 /// the epoch. `None` when stopped first. Errors: the cluster's
 /// configuration, a database of another site or format.
-async fn lead(cfg: VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> Result<Option<(Arc<Veem>, Leader)>> {
+async fn lead(cfg: &VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> Result<Option<(Arc<Veem>, Leader)>> {
     let engine = Arc::new(EtcdEngine::connect(&cfg.store.etcd(&cfg.site_id))?);
     let leadership = Arc::new(Leadership::new(
         engine.waiting_client().await?,
@@ -198,10 +198,12 @@ async fn lead(cfg: VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> Re
         cfg.store.lease_ttl,
     ));
     tracing::info!(site = %cfg.site_id, endpoint = %cfg.advertised(), "standing by: campaigning for the site's leadership");
-    // Who leads, for the standby's answers, until this VEEM does.
+    // Who leads, or why none can, for the standby's answers, until this
+    // VEEM does.
     let watching = CancellationToken::new();
+    let _watching = watching.clone().drop_guard();
     tokio::spawn({
-        let (leadership, port, watching) = (leadership.clone(), port.clone(), watching.clone());
+        let (leadership, port) = (leadership.clone(), port.clone());
         async move {
             while !watching.is_cancelled() {
                 port.set_leader(leadership.leader_endpoint().await);
@@ -209,30 +211,58 @@ async fn lead(cfg: VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> Re
             }
         }
     });
-    let leader = loop {
-        let won = tokio::select! {
-            () = stop.cancelled() => {
-                watching.cancel();
-                return Ok(None);
+    loop {
+        // The site's records and planner, kept current meanwhile, so that
+        // a takeover does not read them all again.
+        let replica = Replica::follow(engine.clone(), renew_ahead_s(cfg));
+        let leader = loop {
+            let won = tokio::select! {
+                () = stop.cancelled() => return Ok(None),
+                won = leadership.campaign() => won,
+            };
+            match won {
+                Ok(l) => break l,
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "campaign failed; campaigning again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
             }
-            won = leadership.campaign() => won,
         };
-        match won {
-            Ok(l) => break l,
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "campaign failed; campaigning again");
+        tracing::info!(site = %cfg.site_id, epoch = leader.epoch, "leading the site");
+        match open(cfg, &engine, &leader, replica).await {
+            Ok(veem) => {
+                port.set_leader(Ok(Some(cfg.advertised())));
+                return Ok(Some((veem, leader)));
+            }
+            // The store stopped answering, or this VEEM lost the
+            // leadership meanwhile: hand it over and stand by again.
+            Err(e) if e.chain().any(|c| c.is::<StoreUnavailable>() || c.is::<Fenced>()) => {
+                tracing::warn!(error = %format!("{e:#}"), "elected, but cannot open the site's state: standing by again");
+                engine.fence_with(None);
+                leader.resign().await;
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
+            Err(e) => {
+                leader.resign().await;
+                return Err(e);
+            }
         }
-    };
-    watching.cancel();
-    port.set_leader(Some(cfg.advertised()));
-    tracing::info!(site = %cfg.site_id, epoch = leader.epoch, "leading the site");
+    }
+}
+
+/// The VEEM of `leader` over the site's store in `engine`: the store's
+/// commits fenced by the election key, its state taken from `replica`
+/// (or read from the store when the copy cannot be used), its host and
+/// peer calls carrying the epoch. Errors: the store's
+/// ([`StoreUnavailable`], [`Fenced`]), a database of another site or
+/// format.
+async fn open(cfg: &VeemConfig, engine: &Arc<EtcdEngine>, leader: &Leader, replica: Replica) -> Result<Arc<Veem>> {
     engine.fence_with(Some((leader.key.clone(), leader.epoch)));
     let what = format!("etcd {:?}", engine.prefix());
-    let store = Store::on(engine, &what)?;
-    let veem = Veem::open_leading(cfg, store, leader.epoch)?;
-    Ok(Some((veem, leader)))
+    let store = Store::on(engine.clone(), &what)?;
+    let loaded = replica.take(&store, leader.epoch, CATCH_UP).await?;
+    tracing::info!(from_copy = loaded.is_some(), "opening the site's state");
+    Veem::open_leading(cfg.clone(), store, leader.epoch, loaded)
 }
 
 /// What the VEEM does before it serves: learns its hosts' capacities and

@@ -39,6 +39,14 @@ pub struct Leader {
     client: Client,
 }
 
+/// A leader dropped without [`Leader::resign`] stops renewing its lease,
+/// which lapses within its TTL.
+impl Drop for Leader {
+    fn drop(&mut self) {
+        self.lost.cancel();
+    }
+}
+
 impl Leader {
     /// Gives the leadership up at a clean stop: the lease is revoked, so
     /// the election key goes at once and a standby takes over without
@@ -102,14 +110,17 @@ impl Leadership {
     }
 
     /// The VMI URL of the site's leader now (what it campaigned with),
-    /// `None` when none leads or the cluster does not answer.
-    pub async fn leader_endpoint(&self) -> Option<String> {
+    /// `None` when none leads; errors (saying why) when the cluster does
+    /// not answer within 2 s (no quorum, no member reachable).
+    pub async fn leader_endpoint(&self) -> Result<Option<String>, String> {
         let mut c = self.client.clone();
-        let r = tokio::time::timeout(Duration::from_secs(2), c.leader(self.name.clone()))
-            .await
-            .ok()?
-            .ok()?;
-        r.kv().and_then(|kv| kv.value_str().ok()).map(str::to_string)
+        match tokio::time::timeout(Duration::from_secs(2), c.leader(self.name.clone())).await {
+            Err(_) => Err("no answer within 2 s".into()),
+            Ok(Ok(r)) => Ok(r.kv().and_then(|kv| kv.value_str().ok()).map(str::to_string)),
+            // etcd's "election: no leader": nobody campaigns.
+            Ok(Err(e)) if e.to_string().contains("no leader") && !e.to_string().contains("raft") => Ok(None),
+            Ok(Err(e)) => Err(e.to_string()),
+        }
     }
 }
 
@@ -124,29 +135,41 @@ async fn renew(mut c: Client, lease: i64, ttl: Duration, lost: CancellationToken
         if lost.is_cancelled() {
             return;
         }
-        if renewed.elapsed() >= ttl {
+        // Every attempt ends by the lease's end as this VEEM counts it:
+        // a member that hangs does not keep it believing it leads.
+        let end = renewed + ttl;
+        if tokio::time::Instant::now() >= end {
             tracing::error!(lease, ?ttl, "the leader's lease was not renewed within its TTL");
             lost.cancel();
             return;
         }
-        if stream.is_none() {
-            stream = c.lease_keep_alive(lease).await.ok();
-        }
-        if let Some((keeper, answers)) = stream.as_mut() {
-            let ask = async {
-                keeper.keep_alive().await?;
-                answers.message().await
-            };
-            match tokio::time::timeout(ttl / 3, ask).await {
-                Ok(Ok(Some(a))) if a.ttl() > 0 => renewed = tokio::time::Instant::now(),
-                Ok(Ok(Some(_))) => {
-                    tracing::error!(lease, "the leader's lease is gone");
-                    lost.cancel();
-                    return;
-                }
-                _ => stream = None,
+        // Counted from the request: the cluster's TTL runs from when it
+        // was served, no earlier.
+        let asked = tokio::time::Instant::now();
+        let ask = async {
+            if stream.is_none() {
+                stream = Some(c.lease_keep_alive(lease).await?);
+            }
+            let (keeper, answers) = stream.as_mut().expect("made above");
+            keeper.keep_alive().await?;
+            answers.message().await
+        };
+        match tokio::time::timeout_at(end.min(asked + ttl / 3), ask).await {
+            Ok(Ok(Some(a))) if a.ttl() > 0 => {
+                renewed = asked;
+                tokio::time::sleep(ttl / 3).await;
+            }
+            Ok(Ok(Some(_))) => {
+                tracing::error!(lease, "the leader's lease is gone");
+                lost.cancel();
+                return;
+            }
+            // The stream broke or hung (its member went, an election is
+            // under way): made again at once, on a member that answers.
+            _ => {
+                stream = None;
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        tokio::time::sleep(ttl / 3).await;
     }
 }

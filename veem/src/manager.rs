@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Result;
 
 use crate::config::{EngineKind, VeemConfig};
-use crate::core::Core;
+use crate::core::{Core, Loaded};
 use crate::ports::Ports;
 use crate::store::{EtcdEngine, Store};
 use crate::workflows::accounting::Accounting;
@@ -76,10 +76,16 @@ impl Veem {
 
     /// The VEEM of a site's leader over `store` (the site's etcd cluster,
     /// its commits fenced by the election key of `epoch`): its calls to
-    /// hosts carry `epoch` (`interfaces::fencing`).
-    pub fn open_leading(cfg: VeemConfig, store: Store, epoch: i64) -> Result<Arc<Self>> {
+    /// hosts carry `epoch` (`interfaces::fencing`). Its records and planner
+    /// are `loaded` (a standby's copy, `crate::core::replica`), or read
+    /// from the store when `None`.
+    pub fn open_leading(cfg: VeemConfig, store: Store, epoch: i64, loaded: Option<Loaded>) -> Result<Arc<Self>> {
         let ports = Ports::connect(&cfg, Some(epoch))?;
-        Self::with_store(cfg, ports, store)
+        let core = match loaded {
+            Some(loaded) => Core::open_loaded(cfg, ports, store, loaded)?,
+            None => Core::open(cfg, ports, store)?,
+        };
+        Ok(Self::on_core(core))
     }
 
     /// [`Veem::open`] with the given ports (tests: in-memory fakes).
@@ -91,7 +97,11 @@ impl Veem {
     /// [`Veem::with_ports`] over database `store` (the simulation's: in
     /// memory) instead of the one at `cfg.db`. Errors: as [`Core::open`].
     pub fn with_store(cfg: VeemConfig, ports: Ports, store: Store) -> Result<Arc<Self>> {
-        let core = Core::open(cfg, ports, store)?;
+        Ok(Self::on_core(Core::open(cfg, ports, store)?))
+    }
+
+    /// The workflows built on `core`.
+    fn on_core(core: Core) -> Arc<Self> {
         let core = Arc::new(core);
         // In dependency order: a workflow after those it calls.
         let accounting = Arc::new(Accounting::new(core.clone()));
@@ -168,7 +178,7 @@ impl Veem {
             windows: windows.clone(),
         });
         // (the next workflow here)
-        Ok(Arc::new(Self {
+        Arc::new(Self {
             accounting,
             windows,
             networks,
@@ -190,7 +200,7 @@ impl Veem {
             deploy,
             // (its field here)
             core,
-        }))
+        })
     }
 
     /// The core the workflows share.

@@ -13,7 +13,8 @@ use anyhow::{Context, Result};
 use crate::planner::{AdmissionPlan, Admitted, Planner, PlannerEntry, PlannerHeader, Stale};
 use crate::store::{Revision, Store, Tree, Writes};
 
-const HEADER: &str = "header";
+/// The key of the planner's header in the planner tree.
+pub const HEADER: &str = "header";
 const LEGACY_KEY: &str = "planner";
 
 /// What the last save left.
@@ -40,20 +41,17 @@ impl PlannerStore {
         let mut entries = Vec::new();
         store.scan(Tree::Planner, |key, value| {
             if key == HEADER {
-                header = Some(serde_json::from_slice::<PlannerHeader>(value).context("planner header")?);
+                header = Some(decode_header(value)?);
             } else {
-                entries.push(serde_json::from_slice::<PlannerEntry>(value).with_context(|| format!("planner record {key}"))?);
+                entries.push(decode_entry(key, value)?);
             }
             Ok(())
         })?;
-        let (planner, written) = match header {
+        Ok(match header {
             Some(h) => {
                 let planner = Planner::from_parts(h, entries);
-                let written = Written {
-                    header: Some(planner.header_revision()),
-                    legacy: false,
-                };
-                (Some(planner), written)
+                let saver = Self::written(store, &planner);
+                (Some(planner), saver)
             }
             None => {
                 let mut old: Option<Planner> = store.get(Tree::Meta, LEGACY_KEY)?;
@@ -61,14 +59,25 @@ impl PlannerStore {
                     p.mark_changed(None); // the first save writes it all
                 }
                 let legacy = old.is_some();
-                (old, Written { header: None, legacy })
+                let saver = PlannerStore {
+                    store: store.clone(),
+                    written: Mutex::new(Written { header: None, legacy }),
+                };
+                (old, saver)
             }
-        };
-        let this = PlannerStore {
+        })
+    }
+
+    /// The saver of `planner`, as stored in `store` now (read from it,
+    /// or kept current by a standby: `crate::core::replica`).
+    pub fn written(store: &Store, planner: &Planner) -> PlannerStore {
+        PlannerStore {
             store: store.clone(),
-            written: Mutex::new(written),
-        };
-        Ok((planner, this))
+            written: Mutex::new(Written {
+                header: Some(planner.header_revision()),
+                legacy: false,
+            }),
+        }
     }
 
     /// Writes what changed in `planner` since the last save. Saves are
@@ -143,6 +152,16 @@ impl PlannerStore {
         let revision = self.store.commit(batch)?;
         Ok(p.apply_written(plan).map(|a| (a, revision)))
     }
+}
+
+/// The planner's header as stored (key [`HEADER`] of the planner tree).
+pub fn decode_header(value: &[u8]) -> Result<PlannerHeader> {
+    serde_json::from_slice::<PlannerHeader>(value).context("planner header")
+}
+
+/// The planner entry stored under `key`.
+pub fn decode_entry(key: &str, value: &[u8]) -> Result<PlannerEntry> {
+    serde_json::from_slice::<PlannerEntry>(value).with_context(|| format!("planner record {key}"))
 }
 
 /// Adds the planner's `entries` to `batch`: each value under its key, or

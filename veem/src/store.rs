@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 pub use engine::{Conflict, Engine, MemoryEngine, Revision, SledEngine, Unchanged};
-pub use etcd::{EtcdEngine, EtcdOptions, Fenced, StoreUnavailable, PAGE as ETCD_PAGE};
+pub use etcd::{Change, Changes, EtcdEngine, EtcdOptions, Fenced, StoreUnavailable, WatchEnded, PAGE as ETCD_PAGE};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -117,7 +117,8 @@ impl Tree {
 /// | 4 | a service record holds its terms (`terms`: SLA and constraints, parsed from the manifest once, at admission); migrating parses each service's stored manifest one last time |
 /// | 5 | store revisions: every commit makes one, every key carries the one that last wrote it (in sled, the `_revisions` tree), and commits may be conditioned on them ([`Unchanged`]); a key written before has revision 0, so migrating writes nothing else (an older VEEM, which would write without revisions, refuses the database) |
 pub const FORMAT_VERSION: u32 = 5;
-const FORMAT_KEY: &str = "format_version";
+/// The key of the format version in the meta tree.
+pub const FORMAT_KEY: &str = "format_version";
 
 /// Records to write (or, with `None`, remove) in one atomic commit, and
 /// the conditions it holds to: [`Store::commit`] writes all of them or,

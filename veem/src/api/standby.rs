@@ -2,7 +2,9 @@
 //! its site's leadership, every call is answered UNAVAILABLE (503 with
 //! `Retry-After` in REST), health included, with the leader's VMI URL in
 //! the `vee-leader` metadata (REST: the `Vee-Leader` header) and its
-//! message, so that clients and peers go there; once it leads, the
+//! message, so that clients and peers go there (when the site's etcd has
+//! no quorum, nobody can lead: the answer says so and is marked
+//! `vee-read-only`); once it leads, the
 //! [`Front`] answers. A standby serves no reads: its records would be
 //! those it read when it started, which could mislead.
 
@@ -18,12 +20,15 @@ use crate::api::front::{self, Front};
 
 /// The metadata key (and REST header) naming the site's leader.
 pub use interfaces::fencing::LEADER;
+use interfaces::fencing::READ_ONLY;
 
 /// What answers on the VMI's port (see the module doc).
 pub struct Port {
     site: String,
     front: RwLock<Option<Arc<Front>>>,
-    leader: RwLock<Option<String>>,
+    /// The leader's VMI URL (`None`: none leads), or why the cluster
+    /// does not say.
+    leader: RwLock<Result<Option<String>, String>>,
 }
 
 impl Port {
@@ -32,7 +37,7 @@ impl Port {
         Arc::new(Self {
             site: site.into(),
             front: RwLock::new(None),
-            leader: RwLock::new(None),
+            leader: RwLock::new(Ok(None)),
         })
     }
 
@@ -49,10 +54,17 @@ impl Port {
         *self.front.write().unwrap() = Some(front);
     }
 
-    /// The site's leader is reached at `endpoint` (`None`: none leads, or
-    /// the cluster does not say).
-    pub fn set_leader(&self, endpoint: Option<String>) {
+    /// The site's leader is reached at `endpoint` (`Ok(None)`: none
+    /// leads; `Err`: the cluster does not answer, and why).
+    pub fn set_leader(&self, endpoint: Result<Option<String>, String>) {
         *self.leader.write().unwrap() = endpoint;
+    }
+
+    /// This VEEM no longer leads (it lost its lease): the standby's
+    /// answers from now on.
+    pub fn stand_by(&self) {
+        *self.front.write().unwrap() = None;
+        *self.leader.write().unwrap() = Ok(None);
     }
 
     /// The port as the router the listener serves.
@@ -68,19 +80,26 @@ async fn dispatch(State(port): State<Arc<Port>>, req: Request) -> Response {
     }
     let leader = port.leader.read().unwrap().clone();
     let text = match &leader {
-        Some(url) => format!("this VEEM stands by for site {}: its leader is at {url}; call it there", port.site),
-        None => format!(
+        Ok(Some(url)) => format!("this VEEM stands by for site {}: its leader is at {url}; call it there", port.site),
+        Ok(None) => format!(
             "this VEEM stands by for site {}, which has no leader now (an election is under way); retry shortly",
             port.site
         ),
+        Err(why) => format!(
+            "site {}'s control plane is read-only: its store (etcd) does not answer ({}), so no VEEM can lead it; its VEEs keep running, and it resumes by itself once etcd has a quorum again",
+            port.site,
+            interfaces::excerpt::message(why)
+        ),
     };
-    let mut resp = front::refusal(
-        front::is_grpc(&req),
-        Status::unavailable(text),
-        StatusCode::SERVICE_UNAVAILABLE,
-        Duration::from_secs(1),
-    );
-    if let Some(v) = leader.and_then(|url| HeaderValue::from_str(&url).ok()) {
+    let mut status = Status::unavailable(text);
+    if leader.is_err() {
+        crate::api::status::mark_read_only(&mut status);
+    }
+    let mut resp = front::refusal(front::is_grpc(&req), status, StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(1));
+    if leader.is_err() {
+        resp.headers_mut().insert(READ_ONLY, HeaderValue::from_static("1"));
+    }
+    if let Some(v) = leader.ok().flatten().and_then(|url| HeaderValue::from_str(&url).ok()) {
         resp.headers_mut().insert(LEADER, v);
     }
     resp

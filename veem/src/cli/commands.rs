@@ -58,16 +58,23 @@ pub(super) fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether `s` says the site's control plane is read-only (its store has
+/// no quorum): asking again does not help.
+fn read_only(s: &tonic::Status) -> bool {
+    s.metadata().get(interfaces::fencing::READ_ONLY).is_some()
+}
+
 /// Deploys `req`, asking again with the same request ID while the VEEM is
-/// unreachable or its answer is lost (Unavailable), at most
-/// `retry.attempts` times: the VEEM deploys the service once.
+/// unreachable or its answer is lost (Unavailable, its control plane not
+/// read-only), at most `retry.attempts` times: the VEEM deploys the
+/// service once.
 pub(crate) async fn deploy_idempotent(
     c: &mut VmiServiceClient,
     req: vmi::DeployRequest,
     retry: interfaces::retry::RetryPolicy,
 ) -> Result<vmi::ServiceInfo, tonic::Status> {
     let unanswered = |s: &tonic::Status| {
-        let again = s.code() == tonic::Code::Unavailable;
+        let again = s.code() == tonic::Code::Unavailable && !read_only(s);
         if again {
             tracing::warn!(request_id = %req.request_id, error = %s.message(), "Deploy unanswered; asking again with the same request ID");
         }
@@ -135,7 +142,7 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
             // meanwhile; the same request ID goes to the one leading now.
             for _ in 0..3 {
                 match &s {
-                    Err(e) if e.code() == tonic::Code::Unavailable && target.endpoint.contains(',') => {
+                    Err(e) if e.code() == tonic::Code::Unavailable && !read_only(e) && target.endpoint.contains(',') => {
                         c = connect(
                             &target.endpoint,
                             target.token.as_deref(),

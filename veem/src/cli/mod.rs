@@ -57,10 +57,6 @@ pub mod exit {
     /// Timed out: `--wait` ran past `--timeout`, or a request past
     /// `--request-timeout` (gRPC DeadlineExceeded).
     pub const TIMEOUT: u8 = 6;
-    /// `veem serve` only: this VEEM lost its site's leadership (its lease
-    /// was not renewed in time) and stopped acting (EX_TEMPFAIL): started
-    /// again, it stands by.
-    pub const STEPPED_DOWN: u8 = 75;
 
     /// The exit code of a failed command's error.
     pub fn of(e: &anyhow::Error) -> u8 {
@@ -414,11 +410,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             Ok(()) => exit::OK,
             Err(e) => {
                 eprintln!("error: {e:#}");
-                if e.is::<crate::daemon::SteppedDown>() {
-                    exit::STEPPED_DOWN
-                } else {
-                    exit::ERROR
-                }
+                exit::ERROR
             }
         },
         Command::Doc(ref doc) => {

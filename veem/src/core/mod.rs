@@ -6,7 +6,11 @@
 //! drains. It holds no workflow's own state and calls no workflow: the
 //! workflows (and the `Veem` facade that builds them) sit on it.
 
+mod loaded;
 mod records;
+pub mod replica;
+
+pub use loaded::{renew_ahead_s, Loaded};
 
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -73,8 +77,21 @@ impl Core {
     /// records read. Errors: a database of another site, a record that
     /// cannot be read, a host the configuration names twice.
     pub fn open(cfg: VeemConfig, ports: Ports, store: Store) -> Result<Self> {
-        // A database belongs to one site: another site's is refused, never
-        // mistaken for this one's.
+        Self::check_site(&cfg, &store)?;
+        let loaded = Loaded::read(&cfg, &store)?;
+        Self::assemble(cfg, ports, store, loaded)
+    }
+
+    /// [`Core::open`] from the records and planner a standby kept current
+    /// ([`replica::Replica`]) instead of reading them from the store.
+    pub(crate) fn open_loaded(cfg: VeemConfig, ports: Ports, store: Store, loaded: Loaded) -> Result<Self> {
+        Self::check_site(&cfg, &store)?;
+        Self::assemble(cfg, ports, store, loaded)
+    }
+
+    /// A database belongs to one site: another site's is refused, never
+    /// mistaken for this one's; a new one is marked as this site's.
+    fn check_site(cfg: &VeemConfig, store: &Store) -> Result<()> {
         match store.get::<String>(Tree::Meta, "site_id")? {
             Some(site) if site != cfg.site_id => match cfg.store.engine {
                 crate::config::EngineKind::Sled => anyhow::bail!(
@@ -88,27 +105,17 @@ impl Core {
                     cfg.site_id
                 ),
             },
-            Some(_) => {}
-            None => store.put(Tree::Meta, "site_id", &cfg.site_id)?,
+            Some(_) => Ok(()),
+            None => store.put(Tree::Meta, "site_id", &cfg.site_id),
         }
-        // The VEE records and the planner are read side by side (100,000
-        // of each take about as long).
-        let renew_ahead_s = cfg.planning_horizon.as_secs() as i64 / 2;
-        // Noted before the read: a record written meanwhile (by another
-        // VEEM of the site) is written after it, so no commit overwrites it.
-        let read_at = store.revision()?;
-        let (records, planner) = std::thread::scope(|s| {
-            let records =
-                s.spawn(|| -> Result<VeeRecords> { Ok(VeeRecords::new(store.list::<VeeRec>(Tree::Vees)?, renew_ahead_s, read_at)) });
-            let planner = PlannerStore::load(&store);
-            (
-                records
-                    .join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("reading the VEE records panicked"))),
-                planner,
-            )
-        });
-        let (vee_records, (saved, planner_store)) = (RwLock::new(records?), planner?);
+    }
+
+    fn assemble(cfg: VeemConfig, ports: Ports, store: Store, loaded: Loaded) -> Result<Self> {
+        let Loaded {
+            records,
+            planner: saved,
+            planner_store,
+        } = loaded;
         let mut planner: Planner = match saved {
             Some(p) => p,
             None => Planner::new(PlannerConfig {
@@ -136,7 +143,7 @@ impl Core {
             repo: ports.repo,
             peer_directory: ports.peers,
             events,
-            vee_records,
+            vee_records: RwLock::new(records),
             vee_locks: Mutex::new(Default::default()),
             busy: Mutex::new(Default::default()),
             stopping: Default::default(),

@@ -82,6 +82,15 @@ impl VeeRecords {
         }
     }
 
+    /// Notes every record as read at `revision` (a standby's first read of
+    /// the store, whose revision is known once read: `super::replica`).
+    pub(crate) fn set_revisions(&mut self, revision: Revision) {
+        self.revision = revision;
+        for (_, _, r) in self.by_id.values_mut() {
+            *r = revision;
+        }
+    }
+
     /// Forgets record `id`, removed (or found absent) at `revision`.
     pub(crate) fn remove(&mut self, id: &str, revision: Revision) {
         self.revision = self.revision.max(revision);

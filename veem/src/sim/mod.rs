@@ -162,6 +162,13 @@ impl FakeSite {
 
     /// [`FakeSite::start`] for site `site_id`.
     pub fn start_site(site_id: &str, names: &[&str], extra: &str) -> FakeSite {
+        let store = crate::store::Store::on(Arc::new(crate::store::MemoryEngine::default()), "memory").unwrap();
+        Self::start_on(site_id, names, extra, store)
+    }
+
+    /// [`FakeSite::start_site`] over database `store` (e.g. on a real
+    /// etcd cluster).
+    pub fn start_on(site_id: &str, names: &[&str], extra: &str, store: crate::store::Store) -> FakeSite {
         let mut cfg = format!(
             "site_id = \"{site_id}\"\nlisten = \"127.0.0.1:1\"\ndb = \"/nonexistent/{site_id}.db\"\nimage_repo = \"http://127.0.0.1:1\"\n"
         );
@@ -176,7 +183,6 @@ impl FakeSite {
         let peers = FakePeers::default();
         let clock = Arc::new(FakeClock::new());
         let cfg = crate::config::VeemConfig::parse(&cfg).unwrap();
-        let store = crate::store::Store::on(Arc::new(crate::store::MemoryEngine::default()), "memory").unwrap();
         let veem = crate::manager::Veem::with_store(cfg, Self::ports(&hosts, &repo, &peers, &clock), store.clone()).unwrap();
         for n in names {
             let spec = crate::planner::HostSpec::new(*n, crate::planner::Resources::new(4, 4096, 100), site_id, site_id);

@@ -28,6 +28,9 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, T
 use super::engine::{Conflict, Engine, Revision, Unchanged, Visit, Write};
 use super::Tree;
 
+mod watch;
+pub use watch::{Change, Changes, WatchEnded};
+
 /// Keys a scan reads at once.
 pub const PAGE: i64 = 1000;
 
@@ -114,19 +117,25 @@ fn connect_options(o: &EtcdOptions, per_call: bool) -> Result<ConnectOptions> {
     Ok(opts)
 }
 
-/// Whether `e` means the request was not applied and may be sent again:
-/// it never reached a member, or the member had no raft leader.
+/// Whether `e` means the request may be sent again: it never reached a
+/// member, the member had no raft leader, or its leader changed while the
+/// request waited (see each case).
 fn not_sent(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::TransportError(_) => true,
         // Unavailable (14), as tonic says of a connection it could not
-        // make, and as etcd says without a leader; Unknown (2) with
+        // make, and as etcd says without a leader; "leader changed" while
+        // the request waited (it may have been applied: a commit sent
+        // again then finds its conditions failed, a Conflict, and the
+        // record is read again; its unconditioned puts write the same
+        // values); Unknown (2) with
         // tonic's "transport error", a connection to a member that died
         // (a commit sent again finds its conditions failed if it was
         // applied after all, and its puts write the same values).
         etcd_client::Error::GRpcStatus(s) => {
             let (code, m) = (s.code() as i32, s.message());
-            code == 14 && (m.contains("connect") || m.contains("no leader")) || code == 2 && m.contains("transport error")
+            code == 14 && (m.contains("connect") || m.contains("no leader") || m.contains("leader changed"))
+                || code == 2 && m.contains("transport error")
         }
         _ => false,
     }
@@ -305,6 +314,54 @@ impl EtcdEngine {
         }
     }
 
+    /// Reads every record of tree `t` at revision `at` (`None`: now) in
+    /// pages of [`PAGE`] keys, each at the first page's revision (one
+    /// snapshot); returns that revision.
+    fn scan_at(&self, t: Tree, at: Option<i64>, f: Visit) -> Result<i64> {
+        let prefix = self.key(t, b"");
+        let end = range_end(&prefix);
+        let mut from = prefix.clone();
+        let mut at = at;
+        loop {
+            let (start, stop) = (from.clone(), end.clone());
+            let (kvs, revision, more) = self.run("etcd scan", move |mut c| {
+                let (start, stop) = (start.clone(), stop.clone());
+                async move {
+                    let mut o = GetOptions::new().with_range(stop).with_limit(PAGE);
+                    if let Some(r) = at {
+                        o = o.with_revision(r);
+                    }
+                    let r = c.get(start, Some(o)).await?;
+                    let kvs: Vec<(Vec<u8>, Vec<u8>)> = r.kvs().iter().map(|kv| (kv.key().to_vec(), kv.value().to_vec())).collect();
+                    Ok((kvs, r.header().map_or(0, |h| h.revision()), r.more()))
+                }
+            })?;
+            let snapshot = *at.get_or_insert(revision);
+            for (k, v) in &kvs {
+                f(&k[prefix.len()..], v)?;
+            }
+            match kvs.last() {
+                Some((last, _)) if more => {
+                    from = last.clone();
+                    from.push(0);
+                }
+                _ => return Ok(snapshot),
+            }
+        }
+    }
+
+    /// The cluster's revision now.
+    fn revision_now(&self) -> Result<Revision> {
+        let k = self.key(Tree::Meta, b"");
+        self.run("etcd revision", move |mut c| {
+            let k = k.clone();
+            async move {
+                let r = c.get(k, Some(GetOptions::new().with_count_only())).await?;
+                Ok(r.header().map_or(0, |h| h.revision().max(0) as u64))
+            }
+        })
+    }
+
     fn fence(&self) -> Option<Fence> {
         self.fence.read().unwrap().clone()
     }
@@ -323,47 +380,11 @@ impl Engine for EtcdEngine {
     }
 
     fn scan(&self, t: Tree, f: Visit) -> Result<()> {
-        let prefix = self.key(t, b"");
-        let end = range_end(&prefix);
-        let mut from = prefix.clone();
-        let mut at: Option<i64> = None;
-        loop {
-            let (start, stop) = (from.clone(), end.clone());
-            let (kvs, revision, more) = self.run("etcd scan", move |mut c| {
-                let (start, stop) = (start.clone(), stop.clone());
-                async move {
-                    let mut o = GetOptions::new().with_range(stop).with_limit(PAGE);
-                    if let Some(r) = at {
-                        o = o.with_revision(r);
-                    }
-                    let r = c.get(start, Some(o)).await?;
-                    let kvs: Vec<(Vec<u8>, Vec<u8>)> = r.kvs().iter().map(|kv| (kv.key().to_vec(), kv.value().to_vec())).collect();
-                    Ok((kvs, r.header().map_or(0, |h| h.revision()), r.more()))
-                }
-            })?;
-            at.get_or_insert(revision);
-            for (k, v) in &kvs {
-                f(&k[prefix.len()..], v)?;
-            }
-            match kvs.last() {
-                Some((last, _)) if more => {
-                    from = last.clone();
-                    from.push(0);
-                }
-                _ => return Ok(()),
-            }
-        }
+        self.scan_at(t, None, f).map(|_| ())
     }
 
     fn revision(&self) -> Result<Revision> {
-        let k = self.key(Tree::Meta, b"");
-        self.run("etcd revision", move |mut c| {
-            let k = k.clone();
-            async move {
-                let r = c.get(k, Some(GetOptions::new().with_count_only())).await?;
-                Ok(r.header().map_or(0, |h| h.revision().max(0) as u64))
-            }
-        })
+        self.revision_now()
     }
 
     fn commit(&self, writes: Vec<Write>, unchanged: &[Unchanged]) -> Result<Revision> {
