@@ -33,6 +33,21 @@ pub const LEADER: &str = "vee-leader";
 /// another VEEM of the site, does not help; nothing was written.
 pub const READ_ONLY: &str = "vee-read-only";
 
+/// The metadata key (and HTTP header) by which a VEEM marks an
+/// UNAVAILABLE answer as given while its site's control plane cannot act:
+/// `standby` (it stands by; a takeover may be under way), `starting` (a
+/// leader reconciling with its hosts), `read-only` (its store has no
+/// quorum). The site answers and its VEEs run on their hosts, so a peer
+/// does not count the answer as silence.
+pub const NOT_ACTING: &str = "vee-not-acting";
+
+/// Whether `s`, a failed call's status, was answered by a VEEM whose
+/// site's control plane cannot act now ([`NOT_ACTING`]): the site is
+/// there, unlike after a connection not made or a call not answered.
+pub fn not_acting(s: &Status) -> bool {
+    s.code() == tonic::Code::Unavailable && s.metadata().get(NOT_ACTING).is_some()
+}
+
 /// Adds the caller's epoch to every request (nothing without one).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Stamp(pub Option<i64>);
@@ -164,5 +179,16 @@ mod tests {
         let mut bad = Request::new(());
         bad.metadata_mut().insert(EPOCH, "-3".parse().unwrap());
         assert_eq!(again.call(bad).unwrap_err().code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn only_a_marked_unavailable_answer_says_the_site_is_there() {
+        let mut standby = Status::unavailable("this VEEM stands by");
+        standby.metadata_mut().insert(NOT_ACTING, "standby".parse().unwrap());
+        assert!(not_acting(&standby));
+        assert!(!not_acting(&Status::unavailable("tcp connect error")), "a connection not made");
+        let mut refused = Status::failed_precondition("fenced");
+        refused.metadata_mut().insert(NOT_ACTING, "standby".parse().unwrap());
+        assert!(!not_acting(&refused), "only UNAVAILABLE");
     }
 }

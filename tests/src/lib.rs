@@ -7,6 +7,7 @@ pub mod abusive;
 pub mod daemons;
 pub mod disk;
 pub mod grpc;
+pub mod ha;
 pub mod net;
 pub mod site;
 pub mod two_sites;

@@ -109,22 +109,7 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
 
     // Approved: live migration to B; the counter goes on there.
     let before = guest::last_tick(&console(&mut ca, &vee).await).unwrap().0;
-    let p = op
-        .migrate(MigrateRequest {
-            vee_id: vee.clone(),
-            to_host: String::new(),
-            to_site: "site-b".into(),
-            reason: "cheaper".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    op.approve_migration(ApproveMigrationRequest {
-        migration_id: p.migration_id.clone(),
-    })
-    .await
-    .unwrap();
-    let m = site::wait_migration(&l.a, &p.migration_id, Duration::from_secs(180)).await;
+    let m = site::migrate_approved(&l.a, &vee, "site-b", "").await;
     assert_eq!(m.state(), interfaces::vmi::MigrationState::Done, "{}", m.detail);
     let shown = acme.get_vee(GetVeeRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
     assert_eq!(shown.location, "placed", "the provider never sees where");

@@ -1,7 +1,9 @@
 //! `veem serve`: binds its port, opens the state, answers the VMI (not
 //! serving yet: `front`) while it learns the site's hosts and reconciles
 //! with what the VEEHs run, then serves the VMI beside the loops (`loops`)
-//! until stopped, and stops them cleanly.
+//! until stopped, and stops them cleanly. Over etcd it first stands by
+//! (`api::standby`) until it leads, and stands by again when it loses the
+//! leadership.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -104,7 +106,11 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
             let front = Front::of(veem.clone(), &limits).await?;
             let server = serve(Port::of(&site, front.clone()));
             tracing::info!(%site, %listen, max_connections = limits.max_connections, "VMI listening; reconciling with the hosts");
-            let loops = act(&veem, &front, &CancellationToken::new(), &stop, destroy_strays).await;
+            let start = Start {
+                destroy_strays,
+                wait_for_known_hosts: true,
+            };
+            let loops = act(&veem, &front, &CancellationToken::new(), &stop, start).await;
             let (served, ()) = tokio::join!(server, wind_down(&veem, &front, loops, SHUTDOWN_GRACE));
             served??;
         }
@@ -114,11 +120,15 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
             let port = Port::standing_by(&site);
             let server = serve(port.clone());
             let mut resign = None;
-            while let Some((veem, leader)) = lead(&cfg, &port, &stop).await? {
+            while let Some((veem, leader, took_over)) = lead(&cfg, &port, &stop).await? {
                 let front = Front::of(veem.clone(), &limits).await?;
                 port.lead(front.clone());
                 tracing::info!(%site, %listen, max_connections = limits.max_connections, "VMI listening; reconciling with the hosts");
-                let loops = act(&veem, &front, &leader.lost, &stop, destroy_strays).await;
+                let start = Start {
+                    destroy_strays,
+                    wait_for_known_hosts: !took_over,
+                };
+                let loops = act(&veem, &front, &leader.lost, &stop, start).await;
                 if stop.is_cancelled() {
                     wind_down(&veem, &front, loops, SHUTDOWN_GRACE).await;
                     resign = Some(leader);
@@ -143,14 +153,28 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     Ok(())
 }
 
+/// How a VEEM starts acting for its site.
+#[derive(Clone, Copy)]
+struct Start {
+    /// The operator's word that domains an empty database does not know
+    /// are to be destroyed ([`crate::workflows::reconcile::Strays`]).
+    destroy_strays: bool,
+    /// Whether hosts the planner already knows are given up to ten
+    /// heartbeat rounds to answer before the reconcile (a start: they may
+    /// be starting too), or one (a takeover from a standby's copy: they
+    /// answered the old leader a moment ago, and one silent now is counted
+    /// as failing from the start).
+    wait_for_known_hosts: bool,
+}
+
 /// Acts for the site with `veem`, its `front` answering: starts up (the
 /// first heartbeats, reconcile) and runs the loops, until `stop` or
 /// `lost`. Returns the loops, if they were started.
-async fn act(veem: &Arc<Veem>, front: &Front, lost: &CancellationToken, stop: &CancellationToken, destroy_strays: bool) -> Option<Loops> {
+async fn act(veem: &Arc<Veem>, front: &Front, lost: &CancellationToken, stop: &CancellationToken, start: Start) -> Option<Loops> {
     let started = tokio::select! {
         () = stop.cancelled() => false,
         () = lost.cancelled() => false,
-        () = start_up(veem, destroy_strays) => true,
+        () = start_up(veem, start) => true,
     };
     if !started {
         return None;
@@ -185,11 +209,14 @@ async fn wind_down(veem: &Arc<Veem>, front: &Front, loops: Option<Loops>, grace:
 
 /// Campaigns for site `cfg.site_id`'s leadership in its etcd cluster
 /// (`crate::leadership`), the port answering as a standby (naming the
-/// leader) meanwhile; once elected, the store's commits are fenced by the
-/// election key and the VEEM is opened over it, its host calls carrying
-/// the epoch. `None` when stopped first. Errors: the cluster's
+/// leader, or saying the store does not answer) and the site's records
+/// kept current meanwhile (`core::replica`); once elected, the VEEM is
+/// opened ([`open`]); elected but unable to open it (the store stopped
+/// answering, the lease lost meanwhile), it hands the leadership back and
+/// campaigns again. The VEEM, its leadership and whether it took over
+/// from its standby's copy; `None` when stopped first. Errors: the cluster's
 /// configuration, a database of another site or format.
-async fn lead(cfg: &VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> Result<Option<(Arc<Veem>, Leader)>> {
+async fn lead(cfg: &VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> Result<Option<(Arc<Veem>, Leader, bool)>> {
     let engine = Arc::new(EtcdEngine::connect(&cfg.store.etcd(&cfg.site_id))?);
     let leadership = Arc::new(Leadership::new(
         engine.waiting_client().await?,
@@ -230,9 +257,9 @@ async fn lead(cfg: &VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> R
         };
         tracing::info!(site = %cfg.site_id, epoch = leader.epoch, "leading the site");
         match open(cfg, &engine, &leader, replica).await {
-            Ok(veem) => {
+            Ok((veem, took_over)) => {
                 port.set_leader(Ok(Some(cfg.advertised())));
-                return Ok(Some((veem, leader)));
+                return Ok(Some((veem, leader, took_over)));
             }
             // The store stopped answering, or this VEEM lost the
             // leadership meanwhile: hand it over and stand by again.
@@ -253,31 +280,39 @@ async fn lead(cfg: &VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> R
 /// The VEEM of `leader` over the site's store in `engine`: the store's
 /// commits fenced by the election key, its state taken from `replica`
 /// (or read from the store when the copy cannot be used), its host and
-/// peer calls carrying the epoch. Errors: the store's
+/// peer calls carrying the epoch; and whether it came from the copy (a
+/// takeover from a standby that followed the site). Errors: the store's
 /// ([`StoreUnavailable`], [`Fenced`]), a database of another site or
 /// format.
-async fn open(cfg: &VeemConfig, engine: &Arc<EtcdEngine>, leader: &Leader, replica: Replica) -> Result<Arc<Veem>> {
+async fn open(cfg: &VeemConfig, engine: &Arc<EtcdEngine>, leader: &Leader, replica: Replica) -> Result<(Arc<Veem>, bool)> {
     engine.fence_with(Some((leader.key.clone(), leader.epoch)));
     let what = format!("etcd {:?}", engine.prefix());
     let store = Store::on(engine.clone(), &what)?;
     let loaded = replica.take(&store, leader.epoch, CATCH_UP).await?;
-    tracing::info!(from_copy = loaded.is_some(), "opening the site's state");
-    Veem::open_leading(cfg.clone(), store, leader.epoch, loaded)
+    let from_copy = loaded.is_some();
+    tracing::info!(from_copy, "opening the site's state");
+    Ok((Veem::open_leading(cfg.clone(), store, leader.epoch, loaded)?, from_copy))
 }
 
 /// What the VEEM does before it serves: learns its hosts' capacities and
 /// profiles (first heartbeats), undoes what a crash cut short, reconciles
 /// its records with what the VEEHs run. Cancel-safe as a crash is: every
 /// step commits atomically.
-async fn start_up(veem: &Arc<Veem>, destroy_strays: bool) {
+async fn start_up(veem: &Arc<Veem>, start: Start) {
     for _ in 0..10 {
         loops::heartbeat_round(veem).await;
-        if veem.hosts.names().iter().all(|h| veem.hosts.health(h) == Health::Up) {
+        // Not waited for: a host that answered, one failed already before
+        // this start, and after a takeover one the planner knows.
+        let settled = |h: &String| {
+            let p = veem.planner();
+            veem.hosts.health(h) == Health::Up || p.host_down(h).is_some() || !start.wait_for_known_hosts && p.host(h).is_some()
+        };
+        if veem.hosts.names().iter().all(settled) {
             break;
         }
         veem.clock.sleep(Duration::from_millis(500)).await;
     }
-    let strays = if destroy_strays {
+    let strays = if start.destroy_strays {
         crate::workflows::reconcile::Strays::Destroy
     } else {
         crate::workflows::reconcile::Strays::KeepWithoutRecords

@@ -57,7 +57,7 @@ impl Loops {
         });
         // Steps a crash cut short whose undo could not finish at start-up.
         loops.spawn(veem, cfg.usage_interval.max(Duration::from_secs(1)), (), |veem, _| async move {
-            if let Err(e) = veem.intents.undo_intents().await {
+            if let Err(e) = veem.intents.retry_left().await {
                 tracing::warn!(error = %format!("{e:#}"), "cannot read the intents a crash left");
             }
         });

@@ -136,7 +136,10 @@ pub(crate) async fn answer(front: Arc<Front>, req: Request) -> Response {
     let credentials = req.headers().contains_key(header::AUTHORIZATION);
     if front.starting.load(Ordering::SeqCst) && !open_while_starting(&req, grpc) {
         let status = Status::unavailable("the VEEM is starting: it reconciles with its hosts; retry shortly");
-        return refusal(grpc, status, StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(1));
+        let mut resp = refusal(grpc, status, StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(1));
+        resp.headers_mut()
+            .insert(interfaces::fencing::NOT_ACTING, HeaderValue::from_static("starting"));
+        return resp;
     }
     if credentials {
         if let Some(wait) = front.throttle.check(peer) {

@@ -20,7 +20,7 @@ use crate::api::front::{self, Front};
 
 /// The metadata key (and REST header) naming the site's leader.
 pub use interfaces::fencing::LEADER;
-use interfaces::fencing::READ_ONLY;
+use interfaces::fencing::{NOT_ACTING, READ_ONLY};
 
 /// What answers on the VMI's port (see the module doc).
 pub struct Port {
@@ -96,9 +96,13 @@ async fn dispatch(State(port): State<Arc<Port>>, req: Request) -> Response {
         crate::api::status::mark_read_only(&mut status);
     }
     let mut resp = front::refusal(front::is_grpc(&req), status, StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(1));
-    if leader.is_err() {
+    let why = if leader.is_err() {
         resp.headers_mut().insert(READ_ONLY, HeaderValue::from_static("1"));
-    }
+        "read-only"
+    } else {
+        "standby"
+    };
+    resp.headers_mut().insert(NOT_ACTING, HeaderValue::from_static(why));
     if let Some(v) = leader.ok().flatten().and_then(|url| HeaderValue::from_str(&url).ok()) {
         resp.headers_mut().insert(LEADER, v);
     }

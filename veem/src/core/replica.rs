@@ -138,10 +138,15 @@ impl Replica {
     /// write of the site, the old leader's last ones too, has a lower
     /// revision), waits at most `within` for the watch to bring it, and
     /// hands over the records and the planner. `Ok(None)`, with the reason
-    /// logged, when the copy cannot be taken (it is behind, or unusable):
-    /// read the store instead. Errors: the barrier cannot be written (the
-    /// store does not answer, or this VEEM no longer leads).
+    /// logged, when the copy cannot be taken (not read yet, behind, or
+    /// unusable): read the store instead. Errors: the barrier cannot be
+    /// written (the store does not answer, or this VEEM no longer leads).
     pub async fn take(self, store: &Store, epoch: i64, within: Duration) -> Result<Option<Loaded>> {
+        if self.current() == 0 {
+            // Not read once yet (the site's first VEEM, elected at once):
+            // reading the store is no slower.
+            return Ok(None);
+        }
         let mut w = Writes::default();
         w.put(Tree::Meta, BARRIER_KEY, &epoch)?;
         let barrier = {

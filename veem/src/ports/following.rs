@@ -65,6 +65,9 @@ impl Following {
             match call(self.peers[i].1.clone()).await {
                 Err(s) => match redirect(&s) {
                     Ok(to) => {
+                        // The answer kept is a site's (a standby's) over a
+                        // connection not made.
+                        let keep = last.as_ref().is_none_or(|l: &Status| !interfaces::fencing::not_acting(l));
                         i = to
                             .and_then(|url| {
                                 self.peers
@@ -72,7 +75,9 @@ impl Following {
                                     .position(|(e, _)| e.trim_end_matches('/') == url.trim_end_matches('/'))
                             })
                             .unwrap_or((i + 1) % n);
-                        last = Some(s);
+                        if keep {
+                            last = Some(s);
+                        }
                     }
                     Err(()) => return Err(s),
                 },

@@ -2,15 +2,18 @@
 //! database before it can commit its own records writes an intent first;
 //! the commit that records the step's outcome removes it in the same
 //! transaction. An intent found later means the VEEM died in between: what
-//! the step may have done outside is undone ([`Intents::undo_intents`], at
-//! start-up and then every usage interval until it succeeds), so a crash
-//! at any point leaves no orphan.
+//! the step may have done outside is undone ([`Intents::undo_intents`] at
+//! start-up, when every intent is a crash's; then [`Intents::retry_left`]
+//! every usage interval for those start-up could not undo, never for one
+//! written since: that is a step under way), so a crash at any point
+//! leaves no orphan.
 //!
 //! Today's one step of that kind is Deploy's placement at peer sites: the
 //! peers boot VEEs before the admission is committed here.
 
+use std::collections::HashSet;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -45,6 +48,8 @@ impl Intent {
 /// The intents of steps that act outside the database before they commit (see the module doc): written, ended by the step's commit, undone after a crash. Calls only the core and the peers.
 pub struct Intents {
     core: Arc<Core>,
+    /// The keys of the intents start-up found and could not undo yet.
+    left: Mutex<HashSet<String>>,
 }
 
 impl Deref for Intents {
@@ -57,7 +62,10 @@ impl Deref for Intents {
 
 impl Intents {
     pub fn new(core: Arc<Core>) -> Self {
-        Self { core }
+        Self {
+            core,
+            left: Mutex::default(),
+        }
     }
 }
 
@@ -77,12 +85,37 @@ impl Intents {
         w.remove(Tree::Intents, &intent.key());
     }
 
-    /// Undoes the steps whose intents a crash left behind; an intent whose
-    /// undo did not complete (a peer unreachable) stays for the next round.
-    /// Returns how many remain.
+    /// Undoes the steps whose intents a crash left behind (at start-up,
+    /// before any step runs: every intent is a crash's); an intent whose
+    /// undo did not complete (a peer unreachable) is left for
+    /// [`Intents::retry_left`]. Returns how many remain.
     pub async fn undo_intents(&self) -> Result<usize> {
-        let mut left = 0;
-        for intent in self.store.list::<Intent>(Tree::Intents)? {
+        let intents = self.store.list::<Intent>(Tree::Intents)?;
+        self.undo(intents).await
+    }
+
+    /// Undoes again what [`Intents::undo_intents`] left, and only that:
+    /// an intent written since is a step under way (a Deploy placing VEEs
+    /// at peers), not a crash's. Returns how many remain.
+    pub async fn retry_left(&self) -> Result<usize> {
+        let left = self.left.lock().unwrap().clone();
+        if left.is_empty() {
+            return Ok(0);
+        }
+        let intents = self
+            .store
+            .list::<Intent>(Tree::Intents)?
+            .into_iter()
+            .filter(|i| left.contains(&i.key()))
+            .collect();
+        self.undo(intents).await
+    }
+
+    /// Undoes `intents`; those whose undo did not complete are what is
+    /// left. Returns how many.
+    async fn undo(&self, intents: Vec<Intent>) -> Result<usize> {
+        let mut left = HashSet::new();
+        for intent in intents {
             match &intent {
                 Intent::RemotePlacement { service_id, vees, .. } => {
                     let mut undone = true;
@@ -110,11 +143,13 @@ impl Intents {
                     if undone {
                         self.drop_intent(&intent)?;
                     } else {
-                        left += 1;
+                        left.insert(intent.key());
                     }
                 }
             }
         }
-        Ok(left)
+        let n = left.len();
+        *self.left.lock().unwrap() = left;
+        Ok(n)
     }
 }

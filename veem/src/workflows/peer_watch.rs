@@ -10,7 +10,10 @@
 //! failed; a VEE the peer reports failed, or no longer knows, is recovered
 //! alone. Before a VEE is recovered elsewhere it is *fenced*: when the peer
 //! answers again it is told to destroy its copy (AbortIncoming), so that a
-//! VEE never runs in two places for longer than the peer's silence.
+//! VEE never runs in two places for longer than the peer's silence. A
+//! peer whose control plane answers but cannot act (a standby during a
+//! takeover, a leader starting, a store without quorum: marked
+//! [`interfaces::fencing::NOT_ACTING`]) is not silent: its VEEs run on.
 
 use std::collections::HashMap;
 use std::ops::Deref;
@@ -155,6 +158,10 @@ impl PeerWatch {
                     answered = true;
                     lost.push(v.id.clone());
                 }
+                // Its control plane answers but cannot act now (a
+                // takeover, a start, no quorum): the site is there and
+                // its VEEs run on its hosts; nothing to recover.
+                Some(Err(s)) if interfaces::fencing::not_acting(&s) => answered = true,
                 _ => {}
             }
         }

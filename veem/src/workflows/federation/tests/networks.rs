@@ -77,6 +77,19 @@ async fn a_remote_placement_a_crash_cut_short_is_taken_back_from_the_peer() {
         .find(|v| v.location == Location::Site("site-b".into()))
         .unwrap();
     assert!(b.veem.vee(&at_b.id).is_ok());
+    // A Deploy under way writes its intent while the VEEM runs: the
+    // periodic retry (of what start-up could not undo) leaves it, and the
+    // VEE B booted for it.
+    let under_way = Intent::RemotePlacement {
+        service_id: "under-way".into(),
+        vees: vec![at_b.id.clone()],
+        created_ms: 0,
+    };
+    a.veem.intents.begin_intent(&under_way).unwrap();
+    assert_eq!(a.veem.intents.retry_left().await.unwrap(), 0);
+    assert!(b.veem.vee(&at_b.id).is_ok(), "a step under way was taken for a crash's");
+    assert_eq!(intents(&a), vec![under_way.clone()]);
+    a.veem.intents.drop_intent(&under_way).unwrap();
     // As a VEEM killed after B booted the VEE and before its commit
     // leaves it: the intent, naming a VEE B runs and one it never got.
     a.veem
