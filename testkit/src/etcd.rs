@@ -86,6 +86,13 @@ impl EtcdCluster {
         )
     }
 
+    /// [`EtcdCluster::store_toml`] with the leader's lease `ttl` (whole
+    /// seconds).
+    pub fn store_toml_leased(&self, prefix: &str, ttl: Duration) -> String {
+        self.store_toml(prefix)
+            .replacen("[store.tls]", &format!("lease_ttl = \"{}s\"\n[store.tls]", ttl.as_secs()), 1)
+    }
+
     /// Starts member `i` (again, over its data: it rejoins).
     pub fn start_member(&mut self, i: usize) -> Result<(), String> {
         let cluster: Vec<String> = self

@@ -31,9 +31,7 @@ async fn lab_the_standby_takes_over_a_killed_leader_and_a_stalled_one_is_fenced(
     let ids = repo.push_guest(&guest::image()).await;
     let h1 = Veeh::start(&dir, "ha1", "site-a", lab::SITE_A_URI, &repo).await;
     let h2 = Veeh::start(&dir, "ha2", "site-a", lab::SITE_A_URI, &repo).await;
-    let store = cluster
-        .store_toml("/vee/site-a")
-        .replacen("[store.tls]", &format!("lease_ttl = \"{}s\"\n[store.tls]", TTL.as_secs()), 1);
+    let store = cluster.store_toml_leased("/vee/site-a", TTL);
     let (pa, pb) = (site::port(), site::port());
     let (ca, cb) = (
         config(&dir, "veem-1", pa, &repo, &[&h1, &h2], &[], &store),

@@ -36,9 +36,7 @@ async fn lab_a_peer_site_places_and_migrates_at_site_a_through_a_takeover() {
     let a1 = Veeh::start(&dir, "pa1", "site-a", lab::SITE_A_URI, &repo).await;
     let a2 = Veeh::start(&dir, "pa2", "site-a", lab::SITE_A_URI, &repo).await;
     let b1 = Veeh::start(&dir, "pb1", "site-b", lab::SITE_B_URI, &repo).await;
-    let store = cluster
-        .store_toml("/vee/site-a")
-        .replacen("[store.tls]", "lease_ttl = \"3s\"\n[store.tls]", 1);
+    let store = cluster.store_toml_leased("/vee/site-a", Duration::from_secs(3));
     let (p1, p2, pb) = (site::port(), site::port(), site::port());
     let (to_b, mut to_a) = site::peer_links(p1, pb, false);
     to_a.endpoint = format!("{},{}", site::endpoint("site-a", p1), site::endpoint("site-a", p2));

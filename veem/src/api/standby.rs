@@ -91,11 +91,13 @@ async fn dispatch(State(port): State<Arc<Port>>, req: Request) -> Response {
             interfaces::excerpt::message(why)
         ),
     };
-    let mut status = Status::unavailable(text);
-    if leader.is_err() {
-        crate::api::status::mark_read_only(&mut status);
-    }
-    let mut resp = front::refusal(front::is_grpc(&req), status, StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(1));
+    let mut resp = front::refusal(
+        front::is_grpc(&req),
+        Status::unavailable(text),
+        StatusCode::SERVICE_UNAVAILABLE,
+        Duration::from_secs(1),
+    );
+    // Headers, which gRPC clients read as the status's metadata.
     let why = if leader.is_err() {
         resp.headers_mut().insert(READ_ONLY, HeaderValue::from_static("1"));
         "read-only"

@@ -16,15 +16,10 @@ pub fn status(e: anyhow::Error) -> Status {
     let read_only = e.chain().any(|c| c.is::<crate::store::StoreUnavailable>());
     let mut s = interfaces::error::grpc_status(&e, code_of, Code::FailedPrecondition);
     if read_only {
-        mark_read_only(&mut s);
+        s.metadata_mut()
+            .insert(interfaces::fencing::READ_ONLY, tonic::metadata::MetadataValue::from_static("1"));
     }
     s
-}
-
-/// Marks `s` as its site's control plane being read-only.
-pub fn mark_read_only(s: &mut Status) {
-    s.metadata_mut()
-        .insert(interfaces::fencing::READ_ONLY, tonic::metadata::MetadataValue::from_static("1"));
 }
 
 fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {

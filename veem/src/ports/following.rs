@@ -35,8 +35,12 @@ fn redirect(s: &Status) -> Result<Option<String>, ()> {
     if let Some(leader) = s.metadata().get(interfaces::fencing::LEADER).and_then(|v| v.to_str().ok()) {
         return Ok(Some(leader.to_string()));
     }
+    let standby = s
+        .metadata()
+        .get(interfaces::fencing::NOT_ACTING)
+        .is_some_and(|v| v.as_bytes() == b"standby");
     let m = s.message();
-    if m.contains("connect") || m.contains("transport error") || m.contains("stands by") {
+    if standby || m.contains("connect") || m.contains("transport error") {
         return Ok(None);
     }
     Err(())
@@ -155,7 +159,10 @@ mod tests {
             .metadata_mut()
             .insert(interfaces::fencing::LEADER, "https://b2:7200".parse().unwrap());
         assert_eq!(redirect(&standby), Ok(Some("https://b2:7200".into())));
-        let no_leader = Status::unavailable("this VEEM stands by for site b, which has no leader now");
+        let mut no_leader = Status::unavailable("this VEEM stands by for site b, which has no leader now");
+        no_leader
+            .metadata_mut()
+            .insert(interfaces::fencing::NOT_ACTING, "standby".parse().unwrap());
         assert_eq!(redirect(&no_leader), Ok(None));
         assert_eq!(
             redirect(&Status::unavailable("error trying to connect: tcp connect error")),
