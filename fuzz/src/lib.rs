@@ -191,6 +191,7 @@ fn repo_app() -> &'static axum::Router {
             config,
             store,
             quota: Default::default(),
+            uploads: Default::default(),
         });
         image_repo::server::routes::router(app)
     })

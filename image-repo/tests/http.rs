@@ -94,9 +94,9 @@ async fn unknown_ids_get_404_naming_the_id() {
     }
     let (status, _, _) = call(Method::HEAD, &format!("{}/v1/blobs/{id}", repo.url), Some(TOKEN), vec![]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, _, body) = call(Method::GET, &format!("{}/v2/blobs", repo.url), None, vec![]).await;
+    let (status, _, body) = call(Method::GET, &format!("{}/v3/blobs", repo.url), None, vec![]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    assert!(error_body(&body).error.contains("/v1"));
+    assert!(error_body(&body).error.contains("/v1 (the repository's own API) or /v2"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -86,21 +86,39 @@ pub fn provider(config: &Config, name: &str) -> Option<Caller> {
         })
 }
 
-/// The caller a request's `Authorization: Bearer` header names.
+/// The caller a request's `Authorization` header names: `Bearer TOKEN`,
+/// or `Basic` with the token as password and any user name (as
+/// `skopeo --creds NAME:TOKEN` and `oras login -u NAME -p TOKEN` send it).
 /// Errors: 401 saying whether the token is missing, malformed or unknown.
 pub fn caller(config: &Config, headers: &HeaderMap) -> Result<Caller, ApiError> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Err(ApiError::unauthorized(
-            "this repository needs a bearer token (Authorization: Bearer TOKEN)",
+            "this repository needs a token (Authorization: Bearer TOKEN, or Basic with the token as password)",
         ));
     };
     let token = value
         .to_str()
         .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(|| ApiError::unauthorized("the Authorization header is not `Bearer TOKEN`"))?
-        .trim();
-    caller_of(config, token).ok_or_else(|| ApiError::unauthorized("the bearer token is not known to this repository"))
+        .and_then(token_of)
+        .ok_or_else(|| ApiError::unauthorized("the Authorization header is neither `Bearer TOKEN` nor `Basic` with a token as password"))?;
+    caller_of(config, &token).ok_or_else(|| ApiError::unauthorized("the token is not known to this repository"))
+}
+
+/// The token of an `Authorization` header's value, if it has the form
+/// of one (`Bearer TOKEN`, or `Basic base64(USER:TOKEN)`).
+fn token_of(value: &str) -> Option<String> {
+    let (scheme, rest) = value.split_once(' ')?;
+    if scheme.eq_ignore_ascii_case("bearer") {
+        return Some(rest.trim().to_string());
+    }
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    use base64::Engine as _;
+    let raw = base64::engine::general_purpose::STANDARD.decode(rest.trim()).ok()?;
+    let pair = String::from_utf8(raw).ok()?;
+    let (_user, token) = pair.split_once(':')?;
+    Some(token.to_string())
 }
 
 /// [`caller`], which must have `role`. Errors: 401; 403 naming the role.
@@ -161,6 +179,16 @@ mod tests {
         let site = caller(&c, &bearer("site-a-token")).unwrap();
         assert_eq!((site.name.as_str(), site.role), ("site-a", Role::Site));
         assert!(caller(&c, &bearer("other-token")).is_err());
+        let basic = |user_token: &str| {
+            use base64::Engine as _;
+            let mut h = HeaderMap::new();
+            let v = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(user_token));
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(&v).unwrap());
+            h
+        };
+        assert_eq!(caller(&c, &basic("anyone:acme-token")).unwrap().name, "acme");
+        assert!(caller(&c, &basic("acme:wrong")).is_err());
+        assert!(caller(&c, &basic("acme-token")).is_err());
         assert!(caller(&c, &HeaderMap::new()).is_err());
         let e = caller_as(&c, &bearer("acme-token"), &[Role::Operator], "mark blobs public").unwrap_err();
         assert_eq!(e.status(), axum::http::StatusCode::FORBIDDEN);

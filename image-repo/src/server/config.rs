@@ -10,6 +10,8 @@
 //! header_timeout_s = 10           # for the TLS handshake and each request head
 //! body_idle_timeout_s = 30        # an upload with no byte for this long is cut off
 //! min_upload_bytes_per_s = 16384  # and one slower than this on average, after that time
+//! upload_session_timeout = "5m"   # an OCI upload session without a request for this long is dropped
+//! max_uploads_per_caller = 16     # OCI upload sessions open at once per token
 //! insecure = false                # true: serve plaintext HTTP (no [tls])
 //! [tls]
 //! cert = "/etc/image-repo/repo.crt"   # the server's certificate (PEM)
@@ -93,6 +95,14 @@ pub struct Config {
     /// Least average rate of an upload's body, in bytes per second.
     #[serde(default = "default_min_rate")]
     pub min_upload_bytes_per_s: u64,
+    /// How long an OCI upload session may go without a request before it
+    /// is dropped with its bytes and the room it held (default `"5m"`).
+    #[serde(default = "default_upload_session_timeout", deserialize_with = "duration")]
+    pub upload_session_timeout: Duration,
+    /// OCI upload sessions one caller may have open at once (default 16);
+    /// one more is answered 429 TOOMANYREQUESTS.
+    #[serde(default = "default_uploads_per_caller")]
+    pub max_uploads_per_caller: usize,
     /// TLS: the server's certificate and key. Without it the server speaks
     /// plaintext HTTP, which needs `insecure`.
     #[serde(default)]
@@ -137,6 +147,12 @@ fn default_body_idle() -> Duration {
 }
 fn default_min_rate() -> u64 {
     16 * 1024
+}
+fn default_upload_session_timeout() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_uploads_per_caller() -> usize {
+    16
 }
 
 fn default_listen() -> SocketAddr {
@@ -252,6 +268,8 @@ impl Config {
             ("max_connections", self.max_connections == 0),
             ("header_timeout", self.header_timeout.is_zero()),
             ("body_idle_timeout", self.body_idle_timeout.is_zero()),
+            ("upload_session_timeout", self.upload_session_timeout.is_zero()),
+            ("max_uploads_per_caller", self.max_uploads_per_caller == 0),
         ] {
             if zero {
                 return Err(invalid(field, "must be at least 1 (s)"));

@@ -15,7 +15,7 @@ use interfaces::repo_client::BlobMeta;
 
 use super::auth::{caller, Caller};
 use super::error::{parse_id, ApiError};
-use super::AppState;
+use super::{App, AppState};
 
 /// Size of the chunks read from disk and sent, in bytes.
 const DOWNLOAD_CHUNK: usize = 512 * 1024;
@@ -86,12 +86,22 @@ pub async fn download(
     let who = caller(&app.config, &headers)?;
     let id = parse_id(&raw_id)?;
     let meta = readable(&app, &who, &id)?;
+    send(&app, &method, &headers, &meta).await
+}
+
+/// The content of the blob `meta` describes, whole or the part a `Range`
+/// header asks for (also for the OCI API's blob GET and HEAD). It needs a
+/// token, so it is `Cache-Control: private`: a shared cache must not
+/// serve it to others (it said `public` before issue 39). Errors: 404 if
+/// the content went away, 416 outside the blob, 500 reading it.
+pub async fn send(app: &App, method: &Method, headers: &HeaderMap, meta: &BlobMeta) -> Result<Response, ApiError> {
+    let id = &meta.id;
     let size = meta.size;
     let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let (status, start, len) = match range.map(|r| parse_range(r, size)).unwrap_or(Wanted::Full) {
         Wanted::Full => (StatusCode::OK, 0, size),
         Wanted::Part { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
-        Wanted::Unsatisfiable => return Err(ApiError::range_not_satisfiable(&id, range.unwrap_or(""), size)),
+        Wanted::Unsatisfiable => return Err(ApiError::range_not_satisfiable(id, range.unwrap_or(""), size)),
     };
 
     let mut resp = Response::builder()
@@ -100,19 +110,20 @@ pub async fn download(
         .header(header::CONTENT_LENGTH, len)
         .header(header::ACCEPT_RANGES, "bytes")
         .header(header::ETAG, format!("\"{id}\""))
-        .header(header::CACHE_CONTROL, "public, max-age=31536000, immutable")
-        .header(CONTENT_ID_HEADER, id.to_string());
+        .header(header::CACHE_CONTROL, PRIVATE_IMMUTABLE)
+        .header(CONTENT_ID_HEADER, id.to_string())
+        .header(DIGEST_HEADER, id.to_string());
     if status == StatusCode::PARTIAL_CONTENT {
         resp = resp.header(header::CONTENT_RANGE, format!("bytes {start}-{}/{size}", start + len - 1));
     }
     let body = if method == Method::HEAD {
         Body::empty()
     } else {
-        let path = app.store.blob_path(&id);
+        let path = app.store.blob_path(id);
         let mut file = match tokio::fs::File::open(&path).await {
             Ok(f) => f,
             // Deleted between the metadata lookup and the open.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ApiError::not_found(&id)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ApiError::not_found(id)),
             Err(e) => return Err(ApiError::internal(format!("opening content of {id}"), e)),
         };
         if start > 0 {
@@ -130,6 +141,13 @@ pub async fn download(
     }
     Ok(resp)
 }
+
+/// `Cache-Control` of content addressed by digest that needs a token.
+pub const PRIVATE_IMMUTABLE: &str = "private, max-age=31536000, immutable";
+
+/// The header naming a blob's or manifest's digest in the OCI API (the
+/// name comes from Docker's registry API, which the specification keeps).
+pub const DIGEST_HEADER: &str = "docker-content-digest";
 
 /// The record of `id` if `who` may read it. Errors: 404 otherwise.
 pub fn readable(app: &AppState, who: &Caller, id: &interfaces::BlobId) -> Result<BlobMeta, ApiError> {

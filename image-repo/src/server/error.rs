@@ -59,7 +59,7 @@ impl ApiError {
         Self::new(
             StatusCode::NOT_FOUND,
             codes::NOT_FOUND,
-            format!("no such API path {path:?}; paths start with /v1"),
+            format!("no such API path {path:?}; paths start with /v1 (the repository's own API) or /v2 (the OCI Distribution API)"),
         )
     }
 
@@ -83,21 +83,22 @@ impl ApiError {
         )
     }
 
-    /// 400: the upload body ended early or broke off.
-    pub fn interrupted(id: &BlobId, received: u64, why: &str) -> Self {
+    /// 400: the upload body ended early or broke off. `upload` names it
+    /// (`upload of sha256:...`).
+    pub fn interrupted(upload: &str, received: u64, why: &str) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             codes::INTERRUPTED,
-            format!("upload of {id} interrupted after {received} bytes ({why}); nothing stored"),
+            format!("{upload} interrupted after {received} bytes ({why}); nothing stored"),
         )
     }
 
     /// 408: the upload's body went idle or came in too slowly (`why`).
-    pub fn too_slow(id: &BlobId, received: u64, why: &str) -> Self {
+    pub fn too_slow(upload: &str, received: u64, why: &str) -> Self {
         Self::new(
             StatusCode::REQUEST_TIMEOUT,
             codes::TOO_SLOW,
-            format!("upload of {id} cut off after {received} bytes: {why}; nothing stored"),
+            format!("{upload} cut off after {received} bytes: {why}; nothing stored"),
         )
     }
 
@@ -127,6 +128,21 @@ impl ApiError {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         self.status
+    }
+
+    /// The machine-readable code (`interfaces::repo_client::protocol::codes`).
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// The sentence for humans.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The `Content-Range` a 416 carries.
+    pub fn content_range(&self) -> Option<&str> {
+        self.content_range.as_deref()
     }
 }
 

@@ -8,7 +8,9 @@ pub mod connections;
 pub mod download;
 pub mod error;
 pub mod metadata;
+pub mod oci;
 pub mod quota;
+pub mod repositories;
 pub mod routes;
 pub mod store;
 pub mod upload;
@@ -30,6 +32,8 @@ pub struct App {
     pub store: store::Store,
     /// Bytes held by uploads under way against `max_bytes`.
     pub quota: quota::Quota,
+    /// The OCI API's upload sessions.
+    pub uploads: oci::uploads::Sessions,
 }
 
 /// Shared handle on [`App`].
@@ -54,6 +58,7 @@ impl Server {
                 config,
                 store,
                 quota: quota::Quota::default(),
+                uploads: oci::uploads::Sessions::default(),
             }),
         })
     }
@@ -75,8 +80,22 @@ impl Server {
         tracing::info!(%addr, data = %config.data.display(), tokens = config.tokens.len() + 1, tls = tls.is_some(), "image repository serving");
         interfaces::daemon::notify_ready();
         let limits = connections::Limits::of(config);
+        let sweeper = tokio::spawn(sweep_uploads(self.app.clone()));
         connections::serve(self.listener, routes::router(self.app), limits, tls, shutdown).await?;
+        sweeper.abort();
         tracing::info!("image repository stopped");
         Ok(())
+    }
+}
+
+/// Drops the OCI upload sessions idle for `upload_session_timeout`, with
+/// their files and the room they held, checking every tenth of it (at
+/// least every 10 s).
+async fn sweep_uploads(app: AppState) {
+    let timeout = app.config.upload_session_timeout;
+    let mut tick = tokio::time::interval((timeout / 10).clamp(std::time::Duration::from_millis(100), std::time::Duration::from_secs(10)));
+    loop {
+        tick.tick().await;
+        app.uploads.sweep(timeout);
     }
 }

@@ -3,36 +3,40 @@
 //! is stored and what uploads under way hold never exceeds the quota, so
 //! ten uploads side by side cannot each find the same room.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Bytes promised to the uploads under way.
 #[derive(Debug, Default)]
 pub struct Quota {
-    reserved: Mutex<u64>,
+    reserved: Arc<Mutex<u64>>,
 }
 
 /// Bytes an upload holds against the quota; given back when dropped (once
-/// the upload is stored, its bytes count as stored, or it failed).
+/// the upload is stored, its bytes count as stored, or it failed). Owned,
+/// so that an OCI upload session keeps it between its requests.
 #[derive(Debug)]
-pub struct Reservation<'a> {
-    quota: &'a Quota,
+pub struct Reservation {
+    reserved: Arc<Mutex<u64>>,
     bytes: u64,
 }
 
 impl Quota {
     /// An empty reservation.
-    pub fn start(&self) -> Reservation<'_> {
-        Reservation { quota: self, bytes: 0 }
+    pub fn start(&self) -> Reservation {
+        Reservation {
+            reserved: self.reserved.clone(),
+            bytes: 0,
+        }
     }
 }
 
-impl Reservation<'_> {
+impl Reservation {
     /// Holds `more` bytes in addition, if `stored()` (bytes stored now,
     /// read under the quota's lock) plus every reservation plus `more`
     /// stays within `max`. Errors: the room left, for the 507 message.
-    pub fn grow<E: std::fmt::Display>(&mut self, max: u64, more: u64, stored: impl FnOnce() -> Result<u64, E>) -> Result<(), String> {
-        let mut reserved = self.quota.reserved.lock().unwrap_or_else(|p| p.into_inner());
-        let stored = stored().map_err(|e| format!("reading stored sizes: {e}"))?;
+    pub fn grow(&mut self, max: u64, more: u64, stored: impl FnOnce() -> u64) -> Result<(), String> {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        let stored = stored();
         let held = stored.saturating_add(*reserved);
         if held.saturating_add(more) > max {
             return Err(format!(
@@ -51,9 +55,9 @@ impl Reservation<'_> {
     }
 }
 
-impl Drop for Reservation<'_> {
+impl Drop for Reservation {
     fn drop(&mut self) {
-        let mut reserved = self.quota.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
         *reserved -= self.bytes;
     }
 }
@@ -62,8 +66,8 @@ impl Drop for Reservation<'_> {
 mod tests {
     use super::*;
 
-    fn stored(n: u64) -> impl FnOnce() -> Result<u64, String> {
-        move || Ok(n)
+    fn stored(n: u64) -> impl FnOnce() -> u64 {
+        move || n
     }
 
     #[test]

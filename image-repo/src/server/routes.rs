@@ -33,6 +33,7 @@ pub fn router(app: AppState) -> Router {
         .route("/v1/blobs/:id/readers/:name", put(share))
         .route("/v1/blobs/:id/grant", post(grant))
         .route("/v1/blobs/:id/public", put(publish).delete(unpublish))
+        .merge(super::oci::routes())
         .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
         .layer(DefaultBodyLimit::disable())
         .with_state(app)

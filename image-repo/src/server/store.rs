@@ -19,6 +19,7 @@ use tokio::sync::Mutex;
 
 use super::auth::Caller;
 use super::metadata::MetaDb;
+use super::repositories::Repositories;
 
 /// Outcome of storing a verified upload.
 pub enum Stored {
@@ -44,6 +45,7 @@ pub struct Store {
     blobs: PathBuf,
     tmp: PathBuf,
     meta: MetaDb,
+    repos: Repositories,
     next_upload: AtomicU64,
     lock: Mutex<()>,
 }
@@ -99,9 +101,11 @@ impl Store {
                 std::fs::remove_file(entry.path())?;
             }
         }
+        let repos = Repositories::open(meta.db())?;
         Ok(Self {
             blobs,
             tmp,
+            repos,
             meta,
             next_upload: AtomicU64::new(0),
             lock: Mutex::new(()),
@@ -138,9 +142,14 @@ impl Store {
         self.meta.list()
     }
 
-    /// Bytes of content stored in all.
-    pub fn total_size(&self) -> Result<u64> {
+    /// Bytes of content stored in all (O(1)).
+    pub fn total_size(&self) -> u64 {
         self.meta.total_size()
+    }
+
+    /// The repositories of the OCI API over these blobs.
+    pub fn repos(&self) -> &Repositories {
+        &self.repos
     }
 
     /// Makes a verified upload by `by` visible as `id`: renames `temp` into

@@ -16,10 +16,11 @@ use interfaces::repo_client::sink::HashingSink;
 use interfaces::repo_client::{BlobMeta, PushMeta};
 use interfaces::BlobId;
 
-use super::auth::caller;
+use super::auth::{caller, Caller};
 use super::error::{parse_id, ApiError};
-use super::store::Stored;
-use super::AppState;
+use super::quota::Reservation;
+use super::store::{Stored, TempFile};
+use super::{App, AppState};
 
 /// `ENOSPC` and `EDQUOT`: the disk or the user's disk quota is full.
 const DISK_FULL_ERRNOS: [i32; 2] = [28, 122];
@@ -59,7 +60,7 @@ pub async fn check(
     {
         return Ok(Json(CheckReply { exists: true }));
     }
-    room(&app, &id, Some(size))?;
+    room(&app, &format!("blob {id}"), Some(size))?;
     Ok(Json(CheckReply { exists: false }))
 }
 
@@ -77,107 +78,151 @@ pub async fn upload(
     let id = parse_id(&raw_id)?;
     let pairs = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
     let meta: PushMeta = meta_from_query(&pairs, &[]).map_err(|(f, r)| ApiError::bad_field(&f, &r))?;
-    let declared = match headers.get(header::CONTENT_LENGTH) {
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or_else(|| ApiError::bad_request("Content-Length is not a number"))?,
-        ),
-        None => None,
-    };
-    let limit = room(&app, &id, declared)?;
-    // The quota is held as bytes are promised, not checked once: uploads
-    // side by side cannot each take the same room.
-    let mut held = app.quota.start();
-    let grow = |held: &mut super::quota::Reservation, more: u64| match app.config.max_size.map(|s| s.0) {
-        None => Ok(()),
-        Some(max) => held.grow(max, more, || app.store.total_size()),
-    };
-    if let Some(len) = declared {
-        grow(&mut held, len).map_err(|why| ApiError::insufficient_storage(format!("no room for blob {id}: {why}; nothing stored")))?;
+    let what = format!("upload of {id}");
+    let mut incoming = Incoming::start(&app, &what)?;
+    incoming.receive(&app, &what, &headers, body).await?;
+    let stored = incoming.store(&app, &what, &id, meta, &who).await?;
+    Ok(match stored {
+        Stored::New(m) => (StatusCode::CREATED, Json(who.view(m))),
+        Stored::Existing(m) => (StatusCode::OK, Json(who.view(m))),
+    })
+}
+
+/// An upload under way: the temporary file its bytes go to (hashed as
+/// they come) and the room it holds against the quota. Dropped unstored,
+/// it leaves nothing behind. One `PUT /v1` makes one; an OCI upload
+/// session keeps one across its requests (`oci::uploads`).
+pub struct Incoming {
+    temp: TempFile,
+    sink: HashingSink,
+    held: Reservation,
+}
+
+impl Incoming {
+    /// A new, empty upload. `what` names it in errors. Errors: 507/500
+    /// if the temporary file cannot be created.
+    pub fn start(app: &App, what: &str) -> Result<Self, ApiError> {
+        let temp = app.store.temp_file();
+        let sink = HashingSink::create_new(temp.path()).map_err(|e| storage_error(what, e, "creating the temporary file"))?;
+        Ok(Self {
+            temp,
+            sink,
+            held: app.quota.start(),
+        })
     }
 
-    let temp = app.store.temp_file();
-    let mut sink = HashingSink::create_new(temp.path()).map_err(|e| storage_error(&id, e, "creating the temporary file"))?;
-    let mut stream = body.into_data_stream();
-    let pace = BodyPace::new(&app.config);
-    let mut received = 0u64;
-    let mut refused = None;
-    loop {
-        let chunk = match tokio::time::timeout(pace.idle, stream.next()).await {
-            Err(_) => {
-                // Cut off: no answer is owed to a client that stopped sending.
-                return Err(ApiError::too_slow(&id, received, &format!("no byte for {} s", pace.idle.as_secs())));
-            }
-            Ok(None) => break,
-            Ok(Some(chunk)) => chunk.map_err(|e| ApiError::interrupted(&id, received, &interfaces::error::chain(&e)))?,
+    /// Bytes received so far.
+    pub fn len(&self) -> u64 {
+        self.sink.len()
+    }
+
+    /// Whether nothing was received yet.
+    pub fn is_empty(&self) -> bool {
+        self.sink.is_empty()
+    }
+
+    /// Appends a request's body, within the room on disk and the quota
+    /// (held as bytes are promised: its `Content-Length` at once, else step
+    /// by step, so that uploads side by side cannot each take the same
+    /// room) and at the least pace (R7). Errors: 400 for a `Content-Length`
+    /// that is not a number or not what came, 507 without room (the rest
+    /// of the body is read out so that the client gets the answer), 408
+    /// too slow, 400 a broken body. After an error the upload is unusable.
+    pub async fn receive(&mut self, app: &App, what: &str, headers: &HeaderMap, body: Body) -> Result<(), ApiError> {
+        let declared = match headers.get(header::CONTENT_LENGTH) {
+            Some(v) => Some(
+                v.to_str()
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .ok_or_else(|| ApiError::bad_request("Content-Length is not a number"))?,
+            ),
+            None => None,
         };
-        received += chunk.len() as u64;
-        if let Some(why) = pace.too_slow(received) {
-            return Err(ApiError::too_slow(&id, received, &why));
+        let limit = room(app, what, declared)?;
+        let grow = |held: &mut Reservation, more: u64| match app.config.max_size.map(|s| s.0) {
+            None => Ok(()),
+            Some(max) => held.grow(max, more, || app.store.total_size()),
+        };
+        let before = self.sink.len();
+        if let Some(len) = declared {
+            let need = (before + len).saturating_sub(self.held.bytes());
+            grow(&mut self.held, need).map_err(|why| ApiError::insufficient_storage(format!("no room for {what}: {why}; nothing stored")))?;
         }
-        if received > limit.bytes {
-            refused = Some(ApiError::insufficient_storage(format!(
-                "upload of {id} exceeds the room left ({}); nothing stored",
-                limit.why
-            )));
-            break;
-        }
-        if received > held.bytes() {
-            // A step ahead, else just what came.
-            let need = received - held.bytes();
-            if grow(&mut held, need.max(QUOTA_STEP)).is_err() {
-                if let Err(why) = grow(&mut held, need) {
-                    refused = Some(ApiError::insufficient_storage(format!(
-                        "upload of {id} exceeds the room left ({why}); nothing stored"
-                    )));
-                    break;
+        let mut stream = body.into_data_stream();
+        let pace = BodyPace::new(&app.config);
+        let mut received = 0u64;
+        let mut refused = None;
+        loop {
+            let chunk = match tokio::time::timeout(pace.idle, stream.next()).await {
+                // Cut off: no answer is owed to a client that stopped sending.
+                Err(_) => return Err(ApiError::too_slow(what, received, &format!("no byte for {} s", pace.idle.as_secs()))),
+                Ok(None) => break,
+                Ok(Some(chunk)) => chunk.map_err(|e| ApiError::interrupted(what, received, &interfaces::error::chain(&e)))?,
+            };
+            received += chunk.len() as u64;
+            if let Some(why) = pace.too_slow(received) {
+                return Err(ApiError::too_slow(what, received, &why));
+            }
+            if received > limit.bytes {
+                refused = Some(ApiError::insufficient_storage(format!("{what} exceeds the room left ({}); nothing stored", limit.why)));
+                break;
+            }
+            let total = before + received;
+            if total > self.held.bytes() {
+                // A step ahead, else just what came.
+                let need = total - self.held.bytes();
+                if grow(&mut self.held, need.max(QUOTA_STEP)).is_err() {
+                    if let Err(why) = grow(&mut self.held, need) {
+                        refused = Some(ApiError::insufficient_storage(format!("{what} exceeds the room left ({why}); nothing stored")));
+                        break;
+                    }
                 }
             }
-        }
-        if let Err(e) = sink.write(chunk).await {
-            refused = Some(storage_error(&id, e, "writing the upload"));
-            break;
-        }
-    }
-    if let Some(err) = refused {
-        // Free the space at once, then read out the rest so that the client,
-        // still sending, gets this answer rather than a reset connection.
-        drop(sink);
-        drop(temp);
-        drop(held);
-        let mut drained = 0u64;
-        while let Ok(Some(Ok(chunk))) = tokio::time::timeout(pace.idle, stream.next()).await {
-            drained += chunk.len() as u64;
-            if drained > DRAIN_LIMIT {
+            if let Err(e) = self.sink.write(chunk).await {
+                refused = Some(storage_error(what, e, "writing the upload"));
                 break;
             }
         }
-        return Err(err);
-    }
-    let written = sink.finish().await.map_err(|e| storage_error(&id, e, "writing the upload"))?;
-    if let Some(declared) = declared.filter(|d| *d != written.len) {
-        return Err(ApiError::interrupted(&id, written.len, &format!("Content-Length was {declared}")));
-    }
-    if written.id != id {
-        return Err(ApiError::digest_mismatch(&id, &written.id, written.len));
-    }
-    let stored = app
-        .store
-        .commit(temp, &id, written.len, meta, &who)
-        .await
-        .map_err(|e| ApiError::internal(format!("storing {id}"), format!("{e:#}")))?;
-    Ok(match stored {
-        Stored::New(m) => {
-            tracing::info!(%id, name = %m.name, kind = %m.kind, size = m.size, "stored blob");
-            (StatusCode::CREATED, Json(who.view(m)))
+        if let Some(err) = refused {
+            // Read out the rest so that the client, still sending, gets
+            // this answer rather than a reset connection.
+            let mut drained = 0u64;
+            while let Ok(Some(Ok(chunk))) = tokio::time::timeout(pace.idle, stream.next()).await {
+                drained += chunk.len() as u64;
+                if drained > DRAIN_LIMIT {
+                    break;
+                }
+            }
+            return Err(err);
         }
-        Stored::Existing(m) => {
-            tracing::info!(%id, "blob pushed again; kept the stored copy");
-            (StatusCode::OK, Json(who.view(m)))
+        if let Some(declared) = declared.filter(|d| *d != received) {
+            return Err(ApiError::interrupted(what, received, &format!("Content-Length was {declared}")));
         }
-    })
+        Ok(())
+    }
+
+    /// Finishes the file and makes it visible as `id` if its content
+    /// hashes to `id` (owned by `who` if new). Errors: 422 (v1's
+    /// digest_mismatch) with the actual digest, 507/500 writing or storing.
+    pub async fn store(self, app: &App, what: &str, id: &BlobId, meta: PushMeta, who: &Caller) -> Result<Stored, ApiError> {
+        let Self { temp, sink, held } = self;
+        let written = sink.finish().await.map_err(|e| storage_error(what, e, "writing the upload"))?;
+        if written.id != *id {
+            return Err(ApiError::digest_mismatch(id, &written.id, written.len));
+        }
+        let stored = app
+            .store
+            .commit(temp, id, written.len, meta, who)
+            .await
+            .map_err(|e| ApiError::internal(format!("storing {id}"), format!("{e:#}")))?;
+        // Stored: its bytes count as stored from now on, not as held.
+        drop(held);
+        match &stored {
+            Stored::New(m) => tracing::info!(%id, name = %m.name, kind = %m.kind, size = m.size, by = %who.name, "stored blob"),
+            Stored::Existing(_) => tracing::info!(%id, by = %who.name, "blob pushed again; kept the stored copy"),
+        }
+        Ok(stored)
+    }
 }
 
 /// Bytes an upload without a declared length reserves against the quota
@@ -224,9 +269,9 @@ struct Room {
     why: String,
 }
 
-/// The room for an upload: free space less the reserve, capped by the
-/// quota. Errors: 507 if `len` is known and does not fit.
-fn room(app: &AppState, id: &BlobId, len: Option<u64>) -> Result<Room, ApiError> {
+/// The room for an upload (`what`): free space less the reserve, capped
+/// by the quota. Errors: 507 if `len` is known and does not fit.
+fn room(app: &App, what: &str, len: Option<u64>) -> Result<Room, ApiError> {
     let free = app
         .store
         .free_bytes()
@@ -237,7 +282,7 @@ fn room(app: &AppState, id: &BlobId, len: Option<u64>) -> Result<Room, ApiError>
         why: format!("{free} bytes free on the data disk, {reserve} kept in reserve"),
     };
     if let Some(max) = app.config.max_size.map(|s| s.0) {
-        let used = app.store.total_size().map_err(|e| ApiError::internal("reading stored sizes", e))?;
+        let used = app.store.total_size();
         let left = max.saturating_sub(used);
         if left < room.bytes {
             room = Room {
@@ -248,7 +293,7 @@ fn room(app: &AppState, id: &BlobId, len: Option<u64>) -> Result<Room, ApiError>
     }
     match len {
         Some(len) if len > room.bytes => Err(ApiError::insufficient_storage(format!(
-            "no room for blob {id} of {len} bytes: {}",
+            "no room for {what} of {len} bytes: {}",
             room.why
         ))),
         _ => Ok(room),
@@ -256,10 +301,10 @@ fn room(app: &AppState, id: &BlobId, len: Option<u64>) -> Result<Room, ApiError>
 }
 
 /// 507 for a full disk, 500 for any other I/O error.
-fn storage_error(id: &BlobId, e: io::Error, doing: &str) -> ApiError {
+fn storage_error(what: &str, e: io::Error, doing: &str) -> ApiError {
     if e.raw_os_error().is_some_and(|n| DISK_FULL_ERRNOS.contains(&n)) {
-        ApiError::insufficient_storage(format!("disk full while storing {id} ({doing}: {e}); nothing stored"))
+        ApiError::insufficient_storage(format!("disk full during {what} ({doing}: {e}); nothing stored"))
     } else {
-        ApiError::internal(format!("{doing} of {id}"), e)
+        ApiError::internal(format!("{doing} ({what})"), e)
     }
 }

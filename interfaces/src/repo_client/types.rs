@@ -24,16 +24,23 @@ pub enum BlobKind {
     CheckpointMemory,
     /// The disk overlay of a checkpointed VEE.
     CheckpointDisk,
+    /// Content pushed through the OCI API (`/v2`), described by the
+    /// manifests that reference it.
+    OciBlob,
+    /// An OCI manifest or index pushed through the OCI API.
+    Manifest,
 }
 
 impl BlobKind {
     /// All kinds, in declaration order.
-    pub const ALL: [BlobKind; 5] = [
+    pub const ALL: [BlobKind; 7] = [
         BlobKind::Disk,
         BlobKind::Kernel,
         BlobKind::Initrd,
         BlobKind::CheckpointMemory,
         BlobKind::CheckpointDisk,
+        BlobKind::OciBlob,
+        BlobKind::Manifest,
     ];
 
     /// The kebab-case name used on the wire and on the command line.
@@ -44,6 +51,8 @@ impl BlobKind {
             BlobKind::Initrd => "initrd",
             BlobKind::CheckpointMemory => "checkpoint-memory",
             BlobKind::CheckpointDisk => "checkpoint-disk",
+            BlobKind::OciBlob => "oci-blob",
+            BlobKind::Manifest => "manifest",
         }
     }
 }
