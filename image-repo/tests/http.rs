@@ -313,3 +313,32 @@ async fn the_images_alias_lists_like_blobs() {
     let (status, _, body) = call(Method::GET, &format!("{}/v1/health", repo.url), None, vec![]).await;
     assert_eq!((status, body), (StatusCode::OK, b"ok".to_vec()));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lists_come_in_pages_with_a_link_to_the_next() {
+    let repo = Repo::start();
+    let client = repo.client();
+    for i in 0..5u64 {
+        let file = common::write_file(repo.scratch(), &format!("b{i}"), &content(i, 100));
+        client
+            .push_file(&file, &interfaces::repo_client::PushMeta::new(format!("b{i}"), interfaces::repo_client::BlobKind::Disk))
+            .await
+            .unwrap();
+    }
+    let (status, headers, body) = call(Method::GET, &format!("{}/v1/blobs?n=2", repo.url), Some(TOKEN), vec![]).await;
+    assert_eq!(status, StatusCode::OK);
+    let first: Vec<interfaces::repo_client::BlobMeta> = serde_json::from_slice(&body).unwrap();
+    assert_eq!(first.len(), 2);
+    let link = headers.get(header::LINK).unwrap().to_str().unwrap().to_string();
+    let next = interfaces::repo_client::protocol::next_link(&link).unwrap();
+    assert_eq!(next, format!("/blobs?n=2&last={}", first[1].id));
+    let (_, _, body) = call(Method::GET, &format!("{}/v1{next}", repo.url), Some(TOKEN), vec![]).await;
+    let second: Vec<interfaces::repo_client::BlobMeta> = serde_json::from_slice(&body).unwrap();
+    assert_eq!(second.len(), 2);
+    assert!(first[1].id < second[0].id, "pages follow each other in digest order");
+    // The client follows the pages: every blob, sorted by name.
+    let names: Vec<_> = client.list().await.unwrap().into_iter().map(|m| m.name).collect();
+    assert_eq!(names, ["b0", "b1", "b2", "b3", "b4"]);
+    let (status, _, _) = call(Method::GET, &format!("{}/v1/blobs?last=nonsense", repo.url), Some(TOKEN), vec![]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}

@@ -309,6 +309,18 @@ async fn manifests_by_tag_and_digest_and_their_checks() {
     assert_eq!(a.code(), "MANIFEST_INVALID");
     let a = acme.put_manifest("acme/tiny", ".hidden", &manifest).await;
     assert_eq!(a.code(), "MANIFEST_INVALID");
+    // Bounded metadata: too many annotations, a bidi control in one.
+    let mut many = manifest.clone();
+    many["annotations"] = json!((0..65).map(|i| (format!("k{i}"), "v".to_string())).collect::<std::collections::BTreeMap<_, _>>());
+    let a = acme.put_manifest("acme/tiny", "v3", &many).await;
+    assert_eq!(a.code(), "MANIFEST_INVALID");
+    assert!(a.json()["errors"][0]["message"].as_str().unwrap().contains("at most 64"));
+    let mut bidi = manifest.clone();
+    bidi["annotations"]["org.opencontainers.image.title"] = json!("tiny\u{202E}2woc.qcow2");
+    assert_eq!(acme.put_manifest("acme/tiny", "v3", &bidi).await.code(), "MANIFEST_INVALID");
+    let mut long_type = manifest.clone();
+    long_type["artifactType"] = json!(format!("application/{}", "x".repeat(300)));
+    assert_eq!(acme.put_manifest("acme/tiny", "v3", &long_type).await.code(), "MANIFEST_INVALID");
     // Nothing of the refused pushes is visible.
     let tags = acme.call(Method::GET, "/v2/acme/tiny/tags/list", &[], vec![]).await;
     assert_eq!(tags.json(), json!({ "name": "acme/tiny", "tags": ["v1"] }));

@@ -147,9 +147,27 @@ impl RepoClient {
     /// Errors: [`Error::Repository`] when unreachable or refused.
     pub async fn list(&self) -> Result<Vec<BlobMeta>> {
         let what = "list of blobs".to_string();
-        let resp = self.send(&what, || self.request(Method::GET, "/blobs")).await?;
-        let resp = check(&what, None, resp).await?;
-        resp.json().await.map_err(|e| transport(&what, &e))
+        let mut all: Vec<BlobMeta> = Vec::new();
+        let mut path = "/blobs".to_string();
+        loop {
+            let resp = self.send(&what, || self.request(Method::GET, &path)).await?;
+            let resp = check(&what, None, resp).await?;
+            // The server pages the list; `Link: </v1/blobs?...>; rel="next"`.
+            let next = resp
+                .headers()
+                .get(reqwest::header::LINK)
+                .and_then(|v| v.to_str().ok())
+                .and_then(protocol::next_link)
+                .map(str::to_string);
+            let page: Vec<BlobMeta> = resp.json().await.map_err(|e| transport(&what, &e))?;
+            all.extend(page);
+            match next {
+                Some(p) => path = p,
+                None => break,
+            }
+        }
+        all.sort_by(|a, b| (&a.name, &a.id).cmp(&(&b.name, &b.id)));
+        Ok(all)
     }
 
     /// Deletes blob `id` and its metadata. A blob with pins is deleted only

@@ -6,13 +6,20 @@
 //! token = "change-me"             # the operator's bearer token: reads and manages every blob
 //! max_bytes = 1_000_000_000_000   # optional quota on the stored content, in bytes
 //! reserve_bytes = 67_108_864      # free space to leave on the disk, in bytes
-//! max_connections = 512           # served at once; one more gets 503
+//! max_connections = 512           # served at once; a newcomer takes an idle one's slot
 //! header_timeout_s = 10           # for the TLS handshake and each request head
+//! shutdown_grace = "10s"          # a stop lets requests in flight finish this long
 //! body_idle_timeout_s = 30        # an upload with no byte for this long is cut off
 //! min_upload_bytes_per_s = 16384  # and one slower than this on average, after that time
 //! upload_session_timeout = "5m"   # an OCI upload session without a request for this long is dropped
 //! max_uploads_per_caller = 16     # OCI upload sessions open at once per token
 //! insecure = false                # true: serve plaintext HTTP (no [tls])
+//! [listener]                      # the other limits (interfaces::connections::ListenerLimits)
+//! max_connections_per_peer = 128  # connections from one address (IPv6: its /64)
+//! idle_timeout = "60s"            # a connection without a request in flight is closed
+//! send_timeout = "60s"            # a client that leaves its answers unread is cut off
+//! auth_failures_burst = 10        # failed authentications of an address at once,
+//! auth_failure_interval = "1s"    # then one per interval (429 before the token is checked)
 //! [tls]
 //! cert = "/etc/image-repo/repo.crt"   # the server's certificate (PEM)
 //! key = "/etc/image-repo/repo.key"
@@ -29,6 +36,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use interfaces::config::{duration, invalid, Invalid, Size};
+use interfaces::connections::ListenerLimits;
 use interfaces::repo_client::types::validate_pin;
 use serde::Deserialize;
 
@@ -79,7 +87,9 @@ pub struct Config {
     /// refused with 507 before any byte is written.
     #[serde(default = "default_reserve", alias = "reserve_bytes")]
     pub reserve: Size,
-    /// Connections served at once; one more is answered 503 and closed.
+    /// Connections served at once; a newcomer takes the slot of an idle
+    /// connection (no request in flight) of the address holding the most,
+    /// and is refused only when every slot is busy.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// How long a client has for its TLS handshake and to send each
@@ -103,6 +113,18 @@ pub struct Config {
     /// one more is answered 429 TOOMANYREQUESTS.
     #[serde(default = "default_uploads_per_caller")]
     pub max_uploads_per_caller: usize,
+    /// The listener's other limits (`[listener]`, as the VEEM's:
+    /// `interfaces::connections::ListenerLimits`): connections per client
+    /// address, idle and send timeouts, head size, failed authentications
+    /// per address. Its `max_connections`, `head_timeout` and
+    /// `handshake_timeout` are the top-level `max_connections` and
+    /// `header_timeout`.
+    #[serde(default)]
+    pub listener: ListenerLimits,
+    /// How long a stop (SIGTERM) lets the requests in flight finish before
+    /// it cuts them (default `"10s"`).
+    #[serde(default = "default_shutdown_grace", deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
     /// TLS: the server's certificate and key. Without it the server speaks
     /// plaintext HTTP, which needs `insecure`.
     #[serde(default)]
@@ -147,6 +169,9 @@ fn default_body_idle() -> Duration {
 }
 fn default_min_rate() -> u64 {
     16 * 1024
+}
+fn default_shutdown_grace() -> Duration {
+    Duration::from_secs(10)
 }
 fn default_upload_session_timeout() -> Duration {
     Duration::from_secs(300)
@@ -275,10 +300,23 @@ impl Config {
                 return Err(invalid(field, "must be at least 1 (s)"));
             }
         }
+        self.listener.check("listener")?;
         if self.token.len() < 16 {
             tracing::warn!("the write token is shorter than 16 characters");
         }
         Ok(())
+    }
+
+    /// The listener's limits: `[listener]` with the top-level
+    /// `max_connections` and `header_timeout`, below the descriptor limit.
+    pub fn limits(&self) -> ListenerLimits {
+        ListenerLimits {
+            max_connections: self.max_connections,
+            head_timeout: self.header_timeout,
+            handshake_timeout: self.header_timeout,
+            ..self.listener
+        }
+        .effective()
     }
 }
 

@@ -1,56 +1,27 @@
-//! Connections: the accept loop under the HTTP API, with the limits that
-//! keep slow, idle or too many clients from taking the repository down
-//! (issue 13, R7), and TLS when configured.
-//!
-//! - At most [`Limits::max_connections`] at once: one more is answered
-//!   `503 Service Unavailable` and closed at once (over TLS: closed), so
-//!   the process never runs out of file descriptors and the clients it
-//!   serves keep being served.
-//! - A client has [`Limits::header_timeout`] to finish its TLS handshake
-//!   and then to send each request's head; an idle keep-alive connection
-//!   is closed after the same time.
-//! - Request bodies are watched by the upload itself (`upload::BodyPace`).
+//! Connections: the repository serves on the daemons' shared listener
+//! (`interfaces::connections`, issue 36), whose limits keep slow, idle,
+//! stalled and too many clients from taking it down: connections at once
+//! and per client address (a newcomer takes an idle connection's slot, so
+//! clients that stall cannot hold them all), head, idle and send timeouts,
+//! and a stop that cuts what is still open after `shutdown_grace`.
+//! Request bodies are watched by the uploads themselves
+//! (`upload::Incoming`). Here: TLS, and failed authentications slowed
+//! down per address ([`throttle_auth`]).
 
-use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
-use axum::Router;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use tokio_rustls::TlsAcceptor;
 
-use super::config::{Config, ServerTls};
-
-/// How long a stop waits for the requests in flight.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
-
-/// The body of the answer to a connection over the limit.
-const BUSY: &str = "the image repository has too many connections: retry later\n";
-
-/// The limits on connections, from the configuration.
-#[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    /// Connections served at once.
-    pub max_connections: usize,
-    /// Time to finish the TLS handshake, and to send a request's head.
-    pub header_timeout: Duration,
-}
-
-impl Limits {
-    /// The configuration's limits.
-    pub fn of(config: &Config) -> Self {
-        Self {
-            max_connections: config.max_connections,
-            header_timeout: config.header_timeout,
-        }
-    }
-}
+use super::config::ServerTls;
+use super::error::ApiError;
+use super::oci::error::{codes, OciError};
+use super::AppState;
 
 /// The TLS acceptor of `tls` (rustls, ring). Errors: a file cannot be
 /// read or holds no usable certificate or key, naming it.
@@ -65,64 +36,35 @@ pub fn acceptor(tls: &ServerTls) -> Result<TlsAcceptor> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Serves `app` on `listener` within `limits` (over TLS with `tls`) until
-/// `shutdown` completes, then lets the requests in flight finish (30 s at
-/// most). Errors: none once serving; accept errors (such as running out of
-/// descriptors) are logged and retried (`interfaces::listen::accept`).
-pub async fn serve(
-    listener: TcpListener,
-    app: Router,
-    limits: Limits,
-    tls: Option<TlsAcceptor>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<()> {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let graceful = GracefulShutdown::new();
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
-    tokio::pin!(shutdown);
-    loop {
-        let stream = tokio::select! {
-            stream = interfaces::listen::accept(&listener) => stream,
-            () = &mut shutdown => break,
+/// Failed authentications slowed down per client address
+/// (`interfaces::auth_throttle`; it answered 6,000 wrong tokens a second
+/// before issue 39): a request that carries credentials from an address
+/// over its bucket is answered 429 with `Retry-After` before its token
+/// is checked; a 401 counts against the address. Requests without
+/// credentials (health, the challenge of `/v2/`) are not held up.
+pub async fn throttle_auth(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    // In-process calls (the fuzzer) have no address: one unnamed client.
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.0.ip());
+    if !req.headers().contains_key(header::AUTHORIZATION) {
+        return next.run(req).await;
+    }
+    if let Some(wait) = app.throttle.check(peer) {
+        let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+        let message = format!("too many failed authentications from this address: retry in {secs} s");
+        let mut resp = if req.uri().path().starts_with("/v2") {
+            OciError::new(StatusCode::TOO_MANY_REQUESTS, codes::TOO_MANY_REQUESTS, message).into_response()
+        } else {
+            ApiError::too_many_requests(message).into_response()
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::warn!(limit = limits.max_connections, "connection refused: too many connections");
-            tokio::spawn(refuse(stream, tls.is_none()));
-            continue;
-        };
-        let (http, tls, watcher, svc) = (http.clone(), tls.clone(), graceful.watcher(), TowerToHyperService::new(app.clone()));
-        tokio::spawn(async move {
-            let _permit = permit;
-            let result = match tls {
-                None => watcher.watch(http.serve_connection(TokioIo::new(stream), svc)).await,
-                Some(tls) => match tokio::time::timeout(limits.header_timeout, tls.accept(stream)).await {
-                    Ok(Ok(stream)) => watcher.watch(http.serve_connection(TokioIo::new(stream), svc)).await,
-                    Ok(Err(e)) => return tracing::debug!(error = %e, "TLS handshake failed"),
-                    Err(_) => return tracing::debug!("TLS handshake timed out"),
-                },
-            };
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "connection ended");
-            }
-        });
+        resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
+        return resp;
     }
-    drop(listener);
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
-        tracing::warn!(grace = ?SHUTDOWN_GRACE, "requests still in flight after the grace period: closed");
+    let resp = next.run(req).await;
+    if resp.status() == StatusCode::UNAUTHORIZED {
+        app.throttle.failed(peer);
     }
-    Ok(())
-}
-
-/// Answers a connection over the limit with 503 (plaintext only) and
-/// closes it.
-async fn refuse(mut stream: TcpStream, plaintext: bool) {
-    if plaintext {
-        let answer = format!(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{BUSY}",
-            BUSY.len()
-        );
-        let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(answer.as_bytes())).await;
-    }
-    let _ = stream.shutdown().await;
+    resp
 }

@@ -44,6 +44,11 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED, message)
     }
 
+    /// 429: the caller's address failed to authenticate too often.
+    pub fn too_many_requests(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, codes::TOO_MANY_REQUESTS, message)
+    }
+
     /// 403: the caller may see the blob (or call) but not do this.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, codes::FORBIDDEN, message)
@@ -72,6 +77,11 @@ impl ApiError {
         );
         e.actual = Some(actual.to_string());
         e
+    }
+
+    /// 409: the record is at one of its bounds (pins, readers per blob).
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, codes::LIMIT_REACHED, message)
     }
 
     /// 409: delete of a pinned blob without force.

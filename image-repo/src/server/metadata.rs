@@ -114,15 +114,31 @@ impl MetaDb {
         Ok(old)
     }
 
-    /// Every record, sorted by name then ID. Errors: a record is unreadable.
-    pub fn list(&self) -> Result<Vec<BlobMeta>> {
-        let mut all = Vec::new();
-        for item in self.blobs.iter() {
+    /// A page of the records `keep` accepts, in digest order, after `after`
+    /// if given: at most `n` of them, looking at no more than `scan`
+    /// records (so that a caller who may read few blobs costs a bounded
+    /// amount per request). The cursor to go on from, if records follow.
+    /// Errors: a record is unreadable.
+    pub fn page(&self, after: Option<&BlobId>, n: usize, scan: usize, keep: impl Fn(&BlobMeta) -> bool) -> Result<(Vec<BlobMeta>, Option<BlobId>)> {
+        let start = match after {
+            // The first key after `after`: it followed by a zero byte.
+            Some(a) => [key(a), vec![0]].concat(),
+            None => Vec::new(),
+        };
+        let mut items = Vec::new();
+        let mut last = None;
+        for (seen, item) in self.blobs.range(start..).enumerate() {
             let (_, raw) = item?;
-            all.push(decode(&raw)?);
+            if items.len() == n || seen == scan {
+                return Ok((items, last));
+            }
+            let m = decode(&raw)?;
+            last = Some(m.id.clone());
+            if keep(&m) {
+                items.push(m);
+            }
         }
-        all.sort_by(|a, b| (&a.name, &a.id).cmp(&(&b.name, &b.id)));
-        Ok(all)
+        Ok((items, None))
     }
 
     /// Sum of the sizes of all blobs, in bytes (kept, not counted: O(1)).
@@ -176,8 +192,14 @@ mod tests {
             db.put(&meta("a", b"one")).await.unwrap();
         }
         let db = MetaDb::open(dir.path()).unwrap();
-        let names: Vec<_> = db.list().unwrap().into_iter().map(|m| m.name).collect();
-        assert_eq!(names, ["a", "b"]);
+        // Pages in digest order, with a cursor while records follow.
+        let (first, next) = db.page(None, 1, 10, |_| true).unwrap();
+        let (second, end) = db.page(next.as_ref(), 1, 10, |_| true).unwrap();
+        assert_eq!((first.len(), second.len(), end), (1, 1, None));
+        assert!(first[0].id < second[0].id);
+        // A scan bound ends a page early, empty, with a cursor.
+        let (none, cursor) = db.page(None, 10, 1, |_| false).unwrap();
+        assert!(none.is_empty() && cursor.is_some());
         assert_eq!(db.total_size(), 6);
         assert_eq!(db.remove(&BlobId::of(b"one")).await.unwrap().unwrap().name, "a");
         assert!(db.get(&BlobId::of(b"one")).unwrap().is_none());

@@ -34,6 +34,24 @@ pub struct App {
     pub quota: quota::Quota,
     /// The OCI API's upload sessions.
     pub uploads: oci::uploads::Sessions,
+    /// Failed authentications per client address.
+    pub throttle: interfaces::auth_throttle::AuthThrottle,
+}
+
+impl App {
+    /// The server's state over `store` with `config`: no upload under way.
+    pub fn new(config: Config, store: store::Store) -> Self {
+        Self {
+            store,
+            quota: quota::Quota::default(),
+            uploads: oci::uploads::Sessions::default(),
+            throttle: interfaces::auth_throttle::AuthThrottle::new(
+                config.listener.auth_failures_burst,
+                config.listener.auth_failure_interval,
+            ),
+            config,
+        }
+    }
 }
 
 /// Shared handle on [`App`].
@@ -54,12 +72,7 @@ impl Server {
         let listener = interfaces::listen::bind(config.listen).await?;
         Ok(Self {
             listener,
-            app: Arc::new(App {
-                config,
-                store,
-                quota: quota::Quota::default(),
-                uploads: oci::uploads::Sessions::default(),
-            }),
+            app: Arc::new(App::new(config, store)),
         })
     }
 
@@ -68,7 +81,8 @@ impl Server {
         Ok(self.listener.local_addr()?)
     }
 
-    /// Serves until `shutdown` completes, then finishes the requests in flight.
+    /// Serves until `shutdown` completes, then lets the requests in flight
+    /// finish for `shutdown_grace` and cuts what is left.
     /// Errors: the listener fails.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
         let addr = self.local_addr()?;
@@ -79,9 +93,9 @@ impl Server {
         }
         tracing::info!(%addr, data = %config.data.display(), tokens = config.tokens.len() + 1, tls = tls.is_some(), "image repository serving");
         interfaces::daemon::notify_ready();
-        let limits = connections::Limits::of(config);
+        let (limits, grace) = (config.limits(), config.shutdown_grace);
         let sweeper = tokio::spawn(sweep_uploads(self.app.clone()));
-        connections::serve(self.listener, routes::router(self.app), limits, tls, shutdown).await?;
+        interfaces::connections::serve(self.listener, tls, limits, routes::router(self.app), shutdown, grace).await?;
         sweeper.abort();
         tracing::info!("image repository stopped");
         Ok(())

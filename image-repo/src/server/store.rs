@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
+use interfaces::repo_client::types::{MAX_PINS, MAX_READERS};
 use interfaces::repo_client::{BlobMeta, PushMeta};
 use interfaces::BlobId;
 use tokio::sync::Mutex;
@@ -137,9 +138,9 @@ impl Store {
         self.meta.get(id)
     }
 
-    /// All records, sorted by name then ID.
-    pub fn list(&self) -> Result<Vec<BlobMeta>> {
-        self.meta.list()
+    /// A page of the records `keep` accepts: see [`MetaDb::page`].
+    pub fn page(&self, after: Option<&BlobId>, n: usize, scan: usize, keep: impl Fn(&BlobMeta) -> bool) -> Result<(Vec<BlobMeta>, Option<BlobId>)> {
+        self.meta.page(after, n, scan, keep)
     }
 
     /// Bytes of content stored in all (O(1)).
@@ -215,33 +216,60 @@ impl Store {
 
     /// Sets (`on`) or clears a pin of `id`; idempotent. Returns the updated
     /// record, or `None` if `id` is not stored.
+    /// Errors: [`LimitReached`] for a pin past [`MAX_PINS`].
     pub async fn set_pin(&self, id: &BlobId, pin: &str, on: bool) -> Result<Option<BlobMeta>> {
-        self.modify(id, |meta| set_member(&mut meta.pins, pin, on)).await
+        self.modify(id, |meta| {
+            if on && meta.pins.len() >= MAX_PINS && !meta.pins.iter().any(|p| p == pin) {
+                return Err(LimitReached(format!("blob {id} has {MAX_PINS} pins, the most it may have")).into());
+            }
+            Ok(set_member(&mut meta.pins, pin, on))
+        })
+        .await
     }
 
     /// Adds `name` to the readers of `id` (idempotent). Returns the updated
     /// record, or `None` if `id` is not stored.
+    /// Errors: [`LimitReached`] for a reader past [`MAX_READERS`].
     pub async fn add_reader(&self, id: &BlobId, name: &str) -> Result<Option<BlobMeta>> {
-        self.modify(id, |meta| add_reader(meta, name)).await
+        self.modify(id, |meta| {
+            if meta.readers.len() >= MAX_READERS && !meta.readers.iter().any(|r| r == name) {
+                return Err(LimitReached(format!("blob {id} has {MAX_READERS} readers, the most it may have")).into());
+            }
+            Ok(add_reader(meta, name))
+        })
+        .await
     }
 
     /// Marks `id` public or not (idempotent). Returns the updated record,
     /// or `None` if `id` is not stored.
     pub async fn set_public(&self, id: &BlobId, public: bool) -> Result<Option<BlobMeta>> {
-        self.modify(id, |meta| std::mem::replace(&mut meta.public, public) != public).await
+        self.modify(id, |meta| Ok(std::mem::replace(&mut meta.public, public) != public)).await
     }
 
-    /// Applies `change` (which says whether it changed anything) to the
-    /// record of `id` under the store's lock and writes it if changed.
-    async fn modify(&self, id: &BlobId, change: impl FnOnce(&mut BlobMeta) -> bool) -> Result<Option<BlobMeta>> {
+    /// Applies `change` (which says whether it changed anything, or why it
+    /// may not) to the record of `id` under the store's lock and writes it
+    /// if changed.
+    async fn modify(&self, id: &BlobId, change: impl FnOnce(&mut BlobMeta) -> Result<bool>) -> Result<Option<BlobMeta>> {
         let _guard = self.lock.lock().await;
         let Some(mut meta) = self.meta.get(id)? else { return Ok(None) };
-        if change(&mut meta) {
+        if change(&mut meta)? {
             self.meta.put(&meta).await?;
         }
         Ok(Some(meta))
     }
 }
+
+/// A record would pass one of its bounds ([`MAX_PINS`], [`MAX_READERS`]).
+#[derive(Debug)]
+pub struct LimitReached(pub String);
+
+impl std::fmt::Display for LimitReached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LimitReached {}
 
 /// Adds (`on`) or removes `name` in the sorted `list`; whether it changed.
 fn set_member(list: &mut Vec<String>, name: &str, on: bool) -> bool {
@@ -304,5 +332,24 @@ mod tests {
         assert!(matches!(store.delete(&id, true).await.unwrap(), Deleted::Removed(_)));
         assert!(!store.blob_path(&id).exists());
         assert!(matches!(store.delete(&id, true).await.unwrap(), Deleted::NotFound));
+    }
+
+    #[tokio::test]
+    async fn pins_per_blob_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let id = BlobId::of(b"x");
+        let temp = store.temp_file();
+        std::fs::write(temp.path(), b"x").unwrap();
+        store.commit(temp, &id, 1, PushMeta::new("x", BlobKind::Disk), &Caller::operator()).await.unwrap();
+        for i in 0..MAX_PINS {
+            store.set_pin(&id, &format!("p{i}"), true).await.unwrap();
+        }
+        let err = store.set_pin(&id, "one-more", true).await.unwrap_err();
+        assert!(err.downcast_ref::<LimitReached>().is_some(), "{err:#}");
+        // Setting one it has is no change; clearing one makes room.
+        store.set_pin(&id, "p0", true).await.unwrap();
+        store.set_pin(&id, "p0", false).await.unwrap();
+        store.set_pin(&id, "one-more", true).await.unwrap();
     }
 }

@@ -18,7 +18,7 @@ use interfaces::BlobId;
 
 use super::auth::{caller, Caller};
 use super::error::{parse_id, ApiError};
-use super::quota::Reservation;
+use super::quota::{Reservation, Room};
 use super::store::{Stored, TempFile};
 use super::{App, AppState};
 
@@ -60,7 +60,7 @@ pub async fn check(
     {
         return Ok(Json(CheckReply { exists: true }));
     }
-    room(&app, &format!("blob {id}"), Some(size))?;
+    fits(&app, &format!("blob {id}"), size)?;
     Ok(Json(CheckReply { exists: false }))
 }
 
@@ -104,11 +104,8 @@ impl Incoming {
     pub fn start(app: &App, what: &str) -> Result<Self, ApiError> {
         let temp = app.store.temp_file();
         let sink = HashingSink::create_new(temp.path()).map_err(|e| storage_error(what, e, "creating the temporary file"))?;
-        Ok(Self {
-            temp,
-            sink,
-            held: app.quota.start(),
-        })
+        let held = app.quota.start(temp.path());
+        Ok(Self { temp, sink, held })
     }
 
     /// Bytes received so far.
@@ -138,15 +135,24 @@ impl Incoming {
             ),
             None => None,
         };
-        let limit = room(app, what, declared)?;
-        let grow = |held: &mut Reservation, more: u64| match app.config.max_size.map(|s| s.0) {
-            None => Ok(()),
-            Some(max) => held.grow(max, more, || app.store.total_size()),
+        // Known lengths are refused at once, before a byte is read.
+        if let Some(len) = declared {
+            fits(app, what, len)?;
+        }
+        let stored = || app.store.total_size();
+        let reserve = app.config.reserve.0;
+        let disk = || app.store.free_bytes().unwrap_or(0).saturating_sub(reserve);
+        let room = Room {
+            max: app.config.max_size.map(|s| s.0),
+            stored: &stored,
+            disk: &disk,
         };
         let before = self.sink.len();
         if let Some(len) = declared {
             let need = (before + len).saturating_sub(self.held.bytes());
-            grow(&mut self.held, need).map_err(|why| ApiError::insufficient_storage(format!("no room for {what}: {why}; nothing stored")))?;
+            self.held
+                .grow(need, &room)
+                .map_err(|why| ApiError::insufficient_storage(format!("no room for {what}: {why}; nothing stored")))?;
         }
         let mut stream = body.into_data_stream();
         let pace = BodyPace::new(&app.config);
@@ -163,16 +169,12 @@ impl Incoming {
             if let Some(why) = pace.too_slow(received) {
                 return Err(ApiError::too_slow(what, received, &why));
             }
-            if received > limit.bytes {
-                refused = Some(ApiError::insufficient_storage(format!("{what} exceeds the room left ({}); nothing stored", limit.why)));
-                break;
-            }
             let total = before + received;
             if total > self.held.bytes() {
                 // A step ahead, else just what came.
                 let need = total - self.held.bytes();
-                if grow(&mut self.held, need.max(QUOTA_STEP)).is_err() {
-                    if let Err(why) = grow(&mut self.held, need) {
+                if self.held.grow(need.max(QUOTA_STEP), &room).is_err() {
+                    if let Err(why) = self.held.grow(need, &room) {
                         refused = Some(ApiError::insufficient_storage(format!("{what} exceeds the room left ({why}); nothing stored")));
                         break;
                     }
@@ -225,8 +227,7 @@ impl Incoming {
     }
 }
 
-/// Bytes an upload without a declared length reserves against the quota
-/// at a time (16 MiB).
+/// Bytes an upload without a declared length holds at a time (16 MiB).
 const QUOTA_STEP: u64 = 16 << 20;
 
 /// How fast an upload's body must come (R7): a byte at least every `idle`,
@@ -263,41 +264,27 @@ impl BodyPace {
     }
 }
 
-/// How many bytes an upload may take, and why not more.
-struct Room {
-    bytes: u64,
-    why: String,
-}
-
-/// The room for an upload (`what`): free space less the reserve, capped
-/// by the quota. Errors: 507 if `len` is known and does not fit.
-fn room(app: &App, what: &str, len: Option<u64>) -> Result<Room, ApiError> {
+/// Whether `len` bytes of an upload (`what`) fit the free space less the
+/// reserve and the quota as they are now, before any byte is read (the
+/// room is then held as the bytes come: [`Reservation::grow`]). Errors:
+/// 507 naming what is lacking.
+fn fits(app: &App, what: &str, len: u64) -> Result<(), ApiError> {
     let free = app
         .store
         .free_bytes()
         .map_err(|e| ApiError::internal("reading free space of the data disk", e))?;
     let reserve = app.config.reserve.0;
-    let mut room = Room {
-        bytes: free.saturating_sub(reserve),
-        why: format!("{free} bytes free on the data disk, {reserve} kept in reserve"),
-    };
+    let no_room = |why: String| Err(ApiError::insufficient_storage(format!("no room for {what} of {len} bytes: {why}")));
+    if len > free.saturating_sub(reserve) {
+        return no_room(format!("{free} bytes free on the data disk, {reserve} kept in reserve"));
+    }
     if let Some(max) = app.config.max_size.map(|s| s.0) {
         let used = app.store.total_size();
-        let left = max.saturating_sub(used);
-        if left < room.bytes {
-            room = Room {
-                bytes: left,
-                why: format!("quota of {max} bytes with {used} used"),
-            };
+        if len > max.saturating_sub(used) {
+            return no_room(format!("quota of {max} bytes with {used} used"));
         }
     }
-    match len {
-        Some(len) if len > room.bytes => Err(ApiError::insufficient_storage(format!(
-            "no room for {what} of {len} bytes: {}",
-            room.why
-        ))),
-        _ => Ok(room),
-    }
+    Ok(())
 }
 
 /// 507 for a full disk, 500 for any other I/O error.

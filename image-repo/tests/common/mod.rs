@@ -140,6 +140,20 @@ impl Repo {
         self._stdout = None;
     }
 
+    /// Stops the server with SIGTERM and waits for it to exit; how long
+    /// that took (panics after 30 s).
+    pub fn terminate(&mut self) -> std::time::Duration {
+        let mut child = self.child.take().expect("a running server");
+        let t = std::time::Instant::now();
+        Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+        while child.try_wait().unwrap().is_none() {
+            assert!(t.elapsed() < std::time::Duration::from_secs(30), "image-repo still running 30 s after SIGTERM");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        self._stdout = None;
+        t.elapsed()
+    }
+
     /// Starts the server again on the same address and data directory.
     pub fn restart(&mut self) {
         self.kill();

@@ -4,7 +4,7 @@
 //! | method | path | what |
 //! | --- | --- | --- |
 //! | GET | `/v1/health` | `ok`, never needs a token |
-//! | GET | `/v1/blobs` (alias `/v1/images`) | JSON list of [`BlobMeta`](super::BlobMeta) |
+//! | GET | `/v1/blobs?n=N&last=ID` (alias `/v1/images`) | JSON list of [`BlobMeta`](super::BlobMeta), a page in digest order (at most 1,000); `Link: <...>; rel="next"` while more follow |
 //! | POST | `/v1/blobs/{id}/check?size=N&<meta>` | would a push of `{id}` be accepted? JSON [`CheckReply`] |
 //! | PUT | `/v1/blobs/{id}?<meta>` | upload; 201 stored, 200 already present, 422 digest mismatch |
 //! | GET, HEAD | `/v1/blobs/{id}` | content, `Range: bytes=` honoured (206, 416) |
@@ -72,10 +72,24 @@ pub mod codes {
     pub const INSUFFICIENT_STORAGE: &str = "insufficient_storage";
     /// The upload's body went idle, or came in slower than the least rate.
     pub const TOO_SLOW: &str = "upload_too_slow";
+    /// A record at one of its bounds (pins or readers per blob).
+    pub const LIMIT_REACHED: &str = "limit_reached";
+    /// Too many failed authentications from the caller's address.
+    pub const TOO_MANY_REQUESTS: &str = "too_many_requests";
     /// Range outside the blob.
     pub const RANGE_NOT_SATISFIABLE: &str = "range_not_satisfiable";
     /// Anything else on the server.
     pub const INTERNAL: &str = "internal";
+}
+
+/// The path after the API prefix of a `Link: <PATH>; rel="next"` header
+/// value, if it names a next page of this API.
+pub fn next_link(link: &str) -> Option<&str> {
+    let (target, params) = link.split_once(';')?;
+    if params.trim() != "rel=\"next\"" {
+        return None;
+    }
+    target.trim().strip_prefix('<')?.strip_suffix('>')?.strip_prefix(API_PREFIX)
 }
 
 /// Query pairs that carry `meta` on an upload.

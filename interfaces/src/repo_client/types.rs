@@ -172,8 +172,37 @@ pub const MAX_LABEL_KEY_LEN: usize = 64;
 /// Longest accepted label value, in bytes.
 pub const MAX_LABEL_VALUE_LEN: usize = 255;
 
+/// Most pins on one blob.
+pub const MAX_PINS: usize = 1024;
+/// Most readers of one blob.
+pub const MAX_READERS: usize = 1024;
+
+/// Whether `c` may not appear in a name or label shown to people: a
+/// control character (Unicode Cc), a line or paragraph separator, or an
+/// invisible format character (Cf) — the bidirectional controls of
+/// Unicode TR #9 (U+061C, U+200E-F, U+202A-E, U+2066-9) that make a name
+/// read otherwise than it is (CVE-2021-42574, "Trojan Source"), the zero
+/// widths, joiners and word joiner (U+200B-D, U+2060-4), the soft hyphen,
+/// the byte order mark, and the tag characters (U+E0000-7F).
+pub fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{061C}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{206F}'
+                | '\u{FEFF}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{E0000}'..='\u{E007F}'
+        )
+}
+
 /// Checks a blob name: 1 to [`MAX_NAME_LEN`] bytes, no `/` or `\`, no `..`,
-/// no control characters. Errors: the reason.
+/// no control, bidirectional or invisible character ([`is_hidden`]).
+/// Errors: the reason.
 pub fn validate_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("must not be empty".into());
@@ -187,8 +216,8 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     if name.contains("..") {
         return Err("must not contain '..'".into());
     }
-    if name.chars().any(char::is_control) {
-        return Err("must not contain control characters".into());
+    if let Some(c) = name.chars().find(|c| is_hidden(*c)) {
+        return Err(format!("must not contain control, bidirectional or invisible characters (found U+{:04X})", c as u32));
     }
     Ok(())
 }
@@ -227,8 +256,11 @@ pub fn validate_label(key: &str, value: &str) -> Result<(), String> {
     if value.len() > MAX_LABEL_VALUE_LEN {
         return Err(format!("value longer than {MAX_LABEL_VALUE_LEN} bytes"));
     }
-    if value.chars().any(char::is_control) {
-        return Err("value must not contain control characters".into());
+    if let Some(c) = value.chars().find(|c| is_hidden(*c)) {
+        return Err(format!(
+            "value must not contain control, bidirectional or invisible characters (found U+{:04X})",
+            c as u32
+        ));
     }
     Ok(())
 }
@@ -265,7 +297,7 @@ mod tests {
     #[test]
     fn names_with_slash_or_dotdot_are_rejected() {
         assert!(validate_name("debian-12.qcow2").is_ok());
-        for bad in ["", "a/b", "../x", "a..b", "..", "a\\b", "a\nb"] {
+        for bad in ["", "a/b", "../x", "a..b", "..", "a\\b", "a\nb", "evil\u{202E}2cwoq.exe", "a\u{200B}b", "\u{FEFF}x", "a\u{2066}b"] {
             assert!(validate_name(bad).is_err(), "{bad:?} accepted");
         }
         assert!(validate_name(&"x".repeat(256)).is_err());

@@ -16,6 +16,7 @@
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use interfaces::repo_client::types::is_hidden;
 use interfaces::repo_client::{BlobKind, PushMeta};
 use interfaces::BlobId;
 use oci_spec::image::{Descriptor, ImageIndex, ImageManifest};
@@ -165,7 +166,47 @@ fn check(access: &Access<'_>, bytes: &[u8], content_type: Option<&str>) -> Resul
         record.subject = Some(parse_digest(s.digest().as_ref())?);
     }
     record.annotations = annotations.unwrap_or_default().into_iter().collect();
+    bounded(&record).map_err(invalid)?;
     Ok(record)
+}
+
+/// Most annotations of a manifest, longest key and value in bytes: the
+/// referrers answer carries them for up to a page of manifests.
+pub const MAX_ANNOTATIONS: usize = 64;
+const MAX_ANNOTATION_KEY: usize = 128;
+const MAX_ANNOTATION_VALUE: usize = 1024;
+/// Longest media type or artifact type, in bytes (RFC 6838: 127 a side).
+const MAX_MEDIA_TYPE: usize = 255;
+
+/// Checks what the repository keeps of a manifest and shows in lists:
+/// its media and artifact types (`type/subtype`, visible ASCII, at most
+/// 255 bytes) and its annotations (at most 64; keys of 128 bytes without
+/// whitespace, values of 1 KiB, neither with control, bidirectional or
+/// invisible characters). Errors: the reason.
+fn bounded(r: &ManifestRecord) -> Result<(), String> {
+    for (field, t) in [("mediaType", Some(&r.media_type)), ("artifactType", r.artifact_type.as_ref())] {
+        let Some(t) = t else { continue };
+        let ok = !t.is_empty() && t.len() <= MAX_MEDIA_TYPE && t.bytes().all(|b| b.is_ascii_graphic()) && t.matches('/').count() == 1;
+        if !ok {
+            return Err(format!("{field} {t:.64?} is not a media type (type/subtype, visible ASCII, at most {MAX_MEDIA_TYPE} bytes)"));
+        }
+    }
+    if r.annotations.len() > MAX_ANNOTATIONS {
+        return Err(format!("{} annotations; at most {MAX_ANNOTATIONS}", r.annotations.len()));
+    }
+    for (k, v) in &r.annotations {
+        if k.is_empty() || k.len() > MAX_ANNOTATION_KEY || k.chars().any(|c| c.is_whitespace() || is_hidden(c)) {
+            return Err(format!(
+                "annotation key {k:.64?}: 1 to {MAX_ANNOTATION_KEY} bytes, without whitespace, control, bidirectional or invisible characters"
+            ));
+        }
+        if v.len() > MAX_ANNOTATION_VALUE || v.chars().any(is_hidden) {
+            return Err(format!(
+                "annotation {k}: a value of at most {MAX_ANNOTATION_VALUE} bytes without control, bidirectional or invisible characters"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn schema_2(v: u32) -> Result<(), OciError> {
