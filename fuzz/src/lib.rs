@@ -187,7 +187,7 @@ fn repo_app() -> &'static axum::Router {
         .unwrap();
         let config = image_repo::server::Config::load(Some(&cfg), Default::default()).unwrap();
         let store = image_repo::server::store::Store::open(&config.data).unwrap();
-        let app = std::sync::Arc::new(image_repo::server::App::new(config, store));
+        let app = std::sync::Arc::new(image_repo::server::App::new(config, store).unwrap());
         image_repo::server::routes::router(app)
     })
 }

@@ -10,7 +10,7 @@
 //! # Ok(()) }
 //! ```
 
-mod pull;
+pub mod pull;
 mod push;
 
 pub mod protocol;
@@ -217,6 +217,22 @@ impl RepoClient {
         })?;
         let path = format!("/blobs/{id}/readers/{reader}");
         let resp = self.send(&what, || self.request(Method::PUT, &path)).await?;
+        check(&what, Some(id), resp).await.map(drop)
+    }
+
+    /// Asks this (the site's own) repository to push blob `id` to peer site
+    /// `to`'s repository and let that site read it there: a checkpoint the
+    /// peer may have to restore. Errors: [`Error::BlobNotFound`];
+    /// [`Error::Repository`] naming the peer's refusal (502) or for a peer
+    /// not configured.
+    pub async fn replicate(&self, id: &BlobId, to: &str) -> Result<()> {
+        let what = format!("replicate {id} to {to:?}");
+        types::validate_pin(to).map_err(|reason| Error::Repository {
+            what: what.clone(),
+            reason,
+        })?;
+        let path = format!("/blobs/{id}/replicate?to={to}");
+        let resp = self.send(&what, || self.request(Method::POST, &path)).await?;
         check(&what, Some(id), resp).await.map(drop)
     }
 

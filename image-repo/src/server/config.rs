@@ -125,6 +125,12 @@ pub struct Config {
     /// it cuts them (default `"10s"`).
     #[serde(default = "default_shutdown_grace", deserialize_with = "duration")]
     pub shutdown_grace: Duration,
+    /// The repositories of peer sites (`[[peers]]`): a blob this one lacks
+    /// is fetched from them by digest for its site's VEEM and VEEHs
+    /// (pull-through, verified by its hash), and checkpoints are pushed to
+    /// them (`replicate`). Issue 39: one repository per site.
+    #[serde(default)]
+    pub peers: Vec<PeerEntry>,
     /// TLS: the server's certificate and key. Without it the server speaks
     /// plaintext HTTP, which needs `insecure`.
     #[serde(default)]
@@ -148,6 +154,42 @@ pub struct TokenEntry {
     /// The token's SHA-256 in hex (`image-repo hash-token`).
     #[serde(default)]
     pub token_sha256: Option<String>,
+}
+
+/// A peer site's repository (`[[peers]]`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerEntry {
+    /// The peer's site ID: the name its own VEEM and VEEHs have in its
+    /// repository, and the reader a replicated blob is shared with there.
+    pub name: String,
+    /// Its repository, `https://HOST:PORT` (`http://` only on a lab).
+    pub url: String,
+    /// The CA of its certificate (PEM), for an `https://` URL.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+    /// This site's token at the peer's repository (the framework
+    /// agreement's credential), in a file (its first line)...
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// ... or in clear (warned at start).
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+impl PeerEntry {
+    /// The token, from `token` or the first line of `token_file`.
+    /// Errors: neither or both given, or the file unreadable, naming it.
+    pub fn token(&self) -> Result<String> {
+        match (&self.token, &self.token_file) {
+            (Some(t), None) => Ok(t.clone()),
+            (None, Some(f)) => {
+                let text = std::fs::read_to_string(f).with_context(|| format!("peers {}: token_file {}", self.name, f.display()))?;
+                Ok(text.lines().next().unwrap_or_default().trim().to_string())
+            }
+            _ => bail!("peers {}: give exactly one of token and token_file", self.name),
+        }
+    }
 }
 
 /// A server's certificate (chain) and private key, PEM files.
@@ -301,6 +343,20 @@ impl Config {
             }
         }
         self.listener.check("listener")?;
+        let mut peers = std::collections::HashSet::new();
+        for (i, p) in self.peers.iter().enumerate() {
+            validate_pin(&p.name).map_err(|r| invalid(format!("peers[{i}].name"), r))?;
+            if !peers.insert(p.name.clone()) {
+                return Err(invalid(format!("peers[{i}].name"), format!("{:?} is given twice", p.name)));
+            }
+            if !(p.url.starts_with("https://") || p.url.starts_with("http://")) {
+                return Err(invalid(format!("peers[{i}].url"), "must be an http:// or https:// URL"));
+            }
+            if p.token.is_some() == p.token_file.is_some() {
+                return Err(invalid(format!("peers[{i}]"), "give exactly one of token and token_file"));
+            }
+            interfaces::tokens::warn_if_clear(&format!("peers[{i}]"), p.token.as_deref(), "token_file");
+        }
         if self.token.len() < 16 {
             tracing::warn!("the write token is shorter than 16 characters");
         }

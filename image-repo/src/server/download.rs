@@ -85,8 +85,22 @@ pub async fn download(
 ) -> Result<Response, ApiError> {
     let who = caller(&app.config, &headers)?;
     let id = parse_id(&raw_id)?;
-    let meta = readable(&app, &who, &id)?;
+    let meta = readable_or_pulled(&app, &who, &id).await?;
     send(&app, &method, &headers, &meta).await
+}
+
+/// [`readable`], after fetching `id` from a peer site's repository when
+/// this one lacks it and `who` is this site's (`super::peers`).
+pub async fn readable_or_pulled(app: &App, who: &Caller, id: &interfaces::BlobId) -> Result<BlobMeta, ApiError> {
+    let here = app
+        .store
+        .get(id)
+        .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?;
+    if here.is_none() && app.peers.serve(who) {
+        let pulled = app.peers.pull_through(app, id, &who.name, None).await?;
+        return who.readable(pulled, id);
+    }
+    who.readable(here, id)
 }
 
 /// The content of the blob `meta` describes, whole or the part a `Range`

@@ -128,6 +128,11 @@ impl ApiError {
         e
     }
 
+    /// 502: a peer site's repository refused or did not answer.
+    pub fn bad_gateway(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_GATEWAY, codes::PEER, message)
+    }
+
     /// 500: logs `err` with `context` and answers with both.
     pub fn internal(context: impl Into<String>, err: impl std::fmt::Display) -> Self {
         let context = context.into();

@@ -9,6 +9,7 @@ pub mod download;
 pub mod error;
 pub mod metadata;
 pub mod oci;
+pub mod peers;
 pub mod quota;
 pub mod repositories;
 pub mod routes;
@@ -36,12 +37,16 @@ pub struct App {
     pub uploads: oci::uploads::Sessions,
     /// Failed authentications per client address.
     pub throttle: interfaces::auth_throttle::AuthThrottle,
+    /// The repositories of peer sites.
+    pub peers: peers::Peers,
 }
 
 impl App {
     /// The server's state over `store` with `config`: no upload under way.
-    pub fn new(config: Config, store: store::Store) -> Self {
-        Self {
+    /// Errors: a peer's token file or CA cannot be read.
+    pub fn new(config: Config, store: store::Store) -> Result<Self> {
+        Ok(Self {
+            peers: peers::Peers::new(&config.peers)?,
             store,
             quota: quota::Quota::default(),
             uploads: oci::uploads::Sessions::default(),
@@ -50,7 +55,7 @@ impl App {
                 config.listener.auth_failure_interval,
             ),
             config,
-        }
+        })
     }
 }
 
@@ -72,7 +77,7 @@ impl Server {
         let listener = interfaces::listen::bind(config.listen).await?;
         Ok(Self {
             listener,
-            app: Arc::new(App::new(config, store)),
+            app: Arc::new(App::new(config, store)?),
         })
     }
 

@@ -13,7 +13,7 @@ use interfaces::repo_client::BlobMeta;
 use serde::Deserialize;
 
 use super::auth::{caller, caller_as, Caller, Role};
-use super::download::readable;
+use super::download::{readable, readable_or_pulled};
 use super::error::{parse_id, ApiError};
 use super::store::{Deleted, LimitReached};
 use super::{download, upload, AppState};
@@ -34,6 +34,7 @@ pub fn router(app: AppState) -> Router {
         .route("/v1/blobs/:id/readers/:name", put(share))
         .route("/v1/blobs/:id/grant", post(grant))
         .route("/v1/blobs/:id/public", put(publish).delete(unpublish))
+        .route("/v1/blobs/:id/replicate", post(replicate))
         .merge(super::oci::routes())
         .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
         .layer(axum::middleware::from_fn_with_state(app.clone(), super::connections::throttle_auth))
@@ -88,7 +89,7 @@ async fn list(
 async fn meta(State(app): State<AppState>, Path(raw_id): Path<String>, headers: HeaderMap) -> Result<Json<BlobMeta>, ApiError> {
     let who = caller(&app.config, &headers)?;
     let id = parse_id(&raw_id)?;
-    Ok(Json(who.view(readable(&app, &who, &id)?)))
+    Ok(Json(who.view(readable_or_pulled(&app, &who, &id).await?)))
 }
 
 /// `PUT /v1/blobs/{id}/readers/{name}`: `name` may read the blob too. For
@@ -136,6 +137,14 @@ async fn grant(
     let who = caller_as(&app.config, &headers, &[Role::Site, Role::Operator], "ask what a provider may read")?;
     let id = parse_id(&raw_id)?;
     let provider = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0.provider;
+    // A blob this repository lacks: a peer site's repository may have it
+    // for the provider (which lets this site read it there); then it is
+    // pulled through, the provider's here as there.
+    if app.store.get(&id).map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?.is_none() && app.peers.serve(&who) {
+        if let Some(peer) = app.peers.grant(&id, &provider).await {
+            app.peers.pull_through_from(&app, peer, &id, &provider).await?;
+        }
+    }
     // A public blob is every provider's, with a token here or not.
     let m = readable(&app, &Caller::operator(), &id)?;
     if !(m.public || super::auth::provider(&app.config, &provider).is_some_and(|p| p.may_read(&m))) {
@@ -147,6 +156,29 @@ async fn grant(
             .await
             .map_err(|e| store_error(e, format!("sharing {id}")))?;
     }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplicateQuery {
+    to: String,
+}
+
+/// `POST /v1/blobs/{id}/replicate?to=PEER`: a site (or the operator) has
+/// blob `id` pushed to peer site `PEER`'s repository, readable by that
+/// site there (`super::peers`). 204; 502 naming the peer's answer.
+async fn replicate(
+    State(app): State<AppState>,
+    Path(raw_id): Path<String>,
+    query: Result<Query<ReplicateQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let who = caller_as(&app.config, &headers, &[Role::Site, Role::Operator], "replicate blobs to peer sites")?;
+    let id = parse_id(&raw_id)?;
+    let to = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0.to;
+    let m = readable(&app, &who, &id)?;
+    app.peers.replicate(&app, &m, &to).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

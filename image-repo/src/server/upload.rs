@@ -268,7 +268,7 @@ impl BodyPace {
 /// reserve and the quota as they are now, before any byte is read (the
 /// room is then held as the bytes come: [`Reservation::grow`]). Errors:
 /// 507 naming what is lacking.
-fn fits(app: &App, what: &str, len: u64) -> Result<(), ApiError> {
+pub(crate) fn fits(app: &App, what: &str, len: u64) -> Result<(), ApiError> {
     let free = app
         .store
         .free_bytes()

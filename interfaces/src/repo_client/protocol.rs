@@ -14,6 +14,7 @@
 //! | PUT | `/v1/blobs/{id}/readers/{name}` | share: `{name}` may read the blob too, 204 |
 //! | POST | `/v1/blobs/{id}/grant?for={provider}` | a site asks whether a provider may read the blob: 204 (and the site may read it from then on) or 404 |
 //! | PUT, DELETE | `/v1/blobs/{id}/public` | the operator marks a blob readable by every caller, or not, 204 |
+//! | POST | `/v1/blobs/{id}/replicate?to={peer}` | a site pushes the blob to peer site `{peer}`'s repository and lets that site read it there, 204; 502 if the peer refuses |
 //!
 //! `<meta>` is `name=..&kind=..&format=..&label.<key>=<value>...`. Errors carry
 //! a JSON [`ErrorBody`]. Every call but health needs `Authorization: Bearer
@@ -72,6 +73,8 @@ pub mod codes {
     pub const INSUFFICIENT_STORAGE: &str = "insufficient_storage";
     /// The upload's body went idle, or came in slower than the least rate.
     pub const TOO_SLOW: &str = "upload_too_slow";
+    /// A peer site's repository refused or did not answer.
+    pub const PEER: &str = "peer_failed";
     /// A record at one of its bounds (pins or readers per blob).
     pub const LIMIT_REACHED: &str = "limit_reached";
     /// Too many failed authentications from the caller's address.

@@ -47,12 +47,24 @@ impl RepoClient {
     /// repository stays unreachable (the partial file is kept for a resume)
     /// or refuses the request.
     pub async fn pull(&self, id: &BlobId, dest: &Path, progress: Option<Progress<'_>>) -> Result<u64> {
+        self.pull_within(id, dest, progress, None).await
+    }
+
+    /// [`RepoClient::pull`] of a blob of at most `max` bytes: a server
+    /// that sends more is cut off (its bytes are not trusted until they
+    /// hash to `id`, and a peer must not fill the disk first). Errors: as
+    /// `pull`; [`Error::Repository`] past `max` (the partial file removed).
+    pub async fn pull_at_most(&self, id: &BlobId, dest: &Path, max: u64) -> Result<u64> {
+        self.pull_within(id, dest, None, Some(max)).await
+    }
+
+    async fn pull_within(&self, id: &BlobId, dest: &Path, progress: Option<Progress<'_>>, max: Option<u64>) -> Result<u64> {
         let partial = partial_path(dest);
-        let mut written = self.pull_to_partial(id, &partial, progress).await?;
+        let mut written = self.pull_to_partial(id, &partial, progress, max).await?;
         if written.resumed_from > 0 && written.file.id != *id {
             tracing::warn!(%id, partial = %partial.display(), "resumed partial download did not match; starting over");
             remove(&partial)?;
-            written = self.pull_to_partial(id, &partial, progress).await?;
+            written = self.pull_to_partial(id, &partial, progress, max).await?;
         }
         if written.file.id != *id {
             remove(&partial)?;
@@ -72,13 +84,13 @@ impl RepoClient {
 
     /// Fills `partial` with the whole blob (as far as the server's content
     /// goes) and returns what is in it.
-    async fn pull_to_partial(&self, id: &BlobId, partial: &Path, progress: Option<Progress<'_>>) -> Result<Resumed> {
+    async fn pull_to_partial(&self, id: &BlobId, partial: &Path, progress: Option<Progress<'_>>, max: Option<u64>) -> Result<Resumed> {
         let mut sink = HashingSink::resume(partial).map_err(|e| Error::io(partial, e))?;
         let resumed_from = sink.len();
         let mut restarted = false;
         let mut attempt = 1;
         loop {
-            match self.download_attempt(id, &mut sink, progress).await {
+            match self.download_attempt(id, &mut sink, progress, max).await {
                 Ok(()) => break,
                 Err(Failed::Transient(e)) if attempt < self.retry.attempts => {
                     tracing::debug!(%id, attempt, error = %e, "download interrupted; resuming");
@@ -102,7 +114,8 @@ impl RepoClient {
                     };
                     let len = sink.len();
                     let _ = sink.finish().await;
-                    if len == 0 {
+                    // A bounded pull (from a peer) is not resumed later.
+                    if len == 0 || max.is_some() {
                         remove(partial)?;
                     }
                     return Err(e);
@@ -123,7 +136,7 @@ impl RepoClient {
     }
 
     /// One GET from `sink.len()` on; appends to `sink`.
-    async fn download_attempt(&self, id: &BlobId, sink: &mut HashingSink, progress: Option<Progress<'_>>) -> Result<(), Failed> {
+    async fn download_attempt(&self, id: &BlobId, sink: &mut HashingSink, progress: Option<Progress<'_>>, max: Option<u64>) -> Result<(), Failed> {
         let what = format!("pull {id}");
         let offset = sink.len();
         let mut req = self.request(Method::GET, &format!("/blobs/{id}"));
@@ -167,6 +180,12 @@ impl RepoClient {
         let mut body = resp.bytes_stream();
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| classify(&what, e))?;
+            if let Some(max) = max.filter(|m| sink.len() + chunk.len() as u64 > *m) {
+                return Err(Failed::Fatal(Error::Repository {
+                    what,
+                    reason: format!("the repository sent more than the {max} bytes the blob has"),
+                }));
+            }
             sink.write(chunk).await.map_err(|e| Failed::Fatal(Error::io(sink.path(), e)))?;
             report(sink.len());
         }
