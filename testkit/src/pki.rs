@@ -177,9 +177,14 @@ pub fn toml(tls: &TlsFiles) -> String {
 /// The image repository's TLS in test runs: its certificate (for
 /// `image-repo`, `localhost`, 127.0.0.1 and `addr`) and key, and the CA its
 /// clients trust; the repository is a trust domain of its own, made like a
-/// site's VMI.
+/// site's VMI. A repository at another address than site A's (site B's
+/// own, issue 39) is a trust domain of its own too (`image-repo-<addr>`).
 pub fn repo(addr: &str) -> (SiteIdentity, PathBuf) {
-    let pki = site("image-repo");
+    let pki = if addr == crate::lab::SITE_A_ADDR {
+        site("image-repo")
+    } else {
+        site(&format!("image-repo-{}", addr.replace(['.', ':'], "-")))
+    };
     (pki.vmi(addr), pki.vmi_ca())
 }
 

@@ -16,8 +16,10 @@ use crate::guest::{last_tick, GuestImage};
 use crate::lab::{free_port, Place};
 pub use vee_testkit::daemon::Daemon;
 
-/// A running `image-repo serve` at site A's end of the WAN (both sites'
-/// VEEHs pull from it; site B's pulls cross the WAN). Its tokens: the
+/// A running `image-repo serve`: a lab's one repository at site A's end
+/// of the WAN ([`ImageRepo::start`]: both sites' VEEHs pull from it, site
+/// B's across the WAN), or one per site ([`ImageRepo::per_site`]). Its
+/// tokens: the
 /// operator's ([`ImageRepo::token`]), one per site ([`ImageRepo::site_token`],
 /// for `site-a` and `site-b`: their VEEMs and VEEHs use it) and one per
 /// service provider (`acme`, `globex`: [`ImageRepo::provider_token`]).
@@ -35,27 +37,54 @@ const REPO_SITES: [&str; 2] = ["site-a", "site-b"];
 const REPO_PROVIDERS: [&str; 2] = ["acme", "globex"];
 
 impl ImageRepo {
+    /// The one repository of a lab whose sites share it, at site A.
     pub async fn start(dir: &Path) -> Self {
-        let port = free_port();
-        let data = dir.join("repo");
-        let listen = format!("{}:{port}", crate::lab::SITE_A_ADDR);
+        Self::start_at(dir, Place::SiteA, "image-repo", free_port(), &[]).await
+    }
+
+    /// One repository per site (issue 39): site A's at site A, site B's
+    /// in site B's namespaces, each the other's peer (`[[peers]]`, with
+    /// its own site's token there), so that a blob one lacks is pulled
+    /// through from the other.
+    pub async fn per_site(dir: &Path) -> (Self, Self) {
+        let (pa, pb) = (free_port(), free_port());
+        let url = |place: Place, port: u16| format!("https://{}:{port}", place.addr());
+        let a = Self::start_at(dir, Place::SiteA, "repo-a", pa, &[("site-b", "site-a", url(Place::SiteB, pb), Place::SiteB)]).await;
+        let b = Self::start_at(dir, Place::SiteB, "repo-b", pb, &[("site-a", "site-b", url(Place::SiteA, pa), Place::SiteA)]).await;
+        (a, b)
+    }
+
+    /// A repository at `place` on `port`, data and configuration under
+    /// `dir/<name>`, with `peers` (peer site, this site, the peer's URL and
+    /// place).
+    async fn start_at(dir: &Path, place: Place, name: &str, port: u16, peers: &[(&str, &str, String, Place)]) -> Self {
+        let data = dir.join(name);
+        let listen = format!("{}:{port}", place.addr());
         let token = "test-write-token".to_string();
-        let (tls, ca) = vee_testkit::pki::repo(crate::lab::SITE_A_ADDR);
+        let (tls, ca) = vee_testkit::pki::repo(place.addr());
         let mut cfg = format!(
             "listen = \"{listen}\"\ndata = \"{}\"\ntoken = \"{token}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
             data.display(),
             tls.cert.display(),
             tls.key.display()
         );
+        for (peer, me, url, peer_place) in peers {
+            let (_, peer_ca) = vee_testkit::pki::repo(peer_place.addr());
+            cfg += &format!(
+                "\n[[peers]]\nname = \"{peer}\"\nurl = \"{url}\"\nca = \"{}\"\ntoken = \"{}\"\n",
+                peer_ca.display(),
+                Self::token_of(me)
+            );
+        }
         for (names, role) in [(REPO_SITES, "site"), (REPO_PROVIDERS, "provider")] {
             for name in names {
                 let digest = interfaces::tokens::digest_hex(&Self::token_of(name));
                 cfg += &format!("\n[[tokens]]\nname = \"{name}\"\nrole = \"{role}\"\ntoken_sha256 = \"{digest}\"\n");
             }
         }
-        let cfg_path = dir.join("image-repo.toml");
+        let cfg_path = dir.join(format!("{name}.toml"));
         std::fs::write(&cfg_path, cfg).unwrap();
-        let daemon = Daemon::spawn("image-repo", "image-repo", &["serve", "--config", cfg_path.to_str().unwrap()], dir);
+        let daemon = Daemon::spawn_at(place, name, "image-repo", &["serve", "--config", cfg_path.to_str().unwrap()], dir);
         let url = format!("https://{listen}");
         let client = RepoClient::with_ca(&url, Some(token.clone()), Some(&ca)).unwrap();
         let start = Instant::now();

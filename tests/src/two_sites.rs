@@ -12,8 +12,9 @@ use crate::{guest, lab};
 /// How long a guest may take to boot and tick (TCG).
 const BOOT: Duration = Duration::from_secs(180);
 
-/// Site A (VEEH `a1`) and site B (VEEH `b1`), with the image repository
-/// holding the test guest (`ids`); test files under `dir`.
+/// Site A (VEEH `a1`) and site B (VEEH `b1`), each with its own image
+/// repository (issue 39; site A's holds the test guest, `ids`, which site
+/// B's pulls through when its hosts need it); test files under `dir`.
 pub struct TwoSites {
     pub dir: std::path::PathBuf,
     pub ids: GuestIds,
@@ -21,22 +22,30 @@ pub struct TwoSites {
     pub b: Veem,
     pub a1: Veeh,
     pub b1: Veeh,
-    _repo: ImageRepo,
+    /// Site A's repository.
+    pub repo_a: ImageRepo,
+    /// Site B's repository.
+    pub repo_b: ImageRepo,
 }
 
 impl TwoSites {
     /// Starts both sites for test `name`, with `a_extra` in site A's VEEM
     /// configuration.
     pub async fn start(name: &str, a_extra: &str) -> TwoSites {
+        Self::start_both(name, a_extra, "").await
+    }
+
+    /// [`TwoSites::start`] with `b_extra` in site B's VEEM configuration.
+    pub async fn start_both(name: &str, a_extra: &str, b_extra: &str) -> TwoSites {
         let dir = lab::test_dir(name);
-        let repo = ImageRepo::start(&dir).await;
-        let ids = repo.push_guest(&guest::image()).await;
-        let a1 = Veeh::start(&dir, "fa1", "site-a", lab::SITE_A_URI, &repo).await;
-        let b1 = Veeh::start(&dir, "fb1", "site-b", lab::SITE_B_URI, &repo).await;
+        let (repo_a, repo_b) = ImageRepo::per_site(&dir).await;
+        let ids = repo_a.push_guest(&guest::image()).await;
+        let a1 = Veeh::start(&dir, "fa1", "site-a", lab::SITE_A_URI, &repo_a).await;
+        let b1 = Veeh::start(&dir, "fb1", "site-b", lab::SITE_B_URI, &repo_b).await;
         let (pa, pb) = (site::port(), site::port());
         let (to_b, to_a) = site::peer_links(pa, pb, false);
-        let ca = site::write_config(&dir, "site-a", pa, &repo, &[&a1], &[to_b], a_extra);
-        let cb = site::write_config(&dir, "site-b", pb, &repo, &[&b1], &[to_a], "");
+        let ca = site::write_config(&dir, "site-a", pa, &repo_a, &[&a1], &[to_b], a_extra);
+        let cb = site::write_config(&dir, "site-b", pb, &repo_b, &[&b1], &[to_a], b_extra);
         let a = Veem::start(&dir, "site-a", pa, ca).await;
         let b = Veem::start(&dir, "site-b", pb, cb).await;
         TwoSites {
@@ -46,7 +55,8 @@ impl TwoSites {
             b,
             a1,
             b1,
-            _repo: repo,
+            repo_a,
+            repo_b,
         }
     }
 

@@ -235,6 +235,16 @@ pub struct VeemConfig {
     /// `https://` `image_repo`.
     #[serde(default)]
     pub image_repo_ca: Option<PathBuf>,
+    /// Checkpoint replication (issue 39, one repository per site): when
+    /// true, the blobs of a checkpoint a peer site may restore are pushed
+    /// to that peer's own repository (the image repository's `[[peers]]`)
+    /// before the checkpoint counts for it: a checkpoint taken here of a
+    /// VEE run for a peer, to its primary site; a checkpoint a VEE is
+    /// handed to a peer with, to that peer. False (the default): peers
+    /// pull the blobs through from this site's repository when they need
+    /// them, which needs it up then.
+    #[serde(default)]
+    pub replicate_checkpoints: bool,
     /// packing | striping | load-aware (OpenNebula's rank policies).
     #[serde(default = "default_rank")]
     pub rank_policy: String,

@@ -139,15 +139,17 @@ async fn grant(
     let provider = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0.provider;
     // A blob this repository lacks: a peer site's repository may have it
     // for the provider (which lets this site read it there); then it is
-    // pulled through, the provider's here as there.
+    // pulled through, the provider's here as there, with a token here or
+    // not.
+    let mut granted_at_peer = false;
     if app.store.get(&id).map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?.is_none() && app.peers.serve(&who) {
         if let Some(peer) = app.peers.grant(&id, &provider).await {
-            app.peers.pull_through_from(&app, peer, &id, &provider).await?;
+            granted_at_peer = app.peers.pull_through_from(&app, peer, &id, &provider).await?.is_some();
         }
     }
     // A public blob is every provider's, with a token here or not.
     let m = readable(&app, &Caller::operator(), &id)?;
-    if !(m.public || super::auth::provider(&app.config, &provider).is_some_and(|p| p.may_read(&m))) {
+    if !(m.public || granted_at_peer || super::auth::provider(&app.config, &provider).is_some_and(|p| p.may_read(&m))) {
         return Err(ApiError::not_found(&id));
     }
     if who.role == Role::Site {

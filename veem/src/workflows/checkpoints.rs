@@ -45,12 +45,15 @@ impl Checkpoints {
         let cp = CheckpointRec::new(rec);
         if let Some(primary) = &v.for_peer {
             // Taken for a peer: its primary site restores it anywhere.
-            if let Err(e) = self
-                .share_blobs(vec![rec.memory_blob.clone(), rec.disk_blob.clone()], primary)
-                .await
-            {
+            let blobs = vec![rec.memory_blob.clone(), rec.disk_blob.clone()];
+            if let Err(e) = self.share_blobs(blobs.clone(), primary).await {
                 tracing::warn!(vee = %v.id, %primary, error = %format!("{e:#}"), "cannot share checkpoint blobs with the primary site");
             }
+            // Replicated, it counts for the primary only once in the
+            // primary's repository: a failure fails the checkpoint.
+            self.replicate_blobs(blobs, primary)
+                .await
+                .with_context(|| format!("checkpoint {} of VEE {} not replicated to {primary}", cp.id, v.id))?;
         }
         for blob in [&rec.memory_blob, &rec.disk_blob] {
             if let Ok(id) = blob.parse() {
@@ -98,13 +101,30 @@ impl Checkpoints {
         Ok(all.pop())
     }
 
+    /// With `replicate_checkpoints`, pushes checkpoint `blobs` (IDs; empty
+    /// ones skipped) to peer `site`'s own repository (issue 39); else
+    /// nothing (the peer pulls them through when it needs them). Errors:
+    /// a blob is not replicated (this site's repository is down, or the
+    /// peer's refused it).
+    pub(crate) async fn replicate_blobs(&self, blobs: Vec<String>, site: &str) -> Result<()> {
+        if !self.cfg.replicate_checkpoints {
+            return Ok(());
+        }
+        for id in blob_ids(&blobs)? {
+            self.repo
+                .replicate(&id, site)
+                .await
+                .with_context(|| format!("replicating {id} to {site}'s repository"))?;
+        }
+        Ok(())
+    }
+
     /// Lets peer `site` read `blobs` (IDs; empty ones are skipped) in the
     /// image repository, so that its hosts can pull them (issue 13 S3).
     /// Errors: a blob cannot be shared (the repository is down, or this
     /// site may not read it).
     pub(crate) async fn share_blobs(&self, blobs: Vec<String>, site: &str) -> Result<()> {
-        for blob in blobs.iter().filter(|b| !b.is_empty()) {
-            let id: BlobId = blob.parse().with_context(|| format!("blob ID {blob:?}"))?;
+        for id in blob_ids(&blobs)? {
             self.repo
                 .share(&id, site)
                 .await
@@ -112,4 +132,14 @@ impl Checkpoints {
         }
         Ok(())
     }
+}
+
+/// The IDs of `blobs`, the empty ones (no disk, no kernel) skipped.
+/// Errors: one is not an ID, naming it.
+fn blob_ids(blobs: &[String]) -> Result<Vec<BlobId>> {
+    blobs
+        .iter()
+        .filter(|b| !b.is_empty())
+        .map(|b| b.parse().with_context(|| format!("blob ID {b:?}")))
+        .collect()
 }

@@ -169,6 +169,9 @@ impl Federation {
         let mut blobs = vec![spec.image.clone(), spec.kernel.clone(), spec.initrd.clone()];
         if let Incoming::Restore(cp) = &how {
             blobs.extend([cp.memory_blob.clone(), cp.disk_blob.clone()]);
+            self.checkpoints
+                .replicate_blobs(vec![cp.memory_blob.clone(), cp.disk_blob.clone()], site)
+                .await?;
         }
         self.checkpoints.share_blobs(blobs, site).await?;
         self.networks.stretch(v, Some(site)).await;

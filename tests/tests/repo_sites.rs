@@ -1,0 +1,160 @@
+//! One image repository per site (issue 39), on the lab: no site's
+//! repository is a single point of failure for another site. A checkpoint
+//! of a VEE run at site B for site A is replicated to A's repository when
+//! taken, so A restores it at home while B (its VEEM and its repository)
+//! is down; a VEE deployed at A from an image only B's repository holds is
+//! pulled through by digest; an image whose bytes at B do not match its
+//! digest is refused and nothing of it is kept at A.
+
+use std::process::Command;
+use std::time::Duration;
+
+use e2e::daemons::{console, wait_tick, GuestIds};
+use e2e::site::{self, manifest, ACME};
+use e2e::two_sites::TwoSites;
+use e2e::{guest, lab};
+use interfaces::repo_client::{BlobKind, PushMeta};
+use interfaces::vmi::{Action, VeeState};
+
+const BOOT: Duration = Duration::from_secs(180);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_replicated_checkpoint_is_restored_at_home_while_the_remote_site_and_its_repository_are_down() {
+    let _lab = lab::lock();
+    let policy = "replicate_checkpoints = true\n";
+    let mut l = TwoSites::start_both("repo-replicate", policy, policy).await;
+    let mut acme = l.a.client(ACME).await;
+    let (_svc, vee) = l.deploy_one(&mut acme).await;
+
+    // A checkpoint at A; A's only host fails: the VEE is restored at B,
+    // whose hosts get the checkpoint from B's repository (replicated when
+    // it was handed over).
+    site::vee_action(&mut acme, &vee, Action::Checkpoint).await.unwrap();
+    l.power_off_a1(&vee);
+    l.a.wait_vee(&vee, "restored at site B", BOOT, |i| {
+        i.state() == VeeState::Running && i.location == "remote (site-b)"
+    })
+    .await;
+    let mut cb = l.b1.client().await;
+    wait_tick(&mut cb, &vee, 1, Duration::from_secs(60)).await;
+
+    // A's host is back. A checkpoint taken at B is pushed to A's
+    // repository before it counts at A.
+    l.a1.restart().await;
+    let before = guest::last_tick(&console(&mut cb, &vee).await).unwrap().0;
+    let info = site::vee_action(&mut acme, &vee, Action::Checkpoint).await.unwrap();
+    let after = guest::last_tick(&console(&mut cb, &vee).await).unwrap().0;
+    wait_tick(&mut cb, &vee, after + 3, Duration::from_secs(30)).await;
+    let at_a: Vec<_> = l
+        .repo_a
+        .client()
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.kind == BlobKind::CheckpointMemory && m.owner == "site-b")
+        .collect();
+    assert_eq!(at_a.len(), 1, "B's checkpoint in A's repository: {at_a:?}");
+
+    // Site B goes away, its repository with it: A restores the VEE at
+    // home from B's checkpoint, which it reads from its own repository.
+    // (A's host keeps the console log of the VEE's first run there: gone,
+    // so that what A's console shows next is the restored run's.)
+    let _ = std::fs::remove_file(l.a1.state_dir.join("vees").join(&vee).join("console.log"));
+    l.repo_b.daemon.kill();
+    let b_pid = l.b.daemon.pid().unwrap().to_string();
+    assert!(Command::new("kill").args(["-STOP", &b_pid]).status().unwrap().success());
+    let restored =
+        l.a.wait_vee(&vee, "restored at home", BOOT, |i| {
+            i.state() == VeeState::Running && i.location.starts_with("local")
+        })
+        .await;
+    assert!(Command::new("kill").args(["-CONT", &b_pid]).status().unwrap().success());
+    assert_eq!(restored.latest_checkpoint, info.latest_checkpoint);
+    let mut ca = l.a1.client().await;
+    let start = std::time::Instant::now();
+    let first = loop {
+        let ticks = guest::ticks(&console(&mut ca, &vee).await);
+        if let Some(&t) = ticks.first() {
+            break t;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "the restored guest prints nothing at A");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        first > before && first <= after + 1,
+        "restored at A from B's checkpoint (ticks {before}..={after}), first tick at A {first}"
+    );
+    site::vee_action(&mut acme, &vee, Action::Stop).await.unwrap();
+    let dir = l.dir.clone();
+    drop(l);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A qcow2 disk holding 1 MiB of the byte `seed`: an image with a digest
+/// of its own.
+fn own_disk(dir: &std::path::Path, name: &str, seed: u8) -> std::path::PathBuf {
+    let path = dir.join(name);
+    let raw = dir.join(format!("{name}.raw"));
+    std::fs::write(&raw, vec![seed; 1 << 20]).unwrap();
+    let ok = Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "qcow2"])
+        .arg(&raw)
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    path
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_an_image_only_at_site_b_is_pulled_through_and_a_corrupt_one_is_refused() {
+    let _lab = lab::lock();
+    let l = TwoSites::start("repo-pull", "").await;
+    let acme_at_b = l.repo_b.client_as(&l.repo_b.provider_token("acme"));
+    let mut meta = PushMeta::new("acme-disk", BlobKind::Disk);
+    meta.format = Some("qcow2".into());
+    let disk = acme_at_b.push_file(&own_disk(&l.dir, "acme.qcow2", 7), &meta).await.unwrap();
+    assert!(l.repo_a.client().head(&disk).await.unwrap().is_none());
+
+    // Deployed at A, whose repository lacks the image: A's repository
+    // asks B's, which says acme may use it, and pulls it through.
+    let ids = GuestIds {
+        disk: disk.to_string(),
+        ..l.ids.clone()
+    };
+    let mut acme = l.a.client(ACME).await;
+    let svc = site::deploy(&mut acme, manifest("pulled", "acme", &ids, 1, ""))
+        .await
+        .unwrap_or_else(|e| panic!("deploy: {}", e.message()));
+    let vee = svc.vees[0].vee_id.clone();
+    l.a.wait_vee(&vee, "running", BOOT, |i| i.state() == VeeState::Running).await;
+    wait_tick(&mut l.a1.client().await, &vee, 1, BOOT).await;
+    let here = l.repo_a.client().head(&disk).await.unwrap().expect("pulled through into A's repository");
+    assert_eq!(here.owner, "acme");
+    assert!(l.repo_a.daemon.log_text().contains("pulled through from a peer site"));
+
+    // Another image of acme's at B, whose bytes on B's disk no longer
+    // match its digest: refused, the deploy says why, nothing kept at A.
+    let bad = acme_at_b.push_file(&own_disk(&l.dir, "bad.qcow2", 9), &meta).await.unwrap();
+    let file = l.dir.join("repo-b/blobs").join(bad.hex());
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::remove_file(&file).unwrap();
+    std::fs::write(&file, &bytes).unwrap();
+    let ids = GuestIds {
+        disk: bad.to_string(),
+        ..l.ids.clone()
+    };
+    let err = site::deploy(&mut acme, manifest("corrupt", "acme", &ids, 1, "")).await.unwrap_err();
+    assert!(err.message().contains(&bad.to_string()), "{}", err.message());
+    assert!(l.repo_a.client().head(&bad).await.unwrap().is_none());
+    assert!(l.repo_a.daemon.log_text().contains("pull-through failed"));
+    let tmp: Vec<_> = std::fs::read_dir(l.dir.join("repo-a/blobs/.tmp")).unwrap().collect();
+    assert!(tmp.is_empty(), "leftovers in A's repository: {tmp:?}");
+    site::vee_action(&mut acme, &vee, Action::Stop).await.unwrap();
+    let dir = l.dir.clone();
+    drop(l);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
