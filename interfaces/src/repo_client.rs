@@ -220,6 +220,18 @@ impl RepoClient {
         check(&what, Some(id), resp).await.map(drop)
     }
 
+    /// Has the repository collect garbage (the operator only): blobs
+    /// stored more than `grace` ago that nothing needs (image-repo's
+    /// `server::gc`); with `dry_run` only listed. Errors:
+    /// [`Error::Repository`] when refused or unreachable.
+    pub async fn gc(&self, grace: Duration, dry_run: bool) -> Result<protocol::GcReply> {
+        let what = "garbage collection".to_string();
+        let path = format!("/gc?grace={}s&dry_run={dry_run}", grace.as_secs());
+        let resp = self.send(&what, || self.request(Method::POST, &path)).await?;
+        let resp = check(&what, None, resp).await?;
+        resp.json().await.map_err(|e| transport(&what, &e))
+    }
+
     /// Asks this (the site's own) repository to push blob `id` to peer site
     /// `to`'s repository and let that site read it there: a checkpoint the
     /// peer may have to restore. Errors: [`Error::BlobNotFound`];

@@ -50,6 +50,15 @@ pub async fn run(command: Command) -> Result<()> {
             }
             Ok(())
         }
+        Command::Gc(args) => {
+            let out = client(&args.repo)?.gc(args.grace, args.dry_run).await?;
+            for id in &out.removed {
+                println!("{id}");
+            }
+            let verb = if out.dry_run { "would remove" } else { "removed" };
+            eprintln!("{verb} {} blobs, {} bytes", out.removed.len(), out.bytes);
+            Ok(())
+        }
         Command::Rm(args) => {
             client(&args.repo)?.delete(&args.id, args.force).await?;
             println!("deleted {}", args.id);

@@ -1,6 +1,6 @@
 //! The `image-repo` command line: `serve` runs the repository; `push`,
-//! `pull`, `ls`, `show`, `rm`, `pin`, `unpin`, `share`, `public` and
-//! `private` talk to one; `hash-token` prints a token's digest.
+//! `pull`, `ls`, `show`, `rm`, `pin`, `unpin`, `share`, `public`,
+//! `private` and `gc` talk to one; `hash-token` prints a token's digest.
 
 mod commands;
 mod output;
@@ -49,10 +49,27 @@ pub enum Command {
     Public(IdArgs),
     /// Make a public blob private again (the operator only).
     Private(IdArgs),
+    /// Remove the checkpoint blobs and OCI content nothing needs: no pin,
+    /// in no OCI repository, not public, stored more than --grace ago (the
+    /// operator only).
+    Gc(GcArgs),
     /// Print the SHA-256 of a token read from stdin, for `token_sha256`.
     HashToken,
     #[command(flatten)]
     Doc(interfaces::daemon::SelfDoc),
+}
+
+/// Options of `gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Keep blobs stored less than this long ago (`30m`, `1h`, `2d`).
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    pub grace: std::time::Duration,
+    /// List what would go; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub repo: RepoArgs,
 }
 
 /// Options of commands that take just a blob ID.

@@ -7,6 +7,7 @@ pub mod config;
 pub mod connections;
 pub mod download;
 pub mod error;
+pub mod gc;
 pub mod metadata;
 pub mod oci;
 pub mod peers;

@@ -105,6 +105,20 @@ impl Repositories {
         Ok(false)
     }
 
+    /// Every digest some repository holds, as a blob or as a manifest (what
+    /// garbage collection keeps, `super::gc`). Errors: the database.
+    pub fn linked(&self) -> Result<std::collections::HashSet<BlobId>> {
+        let mut all = std::collections::HashSet::new();
+        for tree in [&self.blobs, &self.manifests] {
+            for item in tree.iter() {
+                let (k, _) = item?;
+                let at = k.iter().position(|b| *b == 0).context("a repository key without its NUL")?;
+                all.insert(from_digest(&k[at + 1..])?);
+            }
+        }
+        Ok(all)
+    }
+
     /// The record of manifest `id` in `repo`, if it holds it.
     pub fn manifest(&self, repo: &str, id: &BlobId) -> Result<Option<ManifestRecord>> {
         self.manifests

@@ -35,6 +35,7 @@ pub fn router(app: AppState) -> Router {
         .route("/v1/blobs/:id/grant", post(grant))
         .route("/v1/blobs/:id/public", put(publish).delete(unpublish))
         .route("/v1/blobs/:id/replicate", post(replicate))
+        .route("/v1/gc", post(collect))
         .merge(super::oci::routes())
         .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
         .layer(axum::middleware::from_fn_with_state(app.clone(), super::connections::throttle_auth))
@@ -182,6 +183,34 @@ async fn replicate(
     let m = readable(&app, &who, &id)?;
     app.peers.replicate(&app, &m, &to).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GcQuery {
+    /// Blobs stored less than this long ago are kept (`30m`, `1h`;
+    /// default 1 h).
+    grace: Option<String>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `POST /v1/gc?grace=1h&dry_run=true`: garbage collection (the operator
+/// only; what it keeps: `super::gc`). JSON `{"removed", "bytes", "dry_run"}`.
+async fn collect(
+    State(app): State<AppState>,
+    query: Result<Query<GcQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Json<super::gc::Collected>, ApiError> {
+    caller_as(&app.config, &headers, &[Role::Operator], "collect garbage")?;
+    let q = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
+    let grace = match q.grace {
+        Some(g) => humantime::parse_duration(&g).map_err(|e| ApiError::bad_field("grace", &e.to_string()))?,
+        None => std::time::Duration::from_secs(3600),
+    };
+    let out = super::gc::collect(&app, grace, q.dry_run).await?;
+    tracing::info!(removed = out.removed.len(), bytes = out.bytes, dry_run = out.dry_run, "garbage collection");
+    Ok(Json(out))
 }
 
 async fn publish(State(app): State<AppState>, Path(raw_id): Path<String>, headers: HeaderMap) -> Result<StatusCode, ApiError> {

@@ -14,6 +14,7 @@
 //! | PUT | `/v1/blobs/{id}/readers/{name}` | share: `{name}` may read the blob too, 204 |
 //! | POST | `/v1/blobs/{id}/grant?for={provider}` | a site asks whether a provider may read the blob: 204 (and the site may read it from then on) or 404 |
 //! | PUT, DELETE | `/v1/blobs/{id}/public` | the operator marks a blob readable by every caller, or not, 204 |
+//! | POST | `/v1/gc?grace=1h&dry_run=true` | the operator collects garbage: JSON [`GcReply`] |
 //! | POST | `/v1/blobs/{id}/replicate?to={peer}` | a site pushes the blob to peer site `{peer}`'s repository and lets that site read it there, 204; 502 if the peer refuses |
 //!
 //! `<meta>` is `name=..&kind=..&format=..&label.<key>=<value>...`. Errors carry
@@ -44,6 +45,18 @@ pub struct ErrorBody {
     /// For `digest_mismatch`: the digest the content really had.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actual: Option<String>,
+}
+
+/// Reply of garbage collection (`POST /v1/gc?grace=1h&dry_run=true`):
+/// what it removed, or would remove.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GcReply {
+    /// The blobs, by ID.
+    pub removed: Vec<crate::BlobId>,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Whether nothing was removed, only listed.
+    pub dry_run: bool,
 }
 
 /// Reply of the upload check (`POST /v1/blobs/{id}/check`).

@@ -1,0 +1,76 @@
+//! Garbage collection (issue 39) against a real server: it removes the
+//! checkpoint blobs and OCI content nothing needs, and never a blob a
+//! retained (pinned) checkpoint, a provider's image, an OCI repository or
+//! a young upload still needs.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::{content, write_file, Repo, ACME_TOKEN, SITE_TOKEN};
+use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
+use interfaces::BlobId;
+
+async fn push(client: &RepoClient, repo: &Repo, name: &str, kind: BlobKind, data: &[u8]) -> BlobId {
+    let file = write_file(repo.scratch(), name, data);
+    client.push_file(&file, &PushMeta::new(name, kind)).await.unwrap()
+}
+
+/// Pushes `data` through the OCI API into `name` as acme; its digest.
+async fn push_oci(repo: &Repo, name: &str, data: &[u8]) -> BlobId {
+    let id = BlobId::of(data);
+    let r = reqwest::Client::new()
+        .post(format!("{}/v2/{name}/blobs/uploads/?digest={id}", repo.url))
+        .basic_auth("acme", Some(ACME_TOKEN))
+        .body(data.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    id
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gc_removes_only_what_nothing_needs() {
+    let repo = Repo::start();
+    let site = repo.client_with(Some(SITE_TOKEN));
+    let acme = repo.client_with(Some(ACME_TOKEN));
+    let kept_checkpoint = push(&site, &repo, "vee-1-cp-1-memory", BlobKind::CheckpointMemory, &content(1, 1000)).await;
+    site.pin(&kept_checkpoint, "site-a-checkpoint-1").await.unwrap();
+    let dropped_checkpoint = push(&site, &repo, "vee-1-cp-0-memory", BlobKind::CheckpointDisk, &content(2, 1000)).await;
+    let image = push(&acme, &repo, "acme.qcow2", BlobKind::Disk, &content(3, 1000)).await;
+    let in_repository = push_oci(&repo, "acme/os", &content(4, 1000)).await;
+    let unlinked = push_oci(&repo, "acme/os", &content(5, 1000)).await;
+    let r = reqwest::Client::new()
+        .delete(format!("{}/v2/acme/os/blobs/{unlinked}", repo.url))
+        .basic_auth("acme", Some(ACME_TOKEN))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+
+    let operator = repo.client();
+    // Everything is younger than the default grace: nothing goes.
+    assert!(operator.gc(Duration::from_secs(3600), false).await.unwrap().removed.is_empty());
+    // A dry run lists, removes nothing.
+    let dry = operator.gc(Duration::ZERO, true).await.unwrap();
+    let expected = BTreeSet::from([dropped_checkpoint.clone(), unlinked.clone()]);
+    assert_eq!(dry.removed.iter().cloned().collect::<BTreeSet<_>>(), expected);
+    assert_eq!(dry.bytes, 2000);
+    assert_eq!(repo.blob_files().len(), 5);
+    // Collected: the unpinned checkpoint and the unlinked OCI blob.
+    let done = operator.gc(Duration::ZERO, false).await.unwrap();
+    assert_eq!(done.removed.iter().cloned().collect::<BTreeSet<_>>(), expected);
+    let left: BTreeSet<_> = repo.blob_files().into_iter().collect();
+    let kept: BTreeSet<_> = [&kept_checkpoint, &image, &in_repository].iter().map(|id| id.hex().to_string()).collect();
+    assert_eq!(left, kept);
+    assert!(operator.head(&dropped_checkpoint).await.unwrap().is_none());
+    // Unpinned, the retained checkpoint goes at the next collection.
+    site.unpin(&kept_checkpoint, "site-a-checkpoint-1").await.unwrap();
+    let next = operator.gc(Duration::ZERO, false).await.unwrap();
+    assert_eq!(next.removed, [kept_checkpoint]);
+    // Only the operator collects.
+    let err = site.gc(Duration::ZERO, false).await.unwrap_err().to_string();
+    assert!(err.contains("403") || err.contains("may not collect garbage"), "{err}");
+}
