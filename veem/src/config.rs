@@ -245,6 +245,12 @@ pub struct VeemConfig {
     /// them, which needs it up then.
     #[serde(default)]
     pub replicate_checkpoints: bool,
+    /// Checkpoints kept per VEE (at least 1; default 3): when one more is
+    /// recorded, the oldest beyond these are forgotten and their blobs
+    /// unpinned, so that the image repository's garbage collection may
+    /// take them (issue 39). The latest is always kept.
+    #[serde(default = "default_checkpoints_kept")]
+    pub checkpoints_kept: usize,
     /// packing | striping | load-aware (OpenNebula's rank policies).
     #[serde(default = "default_rank")]
     pub rank_policy: String,
@@ -391,6 +397,10 @@ impl UsageLimitEntry {
     }
 }
 
+fn default_checkpoints_kept() -> usize {
+    3
+}
+
 fn default_rank() -> String {
     "packing".into()
 }
@@ -450,6 +460,9 @@ impl VeemConfig {
             ));
         }
         self.listener.check("listener")?;
+        if self.checkpoints_kept == 0 {
+            return Err(invalid("checkpoints_kept", "must be at least 1 (the latest checkpoint is always kept)"));
+        }
         if !["packing", "striping", "load-aware"].contains(&self.rank_policy.as_str()) {
             return Err(invalid(
                 "rank_policy",

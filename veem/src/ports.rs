@@ -385,6 +385,9 @@ pub trait ImageRepository: Send + Sync {
     async fn share(&self, id: &BlobId, site: &str) -> Result<()>;
     /// Keeps blob `id` from garbage collection under the name `pin`.
     async fn pin(&self, id: &BlobId, pin: &str) -> Result<()>;
+    /// Lets go of pin `pin` of blob `id` (idempotent): the repository may
+    /// collect the blob once nothing else needs it.
+    async fn unpin(&self, id: &BlobId, pin: &str) -> Result<()>;
     /// Has blob `id` pushed to peer site `site`'s own repository, readable
     /// by that site there (one repository per site, issue 39): a checkpoint
     /// the peer may restore while this site's repository is down. Errors:
@@ -402,6 +405,9 @@ impl ImageRepository for RepoClient {
     }
     async fn pin(&self, id: &BlobId, pin: &str) -> Result<()> {
         Ok(RepoClient::pin(self, id, pin).await?)
+    }
+    async fn unpin(&self, id: &BlobId, pin: &str) -> Result<()> {
+        Ok(RepoClient::unpin(self, id, pin).await?)
     }
     async fn replicate(&self, id: &BlobId, site: &str) -> Result<()> {
         Ok(RepoClient::replicate(self, id, site).await?)

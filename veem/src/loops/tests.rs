@@ -91,7 +91,12 @@ async fn a_day_of_a_site_passes_on_the_virtual_clock() {
     use crate::store::Tree;
     const HOUR: Duration = Duration::from_secs(3600);
     let wall = Instant::now();
-    let site = FakeSite::start(&["h1", "h2"], "heartbeat_interval = \"10s\"\nheartbeat_miss_limit = 3\n").await;
+    // Every checkpoint of the day kept, to count them.
+    let site = FakeSite::start(
+        &["h1", "h2"],
+        "heartbeat_interval = \"10s\"\nheartbeat_miss_limit = 3\ncheckpoints_kept = 100\n",
+    )
+    .await;
     site.clock.follow_runtime();
     let start_ms = site.clock.now_ms();
     site.repo.blobs.lock().unwrap().insert(format!("sha256:{}", "5".repeat(64)));

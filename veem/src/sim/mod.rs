@@ -82,6 +82,11 @@ impl ImageRepository for FakeRepo {
         self.pins.lock().unwrap().push(format!("pin {id} {pin}"));
         Ok(())
     }
+    async fn unpin(&self, id: &BlobId, pin: &str) -> anyhow::Result<()> {
+        self.reachable()?;
+        self.pins.lock().unwrap().retain(|p| p != &format!("pin {id} {pin}"));
+        Ok(())
+    }
     async fn replicate(&self, id: &BlobId, site: &str) -> anyhow::Result<()> {
         self.reachable()?;
         self.shares.lock().unwrap().push(format!("replicate {id} {site}"));

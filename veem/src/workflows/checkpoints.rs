@@ -57,12 +57,13 @@ impl Checkpoints {
         }
         for blob in [&rec.memory_blob, &rec.disk_blob] {
             if let Ok(id) = blob.parse() {
-                if let Err(e) = self.repo.pin(&id, &format!("{}-checkpoint-{}", self.cfg.site_id, cp.id)).await {
+                if let Err(e) = self.repo.pin(&id, &checkpoint_pin(&self.cfg.site_id, &cp.id)).await {
                     tracing::warn!(%blob, error = %e, "cannot pin checkpoint blob");
                 }
             }
         }
         self.store.put(Tree::Checkpoints, &cp.id, &cp)?;
+        self.forget_old_checkpoints(&v.id).await;
         v.latest_checkpoint = Some(cp.id.clone());
         v.last_checkpoint_ms = Some(self.clock.now_ms());
         self.save_vee(v)?;
@@ -101,6 +102,36 @@ impl Checkpoints {
         Ok(all.pop())
     }
 
+    /// Forgets the checkpoints of VEE `vee_id` beyond the newest
+    /// `checkpoints_kept`: their blobs are unpinned (the image repository
+    /// may collect them) and their records removed. One whose blobs cannot
+    /// be unpinned now (the repository is down) is kept for the next time.
+    async fn forget_old_checkpoints(&self, vee_id: &str) {
+        let all = match self.store.list::<CheckpointRec>(Tree::Checkpoints) {
+            Ok(all) => all,
+            Err(e) => return tracing::warn!(vee = %vee_id, error = %format!("{e:#}"), "cannot list checkpoints"),
+        };
+        let mut mine: Vec<CheckpointRec> = all.into_iter().filter(|c| c.vee_id == vee_id).collect();
+        mine.sort_by_key(|c| std::cmp::Reverse(c.taken_ms));
+        for old in mine.into_iter().skip(self.cfg.checkpoints_kept.max(1)) {
+            let blobs = old.record().map(|r| vec![r.memory_blob, r.disk_blob]).unwrap_or_default();
+            let pin = checkpoint_pin(&self.cfg.site_id, &old.id);
+            let mut unpinned = true;
+            for id in blob_ids(&blobs).unwrap_or_default() {
+                if let Err(e) = self.repo.unpin(&id, &pin).await {
+                    tracing::warn!(%id, checkpoint = %old.id, error = %format!("{e:#}"), "cannot unpin an old checkpoint's blob; kept for now");
+                    unpinned = false;
+                }
+            }
+            if unpinned {
+                match self.store.remove(Tree::Checkpoints, &old.id) {
+                    Ok(()) => tracing::info!(vee = %vee_id, checkpoint = %old.id, "old checkpoint forgotten, its blobs unpinned"),
+                    Err(e) => tracing::warn!(checkpoint = %old.id, error = %format!("{e:#}"), "cannot remove an old checkpoint"),
+                }
+            }
+        }
+    }
+
     /// With `replicate_checkpoints`, pushes checkpoint `blobs` (IDs; empty
     /// ones skipped) to peer `site`'s own repository (issue 39); else
     /// nothing (the peer pulls them through when it needs them). Errors:
@@ -132,6 +163,11 @@ impl Checkpoints {
         }
         Ok(())
     }
+}
+
+/// The pin by which site `site` keeps the blobs of its checkpoint `id`.
+fn checkpoint_pin(site: &str, id: &str) -> String {
+    format!("{site}-checkpoint-{id}")
 }
 
 /// The IDs of `blobs`, the empty ones (no disk, no kernel) skipped.

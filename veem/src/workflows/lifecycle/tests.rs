@@ -69,6 +69,31 @@ async fn a_checkpoint_is_recorded_and_its_blobs_pinned() {
 }
 
 #[tokio::test]
+async fn checkpoints_beyond_the_kept_ones_are_forgotten_and_their_blobs_unpinned() {
+    let (site, vee, _) = one_running_vee().await;
+    let mut taken = Vec::new();
+    for _ in 0..4 {
+        taken.push(site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap().id);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let kept: std::collections::BTreeSet<String> = site
+        .veem
+        .store
+        .list::<crate::model::CheckpointRec>(crate::store::Tree::Checkpoints)
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.vee_id == vee)
+        .map(|c| c.id)
+        .collect();
+    // checkpoints_kept = 3 (the default): the first one is forgotten.
+    assert_eq!(kept, taken[1..].iter().cloned().collect());
+    let pins = site.repo.pins.lock().unwrap().clone();
+    assert_eq!(pins.len(), 6, "memory and disk blobs of three checkpoints: {pins:?}");
+    assert!(pins.iter().all(|p| !p.ends_with(&taken[0])), "{pins:?}");
+    assert_eq!(site.veem.vee(&vee).unwrap().latest_checkpoint.as_deref(), Some(taken[3].as_str()));
+}
+
+#[tokio::test]
 async fn a_failed_checkpoint_leaves_the_vee_running_with_its_previous_checkpoint() {
     let (site, vee, host) = one_running_vee().await;
     let previous = site.veem.vee(&vee).unwrap().latest_checkpoint;
