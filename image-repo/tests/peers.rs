@@ -120,3 +120,25 @@ async fn a_replicated_checkpoint_is_at_the_peer_readable_by_that_site() {
     assert!(err.contains("no peer repository named"), "{err}");
     assert!(a.client_with(Some(ACME_TOKEN)).replicate(&id, "site-b").await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_oci_api_pulls_a_blob_through_into_the_sites_repository() {
+    let b = Repo::start();
+    let a = site_a(&b);
+    let data = content(6, 50_000);
+    let id = push(&b.client_with(Some(SITE_TOKEN)), &b, "cp-memory", BlobKind::CheckpointMemory, &data).await;
+    let get = |who: &str, token: &str, repo: &str| {
+        reqwest::Client::new()
+            .get(format!("{}/v2/{repo}/blobs/{id}", a.url))
+            .basic_auth(who, Some(token.to_string()))
+            .send()
+    };
+    // A provider's request reaches no peer.
+    assert_eq!(get("acme", ACME_TOKEN, "acme/x").await.unwrap().status(), 404);
+    assert!(a.blob_files().is_empty());
+    // Site A's, in its own namespace: pulled through, linked, served.
+    let r = get("site-a", SITE_TOKEN, "site-a/checkpoints").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.unwrap().to_vec(), data);
+    assert_eq!(a.blob_files(), [id.hex()]);
+}

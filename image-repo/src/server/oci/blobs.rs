@@ -12,10 +12,27 @@ use super::{parse_digest, Access};
 use crate::server::download;
 
 /// `GET` / `HEAD`: 200 (206 for a `Range`) with the content, or 404
-/// BLOB_UNKNOWN.
+/// BLOB_UNKNOWN. A blob this repository lacks, asked for by its own site
+/// in one of the site's repositories, is pulled through from a peer
+/// site's repository by digest first (`crate::server::peers`) and linked
+/// into the repository asked.
 pub async fn get(access: &Access<'_>, method: &Method, headers: &HeaderMap, digest: &str) -> Result<Response, OciError> {
     let id = parse_digest(digest)?;
-    let meta = access.blob(&id)?;
+    let meta = match access.blob(&id) {
+        Ok(m) => m,
+        Err(unknown) => {
+            let app = access.app;
+            let here = app.store.get(&id).map_err(internal(format!("reading metadata of {id}")))?;
+            if here.is_some() || !access.owns() || !app.peers.serve(access.who) {
+                return Err(unknown);
+            }
+            if app.peers.pull_through(app, &id, &access.who.name, None).await?.is_none() {
+                return Err(unknown);
+            }
+            app.store.repos().link_blob(access.name, &id).await.map_err(internal(format!("linking {id}")))?;
+            access.blob(&id)?
+        }
+    };
     Ok(download::send(access.app, method, headers, &meta).await?)
 }
 
