@@ -179,14 +179,12 @@ pub struct PeerEntry {
 
 impl PeerEntry {
     /// The token, from `token` or the first line of `token_file`.
-    /// Errors: neither or both given, or the file unreadable, naming it.
+    /// Errors: neither or both given, or the file unreadable or empty,
+    /// naming it.
     pub fn token(&self) -> Result<String> {
         match (&self.token, &self.token_file) {
             (Some(t), None) => Ok(t.clone()),
-            (None, Some(f)) => {
-                let text = std::fs::read_to_string(f).with_context(|| format!("peers {}: token_file {}", self.name, f.display()))?;
-                Ok(text.lines().next().unwrap_or_default().trim().to_string())
-            }
+            (None, Some(f)) => interfaces::tokens::read_file(f).with_context(|| format!("peers {}", self.name)),
             _ => bail!("peers {}: give exactly one of token and token_file", self.name),
         }
     }

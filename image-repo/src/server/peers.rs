@@ -94,15 +94,7 @@ impl Peers {
         super::upload::fits(app, &what, meta.size)?;
         let temp = app.store.temp_file();
         let mut held = app.quota.start(temp.path());
-        let (stored, reserve) = (|| app.store.total_size(), app.config.reserve.0);
-        let disk = || app.store.free_bytes().unwrap_or(0).saturating_sub(reserve);
-        let room = super::quota::Room {
-            max: app.config.max_size.map(|s| s.0),
-            stored: &stored,
-            disk: &disk,
-        };
-        held.grow(meta.size, &room)
-            .map_err(|why| ApiError::insufficient_storage(format!("no room for {what}: {why}; nothing stored")))?;
+        super::upload::hold(app, &mut held, meta.size).map_err(|why| ApiError::insufficient_storage(format!("no room for {what}: {why}; nothing stored")))?;
         let pulled = peer.client.pull_at_most(id, temp.path(), meta.size).await;
         let _ = std::fs::remove_file(interfaces::repo_client::pull::partial_path(temp.path()));
         if let Err(e) = pulled {

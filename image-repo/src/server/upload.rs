@@ -139,20 +139,10 @@ impl Incoming {
         if let Some(len) = declared {
             fits(app, what, len)?;
         }
-        let stored = || app.store.total_size();
-        let reserve = app.config.reserve.0;
-        let disk = || app.store.free_bytes().unwrap_or(0).saturating_sub(reserve);
-        let room = Room {
-            max: app.config.max_size.map(|s| s.0),
-            stored: &stored,
-            disk: &disk,
-        };
         let before = self.sink.len();
         if let Some(len) = declared {
             let need = (before + len).saturating_sub(self.held.bytes());
-            self.held
-                .grow(need, &room)
-                .map_err(|why| ApiError::insufficient_storage(format!("no room for {what}: {why}; nothing stored")))?;
+            hold(app, &mut self.held, need).map_err(|why| ApiError::insufficient_storage(format!("no room for {what}: {why}; nothing stored")))?;
         }
         let mut stream = body.into_data_stream();
         let pace = BodyPace::new(&app.config);
@@ -173,8 +163,8 @@ impl Incoming {
             if total > self.held.bytes() {
                 // A step ahead, else just what came.
                 let need = total - self.held.bytes();
-                if self.held.grow(need.max(QUOTA_STEP), &room).is_err() {
-                    if let Err(why) = self.held.grow(need, &room) {
+                if hold(app, &mut self.held, need.max(QUOTA_STEP)).is_err() {
+                    if let Err(why) = hold(app, &mut self.held, need) {
                         refused = Some(ApiError::insufficient_storage(format!("{what} exceeds the room left ({why}); nothing stored")));
                         break;
                     }
@@ -262,6 +252,20 @@ impl BodyPace {
             )
         })
     }
+}
+
+/// Holds `more` bytes for `held` within the quota and the free space of
+/// the data disk beyond its reserve, as they are now ([`Reservation::grow`]).
+/// Errors: which room is lacking, for the 507 message.
+pub(crate) fn hold(app: &App, held: &mut Reservation, more: u64) -> Result<(), String> {
+    let stored = || app.store.total_size();
+    let disk = || app.store.free_bytes().unwrap_or(0).saturating_sub(app.config.reserve.0);
+    let room = Room {
+        max: app.config.max_size.map(|s| s.0),
+        stored: &stored,
+        disk: &disk,
+    };
+    held.grow(more, &room)
 }
 
 /// Whether `len` bytes of an upload (`what`) fit the free space less the
