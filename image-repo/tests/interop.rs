@@ -5,59 +5,13 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use common::{Repo, ACME_TOKEN};
 use interfaces::BlobId;
 use serde_json::{json, Value};
-
-/// A CNCF Distribution registry (Debian's `docker-registry`) on a free
-/// loopback port, without authentication, killed on drop.
-struct Distribution {
-    child: Child,
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Distribution {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let addr = format!("127.0.0.1:{port}");
-        let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
-                dir.path().join("data").display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker-registry (Debian's CNCF Distribution; scripts/setup-host installs it)");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(Instant::now() < deadline, "docker-registry did not listen on {addr}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self { child, addr, _dir: dir }
-    }
-}
-
-impl Drop for Distribution {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use vee_testkit::registry::Distribution;
 
 /// Runs skopeo with `args`; its stdout. Panics with its stderr on failure.
 fn skopeo(args: &[&str]) -> String {
@@ -126,7 +80,7 @@ fn raw_digest(args: &[&str]) -> BlobId {
 #[test]
 fn skopeo_copies_a_vm_image_from_us_to_distribution_and_back_keeping_its_digests() {
     let repo = Repo::start();
-    let registry = Distribution::start();
+    let registry = Distribution::start(None);
     let dir = tempfile::tempdir().unwrap();
     let disk = common::content(11, 3 << 20);
     let digest = disk_layout(dir.path(), &disk);

@@ -17,6 +17,11 @@ pub enum Error {
     /// The image repository refused or failed a request.
     #[error("image repository: {what}: {reason}")]
     Repository { what: String, reason: String },
+    /// An OCI registry (`crate::registry`): not trusted, out of the
+    /// provider's scope, not holding a VEE image, or refusing or failing a
+    /// request.
+    #[error("registry {registry}: {what}: {reason}")]
+    Registry { registry: String, what: String, reason: String },
     /// A stored record or file written by a newer version of the software
     /// (its format version is above the one this version knows): refused,
     /// never misread.
@@ -65,7 +70,7 @@ impl Error {
             Error::Manifest(_) => Some(Code::InvalidArgument),
             Error::BlobNotFound { .. } => Some(Code::NotFound),
             Error::DigestMismatch { .. } | Error::FormatTooNew { .. } => Some(Code::FailedPrecondition),
-            Error::Repository { .. } | Error::Io { .. } => None,
+            Error::Repository { .. } | Error::Registry { .. } | Error::Io { .. } => None,
         }
     }
 

@@ -14,6 +14,7 @@ pub mod listen;
 pub mod locks;
 pub mod output;
 pub mod pages;
+pub mod registry;
 pub mod repo_client;
 pub mod retry;
 pub mod time;

@@ -7,6 +7,10 @@ pub enum Error {
     /// A blob ID that is not `sha256:<64 lowercase hex>`.
     #[error("invalid blob ID {id:?}: {reason}")]
     InvalidBlobId { id: String, reason: String },
+    /// An image that is neither a content ID nor an OCI image reference
+    /// with an explicit registry and tag or digest (`crate::image_ref`).
+    #[error("invalid image reference {reference:?}: {reason}")]
+    InvalidImageRef { reference: String, reason: String },
     /// A manifest field that fails validation; `field` is the path, e.g.
     /// `component[1].memory_mib`.
     #[error("manifest field `{field}`: {reason}")]

@@ -39,9 +39,11 @@ pub mod blob_id;
 pub mod cloud_init;
 mod error;
 pub mod excerpt;
+pub mod image_ref;
 mod validate;
 
 pub use blob_id::BlobId;
+pub use image_ref::{ImageRef, RegistryImage};
 pub use error::{Error, Result};
 
 use crate::excerpt::{around, excerpt, QUOTE_CHARS};
@@ -399,9 +401,12 @@ pub struct Component {
     /// Disk per VEE in GiB (the root/data disk's virtual size),
     /// 1..=[`MAX_DISK_GIB`].
     pub disk_gib: u64,
-    /// Root/data disk image, pulled from the image repository by content ID
-    /// (B §2: "the system ID defines the image").
-    pub image: BlobId,
+    /// Root/data disk image: a content ID in the site's image repository
+    /// (B §2: "the system ID defines the image"), or a VEE image artifact
+    /// in an OCI registry the site trusts (`REGISTRY/REPOSITORY@sha256:...`
+    /// or `:TAG`, resolved to its digest at admission; its kernel and
+    /// initrd layers are booted directly when the component names none).
+    pub image: ImageRef,
     /// Kernel for direct kernel boot, by content ID. Optional.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel: Option<BlobId>,

@@ -280,6 +280,21 @@ fn rejects_initrd_or_cmdline_without_kernel() {
 }
 
 #[test]
+fn a_registry_image_may_carry_the_kernel_and_a_bad_reference_names_the_field() {
+    let web_id = format!("image = \"sha256:{}\"", "4".repeat(64));
+    let web = |image: &str| {
+        let text = EXAMPLE.replacen(&web_id, &format!("image = \"{image}\"\ncmdline = \"quiet\""), 1);
+        Manifest::from_toml(&text).map(|m| m.components[1].image.clone())
+    };
+    let image = web("registry.example.com:5000/acme/web:v1").unwrap();
+    assert!(image.blob().is_none(), "{image}");
+    let e = web("acme/web:v1").unwrap_err().to_string();
+    assert!(e.contains("component[1].image") && e.contains("names no registry"), "{e}");
+    let e = web(&format!("sha256:{}", "4".repeat(64))).unwrap_err().to_string();
+    assert!(e.contains("component[1].cmdline"), "{e}");
+}
+
+#[test]
 fn rejects_constraint_on_unknown_component() {
     rejects(
         &edit("components = [\"db\"]", "components = [\"db\", \"cache\"]"),

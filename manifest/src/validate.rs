@@ -276,10 +276,11 @@ fn validate_component(i: usize, c: &Component) -> Result<()> {
         ));
     }
     if let Some(cmdline) = &c.cmdline {
-        if c.kernel.is_none() {
+        // A registry image's artifact may carry the kernel: admission checks it.
+        if c.kernel.is_none() && c.image.blob().is_some() {
             return Err(invalid(
                 f("cmdline"),
-                "a kernel command line needs a kernel (direct kernel boot); set `kernel` too",
+                "a kernel command line needs a kernel (direct kernel boot); set `kernel` too, or name a registry image whose artifact has one",
             ));
         }
         if cmdline.len() > MAX_CMDLINE_BYTES {

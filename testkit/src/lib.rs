@@ -10,3 +10,4 @@ pub mod etcd;
 pub mod guest;
 pub mod lab;
 pub mod pki;
+pub mod registry;

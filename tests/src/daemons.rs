@@ -229,7 +229,13 @@ impl Veeh {
     }
 
     /// [`Veeh::start`] offering `(vcpus, memory_mib)` (vCPUs, MiB).
-    pub async fn start_sized(dir: &Path, host: &str, site: &str, uri: &str, repo: &ImageRepo, (vcpus, memory_mib): (u32, u64)) -> Self {
+    pub async fn start_sized(dir: &Path, host: &str, site: &str, uri: &str, repo: &ImageRepo, size: (u32, u64)) -> Self {
+        Self::start_configured(dir, host, site, uri, repo, size, "").await
+    }
+
+    /// [`Veeh::start_sized`] with `extra` TOML tables at the end of its
+    /// configuration (`[[registries]]`).
+    pub async fn start_configured(dir: &Path, host: &str, site: &str, uri: &str, repo: &ImageRepo, (vcpus, memory_mib): (u32, u64), extra: &str) -> Self {
         let port = free_port();
         let host = &format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
         let state_dir = dir.join(host);
@@ -243,7 +249,7 @@ impl Veeh {
         let addr = place.addr();
         let tls = vee_testkit::pki::site(site).host(host);
         let cfg = format!(
-            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\nimage_repo_ca = \"{}\"\n[capacity]\nvcpus = {vcpus}\nmemory_mib = {memory_mib}\ndisk_gib = 20\n[tls]\n{}",
+            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\nimage_repo_ca = \"{}\"\n[capacity]\nvcpus = {vcpus}\nmemory_mib = {memory_mib}\ndisk_gib = 20\n[tls]\n{}{extra}",
             state_dir.display(),
             repo.url,
             repo.site_token(site),

@@ -100,6 +100,10 @@ pub struct VeehConfig {
     /// `https://` `image_repo`.
     #[serde(default)]
     pub image_repo_ca: Option<PathBuf>,
+    /// OCI registries this host pulls VEE images from, as the site's VEEM
+    /// names them (`interfaces::registry`: host, CA, credentials).
+    #[serde(default)]
+    pub registries: Vec<interfaces::registry::RegistryConfig>,
     pub capacity: Capacity,
     /// The VHI's TLS: this host's certificate (its DNS name is `host`) and
     /// key, and the CA of its site's VEEM certificate: only a VEEM with a

@@ -2,15 +2,12 @@
 //! Lifecycle and images here; checkpoints in `checkpoint`, live migration in
 //! `migration`.
 
-use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use interfaces::repo_client::RepoClient;
 use interfaces::vhi::{self, CompatibilityProfile, HostEvent, HostEventKind, VeeSpec, VeeState};
-use interfaces::BlobId;
 use tokio::sync::broadcast;
 
 use crate::accel::Accel;
@@ -24,18 +21,13 @@ use crate::qemu_img;
 use crate::vee_store::{VeeRecord, VeeStore};
 
 mod guest;
+mod images;
+
+pub use images::ImagePaths;
 
 /// How long a restore or start waits for another VEEH's copy of the same
 /// VEE to vanish from a shared libvirtd.
 pub const FOREIGN_COPY_WAIT: Duration = Duration::from_secs(30);
-
-/// Local paths of the images a VEE boots from.
-#[derive(Clone, Debug, Default)]
-pub struct ImagePaths {
-    pub base: Option<PathBuf>,
-    pub kernel: Option<PathBuf>,
-    pub initrd: Option<PathBuf>,
-}
 
 /// See the module documentation.
 pub struct Host {
@@ -75,13 +67,6 @@ pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-fn blob(field: &str, id: &str) -> Result<Option<BlobId>> {
-    if id.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(id.parse().map_err(|e| HostError::field(field, e))?))
-}
-
 /// VHI state of a libvirt domain state.
 pub fn vhi_state(s: Option<DomainState>) -> VeeState {
     match s {
@@ -110,7 +95,8 @@ impl Host {
         let accel = Accel::detect(cfg.accel);
         let hv = Arc::new(Hypervisor::open(&cfg.libvirt_uri, &cfg.host)?);
         let repo = RepoClient::with_ca(&cfg.image_repo, cfg.image_repo_token.clone(), cfg.image_repo_ca.as_deref())?;
-        let cache = ImageCache::new(&cfg.cache_dir(), cfg.cache_limit >> 20, repo.clone())?;
+        let registries = interfaces::registry::Registries::new(&cfg.registries)?;
+        let cache = ImageCache::new(&cfg.cache_dir(), cfg.cache_limit >> 20, repo.clone(), registries)?;
         let vees = VeeStore::open(&cfg.state_dir)?;
         let (events, _) = broadcast::channel(256);
         let facts = hv.facts()?;
@@ -270,41 +256,6 @@ impl Host {
         load
     }
 
-    /// Pulls (or finds in the cache) every image `rec` names.
-    pub async fn ensure_images(&self, rec: &VeeRecord, reply: &mut vhi::PrepareResponse) -> Result<ImagePaths> {
-        let mut paths = ImagePaths::default();
-        for (field, id, slot) in [
-            ("image", &rec.image, &mut paths.base),
-            ("kernel", &rec.kernel, &mut paths.kernel),
-            ("initrd", &rec.initrd, &mut paths.initrd),
-        ] {
-            if let Some(id) = blob(field, id)? {
-                let c = self
-                    .cache
-                    .ensure(&id)
-                    .await
-                    .with_context(|| format!("VEE {}: field `{field}`", rec.vee_id))?;
-                if c.pulled {
-                    reply.pulled.push(id.to_string());
-                    reply.bytes_pulled += c.bytes;
-                } else {
-                    reply.cached.push(id.to_string());
-                }
-                *slot = Some(c.path);
-            }
-        }
-        Ok(paths)
-    }
-
-    /// Paths of images already in the cache (after `prepare`).
-    pub fn image_paths(&self, rec: &VeeRecord) -> Result<ImagePaths> {
-        Ok(ImagePaths {
-            base: blob("image", &rec.image)?.map(|id| self.cache.path(&id)),
-            kernel: blob("kernel", &rec.kernel)?.map(|id| self.cache.path(&id)),
-            initrd: blob("initrd", &rec.initrd)?.map(|id| self.cache.path(&id)),
-        })
-    }
-
     /// Prepare: images into the cache, the VEE's record and an empty
     /// overlay on the base image. Evicts unused images above the limit.
     pub async fn prepare(&self, spec: &VeeSpec) -> Result<vhi::PrepareResponse> {
@@ -331,19 +282,6 @@ impl Host {
             tracing::info!(%id, "evicted from the image cache");
         }
         Ok(reply)
-    }
-
-    /// Blob IDs any VEE on this host references.
-    pub fn images_in_use(&self) -> Result<HashSet<BlobId>> {
-        let mut set = HashSet::new();
-        for r in self.vees.list()? {
-            for id in [&r.image, &r.kernel, &r.initrd] {
-                if let Ok(id) = id.parse() {
-                    set.insert(id);
-                }
-            }
-        }
-        Ok(set)
     }
 
     /// The domain XML of `rec` with this host's paths.

@@ -3,11 +3,17 @@
 //! host, and evicted least-recently-used above a size limit, never while a
 //! VEE uses them.
 //!
+//! Blobs come from the site's image repository by ID, or as the layers of
+//! a VEE image artifact in an OCI registry the host trusts
+//! (`interfaces::registry`), by their digests: either way verified.
+//!
 //! Layout under the cache directory:
 //! `blobs/<hex>` the content (mode 0444), `blobs/<hex>.verified` the inode,
 //! size, mtime and ctime it had when its digest was last checked (any other
 //! stamp: the digest is checked again before use), `blobs/<hex>.used` whose
-//! mtime is the last use.
+//! mtime is the last use; `manifests/<hex>` an image artifact's manifest
+//! (a few hundred bytes, checked against its digest when read), kept so
+//! that its layers are found again without the registry.
 
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
@@ -15,6 +21,9 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
+use interfaces::manifest::RegistryImage;
+use interfaces::registry::artifact::{ImageArtifact, Layer};
+use interfaces::registry::Registries;
 use interfaces::repo_client::RepoClient;
 use interfaces::BlobId;
 use tokio::sync::Mutex;
@@ -34,6 +43,7 @@ pub struct ImageCache {
     dir: PathBuf,
     limit_bytes: u64,
     repo: RepoClient,
+    registries: Registries,
     pulls: Mutex<()>,
 }
 
@@ -50,12 +60,17 @@ fn stamp(path: &Path) -> Option<String> {
 
 impl ImageCache {
     /// A cache in `dir` holding at most `limit_mib` MiB of unused images.
-    pub fn new(dir: &Path, limit_mib: u64, repo: RepoClient) -> Result<Self> {
-        std::fs::create_dir_all(dir.join("blobs")).with_context(|| format!("{}", dir.display()))?;
+    /// Pulls go to `repo` for content IDs and to `registries` for
+    /// registry images.
+    pub fn new(dir: &Path, limit_mib: u64, repo: RepoClient, registries: Registries) -> Result<Self> {
+        for sub in ["blobs", "manifests"] {
+            std::fs::create_dir_all(dir.join(sub)).with_context(|| format!("{}", dir.display()))?;
+        }
         Ok(Self {
             dir: dir.to_path_buf(),
             limit_bytes: limit_mib * 1024 * 1024,
             repo,
+            registries,
             pulls: Mutex::new(()),
         })
     }
@@ -94,16 +109,35 @@ impl ImageCache {
     /// the repository when needed. Errors name the ID and the reason
     /// (unknown to the repository, digest mismatch, I/O).
     pub async fn ensure(&self, id: &BlobId) -> Result<Cached> {
+        self.ensure_by(id, |path| async move {
+            self.repo
+                .pull(id, &path, None)
+                .await
+                .with_context(|| format!("pull {id} into the image cache"))
+        })
+        .await
+    }
+
+    /// Makes `layer` of registry image `image` present and verified in the
+    /// cache, pulling it from the registry by its digest when needed
+    /// ([`Registries::pull_layer`]: resumable, cut off past its size).
+    pub async fn ensure_layer(&self, image: &RegistryImage, layer: &Layer) -> Result<Cached> {
+        self.ensure_by(&layer.digest, |path| async move {
+            self.registries
+                .pull_layer(image, layer, &path)
+                .await
+                .with_context(|| format!("pull layer {} of {image} into the image cache", layer.digest))
+        })
+        .await
+    }
+
+    async fn ensure_by<F: std::future::Future<Output = Result<u64>>>(&self, id: &BlobId, fetch: impl FnOnce(PathBuf) -> F) -> Result<Cached> {
         let _guard = self.pulls.lock().await;
         let path = self.path(id);
         let cached = self.verified(id).await;
         let mut bytes = 0;
         if !cached {
-            bytes = self
-                .repo
-                .pull(id, &path, None)
-                .await
-                .with_context(|| format!("pull {id} into the image cache"))?;
+            bytes = fetch(path.clone()).await?;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444))?;
             if let Some(s) = stamp(&path) {
                 std::fs::write(self.sidecar(id, "verified"), s)?;
@@ -115,6 +149,33 @@ impl ImageCache {
             pulled: !cached,
             bytes,
         })
+    }
+
+    /// The image artifact registry image `image` (named by its digest)
+    /// holds: from the cache, else from the registry, checked
+    /// ([`ImageArtifact::parse`]) and kept. Errors: no digest, the
+    /// registry's ([`Registries::manifest`]).
+    pub async fn ensure_artifact(&self, image: &RegistryImage) -> Result<ImageArtifact> {
+        let digest = image
+            .digest
+            .as_ref()
+            .with_context(|| format!("{image} is not named by its digest (the VEEM resolves tags at admission)"))?;
+        if let Some(a) = self.cached_artifact(digest) {
+            return Ok(a);
+        }
+        let (a, raw) = self.registries.manifest(image).await?;
+        let path = self.dir.join("manifests").join(digest.hex());
+        let tmp = path.with_extension("partial");
+        std::fs::write(&tmp, raw)?;
+        std::fs::rename(&tmp, &path)?;
+        Ok(a)
+    }
+
+    /// The image artifact of manifest `digest` when the cache holds it
+    /// (its bytes still hash to `digest`).
+    pub fn cached_artifact(&self, digest: &BlobId) -> Option<ImageArtifact> {
+        let raw = std::fs::read(self.dir.join("manifests").join(digest.hex())).ok()?;
+        (BlobId::of(&raw) == *digest).then(|| ImageArtifact::parse(&raw).ok()).flatten()
     }
 
     /// Removes least-recently-used blobs not in `in_use` until the cache
@@ -164,7 +225,7 @@ mod tests {
     fn cache(dir: &Path, limit_mib: u64) -> ImageCache {
         // Nothing listens on port 9: every pull fails, so these tests see
         // exactly what the cache does with the files it has.
-        ImageCache::new(dir, limit_mib, RepoClient::new("http://127.0.0.1:9", None).unwrap()).unwrap()
+        ImageCache::new(dir, limit_mib, RepoClient::new("http://127.0.0.1:9", None).unwrap(), Registries::new(&[]).unwrap()).unwrap()
     }
 
     fn put(c: &ImageCache, content: &[u8], used_secs_ago: u64) -> BlobId {

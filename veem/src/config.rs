@@ -235,6 +235,12 @@ pub struct VeemConfig {
     /// `https://` `image_repo`.
     #[serde(default)]
     pub image_repo_ca: Option<PathBuf>,
+    /// OCI registries the site trusts (`interfaces::registry`: host, CA,
+    /// credentials, scope): a manifest may name a VEE image there as
+    /// `REGISTRY/REPOSITORY@sha256:...` or `:TAG`. The site's VEEHs list
+    /// the same registries.
+    #[serde(default)]
+    pub registries: Vec<interfaces::registry::RegistryConfig>,
     /// Checkpoint replication (issue 39, one repository per site): when
     /// true, the blobs of a checkpoint a peer site may restore are pushed
     /// to that peer's own repository (the image repository's `[[peers]]`)

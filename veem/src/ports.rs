@@ -467,6 +467,9 @@ pub struct Ports {
     pub hosts: HashMap<String, Arc<HostVhi>>,
     pub peers: Arc<dyn PeerDirectory>,
     pub repo: Arc<dyn ImageRepository>,
+    /// The OCI registries the site trusts (`[[registries]]`): registry
+    /// images resolved at admission.
+    pub registries: Arc<interfaces::registry::Registries>,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -495,6 +498,7 @@ impl Ports {
                 cfg.image_repo_token.clone(),
                 cfg.image_repo_ca.as_deref(),
             )?),
+            registries: Arc::new(interfaces::registry::Registries::new(&cfg.registries)?),
             clock: Arc::new(SystemClock),
         })
     }

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
 
 use super::progress::Bar;
-use super::{output, Command, Format, IdArgs, PushArgs, RepoArgs, ServeArgs};
+use super::{output, Command, Format, IdArgs, PushArgs, PushImageArgs, RepoArgs, ServeArgs};
 use crate::server::{self, Config, Overrides, Server};
 
 /// The first bytes of a qcow2 image.
@@ -18,6 +18,7 @@ pub async fn run(command: Command) -> Result<()> {
     match command {
         Command::Serve(args) => serve(args).await,
         Command::Push(args) => push(args).await,
+        Command::PushImage(args) => push_image(args).await,
         Command::Pull(args) => {
             let repo = client(&args.repo)?;
             let bar = Bar::new(&format!("pull {}", short(&args.id.to_string())));
@@ -173,4 +174,33 @@ fn short(id: &str) -> &str {
 #[derive(serde::Serialize)]
 struct Items<'a, T> {
     items: &'a [T],
+}
+
+/// `push-image`: the files as a VEE image artifact
+/// (`interfaces::registry::artifact`), pushed through `oci-client`.
+async fn push_image(args: PushImageArgs) -> Result<()> {
+    use interfaces::manifest::ImageRef;
+    use interfaces::registry::{artifact, RegistryConfig, Registries, Scope};
+    let ImageRef::Registry(image) = args.reference.parse::<ImageRef>()? else {
+        anyhow::bail!("{}: give REGISTRY/REPOSITORY:TAG (a content ID is pushed with `image-repo push`)", args.reference);
+    };
+    let registries = Registries::new(&[RegistryConfig {
+        host: image.registry.clone(),
+        ca: args.ca,
+        username: args.username,
+        password_file: args.password_file,
+        scope: Scope::Any,
+    }])?;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(&args.disk)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .with_context(|| format!("{}", args.disk.display()))?;
+    let disk = if &magic == QCOW2_MAGIC { artifact::DISK_QCOW2 } else { artifact::DISK_RAW };
+    let mut files = vec![(disk, args.disk.as_path())];
+    files.extend(args.kernel.as_deref().map(|k| (artifact::KERNEL, k)));
+    files.extend(args.initrd.as_deref().map(|i| (artifact::INITRD, i)));
+    let digest = registries.push_image(&image, &files).await?;
+    println!("pushed {image} ({digest})");
+    println!("{}", image.resolved(digest));
+    Ok(())
 }

@@ -53,10 +53,40 @@ pub enum Command {
     /// in no OCI repository, not public, stored more than --grace ago (the
     /// operator only).
     Gc(GcArgs),
+    /// Push a VM image to any OCI registry as a VEE image artifact (a disk,
+    /// and a kernel and initrd for direct boot); prints the manifest's
+    /// digest, and the reference a service manifest names it by.
+    PushImage(PushImageArgs),
     /// Print the SHA-256 of a token read from stdin, for `token_sha256`.
     HashToken,
     #[command(flatten)]
     Doc(interfaces::daemon::SelfDoc),
+}
+
+/// Options of `push-image`.
+#[derive(Debug, Args)]
+pub struct PushImageArgs {
+    /// Where to: `REGISTRY/REPOSITORY:TAG`, e.g. `registry.example.com:5000/acme/web:v1`.
+    #[arg(value_name = "REFERENCE")]
+    pub reference: String,
+    /// The disk image (qcow2 or raw, by its first bytes).
+    #[arg(long)]
+    pub disk: PathBuf,
+    /// A kernel for direct kernel boot.
+    #[arg(long)]
+    pub kernel: Option<PathBuf>,
+    /// An initrd (with --kernel).
+    #[arg(long, requires = "kernel")]
+    pub initrd: Option<PathBuf>,
+    /// The CA (PEM) of the registry's certificate [default: the system's roots].
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+    /// The user to sign in as (with --password-file).
+    #[arg(long, requires = "password_file")]
+    pub username: Option<String>,
+    /// A file whose first line is the password or token.
+    #[arg(long, requires = "username")]
+    pub password_file: Option<PathBuf>,
 }
 
 /// Options of `gc`.

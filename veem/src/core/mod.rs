@@ -42,6 +42,8 @@ pub struct Core {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) hosts: HostPool,
     pub(crate) repo: Arc<dyn ImageRepository>,
+    /// The OCI registries the site trusts.
+    pub(crate) registries: Arc<interfaces::registry::Registries>,
     peer_directory: Arc<dyn PeerDirectory>,
     /// Every event as it is recorded (the VMI's WatchEvents follows it).
     pub(crate) events: broadcast::Sender<EventRec>,
@@ -141,6 +143,7 @@ impl Core {
             clock: ports.clock,
             hosts,
             repo: ports.repo,
+            registries: ports.registries,
             peer_directory: ports.peers,
             events,
             vee_records: RwLock::new(records),

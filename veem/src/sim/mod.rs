@@ -216,6 +216,7 @@ impl FakeSite {
                 .collect(),
             peers: Arc::new(peers.clone()),
             repo: repo.clone(),
+            registries: Arc::new(interfaces::registry::Registries::new(&[]).expect("no registries")),
             clock: clock.clone(),
         }
     }

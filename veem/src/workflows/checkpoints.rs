@@ -170,12 +170,16 @@ fn checkpoint_pin(site: &str, id: &str) -> String {
     format!("{site}-checkpoint-{id}")
 }
 
-/// The IDs of `blobs`, the empty ones (no disk, no kernel) skipped.
-/// Errors: one is not an ID, naming it.
+/// The IDs of `blobs`, the empty ones (no disk, no kernel) and registry
+/// images (a peer pulls them from the registry) skipped. Errors: one is
+/// neither, naming it.
 fn blob_ids(blobs: &[String]) -> Result<Vec<BlobId>> {
-    blobs
-        .iter()
-        .filter(|b| !b.is_empty())
-        .map(|b| b.parse().with_context(|| format!("blob ID {b:?}")))
-        .collect()
+    let mut ids = Vec::new();
+    for b in blobs.iter().filter(|b| !b.is_empty()) {
+        match b.parse().with_context(|| format!("blob ID {b:?}"))? {
+            interfaces::manifest::ImageRef::Repository(id) => ids.push(id),
+            interfaces::manifest::ImageRef::Registry(_) => {}
+        }
+    }
+    Ok(ids)
 }

@@ -5,7 +5,7 @@
 //! reasons).
 
 use anyhow::Result;
-use interfaces::manifest::Manifest;
+use interfaces::manifest::{Component, ImageRef, Manifest};
 use interfaces::BlobId;
 
 use super::Deploy;
@@ -18,9 +18,13 @@ impl Deploy {
     /// Parses, validates and checks a manifest for `caller`: the provider
     /// must be the caller's own, and every image ID one the provider may
     /// read in the image repository (its own, shared with it or public:
-    /// never another provider's image or a checkpoint; issue 13 S3).
+    /// never another provider's image or a checkpoint; issue 13 S3). A
+    /// registry image must be in a registry the site trusts, within the
+    /// registry's scope for the provider, and a VEE image artifact there;
+    /// the manifest returned names it by its digest (a tag resolved once,
+    /// here: the digest is what the VEEs keep).
     pub async fn check_manifest(&self, caller: &Role, toml: &str) -> Result<Manifest, Refusal> {
-        let m = Manifest::from_toml(toml).map_err(|e| Refusal(vec![e.to_string()]))?;
+        let mut m = Manifest::from_toml(toml).map_err(|e| Refusal(vec![e.to_string()]))?;
         if let Role::Provider(p) = caller {
             if &m.service.provider != p {
                 return Err(Refusal(vec![format!(
@@ -32,7 +36,7 @@ impl Deploy {
         let mut missing = Vec::new();
         for (i, c) in m.components.iter().enumerate() {
             let ids: [(&str, Option<&BlobId>); 3] = [
-                ("image", Some(&c.image)),
+                ("image", c.image.blob()),
                 ("kernel", c.kernel.as_ref()),
                 ("initrd", c.initrd.as_ref()),
             ];
@@ -48,10 +52,32 @@ impl Deploy {
                 }
             }
         }
+        let provider = m.service.provider.clone();
+        for (i, c) in m.components.iter_mut().enumerate() {
+            if let Err(e) = self.resolve_image(c, &provider).await {
+                missing.push(format!("manifest field `component[{i}].{e}"));
+            }
+        }
         if !missing.is_empty() {
             return Err(Refusal(missing));
         }
         Ok(m)
+    }
+
+    /// `c`'s registry image checked for `provider` and named by its
+    /// digest. Errors start with the field (`image` or `cmdline`) and give
+    /// the reason.
+    async fn resolve_image(&self, c: &mut Component, provider: &str) -> Result<(), String> {
+        let ImageRef::Registry(image) = &c.image else { return Ok(()) };
+        self.registries.check_use(image, provider).map_err(|e| format!("image`: {e}"))?;
+        let artifact = self.registries.resolve(image).await.map_err(|e| format!("image`: {e}"))?;
+        if c.cmdline.is_some() && c.kernel.is_none() && artifact.kernel.is_none() {
+            return Err(format!(
+                "cmdline`: a kernel command line needs a kernel, and neither `kernel` nor the artifact of {image} has one"
+            ));
+        }
+        c.image = ImageRef::Registry(image.resolved(artifact.digest));
+        Ok(())
     }
 
     /// The planner request of `m` as service `service_id`, with UUID VEE

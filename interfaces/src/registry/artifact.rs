@@ -1,0 +1,189 @@
+//! The VEE artifacts in OCI registries (issue 39, item 2): their
+//! `artifactType`s and layer media types, and an image artifact's manifest
+//! read, checked and built. An image artifact is an OCI image manifest
+//! (`application/vnd.oci.image.manifest.v1+json`) with
+//!
+//! | field | value |
+//! |---|---|
+//! | `artifactType` | [`IMAGE_ARTIFACT_TYPE`] `application/vnd.vee.image.v1` |
+//! | `config` | the empty descriptor (`application/vnd.oci.empty.v1+json`, `{}`) |
+//! | `layers` | one disk ([`DISK_QCOW2`] or [`DISK_RAW`]), at most one kernel ([`KERNEL`]) and one initrd ([`INITRD`]), nothing else |
+//!
+//! A checkpoint artifact ([`CHECKPOINT_ARTIFACT_TYPE`]) has the checkpoint
+//! record as its config ([`CHECKPOINT_CONFIG`]), the memory state
+//! ([`MEMORY_STATE`]) and the frozen disk overlay ([`DISK_OVERLAY`]) as its
+//! layers, and its base image's manifest as its `subject`.
+
+use oci_spec::image::{Descriptor, ImageManifest, MediaType};
+
+use crate::BlobId;
+
+/// `artifactType` of a VM image.
+pub const IMAGE_ARTIFACT_TYPE: &str = "application/vnd.vee.image.v1";
+/// `artifactType` of a whole-VM checkpoint.
+pub const CHECKPOINT_ARTIFACT_TYPE: &str = "application/vnd.vee.checkpoint.v1";
+/// A disk image in qcow2.
+pub const DISK_QCOW2: &str = "application/vnd.vee.disk.v1+qcow2";
+/// A raw disk image.
+pub const DISK_RAW: &str = "application/vnd.vee.disk.v1+raw";
+/// A kernel for direct kernel boot.
+pub const KERNEL: &str = "application/vnd.vee.kernel.v1";
+/// An initial ramdisk for direct kernel boot.
+pub const INITRD: &str = "application/vnd.vee.initrd.v1";
+/// A checkpoint's record (JSON), its artifact's config.
+pub const CHECKPOINT_CONFIG: &str = "application/vnd.vee.checkpoint.config.v1+json";
+/// A checkpoint's memory and device state.
+pub const MEMORY_STATE: &str = "application/vnd.vee.memory.v1";
+/// A checkpoint's frozen disk overlay (qcow2 over the base image).
+pub const DISK_OVERLAY: &str = "application/vnd.vee.disk-overlay.v1+qcow2";
+/// The OCI image manifest's media type.
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The largest manifest read, in bytes (the OCI specification's 4 MiB).
+pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
+
+/// One layer of an artifact: its digest, size in bytes and media type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layer {
+    pub digest: BlobId,
+    pub size: u64,
+    pub media_type: String,
+}
+
+/// An image artifact's manifest, checked: see the module documentation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageArtifact {
+    /// The digest of the manifest's bytes.
+    pub digest: BlobId,
+    pub disk: Layer,
+    pub kernel: Option<Layer>,
+    pub initrd: Option<Layer>,
+}
+
+impl ImageArtifact {
+    /// Reads the manifest `raw`. Errors name what is wrong: not an OCI image
+    /// manifest, another artifact type, a missing, repeated or unknown layer,
+    /// a digest that is not sha256, larger than [`MAX_MANIFEST_BYTES`].
+    pub fn parse(raw: &[u8]) -> Result<Self, String> {
+        if raw.len() > MAX_MANIFEST_BYTES {
+            return Err(format!("the manifest is {} bytes; at most {MAX_MANIFEST_BYTES}", raw.len()));
+        }
+        let m: ImageManifest = serde_json::from_slice(raw).map_err(|e| format!("not an OCI image manifest: {e}"))?;
+        if m.media_type().as_ref().is_some_and(|t| t.to_string() != OCI_MANIFEST) {
+            return Err(format!(
+                "media type {:?}; an image artifact is an OCI image manifest",
+                m.media_type()
+            ));
+        }
+        // The specification's rule: the artifact type, else the config's media type.
+        let kind = match m.artifact_type() {
+            Some(t) => t.to_string(),
+            None => m.config().media_type().to_string(),
+        };
+        if kind != IMAGE_ARTIFACT_TYPE {
+            return Err(format!("artifact type {kind:?}; a VEE image is {IMAGE_ARTIFACT_TYPE:?}"));
+        }
+        let (mut disk, mut kernel, mut initrd) = (None, None, None);
+        for d in m.layers() {
+            let layer = layer_of(d)?;
+            let slot = match layer.media_type.as_str() {
+                DISK_QCOW2 | DISK_RAW => &mut disk,
+                KERNEL => &mut kernel,
+                INITRD => &mut initrd,
+                other => {
+                    return Err(format!(
+                        "a layer of media type {other:?}; an image has {DISK_QCOW2} or {DISK_RAW}, {KERNEL}, {INITRD}"
+                    ))
+                }
+            };
+            if slot.is_some() {
+                return Err(format!("two layers of media type {:?}", layer.media_type));
+            }
+            *slot = Some(layer);
+        }
+        let disk = disk.ok_or_else(|| format!("no disk layer ({DISK_QCOW2} or {DISK_RAW})"))?;
+        if initrd.is_some() && kernel.is_none() {
+            return Err(format!("an initrd layer without a kernel layer ({KERNEL})"));
+        }
+        Ok(Self {
+            digest: BlobId::of(raw),
+            disk,
+            kernel,
+            initrd,
+        })
+    }
+
+    /// Its layers: the disk, then the kernel and initrd it has.
+    pub fn layers(&self) -> impl Iterator<Item = &Layer> {
+        std::iter::once(&self.disk).chain(&self.kernel).chain(&self.initrd)
+    }
+}
+
+fn layer_of(d: &Descriptor) -> Result<Layer, String> {
+    let digest = d.digest().to_string().parse::<BlobId>().map_err(|e| format!("layer digest: {e}"))?;
+    Ok(Layer {
+        digest,
+        size: d.size(),
+        media_type: d.media_type().to_string(),
+    })
+}
+
+/// The manifest of an image artifact of `layers` (each its media type,
+/// digest and size), with the empty config: the bytes to push.
+pub fn image_manifest(layers: &[Layer]) -> Vec<u8> {
+    let descriptor = |l: &Layer| serde_json::json!({ "mediaType": l.media_type, "digest": l.digest.to_string(), "size": l.size });
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": IMAGE_ARTIFACT_TYPE,
+        "config": { "mediaType": MediaType::EmptyJSON.to_string(), "digest": BlobId::of(EMPTY_CONFIG).to_string(), "size": EMPTY_CONFIG.len() },
+        "layers": layers.iter().map(descriptor).collect::<Vec<_>>(),
+    });
+    serde_json::to_vec(&manifest).expect("a JSON value serializes")
+}
+
+/// The empty config's content, `{}`.
+pub const EMPTY_CONFIG: &[u8] = b"{}";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer(media_type: &str, content: &[u8]) -> Layer {
+        Layer {
+            digest: BlobId::of(content),
+            size: content.len() as u64,
+            media_type: media_type.into(),
+        }
+    }
+
+    #[test]
+    fn an_image_manifest_built_reads_back() {
+        let layers = [layer(DISK_QCOW2, b"disk"), layer(KERNEL, b"vmlinuz"), layer(INITRD, b"initrd")];
+        let raw = image_manifest(&layers);
+        let a = ImageArtifact::parse(&raw).unwrap();
+        assert_eq!(a.digest, BlobId::of(&raw));
+        assert_eq!(a.layers().cloned().collect::<Vec<_>>(), layers);
+    }
+
+    #[test]
+    fn what_is_not_a_vee_image_is_refused_with_the_reason() {
+        let raw = |layers: &[Layer]| image_manifest(layers);
+        for (bytes, why) in [
+            (raw(&[layer(KERNEL, b"k")]), "no disk layer"),
+            (raw(&[layer(DISK_RAW, b"a"), layer(DISK_QCOW2, b"b")]), "two layers"),
+            (
+                raw(&[layer(DISK_RAW, b"a"), layer("application/vnd.oci.image.layer.v1.tar", b"b")]),
+                "a layer of media type",
+            ),
+            (raw(&[layer(DISK_RAW, b"a"), layer(INITRD, b"b")]), "without a kernel"),
+            (b"{}".to_vec(), "not an OCI image manifest"),
+        ] {
+            let e = ImageArtifact::parse(&bytes).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
+        let other = String::from_utf8(raw(&[layer(DISK_RAW, b"a")]))
+            .unwrap()
+            .replace(IMAGE_ARTIFACT_TYPE, "application/x-other");
+        assert!(ImageArtifact::parse(other.as_bytes()).unwrap_err().contains("artifact type"));
+    }
+}

@@ -1,0 +1,75 @@
+//! Pushing a VEE image artifact to a registry: its layers from files
+//! (streamed, each hashed first so that the registry checks the digest it
+//! is told), the empty config, then the manifest under the reference's
+//! tag or digest.
+
+use std::path::Path;
+
+use oci_client::Reference;
+use reqwest::header::HeaderValue;
+use tokio_util::io::ReaderStream;
+
+use super::artifact::{self, Layer};
+use super::{registry_err, Registries};
+use crate::error::{Error, Result};
+use crate::manifest::RegistryImage;
+use crate::repo_client::sink::hash_file;
+use crate::BlobId;
+
+impl Registries {
+    /// Pushes an image artifact of `files` (each a layer's media type and
+    /// file: a disk, and a kernel and initrd for direct boot) as `image`
+    /// (tagged, or by the digest it must have). Returns the manifest's
+    /// digest. Errors: [`Error::Registry`] (the registry refused or the
+    /// artifact would not be a VEE image), [`Error::Io`].
+    pub async fn push_image(&self, image: &RegistryImage, files: &[(&str, &Path)]) -> Result<BlobId> {
+        let (e, _) = self.entry(image)?;
+        let repo = Reference::with_tag(image.registry.clone(), image.repository.clone(), "push".into());
+        e.client
+            .auth(&repo, &e.auth, oci_client::RegistryOperation::Push)
+            .await
+            .map_err(|err| registry_err(&image.registry, "sign in to push", crate::error::chain(&err)))?;
+        let mut layers = Vec::new();
+        for (media_type, path) in files {
+            let w = hash_file(path).await.map_err(|err| Error::io(path, err))?;
+            let what = format!("push {}", path.display());
+            if !e.client.blob_exists(&repo, &w.id.to_string()).await.unwrap_or(false) {
+                let file = tokio::fs::File::open(path).await.map_err(|err| Error::io(path, err))?;
+                let stream = futures::TryStreamExt::map_err(ReaderStream::new(file), oci_client::errors::OciDistributionError::from);
+                e.client
+                    .push_blob_stream(&repo, stream, &w.id.to_string(), Some(w.len))
+                    .await
+                    .map_err(|err| registry_err(&image.registry, &what, crate::error::chain(&err)))?;
+            }
+            layers.push(Layer {
+                digest: w.id,
+                size: w.len,
+                media_type: media_type.to_string(),
+            });
+        }
+        let raw = artifact::image_manifest(&layers);
+        artifact::ImageArtifact::parse(&raw).map_err(|why| registry_err(&image.registry, "push", format!("not a VEE image: {why}")))?;
+        e.client
+            .push_blob(&repo, artifact::EMPTY_CONFIG, &BlobId::of(artifact::EMPTY_CONFIG).to_string())
+            .await
+            .map_err(|err| registry_err(&image.registry, "push the empty config", crate::error::chain(&err)))?;
+        let digest = BlobId::of(&raw);
+        let target = match (&image.tag, &image.digest) {
+            (Some(t), _) => Reference::with_tag(image.registry.clone(), image.repository.clone(), t.clone()),
+            (None, Some(d)) if d == &digest => Reference::with_digest(image.registry.clone(), image.repository.clone(), d.to_string()),
+            (None, Some(d)) => {
+                return Err(registry_err(
+                    &image.registry,
+                    image.to_string(),
+                    format!("the artifact's digest is {digest}, not {d}"),
+                ))
+            }
+            (None, None) => return Err(registry_err(&image.registry, image.to_string(), "names neither a tag nor a digest")),
+        };
+        e.client
+            .push_manifest_raw(&target, raw, HeaderValue::from_static(artifact::OCI_MANIFEST))
+            .await
+            .map_err(|err| registry_err(&image.registry, format!("push the manifest of {image}"), crate::error::chain(&err)))?;
+        Ok(digest)
+    }
+}

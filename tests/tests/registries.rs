@@ -1,0 +1,221 @@
+//! VEE images in any OCI registry the site trusts (issue 39, items 2 and
+//! 3), against a real CNCF Distribution registry (Debian's
+//! `docker-registry`) over TLS with a password: `image-repo push-image`
+//! pushes a VEE image artifact, the VEEM resolves its tag once at
+//! admission and checks the provider's scope, the VEEH pulls its layers
+//! by digest through `oci-client`, verified and resumable, and the tiny
+//! guest boots from the artifact's own kernel and initrd.
+
+use std::path::Path;
+use std::time::Duration;
+
+use e2e::daemons::{wait_tick, ImageRepo, Veeh};
+use e2e::site::{self, Veem, ACME};
+use e2e::{guest, lab};
+use interfaces::manifest::{ImageRef, RegistryImage};
+use interfaces::registry::{artifact, Registries, RegistryConfig, Scope};
+use interfaces::BlobId;
+use vee_testkit::registry::Distribution;
+
+const USER: &str = "site-a";
+const PASSWORD: &str = "registry-s3cret";
+
+/// `image-repo push-image` of the tiny guest as `reference`; the
+/// reference by digest it prints last.
+fn push_guest(reg: &Distribution, dir: &Path, reference: &str, disk: &Path) -> RegistryImage {
+    let g = guest::image();
+    let password = dir.join("registry.password");
+    std::fs::write(&password, PASSWORD).unwrap();
+    let out = std::process::Command::new(lab::binary("image-repo"))
+        .args(["push-image", reference, "--disk"])
+        .arg(disk)
+        .arg("--kernel")
+        .arg(&g.kernel)
+        .arg("--initrd")
+        .arg(&g.initrd)
+        .arg("--ca")
+        .arg(&reg.ca)
+        .args(["--username", USER, "--password-file"])
+        .arg(&password)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "push-image: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    match stdout.lines().last().unwrap().parse::<ImageRef>().unwrap() {
+        ImageRef::Registry(r) => r,
+        other => panic!("{other}"),
+    }
+}
+
+/// The `[[registries]]` entry of `reg` (with its password file in `dir`).
+fn entry(reg: &Distribution, dir: &Path, password: &str) -> RegistryConfig {
+    let file = dir.join(format!("pw-{}", BlobId::of(password.as_bytes()).hex()));
+    std::fs::write(&file, password).unwrap();
+    RegistryConfig {
+        host: reg.addr.clone(),
+        ca: Some(reg.ca.clone()),
+        username: Some(USER.into()),
+        password_file: Some(file),
+        scope: Scope::Provider,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_image_is_resolved_checked_and_pulled_verified_and_resumable() {
+    let dir = lab::test_dir("registry-client");
+    let reg = Distribution::start(Some((USER, PASSWORD)));
+    let disk = dir.join("disk.raw");
+    let bytes: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    std::fs::write(&disk, &bytes).unwrap();
+    let tagged: RegistryImage = match format!("{}/acme/tiny:v1", reg.addr).parse::<ImageRef>().unwrap() {
+        ImageRef::Registry(r) => r,
+        other => panic!("{other}"),
+    };
+    let pushed = push_guest(&reg, &dir, &tagged.to_string(), &disk);
+    assert_eq!(pushed.repository, "acme/tiny");
+    let registries = Registries::new(&[entry(&reg, &dir, PASSWORD)]).unwrap();
+
+    // The tag resolves to the digest pushed; the artifact is a VEE image.
+    let a = registries.resolve(&tagged).await.unwrap();
+    assert_eq!(Some(&a.digest), pushed.digest.as_ref());
+    assert_eq!(a.disk.media_type, artifact::DISK_RAW);
+    assert_eq!(a.disk.digest, BlobId::of(&bytes));
+    assert!(a.kernel.is_some() && a.initrd.is_some());
+    // Scope "provider": acme may name acme/..., globex may not.
+    registries.check_use(&tagged, "acme").unwrap();
+    let e = registries.check_use(&tagged, "globex").unwrap_err().to_string();
+    assert!(e.contains("not under provider \"globex\"'s name"), "{e}");
+
+    // Pulled by digest, verified.
+    let dest = dir.join("pulled");
+    assert_eq!(registries.pull_layer(&pushed, &a.disk, &dest).await.unwrap(), bytes.len() as u64);
+    assert_eq!(std::fs::read(&dest).unwrap(), bytes);
+    // Resumed from a partial file: only the rest is fetched.
+    let resumed = dir.join("resumed");
+    std::fs::write(dir.join("resumed.partial"), &bytes[..1 << 20]).unwrap();
+    assert_eq!(registries.pull_layer(&pushed, &a.disk, &resumed).await.unwrap(), (2 << 20) as u64);
+    assert_eq!(std::fs::read(&resumed).unwrap(), bytes);
+    // A partial file that is not the layer's prefix: started over.
+    let restarted = dir.join("restarted");
+    std::fs::write(dir.join("restarted.partial"), vec![0u8; 1 << 20]).unwrap();
+    registries.pull_layer(&pushed, &a.disk, &restarted).await.unwrap();
+    assert_eq!(std::fs::read(&restarted).unwrap(), bytes);
+
+    // Refused: a wrong password, a registry not configured, a CA the
+    // registry's certificate is not of.
+    let wrong = Registries::new(&[entry(&reg, &dir, "wrong")]).unwrap();
+    assert!(wrong.resolve(&tagged).await.is_err());
+    let e = Registries::new(&[]).unwrap().resolve(&tagged).await.unwrap_err().to_string();
+    assert!(e.contains("not a registry this site trusts"), "{e}");
+    let mut other_ca = entry(&reg, &dir, PASSWORD);
+    other_ca.ca = Some(vee_testkit::pki::site("not-the-registry").vmi_ca());
+    assert!(Registries::new(&[other_ca]).unwrap().resolve(&tagged).await.is_err());
+
+    // A registry serving other bytes than the digest: refused, nothing kept.
+    let blob = reg.blob_file(&a.disk.digest.hex());
+    let mut evil = bytes.clone();
+    evil[1000] ^= 0xff;
+    std::fs::write(&blob, &evil).unwrap();
+    let bad = dir.join("bad");
+    let e = registries.pull_layer(&pushed, &a.disk, &bad).await.unwrap_err();
+    assert!(matches!(e, interfaces::Error::DigestMismatch { .. }), "{e}");
+    assert!(!bad.exists() && !dir.join("bad.partial").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_vee_boots_from_a_registry_image_resolved_at_admission() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("registry-boot");
+    let reg = Distribution::start(Some((USER, PASSWORD)));
+    let g = guest::image();
+    let pushed = push_guest(&reg, &dir, &format!("{}/acme/tiny:v1", reg.addr), &g.disk);
+    let conf = entry(&reg, &dir, PASSWORD);
+    let table = format!(
+        "\n[[registries]]\nhost = \"{}\"\nca = \"{}\"\nusername = \"{USER}\"\npassword_file = \"{}\"\n",
+        conf.host,
+        reg.ca.display(),
+        conf.password_file.as_ref().unwrap().display()
+    );
+    // The site's repository holds nothing: the image comes from the registry.
+    let repo = ImageRepo::start(&dir).await;
+    let mut hosts = [
+        Veeh::start_configured(&dir, "g1", "site-a", lab::SITE_A_URI, &repo, (2, 1024), &table).await,
+        Veeh::start_configured(&dir, "g2", "site-a", lab::SITE_A2_URI, &repo, (2, 1024), &table).await,
+    ];
+    let port = site::port();
+    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&hosts[0], &hosts[1]], &[], &table);
+    let veem = Veem::start(&dir, "site-a", port, cfg).await;
+    let mut acme = veem.client(ACME).await;
+    let manifest = |image: &str| {
+        format!(
+            "[service]\nname = \"oci\"\nprovider = \"acme\"\n[sla]\nguarantee = \"standard\"\n[[component]]\nname = \"web\"\nvcpus = 1\nmemory_mib = 128\ndisk_gib = 1\nimage = \"{image}\"\ncmdline = \"{}\"\n",
+            g.cmdline
+        )
+    };
+
+    // Refused with the field and the reason: another provider's namespace,
+    // a registry the site does not trust, a tag the registry lacks.
+    for (image, why) in [
+        (format!("{}/globex/tiny:v1", reg.addr), "not under provider \"acme\"'s name"),
+        ("registry.invalid:5000/acme/tiny:v1".to_string(), "not a registry this site trusts"),
+        (format!("{}/acme/tiny:nope", reg.addr), "manifest of"),
+    ] {
+        let e = site::deploy(&mut acme, manifest(&image)).await.unwrap_err();
+        assert!(
+            e.message().contains("component[0].image") && e.message().contains(why),
+            "{image}: {}",
+            e.message()
+        );
+    }
+
+    let svc = site::deploy(&mut acme, manifest(&format!("{}/acme/tiny:v1", reg.addr)))
+        .await
+        .unwrap();
+    let vee = svc.vees[0].vee_id.clone();
+    let info = veem
+        .wait_vee(&vee, "running", Duration::from_secs(180), |i| {
+            i.state() == interfaces::vmi::VeeState::Running
+        })
+        .await;
+    let at = usize::from(site::host_of(&info).as_deref() != Some(hosts[0].host.as_str()));
+    let (a1, a2) = (&hosts[at], &hosts[1 - at]);
+    // It boots the artifact's kernel and initrd, with the artifact's disk.
+    let (_, disk) = wait_tick(&mut a1.client().await, &vee, 2, Duration::from_secs(180)).await;
+    assert!(disk.is_some(), "the guest sees its disk");
+    // The VEE keeps the digest the tag named at admission.
+    let record = std::fs::read_to_string(a1.state_dir.join("vees").join(&vee).join("vee.json")).unwrap();
+    assert!(record.contains(&pushed.to_string()), "{record}");
+    assert!(!record.contains(":v1"), "{record}");
+    // The layers came from the registry: the site's repository holds only
+    // the checkpoint's blobs once one is taken.
+    assert!(repo.client().list().await.unwrap().is_empty());
+
+    // Checkpointed, then its host fails: restored on a second host, which
+    // pulls the image's layers from the registry and the checkpoint from
+    // the site's repository.
+    let mut c = a1.client().await;
+    let before = e2e::guest::last_tick(&e2e::daemons::console(&mut c, &vee).await).unwrap().0;
+    site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Checkpoint)
+        .await
+        .unwrap();
+    let (failed, uri) = (a1.host.clone(), a1.uri.clone());
+    let a2_host = a2.host.clone();
+    hosts[at].daemon.kill();
+    veeh::hypervisor::Hypervisor::open(&uri, &failed).unwrap().destroy(&vee).unwrap();
+    let a2 = &hosts[1 - at];
+    let info = veem
+        .wait_vee(&vee, "restored on g2", Duration::from_secs(180), |i| {
+            i.state() == interfaces::vmi::VeeState::Running && site::host_of(i).as_deref() == Some(a2_host.as_str())
+        })
+        .await;
+    assert!(!info.latest_checkpoint.is_empty());
+    let mut c2 = a2.client().await;
+    wait_tick(&mut c2, &vee, 1, Duration::from_secs(120)).await;
+    let first = e2e::guest::ticks(&e2e::daemons::console(&mut c2, &vee).await)[0];
+    assert!(
+        first > before,
+        "restored from the checkpoint (tick {before} then), first tick now {first}"
+    );
+    let record = std::fs::read_to_string(a2.state_dir.join("vees").join(&vee).join("vee.json")).unwrap();
+    assert!(record.contains(&pushed.to_string()), "{record}");
+}
