@@ -73,13 +73,51 @@ pub enum Scope {
     Any,
 }
 
+/// A site whose repository is an OCI registry (issue 39, item 6):
+/// `image_repo = "oci://REGISTRY/NAMESPACE"` in the VEEM's and VEEHs'
+/// configurations, the registry one of their `[[registries]]`. Its
+/// checkpoints are artifacts in `NAMESPACE/checkpoints`, tagged by their
+/// IDs; its images are registry images (`REGISTRY/...@sha256:...`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteRegistry {
+    /// `host[:port]`.
+    pub registry: String,
+    /// The site's namespace in it (`site-a`).
+    pub namespace: String,
+}
+
+impl SiteRegistry {
+    /// `url` as a site registry: `None` unless it starts with `oci://`;
+    /// an error naming the shape when it has no namespace.
+    pub fn parse(url: &str) -> Option<Result<Self, String>> {
+        let rest = url.strip_prefix("oci://")?;
+        Some(match rest.split_once('/') {
+            Some((registry, namespace)) if !registry.is_empty() && !namespace.is_empty() && !namespace.ends_with('/') => Ok(Self {
+                registry: registry.into(),
+                namespace: namespace.into(),
+            }),
+            _ => Err(format!("{url:?} is not oci://REGISTRY/NAMESPACE")),
+        })
+    }
+
+    /// The repository of the site's checkpoints, `NAMESPACE/checkpoints`.
+    pub fn checkpoints(&self) -> RegistryImage {
+        RegistryImage {
+            registry: self.registry.clone(),
+            repository: format!("{}/checkpoints", self.namespace),
+            tag: None,
+            digest: None,
+        }
+    }
+}
+
 /// The registries of a configuration, each with its client.
 pub struct Registries {
     entries: Vec<Entry>,
     retry: RetryPolicy,
 }
 
-struct Entry {
+pub(crate) struct Entry {
     config: RegistryConfig,
     client: Client,
     auth: RegistryAuth,
@@ -108,6 +146,9 @@ impl Registries {
             let mut cfg = ClientConfig {
                 protocol: ClientProtocol::Https,
                 connect_timeout: Some(Duration::from_secs(10)),
+                // A layer goes up in one streamed PUT: oci-client's chunked
+                // upload sends one PATCH per piece of the stream.
+                use_monolithic_push: true,
                 read_timeout: Some(Duration::from_secs(60)),
                 ..Default::default()
             };
@@ -144,14 +185,21 @@ impl Registries {
         self
     }
 
+    /// The entry of `registry`. Errors: [`Error::Registry`], not trusted.
+    pub(crate) fn find(&self, registry: &str, what: &str) -> Result<&Entry> {
+        self.entries
+            .iter()
+            .find(|e| e.config.host == registry)
+            .ok_or_else(|| registry_err(registry, what, "not a registry this site trusts (`[[registries]]`)"))
+    }
+
+    /// Whether `registry` is one of these.
+    pub fn trusts(&self, registry: &str) -> bool {
+        self.entries.iter().any(|e| e.config.host == registry)
+    }
+
     fn entry(&self, image: &RegistryImage) -> Result<(&Entry, Reference)> {
-        let e = self.entries.iter().find(|e| e.config.host == image.registry).ok_or_else(|| {
-            registry_err(
-                &image.registry,
-                image.to_string(),
-                "not a registry this site trusts (`[[registries]]`)",
-            )
-        })?;
+        let e = self.find(&image.registry, &image.to_string())?;
         let reference = match (&image.digest, &image.tag) {
             (Some(d), _) => Reference::with_digest(image.registry.clone(), image.repository.clone(), d.to_string()),
             (None, Some(t)) => Reference::with_tag(image.registry.clone(), image.repository.clone(), t.clone()),
@@ -189,6 +237,16 @@ impl Registries {
 
     /// [`Registries::resolve`] with the manifest's bytes.
     pub async fn manifest(&self, image: &RegistryImage) -> Result<(ImageArtifact, Vec<u8>)> {
+        let raw = self.raw_manifest(image).await?;
+        let what = format!("manifest of {image}");
+        let a = ImageArtifact::parse(&raw).map_err(|why| registry_err(&image.registry, &what, format!("not a VEE image: {why}")))?;
+        Ok((a, raw))
+    }
+
+    /// The bytes of the OCI image manifest `image` names (any artifact),
+    /// at most [`artifact::MAX_MANIFEST_BYTES`], checked against the digest
+    /// it names. Errors: [`Error::Registry`], [`Error::DigestMismatch`].
+    pub async fn raw_manifest(&self, image: &RegistryImage) -> Result<Vec<u8>> {
         let (e, reference) = self.entry(image)?;
         let what = format!("manifest of {image}");
         let (raw, _) = e
@@ -196,6 +254,13 @@ impl Registries {
             .pull_manifest_raw(&reference, &e.auth, &[OCI_MANIFEST])
             .await
             .map_err(|err| registry_err(&image.registry, &what, crate::error::chain(&err)))?;
+        if raw.len() > artifact::MAX_MANIFEST_BYTES {
+            return Err(registry_err(
+                &image.registry,
+                &what,
+                format!("{} bytes; at most {}", raw.len(), artifact::MAX_MANIFEST_BYTES),
+            ));
+        }
         if let Some(d) = &image.digest {
             let actual = BlobId::of(&raw);
             if &actual != d {
@@ -205,11 +270,11 @@ impl Registries {
                 });
             }
         }
-        let a = ImageArtifact::parse(&raw).map_err(|why| registry_err(&image.registry, &what, format!("not a VEE image: {why}")))?;
-        Ok((a, raw.to_vec()))
+        Ok(raw.to_vec())
     }
 
-    /// Downloads `layer` of `image` to `dest`: into `DEST.partial`, hashed
+    /// Downloads `layer` of `image` (any blob of its repository: its tag
+    /// or digest are not used) to `dest`: into `DEST.partial`, hashed
     /// on the fly, resumed from an earlier partial file or a broken
     /// connection (a `Range` request), cut off past the layer's size, and
     /// renamed to `dest` only when its sha256 is the layer's digest.
@@ -217,7 +282,7 @@ impl Registries {
     /// partial file kept for a resume when some bytes came),
     /// [`Error::DigestMismatch`] (the partial file removed), [`Error::Io`].
     pub async fn pull_layer(&self, image: &RegistryImage, layer: &Layer, dest: &Path) -> Result<u64> {
-        let (e, reference) = self.entry(image)?;
+        let (e, reference) = self.entry(&image.resolved(layer.digest.clone()))?;
         e.client.store_auth_if_needed(&image.registry, &e.auth).await;
         let partial = partial_path(dest);
         let what = format!("layer {} of {image}", layer.digest);

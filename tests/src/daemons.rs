@@ -103,6 +103,22 @@ impl ImageRepo {
         format!("repo-token-of-{name}")
     }
 
+    /// The lines of a VEEM's or VEEH's configuration at `site` that name
+    /// this repository: its URL and, for an `image-repo` (not an
+    /// `oci://` registry, whose credentials are its `[[registries]]`
+    /// entry's), the site's token and the CA.
+    pub fn config_lines(&self, site: &str) -> String {
+        if self.url.starts_with("oci://") {
+            return format!("image_repo = \"{}\"\n", self.url);
+        }
+        format!(
+            "image_repo = \"{}\"\nimage_repo_token = \"{}\"\nimage_repo_ca = \"{}\"\n",
+            self.url,
+            self.site_token(site),
+            self.ca.display()
+        )
+    }
+
     /// The token of site `site` (its VEEM's and VEEHs').
     pub fn site_token(&self, site: &str) -> String {
         assert!(REPO_SITES.contains(&site), "the test repository has no token for {site}");
@@ -249,11 +265,9 @@ impl Veeh {
         let addr = place.addr();
         let tls = vee_testkit::pki::site(site).host(host);
         let cfg = format!(
-            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\nimage_repo_ca = \"{}\"\n[capacity]\nvcpus = {vcpus}\nmemory_mib = {memory_mib}\ndisk_gib = 20\n[tls]\n{}{extra}",
+            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\n{}[capacity]\nvcpus = {vcpus}\nmemory_mib = {memory_mib}\ndisk_gib = 20\n[tls]\n{}{extra}",
             state_dir.display(),
-            repo.url,
-            repo.site_token(site),
-            repo.ca.display(),
+            repo.config_lines(site),
             vee_testkit::pki::toml(&tls)
         );
         let cfg_path = dir.join(format!("{host}.toml"));

@@ -89,12 +89,10 @@ pub fn write_config(dir: &Path, site_id: &str, port: u16, repo: &ImageRepo, host
         }
     }
     let mut cfg = format!(
-        "site_id = \"{site_id}\"\nlisten = \"{}:{port}\"\ndb = \"{}\"\nimage_repo = \"{}\"\nimage_repo_token = \"{}\"\nimage_repo_ca = \"{}\"\n{defaults}{extra}\n",
+        "site_id = \"{site_id}\"\nlisten = \"{}:{port}\"\ndb = \"{}\"\n{}{defaults}{extra}\n",
         Place::of_site(site_id).addr(),
         dir.join(format!("{site_id}.db")).display(),
-        repo.url,
-        repo.site_token(site_id),
-        repo.ca.display()
+        repo.config_lines(site_id),
     );
     for h in hosts {
         cfg += &format!("[[hosts]]\nname = \"{}\"\nendpoint = \"{}\"\n", h.host, h.endpoint);

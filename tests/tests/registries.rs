@@ -127,24 +127,103 @@ async fn lab_a_vee_boots_from_a_registry_image_resolved_at_admission() {
     let _lab = lab::lock();
     let dir = lab::test_dir("registry-boot");
     let reg = Distribution::start(Some((USER, PASSWORD)));
+    let repo = ImageRepo::start(&dir).await;
+    let (_, vee, _) = boot_checkpoint_and_recover(&reg, &dir, &repo).await;
+    // The checkpoint's blobs are in the site's image-repo, and only they:
+    // the image's layers came from the registry.
+    let held = repo.client().list().await.unwrap();
+    let mut kinds: Vec<String> = held.iter().map(|b| format!("{:?}", b.kind)).collect();
+    kinds.sort();
+    assert_eq!(kinds, ["CheckpointDisk", "CheckpointMemory"], "{held:?}");
+    assert!(held.iter().all(|b| b.labels.get("vee") == Some(&vee)), "{held:?}");
+}
+
+/// Item 6: a site whose repository is the registry itself
+/// (`image_repo = "oci://REGISTRY/site-a"`): the same life, its checkpoint
+/// an OCI artifact in `site-a/checkpoints` tagged by its ID, with the
+/// checkpoint record as its config and the image as its subject.
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_site_whose_repository_is_a_registry_deploys_checkpoints_and_restores() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("registry-site");
+    let reg = Distribution::start(Some((USER, PASSWORD)));
+    // An image-repo runs too, unused: the site is configured with the registry.
+    let mut repo = ImageRepo::start(&dir).await;
+    let unused = std::mem::replace(&mut repo.url, format!("oci://{}/site-a", reg.addr));
+    let (image, vee, checkpoint_id) = boot_checkpoint_and_recover(&reg, &dir, &repo).await;
+
+    let registries = Registries::new(&[entry(&reg, &dir, PASSWORD)]).unwrap();
+    let tagged = |repository: &str, tag: &str| RegistryImage {
+        registry: reg.addr.clone(),
+        repository: repository.into(),
+        tag: Some(tag.into()),
+        digest: None,
+    };
+    let raw = registries
+        .raw_manifest(&tagged("site-a/checkpoints", &checkpoint_id))
+        .await
+        .unwrap();
+    let m: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(m["artifactType"], artifact::CHECKPOINT_ARTIFACT_TYPE, "{m}");
+    assert_eq!(m["subject"]["digest"], image.digest.as_ref().unwrap().to_string(), "{m}");
+    // Its config is the checkpoint record, whose blobs are its layers.
+    assert_eq!(m["config"]["mediaType"], artifact::CHECKPOINT_CONFIG);
+    let config = artifact::Layer {
+        digest: m["config"]["digest"].as_str().unwrap().parse().unwrap(),
+        size: m["config"]["size"].as_u64().unwrap(),
+        media_type: artifact::CHECKPOINT_CONFIG.into(),
+    };
+    let file = dir.join("config.json");
+    registries
+        .pull_layer(&tagged("site-a/checkpoints", "x"), &config, &file)
+        .await
+        .unwrap();
+    let record = artifact::record_of_config(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(
+        (record.vee_id.as_str(), record.checkpoint_id.as_str()),
+        (vee.as_str(), checkpoint_id.as_str())
+    );
+    assert!(record.profile.is_some() && record.spec.is_some(), "{record:?}");
+    let layers: Vec<(&str, &str)> = m["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["mediaType"].as_str().unwrap(), l["digest"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        layers,
+        [
+            (artifact::MEMORY_STATE, record.memory_blob.as_str()),
+            (artifact::DISK_OVERLAY, record.disk_blob.as_str())
+        ]
+    );
+    // The image-repo was not used.
+    repo.url = unused;
+    assert!(repo.client().list().await.unwrap().is_empty());
+}
+
+/// The life a VEE of a registry image lives at a site of two hosts with
+/// `repo` as its repository: refusals at admission, a boot from the
+/// artifact's kernel, initrd and disk, a checkpoint, its host's failure
+/// and a restore on the other host. Returns the image by digest and the
+/// IDs of the VEE and of its checkpoint.
+async fn boot_checkpoint_and_recover(reg: &Distribution, dir: &Path, repo: &ImageRepo) -> (RegistryImage, String, String) {
     let g = guest::image();
-    let pushed = push_guest(&reg, &dir, &format!("{}/acme/tiny:v1", reg.addr), &g.disk);
-    let conf = entry(&reg, &dir, PASSWORD);
+    let pushed = push_guest(reg, dir, &format!("{}/acme/tiny:v1", reg.addr), &g.disk);
+    let conf = entry(reg, dir, PASSWORD);
     let table = format!(
         "\n[[registries]]\nhost = \"{}\"\nca = \"{}\"\nusername = \"{USER}\"\npassword_file = \"{}\"\n",
         conf.host,
         reg.ca.display(),
         conf.password_file.as_ref().unwrap().display()
     );
-    // The site's repository holds nothing: the image comes from the registry.
-    let repo = ImageRepo::start(&dir).await;
     let mut hosts = [
-        Veeh::start_configured(&dir, "g1", "site-a", lab::SITE_A_URI, &repo, (2, 1024), &table).await,
-        Veeh::start_configured(&dir, "g2", "site-a", lab::SITE_A2_URI, &repo, (2, 1024), &table).await,
+        Veeh::start_configured(dir, "g1", "site-a", lab::SITE_A_URI, repo, (2, 1024), &table).await,
+        Veeh::start_configured(dir, "g2", "site-a", lab::SITE_A2_URI, repo, (2, 1024), &table).await,
     ];
     let port = site::port();
-    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&hosts[0], &hosts[1]], &[], &table);
-    let veem = Veem::start(&dir, "site-a", port, cfg).await;
+    let cfg = site::write_config(dir, "site-a", port, repo, &[&hosts[0], &hosts[1]], &[], &table);
+    let veem = Veem::start(dir, "site-a", port, cfg).await;
     let mut acme = veem.client(ACME).await;
     let manifest = |image: &str| {
         format!(
@@ -178,7 +257,7 @@ async fn lab_a_vee_boots_from_a_registry_image_resolved_at_admission() {
         })
         .await;
     let at = usize::from(site::host_of(&info).as_deref() != Some(hosts[0].host.as_str()));
-    let (a1, a2) = (&hosts[at], &hosts[1 - at]);
+    let a1 = &hosts[at];
     // It boots the artifact's kernel and initrd, with the artifact's disk.
     let (_, disk) = wait_tick(&mut a1.client().await, &vee, 2, Duration::from_secs(180)).await;
     assert!(disk.is_some(), "the guest sees its disk");
@@ -186,29 +265,26 @@ async fn lab_a_vee_boots_from_a_registry_image_resolved_at_admission() {
     let record = std::fs::read_to_string(a1.state_dir.join("vees").join(&vee).join("vee.json")).unwrap();
     assert!(record.contains(&pushed.to_string()), "{record}");
     assert!(!record.contains(":v1"), "{record}");
-    // The layers came from the registry: the site's repository holds only
-    // the checkpoint's blobs once one is taken.
-    assert!(repo.client().list().await.unwrap().is_empty());
 
-    // Checkpointed, then its host fails: restored on a second host, which
+    // Checkpointed, then its host fails: restored on the other host, which
     // pulls the image's layers from the registry and the checkpoint from
     // the site's repository.
     let mut c = a1.client().await;
     let before = e2e::guest::last_tick(&e2e::daemons::console(&mut c, &vee).await).unwrap().0;
-    site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Checkpoint)
+    let taken = site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Checkpoint)
         .await
         .unwrap();
     let (failed, uri) = (a1.host.clone(), a1.uri.clone());
-    let a2_host = a2.host.clone();
+    let a2_host = hosts[1 - at].host.clone();
     hosts[at].daemon.kill();
     veeh::hypervisor::Hypervisor::open(&uri, &failed).unwrap().destroy(&vee).unwrap();
     let a2 = &hosts[1 - at];
     let info = veem
-        .wait_vee(&vee, "restored on g2", Duration::from_secs(180), |i| {
+        .wait_vee(&vee, "restored on the other host", Duration::from_secs(180), |i| {
             i.state() == interfaces::vmi::VeeState::Running && site::host_of(i).as_deref() == Some(a2_host.as_str())
         })
         .await;
-    assert!(!info.latest_checkpoint.is_empty());
+    assert_eq!(info.latest_checkpoint, taken.latest_checkpoint);
     let mut c2 = a2.client().await;
     wait_tick(&mut c2, &vee, 1, Duration::from_secs(120)).await;
     let first = e2e::guest::ticks(&e2e::daemons::console(&mut c2, &vee).await)[0];
@@ -218,4 +294,5 @@ async fn lab_a_vee_boots_from_a_registry_image_resolved_at_admission() {
     );
     let record = std::fs::read_to_string(a2.state_dir.join("vees").join(&vee).join("vee.json")).unwrap();
     assert!(record.contains(&pushed.to_string()), "{record}");
+    (pushed, vee, taken.latest_checkpoint)
 }

@@ -12,7 +12,6 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use interfaces::repo_client::{BlobKind, PushMeta};
 use interfaces::vhi::HostEventKind;
 use interfaces::vhi::{CheckpointRecord, CompatibilityProfile, RestoreRequest, VeeStatus};
 use interfaces::BlobId;
@@ -21,6 +20,7 @@ use crate::domain_xml::{self, PathMap};
 use crate::error::HostError;
 use crate::host::{now_ms, Host};
 use crate::qemu_img;
+use crate::repository::Part;
 use crate::vee_store::VeeRecord;
 
 /// Why a checkpoint taken under `taken` cannot be restored on `here`, naming
@@ -99,30 +99,25 @@ impl Host {
             let id = vee_id.clone();
             self.blocking(move |hv| hv.destroy(&id)).await?;
         }
-        let label = |kind: &str| format!("vee-{vee_id}-{cp_id}-{kind}");
-        let mut meta = PushMeta::new(label("memory"), BlobKind::CheckpointMemory);
-        meta.labels.insert("vee".into(), vee_id.clone());
-        let memory_blob = self.repo.push_file(&memory, &meta).await.context("push checkpoint memory")?;
-        let memory_bytes = std::fs::metadata(&memory)?.len();
-        let (disk_blob, disk_bytes) = if has_disk {
-            let mut meta = PushMeta::new(label("disk"), BlobKind::CheckpointDisk);
-            meta.format = Some("qcow2".into());
-            meta.labels.insert("vee".into(), vee_id.clone());
-            (
+        let mut layers = vec![self
+            .repo
+            .push_part(&vee_id, cp_id, Part::Memory, &memory)
+            .await
+            .context("push checkpoint memory")?];
+        if has_disk {
+            layers.push(
                 self.repo
-                    .push_file(&frozen, &meta)
+                    .push_part(&vee_id, cp_id, Part::Disk, &frozen)
                     .await
-                    .context("push checkpoint disk")?
-                    .to_string(),
-                std::fs::metadata(&frozen)?.len(),
-            )
-        } else {
-            (String::new(), 0)
-        };
-        Ok(CheckpointRecord {
+                    .context("push checkpoint disk")?,
+            );
+        }
+        let (memory_blob, memory_bytes) = (layers[0].digest.to_string(), layers[0].size);
+        let (disk_blob, disk_bytes) = layers.get(1).map_or((String::new(), 0), |l| (l.digest.to_string(), l.size));
+        let record = CheckpointRecord {
             checkpoint_id: cp_id.to_string(),
             vee_id: vee_id.clone(),
-            memory_blob: memory_blob.to_string(),
+            memory_blob,
             memory_bytes,
             disk_blob,
             disk_bytes,
@@ -133,7 +128,13 @@ impl Host {
             host: self.cfg.host.clone(),
             format_version: interfaces::CHECKPOINT_RECORD_FORMAT,
             ..Default::default()
-        })
+        };
+        let base = self.cached_artifact(rec).ok().flatten();
+        self.repo
+            .record_checkpoint(&record, &layers, base.as_ref())
+            .await
+            .context("record the checkpoint in the repository")?;
+        Ok(record)
     }
 
     /// Restores a checkpoint (taken here or on any compatible host) and
@@ -167,13 +168,19 @@ impl Host {
         let dir = self.vees.dir(&vee_id);
         let memory = dir.join(format!("restore-{}.state", cp.checkpoint_id));
         let mem_id: BlobId = cp.memory_blob.parse().map_err(|e| HostError::field("checkpoint.memory_blob", e))?;
-        self.repo.pull(&mem_id, &memory, None).await.context("pull checkpoint memory")?;
+        self.repo
+            .pull_part(&mem_id, cp.memory_bytes, Part::Memory, &memory)
+            .await
+            .context("pull checkpoint memory")?;
         let overlay = self.vees.overlay(&vee_id);
         if !cp.disk_blob.is_empty() {
             let disk_id: BlobId = cp.disk_blob.parse().map_err(|e| HostError::field("checkpoint.disk_blob", e))?;
             let tmp = dir.join("overlay.restore.qcow2");
             let _ = std::fs::remove_file(&tmp);
-            self.repo.pull(&disk_id, &tmp, None).await.context("pull checkpoint disk")?;
+            self.repo
+                .pull_part(&disk_id, cp.disk_bytes, Part::Disk, &tmp)
+                .await
+                .context("pull checkpoint disk")?;
             let (t, base) = (tmp.clone(), paths.base.clone());
             tokio::task::spawn_blocking(move || match base {
                 Some(base) => qemu_img::rebase_unsafe(&t, &base),

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use interfaces::repo_client::RepoClient;
 use interfaces::vhi::{self, CompatibilityProfile, HostEvent, HostEventKind, VeeSpec, VeeState};
 use tokio::sync::broadcast;
 
@@ -18,6 +17,7 @@ use crate::error::HostError;
 use crate::hypervisor::{DomainState, Hypervisor};
 use crate::image_cache::ImageCache;
 use crate::qemu_img;
+use crate::repository::Repository;
 use crate::vee_store::{VeeRecord, VeeStore};
 
 mod guest;
@@ -35,7 +35,7 @@ pub struct Host {
     pub accel: Accel,
     pub hv: Arc<Hypervisor>,
     pub cache: ImageCache,
-    pub repo: RepoClient,
+    pub repo: Repository,
     pub vees: VeeStore,
     pub events: broadcast::Sender<HostEvent>,
     /// Read once at start: libvirt's capabilities call is expensive (and
@@ -94,9 +94,9 @@ impl Host {
     pub fn open(cfg: VeehConfig) -> Result<Arc<Self>> {
         let accel = Accel::detect(cfg.accel);
         let hv = Arc::new(Hypervisor::open(&cfg.libvirt_uri, &cfg.host)?);
-        let repo = RepoClient::with_ca(&cfg.image_repo, cfg.image_repo_token.clone(), cfg.image_repo_ca.as_deref())?;
-        let registries = interfaces::registry::Registries::new(&cfg.registries)?;
-        let cache = ImageCache::new(&cfg.cache_dir(), cfg.cache_limit >> 20, repo.clone(), registries)?;
+        let registries = Arc::new(interfaces::registry::Registries::new(&cfg.registries)?);
+        let repo = Repository::open(&cfg.image_repo, cfg.image_repo_token.clone(), cfg.image_repo_ca.as_deref(), registries.clone())?;
+        let cache = ImageCache::new(&cfg.cache_dir(), cfg.cache_limit >> 20, repo.client().cloned(), registries)?;
         let vees = VeeStore::open(&cfg.state_dir)?;
         let (events, _) = broadcast::channel(256);
         let facts = hv.facts()?;

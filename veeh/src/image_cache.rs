@@ -18,6 +18,7 @@
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
@@ -42,8 +43,8 @@ pub struct Cached {
 pub struct ImageCache {
     dir: PathBuf,
     limit_bytes: u64,
-    repo: RepoClient,
-    registries: Registries,
+    repo: Option<RepoClient>,
+    registries: Arc<Registries>,
     pulls: Mutex<()>,
 }
 
@@ -60,9 +61,9 @@ fn stamp(path: &Path) -> Option<String> {
 
 impl ImageCache {
     /// A cache in `dir` holding at most `limit_mib` MiB of unused images.
-    /// Pulls go to `repo` for content IDs and to `registries` for
-    /// registry images.
-    pub fn new(dir: &Path, limit_mib: u64, repo: RepoClient, registries: Registries) -> Result<Self> {
+    /// Pulls go to `repo` for content IDs (none when the site's repository
+    /// is an OCI registry) and to `registries` for registry images.
+    pub fn new(dir: &Path, limit_mib: u64, repo: Option<RepoClient>, registries: Arc<Registries>) -> Result<Self> {
         for sub in ["blobs", "manifests"] {
             std::fs::create_dir_all(dir.join(sub)).with_context(|| format!("{}", dir.display()))?;
         }
@@ -110,8 +111,10 @@ impl ImageCache {
     /// (unknown to the repository, digest mismatch, I/O).
     pub async fn ensure(&self, id: &BlobId) -> Result<Cached> {
         self.ensure_by(id, |path| async move {
-            self.repo
-                .pull(id, &path, None)
+            let repo = self.repo.as_ref().with_context(|| {
+                format!("{id}: this site's repository is an OCI registry; name images there as REGISTRY/REPOSITORY@sha256:...")
+            })?;
+            repo.pull(id, &path, None)
                 .await
                 .with_context(|| format!("pull {id} into the image cache"))
         })
@@ -225,7 +228,7 @@ mod tests {
     fn cache(dir: &Path, limit_mib: u64) -> ImageCache {
         // Nothing listens on port 9: every pull fails, so these tests see
         // exactly what the cache does with the files it has.
-        ImageCache::new(dir, limit_mib, RepoClient::new("http://127.0.0.1:9", None).unwrap(), Registries::new(&[]).unwrap()).unwrap()
+        ImageCache::new(dir, limit_mib, Some(RepoClient::new("http://127.0.0.1:9", None).unwrap()), Arc::new(Registries::new(&[]).unwrap())).unwrap()
     }
 
     fn put(c: &ImageCache, content: &[u8], used_secs_ago: u64) -> BlobId {

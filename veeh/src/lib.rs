@@ -18,6 +18,7 @@ pub mod image_cache;
 pub mod migration;
 pub mod network;
 pub mod qemu_img;
+pub mod repository;
 pub mod seed;
 pub mod server;
 pub mod vee_store;

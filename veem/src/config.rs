@@ -469,6 +469,21 @@ impl VeemConfig {
         if self.checkpoints_kept == 0 {
             return Err(invalid("checkpoints_kept", "must be at least 1 (the latest checkpoint is always kept)"));
         }
+        if let Some(site) = interfaces::registry::SiteRegistry::parse(&self.image_repo) {
+            let site = site.map_err(|why| invalid("image_repo", why))?;
+            if !self.registries.iter().any(|r| r.host == site.registry) {
+                return Err(invalid(
+                    "image_repo",
+                    format!("registry {} is not one of the [[registries]]", site.registry),
+                ));
+            }
+            if self.replicate_checkpoints {
+                return Err(invalid(
+                    "replicate_checkpoints",
+                    "needs an image-repo with [[peers]]; this site's repository is an OCI registry",
+                ));
+            }
+        }
         if !["packing", "striping", "load-aware"].contains(&self.rank_policy.as_str()) {
             return Err(invalid(
                 "rank_policy",

@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | a VEEH of the site | [`HostVhi`]: the VHI service trait generated from `vhi.proto` | [`GrpcHost`] (tonic channel) |
 //! | a peer site | [`Peer`]: the VMI peer calls the workflows make | [`GrpcPeer`] (tonic, the agreement's bearer token) |
-//! | the image repository | [`ImageRepository`] | `interfaces::repo_client::RepoClient` (reqwest) |
+//! | the image repository | [`ImageRepository`] | `interfaces::repo_client::RepoClient` (reqwest), or `registry_repository::RegistryRepository` for a site whose repository is an OCI registry |
 //! | the clock | [`Clock`] | [`SystemClock`] |
 
 // tonic's calls return its large `Status` as their error.
@@ -42,6 +42,7 @@ use crate::peers::{Bearer, PeerChannel};
 use crate::wire::peer as wire;
 
 mod following;
+mod registry_repository;
 
 /// A stream of replies, as the VHI's streaming calls return them.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -493,11 +494,16 @@ impl Ports {
                 insecure: cfg.insecure,
                 epoch,
             }),
-            repo: Arc::new(RepoClient::with_ca(
-                &cfg.image_repo,
-                cfg.image_repo_token.clone(),
-                cfg.image_repo_ca.as_deref(),
-            )?),
+            repo: match interfaces::registry::SiteRegistry::parse(&cfg.image_repo) {
+                Some(site) => Arc::new(registry_repository::RegistryRepository {
+                    site: site.map_err(|why| anyhow!("field `image_repo`: {why}"))?,
+                }),
+                None => Arc::new(RepoClient::with_ca(
+                    &cfg.image_repo,
+                    cfg.image_repo_token.clone(),
+                    cfg.image_repo_ca.as_deref(),
+                )?),
+            },
             registries: Arc::new(interfaces::registry::Registries::new(&cfg.registries)?),
             clock: Arc::new(SystemClock),
         })

@@ -54,6 +54,8 @@ pub struct Layer {
 pub struct ImageArtifact {
     /// The digest of the manifest's bytes.
     pub digest: BlobId,
+    /// The manifest's size in bytes (a checkpoint's `subject` gives it).
+    pub size: u64,
     pub disk: Layer,
     pub kernel: Option<Layer>,
     pub initrd: Option<Layer>,
@@ -106,6 +108,7 @@ impl ImageArtifact {
         }
         Ok(Self {
             digest: BlobId::of(raw),
+            size: raw.len() as u64,
             disk,
             kernel,
             initrd,
@@ -143,6 +146,57 @@ pub fn image_manifest(layers: &[Layer]) -> Vec<u8> {
 
 /// The empty config's content, `{}`.
 pub const EMPTY_CONFIG: &[u8] = b"{}";
+
+/// A checkpoint artifact's config ([`CHECKPOINT_CONFIG`]): the checkpoint
+/// record, whole (`record`: `vhi.v1.CheckpointRecord` in protobuf, hex),
+/// beside its fields a reader wants without decoding it (JSON).
+pub fn checkpoint_config(rec: &crate::vhi::CheckpointRecord) -> Vec<u8> {
+    use prost::Message;
+    let profile = rec.profile.clone().unwrap_or_default();
+    let config = serde_json::json!({
+        "format_version": rec.format_version,
+        "checkpoint_id": rec.checkpoint_id,
+        "vee_id": rec.vee_id,
+        "host": rec.host,
+        "take_time_unix_ms": crate::time::ms_of(&rec.take_time),
+        "memory_blob": rec.memory_blob,
+        "memory_bytes": rec.memory_bytes,
+        "disk_blob": rec.disk_blob,
+        "disk_bytes": rec.disk_bytes,
+        "profile": { "arch": profile.arch, "machine": profile.machine, "accel": profile.accel, "cpu_model": profile.cpu_model, "qemu_version": profile.qemu_version },
+        "record": hex::encode(rec.encode_to_vec()),
+    });
+    serde_json::to_vec(&config).expect("a JSON value serializes")
+}
+
+/// The checkpoint record a config of [`checkpoint_config`] holds. Errors:
+/// not such a config, naming what is wrong.
+pub fn record_of_config(config: &[u8]) -> Result<crate::vhi::CheckpointRecord, String> {
+    use prost::Message;
+    let v: serde_json::Value = serde_json::from_slice(config).map_err(|e| format!("not JSON: {e}"))?;
+    let hex_record = v["record"].as_str().ok_or("no `record`")?;
+    let bytes = hex::decode(hex_record).map_err(|e| format!("`record`: {e}"))?;
+    crate::vhi::CheckpointRecord::decode(bytes.as_slice()).map_err(|e| format!("`record`: {e}"))
+}
+
+/// The manifest of a checkpoint artifact: `config` (the checkpoint record,
+/// [`CHECKPOINT_CONFIG`]), `layers` (the memory state, the disk overlay)
+/// and, when the VEE's image is an image artifact, that image's manifest
+/// as `subject` (its digest and size).
+pub fn checkpoint_manifest(config: &Layer, layers: &[Layer], subject: Option<(&BlobId, u64)>) -> Vec<u8> {
+    let descriptor = |l: &Layer| serde_json::json!({ "mediaType": l.media_type, "digest": l.digest.to_string(), "size": l.size });
+    let mut manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": CHECKPOINT_ARTIFACT_TYPE,
+        "config": descriptor(config),
+        "layers": layers.iter().map(descriptor).collect::<Vec<_>>(),
+    });
+    if let Some((digest, size)) = subject {
+        manifest["subject"] = serde_json::json!({ "mediaType": OCI_MANIFEST, "digest": digest.to_string(), "size": size });
+    }
+    serde_json::to_vec(&manifest).expect("a JSON value serializes")
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,8 @@
-//! Pushing a VEE image artifact to a registry: its layers from files
-//! (streamed, each hashed first so that the registry checks the digest it
-//! is told), the empty config, then the manifest under the reference's
-//! tag or digest.
+//! Pushing VEE artifacts to a registry: layers from files (streamed, each
+//! hashed first so that the registry checks the digest it is told; one
+//! the repository holds is not sent again), a config, then the manifest
+//! under a tag or its digest: an image artifact ([`Registries::push_image`])
+//! or a checkpoint's ([`Registries::push_checkpoint`]).
 
 use std::path::Path;
 
@@ -10,6 +11,7 @@ use reqwest::header::HeaderValue;
 use tokio_util::io::ReaderStream;
 
 use super::artifact::{self, Layer};
+
 use super::{registry_err, Registries};
 use crate::error::{Error, Result};
 use crate::manifest::RegistryImage;
@@ -23,29 +25,10 @@ impl Registries {
     /// digest. Errors: [`Error::Registry`] (the registry refused or the
     /// artifact would not be a VEE image), [`Error::Io`].
     pub async fn push_image(&self, image: &RegistryImage, files: &[(&str, &Path)]) -> Result<BlobId> {
-        let (e, _) = self.entry(image)?;
-        let repo = Reference::with_tag(image.registry.clone(), image.repository.clone(), "push".into());
-        e.client
-            .auth(&repo, &e.auth, oci_client::RegistryOperation::Push)
-            .await
-            .map_err(|err| registry_err(&image.registry, "sign in to push", crate::error::chain(&err)))?;
+        let (e, repo) = self.signed_in_to_push(image).await?;
         let mut layers = Vec::new();
         for (media_type, path) in files {
-            let w = hash_file(path).await.map_err(|err| Error::io(path, err))?;
-            let what = format!("push {}", path.display());
-            if !e.client.blob_exists(&repo, &w.id.to_string()).await.unwrap_or(false) {
-                let file = tokio::fs::File::open(path).await.map_err(|err| Error::io(path, err))?;
-                let stream = futures::TryStreamExt::map_err(ReaderStream::new(file), oci_client::errors::OciDistributionError::from);
-                e.client
-                    .push_blob_stream(&repo, stream, &w.id.to_string(), Some(w.len))
-                    .await
-                    .map_err(|err| registry_err(&image.registry, &what, crate::error::chain(&err)))?;
-            }
-            layers.push(Layer {
-                digest: w.id,
-                size: w.len,
-                media_type: media_type.to_string(),
-            });
+            layers.push(self.push_layer(image, media_type, path).await?);
         }
         let raw = artifact::image_manifest(&layers);
         artifact::ImageArtifact::parse(&raw).map_err(|why| registry_err(&image.registry, "push", format!("not a VEE image: {why}")))?;
@@ -70,6 +53,73 @@ impl Registries {
             .push_manifest_raw(&target, raw, HeaderValue::from_static(artifact::OCI_MANIFEST))
             .await
             .map_err(|err| registry_err(&image.registry, format!("push the manifest of {image}"), crate::error::chain(&err)))?;
+        Ok(digest)
+    }
+
+    /// The client of `image`'s registry, signed in to push to its
+    /// repository, and a reference to that repository.
+    async fn signed_in_to_push(&self, image: &RegistryImage) -> Result<(&super::Entry, Reference)> {
+        let e = self.find(&image.registry, &image.to_string())?;
+        let repo = Reference::with_tag(image.registry.clone(), image.repository.clone(), "push".into());
+        e.client
+            .auth(&repo, &e.auth, oci_client::RegistryOperation::Push)
+            .await
+            .map_err(|err| registry_err(&image.registry, "sign in to push", crate::error::chain(&err)))?;
+        Ok((e, repo))
+    }
+
+    /// Pushes file `path` as a blob of `image`'s repository (not sent when
+    /// the repository holds it); its layer descriptor with `media_type`.
+    pub async fn push_layer(&self, image: &RegistryImage, media_type: &str, path: &Path) -> Result<Layer> {
+        let (e, repo) = self.signed_in_to_push(image).await?;
+        let w = hash_file(path).await.map_err(|err| Error::io(path, err))?;
+        let what = format!("push {}", path.display());
+        if !e.client.blob_exists(&repo, &w.id.to_string()).await.unwrap_or(false) {
+            let file = tokio::fs::File::open(path).await.map_err(|err| Error::io(path, err))?;
+            let stream = futures::TryStreamExt::map_err(ReaderStream::new(file), oci_client::errors::OciDistributionError::from);
+            e.client
+                .push_blob_stream(&repo, stream, &w.id.to_string(), Some(w.len))
+                .await
+                .map_err(|err| registry_err(&image.registry, &what, crate::error::chain(&err)))?;
+        }
+        Ok(Layer {
+            digest: w.id,
+            size: w.len,
+            media_type: media_type.to_string(),
+        })
+    }
+
+    /// Pushes a checkpoint artifact to `repository` (a registry and
+    /// repository, without tag or digest), tagged `tag`: `config` (the
+    /// checkpoint record, [`artifact::CHECKPOINT_CONFIG`]) and the manifest
+    /// of `layers` (pushed before with [`Registries::push_layer`]), with
+    /// `subject` its base image's manifest (digest, size). Returns the
+    /// manifest's digest. Errors: [`Error::Registry`].
+    pub async fn push_checkpoint(
+        &self,
+        repository: &RegistryImage,
+        tag: &str,
+        config: Vec<u8>,
+        layers: &[Layer],
+        subject: Option<(&BlobId, u64)>,
+    ) -> Result<BlobId> {
+        let (e, repo) = self.signed_in_to_push(repository).await?;
+        let config_layer = Layer {
+            digest: BlobId::of(&config),
+            size: config.len() as u64,
+            media_type: artifact::CHECKPOINT_CONFIG.into(),
+        };
+        e.client
+            .push_blob(&repo, config, &config_layer.digest.to_string())
+            .await
+            .map_err(|err| registry_err(&repository.registry, "push a checkpoint's record", crate::error::chain(&err)))?;
+        let raw = artifact::checkpoint_manifest(&config_layer, layers, subject);
+        let digest = BlobId::of(&raw);
+        let target = Reference::with_tag(repository.registry.clone(), repository.repository.clone(), tag.to_string());
+        e.client
+            .push_manifest_raw(&target, raw, HeaderValue::from_static(artifact::OCI_MANIFEST))
+            .await
+            .map_err(|err| registry_err(&repository.registry, format!("push checkpoint {tag}"), crate::error::chain(&err)))?;
         Ok(digest)
     }
 }

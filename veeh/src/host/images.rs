@@ -103,7 +103,7 @@ impl Host {
     /// The artifact of `rec`'s registry image, from the cache; `None` for
     /// a content ID. Errors: a registry image whose manifest is not cached
     /// (the VEE was not prepared here).
-    fn cached_artifact(&self, rec: &VeeRecord) -> Result<Option<ImageArtifact>> {
+    pub(crate) fn cached_artifact(&self, rec: &VeeRecord) -> Result<Option<ImageArtifact>> {
         let Some(ImageRef::Registry(image)) = image_ref(&rec.image)? else {
             return Ok(None);
         };
