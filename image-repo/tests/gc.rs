@@ -74,3 +74,55 @@ async fn gc_removes_only_what_nothing_needs() {
     let err = site.gc(Duration::ZERO, false).await.unwrap_err().to_string();
     assert!(err.contains("403") || err.contains("may not collect garbage"), "{err}");
 }
+
+/// A checkpoint as the VEEH records it at an image-repo site (issue 39,
+/// item 2): blobs through `/v1`, then its OCI artifact in `SITE/checkpoints`
+/// (`RepoClient::put_checkpoint_artifact`). Its blobs stay while the
+/// artifact links them, even unpinned; once the VEEM forgets it
+/// (`drop_checkpoint_artifact`) and unpins them, gc takes them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_checkpoint_artifact_keeps_its_blobs_until_it_is_dropped() {
+    use interfaces::artifact::{self, Layer};
+    let repo = Repo::start();
+    let site = repo.client_with(Some(SITE_TOKEN));
+    let memory = push(&site, &repo, "vee-1-cp-2-memory", BlobKind::CheckpointMemory, &content(6, 1000)).await;
+    let disk = push(&site, &repo, "vee-1-cp-2-disk", BlobKind::CheckpointDisk, &content(7, 500)).await;
+    let layer = |digest: &BlobId, size, media_type: &str| Layer {
+        digest: digest.clone(),
+        size,
+        media_type: media_type.into(),
+    };
+    let layers = [layer(&memory, 1000, artifact::MEMORY_STATE), layer(&disk, 500, artifact::DISK_OVERLAY)];
+    let config = br#"{"checkpoint_id":"cp-2"}"#.to_vec();
+    let digest = site
+        .put_checkpoint_artifact("site-a/checkpoints", "cp-2", config.clone(), &layers, None)
+        .await
+        .unwrap();
+    // The manifest is there under its tag, as the artifact the VEEH built.
+    let got = reqwest::Client::new()
+        .get(format!("{}/v2/site-a/checkpoints/manifests/cp-2", repo.url))
+        .bearer_auth(SITE_TOKEN)
+        .header("Accept", artifact::OCI_MANIFEST)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 200);
+    let raw = got.bytes().await.unwrap();
+    assert_eq!(BlobId::of(&raw), digest);
+    let m: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(m["artifactType"], artifact::CHECKPOINT_ARTIFACT_TYPE);
+    // A provider may not record one in the site's namespace.
+    let acme = repo.client_with(Some(ACME_TOKEN));
+    assert!(acme
+        .put_checkpoint_artifact("site-a/checkpoints", "cp-x", config, &layers, None)
+        .await
+        .is_err());
+
+    let operator = repo.client();
+    assert!(operator.gc(Duration::ZERO, false).await.unwrap().removed.is_empty(), "linked: kept");
+    let blobs = [memory.clone(), disk.clone()];
+    site.drop_checkpoint_artifact("site-a/checkpoints", "cp-2", &blobs).await.unwrap();
+    site.drop_checkpoint_artifact("site-a/checkpoints", "cp-2", &blobs).await.unwrap();
+    let removed: BTreeSet<BlobId> = operator.gc(Duration::ZERO, false).await.unwrap().removed.into_iter().collect();
+    assert!(removed.contains(&memory) && removed.contains(&disk), "{removed:?}");
+}

@@ -2,6 +2,7 @@
 //! the service manifest and SLA types, the image repository client and the
 //! shared error type. No daemon code lives here (DESIGN.md §2).
 
+pub mod artifact;
 pub mod auth_throttle;
 pub mod cloud_init;
 pub mod config;

@@ -9,7 +9,6 @@
 //! layer descriptors are built from the digest and size alone, so that a
 //! manifest's `urls` never send a request elsewhere.
 
-pub mod artifact;
 mod push;
 
 use std::path::{Path, PathBuf};
@@ -28,7 +27,7 @@ use crate::repo_client::pull::partial_path;
 use crate::repo_client::sink::HashingSink;
 use crate::retry::RetryPolicy;
 use crate::BlobId;
-use artifact::{ImageArtifact, Layer, OCI_MANIFEST};
+use crate::artifact::{self, ImageArtifact, Layer, OCI_MANIFEST};
 
 /// `[[registries]]`: one OCI registry the site trusts.
 ///

@@ -10,6 +10,7 @@
 //! # Ok(()) }
 //! ```
 
+mod oci;
 pub mod pull;
 mod push;
 

@@ -13,7 +13,8 @@ use e2e::daemons::{wait_tick, ImageRepo, Veeh};
 use e2e::site::{self, Veem, ACME};
 use e2e::{guest, lab};
 use interfaces::manifest::{ImageRef, RegistryImage};
-use interfaces::registry::{artifact, Registries, RegistryConfig, Scope};
+use interfaces::artifact;
+use interfaces::registry::{Registries, RegistryConfig, Scope};
 use interfaces::BlobId;
 use vee_testkit::registry::Distribution;
 
@@ -128,14 +129,32 @@ async fn lab_a_vee_boots_from_a_registry_image_resolved_at_admission() {
     let dir = lab::test_dir("registry-boot");
     let reg = Distribution::start(Some((USER, PASSWORD)));
     let repo = ImageRepo::start(&dir).await;
-    let (_, vee, _) = boot_checkpoint_and_recover(&reg, &dir, &repo).await;
+    let (image, vee, checkpoint_id) = boot_checkpoint_and_recover(&reg, &dir, &repo).await;
     // The checkpoint's blobs are in the site's image-repo, and only they:
     // the image's layers came from the registry.
     let held = repo.client().list().await.unwrap();
     let mut kinds: Vec<String> = held.iter().map(|b| format!("{:?}", b.kind)).collect();
     kinds.sort();
-    assert_eq!(kinds, ["CheckpointDisk", "CheckpointMemory"], "{held:?}");
-    assert!(held.iter().all(|b| b.labels.get("vee") == Some(&vee)), "{held:?}");
+    // (The checkpoint's artifact: its record and its manifest.)
+    assert_eq!(kinds, ["CheckpointDisk", "CheckpointMemory", "Manifest", "OciBlob"], "{held:?}");
+    // The checkpoint is an OCI artifact in the image-repo's /v2 too.
+    let password = dir.join("site-token");
+    std::fs::write(&password, repo.site_token("site-a")).unwrap();
+    let ours = Registries::new(&[RegistryConfig {
+        host: repo.url.trim_start_matches("https://").into(),
+        ca: Some(repo.ca.clone()),
+        username: Some("site-a".into()),
+        password_file: Some(password),
+        scope: Scope::Any,
+    }])
+    .unwrap();
+    let artifact_repo = RegistryImage {
+        registry: repo.url.trim_start_matches("https://").into(),
+        repository: "site-a/checkpoints".into(),
+        tag: Some(checkpoint_id.clone()),
+        digest: None,
+    };
+    check_checkpoint_artifact(&ours, &artifact_repo, &image, &vee, &dir).await;
 }
 
 /// Item 6: a site whose repository is the registry itself
@@ -153,35 +172,45 @@ async fn lab_a_site_whose_repository_is_a_registry_deploys_checkpoints_and_resto
     let (image, vee, checkpoint_id) = boot_checkpoint_and_recover(&reg, &dir, &repo).await;
 
     let registries = Registries::new(&[entry(&reg, &dir, PASSWORD)]).unwrap();
-    let tagged = |repository: &str, tag: &str| RegistryImage {
+    let artifact_repo = RegistryImage {
         registry: reg.addr.clone(),
-        repository: repository.into(),
-        tag: Some(tag.into()),
+        repository: "site-a/checkpoints".into(),
+        tag: Some(checkpoint_id),
         digest: None,
     };
-    let raw = registries
-        .raw_manifest(&tagged("site-a/checkpoints", &checkpoint_id))
-        .await
-        .unwrap();
+    check_checkpoint_artifact(&registries, &artifact_repo, &image, &vee, &dir).await;
+    // The image-repo was not used.
+    repo.url = unused;
+    assert!(repo.client().list().await.unwrap().is_empty());
+}
+
+/// The checkpoint artifact `tagged` names (by the checkpoint's ID) is one
+/// of VEE `vee`: its type, its subject (`image`), its config the record,
+/// whose blobs are its layers.
+async fn check_checkpoint_artifact(registries: &Registries, tagged: &RegistryImage, image: &RegistryImage, vee: &str, dir: &Path) {
+    let raw = registries.raw_manifest(tagged).await.unwrap();
     let m: serde_json::Value = serde_json::from_slice(&raw).unwrap();
     assert_eq!(m["artifactType"], artifact::CHECKPOINT_ARTIFACT_TYPE, "{m}");
     assert_eq!(m["subject"]["digest"], image.digest.as_ref().unwrap().to_string(), "{m}");
-    // Its config is the checkpoint record, whose blobs are its layers.
+    // Found from its image: the referrers API (the image-repo), or its tag
+    // schema fallback (Distribution 2.8 has no referrers API).
+    let referrers = registries
+        .referrers(tagged, image.digest.as_ref().unwrap(), artifact::CHECKPOINT_ARTIFACT_TYPE)
+        .await
+        .unwrap();
+    assert_eq!(referrers, [BlobId::of(&raw)]);
     assert_eq!(m["config"]["mediaType"], artifact::CHECKPOINT_CONFIG);
     let config = artifact::Layer {
         digest: m["config"]["digest"].as_str().unwrap().parse().unwrap(),
         size: m["config"]["size"].as_u64().unwrap(),
         media_type: artifact::CHECKPOINT_CONFIG.into(),
     };
-    let file = dir.join("config.json");
-    registries
-        .pull_layer(&tagged("site-a/checkpoints", "x"), &config, &file)
-        .await
-        .unwrap();
+    let file = dir.join(format!("config-{}.json", config.digest.hex()));
+    registries.pull_layer(tagged, &config, &file).await.unwrap();
     let record = artifact::record_of_config(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(
-        (record.vee_id.as_str(), record.checkpoint_id.as_str()),
-        (vee.as_str(), checkpoint_id.as_str())
+        (record.vee_id.as_str(), Some(record.checkpoint_id.as_str())),
+        (vee, tagged.tag.as_deref())
     );
     assert!(record.profile.is_some() && record.spec.is_some(), "{record:?}");
     let layers: Vec<(&str, &str)> = m["layers"]
@@ -197,9 +226,6 @@ async fn lab_a_site_whose_repository_is_a_registry_deploys_checkpoints_and_resto
             (artifact::DISK_OVERLAY, record.disk_blob.as_str())
         ]
     );
-    // The image-repo was not used.
-    repo.url = unused;
-    assert!(repo.client().list().await.unwrap().is_empty());
 }
 
 /// The life a VEE of a registry image lives at a site of two hosts with

@@ -2,15 +2,18 @@
 //! repository is a single point of failure for another site. A checkpoint
 //! of a VEE run at site B for site A is replicated to A's repository when
 //! taken, so A restores it at home while B (its VEEM and its repository)
-//! is down; a VEE deployed at A from an image only B's repository holds is
-//! pulled through by digest; an image whose bytes at B do not match its
-//! digest is refused and nothing of it is kept at A.
+//! is down; with A's repository down, a host at B fails and B restores
+//! A's VEE on its other host from its own repository (the checkpoint
+//! replicated to it, the image pulled through earlier); a VEE deployed at
+//! A from an image only B's repository holds is pulled through by digest;
+//! an image whose bytes at B do not match its digest is refused and
+//! nothing of it is kept at A.
 
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::daemons::{console, wait_tick, GuestIds};
-use e2e::site::{self, manifest, ACME};
+use e2e::daemons::{console, wait_tick, GuestIds, ImageRepo, Veeh};
+use e2e::site::{self, host_of, manifest, Veem, ACME};
 use e2e::two_sites::TwoSites;
 use e2e::{guest, lab};
 use interfaces::repo_client::{BlobKind, PushMeta};
@@ -91,6 +94,82 @@ async fn lab_a_replicated_checkpoint_is_restored_at_home_while_the_remote_site_a
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_with_site_a_repository_down_a_host_at_b_fails_and_b_restores_a_vee_of_a_from_its_own() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("repo-b-recovers");
+    let (mut repo_a, repo_b) = ImageRepo::per_site(&dir).await;
+    let ids = repo_a.push_guest(&guest::image()).await;
+    let mut a1 = Veeh::start(&dir, "ra1", "site-a", lab::SITE_A_URI, &repo_a).await;
+    let mut bs = [
+        Veeh::start(&dir, "rb1", "site-b", lab::SITE_B_URI, &repo_b).await,
+        Veeh::start(&dir, "rb2", "site-b", lab::SITE_B_URI, &repo_b).await,
+    ];
+    let (pa, pb) = (site::port(), site::port());
+    let (to_b, to_a) = site::peer_links(pa, pb, false);
+    let policy = "replicate_checkpoints = true\n";
+    let ca = site::write_config(&dir, "site-a", pa, &repo_a, &[&a1], &[to_b], policy);
+    let cb = site::write_config(&dir, "site-b", pb, &repo_b, &[&bs[0], &bs[1]], &[to_a], policy);
+    let a = Veem::start(&dir, "site-a", pa, ca).await;
+    let b = Veem::start(&dir, "site-b", pb, cb).await;
+    let mut acme = a.client(ACME).await;
+    let svc = site::deploy(&mut acme, manifest("shop", "acme", &ids, 1, "")).await.unwrap();
+    let vee = svc.vees[0].vee_id.clone();
+    a.wait_vee(&vee, "running", BOOT, |i| i.state() == VeeState::Running).await;
+    wait_tick(&mut a1.client().await, &vee, 2, BOOT).await;
+
+    // A checkpoint at A; A's only host fails: the VEE is restored at B,
+    // which pulls the image through from A's repository into its own.
+    site::vee_action(&mut acme, &vee, Action::Checkpoint).await.unwrap();
+    a1.daemon.kill();
+    veeh::hypervisor::Hypervisor::open(lab::SITE_A_URI, &a1.host)
+        .unwrap()
+        .destroy(&vee)
+        .unwrap();
+    a.wait_vee(&vee, "restored at site B", BOOT, |i| {
+        i.state() == VeeState::Running && i.location == "remote (site-b)"
+    })
+    .await;
+    // A checkpoint taken at B (B's own repository; replicated to A's).
+    let at_b = b.wait_vee(&vee, "running at B", BOOT, |i| i.state() == VeeState::Running).await;
+    let running = host_of(&at_b).expect("B's operator sees the host");
+    let at = usize::from(bs[0].host != running);
+    let mut c = bs[at].client().await;
+    wait_tick(&mut c, &vee, 1, BOOT).await;
+    let before = guest::last_tick(&console(&mut c, &vee).await).unwrap().0;
+    let taken = site::vee_action(&mut acme, &vee, Action::Checkpoint).await.unwrap();
+    let after = guest::last_tick(&console(&mut c, &vee).await).unwrap().0;
+
+    // Site A's repository stops; then B's host running the VEE fails.
+    repo_a.daemon.kill();
+    let failed = bs[at].host.clone();
+    bs[at].daemon.kill();
+    veeh::hypervisor::Hypervisor::open(lab::SITE_B_URI, &failed)
+        .unwrap()
+        .destroy(&vee)
+        .unwrap();
+    let other = bs[1 - at].host.clone();
+    let info = b
+        .wait_vee(&vee, "restored on B's other host", BOOT, |i| {
+            i.state() == VeeState::Running && host_of(i).as_deref() == Some(other.as_str())
+        })
+        .await;
+    assert_eq!(info.latest_checkpoint, taken.latest_checkpoint);
+    let mut c2 = bs[1 - at].client().await;
+    wait_tick(&mut c2, &vee, 1, Duration::from_secs(60)).await;
+    let first = guest::ticks(&console(&mut c2, &vee).await)[0];
+    assert!(
+        first > before && first <= after + 1,
+        "restored from B's checkpoint (ticks {before}..={after}), first tick now {first}"
+    );
+    // Everything came from B's repository: A's was down.
+    let log = bs[1 - at].daemon.log_text();
+    assert!(log.contains("pulled blob"), "{log}");
+    site::vee_action(&mut acme, &vee, Action::Stop).await.unwrap();
+    drop((a, b, a1, bs, repo_b));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A qcow2 disk holding 1 MiB of the byte `seed`: an image with a digest
 /// of its own.
 fn own_disk(dir: &std::path::Path, name: &str, seed: u8) -> std::path::PathBuf {
@@ -130,7 +209,13 @@ async fn lab_an_image_only_at_site_b_is_pulled_through_and_a_corrupt_one_is_refu
     let vee = svc.vees[0].vee_id.clone();
     l.a.wait_vee(&vee, "running", BOOT, |i| i.state() == VeeState::Running).await;
     wait_tick(&mut l.a1.client().await, &vee, 1, BOOT).await;
-    let here = l.repo_a.client().head(&disk).await.unwrap().expect("pulled through into A's repository");
+    let here = l
+        .repo_a
+        .client()
+        .head(&disk)
+        .await
+        .unwrap()
+        .expect("pulled through into A's repository");
     assert_eq!(here.owner, "acme");
     assert!(l.repo_a.daemon.log_text().contains("pulled through from a peer site"));
 

@@ -23,7 +23,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 use interfaces::manifest::RegistryImage;
-use interfaces::registry::artifact::{ImageArtifact, Layer};
+use interfaces::artifact::{ImageArtifact, Layer};
 use interfaces::registry::Registries;
 use interfaces::repo_client::RepoClient;
 use interfaces::BlobId;

@@ -1,17 +1,19 @@
 //! The site's repository as this host sees it (`image_repo`): where its
 //! checkpoints go and come back from, and whether content IDs can be
-//! pulled. Either the site's `image-repo` (`/v1`: blobs by ID with their
-//! kind and labels), or an OCI registry (`oci://REGISTRY/NAMESPACE`, issue
-//! 39 item 6), where a checkpoint is an artifact in `NAMESPACE/checkpoints`
-//! tagged by its ID (`interfaces::registry::artifact`: its record as the
-//! config, the memory state and disk overlay as layers, the base image's
-//! manifest as `subject`).
+//! pulled. Either the site's `image-repo` (blobs by ID through `/v1`, with
+//! their kind and labels, the VEEM pinning them), or an OCI registry
+//! (`oci://REGISTRY/NAMESPACE`, issue 39 item 6). In both a checkpoint is
+//! also an OCI artifact in the site's `checkpoints` repository
+//! (`SITE/checkpoints` of the image-repo's `/v2`, `NAMESPACE/checkpoints`
+//! of the registry), tagged by its ID (`interfaces::artifact`:
+//! its record as the config, the memory state and disk overlay as layers,
+//! the VEE's image artifact, when it has one, as `subject`).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use interfaces::registry::artifact::{self, ImageArtifact, Layer};
+use interfaces::artifact::{self, ImageArtifact, Layer};
 use interfaces::registry::{Registries, SiteRegistry};
 use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
 use interfaces::vhi::CheckpointRecord;
@@ -19,8 +21,8 @@ use interfaces::BlobId;
 
 /// See the module documentation.
 pub enum Repository {
-    /// The site's `image-repo`.
-    Vee(RepoClient),
+    /// The site's `image-repo`, where the site's token has namespace `site`.
+    Vee { client: RepoClient, site: String },
     /// An OCI registry, one of `registries`.
     Registry { registries: Arc<Registries>, site: SiteRegistry },
 }
@@ -47,7 +49,7 @@ impl Repository {
     /// The repository `image_repo` names: `oci://...` (the registry must be
     /// one of `registries`), else an `image-repo` URL with its token and
     /// CA. Errors name the field.
-    pub fn open(image_repo: &str, token: Option<String>, ca: Option<&Path>, registries: Arc<Registries>) -> Result<Self> {
+    pub fn open(image_repo: &str, site: &str, token: Option<String>, ca: Option<&Path>, registries: Arc<Registries>) -> Result<Self> {
         match SiteRegistry::parse(image_repo) {
             Some(site) => {
                 let site = site.map_err(|why| anyhow::anyhow!("field `image_repo`: {why}"))?;
@@ -58,7 +60,10 @@ impl Repository {
                 );
                 Ok(Self::Registry { registries, site })
             }
-            None => Ok(Self::Vee(RepoClient::with_ca(image_repo, token, ca)?)),
+            None => Ok(Self::Vee {
+                client: RepoClient::with_ca(image_repo, token, ca)?,
+                site: site.to_string(),
+            }),
         }
     }
 
@@ -66,7 +71,7 @@ impl Repository {
     /// be pulled from it).
     pub fn client(&self) -> Option<&RepoClient> {
         match self {
-            Self::Vee(c) => Some(c),
+            Self::Vee { client, .. } => Some(client),
             Self::Registry { .. } => None,
         }
     }
@@ -75,7 +80,7 @@ impl Repository {
     /// its layer (digest, size, media type).
     pub async fn push_part(&self, vee_id: &str, cp_id: &str, part: Part, path: &Path) -> Result<Layer> {
         match self {
-            Self::Vee(c) => {
+            Self::Vee { client: c, .. } => {
                 let (name, kind) = match part {
                     Part::Memory => ("memory", BlobKind::CheckpointMemory),
                     Part::Disk => ("disk", BlobKind::CheckpointDisk),
@@ -98,20 +103,39 @@ impl Repository {
 
     /// Records checkpoint `rec` of `layers` (pushed with
     /// [`Repository::push_part`]) as an artifact tagged by its ID, with
-    /// `base` (the VEE's image artifact) as its subject; nothing to do in
-    /// an `image-repo`, where the VEEM pins the blobs.
+    /// `base` (the VEE's image artifact) as its subject. Errors: a
+    /// registry refuses it (there its tag is what keeps the blobs); an
+    /// image-repo's refusal is logged only.
     pub async fn record_checkpoint(&self, rec: &CheckpointRecord, layers: &[Layer], base: Option<&ImageArtifact>) -> Result<()> {
-        let Self::Registry { registries, site } = self else { return Ok(()) };
-        let digest = registries
-            .push_checkpoint(
-                &site.checkpoints(),
-                &rec.checkpoint_id,
-                artifact::checkpoint_config(rec),
-                layers,
-                base.map(|b| (&b.digest, b.size)),
-            )
-            .await?;
-        tracing::info!(checkpoint = %rec.checkpoint_id, %digest, repository = %site.checkpoints(), "checkpoint artifact pushed");
+        let config = artifact::checkpoint_config(rec);
+        let subject = base.map(|b| (&b.digest, b.size));
+        let (repository, digest) = match self {
+            Self::Vee { client, site } => {
+                // The VEEM's record and its pins are the checkpoint here;
+                // the artifact shows it to OCI tools, and a repository
+                // that refuses it (the site's token named otherwise than
+                // the site) costs no checkpoint.
+                let repository = format!("{site}/checkpoints");
+                match client
+                    .put_checkpoint_artifact(&repository, &rec.checkpoint_id, config, layers, subject)
+                    .await
+                {
+                    Ok(digest) => (repository, digest),
+                    Err(e) => {
+                        tracing::warn!(checkpoint = %rec.checkpoint_id, %repository, error = %e, "no OCI artifact for this checkpoint");
+                        return Ok(());
+                    }
+                }
+            }
+            Self::Registry { registries, site } => {
+                let repository = site.checkpoints();
+                let digest = registries
+                    .push_checkpoint(&repository, &rec.checkpoint_id, config, layers, subject)
+                    .await?;
+                (repository.to_string(), digest)
+            }
+        };
+        tracing::info!(checkpoint = %rec.checkpoint_id, %digest, %repository, "checkpoint artifact pushed");
         Ok(())
     }
 
@@ -119,7 +143,7 @@ impl Repository {
     /// verified by its digest.
     pub async fn pull_part(&self, id: &BlobId, size: u64, part: Part, dest: &Path) -> Result<u64> {
         match self {
-            Self::Vee(c) => Ok(c.pull(id, dest, None).await?),
+            Self::Vee { client, .. } => Ok(client.pull(id, dest, None).await?),
             Self::Registry { registries, site } => {
                 let layer = Layer {
                     digest: id.clone(),

@@ -394,6 +394,11 @@ pub trait ImageRepository: Send + Sync {
     /// the peer may restore while this site's repository is down. Errors:
     /// the repository is unreachable, has no such peer, or the peer refuses.
     async fn replicate(&self, id: &BlobId, site: &str) -> Result<()>;
+    /// Removes checkpoint `checkpoint_id`'s OCI artifact from site `site`'s
+    /// `SITE/checkpoints` repository and unlinks its blobs there (those
+    /// its manifest names and `blobs`; idempotent), before the VEEM unpins
+    /// them. Errors: the repository is unreachable or refuses.
+    async fn forget_checkpoint(&self, site: &str, checkpoint_id: &str, blobs: &[BlobId]) -> Result<()>;
 }
 
 #[tonic::async_trait]
@@ -412,6 +417,11 @@ impl ImageRepository for RepoClient {
     }
     async fn replicate(&self, id: &BlobId, site: &str) -> Result<()> {
         Ok(RepoClient::replicate(self, id, site).await?)
+    }
+    async fn forget_checkpoint(&self, site: &str, checkpoint_id: &str, blobs: &[BlobId]) -> Result<()> {
+        Ok(self
+            .drop_checkpoint_artifact(&format!("{site}/checkpoints"), checkpoint_id, blobs)
+            .await?)
     }
 }
 

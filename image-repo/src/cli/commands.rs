@@ -177,10 +177,11 @@ struct Items<'a, T> {
 }
 
 /// `push-image`: the files as a VEE image artifact
-/// (`interfaces::registry::artifact`), pushed through `oci-client`.
+/// (`interfaces::artifact`), pushed through `oci-client`.
 async fn push_image(args: PushImageArgs) -> Result<()> {
     use interfaces::manifest::ImageRef;
-    use interfaces::registry::{artifact, RegistryConfig, Registries, Scope};
+    use interfaces::artifact;
+    use interfaces::registry::{RegistryConfig, Registries, Scope};
     let ImageRef::Registry(image) = args.reference.parse::<ImageRef>()? else {
         anyhow::bail!("{}: give REGISTRY/REPOSITORY:TAG (a content ID is pushed with `image-repo push`)", args.reference);
     };

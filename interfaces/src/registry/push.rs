@@ -6,11 +6,12 @@
 
 use std::path::Path;
 
+use oci_client::manifest::ImageIndexEntry;
 use oci_client::Reference;
 use reqwest::header::HeaderValue;
 use tokio_util::io::ReaderStream;
 
-use super::artifact::{self, Layer};
+use crate::artifact::{self, Layer};
 
 use super::{registry_err, Registries};
 use crate::error::{Error, Result};
@@ -116,10 +117,70 @@ impl Registries {
         let raw = artifact::checkpoint_manifest(&config_layer, layers, subject);
         let digest = BlobId::of(&raw);
         let target = Reference::with_tag(repository.registry.clone(), repository.repository.clone(), tag.to_string());
+        let size = raw.len() as i64;
         e.client
             .push_manifest_raw(&target, raw, HeaderValue::from_static(artifact::OCI_MANIFEST))
             .await
             .map_err(|err| registry_err(&repository.registry, format!("push checkpoint {tag}"), crate::error::chain(&err)))?;
+        if let Some((subject, _)) = subject {
+            let entry = ImageIndexEntry {
+                media_type: artifact::OCI_MANIFEST.into(),
+                digest: digest.to_string(),
+                size,
+                platform: None,
+                annotations: None,
+                artifact_type: Some(artifact::CHECKPOINT_ARTIFACT_TYPE.into()),
+            };
+            self.add_referrer(e, repository, subject, entry).await?;
+        }
         Ok(digest)
+    }
+
+    /// Makes `entry` (a manifest just pushed with `subject`) a referrer of
+    /// `subject` in `repository`: a registry with the referrers API lists
+    /// it already; for one without (Distribution 2.8) the specification's
+    /// tag schema fallback, the image index tagged `sha256-<hex>` of the
+    /// subject, gets it added.
+    async fn add_referrer(&self, e: &super::Entry, repository: &RegistryImage, subject: &BlobId, entry: ImageIndexEntry) -> Result<()> {
+        let at = |tag: Option<String>| match tag {
+            Some(t) => Reference::with_tag(repository.registry.clone(), repository.repository.clone(), t),
+            None => Reference::with_digest(repository.registry.clone(), repository.repository.clone(), subject.to_string()),
+        };
+        let what = format!("referrers of {subject} in {repository}");
+        let mut index = e
+            .client
+            .pull_referrers(&at(None), None)
+            .await
+            .map_err(|err| registry_err(&repository.registry, &what, crate::error::chain(&err)))?;
+        if index.manifests.iter().any(|m| m.digest == entry.digest) {
+            return Ok(());
+        }
+        index.media_type = Some(artifact::OCI_INDEX.into());
+        index.manifests.push(entry);
+        let body = serde_json::to_vec(&index).expect("an index serializes");
+        e.client
+            .push_manifest_raw(
+                &at(Some(format!("sha256-{}", subject.hex()))),
+                body,
+                HeaderValue::from_static(artifact::OCI_INDEX),
+            )
+            .await
+            .map_err(|err| registry_err(&repository.registry, &what, crate::error::chain(&err)))?;
+        Ok(())
+    }
+
+    /// The digests of the manifests of `artifact_type` whose subject is
+    /// `subject` in `repository` (the referrers API, else its tag schema
+    /// fallback). Errors: [`Error::Registry`].
+    pub async fn referrers(&self, repository: &RegistryImage, subject: &BlobId, artifact_type: &str) -> Result<Vec<BlobId>> {
+        let e = self.find(&repository.registry, &repository.to_string())?;
+        let at = Reference::with_digest(repository.registry.clone(), repository.repository.clone(), subject.to_string());
+        e.client.store_auth_if_needed(&repository.registry, &e.auth).await;
+        let index = e
+            .client
+            .pull_referrers(&at, Some(artifact_type))
+            .await
+            .map_err(|err| registry_err(&repository.registry, format!("referrers of {subject}"), crate::error::chain(&err)))?;
+        Ok(index.manifests.iter().filter_map(|m| m.digest.parse().ok()).collect())
     }
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use interfaces::manifest::ImageRef;
-use interfaces::registry::artifact::ImageArtifact;
+use interfaces::artifact::ImageArtifact;
 use interfaces::vhi;
 use interfaces::BlobId;
 

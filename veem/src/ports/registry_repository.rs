@@ -44,4 +44,7 @@ impl ImageRepository for RegistryRepository {
     async fn replicate(&self, id: &BlobId, site: &str) -> Result<()> {
         self.share(id, site).await
     }
+    async fn forget_checkpoint(&self, _site: &str, _checkpoint_id: &str, _blobs: &[BlobId]) -> Result<()> {
+        Ok(())
+    }
 }

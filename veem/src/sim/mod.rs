@@ -92,6 +92,11 @@ impl ImageRepository for FakeRepo {
         self.shares.lock().unwrap().push(format!("replicate {id} {site}"));
         Ok(())
     }
+    async fn forget_checkpoint(&self, site: &str, checkpoint_id: &str, _blobs: &[BlobId]) -> anyhow::Result<()> {
+        self.reachable()?;
+        self.shares.lock().unwrap().push(format!("forget {site} {checkpoint_id}"));
+        Ok(())
+    }
 }
 
 /// A clock a test sets. It starts at the system's time and, until

@@ -116,8 +116,14 @@ impl Checkpoints {
         for old in mine.into_iter().skip(self.cfg.checkpoints_kept.max(1)) {
             let blobs = old.record().map(|r| vec![r.memory_blob, r.disk_blob]).unwrap_or_default();
             let pin = checkpoint_pin(&self.cfg.site_id, &old.id);
+            let ids = blob_ids(&blobs).unwrap_or_default();
+            // Its artifact first: its blobs linked there stay until unlinked.
+            if let Err(e) = self.repo.forget_checkpoint(&self.cfg.site_id, &old.id, &ids).await {
+                tracing::warn!(checkpoint = %old.id, error = %format!("{e:#}"), "cannot remove an old checkpoint's artifact; kept for now");
+                continue;
+            }
             let mut unpinned = true;
-            for id in blob_ids(&blobs).unwrap_or_default() {
+            for id in ids {
                 if let Err(e) = self.repo.unpin(&id, &pin).await {
                     tracing::warn!(%id, checkpoint = %old.id, error = %format!("{e:#}"), "cannot unpin an old checkpoint's blob; kept for now");
                     unpinned = false;

@@ -90,6 +90,11 @@ async fn checkpoints_beyond_the_kept_ones_are_forgotten_and_their_blobs_unpinned
     let pins = site.repo.pins.lock().unwrap().clone();
     assert_eq!(pins.len(), 6, "memory and disk blobs of three checkpoints: {pins:?}");
     assert!(pins.iter().all(|p| !p.ends_with(&taken[0])), "{pins:?}");
+    // Its OCI artifact went first (its blobs linked there would stay).
+    let calls = site.repo.shares.lock().unwrap().clone();
+    let forgotten: Vec<&String> = calls.iter().filter(|c| c.starts_with("forget site-a ")).collect();
+    assert!(forgotten.contains(&&format!("forget site-a {}", taken[0])), "{calls:?}");
+    assert!(taken[1..].iter().all(|t| !forgotten.iter().any(|f| f.ends_with(t.as_str()))), "{calls:?}");
     assert_eq!(site.veem.vee(&vee).unwrap().latest_checkpoint.as_deref(), Some(taken[3].as_str()));
 }
 

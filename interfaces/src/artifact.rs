@@ -38,6 +38,8 @@ pub const MEMORY_STATE: &str = "application/vnd.vee.memory.v1";
 pub const DISK_OVERLAY: &str = "application/vnd.vee.disk-overlay.v1+qcow2";
 /// The OCI image manifest's media type.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The OCI image index's media type (the referrers tag schema's).
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 /// The largest manifest read, in bytes (the OCI specification's 4 MiB).
 pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
 
