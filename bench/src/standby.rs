@@ -56,7 +56,12 @@ fn fill(cfg: &VeemConfig, store: &Store, vees: usize) -> Result<()> {
     {
         let mut p = veem.planner();
         for i in 0..HOSTS {
-            p.add_host(HostSpec::new(format!("h{i:05}"), Resources::new(128, 512 * 1024, 10_000), SITE, SITE))?;
+            p.add_host(HostSpec::new(
+                format!("h{i:05}"),
+                Resources::new(128, 512 * 1024, 10_000),
+                SITE,
+                SITE,
+            ))?;
         }
     }
     veem.persist_planner()?;
@@ -115,7 +120,10 @@ pub async fn run(etcd: Arc<EtcdEngine>, sled: Store, dir: &std::path::Path, vees
     tokio::task::spawn_blocking(move || fill(&c, &s, vees)).await??;
     let (c, s) = (cfg.clone(), sled.clone());
     tokio::task::spawn_blocking(move || fill(&c, &s, vees)).await??;
-    eprintln!("standby: {vees} VEEs written to etcd and sled in {:.0} s", t.elapsed().as_secs_f64());
+    eprintln!(
+        "standby: {vees} VEEs written to etcd and sled in {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
 
     // Becoming current: the standby's first read, next to sled's.
     let t = Instant::now();

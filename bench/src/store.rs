@@ -71,7 +71,11 @@ fn standby_sizes() -> Result<Vec<usize>> {
     let text = std::env::var("BENCH_STANDBY_VEES").unwrap_or_else(|_| "10000,100000".into());
     text.split(',')
         .filter(|s| !s.trim().is_empty())
-        .map(|s| s.trim().parse::<usize>().map_err(|e| anyhow::anyhow!("BENCH_STANDBY_VEES {s:?}: {e}")))
+        .map(|s| {
+            s.trim()
+                .parse::<usize>()
+                .map_err(|e| anyhow::anyhow!("BENCH_STANDBY_VEES {s:?}: {e}"))
+        })
         .collect()
 }
 

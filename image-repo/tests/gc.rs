@@ -63,7 +63,10 @@ async fn gc_removes_only_what_nothing_needs() {
     let done = operator.gc(Duration::ZERO, false).await.unwrap();
     assert_eq!(done.removed.iter().cloned().collect::<BTreeSet<_>>(), expected);
     let left: BTreeSet<_> = repo.blob_files().into_iter().collect();
-    let kept: BTreeSet<_> = [&kept_checkpoint, &image, &in_repository].iter().map(|id| id.hex().to_string()).collect();
+    let kept: BTreeSet<_> = [&kept_checkpoint, &image, &in_repository]
+        .iter()
+        .map(|id| id.hex().to_string())
+        .collect();
     assert_eq!(left, kept);
     assert!(operator.head(&dropped_checkpoint).await.unwrap().is_none());
     // Unpinned, the retained checkpoint goes at the next collection.
@@ -92,7 +95,10 @@ async fn a_checkpoint_artifact_keeps_its_blobs_until_it_is_dropped() {
         size,
         media_type: media_type.into(),
     };
-    let layers = [layer(&memory, 1000, artifact::MEMORY_STATE), layer(&disk, 500, artifact::DISK_OVERLAY)];
+    let layers = [
+        layer(&memory, 1000, artifact::MEMORY_STATE),
+        layer(&disk, 500, artifact::DISK_OVERLAY),
+    ];
     let config = br#"{"checkpoint_id":"cp-2"}"#.to_vec();
     let digest = site
         .put_checkpoint_artifact("site-a/checkpoints", "cp-2", config.clone(), &layers, None)

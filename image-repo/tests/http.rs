@@ -321,7 +321,10 @@ async fn lists_come_in_pages_with_a_link_to_the_next() {
     for i in 0..5u64 {
         let file = common::write_file(repo.scratch(), &format!("b{i}"), &content(i, 100));
         client
-            .push_file(&file, &interfaces::repo_client::PushMeta::new(format!("b{i}"), interfaces::repo_client::BlobKind::Disk))
+            .push_file(
+                &file,
+                &interfaces::repo_client::PushMeta::new(format!("b{i}"), interfaces::repo_client::BlobKind::Disk),
+            )
             .await
             .unwrap();
     }

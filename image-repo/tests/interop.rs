@@ -19,11 +19,7 @@ fn skopeo(args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("skopeo (scripts/setup-host installs it)");
-    assert!(
-        out.status.success(),
-        "skopeo {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "skopeo {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -49,7 +45,11 @@ fn layout(dir: &Path, tag: &str, artifact_type: Option<&str>, config: (&str, &[u
     let bytes = serde_json::to_vec(&manifest).unwrap();
     let mut d = put(&bytes, "application/vnd.oci.image.manifest.v1+json");
     d["annotations"] = json!({ "org.opencontainers.image.ref.name": tag });
-    std::fs::write(dir.join("index.json"), serde_json::to_vec(&json!({ "schemaVersion": 2, "manifests": [d] })).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec(&json!({ "schemaVersion": 2, "manifests": [d] })).unwrap(),
+    )
+    .unwrap();
     std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
     BlobId::of(&bytes)
 }
@@ -86,7 +86,15 @@ fn skopeo_copies_a_vm_image_from_us_to_distribution_and_back_keeping_its_digests
     let digest = disk_layout(dir.path(), &disk);
     let src = format!("oci:{}:v1", dir.path().display());
     let creds = creds();
-    skopeo(&["copy", "--preserve-digests", "--dest-tls-verify=false", "--dest-creds", &creds, &src, &ours(&repo, "acme/tiny:v1")]);
+    skopeo(&[
+        "copy",
+        "--preserve-digests",
+        "--dest-tls-verify=false",
+        "--dest-creds",
+        &creds,
+        &src,
+        &ours(&repo, "acme/tiny:v1"),
+    ]);
     let theirs = format!("docker://{}/vee/tiny:v1", registry.addr);
     skopeo(&[
         "copy",
@@ -140,8 +148,23 @@ fn skopeo_inspects_a_container_image_in_our_repository() {
     );
     let creds = creds();
     let src = format!("oci:{}:12", dir.path().display());
-    skopeo(&["copy", "--preserve-digests", "--dest-tls-verify=false", "--dest-creds", &creds, &src, &ours(&repo, "acme/debian:12")]);
-    let info: Value = serde_json::from_str(&skopeo(&["inspect", "--tls-verify=false", "--creds", &creds, &ours(&repo, "acme/debian:12")])).unwrap();
+    skopeo(&[
+        "copy",
+        "--preserve-digests",
+        "--dest-tls-verify=false",
+        "--dest-creds",
+        &creds,
+        &src,
+        &ours(&repo, "acme/debian:12"),
+    ]);
+    let info: Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        "--creds",
+        &creds,
+        &ours(&repo, "acme/debian:12"),
+    ]))
+    .unwrap();
     assert_eq!(info["Digest"], json!(manifest.to_string()));
     assert_eq!(info["Architecture"], json!("amd64"));
     assert_eq!(info["Layers"], json!([BlobId::of(b"layer").to_string()]));
@@ -162,7 +185,15 @@ async fn oci_client_pulls_a_vm_image_artifact_verified_by_digest() {
     let digest = disk_layout(dir.path(), &disk);
     let creds = creds();
     let src = format!("oci:{}:v1", dir.path().display());
-    skopeo(&["copy", "--preserve-digests", "--dest-tls-verify=false", "--dest-creds", &creds, &src, &ours(&repo, "acme/tiny:v1")]);
+    skopeo(&[
+        "copy",
+        "--preserve-digests",
+        "--dest-tls-verify=false",
+        "--dest-creds",
+        &creds,
+        &src,
+        &ours(&repo, "acme/tiny:v1"),
+    ]);
 
     let client = oci_client::Client::new(oci_client::client::ClientConfig {
         protocol: oci_client::client::ClientProtocol::Http,
@@ -187,7 +218,10 @@ async fn oci_client_pulls_a_vm_image_artifact_verified_by_digest() {
         protocol: oci_client::client::ClientProtocol::Http,
         ..Default::default()
     });
-    assert!(other.pull_manifest_raw(&reference, &wrong, &["application/vnd.oci.image.manifest.v1+json"]).await.is_err());
+    assert!(other
+        .pull_manifest_raw(&reference, &wrong, &["application/vnd.oci.image.manifest.v1+json"])
+        .await
+        .is_err());
 }
 
 /// Runs a future to completion on a runtime of its own (the skopeo tests

@@ -85,13 +85,24 @@ async fn stalled_uploads_of_one_address_leave_slots_for_the_others() {
     stall_upload(&mut more, 1 << 20).await;
     let mut buf = [0u8; 64];
     let refused = tokio::time::timeout(Duration::from_secs(5), tokio::io::AsyncReadExt::read(&mut more, &mut buf)).await;
-    assert!(matches!(refused, Ok(Ok(0)) | Ok(Err(_))), "a fourth connection of the staller was served: {refused:?}");
+    assert!(
+        matches!(refused, Ok(Ok(0)) | Ok(Err(_))),
+        "a fourth connection of the staller was served: {refused:?}"
+    );
     // Another address is served at once (health, HEAD, GET).
-    let client = reqwest::Client::builder().local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap()).build().unwrap();
+    let client = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap();
     let t = Instant::now();
     let ok = client.get(format!("{}/v1/health", repo.url)).send().await.unwrap();
     assert_eq!(ok.status(), 200);
-    let list = client.get(format!("{}/v1/blobs", repo.url)).bearer_auth(TOKEN).send().await.unwrap();
+    let list = client
+        .get(format!("{}/v1/blobs", repo.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(list.status(), 200);
     assert!(t.elapsed() < Duration::from_secs(2), "served after {:?}", t.elapsed());
     drop(stalled);
@@ -100,7 +111,12 @@ async fn stalled_uploads_of_one_address_leave_slots_for_the_others() {
 #[tokio::test(flavor = "multi_thread")]
 async fn failed_authentications_are_slowed_down_per_address() {
     let repo = with("[listener]\nauth_failures_burst = 3\nauth_failure_interval = \"10s\"\n");
-    let from = |ip: &str| reqwest::Client::builder().local_address(ip.parse::<std::net::IpAddr>().unwrap()).build().unwrap();
+    let from = |ip: &str| {
+        reqwest::Client::builder()
+            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap()
+    };
     let guesser = from("127.0.0.9");
     let url = format!("{}/v1/blobs", repo.url);
     for _ in 0..3 {
@@ -114,7 +130,12 @@ async fn failed_authentications_are_slowed_down_per_address() {
     assert!(r.headers().contains_key("retry-after"));
     let r = guesser.get(&url).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(r.status(), 429);
-    let r = guesser.get(format!("{}/v2/", repo.url)).basic_auth("x", Some(TOKEN)).send().await.unwrap();
+    let r = guesser
+        .get(format!("{}/v2/", repo.url))
+        .basic_auth("x", Some(TOKEN))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["errors"][0]["code"], "TOOMANYREQUESTS");
@@ -273,7 +294,11 @@ impl Tmpfs {
     }
 
     fn free(&self) -> u64 {
-        let out = std::process::Command::new("df").args(["--output=avail", "-B1"]).arg(self.path()).output().unwrap();
+        let out = std::process::Command::new("df")
+            .args(["--output=avail", "-B1"])
+            .arg(self.path())
+            .output()
+            .unwrap();
         String::from_utf8_lossy(&out.stdout).lines().nth(1).unwrap().trim().parse().unwrap()
     }
 }
@@ -291,7 +316,10 @@ async fn parallel_uploads_never_eat_into_the_disk_reserve() {
     let data = fs.path().join("data");
     // Once to lay out the data directory, then with a reserve that leaves
     // 4 MiB for uploads.
-    drop(Repo::start_with(Options { data: Some(data.clone()), ..Default::default() }));
+    drop(Repo::start_with(Options {
+        data: Some(data.clone()),
+        ..Default::default()
+    }));
     let reserve = fs.free() - (4 << 20);
     let repo = Repo::start_with(Options {
         data: Some(data),
@@ -317,7 +345,10 @@ async fn parallel_uploads_never_eat_into_the_disk_reserve() {
     for (mut tcp, data) in uploads {
         let _ = tcp.write_all(&data[1 << 19..]).await;
         let mut answer = vec![0u8; 4096];
-        let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut answer)).await.unwrap().unwrap_or(0);
+        let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut answer))
+            .await
+            .unwrap()
+            .unwrap_or(0);
         let answer = String::from_utf8_lossy(&answer[..n]).to_string();
         if answer.starts_with("HTTP/1.1 201") {
             stored += 1;
@@ -329,5 +360,9 @@ async fn parallel_uploads_never_eat_into_the_disk_reserve() {
     assert!((1..=4).contains(&stored), "{stored} uploads of 1 MiB stored in 4 MiB of room");
     // The reserve is what the metadata database grows into: its writes
     // (under 1 MiB here) are not uploads.
-    assert!(fs.free() + (1 << 20) >= reserve, "{} bytes free, the reserve is {reserve}", fs.free());
+    assert!(
+        fs.free() + (1 << 20) >= reserve,
+        "{} bytes free, the reserve is {reserve}",
+        fs.free()
+    );
 }

@@ -51,7 +51,11 @@ impl Oci {
     }
 
     async fn call(&self, method: Method, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Answer {
-        let url = if path.starts_with("http") { path.to_string() } else { format!("{}{path}", self.base) };
+        let url = if path.starts_with("http") {
+            path.to_string()
+        } else {
+            format!("{}{path}", self.base)
+        };
         let mut req = self.http.request(method, url).body(body);
         if let Some(t) = &self.token {
             req = req.basic_auth("anyone", Some(t));
@@ -78,7 +82,10 @@ impl Oci {
     }
 
     async fn put_manifest(&self, name: &str, reference: &str, manifest: &Value) -> Answer {
-        let media = manifest["mediaType"].as_str().unwrap_or("application/vnd.oci.image.manifest.v1+json").to_string();
+        let media = manifest["mediaType"]
+            .as_str()
+            .unwrap_or("application/vnd.oci.image.manifest.v1+json")
+            .to_string();
         self.call(
             Method::PUT,
             &format!("/v2/{name}/manifests/{reference}"),
@@ -114,7 +121,11 @@ async fn the_base_endpoint_challenges_with_basic_and_accepts_basic_or_bearer() {
     // "end-1": GET /v2/ answers 200 to an authenticated client.
     let anonymous = Oci::new(&repo, None).call(Method::GET, "/v2/", &[], vec![]).await;
     assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
-    assert!(anonymous.header("www-authenticate").starts_with("Basic realm="), "{:?}", anonymous.headers);
+    assert!(
+        anonymous.header("www-authenticate").starts_with("Basic realm="),
+        "{:?}",
+        anonymous.headers
+    );
     assert_eq!(anonymous.code(), "UNAUTHORIZED");
     let basic = Oci::new(&repo, Some(ACME_TOKEN)).call(Method::GET, "/v2/", &[], vec![]).await;
     assert_eq!(basic.status, StatusCode::OK);
@@ -148,7 +159,11 @@ async fn monolithic_push_then_pull_whole_and_by_range() {
     assert_eq!(head.header("content-length"), "100000");
     assert_eq!(head.header("docker-content-digest"), id.to_string());
     // Content behind a token is private to caches (it said public before).
-    assert!(head.header("cache-control").starts_with("private"), "{}", head.header("cache-control"));
+    assert!(
+        head.header("cache-control").starts_with("private"),
+        "{}",
+        head.header("cache-control")
+    );
     let get = acme.call(Method::GET, &format!("/v2/acme/os/blobs/{id}"), &[], vec![]).await;
     assert_eq!(get.body, data);
     let part = acme
@@ -159,7 +174,12 @@ async fn monolithic_push_then_pull_whole_and_by_range() {
     // A digest that does not match the body: 400 DIGEST_INVALID, nothing stored.
     let claimed = BlobId::of(b"something else");
     let bad = acme
-        .call(Method::POST, &format!("/v2/acme/os/blobs/uploads/?digest={claimed}"), &[], data.clone())
+        .call(
+            Method::POST,
+            &format!("/v2/acme/os/blobs/uploads/?digest={claimed}"),
+            &[],
+            data.clone(),
+        )
         .await;
     assert_eq!((bad.status, bad.code().as_str()), (StatusCode::BAD_REQUEST, "DIGEST_INVALID"));
     let gone = acme.call(Method::GET, &format!("/v2/acme/os/blobs/{claimed}"), &[], vec![]).await;
@@ -194,7 +214,12 @@ async fn chunked_push_in_order_with_status_and_out_of_order_chunks_refused() {
     let session = first.header("location").to_string();
     // A chunk that does not start where the upload is: 416 with the Range.
     let skipped = acme
-        .call(Method::PATCH, &session, &[("content-range", "20000-29999")], data[20_000..].to_vec())
+        .call(
+            Method::PATCH,
+            &session,
+            &[("content-range", "20000-29999")],
+            data[20_000..].to_vec(),
+        )
         .await;
     assert_eq!(skipped.status, StatusCode::RANGE_NOT_SATISFIABLE);
     assert_eq!(skipped.header("range"), "0-9999");
@@ -202,7 +227,12 @@ async fn chunked_push_in_order_with_status_and_out_of_order_chunks_refused() {
     let status = acme.call(Method::GET, &session, &[], vec![]).await;
     assert_eq!((status.status, status.header("range")), (StatusCode::NO_CONTENT, "0-9999"));
     let second = acme
-        .call(Method::PATCH, &session, &[("content-range", "10000-19999")], data[10_000..20_000].to_vec())
+        .call(
+            Method::PATCH,
+            &session,
+            &[("content-range", "10000-19999")],
+            data[10_000..20_000].to_vec(),
+        )
         .await;
     assert_eq!(second.header("range"), "0-19999");
     // "end-6": PUT ?digest= with the last chunk closes it: 201.
@@ -216,7 +246,10 @@ async fn chunked_push_in_order_with_status_and_out_of_order_chunks_refused() {
     assert_eq!(get.body, data);
     // The closed session is gone.
     let after = acme.call(Method::GET, &session, &[], vec![]).await;
-    assert_eq!((after.status, after.code().as_str()), (StatusCode::NOT_FOUND, "BLOB_UPLOAD_UNKNOWN"));
+    assert_eq!(
+        (after.status, after.code().as_str()),
+        (StatusCode::NOT_FOUND, "BLOB_UPLOAD_UNKNOWN")
+    );
     // A session closed with a wrong digest stores nothing.
     let open = acme.call(Method::POST, "/v2/acme/os/blobs/uploads/", &[], vec![]).await;
     let s = open.header("location").to_string();
@@ -240,27 +273,63 @@ async fn mount_links_a_readable_blob_and_falls_back_to_an_upload_otherwise() {
     let id = acme.push_blob("acme/os", b"a layer of acme's").await;
     // "end-11": POST ?mount=&from=: 201 once mounted.
     let m = acme
-        .call(Method::POST, &format!("/v2/acme/other/blobs/uploads/?mount={id}&from=acme/os"), &[], vec![])
+        .call(
+            Method::POST,
+            &format!("/v2/acme/other/blobs/uploads/?mount={id}&from=acme/os"),
+            &[],
+            vec![],
+        )
         .await;
     assert_eq!(m.status, StatusCode::CREATED);
     assert_eq!(m.header("location"), format!("/v2/acme/other/blobs/{id}"));
-    assert_eq!(acme.call(Method::HEAD, &format!("/v2/acme/other/blobs/{id}"), &[], vec![]).await.status, StatusCode::OK);
+    assert_eq!(
+        acme.call(Method::HEAD, &format!("/v2/acme/other/blobs/{id}"), &[], vec![])
+            .await
+            .status,
+        StatusCode::OK
+    );
     // Another provider cannot mount what it may not read: it gets an
     // upload session (202), as the specification says, and no blob.
     let g = globex
-        .call(Method::POST, &format!("/v2/globex/x/blobs/uploads/?mount={id}&from=acme/os"), &[], vec![])
+        .call(
+            Method::POST,
+            &format!("/v2/globex/x/blobs/uploads/?mount={id}&from=acme/os"),
+            &[],
+            vec![],
+        )
         .await;
     assert_eq!(g.status, StatusCode::ACCEPTED);
-    assert_eq!(globex.call(Method::HEAD, &format!("/v2/globex/x/blobs/{id}"), &[], vec![]).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        globex
+            .call(Method::HEAD, &format!("/v2/globex/x/blobs/{id}"), &[], vec![])
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
     // Nor read it in acme's repository, nor push there.
     let read = globex.call(Method::GET, &format!("/v2/acme/os/blobs/{id}"), &[], vec![]).await;
     assert_eq!((read.status, read.code().as_str()), (StatusCode::NOT_FOUND, "BLOB_UNKNOWN"));
     let push = globex.call(Method::POST, "/v2/acme/os/blobs/uploads/", &[], vec![]).await;
     assert_eq!((push.status, push.code().as_str()), (StatusCode::FORBIDDEN, "DENIED"));
     // "end-10": DELETE unlinks the blob from one repository only.
-    assert_eq!(acme.call(Method::DELETE, &format!("/v2/acme/other/blobs/{id}"), &[], vec![]).await.status, StatusCode::ACCEPTED);
-    assert_eq!(acme.call(Method::HEAD, &format!("/v2/acme/other/blobs/{id}"), &[], vec![]).await.status, StatusCode::NOT_FOUND);
-    assert_eq!(acme.call(Method::HEAD, &format!("/v2/acme/os/blobs/{id}"), &[], vec![]).await.status, StatusCode::OK);
+    assert_eq!(
+        acme.call(Method::DELETE, &format!("/v2/acme/other/blobs/{id}"), &[], vec![])
+            .await
+            .status,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        acme.call(Method::HEAD, &format!("/v2/acme/other/blobs/{id}"), &[], vec![])
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        acme.call(Method::HEAD, &format!("/v2/acme/os/blobs/{id}"), &[], vec![])
+            .await
+            .status,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -277,14 +346,19 @@ async fn manifests_by_tag_and_digest_and_their_checks() {
     assert_eq!(put.header("docker-content-digest"), id.to_string());
     // "end-3": GET by tag and by digest: the bytes pushed, with their media type.
     for reference in ["v1".to_string(), id.to_string()] {
-        let get = acme.call(Method::GET, &format!("/v2/acme/tiny/manifests/{reference}"), &[], vec![]).await;
+        let get = acme
+            .call(Method::GET, &format!("/v2/acme/tiny/manifests/{reference}"), &[], vec![])
+            .await;
         assert_eq!(get.status, StatusCode::OK);
         assert_eq!(get.body, bytes);
         assert_eq!(get.header("content-type"), "application/vnd.oci.image.manifest.v1+json");
         assert_eq!(get.header("docker-content-digest"), id.to_string());
     }
     let head = acme.call(Method::HEAD, "/v2/acme/tiny/manifests/v1", &[], vec![]).await;
-    assert_eq!((head.status, head.header("content-length")), (StatusCode::OK, bytes.len().to_string().as_str()));
+    assert_eq!(
+        (head.status, head.header("content-length")),
+        (StatusCode::OK, bytes.len().to_string().as_str())
+    );
     // A manifest naming a blob the repository lacks: MANIFEST_BLOB_UNKNOWN.
     let mut missing = manifest.clone();
     missing["layers"][0] = descriptor("application/vnd.vee.disk.v1+qcow2", b"never pushed");
@@ -300,18 +374,30 @@ async fn manifests_by_tag_and_digest_and_their_checks() {
     assert_eq!((a.status, a.code().as_str()), (StatusCode::BAD_REQUEST, "DIGEST_INVALID"));
     // Not JSON, another media type, an invalid tag.
     let a = acme
-        .call(Method::PUT, "/v2/acme/tiny/manifests/v3", &[("content-type", "application/vnd.oci.image.manifest.v1+json")], b"{".to_vec())
+        .call(
+            Method::PUT,
+            "/v2/acme/tiny/manifests/v3",
+            &[("content-type", "application/vnd.oci.image.manifest.v1+json")],
+            b"{".to_vec(),
+        )
         .await;
     assert_eq!(a.code(), "MANIFEST_INVALID");
     let a = acme
-        .call(Method::PUT, "/v2/acme/tiny/manifests/v3", &[("content-type", "text/plain")], bytes.clone())
+        .call(
+            Method::PUT,
+            "/v2/acme/tiny/manifests/v3",
+            &[("content-type", "text/plain")],
+            bytes.clone(),
+        )
         .await;
     assert_eq!(a.code(), "MANIFEST_INVALID");
     let a = acme.put_manifest("acme/tiny", ".hidden", &manifest).await;
     assert_eq!(a.code(), "MANIFEST_INVALID");
     // Bounded metadata: too many annotations, a bidi control in one.
     let mut many = manifest.clone();
-    many["annotations"] = json!((0..65).map(|i| (format!("k{i}"), "v".to_string())).collect::<std::collections::BTreeMap<_, _>>());
+    many["annotations"] = json!((0..65)
+        .map(|i| (format!("k{i}"), "v".to_string()))
+        .collect::<std::collections::BTreeMap<_, _>>());
     let a = acme.put_manifest("acme/tiny", "v3", &many).await;
     assert_eq!(a.code(), "MANIFEST_INVALID");
     assert!(a.json()["errors"][0]["message"].as_str().unwrap().contains("at most 64"));
@@ -332,10 +418,26 @@ async fn manifests_by_tag_and_digest_and_their_checks() {
     assert_eq!((g.status, g.code().as_str()), (StatusCode::NOT_FOUND, "NAME_UNKNOWN"));
     // "end-9": DELETE by tag removes the tag, by digest the manifest.
     acme.put_manifest("acme/tiny", "latest", &manifest).await;
-    assert_eq!(acme.call(Method::DELETE, "/v2/acme/tiny/manifests/latest", &[], vec![]).await.status, StatusCode::ACCEPTED);
-    assert_eq!(acme.call(Method::GET, "/v2/acme/tiny/manifests/latest", &[], vec![]).await.status, StatusCode::NOT_FOUND);
-    assert_eq!(acme.call(Method::GET, "/v2/acme/tiny/manifests/v1", &[], vec![]).await.status, StatusCode::OK);
-    assert_eq!(acme.call(Method::DELETE, &format!("/v2/acme/tiny/manifests/{id}"), &[], vec![]).await.status, StatusCode::ACCEPTED);
+    assert_eq!(
+        acme.call(Method::DELETE, "/v2/acme/tiny/manifests/latest", &[], vec![])
+            .await
+            .status,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        acme.call(Method::GET, "/v2/acme/tiny/manifests/latest", &[], vec![]).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        acme.call(Method::GET, "/v2/acme/tiny/manifests/v1", &[], vec![]).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        acme.call(Method::DELETE, &format!("/v2/acme/tiny/manifests/{id}"), &[], vec![])
+            .await
+            .status,
+        StatusCode::ACCEPTED
+    );
     let gone = acme.call(Method::GET, "/v2/acme/tiny/manifests/v1", &[], vec![]).await;
     assert_eq!((gone.status, gone.code().as_str()), (StatusCode::NOT_FOUND, "MANIFEST_UNKNOWN"));
 }
@@ -382,11 +484,19 @@ async fn referrers_list_what_names_a_subject_filtered_by_artifact_type() {
         "annotations": { "vee.checkpoint/sequence": "1" }
     });
     // "end-7" with a subject: the answer says OCI-Subject.
-    let put = site.put_manifest("site-a/checkpoints", &BlobId::of(&serde_json::to_vec(&checkpoint).unwrap()).to_string(), &checkpoint).await;
+    let put = site
+        .put_manifest(
+            "site-a/checkpoints",
+            &BlobId::of(&serde_json::to_vec(&checkpoint).unwrap()).to_string(),
+            &checkpoint,
+        )
+        .await;
     assert_eq!(put.status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&put.body));
     assert_eq!(put.header("oci-subject"), subject);
     // "end-12a": the referrers: an image index of descriptors.
-    let r = site.call(Method::GET, &format!("/v2/site-a/checkpoints/referrers/{subject}"), &[], vec![]).await;
+    let r = site
+        .call(Method::GET, &format!("/v2/site-a/checkpoints/referrers/{subject}"), &[], vec![])
+        .await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.header("content-type"), "application/vnd.oci.image.index.v1+json");
     let index = r.json();
@@ -397,18 +507,30 @@ async fn referrers_list_what_names_a_subject_filtered_by_artifact_type() {
     assert_eq!(d["annotations"]["vee.checkpoint/sequence"], json!("1"));
     // "end-12b": filtered by artifactType, which the answer says.
     let f = site
-        .call(Method::GET, &format!("/v2/site-a/checkpoints/referrers/{subject}?artifactType=application/other"), &[], vec![])
+        .call(
+            Method::GET,
+            &format!("/v2/site-a/checkpoints/referrers/{subject}?artifactType=application/other"),
+            &[],
+            vec![],
+        )
         .await;
     assert_eq!(f.header("oci-filters-applied"), "artifactType");
     assert_eq!(f.json()["manifests"], json!([]));
     // An unknown subject: 200 with none, never 404.
     let u = site
-        .call(Method::GET, &format!("/v2/site-a/checkpoints/referrers/{}", BlobId::of(b"?")), &[], vec![])
+        .call(
+            Method::GET,
+            &format!("/v2/site-a/checkpoints/referrers/{}", BlobId::of(b"?")),
+            &[],
+            vec![],
+        )
         .await;
     assert_eq!((u.status, u.json()["manifests"].clone()), (StatusCode::OK, json!([])));
     // Another caller does not see the site's checkpoints among them.
     let acme = Oci::new(&repo, Some(ACME_TOKEN));
-    let other = acme.call(Method::GET, &format!("/v2/site-a/checkpoints/referrers/{subject}"), &[], vec![]).await;
+    let other = acme
+        .call(Method::GET, &format!("/v2/site-a/checkpoints/referrers/{subject}"), &[], vec![])
+        .await;
     assert_eq!(other.json()["manifests"], json!([]));
 }
 
@@ -431,10 +553,16 @@ async fn upload_sessions_are_bounded_per_caller_and_stalled_ones_expire() {
     acme.call(Method::PATCH, &first, &[], vec![1u8; 1000]).await;
     open(2).await;
     let (_, third) = open(3).await;
-    assert_eq!((third.status, third.code().as_str()), (StatusCode::TOO_MANY_REQUESTS, "TOOMANYREQUESTS"));
+    assert_eq!(
+        (third.status, third.code().as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "TOOMANYREQUESTS")
+    );
     // Another caller has its own sessions.
     let globex = Oci::new(&repo, Some(GLOBEX_TOKEN));
-    assert_eq!(globex.call(Method::POST, "/v2/globex/os/blobs/uploads/", &[], vec![]).await.status, StatusCode::ACCEPTED);
+    assert_eq!(
+        globex.call(Method::POST, "/v2/globex/os/blobs/uploads/", &[], vec![]).await.status,
+        StatusCode::ACCEPTED
+    );
     // Left without a request, they expire with their bytes and free the slot.
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     assert_eq!(acme.call(Method::GET, &first, &[], vec![]).await.status, StatusCode::NOT_FOUND);

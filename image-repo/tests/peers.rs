@@ -29,7 +29,14 @@ async fn a_blob_only_at_a_peer_is_pulled_through_by_digest_for_the_site() {
     let mut b = Repo::start();
     let a = site_a(&b);
     let data = content(1, 300_000);
-    let id = push(&b.client_with(Some(SITE_TOKEN)), &b, "vee-1-cp-memory", BlobKind::CheckpointMemory, &data).await;
+    let id = push(
+        &b.client_with(Some(SITE_TOKEN)),
+        &b,
+        "vee-1-cp-memory",
+        BlobKind::CheckpointMemory,
+        &data,
+    )
+    .await;
     assert!(a.blob_files().is_empty());
 
     // Site A's VEEH asks its own repository: A fetches it from B, verified.
@@ -51,7 +58,14 @@ async fn a_blob_only_at_a_peer_is_pulled_through_by_digest_for_the_site() {
 async fn a_provider_does_not_reach_the_peers_with_the_sites_credential() {
     let b = Repo::start();
     let a = site_a(&b);
-    let id = push(&b.client_with(Some(SITE_TOKEN)), &b, "site-only", BlobKind::CheckpointMemory, b"site a's at b").await;
+    let id = push(
+        &b.client_with(Some(SITE_TOKEN)),
+        &b,
+        "site-only",
+        BlobKind::CheckpointMemory,
+        b"site a's at b",
+    )
+    .await;
     // The provider asks site A's repository for a blob site A may read at
     // B: no pull-through on its behalf, as if it did not exist.
     let acme = a.client_with(Some(ACME_TOKEN));
@@ -96,7 +110,14 @@ async fn a_grant_for_a_provider_goes_on_to_the_peers_and_pulls_the_image_through
     site.pull(&id, &dest, None).await.unwrap();
     assert_eq!(std::fs::read(&dest).unwrap(), image);
     // Another provider's grant is refused at B too: nothing pulled.
-    let other = push(&b.client_with(Some(ACME_TOKEN)), &b, "acme2.qcow2", BlobKind::Disk, b"acme's other image").await;
+    let other = push(
+        &b.client_with(Some(ACME_TOKEN)),
+        &b,
+        "acme2.qcow2",
+        BlobKind::Disk,
+        b"acme's other image",
+    )
+    .await;
     assert!(!site.grant_for(&other, "globex").await.unwrap());
     assert!(a.client().head(&other).await.unwrap().is_none());
 }

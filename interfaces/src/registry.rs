@@ -21,13 +21,13 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use serde::{Deserialize, Serialize};
 
+use crate::artifact::{self, ImageArtifact, Layer, OCI_MANIFEST};
 use crate::error::{Error, Result};
 use crate::manifest::RegistryImage;
 use crate::repo_client::pull::partial_path;
 use crate::repo_client::sink::HashingSink;
 use crate::retry::RetryPolicy;
 use crate::BlobId;
-use crate::artifact::{self, ImageArtifact, Layer, OCI_MANIFEST};
 
 /// `[[registries]]`: one OCI registry the site trusts.
 ///

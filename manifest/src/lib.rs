@@ -43,8 +43,8 @@ pub mod image_ref;
 mod validate;
 
 pub use blob_id::BlobId;
-pub use image_ref::{ImageRef, RegistryImage};
 pub use error::{Error, Result};
+pub use image_ref::{ImageRef, RegistryImage};
 
 use crate::excerpt::{around, excerpt, QUOTE_CHARS};
 

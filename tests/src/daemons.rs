@@ -49,8 +49,22 @@ impl ImageRepo {
     pub async fn per_site(dir: &Path) -> (Self, Self) {
         let (pa, pb) = (free_port(), free_port());
         let url = |place: Place, port: u16| format!("https://{}:{port}", place.addr());
-        let a = Self::start_at(dir, Place::SiteA, "repo-a", pa, &[("site-b", "site-a", url(Place::SiteB, pb), Place::SiteB)]).await;
-        let b = Self::start_at(dir, Place::SiteB, "repo-b", pb, &[("site-a", "site-b", url(Place::SiteA, pa), Place::SiteA)]).await;
+        let a = Self::start_at(
+            dir,
+            Place::SiteA,
+            "repo-a",
+            pa,
+            &[("site-b", "site-a", url(Place::SiteB, pb), Place::SiteB)],
+        )
+        .await;
+        let b = Self::start_at(
+            dir,
+            Place::SiteB,
+            "repo-b",
+            pb,
+            &[("site-a", "site-b", url(Place::SiteA, pa), Place::SiteA)],
+        )
+        .await;
         (a, b)
     }
 
@@ -251,7 +265,15 @@ impl Veeh {
 
     /// [`Veeh::start_sized`] with `extra` TOML tables at the end of its
     /// configuration (`[[registries]]`).
-    pub async fn start_configured(dir: &Path, host: &str, site: &str, uri: &str, repo: &ImageRepo, (vcpus, memory_mib): (u32, u64), extra: &str) -> Self {
+    pub async fn start_configured(
+        dir: &Path,
+        host: &str,
+        site: &str,
+        uri: &str,
+        repo: &ImageRepo,
+        (vcpus, memory_mib): (u32, u64),
+        extra: &str,
+    ) -> Self {
         let port = free_port();
         let host = &format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
         let state_dir = dir.join(host);

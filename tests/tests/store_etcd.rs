@@ -223,7 +223,10 @@ async fn a_standby_copy_kept_by_the_watch_is_what_reading_the_store_gives() {
     let cfg = site.veem.config().clone();
     let standby = Arc::new(engine(&cluster, "/vee/site-a"));
     let replica = Replica::follow(standby.clone(), veem::core::renew_ahead_s(&cfg));
-    assert!(replica.wait_for(store.revision().unwrap(), Duration::from_secs(10)).await, "the first read");
+    assert!(
+        replica.wait_for(store.revision().unwrap(), Duration::from_secs(10)).await,
+        "the first read"
+    );
     // The leader goes on: a second service, a VEE changed, one removed.
     let second = site.running_service(veem::sim::STANDARD);
     let mut v = site.veem.vee(&first[0]).unwrap();

@@ -239,7 +239,10 @@ async fn lab_the_standby_takes_over_a_killed_leader_and_a_stalled_one_is_fenced(
     let out = site::cli_at(&both, &dir, OPERATOR, &["ls"]);
     let said = String::from_utf8_lossy(&out.stderr).to_string();
     println!("veem ls without quorum: {said}");
-    assert!(!out.status.success() && said.contains("read-only") && said.contains("etcd"), "{said}");
+    assert!(
+        !out.status.success() && said.contains("read-only") && said.contains("etcd"),
+        "{said}"
+    );
     assert_eq!(h1.domains().await.len(), 1, "the VEE runs on");
     for i in [raft, follower] {
         tokio::task::block_in_place(|| cluster.start_member(i)).unwrap();
@@ -250,7 +253,11 @@ async fn lab_the_standby_takes_over_a_killed_leader_and_a_stalled_one_is_fenced(
         if out.status.success() {
             break String::from_utf8_lossy(&out.stdout).to_string();
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     println!("the site resumed {:?} after quorum returned", start.elapsed());

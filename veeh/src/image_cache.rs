@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
-use interfaces::manifest::RegistryImage;
 use interfaces::artifact::{ImageArtifact, Layer};
+use interfaces::manifest::RegistryImage;
 use interfaces::registry::Registries;
 use interfaces::repo_client::RepoClient;
 use interfaces::BlobId;
@@ -134,7 +134,11 @@ impl ImageCache {
         .await
     }
 
-    async fn ensure_by<F: std::future::Future<Output = Result<u64>>>(&self, id: &BlobId, fetch: impl FnOnce(PathBuf) -> F) -> Result<Cached> {
+    async fn ensure_by<F: std::future::Future<Output = Result<u64>>>(
+        &self,
+        id: &BlobId,
+        fetch: impl FnOnce(PathBuf) -> F,
+    ) -> Result<Cached> {
         let _guard = self.pulls.lock().await;
         let path = self.path(id);
         let cached = self.verified(id).await;
@@ -228,7 +232,13 @@ mod tests {
     fn cache(dir: &Path, limit_mib: u64) -> ImageCache {
         // Nothing listens on port 9: every pull fails, so these tests see
         // exactly what the cache does with the files it has.
-        ImageCache::new(dir, limit_mib, Some(RepoClient::new("http://127.0.0.1:9", None).unwrap()), Arc::new(Registries::new(&[]).unwrap())).unwrap()
+        ImageCache::new(
+            dir,
+            limit_mib,
+            Some(RepoClient::new("http://127.0.0.1:9", None).unwrap()),
+            Arc::new(Registries::new(&[]).unwrap()),
+        )
+        .unwrap()
     }
 
     fn put(c: &ImageCache, content: &[u8], used_secs_ago: u64) -> BlobId {

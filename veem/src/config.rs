@@ -467,7 +467,10 @@ impl VeemConfig {
         }
         self.listener.check("listener")?;
         if self.checkpoints_kept == 0 {
-            return Err(invalid("checkpoints_kept", "must be at least 1 (the latest checkpoint is always kept)"));
+            return Err(invalid(
+                "checkpoints_kept",
+                "must be at least 1 (the latest checkpoint is always kept)",
+            ));
         }
         if let Some(site) = interfaces::registry::SiteRegistry::parse(&self.image_repo) {
             let site = site.map_err(|why| invalid("image_repo", why))?;

@@ -179,11 +179,14 @@ struct Items<'a, T> {
 /// `push-image`: the files as a VEE image artifact
 /// (`interfaces::artifact`), pushed through `oci-client`.
 async fn push_image(args: PushImageArgs) -> Result<()> {
-    use interfaces::manifest::ImageRef;
     use interfaces::artifact;
-    use interfaces::registry::{RegistryConfig, Registries, Scope};
+    use interfaces::manifest::ImageRef;
+    use interfaces::registry::{Registries, RegistryConfig, Scope};
     let ImageRef::Registry(image) = args.reference.parse::<ImageRef>()? else {
-        anyhow::bail!("{}: give REGISTRY/REPOSITORY:TAG (a content ID is pushed with `image-repo push`)", args.reference);
+        anyhow::bail!(
+            "{}: give REGISTRY/REPOSITORY:TAG (a content ID is pushed with `image-repo push`)",
+            args.reference
+        );
     };
     let registries = Registries::new(&[RegistryConfig {
         host: image.registry.clone(),
@@ -196,7 +199,11 @@ async fn push_image(args: PushImageArgs) -> Result<()> {
     std::fs::File::open(&args.disk)
         .and_then(|mut f| f.read_exact(&mut magic))
         .with_context(|| format!("{}", args.disk.display()))?;
-    let disk = if &magic == QCOW2_MAGIC { artifact::DISK_QCOW2 } else { artifact::DISK_RAW };
+    let disk = if &magic == QCOW2_MAGIC {
+        artifact::DISK_QCOW2
+    } else {
+        artifact::DISK_RAW
+    };
     let mut files = vec![(disk, args.disk.as_path())];
     files.extend(args.kernel.as_deref().map(|k| (artifact::KERNEL, k)));
     files.extend(args.initrd.as_deref().map(|i| (artifact::INITRD, i)));

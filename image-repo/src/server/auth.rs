@@ -96,11 +96,10 @@ pub fn caller(config: &Config, headers: &HeaderMap) -> Result<Caller, ApiError> 
             "this repository needs a token (Authorization: Bearer TOKEN, or Basic with the token as password)",
         ));
     };
-    let token = value
-        .to_str()
-        .ok()
-        .and_then(token_of)
-        .ok_or_else(|| ApiError::unauthorized("the Authorization header is neither `Bearer TOKEN` nor `Basic` with a token as password"))?;
+    let token =
+        value.to_str().ok().and_then(token_of).ok_or_else(|| {
+            ApiError::unauthorized("the Authorization header is neither `Bearer TOKEN` nor `Basic` with a token as password")
+        })?;
     caller_of(config, &token).ok_or_else(|| ApiError::unauthorized("the token is not known to this repository"))
 }
 

@@ -119,7 +119,13 @@ impl MetaDb {
     /// records (so that a caller who may read few blobs costs a bounded
     /// amount per request). The cursor to go on from, if records follow.
     /// Errors: a record is unreadable.
-    pub fn page(&self, after: Option<&BlobId>, n: usize, scan: usize, keep: impl Fn(&BlobMeta) -> bool) -> Result<(Vec<BlobMeta>, Option<BlobId>)> {
+    pub fn page(
+        &self,
+        after: Option<&BlobId>,
+        n: usize,
+        scan: usize,
+        keep: impl Fn(&BlobMeta) -> bool,
+    ) -> Result<(Vec<BlobMeta>, Option<BlobId>)> {
         let start = match after {
             // The first key after `after`: it followed by a zero byte.
             Some(a) => [key(a), vec![0]].concat(),

@@ -41,8 +41,8 @@ impl Peers {
     pub fn new(entries: &[PeerEntry]) -> anyhow::Result<Self> {
         let mut peers = Vec::new();
         for e in entries {
-            let client = RepoClient::with_ca(&e.url, Some(e.token()?), e.ca.as_deref())
-                .map_err(|err| anyhow::anyhow!("peers {}: {err}", e.name))?;
+            let client =
+                RepoClient::with_ca(&e.url, Some(e.token()?), e.ca.as_deref()).map_err(|err| anyhow::anyhow!("peers {}: {err}", e.name))?;
             peers.push(Peer {
                 name: e.name.clone(),
                 client,
@@ -70,7 +70,10 @@ impl Peers {
                             .await
                             .map_err(|e| ApiError::internal(format!("sharing {id}"), format!("{e:#}")))?;
                     }
-                    return app.store.get(id).map_err(|e| ApiError::internal("reading metadata", format!("{e:#}")));
+                    return app
+                        .store
+                        .get(id)
+                        .map_err(|e| ApiError::internal("reading metadata", format!("{e:#}")));
                 }
                 Ok(None) => {}
                 Err(e) if e.status().is_server_error() || e.status().as_u16() == 507 => return Err(e),
@@ -94,7 +97,8 @@ impl Peers {
         super::upload::fits(app, &what, meta.size)?;
         let temp = app.store.temp_file();
         let mut held = app.quota.start(temp.path());
-        super::upload::hold(app, &mut held, meta.size).map_err(|why| ApiError::insufficient_storage(format!("no room for {what}: {why}; nothing stored")))?;
+        super::upload::hold(app, &mut held, meta.size)
+            .map_err(|why| ApiError::insufficient_storage(format!("no room for {what}: {why}; nothing stored")))?;
         let pulled = peer.client.pull_at_most(id, temp.path(), meta.size).await;
         let _ = std::fs::remove_file(interfaces::repo_client::pull::partial_path(temp.path()));
         if let Err(e) = pulled {
@@ -169,7 +173,10 @@ impl Peers {
         }
         let pushed = peer.client.push_file(&app.store.blob_path(id), &push).await.map_err(failed)?;
         if pushed != *id {
-            return Err(ApiError::internal(format!("replicating {id}"), format!("the stored content hashes to {pushed}")));
+            return Err(ApiError::internal(
+                format!("replicating {id}"),
+                format!("the stored content hashes to {pushed}"),
+            ));
         }
         peer.client.share(id, &peer.name).await.map_err(failed)?;
         tracing::info!(%id, peer = %to, size = meta.size, "blob replicated to a peer site");

@@ -81,7 +81,10 @@ impl Reservation {
         if let Some(max) = room.max {
             let stored = (room.stored)();
             if stored.saturating_add(t.held).saturating_add(more) > max {
-                return Err(format!("quota of {max} bytes with {stored} stored and {} held by uploads under way", t.held));
+                return Err(format!(
+                    "quota of {max} bytes with {stored} stored and {} held by uploads under way",
+                    t.held
+                ));
             }
         }
         let pending = t.pending();
@@ -121,7 +124,11 @@ mod tests {
     fn uploads_side_by_side_share_the_quota_and_give_it_back() {
         let q = Quota::default();
         let (stored, disk) = (|| 100, || u64::MAX);
-        let room = Room { max: Some(1000), stored: &stored, disk: &disk };
+        let room = Room {
+            max: Some(1000),
+            stored: &stored,
+            disk: &disk,
+        };
         let (pa, pb) = (Path::new("/nonexistent/a"), Path::new("/nonexistent/b"));
         let mut a = q.start(pa);
         let mut b = q.start(pb);
@@ -142,7 +149,11 @@ mod tests {
         // The disk's room stays 1000 in this test: the files written
         // stand for bytes the free space already lost.
         let (stored, disk) = (|| 0, || 1000);
-        let room = Room { max: None, stored: &stored, disk: &disk };
+        let room = Room {
+            max: None,
+            stored: &stored,
+            disk: &disk,
+        };
         let dir = tempfile::tempdir().unwrap();
         let (pa, pb) = (dir.path().join("a"), dir.path().join("b"));
         let mut a = q.start(&pa);

@@ -129,7 +129,10 @@ impl Repositories {
 
     /// The manifest `tag` names in `repo`, if any.
     pub fn tag(&self, repo: &str, tag: &str) -> Result<Option<BlobId>> {
-        self.tags.get(key(repo, &[tag.as_bytes()]))?.map(|raw| from_digest(&raw)).transpose()
+        self.tags
+            .get(key(repo, &[tag.as_bytes()]))?
+            .map(|raw| from_digest(&raw))
+            .transpose()
     }
 
     /// Records manifest `id` in `repo` (and `tag` naming it, and the
@@ -195,16 +198,9 @@ impl Repositories {
             Some(last) => key(repo, &[last.as_bytes(), &[0]]),
             None => p.clone(),
         };
-        let mut items = Vec::new();
-        for item in self.tags.range(start..).take_while(|i| i.as_ref().map_or(true, |(k, _)| k.starts_with(&p))) {
-            let (k, v) = item?;
-            if items.len() == n {
-                return Ok(Page { items, more: true });
-            }
-            let tag = String::from_utf8_lossy(&k[p.len()..]).into_owned();
-            items.push((tag, from_digest(&v)?));
-        }
-        Ok(Page { items, more: false })
+        page(&self.tags, &p, start, n, |tag, digest| {
+            Ok(Some((String::from_utf8_lossy(tag).into_owned(), from_digest(digest)?)))
+        })
     }
 
     /// At most `n` manifests of `repo` whose subject is `subject`, in
@@ -216,20 +212,36 @@ impl Repositories {
             Some(a) => key(repo, &[&s, &digest(a), &[0]]),
             None => p.clone(),
         };
-        let mut items = Vec::new();
-        for item in self.referrers.range(start..).take_while(|i| i.as_ref().map_or(true, |(k, _)| k.starts_with(&p))) {
-            let (k, _) = item?;
-            if items.len() == n {
-                return Ok(Page { items, more: true });
-            }
-            let id = from_digest(&k[p.len()..])?;
-            // A manifest removed since is skipped, not reported.
-            if let Some(record) = self.manifest(repo, &id)? {
-                items.push((id, record));
-            }
-        }
-        Ok(Page { items, more: false })
+        // A manifest removed since is skipped, not reported.
+        page(&self.referrers, &p, start, n, |id, _| {
+            let id = from_digest(id)?;
+            Ok(self.manifest(repo, &id)?.map(|record| (id, record)))
+        })
     }
+}
+
+/// At most `n` items of `tree` under key prefix `p`, from key `start` on,
+/// each made by `item` of the rest of its key and its value (`None`:
+/// skipped), and whether more follow: the lists' pages.
+fn page<T>(
+    tree: &sled::Tree,
+    p: &[u8],
+    start: Vec<u8>,
+    n: usize,
+    mut item: impl FnMut(&[u8], &[u8]) -> Result<Option<T>>,
+) -> Result<Page<T>> {
+    let mut items = Vec::new();
+    for entry in tree
+        .range(start..)
+        .take_while(|i| i.as_ref().map_or(true, |(k, _)| k.starts_with(p)))
+    {
+        let (k, v) = entry?;
+        if items.len() == n {
+            return Ok(Page { items, more: true });
+        }
+        items.extend(item(&k[p.len()..], &v)?);
+    }
+    Ok(Page { items, more: false })
 }
 
 /// `repo \0`.
@@ -295,7 +307,10 @@ mod tests {
         r.put_manifest("acme/os2", &m, &record(None), Some("zz")).await.unwrap();
         let names = |p: Page<(String, BlobId)>| (p.items.into_iter().map(|(t, _)| t).collect::<Vec<_>>(), p.more);
         assert_eq!(names(r.tags("acme/os", None, 2).unwrap()), (vec!["a".into(), "a1".into()], true));
-        assert_eq!(names(r.tags("acme/os", Some("a1"), 2).unwrap()), (vec!["b".into(), "c".into()], false));
+        assert_eq!(
+            names(r.tags("acme/os", Some("a1"), 2).unwrap()),
+            (vec!["b".into(), "c".into()], false)
+        );
         assert_eq!(names(r.tags("acme/os", Some("c"), 2).unwrap()), (vec![], false));
         assert!(r.delete_manifest("acme/os", &m).await.unwrap());
         assert_eq!(names(r.tags("acme/os", None, 10).unwrap()), (vec![], false));
@@ -309,8 +324,12 @@ mod tests {
         let r = Repositories::open(&db).unwrap();
         let subject = BlobId::of(b"image");
         let (a, b) = (BlobId::of(b"a"), BlobId::of(b"b"));
-        r.put_manifest("site-a/checkpoints", &a, &record(Some(&subject)), None).await.unwrap();
-        r.put_manifest("site-a/checkpoints", &b, &record(Some(&subject)), None).await.unwrap();
+        r.put_manifest("site-a/checkpoints", &a, &record(Some(&subject)), None)
+            .await
+            .unwrap();
+        r.put_manifest("site-a/checkpoints", &b, &record(Some(&subject)), None)
+            .await
+            .unwrap();
         let all = r.referrers("site-a/checkpoints", &subject, None, 10).unwrap();
         assert_eq!(all.items.len(), 2);
         let first = r.referrers("site-a/checkpoints", &subject, None, 1).unwrap();
@@ -319,7 +338,13 @@ mod tests {
         assert_eq!((rest.items.len(), rest.more), (1, false));
         assert_ne!(rest.items[0].0, first.items[0].0);
         r.delete_manifest("site-a/checkpoints", &a).await.unwrap();
-        let left: Vec<_> = r.referrers("site-a/checkpoints", &subject, None, 10).unwrap().items.into_iter().map(|(id, _)| id).collect();
+        let left: Vec<_> = r
+            .referrers("site-a/checkpoints", &subject, None, 10)
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
         assert_eq!(left, [b]);
         assert!(r.referrers("site-b/checkpoints", &subject, None, 10).unwrap().items.is_empty());
     }

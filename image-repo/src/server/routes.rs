@@ -143,7 +143,13 @@ async fn grant(
     // pulled through, the provider's here as there, with a token here or
     // not.
     let mut granted_at_peer = false;
-    if app.store.get(&id).map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?.is_none() && app.peers.serve(&who) {
+    if app
+        .store
+        .get(&id)
+        .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?
+        .is_none()
+        && app.peers.serve(&who)
+    {
         if let Some(peer) = app.peers.grant(&id, &provider).await {
             granted_at_peer = app.peers.pull_through_from(&app, peer, &id, &provider).await?.is_some();
         }
@@ -177,7 +183,12 @@ async fn replicate(
     query: Result<Query<ReplicateQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    let who = caller_as(&app.config, &headers, &[Role::Site, Role::Operator], "replicate blobs to peer sites")?;
+    let who = caller_as(
+        &app.config,
+        &headers,
+        &[Role::Site, Role::Operator],
+        "replicate blobs to peer sites",
+    )?;
     let id = parse_id(&raw_id)?;
     let to = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0.to;
     let m = readable(&app, &who, &id)?;
@@ -209,7 +220,12 @@ async fn collect(
         None => std::time::Duration::from_secs(3600),
     };
     let out = super::gc::collect(&app, grace, q.dry_run).await?;
-    tracing::info!(removed = out.removed.len(), bytes = out.bytes, dry_run = out.dry_run, "garbage collection");
+    tracing::info!(
+        removed = out.removed.len(),
+        bytes = out.bytes,
+        dry_run = out.dry_run,
+        "garbage collection"
+    );
     Ok(Json(out))
 }
 

@@ -139,7 +139,13 @@ impl Store {
     }
 
     /// A page of the records `keep` accepts: see [`MetaDb::page`].
-    pub fn page(&self, after: Option<&BlobId>, n: usize, scan: usize, keep: impl Fn(&BlobMeta) -> bool) -> Result<(Vec<BlobMeta>, Option<BlobId>)> {
+    pub fn page(
+        &self,
+        after: Option<&BlobId>,
+        n: usize,
+        scan: usize,
+        keep: impl Fn(&BlobMeta) -> bool,
+    ) -> Result<(Vec<BlobMeta>, Option<BlobId>)> {
         self.meta.page(after, n, scan, keep)
     }
 
@@ -243,7 +249,8 @@ impl Store {
     /// Marks `id` public or not (idempotent). Returns the updated record,
     /// or `None` if `id` is not stored.
     pub async fn set_public(&self, id: &BlobId, public: bool) -> Result<Option<BlobMeta>> {
-        self.modify(id, |meta| Ok(std::mem::replace(&mut meta.public, public) != public)).await
+        self.modify(id, |meta| Ok(std::mem::replace(&mut meta.public, public) != public))
+            .await
     }
 
     /// Applies `change` (which says whether it changed anything, or why it
@@ -341,7 +348,10 @@ mod tests {
         let id = BlobId::of(b"x");
         let temp = store.temp_file();
         std::fs::write(temp.path(), b"x").unwrap();
-        store.commit(temp, &id, 1, PushMeta::new("x", BlobKind::Disk), &Caller::operator()).await.unwrap();
+        store
+            .commit(temp, &id, 1, PushMeta::new("x", BlobKind::Disk), &Caller::operator())
+            .await
+            .unwrap();
         for i in 0..MAX_PINS {
             store.set_pin(&id, &format!("p{i}"), true).await.unwrap();
         }

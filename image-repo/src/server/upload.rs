@@ -142,7 +142,8 @@ impl Incoming {
         let before = self.sink.len();
         if let Some(len) = declared {
             let need = (before + len).saturating_sub(self.held.bytes());
-            hold(app, &mut self.held, need).map_err(|why| ApiError::insufficient_storage(format!("no room for {what}: {why}; nothing stored")))?;
+            hold(app, &mut self.held, need)
+                .map_err(|why| ApiError::insufficient_storage(format!("no room for {what}: {why}; nothing stored")))?;
         }
         let mut stream = body.into_data_stream();
         let pace = BodyPace::new(&app.config);
@@ -151,7 +152,13 @@ impl Incoming {
         loop {
             let chunk = match tokio::time::timeout(pace.idle, stream.next()).await {
                 // Cut off: no answer is owed to a client that stopped sending.
-                Err(_) => return Err(ApiError::too_slow(what, received, &format!("no byte for {} s", pace.idle.as_secs()))),
+                Err(_) => {
+                    return Err(ApiError::too_slow(
+                        what,
+                        received,
+                        &format!("no byte for {} s", pace.idle.as_secs()),
+                    ))
+                }
                 Ok(None) => break,
                 Ok(Some(chunk)) => chunk.map_err(|e| ApiError::interrupted(what, received, &interfaces::error::chain(&e)))?,
             };
@@ -165,7 +172,9 @@ impl Incoming {
                 let need = total - self.held.bytes();
                 if hold(app, &mut self.held, need.max(QUOTA_STEP)).is_err() {
                     if let Err(why) = hold(app, &mut self.held, need) {
-                        refused = Some(ApiError::insufficient_storage(format!("{what} exceeds the room left ({why}); nothing stored")));
+                        refused = Some(ApiError::insufficient_storage(format!(
+                            "{what} exceeds the room left ({why}); nothing stored"
+                        )));
                         break;
                     }
                 }

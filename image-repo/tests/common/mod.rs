@@ -147,7 +147,10 @@ impl Repo {
         let t = std::time::Instant::now();
         Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
         while child.try_wait().unwrap().is_none() {
-            assert!(t.elapsed() < std::time::Duration::from_secs(30), "image-repo still running 30 s after SIGTERM");
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(30),
+                "image-repo still running 30 s after SIGTERM"
+            );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         self._stdout = None;

@@ -9,8 +9,8 @@
 use reqwest::{header, Method, RequestBuilder, StatusCode};
 
 use super::{check, RepoClient};
-use crate::error::{Error, Result};
 use crate::artifact::{self, Layer};
+use crate::error::{Error, Result};
 use crate::BlobId;
 
 impl RepoClient {

@@ -136,7 +136,13 @@ impl RepoClient {
     }
 
     /// One GET from `sink.len()` on; appends to `sink`.
-    async fn download_attempt(&self, id: &BlobId, sink: &mut HashingSink, progress: Option<Progress<'_>>, max: Option<u64>) -> Result<(), Failed> {
+    async fn download_attempt(
+        &self,
+        id: &BlobId,
+        sink: &mut HashingSink,
+        progress: Option<Progress<'_>>,
+        max: Option<u64>,
+    ) -> Result<(), Failed> {
         let what = format!("pull {id}");
         let offset = sink.len();
         let mut req = self.request(Method::GET, &format!("/blobs/{id}"));

@@ -217,7 +217,10 @@ pub fn validate_name(name: &str) -> Result<(), String> {
         return Err("must not contain '..'".into());
     }
     if let Some(c) = name.chars().find(|c| is_hidden(*c)) {
-        return Err(format!("must not contain control, bidirectional or invisible characters (found U+{:04X})", c as u32));
+        return Err(format!(
+            "must not contain control, bidirectional or invisible characters (found U+{:04X})",
+            c as u32
+        ));
     }
     Ok(())
 }
@@ -297,7 +300,19 @@ mod tests {
     #[test]
     fn names_with_slash_or_dotdot_are_rejected() {
         assert!(validate_name("debian-12.qcow2").is_ok());
-        for bad in ["", "a/b", "../x", "a..b", "..", "a\\b", "a\nb", "evil\u{202E}2cwoq.exe", "a\u{200B}b", "\u{FEFF}x", "a\u{2066}b"] {
+        for bad in [
+            "",
+            "a/b",
+            "../x",
+            "a..b",
+            "..",
+            "a\\b",
+            "a\nb",
+            "evil\u{202E}2cwoq.exe",
+            "a\u{200B}b",
+            "\u{FEFF}x",
+            "a\u{2066}b",
+        ] {
             assert!(validate_name(bad).is_err(), "{bad:?} accepted");
         }
         assert!(validate_name(&"x".repeat(256)).is_err());

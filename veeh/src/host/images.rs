@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use interfaces::manifest::ImageRef;
 use interfaces::artifact::ImageArtifact;
+use interfaces::manifest::ImageRef;
 use interfaces::vhi;
 use interfaces::BlobId;
 

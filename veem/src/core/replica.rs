@@ -154,7 +154,12 @@ impl Replica {
             tokio::task::spawn_blocking(move || store.commit(w)).await??
         };
         if !self.wait_for(barrier, within).await {
-            tracing::warn!(barrier, current = self.current(), ?within, "the standby's copy did not reach the takeover's barrier: reading the store");
+            tracing::warn!(
+                barrier,
+                current = self.current(),
+                ?within,
+                "the standby's copy did not reach the takeover's barrier: reading the store"
+            );
             return Ok(None);
         }
         self.stop.cancel();
@@ -221,7 +226,11 @@ async fn keep_current(engine: Arc<EtcdEngine>, renew_ahead_s: i64, copy: Arc<Mut
             }
         };
         current.send_replace(at);
-        tracing::info!(revision = at, records = copy.lock().unwrap().records.len(), "standby: the site's records read; following their changes");
+        tracing::info!(
+            revision = at,
+            records = copy.lock().unwrap().records.len(),
+            "standby: the site's records read; following their changes"
+        );
         loop {
             let mut changes = match engine.watch_after(&client, at).await {
                 Ok(c) => c,
@@ -241,7 +250,10 @@ async fn keep_current(engine: Arc<EtcdEngine>, renew_ahead_s: i64, copy: Arc<Mut
                         }
                     }
                     Err(WatchEnded::Compacted(r)) => {
-                        tracing::warn!(compacted = r, "standby: etcd compacted the revisions it follows: reading the records again");
+                        tracing::warn!(
+                            compacted = r,
+                            "standby: etcd compacted the revisions it follows: reading the records again"
+                        );
                         continue 'read;
                     }
                     Err(e @ WatchEnded::Broken(_)) => {

@@ -29,7 +29,11 @@ pub async fn get(access: &Access<'_>, method: &Method, headers: &HeaderMap, dige
             if app.peers.pull_through(app, &id, &access.who.name, None).await?.is_none() {
                 return Err(unknown);
             }
-            app.store.repos().link_blob(access.name, &id).await.map_err(internal(format!("linking {id}")))?;
+            app.store
+                .repos()
+                .link_blob(access.name, &id)
+                .await
+                .map_err(internal(format!("linking {id}")))?;
             access.blob(&id)?
         }
     };

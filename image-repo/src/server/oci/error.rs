@@ -89,8 +89,12 @@ impl OciError {
 
     /// 404 BLOB_UNKNOWN: `repo` holds no blob `id` the caller may read.
     pub fn blob_unknown(repo: &str, id: &BlobId) -> Self {
-        Self::new(StatusCode::NOT_FOUND, codes::BLOB_UNKNOWN, format!("blob {id} unknown to repository {repo}"))
-            .detail(serde_json::json!({ "digest": id.to_string() }))
+        Self::new(
+            StatusCode::NOT_FOUND,
+            codes::BLOB_UNKNOWN,
+            format!("blob {id} unknown to repository {repo}"),
+        )
+        .detail(serde_json::json!({ "digest": id.to_string() }))
     }
 
     /// 404 MANIFEST_UNKNOWN: `repo` holds no manifest `reference` (tag or

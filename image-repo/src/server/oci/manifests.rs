@@ -188,7 +188,9 @@ fn bounded(r: &ManifestRecord) -> Result<(), String> {
         let Some(t) = t else { continue };
         let ok = !t.is_empty() && t.len() <= MAX_MEDIA_TYPE && t.bytes().all(|b| b.is_ascii_graphic()) && t.matches('/').count() == 1;
         if !ok {
-            return Err(format!("{field} {t:.64?} is not a media type (type/subtype, visible ASCII, at most {MAX_MEDIA_TYPE} bytes)"));
+            return Err(format!(
+                "{field} {t:.64?} is not a media type (type/subtype, visible ASCII, at most {MAX_MEDIA_TYPE} bytes)"
+            ));
         }
     }
     if r.annotations.len() > MAX_ANNOTATIONS {
@@ -234,7 +236,10 @@ fn referenced_manifest(access: &Access<'_>, d: &Descriptor) -> Result<(), OciErr
 fn blob_unknown(access: &Access<'_>, id: &BlobId) -> OciError {
     OciError::bad(
         codes::MANIFEST_BLOB_UNKNOWN,
-        format!("the manifest references {id}, which repository {} does not hold: push it first", access.name),
+        format!(
+            "the manifest references {id}, which repository {} does not hold: push it first",
+            access.name
+        ),
     )
     .detail(serde_json::json!({ "digest": id.to_string() }))
 }
@@ -283,7 +288,11 @@ pub async fn get(access: &Access<'_>, method: &Method, raw: &str) -> Result<Resp
     set(h, DIGEST_HEADER, &id.to_string());
     set(h, header::ETAG.as_str(), &format!("\"{id}\""));
     // A tag may move: a cache must ask again.
-    set(h, header::CACHE_CONTROL.as_str(), if by_tag { "private, no-cache" } else { PRIVATE_IMMUTABLE });
+    set(
+        h,
+        header::CACHE_CONTROL.as_str(),
+        if by_tag { "private, no-cache" } else { PRIVATE_IMMUTABLE },
+    );
     Ok(resp)
 }
 

@@ -107,7 +107,8 @@ async fn route(app: &App, method: &Method, rest: &str, uri: &Uri, headers: &Head
 }
 
 fn with_version(mut resp: Response) -> Response {
-    resp.headers_mut().insert(API_VERSION_HEADER, HeaderValue::from_static("registry/2.0"));
+    resp.headers_mut()
+        .insert(API_VERSION_HEADER, HeaderValue::from_static("registry/2.0"));
     resp
 }
 
@@ -151,7 +152,9 @@ impl Access<'_> {
     /// may read it. Errors: 404 BLOB_UNKNOWN otherwise.
     pub fn blob(&self, id: &BlobId) -> Result<BlobMeta, OciError> {
         let repos = self.app.store.repos();
-        let linked = repos.has_blob(self.name, id).map_err(internal(format!("reading repository {}", self.name)))?;
+        let linked = repos
+            .has_blob(self.name, id)
+            .map_err(internal(format!("reading repository {}", self.name)))?;
         self.readable(linked, id).ok_or_else(|| OciError::blob_unknown(self.name, id))
     }
 
@@ -160,7 +163,9 @@ impl Access<'_> {
     /// MANIFEST_UNKNOWN otherwise.
     pub fn manifest(&self, id: &BlobId) -> Result<(BlobMeta, ManifestRecord), OciError> {
         let repos = self.app.store.repos();
-        let record = repos.manifest(self.name, id).map_err(internal(format!("reading repository {}", self.name)))?;
+        let record = repos
+            .manifest(self.name, id)
+            .map_err(internal(format!("reading repository {}", self.name)))?;
         record
             .and_then(|r| self.readable(true, id).map(|m| (m, r)))
             .ok_or_else(|| OciError::manifest_unknown(self.name, &id.to_string()))

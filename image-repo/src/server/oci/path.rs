@@ -124,24 +124,42 @@ mod tests {
     #[test]
     fn endpoints_are_read_from_the_right() {
         let d = "sha256:0123";
-        assert_eq!(parse(&format!("acme/os/blobs/{d}")), Some(Endpoint::Blob { name: "acme/os", digest: d }));
+        assert_eq!(
+            parse(&format!("acme/os/blobs/{d}")),
+            Some(Endpoint::Blob {
+                name: "acme/os",
+                digest: d
+            })
+        );
         // A repository may itself be called "blobs" or "manifests".
         assert_eq!(
             parse(&format!("acme/blobs/blobs/{d}")),
-            Some(Endpoint::Blob { name: "acme/blobs", digest: d })
+            Some(Endpoint::Blob {
+                name: "acme/blobs",
+                digest: d
+            })
         );
         assert_eq!(parse("acme/os/blobs/uploads/"), Some(Endpoint::Uploads { name: "acme/os" }));
         assert_eq!(parse("acme/os/blobs/uploads"), Some(Endpoint::Uploads { name: "acme/os" }));
         assert_eq!(
             parse("acme/os/blobs/uploads/abc"),
-            Some(Endpoint::Upload { name: "acme/os", session: "abc" })
+            Some(Endpoint::Upload {
+                name: "acme/os",
+                session: "abc"
+            })
         );
         assert_eq!(
             parse("a/manifests/manifests/v1"),
-            Some(Endpoint::Manifest { name: "a/manifests", reference: "v1" })
+            Some(Endpoint::Manifest {
+                name: "a/manifests",
+                reference: "v1"
+            })
         );
         assert_eq!(parse("acme/os/tags/list"), Some(Endpoint::Tags { name: "acme/os" }));
-        assert_eq!(parse(&format!("x/referrers/{d}")), Some(Endpoint::Referrers { name: "x", digest: d }));
+        assert_eq!(
+            parse(&format!("x/referrers/{d}")),
+            Some(Endpoint::Referrers { name: "x", digest: d })
+        );
         assert_eq!(parse("acme/os/other/x"), None);
         assert_eq!(parse("acme"), None);
         assert_eq!(parse("x/uploads/abc"), None);
@@ -152,7 +170,21 @@ mod tests {
         for ok in ["acme", "acme/debian-12", "a.b/c__d/e---f", "site-a/checkpoints", "0/1"] {
             assert_eq!(check_name(ok), Ok(()), "{ok}");
         }
-        for bad in ["", "Acme", "acme/", "/acme", "a//b", "a..b", "a___b", "-a", "a-", "a b", "a\u{202e}b", "caf\u{e9}", "a\0b"] {
+        for bad in [
+            "",
+            "Acme",
+            "acme/",
+            "/acme",
+            "a//b",
+            "a..b",
+            "a___b",
+            "-a",
+            "a-",
+            "a b",
+            "a\u{202e}b",
+            "caf\u{e9}",
+            "a\0b",
+        ] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
         assert!(check_name(&"a".repeat(256)).is_err());

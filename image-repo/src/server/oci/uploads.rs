@@ -80,7 +80,10 @@ impl Sessions {
             return Err(OciError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 codes::TOO_MANY_REQUESTS,
-                format!("{} has {max} uploads open (max_uploads_per_caller): finish or cancel one", access.who.name),
+                format!(
+                    "{} has {max} uploads open (max_uploads_per_caller): finish or cancel one",
+                    access.who.name
+                ),
             )
             .header(header::RETRY_AFTER, "1"));
         }
@@ -123,7 +126,13 @@ pub async fn start(access: &Access<'_>, query: &str, headers: &HeaderMap, body: 
     if let Some(mount) = get("mount") {
         let id = parse_digest(mount)?;
         if mountable(access, &id, get("from")) {
-            access.app.store.repos().link_blob(access.name, &id).await.map_err(internal(format!("linking {id}")))?;
+            access
+                .app
+                .store
+                .repos()
+                .link_blob(access.name, &id)
+                .await
+                .map_err(internal(format!("linking {id}")))?;
             tracing::info!(%id, repository = access.name, by = %access.who.name, from = get("from"), "blob mounted");
             return Ok(created(access.name, &id));
         }
@@ -163,7 +172,12 @@ fn mountable(access: &Access<'_>, id: &BlobId, from: Option<&str>) -> bool {
 /// `GET .../uploads/SESSION`: 204 with the `Range` received.
 pub async fn status(access: &Access<'_>, raw: &str) -> Result<Response, OciError> {
     let (id, _, session) = access.app.uploads.find(access, raw)?;
-    let len = session.lock().await.as_ref().ok_or_else(|| OciError::upload_unknown(access.name, raw))?.len();
+    let len = session
+        .lock()
+        .await
+        .as_ref()
+        .ok_or_else(|| OciError::upload_unknown(access.name, raw))?
+        .len();
     let mut resp = progress(access.name, &id, len);
     *resp.status_mut() = StatusCode::NO_CONTENT;
     Ok(resp)
@@ -236,7 +250,13 @@ pub async fn cancel(access: &Access<'_>, raw: &str) -> Result<Response, OciError
 async fn store(access: &Access<'_>, what: &str, incoming: Incoming, id: &BlobId) -> Result<Response, OciError> {
     let meta = PushMeta::new(access.name, BlobKind::OciBlob);
     incoming.store(access.app, what, id, meta, access.who).await?;
-    access.app.store.repos().link_blob(access.name, id).await.map_err(internal(format!("linking {id}")))?;
+    access
+        .app
+        .store
+        .repos()
+        .link_blob(access.name, id)
+        .await
+        .map_err(internal(format!("linking {id}")))?;
     Ok(created(access.name, id))
 }
 

@@ -94,7 +94,10 @@ async fn checkpoints_beyond_the_kept_ones_are_forgotten_and_their_blobs_unpinned
     let calls = site.repo.shares.lock().unwrap().clone();
     let forgotten: Vec<&String> = calls.iter().filter(|c| c.starts_with("forget site-a ")).collect();
     assert!(forgotten.contains(&&format!("forget site-a {}", taken[0])), "{calls:?}");
-    assert!(taken[1..].iter().all(|t| !forgotten.iter().any(|f| f.ends_with(t.as_str()))), "{calls:?}");
+    assert!(
+        taken[1..].iter().all(|t| !forgotten.iter().any(|f| f.ends_with(t.as_str()))),
+        "{calls:?}"
+    );
     assert_eq!(site.veem.vee(&vee).unwrap().latest_checkpoint.as_deref(), Some(taken[3].as_str()));
 }
 
