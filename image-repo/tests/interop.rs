@@ -65,6 +65,21 @@ fn disk_layout(dir: &Path, disk: &[u8]) -> BlobId {
     )
 }
 
+/// `skopeo copy --preserve-digests` of the layout in `dir` tagged `tag`
+/// to `name` in our repository, as acme.
+fn copy_to_ours(repo: &Repo, dir: &Path, tag: &str, name: &str) {
+    let src = format!("oci:{}:{tag}", dir.display());
+    skopeo(&[
+        "copy",
+        "--preserve-digests",
+        "--dest-tls-verify=false",
+        "--dest-creds",
+        &creds(),
+        &src,
+        &ours(repo, name),
+    ]);
+}
+
 fn creds() -> String {
     format!("acme:{ACME_TOKEN}")
 }
@@ -84,17 +99,8 @@ fn skopeo_copies_a_vm_image_from_us_to_distribution_and_back_keeping_its_digests
     let dir = tempfile::tempdir().unwrap();
     let disk = common::content(11, 3 << 20);
     let digest = disk_layout(dir.path(), &disk);
-    let src = format!("oci:{}:v1", dir.path().display());
     let creds = creds();
-    skopeo(&[
-        "copy",
-        "--preserve-digests",
-        "--dest-tls-verify=false",
-        "--dest-creds",
-        &creds,
-        &src,
-        &ours(&repo, "acme/tiny:v1"),
-    ]);
+    copy_to_ours(&repo, dir.path(), "v1", "acme/tiny:v1");
     let theirs = format!("docker://{}/vee/tiny:v1", registry.addr);
     skopeo(&[
         "copy",
@@ -147,16 +153,7 @@ fn skopeo_inspects_a_container_image_in_our_repository() {
         &[("application/vnd.oci.image.layer.v1.tar", b"layer")],
     );
     let creds = creds();
-    let src = format!("oci:{}:12", dir.path().display());
-    skopeo(&[
-        "copy",
-        "--preserve-digests",
-        "--dest-tls-verify=false",
-        "--dest-creds",
-        &creds,
-        &src,
-        &ours(&repo, "acme/debian:12"),
-    ]);
+    copy_to_ours(&repo, dir.path(), "12", "acme/debian:12");
     let info: Value = serde_json::from_str(&skopeo(&[
         "inspect",
         "--tls-verify=false",
@@ -183,17 +180,7 @@ async fn oci_client_pulls_a_vm_image_artifact_verified_by_digest() {
     let dir = tempfile::tempdir().unwrap();
     let disk = common::content(5, 1 << 20);
     let digest = disk_layout(dir.path(), &disk);
-    let creds = creds();
-    let src = format!("oci:{}:v1", dir.path().display());
-    skopeo(&[
-        "copy",
-        "--preserve-digests",
-        "--dest-tls-verify=false",
-        "--dest-creds",
-        &creds,
-        &src,
-        &ours(&repo, "acme/tiny:v1"),
-    ]);
+    copy_to_ours(&repo, dir.path(), "v1", "acme/tiny:v1");
 
     let client = oci_client::Client::new(oci_client::client::ClientConfig {
         protocol: oci_client::client::ClientProtocol::Http,

@@ -51,6 +51,17 @@ pub struct Layer {
     pub media_type: String,
 }
 
+impl Layer {
+    /// The layer of `content` (its digest and size) with `media_type`.
+    pub fn of(media_type: &str, content: &[u8]) -> Self {
+        Self {
+            digest: BlobId::of(content),
+            size: content.len() as u64,
+            media_type: media_type.into(),
+        }
+    }
+}
+
 /// An image artifact's manifest, checked: see the module documentation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImageArtifact {
@@ -135,15 +146,8 @@ fn layer_of(d: &Descriptor) -> Result<Layer, String> {
 /// The manifest of an image artifact of `layers` (each its media type,
 /// digest and size), with the empty config: the bytes to push.
 pub fn image_manifest(layers: &[Layer]) -> Vec<u8> {
-    let descriptor = |l: &Layer| serde_json::json!({ "mediaType": l.media_type, "digest": l.digest.to_string(), "size": l.size });
-    let manifest = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "artifactType": IMAGE_ARTIFACT_TYPE,
-        "config": { "mediaType": MediaType::EmptyJSON.to_string(), "digest": BlobId::of(EMPTY_CONFIG).to_string(), "size": EMPTY_CONFIG.len() },
-        "layers": layers.iter().map(descriptor).collect::<Vec<_>>(),
-    });
-    serde_json::to_vec(&manifest).expect("a JSON value serializes")
+    let config = Layer::of(MediaType::EmptyJSON.as_ref(), EMPTY_CONFIG);
+    manifest(IMAGE_ARTIFACT_TYPE, &config, layers, None)
 }
 
 /// The empty config's content, `{}`.
@@ -186,11 +190,17 @@ pub fn record_of_config(config: &[u8]) -> Result<crate::vhi::CheckpointRecord, S
 /// and, when the VEE's image is an image artifact, that image's manifest
 /// as `subject` (its digest and size).
 pub fn checkpoint_manifest(config: &Layer, layers: &[Layer], subject: Option<(&BlobId, u64)>) -> Vec<u8> {
+    manifest(CHECKPOINT_ARTIFACT_TYPE, config, layers, subject)
+}
+
+/// An OCI image manifest of `artifact_type` over `config` and `layers`,
+/// with `subject` (a manifest's digest and size) when given.
+fn manifest(artifact_type: &str, config: &Layer, layers: &[Layer], subject: Option<(&BlobId, u64)>) -> Vec<u8> {
     let descriptor = |l: &Layer| serde_json::json!({ "mediaType": l.media_type, "digest": l.digest.to_string(), "size": l.size });
     let mut manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
-        "artifactType": CHECKPOINT_ARTIFACT_TYPE,
+        "artifactType": artifact_type,
         "config": descriptor(config),
         "layers": layers.iter().map(descriptor).collect::<Vec<_>>(),
     });
@@ -204,17 +214,13 @@ pub fn checkpoint_manifest(config: &Layer, layers: &[Layer], subject: Option<(&B
 mod tests {
     use super::*;
 
-    fn layer(media_type: &str, content: &[u8]) -> Layer {
-        Layer {
-            digest: BlobId::of(content),
-            size: content.len() as u64,
-            media_type: media_type.into(),
-        }
-    }
-
     #[test]
     fn an_image_manifest_built_reads_back() {
-        let layers = [layer(DISK_QCOW2, b"disk"), layer(KERNEL, b"vmlinuz"), layer(INITRD, b"initrd")];
+        let layers = [
+            Layer::of(DISK_QCOW2, b"disk"),
+            Layer::of(KERNEL, b"vmlinuz"),
+            Layer::of(INITRD, b"initrd"),
+        ];
         let raw = image_manifest(&layers);
         let a = ImageArtifact::parse(&raw).unwrap();
         assert_eq!(a.digest, BlobId::of(&raw));
@@ -225,19 +231,19 @@ mod tests {
     fn what_is_not_a_vee_image_is_refused_with_the_reason() {
         let raw = |layers: &[Layer]| image_manifest(layers);
         for (bytes, why) in [
-            (raw(&[layer(KERNEL, b"k")]), "no disk layer"),
-            (raw(&[layer(DISK_RAW, b"a"), layer(DISK_QCOW2, b"b")]), "two layers"),
+            (raw(&[Layer::of(KERNEL, b"k")]), "no disk layer"),
+            (raw(&[Layer::of(DISK_RAW, b"a"), Layer::of(DISK_QCOW2, b"b")]), "two layers"),
             (
-                raw(&[layer(DISK_RAW, b"a"), layer("application/vnd.oci.image.layer.v1.tar", b"b")]),
+                raw(&[Layer::of(DISK_RAW, b"a"), Layer::of("application/vnd.oci.image.layer.v1.tar", b"b")]),
                 "a layer of media type",
             ),
-            (raw(&[layer(DISK_RAW, b"a"), layer(INITRD, b"b")]), "without a kernel"),
+            (raw(&[Layer::of(DISK_RAW, b"a"), Layer::of(INITRD, b"b")]), "without a kernel"),
             (b"{}".to_vec(), "not an OCI image manifest"),
         ] {
             let e = ImageArtifact::parse(&bytes).unwrap_err();
             assert!(e.contains(why), "{e}");
         }
-        let other = String::from_utf8(raw(&[layer(DISK_RAW, b"a")]))
+        let other = String::from_utf8(raw(&[Layer::of(DISK_RAW, b"a")]))
             .unwrap()
             .replace(IMAGE_ARTIFACT_TYPE, "application/x-other");
         assert!(ImageArtifact::parse(other.as_bytes()).unwrap_err().contains("artifact type"));

@@ -86,15 +86,22 @@ pub struct SiteRegistry {
 }
 
 impl SiteRegistry {
-    /// `url` as a site registry: `None` unless it starts with `oci://`;
-    /// an error naming the shape when it has no namespace.
-    pub fn parse(url: &str) -> Option<Result<Self, String>> {
+    /// `url` (a configuration's `image_repo`) as a site registry: `None`
+    /// unless it starts with `oci://`; an error naming the reason when it
+    /// has no namespace or its registry is not one of `registries`.
+    pub fn parse(url: &str, registries: &[RegistryConfig]) -> Option<Result<Self, String>> {
         let rest = url.strip_prefix("oci://")?;
         Some(match rest.split_once('/') {
-            Some((registry, namespace)) if !registry.is_empty() && !namespace.is_empty() && !namespace.ends_with('/') => Ok(Self {
-                registry: registry.into(),
-                namespace: namespace.into(),
-            }),
+            Some((registry, namespace)) if !registry.is_empty() && !namespace.is_empty() && !namespace.ends_with('/') => {
+                if registries.iter().any(|r| r.host == registry) {
+                    Ok(Self {
+                        registry: registry.into(),
+                        namespace: namespace.into(),
+                    })
+                } else {
+                    Err(format!("registry {registry} is not one of the [[registries]]"))
+                }
+            }
             _ => Err(format!("{url:?} is not oci://REGISTRY/NAMESPACE")),
         })
     }
@@ -190,11 +197,6 @@ impl Registries {
             .iter()
             .find(|e| e.config.host == registry)
             .ok_or_else(|| registry_err(registry, what, "not a registry this site trusts (`[[registries]]`)"))
-    }
-
-    /// Whether `registry` is one of these.
-    pub fn trusts(&self, registry: &str) -> bool {
-        self.entries.iter().any(|e| e.config.host == registry)
     }
 
     fn entry(&self, image: &RegistryImage) -> Result<(&Entry, Reference)> {

@@ -95,13 +95,7 @@ impl Host {
         let accel = Accel::detect(cfg.accel);
         let hv = Arc::new(Hypervisor::open(&cfg.libvirt_uri, &cfg.host)?);
         let registries = Arc::new(interfaces::registry::Registries::new(&cfg.registries)?);
-        let repo = Repository::open(
-            &cfg.image_repo,
-            &cfg.site_id,
-            cfg.image_repo_token.clone(),
-            cfg.image_repo_ca.as_deref(),
-            registries.clone(),
-        )?;
+        let repo = Repository::open(&cfg, registries.clone())?;
         let cache = ImageCache::new(&cfg.cache_dir(), cfg.cache_limit >> 20, repo.client().cloned(), registries)?;
         let vees = VeeStore::open(&cfg.state_dir)?;
         let (events, _) = broadcast::channel(256);

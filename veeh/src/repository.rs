@@ -19,6 +19,8 @@ use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
 use interfaces::vhi::CheckpointRecord;
 use interfaces::BlobId;
 
+use crate::config::VeehConfig;
+
 /// See the module documentation.
 pub enum Repository {
     /// The site's `image-repo`, where the site's token has namespace `site`.
@@ -46,23 +48,19 @@ impl Part {
 }
 
 impl Repository {
-    /// The repository `image_repo` names: `oci://...` (the registry must be
-    /// one of `registries`), else an `image-repo` URL with its token and
-    /// CA. Errors name the field.
-    pub fn open(image_repo: &str, site: &str, token: Option<String>, ca: Option<&Path>, registries: Arc<Registries>) -> Result<Self> {
-        match SiteRegistry::parse(image_repo) {
+    /// The repository `cfg.image_repo` names: `oci://...` (the registry
+    /// one of `cfg.registries`, the clients of `registries`), else an
+    /// `image-repo` URL with the site's token and the CA. Errors name the
+    /// field.
+    pub fn open(cfg: &VeehConfig, registries: Arc<Registries>) -> Result<Self> {
+        match SiteRegistry::parse(&cfg.image_repo, &cfg.registries) {
             Some(site) => {
                 let site = site.map_err(|why| anyhow::anyhow!("field `image_repo`: {why}"))?;
-                anyhow::ensure!(
-                    registries.trusts(&site.registry),
-                    "field `image_repo`: registry {} is not one of the [[registries]]",
-                    site.registry
-                );
                 Ok(Self::Registry { registries, site })
             }
             None => Ok(Self::Vee {
-                client: RepoClient::with_ca(image_repo, token, ca)?,
-                site: site.to_string(),
+                client: RepoClient::with_ca(&cfg.image_repo, cfg.image_repo_token.clone(), cfg.image_repo_ca.as_deref())?,
+                site: cfg.site_id.clone(),
             }),
         }
     }

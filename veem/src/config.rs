@@ -472,14 +472,8 @@ impl VeemConfig {
                 "must be at least 1 (the latest checkpoint is always kept)",
             ));
         }
-        if let Some(site) = interfaces::registry::SiteRegistry::parse(&self.image_repo) {
-            let site = site.map_err(|why| invalid("image_repo", why))?;
-            if !self.registries.iter().any(|r| r.host == site.registry) {
-                return Err(invalid(
-                    "image_repo",
-                    format!("registry {} is not one of the [[registries]]", site.registry),
-                ));
-            }
+        if let Some(site) = interfaces::registry::SiteRegistry::parse(&self.image_repo, &self.registries) {
+            site.map_err(|why| invalid("image_repo", why))?;
             if self.replicate_checkpoints {
                 return Err(invalid(
                     "replicate_checkpoints",

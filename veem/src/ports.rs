@@ -504,7 +504,7 @@ impl Ports {
                 insecure: cfg.insecure,
                 epoch,
             }),
-            repo: match interfaces::registry::SiteRegistry::parse(&cfg.image_repo) {
+            repo: match interfaces::registry::SiteRegistry::parse(&cfg.image_repo, &cfg.registries) {
                 Some(site) => Arc::new(registry_repository::RegistryRepository {
                     site: site.map_err(|why| anyhow!("field `image_repo`: {why}"))?,
                 }),

@@ -105,11 +105,7 @@ impl Registries {
         subject: Option<(&BlobId, u64)>,
     ) -> Result<BlobId> {
         let (e, repo) = self.signed_in_to_push(repository).await?;
-        let config_layer = Layer {
-            digest: BlobId::of(&config),
-            size: config.len() as u64,
-            media_type: artifact::CHECKPOINT_CONFIG.into(),
-        };
+        let config_layer = Layer::of(artifact::CHECKPOINT_CONFIG, &config);
         e.client
             .push_blob(&repo, config, &config_layer.digest.to_string())
             .await

@@ -75,11 +75,7 @@ impl RepoClient {
             }
             linked.push(l.digest.clone());
         }
-        let config_layer = Layer {
-            digest: BlobId::of(&config),
-            size: config.len() as u64,
-            media_type: artifact::CHECKPOINT_CONFIG.into(),
-        };
+        let config_layer = Layer::of(artifact::CHECKPOINT_CONFIG, &config);
         let what = format!("upload checkpoint {tag}'s record to {repository}");
         let path = format!("/{repository}/blobs/uploads/?digest={}", config_layer.digest);
         let resp = self

@@ -324,3 +324,19 @@ fn the_store_is_sled_at_db_by_default_or_the_sites_etcd_cluster() {
         (Duration::from_secs(4), "http://127.0.0.1:7200".to_string())
     );
 }
+
+#[test]
+fn a_registry_as_the_sites_repository_must_be_one_of_the_registries_and_is_not_replicated() {
+    let oci = BASE.replace("http://127.0.0.1:7000", "oci://reg.example:5000/site-a");
+    let e = VeemConfig::parse(&oci).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("registry reg.example:5000 is not one of the [[registries]]"),
+        "{e:#}"
+    );
+    let listed = format!("{oci}[[registries]]\nhost = \"reg.example:5000\"\n");
+    VeemConfig::parse(&listed).unwrap();
+    let e = VeemConfig::parse(&format!("replicate_checkpoints = true\n{listed}")).unwrap_err();
+    assert!(format!("{e:#}").contains("replicate_checkpoints"), "{e:#}");
+    let e = VeemConfig::parse(&BASE.replace("http://127.0.0.1:7000", "oci://reg.example:5000")).unwrap_err();
+    assert!(format!("{e:#}").contains("is not oci://REGISTRY/NAMESPACE"), "{e:#}");
+}
