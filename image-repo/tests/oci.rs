@@ -569,3 +569,59 @@ async fn upload_sessions_are_bounded_per_caller_and_stalled_ones_expire() {
     assert!(repo.wait_tmp_empty().is_empty());
     assert_eq!(open(4).await.1.status, StatusCode::ACCEPTED);
 }
+
+/// The repository's own `/v1` delete of content an OCI repository holds:
+/// refused, naming the repositories, unless forced; forced, the content
+/// leaves every repository with it (no link outlives it), across a
+/// restart too (the index by digest is on disk).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_v1_delete_of_what_a_repository_holds_is_refused_unless_forced_and_leaves_no_link() {
+    let mut repo = Repo::start();
+    let acme = Oci::new(&repo, Some(ACME_TOKEN));
+    let disk: &[u8] = b"qcow2 bytes of a disk held twice";
+    let manifest = disk_artifact(&acme, "acme/tiny", disk).await;
+    assert_eq!(acme.put_manifest("acme/tiny", "v1", &manifest).await.status, StatusCode::CREATED);
+    let id = BlobId::of(disk);
+    let mounted = acme
+        .call(Method::POST, &format!("/v2/acme/copy/blobs/uploads/?mount={id}"), &[], vec![])
+        .await;
+    assert_eq!(mounted.status, StatusCode::CREATED);
+    repo.restart();
+    let v1 = repo.client_with(Some(ACME_TOKEN));
+    let refused = v1.delete(&id, false).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("acme/tiny (a blob)") && refused.contains("acme/copy (a blob)") && refused.contains("force"),
+        "{refused}"
+    );
+    // The manifest's own content, too.
+    let manifest_id = BlobId::of(&serde_json::to_vec(&manifest).unwrap());
+    let refused = v1.delete(&manifest_id, false).await.unwrap_err().to_string();
+    assert!(refused.contains("acme/tiny (a manifest)"), "{refused}");
+    let head = |name: &'static str, id: BlobId| {
+        let acme = &acme;
+        async move { acme.call(Method::HEAD, &format!("/v2/{name}/blobs/{id}"), &[], vec![]).await.status }
+    };
+    assert_eq!(head("acme/copy", id.clone()).await, StatusCode::OK);
+    // Unlinked through /v2 from one repository, still held by the other.
+    assert_eq!(
+        acme.call(Method::DELETE, &format!("/v2/acme/copy/blobs/{id}"), &[], vec![])
+            .await
+            .status,
+        StatusCode::ACCEPTED
+    );
+    let refused = v1.delete(&id, false).await.unwrap_err().to_string();
+    assert!(refused.contains("acme/tiny") && !refused.contains("acme/copy"), "{refused}");
+    // Forced: gone, and from every repository that held it.
+    v1.delete(&manifest_id, true).await.unwrap();
+    v1.delete(&id, true).await.unwrap();
+    assert_eq!(head("acme/tiny", id.clone()).await, StatusCode::NOT_FOUND);
+    let get = acme.call(Method::GET, "/v2/acme/tiny/manifests/v1", &[], vec![]).await;
+    assert_eq!((get.status, get.code().as_str()), (StatusCode::NOT_FOUND, "MANIFEST_UNKNOWN"));
+    let tags = acme.call(Method::GET, "/v2/acme/tiny/tags/list", &[], vec![]).await;
+    assert_eq!(tags.json()["tags"], json!([]), "{}", String::from_utf8_lossy(&tags.body));
+    // Pushed again, it is new content in no repository: deleted at once.
+    let file = common::write_file(repo.scratch(), "disk", disk);
+    let meta = interfaces::repo_client::PushMeta::new("disk", interfaces::repo_client::BlobKind::Disk);
+    assert_eq!(v1.push_file(&file, &meta).await.unwrap(), id);
+    v1.delete(&id, false).await.unwrap();
+}

@@ -9,7 +9,10 @@
 //! layer descriptors are built from the digest and size alone, so that a
 //! manifest's `urls` never send a request elsewhere.
 
+mod delete;
 mod push;
+
+pub use delete::Dropped;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -127,6 +130,9 @@ pub(crate) struct Entry {
     config: RegistryConfig,
     client: Client,
     auth: RegistryAuth,
+    /// For what `oci-client` does not do (deleting a manifest), with the
+    /// same CA.
+    http: reqwest::Client,
 }
 
 fn registry_err(registry: &str, what: impl Into<String>, reason: impl ToString) -> Error {
@@ -158,8 +164,15 @@ impl Registries {
                 read_timeout: Some(Duration::from_secs(60)),
                 ..Default::default()
             };
+            let mut http = reqwest::Client::builder()
+                .use_rustls_tls()
+                .connect_timeout(Duration::from_secs(10))
+                .read_timeout(Duration::from_secs(60))
+                .https_only(true);
             if let Some(ca) = &c.ca {
                 let data = std::fs::read(ca).map_err(|e| Error::io(ca, e))?;
+                let cert = reqwest::Certificate::from_pem(&data).map_err(|e| registry_err(&c.host, "ca", e))?;
+                http = http.tls_built_in_root_certs(false).add_root_certificate(cert);
                 cfg.tls_certs_only = vec![Certificate {
                     encoding: CertificateEncoding::Pem,
                     data,
@@ -177,6 +190,7 @@ impl Registries {
                 config: c.clone(),
                 client: Client::new(cfg),
                 auth,
+                http: http.build().map_err(|e| registry_err(&c.host, "client", e))?,
             });
         }
         Ok(Self {

@@ -22,16 +22,22 @@ pub struct Distribution {
 }
 
 impl Distribution {
-    /// Starts a registry; with `user = Some((name, password))` it asks
-    /// for that user's password (HTTP Basic). Panics when it does not
-    /// listen within 20 s.
+    /// Starts a registry that deletes manifests when asked; with `user =
+    /// Some((name, password))` it asks for that user's password (HTTP
+    /// Basic). Panics when it does not listen within 20 s.
     pub fn start(user: Option<(&str, &str)>) -> Self {
+        Self::start_with(user, true)
+    }
+
+    /// [`Distribution::start`], deleting manifests or not
+    /// (`storage.delete.enabled`, off by Distribution's default).
+    pub fn start_with(user: Option<(&str, &str)>, deletes: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let addr = format!("127.0.0.1:{}", free_port());
         let pki = crate::pki::site("registry");
         let id = pki.vmi("127.0.0.1");
         let mut config = format!(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n  tls:\n    certificate: {}\n    key: {}\n",
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: {deletes}\nhttp:\n  addr: {addr}\n  tls:\n    certificate: {}\n    key: {}\n",
             dir.path().join("data").display(),
             id.cert.display(),
             id.key.display()

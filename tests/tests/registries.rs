@@ -14,7 +14,7 @@ use e2e::site::{self, Veem, ACME};
 use e2e::{guest, lab};
 use interfaces::artifact;
 use interfaces::manifest::{ImageRef, RegistryImage};
-use interfaces::registry::{Registries, RegistryConfig, Scope};
+use interfaces::registry::{Dropped, Registries, RegistryConfig, Scope};
 use interfaces::BlobId;
 use vee_testkit::registry::Distribution;
 
@@ -123,18 +123,102 @@ async fn a_registry_image_is_resolved_checked_and_pulled_verified_and_resumable(
     assert!(!bad.exists() && !dir.join("bad.partial").exists());
 }
 
+/// A checkpoint artifact the VEEM forgets (`checkpoints_kept`) at a site
+/// whose repository is a registry: its manifest deleted (the tag with it)
+/// and its entry taken out of its image's referrers (Distribution 2.8
+/// keeps the tag schema fallback's index); asked again, nothing to do; a
+/// tag that names an image is left alone; a registry that deletes nothing
+/// says so and keeps it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forgotten_checkpoint_artifact_leaves_the_registry_and_its_images_referrers() {
+    let dir = lab::test_dir("registry-drop");
+    let g = guest::image();
+    for deletes in [true, false] {
+        let reg = Distribution::start_with(Some((USER, PASSWORD)), deletes);
+        let image = push_guest(&reg, &dir, &format!("{}/acme/tiny:v1", reg.addr), &g.disk);
+        let registries = Registries::new(&[entry(&reg, &dir, PASSWORD)]).unwrap();
+        let a = registries.resolve(&image).await.unwrap();
+        let checkpoints = RegistryImage {
+            registry: reg.addr.clone(),
+            repository: "site-a/checkpoints".into(),
+            tag: None,
+            digest: None,
+        };
+        let mut pushed = Vec::new();
+        for n in 0..2 {
+            let file = dir.join(format!("memory-{n}"));
+            std::fs::write(&file, format!("memory state {n}")).unwrap();
+            let layer = registries.push_layer(&checkpoints, artifact::MEMORY_STATE, &file).await.unwrap();
+            let record = interfaces::vhi::CheckpointRecord {
+                checkpoint_id: format!("cp-{n}"),
+                vee_id: "vee-1".into(),
+                ..Default::default()
+            };
+            let config = artifact::checkpoint_config(&record);
+            let digest = registries
+                .push_checkpoint(&checkpoints, &record.checkpoint_id, config, &[layer], Some((&a.digest, a.size)))
+                .await
+                .unwrap();
+            pushed.push(digest);
+        }
+        let referrers = || registries.referrers(&checkpoints, &a.digest, artifact::CHECKPOINT_ARTIFACT_TYPE);
+        assert_eq!(referrers().await.unwrap().len(), 2);
+        let tagged = |tag: &str| RegistryImage {
+            tag: Some(tag.into()),
+            ..checkpoints.clone()
+        };
+        let dropped = registries.drop_checkpoint(&checkpoints, "cp-0").await.unwrap();
+        if !deletes {
+            assert!(matches!(dropped, Dropped::Unsupported(_)), "{dropped:?}");
+            assert!(registries.raw_manifest(&tagged("cp-0")).await.is_ok());
+            continue;
+        }
+        assert_eq!(dropped, Dropped::Removed);
+        assert!(registries.raw_manifest(&tagged("cp-0")).await.is_err());
+        assert_eq!(referrers().await.unwrap(), [pushed[1].clone()]);
+        assert_eq!(registries.drop_checkpoint(&checkpoints, "cp-0").await.unwrap(), Dropped::Absent);
+        // A tag naming something else than a checkpoint artifact: left alone.
+        let e = registries
+            .drop_checkpoint(
+                &RegistryImage {
+                    tag: None,
+                    ..image.clone()
+                },
+                "v1",
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a checkpoint artifact"), "{e}");
+        assert!(registries.resolve(&tagged_image(&image)).await.is_ok());
+        // The last referrer gone, so is the fallback's index.
+        assert_eq!(registries.drop_checkpoint(&checkpoints, "cp-1").await.unwrap(), Dropped::Removed);
+        assert!(referrers().await.unwrap().is_empty());
+    }
+}
+
+/// `image` by its tag `v1`.
+fn tagged_image(image: &RegistryImage) -> RegistryImage {
+    RegistryImage {
+        tag: Some("v1".into()),
+        digest: None,
+        ..image.clone()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_vee_boots_from_a_registry_image_resolved_at_admission() {
     let _lab = lab::lock();
     let dir = lab::test_dir("registry-boot");
     let reg = Distribution::start(Some((USER, PASSWORD)));
     let repo = ImageRepo::start(&dir).await;
-    let (image, vee, checkpoint_id) = boot_checkpoint_and_recover(&reg, &dir, &repo).await;
-    // The checkpoint's blobs are in the site's image-repo, and only they:
+    let life = boot_checkpoint_and_recover(&reg, &dir, &repo).await;
+    // The checkpoints' blobs are in the site's image-repo, and only they:
     // the image's layers came from the registry.
     let held = repo.client().list().await.unwrap();
     let mut kinds: Vec<String> = held.iter().map(|b| format!("{:?}", b.kind)).collect();
     kinds.sort();
+    kinds.dedup();
     // (The checkpoint's artifact: its record and its manifest.)
     assert_eq!(kinds, ["CheckpointDisk", "CheckpointMemory", "Manifest", "OciBlob"], "{held:?}");
     // The checkpoint is an OCI artifact in the image-repo's /v2 too.
@@ -151,10 +235,15 @@ async fn lab_a_vee_boots_from_a_registry_image_resolved_at_admission() {
     let artifact_repo = RegistryImage {
         registry: repo.url.trim_start_matches("https://").into(),
         repository: "site-a/checkpoints".into(),
-        tag: Some(checkpoint_id.clone()),
+        tag: Some(life.latest.clone()),
         digest: None,
     };
-    check_checkpoint_artifact(&ours, &artifact_repo, &image, &vee, &dir).await;
+    check_checkpoint_artifact(&ours, &artifact_repo, &life.image, &life.vee, &dir).await;
+    let forgotten = RegistryImage {
+        tag: Some(life.forgotten),
+        ..artifact_repo
+    };
+    assert!(ours.raw_manifest(&forgotten).await.is_err());
 }
 
 /// Item 6: a site whose repository is the registry itself
@@ -169,16 +258,22 @@ async fn lab_a_site_whose_repository_is_a_registry_deploys_checkpoints_and_resto
     // An image-repo runs too, unused: the site is configured with the registry.
     let mut repo = ImageRepo::start(&dir).await;
     let unused = std::mem::replace(&mut repo.url, format!("oci://{}/site-a", reg.addr));
-    let (image, vee, checkpoint_id) = boot_checkpoint_and_recover(&reg, &dir, &repo).await;
+    let life = boot_checkpoint_and_recover(&reg, &dir, &repo).await;
 
     let registries = Registries::new(&[entry(&reg, &dir, PASSWORD)]).unwrap();
     let artifact_repo = RegistryImage {
         registry: reg.addr.clone(),
         repository: "site-a/checkpoints".into(),
-        tag: Some(checkpoint_id),
+        tag: Some(life.latest.clone()),
         digest: None,
     };
-    check_checkpoint_artifact(&registries, &artifact_repo, &image, &vee, &dir).await;
+    check_checkpoint_artifact(&registries, &artifact_repo, &life.image, &life.vee, &dir).await;
+    // The forgotten one's manifest was deleted (its tag with it).
+    let forgotten = RegistryImage {
+        tag: Some(life.forgotten),
+        ..artifact_repo
+    };
+    assert!(registries.raw_manifest(&forgotten).await.is_err());
     // The image-repo was not used.
     repo.url = unused;
     assert!(repo.client().list().await.unwrap().is_empty());
@@ -231,9 +326,9 @@ async fn check_checkpoint_artifact(registries: &Registries, tagged: &RegistryIma
 /// The life a VEE of a registry image lives at a site of two hosts with
 /// `repo` as its repository: refusals at admission, a boot from the
 /// artifact's kernel, initrd and disk, a checkpoint, its host's failure
-/// and a restore on the other host. Returns the image by digest and the
-/// IDs of the VEE and of its checkpoint.
-async fn boot_checkpoint_and_recover(reg: &Distribution, dir: &Path, repo: &ImageRepo) -> (RegistryImage, String, String) {
+/// and a restore on the other host, then a second checkpoint, which
+/// forgets the first (`checkpoints_kept = 1`).
+async fn boot_checkpoint_and_recover(reg: &Distribution, dir: &Path, repo: &ImageRepo) -> Checkpoints {
     let g = guest::image();
     let pushed = push_guest(reg, dir, &format!("{}/acme/tiny:v1", reg.addr), &g.disk);
     let conf = entry(reg, dir, PASSWORD);
@@ -248,7 +343,16 @@ async fn boot_checkpoint_and_recover(reg: &Distribution, dir: &Path, repo: &Imag
         Veeh::start_configured(dir, "g2", "site-a", lab::SITE_A2_URI, repo, (2, 1024), &table).await,
     ];
     let port = site::port();
-    let cfg = site::write_config(dir, "site-a", port, repo, &[&hosts[0], &hosts[1]], &[], &table);
+    // One checkpoint kept: the second forgets the first.
+    let cfg = site::write_config(
+        dir,
+        "site-a",
+        port,
+        repo,
+        &[&hosts[0], &hosts[1]],
+        &[],
+        &format!("checkpoints_kept = 1\n{table}"),
+    );
     let veem = Veem::start(dir, "site-a", port, cfg).await;
     let mut acme = veem.client(ACME).await;
     let manifest = |image: &str| {
@@ -320,5 +424,27 @@ async fn boot_checkpoint_and_recover(reg: &Distribution, dir: &Path, repo: &Imag
     );
     let record = std::fs::read_to_string(a2.state_dir.join("vees").join(&vee).join("vee.json")).unwrap();
     assert!(record.contains(&pushed.to_string()), "{record}");
-    (pushed, vee, taken.latest_checkpoint)
+    // A second checkpoint: the first is forgotten, its artifact dropped.
+    let second = site::vee_action(&mut acme, &vee, interfaces::vmi::Action::Checkpoint)
+        .await
+        .unwrap()
+        .latest_checkpoint;
+    assert_ne!(second, taken.latest_checkpoint);
+    Checkpoints {
+        image: pushed,
+        vee,
+        forgotten: taken.latest_checkpoint,
+        latest: second,
+    }
+}
+
+/// What [`boot_checkpoint_and_recover`] leaves.
+struct Checkpoints {
+    /// The image, by digest.
+    image: RegistryImage,
+    vee: String,
+    /// The first checkpoint, forgotten (`checkpoints_kept = 1`).
+    forgotten: String,
+    /// The second, the VEE's latest.
+    latest: String,
 }

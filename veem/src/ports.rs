@@ -490,6 +490,7 @@ impl Ports {
     /// over etcd; `None` on the embedded store). Errors: a malformed
     /// endpoint or token.
     pub fn connect(cfg: &VeemConfig, epoch: Option<i64>) -> Result<Self> {
+        let registries = Arc::new(interfaces::registry::Registries::new(&cfg.registries)?);
         let mut hosts: HashMap<String, Arc<HostVhi>> = HashMap::new();
         for h in &cfg.hosts {
             hosts.insert(
@@ -507,6 +508,7 @@ impl Ports {
             repo: match interfaces::registry::SiteRegistry::parse(&cfg.image_repo, &cfg.registries) {
                 Some(site) => Arc::new(registry_repository::RegistryRepository {
                     site: site.map_err(|why| anyhow!("field `image_repo`: {why}"))?,
+                    registries: registries.clone(),
                 }),
                 None => Arc::new(RepoClient::with_ca(
                     &cfg.image_repo,
@@ -514,7 +516,7 @@ impl Ports {
                     cfg.image_repo_ca.as_deref(),
                 )?),
             },
-            registries: Arc::new(interfaces::registry::Registries::new(&cfg.registries)?),
+            registries,
             clock: Arc::new(SystemClock),
         })
     }

@@ -8,6 +8,8 @@ use axum::Json;
 use interfaces::repo_client::protocol::{codes, ErrorBody};
 use interfaces::BlobId;
 
+use super::repositories::{Held, Holders};
+
 /// An error answer of the repository.
 #[derive(Debug)]
 pub struct ApiError {
@@ -90,6 +92,28 @@ impl ApiError {
             StatusCode::CONFLICT,
             codes::PINNED,
             format!("blob {id} is pinned by {}; unpin it or delete with force", pins.join(", ")),
+        )
+    }
+
+    /// 409: delete of a blob OCI repositories hold without force; names
+    /// them (at most [`Holders::MAX`]).
+    pub fn in_repositories(id: &BlobId, holders: &Holders) -> Self {
+        let names: Vec<String> = holders
+            .items
+            .iter()
+            .map(|(repo, held)| match held {
+                Held::Blob => format!("{repo} (a blob)"),
+                Held::Manifest => format!("{repo} (a manifest)"),
+            })
+            .collect();
+        let more = if holders.more { " and more" } else { "" };
+        Self::new(
+            StatusCode::CONFLICT,
+            codes::IN_REPOSITORY,
+            format!(
+                "blob {id} is held by the OCI repositories {}{more}; delete it there (DELETE /v2/NAME/blobs/{id}, or the manifest) or delete with force, which removes it from them too",
+                names.join(", ")
+            ),
         )
     }
 

@@ -68,8 +68,8 @@ pub async fn collect(app: &App, grace: Duration, dry_run: bool) -> Result<Collec
                     out.bytes += m.size;
                     out.removed.push(m.id);
                 }
-                // Pinned or deleted meanwhile: kept, or gone already.
-                Deleted::Pinned(_) | Deleted::NotFound => {}
+                // Pinned, linked or deleted meanwhile: kept, or gone already.
+                Deleted::Pinned(_) | Deleted::Held(_) | Deleted::NotFound => {}
             }
         }
         match next {

@@ -14,12 +14,17 @@ use interfaces::BlobId;
 /// Version of the record layout written by this build. 2: records have
 /// `owner`, `public` and `readers` (issue 13 S3). 3: the OCI trees
 /// ([`super::repositories`]) and the kinds `oci-blob` and `manifest`.
-pub const FORMAT_VERSION: &str = "3";
+/// 4: the OCI trees' index by digest (`oci_holders`, built by
+/// [`super::repositories::Repositories::open`] when it finds it empty).
+pub const FORMAT_VERSION: &str = "4";
 /// Version 1 records read as version 2 ones: the operator owns them and
 /// they are private (serde defaults), so nothing is rewritten.
 const FORMAT_VERSION_1: &str = "1";
-/// Version 2 databases read as version 3 ones: their OCI trees are empty.
+/// Version 2 databases read as version 4 ones: their OCI trees are empty.
 const FORMAT_VERSION_2: &str = "2";
+/// Version 3 databases read as version 4 ones once their index by digest
+/// is built.
+const FORMAT_VERSION_3: &str = "3";
 const FORMAT_KEY: &[u8] = b"format_version";
 
 /// The metadata database.
@@ -41,6 +46,11 @@ impl MetaDb {
                 db.flush()?;
             }
             Some(v) if v.as_ref() == FORMAT_VERSION.as_bytes() => {}
+            Some(v) if v.as_ref() == FORMAT_VERSION_3.as_bytes() => {
+                tracing::info!("metadata format 3 read as {FORMAT_VERSION}: the OCI repositories' index by digest is built");
+                db.insert(FORMAT_KEY, FORMAT_VERSION)?;
+                db.flush()?;
+            }
             Some(v) if v.as_ref() == FORMAT_VERSION_2.as_bytes() => {
                 tracing::info!("metadata format 2 read as {FORMAT_VERSION}: no repository of the OCI API holds its blobs yet");
                 db.insert(FORMAT_KEY, FORMAT_VERSION)?;

@@ -1,19 +1,24 @@
 //! The repositories of the OCI Distribution API over the blob store: which
 //! blobs and manifests each repository holds, its tags, and the referrers
 //! of each subject. Content lives once in the store (by digest); a
-//! repository only links to it. Four sled trees beside the blob records
-//! (metadata format 3), keyed by the repository's name, a NUL (never in a
-//! name) and the rest:
+//! repository only links to it. Four sled trees beside the blob records,
+//! keyed by the repository's name, a NUL (never in a name) and the rest,
+//! and a fifth, their reverse index by digest (metadata format 4; built
+//! at the first open of a format 3 database):
 //!
 //! ```text
 //! oci_blobs       NAME \0 digest(32)                 -> ()
 //! oci_manifests   NAME \0 digest(32)                 -> ManifestRecord (JSON)
 //! oci_tags        NAME \0 tag                        -> digest(32)
 //! oci_referrers   NAME \0 subject(32) manifest(32)   -> ()
+//! oci_holders     digest(32) 'b'|'m' NAME            -> ()   (a blob link, a manifest)
 //! ```
 //!
-//! A link may outlive its blob (a blob deleted through `/v1`): readers
-//! check the blob's record too, and answer "unknown" for a dangling link.
+//! A `/v1` delete of content a repository holds is refused unless forced,
+//! and a forced one releases it from every repository
+//! ([`Repositories::release_everywhere`]). A link that still outlives its
+//! blob (one made while the delete ran) is harmless: readers check the
+//! blob's record too, and answer "unknown" for a dangling link.
 
 use std::collections::BTreeMap;
 
@@ -46,13 +51,46 @@ pub struct ManifestRecord {
     pub annotations: BTreeMap<String, String>,
 }
 
-/// The four trees; see the module doc.
+/// The five trees; see the module doc.
 pub struct Repositories {
     db: sled::Db,
     blobs: sled::Tree,
     manifests: sled::Tree,
     tags: sled::Tree,
     referrers: sled::Tree,
+    holders: sled::Tree,
+}
+
+/// How a repository holds a digest (`oci_holders`' kind byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// A blob linked into it.
+    Blob,
+    /// A manifest of it.
+    Manifest,
+}
+
+impl Held {
+    fn byte(self) -> u8 {
+        match self {
+            Held::Blob => b'b',
+            Held::Manifest => b'm',
+        }
+    }
+}
+
+/// The repositories holding a digest, at most [`Holders::MAX`] of them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Holders {
+    /// Each holding repository's name with how it holds the digest.
+    pub items: Vec<(String, Held)>,
+    /// Whether more than these hold it.
+    pub more: bool,
+}
+
+impl Holders {
+    /// The most a refusal names.
+    pub const MAX: usize = 10;
 }
 
 /// One page of a list: the items and whether more follow.
@@ -66,14 +104,36 @@ pub struct Page<T> {
 
 impl Repositories {
     /// Opens the trees in `db`. Errors: sled cannot open a tree.
+    /// The reverse index is built here when it is empty and the other
+    /// trees are not (a format 3 database), in one atomic batch.
     pub fn open(db: &sled::Db) -> Result<Self> {
-        Ok(Self {
+        let r = Self {
             db: db.clone(),
             blobs: db.open_tree("oci_blobs")?,
             manifests: db.open_tree("oci_manifests")?,
             tags: db.open_tree("oci_tags")?,
             referrers: db.open_tree("oci_referrers")?,
-        })
+            holders: db.open_tree("oci_holders")?,
+        };
+        if r.holders.is_empty() {
+            let mut batch = sled::Batch::default();
+            let mut n = 0usize;
+            for (tree, held) in [(&r.blobs, Held::Blob), (&r.manifests, Held::Manifest)] {
+                for item in tree.iter() {
+                    let (k, _) = item?;
+                    let at = k.iter().position(|b| *b == 0).context("a repository key without its NUL")?;
+                    let name = std::str::from_utf8(&k[..at]).context("a repository name that is not UTF-8")?;
+                    batch.insert(holder_key(&k[at + 1..], held, name), &[]);
+                    n += 1;
+                }
+            }
+            if n > 0 {
+                r.holders.apply_batch(batch)?;
+                db.flush()?;
+                tracing::info!(entries = n, "built the OCI repositories' index by digest (metadata format 4)");
+            }
+        }
+        Ok(r)
     }
 
     /// Whether `repo` holds blob `id`. Errors: the database.
@@ -83,15 +143,63 @@ impl Repositories {
 
     /// Links blob `id` into `repo` (idempotent) and flushes.
     pub async fn link_blob(&self, repo: &str, id: &BlobId) -> Result<()> {
-        self.blobs.insert(key(repo, &[&digest(id)]), &[])?;
+        let d = digest(id);
+        (&self.blobs, &self.holders)
+            .transaction(|(blobs, holders)| {
+                blobs.insert(key(repo, &[&d]), &[])?;
+                holders.insert(holder_key(&d, Held::Blob, repo), &[])?;
+                Ok::<_, ConflictableTransactionError<()>>(())
+            })
+            .map_err(tx_error)?;
         flush(&self.db).await
     }
 
     /// Unlinks blob `id` from `repo`; whether it was linked.
     pub async fn unlink_blob(&self, repo: &str, id: &BlobId) -> Result<bool> {
-        let was = self.blobs.remove(key(repo, &[&digest(id)]))?.is_some();
+        let d = digest(id);
+        let was = (&self.blobs, &self.holders)
+            .transaction(|(blobs, holders)| {
+                holders.remove(holder_key(&d, Held::Blob, repo))?;
+                Ok::<_, ConflictableTransactionError<()>>(blobs.remove(key(repo, &[&d]))?.is_some())
+            })
+            .map_err(tx_error)?;
         flush(&self.db).await?;
         Ok(was)
+    }
+
+    /// The repositories that hold `id` as a blob or a manifest, at most
+    /// [`Holders::MAX`] (O(that), by the index). Errors: the database.
+    pub fn holders(&self, id: &BlobId) -> Result<Holders> {
+        let mut h = Holders::default();
+        for item in self.holders.scan_prefix(digest(id)) {
+            let (k, _) = item?;
+            if h.items.len() == Holders::MAX {
+                h.more = true;
+                break;
+            }
+            let held = if k[32] == Held::Blob.byte() { Held::Blob } else { Held::Manifest };
+            h.items.push((String::from_utf8_lossy(&k[33..]).into_owned(), held));
+        }
+        Ok(h)
+    }
+
+    /// Releases `id` from every repository (its content is gone): each
+    /// link removed, each manifest of it removed with its tags and
+    /// referrer entry. The number released. Errors: the database.
+    pub async fn release_everywhere(&self, id: &BlobId) -> Result<usize> {
+        let mut n = 0;
+        let entries: Vec<_> = self.holders.scan_prefix(digest(id)).keys().collect::<Result<_, _>>()?;
+        for k in entries {
+            let repo = String::from_utf8_lossy(&k[33..]).into_owned();
+            if k[32] == Held::Blob.byte() {
+                self.unlink_blob(&repo, id).await?;
+            } else if !self.delete_manifest(&repo, id).await? {
+                // A record gone already: the index entry alone is left.
+                self.holders.remove(&k)?;
+            }
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// Whether `repo` holds anything (a blob, a manifest or a tag).
@@ -140,9 +248,10 @@ impl Repositories {
     pub async fn put_manifest(&self, repo: &str, id: &BlobId, record: &ManifestRecord, tag: Option<&str>) -> Result<()> {
         let value = serde_json::to_vec(record)?;
         let d = digest(id);
-        (&self.manifests, &self.tags, &self.referrers)
-            .transaction(|(manifests, tags, referrers)| {
+        (&self.manifests, &self.tags, &self.referrers, &self.holders)
+            .transaction(|(manifests, tags, referrers, holders)| {
                 manifests.insert(key(repo, &[&d]), value.as_slice())?;
+                holders.insert(holder_key(&d, Held::Manifest, repo), &[])?;
                 if let Some(tag) = tag {
                     tags.insert(key(repo, &[tag.as_bytes()]), &d[..])?;
                 }
@@ -167,9 +276,10 @@ impl Repositories {
                 naming.push(k);
             }
         }
-        (&self.manifests, &self.tags, &self.referrers)
-            .transaction(|(manifests, tags, referrers)| {
+        (&self.manifests, &self.tags, &self.referrers, &self.holders)
+            .transaction(|(manifests, tags, referrers, holders)| {
                 manifests.remove(key(repo, &[&d]))?;
+                holders.remove(holder_key(&d, Held::Manifest, repo))?;
                 for k in &naming {
                     tags.remove(k)?;
                 }
@@ -261,6 +371,15 @@ fn key(repo: &str, parts: &[&[u8]]) -> Vec<u8> {
     k
 }
 
+/// `digest(32) kind repo`: an `oci_holders` key.
+fn holder_key(digest: &[u8], held: Held, repo: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(33 + repo.len());
+    k.extend_from_slice(digest);
+    k.push(held.byte());
+    k.extend_from_slice(repo.as_bytes());
+    k
+}
+
 /// The 32 bytes of a sha256 digest.
 fn digest(id: &BlobId) -> [u8; 32] {
     let mut d = [0u8; 32];
@@ -347,5 +466,26 @@ mod tests {
             .collect();
         assert_eq!(left, [b]);
         assert!(r.referrers("site-b/checkpoints", &subject, None, 10).unwrap().items.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_format_3_database_gets_its_index_by_digest_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let (blob, m) = (BlobId::of(b"layer"), BlobId::of(b"m"));
+        {
+            let r = Repositories::open(&db).unwrap();
+            r.link_blob("acme/os", &blob).await.unwrap();
+            r.put_manifest("acme/os", &m, &record(None), Some("v1")).await.unwrap();
+            // As a format 3 database had them: the OCI trees without the index.
+            r.holders.clear().unwrap();
+            assert_eq!(r.holders(&blob).unwrap(), Holders::default());
+        }
+        let r = Repositories::open(&db).unwrap();
+        assert_eq!(r.holders(&blob).unwrap().items, [("acme/os".to_string(), Held::Blob)]);
+        assert_eq!(r.holders(&m).unwrap().items, [("acme/os".to_string(), Held::Manifest)]);
+        assert_eq!(r.release_everywhere(&m).await.unwrap(), 1);
+        assert_eq!(r.tag("acme/os", "v1").unwrap(), None);
+        assert!(r.holders(&m).unwrap().items.is_empty());
     }
 }

@@ -280,6 +280,7 @@ async fn delete(
         }
         Ok(Deleted::NotFound) => Err(ApiError::not_found(&id)),
         Ok(Deleted::Pinned(pins)) => Err(ApiError::pinned(&id, &pins)),
+        Ok(Deleted::Held(holders)) => Err(ApiError::in_repositories(&id, &holders)),
         Err(e) => Err(ApiError::internal(format!("deleting {id}"), format!("{e:#}"))),
     }
 }

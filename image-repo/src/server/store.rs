@@ -20,7 +20,7 @@ use tokio::sync::Mutex;
 
 use super::auth::Caller;
 use super::metadata::MetaDb;
-use super::repositories::Repositories;
+use super::repositories::{Holders, Repositories};
 
 /// Outcome of storing a verified upload.
 pub enum Stored {
@@ -38,6 +38,9 @@ pub enum Deleted {
     NotFound,
     /// Pinned and not forced; the pins.
     Pinned(Vec<String>),
+    /// Held by OCI repositories (linked, or a manifest there) and not
+    /// forced; which.
+    Held(Holders),
 }
 
 /// Blob files plus metadata, with the lock that orders commits, deletes and
@@ -200,8 +203,10 @@ impl Store {
         Ok(Stored::New(record))
     }
 
-    /// Deletes `id` unless pinned (or `force`). Metadata goes first, so a
-    /// crash in between leaves a content file that the next start removes.
+    /// Deletes `id` unless pinned or held by an OCI repository (or
+    /// `force`), and releases it from every repository that holds it, so
+    /// that no link outlives it. Metadata goes first, so a crash in
+    /// between leaves a content file that the next start removes.
     pub async fn delete(&self, id: &BlobId, force: bool) -> Result<Deleted> {
         let _guard = self.lock.lock().await;
         let Some(meta) = self.meta.get(id)? else {
@@ -210,7 +215,12 @@ impl Store {
         if !meta.pins.is_empty() && !force {
             return Ok(Deleted::Pinned(meta.pins));
         }
+        let holders = self.repos.holders(id)?;
+        if !holders.items.is_empty() && !force {
+            return Ok(Deleted::Held(holders));
+        }
         self.meta.remove(id).await?;
+        self.repos.release_everywhere(id).await?;
         let path = self.blob_path(id);
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e).with_context(|| format!("removing {}", path.display())),

@@ -80,6 +80,9 @@ pub mod codes {
     pub const DIGEST_MISMATCH: &str = "digest_mismatch";
     /// Delete of a pinned blob without force.
     pub const PINNED: &str = "pinned";
+    /// Delete of a blob an OCI repository holds (linked, or a manifest
+    /// there) without force.
+    pub const IN_REPOSITORY: &str = "in_repository";
     /// The upload ended before its declared length.
     pub const INTERRUPTED: &str = "upload_interrupted";
     /// No room for the blob (disk full or quota).

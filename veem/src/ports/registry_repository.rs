@@ -3,14 +3,18 @@
 //! images are registry images (resolved at admission, pulled by the
 //! VEEHs), its checkpoints artifacts its VEEHs push to
 //! `NAMESPACE/checkpoints`, tagged by their IDs: the tag keeps their blobs
-//! from the registry's garbage collection, so pins are not needed, and the
-//! registry's own retention decides when they go (the OCI Distribution API
-//! has no pins, and `oci-client` no manifest deletion). Content IDs and
+//! from the registry's garbage collection, so pins are not needed; a
+//! checkpoint the VEEM forgets (`checkpoints_kept`) has its manifest
+//! deleted (`Registries::drop_checkpoint`), after which the registry's
+//! garbage collection takes its blobs (a registry that deletes no
+//! manifests keeps them: its own retention applies). Content IDs and
 //! sharing or replicating checkpoint blobs with peer sites need an
 //! `image-repo`: refused with the reason.
 
+use std::sync::Arc;
+
 use anyhow::{bail, Result};
-use interfaces::registry::SiteRegistry;
+use interfaces::registry::{Dropped, Registries, SiteRegistry};
 use interfaces::BlobId;
 
 use super::ImageRepository;
@@ -18,6 +22,8 @@ use super::ImageRepository;
 /// See the module documentation.
 pub struct RegistryRepository {
     pub site: SiteRegistry,
+    /// The site's `[[registries]]`, the site's registry among them.
+    pub registries: Arc<Registries>,
 }
 
 #[tonic::async_trait]
@@ -44,7 +50,15 @@ impl ImageRepository for RegistryRepository {
     async fn replicate(&self, id: &BlobId, site: &str) -> Result<()> {
         self.share(id, site).await
     }
-    async fn forget_checkpoint(&self, _site: &str, _checkpoint_id: &str, _blobs: &[BlobId]) -> Result<()> {
+    async fn forget_checkpoint(&self, _site: &str, checkpoint_id: &str, _blobs: &[BlobId]) -> Result<()> {
+        let repository = self.site.checkpoints();
+        match self.registries.drop_checkpoint(&repository, checkpoint_id).await? {
+            Dropped::Removed => tracing::info!(checkpoint = checkpoint_id, %repository, "checkpoint artifact deleted"),
+            Dropped::Absent => {}
+            Dropped::Unsupported(why) => {
+                tracing::warn!(checkpoint = checkpoint_id, %repository, %why, "the registry deletes no manifests: its own retention applies")
+            }
+        }
         Ok(())
     }
 }
