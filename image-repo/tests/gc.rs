@@ -127,8 +127,118 @@ async fn a_checkpoint_artifact_keeps_its_blobs_until_it_is_dropped() {
     let operator = repo.client();
     assert!(operator.gc(Duration::ZERO, false).await.unwrap().removed.is_empty(), "linked: kept");
     let blobs = [memory.clone(), disk.clone()];
-    site.drop_checkpoint_artifact("site-a/checkpoints", "cp-2", &blobs).await.unwrap();
-    site.drop_checkpoint_artifact("site-a/checkpoints", "cp-2", &blobs).await.unwrap();
+    site.drop_checkpoint_artifact("site-a/checkpoints", "site-a/images", "cp-2", &blobs)
+        .await
+        .unwrap();
+    site.drop_checkpoint_artifact("site-a/checkpoints", "site-a/images", "cp-2", &blobs)
+        .await
+        .unwrap();
     let removed: BTreeSet<BlobId> = operator.gc(Duration::ZERO, false).await.unwrap().removed.into_iter().collect();
     assert!(removed.contains(&memory) && removed.contains(&disk), "{removed:?}");
+}
+
+/// A VEE booted from a provider's content IDs: its checkpoints' subject is
+/// the image artifact of its boot files in `SITE/images`, which holds the
+/// provider's blobs (their `/v1` delete refused: a restore needs them)
+/// until the last checkpoint of it is dropped; a blob another image
+/// artifact there names stays linked until that one goes too.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_image_artifact_of_content_ids_lives_as_long_as_a_checkpoint_of_it() {
+    use interfaces::artifact::{self, Layer};
+    let repo = Repo::start();
+    let (site, acme) = (repo.client_with(Some(SITE_TOKEN)), repo.client_with(Some(ACME_TOKEN)));
+    let file = |id: BlobId, size: usize, media_type: &str| Layer {
+        digest: id,
+        size: size as u64,
+        media_type: media_type.into(),
+    };
+    let disk = file(
+        push(&acme, &repo, "disk", BlobKind::Disk, &content(1, 3000)).await,
+        3000,
+        artifact::DISK_QCOW2,
+    );
+    let k1 = file(
+        push(&acme, &repo, "k1", BlobKind::Kernel, &content(2, 200)).await,
+        200,
+        artifact::KERNEL,
+    );
+    let k2 = file(
+        push(&acme, &repo, "k2", BlobKind::Kernel, &content(3, 200)).await,
+        200,
+        artifact::KERNEL,
+    );
+    for l in [&disk, &k1, &k2] {
+        assert!(site.grant_for(&l.digest, "acme").await.unwrap());
+    }
+    let one = site.put_image_artifact("site-a/images", &[disk.clone(), k1.clone()]).await.unwrap();
+    let two = site.put_image_artifact("site-a/images", &[disk.clone(), k2.clone()]).await.unwrap();
+    // Put again: the same artifact.
+    assert_eq!(
+        site.put_image_artifact("site-a/images", &[disk.clone(), k1.clone()]).await.unwrap(),
+        one
+    );
+    let mut n = 0;
+    let mut checkpoint = |image: &artifact::ImageArtifact| {
+        n += 1;
+        let (site, repo, image) = (&site, &repo, image.clone());
+        async move {
+            let tag = format!("cp-{n}");
+            let memory = push(
+                site,
+                repo,
+                &format!("{tag}-memory"),
+                BlobKind::CheckpointMemory,
+                &content(10 + n, 100),
+            )
+            .await;
+            let layers = [file(memory, 100, artifact::MEMORY_STATE)];
+            let config = format!(r#"{{"checkpoint_id":"{tag}"}}"#).into_bytes();
+            site.put_checkpoint_artifact("site-a/checkpoints", &tag, config, &layers, Some((&image.digest, image.size)))
+                .await
+                .unwrap();
+            tag
+        }
+    };
+    let (c1, c2, c3) = (checkpoint(&one).await, checkpoint(&one).await, checkpoint(&two).await);
+    let refused = |id: BlobId| {
+        let acme = &acme;
+        async move { acme.delete(&id, false).await.err().map(|e| e.to_string()) }
+    };
+    let e = refused(k1.digest.clone()).await.expect("held by site-a/images");
+    assert!(e.contains("site-a/images"), "{e}");
+    let drop = |tag: String| {
+        let site = &site;
+        async move {
+            site.drop_checkpoint_artifact("site-a/checkpoints", "site-a/images", &tag, &[])
+                .await
+                .unwrap()
+        }
+    };
+    let image_there = |a: &artifact::ImageArtifact| {
+        let url = format!("{}/v2/site-a/images/manifests/{}", repo.url, a.digest);
+        async move {
+            let r = reqwest::Client::new()
+                .get(url)
+                .basic_auth("site-a", Some(SITE_TOKEN))
+                .header("accept", artifact::OCI_MANIFEST)
+                .send()
+                .await
+                .unwrap();
+            r.status() == 200
+        }
+    };
+    // One of its two checkpoints dropped: the image artifact stays.
+    drop(c1).await;
+    assert!(image_there(&one).await);
+    assert!(refused(k1.digest.clone()).await.is_some());
+    // The last: it goes, and its kernel is the provider's to delete again;
+    // the disk stays held while the other image artifact names it.
+    drop(c2).await;
+    assert!(!image_there(&one).await);
+    assert!(image_there(&two).await);
+    assert_eq!(refused(k1.digest.clone()).await, None);
+    assert!(refused(disk.digest.clone()).await.is_some());
+    drop(c3).await;
+    assert!(!image_there(&two).await);
+    assert_eq!(refused(disk.digest.clone()).await, None);
 }

@@ -146,8 +146,13 @@ fn layer_of(d: &Descriptor) -> Result<Layer, String> {
 /// The manifest of an image artifact of `layers` (each its media type,
 /// digest and size), with the empty config: the bytes to push.
 pub fn image_manifest(layers: &[Layer]) -> Vec<u8> {
-    let config = Layer::of(MediaType::EmptyJSON.as_ref(), EMPTY_CONFIG);
-    manifest(IMAGE_ARTIFACT_TYPE, &config, layers, None)
+    manifest(IMAGE_ARTIFACT_TYPE, &empty_config(), layers, None)
+}
+
+/// The empty config's descriptor (`application/vnd.oci.empty.v1+json`,
+/// [`EMPTY_CONFIG`]), an image artifact's config.
+pub fn empty_config() -> Layer {
+    Layer::of(MediaType::EmptyJSON.as_ref(), EMPTY_CONFIG)
 }
 
 /// The empty config's content, `{}`.

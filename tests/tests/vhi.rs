@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use e2e::daemons::{boot, checkpoint, console, migrate, wait_tick, ImageRepo, Veeh};
 use e2e::{disk, guest, lab};
+use interfaces::manifest::RegistryImage;
+use interfaces::registry::{Registries, RegistryConfig, Scope};
 use interfaces::vhi::vhi_service_client::VhiServiceClient;
 use interfaces::vhi::*;
+use interfaces::BlobId;
 use tonic::transport::Channel;
 
 const BOOT: Duration = Duration::from_secs(120);
@@ -51,6 +54,43 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
         let meta = r.head(&id.parse().unwrap()).await.unwrap();
         assert_eq!(meta.expect("in the repository").owner, "site-a", "{id}");
     }
+    // It is an OCI artifact too, whose subject is the image artifact of
+    // the VEE's boot files (content IDs) in site-a/images.
+    let password = dir.join("site-token");
+    std::fs::write(&password, repo.site_token("site-a")).unwrap();
+    let host = repo.url.trim_start_matches("https://").to_string();
+    let ours = Registries::new(&[RegistryConfig {
+        host: host.clone(),
+        ca: Some(repo.ca.clone()),
+        username: Some("site-a".into()),
+        password_file: Some(password),
+        scope: Scope::Any,
+    }])
+    .unwrap();
+    let at = |repository: &str, tag: Option<String>, digest: Option<BlobId>| RegistryImage {
+        registry: host.clone(),
+        repository: repository.into(),
+        tag,
+        digest,
+    };
+    let raw = ours
+        .raw_manifest(&at("site-a/checkpoints", Some(cp.checkpoint_id.clone()), None))
+        .await
+        .unwrap();
+    let m: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    let subject: BlobId = m["subject"]["digest"].as_str().expect("a subject").parse().unwrap();
+    let image = ours.resolve(&at("site-a/images", None, Some(subject.clone()))).await.unwrap();
+    let files: Vec<String> = image.layers().map(|l| l.digest.to_string()).collect();
+    assert_eq!(files, [spec.image.clone(), spec.kernel.clone(), spec.initrd.clone()]);
+    let found = ours
+        .referrers(
+            &at("site-a/checkpoints", None, None),
+            &subject,
+            interfaces::artifact::CHECKPOINT_ARTIFACT_TYPE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(found, [BlobId::of(&raw)]);
 
     // Host a1's VEEH dies; its domain goes on running at the libvirtd a1
     // and a2 share. a2 restores the VEE from the checkpoint, naming a1 as

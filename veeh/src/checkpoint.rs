@@ -20,7 +20,7 @@ use crate::domain_xml::{self, PathMap};
 use crate::error::HostError;
 use crate::host::{now_ms, Host};
 use crate::qemu_img;
-use crate::repository::Part;
+use crate::repository::{BaseImage, Part};
 use crate::vee_store::VeeRecord;
 
 /// Why a checkpoint taken under `taken` cannot be restored on `here`, naming
@@ -129,7 +129,16 @@ impl Host {
             format_version: interfaces::CHECKPOINT_RECORD_FORMAT,
             ..Default::default()
         };
-        let base = self.cached_artifact(rec).ok().flatten();
+        let base = match self.cached_artifact(rec) {
+            Ok(Some(a)) => Some(BaseImage::Registry(Box::new(a))),
+            _ => match self.boot_file_layers(rec) {
+                Ok(files) => files.map(BaseImage::BootFiles),
+                Err(e) => {
+                    tracing::warn!(vee = %vee_id, error = %format!("{e:#}"), "no subject for this checkpoint's artifact");
+                    None
+                }
+            },
+        };
         self.repo
             .record_checkpoint(&record, &layers, base.as_ref())
             .await

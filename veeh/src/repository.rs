@@ -7,7 +7,9 @@
 //! (`SITE/checkpoints` of the image-repo's `/v2`, `NAMESPACE/checkpoints`
 //! of the registry), tagged by its ID (`interfaces::artifact`:
 //! its record as the config, the memory state and disk overlay as layers,
-//! the VEE's image artifact, when it has one, as `subject`).
+//! the VEE's image as `subject`: a registry image's artifact, or for a VEE
+//! of content IDs the image artifact of its boot files, which an
+//! image-repo site keeps in `SITE/images`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -27,6 +29,16 @@ pub enum Repository {
     Vee { client: RepoClient, site: String },
     /// An OCI registry, one of `registries`.
     Registry { registries: Arc<Registries>, site: SiteRegistry },
+}
+
+/// The image a checkpoint is of: its artifact's `subject`.
+pub enum BaseImage {
+    /// A registry image's artifact.
+    Registry(Box<ImageArtifact>),
+    /// The boot files of a VEE of content IDs (a disk, and a kernel and
+    /// initrd), whose image artifact an image-repo site is given in
+    /// `SITE/images`.
+    BootFiles(Vec<Layer>),
 }
 
 /// Which part of a checkpoint a blob is.
@@ -101,12 +113,23 @@ impl Repository {
 
     /// Records checkpoint `rec` of `layers` (pushed with
     /// [`Repository::push_part`]) as an artifact tagged by its ID, with
-    /// `base` (the VEE's image artifact) as its subject. Errors: a
-    /// registry refuses it (there its tag is what keeps the blobs); an
-    /// image-repo's refusal is logged only.
-    pub async fn record_checkpoint(&self, rec: &CheckpointRecord, layers: &[Layer], base: Option<&ImageArtifact>) -> Result<()> {
+    /// `base` as its subject; at an image-repo site the image artifact of
+    /// `BaseImage::BootFiles` is put in `SITE/images` after it (so that a
+    /// VEEM dropping the last checkpoint of that image meanwhile does not
+    /// leave this one's subject gone). Errors: a registry refuses it
+    /// (there its tag is what keeps the blobs); an image-repo's refusal is
+    /// logged only.
+    pub async fn record_checkpoint(&self, rec: &CheckpointRecord, layers: &[Layer], base: Option<&BaseImage>) -> Result<()> {
         let config = artifact::checkpoint_config(rec);
-        let subject = base.map(|b| (&b.digest, b.size));
+        let subject = match base {
+            Some(BaseImage::Registry(a)) => Some((a.digest.clone(), a.size)),
+            Some(BaseImage::BootFiles(files)) => {
+                let raw = artifact::image_manifest(files);
+                Some((BlobId::of(&raw), raw.len() as u64))
+            }
+            None => None,
+        };
+        let subject = subject.as_ref().map(|(d, n)| (d, *n));
         let (repository, digest) = match self {
             Self::Vee { client, site } => {
                 // The VEEM's record and its pins are the checkpoint here;
@@ -114,16 +137,26 @@ impl Repository {
                 // that refuses it (the site's token named otherwise than
                 // the site) costs no checkpoint.
                 let repository = format!("{site}/checkpoints");
-                match client
+                let digest = match client
                     .put_checkpoint_artifact(&repository, &rec.checkpoint_id, config, layers, subject)
                     .await
                 {
-                    Ok(digest) => (repository, digest),
+                    Ok(digest) => digest,
                     Err(e) => {
                         tracing::warn!(checkpoint = %rec.checkpoint_id, %repository, error = %e, "no OCI artifact for this checkpoint");
                         return Ok(());
                     }
+                };
+                if let Some(BaseImage::BootFiles(files)) = base {
+                    let images = format!("{site}/images");
+                    match client.put_image_artifact(&images, files).await {
+                        Ok(a) => tracing::info!(image = %a.digest, repository = %images, "image artifact of the VEE's boot files"),
+                        Err(e) => {
+                            tracing::warn!(checkpoint = %rec.checkpoint_id, repository = %images, error = %e, "no image artifact for this checkpoint's subject")
+                        }
+                    }
                 }
+                (repository, digest)
             }
             Self::Registry { registries, site } => {
                 let repository = site.checkpoints();

@@ -397,7 +397,8 @@ pub trait ImageRepository: Send + Sync {
     /// Removes checkpoint `checkpoint_id`'s OCI artifact from site `site`'s
     /// `SITE/checkpoints` repository and unlinks its blobs there (those
     /// its manifest names and `blobs`; idempotent), before the VEEM unpins
-    /// them. Errors: the repository is unreachable or refuses.
+    /// them; its subject in `SITE/images` too when no checkpoint refers to
+    /// it any more. Errors: the repository is unreachable or refuses.
     async fn forget_checkpoint(&self, site: &str, checkpoint_id: &str, blobs: &[BlobId]) -> Result<()>;
 }
 
@@ -420,7 +421,7 @@ impl ImageRepository for RepoClient {
     }
     async fn forget_checkpoint(&self, site: &str, checkpoint_id: &str, blobs: &[BlobId]) -> Result<()> {
         Ok(self
-            .drop_checkpoint_artifact(&format!("{site}/checkpoints"), checkpoint_id, blobs)
+            .drop_checkpoint_artifact(&format!("{site}/checkpoints"), &format!("{site}/images"), checkpoint_id, blobs)
             .await?)
     }
 }

@@ -8,13 +8,14 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use interfaces::artifact::ImageArtifact;
+use interfaces::artifact::{self, ImageArtifact, Layer};
 use interfaces::manifest::ImageRef;
 use interfaces::vhi;
 use interfaces::BlobId;
 
 use super::Host;
 use crate::error::HostError;
+use crate::qemu_img;
 use crate::vee_store::VeeRecord;
 
 /// Local paths of the images a VEE boots from.
@@ -116,6 +117,41 @@ impl Host {
             .cached_artifact(digest)
             .with_context(|| format!("VEE {}: field `image` ({image}) is not in the image cache", rec.vee_id))?;
         Ok(Some(a))
+    }
+
+    /// The layers of the image artifact of `rec`'s boot files when its
+    /// image is a content ID (its checkpoints' `subject`): the cached disk
+    /// (`+qcow2` or `+raw` by its header, as it boots), and its kernel
+    /// and initrd when they are content IDs too. `None` for a registry
+    /// image (it has an artifact) or no disk. Errors: a file not cached,
+    /// an image `qemu-img` refuses.
+    pub(crate) fn boot_file_layers(&self, rec: &VeeRecord) -> Result<Option<Vec<Layer>>> {
+        let Some(ImageRef::Repository(disk)) = image_ref(&rec.image)? else {
+            return Ok(None);
+        };
+        let paths = self.image_paths(rec)?;
+        let layer = |id: BlobId, path: Option<PathBuf>, media_type: &str| -> Result<Layer> {
+            let path = path.with_context(|| format!("{id} is not in the image cache"))?;
+            let size = std::fs::metadata(&path).with_context(|| path.display().to_string())?.len();
+            Ok(Layer {
+                digest: id,
+                size,
+                media_type: media_type.into(),
+            })
+        };
+        let format = qemu_img::inspect(paths.base.as_deref().context("no disk path")?, qemu_img::Layer::Base)?;
+        let disk_type = match format {
+            qemu_img::DiskFormat::Qcow2 => artifact::DISK_QCOW2,
+            qemu_img::DiskFormat::Raw => artifact::DISK_RAW,
+        };
+        let mut layers = vec![layer(disk, paths.base, disk_type)?];
+        if let Some(k) = blob("kernel", &rec.kernel)? {
+            layers.push(layer(k, paths.kernel, artifact::KERNEL)?);
+            if let Some(i) = blob("initrd", &rec.initrd)? {
+                layers.push(layer(i, paths.initrd, artifact::INITRD)?);
+            }
+        }
+        Ok(Some(layers))
     }
 
     /// Blob IDs any VEE on this host references.
