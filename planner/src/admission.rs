@@ -61,6 +61,8 @@ pub(crate) enum Undo {
     Added(ReservationKey),
     Removed(Reservation),
     Service(ServiceId),
+    /// A service's record replaced (scaling): the record it had.
+    ServiceWas(ServiceRecord),
 }
 
 /// A tentative placement, applied to the planner, with its undo log.
@@ -401,11 +403,12 @@ impl Planner {
 
     /// The steps that redo a tentative admission from its undo log
     /// (oldest first), with the peer spares it notes: what a plan applies.
-    fn steps_of(&self, undo: &[Undo], peer_spares: &[SpareNeed]) -> Vec<Step> {
+    pub(crate) fn steps_of(&self, undo: &[Undo], peer_spares: &[SpareNeed]) -> Vec<Step> {
         let mut steps = Vec::with_capacity(undo.len() + peer_spares.len());
         for u in undo {
             match u {
                 Undo::Service(id) => steps.extend(self.p.services.get(id).cloned().map(Step::Service)),
+                Undo::ServiceWas(old) => steps.extend(self.p.services.get(&old.id).cloned().map(Step::Service)),
                 Undo::Added(k) => steps.extend(self.get(k).cloned().map(Step::Add)),
                 Undo::Removed(r) => steps.push(Step::Remove(r.key())),
             }
@@ -425,6 +428,10 @@ impl Planner {
                 Undo::Service(id) => {
                     self.note_change(super::keys::service_key(&id));
                     self.p.services.remove(&id);
+                }
+                Undo::ServiceWas(old) => {
+                    self.note_change(super::keys::service_key(&old.id));
+                    self.p.services.insert(old.id.clone(), old);
                 }
             }
         }

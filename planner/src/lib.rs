@@ -50,6 +50,7 @@ pub mod recovery;
 pub mod remap;
 pub mod request;
 pub mod reservations;
+pub mod scaling;
 pub mod slots;
 pub mod usage_limits;
 
@@ -63,6 +64,8 @@ mod tests_plan;
 mod tests_recovery;
 #[cfg(test)]
 mod tests_scale;
+#[cfg(test)]
+mod tests_scaling;
 #[cfg(test)]
 mod tests_windows;
 

@@ -39,6 +39,10 @@ pub struct Stale {
 }
 
 impl AdmissionPlan {
+    pub(crate) fn new(admitted: Admitted, revision: u64, steps: Vec<Step>) -> Self {
+        Self { admitted, revision, steps }
+    }
+
     /// The planner's revision it was made at.
     pub fn revision(&self) -> u64 {
         self.revision

@@ -34,6 +34,14 @@ enum Op {
         from: u32,
     },
     Forget(u32),
+    /// `n` more instances of `c0` of a service, from slot `from`.
+    ScaleOut {
+        service: usize,
+        n: usize,
+        from: u32,
+    },
+    /// The last instance of `c0` of a service released.
+    ScaleIn(usize),
 }
 
 const GUARANTEES: [GuaranteeLevel; 5] = [
@@ -54,6 +62,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..4).prop_map(Op::Up),
         2 => (0usize..64, 0usize..4, 0u32..40).prop_map(|(vee, host, from)| Op::Move { vee, host, from }),
         1 => (0u32..40).prop_map(Op::Forget),
+        3 => (0usize..16, 1usize..=2, 0u32..40).prop_map(|(service, n, from)| Op::ScaleOut { service, n, from }),
+        1 => (0usize..16).prop_map(Op::ScaleIn),
     ]
 }
 
@@ -203,6 +213,64 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Forget(now) => {
                 p.forget_before(now);
+            }
+            Op::ScaleOut { service, n: k, from } => {
+                if !services.is_empty() {
+                    let id = services[service % services.len()].clone();
+                    let new: Vec<String> = (0..k).map(|i| format!("{id}-c0-x{n}-{i}")).collect();
+                    let offered = PeerSpare::Offered { site: "peer".into() };
+                    let before = fingerprint(&p);
+                    let planned = p.plan_scale_out(&id, "c0", &new, from, &offered);
+                    prop_assert_eq!(fingerprint(&p), before.clone(), "planning a scale-out reserved something");
+                    if let Ok(plan) = planned {
+                        let mut entries: Vec<(String, Option<PlannerEntry>)> = plan.entries();
+                        entries.sort_by(|x, y| x.0.cmp(&y.0));
+                        entries.dedup_by(|later, earlier| later.0 == earlier.0);
+                        let admitted = p.apply(plan).unwrap();
+                        let svc = p.service(&id).unwrap().clone();
+                        prop_assert_eq!(admitted.placements.len(), k);
+                        for pl in &admitted.placements {
+                            prop_assert!(svc.component_of(&pl.vee).is_some_and(|c| c.name == "c0"));
+                            prop_assert_eq!(p.placement(&pl.vee), Some(pl.clone()));
+                            prop_assert_eq!(pl.range.end, svc.window.end);
+                        }
+                        // The guarantee level's reservations, as at admission.
+                        match svc.guarantee {
+                            GuaranteeLevel::Enhanced => {
+                                for pl in &admitted.placements {
+                                    let spare = p.spare(&pl.vee).map(|r| p.host_name(r.host).to_string());
+                                    prop_assert!(spare.is_some_and(|h| h != pl.host), "enhanced: a spare on another host");
+                                }
+                            }
+                            GuaranteeLevel::Full => prop_assert_eq!(admitted.peer_spares.len(), k),
+                            _ => prop_assert!(admitted.spares.is_empty() && admitted.peer_spares.is_empty()),
+                        }
+                        let mut changes = p.take_changes();
+                        changes.sort_by(|x, y| x.0.cmp(&y.0));
+                        for (key, e) in &changes {
+                            match e {
+                                Some(e) => written.insert(key.clone(), e.clone()),
+                                None => written.remove(key),
+                            };
+                        }
+                        // Background VEEs displaced go as entries too.
+                        let keys = |v: &[(String, Option<PlannerEntry>)]| v.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+                        prop_assert_eq!(keys(&changes), keys(&entries), "the plan's entries are what applying it changes");
+                        vees.extend(admitted.placements.iter().map(|x| x.vee.clone()));
+                    }
+                }
+            }
+            Op::ScaleIn(service) => {
+                if !services.is_empty() {
+                    let id = &services[service % services.len()];
+                    let last = p
+                        .service(id)
+                        .and_then(|s| s.components.iter().find(|c| c.name == "c0")?.vees.last().cloned());
+                    if let Some(v) = last {
+                        p.release_vee(&v).unwrap();
+                        prop_assert!(p.reservation(&v).is_none() && p.spare(&v).is_none());
+                    }
+                }
             }
         }
         if let Err(e) = p.check_invariants() {

@@ -180,13 +180,19 @@ impl Planner {
 
     /// Checks the consumer's usage SLA for `req` over `range`.
     pub(crate) fn check_usage_limit(&self, req: &ServiceRequest, range: SlotRange) -> Result<(), String> {
-        let Some(limit) = self.p.usage_limits.get(&req.consumer) else {
+        self.check_usage_limit_of(&req.consumer, range, &req.total_resources())
+    }
+
+    /// Whether `consumer` may hold `demand` more over `range` under its
+    /// usage SLA; the reason if not.
+    pub(crate) fn check_usage_limit_of(&self, consumer: &str, range: SlotRange, demand: &Resources) -> Result<(), String> {
+        let Some(limit) = self.p.usage_limits.get(consumer) else {
             return Ok(());
         };
-        let snapshot = self.usage_snapshot(&req.consumer, range);
+        let snapshot = self.usage_snapshot(consumer, range);
         limit
-            .check(&snapshot, &req.total_resources())
-            .map_err(|e| format!("usage SLA of consumer {:?} (D §3.3): {e}", req.consumer))
+            .check(&snapshot, demand)
+            .map_err(|e| format!("usage SLA of consumer {consumer:?} (D §3.3): {e}"))
     }
 }
 
