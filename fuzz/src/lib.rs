@@ -246,11 +246,12 @@ pub fn repo_http(data: &[u8]) {
 }
 
 /// The VMI's unary calls, by path, that the fuzzer may make.
-const VMI_CALLS: [&str; 27] = [
+const VMI_CALLS: [&str; 28] = [
     "Negotiate",
     "Deploy",
     "GetService",
     "ExtendService",
+    "ScaleComponent",
     "DeleteService",
     "ListServices",
     "ListVees",

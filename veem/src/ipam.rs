@@ -57,6 +57,8 @@ pub enum IpamError {
     ExternalExhausted { index: usize, pool: Ipv4Net },
     #[error("the site has no VNI left")]
     NoVni,
+    #[error("service network {network:?} ({cidr}) has no free address left for another instance")]
+    NetworkFull { network: String, cidr: Ipv4Net },
 }
 
 fn overlaps(a: &Ipv4Net, b: &Ipv4Net) -> bool {
@@ -172,6 +174,62 @@ pub fn assign(m: &Manifest, pool: &NetworkPool, taken: &Taken, vees: &[&str]) ->
         all.push(nics);
     }
     Ok((nets, all))
+}
+
+/// The NICs of one more VEE (scaling out, issue 40) attached to
+/// `networks` (its component's, in order) of a service whose networks
+/// `nets` are assigned: in each, the lowest address from the second host
+/// on that `used` (the addresses the service's live VEEs hold) does not
+/// hold, its MAC from its offset as at admission, and on an external
+/// network a free address of the pool that `external` (the site's live
+/// VEEs' external addresses) does not hold; both sets get what is taken.
+/// The survivors' addresses never change. Errors: a network or the
+/// external pool full.
+pub fn more_nics(
+    networks: &[String],
+    nets: &[NetworkRec],
+    pool: &NetworkPool,
+    used: &mut BTreeSet<Ipv4Addr>,
+    external: &mut BTreeSet<Ipv4Addr>,
+) -> Result<Vec<NicRec>, IpamError> {
+    let mut nics = Vec::new();
+    for name in networks {
+        let Some((index, net)) = nets.iter().enumerate().find(|(_, n)| &n.name == name) else {
+            continue;
+        };
+        let last = 1 + usable_addresses(net.cidr.prefix_len()) as u32;
+        let offset = (2..=last)
+            .find(|&o| !used.contains(&nth(&net.cidr, o)))
+            .ok_or_else(|| IpamError::NetworkFull {
+                network: net.name.clone(),
+                cidr: net.cidr,
+            })?;
+        used.insert(nth(&net.cidr, offset));
+        let ext = match (net.kind, pool.external_pool) {
+            (NetworkKind::External, Some(p)) => {
+                let a = p
+                    .hosts()
+                    .find(|a| !external.contains(a))
+                    .ok_or(IpamError::ExternalExhausted { index, pool: p })?;
+                external.insert(a);
+                Some(a)
+            }
+            (NetworkKind::External, None) => return Err(IpamError::NoExternalPool { index }),
+            _ => None,
+        };
+        nics.push(NicRec {
+            network: net.name.clone(),
+            vni: net.vni,
+            mac: mac(net.vni, offset),
+            address: Ipv4Net::new(nth(&net.cidr, offset), net.cidr.prefix_len()).expect("prefix of a network"),
+            gateway: net.gateway,
+            mtu: pool.mtu,
+            external: ext,
+            ports: if ext.is_some() { net.ports.clone() } else { vec![] },
+            primary_members: vec![],
+        });
+    }
+    Ok(nics)
 }
 
 #[cfg(test)]

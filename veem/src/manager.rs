@@ -27,6 +27,7 @@ use crate::workflows::proposals::Proposals;
 use crate::workflows::reconcile::Reconcile;
 use crate::workflows::recovery::Recovery;
 use crate::workflows::remapping::Remapping;
+use crate::workflows::scaling::Scaling;
 use crate::workflows::site_constraints::SiteConstraints;
 use crate::workflows::sla::Sla;
 use crate::workflows::spares::Spares;
@@ -39,6 +40,7 @@ pub struct Veem {
     /// calls), in `crate::workflows`.
     pub accounting: Arc<Accounting>,
     pub deploy: Arc<Deploy>,
+    pub scaling: Arc<Scaling>,
     pub lifecycle: Arc<Lifecycle>,
     pub reconcile: Arc<Reconcile>,
     pub peer_watch: Arc<PeerWatch>,
@@ -177,8 +179,18 @@ impl Veem {
             spares: spares.clone(),
             windows: windows.clone(),
         });
+        let scaling = Arc::new(Scaling {
+            core: core.clone(),
+            locks: Default::default(),
+            background: background.clone(),
+            boot: boot.clone(),
+            lifecycle: lifecycle.clone(),
+            networks: networks.clone(),
+            spares: spares.clone(),
+        });
         // (the next workflow here)
         Arc::new(Self {
+            scaling,
             accounting,
             windows,
             networks,

@@ -51,6 +51,7 @@ pub const ROUTES: &[&str] = &[
     "POST /v1/migrations/{migration_id}/approve",
     "POST /v1/migrations/{migration_id}/reject",
     "DELETE /v1/services/{service_id}",
+    "POST /v1/services/{service_id}/components/{component}/scale",
 ];
 
 type Vmi = Arc<VmiService>;
@@ -67,6 +68,7 @@ pub fn router(vmi: Arc<VmiService>, max_body: usize) -> Router {
         .route("/v1/negotiations", post(negotiate))
         .route("/v1/services/:service_id", get(get_service).delete(undeploy))
         .route("/v1/services/:service_id/vees", get(list_service_vees))
+        .route("/v1/services/:service_id/components/:component/scale", post(scale))
         .route("/v1/services/:service_id/usage", get(get_usage))
         .route("/v1/vees", get(list_vees))
         .route("/v1/vees/:vee_id", get(get_vee))
@@ -305,6 +307,36 @@ async fn undeploy(State(vmi): State<Vmi>, headers: HeaderMap, Path(service_id): 
         .delete_service(grpc(&headers, vmi::DeleteServiceRequest { service_id }))
         .await?
         .into_inner();
+    Ok(Json(Service::from(&s)))
+}
+
+/// The body of a scale: `{"instances": N}`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScaleBody {
+    instances: u32,
+}
+
+/// `POST /v1/services/{id}/components/{component}/scale` with
+/// `{"instances": N}`: scales the component (VMI ScaleComponent).
+async fn scale(
+    State(vmi): State<Vmi>,
+    headers: HeaderMap,
+    Path((service_id, component)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Answer<Service> {
+    let b: ScaleBody = serde_json::from_slice(&body).map_err(|e| {
+        Status::invalid_argument(format!(
+            "the body must be {{\"instances\": N}} (N from 0): {}",
+            interfaces::excerpt::message(&e.to_string())
+        ))
+    })?;
+    let req = vmi::ScaleComponentRequest {
+        service_id,
+        component,
+        instances: b.instances,
+    };
+    let s = vmi.scale_component(grpc(&headers, req)).await?.into_inner();
     Ok(Json(Service::from(&s)))
 }
 

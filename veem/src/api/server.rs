@@ -137,6 +137,19 @@ impl Vmi for VmiService {
         Ok(Response::new(self.service_info(&role, &s)))
     }
 
+    async fn scale_component(&self, r: Request<ScaleComponentRequest>) -> R<ServiceInfo> {
+        let role = self.user(&r)?;
+        let req = r.into_inner();
+        self.visible_service(&role, &req.service_id)?;
+        let s = self
+            .veem
+            .scaling
+            .scale(&req.service_id, &req.component, req.instances)
+            .await
+            .map_err(|e| self.refusal(&role, e))?;
+        Ok(Response::new(self.service_info(&role, &s)))
+    }
+
     async fn delete_service(&self, r: Request<DeleteServiceRequest>) -> R<ServiceInfo> {
         let role = self.user(&r)?;
         let id = &r.get_ref().service_id;

@@ -163,7 +163,7 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
                     &mut *out
                 };
                 print(progress, &format!("deployed service {}\n", s.service_id))?;
-                return super::wait::service_running(&mut c, &s.service_id, wait.timeout, fmt, poll, out, err).await;
+                return super::wait::service_running(&mut c, &s.service_id, false, wait.timeout, fmt, poll, out, err).await;
             }
             print(out, &output::deployed(&Service::from(&s), fmt))?;
         }
@@ -195,6 +195,30 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
                 .await
             })
             .await?;
+            print(out, &output::service(&Service::from(&s), fmt))?;
+        }
+        Command::Scale {
+            id,
+            component,
+            instances,
+            wait,
+        } => {
+            let (component, instances) = (component.clone(), *instances);
+            let s = or_lookup(&c, id, Kind::Service, |mut c, service_id| {
+                let component = component.clone();
+                async move {
+                    c.scale_component(vmi::ScaleComponentRequest {
+                        service_id,
+                        component,
+                        instances,
+                    })
+                    .await
+                }
+            })
+            .await?;
+            if wait.wait {
+                return super::wait::service_running(&mut c, &s.service_id, true, wait.timeout, fmt, poll, out, err).await;
+            }
             print(out, &output::service(&Service::from(&s), fmt))?;
         }
         Command::Ls { service } => {

@@ -235,6 +235,21 @@ pub enum Command {
         #[arg(long, value_name = "TIME", value_parser = parse_until)]
         until: i64,
     },
+    /// Scale a component of a service to N live instances: new ones are
+    /// admitted through the planner like a Deploy (all or nothing: a
+    /// refusal changes nothing and says why); the highest-indexed ones
+    /// stop when shrinking. Survivors keep their index, name and addresses.
+    Scale {
+        /// Service ID, unique ID prefix or name.
+        id: String,
+        /// The component, as named in the manifest.
+        component: String,
+        /// Live instances wanted.
+        instances: u32,
+        /// `--wait`: until every live VEE of the service runs.
+        #[command(flatten)]
+        wait: WaitOpts,
+    },
     /// List VEEs of a service, or of all the caller's services.
     Ls {
         /// Service ID; all services when omitted.

@@ -186,10 +186,13 @@ fn tally(vees: &[vmi::VeeInfo]) -> (usize, Vec<String>) {
 
 /// Follows service `service_id` until every VEE runs (exit 0), or one
 /// fails (exit 1), printing the count of running VEEs as it changes; then
-/// prints the service.
+/// prints the service. With `live_only` (after a scale), VEEs that ended
+/// (terminated: scaled in, stopped before) are not waited for.
+#[allow(clippy::too_many_arguments)]
 pub async fn service_running(
     c: &mut VmiServiceClient,
     service_id: &str,
+    live_only: bool,
     timeout: Option<Duration>,
     fmt: OutputFormat,
     poll: Duration,
@@ -206,8 +209,13 @@ pub async fn service_running(
         let (c, service_id) = (client.clone(), sid.clone());
         async move { super::pages::vees(&c, &service_id).await }
     };
-    let on_answer = |vees: &Vec<vmi::VeeInfo>| -> anyhow::Result<bool> {
-        let (running, bad) = tally(vees);
+    let on_answer = |all: &Vec<vmi::VeeInfo>| -> anyhow::Result<bool> {
+        let vees: Vec<vmi::VeeInfo> = all
+            .iter()
+            .filter(|v| !live_only || v.state() != vmi::VeeState::Terminated)
+            .cloned()
+            .collect();
+        let (running, bad) = tally(&vees);
         state.set((running, vees.len()));
         if last != Some(running) {
             last = Some(running);

@@ -156,3 +156,33 @@ proptest! {
         }
     }
 }
+
+/// Scaling out: one more `web` takes the lowest free address of each of
+/// its networks (a gap a scaled-in instance left first), a MAC of that
+/// offset and a free external address; a full network is refused by name.
+#[test]
+fn more_nics_take_the_lowest_free_addresses_and_keep_the_others() {
+    let m = manifest(2, 1, "cidr = \"10.9.0.0/29\"\n");
+    let p = pool(Some("192.0.2.0/29"));
+    let (nets, nics) = assign(&m, &p, &Taken::default(), &order(&m)).unwrap();
+    // db-0 .2, web-0 .3, web-1 .4 on backend; web-0 went away (.3 free).
+    let mut used: BTreeSet<Ipv4Addr> = [&nics[0], &nics[2]]
+        .iter()
+        .flat_map(|n| n.iter().map(|x| x.address.addr()))
+        .collect();
+    let mut external: BTreeSet<Ipv4Addr> = nics[2].iter().filter_map(|n| n.external).collect();
+    let web = vec!["backend".to_string(), "public".to_string()];
+    let more = more_nics(&web, &nets, &p, &mut used, &mut external).unwrap();
+    assert_eq!(more[0].address.to_string(), "10.9.0.3/29");
+    assert_eq!(more[0].mac, mac(nets[0].vni, 3));
+    assert_eq!(more[0].gateway, nets[0].gateway);
+    let taken_ext = nics[2][1].external.unwrap();
+    assert!(more[1].external.is_some_and(|a| a != taken_ext));
+    // A /29 holds five VEEs: .2 to .6.
+    for expected in ["10.9.0.5/29", "10.9.0.6/29"] {
+        let n = more_nics(&web[..1], &nets, &p, &mut used, &mut external).unwrap();
+        assert_eq!(n[0].address.to_string(), expected);
+    }
+    let e = more_nics(&web[..1], &nets, &p, &mut used, &mut external).unwrap_err();
+    assert!(e.to_string().contains("\"backend\" (10.9.0.0/29) has no free address"), "{e}");
+}

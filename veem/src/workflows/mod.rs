@@ -10,7 +10,7 @@
 //! (displacement), [`intents`], [`networks`], [`site_constraints`],
 //! [`sla`], [`spares`], [`windows`], [`accounting`]. On them:
 //! [`remapping`], [`federation`], [`migration`], [`recovery`],
-//! [`lifecycle`], [`deploy`], [`proposals`], [`peer_watch`],
+//! [`lifecycle`], [`deploy`], [`scaling`], [`proposals`], [`peer_watch`],
 //! [`reconcile`]. ARCHITECTURE.md lists what each calls.
 
 pub mod accounting;
@@ -28,6 +28,7 @@ pub mod proposals;
 pub mod reconcile;
 pub mod recovery;
 pub mod remapping;
+pub mod scaling;
 pub mod site_constraints;
 pub mod sla;
 pub mod spares;

@@ -194,6 +194,7 @@ async fn every_route_answers_as_the_description_says() {
             .replace("{service_id}", &service)
             .replace("{vee_id}", &vee)
             .replace("{action}", "checkpoint")
+            .replace("{component}", "vm")
             .replace("{migration_id}", "m-none");
         let (code, body) = call(&site, Some("operator-token"), method.parse().unwrap(), &path, "").await;
         let template = route.split_once(' ').unwrap().1;
@@ -268,4 +269,30 @@ async fn what_the_extractors_refuse_is_a_json_error() {
         assert_eq!((status, e["error"]["code"].as_u64()), (400, Some(400)), "{path}: {e}");
         assert_eq!(e["error"]["status"], "INVALID_ARGUMENT", "{path}: {e}");
     }
+}
+
+/// `POST .../components/{component}/scale` with `{"instances": N}`: the
+/// provider scales its own service; a body without `instances` or another
+/// provider's service are refused as the description says.
+#[tokio::test]
+async fn a_provider_scales_a_component_over_rest() {
+    let site = FakeSite::start(&["h1", "h2"], TOKENS).await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let service = site.veem.vee(&vee).unwrap().service_id;
+    let path = format!("/v1/services/{service}/components/vm/scale");
+    let (code, s) = call(&site, Some("provider-token"), Method::POST, &path, r#"{"instances": 2}"#).await;
+    assert_eq!(code, 200, "{s}");
+    assert_eq!(s["vees"].as_array().unwrap().len(), 2, "{s}");
+    for (body, why) in [
+        ("", "instances"),
+        (r#"{"instances": -1}"#, "instances"),
+        (r#"{"count": 2}"#, "count"),
+    ] {
+        let (code, e) = call(&site, Some("provider-token"), Method::POST, &path, body).await;
+        assert_eq!((code, e["error"]["status"].as_str()), (400, Some("INVALID_ARGUMENT")), "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains(why), "{e}");
+    }
+    let (code, e) = call(&site, Some("other-token"), Method::POST, &path, r#"{"instances": 3}"#).await;
+    assert_eq!(code, 404, "{e}");
+    assert_eq!(site.veem.service(&service).unwrap().vees.len(), 2);
 }

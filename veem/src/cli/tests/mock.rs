@@ -111,6 +111,10 @@ impl Vmi for MockSvc {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
+    async fn scale_component(&self, r: Request<ScaleComponentRequest>) -> R<ServiceInfo> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
     async fn delete_service(&self, r: Request<DeleteServiceRequest>) -> R<ServiceInfo> {
         self.note(&r);
         Err(Status::unimplemented(""))

@@ -1,0 +1,280 @@
+//! Scaling a component of a deployed service by hand (issue 40, item 1;
+//! DESIGN.md §13: scaling is admission; E §4.1 SERVICE_ELASTICITY).
+//!
+//! Growing plans the new instances through the planner like a Deploy
+//! ([`crate::planner::Planner::plan_scale_out`]: the service's
+//! constraints against the instances already placed, its guarantee level's
+//! spares, a full guarantee's spares held at a peer first, the provider's
+//! usage SLA), gives them addresses on the service's networks (the lowest
+//! free ones, [`ipam::more_nics`]) and commits the plan with their records
+//! in one write, planned again when the planner changed meanwhile, as
+//! Deploy does; then their hosts' member tables and DNS get them and they
+//! boot in the background. All or nothing: a refusal changes nothing and
+//! says why. New instances take the lowest indices the live ones leave
+//! free (`web-2`), made from the newest record of the component (its
+//! image, size and first-boot data as the component has them now).
+//!
+//! Shrinking stops the highest-indexed live instances as VeeAction STOP
+//! does (a clean guest shutdown, reservations, spares and addresses
+//! released, at a peer site too), then the member tables lose them.
+//! Survivors never change index, name or address. Instances placed at peer
+//! sites when the site is full are not done yet: a scale-out this site
+//! cannot hold is refused with the planner's reasons.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+
+use crate::core::Core;
+use crate::domain::Action;
+use crate::error::VeemError;
+use crate::ipam;
+use crate::model::{Location, ServiceRec, VeeRec, VeeState};
+use crate::planner::{Admission, PeerSpare};
+use crate::workflows::background::Background;
+use crate::workflows::boot::Boot;
+use crate::workflows::deploy::PLAN_ATTEMPTS;
+use crate::workflows::lifecycle::Lifecycle;
+use crate::workflows::networks::Networks;
+use crate::workflows::spares::Spares;
+
+/// The most instances a component may be scaled to (as a manifest's
+/// `instances`).
+pub const MAX_INSTANCES: u32 = interfaces::manifest::MAX_INSTANCES;
+
+/// See the module documentation. Calls the core, background displacement,
+/// booting, the lifecycle (stops), networks and spares.
+pub struct Scaling {
+    pub(crate) core: Arc<Core>,
+    /// One scaling of a service at a time.
+    pub(crate) locks: std::sync::Mutex<interfaces::locks::LockMap>,
+    pub(crate) background: Arc<Background>,
+    pub(crate) boot: Arc<Boot>,
+    pub(crate) lifecycle: Arc<Lifecycle>,
+    pub(crate) networks: Arc<Networks>,
+    pub(crate) spares: Arc<Spares>,
+}
+
+impl Deref for Scaling {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+/// Whether `v` is a live instance (admitted and not ended).
+fn live(v: &VeeRec) -> bool {
+    !matches!(v.state, VeeState::Pending | VeeState::Rejected | VeeState::Terminated)
+}
+
+impl Scaling {
+    /// Scales component `component` of service `service_id` to `instances`
+    /// live instances (see the module documentation); returns the service.
+    /// Errors: NotFound (service), InvalidArgument naming `component` or
+    /// `instances`; a refusal with the planner's reasons (nothing changed);
+    /// a shrink that could not stop an instance, naming it (the others
+    /// stopped).
+    pub async fn scale(self: &Arc<Self>, service_id: &str, component: &str, instances: u32) -> Result<ServiceRec> {
+        let lock = interfaces::locks::entry(&mut self.locks.lock().unwrap(), service_id);
+        let _one_at_a_time = lock.lock().await;
+        let svc = self.service(service_id)?;
+        if svc.for_peer.is_some() {
+            bail!(VeemError::field(
+                "service_id",
+                "is run here for a peer site: scale it at its primary site"
+            ));
+        }
+        if instances > MAX_INSTANCES {
+            bail!(VeemError::field("instances", format!("{instances} is more than {MAX_INSTANCES}")));
+        }
+        let all = self.vees_where(|v| v.service_id == service_id && v.component == component);
+        let Some(template) = all.iter().max_by_key(|v| v.updated_ms).cloned() else {
+            bail!(VeemError::field(
+                "component",
+                format!("service {service_id} has no component {component:?}")
+            ));
+        };
+        let mut current: Vec<VeeRec> = all.into_iter().filter(live).collect();
+        current.sort_by_key(|v| v.instance);
+        let have = current.len() as u32;
+        if instances > have {
+            self.grow(svc, &template, &current, instances - have).await
+        } else {
+            if instances < have {
+                self.shrink(&svc, &current[instances as usize..]).await?;
+            }
+            self.service(service_id)
+        }
+    }
+
+    async fn grow(self: &Arc<Self>, mut svc: ServiceRec, template: &VeeRec, current: &[VeeRec], n: u32) -> Result<ServiceRec> {
+        let taken: BTreeSet<u32> = current.iter().map(|v| v.instance).collect();
+        let indices: Vec<u32> = (0..).filter(|i| !taken.contains(i)).take(n as usize).collect();
+        let ids: Vec<String> = indices.iter().map(|_| uuid::Uuid::new_v4().to_string()).collect();
+        let mut peer_spare = PeerSpare::NotAsked;
+        let mut spare_site: Option<String> = None;
+        let settle = |keep: bool, site: Option<String>| {
+            let (this, ids) = (self.clone(), ids.clone());
+            async move {
+                if let Some(site) = site {
+                    this.spares.settle_peer_spares(&site, &ids, keep).await;
+                }
+            }
+        };
+        for attempt in 1..=PLAN_ATTEMPTS {
+            let now = self.now_slot();
+            let planned = self
+                .planner
+                .lock()
+                .unwrap()
+                .plan_scale_out(&svc.id, &template.component, &ids, now, &peer_spare);
+            let plan = match planned {
+                Ok(plan) => plan,
+                Err(no) => match *no {
+                    Admission::NeedsPeerSpare { spares } if spare_site.is_none() => {
+                        let site = self
+                            .spares
+                            .reserve_peer_spares(&spares, None)
+                            .await
+                            .map_err(|reasons| crate::workflows::spares::refusal(&reasons))?;
+                        peer_spare = PeerSpare::Offered { site: site.clone() };
+                        spare_site = Some(site);
+                        continue;
+                    }
+                    other => {
+                        settle(false, spare_site).await;
+                        bail!(
+                            "reject: component {} of service {} cannot grow by {n}: {}",
+                            template.component,
+                            svc.id,
+                            other.reasons().join("; ")
+                        );
+                    }
+                },
+            };
+            let one_at_a_time = self.networks.ipam.lock().await;
+            let vees = match self.new_records(&svc, template, &indices, &plan.admitted.placements) {
+                Ok(vees) => vees,
+                Err(e) => {
+                    drop(one_at_a_time);
+                    settle(false, spare_site).await;
+                    return Err(e.context("reject"));
+                }
+            };
+            let mut grown = svc.clone();
+            grown.vees.extend(vees.iter().map(|v| v.id.clone()));
+            match self.commit_admission_plan(plan, &grown, &vees, Default::default()) {
+                Ok(Ok(admitted)) => {
+                    drop(one_at_a_time);
+                    settle(true, spare_site).await;
+                    for v in &vees {
+                        let host = v.host().unwrap_or("?");
+                        self.event(
+                            &v.id,
+                            &svc.id,
+                            "scaled-out",
+                            format!("{} instance {} on {host}", v.component, v.instance),
+                        );
+                    }
+                    self.networks.sync_networks(&svc.id).await;
+                    for id in admitted.preempted {
+                        let this = self.clone();
+                        self.spawn(async move { this.background.preempt_background(&id).await });
+                    }
+                    for v in &vees {
+                        self.boot.spawn_deploy(&v.id);
+                    }
+                    return Ok(grown);
+                }
+                Ok(Err(stale)) => {
+                    tracing::info!(service = %svc.id, attempt, "{stale}");
+                    svc = self.service(&svc.id)?;
+                }
+                Err(e) => {
+                    drop(one_at_a_time);
+                    settle(false, spare_site).await;
+                    return Err(e.context("reject"));
+                }
+            }
+        }
+        settle(false, spare_site).await;
+        bail!("reject: the site's plan changed under each of {PLAN_ATTEMPTS} attempts (other admissions); try again")
+    }
+
+    /// The records of the new instances `indices` at `placements` (in
+    /// order), made from `template`: admitted, over the rest of the
+    /// service's window, with NICs on the service's networks.
+    fn new_records(
+        &self,
+        svc: &ServiceRec,
+        template: &VeeRec,
+        indices: &[u32],
+        placements: &[crate::planner::Placement],
+    ) -> Result<Vec<VeeRec>> {
+        let live_vees = self.vees_where(live);
+        let mut used: BTreeSet<Ipv4Addr> = live_vees
+            .iter()
+            .filter(|v| v.service_id == svc.id)
+            .flat_map(|v| v.nics.iter().map(|n| n.address.addr()))
+            .collect();
+        let mut external: BTreeSet<Ipv4Addr> = live_vees.iter().flat_map(|v| v.nics.iter().filter_map(|n| n.external)).collect();
+        let networks: Vec<String> = template.nics.iter().map(|n| n.network.clone()).collect();
+        let now = self.clock.now();
+        let mut vees = Vec::new();
+        for (instance, p) in indices.iter().zip(placements) {
+            let nics = ipam::more_nics(&networks, &svc.networks, &self.cfg.networks, &mut used, &mut external)?;
+            let mut cloud_init = template.cloud_init.clone();
+            if let Some(c) = &mut cloud_init {
+                c.hostname = crate::workflows::networks::host_name(&template.component, *instance);
+            }
+            vees.push(VeeRec {
+                id: p.vee.clone(),
+                instance: *instance,
+                state: VeeState::Admitted,
+                location: Location::Host(p.host.clone()),
+                window_start_unix: now.max(template.window_start_unix),
+                last_checkpoint_ms: None,
+                latest_checkpoint: None,
+                updated_ms: self.clock.now_ms(),
+                for_peer: None,
+                nics,
+                stays: vec![],
+                outages: 0,
+                down_since_ms: None,
+                init_lead_s: 0,
+                cloud_init,
+                ..template.clone()
+            });
+        }
+        Ok(vees)
+    }
+
+    /// Stops `victims` (VeeAction STOP, all at once), then the member
+    /// tables lose them. Errors naming each that could not be stopped.
+    async fn shrink(&self, svc: &ServiceRec, victims: &[VeeRec]) -> Result<()> {
+        let stops = victims.iter().map(|v| async move {
+            let r = self.lifecycle.vee_action(&v.id, Action::Stop, "").await;
+            if r.is_ok() {
+                self.event(&v.id, &svc.id, "scaled-in", format!("{} instance {}", v.component, v.instance));
+            }
+            (v.id.clone(), r)
+        });
+        let failed: Vec<String> = futures::future::join_all(stops)
+            .await
+            .into_iter()
+            .filter_map(|(id, r)| r.err().map(|e| format!("VEE {id}: {e:#}")))
+            .collect();
+        self.networks.sync_networks(&svc.id).await;
+        if !failed.is_empty() {
+            bail!("{} of {} instances not stopped: {}", failed.len(), victims.len(), failed.join("; "));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
