@@ -37,6 +37,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub mod blob_id;
 pub mod cloud_init;
+pub mod elasticity;
 mod error;
 pub mod excerpt;
 pub mod image_ref;
@@ -74,6 +75,9 @@ pub struct Manifest {
     /// `[[network]]`: the service's networks (E PIII Table I).
     #[serde(rename = "network", default, skip_serializing_if = "Vec::is_empty")]
     pub networks: Vec<Network>,
+    /// `[[elasticity]]`: rules that scale components ([`elasticity`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elasticity: Vec<elasticity::ElasticityRule>,
 }
 
 /// `[[network]]`: a service network (E PIII Table I: the internal network

@@ -39,7 +39,7 @@ pub fn usable_addresses(prefix: u8) -> u64 {
     (1u64 << (32 - u32::from(prefix))).saturating_sub(3)
 }
 
-fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Error {
+pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Error {
     Error::InvalidManifest {
         field: field.into(),
         reason: reason.into(),
@@ -63,7 +63,7 @@ fn check_name(field: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_range<T: PartialOrd + std::fmt::Display>(field: &str, value: T, min: T, max: T, unit: &str) -> Result<()> {
+pub(crate) fn check_range<T: PartialOrd + std::fmt::Display>(field: &str, value: T, min: T, max: T, unit: &str) -> Result<()> {
     if value < min {
         return Err(invalid(field, format!("{value}{unit}: must be at least {min}{unit}")));
     }
@@ -100,6 +100,7 @@ pub(super) fn validate(m: &Manifest) -> Result<()> {
         validate_constraint(i, c, &seen)?;
     }
     validate_networks(m)?;
+    crate::elasticity::validate(m)?;
     check_contradictions(m)
 }
 

@@ -21,6 +21,10 @@ pub struct ServiceTerms {
     pub sla: Sla,
     #[serde(default)]
     pub constraints: Vec<Constraint>,
+    /// Its `[[elasticity]]` rules as written (`vee_manifest::elasticity::rules`
+    /// checks them for the rule loop).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elasticity: Vec<interfaces::manifest::elasticity::ElasticityRule>,
 }
 
 impl ServiceTerms {
@@ -29,6 +33,7 @@ impl ServiceTerms {
         Self {
             sla: m.sla.clone(),
             constraints: m.constraints.clone(),
+            elasticity: m.elasticity.clone(),
         }
     }
 }
