@@ -157,7 +157,10 @@ fn check(c: Option<&Component>, i: usize, r: &ElasticityRule) -> Result<Rule> {
             field("schedule"),
             "a rule has a `schedule` or a `metric`, not both: write two rules",
         )),
-        (None, None) => Err(invalid(field("metric"), "a rule needs a `metric` (with thresholds) or a `schedule`")),
+        (None, None) => Err(invalid(
+            field("metric"),
+            "a rule needs a `metric` (with thresholds) or a `schedule`",
+        )),
         (Some(pattern), None) => {
             for (name, set) in [
                 ("min", r.min.is_some()),
@@ -171,7 +174,9 @@ fn check(c: Option<&Component>, i: usize, r: &ElasticityRule) -> Result<Rule> {
                     return Err(invalid(field(name), "belongs to a metric rule, not a scheduled one"));
                 }
             }
-            let instances = r.instances.ok_or_else(|| invalid(field("instances"), "a scheduled rule needs `instances`"))?;
+            let instances = r
+                .instances
+                .ok_or_else(|| invalid(field("instances"), "a scheduled rule needs `instances`"))?;
             check_range(&field("instances"), instances, 0, MAX_INSTANCES, "")?;
             let schedule = cron(pattern).map_err(|why| invalid(field("schedule"), why))?;
             Ok(Rule::Schedule {
@@ -182,7 +187,10 @@ fn check(c: Option<&Component>, i: usize, r: &ElasticityRule) -> Result<Rule> {
         }
         (None, Some(metric)) => {
             if r.instances.is_some() {
-                return Err(invalid(field("instances"), "belongs to a scheduled rule; a metric rule has `min` and `max`"));
+                return Err(invalid(
+                    field("instances"),
+                    "belongs to a scheduled rule; a metric rule has `min` and `max`",
+                ));
             }
             if !(HYPERVISOR_METRICS.contains(&metric.as_str()) || is_kpi_name(metric)) {
                 return Err(invalid(
@@ -216,7 +224,10 @@ fn check(c: Option<&Component>, i: usize, r: &ElasticityRule) -> Result<Rule> {
             }
             match (r.scale_out_above, r.scale_in_below) {
                 (None, None) => {
-                    return Err(invalid(field("scale_out_above"), "a metric rule needs `scale_out_above`, `scale_in_below` or both"))
+                    return Err(invalid(
+                        field("scale_out_above"),
+                        "a metric rule needs `scale_out_above`, `scale_in_below` or both",
+                    ))
                 }
                 (Some(out), Some(inn)) if inn >= out => {
                     return Err(invalid(
@@ -228,7 +239,10 @@ fn check(c: Option<&Component>, i: usize, r: &ElasticityRule) -> Result<Rule> {
             }
             for (name, d) in [("for", r.sustained), ("cooldown", r.cooldown)] {
                 if d.is_some_and(|d| d > MAX_RULE_PERIOD) {
-                    return Err(invalid(field(name), format!("at most {}", humantime::format_duration(MAX_RULE_PERIOD))));
+                    return Err(invalid(
+                        field(name),
+                        format!("at most {}", humantime::format_duration(MAX_RULE_PERIOD)),
+                    ));
                 }
             }
             Ok(Rule::Metric {

@@ -60,7 +60,11 @@ fn a_bad_rule_is_refused_naming_its_field() {
         ),
         (format!("{METRIC}schedule = \"* * * * *\"\n"), "elasticity[0].schedule", "not both"),
         (SCHEDULE.replace("0 8 * * 1-5", "0 8 * *"), "elasticity[0].schedule", "five fields"),
-        (SCHEDULE.replace("0 8 * * 1-5", "0 0 31 2 *"), "elasticity[0].schedule", "does not come around"),
+        (
+            SCHEDULE.replace("0 8 * * 1-5", "0 0 31 2 *"),
+            "elasticity[0].schedule",
+            "does not come around",
+        ),
         (SCHEDULE.replace("0 8 * * 1-5", "61 8 * * *"), "elasticity[0].schedule", "61"),
         (SCHEDULE.replace("instances = 3\n", ""), "elasticity[0].instances", "needs"),
         (format!("{SCHEDULE}min = 1\n"), "elasticity[0].min", "metric rule"),

@@ -6,6 +6,7 @@
 //! [`InvalidTransition`], never a silent overwrite (the model: Cloud
 //! Hypervisor's `VmState::valid_transition`).
 
+pub mod elasticity;
 pub mod health;
 pub mod migration;
 pub mod offer;
