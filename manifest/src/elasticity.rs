@@ -103,7 +103,7 @@ pub enum Rule {
     /// At least `instances` from each time of `schedule` on.
     Schedule {
         component: String,
-        schedule: croner::Cron,
+        schedule: Box<croner::Cron>,
         instances: u32,
     },
 }
@@ -178,7 +178,7 @@ fn check(c: Option<&Component>, i: usize, r: &ElasticityRule) -> Result<Rule> {
                 .instances
                 .ok_or_else(|| invalid(field("instances"), "a scheduled rule needs `instances`"))?;
             check_range(&field("instances"), instances, 0, MAX_INSTANCES, "")?;
-            let schedule = cron(pattern).map_err(|why| invalid(field("schedule"), why))?;
+            let schedule = Box::new(cron(pattern).map_err(|why| invalid(field("schedule"), why))?);
             Ok(Rule::Schedule {
                 component: r.component.clone(),
                 schedule,

@@ -269,6 +269,10 @@ pub struct VeemConfig {
     /// Time between usage metering rounds (default 10 s).
     #[serde(default = "default_usage", alias = "usage_interval_s", deserialize_with = "duration")]
     pub usage_interval: Duration,
+    /// Time between rounds of the elasticity rules (at least 1 s; default
+    /// 10 s).
+    #[serde(default = "default_usage", deserialize_with = "duration")]
+    pub elasticity_interval: Duration,
     /// Planning slot length (whole seconds, at least 1 s; default 1 min).
     #[serde(default = "default_slot", alias = "slot_s", deserialize_with = "duration")]
     pub slot: Duration,

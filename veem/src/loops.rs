@@ -1,7 +1,8 @@
 //! The VEEM's long-running loops, apart from the request handlers:
 //! heartbeats (`heartbeat_interval`), the scheduler (every second: windows
 //! and checkpoints), accounting (`usage_interval`), migration proposals
-//! (`proposals.interval`) and the peer watch (`heartbeat_interval`). Each
+//! (`proposals.interval`), the elasticity rules (`elasticity_interval`) and
+//! the peer watch (`heartbeat_interval`). Each
 //! runs one round per period; [`Loops::shutdown`] lets the round under way
 //! end (within a grace period) and starts no other. The loops are tasks
 //! of the core's one task set ([`crate::core::Core::spawn_task`]), which
@@ -66,6 +67,14 @@ impl Loops {
             veem.accounting.round(&mut last).await;
             last
         });
+        loops.spawn(
+            veem,
+            cfg.elasticity_interval.max(Duration::from_secs(1)),
+            (),
+            |veem, _| async move {
+                veem.elasticity.round().await;
+            },
+        );
         loops.spawn(
             veem,
             cfg.proposals.interval,

@@ -17,6 +17,7 @@ use crate::workflows::background::Background;
 use crate::workflows::boot::Boot;
 use crate::workflows::checkpoints::Checkpoints;
 use crate::workflows::deploy::Deploy;
+use crate::workflows::elasticity::Elasticity;
 use crate::workflows::federation::Federation;
 use crate::workflows::intents::Intents;
 use crate::workflows::lifecycle::Lifecycle;
@@ -41,6 +42,7 @@ pub struct Veem {
     pub accounting: Arc<Accounting>,
     pub deploy: Arc<Deploy>,
     pub scaling: Arc<Scaling>,
+    pub elasticity: Arc<Elasticity>,
     pub lifecycle: Arc<Lifecycle>,
     pub reconcile: Arc<Reconcile>,
     pub peer_watch: Arc<PeerWatch>,
@@ -188,8 +190,15 @@ impl Veem {
             networks: networks.clone(),
             spares: spares.clone(),
         });
+        let elasticity = Arc::new(Elasticity {
+            core: core.clone(),
+            accounting: accounting.clone(),
+            scaling: scaling.clone(),
+            states: Default::default(),
+        });
         // (the next workflow here)
         Arc::new(Self {
+            elasticity,
             scaling,
             accounting,
             windows,

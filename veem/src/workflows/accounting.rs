@@ -19,14 +19,10 @@ use crate::model::{Location, ServiceRec, UsageRec, VeeRec, VeeState, ViolationRe
 use crate::planner::{ConsumerUsage, Resources, SlotRange};
 use crate::store::{Tree, Writes};
 
+pub mod metrics;
+
 /// Counters of the previous metering round of one VEE.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct Last {
-    at_ms: i64,
-    cpu: f64,
-    disk: u64,
-    net: u64,
-}
+pub(crate) type Last = metrics::Counters;
 
 /// How far a peer's usage record may reach outside the VEE's stay there
 /// (s): the two sites' clocks and the hand-over of the VEE between them.
@@ -83,6 +79,8 @@ pub struct UsageReport {
 /// averages for their usage SLAs. Calls only the core.
 pub struct Accounting {
     core: Arc<Core>,
+    /// Each VEE's latest metrics (elasticity rules watch them).
+    pub samples: metrics::Samples,
 }
 
 impl Deref for Accounting {
@@ -95,7 +93,10 @@ impl Deref for Accounting {
 
 impl Accounting {
     pub fn new(core: Arc<Core>) -> Self {
-        Self { core }
+        Self {
+            core,
+            samples: Default::default(),
+        }
     }
 
     /// One accounting round (see the module doc): meter, update the
@@ -127,13 +128,17 @@ impl Accounting {
             let now = Last {
                 at_ms: interfaces::time::ms_of(&s.time),
                 cpu: s.cpu_seconds,
-                disk: s.disk_read_bytes + s.disk_write_bytes,
-                net: s.net_rx_bytes + s.net_tx_bytes,
+                disk_read: s.disk_read_bytes,
+                disk_write: s.disk_write_bytes,
+                net_rx: s.net_rx_bytes,
+                net_tx: s.net_tx_bytes,
             };
             let Some(prev) = last.insert(v.id.clone(), now) else { continue };
-            if now.cpu < prev.cpu || now.at_ms <= prev.at_ms {
-                continue; // restarted elsewhere: counters began again
-            }
+            // Restarted elsewhere (counters began again): no record.
+            let Some(values) = metrics::hypervisor_metrics(&prev, &now, v.vcpus, s.memory_mib) else {
+                continue;
+            };
+            self.samples.record(&v.id, now.at_ms, values);
             let secs = (now.at_ms - prev.at_ms) as f64 / 1000.0;
             let rec = UsageRec {
                 record_id: uuid::Uuid::new_v4().to_string(),
@@ -144,8 +149,8 @@ impl Accounting {
                 end_unix: now.at_ms / 1000,
                 cpu_seconds: now.cpu - prev.cpu,
                 memory_mib_seconds: s.memory_mib as f64 * secs,
-                disk_bytes: now.disk.saturating_sub(prev.disk),
-                net_bytes: now.net.saturating_sub(prev.net),
+                disk_bytes: (now.disk_read + now.disk_write).saturating_sub(prev.disk_read + prev.disk_write),
+                net_bytes: (now.net_rx + now.net_tx).saturating_sub(prev.net_rx + prev.net_tx),
                 sent: v.for_peer.is_none(),
             };
             // A record of a VEE run for a peer goes to its outbox in the

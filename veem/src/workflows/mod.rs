@@ -10,7 +10,7 @@
 //! (displacement), [`intents`], [`networks`], [`site_constraints`],
 //! [`sla`], [`spares`], [`windows`], [`accounting`]. On them:
 //! [`remapping`], [`federation`], [`migration`], [`recovery`],
-//! [`lifecycle`], [`deploy`], [`scaling`], [`proposals`], [`peer_watch`],
+//! [`lifecycle`], [`deploy`], [`scaling`], [`elasticity`], [`proposals`], [`peer_watch`],
 //! [`reconcile`]. ARCHITECTURE.md lists what each calls.
 
 pub mod accounting;
@@ -18,6 +18,7 @@ pub mod background;
 pub mod boot;
 pub mod checkpoints;
 pub mod deploy;
+pub mod elasticity;
 pub mod federation;
 pub mod intents;
 pub mod lifecycle;

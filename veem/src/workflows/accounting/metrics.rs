@@ -1,0 +1,119 @@
+//! The latest metrics of each VEE metered here, which elasticity rules
+//! watch (issue 40, item 2): the hypervisor-measured ones of
+//! `vee_manifest::elasticity::HYPERVISOR_METRICS`, from two metering
+//! rounds' counters. Kept in memory: a VEEM that restarts has samples
+//! again after two rounds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+/// One VEE's metrics at one time: name -> value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sample {
+    /// When it was measured (ms since the Unix epoch).
+    pub at_ms: i64,
+    pub values: BTreeMap<String, f64>,
+}
+
+/// The latest [`Sample`] of each VEE.
+#[derive(Default)]
+pub struct Samples {
+    by_vee: Mutex<HashMap<String, Sample>>,
+}
+
+/// A VEE's counters at one metering round (cumulative, as the VEEH's Stats
+/// gives them).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Counters {
+    pub at_ms: i64,
+    /// CPU seconds.
+    pub cpu: f64,
+    pub disk_read: u64,
+    pub disk_write: u64,
+    pub net_rx: u64,
+    pub net_tx: u64,
+}
+
+impl Samples {
+    /// Keeps `values` measured at `at_ms` as VEE `vee`'s latest.
+    pub fn record(&self, vee: &str, at_ms: i64, values: BTreeMap<String, f64>) {
+        self.by_vee.lock().unwrap().insert(vee.to_string(), Sample { at_ms, values });
+    }
+
+    /// VEE `vee`'s latest sample.
+    pub fn latest(&self, vee: &str) -> Option<Sample> {
+        self.by_vee.lock().unwrap().get(vee).cloned()
+    }
+
+    /// The average of metric `name` over the samples of `vees` measured at
+    /// `fresh_since_ms` or later; `None` when none has one.
+    pub fn average<'a>(&self, vees: impl IntoIterator<Item = &'a str>, name: &str, fresh_since_ms: i64) -> Option<f64> {
+        let by_vee = self.by_vee.lock().unwrap();
+        let values: Vec<f64> = vees
+            .into_iter()
+            .filter_map(|v| by_vee.get(v))
+            .filter(|s| s.at_ms >= fresh_since_ms)
+            .filter_map(|s| s.values.get(name).copied())
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    }
+}
+
+/// The hypervisor metrics between two rounds' counters of a VEE of
+/// `vcpus` vCPUs using `memory_mib` MiB now: CPU utilization (CPU time
+/// over wall time per vCPU, 0 to 1), memory used (MiB) and bytes per
+/// second; `None` when no time passed or the counters began again (the
+/// VEE restarted elsewhere).
+pub(crate) fn hypervisor_metrics(prev: &Counters, now: &Counters, vcpus: u32, memory_mib: u64) -> Option<BTreeMap<String, f64>> {
+    if now.at_ms <= prev.at_ms || now.cpu < prev.cpu {
+        return None;
+    }
+    let secs = (now.at_ms - prev.at_ms) as f64 / 1000.0;
+    let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / secs;
+    let metrics = [
+        (
+            "cpu_utilization",
+            ((now.cpu - prev.cpu) / secs / f64::from(vcpus.max(1))).clamp(0.0, 1.0),
+        ),
+        ("memory_used", memory_mib as f64),
+        ("net_rx_bytes_per_s", rate(now.net_rx, prev.net_rx)),
+        ("net_tx_bytes_per_s", rate(now.net_tx, prev.net_tx)),
+        ("disk_read_bytes_per_s", rate(now.disk_read, prev.disk_read)),
+        ("disk_write_bytes_per_s", rate(now.disk_write, prev.disk_write)),
+    ];
+    Some(metrics.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utilization_and_rates_between_two_rounds_averaged_over_fresh_samples() {
+        let prev = Counters {
+            at_ms: 10_000,
+            cpu: 5.0,
+            net_rx: 1000,
+            ..Default::default()
+        };
+        let now = Counters {
+            at_ms: 20_000,
+            cpu: 15.0,
+            net_rx: 6000,
+            ..Default::default()
+        };
+        let m = hypervisor_metrics(&prev, &now, 2, 128).unwrap();
+        assert_eq!(
+            (m["cpu_utilization"], m["net_rx_bytes_per_s"], m["memory_used"]),
+            (0.5, 500.0, 128.0)
+        );
+        assert!(hypervisor_metrics(&now, &prev, 2, 128).is_none(), "counters that began again");
+        let s = Samples::default();
+        s.record("a", 20_000, m.clone());
+        s.record("b", 20_000, [("cpu_utilization".to_string(), 1.0)].into());
+        s.record("c", 1_000, [("cpu_utilization".to_string(), 0.0)].into());
+        assert_eq!(s.average(["a", "b", "c"], "cpu_utilization", 15_000), Some(0.75));
+        assert_eq!(s.average(["c"], "cpu_utilization", 15_000), None, "stale");
+        assert_eq!(s.average(["a"], "active_sessions", 0), None);
+    }
+}

@@ -1,0 +1,109 @@
+//! Elasticity rules applied by the VEEM (issue 40, item 2; E §4.1, §4.4):
+//! every `elasticity_interval` on the core's clock, each component with
+//! `[[elasticity]]` rules of each service this site is primary for (and
+//! that has a live instance: an undeployed service is left alone) is
+//! decided on by the rule engine ([`crate::domain::elasticity`]) from its
+//! live instances' metrics as metered here (samples newer than three
+//! metering rounds), and scaled as `veem scale` scales it. Each decision
+//! is an event of the service (`elasticity`: the rule, the values, the
+//! count from and to); a scale-out the planner refuses is one too
+//! (`elasticity-refused`, with the planner's reasons), and the rule waits
+//! out its cooldown before it asks again.
+
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex};
+
+use interfaces::manifest::elasticity::{rules, Rule};
+
+use crate::core::Core;
+use crate::domain::elasticity::{changed, decide, RuleState};
+use crate::model::{ServiceRec, VeeState};
+use crate::store::Tree;
+use crate::workflows::accounting::Accounting;
+use crate::workflows::scaling::Scaling;
+
+/// See the module documentation. Calls the core, accounting (the
+/// metrics) and scaling.
+pub struct Elasticity {
+    pub(crate) core: Arc<Core>,
+    pub(crate) accounting: Arc<Accounting>,
+    pub(crate) scaling: Arc<Scaling>,
+    /// What each rule remembers, by (service, component).
+    pub(crate) states: Mutex<HashMap<(String, String), HashMap<usize, RuleState>>>,
+}
+
+impl Deref for Elasticity {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Elasticity {
+    /// One round over every service with rules (see the module
+    /// documentation).
+    pub async fn round(&self) {
+        let services = match self.store.list::<ServiceRec>(Tree::Services) {
+            Ok(all) => all,
+            Err(e) => return tracing::warn!(error = %format!("{e:#}"), "elasticity: cannot list the services"),
+        };
+        for svc in services {
+            let Some(terms) = &svc.terms else { continue };
+            if terms.elasticity.is_empty() || svc.for_peer.is_some() {
+                continue;
+            }
+            let all = rules(&terms.elasticity);
+            let mut components: Vec<&str> = all.iter().map(Rule::component).collect();
+            components.sort();
+            components.dedup();
+            for component in components {
+                let mine: Vec<(usize, &Rule)> = all.iter().enumerate().filter(|(_, r)| r.component() == component).collect();
+                self.component_round(&svc, component, &mine).await;
+            }
+        }
+    }
+
+    async fn component_round(&self, svc: &ServiceRec, component: &str, rules: &[(usize, &Rule)]) {
+        let live: Vec<String> = self
+            .vees_where(|v| {
+                v.service_id == svc.id
+                    && v.component == component
+                    && !matches!(v.state, VeeState::Pending | VeeState::Rejected | VeeState::Terminated)
+            })
+            .into_iter()
+            .map(|v| v.id)
+            .collect();
+        if live.is_empty()
+            && self
+                .vees_where(|v| v.service_id == svc.id && v.state != VeeState::Terminated)
+                .is_empty()
+        {
+            return;
+        }
+        let now = self.clock.now_ms();
+        let fresh_since = now - 3 * self.cfg.usage_interval.as_millis() as i64;
+        let key = (svc.id.clone(), component.to_string());
+        let decision = {
+            let mut all = self.states.lock().unwrap();
+            let states = all.entry(key.clone()).or_default();
+            let at = chrono::DateTime::from_timestamp_millis(now).unwrap_or_default();
+            let metric = |name: &str| self.accounting.samples.average(live.iter().map(String::as_str), name, fresh_since);
+            decide(rules, states, live.len() as u32, metric, at)
+        };
+        let Some(d) = decision else { return };
+        let what = format!("rule elasticity[{}]: {component} {} -> {}: {}", d.rule, d.from, d.to, d.why);
+        tracing::info!(service = %svc.id, "{what}");
+        self.event("", &svc.id, "elasticity", what);
+        if let Err(e) = self.scaling.scale(&svc.id, component, d.to).await {
+            let why = format!("rule elasticity[{}]: {component} {} -> {} refused: {e:#}", d.rule, d.from, d.to);
+            tracing::warn!(service = %svc.id, "{why}");
+            self.event("", &svc.id, "elasticity-refused", why);
+        }
+        changed(self.states.lock().unwrap().entry(key).or_default(), d.rule, self.clock.now_ms());
+    }
+}
+
+#[cfg(test)]
+mod tests;
