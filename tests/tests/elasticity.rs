@@ -1,0 +1,126 @@
+//! Elasticity on real guests (issue 40): a tiny guest made busy by its
+//! first-boot script makes `web` grow from 1 to 2 within the rule's `for`
+//! plus an evaluation period, and shrink again once both are idle and the
+//! cooldown is over; `veem scale` beyond what the site can hold is refused
+//! and changes nothing.
+
+use std::time::{Duration, Instant};
+
+use e2e::daemons::{ImageRepo, Veeh};
+use e2e::site::{self, manifest, Veem, ACME};
+use e2e::{guest, lab};
+use interfaces::vmi::*;
+use veem::peers::PeerClient;
+
+/// The guest spins (a shell loop) for its first `busy_s` seconds.
+fn busy_for(busy_s: u32) -> String {
+    format!(
+        "user_data = \"\"\"\n#!/bin/sh\n( end=$(( $(date +%s) + {busy_s} )); while [ $(date +%s) -lt $end ]; do :; done; echo 'vee-guest: idle now' ) &\n\"\"\"\n"
+    )
+}
+
+/// The live (not terminated) VEEs of `service`.
+async fn live(c: &mut PeerClient, service: &str) -> Vec<VeeInfo> {
+    let vees = c
+        .list_vees(ListVeesRequest {
+            service_id: service.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .vees;
+    vees.into_iter().filter(|v| v.state() != VeeState::Terminated).collect()
+}
+
+/// Waits up to `timeout` until `service` has `n` live VEEs, all running.
+async fn wait_running(c: &mut PeerClient, service: &str, n: usize, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let vees = live(c, service).await;
+        if vees.len() == n && vees.iter().all(|v| v.state() == VeeState::Running) {
+            return;
+        }
+        let seen: Vec<String> = vees.iter().map(|v| v.state().as_str_name().to_string()).collect();
+        assert!(
+            Instant::now() < deadline,
+            "not {n} running VEEs of {service} after {timeout:?}: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn elasticity_events(c: &mut PeerClient, service: &str) -> Vec<String> {
+    site::history(c, service)
+        .await
+        .into_iter()
+        .filter(|e| e.kind.starts_with("elasticity"))
+        .map(|e| format!("{}: {}", e.kind, e.detail))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_busy_guest_makes_web_grow_and_it_shrinks_when_idle() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("elasticity");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a1 = Veeh::start(&dir, "el1", "site-a", lab::SITE_A_URI, &repo).await;
+    let a2 = Veeh::start(&dir, "el2", "site-a", lab::SITE_A_URI, &repo).await;
+    let port = site::port();
+    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&a1, &a2], &[], "elasticity_interval = \"2s\"\n");
+    let veem = Veem::start(&dir, "site-a", port, cfg).await;
+    let mut acme = veem.client(ACME).await;
+    let (for_s, cooldown_s) = (9, 15);
+    let rule = format!(
+        "[[elasticity]]\ncomponent = \"web\"\nmin = 1\nmax = 2\nmetric = \"cpu_utilization\"\n\
+         scale_out_above = 0.5\nscale_in_below = 0.2\nfor = \"{for_s}s\"\ncooldown = \"{cooldown_s}s\"\n"
+    );
+    let m = manifest("elastic", "acme", &ids, 1, "").replace("[[constraint]]", &format!("{}[[constraint]]", busy_for(30))) + &rule;
+    let svc = site::deploy(&mut acme, m).await.unwrap();
+    wait_running(&mut acme, &svc.service_id, 1, Duration::from_secs(180)).await;
+    let running = Instant::now();
+
+    // Busy: a second instance within `for` plus an evaluation period (and
+    // the two metering rounds a rate needs, 3 s each).
+    wait_running(&mut acme, &svc.service_id, 2, Duration::from_secs(180)).await;
+    let grown = running.elapsed();
+    let events = elasticity_events(&mut acme, &svc.service_id).await;
+    assert!(
+        events[0].contains("web 1 -> 2: cpu_utilization") && events[0].contains("above 0.5"),
+        "{events:?}"
+    );
+    println!("scale-out: {grown:.1?} after the first instance ran (for {for_s}s, metering 3s, evaluation 2s)");
+    // The guest's boot until its script spins, two metering rounds, `for`,
+    // an evaluation: well under a minute.
+    assert!(grown < Duration::from_secs(60), "{grown:?}");
+
+    // Both idle: back to one, the higher index stopped.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while live(&mut acme, &svc.service_id).await.len() != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "not shrunk: {:?}",
+            elasticity_events(&mut acme, &svc.service_id).await
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let left = live(&mut acme, &svc.service_id).await;
+    assert_eq!(left[0].vee_id, svc.vees[0].vee_id, "the first instance stays");
+    let events = elasticity_events(&mut acme, &svc.service_id).await;
+    assert!(
+        events.iter().any(|e| e.contains("web 2 -> 1") && e.contains("below 0.2")),
+        "{events:?}"
+    );
+    println!("scale-in: {:.1?} after the first instance ran", running.elapsed());
+
+    // By hand beyond what two hosts hold (one instance per host): refused,
+    // nothing changes.
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let endpoint = site::endpoint("site-a", port);
+    let out = site::cli_at(&endpoint, &home, ACME, &["scale", &svc.service_id, "web", "3"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("no host can take it"), "{stderr}");
+    assert_eq!(live(&mut acme, &svc.service_id).await.len(), 1);
+}
