@@ -124,3 +124,53 @@ async fn lab_a_busy_guest_makes_web_grow_and_it_shrinks_when_idle() {
     assert!(!out.status.success() && stderr.contains("no host can take it"), "{stderr}");
     assert_eq!(live(&mut acme, &svc.service_id).await.len(), 1);
 }
+
+/// A KPI from inside the guest: its first-boot script writes
+/// `active_sessions N` to the KPI channel (`org.vee.kpi.0`) every second,
+/// 7 for its first 20 s and 0 after; a rule on `active_sessions` grows
+/// `web`, and the VEE's Stats carry the KPI.
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_kpi_from_inside_the_guest_drives_a_rule() {
+    let _lab = lab::lock();
+    let dir = lab::test_dir("elasticity-kpi");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let a1 = Veeh::start(&dir, "ek1", "site-a", lab::SITE_A_URI, &repo).await;
+    let a2 = Veeh::start(&dir, "ek2", "site-a", lab::SITE_A_URI, &repo).await;
+    let port = site::port();
+    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&a1, &a2], &[], "elasticity_interval = \"2s\"\n");
+    let veem = Veem::start(&dir, "site-a", port, cfg).await;
+    let mut acme = veem.client(ACME).await;
+    let rule = "[[elasticity]]\ncomponent = \"web\"\nmin = 1\nmax = 2\nmetric = \"active_sessions\"\n\
+                scale_out_above = 5\nfor = \"4s\"\ncooldown = \"600s\"\n";
+    let m = manifest("kpi", "acme", &ids, 1, "").replace("[[constraint]]", &format!("{}[[constraint]]", report_kpi(20))) + rule;
+    let svc = site::deploy(&mut acme, m).await.unwrap();
+    wait_running(&mut acme, &svc.service_id, 1, Duration::from_secs(180)).await;
+    let running = Instant::now();
+    wait_running(&mut acme, &svc.service_id, 2, Duration::from_secs(120)).await;
+    let events = elasticity_events(&mut acme, &svc.service_id).await;
+    assert!(events[0].contains("web 1 -> 2: active_sessions 7.000 above 5"), "{events:?}");
+    println!("KPI scale-out: {:.1?} after the first instance ran", running.elapsed());
+    // The VEEH hands the KPI over with the VEE's Stats.
+    let mut seen = None;
+    for h in [&a1, &a2] {
+        let req = interfaces::vhi::StatsRequest {
+            vee_id: svc.vees[0].vee_id.clone(),
+        };
+        if let Ok(s) = h.client().await.stats(req).await {
+            seen = Some(s.into_inner().kpis);
+        }
+    }
+    let kpis = seen.expect("the first instance's host answers");
+    assert!(kpis.iter().any(|k| k.name == "active_sessions"), "{kpis:?}");
+}
+
+/// The guest writes `active_sessions 7` to its KPI port every second for
+/// its first `busy_s` seconds, then `active_sessions 0` (the port found by
+/// its name in sysfs, as the tiny guest has no udev).
+fn report_kpi(busy_s: u32) -> String {
+    format!(
+        "user_data = \"\"\"\n#!/bin/sh\nfor p in /sys/class/virtio-ports/*; do [ \"$(cat $p/name)\" = org.vee.kpi.0 ] && port=/dev/${{p##*/}}; done\n\
+         ( end=$(( $(date +%s) + {busy_s} )); while true; do n=0; [ $(date +%s) -lt $end ] && n=7; echo \"active_sessions $n\" > $port; sleep 1; done ) &\n\"\"\"\n"
+    )
+}

@@ -46,6 +46,8 @@ pub struct Host {
     vee_locks: std::sync::Mutex<interfaces::locks::LockMap>,
     /// The last CPU load measurement ([`Host::cpu_load`]).
     load: std::sync::Mutex<LoadSample>,
+    /// The KPIs the VEEs here report (`crate::kpi`).
+    kpis: Arc<crate::kpi::Kpis>,
 }
 
 /// One measurement of the VEEs' CPU time, and the load it gave.
@@ -112,6 +114,7 @@ impl Host {
             facts,
             vee_locks: Default::default(),
             load: Default::default(),
+            kpis: Default::default(),
         }))
     }
 
@@ -426,7 +429,19 @@ impl Host {
             .map(|r| r.nics.into_iter().map(|n| n.mac).collect())
             .unwrap_or_default();
         let c = self.blocking(move |hv| hv.counters(&id, &macs)).await?;
+        let now = now_ms();
+        let kpis = self
+            .kpis
+            .report(self.hv.uri(), vee_id, now)
+            .into_iter()
+            .map(|(name, r)| vhi::Kpi {
+                name,
+                value: r.value,
+                time: interfaces::time::timestamp_ms(r.at_ms),
+            })
+            .collect();
         Ok(vhi::VeeStats {
+            kpis,
             vee_id: vee_id.into(),
             cpu_seconds: c.cpu_seconds,
             memory_mib: c.memory_mib,
@@ -434,7 +449,7 @@ impl Host {
             disk_write_bytes: c.disk_write_bytes,
             net_rx_bytes: c.net_rx_bytes,
             net_tx_bytes: c.net_tx_bytes,
-            time: interfaces::time::timestamp_ms(now_ms()),
+            time: interfaces::time::timestamp_ms(now),
         })
     }
 

@@ -15,6 +15,7 @@ pub mod error;
 pub mod host;
 pub mod hypervisor;
 pub mod image_cache;
+pub mod kpi;
 pub mod migration;
 pub mod network;
 pub mod qemu_img;

@@ -131,7 +131,8 @@ fn elem(w: &mut Xml, tag: &str, attrs: &[(&str, &str)], body: impl FnOnce(&mut X
 ///   keeps time and its clock can be set after a restore;
 /// - virtio disk `vda`, the NoCloud seed `vdb` (read-only), a virtio NIC per service network, a serial console
 ///   to a file, a virtio-serial channel for the guest agent
-///   ([`GUEST_AGENT_CHANNEL`]; libvirt picks the socket path), no graphics
+///   ([`GUEST_AGENT_CHANNEL`]; libvirt picks the socket path) and one for
+///   the guest's KPIs (`crate::kpi::KPI_CHANNEL`), no graphics
 ///   (lab notes: `<graphics type='none'/>` is invalid), no balloon.
 pub fn generate(spec: &DomainSpec) -> String {
     let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
@@ -221,6 +222,11 @@ fn devices(w: &mut Xml, spec: &DomainSpec) {
     elem(w, "channel", &[("type", "unix")], |w| {
         empty(w, "source", &[("mode", "bind")]);
         empty(w, "target", &[("type", "virtio"), ("name", GUEST_AGENT_CHANNEL)]);
+    });
+    // The guest's KPIs, out of it only (crate::kpi).
+    elem(w, "channel", &[("type", "unix")], |w| {
+        empty(w, "source", &[("mode", "bind")]);
+        empty(w, "target", &[("type", "virtio"), ("name", crate::kpi::KPI_CHANNEL)]);
     });
     empty(w, "memballoon", &[("model", "none")]);
 }

@@ -135,9 +135,10 @@ impl Accounting {
             };
             let Some(prev) = last.insert(v.id.clone(), now) else { continue };
             // Restarted elsewhere (counters began again): no record.
-            let Some(values) = metrics::hypervisor_metrics(&prev, &now, v.vcpus, s.memory_mib) else {
+            let Some(mut values) = metrics::hypervisor_metrics(&prev, &now, v.vcpus, s.memory_mib) else {
                 continue;
             };
+            metrics::add_kpis(&mut values, &s.kpis);
             self.samples.record(&v.id, now.at_ms, values);
             let secs = (now.at_ms - prev.at_ms) as f64 / 1000.0;
             let rec = UsageRec {

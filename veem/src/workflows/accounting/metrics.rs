@@ -84,6 +84,26 @@ pub(crate) fn hypervisor_metrics(prev: &Counters, now: &Counters, vcpus: u32, me
     Some(metrics.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
+/// The most KPIs taken from one VEE.
+pub const MAX_KPIS: usize = 16;
+
+/// Adds the KPIs a VEEH or a peer reported (`kpis`) to `values`: those
+/// whose name is a KPI's (not a hypervisor metric's) and whose value is
+/// finite, at most [`MAX_KPIS`]; the rest are dropped, counted in the log.
+pub fn add_kpis(values: &mut BTreeMap<String, f64>, kpis: &[interfaces::vhi::Kpi]) {
+    use interfaces::manifest::elasticity::{is_kpi_name, HYPERVISOR_METRICS};
+    let mut taken = 0;
+    for k in kpis {
+        if taken < MAX_KPIS && is_kpi_name(&k.name) && !HYPERVISOR_METRICS.contains(&k.name.as_str()) && k.value.is_finite() {
+            values.insert(k.name.clone(), k.value);
+            taken += 1;
+        }
+    }
+    if taken < kpis.len() {
+        tracing::info!(dropped = kpis.len() - taken, "KPIs dropped (names, values not finite, too many)");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +135,31 @@ mod tests {
         assert_eq!(s.average(["a", "b", "c"], "cpu_utilization", 15_000), Some(0.75));
         assert_eq!(s.average(["c"], "cpu_utilization", 15_000), None, "stale");
         assert_eq!(s.average(["a"], "active_sessions", 0), None);
+    }
+
+    #[test]
+    fn reported_kpis_are_checked() {
+        let kpi = |name: &str, value: f64| interfaces::vhi::Kpi {
+            name: name.into(),
+            value,
+            time: None,
+        };
+        let mut values = BTreeMap::from([("cpu_utilization".to_string(), 0.5)]);
+        let reported = [
+            kpi("active_sessions", 7.0),
+            kpi("cpu_utilization", 1.0),
+            kpi("Bad", 1.0),
+            kpi("queue", f64::NAN),
+        ];
+        add_kpis(&mut values, &reported);
+        assert_eq!(values.len(), 2);
+        assert_eq!(
+            (values["active_sessions"], values["cpu_utilization"]),
+            (7.0, 0.5),
+            "a KPI never overrides a metric"
+        );
+        let many: Vec<_> = (0..40).map(|i| kpi(&format!("k{i}"), 1.0)).collect();
+        add_kpis(&mut values, &many);
+        assert_eq!(values.len(), 2 + MAX_KPIS);
     }
 }
