@@ -506,7 +506,8 @@ impl Manifest {
     /// pairing, constraints naming known components and not contradicting
     /// each other, SLA consistency. Stops at the first error.
     pub fn validate(&self) -> Result<()> {
-        validate::validate(self)
+        validate::validate(self)?;
+        elasticity::validate(self)
     }
 
     /// The manifest as TOML (round-trips through [`Manifest::from_toml`]).

@@ -100,7 +100,6 @@ pub(super) fn validate(m: &Manifest) -> Result<()> {
         validate_constraint(i, c, &seen)?;
     }
     validate_networks(m)?;
-    crate::elasticity::validate(m)?;
     check_contradictions(m)
 }
 

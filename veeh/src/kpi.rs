@@ -25,8 +25,7 @@ use std::time::{Duration, Instant};
 
 use interfaces::manifest::elasticity::is_kpi_name;
 
-/// The virtio-serial port's name.
-pub const KPI_CHANNEL: &str = "org.vee.kpi.0";
+pub use crate::domain_xml::KPI_CHANNEL;
 /// The longest line read, in bytes.
 pub const MAX_LINE: usize = 256;
 /// The most KPI names kept per VEE.

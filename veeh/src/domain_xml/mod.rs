@@ -82,6 +82,8 @@ pub const SEED_DEV: &str = "vdb";
 
 /// The guest agent's virtio-serial port name (qemu-guest-agent's default).
 pub const GUEST_AGENT_CHANNEL: &str = "org.qemu.guest_agent.0";
+/// The virtio-serial port a guest reports its KPIs on (`crate::kpi`).
+pub const KPI_CHANNEL: &str = "org.vee.kpi.0";
 
 type Xml = Writer<Vec<u8>>;
 
@@ -132,7 +134,7 @@ fn elem(w: &mut Xml, tag: &str, attrs: &[(&str, &str)], body: impl FnOnce(&mut X
 /// - virtio disk `vda`, the NoCloud seed `vdb` (read-only), a virtio NIC per service network, a serial console
 ///   to a file, a virtio-serial channel for the guest agent
 ///   ([`GUEST_AGENT_CHANNEL`]; libvirt picks the socket path) and one for
-///   the guest's KPIs (`crate::kpi::KPI_CHANNEL`), no graphics
+///   the guest's KPIs ([`KPI_CHANNEL`]), no graphics
 ///   (lab notes: `<graphics type='none'/>` is invalid), no balloon.
 pub fn generate(spec: &DomainSpec) -> String {
     let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
@@ -226,7 +228,7 @@ fn devices(w: &mut Xml, spec: &DomainSpec) {
     // The guest's KPIs, out of it only (crate::kpi).
     elem(w, "channel", &[("type", "unix")], |w| {
         empty(w, "source", &[("mode", "bind")]);
-        empty(w, "target", &[("type", "virtio"), ("name", crate::kpi::KPI_CHANNEL)]);
+        empty(w, "target", &[("type", "virtio"), ("name", KPI_CHANNEL)]);
     });
     empty(w, "memballoon", &[("model", "none")]);
 }
