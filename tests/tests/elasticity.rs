@@ -174,3 +174,56 @@ fn report_kpi(busy_s: u32) -> String {
          ( end=$(( $(date +%s) + {busy_s} )); while true; do n=0; [ $(date +%s) -lt $end ] && n=7; echo \"active_sessions $n\" > $port; sleep 1; done ) &\n\"\"\"\n"
     )
 }
+
+/// A KPI reported from inside a VEE running at site B drives a rule
+/// evaluated at site A, its primary: the guest reports `active_sessions
+/// 0`, and 7 from 75 s after its boot, by when it runs at site B (live
+/// migrated there); site B reads the KPI and sends it back with the usage
+/// records; site A grows `web` with an instance of its own. The delay from
+/// the guest's report being read at B to its arrival at A is printed.
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_kpi_from_a_vee_at_site_b_drives_a_rule_at_site_a() {
+    let _lab = lab::lock();
+    let l = e2e::two_sites::TwoSites::start("elasticity-peer", "elasticity_interval = \"2s\"\n").await;
+    let mut acme = l.a.client(ACME).await;
+    let rule = "[[elasticity]]\ncomponent = \"web\"\nmin = 1\nmax = 2\nmetric = \"active_sessions\"\n\
+                scale_out_above = 5\nfor = \"4s\"\ncooldown = \"600s\"\n";
+    let script = "user_data = \"\"\"\n#!/bin/sh\nfor p in /sys/class/virtio-ports/*; do [ \"$(cat $p/name)\" = org.vee.kpi.0 ] && port=/dev/${p##*/}; done\n\
+                  ( from=$(( $(date +%s) + 75 )); while true; do n=0; [ $(date +%s) -ge $from ] && n=7; echo \"active_sessions $n\" > $port; sleep 1; done ) &\n\"\"\"\n";
+    let m = manifest("kpi-peer", "acme", &l.ids, 1, "").replace("[[constraint]]", &format!("{script}[[constraint]]")) + rule;
+    let svc = site::deploy(&mut acme, m).await.unwrap();
+    let vee = svc.vees[0].vee_id.clone();
+    wait_running(&mut acme, &svc.service_id, 1, Duration::from_secs(180)).await;
+    let migrated = site::migrate_approved(&l.a, &vee, "site-b", "").await;
+    assert_eq!(migrated.state(), MigrationState::Done, "{}", migrated.detail);
+    assert!(
+        elasticity_events(&mut acme, &svc.service_id).await.is_empty(),
+        "the KPI turned before the VEE was at site B: make the guest wait longer"
+    );
+    wait_running(&mut acme, &svc.service_id, 2, Duration::from_secs(240)).await;
+    let events = elasticity_events(&mut acme, &svc.service_id).await;
+    assert!(events[0].contains("web 1 -> 2: active_sessions 7.000 above 5"), "{events:?}");
+    let mut op = l.a.client(site::OPERATOR).await;
+    let first = op.get_vee(GetVeeRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
+    assert_eq!(first.location, "remote (site-b)", "the KPI's VEE runs at site B");
+    // Site A had the KPI from site B: its log says how late.
+    let log = l.a.daemon.log_text();
+    let delays: Vec<i64> = log
+        .lines()
+        .filter(|line| line.contains("KPIs from a peer site") && line.contains(&vee))
+        .filter_map(|line| {
+            line.split("delay_ms=")
+                .nth(1)?
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(!delays.is_empty(), "site A logged no KPIs from site B");
+    println!(
+        "KPI from site B to site A: delay {} ms at most over {} records (usage_interval 3 s at B)",
+        delays.iter().max().unwrap(),
+        delays.len()
+    );
+}

@@ -143,7 +143,7 @@ impl Kpis {
         let (conn, stream) = match opened {
             Ok(cs) => cs,
             Err(e) => {
-                tracing::debug!(vee = %vee_id, error = %format!("{e:#}"), "KPI channel not opened");
+                tracing::info!(vee = %vee_id, error = %format!("{e:#}"), "KPI channel not opened; tried again in a minute");
                 if let Some(k) = self.by_vee.lock().unwrap().get_mut(vee_id) {
                     k.reading = false;
                     k.failed_at = Some(Instant::now());
@@ -151,6 +151,7 @@ impl Kpis {
                 return;
             }
         };
+        tracing::info!(vee = %vee_id, "reading the guest's KPI channel");
         let mut parser = Parser::default();
         let mut buf = [0u8; 1024];
         let (mut second, mut lines) = (Instant::now(), 0u32);

@@ -454,6 +454,11 @@ pub struct UsageRec {
     /// Pushed to the primary site (records of VEEs run for a peer).
     #[serde(default)]
     pub sent: bool,
+    /// A VEE run for a peer: its KPIs at the end of the interval, each
+    /// with when its guest's report was read (ms), for the primary's
+    /// elasticity rules (issue 40).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub kpis: std::collections::BTreeMap<String, (f64, i64)>,
 }
 
 /// An SLA violation with its penalty.

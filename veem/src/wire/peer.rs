@@ -125,6 +125,15 @@ pub fn usage_record(u: &UsageRec) -> vmi::UsageRecord {
         memory_mib_seconds: u.memory_mib_seconds,
         disk_bytes: u.disk_bytes,
         net_bytes: u.net_bytes,
+        kpis: u
+            .kpis
+            .iter()
+            .map(|(name, (value, read_ms))| interfaces::vhi::Kpi {
+                name: name.clone(),
+                value: *value,
+                time: interfaces::time::timestamp_ms(*read_ms),
+            })
+            .collect(),
     }
 }
 
@@ -148,6 +157,11 @@ pub fn pushed_usage(r: vmi::UsageRecord) -> Result<UsageRec, (String, String)> {
         disk_bytes: r.disk_bytes,
         net_bytes: r.net_bytes,
         sent: false,
+        kpis: r
+            .kpis
+            .iter()
+            .map(|k| (k.name.clone(), (k.value, interfaces::time::ms_of(&k.time))))
+            .collect(),
     })
 }
 

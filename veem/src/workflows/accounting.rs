@@ -139,6 +139,16 @@ impl Accounting {
                 continue;
             };
             metrics::add_kpis(&mut values, &s.kpis);
+            // A VEE run for a peer: its KPIs go to its primary with its usage.
+            let kpis = match &v.for_peer {
+                Some(_) => s
+                    .kpis
+                    .iter()
+                    .filter(|k| values.get(&k.name) == Some(&k.value))
+                    .map(|k| (k.name.clone(), (k.value, interfaces::time::ms_of(&k.time))))
+                    .collect(),
+                None => Default::default(),
+            };
             self.samples.record(&v.id, now.at_ms, values);
             let secs = (now.at_ms - prev.at_ms) as f64 / 1000.0;
             let rec = UsageRec {
@@ -153,6 +163,7 @@ impl Accounting {
                 disk_bytes: (now.disk_read + now.disk_write).saturating_sub(prev.disk_read + prev.disk_write),
                 net_bytes: (now.net_rx + now.net_tx).saturating_sub(prev.net_rx + prev.net_tx),
                 sent: v.for_peer.is_none(),
+                kpis,
             };
             // A record of a VEE run for a peer goes to its outbox in the
             // same write.
@@ -311,13 +322,53 @@ impl Accounting {
             rec.site_chain.push(self.cfg.site_id.clone());
             // Stored here at its primary: nothing to push on.
             rec.sent = true;
+            // Only the KPIs that check (a NaN has no JSON to be stored as).
+            rec.kpis.retain(|name, (value, _)| metrics::kpi_ok(name, *value));
             if self.store.put_new(Tree::Usage, &rec.record_id, &rec)? {
+                self.peer_metrics(from, &rec);
                 reply.accepted += 1;
             } else {
                 reply.duplicates += 1;
             }
         }
         Ok(reply)
+    }
+
+    /// The metrics of a VEE running at peer `from`, from its usage record
+    /// `rec` (accepted): its CPU utilization and memory over the interval,
+    /// and the KPIs its guest reported there (checked as a VEEH's are), as
+    /// its latest sample when newer than the one kept (at most one a
+    /// second: a peer's burst does not churn them). Logs how long ago the
+    /// guest's reports were read there.
+    fn peer_metrics(&self, from: &str, rec: &UsageRec) {
+        let at_ms = rec.end_unix * 1000;
+        if self.samples.latest(&rec.vee_id).is_some_and(|s| at_ms < s.at_ms + 1000) {
+            return;
+        }
+        let Ok(v) = self.vee(&rec.vee_id) else { return };
+        let secs = (rec.end_unix - rec.start_unix).max(1) as f64;
+        let mut values = std::collections::BTreeMap::from([
+            (
+                "cpu_utilization".to_string(),
+                (rec.cpu_seconds / secs / f64::from(v.vcpus.max(1))).clamp(0.0, 1.0),
+            ),
+            ("memory_used".to_string(), rec.memory_mib_seconds / secs),
+        ]);
+        let kpis: Vec<vhi::Kpi> = rec
+            .kpis
+            .iter()
+            .map(|(name, (value, read_ms))| vhi::Kpi {
+                name: name.clone(),
+                value: *value,
+                time: interfaces::time::timestamp_ms(*read_ms),
+            })
+            .collect();
+        metrics::add_kpis(&mut values, &kpis);
+        if let Some(oldest) = rec.kpis.values().map(|(_, read_ms)| *read_ms).min() {
+            let delay_ms = self.clock.now_ms() - oldest;
+            tracing::info!(vee = %rec.vee_id, site = %from, kpis = rec.kpis.len(), delay_ms, "KPIs from a peer site");
+        }
+        self.samples.record(&rec.vee_id, at_ms, values);
     }
 
     /// Why usage record `r` from peer `from` is refused at `now` (Unix
@@ -336,6 +387,9 @@ impl Accounting {
             return Some(format!(
                 "field `site_chain`: must start with the sending site {from} (at most 16 sites)"
             ));
+        }
+        if r.kpis.len() > metrics::MAX_KPIS {
+            return Some(format!("field `kpis`: {} KPIs; at most {}", r.kpis.len(), metrics::MAX_KPIS));
         }
         for (field, x) in [("cpu_seconds", r.cpu_seconds), ("memory_mib_seconds", r.memory_mib_seconds)] {
             if !x.is_finite() || x < 0.0 {
@@ -417,6 +471,7 @@ mod tests {
             disk_bytes: 0,
             net_bytes: 0,
             sent: true,
+            kpis: Default::default(),
         }
     }
 

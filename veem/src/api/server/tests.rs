@@ -112,6 +112,7 @@ async fn a_provider_never_learns_hosts_or_sites_and_cannot_name_them() {
         disk_bytes: 0,
         net_bytes: 0,
         sent: false,
+        kpis: Default::default(),
     };
     site.veem.store.put(Tree::Usage, "u", &usage).unwrap();
 

@@ -159,6 +159,7 @@ fn report() -> vmi::UsageReport {
                 memory_mib_seconds: 15360.0,
                 disk_bytes: 1000,
                 net_bytes: 20,
+                kpis: Default::default(),
             },
             vmi::UsageRecord {
                 record_id: "r2".into(),
@@ -171,6 +172,7 @@ fn report() -> vmi::UsageReport {
                 memory_mib_seconds: 100.0,
                 disk_bytes: 5,
                 net_bytes: 7,
+                kpis: Default::default(),
             },
         ],
         violations: vec![

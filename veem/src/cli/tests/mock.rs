@@ -205,6 +205,7 @@ impl Vmi for MockSvc {
             memory_mib_seconds: 100.0,
             disk_bytes: 1,
             net_bytes: 2,
+            kpis: Default::default(),
         };
         let mut records = vec![];
         for hour in 0..4 {

@@ -84,6 +84,13 @@ pub(crate) fn hypervisor_metrics(prev: &Counters, now: &Counters, vcpus: u32, me
     Some(metrics.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
+/// Whether `name` is a KPI's (not a hypervisor metric's) and `value` a
+/// finite number.
+pub fn kpi_ok(name: &str, value: f64) -> bool {
+    use interfaces::manifest::elasticity::{is_kpi_name, HYPERVISOR_METRICS};
+    is_kpi_name(name) && !HYPERVISOR_METRICS.contains(&name) && value.is_finite()
+}
+
 /// The most KPIs taken from one VEE.
 pub const MAX_KPIS: usize = 16;
 
@@ -91,10 +98,9 @@ pub const MAX_KPIS: usize = 16;
 /// whose name is a KPI's (not a hypervisor metric's) and whose value is
 /// finite, at most [`MAX_KPIS`]; the rest are dropped, counted in the log.
 pub fn add_kpis(values: &mut BTreeMap<String, f64>, kpis: &[interfaces::vhi::Kpi]) {
-    use interfaces::manifest::elasticity::{is_kpi_name, HYPERVISOR_METRICS};
     let mut taken = 0;
     for k in kpis {
-        if taken < MAX_KPIS && is_kpi_name(&k.name) && !HYPERVISOR_METRICS.contains(&k.name.as_str()) && k.value.is_finite() {
+        if taken < MAX_KPIS && kpi_ok(&k.name, k.value) {
             values.insert(k.name.clone(), k.value);
             taken += 1;
         }

@@ -191,6 +191,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         memory_mib_seconds: 512.0 * 3.0,
         disk_bytes: 0,
         net_bytes: 0,
+        kpis: vec![],
     };
     let now = a.veem.clock.now();
     let mut bad = vec![
@@ -216,9 +217,24 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
     let mut m = record("mem", now, now + 3, 1.0);
     m.memory_mib_seconds = f64::INFINITY;
     bad.push(m);
+    // More KPIs than a VEE may report.
+    let kpi = |name: &str, value: f64| interfaces::vhi::Kpi {
+        name: name.into(),
+        value,
+        time: interfaces::time::timestamp_ms(now * 1000),
+    };
+    bad.push(interfaces::vmi::UsageRecord {
+        kpis: (0..17).map(|i| kpi(&format!("k{i}"), 1.0)).collect(),
+        ..record("kpis", now, now + 3, 1.0)
+    });
     let n = bad.len() as u32;
     let mut records = bad;
-    records.push(record("good", now, now + 3, 2.5));
+    // The good one carries its guest's KPIs: the valid ones become the
+    // VEE's metrics here, beside its CPU utilization over the interval.
+    records.push(interfaces::vmi::UsageRecord {
+        kpis: vec![kpi("active_sessions", 7.0), kpi("Bad", 1.0), kpi("queue", f64::NAN)],
+        ..record("good", now, now + 3, 2.5)
+    });
     let batch = interfaces::vmi::PushUsageRequest {
         from_site: "site-b".into(),
         records,
@@ -232,6 +248,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         ("not-ours", "no VEE"),
         ("relayed", "site_chain"),
         ("mem", "memory_mib_seconds"),
+        ("kpis", "field `kpis`"),
     ] {
         assert!(
             reply.reasons.iter().any(|r| r.contains(&format!("{id:?}")) && r.contains(why)),
@@ -239,6 +256,12 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
             reply.reasons
         );
     }
+    let sample = a.veem.accounting.samples.latest(&vee).expect("the VEE's metrics from site-b");
+    assert_eq!(sample.at_ms, (now + 3) * 1000);
+    let names: Vec<&String> = sample.values.keys().collect();
+    assert_eq!(names, ["active_sessions", "cpu_utilization", "memory_used"]);
+    assert_eq!(sample.values["active_sessions"], 7.0);
+    assert!((sample.values["cpu_utilization"] - 2.5 / 3.0).abs() < 1e-9);
     // Sent again: the good one is a duplicate; reads of the usage work.
     let again = a.veem.accounting.receive_usage("site-b", pushed(&batch)).unwrap();
     assert_eq!((again.accepted, again.duplicates, again.refused), (0, 1, n));
