@@ -213,6 +213,8 @@ pub struct UsageRecord {
     pub record_id: String,
     pub abc_id: String,
     pub vee_id: String,
+    /// The VEE's component (its manifest's name).
+    pub component: String,
     /// Executing site first; each hop appends its own.
     pub site_chain: Vec<String>,
     pub start: Option<String>,
@@ -229,6 +231,7 @@ impl From<&vmi::UsageRecord> for UsageRecord {
             record_id: r.record_id.clone(),
             abc_id: r.abc_id.clone(),
             vee_id: r.vee_id.clone(),
+            component: r.component.clone(),
             site_chain: r.site_chain.clone(),
             start: rfc3339_secs(interfaces::time::s_of(&r.start_time)),
             end: rfc3339_secs(interfaces::time::s_of(&r.end_time)),
@@ -304,9 +307,13 @@ impl From<&vmi::UsageReport> for Usage {
 /// The sums of the usage records of one group (`usage --group-by`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct UsageGroup {
-    /// The VEE ID, the executing site, or the hour's or day's start (RFC 3339).
+    /// The VEE ID, the component, the executing site, or the hour's or
+    /// day's start (RFC 3339).
     pub key: String,
     pub records: usize,
+    /// The metered time of the records, in hours (instance-hours: every
+    /// instance that ran, scaled-in ones too).
+    pub instance_hours: f64,
     pub cpu_seconds: f64,
     pub memory_mib_seconds: f64,
     pub disk_bytes: u64,
@@ -317,6 +324,7 @@ pub struct UsageGroup {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum GroupBy {
     Vee,
+    Component,
     Site,
     Hour,
     Day,
@@ -330,6 +338,7 @@ pub fn usage_groups(records: &[vmi::UsageRecord], by: GroupBy) -> Vec<UsageGroup
         let start = interfaces::time::s_of(&r.start_time);
         let key = match by {
             GroupBy::Vee => r.vee_id.clone(),
+            GroupBy::Component => r.component.clone(),
             GroupBy::Site => r.site_chain.first().cloned().unwrap_or_default(),
             GroupBy::Hour => rfc3339_secs(start - start.rem_euclid(3600)).unwrap_or_default(),
             GroupBy::Day => rfc3339_secs(start - start.rem_euclid(86_400)).unwrap_or_default(),
@@ -337,12 +346,14 @@ pub fn usage_groups(records: &[vmi::UsageRecord], by: GroupBy) -> Vec<UsageGroup
         let g = groups.entry(key.clone()).or_insert(UsageGroup {
             key,
             records: 0,
+            instance_hours: 0.0,
             cpu_seconds: 0.0,
             memory_mib_seconds: 0.0,
             disk_bytes: 0,
             net_bytes: 0,
         });
         g.records += 1;
+        g.instance_hours += (interfaces::time::s_of(&r.end_time) - start).max(0) as f64 / 3600.0;
         g.cpu_seconds += r.cpu_seconds;
         g.memory_mib_seconds += r.memory_mib_seconds;
         g.disk_bytes += r.disk_bytes;

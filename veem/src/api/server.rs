@@ -393,6 +393,9 @@ impl Vmi for VmiService {
         let service_id = r.get_ref().service_id.clone();
         ok(self.veem.accounting.usage_report(&service_id).map(|u| {
             let mut u = info::usage_report(&service_id, u);
+            for rec in &mut u.records {
+                rec.component = self.veem.vee(&rec.vee_id).map(|v| v.component).unwrap_or_default();
+            }
             if let Some(r) = &redactor {
                 for rec in &mut u.records {
                     rec.site_chain.clear();

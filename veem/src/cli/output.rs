@@ -32,11 +32,12 @@ pub fn usage_groups(groups: &[crate::api::model::UsageGroup], format: OutputForm
         OutputFormat::Ids => return ids(groups.iter().map(|g| g.key.as_str())),
         OutputFormat::Table | OutputFormat::Wide => {}
     }
-    let mut t = Table::new(&["GROUP", "RECORDS>", "CPU s>", "MiB·s>", "DISK bytes>", "NET bytes>"]);
+    let mut t = Table::new(&["GROUP", "RECORDS>", "INSTANCE h>", "CPU s>", "MiB·s>", "DISK bytes>", "NET bytes>"]);
     for g in groups {
         t.row([
             g.key.clone(),
             g.records.to_string(),
+            format!("{:.3}", g.instance_hours),
             format!("{:.1}", g.cpu_seconds),
             format!("{:.1}", g.memory_mib_seconds),
             g.disk_bytes.to_string(),

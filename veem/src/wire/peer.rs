@@ -134,6 +134,7 @@ pub fn usage_record(u: &UsageRec) -> vmi::UsageRecord {
                 time: interfaces::time::timestamp_ms(*read_ms),
             })
             .collect(),
+        component: String::new(),
     }
 }
 

@@ -121,6 +121,11 @@ async fn a_provider_never_learns_hosts_or_sites_and_cannot_name_them() {
         assert!(!provider.contains(name), "the provider sees {name:?} in:\n{provider}");
     }
     assert!(provider.contains("location: \"placed\""), "{provider}");
+    // Its usage names the VEE's component (`veem usage --group-by component`).
+    assert!(
+        provider.contains(&format!("kpis: [], component: \"{}\"", v.component)),
+        "{provider}"
+    );
     assert!(
         provider.contains("migration") && provider.contains("restore on [host] took 9 s"),
         "{provider}"

@@ -160,6 +160,7 @@ fn report() -> vmi::UsageReport {
                 disk_bytes: 1000,
                 net_bytes: 20,
                 kpis: Default::default(),
+                component: Default::default(),
             },
             vmi::UsageRecord {
                 record_id: "r2".into(),
@@ -173,6 +174,7 @@ fn report() -> vmi::UsageReport {
                 disk_bytes: 5,
                 net_bytes: 7,
                 kpis: Default::default(),
+                component: Default::default(),
             },
         ],
         violations: vec![

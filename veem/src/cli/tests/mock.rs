@@ -206,6 +206,7 @@ impl Vmi for MockSvc {
             disk_bytes: 1,
             net_bytes: 2,
             kpis: Default::default(),
+            component: if vee == "v1" { "web" } else { "db" }.into(),
         };
         let mut records = vec![];
         for hour in 0..4 {

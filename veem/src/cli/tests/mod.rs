@@ -540,4 +540,8 @@ async fn usage_takes_a_range_and_groups_by_vee_site_or_hour() {
     );
     let (c, _, _) = run(&ep, &["usage", "svc1", "--from", "-1h"]).await;
     assert_eq!(c, 0);
+    // Instance-hours per component: four hour-long records each.
+    let (_, out, _) = run(&ep, &["usage", "svc1", "--group-by", "component"]).await;
+    let rows: Vec<Vec<&str>> = out.lines().skip(1).map(|l| l.split_whitespace().take(3).collect()).collect();
+    assert_eq!(rows, [["db", "4", "4.000"], ["web", "4", "4.000"]], "{out}");
 }

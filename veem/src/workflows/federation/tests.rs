@@ -192,6 +192,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         disk_bytes: 0,
         net_bytes: 0,
         kpis: vec![],
+        component: String::new(),
     };
     let now = a.veem.clock.now();
     let mut bad = vec![
