@@ -252,26 +252,22 @@ impl Planner {
                 exclude: &[],
                 cache: Some(&cache),
             };
-            let Some(found) = self.find_host(&need) else {
-                let why = if explain { self.explain(&need) } else { String::new() };
-                self.rollback(trial.undo);
-                return Err(vec![format!("component {} instance {ii}: no host can take it: {why}", comp.name)]);
-            };
-            let h = self.take(found, &need, &mut trial.undo, &mut trial.preempted);
-            cache.invalidate(h);
-            let r = Reservation {
+            let template = Reservation {
                 vee: comp.vees[ii].clone(),
                 service: req.service_id.clone(),
                 component: comp.name.clone(),
-                host: h,
+                host: 0,
                 range,
                 resources: comp.resources,
                 background,
                 spare: false,
             };
-            trial.placements.push(self.placement_of(&r));
-            trial.undo.push(Undo::Added(r.key()));
-            self.insert_reservation(r);
+            let Some((h, placement)) = self.reserve(&need, template, &cache, &mut trial.undo, &mut trial.preempted) else {
+                let why = if explain { self.explain(&need) } else { String::new() };
+                self.rollback(trial.undo);
+                return Err(vec![format!("component {} instance {ii}: no host can take it: {why}", comp.name)]);
+            };
+            trial.placements.push(placement);
             placed.push((ci, ii, h));
         }
         self.pin_profiles(req, &placed);
@@ -297,7 +293,17 @@ impl Planner {
                     exclude: &exclude,
                     cache: Some(&cache),
                 };
-                let Some(found) = self.find_host(&need) else {
+                let template = Reservation {
+                    vee: comp.vees[ii].clone(),
+                    service: req.service_id.clone(),
+                    component: comp.name.clone(),
+                    host: 0,
+                    range,
+                    resources: comp.resources,
+                    background: false,
+                    spare: true,
+                };
+                let Some((_, placement)) = self.reserve(&need, template, &cache, &mut trial.undo, &mut trial.preempted) else {
                     let why = if explain { self.explain(&need) } else { String::new() };
                     self.rollback(trial.undo);
                     return Err(vec![format!(
@@ -305,21 +311,7 @@ impl Planner {
                         comp.name
                     )]);
                 };
-                let sh = self.take(found, &need, &mut trial.undo, &mut trial.preempted);
-                cache.invalidate(sh);
-                let r = Reservation {
-                    vee: comp.vees[ii].clone(),
-                    service: req.service_id.clone(),
-                    component: comp.name.clone(),
-                    host: sh,
-                    range,
-                    resources: comp.resources,
-                    background: false,
-                    spare: true,
-                };
-                trial.spares.push(self.placement_of(&r));
-                trial.undo.push(Undo::Added(r.key()));
-                self.insert_reservation(r);
+                trial.spares.push(placement);
             }
         }
         Ok(trial)
@@ -359,6 +351,28 @@ impl Planner {
     }
 
     /// The host of `found`, displacing background reservations if needed.
+    /// Reserves `template` (a VEE's reservation or its spare, any host) on
+    /// the host `need` finds, applied: the host taken (background VEEs
+    /// displaced into `preempted`), the reservation inserted, both undone
+    /// by `undo`. Its host and placement; `None` when no host can take it.
+    pub(crate) fn reserve(
+        &mut self,
+        need: &Need,
+        template: Reservation,
+        cache: &WindowCache,
+        undo: &mut Vec<Undo>,
+        preempted: &mut Vec<VeeId>,
+    ) -> Option<(HostIdx, Placement)> {
+        let found = self.find_host(need)?;
+        let h = self.take(found, need, undo, preempted);
+        cache.invalidate(h);
+        let r = Reservation { host: h, ..template };
+        let placement = self.placement_of(&r);
+        undo.push(Undo::Added(r.key()));
+        self.insert_reservation(r);
+        Some((h, placement))
+    }
+
     pub(crate) fn take(&mut self, found: Found, need: &Need, undo: &mut Vec<Undo>, preempted: &mut Vec<VeeId>) -> HostIdx {
         match found {
             Found::Free(h) => h,

@@ -137,7 +137,17 @@ impl Planner {
                 exclude: &[],
                 cache: Some(&cache),
             };
-            let Some(found) = self.find_host(&need) else {
+            let template = Reservation {
+                vee: vee.clone(),
+                service: id.to_string(),
+                component: component.to_string(),
+                host: 0,
+                range,
+                resources: comp.resources,
+                background,
+                spare: false,
+            };
+            let Some((h, placement)) = self.reserve(&need, template, &cache, &mut undo, &mut preempted) else {
                 let why = self.explain(&need);
                 self.rollback(undo);
                 return Err(rejected(vec![format!(
@@ -146,21 +156,7 @@ impl Planner {
                     vees.len()
                 )]));
             };
-            let h = self.take(found, &need, &mut undo, &mut preempted);
-            cache.invalidate(h);
-            let r = Reservation {
-                vee: vee.clone(),
-                service: id.to_string(),
-                component: component.to_string(),
-                host: h,
-                range,
-                resources: comp.resources,
-                background,
-                spare: false,
-            };
-            placements.push(self.placement_of(&r));
-            undo.push(Undo::Added(r.key()));
-            self.insert_reservation(r);
+            placements.push(placement);
             placed.push((component.to_string(), h));
             new_hosts.push(h);
         }
@@ -185,7 +181,17 @@ impl Planner {
                     exclude: &exclude,
                     cache: Some(&cache),
                 };
-                let Some(found) = self.find_host(&need) else {
+                let template = Reservation {
+                    vee: vee.clone(),
+                    service: id.to_string(),
+                    component: component.to_string(),
+                    host: 0,
+                    range,
+                    resources: comp.resources,
+                    background: false,
+                    spare: true,
+                };
+                let Some((_, placement)) = self.reserve(&need, template, &cache, &mut undo, &mut preempted) else {
                     let why = self.explain(&need);
                     self.rollback(undo);
                     return Err(rejected(vec![format!(
@@ -194,21 +200,7 @@ impl Planner {
                         vees.len()
                     )]));
                 };
-                let sh = self.take(found, &need, &mut undo, &mut preempted);
-                cache.invalidate(sh);
-                let r = Reservation {
-                    vee: vee.clone(),
-                    service: id.to_string(),
-                    component: component.to_string(),
-                    host: sh,
-                    range,
-                    resources: comp.resources,
-                    background: false,
-                    spare: true,
-                };
-                spares.push(self.placement_of(&r));
-                undo.push(Undo::Added(r.key()));
-                self.insert_reservation(r);
+                spares.push(placement);
             }
         }
         let peer_spares: Vec<SpareNeed> = if svc.guarantee == GuaranteeLevel::Full {

@@ -148,32 +148,40 @@ pub fn assign(m: &Manifest, pool: &NetworkPool, taken: &Taken, vees: &[&str]) ->
             let net = &nets[index];
             let offset = next_offset[index];
             next_offset[index] += 1;
-            let ext = match (net.kind, pool.external_pool) {
-                (NetworkKind::External, Some(p)) => {
-                    let a = p
-                        .hosts()
-                        .find(|a| !external.contains(a))
-                        .ok_or(IpamError::ExternalExhausted { index, pool: p })?;
-                    external.insert(a);
-                    Some(a)
-                }
-                _ => None,
-            };
-            nics.push(NicRec {
-                network: net.name.clone(),
-                vni: net.vni,
-                mac: mac(net.vni, offset),
-                address: Ipv4Net::new(nth(&net.cidr, offset), net.cidr.prefix_len()).expect("prefix of a network"),
-                gateway: net.gateway,
-                mtu: pool.mtu,
-                external: ext,
-                ports: if ext.is_some() { net.ports.clone() } else { vec![] },
-                primary_members: vec![],
-            });
+            nics.push(nic(index, net, offset, pool, &mut external)?);
         }
         all.push(nics);
     }
     Ok((nets, all))
+}
+
+/// The NIC at `offset` of network `net` (number `index` of the service's),
+/// with a free address of the site's external pool (not in `external`,
+/// which gets it) on an external network.
+fn nic(index: usize, net: &NetworkRec, offset: u32, pool: &NetworkPool, external: &mut BTreeSet<Ipv4Addr>) -> Result<NicRec, IpamError> {
+    let ext = match (net.kind, pool.external_pool) {
+        (NetworkKind::External, Some(p)) => {
+            let a = p
+                .hosts()
+                .find(|a| !external.contains(a))
+                .ok_or(IpamError::ExternalExhausted { index, pool: p })?;
+            external.insert(a);
+            Some(a)
+        }
+        (NetworkKind::External, None) => return Err(IpamError::NoExternalPool { index }),
+        _ => None,
+    };
+    Ok(NicRec {
+        network: net.name.clone(),
+        vni: net.vni,
+        mac: mac(net.vni, offset),
+        address: Ipv4Net::new(nth(&net.cidr, offset), net.cidr.prefix_len()).expect("prefix of a network"),
+        gateway: net.gateway,
+        mtu: pool.mtu,
+        external: ext,
+        ports: if ext.is_some() { net.ports.clone() } else { vec![] },
+        primary_members: vec![],
+    })
 }
 
 /// The NICs of one more VEE (scaling out, issue 40) attached to
@@ -205,29 +213,7 @@ pub fn more_nics(
                 cidr: net.cidr,
             })?;
         used.insert(nth(&net.cidr, offset));
-        let ext = match (net.kind, pool.external_pool) {
-            (NetworkKind::External, Some(p)) => {
-                let a = p
-                    .hosts()
-                    .find(|a| !external.contains(a))
-                    .ok_or(IpamError::ExternalExhausted { index, pool: p })?;
-                external.insert(a);
-                Some(a)
-            }
-            (NetworkKind::External, None) => return Err(IpamError::NoExternalPool { index }),
-            _ => None,
-        };
-        nics.push(NicRec {
-            network: net.name.clone(),
-            vni: net.vni,
-            mac: mac(net.vni, offset),
-            address: Ipv4Net::new(nth(&net.cidr, offset), net.cidr.prefix_len()).expect("prefix of a network"),
-            gateway: net.gateway,
-            mtu: pool.mtu,
-            external: ext,
-            ports: if ext.is_some() { net.ports.clone() } else { vec![] },
-            primary_members: vec![],
-        });
+        nics.push(nic(index, net, offset, pool, external)?);
     }
     Ok(nics)
 }
