@@ -62,21 +62,15 @@ async fn elasticity_events(c: &mut PeerClient, service: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_busy_guest_makes_web_grow_and_it_shrinks_when_idle() {
     let _lab = lab::lock();
-    let dir = lab::test_dir("elasticity");
-    let repo = ImageRepo::start(&dir).await;
-    let ids = repo.push_guest(&guest::image()).await;
-    let a1 = Veeh::start(&dir, "el1", "site-a", lab::SITE_A_URI, &repo).await;
-    let a2 = Veeh::start(&dir, "el2", "site-a", lab::SITE_A_URI, &repo).await;
-    let port = site::port();
-    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&a1, &a2], &[], "elasticity_interval = \"2s\"\n");
-    let veem = Veem::start(&dir, "site-a", port, cfg).await;
-    let mut acme = veem.client(ACME).await;
+    let site = ElasticSite::start("elasticity").await;
+    let (dir, ids, port) = (&site.dir, &site.ids, site.port);
+    let mut acme = site.veem.client(ACME).await;
     let (for_s, cooldown_s) = (9, 15);
     let rule = format!(
         "[[elasticity]]\ncomponent = \"web\"\nmin = 1\nmax = 2\nmetric = \"cpu_utilization\"\n\
          scale_out_above = 0.5\nscale_in_below = 0.2\nfor = \"{for_s}s\"\ncooldown = \"{cooldown_s}s\"\n"
     );
-    let m = manifest("elastic", "acme", &ids, 1, "").replace("[[constraint]]", &format!("{}[[constraint]]", busy_for(30))) + &rule;
+    let m = manifest("elastic", "acme", ids, 1, "").replace("[[constraint]]", &format!("{}[[constraint]]", busy_for(30))) + &rule;
     let svc = site::deploy(&mut acme, m).await.unwrap();
     wait_running(&mut acme, &svc.service_id, 1, Duration::from_secs(180)).await;
     let running = Instant::now();
@@ -132,18 +126,13 @@ async fn lab_a_busy_guest_makes_web_grow_and_it_shrinks_when_idle() {
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_kpi_from_inside_the_guest_drives_a_rule() {
     let _lab = lab::lock();
-    let dir = lab::test_dir("elasticity-kpi");
-    let repo = ImageRepo::start(&dir).await;
-    let ids = repo.push_guest(&guest::image()).await;
-    let a1 = Veeh::start(&dir, "ek1", "site-a", lab::SITE_A_URI, &repo).await;
-    let a2 = Veeh::start(&dir, "ek2", "site-a", lab::SITE_A_URI, &repo).await;
-    let port = site::port();
-    let cfg = site::write_config(&dir, "site-a", port, &repo, &[&a1, &a2], &[], "elasticity_interval = \"2s\"\n");
-    let veem = Veem::start(&dir, "site-a", port, cfg).await;
-    let mut acme = veem.client(ACME).await;
+    let site = ElasticSite::start("elasticity-kpi").await;
+    let ids = &site.ids;
+    let mut acme = site.veem.client(ACME).await;
     let rule = "[[elasticity]]\ncomponent = \"web\"\nmin = 1\nmax = 2\nmetric = \"active_sessions\"\n\
                 scale_out_above = 5\nfor = \"4s\"\ncooldown = \"600s\"\n";
-    let m = manifest("kpi", "acme", &ids, 1, "").replace("[[constraint]]", &format!("{}[[constraint]]", report_kpi(20))) + rule;
+    let seven_for_20_s = "[ $(date +%s) -lt $((boot + 20)) ]";
+    let m = manifest("kpi", "acme", ids, 1, "").replace("[[constraint]]", &format!("{}[[constraint]]", report_kpi(seven_for_20_s))) + rule;
     let svc = site::deploy(&mut acme, m).await.unwrap();
     wait_running(&mut acme, &svc.service_id, 1, Duration::from_secs(180)).await;
     let running = Instant::now();
@@ -153,7 +142,7 @@ async fn lab_a_kpi_from_inside_the_guest_drives_a_rule() {
     println!("KPI scale-out: {:.1?} after the first instance ran", running.elapsed());
     // The VEEH hands the KPI over with the VEE's Stats.
     let mut seen = None;
-    for h in [&a1, &a2] {
+    for h in &site.hosts {
         let req = interfaces::vhi::StatsRequest {
             vee_id: svc.vees[0].vee_id.clone(),
         };
@@ -165,14 +154,57 @@ async fn lab_a_kpi_from_inside_the_guest_drives_a_rule() {
     assert!(kpis.iter().any(|k| k.name == "active_sessions"), "{kpis:?}");
 }
 
-/// The guest writes `active_sessions 7` to its KPI port every second for
-/// its first `busy_s` seconds, then `active_sessions 0` (the port found by
-/// its name in sysfs, as the tiny guest has no udev).
-fn report_kpi(busy_s: u32) -> String {
+/// The guest writes `active_sessions 7` to its KPI port every second while
+/// `seven_while` (a shell test; `$boot` is the script's start in Unix
+/// seconds) holds, else `active_sessions 0` (the port found by its name in
+/// sysfs, as the tiny guest has no udev).
+fn report_kpi(seven_while: &str) -> String {
     format!(
         "user_data = \"\"\"\n#!/bin/sh\nfor p in /sys/class/virtio-ports/*; do [ \"$(cat $p/name)\" = org.vee.kpi.0 ] && port=/dev/${{p##*/}}; done\n\
-         ( end=$(( $(date +%s) + {busy_s} )); while true; do n=0; [ $(date +%s) -lt $end ] && n=7; echo \"active_sessions $n\" > $port; sleep 1; done ) &\n\"\"\"\n"
+         ( boot=$(date +%s); while true; do n=0; {seven_while} && n=7; echo \"active_sessions $n\" > $port; sleep 1; done ) &\n\"\"\"\n"
     )
+}
+
+/// Site A of two VEEHs on the lab's first libvirtd, its VEEM deciding
+/// elasticity rules every 2 s, the tiny guest in its repository.
+struct ElasticSite {
+    dir: std::path::PathBuf,
+    ids: e2e::daemons::GuestIds,
+    hosts: [Veeh; 2],
+    veem: Veem,
+    port: u16,
+    _repo: ImageRepo,
+}
+
+impl ElasticSite {
+    async fn start(name: &str) -> Self {
+        let dir = lab::test_dir(name);
+        let repo = ImageRepo::start(&dir).await;
+        let ids = repo.push_guest(&guest::image()).await;
+        let hosts = [
+            Veeh::start(&dir, &format!("{name}-1"), "site-a", lab::SITE_A_URI, &repo).await,
+            Veeh::start(&dir, &format!("{name}-2"), "site-a", lab::SITE_A_URI, &repo).await,
+        ];
+        let port = site::port();
+        let cfg = site::write_config(
+            &dir,
+            "site-a",
+            port,
+            &repo,
+            &[&hosts[0], &hosts[1]],
+            &[],
+            "elasticity_interval = \"2s\"\n",
+        );
+        let veem = Veem::start(&dir, "site-a", port, cfg).await;
+        Self {
+            dir,
+            ids,
+            hosts,
+            veem,
+            port,
+            _repo: repo,
+        }
+    }
 }
 
 /// A KPI reported from inside a VEE running at site B drives a rule
@@ -188,8 +220,7 @@ async fn lab_a_kpi_from_a_vee_at_site_b_drives_a_rule_at_site_a() {
     let mut acme = l.a.client(ACME).await;
     let rule = "[[elasticity]]\ncomponent = \"web\"\nmin = 1\nmax = 2\nmetric = \"active_sessions\"\n\
                 scale_out_above = 5\nfor = \"4s\"\ncooldown = \"600s\"\n";
-    let script = "user_data = \"\"\"\n#!/bin/sh\nfor p in /sys/class/virtio-ports/*; do [ \"$(cat $p/name)\" = org.vee.kpi.0 ] && port=/dev/${p##*/}; done\n\
-                  ( from=$(( $(date +%s) + 75 )); while true; do n=0; [ $(date +%s) -ge $from ] && n=7; echo \"active_sessions $n\" > $port; sleep 1; done ) &\n\"\"\"\n";
+    let script = report_kpi("[ $(date +%s) -ge $((boot + 75)) ]");
     let m = manifest("kpi-peer", "acme", &l.ids, 1, "").replace("[[constraint]]", &format!("{script}[[constraint]]")) + rule;
     let svc = site::deploy(&mut acme, m).await.unwrap();
     let vee = svc.vees[0].vee_id.clone();

@@ -221,7 +221,7 @@ impl Scaling {
             .filter(|v| v.service_id == svc.id)
             .flat_map(|v| v.nics.iter().map(|n| n.address.addr()))
             .collect();
-        let mut external: BTreeSet<Ipv4Addr> = live_vees.iter().flat_map(|v| v.nics.iter().filter_map(|n| n.external)).collect();
+        let mut external = self.networks.networks_taken()?.external;
         let networks: Vec<String> = template.nics.iter().map(|n| n.network.clone()).collect();
         let now = self.clock.now();
         let mut vees = Vec::new();
