@@ -246,12 +246,14 @@ pub fn repo_http(data: &[u8]) {
 }
 
 /// The VMI's unary calls, by path, that the fuzzer may make.
-const VMI_CALLS: [&str; 28] = [
+const VMI_CALLS: [&str; 30] = [
     "Negotiate",
     "Deploy",
     "GetService",
     "ExtendService",
     "ScaleComponent",
+    "UpdateComponent",
+    "GetRollout",
     "DeleteService",
     "ListServices",
     "ListVees",

@@ -369,6 +369,21 @@ pub async fn deploy(c: &mut PeerClient, manifest_toml: String) -> Result<Service
 }
 
 /// The events so far of service `service_id` as `c` may see them.
+/// The VEEs of `service` (the first page: up to 100), by instance.
+pub async fn vees(c: &mut PeerClient, service: &str) -> Vec<VeeInfo> {
+    let mut vees = c
+        .list_vees(interfaces::vmi::ListVeesRequest {
+            service_id: service.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .vees;
+    vees.sort_by_key(|v| v.instance);
+    vees
+}
+
 pub async fn history(c: &mut PeerClient, service_id: &str) -> Vec<Event> {
     let mut s = c
         .watch_events(WatchEventsRequest {

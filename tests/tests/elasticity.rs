@@ -21,15 +21,7 @@ fn busy_for(busy_s: u32) -> String {
 
 /// The live (not terminated) VEEs of `service`.
 async fn live(c: &mut PeerClient, service: &str) -> Vec<VeeInfo> {
-    let vees = c
-        .list_vees(ListVeesRequest {
-            service_id: service.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .vees;
+    let vees = site::vees(c, service).await;
     vees.into_iter().filter(|v| v.state() != VeeState::Terminated).collect()
 }
 

@@ -140,6 +140,18 @@ impl Vhi for VhiService {
             .map(|_| UpdateNetworkResponse {}))
     }
 
+    async fn probe(&self, r: Request<ProbeRequest>) -> R<ProbeResponse> {
+        let r = r.into_inner();
+        let rec = self.host.vees.get(&r.vee_id).map_err(status)?;
+        let target = crate::network::probe::target(&rec.nics, r.port).map_err(|e| status(e.into()))?;
+        let timeout_s = match interfaces::time::s_of_duration(&r.timeout) {
+            0 => crate::network::probe::DEFAULT_TIMEOUT_S,
+            s => s.min(crate::network::probe::MAX_TIMEOUT_S),
+        };
+        let answer = crate::network::probe::probe(target, std::time::Duration::from_secs(timeout_s)).await;
+        Ok(Response::new(answer))
+    }
+
     type WatchEventsStream = BoxStream<HostEvent>;
     async fn watch_events(&self, _: Request<WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         let rx = self.host.events.subscribe();

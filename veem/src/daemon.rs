@@ -328,6 +328,7 @@ async fn start_up(veem: &Arc<Veem>, start: Start) {
     if let Err(e) = veem.reconcile.reconcile(strays).await {
         tracing::warn!(error = %format!("{e:#}"), "reconciliation incomplete");
     }
+    veem.rollouts.resume_all();
     // Hosts the site had before: from now on, silence counts against them
     // even if they never answered since this start (a host that died while
     // the VEEM was down is declared failed and its VEEs recovered).

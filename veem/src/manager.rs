@@ -28,6 +28,7 @@ use crate::workflows::proposals::Proposals;
 use crate::workflows::reconcile::Reconcile;
 use crate::workflows::recovery::Recovery;
 use crate::workflows::remapping::Remapping;
+use crate::workflows::rollout::Rollouts;
 use crate::workflows::scaling::Scaling;
 use crate::workflows::site_constraints::SiteConstraints;
 use crate::workflows::sla::Sla;
@@ -42,6 +43,7 @@ pub struct Veem {
     pub accounting: Arc<Accounting>,
     pub deploy: Arc<Deploy>,
     pub scaling: Arc<Scaling>,
+    pub rollouts: Arc<Rollouts>,
     pub elasticity: Arc<Elasticity>,
     pub lifecycle: Arc<Lifecycle>,
     pub reconcile: Arc<Reconcile>,
@@ -196,8 +198,16 @@ impl Veem {
             scaling: scaling.clone(),
             states: Default::default(),
         });
+        let rollouts = Arc::new(Rollouts {
+            core: core.clone(),
+            boot: boot.clone(),
+            checkpoints: checkpoints.clone(),
+            deploy: deploy.clone(),
+            scaling: scaling.clone(),
+        });
         // (the next workflow here)
         Arc::new(Self {
+            rollouts,
             elasticity,
             scaling,
             accounting,

@@ -149,6 +149,9 @@ impl vhi_service_server::VhiService for GrpcHost {
     async fn update_network(&self, r: Request<vhi::UpdateNetworkRequest>) -> R<vhi::UpdateNetworkResponse> {
         self.0.clone().update_network(r).await
     }
+    async fn probe(&self, r: Request<vhi::ProbeRequest>) -> R<vhi::ProbeResponse> {
+        self.0.clone().probe(r).await
+    }
     type WatchEventsStream = BoxStream<vhi::HostEvent>;
     async fn watch_events(&self, r: Request<vhi::WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         let stream = self.0.clone().watch_events(r).await?.into_inner();

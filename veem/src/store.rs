@@ -50,11 +50,15 @@ pub enum Tree {
     /// primary site: record ID -> the primary's site ID
     /// (crate::workflows::accounting::Accounting::push_usage).
     UsageOutbox,
+    /// The latest rolling update of each component: `SERVICE/COMPONENT`
+    /// -> crate::domain::rollout::RolloutRec (a tree older VEEMs do not
+    /// read: no format change).
+    Rollouts,
 }
 
 impl Tree {
     /// Every tree, in the order a copy of the store goes through them.
-    pub const ALL: [Tree; 14] = [
+    pub const ALL: [Tree; 15] = [
         Tree::Meta,
         Tree::Services,
         Tree::Vees,
@@ -69,6 +73,7 @@ impl Tree {
         Tree::Intents,
         Tree::Spares,
         Tree::UsageOutbox,
+        Tree::Rollouts,
     ];
 
     /// Whether an engine that keeps revisions itself (sled, memory: etcd
@@ -82,7 +87,15 @@ impl Tree {
     pub(crate) fn versioned(self) -> bool {
         matches!(
             self,
-            Tree::Vees | Tree::Services | Tree::Migrations | Tree::Spares | Tree::Intents | Tree::Requests | Tree::Fenced | Tree::Meta
+            Tree::Vees
+                | Tree::Services
+                | Tree::Migrations
+                | Tree::Rollouts
+                | Tree::Spares
+                | Tree::Intents
+                | Tree::Requests
+                | Tree::Fenced
+                | Tree::Meta
         )
     }
 
@@ -102,6 +115,7 @@ impl Tree {
             Tree::Intents => "intents",
             Tree::Spares => "spares",
             Tree::UsageOutbox => "usage_outbox",
+            Tree::Rollouts => "rollouts",
         }
     }
 }

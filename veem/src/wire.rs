@@ -6,6 +6,7 @@
 use interfaces::manifest::GuaranteeLevel;
 use interfaces::vmi;
 
+use crate::domain::rollout::{RolloutRec, RolloutState};
 use crate::domain::Health;
 use crate::domain::{Action, MigrationState, ServiceState, VeeState, Verdict};
 use crate::error::VeemError;
@@ -69,6 +70,30 @@ wire_enum!(MigrationState, vmi::MigrationState, migration_state {
     Done <=> Done,
     Failed <=> Failed,
 });
+
+wire_enum!(RolloutState, vmi::RolloutState, rollout_state {
+    Rolling <=> Rolling,
+    Done <=> Done,
+    Failed <=> Failed,
+});
+
+/// A rollout's record as the VMI shows it.
+pub fn rollout(r: &RolloutRec) -> vmi::Rollout {
+    vmi::Rollout {
+        service_id: r.service_id.clone(),
+        component: r.component.clone(),
+        from_image: r.from_image.clone(),
+        to_image: r.to_image.clone(),
+        max_unavailable: r.max_unavailable,
+        rollback: r.rollback,
+        state: vmi::RolloutState::from(r.state) as i32,
+        replaced: r.replaced.clone(),
+        instances: r.instances,
+        reason: r.reason.clone(),
+        start_time: interfaces::time::timestamp_ms(r.started_ms),
+        end_time: r.ended_ms.and_then(interfaces::time::timestamp_ms),
+    }
+}
 
 wire_enum!(Action, vmi::Action, action {
     Stop <=> Stop,

@@ -26,6 +26,7 @@
 pub mod dhcp;
 pub mod external;
 pub mod isolation;
+pub mod probe;
 pub mod vxlan;
 
 use anyhow::{bail, Context, Result};

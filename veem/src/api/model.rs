@@ -75,6 +75,8 @@ pub struct Vee {
     pub updated: Option<String>,
     /// Its NICs in guest order (eth0, eth1, ...).
     pub nics: Vec<Nic>,
+    /// The image it boots from.
+    pub image: String,
 }
 
 /// One NIC of a VEE on a service network.
@@ -117,6 +119,7 @@ impl From<&vmi::VeeInfo> for Vee {
             latest_checkpoint: v.latest_checkpoint.clone(),
             updated: rfc3339_ms(interfaces::time::ms_of(&v.update_time)),
             nics: v.nics.iter().map(Nic::from).collect(),
+            image: v.image.clone(),
         }
     }
 }
@@ -141,6 +144,45 @@ impl From<&vmi::ServiceInfo> for Service {
             state: s.state(),
             guarantee: s.guarantee(),
             vees: s.vees.iter().map(Vee::from).collect(),
+        }
+    }
+}
+
+/// A rolling image update of a component (Rollout).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rollout {
+    pub service_id: String,
+    pub component: String,
+    pub from_image: String,
+    pub to_image: String,
+    pub max_unavailable: u32,
+    pub rollback: bool,
+    pub state: vmi::RolloutState,
+    /// VEE IDs replaced so far, in order.
+    pub replaced: Vec<String>,
+    /// Live instances when it started.
+    pub instances: u32,
+    #[serde(serialize_with = "empty_as_null")]
+    pub reason: String,
+    pub started: Option<String>,
+    pub ended: Option<String>,
+}
+
+impl From<&vmi::Rollout> for Rollout {
+    fn from(r: &vmi::Rollout) -> Self {
+        Self {
+            service_id: r.service_id.clone(),
+            component: r.component.clone(),
+            from_image: r.from_image.clone(),
+            to_image: r.to_image.clone(),
+            max_unavailable: r.max_unavailable,
+            rollback: r.rollback,
+            state: r.state(),
+            replaced: r.replaced.clone(),
+            instances: r.instances,
+            reason: r.reason.clone(),
+            started: rfc3339_ms(interfaces::time::ms_of(&r.start_time)),
+            ended: r.end_time.as_ref().and_then(|_| rfc3339_ms(interfaces::time::ms_of(&r.end_time))),
         }
     }
 }

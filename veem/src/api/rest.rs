@@ -28,7 +28,7 @@ use interfaces::vmi::{self, Action};
 use serde::Serialize;
 use tonic::{Code, Status};
 
-use crate::api::model::{Migration, Negotiation, Service, Usage, Vee};
+use crate::api::model::{Migration, Negotiation, Rollout, Service, Usage, Vee};
 use crate::api::server::VmiService;
 
 /// The OpenAPI 3.1 description of the routes.
@@ -52,6 +52,8 @@ pub const ROUTES: &[&str] = &[
     "POST /v1/migrations/{migration_id}/reject",
     "DELETE /v1/services/{service_id}",
     "POST /v1/services/{service_id}/components/{component}/scale",
+    "POST /v1/services/{service_id}/components/{component}/update",
+    "GET /v1/services/{service_id}/components/{component}/rollout",
 ];
 
 type Vmi = Arc<VmiService>;
@@ -69,6 +71,8 @@ pub fn router(vmi: Arc<VmiService>, max_body: usize) -> Router {
         .route("/v1/services/:service_id", get(get_service).delete(undeploy))
         .route("/v1/services/:service_id/vees", get(list_service_vees))
         .route("/v1/services/:service_id/components/:component/scale", post(scale))
+        .route("/v1/services/:service_id/components/:component/update", post(update))
+        .route("/v1/services/:service_id/components/:component/rollout", get(get_rollout))
         .route("/v1/services/:service_id/usage", get(get_usage))
         .route("/v1/vees", get(list_vees))
         .route("/v1/vees/:vee_id", get(get_vee))
@@ -338,6 +342,55 @@ async fn scale(
     };
     let s = vmi.scale_component(grpc(&headers, req)).await?.into_inner();
     Ok(Json(Service::from(&s)))
+}
+
+/// The body of an update: `{"image": ID}` or `{"rollback": true}`, with
+/// `max_unavailable` and `ready_timeout_s` optional.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateBody {
+    #[serde(default)]
+    image: String,
+    #[serde(default)]
+    max_unavailable: u32,
+    #[serde(default)]
+    rollback: bool,
+    #[serde(default)]
+    ready_timeout_s: u64,
+}
+
+/// `POST /v1/services/{id}/components/{component}/update`: starts a
+/// rolling image update (VMI UpdateComponent).
+async fn update(
+    State(vmi): State<Vmi>,
+    headers: HeaderMap,
+    Path((service_id, component)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Answer<Rollout> {
+    let b: UpdateBody = serde_json::from_slice(&body).map_err(|e| {
+        Status::invalid_argument(format!(
+            "the body must be {{\"image\": ID}} or {{\"rollback\": true}}, with \"max_unavailable\" and \"ready_timeout_s\" optional: {}",
+            interfaces::excerpt::message(&e.to_string())
+        ))
+    })?;
+    let req = vmi::UpdateComponentRequest {
+        service_id,
+        component,
+        image: b.image,
+        max_unavailable: b.max_unavailable,
+        rollback: b.rollback,
+        ready_timeout: interfaces::time::duration_s(b.ready_timeout_s),
+    };
+    let r = vmi.update_component(grpc(&headers, req)).await?.into_inner();
+    Ok(Json(Rollout::from(&r)))
+}
+
+/// `GET /v1/services/{id}/components/{component}/rollout`: the latest
+/// rollout (VMI GetRollout).
+async fn get_rollout(State(vmi): State<Vmi>, headers: HeaderMap, Path((service_id, component)): Path<(String, String)>) -> Answer<Rollout> {
+    let req = vmi::GetRolloutRequest { service_id, component };
+    let r = vmi.get_rollout(grpc(&headers, req)).await?.into_inner();
+    Ok(Json(Rollout::from(&r)))
 }
 
 async fn vees(vmi: &VmiService, headers: &HeaderMap, service_id: String, q: PageQuery) -> Answer<Page<Vee>> {

@@ -150,6 +150,44 @@ impl Vmi for VmiService {
         Ok(Response::new(self.service_info(&role, &s)))
     }
 
+    async fn update_component(&self, r: Request<UpdateComponentRequest>) -> R<Rollout> {
+        let role = self.user(&r)?;
+        let req = r.into_inner();
+        self.visible_service(&role, &req.service_id)?;
+        let rec = self
+            .veem
+            .rollouts
+            .update(crate::workflows::rollout::UpdateRequest {
+                service_id: req.service_id,
+                component: req.component,
+                image: req.image,
+                max_unavailable: req.max_unavailable,
+                rollback: req.rollback,
+                ready_timeout_s: interfaces::time::s_of_duration(&req.ready_timeout),
+            })
+            .await
+            .map_err(|e| self.refusal(&role, e))?;
+        Ok(Response::new(crate::wire::rollout(&rec)))
+    }
+
+    async fn get_rollout(&self, r: Request<GetRolloutRequest>) -> R<Rollout> {
+        let role = self.user(&r)?;
+        let req = r.into_inner();
+        self.visible_service(&role, &req.service_id)?;
+        let rec = self
+            .veem
+            .rollouts
+            .rollout(&req.service_id, &req.component)
+            .map_err(|e| self.refusal(&role, e))?
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "component {:?} of service {} was never updated",
+                    req.component, req.service_id
+                ))
+            })?;
+        Ok(Response::new(crate::wire::rollout(&rec)))
+    }
+
     async fn delete_service(&self, r: Request<DeleteServiceRequest>) -> R<ServiceInfo> {
         let role = self.user(&r)?;
         let id = &r.get_ref().service_id;

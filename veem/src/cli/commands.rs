@@ -10,7 +10,7 @@ use interfaces::vmi;
 use super::client::{connect, read_manifest, VmiServiceClient};
 use super::lookup::{or_lookup, Kind};
 use super::{exit, output, pages, Cli, Command, OutputFormat};
-use crate::api::model::{Event, Migration, Negotiation, Service, SlaViolation, Usage, Vee};
+use crate::api::model::{Event, Migration, Negotiation, Rollout, Service, SlaViolation, Usage, Vee};
 
 /// Exit code for a Negotiate verdict: 0 accept, 3 counter-offer, 4 reject;
 /// `None` for a verdict this CLI does not know.
@@ -220,6 +220,42 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
                 return super::wait::service_running(&mut c, &s.service_id, true, wait.timeout, fmt, poll, out, err).await;
             }
             print(out, &output::service(&Service::from(&s), fmt))?;
+        }
+        Command::Update {
+            id,
+            component,
+            image,
+            rollback,
+            max_unavailable,
+            ready_timeout,
+            wait,
+        } => {
+            let req = vmi::UpdateComponentRequest {
+                service_id: String::new(),
+                component: component.clone(),
+                image: image.clone().unwrap_or_default(),
+                max_unavailable: *max_unavailable,
+                rollback: *rollback,
+                ready_timeout: ready_timeout.and_then(|d| interfaces::time::duration_s(d.as_secs())),
+            };
+            let r = or_lookup(&c, id, Kind::Service, |mut c, service_id| {
+                let req = vmi::UpdateComponentRequest { service_id, ..req.clone() };
+                async move { c.update_component(req).await }
+            })
+            .await?;
+            if wait.wait {
+                return super::wait::rollout(&mut c, r, wait.timeout, fmt, poll, out, err).await;
+            }
+            print(out, &output::rollout(&Rollout::from(&r), fmt))?;
+        }
+        Command::Rollout { id, component } => {
+            let component = component.clone();
+            let r = or_lookup(&c, id, Kind::Service, |mut c, service_id| {
+                let component = component.clone();
+                async move { c.get_rollout(vmi::GetRolloutRequest { service_id, component }).await }
+            })
+            .await?;
+            print(out, &output::rollout(&Rollout::from(&r), fmt))?;
         }
         Command::Ls { service } => {
             let word = service.clone().unwrap_or_default();

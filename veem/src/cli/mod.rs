@@ -250,6 +250,43 @@ pub enum Command {
         #[command(flatten)]
         wait: WaitOpts,
     },
+    /// Rolling image update of a component: its instances are booted
+    /// again from the new image one at a time (or `--max-unavailable` at a
+    /// time), in place (index, name, addresses and host kept), each waited
+    /// for until it runs and answers on its declared ports. An instance
+    /// that does not goes back to the old image and the rollout stops; the
+    /// rest stay on the old image. `--rollback` undoes the last rollout.
+    Update {
+        /// Service ID, unique ID prefix or name.
+        id: String,
+        /// The component, as named in the manifest.
+        component: String,
+        /// The new image: a content ID (`sha256:<hex>`) or a registry
+        /// image reference, as a manifest's `image`.
+        #[arg(long, value_name = "IMAGE", required_unless_present = "rollback", conflicts_with = "rollback")]
+        image: Option<String>,
+        /// Back to the image the component's last rollout replaced.
+        #[arg(long)]
+        rollback: bool,
+        /// Instances replaced at once.
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        max_unavailable: u32,
+        /// How long each replaced instance may take to run and answer
+        /// (`5m`) [default: 300s].
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        ready_timeout: Option<Duration>,
+        /// `--wait`: until the rollout is done (exit 0) or failed (exit 1).
+        #[command(flatten)]
+        wait: WaitOpts,
+    },
+    /// The latest rolling update of a component: its state, the images,
+    /// the instances replaced and, when it failed, why.
+    Rollout {
+        /// Service ID, unique ID prefix or name.
+        id: String,
+        /// The component, as named in the manifest.
+        component: String,
+    },
     /// List VEEs of a service, or of all the caller's services.
     Ls {
         /// Service ID; all services when omitted.

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::table::Table;
 use super::OutputFormat;
-use crate::api::model::{Event, Migration, Negotiation, Nic, Service, SlaViolation, Usage, Vee};
+use crate::api::model::{Event, Migration, Negotiation, Nic, Rollout, Service, SlaViolation, Usage, Vee};
 
 /// Pretty JSON of one document, with a trailing newline.
 pub fn json<T: Serialize + ?Sized>(value: &T) -> String {
@@ -109,9 +109,32 @@ pub fn vee(v: &Vee, format: OutputFormat) -> String {
         ("location", v.location.clone()),
         ("vcpus", v.vcpus.to_string()),
         ("memory_mib", v.memory_mib.to_string()),
+        ("image", v.image.clone()),
         ("latest_checkpoint", v.latest_checkpoint.clone()),
         ("updated", opt(&v.updated)),
     ]) + &nic_table(&v.nics)
+}
+
+/// A rolling update: its state, images and progress.
+pub fn rollout(r: &Rollout, format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Json | OutputFormat::Yaml => return json(r),
+        OutputFormat::Ids => return ids(r.replaced.iter().map(String::as_str)),
+        OutputFormat::Table | OutputFormat::Wide => {}
+    }
+    key_values(&[
+        ("service_id", r.service_id.clone()),
+        ("component", r.component.clone()),
+        ("state", r.state.to_string()),
+        ("from_image", r.from_image.clone()),
+        ("to_image", r.to_image.clone()),
+        ("rollback", r.rollback.to_string()),
+        ("replaced", format!("{} of {}", r.replaced.len(), r.instances)),
+        ("max_unavailable", r.max_unavailable.to_string()),
+        ("started", opt(&r.started)),
+        ("ended", opt(&r.ended)),
+        ("reason", r.reason.clone()),
+    ])
 }
 
 /// A VEE's NICs (none: nothing): network, MAC, address and, on external

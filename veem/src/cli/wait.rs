@@ -172,6 +172,77 @@ pub async fn migration(
     })
 }
 
+/// Follows rollout `first` until it is done or failed, printing each
+/// instance replaced; then the rollout. Exit code 0 only for `done`.
+#[allow(clippy::too_many_arguments)]
+pub async fn rollout(
+    c: &mut VmiServiceClient,
+    first: vmi::Rollout,
+    timeout: Option<Duration>,
+    fmt: OutputFormat,
+    poll: Duration,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let json = matches!(fmt, OutputFormat::Json | OutputFormat::Ids);
+    let line = |r: &vmi::Rollout| {
+        format!(
+            "{} {} {}: {} of {} replaced ({})\n",
+            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            r.component,
+            r.state(),
+            r.replaced.len(),
+            r.instances,
+            r.to_image
+        )
+    };
+    let current = std::cell::RefCell::new(first);
+    {
+        let progress: &mut dyn Write = if json { &mut *err } else { &mut *out };
+        print(progress, &line(&current.borrow()))?;
+    }
+    let rolling = |r: &vmi::Rollout| r.state() == vmi::RolloutState::Rolling;
+    if rolling(&current.borrow()) {
+        let (client, req) = (c.clone(), {
+            let r = current.borrow();
+            vmi::GetRolloutRequest {
+                service_id: r.service_id.clone(),
+                component: r.component.clone(),
+            }
+        });
+        let ask = || {
+            let (mut c, req) = (client.clone(), req.clone());
+            async move { c.get_rollout(req).await.map(tonic::Response::into_inner) }
+        };
+        let on_answer = |r: &vmi::Rollout| -> anyhow::Result<bool> {
+            let changed = (r.state, r.replaced.len()) != (current.borrow().state, current.borrow().replaced.len());
+            *current.borrow_mut() = r.clone();
+            if changed {
+                let progress: &mut dyn Write = if json { &mut *err } else { &mut *out };
+                print(progress, &line(r))?;
+            }
+            Ok(!rolling(r))
+        };
+        let what = || {
+            let r = current.borrow();
+            format!(
+                "waiting for the rollout of {} ({} of {} replaced)",
+                r.component,
+                r.replaced.len(),
+                r.instances
+            )
+        };
+        poll_until(poll, timeout, ask, on_answer, what).await?;
+    }
+    let r = current.into_inner();
+    print(out, &output::rollout(&crate::api::model::Rollout::from(&r), fmt))?;
+    Ok(if r.state() == vmi::RolloutState::Done {
+        exit::OK
+    } else {
+        exit::ERROR
+    })
+}
+
 /// How many VEEs of a service are running, and which ended badly.
 fn tally(vees: &[vmi::VeeInfo]) -> (usize, Vec<String>) {
     use vmi::VeeState::*;

@@ -12,6 +12,7 @@ pub mod migration;
 pub mod offer;
 pub mod peer;
 pub mod reason;
+pub mod rollout;
 pub mod service;
 pub mod terms;
 pub mod vee;

@@ -93,7 +93,7 @@ impl StateMachine for VeeState {
     /// | pending | admitted, rejected |
     /// | admitted | deploying, running (found running), suspended (background displaced), migrating / recovering (arriving from a peer), failed, stopped |
     /// | deploying | running, failed, suspended, stopped |
-    /// | running | suspended, checkpointing, migrating, recovering (rolled back to a checkpoint), failed, stopped, terminated (ended at a peer) |
+    /// | running | suspended, checkpointing, migrating, recovering (rolled back to a checkpoint), failed, stopped, terminated (ended at a peer), deploying (booted again from another image: a rolling update) |
     /// | suspended | running, recovering, failed, stopped |
     /// | checkpointing | running, failed, stopped |
     /// | migrating | running, recovering (restored on arrival), terminated (left for another site), failed, stopped |
@@ -113,7 +113,7 @@ impl StateMachine for VeeState {
                 | (Deploying, Running | Failed | Suspended | Stopped)
                 | (
                     Running,
-                    Suspended | Checkpointing | Migrating | Recovering | Failed | Stopped | Terminated
+                    Suspended | Checkpointing | Migrating | Recovering | Failed | Stopped | Terminated | Deploying
                 )
                 | (Suspended, Running | Recovering | Failed | Stopped)
                 | (Checkpointing, Running | Failed | Stopped)
@@ -154,7 +154,16 @@ mod tests {
             (Deploying, &[Running, Failed, Suspended, Stopped]),
             (
                 Running,
-                &[Suspended, Checkpointing, Migrating, Recovering, Failed, Stopped, Terminated],
+                &[
+                    Suspended,
+                    Checkpointing,
+                    Migrating,
+                    Recovering,
+                    Failed,
+                    Stopped,
+                    Terminated,
+                    Deploying,
+                ],
             ),
             (Suspended, &[Running, Recovering, Failed, Stopped]),
             (Checkpointing, &[Running, Failed, Stopped]),

@@ -225,6 +225,10 @@ pub struct VeeRec {
     /// cleared when it runs again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub down_since_ms: Option<i64>,
+    /// When a rolling update last booted it from another image (Unix ms):
+    /// it ran before, so deploying again is no breach of its window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_since_ms: Option<i64>,
     /// First-boot data for cloud-init: the manifest's `user_data` and
     /// `ssh_authorized_keys` with the VEE's host name; its VEEH gives the
     /// VEE a NoCloud seed disk of it. `None`: the manifest gave none.
@@ -322,6 +326,7 @@ impl VeeRec {
             stays: vec![],
             outages: 0,
             down_since_ms: None,
+            image_since_ms: None,
             checkpoint_cost_s: None,
             open_ended: true,
             init_lead_s: 0,
@@ -388,6 +393,11 @@ impl CheckpointRec {
             valid: true,
             record_hex: hex::encode(r.encode_to_vec()),
         }
+    }
+
+    /// The image its VEE ran (its spec's), when the record names one.
+    pub fn image(&self) -> Option<String> {
+        self.record().ok()?.spec.map(|s| s.image).filter(|i| !i.is_empty())
     }
 
     /// The VHI record, in this version's format; errors (naming the

@@ -47,6 +47,8 @@ pub struct Script {
     pub cpu_load: f64,
     /// How long a Checkpoint takes (ms).
     pub checkpoint_ms: u64,
+    /// Images whose VEEs never answer a Probe (a broken image).
+    pub silent_images: BTreeSet<String>,
 }
 
 /// One fake VEEH; clone it to keep a handle on its script.
@@ -329,6 +331,24 @@ impl Vhi for FakeVhi {
     async fn console(&self, _: Request<ConsoleRequest>) -> R<ConsoleResponse> {
         unscripted("Console")
     }
+    async fn probe(&self, r: Request<ProbeRequest>) -> R<ProbeResponse> {
+        let r = r.into_inner();
+        let s = self.call("Probe", &r.vee_id)?;
+        let spec = s.specs.get(&r.vee_id).cloned().unwrap_or_default();
+        if !spec.nics.iter().any(|n| n.ports.contains(&r.port)) {
+            return Err(Status::invalid_argument(format!(
+                "field `port`: {} is not a port this VEE declares",
+                r.port
+            )));
+        }
+        let answered = s.running.contains(&r.vee_id) && !s.silent_images.contains(&spec.image);
+        Ok(Response::new(ProbeResponse {
+            answered,
+            target: format!("{}:{}", r.vee_id, r.port),
+            detail: if answered { String::new() } else { "connection refused".into() },
+        }))
+    }
+
     async fn update_network(&self, r: Request<UpdateNetworkRequest>) -> R<UpdateNetworkResponse> {
         let u = r.into_inner().network.unwrap_or_default();
         // `update_network vb<VNI> to=<peer VTEPs>`: where it is stretched.

@@ -80,7 +80,8 @@ impl Checkpoints {
         Ok(cp)
     }
 
-    /// The latest valid checkpoint of a VEE, or the named one.
+    /// The latest valid checkpoint of a VEE of the image it has now (not
+    /// one from before a rolling update), or the named one.
     pub fn checkpoint_of(&self, vee_id: &str, id: Option<&str>) -> Result<Option<CheckpointRec>> {
         if let Some(id) = id {
             let cp: CheckpointRec = self
@@ -98,6 +99,9 @@ impl Checkpoints {
             .into_iter()
             .filter(|c| c.vee_id == vee_id && c.valid)
             .collect();
+        if let Ok(v) = self.vee(vee_id) {
+            all.retain(|c| c.image().is_none_or(|image| image == v.image));
+        }
         all.sort_by_key(|c| c.taken_ms);
         Ok(all.pop())
     }
@@ -106,7 +110,16 @@ impl Checkpoints {
     /// `checkpoints_kept`: their blobs are unpinned (the image repository
     /// may collect them) and their records removed. One whose blobs cannot
     /// be unpinned now (the repository is down) is kept for the next time.
-    async fn forget_old_checkpoints(&self, vee_id: &str) {
+    /// None while a rollout of the VEE's component rolls (its old image's
+    /// checkpoints stay until it ends: `crate::workflows::rollout`).
+    pub(crate) async fn forget_old_checkpoints(&self, vee_id: &str) {
+        if let Ok(v) = self.vee(vee_id) {
+            let key = crate::domain::rollout::RolloutRec::key(&v.service_id, &v.component);
+            let rollout: Option<crate::domain::rollout::RolloutRec> = self.store.get(Tree::Rollouts, &key).unwrap_or_default();
+            if rollout.is_some_and(|r| r.state == crate::domain::rollout::RolloutState::Rolling) {
+                return;
+            }
+        }
         let all = match self.store.list::<CheckpointRec>(Tree::Checkpoints) {
             Ok(all) => all,
             Err(e) => return tracing::warn!(vee = %vee_id, error = %format!("{e:#}"), "cannot list checkpoints"),

@@ -475,6 +475,7 @@ impl VeeRec {
             stays: vec![],
             outages: 0,
             down_since_ms: None,
+            image_since_ms: None,
             checkpoint_cost_s: None,
             open_ended: m.sla.window.is_none(),
             init_lead_s: 0,

@@ -241,6 +241,11 @@ impl Lifecycle {
         }))
         .await?;
         self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.id))?;
+        // A checkpoint from before a rolling update brings its image back.
+        if let Some(image) = cp.image().filter(|i| *i != v.image) {
+            v.image = image;
+            self.save_vee(&v)?;
+        }
         c.restore(tonic::Request::new(RestoreRequest {
             spec: Some(self.networks.spec_of(&v)),
             checkpoint: Some(cp.record()?),

@@ -10,7 +10,7 @@
 //! (displacement), [`intents`], [`networks`], [`site_constraints`],
 //! [`sla`], [`spares`], [`windows`], [`accounting`]. On them:
 //! [`remapping`], [`federation`], [`migration`], [`recovery`],
-//! [`lifecycle`], [`deploy`], [`scaling`], [`elasticity`], [`proposals`], [`peer_watch`],
+//! [`lifecycle`], [`deploy`], [`scaling`], [`rollout`], [`elasticity`], [`proposals`], [`peer_watch`],
 //! [`reconcile`]. ARCHITECTURE.md lists what each calls.
 
 pub mod accounting;
@@ -29,6 +29,7 @@ pub mod proposals;
 pub mod reconcile;
 pub mod recovery;
 pub mod remapping;
+pub mod rollout;
 pub mod scaling;
 pub mod site_constraints;
 pub mod sla;

@@ -29,11 +29,13 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 
 use crate::core::Core;
+use crate::domain::rollout::{RolloutRec, RolloutState};
 use crate::domain::Action;
 use crate::error::VeemError;
 use crate::ipam;
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
 use crate::planner::{Admission, PeerSpare};
+use crate::store::Tree;
 use crate::workflows::background::Background;
 use crate::workflows::boot::Boot;
 use crate::workflows::deploy::PLAN_ATTEMPTS;
@@ -67,7 +69,7 @@ impl Deref for Scaling {
 }
 
 /// Whether `v` is a live instance (admitted and not ended).
-fn live(v: &VeeRec) -> bool {
+pub(crate) fn live(v: &VeeRec) -> bool {
     !matches!(v.state, VeeState::Pending | VeeState::Rejected | VeeState::Terminated)
 }
 
@@ -92,12 +94,25 @@ impl Scaling {
             bail!(VeemError::field("instances", format!("{instances} is more than {MAX_INSTANCES}")));
         }
         let all = self.vees_where(|v| v.service_id == service_id && v.component == component);
-        let Some(template) = all.iter().max_by_key(|v| v.updated_ms).cloned() else {
+        let Some(mut template) = all.iter().max_by_key(|v| v.updated_ms).cloned() else {
             bail!(VeemError::field(
                 "component",
                 format!("service {service_id} has no component {component:?}")
             ));
         };
+        let rollout: Option<RolloutRec> = self.store.get(Tree::Rollouts, &RolloutRec::key(service_id, component))?;
+        if let Some(r) = rollout {
+            if r.state == RolloutState::Rolling {
+                bail!(
+                    "component {component} is being updated to {} ({} of {} replaced): scale it once the rollout ends",
+                    r.to_image,
+                    r.replaced.len(),
+                    r.instances
+                );
+            }
+            // New instances get the image the rollout left the component on.
+            template.image = r.current_image().to_string();
+        }
         let mut current: Vec<VeeRec> = all.into_iter().filter(live).collect();
         current.sort_by_key(|v| v.instance);
         let have = current.len() as u32;
@@ -245,6 +260,7 @@ impl Scaling {
                 stays: vec![],
                 outages: 0,
                 down_since_ms: None,
+                image_since_ms: None,
                 init_lead_s: 0,
                 cloud_init,
                 ..template.clone()

@@ -179,7 +179,9 @@ pub(crate) fn ongoing_breach(v: &VeeRec, now_ms: i64) -> Option<(String, String,
                 (format!("{}-checkpoint-{last}", v.id), term, due)
             })
         }
-        VeeState::Admitted | VeeState::Deploying if in_window && now_ms - window_start_ms > START_GRACE_S * 1000 => {
+        VeeState::Admitted | VeeState::Deploying
+            if in_window && now_ms - window_start_ms > START_GRACE_S * 1000 && v.image_since_ms.is_none() =>
+        {
             let term = format!(
                 "window: not running {} s after its window opened",
                 (now_ms - window_start_ms) / 1000

@@ -229,6 +229,10 @@ fn the_described_schemas_have_the_fields_the_answers_have() {
         props("Migration")
     );
     assert_eq!(
+        keys(serde_json::to_value(crate::api::model::Rollout::from(&vmi::Rollout::default())).unwrap()),
+        props("Rollout")
+    );
+    assert_eq!(
         keys(serde_json::to_value(Negotiation::from(&vmi::NegotiateResponse::default())).unwrap()),
         props("Negotiation")
     );

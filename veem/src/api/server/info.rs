@@ -34,6 +34,7 @@ impl VmiService {
             update_time: interfaces::time::timestamp_ms(v.updated_ms),
             checkpoint_record: None,
             nics: v.nics.iter().map(crate::model::NicRec::to_wire).collect(),
+            image: v.image.clone(),
         }
     }
 

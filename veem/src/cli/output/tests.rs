@@ -15,6 +15,7 @@ fn vee_info(location: &str) -> vmi::VeeInfo {
         update_time: interfaces::time::timestamp_ms(1_795_852_800_123),
         checkpoint_record: None,
         nics: vec![],
+        image: "sha256:5555".into(),
     }
 }
 

@@ -115,6 +115,14 @@ impl Vmi for MockSvc {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
+    async fn update_component(&self, r: Request<UpdateComponentRequest>) -> R<Rollout> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
+    async fn get_rollout(&self, r: Request<GetRolloutRequest>) -> R<Rollout> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
     async fn delete_service(&self, r: Request<DeleteServiceRequest>) -> R<ServiceInfo> {
         self.note(&r);
         Err(Status::unimplemented(""))

@@ -80,6 +80,30 @@ impl Deploy {
         Ok(())
     }
 
+    /// `image` (a content ID or a registry reference) checked for
+    /// `provider` as a manifest's `image` is (one it may use: its own,
+    /// shared with it or public; a registry image in a trusted registry,
+    /// within its scope, a VEE image artifact) and named by its digest (a
+    /// tag resolved). Used by a rolling update's new image. Errors: the
+    /// reason, without a field name.
+    pub async fn checked_image(&self, image: &str, provider: &str) -> Result<String, String> {
+        let parsed: ImageRef = image.parse().map_err(|e| format!("{e}"))?;
+        match &parsed {
+            ImageRef::Repository(id) => match self.repo.grant_for(id, provider).await {
+                Ok(true) => Ok(image.to_string()),
+                Ok(false) => Err(format!(
+                    "{id} is not in the image repository, or not an image provider {provider:?} may use"
+                )),
+                Err(e) => Err(format!("cannot check {id}: {e}")),
+            },
+            ImageRef::Registry(r) => {
+                self.registries.check_use(r, provider).map_err(|e| e.to_string())?;
+                let artifact = self.registries.resolve(r).await.map_err(|e| e.to_string())?;
+                Ok(ImageRef::Registry(r.resolved(artifact.digest)).to_string())
+            }
+        }
+    }
+
     /// The planner request of `m` as service `service_id`, with UUID VEE
     /// IDs, its window padded for the VEEs' overheads ([`Windows::padding`](crate::workflows::windows::Windows::padding)).
     pub fn request(&self, m: &Manifest, service_id: &str) -> ServiceRequest {
