@@ -196,6 +196,7 @@ impl GuestIds {
             cmdline: self.cmdline.clone(),
             nics: vec![],
             cloud_init: None,
+            ..Default::default()
         }
     }
 }

@@ -402,6 +402,16 @@ pub struct Component {
     pub vcpus: u32,
     /// Memory per VEE in MiB, 1..=[`MAX_MEMORY_MIB`] (1 TiB).
     pub memory_mib: u64,
+    /// The most vCPUs a VEE may be resized to while it runs (vCPU
+    /// hot-plug), `vcpus`..=[`MAX_VCPUS`]. Default: `vcpus` (no growth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_vcpus: Option<u32>,
+    /// The most memory (MiB) a VEE may be resized to while it runs (the
+    /// virtio balloon), `memory_mib`..=[`MAX_MEMORY_MIB`]. Default:
+    /// `memory_mib` (no growth). The guest needs the balloon driver
+    /// (`virtio_balloon`, in every stock kernel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_mib: Option<u64>,
     /// Disk per VEE in GiB (the root/data disk's virtual size),
     /// 1..=[`MAX_DISK_GIB`].
     pub disk_gib: u64,
@@ -438,6 +448,19 @@ pub struct Component {
 
 fn default_instances() -> u32 {
     1
+}
+
+impl Component {
+    /// The most vCPUs a VEE of it may have: `max_vcpus`, or `vcpus`.
+    pub fn vcpu_limit(&self) -> u32 {
+        self.max_vcpus.unwrap_or(self.vcpus)
+    }
+
+    /// The most memory (MiB) a VEE of it may have: `max_memory_mib`, or
+    /// `memory_mib`.
+    pub fn memory_limit_mib(&self) -> u64 {
+        self.max_memory_mib.unwrap_or(self.memory_mib)
+    }
 }
 
 /// `[[constraint]]`: an AA-constraint between components (E PIII §II-III).

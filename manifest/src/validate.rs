@@ -268,6 +268,18 @@ fn validate_component(i: usize, c: &Component) -> Result<()> {
     check_range(&f("instances"), c.instances, 1, MAX_INSTANCES, "")?;
     check_range(&f("vcpus"), c.vcpus, 1, MAX_VCPUS, " vCPUs")?;
     check_range(&f("memory_mib"), c.memory_mib, 1, MAX_MEMORY_MIB, " MiB")?;
+    if let Some(max) = c.max_vcpus {
+        if max < c.vcpus {
+            return Err(invalid(f("max_vcpus"), format!("{max} is less than `vcpus` ({})", c.vcpus)));
+        }
+        check_range(&f("max_vcpus"), max, 1, MAX_VCPUS, " vCPUs")?;
+    }
+    if let Some(max) = c.max_memory_mib {
+        if max < c.memory_mib {
+            return Err(invalid(f("max_memory_mib"), format!("{max} MiB is less than `memory_mib` ({} MiB)", c.memory_mib)));
+        }
+        check_range(&f("max_memory_mib"), max, 1, MAX_MEMORY_MIB, " MiB")?;
+    }
     check_range(&f("disk_gib"), c.disk_gib, 1, MAX_DISK_GIB, " GiB")?;
     if c.initrd.is_some() && c.kernel.is_none() {
         return Err(invalid(

@@ -50,6 +50,7 @@ pub mod recovery;
 pub mod remap;
 pub mod request;
 pub mod reservations;
+pub mod resize;
 pub mod scaling;
 pub mod slots;
 pub mod usage_limits;
@@ -62,6 +63,8 @@ mod tests;
 mod tests_plan;
 #[cfg(test)]
 mod tests_recovery;
+#[cfg(test)]
+mod tests_resize;
 #[cfg(test)]
 mod tests_scale;
 #[cfg(test)]

@@ -42,6 +42,12 @@ enum Op {
     },
     /// The last instance of `c0` of a service released.
     ScaleIn(usize),
+    Resize {
+        vee: usize,
+        vcpus: u32,
+        memory_mib: u64,
+        from: u32,
+    },
 }
 
 const GUARANTEES: [GuaranteeLevel; 5] = [
@@ -64,6 +70,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u32..40).prop_map(Op::Forget),
         3 => (0usize..16, 1usize..=2, 0u32..40).prop_map(|(service, n, from)| Op::ScaleOut { service, n, from }),
         1 => (0usize..16).prop_map(Op::ScaleIn),
+        2 => (0usize..64, 1u32..=3, 1u64..=12, 0u32..40)
+            .prop_map(|(vee, vcpus, m, from)| Op::Resize { vee, vcpus, memory_mib: m * 128, from }),
     ]
 }
 
@@ -257,6 +265,19 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         let keys = |v: &[(String, Option<PlannerEntry>)]| v.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
                         prop_assert_eq!(keys(&changes), keys(&entries), "the plan's entries are what applying it changes");
                         vees.extend(admitted.placements.iter().map(|x| x.vee.clone()));
+                    }
+                }
+            }
+            Op::Resize { vee, vcpus, memory_mib, from } => {
+                if !vees.is_empty() {
+                    let v = vees[vee % vees.len()].clone();
+                    let before = fingerprint(&p);
+                    match p.resize_vee(&v, vcpus, memory_mib, from) {
+                        Ok(_) => {
+                            let r = p.reservation(&v).unwrap();
+                            prop_assert_eq!((r.resources.vcpus, r.resources.memory_mib), (vcpus, memory_mib));
+                        }
+                        Err(_) => prop_assert_eq!(fingerprint(&p), before, "a refused resize changes nothing"),
                     }
                 }
             }

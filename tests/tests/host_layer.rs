@@ -38,6 +38,8 @@ fn boots_the_tiny_guest_and_cleans_up() {
         accel,
         vcpus: 1,
         memory_mib: 128,
+        max_vcpus: 0,
+        max_memory_mib: 0,
         disk: Some(overlay.clone()),
         kernel: Some(g.kernel.clone()),
         initrd: Some(g.initrd.clone()),

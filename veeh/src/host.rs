@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use interfaces::vhi::{self, CompatibilityProfile, HostEvent, HostEventKind, VeeSpec, VeeState};
 use tokio::sync::broadcast;
 
@@ -297,6 +297,8 @@ impl Host {
             accel: self.accel,
             vcpus: rec.vcpus,
             memory_mib: rec.memory_mib,
+            max_vcpus: rec.max_vcpus,
+            max_memory_mib: rec.max_memory_mib,
             disk: paths.base.map(|_| self.vees.overlay(&rec.vee_id)),
             kernel: paths.kernel,
             initrd: paths.initrd,
@@ -401,6 +403,34 @@ impl Host {
             crate::network::release_networks(&rec.nics).await;
         }
         Ok(())
+    }
+
+    /// Resize (VHI): the running VEE's vCPUs and memory (MiB; 0: as it
+    /// is) within the maxima its spec set at creation. Errors: a field
+    /// above its maximum or 0 when asked (InvalidArgument); libvirt's when
+    /// the machine or the guest cannot (the record keeps the old size).
+    pub async fn resize(&self, vee_id: &str, vcpus: u32, memory_mib: u64) -> Result<vhi::VeeStatus> {
+        let _g = self.lock_vee(vee_id).await;
+        let mut rec = self.vees.get(vee_id)?;
+        let (max_vcpus, max_memory_mib) = (rec.max_vcpus.max(rec.vcpus), rec.max_memory_mib.max(rec.memory_mib));
+        if vcpus > max_vcpus {
+            bail!(HostError::field("vcpus", format!("{vcpus} is more than this VEE's maximum of {max_vcpus}")));
+        }
+        if memory_mib > max_memory_mib {
+            bail!(HostError::field(
+                "memory_mib",
+                format!("{memory_mib} MiB is more than this VEE's maximum of {max_memory_mib} MiB")
+            ));
+        }
+        let id = vee_id.to_string();
+        let (v, m) = ((vcpus > 0).then_some(vcpus), (memory_mib > 0).then_some(memory_mib));
+        self.blocking(move |hv| hv.resize(&id, v, m)).await?;
+        (rec.max_vcpus, rec.max_memory_mib) = (max_vcpus, max_memory_mib);
+        rec.vcpus = v.unwrap_or(rec.vcpus);
+        rec.memory_mib = m.unwrap_or(rec.memory_mib);
+        self.vees.save(&rec)?;
+        tracing::info!(vee = %vee_id, vcpus = rec.vcpus, memory_mib = rec.memory_mib, "resized");
+        self.status(vee_id).await
     }
 
     pub async fn suspend(&self, vee_id: &str) -> Result<vhi::VeeStatus> {

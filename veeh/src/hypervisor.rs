@@ -256,6 +256,22 @@ impl Hypervisor {
         self.on_domain(vee_id, |d| Ok(d.resume().map(|_| ())?))
     }
 
+    /// Sets the running domain's online vCPUs (hot-plug or unplug) and its
+    /// balloon target (MiB), each when given. Errors: libvirt's (a machine
+    /// or guest that cannot, a count above the domain's maximum).
+    pub fn resize(&self, vee_id: &str, vcpus: Option<u32>, memory_mib: Option<u64>) -> Result<()> {
+        self.on_domain(vee_id, |d| {
+            if let Some(n) = vcpus {
+                d.set_vcpus_flags(n, sys::VIR_DOMAIN_AFFECT_LIVE).context("set the vCPUs")?;
+            }
+            if let Some(mib) = memory_mib {
+                d.set_memory_flags(mib * 1024, sys::VIR_DOMAIN_AFFECT_LIVE)
+                    .context("set the balloon target")?;
+            }
+            Ok(())
+        })
+    }
+
     /// The live domain XML (`migratable` drops host-local details).
     pub fn xml(&self, vee_id: &str, migratable: bool) -> Result<String> {
         let flags = if migratable { sys::VIR_DOMAIN_XML_MIGRATABLE } else { 0 };

@@ -140,6 +140,11 @@ impl Vhi for VhiService {
             .map(|_| UpdateNetworkResponse {}))
     }
 
+    async fn resize(&self, r: Request<ResizeRequest>) -> R<VeeStatus> {
+        let r = r.into_inner();
+        ok(self.host.resize(&r.vee_id, r.vcpus, r.memory_mib).await)
+    }
+
     async fn probe(&self, r: Request<ProbeRequest>) -> R<ProbeResponse> {
         let r = r.into_inner();
         let rec = self.host.vees.get(&r.vee_id).map_err(status)?;

@@ -31,6 +31,12 @@ pub struct VeeRecord {
     pub vcpus: u32,
     /// Memory, MiB.
     pub memory_mib: u64,
+    /// The most vCPUs and memory (MiB) a resize may give it (0: its size;
+    /// records before resizing have none).
+    #[serde(default)]
+    pub max_vcpus: u32,
+    #[serde(default)]
+    pub max_memory_mib: u64,
     /// Disk, GiB.
     pub disk_gib: u64,
     pub image: String,
@@ -105,6 +111,8 @@ impl VeeRecord {
             service_id: spec.service_id.clone(),
             vcpus: spec.vcpus,
             memory_mib: spec.memory_mib,
+            max_vcpus: spec.max_vcpus,
+            max_memory_mib: spec.max_memory_mib,
             disk_gib: spec.disk_gib,
             image: spec.image.clone(),
             kernel: spec.kernel.clone(),
@@ -123,6 +131,8 @@ impl VeeRecord {
             service_id: self.service_id.clone(),
             vcpus: self.vcpus,
             memory_mib: self.memory_mib,
+            max_vcpus: self.max_vcpus,
+            max_memory_mib: self.max_memory_mib,
             disk_gib: self.disk_gib,
             image: self.image.clone(),
             kernel: self.kernel.clone(),

@@ -28,6 +28,7 @@ use crate::workflows::proposals::Proposals;
 use crate::workflows::reconcile::Reconcile;
 use crate::workflows::recovery::Recovery;
 use crate::workflows::remapping::Remapping;
+use crate::workflows::resizing::Resizing;
 use crate::workflows::rollout::Rollouts;
 use crate::workflows::scaling::Scaling;
 use crate::workflows::site_constraints::SiteConstraints;
@@ -44,6 +45,7 @@ pub struct Veem {
     pub deploy: Arc<Deploy>,
     pub scaling: Arc<Scaling>,
     pub rollouts: Arc<Rollouts>,
+    pub resizing: Arc<Resizing>,
     pub elasticity: Arc<Elasticity>,
     pub lifecycle: Arc<Lifecycle>,
     pub reconcile: Arc<Reconcile>,
@@ -205,8 +207,10 @@ impl Veem {
             deploy: deploy.clone(),
             scaling: scaling.clone(),
         });
+        let resizing = Arc::new(Resizing::new(core.clone()));
         // (the next workflow here)
         Arc::new(Self {
+            resizing,
             rollouts,
             elasticity,
             scaling,

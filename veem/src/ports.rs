@@ -152,6 +152,9 @@ impl vhi_service_server::VhiService for GrpcHost {
     async fn probe(&self, r: Request<vhi::ProbeRequest>) -> R<vhi::ProbeResponse> {
         self.0.clone().probe(r).await
     }
+    async fn resize(&self, r: Request<vhi::ResizeRequest>) -> R<vhi::VeeStatus> {
+        self.0.clone().resize(r).await
+    }
     type WatchEventsStream = BoxStream<vhi::HostEvent>;
     async fn watch_events(&self, r: Request<vhi::WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         let stream = self.0.clone().watch_events(r).await?.into_inner();

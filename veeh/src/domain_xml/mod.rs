@@ -27,6 +27,12 @@ pub struct DomainSpec {
     pub vcpus: u32,
     /// Memory in MiB.
     pub memory_mib: u64,
+    /// The most vCPUs a resize may give it (hot-plug): above `vcpus`, the
+    /// domain has this many, `vcpus` of them online.
+    pub max_vcpus: u32,
+    /// The most memory (MiB) a resize may give it: above `memory_mib`, the
+    /// domain has this much, a virtio balloon holding it to `memory_mib`.
+    pub max_memory_mib: u64,
     /// The VEE's private qcow2 overlay, if it has a disk.
     pub disk: Option<PathBuf>,
     /// Direct kernel boot: kernel and optional initrd in the image cache.
@@ -148,8 +154,15 @@ pub fn generate(spec: &DomainSpec) -> String {
                 text(w, "veeh:service", &[], &spec.service_id);
             })
         });
-        text(w, "memory", &[("unit", "MiB")], &spec.memory_mib.to_string());
-        text(w, "vcpu", &[], &spec.vcpus.to_string());
+        text(w, "memory", &[("unit", "MiB")], &spec.memory_mib.max(spec.max_memory_mib).to_string());
+        if spec.max_memory_mib > spec.memory_mib {
+            text(w, "currentMemory", &[("unit", "MiB")], &spec.memory_mib.to_string());
+        }
+        if spec.max_vcpus > spec.vcpus {
+            text(w, "vcpu", &[("current", &spec.vcpus.to_string())], &spec.max_vcpus.to_string());
+        } else {
+            text(w, "vcpu", &[], &spec.vcpus.to_string());
+        }
         elem(w, "os", &[], |w| {
             text(w, "type", &[("arch", "x86_64"), ("machine", "pc")], "hvm");
             match &spec.kernel {
@@ -230,7 +243,13 @@ fn devices(w: &mut Xml, spec: &DomainSpec) {
         empty(w, "source", &[("mode", "bind")]);
         empty(w, "target", &[("type", "virtio"), ("name", KPI_CHANNEL)]);
     });
-    empty(w, "memballoon", &[("model", "none")]);
+    if spec.max_memory_mib > spec.memory_mib {
+        // Memory resizable while it runs: the guest's balloon driver holds
+        // what it may use (and reports its statistics every 5 s).
+        elem(w, "memballoon", &[("model", "virtio")], |w| empty(w, "stats", &[("period", "5")]));
+    } else {
+        empty(w, "memballoon", &[("model", "none")]);
+    }
 }
 
 mod rewrite;

@@ -8,6 +8,8 @@ fn spec() -> DomainSpec {
         accel: Accel::Tcg,
         vcpus: 1,
         memory_mib: 128,
+        max_vcpus: 0,
+        max_memory_mib: 0,
         disk: Some("/s/a/overlay.qcow2".into()),
         kernel: Some("/c/blobs/k".into()),
         initrd: Some("/c/blobs/i".into()),
@@ -331,4 +333,20 @@ fn rewrite_refuses_xml_without_our_metadata() {
 #[test]
 fn foreign_domains_have_no_ownership() {
     assert_eq!(ownership("<domain type='qemu'><name>other</name></domain>"), None);
+}
+
+#[test]
+fn a_resizable_vee_has_its_maximum_a_balloon_and_vcpus_to_hot_plug() {
+    let fixed = generate(&spec());
+    assert!(fixed.contains("<memory unit=\"MiB\">128</memory>") && fixed.contains("<vcpu>1</vcpu>"), "{fixed}");
+    assert!(fixed.contains("<memballoon model=\"none\"/>") && !fixed.contains("currentMemory"), "{fixed}");
+    let xml = generate(&DomainSpec {
+        max_vcpus: 4,
+        max_memory_mib: 512,
+        ..spec()
+    });
+    assert!(xml.contains("<memory unit=\"MiB\">512</memory>"), "{xml}");
+    assert!(xml.contains("<currentMemory unit=\"MiB\">128</currentMemory>"), "{xml}");
+    assert!(xml.contains("<vcpu current=\"1\">4</vcpu>"), "{xml}");
+    assert!(xml.contains("<memballoon model=\"virtio\">"), "{xml}");
 }

@@ -70,6 +70,9 @@ pub struct Vee {
     pub location: String,
     pub vcpus: u32,
     pub memory_mib: u64,
+    /// The most vCPUs and MiB a resize may give it.
+    pub max_vcpus: u32,
+    pub max_memory_mib: u64,
     #[serde(serialize_with = "empty_as_null")]
     pub latest_checkpoint: String,
     pub updated: Option<String>,
@@ -116,6 +119,8 @@ impl From<&vmi::VeeInfo> for Vee {
             location: v.location.clone(),
             vcpus: v.vcpus,
             memory_mib: v.memory_mib,
+            max_vcpus: v.max_vcpus,
+            max_memory_mib: v.max_memory_mib,
             latest_checkpoint: v.latest_checkpoint.clone(),
             updated: rfc3339_ms(interfaces::time::ms_of(&v.update_time)),
             nics: v.nics.iter().map(Nic::from).collect(),

@@ -443,6 +443,9 @@ struct ActionBody {
     to_host: String,
     to_site: String,
     reason: String,
+    /// resize: vCPUs and MiB wanted (0 or absent: as it is).
+    vcpus: u32,
+    memory_mib: u64,
 }
 
 /// The optional body of `POST /v1/migrations/{id}/reject`.
@@ -462,7 +465,7 @@ fn json_body<T: serde::de::DeserializeOwned + Default>(text: &str) -> Result<T, 
 }
 
 /// `POST /v1/vees/{id}/{action}`: stop, suspend, resume, checkpoint,
-/// restore (answer: the VEE) or migrate (answer: the migration).
+/// restore, resize (answer: the VEE) or migrate (answer: the migration).
 async fn vee_action(
     State(vmi): State<Vmi>,
     headers: HeaderMap,
@@ -480,6 +483,15 @@ async fn vee_action(
         let m = vmi.migrate(grpc(&headers, req)).await?.into_inner();
         return Ok(Json(Migration::from(&m)).into_response());
     }
+    if action == "resize" {
+        let req = vmi::ResizeVeeRequest {
+            vee_id,
+            vcpus: body.vcpus,
+            memory_mib: body.memory_mib,
+        };
+        let v = vmi.resize_vee(grpc(&headers, req)).await?.into_inner();
+        return Ok(Json(Vee::from(&v)).into_response());
+    }
     let parsed = match action.as_str() {
         "stop" => Action::Stop,
         "suspend" => Action::Suspend,
@@ -488,7 +500,7 @@ async fn vee_action(
         "restore" => Action::Restore,
         other => {
             return Err(Status::not_found(format!(
-                "no action {other:?}: stop, suspend, resume, checkpoint, restore or migrate"
+                "no action {other:?}: stop, suspend, resume, checkpoint, restore, resize or migrate"
             ))
             .into())
         }

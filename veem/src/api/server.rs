@@ -170,6 +170,19 @@ impl Vmi for VmiService {
         Ok(Response::new(crate::wire::rollout(&rec)))
     }
 
+    async fn resize_vee(&self, r: Request<ResizeVeeRequest>) -> R<VeeInfo> {
+        let role = self.user(&r)?;
+        let req = r.into_inner();
+        self.visible_vee(&role, &req.vee_id)?;
+        let v = self
+            .veem
+            .resizing
+            .resize(&req.vee_id, (req.vcpus > 0).then_some(req.vcpus), (req.memory_mib > 0).then_some(req.memory_mib))
+            .await
+            .map_err(|e| self.refusal(&role, e))?;
+        Ok(Response::new(self.vee_info(&role, &v)))
+    }
+
     async fn get_rollout(&self, r: Request<GetRolloutRequest>) -> R<Rollout> {
         let role = self.user(&r)?;
         let req = r.into_inner();

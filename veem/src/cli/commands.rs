@@ -257,6 +257,14 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
             .await?;
             print(out, &output::rollout(&Rollout::from(&r), fmt))?;
         }
+        Command::Resize { vee, vcpus, memory } => {
+            let (vcpus, memory_mib) = (vcpus.unwrap_or(0), memory.unwrap_or(0));
+            let v = or_lookup(&c, vee, Kind::Vee, |mut c, vee_id| async move {
+                c.resize_vee(vmi::ResizeVeeRequest { vee_id, vcpus, memory_mib }).await
+            })
+            .await?;
+            print(out, &output::vee(&Vee::from(&v), fmt))?;
+        }
         Command::Ls { service } => {
             let word = service.clone().unwrap_or_default();
             let l = or_lookup(&c, &word, Kind::Service, |c, service_id| async move {

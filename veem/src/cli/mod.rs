@@ -287,6 +287,21 @@ pub enum Command {
         /// The component, as named in the manifest.
         component: String,
     },
+    /// Resize a running VEE in place: vCPUs by hot-plug, memory through
+    /// the virtio balloon, up to the maxima its component set at deploy
+    /// (`max_vcpus`, `max_memory_mib`), admitted by the planner (growth
+    /// only where its host has room). A refusal changes nothing and says
+    /// why.
+    Resize {
+        /// VEE ID or unique ID prefix.
+        vee: String,
+        /// vCPUs wanted.
+        #[arg(long, value_name = "N", required_unless_present = "memory")]
+        vcpus: Option<u32>,
+        /// Memory wanted, MiB.
+        #[arg(long, value_name = "MIB")]
+        memory: Option<u64>,
+    },
     /// List VEEs of a service, or of all the caller's services.
     Ls {
         /// Service ID; all services when omitted.

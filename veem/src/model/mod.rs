@@ -170,6 +170,13 @@ pub struct VeeRec {
     pub vcpus: u32,
     /// MiB.
     pub memory_mib: u64,
+    /// The most vCPUs and MiB a resize may give it while it runs (the
+    /// component's `max_vcpus`, `max_memory_mib`; 0 in records before
+    /// them: its size).
+    #[serde(default)]
+    pub max_vcpus: u32,
+    #[serde(default)]
+    pub max_memory_mib: u64,
     /// GiB.
     pub disk_gib: u64,
     pub image: String,
@@ -300,6 +307,8 @@ impl VeeRec {
             instance: 0,
             vcpus: s.vcpus,
             memory_mib: s.memory_mib,
+            max_vcpus: s.max_vcpus,
+            max_memory_mib: s.max_memory_mib,
             disk_gib: s.disk_gib,
             image: s.image.clone(),
             kernel: s.kernel.clone(),
@@ -357,6 +366,8 @@ impl VeeRec {
             cmdline: self.cmdline.clone(),
             nics: self.nics.iter().map(NicRec::to_wire).collect(),
             cloud_init: self.cloud_init.clone(),
+            max_vcpus: self.max_vcpus,
+            max_memory_mib: self.max_memory_mib,
         }
     }
 
@@ -544,6 +555,8 @@ mod tests {
             service_id: "s".into(),
             vcpus: 2,
             memory_mib: 256,
+            max_vcpus: 4,
+            max_memory_mib: 1024,
             disk_gib: 3,
             image: "i".into(),
             kernel: "k".into(),

@@ -331,6 +331,28 @@ impl Vhi for FakeVhi {
     async fn console(&self, _: Request<ConsoleRequest>) -> R<ConsoleResponse> {
         unscripted("Console")
     }
+    async fn resize(&self, r: Request<ResizeRequest>) -> R<VeeStatus> {
+        let r = r.into_inner();
+        let mut s = self.note(format!("resize {} vcpus={} memory_mib={}", r.vee_id, r.vcpus, r.memory_mib));
+        if let Some((code, message)) = s.failing.get("Resize").cloned() {
+            return Err(Status::new(code, message));
+        }
+        if let Some(spec) = s.specs.get_mut(&r.vee_id) {
+            if r.vcpus > spec.max_vcpus.max(spec.vcpus) || r.memory_mib > spec.max_memory_mib.max(spec.memory_mib) {
+                return Err(Status::invalid_argument("field `vcpus` or `memory_mib`: above the VEE's maximum"));
+            }
+            (spec.max_vcpus, spec.max_memory_mib) = (spec.max_vcpus.max(spec.vcpus), spec.max_memory_mib.max(spec.memory_mib));
+            if r.vcpus > 0 {
+                spec.vcpus = r.vcpus;
+            }
+            if r.memory_mib > 0 {
+                spec.memory_mib = r.memory_mib;
+            }
+        }
+        drop(s);
+        Ok(self.status(&r.vee_id, true))
+    }
+
     async fn probe(&self, r: Request<ProbeRequest>) -> R<ProbeResponse> {
         let r = r.into_inner();
         let s = self.call("Probe", &r.vee_id)?;

@@ -444,6 +444,8 @@ impl VeeRec {
             instance,
             vcpus: c.vcpus,
             memory_mib: c.memory_mib,
+            max_vcpus: c.vcpu_limit(),
+            max_memory_mib: c.memory_limit_mib(),
             disk_gib: c.disk_gib,
             image: c.image.to_string(),
             kernel: c.kernel.as_ref().map(|k| k.to_string()).unwrap_or_default(),

@@ -8,7 +8,7 @@
 //! Leaves (the core, and at most another leaf): [`boot`] (a VEE booted
 //! on a host), [`checkpoints`] (checkpoint records), [`background`]
 //! (displacement), [`intents`], [`networks`], [`site_constraints`],
-//! [`sla`], [`spares`], [`windows`], [`accounting`]. On them:
+//! [`sla`], [`spares`], [`windows`], [`accounting`], [`resizing`]. On them:
 //! [`remapping`], [`federation`], [`migration`], [`recovery`],
 //! [`lifecycle`], [`deploy`], [`scaling`], [`rollout`], [`elasticity`], [`proposals`], [`peer_watch`],
 //! [`reconcile`]. ARCHITECTURE.md lists what each calls.
@@ -29,6 +29,7 @@ pub mod proposals;
 pub mod reconcile;
 pub mod recovery;
 pub mod remapping;
+pub mod resizing;
 pub mod rollout;
 pub mod scaling;
 pub mod site_constraints;

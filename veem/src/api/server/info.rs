@@ -30,6 +30,8 @@ impl VmiService {
             location,
             vcpus: v.vcpus,
             memory_mib: v.memory_mib,
+            max_vcpus: v.max_vcpus.max(v.vcpus),
+            max_memory_mib: v.max_memory_mib.max(v.memory_mib),
             latest_checkpoint: v.latest_checkpoint.clone().unwrap_or_default(),
             update_time: interfaces::time::timestamp_ms(v.updated_ms),
             checkpoint_record: None,

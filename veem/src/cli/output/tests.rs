@@ -16,6 +16,8 @@ fn vee_info(location: &str) -> vmi::VeeInfo {
         checkpoint_record: None,
         nics: vec![],
         image: "sha256:5555".into(),
+        max_vcpus: 2,
+        max_memory_mib: 512,
     }
 }
 

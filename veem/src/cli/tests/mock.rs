@@ -119,6 +119,10 @@ impl Vmi for MockSvc {
         self.note(&r);
         Err(Status::unimplemented(""))
     }
+    async fn resize_vee(&self, r: Request<ResizeVeeRequest>) -> R<VeeInfo> {
+        self.note(&r);
+        Err(Status::unimplemented(""))
+    }
     async fn get_rollout(&self, r: Request<GetRolloutRequest>) -> R<Rollout> {
         self.note(&r);
         Err(Status::unimplemented(""))

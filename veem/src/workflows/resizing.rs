@@ -1,0 +1,113 @@
+//! Vertical elasticity (issue 40, item 5; DESIGN.md §13): a running VEE
+//! resized in place, `veem resize VEE --vcpus N --memory MiB` (VMI
+//! ResizeVee). Within the maxima its component set at deploy
+//! (`max_vcpus`, `max_memory_mib`: the domain is created with them, the
+//! extra vCPUs offline and the extra memory held by the virtio balloon),
+//! and admitted by the planner like any change: the VEE's reservation (and
+//! its enhanced spare) holds the new size on its host from now on, growth
+//! only where every slot has room ([`crate::planner::Planner::resize_vee`]).
+//! Then the VEEH resizes the domain live (VHI Resize: vCPU hot-plug or
+//! unplug, the balloon's target); when it cannot (the machine, or a guest
+//! without the driver), the reservation goes back and the error says why.
+//! A VEE at a peer site is not resized yet (refused with the reason).
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use interfaces::vhi::ResizeRequest;
+
+use crate::core::Core;
+use crate::error::VeemError;
+use crate::model::{Location, VeeRec, VeeState};
+
+/// See the module documentation. Calls the core only.
+pub struct Resizing {
+    pub(crate) core: Arc<Core>,
+}
+
+impl Deref for Resizing {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Resizing {
+    pub fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+
+    /// Resizes running VEE `vee_id` to `vcpus` vCPUs and `memory_mib` MiB
+    /// (`None`: as it is) and returns its record. Errors: NotFound;
+    /// InvalidArgument naming `vcpus` or `memory_mib` (0, or above the
+    /// VEE's maximum); a refusal (FailedPrecondition) when it is not
+    /// running here, the planner finds no room for the growth (the host
+    /// and slot named), or the host cannot (its reason), nothing changed.
+    pub async fn resize(&self, vee_id: &str, vcpus: Option<u32>, memory_mib: Option<u64>) -> Result<VeeRec> {
+        let _g = self.lock_vee(vee_id).await;
+        let mut v = self.vee(vee_id)?;
+        let host = match (&v.location, v.state) {
+            (Location::Host(h), VeeState::Running) => h.clone(),
+            (Location::Site(_), _) => bail!("VEE {vee_id} runs at a peer site: it is not resized there yet"),
+            _ => bail!("VEE {vee_id} is {}, not running here", v.state.as_str()),
+        };
+        // Records before resizing: their size is their maximum.
+        v.max_vcpus = v.max_vcpus.max(v.vcpus);
+        v.max_memory_mib = v.max_memory_mib.max(v.memory_mib);
+        let (new_vcpus, new_memory) = (vcpus.unwrap_or(v.vcpus), memory_mib.unwrap_or(v.memory_mib));
+        check("vcpus", u64::from(new_vcpus), u64::from(v.max_vcpus), "", "max_vcpus")?;
+        check("memory_mib", new_memory, v.max_memory_mib, " MiB", "max_memory_mib")?;
+        if (new_vcpus, new_memory) == (v.vcpus, v.memory_mib) {
+            return Ok(v);
+        }
+        let now = self.now_slot();
+        let planned = self.planner.lock().unwrap().resize_vee(vee_id, new_vcpus, new_memory, now);
+        let old = planned.map_err(|e| anyhow::anyhow!("reject: VEE {vee_id} cannot be resized: {e}"))?;
+        self.persist_planner()?;
+        let r = self
+            .hosts
+            .vhi(&host)?
+            .resize(tonic::Request::new(ResizeRequest {
+                vee_id: vee_id.into(),
+                vcpus: new_vcpus,
+                memory_mib: new_memory,
+            }))
+            .await;
+        if let Err(e) = r {
+            // Back to the old size: shrinking always fits.
+            let back = self.planner.lock().unwrap().resize_vee(vee_id, old.vcpus, old.memory_mib, now);
+            if let Err(b) = back.map_err(anyhow::Error::from).and_then(|_| self.persist_planner()) {
+                tracing::warn!(vee = %vee_id, error = %format!("{b:#}"), "cannot give a failed resize's reservation back");
+            }
+            bail!("VEE {vee_id} was not resized on {host}: {}", e.message());
+        }
+        let what = format!(
+            "{} -> {new_vcpus} vCPUs, {} -> {new_memory} MiB on {host}",
+            v.vcpus, v.memory_mib
+        );
+        (v.vcpus, v.memory_mib) = (new_vcpus, new_memory);
+        self.save_vee(&v)?;
+        self.event(vee_id, &v.service_id, "resized", what);
+        Ok(v)
+    }
+}
+
+/// `value` of request field `field` is 1 to `max` (the VEE's maximum, its
+/// component's `limit_field`).
+fn check(field: &str, value: u64, max: u64, unit: &str, limit_field: &str) -> Result<()> {
+    if value == 0 {
+        bail!(VeemError::field(field, "must be at least 1"));
+    }
+    if value > max {
+        bail!(VeemError::field(
+            field,
+            format!("{value}{unit} is more than this VEE's maximum of {max}{unit} (its component's `{limit_field}`, set at deploy)")
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

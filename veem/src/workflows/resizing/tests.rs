@@ -1,0 +1,76 @@
+//! Resizing a running VEE against fake VEEHs (issue 40, item 5): within
+//! its maxima, admitted by the planner, undone when the host cannot.
+
+use crate::config::Role;
+use crate::model::VeeState;
+use crate::sim::{eventually, FakeSite, STANDARD};
+
+const IMAGE: &str = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
+
+/// STANDARD's `vm` (1 vCPU, 512 MiB) that may grow to 2 vCPUs and 2048 MiB.
+fn resizable() -> String {
+    STANDARD.replace("disk_gib = 1\n", "disk_gib = 1\nmax_vcpus = 2\nmax_memory_mib = 2048\n")
+}
+
+/// A site of fake hosts `hosts` (4 vCPUs, 4096 MiB each) with the image.
+async fn site(hosts: &[&str]) -> FakeSite {
+    let site = FakeSite::start(hosts, "").await;
+    site.repo.blobs.lock().unwrap().insert(IMAGE.into());
+    site
+}
+
+async fn running(site: &FakeSite, manifest: &str) -> String {
+    let svc = site.veem.deploy.deploy(&Role::Provider("acme".into()), manifest).await.unwrap();
+    let id = svc.vees[0].clone();
+    eventually("running", || site.veem.vee(&id).unwrap().state == VeeState::Running).await;
+    id
+}
+
+#[tokio::test]
+async fn grows_and_shrinks_in_place_within_its_maxima() {
+    let site = site(&["h1"]).await;
+    let id = running(&site, &resizable()).await;
+    let v = site.veem.vee(&id).unwrap();
+    assert_eq!((v.vcpus, v.memory_mib, v.max_vcpus, v.max_memory_mib), (1, 512, 2, 2048));
+    let h = site.host(v.host().unwrap());
+    let spec = h.spec(&id).unwrap();
+    assert_eq!((spec.max_vcpus, spec.max_memory_mib), (2, 2048), "the domain is made with the maxima");
+
+    let v = site.veem.resizing.resize(&id, Some(2), Some(1536)).await.unwrap();
+    assert_eq!((v.vcpus, v.memory_mib), (2, 1536));
+    assert!(h.calls().contains(&format!("resize {id} vcpus=2 memory_mib=1536")), "{:?}", h.calls());
+    let r = site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources;
+    assert_eq!((r.vcpus, r.memory_mib), (2, 1536), "the planner holds the new size");
+    assert!(site.events(&id).iter().any(|e| e.starts_with("resized: 1 -> 2 vCPUs, 512 -> 1536 MiB")));
+    let v = site.veem.resizing.resize(&id, None, Some(512)).await.unwrap();
+    assert_eq!((v.vcpus, v.memory_mib), (2, 512));
+
+    // Beyond its maxima, or zero: the field named, nothing changed.
+    for (vcpus, memory, field) in [(Some(3), None, "vcpus"), (None, Some(4096), "memory_mib"), (Some(0), None, "vcpus")] {
+        let e = format!("{:#}", site.veem.resizing.resize(&id, vcpus, memory).await.unwrap_err());
+        assert!(e.contains(&format!("field `{field}`")), "{e}");
+    }
+    assert_eq!(site.veem.vee(&id).unwrap().memory_mib, 512);
+}
+
+#[tokio::test]
+async fn no_room_on_its_host_or_a_host_that_cannot_changes_nothing() {
+    // One host of 4096 MiB; another VEE holds 3200 MiB: 384 MiB free.
+    let site = site(&["h1"]).await;
+    let big = STANDARD.replace("memory_mib = 512", "memory_mib = 3200").replace("name = \"vm\"", "name = \"big\"");
+    running(&site, &big).await;
+    let id = running(&site, &resizable()).await;
+    let e = format!("{:#}", site.veem.resizing.resize(&id, None, Some(1024)).await.unwrap_err());
+    assert!(e.contains("no room for") && e.contains("h1"), "{e}");
+    let r = site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources;
+    assert_eq!(r.memory_mib, 512);
+
+    // The host refuses (a guest without the balloon driver, a machine
+    // without hot-plug): the reservation goes back.
+    site.hosts[0].fail("Resize", tonic::Code::FailedPrecondition, "unsupported: vCPU hot-plug");
+    let e = format!("{:#}", site.veem.resizing.resize(&id, Some(2), None).await.unwrap_err());
+    assert!(e.contains("was not resized on h1") && e.contains("vCPU hot-plug"), "{e}");
+    let r = site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources;
+    assert_eq!(r.vcpus, 1, "given back");
+    assert_eq!(site.veem.vee(&id).unwrap().vcpus, 1);
+}
