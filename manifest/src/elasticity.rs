@@ -18,6 +18,23 @@
 //! instances = 3                # at least 3 from then on (until another schedule's time)
 //! ```
 //!
+//! A third kind resizes each instance instead (vertical elasticity, within
+//! the component's `max_vcpus` / `max_memory_mib`):
+//!
+//! ```toml
+//! [[elasticity]]
+//! component = "db"
+//! resize = "memory"            # or "vcpus"
+//! min = 256                    # the smallest size (MiB, or vCPUs) it shrinks an instance to
+//! max = 1024                   # the largest it grows one to
+//! step = 128                   # by this much each time
+//! metric = "memory_used"
+//! scale_out_above = 200        # sustained for `for`: every instance one step larger
+//! scale_in_below = 64          # sustained for `for`: one step smaller
+//! for = "30s"
+//! cooldown = "60s"
+//! ```
+//!
 //! A metric is the average over the component's live instances: one the
 //! hypervisor measures ([`HYPERVISOR_METRICS`]), or a KPI a guest reports
 //! (any other name of `[a-z][a-z0-9_]*`). Every error names the field
@@ -84,6 +101,33 @@ pub struct ElasticityRule {
     /// Scheduled rule: at least this many instances from its time on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instances: Option<u32>,
+    /// Resize rule: what it changes in each instance (its `min`, `max` and
+    /// `step` are then MiB or vCPUs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize: Option<Resource>,
+    /// Resize rule: by how much each decision changes an instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
+}
+
+/// `elasticity[].resize`: what a resize rule changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resource {
+    /// Memory, MiB (the virtio balloon).
+    Memory,
+    /// vCPUs (hot-plug).
+    Vcpus,
+}
+
+impl Resource {
+    /// Its unit in messages: ` MiB` or ` vCPUs`.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Resource::Memory => " MiB",
+            Resource::Vcpus => " vCPUs",
+        }
+    }
 }
 
 /// A rule, checked: what the VEEM evaluates.
@@ -106,13 +150,27 @@ pub enum Rule {
         schedule: Box<croner::Cron>,
         instances: u32,
     },
+    /// Resize each instance's `resource` by `step` between `min` and `max`
+    /// on a metric.
+    Resize {
+        component: String,
+        resource: Resource,
+        min: u32,
+        max: u32,
+        step: u32,
+        metric: String,
+        scale_out_above: Option<f64>,
+        scale_in_below: Option<f64>,
+        sustained: Duration,
+        cooldown: Duration,
+    },
 }
 
 impl Rule {
     /// The component it scales.
     pub fn component(&self) -> &str {
         match self {
-            Rule::Metric { component, .. } | Rule::Schedule { component, .. } => component,
+            Rule::Metric { component, .. } | Rule::Schedule { component, .. } | Rule::Resize { component, .. } => component,
         }
     }
 }
@@ -169,9 +227,11 @@ fn check(c: Option<&Component>, i: usize, r: &ElasticityRule) -> Result<Rule> {
                 ("scale_in_below", r.scale_in_below.is_some()),
                 ("for", r.sustained.is_some()),
                 ("cooldown", r.cooldown.is_some()),
+                ("resize", r.resize.is_some()),
+                ("step", r.step.is_some()),
             ] {
                 if set {
-                    return Err(invalid(field(name), "belongs to a metric rule, not a scheduled one"));
+                    return Err(invalid(field(name), "belongs to a metric or resize rule, not a scheduled one"));
                 }
             }
             let instances = r
@@ -185,23 +245,18 @@ fn check(c: Option<&Component>, i: usize, r: &ElasticityRule) -> Result<Rule> {
                 instances,
             })
         }
+        (None, Some(_)) if r.resize.is_some() => check_resize(c, i, r),
         (None, Some(metric)) => {
+            if r.step.is_some() {
+                return Err(invalid(field("step"), "belongs to a resize rule (with `resize`)"));
+            }
             if r.instances.is_some() {
                 return Err(invalid(
                     field("instances"),
                     "belongs to a scheduled rule; a metric rule has `min` and `max`",
                 ));
             }
-            if !(HYPERVISOR_METRICS.contains(&metric.as_str()) || is_kpi_name(metric)) {
-                return Err(invalid(
-                    field("metric"),
-                    format!(
-                        "{:?} is neither a hypervisor metric ({}) nor a KPI name ([a-z][a-z0-9_]*, at most {MAX_METRIC_LEN} bytes)",
-                        crate::excerpt::excerpt(metric, crate::excerpt::QUOTE_CHARS),
-                        HYPERVISOR_METRICS.join(", ")
-                    ),
-                ));
-            }
+            check_metric(i, metric)?;
             let min = r.min.ok_or_else(|| invalid(field("min"), "a metric rule needs `min`"))?;
             let max = r.max.ok_or_else(|| invalid(field("max"), "a metric rule needs `max`"))?;
             check_range(&field("max"), max, 1, MAX_INSTANCES, "")?;
@@ -217,34 +272,7 @@ fn check(c: Option<&Component>, i: usize, r: &ElasticityRule) -> Result<Rule> {
                     ),
                 ));
             }
-            for (name, v) in [("scale_out_above", r.scale_out_above), ("scale_in_below", r.scale_in_below)] {
-                if v.is_some_and(|v| !v.is_finite()) {
-                    return Err(invalid(field(name), "must be a finite number"));
-                }
-            }
-            match (r.scale_out_above, r.scale_in_below) {
-                (None, None) => {
-                    return Err(invalid(
-                        field("scale_out_above"),
-                        "a metric rule needs `scale_out_above`, `scale_in_below` or both",
-                    ))
-                }
-                (Some(out), Some(inn)) if inn >= out => {
-                    return Err(invalid(
-                        field("scale_in_below"),
-                        format!("{inn} is not below `scale_out_above` ({out}): the count would flap"),
-                    ))
-                }
-                _ => {}
-            }
-            for (name, d) in [("for", r.sustained), ("cooldown", r.cooldown)] {
-                if d.is_some_and(|d| d > MAX_RULE_PERIOD) {
-                    return Err(invalid(
-                        field(name),
-                        format!("at most {}", humantime::format_duration(MAX_RULE_PERIOD)),
-                    ));
-                }
-            }
+            check_thresholds(i, r)?;
             Ok(Rule::Metric {
                 component: r.component.clone(),
                 min,
@@ -257,6 +285,117 @@ fn check(c: Option<&Component>, i: usize, r: &ElasticityRule) -> Result<Rule> {
             })
         }
     }
+}
+
+/// Rule `i`'s `metric` is a hypervisor metric or a KPI name.
+fn check_metric(i: usize, metric: &str) -> Result<()> {
+    if HYPERVISOR_METRICS.contains(&metric) || is_kpi_name(metric) {
+        return Ok(());
+    }
+    Err(invalid(
+        format!("elasticity[{i}].metric"),
+        format!(
+            "{:?} is neither a hypervisor metric ({}) nor a KPI name ([a-z][a-z0-9_]*, at most {MAX_METRIC_LEN} bytes)",
+            crate::excerpt::excerpt(metric, crate::excerpt::QUOTE_CHARS),
+            HYPERVISOR_METRICS.join(", ")
+        ),
+    ))
+}
+
+/// Rule `i`'s thresholds (finite, at least one, the lower below the
+/// upper) and periods (at most [`MAX_RULE_PERIOD`]).
+fn check_thresholds(i: usize, r: &ElasticityRule) -> Result<()> {
+    let field = |name: &str| format!("elasticity[{i}].{name}");
+    for (name, v) in [("scale_out_above", r.scale_out_above), ("scale_in_below", r.scale_in_below)] {
+        if v.is_some_and(|v| !v.is_finite()) {
+            return Err(invalid(field(name), "must be a finite number"));
+        }
+    }
+    match (r.scale_out_above, r.scale_in_below) {
+        (None, None) => {
+            return Err(invalid(
+                field("scale_out_above"),
+                "a metric rule needs `scale_out_above`, `scale_in_below` or both",
+            ))
+        }
+        (Some(out), Some(inn)) if inn >= out => {
+            return Err(invalid(
+                field("scale_in_below"),
+                format!("{inn} is not below `scale_out_above` ({out}): the count would flap"),
+            ))
+        }
+        _ => {}
+    }
+    for (name, d) in [("for", r.sustained), ("cooldown", r.cooldown)] {
+        if d.is_some_and(|d| d > MAX_RULE_PERIOD) {
+            return Err(invalid(
+                field(name),
+                format!("at most {}", humantime::format_duration(MAX_RULE_PERIOD)),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A resize rule `i`, `r` (with `resize` and a `metric`), checked; its
+/// `min` and `max` within what component `c` may be resized to (1 to its
+/// `max_vcpus` or `max_memory_mib`, its size between them) when given.
+fn check_resize(c: Option<&Component>, i: usize, r: &ElasticityRule) -> Result<Rule> {
+    let field = |name: &str| format!("elasticity[{i}].{name}");
+    let (Some(resource), Some(metric)) = (r.resize, &r.metric) else {
+        return Err(invalid(field("resize"), "a resize rule needs `resize` and a `metric`"));
+    };
+    if r.instances.is_some() {
+        return Err(invalid(field("instances"), "belongs to a scheduled rule, not a resize rule"));
+    }
+    check_metric(i, metric)?;
+    let unit = resource.unit();
+    let min = r
+        .min
+        .ok_or_else(|| invalid(field("min"), format!("a resize rule needs `min` ({})", unit.trim())))?;
+    let max = r
+        .max
+        .ok_or_else(|| invalid(field("max"), format!("a resize rule needs `max` ({})", unit.trim())))?;
+    let step = r.step.ok_or_else(|| invalid(field("step"), "a resize rule needs `step`"))?;
+    check_range(&field("min"), min, 1, u32::MAX, unit)?;
+    check_range(&field("step"), step, 1, u32::MAX, unit)?;
+    if min > max {
+        return Err(invalid(field("min"), format!("{min}{unit} is more than `max` ({max}{unit})")));
+    }
+    if let Some(c) = c {
+        let (size, limit, limit_field) = match resource {
+            Resource::Memory => (c.memory_mib, c.memory_limit_mib(), "max_memory_mib"),
+            Resource::Vcpus => (u64::from(c.vcpus), u64::from(c.vcpu_limit()), "max_vcpus"),
+        };
+        if u64::from(max) > limit {
+            return Err(invalid(
+                field("max"),
+                format!(
+                    "{max}{unit} is more than component {:?} may be resized to ({limit}{unit}: its `{limit_field}`)",
+                    c.name
+                ),
+            ));
+        }
+        if !(u64::from(min)..=u64::from(max)).contains(&size) {
+            return Err(invalid(
+                field("min"),
+                format!("component {:?} starts at {size}{unit}, outside this rule's {min} to {max}", c.name),
+            ));
+        }
+    }
+    check_thresholds(i, r)?;
+    Ok(Rule::Resize {
+        component: r.component.clone(),
+        resource,
+        min,
+        max,
+        step,
+        metric: metric.clone(),
+        scale_out_above: r.scale_out_above,
+        scale_in_below: r.scale_in_below,
+        sustained: r.sustained.unwrap_or_default(),
+        cooldown: r.cooldown.unwrap_or_default(),
+    })
 }
 
 /// A cron pattern of five fields that comes around within a year.

@@ -533,16 +533,28 @@ fn rejects_bad_networks_naming_the_field() {
 
 #[test]
 fn resize_limits_are_at_least_the_size_and_within_the_limits() {
-    let m = Manifest::from_toml(&edit("memory_mib = 512\n", "memory_mib = 512\nmax_vcpus = 4\nmax_memory_mib = 2048\n")).unwrap();
+    let m = Manifest::from_toml(&edit(
+        "memory_mib = 512\n",
+        "memory_mib = 512\nmax_vcpus = 4\nmax_memory_mib = 2048\n",
+    ))
+    .unwrap();
     let web = m.component("web").unwrap();
     assert_eq!((web.vcpu_limit(), web.memory_limit_mib()), (4, 2048));
     let db = m.component("db").unwrap();
     assert_eq!((db.vcpu_limit(), db.memory_limit_mib()), (1, 256), "no headroom unless asked");
-    rejects(&edit("memory_mib = 512\n", "memory_mib = 512\nmax_vcpus = 1\n"), "component[1].max_vcpus", "less than `vcpus` (2)");
+    rejects(
+        &edit("memory_mib = 512\n", "memory_mib = 512\nmax_vcpus = 1\n"),
+        "component[1].max_vcpus",
+        "less than `vcpus` (2)",
+    );
     rejects(
         &edit("memory_mib = 512\n", "memory_mib = 512\nmax_memory_mib = 256\n"),
         "component[1].max_memory_mib",
         "less than `memory_mib` (512 MiB)",
     );
-    rejects(&edit("memory_mib = 512\n", "memory_mib = 512\nmax_vcpus = 100000\n"), "component[1].max_vcpus", "more than the limit");
+    rejects(
+        &edit("memory_mib = 512\n", "memory_mib = 512\nmax_vcpus = 100000\n"),
+        "component[1].max_vcpus",
+        "more than the limit",
+    );
 }

@@ -276,7 +276,10 @@ fn validate_component(i: usize, c: &Component) -> Result<()> {
     }
     if let Some(max) = c.max_memory_mib {
         if max < c.memory_mib {
-            return Err(invalid(f("max_memory_mib"), format!("{max} MiB is less than `memory_mib` ({} MiB)", c.memory_mib)));
+            return Err(invalid(
+                f("max_memory_mib"),
+                format!("{max} MiB is less than `memory_mib` ({} MiB)", c.memory_mib),
+            ));
         }
         check_range(&f("max_memory_mib"), max, 1, MAX_MEMORY_MIB, " MiB")?;
     }

@@ -268,7 +268,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     }
                 }
             }
-            Op::Resize { vee, vcpus, memory_mib, from } => {
+            Op::Resize {
+                vee,
+                vcpus,
+                memory_mib,
+                from,
+            } => {
                 if !vees.is_empty() {
                     let v = vees[vee % vees.len()].clone();
                     let before = fingerprint(&p);

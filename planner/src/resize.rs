@@ -23,9 +23,16 @@ impl Planner {
     /// reservation that ends by `from`.
     pub fn resize_vee(&mut self, vee: &str, vcpus: u32, memory_mib: u64, from: Slot) -> Result<Resources, PlanError> {
         if vcpus == 0 || memory_mib == 0 {
-            return Err(PlanError::Invalid(format!("{vcpus} vCPUs and {memory_mib} MiB: both must be at least 1")));
+            return Err(PlanError::Invalid(format!(
+                "{vcpus} vCPUs and {memory_mib} MiB: both must be at least 1"
+            )));
         }
-        let own = self.p.primaries.get(vee).cloned().ok_or_else(|| PlanError::UnknownVee(vee.to_string()))?;
+        let own = self
+            .p
+            .primaries
+            .get(vee)
+            .cloned()
+            .ok_or_else(|| PlanError::UnknownVee(vee.to_string()))?;
         let new = Resources::new(vcpus, memory_mib, own.resources.disk_gib);
         let growth = new.saturating_sub(&own.resources);
         if !growth.is_zero() && self.p.peer_spares.contains_key(vee) {
@@ -55,7 +62,9 @@ impl Planner {
                 let conflict = if rec.removed || rec.down.is_some() {
                     Some(range.start)
                 } else {
-                    self.d.usage[r.host as usize].total.first_conflict(*range, &growth, &rec.spec.capacity)
+                    self.d.usage[r.host as usize]
+                        .total
+                        .first_conflict(*range, &growth, &rec.spec.capacity)
                 };
                 if let Some(slot) = conflict {
                     let what = if r.spare { "its spare" } else { "it" };
@@ -69,7 +78,11 @@ impl Planner {
         }
         for (r, range) in resized.into_iter().filter(|(_, range)| !range.is_empty()) {
             self.remove_reservation(&r.key());
-            self.insert_reservation(Reservation { range, resources: new, ..r });
+            self.insert_reservation(Reservation {
+                range,
+                resources: new,
+                ..r
+            });
         }
         Ok(own.resources)
     }

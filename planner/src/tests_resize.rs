@@ -22,7 +22,10 @@ fn a_vee_grows_where_its_host_has_room_and_shrinks_anywhere() {
     // 768 + 256 = 1024: full. One MiB more for either is refused.
     let before = fingerprint(&p);
     let e = p.resize_vee(&v1, 1, 257, 10).unwrap_err().to_string();
-    assert!(e.contains(&v1) && e.contains("h0") && e.contains("no room for") && e.contains("slot 10"), "{e}");
+    assert!(
+        e.contains(&v1) && e.contains("h0") && e.contains("no room for") && e.contains("slot 10"),
+        "{e}"
+    );
     assert_eq!(fingerprint(&p), before, "a refusal changes nothing");
     // Shrinking fits, and frees the room for the other.
     p.resize_vee(&v0, 1, 128, 20).unwrap();

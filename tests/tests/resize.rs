@@ -40,7 +40,8 @@ async fn lab_a_live_memory_and_vcpu_resize_of_a_running_guest_is_visible_inside_
     );
     let svc = site::deploy(&mut acme, m).await.unwrap();
     let id = svc.vees[0].vee_id.clone();
-    veem.wait_vee(&id, "running", Duration::from_secs(180), |i| i.state() == VeeState::Running).await;
+    veem.wait_vee(&id, "running", Duration::from_secs(180), |i| i.state() == VeeState::Running)
+        .await;
     let mut vhi = host.client().await;
     let report = |text: &str| last_report(text);
     let before = e2e::daemons::wait_console(&mut vhi, &id, 4096, "a size report", Duration::from_secs(120), report).await;
@@ -74,7 +75,10 @@ async fn lab_a_live_memory_and_vcpu_resize_of_a_running_guest_is_visible_inside_
     // Beyond the maximum set at deploy: refused, naming the field.
     let out = site::cli_at(&endpoint, &home, ACME, &["resize", &id, "--memory", "512"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("memory_mib") && stderr.contains("maximum of 256"), "{stderr}");
+    assert!(
+        !out.status.success() && stderr.contains("memory_mib") && stderr.contains("maximum of 256"),
+        "{stderr}"
+    );
     let tail = console(&mut vhi, &id).await;
     assert!(last_report(&tail).is_some_and(|(_, cpus)| cpus == 2), "{tail}");
 }

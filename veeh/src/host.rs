@@ -414,7 +414,10 @@ impl Host {
         let mut rec = self.vees.get(vee_id)?;
         let (max_vcpus, max_memory_mib) = (rec.max_vcpus.max(rec.vcpus), rec.max_memory_mib.max(rec.memory_mib));
         if vcpus > max_vcpus {
-            bail!(HostError::field("vcpus", format!("{vcpus} is more than this VEE's maximum of {max_vcpus}")));
+            bail!(HostError::field(
+                "vcpus",
+                format!("{vcpus} is more than this VEE's maximum of {max_vcpus}")
+            ));
         }
         if memory_mib > max_memory_mib {
             bail!(HostError::field(

@@ -194,10 +194,12 @@ impl Veem {
             networks: networks.clone(),
             spares: spares.clone(),
         });
+        let resizing = Arc::new(Resizing::new(core.clone()));
         let elasticity = Arc::new(Elasticity {
             core: core.clone(),
             accounting: accounting.clone(),
             scaling: scaling.clone(),
+            resizing: resizing.clone(),
             states: Default::default(),
         });
         let rollouts = Arc::new(Rollouts {
@@ -207,7 +209,6 @@ impl Veem {
             deploy: deploy.clone(),
             scaling: scaling.clone(),
         });
-        let resizing = Arc::new(Resizing::new(core.clone()));
         // (the next workflow here)
         Arc::new(Self {
             resizing,

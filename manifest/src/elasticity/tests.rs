@@ -67,7 +67,7 @@ fn a_bad_rule_is_refused_naming_its_field() {
         ),
         (SCHEDULE.replace("0 8 * * 1-5", "61 8 * * *"), "elasticity[0].schedule", "61"),
         (SCHEDULE.replace("instances = 3\n", ""), "elasticity[0].instances", "needs"),
-        (format!("{SCHEDULE}min = 1\n"), "elasticity[0].min", "metric rule"),
+        (format!("{SCHEDULE}min = 1\n"), "elasticity[0].min", "not a scheduled one"),
         (format!("{METRIC}instances = 2\n"), "elasticity[0].instances", "scheduled rule"),
     ] {
         let e = manifest(&rule).unwrap_err();
@@ -75,4 +75,58 @@ fn a_bad_rule_is_refused_naming_its_field() {
     }
     let many = METRIC.repeat(33);
     assert!(manifest(&many).unwrap_err().contains("at most 32"));
+}
+
+const RESIZE: &str = "[[elasticity]]\ncomponent = \"web\"\nresize = \"memory\"\nmin = 128\nmax = 512\nstep = 64\n\
+metric = \"memory_used\"\nscale_out_above = 100\nscale_in_below = 40\nfor = \"30s\"\ncooldown = \"1m\"\n";
+
+/// `web` of [`manifest`] resizable to 2 vCPUs and 512 MiB.
+fn resizable(rules: &str) -> Result<Manifest, String> {
+    Manifest::from_toml(&format!(
+        "[service]\nname = \"shop\"\nprovider = \"acme\"\n[sla]\nguarantee = \"standard\"\n\
+         [[component]]\nname = \"web\"\ninstances = 2\nvcpus = 1\nmemory_mib = 128\nmax_vcpus = 2\nmax_memory_mib = 512\ndisk_gib = 1\n\
+         image = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n{rules}"
+    ))
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_resize_rule_stays_within_what_the_component_may_be_resized_to() {
+    let m = resizable(RESIZE).unwrap();
+    match &rules(&m.elasticity)[0] {
+        Rule::Resize {
+            resource, min, max, step, ..
+        } => assert_eq!((*resource, *min, *max, *step), (crate::elasticity::Resource::Memory, 128, 512, 64)),
+        other => panic!("{other:?}"),
+    }
+    let vcpus = RESIZE
+        .replace("\"memory\"", "\"vcpus\"")
+        .replace("min = 128", "min = 1")
+        .replace("max = 512", "max = 2")
+        .replace("step = 64", "step = 1");
+    assert!(resizable(&vcpus).is_ok());
+    for (rule, field, why) in [
+        (
+            RESIZE.replace("max = 512", "max = 1024"),
+            "elasticity[0].max",
+            "its `max_memory_mib`",
+        ),
+        (RESIZE.replace("min = 128", "min = 256"), "elasticity[0].min", "starts at 128 MiB"),
+        (RESIZE.replace("step = 64\n", ""), "elasticity[0].step", "needs `step`"),
+        (RESIZE.replace("step = 64", "step = 0"), "elasticity[0].step", "at least 1"),
+        (RESIZE.replace("\"memory\"", "\"disk\""), "elasticity", "unknown variant"),
+        (vcpus.replace("max = 2", "max = 3"), "elasticity[0].max", "its `max_vcpus`"),
+        (format!("{METRIC}step = 1\n"), "elasticity[0].step", "resize rule"),
+        (
+            format!("{SCHEDULE}resize = \"vcpus\"\n"),
+            "elasticity[0].resize",
+            "not a scheduled one",
+        ),
+    ] {
+        let e = resizable(&rule).unwrap_err();
+        assert!(e.contains(field) && e.contains(why), "{field} / {why}: {e}");
+    }
+    // Without headroom in the component, no rule may grow it.
+    let e = manifest(RESIZE).unwrap_err();
+    assert!(e.contains("elasticity[0].max") && e.contains("128 MiB"), "{e}");
 }

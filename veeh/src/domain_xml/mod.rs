@@ -154,7 +154,12 @@ pub fn generate(spec: &DomainSpec) -> String {
                 text(w, "veeh:service", &[], &spec.service_id);
             })
         });
-        text(w, "memory", &[("unit", "MiB")], &spec.memory_mib.max(spec.max_memory_mib).to_string());
+        text(
+            w,
+            "memory",
+            &[("unit", "MiB")],
+            &spec.memory_mib.max(spec.max_memory_mib).to_string(),
+        );
         if spec.max_memory_mib > spec.memory_mib {
             text(w, "currentMemory", &[("unit", "MiB")], &spec.memory_mib.to_string());
         }

@@ -184,6 +184,11 @@ fn the_generated_xml_is_valid_for_libvirt() {
             initrd: None,
             ..spec()
         },
+        DomainSpec {
+            max_vcpus: 4,
+            max_memory_mib: 1024,
+            ..spec()
+        },
     ];
     let dir = tempfile::tempdir().unwrap();
     for (i, s) in specs.iter().enumerate() {
@@ -338,8 +343,14 @@ fn foreign_domains_have_no_ownership() {
 #[test]
 fn a_resizable_vee_has_its_maximum_a_balloon_and_vcpus_to_hot_plug() {
     let fixed = generate(&spec());
-    assert!(fixed.contains("<memory unit=\"MiB\">128</memory>") && fixed.contains("<vcpu>1</vcpu>"), "{fixed}");
-    assert!(fixed.contains("<memballoon model=\"none\"/>") && !fixed.contains("currentMemory"), "{fixed}");
+    assert!(
+        fixed.contains("<memory unit=\"MiB\">128</memory>") && fixed.contains("<vcpu>1</vcpu>"),
+        "{fixed}"
+    );
+    assert!(
+        fixed.contains("<memballoon model=\"none\"/>") && !fixed.contains("currentMemory"),
+        "{fixed}"
+    );
     let xml = generate(&DomainSpec {
         max_vcpus: 4,
         max_memory_mib: 512,

@@ -177,7 +177,11 @@ impl Vmi for VmiService {
         let v = self
             .veem
             .resizing
-            .resize(&req.vee_id, (req.vcpus > 0).then_some(req.vcpus), (req.memory_mib > 0).then_some(req.memory_mib))
+            .resize(
+                &req.vee_id,
+                (req.vcpus > 0).then_some(req.vcpus),
+                (req.memory_mib > 0).then_some(req.memory_mib),
+            )
             .await
             .map_err(|e| self.refusal(&role, e))?;
         Ok(Response::new(self.vee_info(&role, &v)))

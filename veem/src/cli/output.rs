@@ -108,7 +108,10 @@ pub fn vee(v: &Vee, format: OutputFormat) -> String {
         ("state", v.state.to_string()),
         ("location", v.location.clone()),
         ("vcpus", format!("{} (at most {})", v.vcpus, v.max_vcpus.max(v.vcpus))),
-        ("memory_mib", format!("{} (at most {})", v.memory_mib, v.max_memory_mib.max(v.memory_mib))),
+        (
+            "memory_mib",
+            format!("{} (at most {})", v.memory_mib, v.max_memory_mib.max(v.memory_mib)),
+        ),
         ("image", v.image.clone()),
         ("latest_checkpoint", v.latest_checkpoint.clone()),
         ("updated", opt(&v.updated)),

@@ -14,13 +14,14 @@ use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
-use interfaces::manifest::elasticity::{rules, Rule};
+use interfaces::manifest::elasticity::{rules, Resource, Rule};
 
 use crate::core::Core;
-use crate::domain::elasticity::{changed, decide, RuleState};
+use crate::domain::elasticity::{changed, decide, decide_resize, RuleState};
 use crate::model::{ServiceRec, VeeState};
 use crate::store::Tree;
 use crate::workflows::accounting::Accounting;
+use crate::workflows::resizing::Resizing;
 use crate::workflows::scaling::Scaling;
 
 /// See the module documentation. Calls the core, accounting (the
@@ -29,6 +30,7 @@ pub struct Elasticity {
     pub(crate) core: Arc<Core>,
     pub(crate) accounting: Arc<Accounting>,
     pub(crate) scaling: Arc<Scaling>,
+    pub(crate) resizing: Arc<Resizing>,
     /// What each rule remembers, by (service, component).
     pub(crate) states: Mutex<HashMap<(String, String), HashMap<usize, RuleState>>>,
 }
@@ -92,12 +94,70 @@ impl Elasticity {
             let metric = |name: &str| self.accounting.samples.average(live.iter().map(String::as_str), name, fresh_since);
             decide(rules, states, live.len() as u32, metric, at)
         };
+        self.resize_round(svc, component, rules, &live, fresh_since).await;
         let Some(d) = decision else { return };
         let what = format!("rule elasticity[{}]: {component} {} -> {}: {}", d.rule, d.from, d.to, d.why);
         tracing::info!(service = %svc.id, "{what}");
         self.event("", &svc.id, "elasticity", what);
         if let Err(e) = self.scaling.scale(&svc.id, component, d.to).await {
             let why = format!("rule elasticity[{}]: {component} {} -> {} refused: {e:#}", d.rule, d.from, d.to);
+            tracing::warn!(service = %svc.id, "{why}");
+            self.event("", &svc.id, "elasticity-refused", why);
+        }
+        changed(self.states.lock().unwrap().entry(key).or_default(), d.rule, self.clock.now_ms());
+    }
+
+    /// The resize rules of `component` of `svc` (vertical elasticity):
+    /// when one decides, each running instance of `live` gets one step
+    /// more or less (within the rule's bounds) as `veem resize` gives it,
+    /// an event says so (`elasticity`), and one per instance the planner
+    /// or its host refused (`elasticity-refused`).
+    async fn resize_round(&self, svc: &ServiceRec, component: &str, rules: &[(usize, &Rule)], live: &[String], fresh_since: i64) {
+        if !rules.iter().any(|(_, r)| matches!(r, Rule::Resize { .. })) {
+            return;
+        }
+        let key = (svc.id.clone(), component.to_string());
+        let now = self.clock.now_ms();
+        let decision = {
+            let mut all = self.states.lock().unwrap();
+            let at = chrono::DateTime::from_timestamp_millis(now).unwrap_or_default();
+            let metric = |name: &str| self.accounting.samples.average(live.iter().map(String::as_str), name, fresh_since);
+            decide_resize(rules, all.entry(key.clone()).or_default(), metric, at)
+        };
+        let Some(d) = decision else { return };
+        let mut vees = self.vees_where(|v| live.contains(&v.id) && v.state == VeeState::Running);
+        vees.sort_by_key(|v| v.instance);
+        let unit = d.resource.unit();
+        let (mut resized, mut refused) = (Vec::new(), Vec::new());
+        for v in vees {
+            let (vcpus, memory_mib, from) = match d.resource {
+                Resource::Memory => (None, Some(d.size_for(v.memory_mib)), v.memory_mib),
+                Resource::Vcpus => (Some(d.size_for(v.vcpus.into()) as u32), None, u64::from(v.vcpus)),
+            };
+            let to = vcpus.map_or(memory_mib.unwrap_or(from), u64::from);
+            if to == from {
+                continue;
+            }
+            match self.resizing.resize(&v.id, vcpus, memory_mib).await {
+                Ok(_) => resized.push(format!("instance {} {from} -> {to}{unit}", v.instance)),
+                Err(e) => refused.push(format!("instance {} {from} -> {to}{unit} refused: {e:#}", v.instance)),
+            }
+        }
+        if resized.is_empty() && refused.is_empty() {
+            return;
+        }
+        if !resized.is_empty() {
+            let what = format!(
+                "rule elasticity[{}]: {component} resized: {}: {}",
+                d.rule,
+                resized.join(", "),
+                d.why
+            );
+            tracing::info!(service = %svc.id, "{what}");
+            self.event("", &svc.id, "elasticity", what);
+        }
+        for r in refused {
+            let why = format!("rule elasticity[{}]: {component} {r}", d.rule);
             tracing::warn!(service = %svc.id, "{why}");
             self.event("", &svc.id, "elasticity-refused", why);
         }

@@ -83,10 +83,7 @@ impl Resizing {
             }
             bail!("VEE {vee_id} was not resized on {host}: {}", e.message());
         }
-        let what = format!(
-            "{} -> {new_vcpus} vCPUs, {} -> {new_memory} MiB on {host}",
-            v.vcpus, v.memory_mib
-        );
+        let what = format!("{} -> {new_vcpus} vCPUs, {} -> {new_memory} MiB on {host}", v.vcpus, v.memory_mib);
         (v.vcpus, v.memory_mib) = (new_vcpus, new_memory);
         self.save_vee(&v)?;
         self.event(vee_id, &v.service_id, "resized", what);

@@ -22,6 +22,8 @@ fn metric_rule(min: u32, max: u32, out: f64, inn: f64, for_s: u64, cooldown_s: u
         cooldown: Some(Duration::from_secs(cooldown_s)),
         schedule: None,
         instances: None,
+        resize: None,
+        step: None,
     }
 }
 
@@ -37,6 +39,8 @@ fn schedule_rule(pattern: &str, instances: u32) -> ElasticityRule {
         cooldown: None,
         schedule: Some(pattern.into()),
         instances: Some(instances),
+        resize: None,
+        step: None,
     }
 }
 
@@ -154,4 +158,58 @@ fn a_schedule_raises_the_count_at_its_time_and_holds_it_as_a_floor() {
     // ... but it does after 20:00.
     sim.run(at(20, 0, 0), 600, 10, |_| Some(0.0));
     assert_eq!(sim.count, 1);
+}
+
+/// A resize rule: memory from 128 MiB up to 512 by 128, on memory_used.
+fn resize_rule() -> ElasticityRule {
+    ElasticityRule {
+        resize: Some(interfaces::manifest::elasticity::Resource::Memory),
+        step: Some(128),
+        min: Some(128),
+        max: Some(512),
+        metric: Some("memory_used".into()),
+        scale_out_above: Some(100.0),
+        scale_in_below: Some(30.0),
+        ..metric_rule(1, 1, 0.0, 0.0, 20, 60)
+    }
+}
+
+#[test]
+fn a_resize_rule_steps_each_instance_within_its_bounds_after_for_and_cooldown() {
+    let all = rules(&[resize_rule(), metric_rule(1, 3, 0.7, 0.2, 20, 60)]);
+    let indexed: Vec<(usize, &Rule)> = all.iter().enumerate().collect();
+    let mut states = HashMap::new();
+    let t0 = at(10, 0, 0);
+    let mut size = 128u64;
+    let mut steps = vec![];
+    // memory_used 120 MiB (above 100) for 5 minutes; cpu idle-ish (0.5).
+    for s in (0..300).step_by(10) {
+        let t = t0 + chrono::Duration::seconds(s);
+        let metric = |name: &str| Some(if name == "memory_used" { 120.0 } else { 0.5 });
+        if let Some(d) = decide_resize(&indexed, &mut states, metric, t) {
+            assert_eq!((d.rule, d.way), (0, Way::Up));
+            assert!(d.why.contains("memory_used 120.000 above 100"), "{}", d.why);
+            size = d.size_for(size);
+            steps.push((s, size));
+            changed(&mut states, d.rule, t.timestamp_millis());
+        }
+        // The metric rule's count does not move (0.5 is between its thresholds).
+        assert_eq!(decide(&indexed, &mut states, 1, metric, t), None);
+    }
+    // After `for` (20 s), then once per cooldown (60 s), up to the max.
+    assert_eq!(steps, [(20, 256), (80, 384), (140, 512), (200, 512), (260, 512)]);
+    // Down: one step at a time, never below min.
+    let d = ResizeDecision {
+        rule: 0,
+        way: Way::Down,
+        resource: interfaces::manifest::elasticity::Resource::Memory,
+        step: 128,
+        min: 128,
+        max: 512,
+        why: String::new(),
+    };
+    assert_eq!((d.size_for(512), d.size_for(200), d.size_for(128)), (384, 128, 128));
+    // An instance already beyond the bounds is never moved the other way.
+    assert_eq!(ResizeDecision { way: Way::Up, ..d.clone() }.size_for(1024), 1024);
+    assert_eq!(d.size_for(64), 64);
 }

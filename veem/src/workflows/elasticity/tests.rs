@@ -107,3 +107,59 @@ async fn a_refused_scale_out_is_an_event_and_waits_out_the_cooldown() {
     rounds(&site, &svc.id, 0.9, 6).await;
     assert_eq!(events(&site, &svc.id, "elasticity-refused").len(), 2);
 }
+
+/// Every live instance of `service` measured with `memory_used` `mib`.
+fn measure_memory(site: &FakeSite, service: &str, mib: f64) {
+    let now = site.clock.now_ms();
+    for v in site.veem.vees_where(|v| v.service_id == service && v.state != VeeState::Terminated) {
+        let values: BTreeMap<String, f64> = [("memory_used".to_string(), mib)].into();
+        site.veem.accounting.samples.record(&v.id, now, values);
+    }
+}
+
+#[tokio::test]
+async fn a_resize_rule_grows_every_instance_a_step_at_a_time_up_to_its_max() {
+    let site = FakeSite::start(&["h1", "h2"], "").await;
+    site.repo.blobs.lock().unwrap().insert(IMAGE.into());
+    let m = STANDARD.replace("disk_gib = 1\n", "disk_gib = 1\ninstances = 2\nmax_memory_mib = 1024\n")
+        + "[[elasticity]]\ncomponent = \"vm\"\nresize = \"memory\"\nmin = 512\nmax = 1024\nstep = 256\n\
+           metric = \"memory_used\"\nscale_out_above = 400\nscale_in_below = 100\nfor = \"20s\"\ncooldown = \"30s\"\n";
+    let svc = site.veem.deploy.deploy(&Role::Provider("acme".into()), &m).await.unwrap();
+    for id in &svc.vees {
+        eventually("running", || site.veem.vee(id).unwrap().state == VeeState::Running).await;
+    }
+    let sizes = || -> Vec<u64> { svc.vees.iter().map(|id| site.veem.vee(id).unwrap().memory_mib).collect() };
+    // 450 MiB used (above 400): after `for`, a step; after the cooldown,
+    // another; then the max holds.
+    let mut seen = vec![];
+    for _ in 0..12 {
+        site.clock.advance_ms(10_000);
+        measure_memory(&site, &svc.id, 450.0);
+        site.veem.elasticity.round().await;
+        seen.push(sizes()[0]);
+    }
+    // Above since the first round: `for` (20 s) held at the third; the
+    // cooldown (30 s) over at the sixth.
+    assert_eq!(
+        seen,
+        [512, 512, 768, 768, 768, 1024, 1024, 1024, 1024, 1024, 1024, 1024],
+        "{seen:?}"
+    );
+    assert_eq!(sizes(), [1024, 1024], "every instance");
+    let r = site.veem.planner.lock().unwrap().reservation(&svc.vees[1]).unwrap().resources;
+    assert_eq!(r.memory_mib, 1024, "admitted by the planner");
+    let why = events(&site, &svc.id, "elasticity");
+    assert_eq!(why.len(), 2, "{why:?}");
+    assert!(
+        why[0].starts_with("rule elasticity[0]: vm resized: instance 0 512 -> 768 MiB, instance 1 512 -> 768 MiB"),
+        "{why:?}"
+    );
+    assert!(why[0].contains("memory_used 450.000 above 400 for 20s"), "{why:?}");
+    // Idle: back down a step per cooldown to its min.
+    for _ in 0..12 {
+        site.clock.advance_ms(10_000);
+        measure_memory(&site, &svc.id, 50.0);
+        site.veem.elasticity.round().await;
+    }
+    assert_eq!(sizes(), [512, 512]);
+}

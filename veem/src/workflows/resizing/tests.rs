@@ -34,14 +34,25 @@ async fn grows_and_shrinks_in_place_within_its_maxima() {
     assert_eq!((v.vcpus, v.memory_mib, v.max_vcpus, v.max_memory_mib), (1, 512, 2, 2048));
     let h = site.host(v.host().unwrap());
     let spec = h.spec(&id).unwrap();
-    assert_eq!((spec.max_vcpus, spec.max_memory_mib), (2, 2048), "the domain is made with the maxima");
+    assert_eq!(
+        (spec.max_vcpus, spec.max_memory_mib),
+        (2, 2048),
+        "the domain is made with the maxima"
+    );
 
     let v = site.veem.resizing.resize(&id, Some(2), Some(1536)).await.unwrap();
     assert_eq!((v.vcpus, v.memory_mib), (2, 1536));
-    assert!(h.calls().contains(&format!("resize {id} vcpus=2 memory_mib=1536")), "{:?}", h.calls());
+    assert!(
+        h.calls().contains(&format!("resize {id} vcpus=2 memory_mib=1536")),
+        "{:?}",
+        h.calls()
+    );
     let r = site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources;
     assert_eq!((r.vcpus, r.memory_mib), (2, 1536), "the planner holds the new size");
-    assert!(site.events(&id).iter().any(|e| e.starts_with("resized: 1 -> 2 vCPUs, 512 -> 1536 MiB")));
+    assert!(site
+        .events(&id)
+        .iter()
+        .any(|e| e.starts_with("resized: 1 -> 2 vCPUs, 512 -> 1536 MiB")));
     let v = site.veem.resizing.resize(&id, None, Some(512)).await.unwrap();
     assert_eq!((v.vcpus, v.memory_mib), (2, 512));
 
@@ -57,7 +68,9 @@ async fn grows_and_shrinks_in_place_within_its_maxima() {
 async fn no_room_on_its_host_or_a_host_that_cannot_changes_nothing() {
     // One host of 4096 MiB; another VEE holds 3200 MiB: 384 MiB free.
     let site = site(&["h1"]).await;
-    let big = STANDARD.replace("memory_mib = 512", "memory_mib = 3200").replace("name = \"vm\"", "name = \"big\"");
+    let big = STANDARD
+        .replace("memory_mib = 512", "memory_mib = 3200")
+        .replace("name = \"vm\"", "name = \"big\"");
     running(&site, &big).await;
     let id = running(&site, &resizable()).await;
     let e = format!("{:#}", site.veem.resizing.resize(&id, None, Some(1024)).await.unwrap_err());
