@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use e2e::daemons::{ImageRepo, Veeh};
+use e2e::net::{outside, OUTSIDE};
 use e2e::site::{self, manifest, Veem, ACME};
 use e2e::{guest, lab};
 use interfaces::vmi::*;
@@ -54,7 +55,7 @@ async fn elasticity_events(c: &mut PeerClient, service: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_busy_guest_makes_web_grow_and_it_shrinks_when_idle() {
     let _lab = lab::lock();
-    let site = ElasticSite::start("elasticity").await;
+    let site = ElasticSite::start("elasticity", "").await;
     let (dir, ids, port) = (&site.dir, &site.ids, site.port);
     let mut acme = site.veem.client(ACME).await;
     let (for_s, cooldown_s) = (9, 15);
@@ -111,27 +112,52 @@ async fn lab_a_busy_guest_makes_web_grow_and_it_shrinks_when_idle() {
     assert_eq!(live(&mut acme, &svc.service_id).await.len(), 1);
 }
 
-/// A KPI from inside the guest: its first-boot script writes
-/// `active_sessions N` to the KPI channel (`org.vee.kpi.0`) every second,
-/// 7 for its first 20 s and 0 after; a rule on `active_sessions` grows
-/// `web`, and the VEE's Stats carry the KPI.
+/// A KPI from inside the guest, derived from a file the test changes: the
+/// guest's first-boot script reads a number from a server in the lab's
+/// outside namespace (which serves the file) every second and writes it as
+/// `active_sessions N` to its KPI channel (`org.vee.kpi.0`); the test
+/// writes 7 into the file and a rule on `active_sessions` grows `web`.
+/// The VEE's Stats carry the KPI.
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_kpi_from_inside_the_guest_drives_a_rule() {
     let _lab = lab::lock();
-    let site = ElasticSite::start("elasticity-kpi").await;
+    assert!(outside("true").0, "no namespace {OUTSIDE}: run scripts/setup-host");
+    let site = ElasticSite::start("elasticity-kpi", "[networks]\nexternal_pool = \"10.80.5.0/28\"\n").await;
     let ids = &site.ids;
     let mut acme = site.veem.client(ACME).await;
+    // The file, served to each connection on 10.79.0.2:9100 (outside).
+    let file = site.dir.join("sessions");
+    std::fs::write(&file, "0\n").unwrap();
+    let server = Outside::serve(9100, &file);
     let rule = "[[elasticity]]\ncomponent = \"web\"\nmin = 1\nmax = 2\nmetric = \"active_sessions\"\n\
                 scale_out_above = 5\nfor = \"4s\"\ncooldown = \"600s\"\n";
-    let seven_for_20_s = "[ $(date +%s) -lt $((boot + 20)) ]";
-    let m = manifest("kpi", "acme", ids, 1, "").replace("[[constraint]]", &format!("{}[[constraint]]", report_kpi(seven_for_20_s))) + rule;
+    let script = kpi_script("timeout 2 nc 10.79.0.2 9100 </dev/null");
+    let m = manifest("kpi", "acme", ids, 1, "")
+        .replace("cmdline = ", "networks = [\"public\"]\ncmdline = ")
+        .replace(
+            "[[constraint]]",
+            &format!("{script}[[network]]\nname = \"public\"\nkind = \"external\"\nports = [80]\n[[constraint]]"),
+        )
+        + rule;
     let svc = site::deploy(&mut acme, m).await.unwrap();
     wait_running(&mut acme, &svc.service_id, 1, Duration::from_secs(180)).await;
-    let running = Instant::now();
+    // Reporting 0 for a while: nothing grows.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        live(&mut acme, &svc.service_id).await.len(),
+        1,
+        "{:?}",
+        elasticity_events(&mut acme, &svc.service_id).await
+    );
+    std::fs::write(&file, "7\n").unwrap();
+    let changed = Instant::now();
     wait_running(&mut acme, &svc.service_id, 2, Duration::from_secs(120)).await;
     let events = elasticity_events(&mut acme, &svc.service_id).await;
     assert!(events[0].contains("web 1 -> 2: active_sessions 7.000 above 5"), "{events:?}");
-    println!("KPI scale-out: {:.1?} after the first instance ran", running.elapsed());
+    println!(
+        "KPI scale-out: {:.1?} after the test wrote 7 into the file (for 4s, rules every 2s)",
+        changed.elapsed()
+    );
     // The VEEH hands the KPI over with the VEE's Stats.
     let mut seen = None;
     for h in &site.hosts {
@@ -143,18 +169,104 @@ async fn lab_a_kpi_from_inside_the_guest_drives_a_rule() {
         }
     }
     let kpis = seen.expect("the first instance's host answers");
-    assert!(kpis.iter().any(|k| k.name == "active_sessions"), "{kpis:?}");
+    assert!(kpis.iter().any(|k| k.name == "active_sessions" && k.value == 7.0), "{kpis:?}");
+    drop(server);
 }
 
-/// The guest writes `active_sessions 7` to its KPI port every second while
-/// `seven_while` (a shell test; `$boot` is the script's start in Unix
-/// seconds) holds, else `active_sessions 0` (the port found by its name in
-/// sysfs, as the tiny guest has no udev).
-fn report_kpi(seven_while: &str) -> String {
+/// A scheduled rule raises the count at its time: two daily schedules,
+/// one instance from the current minute on and two from a minute ahead
+/// (at least 20 s ahead); `web` runs one instance until then and two
+/// after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_scheduled_rule_raises_the_count_at_its_time() {
+    use chrono::Timelike;
+    let _lab = lab::lock();
+    let site = ElasticSite::start("elasticity-schedule", "").await;
+    let mut acme = site.veem.client(ACME).await;
+    let now = chrono::Utc::now();
+    let this_minute = now.with_second(0).unwrap().with_nanosecond(0).unwrap();
+    let mut at = this_minute + chrono::Duration::minutes(1);
+    if at - now < chrono::Duration::seconds(20) {
+        at += chrono::Duration::minutes(1);
+    }
+    let daily = |t: chrono::DateTime<chrono::Utc>| format!("{} {} * * *", t.minute(), t.hour());
+    let rules = format!(
+        "[[elasticity]]\ncomponent = \"web\"\nschedule = \"{}\"\ninstances = 1\n\
+         [[elasticity]]\ncomponent = \"web\"\nschedule = \"{}\"\ninstances = 2\n",
+        daily(this_minute),
+        daily(at)
+    );
+    let m = manifest("scheduled", "acme", &site.ids, 1, "") + &rules;
+    let svc = site::deploy(&mut acme, m).await.unwrap();
+    wait_running(&mut acme, &svc.service_id, 1, Duration::from_secs(180)).await;
+    let before = (at - chrono::Utc::now()).to_std().unwrap_or_default();
+    if before > Duration::from_secs(3) {
+        tokio::time::sleep(before - Duration::from_secs(3)).await;
+        assert_eq!(live(&mut acme, &svc.service_id).await.len(), 1, "grown before its time");
+    }
+    wait_running(&mut acme, &svc.service_id, 2, Duration::from_secs(180)).await;
+    let late = chrono::Utc::now() - at;
+    let events = elasticity_events(&mut acme, &svc.service_id).await;
+    assert!(
+        events[0].contains("web 1 -> 2: scheduled: at least 2 instances since"),
+        "{events:?}"
+    );
+    println!(
+        "scheduled rule at {}: web ran 2 instances {:.1} s after its time",
+        at.format("%H:%M"),
+        late.num_milliseconds() as f64 / 1000.0
+    );
+}
+
+/// A first-boot script that writes `active_sessions N` to the guest's KPI
+/// port every second, N what shell command `value` prints (0 when it
+/// prints nothing); the port found by its name in sysfs, as the tiny
+/// guest has no udev. `$boot` is the script's start in Unix seconds.
+fn kpi_script(value: &str) -> String {
     format!(
         "user_data = \"\"\"\n#!/bin/sh\nfor p in /sys/class/virtio-ports/*; do [ \"$(cat $p/name)\" = org.vee.kpi.0 ] && port=/dev/${{p##*/}}; done\n\
-         ( boot=$(date +%s); while true; do n=0; {seven_while} && n=7; echo \"active_sessions $n\" > $port; sleep 1; done ) &\n\"\"\"\n"
+         ( boot=$(date +%s); while true; do n=$({value}); echo \"active_sessions ${{n:-0}}\" > $port; sleep 1; done ) &\n\"\"\"\n"
     )
+}
+
+/// [`kpi_script`] reporting 7 while `seven_while` (a shell test) holds,
+/// else 0.
+fn report_kpi(seven_while: &str) -> String {
+    kpi_script(&format!("if {seven_while}; then echo 7; else echo 0; fi"))
+}
+
+/// A server in the outside namespace that sends `file`'s content to each
+/// connection on `port` (busybox nc); stopped when dropped.
+struct Outside(std::process::Child);
+
+impl Outside {
+    fn serve(port: u16, file: &std::path::Path) -> Self {
+        let child = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                OUTSIDE,
+                "busybox",
+                "nc",
+                "-ll",
+                "-p",
+                &port.to_string(),
+                "-e",
+                "cat",
+            ])
+            .arg(file)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        Self(child)
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Site A of two VEEHs on the lab's first libvirtd, its VEEM deciding
@@ -169,7 +281,8 @@ struct ElasticSite {
 }
 
 impl ElasticSite {
-    async fn start(name: &str) -> Self {
+    /// Site A for test `name`, with `extra` configuration.
+    async fn start(name: &str, extra: &str) -> Self {
         let dir = lab::test_dir(name);
         let repo = ImageRepo::start(&dir).await;
         let ids = repo.push_guest(&guest::image()).await;
@@ -185,7 +298,7 @@ impl ElasticSite {
             &repo,
             &[&hosts[0], &hosts[1]],
             &[],
-            "elasticity_interval = \"2s\"\n",
+            &format!("elasticity_interval = \"2s\"\n{extra}"),
         );
         let veem = Veem::start(&dir, "site-a", port, cfg).await;
         Self {
