@@ -190,6 +190,8 @@ impl Veem {
             locks: Default::default(),
             background: background.clone(),
             boot: boot.clone(),
+            federation: federation.clone(),
+            intents: intents.clone(),
             lifecycle: lifecycle.clone(),
             networks: networks.clone(),
             spares: spares.clone(),

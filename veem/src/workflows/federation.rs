@@ -84,22 +84,36 @@ impl Federation {
     /// `Ok(Err(why))` (and nothing left at any peer) when some VEE finds no
     /// peer; `why` names each peer's refusal.
     pub async fn place_remote(&self, svc: &ServiceRec, vees: &mut [VeeRec]) -> Result<std::result::Result<(), String>> {
-        for i in 0..vees.len() {
-            if vees[i].location != Location::Nowhere {
+        self.place_remote_among(svc, vees, &[]).await
+    }
+
+    /// [`Federation::place_remote`] of `new` (more instances of a service
+    /// that runs: a scale-out) beside `others`, its VEEs already placed
+    /// (the site-level constraints and member tables count them); on a
+    /// refusal only `new` is taken back.
+    pub async fn place_remote_among(
+        &self,
+        svc: &ServiceRec,
+        new: &mut [VeeRec],
+        others: &[VeeRec],
+    ) -> Result<std::result::Result<(), String>> {
+        let constraints = svc.terms.as_ref().map(|t| t.constraints.clone()).unwrap_or_default();
+        for i in 0..new.len() {
+            if new[i].location != Location::Nowhere {
                 continue;
             }
-            let (c_vcpus, c_mem, guarantee) = (vees[i].vcpus, vees[i].memory_mib, vees[i].guarantee);
+            let (c_vcpus, c_mem, guarantee) = (new[i].vcpus, new[i].memory_mib, new[i].guarantee);
             let mut refusals: Vec<String> = Vec::new();
-            let constraints = svc.terms.as_ref().map(|t| t.constraints.clone()).unwrap_or_default();
+            let all: Vec<VeeRec> = others.iter().chain(new.iter()).cloned().collect();
             for p in peers::candidates(&self.cfg, c_vcpus, c_mem, guarantee) {
-                if let Some(why) = self.site_constraints.site_refusal(&vees[i], &p.site_id, vees, &constraints) {
+                if let Some(why) = self.site_constraints.site_refusal(&new[i], &p.site_id, &all, &constraints) {
                     refusals.push(format!("not {}: {why}", p.site_id));
                     continue;
                 }
-                let spec = self.networks.spec_among(&vees[i], svc, vees);
-                match self.send_incoming(&p.site_id, &vees[i], Incoming::Boot, spec).await {
+                let spec = self.networks.spec_among(&new[i], svc, &all);
+                match self.send_incoming(&p.site_id, &new[i], Incoming::Boot, spec).await {
                     Ok(_) => {
-                        let v = &mut vees[i];
+                        let v = &mut new[i];
                         v.location = Location::Site(p.site_id.clone());
                         // Its stay there starts now (the peer meters it
                         // from now), not at the commit.
@@ -110,14 +124,14 @@ impl Federation {
                     Err(e) => refusals.push(format!("{} refused: {e:#}", p.site_id)),
                 }
             }
-            if vees[i].location == Location::Nowhere {
-                self.unplace_remote(vees).await;
+            if new[i].location == Location::Nowhere {
+                self.unplace_remote(new).await;
                 let why = if refusals.is_empty() {
                     "no peer site's framework agreement admits it".to_string()
                 } else {
                     refusals.join("; ")
                 };
-                tracing::warn!(vee = %vees[i].id, %why, "no peer site took the VEE");
+                tracing::warn!(vee = %new[i].id, %why, "no peer site took the VEE");
                 return Ok(Err(why));
             }
         }

@@ -17,9 +17,12 @@
 //! Shrinking stops the highest-indexed live instances as VeeAction STOP
 //! does (a clean guest shutdown, reservations, spares and addresses
 //! released, at a peer site too), then the member tables lose them.
-//! Survivors never change index, name or address. Instances placed at peer
-//! sites when the site is full are not done yet: a scale-out this site
-//! cannot hold is refused with the planner's reasons.
+//! Survivors never change index, name or address. A scale-out this site
+//! cannot hold goes to peer sites as Deploy's overflow does, when the
+//! service's migration policy allows peer sites and the site has peers
+//! (each peer admits or refuses under its framework agreement, site-level
+//! constraints counted against the instances already placed); else it is
+//! refused with the planner's reasons.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -36,9 +39,12 @@ use crate::ipam;
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
 use crate::planner::{Admission, PeerSpare};
 use crate::store::Tree;
+use crate::store::Writes;
 use crate::workflows::background::Background;
 use crate::workflows::boot::Boot;
 use crate::workflows::deploy::PLAN_ATTEMPTS;
+use crate::workflows::federation::Federation;
+use crate::workflows::intents::{Intent, Intents};
 use crate::workflows::lifecycle::Lifecycle;
 use crate::workflows::networks::Networks;
 use crate::workflows::spares::Spares;
@@ -55,6 +61,8 @@ pub struct Scaling {
     pub(crate) locks: std::sync::Mutex<interfaces::locks::LockMap>,
     pub(crate) background: Arc<Background>,
     pub(crate) boot: Arc<Boot>,
+    pub(crate) federation: Arc<Federation>,
+    pub(crate) intents: Arc<Intents>,
     pub(crate) lifecycle: Arc<Lifecycle>,
     pub(crate) networks: Arc<Networks>,
     pub(crate) spares: Arc<Spares>,
@@ -162,17 +170,26 @@ impl Scaling {
                     }
                     other => {
                         settle(false, spare_site).await;
-                        bail!(
-                            "reject: component {} of service {} cannot grow by {n}: {}",
+                        let why = format!(
+                            "component {} of service {} cannot grow by {n} here: {}",
                             template.component,
                             svc.id,
                             other.reasons().join("; ")
                         );
+                        let federate = svc.terms.as_ref().is_some_and(|t| t.sla.migration.allows_peer_site());
+                        if federate && !self.cfg.peers.is_empty() {
+                            return self.grow_at_peers(svc, template, &indices, &ids, why).await;
+                        }
+                        bail!("reject: {why}");
                     }
                 },
             };
             let one_at_a_time = self.networks.ipam.lock().await;
-            let vees = match self.new_records(&svc, template, &indices, &plan.admitted.placements) {
+            let hosts: Vec<Option<String>> = ids
+                .iter()
+                .map(|id| plan.admitted.placements.iter().find(|p| p.vee == *id).map(|p| p.host.clone()))
+                .collect();
+            let vees = match self.new_records(&svc, template, &indices, &ids, &hosts) {
                 Ok(vees) => vees,
                 Err(e) => {
                     drop(one_at_a_time);
@@ -220,15 +237,71 @@ impl Scaling {
         bail!("reject: the site's plan changed under each of {PLAN_ATTEMPTS} attempts (other admissions); try again")
     }
 
-    /// The records of the new instances `indices` at `placements` (in
-    /// order), made from `template`: admitted, over the rest of the
-    /// service's window, with NICs on the service's networks.
+    /// Places the new instances `indices` (VEE IDs `ids`) at peer sites,
+    /// as Deploy places what does not fit here (the framework agreements,
+    /// cheapest first; each peer admits or refuses), when the planner
+    /// refused them here for `why`: their records and addresses, an intent
+    /// while the peers boot them, one commit. Errors: no peer takes one
+    /// (`why` and each peer's refusal; nothing left anywhere).
+    async fn grow_at_peers(&self, svc: ServiceRec, template: &VeeRec, indices: &[u32], ids: &[String], why: String) -> Result<ServiceRec> {
+        let one_at_a_time = self.networks.ipam.lock().await;
+        let nowhere = vec![None; ids.len()];
+        let mut vees = self
+            .new_records(&svc, template, indices, ids, &nowhere)
+            .map_err(|e| e.context("reject"))?;
+        let intent = Intent::RemotePlacement {
+            service_id: svc.id.clone(),
+            vees: ids.to_vec(),
+            created_ms: self.clock.now_ms(),
+        };
+        self.intents.begin_intent(&intent).map_err(|e| e.context("reject"))?;
+        let others = self.vees_where(|v| v.service_id == svc.id && live(v));
+        let placed = match self.federation.place_remote_among(&svc, &mut vees, &others).await {
+            Ok(placed) => placed,
+            Err(e) => {
+                self.federation.unplace_remote(&vees).await;
+                self.intents.drop_intent(&intent)?;
+                return Err(e);
+            }
+        };
+        if let Err(peers) = placed {
+            self.intents.drop_intent(&intent)?;
+            bail!("reject: {why}; and no peer site takes it: {peers}");
+        }
+        let mut grown = svc.clone();
+        grown.vees.extend(ids.iter().cloned());
+        let mut with = Writes::default();
+        Intents::end_intent(&mut with, &intent);
+        if let Err(e) = self.commit_admission_with(&grown, &vees, with) {
+            self.federation.unplace_remote(&vees).await;
+            self.intents.drop_intent(&intent)?;
+            return Err(e.context("reject"));
+        }
+        drop(one_at_a_time);
+        self.federation.placed_remotely(&vees);
+        for v in &vees {
+            let site = match &v.location {
+                Location::Site(s) => s.as_str(),
+                _ => "?",
+            };
+            let what = format!("{} instance {} at site {site} (full here: {why})", v.component, v.instance);
+            self.event(&v.id, &svc.id, "scaled-out", what);
+        }
+        self.networks.sync_networks(&svc.id).await;
+        Ok(grown)
+    }
+
+    /// The records of the new instances `indices` (VEE IDs `ids`) on
+    /// `hosts` (in order; `None`: to be placed at a peer site, deploying),
+    /// made from `template`: admitted over the rest of the service's
+    /// window, with NICs on the service's networks.
     fn new_records(
         &self,
         svc: &ServiceRec,
         template: &VeeRec,
         indices: &[u32],
-        placements: &[crate::planner::Placement],
+        ids: &[String],
+        hosts: &[Option<String>],
     ) -> Result<Vec<VeeRec>> {
         let live_vees = self.vees_where(live);
         let mut used: BTreeSet<Ipv4Addr> = live_vees
@@ -240,17 +313,17 @@ impl Scaling {
         let networks: Vec<String> = template.nics.iter().map(|n| n.network.clone()).collect();
         let now = self.clock.now();
         let mut vees = Vec::new();
-        for (instance, p) in indices.iter().zip(placements) {
+        for ((instance, id), host) in indices.iter().zip(ids).zip(hosts) {
             let nics = ipam::more_nics(&networks, &svc.networks, &self.cfg.networks, &mut used, &mut external)?;
             let mut cloud_init = template.cloud_init.clone();
             if let Some(c) = &mut cloud_init {
                 c.hostname = crate::workflows::networks::host_name(&template.component, *instance);
             }
             vees.push(VeeRec {
-                id: p.vee.clone(),
+                id: id.clone(),
                 instance: *instance,
-                state: VeeState::Admitted,
-                location: Location::Host(p.host.clone()),
+                state: if host.is_some() { VeeState::Admitted } else { VeeState::Deploying },
+                location: host.clone().map_or(Location::Nowhere, Location::Host),
                 window_start_unix: now.max(template.window_start_unix),
                 last_checkpoint_ms: None,
                 latest_checkpoint: None,

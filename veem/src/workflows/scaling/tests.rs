@@ -112,3 +112,64 @@ async fn bad_requests_name_the_field() {
     let same = site.veem.scaling.scale(&svc.id, "web", 1).await.unwrap();
     assert_eq!(same.vees, svc.vees);
 }
+
+/// Site A's agreement with site B, and B's with A (B admits A's VEEs).
+const A_PEERS_WITH_B: &str = "[[peers]]\nsite_id = \"site-b\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"a-to-b-token\"\n\
+    [peers.agreement]\nprice_per_vee_hour = 0.1\n";
+const B_TRUSTS_A: &str = "[[tokens]]\ntoken = \"a-to-b-token\"\nrole = \"peer\"\nname = \"site-a\"\n\
+    [[peers]]\nsite_id = \"site-a\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"b-to-a-token\"\n\
+    [peers.agreement]\nprice_per_vee_hour = 0.1\n";
+
+/// A full site grows at its peer when the service's SLA allows peer sites:
+/// the new instance runs at site B with its own addresses, the member
+/// tables name it, and shrinking stops it there.
+#[tokio::test]
+async fn a_scale_out_the_site_cannot_hold_goes_to_a_peer_site() {
+    let a = FakeSite::start_site("site-a", &["a1"], &format!("{POOLS}{A_PEERS_WITH_B}"));
+    let b = FakeSite::start_site("site-b", &["b1"], B_TRUSTS_A);
+    for s in [&a, &b] {
+        s.repo.blobs.lock().unwrap().insert(IMAGE.into());
+    }
+    a.peer_with(&b, "a-to-b-token");
+    // Without service networks (stretching them to a peer needs an
+    // overlay in the agreement).
+    let m = STANDARD
+        .replace("name = \"vm\"", "name = \"web\"")
+        .replace("penalty_per_hour = 36.0", "penalty_per_hour = 36.0\nmigration = \"federation\"")
+        + "[[constraint]]\nkind = \"anti-affinity\"\nlevel = \"host\"\nscope = \"instance\"\ncomponents = [\"web\"]\n";
+    let svc = a.veem.deploy.deploy(&Role::Provider("acme".into()), &m).await.unwrap();
+    all_running(&a, &svc.id).await;
+    // One host, one instance per host: the second goes to site B.
+    let grown = a.veem.scaling.scale(&svc.id, "web", 2).await.unwrap();
+    assert_eq!(grown.vees.len(), 2);
+    let second = a.veem.vees_where(|v| v.service_id == svc.id && v.instance == 1).remove(0);
+    assert_eq!(
+        (second.state, second.location.clone()),
+        (VeeState::Running, crate::model::Location::Site("site-b".into()))
+    );
+    assert!(b.host("b1").runs(&second.id), "site B runs it");
+    let at_b = b.veem.vee(&second.id).unwrap();
+    assert_eq!(at_b.for_peer.as_deref(), Some("site-a"));
+    assert!(a
+        .veem
+        .store
+        .list::<crate::workflows::intents::Intent>(crate::store::Tree::Intents)
+        .unwrap()
+        .is_empty());
+    // Back to one: stopped at site B.
+    a.veem.scaling.scale(&svc.id, "web", 1).await.unwrap();
+    assert_eq!(a.veem.vee(&second.id).unwrap().state, VeeState::Terminated);
+    eventually("gone from B", || !b.host("b1").runs(&second.id)).await;
+
+    // Without peer sites in its SLA: refused with the planner's reason,
+    // nothing asked of site B.
+    let local = STANDARD
+        .replace("name = \"shop\"", "name = \"local\"")
+        .replace("name = \"vm\"", "name = \"web\"")
+        .replace("memory_mib = 512", "memory_mib = 3000");
+    let svc2 = a.veem.deploy.deploy(&Role::Provider("acme".into()), &local).await.unwrap();
+    let at_b = b.veem.vees_where(|_| true).len();
+    let e = format!("{:#}", a.veem.scaling.scale(&svc2.id, "web", 2).await.unwrap_err());
+    assert!(e.contains("cannot grow") && !e.contains("peer site"), "{e}");
+    assert_eq!(b.veem.vees_where(|_| true).len(), at_b);
+}
