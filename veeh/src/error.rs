@@ -23,6 +23,10 @@ pub enum HostError {
     /// (FailedPrecondition, H §4.4).
     #[error("checkpoint {checkpoint} cannot be restored on {host}: {why}")]
     Incompatible { checkpoint: String, host: String, why: String },
+    /// The machine or the guest cannot take a live resize
+    /// (FailedPrecondition).
+    #[error("VEE {vee_id} cannot be resized: {why}")]
+    CannotResize { vee_id: String, why: String },
 }
 
 impl HostError {
@@ -75,7 +79,7 @@ fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<tonic::Code> {
         return Some(match h {
             HostError::InvalidField { .. } => Code::InvalidArgument,
             HostError::NotOnHost(_) => Code::NotFound,
-            HostError::AlreadyHere { .. } | HostError::Incompatible { .. } => Code::FailedPrecondition,
+            HostError::AlreadyHere { .. } | HostError::Incompatible { .. } | HostError::CannotResize { .. } => Code::FailedPrecondition,
         });
     }
     if e.is::<UnsafeImage>() {
@@ -117,6 +121,14 @@ mod tests {
                     why: "compatibility profile field `accel`: checkpoint has \"kvm\"".into(),
                 }
                 .into(),
+                Code::FailedPrecondition,
+            ),
+            (
+                anyhow::Error::from(HostError::CannotResize {
+                    vee_id: "v".into(),
+                    why: "its balloon is at 256 MiB, not 192 MiB".into(),
+                })
+                .context("resize"),
                 Code::FailedPrecondition,
             ),
             (

@@ -91,6 +91,9 @@ pub(crate) fn host_event(vee_id: &str, kind: HostEventKind, detail: String) -> H
     }
 }
 
+/// How long a resize waits for the guest's balloon to reach its target.
+pub const BALLOON_WAIT: Duration = Duration::from_secs(10);
+
 impl Host {
     /// Opens libvirt, the image cache and the VEE records of `cfg`.
     pub fn open(cfg: VeehConfig) -> Result<Arc<Self>> {
@@ -406,9 +409,10 @@ impl Host {
     }
 
     /// Resize (VHI): the running VEE's vCPUs and memory (MiB; 0: as it
-    /// is) within the maxima its spec set at creation. Errors: a field
-    /// above its maximum or 0 when asked (InvalidArgument); libvirt's when
-    /// the machine or the guest cannot (the record keeps the old size).
+    /// is) within the maxima its spec set at creation, the guest's balloon
+    /// waited for up to [`BALLOON_WAIT`]. Errors: a field above its
+    /// maximum (InvalidArgument); the machine or the guest cannot
+    /// (FailedPrecondition, the reason; the record keeps the old size).
     pub async fn resize(&self, vee_id: &str, vcpus: u32, memory_mib: u64) -> Result<vhi::VeeStatus> {
         let _g = self.lock_vee(vee_id).await;
         let mut rec = self.vees.get(vee_id)?;
@@ -427,7 +431,7 @@ impl Host {
         }
         let id = vee_id.to_string();
         let (v, m) = ((vcpus > 0).then_some(vcpus), (memory_mib > 0).then_some(memory_mib));
-        self.blocking(move |hv| hv.resize(&id, v, m)).await?;
+        self.blocking(move |hv| hv.resize(&id, v, m, BALLOON_WAIT)).await?;
         (rec.max_vcpus, rec.max_memory_mib) = (max_vcpus, max_memory_mib);
         rec.vcpus = v.unwrap_or(rec.vcpus);
         rec.memory_mib = m.unwrap_or(rec.memory_mib);

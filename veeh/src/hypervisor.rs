@@ -21,6 +21,7 @@ use virt::domain::{Domain, MigrateParameters};
 use virt::sys;
 
 use crate::domain_xml::{self, domain_name};
+use crate::error::HostError;
 pub use crate::error::NoDomain;
 
 mod guest;
@@ -257,18 +258,43 @@ impl Hypervisor {
     }
 
     /// Sets the running domain's online vCPUs (hot-plug or unplug) and its
-    /// balloon target (MiB), each when given. Errors: libvirt's (a machine
-    /// or guest that cannot, a count above the domain's maximum).
-    pub fn resize(&self, vee_id: &str, vcpus: Option<u32>, memory_mib: Option<u64>) -> Result<()> {
+    /// balloon target (MiB), each when given, and waits up to
+    /// `balloon_wait` for the guest's balloon to reach the target.
+    /// Errors: [`HostError::CannotResize`] with libvirt's reason (a machine
+    /// that cannot hot-plug, a count above the domain's maximum) or when
+    /// the guest's balloon does not follow (no `virtio_balloon` driver).
+    pub fn resize(&self, vee_id: &str, vcpus: Option<u32>, memory_mib: Option<u64>, balloon_wait: Duration) -> Result<()> {
+        let cannot = |why: String| HostError::CannotResize {
+            vee_id: vee_id.to_string(),
+            why,
+        };
         self.on_domain(vee_id, |d| {
             if let Some(n) = vcpus {
-                d.set_vcpus_flags(n, sys::VIR_DOMAIN_AFFECT_LIVE).context("set the vCPUs")?;
+                d.set_vcpus_flags(n, sys::VIR_DOMAIN_AFFECT_LIVE)
+                    .map_err(|e| cannot(format!("setting {n} vCPUs: {e}")))?;
             }
-            if let Some(mib) = memory_mib {
-                d.set_memory_flags(mib * 1024, sys::VIR_DOMAIN_AFFECT_LIVE)
-                    .context("set the balloon target")?;
+            let Some(mib) = memory_mib else { return Ok(()) };
+            d.set_memory_flags(mib * 1024, sys::VIR_DOMAIN_AFFECT_LIVE)
+                .map_err(|e| cannot(format!("setting the balloon to {mib} MiB: {e}")))?;
+            let until = Instant::now() + balloon_wait;
+            loop {
+                let actual_kib = d
+                    .memory_stats(0)
+                    .ok()
+                    .and_then(|s| s.into_iter().find(|m| m.tag == sys::VIR_DOMAIN_MEMORY_STAT_ACTUAL_BALLOON as u32))
+                    .map(|m| m.val);
+                if actual_kib.is_some_and(|a| a.abs_diff(mib * 1024) <= 1024) {
+                    return Ok(());
+                }
+                if Instant::now() >= until {
+                    let actual = actual_kib.map_or("unknown".to_string(), |a| format!("{} MiB", a / 1024));
+                    bail!(cannot(format!(
+                        "its balloon is at {actual}, not {mib} MiB, {} s after it was asked (has the guest the virtio_balloon driver?)",
+                        balloon_wait.as_secs()
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(100));
             }
-            Ok(())
         })
     }
 
