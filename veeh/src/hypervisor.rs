@@ -281,7 +281,7 @@ impl Hypervisor {
                 let actual_kib = d
                     .memory_stats(0)
                     .ok()
-                    .and_then(|s| s.into_iter().find(|m| m.tag == sys::VIR_DOMAIN_MEMORY_STAT_ACTUAL_BALLOON as u32))
+                    .and_then(|s| s.into_iter().find(|m| m.tag == sys::VIR_DOMAIN_MEMORY_STAT_ACTUAL_BALLOON))
                     .map(|m| m.val);
                 if actual_kib.is_some_and(|a| a.abs_diff(mib * 1024) <= 1024) {
                     return Ok(());
