@@ -11,7 +11,7 @@
 //! - VRM: a reservation on a host that fails before it starts is remapped
 //!   to another host (V Fig. 7) and starts there;
 //! - the five guarantee levels side by side on one host failure (the
-//!   README's table).
+//!   docs/reliability.md's table).
 
 use std::time::{Duration, Instant};
 

@@ -140,7 +140,7 @@ impl PeerEntry {
 }
 
 /// How service networks stretch between this site and a peer (E PIII §II:
-/// overlay networks spanning sites; README "Overlay across sites"): VXLAN
+/// overlay networks spanning sites; docs/provider-guide.md "Overlay across sites"): VXLAN
 /// with the primary site's VNIs, between the two sites' VTEPs.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -311,7 +311,7 @@ pub struct VeemConfig {
     pub tls: Option<interfaces::tls::SiteIdentity>,
     /// The VMI listener's limits (`[listener]`: connections, per address,
     /// handshake, head and idle timeouts, head and body sizes, failed
-    /// authentications; README "Security").
+    /// authentications; docs/security.md).
     #[serde(default)]
     pub listener: interfaces::connections::ListenerLimits,
     /// Allow plaintext: the VMI without `[tls]`, `http://` host and peer

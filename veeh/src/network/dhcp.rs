@@ -5,7 +5,7 @@
 //!   the member's name as host name, the gateway as router, the network's
 //!   MTU and the service's domain);
 //! - DNS for the members' names, `<component>-<instance>` and
-//!   `<component>-<instance>.<service>.internal` (README "Service
+//!   `<component>-<instance>.<service>.internal` (docs/provider-guide.md "Service
 //!   networks"); names of the service's domain are never forwarded.
 //!
 //! Its state is under `/run/vee-net/vb<VNI>/`: `hosts/members`

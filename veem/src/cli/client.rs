@@ -54,7 +54,7 @@ impl Interceptor for AuthInterceptor {
 /// endpoint that could not be reached.
 ///
 /// `endpoint` may name several VEEMs of one site, separated by commas (a
-/// site on etcd, with a leader and standbys: README "A site on etcd"):
+/// site on etcd, with a leader and standbys: docs/operator-guide.md "A site on etcd"):
 /// each is asked whether it serves (gRPC health) until one does; a
 /// standby's answer names the leader, which is asked next, and a leader
 /// still starting is taken when none serves. The error then names each
