@@ -310,8 +310,10 @@ async fn the_images_alias_lists_like_blobs() {
     let (_, _, images) = call(Method::GET, &format!("{}/v1/images", repo.url), Some(TOKEN), vec![]).await;
     assert_eq!(blobs, images);
     assert!(String::from_utf8(blobs).unwrap().contains("\"kind\":\"initrd\""));
-    let (status, _, body) = call(Method::GET, &format!("{}/v1/health", repo.url), None, vec![]).await;
-    assert_eq!((status, body), (StatusCode::OK, b"ok".to_vec()));
+    for path in ["/v1/health", "/healthz", "/readyz"] {
+        let (status, _, body) = call(Method::GET, &format!("{}{path}", repo.url), None, vec![]).await;
+        assert_eq!((status, body), (StatusCode::OK, b"ok".to_vec()), "{path}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -637,7 +637,8 @@ fn every_manifest_field_is_in_the_manifest_reference() {
         };
         let Some(t) = table else { return };
         for (k, child) in t {
-            let nested = matches!(child, toml::Value::Table(_)) || child.as_array().is_some_and(|a| a.first().is_some_and(toml::Value::is_table));
+            let nested =
+                matches!(child, toml::Value::Table(_)) || child.as_array().is_some_and(|a| a.first().is_some_and(toml::Value::is_table));
             out.push((format!("{path}{k}"), nested && is_table));
             keys(child, &format!("{path}{k}."), out);
         }

@@ -22,6 +22,9 @@ use super::{download, upload, AppState};
 pub fn router(app: AppState) -> Router {
     Router::new()
         .route("/v1/health", get(health))
+        // Probes for supervisors, as the VEEM's: no token.
+        .route("/healthz", get(health))
+        .route("/readyz", get(health))
         .route("/v1/blobs", get(list))
         .route("/v1/images", get(list))
         .route(

@@ -15,6 +15,10 @@
 //!   address over its bucket is answered RESOURCE_EXHAUSTED (429 with
 //!   `Retry-After`) before its token is looked at; an UNAUTHENTICATED
 //!   answer to a call with credentials fills the bucket.
+//! - **Probes for supervisors**: `GET /healthz` answers 200 while the
+//!   process answers; `GET /readyz` 200 when calls are served (as the gRPC
+//!   health service's SERVING), else 503 with why (starting, stopping, a
+//!   standby); no token, before anything else ([`probe`]).
 //! - **Bounded status messages**: a gRPC status message longer than
 //!   `interfaces::excerpt::MESSAGE_BYTES` is cut, whichever handler made it
 //!   (REST errors are bounded by `rest::RestError`).
@@ -48,6 +52,7 @@ pub struct Front {
     rest: axum::Router,
     throttle: AuthThrottle,
     starting: AtomicBool,
+    stopping: AtomicBool,
     health: HealthReporter,
 }
 
@@ -73,6 +78,7 @@ impl Front {
             rest: crate::api::rest::router(handlers, max_body),
             throttle: AuthThrottle::new(limits.auth_failures_burst, limits.auth_failure_interval),
             starting: AtomicBool::new(true),
+            stopping: AtomicBool::new(false),
             health,
         }))
     }
@@ -85,7 +91,20 @@ impl Front {
 
     /// The VEEM stops: health says NOT_SERVING.
     pub async fn stopping(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
         self.set_health(ServingStatus::NotServing).await;
+    }
+
+    /// Whether calls are served (the gRPC health service's SERVING), or
+    /// why not.
+    fn readiness(&self) -> Result<(), String> {
+        if self.stopping.load(Ordering::SeqCst) {
+            Err("the VEEM is stopping".into())
+        } else if self.starting.load(Ordering::SeqCst) {
+            Err("the VEEM is starting: it reconciles with its hosts".into())
+        } else {
+            Ok(())
+        }
     }
 
     async fn set_health(&self, status: ServingStatus) {
@@ -125,8 +144,27 @@ async fn handle(State(front): State<Arc<Front>>, req: Request) -> Response {
     answer(front, req).await
 }
 
+/// The answer to a supervisor's probe (`GET` or `HEAD` of `/healthz`,
+/// `/readyz`;
+/// see the module doc), `ready` saying whether calls are served or why
+/// not; `None` for any other request.
+pub(crate) fn probe(req: &Request, ready: Result<(), String>) -> Option<Response> {
+    if is_grpc(req) || !matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD) {
+        return None;
+    }
+    match (req.uri().path(), ready) {
+        ("/healthz", _) => Some((StatusCode::OK, "ok\n").into_response()),
+        ("/readyz", Ok(())) => Some((StatusCode::OK, "ready\n").into_response()),
+        ("/readyz", Err(why)) => Some((StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response()),
+        _ => None,
+    }
+}
+
 /// What `front` answers to `req` (see the module doc).
 pub(crate) async fn answer(front: Arc<Front>, req: Request) -> Response {
+    if let Some(resp) = probe(&req, front.readiness()) {
+        return resp;
+    }
     let grpc = is_grpc(&req);
     // In-process calls (tests) have no address: one unnamed client.
     let peer = req

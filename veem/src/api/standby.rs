@@ -78,6 +78,9 @@ async fn dispatch(State(port): State<Arc<Port>>, req: Request) -> Response {
     if let Some(front) = front {
         return front::answer(front, req).await;
     }
+    if let Some(resp) = front::probe(&req, Err(format!("this VEEM stands by for site {}", port.site))) {
+        return resp;
+    }
     let leader = port.leader.read().unwrap().clone();
     let text = match &leader {
         Ok(Some(url)) => format!("this VEEM stands by for site {}: its leader is at {url}; call it there", port.site),

@@ -267,3 +267,42 @@ fn any_handlers_status_message_is_cut_whatever_made_it() {
     assert!(text.starts_with("VEE éé") && text.ends_with("[cut]"), "{text}");
     assert_eq!(resp.headers()["grpc-status"], "5");
 }
+
+#[tokio::test]
+async fn supervisors_probe_liveness_and_readiness_without_a_token() {
+    let site = FakeSite::start(&["h1"], TOKENS).await;
+    let f = Front::of(site.veem.clone(), &ListenerLimits::default()).await.unwrap();
+    let probe = |path: &'static str| rest(Method::GET, path, None, "");
+    // Starting: alive, not ready.
+    assert_eq!(send(&f, A, probe("/healthz")).await.status, 200);
+    let a = send(&f, A, probe("/readyz")).await;
+    assert_eq!(a.status, 503);
+    assert!(String::from_utf8_lossy(&a.body).contains("starting"));
+    f.started().await;
+    let a = send(&f, A, probe("/readyz")).await;
+    assert_eq!(
+        (a.status, String::from_utf8_lossy(&a.body).to_string()),
+        (200, "ready\n".to_string())
+    );
+    // HEAD probes too; another method is no probe (the REST routes' 404).
+    assert_eq!(send(&f, A, rest(Method::HEAD, "/readyz", None, "")).await.status, 200);
+    assert_eq!(send(&f, A, rest(Method::POST, "/readyz", None, "")).await.status, 404);
+    f.stopping().await;
+    let a = send(&f, A, probe("/readyz")).await;
+    assert!(a.status == 503 && String::from_utf8_lossy(&a.body).contains("stopping"));
+    assert_eq!(send(&f, A, probe("/healthz")).await.status, 200);
+    // A standby: alive, not ready, and says why.
+    let port = crate::api::standby::Port::standing_by("site-a");
+    let ask = |path: &'static str| {
+        let port = port.clone();
+        async move {
+            let resp = port.router().oneshot(probe(path)).await.unwrap();
+            let status = resp.status().as_u16();
+            let body = axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap();
+            (status, String::from_utf8_lossy(&body).to_string())
+        }
+    };
+    assert_eq!(ask("/healthz").await.0, 200);
+    let (status, body) = ask("/readyz").await;
+    assert!(status == 503 && body.contains("stands by"), "{status} {body}");
+}
