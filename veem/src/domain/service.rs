@@ -5,7 +5,8 @@ use super::VeeState;
 /// What a service provider sees of a service as a whole.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServiceState {
-    /// Every VEE runs.
+    /// Every VEE that has not ended runs (instances scaled in or stopped
+    /// are over, not missing).
     Running,
     /// Every VEE is terminated.
     Terminated,
@@ -17,10 +18,11 @@ impl ServiceState {
     /// The state of a service whose VEEs are in `states` (a service with no
     /// VEEs counts as running).
     pub fn of(states: impl IntoIterator<Item = VeeState> + Clone) -> Self {
-        if states.clone().into_iter().all(|s| s == VeeState::Running) {
-            ServiceState::Running
-        } else if states.into_iter().all(|s| s == VeeState::Terminated) {
+        let mut live = states.clone().into_iter().filter(|s| *s != VeeState::Terminated).peekable();
+        if live.peek().is_none() && states.into_iter().next().is_some() {
             ServiceState::Terminated
+        } else if live.all(|s| s == VeeState::Running) {
+            ServiceState::Running
         } else {
             ServiceState::Partial
         }
@@ -37,6 +39,9 @@ mod tests {
         assert_eq!(ServiceState::of([Running, Running]), ServiceState::Running);
         assert_eq!(ServiceState::of([Terminated, Terminated]), ServiceState::Terminated);
         assert_eq!(ServiceState::of([Running, Failed]), ServiceState::Partial);
-        assert_eq!(ServiceState::of([Running, Terminated]), ServiceState::Partial);
+        // A scaled-in (or stopped) instance is over, not missing.
+        assert_eq!(ServiceState::of([Running, Terminated]), ServiceState::Running);
+        assert_eq!(ServiceState::of([Deploying, Terminated]), ServiceState::Partial);
+        assert_eq!(ServiceState::of(Vec::<VeeState>::new()), ServiceState::Running);
     }
 }
