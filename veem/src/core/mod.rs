@@ -364,6 +364,14 @@ impl Core {
         self.service(id).ok()?.terms
     }
 
+    /// The latest rolling update of `component` of service `service_id`
+    /// (`crate::workflows::rollout`), if any: what scaling and checkpoint
+    /// retention wait for while it rolls.
+    pub fn rollout(&self, service_id: &str, component: &str) -> Result<Option<crate::domain::rollout::RolloutRec>> {
+        self.store
+            .get(Tree::Rollouts, &crate::domain::rollout::RolloutRec::key(service_id, component))
+    }
+
     /// How many VEE records there are.
     pub fn vee_count(&self) -> usize {
         self.vee_records.read().unwrap().len()

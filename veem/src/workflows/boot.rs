@@ -61,6 +61,28 @@ impl Boot {
         Ok(())
     }
 
+    /// Asks the guest of `vee_id` on `host` to shut down (VHI Shutdown:
+    /// the guest agent or ACPI; the domain destroyed after `stop_timeout`
+    /// if it has not) and says how it went: a clean shutdown, a power-off
+    /// and why, or no domain. The caller removes the domain. Errors: the
+    /// host is not one of the site's.
+    pub async fn shut_down(&self, host: &str, vee_id: &str) -> Result<String> {
+        let c = self.hosts.vhi(host)?;
+        let timeout_s = self.cfg.stop_timeout.as_secs().max(1);
+        let r = c
+            .shutdown(tonic::Request::new(vhi::ShutdownRequest {
+                vee_id: vee_id.into(),
+                timeout: interfaces::time::duration_s(timeout_s),
+            }))
+            .await;
+        Ok(match r {
+            Ok(r) if r.get_ref().clean => "the guest shut down".into(),
+            Ok(_) => format!("powered off: the guest did not shut down within stop_timeout ({timeout_s}s)"),
+            Err(e) if e.code() == tonic::Code::NotFound => "its domain was already gone".into(),
+            Err(e) => format!("powered off: shutdown failed: {}", e.message()),
+        })
+    }
+
     /// Prepares, creates and starts one admitted VEE on its planned host.
     /// Idempotent: a VEE already running there is only marked running.
     pub async fn deploy_vee(&self, vee_id: &str) -> Result<()> {

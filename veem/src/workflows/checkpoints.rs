@@ -114,8 +114,7 @@ impl Checkpoints {
     /// checkpoints stay until it ends: `crate::workflows::rollout`).
     pub(crate) async fn forget_old_checkpoints(&self, vee_id: &str) {
         if let Ok(v) = self.vee(vee_id) {
-            let key = crate::domain::rollout::RolloutRec::key(&v.service_id, &v.component);
-            let rollout: Option<crate::domain::rollout::RolloutRec> = self.store.get(Tree::Rollouts, &key).unwrap_or_default();
+            let rollout = self.rollout(&v.service_id, &v.component).unwrap_or_default();
             if rollout.is_some_and(|r| r.state == crate::domain::rollout::RolloutState::Rolling) {
                 return;
             }

@@ -5,7 +5,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
-use interfaces::vhi::{self, CheckpointRequest, DestroyRequest, RestoreRequest, ShutdownRequest};
+use interfaces::vhi::{self, CheckpointRequest, DestroyRequest, RestoreRequest};
 
 use crate::core::Core;
 use crate::domain::Action;
@@ -103,25 +103,14 @@ impl Lifecycle {
         let mut v = self.vee(vee_id)?;
         let mut how = String::new();
         if let Location::Host(h) = &v.location {
-            let c = self.hosts.vhi(h)?;
-            let timeout_s = self.cfg.stop_timeout.as_secs().max(1);
-            how = match c
-                .shutdown(tonic::Request::new(ShutdownRequest {
+            how = self.boot.shut_down(h, vee_id).await?;
+            self.hosts
+                .vhi(h)?
+                .destroy(tonic::Request::new(DestroyRequest {
                     vee_id: vee_id.into(),
-                    timeout: interfaces::time::duration_s(timeout_s),
+                    remove: true,
                 }))
-                .await
-            {
-                Ok(r) if r.get_ref().clean => "the guest shut down".into(),
-                Ok(_) => format!("powered off: the guest did not shut down within stop_timeout ({timeout_s}s)"),
-                Err(e) if e.code() == tonic::Code::NotFound => "its domain was already gone".into(),
-                Err(e) => format!("powered off: shutdown failed: {}", e.message()),
-            };
-            c.destroy(tonic::Request::new(DestroyRequest {
-                vee_id: vee_id.into(),
-                remove: true,
-            }))
-            .await?;
+                .await?;
         }
         if v.state != VeeState::Stopped {
             self.transition(&mut v, VeeState::Stopped, how)?;

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use interfaces::vhi::{DestroyRequest, ProbeRequest, ShutdownRequest};
+use interfaces::vhi::{DestroyRequest, ProbeRequest};
 
 use crate::core::Core;
 use crate::domain::rollout::{RolloutRec, RolloutState, ROLLOUT_FORMAT};
@@ -83,11 +83,6 @@ impl Deref for Rollouts {
 }
 
 impl Rollouts {
-    /// The latest rollout of `component` of `service_id`, if any.
-    pub fn rollout(&self, service_id: &str, component: &str) -> Result<Option<RolloutRec>> {
-        self.store.get(Tree::Rollouts, &RolloutRec::key(service_id, component))
-    }
-
     /// Starts a rolling update (see the module documentation) and returns
     /// its record, rolling; the instances are replaced in the background.
     /// Errors: NotFound (service); InvalidArgument naming the field
@@ -310,19 +305,9 @@ impl Rollouts {
         if v.state == VeeState::Running {
             self.transition(v, VeeState::Deploying, format!("rolling update on {host}: {} -> {image}", v.image))?;
         }
-        let timeout = interfaces::time::duration_s(self.cfg.stop_timeout.as_secs().max(1));
+        let how = self.boot.shut_down(host, &v.id).await?;
+        tracing::info!(vee = %v.id, "before a rolling update: {how}");
         let vee_id = v.id.clone();
-        if let Err(e) = c
-            .shutdown(tonic::Request::new(ShutdownRequest {
-                vee_id: vee_id.clone(),
-                timeout,
-            }))
-            .await
-        {
-            if e.code() != tonic::Code::NotFound {
-                tracing::info!(vee = %vee_id, error = %e.message(), "shutdown before a rolling update failed: destroyed");
-            }
-        }
         match c.destroy(tonic::Request::new(DestroyRequest { vee_id, remove: true })).await {
             Err(e) if e.code() != tonic::Code::NotFound => bail!("removing its domain: {}", e.message()),
             _ => {}

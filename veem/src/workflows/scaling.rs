@@ -32,13 +32,12 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 
 use crate::core::Core;
-use crate::domain::rollout::{RolloutRec, RolloutState};
+use crate::domain::rollout::RolloutState;
 use crate::domain::Action;
 use crate::error::VeemError;
 use crate::ipam;
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
 use crate::planner::{Admission, PeerSpare};
-use crate::store::Tree;
 use crate::store::Writes;
 use crate::workflows::background::Background;
 use crate::workflows::boot::Boot;
@@ -108,8 +107,7 @@ impl Scaling {
                 format!("service {service_id} has no component {component:?}")
             ));
         };
-        let rollout: Option<RolloutRec> = self.store.get(Tree::Rollouts, &RolloutRec::key(service_id, component))?;
-        if let Some(r) = rollout {
+        if let Some(r) = self.rollout(service_id, component)? {
             if r.state == RolloutState::Rolling {
                 bail!(
                     "component {component} is being updated to {} ({} of {} replaced): scale it once the rollout ends",
