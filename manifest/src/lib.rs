@@ -51,6 +51,8 @@ use crate::excerpt::{around, excerpt, QUOTE_CHARS};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_reference;
 
 pub use validate::{
     usable_addresses, MAX_CMDLINE_BYTES, MAX_COMPONENTS, MAX_DISK_GIB, MAX_INSTANCES, MAX_MEMORY_MIB, MAX_NAME_LEN, MAX_NETWORKS,
