@@ -52,7 +52,7 @@ fn config(dir: &std::path::Path) -> Result<VeemConfig> {
 /// Writes `vees` running VEEs (and their services and reservations) into
 /// `store` as Deploy does, [`PER_COMMIT`] services a commit.
 fn fill(cfg: &VeemConfig, store: &Store, vees: usize) -> Result<()> {
-    let veem = Veem::open_leading(cfg.clone(), store.clone(), 0, None)?;
+    let veem = Veem::open_leading(cfg.clone(), store.clone(), 0, None, Default::default())?;
     {
         let mut p = veem.planner();
         for i in 0..HOSTS {
@@ -150,7 +150,7 @@ pub async fn run(etcd: Arc<EtcdEngine>, sled: Store, dir: &std::path::Path, vees
         .await?
         .ok_or_else(|| anyhow::anyhow!("the standby's copy was not taken"))?;
     let (c, s) = (cfg.clone(), store.clone());
-    let veem = tokio::task::spawn_blocking(move || Veem::open_leading(c, s, 0, Some(loaded))).await??;
+    let veem = tokio::task::spawn_blocking(move || Veem::open_leading(c, s, 0, Some(loaded), Default::default())).await??;
     let takeover = t.elapsed();
     if veem.vee_count() != vees {
         bail!("the copy holds {} VEEs, not {vees}", veem.vee_count());
@@ -158,12 +158,12 @@ pub async fn run(etcd: Arc<EtcdEngine>, sled: Store, dir: &std::path::Path, vees
     drop(veem);
     let (c, s) = (cfg.clone(), store.clone());
     let t = Instant::now();
-    let veem = tokio::task::spawn_blocking(move || Veem::open_leading(c, s, 0, None)).await??;
+    let veem = tokio::task::spawn_blocking(move || Veem::open_leading(c, s, 0, None, Default::default())).await??;
     let without_copy = t.elapsed();
     drop(veem);
     let (c, s) = (cfg.clone(), sled.clone());
     let t = Instant::now();
-    let veem = tokio::task::spawn_blocking(move || Veem::open_leading(c, s, 0, None)).await??;
+    let veem = tokio::task::spawn_blocking(move || Veem::open_leading(c, s, 0, None, Default::default())).await??;
     let sled_open = t.elapsed();
     drop(veem);
 

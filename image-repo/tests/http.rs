@@ -347,3 +347,39 @@ async fn lists_come_in_pages_with_a_link_to_the_next() {
     let (status, _, _) = call(Method::GET, &format!("{}/v1/blobs?last=nonsense", repo.url), Some(TOKEN), vec![]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_what_came_in_and_went_out_and_what_did_not_verify() {
+    let metrics = format!(
+        "127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    );
+    let repo = Repo::start_with(Options {
+        extra_config: format!("[metrics]\nlisten = \"{metrics}\"\n"),
+        ..Options::default()
+    });
+    let data = content(7, 3000);
+    let id = BlobId::of(&data).to_string();
+    assert_eq!(put(&repo, &id, "name=x&kind=disk", &data).await.0, StatusCode::CREATED);
+    let (status, _, got) = call(Method::GET, &format!("{}/v1/blobs/{id}", repo.url), Some(TOKEN), vec![]).await;
+    assert_eq!((status, got.len()), (StatusCode::OK, 3000));
+    let declared = BlobId::of(b"what the client claims").to_string();
+    assert_eq!(
+        put(&repo, &declared, "name=y&kind=disk", b"something else").await.0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let (status, _, body) = call(Method::GET, &format!("http://{metrics}/metrics"), None, vec![]).await;
+    assert_eq!(status, StatusCode::OK);
+    let text = String::from_utf8(body).unwrap();
+    for line in [
+        "image_repo_received_bytes_total 3000\n",
+        "image_repo_sent_bytes_total 3000\n",
+        "image_repo_blobs 1\n",
+        "image_repo_stored_bytes 3000\n",
+        "image_repo_verification_failures_total{source=\"upload\"} 1\n",
+    ] {
+        assert!(text.contains(line), "{line:?} missing:\n{text}");
+    }
+    let (status, _, _) = call(Method::GET, &format!("http://{metrics}/readyz"), None, vec![]).await;
+    assert_eq!(status, StatusCode::OK);
+}

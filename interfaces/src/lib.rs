@@ -13,6 +13,7 @@ pub mod error;
 pub mod fencing;
 pub mod listen;
 pub mod locks;
+pub mod metrics;
 pub mod output;
 pub mod pages;
 pub mod registry;

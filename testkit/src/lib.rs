@@ -2,12 +2,14 @@
 //! share: the two-site lab that `scripts/setup-host` starts ([`lab`]), the
 //! tiny guest of `scripts/build-guest-image` and its serial counter
 //! ([`guest`]), the workspace's daemons as child processes ([`daemon`]),
-//! and etcd clusters of Debian's etcd for the control plane's tests
-//! ([`etcd`]). Nothing here mocks libvirt.
+//! etcd clusters of Debian's etcd for the control plane's tests
+//! ([`etcd`]), and Debian's Prometheus scraping the daemons
+//! ([`prometheus`]). Nothing here mocks libvirt.
 
 pub mod daemon;
 pub mod etcd;
 pub mod guest;
 pub mod lab;
 pub mod pki;
+pub mod prometheus;
 pub mod registry;

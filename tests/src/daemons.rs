@@ -30,6 +30,9 @@ pub struct ImageRepo {
     pub token: String,
     /// The CA of its certificate (TLS).
     pub ca: PathBuf,
+    /// `ADDR:PORT` of its metrics listener (`/metrics`, `/healthz`,
+    /// `/readyz`; plain HTTP).
+    pub metrics: String,
 }
 
 /// Sites and providers the test repository has tokens for.
@@ -76,8 +79,9 @@ impl ImageRepo {
         let listen = format!("{}:{port}", place.addr());
         let token = "test-write-token".to_string();
         let (tls, ca) = vee_testkit::pki::repo(place.addr());
+        let metrics = format!("{}:{}", place.addr(), free_port());
         let mut cfg = format!(
-            "listen = \"{listen}\"\ndata = \"{}\"\ntoken = \"{token}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            "listen = \"{listen}\"\ndata = \"{}\"\ntoken = \"{token}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n[metrics]\nlisten = \"{metrics}\"\n",
             data.display(),
             tls.cert.display(),
             tls.key.display()
@@ -110,7 +114,13 @@ impl ImageRepo {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Self { daemon, url, token, ca }
+        Self {
+            daemon,
+            url,
+            token,
+            ca,
+            metrics,
+        }
     }
 
     fn token_of(name: &str) -> String {
@@ -226,6 +236,9 @@ pub struct Veeh {
     pub state_dir: PathBuf,
     pub uri: String,
     pub config: PathBuf,
+    /// `ADDR:PORT` of its metrics listener (`/metrics`, `/healthz`,
+    /// `/readyz`; plain HTTP).
+    pub metrics: String,
 }
 
 impl Drop for Veeh {
@@ -287,8 +300,9 @@ impl Veeh {
         let place = Place::of_uri(uri);
         let addr = place.addr();
         let tls = vee_testkit::pki::site(site).host(host);
+        let metrics = format!("{addr}:{}", free_port());
         let cfg = format!(
-            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\n{}[capacity]\nvcpus = {vcpus}\nmemory_mib = {memory_mib}\ndisk_gib = 20\n[tls]\n{}{extra}",
+            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\n{}[capacity]\nvcpus = {vcpus}\nmemory_mib = {memory_mib}\ndisk_gib = 20\n[metrics]\nlisten = \"{metrics}\"\n[tls]\n{}{extra}",
             state_dir.display(),
             repo.config_lines(site),
             vee_testkit::pki::toml(&tls)
@@ -305,6 +319,7 @@ impl Veeh {
             state_dir,
             uri: uri.into(),
             config: cfg_path.clone(),
+            metrics,
         };
         let start = Instant::now();
         loop {

@@ -49,6 +49,8 @@ pub struct Capacity {
 /// cert = "/etc/vee/pki/host-a1.crt"
 /// key = "/etc/vee/pki/host-a1.key"
 /// ca = "/etc/vee/pki/veem-ca.crt"
+/// [metrics]
+/// listen = "127.0.0.1:9101"
 /// [capacity]
 /// vcpus = 2
 /// memory_mib = 1024
@@ -114,6 +116,10 @@ pub struct VeehConfig {
     /// at every start). Exactly one of `tls` and `insecure = true`.
     #[serde(default)]
     pub insecure: bool,
+    /// The HTTP listener of `/metrics` (Prometheus), `/healthz` and
+    /// `/readyz` (`interfaces::metrics`); none: not served.
+    #[serde(default)]
+    pub metrics: Option<interfaces::metrics::MetricsConfig>,
 }
 
 fn default_cache_limit() -> u64 {
@@ -136,6 +142,9 @@ impl VeehConfig {
                 "tls",
                 "give the VHI's certificate, key and the VEEM's CA ([tls]), or set insecure = true to serve it in plaintext to anyone",
             ));
+        }
+        if let Some(m) = &self.metrics {
+            m.check()?;
         }
         if let Some(mib) = self.cache_limit_mib.take() {
             tracing::warn!("field `cache_limit_mib` is deprecated: write cache_limit = \"{mib} MiB\"");
@@ -162,5 +171,26 @@ impl VeehConfig {
     /// The libvirt URI peers migrate to.
     pub fn peer_libvirt_uri(&self) -> &str {
         self.peer_libvirt_uri.as_deref().unwrap_or(&self.libvirt_uri)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_packaged_configuration_loads_with_its_metrics_on_loopback() {
+        let c = VeehConfig::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/config/veeh.toml"))).unwrap();
+        assert_eq!(c.metrics.unwrap().listen, "127.0.0.1:9101".parse().unwrap());
+    }
+
+    #[test]
+    fn a_malformed_metrics_token_digest_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let packaged = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/config/veeh.toml")).unwrap();
+        let file = dir.path().join("veeh.toml");
+        std::fs::write(&file, packaged.replace("# token_sha256 = \"...\"", "token_sha256 = \"abc\"")).unwrap();
+        let e = format!("{:#}", VeehConfig::load(&file).unwrap_err());
+        assert!(e.contains("metrics.token_sha256") && e.contains("64 hex digits"), "{e}");
     }
 }

@@ -524,10 +524,11 @@ impl Host {
                 let Ok(doms) = host.blocking(|hv| hv.owned_domains()).await else {
                     continue;
                 };
+                host.hv.metrics.set_domains(doms.iter().map(|d| d.state.name()));
                 let mut now = std::collections::HashMap::new();
                 for d in doms {
                     if last.get(&d.vee_id) != Some(&d.state) {
-                        host.event(&d.vee_id, HostEventKind::State, format!("{:?}", d.state).to_lowercase());
+                        host.event(&d.vee_id, HostEventKind::State, d.state.name());
                     }
                     now.insert(d.vee_id, d.state);
                 }

@@ -63,6 +63,19 @@ pub enum DomainState {
     Other,
 }
 
+impl DomainState {
+    /// `running`, `paused`, `shutoff`, `crashed` or `other`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DomainState::Running => "running",
+            DomainState::Paused => "paused",
+            DomainState::Shutoff => "shutoff",
+            DomainState::Crashed => "crashed",
+            DomainState::Other => "other",
+        }
+    }
+}
+
 /// One domain this VEEH owns, as libvirt reports it.
 #[derive(Clone, Debug)]
 pub struct OwnedDomain {
@@ -104,6 +117,9 @@ pub struct Hypervisor {
     uri: String,
     owner: String,
     conn: RwLock<Connect>,
+    /// Each operation's latency, and the domain counts the host's state
+    /// watch sets.
+    pub metrics: std::sync::Arc<crate::metrics::HostMetrics>,
     /// Test hook: runs right after a domain was looked up, before it is
     /// used (to make it vanish in between).
     #[cfg(test)]
@@ -124,6 +140,7 @@ impl Hypervisor {
             uri: uri.to_string(),
             owner: owner.to_string(),
             conn: RwLock::new(conn),
+            metrics: Default::default(),
             #[cfg(test)]
             after_lookup: None,
         })
@@ -134,9 +151,18 @@ impl Hypervisor {
         &self.uri
     }
 
-    /// Runs `f` on the connection; if it fails and the connection is dead
-    /// (libvirtd restarted), reconnects once and runs `f` again.
-    fn with<T>(&self, f: impl Fn(&Connect) -> Result<T>) -> Result<T> {
+    /// Runs `f` (operation `call`, timed in
+    /// `veeh_libvirt_call_duration_seconds`) on the connection; if it
+    /// fails and the connection is dead (libvirtd restarted), reconnects
+    /// once and runs `f` again.
+    fn with<T>(&self, call: &'static str, f: impl Fn(&Connect) -> Result<T>) -> Result<T> {
+        let started = Instant::now();
+        let r = self.with_reconnect(f);
+        self.metrics.libvirt_call(call, started.elapsed());
+        r
+    }
+
+    fn with_reconnect<T>(&self, f: impl Fn(&Connect) -> Result<T>) -> Result<T> {
         let first = {
             let c = self.conn.read().unwrap();
             match f(&c) {
@@ -194,8 +220,8 @@ impl Hypervisor {
 
     /// Runs `f` on our domain of `vee_id`. Errors with [`NoDomain`] when
     /// there is none, or when it vanishes while `f` uses it.
-    fn on_domain<T>(&self, vee_id: &str, f: impl Fn(&Domain) -> Result<T>) -> Result<T> {
-        self.with(|c| {
+    fn on_domain<T>(&self, call: &'static str, vee_id: &str, f: impl Fn(&Domain) -> Result<T>) -> Result<T> {
+        self.with(call, |c| {
             let d = self.owned(c, vee_id)?.ok_or_else(|| self.no_domain(vee_id))?;
             f(&d).map_err(|e| if is_no_domain(&e) { self.no_domain(vee_id).into() } else { e })
         })
@@ -203,7 +229,7 @@ impl Hypervisor {
 
     /// Starts a transient domain from `xml`.
     pub fn create(&self, xml: &str) -> Result<()> {
-        self.with(|c| {
+        self.with("create", |c| {
             c.create_domain_xml(xml, 0).context("create domain")?;
             Ok(())
         })
@@ -211,7 +237,7 @@ impl Hypervisor {
 
     /// The state of `vee_id`'s domain; `None` when libvirt has none of ours.
     pub fn state(&self, vee_id: &str) -> Result<Option<DomainState>> {
-        self.with(|c| match self.owned(c, vee_id)? {
+        self.with("state", |c| match self.owned(c, vee_id)? {
             None => Ok(None),
             Some(d) => Ok(gone_as_none(d.state().map_err(Into::into))?.map(|s| map_state(s.0))),
         })
@@ -220,7 +246,7 @@ impl Hypervisor {
     /// Hard stop. Succeeds when the domain is already gone, or vanishes
     /// meanwhile.
     pub fn destroy(&self, vee_id: &str) -> Result<()> {
-        self.with(|c| {
+        self.with("destroy", |c| {
             if let Some(d) = self.owned(c, vee_id)? {
                 gone_as_none(destroy_domain(&d))?;
             }
@@ -232,14 +258,16 @@ impl Hypervisor {
     /// another VEEH owns: on a libvirtd shared by several VEEHs, a copy
     /// left by a failed one. `None` when there is no such domain.
     pub fn foreign_owner(&self, vee_id: &str) -> Result<Option<String>> {
-        self.with(|c| Ok(self.lookup(c, vee_id)?.and_then(|(_, o)| o).filter(|o| *o != self.owner)))
+        self.with("foreign_owner", |c| {
+            Ok(self.lookup(c, vee_id)?.and_then(|(_, o)| o).filter(|o| *o != self.owner))
+        })
     }
 
     /// Destroys the domain of `vee_id` that VEEH `owner` (not this one)
     /// left at this libvirtd: fencing on the VEEM's word that `owner`
     /// failed. Succeeds when there is none (any more).
     pub fn fence_foreign(&self, vee_id: &str, owner: &str) -> Result<()> {
-        self.with(|c| {
+        self.with("fence_foreign", |c| {
             if let Some((d, Some(o))) = self.lookup(c, vee_id)? {
                 if o == owner && o != self.owner {
                     gone_as_none(destroy_domain(&d))?;
@@ -250,11 +278,11 @@ impl Hypervisor {
     }
 
     pub fn suspend(&self, vee_id: &str) -> Result<()> {
-        self.on_domain(vee_id, |d| Ok(d.suspend().map(|_| ())?))
+        self.on_domain("suspend", vee_id, |d| Ok(d.suspend().map(|_| ())?))
     }
 
     pub fn resume(&self, vee_id: &str) -> Result<()> {
-        self.on_domain(vee_id, |d| Ok(d.resume().map(|_| ())?))
+        self.on_domain("resume", vee_id, |d| Ok(d.resume().map(|_| ())?))
     }
 
     /// Sets the running domain's online vCPUs (hot-plug or unplug) and its
@@ -268,7 +296,7 @@ impl Hypervisor {
             vee_id: vee_id.to_string(),
             why,
         };
-        self.on_domain(vee_id, |d| {
+        self.on_domain("resize", vee_id, |d| {
             if let Some(n) = vcpus {
                 d.set_vcpus_flags(n, sys::VIR_DOMAIN_AFFECT_LIVE)
                     .map_err(|e| cannot(format!("setting {n} vCPUs: {e}")))?;
@@ -301,12 +329,12 @@ impl Hypervisor {
     /// The live domain XML (`migratable` drops host-local details).
     pub fn xml(&self, vee_id: &str, migratable: bool) -> Result<String> {
         let flags = if migratable { sys::VIR_DOMAIN_XML_MIGRATABLE } else { 0 };
-        self.on_domain(vee_id, |d| Ok(d.xml_desc(flags)?))
+        self.on_domain("xml", vee_id, |d| Ok(d.xml_desc(flags)?))
     }
 
     /// Domains this VEEH owns, whatever their state.
     pub fn owned_domains(&self) -> Result<Vec<OwnedDomain>> {
-        self.with(|c| {
+        self.with("owned_domains", |c| {
             let mut out = Vec::new();
             for d in c.list_all_domains(0)? {
                 let Ok(name) = d.name() else { continue };
@@ -339,7 +367,7 @@ impl Hypervisor {
 
     /// CPU, memory and disk counters of `vee_id`'s domain.
     pub fn counters(&self, vee_id: &str, macs: &[String]) -> Result<DomainCounters> {
-        self.on_domain(vee_id, |d| {
+        self.on_domain("counters", vee_id, |d| {
             let info = d.info()?;
             let blk = d.block_stats("vda").ok();
             // libvirt names an interface by its MAC as well as its tap.
@@ -357,7 +385,7 @@ impl Hypervisor {
 
     /// QEMU and libvirt versions and the canonical `pc` machine type.
     pub fn facts(&self) -> Result<HostFacts> {
-        self.with(|c| {
+        self.with("facts", |c| {
             let caps = c.capabilities()?;
             Ok(HostFacts {
                 qemu_version: version_string(c.hyp_version()?),
@@ -376,7 +404,7 @@ impl Hypervisor {
         let xml = format!(
             "<domainsnapshot><name>{name}</name><memory snapshot='external' file='{memory_file}'/><disks><disk name='vda' snapshot='external' type='file'><driver type='qcow2'/><source file='{new_top}'/></disk></disks></domainsnapshot>"
         );
-        self.on_domain(vee_id, |d| {
+        self.on_domain("live_snapshot", vee_id, |d| {
             d.create_snapshot_xml(
                 &xml,
                 sys::VIR_DOMAIN_SNAPSHOT_CREATE_LIVE | sys::VIR_DOMAIN_SNAPSHOT_CREATE_NO_METADATA,
@@ -390,7 +418,7 @@ impl Hypervisor {
     /// the guest onto it (`virsh blockcommit --active --pivot`), so snapshot
     /// chains do not grow without bound.
     pub fn block_commit_active(&self, vee_id: &str, timeout: Duration) -> Result<()> {
-        self.on_domain(vee_id, |d| {
+        self.on_domain("block_commit_active", vee_id, |d| {
             let disk = std::ffi::CString::new("vda").unwrap();
             // SAFETY: valid domain pointer and NUL-terminated disk name.
             // NULL top is the active layer; SHALLOW commits it into its
@@ -455,13 +483,13 @@ impl Hypervisor {
 
     /// The domain XML stored in a saved memory-state file.
     pub fn save_image_xml(&self, memory_file: &str) -> Result<String> {
-        self.with(|c| Ok(c.save_image_xml_desc(memory_file, 0)?))
+        self.with("save_image_xml", |c| Ok(c.save_image_xml_desc(memory_file, 0)?))
     }
 
     /// Restores a domain from `memory_file` with `xml` (its paths rewritten
     /// to this host's), running.
     pub fn restore(&self, memory_file: &str, xml: &str) -> Result<()> {
-        self.with(|c| {
+        self.with("restore", |c| {
             c.restore_domain_flags(memory_file, Some(xml), sys::VIR_DOMAIN_SAVE_RUNNING)
                 .with_context(|| format!("restore from {memory_file}"))?;
             Ok(())
@@ -484,7 +512,7 @@ impl Hypervisor {
         max_downtime_ms: u64,
         bandwidth_mib_s: u64,
     ) -> Result<()> {
-        let d = self.with(|c| self.owned(c, vee_id)?.ok_or_else(|| self.no_domain(vee_id).into()))?;
+        let d = self.with("lookup", |c| self.owned(c, vee_id)?.ok_or_else(|| self.no_domain(vee_id).into()))?;
         if max_downtime_ms > 0 {
             let _ = d.migrate_set_max_downtime(max_downtime_ms, 0);
         }
@@ -496,16 +524,19 @@ impl Hypervisor {
             bandwidth: (bandwidth_mib_s > 0).then_some(bandwidth_mib_s),
             ..Default::default()
         };
-        d.migrate_to_uri3(
+        let started = Instant::now();
+        let migrated = d.migrate_to_uri3(
             Some(dest_uri),
             params,
             sys::VIR_MIGRATE_LIVE | sys::VIR_MIGRATE_PEER2PEER | sys::VIR_MIGRATE_NON_SHARED_INC,
-        )
-        .map_err(|e| match e.code().is(virt::error::ErrorNumber::NoDomain) {
-            true => anyhow::Error::new(self.no_domain(vee_id)),
-            false => anyhow::Error::new(e),
-        })
-        .with_context(|| format!("migrate VEE {vee_id} to {dest_uri}"))?;
+        );
+        self.metrics.libvirt_call("migrate", started.elapsed());
+        migrated
+            .map_err(|e| match e.code().is(virt::error::ErrorNumber::NoDomain) {
+                true => anyhow::Error::new(self.no_domain(vee_id)),
+                false => anyhow::Error::new(e),
+            })
+            .with_context(|| format!("migrate VEE {vee_id} to {dest_uri}"))?;
         Ok(())
     }
 

@@ -16,6 +16,7 @@ pub mod host;
 pub mod hypervisor;
 pub mod image_cache;
 pub mod kpi;
+pub mod metrics;
 pub mod migration;
 pub mod network;
 pub mod qemu_img;

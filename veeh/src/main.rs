@@ -1,9 +1,12 @@
 //! `veeh`: the VEE host daemon.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use interfaces::metrics::{Exporter, Readiness, Serving};
 use veeh::config::VeehConfig;
 use veeh::host::Host;
 use veeh::server::VhiService;
@@ -64,7 +67,22 @@ async fn main() -> anyhow::Result<()> {
             // The newest epoch of the site's leading VEEM this host has
             // seen: an older one's calls are refused.
             let gate = interfaces::fencing::Gate::open(&cfg.state_dir.join("leader-epoch"))?;
+            let metrics_cfg = cfg.metrics.clone();
             let host = Host::open(cfg)?;
+            // Readiness as the gRPC health says it: serving until the stop.
+            let stopping = Arc::new(AtomicBool::new(false));
+            let metrics = match &metrics_cfg {
+                Some(m) => {
+                    let s = stopping.clone();
+                    let ready: Readiness = Arc::new(move || match s.load(Ordering::SeqCst) {
+                        true => Err("stopping".into()),
+                        false => Ok(()),
+                    });
+                    let exporter = Exporter::new(m, "veeh", |r| host.hv.metrics.register(r), None, ready)?;
+                    Some(Serving::start(m, exporter).await?)
+                }
+                None => None,
+            };
             let swept = veeh::network::sweep_unused().await;
             if !swept.is_empty() {
                 tracing::warn!(?swept, "removed networks a crash left behind");
@@ -89,9 +107,12 @@ async fn main() -> anyhow::Result<()> {
                 stop_signal,
                 health,
                 SHUTDOWN_GRACE,
-                || async {},
+                || async move { stopping.store(true, Ordering::SeqCst) },
             )
             .await?;
+            if let Some(m) = metrics {
+                m.stop().await;
+            }
         }
     }
     Ok(())

@@ -314,6 +314,10 @@ pub struct VeemConfig {
     /// authentications; docs/security.md).
     #[serde(default)]
     pub listener: interfaces::connections::ListenerLimits,
+    /// The metrics listener (`[metrics]`: `/metrics` for Prometheus,
+    /// `/healthz`, `/readyz`; `crate::api::metrics`); none: not served.
+    #[serde(default)]
+    pub metrics: Option<interfaces::metrics::MetricsConfig>,
     /// Allow plaintext: the VMI without `[tls]`, `http://` host and peer
     /// endpoints (unauthenticated hosts and peers; logged at every start).
     #[serde(default)]
@@ -470,6 +474,9 @@ impl VeemConfig {
             ));
         }
         self.listener.check("listener")?;
+        if let Some(m) = &self.metrics {
+            m.check()?;
+        }
         if self.checkpoints_kept == 0 {
             return Err(invalid(
                 "checkpoints_kept",

@@ -13,6 +13,7 @@ use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::front::Front;
+use crate::api::metrics::Acting;
 use crate::api::standby::Port;
 use crate::config::{EngineKind, VeemConfig};
 use crate::core::renew_ahead_s;
@@ -96,14 +97,23 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
         ))
     };
     let site = cfg.site_id.clone();
+    // What the VEEM counts, across leadership terms, and the gauges of
+    // whichever VEEM acts: the metrics listener runs from start to stop.
+    let metrics = Arc::new(crate::metrics::VeemMetrics::default());
+    let acting = Acting::default();
+    let metrics_listener = match &cfg.metrics {
+        Some(m) => Some(interfaces::metrics::Serving::start(m, crate::api::metrics::exporter(m, metrics.clone(), acting.clone())?).await?),
+        None => None,
+    };
     match cfg.store.engine {
         // On the embedded store the VEEM opens its database and answers
         // at once (not serving until it has reconciled: `front`).
         EngineKind::Sled => {
-            let veem = Veem::open(cfg)?;
+            let veem = Veem::open_measured(cfg, metrics)?;
             // One set of handlers (and of peer CAs) for gRPC and REST, on
             // one port, over HTTP/2 and HTTP/1.1.
             let front = Front::of(veem.clone(), &limits).await?;
+            acting.set(veem.clone(), front.clone());
             let server = serve(Port::of(&site, front.clone()));
             tracing::info!(%site, %listen, max_connections = limits.max_connections, "VMI listening; reconciling with the hosts");
             let start = Start {
@@ -120,9 +130,10 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
             let port = Port::standing_by(&site);
             let server = serve(port.clone());
             let mut resign = None;
-            while let Some((veem, leader, took_over)) = lead(&cfg, &port, &stop).await? {
+            while let Some((veem, leader, took_over)) = lead(&cfg, &port, &stop, &metrics).await? {
                 let front = Front::of(veem.clone(), &limits).await?;
                 port.lead(front.clone());
+                acting.set(veem.clone(), front.clone());
                 tracing::info!(%site, %listen, max_connections = limits.max_connections, "VMI listening; reconciling with the hosts");
                 let start = Start {
                     destroy_strays,
@@ -140,6 +151,7 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
                 // new leader reconciles.
                 tracing::error!(%site, "lost the site's leadership (the lease was not renewed in time): stepping down, standing by again");
                 port.stand_by();
+                acting.clear();
                 wind_down(&veem, &front, loops, Duration::from_secs(1)).await;
             }
             server.await??;
@@ -148,6 +160,9 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
                 leader.resign().await;
             }
         }
+    }
+    if let Some(m) = metrics_listener {
+        m.stop().await;
     }
     tracing::info!("stopped");
     Ok(())
@@ -216,7 +231,12 @@ async fn wind_down(veem: &Arc<Veem>, front: &Front, loops: Option<Loops>, grace:
 /// campaigns again. The VEEM, its leadership and whether it took over
 /// from its standby's copy; `None` when stopped first. Errors: the cluster's
 /// configuration, a database of another site or format.
-async fn lead(cfg: &VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> Result<Option<(Arc<Veem>, Leader, bool)>> {
+async fn lead(
+    cfg: &VeemConfig,
+    port: &Arc<Port>,
+    stop: &CancellationToken,
+    metrics: &Arc<crate::metrics::VeemMetrics>,
+) -> Result<Option<(Arc<Veem>, Leader, bool)>> {
     let engine = Arc::new(EtcdEngine::connect(&cfg.store.etcd(&cfg.site_id))?);
     let leadership = Arc::new(Leadership::new(
         engine.waiting_client().await?,
@@ -256,7 +276,7 @@ async fn lead(cfg: &VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> R
             }
         };
         tracing::info!(site = %cfg.site_id, epoch = leader.epoch, "leading the site");
-        match open(cfg, &engine, &leader, replica).await {
+        match open(cfg, &engine, &leader, replica, metrics.clone()).await {
             Ok((veem, took_over)) => {
                 port.set_leader(Ok(Some(cfg.advertised())));
                 return Ok(Some((veem, leader, took_over)));
@@ -284,14 +304,20 @@ async fn lead(cfg: &VeemConfig, port: &Arc<Port>, stop: &CancellationToken) -> R
 /// takeover from a standby that followed the site). Errors: the store's
 /// ([`StoreUnavailable`], [`Fenced`]), a database of another site or
 /// format.
-async fn open(cfg: &VeemConfig, engine: &Arc<EtcdEngine>, leader: &Leader, replica: Replica) -> Result<(Arc<Veem>, bool)> {
+async fn open(
+    cfg: &VeemConfig,
+    engine: &Arc<EtcdEngine>,
+    leader: &Leader,
+    replica: Replica,
+    metrics: Arc<crate::metrics::VeemMetrics>,
+) -> Result<(Arc<Veem>, bool)> {
     engine.fence_with(Some((leader.key.clone(), leader.epoch)));
     let what = format!("etcd {:?}", engine.prefix());
     let store = Store::on(engine.clone(), &what)?;
     let loaded = replica.take(&store, leader.epoch, CATCH_UP).await?;
     let from_copy = loaded.is_some();
     tracing::info!(from_copy, "opening the site's state");
-    Ok((Veem::open_leading(cfg.clone(), store, leader.epoch, loaded)?, from_copy))
+    Ok((Veem::open_leading(cfg.clone(), store, leader.epoch, loaded, metrics)?, from_copy))
 }
 
 /// What the VEEM does before it serves: learns its hosts' capacities and

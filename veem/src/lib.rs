@@ -28,6 +28,7 @@ pub mod ipam;
 pub mod leadership;
 pub mod loops;
 pub mod manager;
+pub mod metrics;
 pub mod model;
 pub mod peers;
 /// The planner (crate `vee-planner`).

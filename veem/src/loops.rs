@@ -134,6 +134,9 @@ pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
     let before: Vec<Health> = names.iter().map(|h| veem.hosts.health(h)).collect();
     let beats = futures::future::join_all(names.iter().map(|h| veem.hosts.heartbeat(h, veem.cfg.heartbeat_miss_limit))).await;
     for ((h, before), (after, info)) in names.into_iter().zip(before).zip(beats) {
+        if info.is_none() && matches!(after, Health::Missing(_) | Health::Failed) {
+            veem.metrics.heartbeat_missed(&h);
+        }
         if let Some(i) = info {
             let known = veem.planner.lock().unwrap().host(&h).is_some();
             if known {

@@ -78,7 +78,13 @@ impl Veem {
     /// Opens the database and restores the planner (or starts an empty
     /// one), talking to hosts, peers and the repository over the network.
     pub fn open(cfg: VeemConfig) -> Result<Arc<Self>> {
-        let ports = Ports::connect(&cfg, None)?;
+        Self::open_measured(cfg, Default::default())
+    }
+
+    /// [`Veem::open`], counting in `metrics` (the daemon's, which its
+    /// metrics listener reports).
+    pub fn open_measured(cfg: VeemConfig, metrics: Arc<crate::metrics::VeemMetrics>) -> Result<Arc<Self>> {
+        let ports = Ports::connect(&cfg, None, metrics)?;
         Self::with_ports(cfg, ports)
     }
 
@@ -86,9 +92,16 @@ impl Veem {
     /// its commits fenced by the election key of `epoch`): its calls to
     /// hosts carry `epoch` (`interfaces::fencing`). Its records and planner
     /// are `loaded` (a standby's copy, `crate::core::replica`), or read
-    /// from the store when `None`.
-    pub fn open_leading(cfg: VeemConfig, store: Store, epoch: i64, loaded: Option<Loaded>) -> Result<Arc<Self>> {
-        let ports = Ports::connect(&cfg, Some(epoch))?;
+    /// from the store when `None`. It counts in `metrics` (the daemon's,
+    /// kept across terms).
+    pub fn open_leading(
+        cfg: VeemConfig,
+        store: Store,
+        epoch: i64,
+        loaded: Option<Loaded>,
+        metrics: Arc<crate::metrics::VeemMetrics>,
+    ) -> Result<Arc<Self>> {
+        let ports = Ports::connect(&cfg, Some(epoch), metrics)?;
         let core = match loaded {
             Some(loaded) => Core::open_loaded(cfg, ports, store, loaded)?,
             None => Core::open(cfg, ports, store)?,

@@ -43,6 +43,7 @@ use crate::wire::peer as wire;
 
 mod following;
 mod registry_repository;
+pub mod timed;
 
 /// A stream of replies, as the VHI's streaming calls return them.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -489,6 +490,9 @@ pub struct Ports {
     /// images resolved at admission.
     pub registries: Arc<interfaces::registry::Registries>,
     pub clock: Arc<dyn Clock>,
+    /// What the VEEM counts as it works (`crate::metrics`): one per
+    /// process, kept across leadership terms.
+    pub metrics: Arc<crate::metrics::VeemMetrics>,
 }
 
 impl Ports {
@@ -496,7 +500,7 @@ impl Ports {
     /// dialled yet), their calls to hosts stamped with `epoch` (a leader's
     /// over etcd; `None` on the embedded store). Errors: a malformed
     /// endpoint or token.
-    pub fn connect(cfg: &VeemConfig, epoch: Option<i64>) -> Result<Self> {
+    pub fn connect(cfg: &VeemConfig, epoch: Option<i64>, metrics: Arc<crate::metrics::VeemMetrics>) -> Result<Self> {
         let registries = Arc::new(interfaces::registry::Registries::new(&cfg.registries)?);
         let mut hosts: HashMap<String, Arc<HostVhi>> = HashMap::new();
         for h in &cfg.hosts {
@@ -525,6 +529,7 @@ impl Ports {
             },
             registries,
             clock: Arc::new(SystemClock),
+            metrics,
         })
     }
 }

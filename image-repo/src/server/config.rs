@@ -20,6 +20,8 @@
 //! send_timeout = "60s"            # a client that leaves its answers unread is cut off
 //! auth_failures_burst = 10        # failed authentications of an address at once,
 //! auth_failure_interval = "1s"    # then one per interval (429 before the token is checked)
+//! [metrics]                       # optional: /metrics (Prometheus), /healthz, /readyz
+//! listen = "127.0.0.1:9480"       # plain HTTP: loopback, or give token_sha256
 //! [tls]
 //! cert = "/etc/image-repo/repo.crt"   # the server's certificate (PEM)
 //! key = "/etc/image-repo/repo.key"
@@ -121,6 +123,10 @@ pub struct Config {
     /// `header_timeout`.
     #[serde(default)]
     pub listener: ListenerLimits,
+    /// The metrics listener (`[metrics]`: `/metrics` for Prometheus,
+    /// `/healthz`, `/readyz`; `interfaces::metrics`); none: not served.
+    #[serde(default)]
+    pub metrics: Option<interfaces::metrics::MetricsConfig>,
     /// How long a stop (SIGTERM) lets the requests in flight finish before
     /// it cuts them (default `"10s"`).
     #[serde(default = "default_shutdown_grace", deserialize_with = "duration")]
@@ -323,6 +329,9 @@ impl Config {
             }
             self.digests.push(digest);
         }
+        if let Some(m) = &self.metrics {
+            m.check()?;
+        }
         if self.tls.is_none() && !self.insecure {
             return Err(invalid(
                 "tls",
@@ -377,6 +386,13 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_packaged_configuration_loads_with_its_metrics_on_loopback() {
+        let file = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/config/image-repo.toml"));
+        let c = Config::load(Some(file), Overrides::default()).unwrap();
+        assert_eq!(c.metrics.unwrap().listen, "127.0.0.1:9480".parse().unwrap());
+    }
 
     #[test]
     fn flags_override_file_and_required_fields_are_named() {

@@ -146,6 +146,7 @@ pub async fn send(app: &App, method: &Method, headers: &HeaderMap, meta: &BlobMe
                 .map_err(|e| ApiError::internal(format!("seeking in content of {id}"), e))?;
         }
         tracing::info!(%id, start, len, "sending blob");
+        app.metrics.sent_bytes.inc_by(len);
         Body::from_stream(ReaderStream::with_capacity(file.take(len), DOWNLOAD_CHUNK))
     };
     let mut resp = resp.body(body).map_err(|e| ApiError::internal("building response", e))?;

@@ -33,6 +33,8 @@ pub struct MetaDb {
     blobs: sled::Tree,
     /// Bytes of all stored blobs (the sum of the records' `size`).
     total: AtomicU64,
+    /// How many blobs are stored (kept as `total` is).
+    count: AtomicU64,
 }
 
 impl MetaDb {
@@ -71,15 +73,17 @@ impl MetaDb {
             ),
         }
         let blobs = db.open_tree("blobs")?;
-        let mut total = 0u64;
+        let (mut total, mut count) = (0u64, 0u64);
         for item in blobs.iter() {
             let (_, raw) = item?;
             total += decode(&raw)?.size;
+            count += 1;
         }
         Ok(Self {
             db,
             blobs,
             total: AtomicU64::new(total),
+            count: AtomicU64::new(count),
         })
     }
 
@@ -107,7 +111,11 @@ impl MetaDb {
     /// Errors: the database cannot write.
     pub async fn put(&self, meta: &BlobMeta) -> Result<()> {
         let old = self.blobs.insert(key(&meta.id), serde_json::to_vec(meta)?)?;
-        let old_size = old.map(|raw| decode(&raw)).transpose()?.map_or(0, |m| m.size);
+        let old = old.map(|raw| decode(&raw)).transpose()?;
+        if old.is_none() {
+            self.count.fetch_add(1, Ordering::SeqCst);
+        }
+        let old_size = old.map_or(0, |m| m.size);
         self.total.fetch_add(meta.size, Ordering::SeqCst);
         self.total.fetch_sub(old_size, Ordering::SeqCst);
         self.flush().await?;
@@ -119,6 +127,7 @@ impl MetaDb {
         let old = self.blobs.remove(key(id))?.map(|raw| decode(&raw)).transpose()?;
         if let Some(m) = &old {
             self.total.fetch_sub(m.size, Ordering::SeqCst);
+            self.count.fetch_sub(1, Ordering::SeqCst);
         }
         self.flush().await?;
         Ok(old)
@@ -160,6 +169,11 @@ impl MetaDb {
     /// Sum of the sizes of all blobs, in bytes (kept, not counted: O(1)).
     pub fn total_size(&self) -> u64 {
         self.total.load(Ordering::SeqCst)
+    }
+
+    /// How many blobs are stored (kept, not counted: O(1)).
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
     }
 }
 
@@ -217,8 +231,10 @@ mod tests {
         let (none, cursor) = db.page(None, 10, 1, |_| false).unwrap();
         assert!(none.is_empty() && cursor.is_some());
         assert_eq!(db.total_size(), 6);
+        assert_eq!(db.count(), 2);
         assert_eq!(db.remove(&BlobId::of(b"one")).await.unwrap().unwrap().name, "a");
         assert!(db.get(&BlobId::of(b"one")).unwrap().is_none());
+        assert_eq!((db.total_size(), db.count()), (3, 1));
     }
 
     #[tokio::test]

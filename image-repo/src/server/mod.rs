@@ -9,6 +9,7 @@ pub mod download;
 pub mod error;
 pub mod gc;
 pub mod metadata;
+pub mod metrics;
 pub mod oci;
 pub mod peers;
 pub mod quota;
@@ -40,6 +41,8 @@ pub struct App {
     pub throttle: interfaces::auth_throttle::AuthThrottle,
     /// The repositories of peer sites.
     pub peers: peers::Peers,
+    /// What `/metrics` of the metrics listener reports.
+    pub metrics: metrics::RepoMetrics,
 }
 
 impl App {
@@ -51,6 +54,7 @@ impl App {
             store,
             quota: quota::Quota::default(),
             uploads: oci::uploads::Sessions::default(),
+            metrics: Default::default(),
             throttle: interfaces::auth_throttle::AuthThrottle::new(
                 config.listener.auth_failures_burst,
                 config.listener.auth_failure_interval,
@@ -100,9 +104,16 @@ impl Server {
         tracing::info!(%addr, data = %config.data.display(), tokens = config.tokens.len() + 1, tls = tls.is_some(), "image repository serving");
         interfaces::daemon::notify_ready();
         let (limits, grace) = (config.limits(), config.shutdown_grace);
+        let metrics = match &config.metrics {
+            Some(m) => Some(interfaces::metrics::Serving::start(m, metrics::RepoMetrics::exporter(&self.app, m)?).await?),
+            None => None,
+        };
         let sweeper = tokio::spawn(sweep_uploads(self.app.clone()));
         interfaces::connections::serve(self.listener, tls, limits, routes::router(self.app), shutdown, grace).await?;
         sweeper.abort();
+        if let Some(m) = metrics {
+            m.stop().await;
+        }
         tracing::info!("image repository stopped");
         Ok(())
     }

@@ -102,6 +102,9 @@ impl Peers {
         let pulled = peer.client.pull_at_most(id, temp.path(), meta.size).await;
         let _ = std::fs::remove_file(interfaces::repo_client::pull::partial_path(temp.path()));
         if let Err(e) = pulled {
+            if matches!(e, interfaces::Error::DigestMismatch { .. }) {
+                app.metrics.verification_failed("peer");
+            }
             // A digest mismatch, a peer sending more than it declared, a
             // broken transfer: nothing is kept, the next peer is asked.
             tracing::warn!(%id, peer = %peer.name, error = %e, "pull-through failed; nothing stored");
@@ -123,6 +126,7 @@ impl Peers {
             .await
             .map_err(|e| ApiError::internal(format!("storing {id}"), format!("{e:#}")))?;
         drop(held);
+        app.metrics.received_bytes.inc_by(meta.size);
         let m = match stored {
             Stored::New(m) | Stored::Existing(m) => m,
         };

@@ -157,6 +157,11 @@ impl Store {
         self.meta.total_size()
     }
 
+    /// How many blobs are stored (O(1)).
+    pub fn blob_count(&self) -> u64 {
+        self.meta.count()
+    }
+
     /// The repositories of the OCI API over these blobs.
     pub fn repos(&self) -> &Repositories {
         &self.repos

@@ -209,6 +209,7 @@ impl Incoming {
         let Self { temp, sink, held } = self;
         let written = sink.finish().await.map_err(|e| storage_error(what, e, "writing the upload"))?;
         if written.id != *id {
+            app.metrics.verification_failed("upload");
             return Err(ApiError::digest_mismatch(id, &written.id, written.len));
         }
         let stored = app
@@ -218,6 +219,7 @@ impl Incoming {
             .map_err(|e| ApiError::internal(format!("storing {id}"), format!("{e:#}")))?;
         // Stored: its bytes count as stored from now on, not as held.
         drop(held);
+        app.metrics.received_bytes.inc_by(written.len);
         match &stored {
             Stored::New(m) => tracing::info!(%id, name = %m.name, kind = %m.kind, size = m.size, by = %who.name, "stored blob"),
             Stored::Existing(_) => tracing::info!(%id, by = %who.name, "blob pushed again; kept the stored copy"),

@@ -35,7 +35,7 @@ impl Hypervisor {
     /// A paused guest could not act on the request: it runs again first.
     /// Returns true when the guest shut down by itself.
     pub fn shutdown(&self, vee_id: &str, timeout: Duration) -> Result<bool> {
-        self.on_domain(vee_id, |d| {
+        self.on_domain("shutdown", vee_id, |d| {
             if matches!(d.state()?.0, virt::enumutil::Enum::Known(virt::domain::DomainState::Paused)) {
                 d.resume()?;
             }
@@ -46,7 +46,7 @@ impl Hypervisor {
         while start.elapsed() < timeout {
             if asked.is_none_or(|t| t.elapsed() >= SHUTDOWN_RETRY) {
                 // Gone meanwhile: the check below says so.
-                let _ = self.on_domain(vee_id, |d| {
+                let _ = self.on_domain("shutdown", vee_id, |d| {
                     let _ = d.shutdown();
                     Ok(())
                 });
@@ -67,7 +67,7 @@ impl Hypervisor {
     /// Errors: only when the domain is gone; a guest without an agent is
     /// [`GuestClock::NotSet`].
     pub fn sync_guest_time(&self, vee_id: &str) -> Result<GuestClock> {
-        let r = self.on_domain(vee_id, |d| {
+        let r = self.on_domain("sync_guest_time", vee_id, |d| {
             // SAFETY: a valid domain handle for the call's duration.
             unsafe { sys::virDomainAgentSetResponseTimeout(d.as_ptr(), AGENT_TIMEOUT_S, 0) };
             let now = SystemTime::now().duration_since(UNIX_EPOCH)?;

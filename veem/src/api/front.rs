@@ -97,7 +97,7 @@ impl Front {
 
     /// Whether calls are served (the gRPC health service's SERVING), or
     /// why not.
-    fn readiness(&self) -> Result<(), String> {
+    pub(crate) fn readiness(&self) -> Result<(), String> {
         if self.stopping.load(Ordering::SeqCst) {
             Err("the VEEM is stopping".into())
         } else if self.starting.load(Ordering::SeqCst) {
@@ -149,15 +149,10 @@ async fn handle(State(front): State<Arc<Front>>, req: Request) -> Response {
 /// see the module doc), `ready` saying whether calls are served or why
 /// not; `None` for any other request.
 pub(crate) fn probe(req: &Request, ready: Result<(), String>) -> Option<Response> {
-    if is_grpc(req) || !matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD) {
+    if is_grpc(req) {
         return None;
     }
-    match (req.uri().path(), ready) {
-        ("/healthz", _) => Some((StatusCode::OK, "ok\n").into_response()),
-        ("/readyz", Ok(())) => Some((StatusCode::OK, "ready\n").into_response()),
-        ("/readyz", Err(why)) => Some((StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response()),
-        _ => None,
-    }
+    interfaces::metrics::probe(req.method(), req.uri().path(), || ready)
 }
 
 /// What `front` answers to `req` (see the module doc).

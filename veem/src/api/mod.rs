@@ -9,6 +9,7 @@
 //! ([`model`]).
 
 pub mod front;
+pub mod metrics;
 pub mod model;
 pub mod rest;
 pub mod server;

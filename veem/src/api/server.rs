@@ -563,6 +563,7 @@ impl Vmi for VmiService {
 }
 
 mod info;
+pub(crate) use info::host_status;
 mod roles;
 #[cfg(test)]
 mod tests;

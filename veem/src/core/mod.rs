@@ -45,6 +45,8 @@ pub struct Core {
     /// The OCI registries the site trusts.
     pub(crate) registries: Arc<interfaces::registry::Registries>,
     peer_directory: Arc<dyn PeerDirectory>,
+    /// What the VEEM counts as it works (`crate::metrics`).
+    pub(crate) metrics: Arc<crate::metrics::VeemMetrics>,
     /// Every event as it is recorded (the VMI's WatchEvents follows it).
     pub(crate) events: broadcast::Sender<EventRec>,
     /// Every VEE record by ID, written through to the store, with when
@@ -145,6 +147,7 @@ impl Core {
             repo: ports.repo,
             registries: ports.registries,
             peer_directory: ports.peers,
+            metrics: ports.metrics,
             events,
             vee_records: RwLock::new(records),
             vee_locks: Mutex::new(Default::default()),
@@ -534,7 +537,13 @@ impl Core {
     /// Peer site `site`. Errors when it is not a peer of this site or is
     /// marked unavailable in the configuration.
     pub fn peer(&self, site: &str) -> Result<Arc<dyn Peer>> {
-        self.peer_directory.connect(crate::peers::peer(&self.cfg, site)?)
+        let peer = self.peer_directory.connect(crate::peers::peer(&self.cfg, site)?)?;
+        Ok(Arc::new(crate::ports::timed::Timed::new(
+            peer,
+            site,
+            self.metrics.clone(),
+            self.clock.clone(),
+        )))
     }
 }
 

@@ -14,14 +14,21 @@ pub enum Verdict {
     Reject,
 }
 
-impl fmt::Display for Verdict {
-    /// `accept`, `counter-offer`, `reject`: as the VMI shows them.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl Verdict {
+    /// `accept`, `counter-offer`, `reject`.
+    pub fn as_str(self) -> &'static str {
+        match self {
             Verdict::Accept => "accept",
             Verdict::CounterOffer => "counter-offer",
             Verdict::Reject => "reject",
-        })
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    /// `accept`, `counter-offer`, `reject`: as the VMI shows them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -223,6 +223,7 @@ impl FakeSite {
             repo: repo.clone(),
             registries: Arc::new(interfaces::registry::Registries::new(&[]).expect("no registries")),
             clock: clock.clone(),
+            metrics: Default::default(),
         }
     }
 

@@ -113,6 +113,17 @@ impl Deploy {
     /// the service it made ([`request`]). Errors: as Deploy's; InvalidArgument
     /// for a malformed ID; AlreadyExists for an ID used with another manifest.
     pub async fn deploy_request(self: &Arc<Self>, caller: &Role, toml: &str, request_id: &str) -> Result<ServiceRec> {
+        let started = self.clock.now_ms();
+        let answer = self.deploy_answer(caller, toml, request_id).await;
+        let verdict = match &answer {
+            Ok(_) => "admitted",
+            Err(e) => verdict_of(e),
+        };
+        self.metrics.admission(verdict, self.clock.since_ms(started) as f64 / 1000.0);
+        answer
+    }
+
+    async fn deploy_answer(self: &Arc<Self>, caller: &Role, toml: &str, request_id: &str) -> Result<ServiceRec> {
         if request_id.is_empty() {
             return self.deploy_once(caller, toml, None).await;
         }
@@ -487,5 +498,23 @@ impl VeeRec {
 
 mod negotiate;
 pub mod request;
+/// A failed Deploy's verdict for the metrics: `error` when the site could
+/// not answer (the plan changed under every attempt, a conflict with
+/// another VEEM, the store: the status map's Aborted and Unavailable),
+/// else `refused` (a bad manifest, no room: the site declined).
+fn verdict_of(e: &anyhow::Error) -> &'static str {
+    let unanswered = e.chain().any(|c| {
+        c.is::<crate::planner::Stale>()
+            || c.is::<crate::store::Conflict>()
+            || c.is::<crate::store::StoreUnavailable>()
+            || c.is::<crate::store::Fenced>()
+    });
+    if unanswered {
+        "error"
+    } else {
+        "refused"
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -177,7 +177,10 @@ impl Lifecycle {
                 bail!("checkpoint of {vee_id}: {}", e.message());
             }
         };
-        self.measured_checkpoint_cost(&mut v, self.clock.since_ms(started) as f64 / 1000.0);
+        let took_s = self.clock.since_ms(started) as f64 / 1000.0;
+        self.measured_checkpoint_cost(&mut v, took_s);
+        let downtime_s = interfaces::time::ms_of_duration(&rec.downtime) as f64 / 1000.0;
+        self.metrics.checkpoint(took_s, downtime_s, rec.memory_bytes + rec.disk_bytes);
         let cp = self.checkpoints.record_checkpoint(&mut v, &rec, &format!("on {host}")).await?;
         self.transition(&mut v, VeeState::Running, "")?;
         Ok(cp)

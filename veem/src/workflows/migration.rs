@@ -99,6 +99,15 @@ impl Migration {
     /// A `migration` event, under the VEE's service so that its provider
     /// follows it too (redacted: `crate::api::visibility`).
     fn migration_event(&self, m: &MigrationRec) {
+        if matches!(m.state, MigrationState::Done | MigrationState::Failed) {
+            self.metrics.migration(
+                &m.vee_id,
+                matches!(m.to, Dest::Host(_)),
+                m.state == MigrationState::Done,
+                m.total_ms as f64 / 1000.0,
+                m.downtime_ms as f64 / 1000.0,
+            );
+        }
         let service = self.vee(&m.vee_id).map(|v| v.service_id).unwrap_or_default();
         self.event(
             &m.vee_id,

@@ -329,7 +329,8 @@ impl Recovery {
             }
         };
         // Running again, and what the outage broke of its SLA: one write.
-        let viols = match v.down_since_ms.take() {
+        let down_since = v.down_since_ms.take();
+        let viols = match down_since {
             Some(down) => self.sla.outage_violations(&v, (down, self.clock.now_ms())),
             None => Vec::new(),
         };
@@ -338,6 +339,9 @@ impl Recovery {
         let restored = self.transition_committing(&mut v, VeeState::Running, how, w);
         if restored.is_ok() {
             self.sla.violation_events(&viols);
+            if let Some(down) = down_since {
+                self.metrics.recovery(self.clock.since_ms(down) as f64 / 1000.0);
+            }
         }
         self.networks.sync_networks(&v.service_id).await;
         restored

@@ -130,6 +130,7 @@ impl Sla {
     /// An `sla-violation` event for each of `viols`.
     pub(crate) fn violation_events(&self, viols: &[ViolationRec]) {
         for v in viols {
+            self.metrics.violation(term_name(&v.term), v.penalty);
             self.event(
                 &v.vee_id,
                 &v.service_id,
@@ -189,6 +190,16 @@ pub(crate) fn ongoing_breach(v: &VeeRec, now_ms: i64) -> Option<(String, String,
             Some((format!("{}-window-{}", v.id, v.window_start_unix), term, window_start_ms))
         }
         _ => None,
+    }
+}
+
+/// The SLA term a violation's text names (`max_downtime_ms`,
+/// `max_outages`, `availability`, ...: the identifier before its first
+/// `:`), `other` when it names none: a bounded label of the metrics.
+pub(crate) fn term_name(term: &str) -> &str {
+    match term.split_once(':') {
+        Some((name, _)) if !name.is_empty() && name.len() <= 32 && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') => name,
+        _ => "other",
     }
 }
 

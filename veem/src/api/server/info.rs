@@ -8,6 +8,7 @@ use super::VmiService;
 use crate::api::visibility::{redact, Redactor};
 use crate::config::Role;
 use crate::domain::ServiceState;
+use crate::manager::Veem;
 use crate::model::{Location, MigrationRec, ServiceRec, VeeRec};
 
 impl VmiService {
@@ -40,39 +41,9 @@ impl VmiService {
         }
     }
 
-    /// Every VEEH of the site, in configuration order: health, the capacity
-    /// it offers (vCPUs, MiB, GiB), what the planner reserves on it in the
-    /// current slot, the VEEs placed on it and its accelerator. A host that
-    /// never answered shows zero capacity.
+    /// [`host_status`], for the VMI's ListHosts.
     pub(crate) fn host_status(&self) -> Vec<HostStatus> {
-        let now = self.veem.now_slot();
-        let placed = self.veem.vees_where(|v| v.host().is_some() && v.state.is_live());
-        let p = self.veem.planner.lock().unwrap();
-        self.veem
-            .hosts
-            .names()
-            .into_iter()
-            .map(|h| {
-                let cap = p.host(&h).map(|s| s.capacity).unwrap_or_default();
-                let used = p.host_usage(&h, now).unwrap_or_default();
-                let (health, missed_heartbeats) = crate::wire::host_health(self.veem.hosts.health(&h));
-                HostStatus {
-                    health: health as i32,
-                    missed_heartbeats,
-                    vcpus: cap.vcpus,
-                    memory_mib: cap.memory_mib,
-                    disk_gib: cap.disk_gib,
-                    used_vcpus: used.vcpus,
-                    used_memory_mib: used.memory_mib,
-                    used_disk_gib: used.disk_gib,
-                    vees: placed.iter().filter(|v| v.host() == Some(h.as_str())).count() as u32,
-                    accel: p.host(&h).map(|s| s.profile.accel.clone()).unwrap_or_default(),
-                    last_error: self.veem.hosts.last_error(&h).unwrap_or_default(),
-                    cpu_load: p.measured_load(&h).unwrap_or_default(),
-                    name: h,
-                }
-            })
-            .collect()
+        host_status(&self.veem)
     }
 
     pub(super) fn service_info(&self, role: &Role, s: &ServiceRec) -> ServiceInfo {
@@ -167,4 +138,38 @@ pub(super) fn usage_report(service_id: &str, u: crate::workflows::accounting::Us
             })
             .collect(),
     }
+}
+
+/// Every VEEH of the site, in configuration order: health, the capacity
+/// it offers (vCPUs, MiB, GiB), what the planner reserves on it in the
+/// current slot, the VEEs placed on it and its accelerator. A host that
+/// never answered shows zero capacity.
+pub(crate) fn host_status(veem: &Veem) -> Vec<HostStatus> {
+    let now = veem.now_slot();
+    let placed = veem.vees_where(|v| v.host().is_some() && v.state.is_live());
+    let p = veem.planner.lock().unwrap();
+    veem.hosts
+        .names()
+        .into_iter()
+        .map(|h| {
+            let cap = p.host(&h).map(|s| s.capacity).unwrap_or_default();
+            let used = p.host_usage(&h, now).unwrap_or_default();
+            let (health, missed_heartbeats) = crate::wire::host_health(veem.hosts.health(&h));
+            HostStatus {
+                health: health as i32,
+                missed_heartbeats,
+                vcpus: cap.vcpus,
+                memory_mib: cap.memory_mib,
+                disk_gib: cap.disk_gib,
+                used_vcpus: used.vcpus,
+                used_memory_mib: used.memory_mib,
+                used_disk_gib: used.disk_gib,
+                vees: placed.iter().filter(|v| v.host() == Some(h.as_str())).count() as u32,
+                accel: p.host(&h).map(|s| s.profile.accel.clone()).unwrap_or_default(),
+                last_error: veem.hosts.last_error(&h).unwrap_or_default(),
+                cpu_load: p.measured_load(&h).unwrap_or_default(),
+                name: h,
+            }
+        })
+        .collect()
 }

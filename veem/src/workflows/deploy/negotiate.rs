@@ -122,11 +122,16 @@ impl Deploy {
     pub async fn negotiate(&self, caller: &Role, toml: &str) -> Result<Offer> {
         let m = match self.check_manifest(caller, toml).await {
             Ok(m) => m,
-            Err(Refusal(reasons)) => return Ok(Offer::reject(reasons)),
+            Err(Refusal(reasons)) => {
+                self.metrics.negotiation(crate::domain::offer::Verdict::Reject.as_str());
+                return Ok(Offer::reject(reasons));
+            }
         };
         let req = self.request(&m, &uuid::Uuid::new_v4().to_string());
         let verdict = self.planner.lock().unwrap().negotiate(&req);
-        Ok(self.reply(&req, verdict))
+        let offer = self.reply(&req, verdict);
+        self.metrics.negotiation(offer.verdict.as_str());
+        Ok(offer)
     }
 
     /// A refusal's extra reason when configured hosts do not answer (they

@@ -127,3 +127,15 @@ async fn a_vee_that_never_starts_in_its_window_is_a_violation() {
     let late_ms = site.clock.now_ms() - v.window_start_unix * 1000;
     assert!(close(viol[0].penalty, 36.0 * late_ms as f64 / 3_600_000.0), "{}", viol[0].penalty);
 }
+
+#[test]
+fn a_violations_term_is_named_by_its_identifier_or_other() {
+    use super::term_name;
+    assert_eq!(
+        term_name("max_downtime_ms: migration m1 took the VEE down for 9 ms"),
+        "max_downtime_ms"
+    );
+    assert_eq!(term_name("availability: lost and not recovered"), "availability");
+    assert_eq!(term_name("a VEE's own words: {}"), "other");
+    assert_eq!(term_name("no colon"), "other");
+}

@@ -1,0 +1,84 @@
+//! The repository's Prometheus metrics (`[metrics]` in its configuration,
+//! served by `interfaces::metrics`):
+//!
+//! | metric | type | unit | labels |
+//! |---|---|---|---|
+//! | `image_repo_received_bytes_total` | counter | bytes | — (blobs stored: uploads and pull-throughs) |
+//! | `image_repo_sent_bytes_total` | counter | bytes | — (blob content sent, ranges included) |
+//! | `image_repo_blobs` | gauge | blobs | — |
+//! | `image_repo_stored_bytes` | gauge | bytes | — |
+//! | `image_repo_verification_failures_total` | counter | failures | `source`: `upload` (content that did not hash to its digest) or `peer` (a pull-through from a peer that did not verify) |
+//!
+//! and the process's own (`process_*`).
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::AppState;
+
+/// Where content that failed its verification came from.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    /// `upload` or `peer`.
+    pub source: &'static str,
+}
+
+/// The repository's metrics; the gauges are set from the store at each
+/// scrape ([`RepoMetrics::exporter`]).
+#[derive(Clone, Debug, Default)]
+pub struct RepoMetrics {
+    pub received_bytes: Counter,
+    pub sent_bytes: Counter,
+    pub verification_failures: Family<SourceLabels, Counter>,
+    blobs: Gauge,
+    stored_bytes: Gauge,
+}
+
+impl RepoMetrics {
+    /// Counts a verification failure of content from `source` (`upload`,
+    /// `peer`).
+    pub fn verification_failed(&self, source: &'static str) {
+        self.verification_failures.get_or_create(&SourceLabels { source }).inc();
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register_with_unit(
+            "received",
+            "Bytes of blobs stored (uploads and pull-throughs)",
+            Unit::Bytes,
+            self.received_bytes.clone(),
+        );
+        r.register_with_unit("sent", "Bytes of blob content sent", Unit::Bytes, self.sent_bytes.clone());
+        r.register("blobs", "Blobs stored", self.blobs.clone());
+        r.register_with_unit("stored", "Bytes of the blobs stored", Unit::Bytes, self.stored_bytes.clone());
+        r.register(
+            "verification_failures",
+            "Content refused because it did not hash to its digest",
+            self.verification_failures.clone(),
+        );
+    }
+
+    /// The exporter of `app`'s metrics under `cfg`, ready while it serves.
+    /// Errors: `cfg`'s token digest is malformed.
+    pub fn exporter(app: &AppState, cfg: &interfaces::metrics::MetricsConfig) -> anyhow::Result<interfaces::metrics::Exporter> {
+        let m = app.metrics.clone();
+        let store_of = app.clone();
+        let refresh = Arc::new(move || {
+            m.blobs.set(store_of.store.blob_count() as i64);
+            m.stored_bytes.set(store_of.store.total_size() as i64);
+        });
+        let register = |r: &mut Registry| app.metrics.register(r);
+        Ok(interfaces::metrics::Exporter::new(
+            cfg,
+            "image_repo",
+            register,
+            Some(refresh),
+            Arc::new(|| Ok(())),
+        )?)
+    }
+}

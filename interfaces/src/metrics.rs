@@ -1,0 +1,314 @@
+//! A daemon's metrics listener (the `[metrics]` table of the VEEM's, a
+//! VEEH's and the image repository's configuration): `GET /metrics` in
+//! the OpenMetrics text format (prometheus-client, what Prometheus
+//! scrapes), and the supervisors' probes `GET`/`HEAD` `/healthz` (200 while
+//! the process serves) and `/readyz` (200 when the daemon's gRPC health is
+//! SERVING, else 503 with the reason).
+//!
+//! The listener is [`crate::connections::serve`] with smaller limits
+//! ([`MetricsConfig::limits`]); `/metrics` may ask for a bearer token
+//! (`token_sha256`), failed attempts slowed down per address
+//! ([`crate::auth_throttle`]). What every daemon adds: the process's own
+//! metrics ([`ProcessCollector`], the names of Prometheus's client_golang).
+//! Names follow Prometheus's conventions: base units (`_seconds`,
+//! `_bytes`), counters end in `_total`, and no label takes unbounded
+//! values.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::{Registry, Unit};
+use serde::Deserialize;
+
+use crate::auth_throttle::AuthThrottle;
+use crate::connections::ListenerLimits;
+
+/// The `[metrics]` table: where the metrics listener listens and who may
+/// read `/metrics`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address and port (e.g. `"127.0.0.1:9464"`). Plain HTTP: keep it on
+    /// loopback or a management network, or give a token.
+    pub listen: SocketAddr,
+    /// SHA-256 (64 hex digits) of the bearer token `/metrics` asks for
+    /// (Prometheus's `authorization` of a scrape job); none: `/metrics`
+    /// is open. The probes never ask for one.
+    #[serde(default)]
+    pub token_sha256: Option<String>,
+}
+
+impl MetricsConfig {
+    /// Errors: a `token_sha256` that is not 64 hex digits, naming
+    /// `metrics.token_sha256`.
+    pub fn check(&self) -> Result<(), crate::config::Invalid> {
+        self.token_digest().map(|_| ())
+    }
+
+    fn token_digest(&self) -> Result<Option<[u8; 32]>, crate::config::Invalid> {
+        self.token_sha256
+            .as_deref()
+            .map(|h| {
+                hex::decode(h)
+                    .ok()
+                    .and_then(|d| <[u8; 32]>::try_from(d).ok())
+                    .ok_or_else(|| crate::config::invalid("metrics.token_sha256", "must be 64 hex digits"))
+            })
+            .transpose()
+    }
+
+    /// The listener's limits: 64 connections, 16 per address, 10 s
+    /// heads, 60 s idle, 64 KiB bodies.
+    pub fn limits() -> ListenerLimits {
+        ListenerLimits {
+            max_connections: 64,
+            max_connections_per_peer: 16,
+            max_body_size: 64 * 1024,
+            ..ListenerLimits::default()
+        }
+        .effective()
+    }
+}
+
+/// Whether a daemon serves calls (`Ok`) or why not (`Err`): what
+/// `/readyz` answers, as the daemon's gRPC health says.
+pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// Runs before each scrape: brings gauges read from the daemon's state
+/// (VEEs by state, a host's domains) up to date.
+pub type BeforeScrape = Arc<dyn Fn() + Send + Sync>;
+
+/// The answer to a supervisor's probe of `path` (`/healthz`, `/readyz`)
+/// with `method` (`GET`, `HEAD`), `ready` saying whether calls are served
+/// or why not; `None` for any other request. Shared by the metrics
+/// listener and the VEEM's VMI port.
+pub fn probe(method: &Method, path: &str, ready: impl FnOnce() -> Result<(), String>) -> Option<Response> {
+    if !matches!(*method, Method::GET | Method::HEAD) {
+        return None;
+    }
+    match path {
+        "/healthz" => Some((StatusCode::OK, "ok\n").into_response()),
+        "/readyz" => Some(match ready() {
+            Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+            Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
+        }),
+        _ => None,
+    }
+}
+
+/// What the metrics listener serves: a daemon's registry, the refresh run
+/// before each scrape, its readiness.
+#[derive(Clone)]
+pub struct Exporter {
+    registry: Arc<Registry>,
+    before_scrape: Option<BeforeScrape>,
+    ready: Readiness,
+    token: Option<[u8; 32]>,
+    throttle: Arc<AuthThrottle>,
+}
+
+impl Exporter {
+    /// The exporter under `cfg` of the process's metrics and those
+    /// `register` adds, named `<prefix>_...`. Errors: `cfg`'s token digest
+    /// is malformed.
+    pub fn new(
+        cfg: &MetricsConfig,
+        prefix: &str,
+        register: impl FnOnce(&mut Registry),
+        before_scrape: Option<BeforeScrape>,
+        ready: Readiness,
+    ) -> Result<Self, crate::config::Invalid> {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(ProcessCollector));
+        register(registry.sub_registry_with_prefix(prefix));
+        let limits = MetricsConfig::limits();
+        Ok(Self {
+            registry: Arc::new(registry),
+            before_scrape,
+            ready,
+            token: cfg.token_digest()?,
+            throttle: Arc::new(AuthThrottle::new(limits.auth_failures_burst, limits.auth_failure_interval)),
+        })
+    }
+
+    /// The metrics now, in the OpenMetrics text format.
+    pub fn scrape(&self) -> String {
+        if let Some(refresh) = &self.before_scrape {
+            refresh();
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The listener's router: `/metrics`, `/healthz`, `/readyz`; 404 else.
+    pub fn router(self) -> axum::Router {
+        axum::Router::new().fallback(answer).with_state(self)
+    }
+}
+
+/// The content type of the OpenMetrics text format.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn answer(
+    State(x): State<Exporter>,
+    peer: Option<ConnectInfo<SocketAddr>>,
+    method: Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(resp) = probe(&method, uri.path(), || (x.ready)()) {
+        return resp;
+    }
+    if uri.path() != "/metrics" {
+        return (
+            StatusCode::NOT_FOUND,
+            "not found: this listener serves /metrics, /healthz and /readyz\n",
+        )
+            .into_response();
+    }
+    if !matches!(method, Method::GET | Method::HEAD) {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "GET, HEAD")],
+            "method not allowed\n",
+        )
+            .into_response();
+    }
+    if let Some(token) = &x.token {
+        let addr = peer.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.0.ip());
+        if let Some(wait) = x.throttle.check(addr) {
+            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, secs.to_string())],
+                format!("too many failed authentications from this address: retry in {secs} s\n"),
+            )
+                .into_response();
+        }
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if presented.and_then(|p| crate::tokens::find(p, [token])).is_none() {
+            x.throttle.failed(addr);
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer realm=\"metrics\"")],
+                "unauthenticated: /metrics needs the bearer token of [metrics] token_sha256\n",
+            )
+                .into_response();
+        }
+    }
+    ([(header::CONTENT_TYPE, OPENMETRICS)], x.scrape()).into_response()
+}
+
+/// A metrics listener running beside its daemon's other work
+/// ([`Serving::start`]), until [`Serving::stop`].
+pub struct Serving {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Serving {
+    /// Binds `cfg.listen` (errors name the holder of a port in use,
+    /// [`crate::listen::bind`]) and serves `exporter` there.
+    pub async fn start(cfg: &MetricsConfig, exporter: Exporter) -> anyhow::Result<Self> {
+        let listener = crate::listen::bind(cfg.listen).await?;
+        tracing::info!(listen = %cfg.listen, token = cfg.token_sha256.is_some(), "metrics listening");
+        let stop = tokio_util::sync::CancellationToken::new();
+        let until = stop.clone().cancelled_owned();
+        let limits = MetricsConfig::limits();
+        let task = tokio::spawn(crate::connections::serve(
+            listener,
+            None,
+            limits,
+            exporter.router(),
+            until,
+            STOP_GRACE,
+        ));
+        Ok(Self { stop, task })
+    }
+
+    /// Stops the listener: scrapes under way get [`STOP_GRACE`].
+    pub async fn stop(self) {
+        self.stop.cancel();
+        match self.task.await {
+            Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "metrics listener"),
+            Err(e) => tracing::warn!(error = %e, "metrics listener"),
+            Ok(Ok(())) => {}
+        }
+    }
+}
+
+/// How long a stopping metrics listener waits for scrapes under way.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// The process's own metrics, read from `/proc/self` at each scrape (the
+/// names and meanings of Prometheus's client_golang process collector):
+/// `process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`,
+/// `process_threads`, `process_start_time_seconds`.
+#[derive(Debug)]
+pub struct ProcessCollector;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Ok(me) = procfs::process::Process::myself() else {
+            return Ok(());
+        };
+        let Ok(stat) = me.stat() else { return Ok(()) };
+        let tps = procfs::ticks_per_second() as f64;
+        let cpu = ConstCounter::new((stat.utime + stat.stime) as f64 / tps);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu",
+            "User and system CPU time spent",
+            Some(&Unit::Seconds),
+            cpu.metric_type(),
+        )?)?;
+        let mut gauge = |name: &str, help: &str, unit: Option<&Unit>, v: f64| -> Result<(), std::fmt::Error> {
+            let g = ConstGauge::new(v);
+            g.encode(encoder.encode_descriptor(name, help, unit, g.metric_type())?)
+        };
+        gauge(
+            "process_resident_memory",
+            "Resident memory size",
+            Some(&Unit::Bytes),
+            (stat.rss * procfs::page_size()) as f64,
+        )?;
+        gauge(
+            "process_virtual_memory",
+            "Virtual memory size",
+            Some(&Unit::Bytes),
+            stat.vsize as f64,
+        )?;
+        gauge("process_threads", "Threads of the process", None, stat.num_threads as f64)?;
+        if let Ok(fds) = me.fd_count() {
+            gauge("process_open_fds", "Open file descriptors", None, fds as f64)?;
+        }
+        if let Some(max) = crate::connections::descriptor_limit() {
+            gauge("process_max_fds", "Most file descriptors the process may open", None, max as f64)?;
+        }
+        if let Ok(boot) = procfs::boot_time_secs() {
+            gauge(
+                "process_start_time",
+                "When the process started, since the Unix epoch",
+                Some(&Unit::Seconds),
+                boot as f64 + stat.starttime as f64 / tps,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

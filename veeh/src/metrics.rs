@@ -1,0 +1,109 @@
+//! The VEEH's Prometheus metrics (`[metrics]` in its configuration,
+//! served by `interfaces::metrics`):
+//!
+//! | metric | type | unit | labels |
+//! |---|---|---|---|
+//! | `veeh_libvirt_call_duration_seconds` | histogram | seconds | `call`: the hypervisor operation (`create`, `destroy`, `suspend`, `resume`, `live_snapshot`, `restore`, `migrate`, ...) |
+//! | `veeh_domains` | gauge | domains | `state`: `running`, `paused`, `shutoff`, `crashed`, `other` |
+//!
+//! and the process's own (`process_*`). The label values are fixed sets:
+//! operations are this crate's names, states libvirt's, mapped.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+/// A libvirt operation, by this crate's name for it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub call: &'static str,
+}
+
+/// A domain state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: &'static str,
+}
+
+/// The VEEH's metrics; cheap to clone (each is shared).
+#[derive(Clone, Debug)]
+pub struct HostMetrics {
+    /// Seconds a libvirt operation took, failed ones included (1 ms to
+    /// about 65 s in powers of 4).
+    pub libvirt_calls: Family<CallLabels, Histogram>,
+    /// This VEEH's domains by state, as its state watch last saw them.
+    pub domains: Family<StateLabels, Gauge>,
+}
+
+impl Default for HostMetrics {
+    fn default() -> Self {
+        Self {
+            libvirt_calls: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 4.0, 9))),
+            domains: Family::default(),
+        }
+    }
+}
+
+impl HostMetrics {
+    /// Records that libvirt operation `call` took `took`.
+    pub fn libvirt_call(&self, call: &'static str, took: Duration) {
+        self.libvirt_calls.get_or_create(&CallLabels { call }).observe(took.as_secs_f64());
+    }
+
+    /// Sets the domain counts from the states of this VEEH's domains, by
+    /// name (`DomainState::name`; every state listed, 0 when none is in
+    /// it; a name not listed counts as `other`).
+    pub fn set_domains<'a>(&self, states: impl IntoIterator<Item = &'a str>) {
+        let mut counts = [0i64; STATES.len()];
+        for s in states {
+            counts[STATES.iter().position(|k| *k == s).unwrap_or(STATES.len() - 1)] += 1;
+        }
+        for (i, state) in STATES.iter().enumerate() {
+            self.domains.get_or_create(&StateLabels { state }).set(counts[i]);
+        }
+    }
+
+    /// Registers these metrics in `r` (prefixed `veeh_` by the caller).
+    pub fn register(&self, r: &mut Registry) {
+        r.register_with_unit(
+            "libvirt_call_duration",
+            "Time a libvirt operation took, failed ones included",
+            Unit::Seconds,
+            self.libvirt_calls.clone(),
+        );
+        r.register("domains", "Domains of this VEEH by state", self.domains.clone());
+    }
+}
+
+const STATES: [&str; 5] = ["running", "paused", "shutoff", "crashed", "other"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn domains_are_counted_by_state_every_state_listed() {
+        let m = HostMetrics::default();
+        m.set_domains(["running", "running", "paused", "pmsuspended"]);
+        let mut r = Registry::default();
+        m.register(&mut r);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        for line in [
+            "domains{state=\"running\"} 2",
+            "domains{state=\"paused\"} 1",
+            "domains{state=\"shutoff\"} 0",
+            "domains{state=\"other\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing:\n{text}");
+        }
+        m.set_domains([]);
+        text.clear();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        assert!(text.contains("domains{state=\"running\"} 0"), "{text}");
+    }
+}
