@@ -107,10 +107,26 @@ async fn lab_operator_approved_migration_to_site_b_and_usage_back_at_a() {
         tonic::Code::PermissionDenied
     );
 
-    // Approved: live migration to B; the counter goes on there.
+    // Approved: live migration to B; the counter goes on there. The
+    // provider's serial console at A follows the VEE there (relayed over
+    // B's VMI), its shell answering before and after.
+    let shell = e2e::console::Console::attach(&mut acme, &vee).await.unwrap();
+    shell.type_line("echo at-a-$((6*7))").await;
+    shell.wait_for("at-a-42", Duration::from_secs(60)).await;
     let before = guest::last_tick(&console(&mut ca, &vee).await).unwrap().0;
     let m = site::migrate_approved(&l.a, &vee, "site-b", "").await;
     assert_eq!(m.state(), interfaces::vmi::MigrationState::Done, "{}", m.detail);
+    shell
+        .wait_for("[notice: the VEE moved: its console is attached again]", Duration::from_secs(60))
+        .await;
+    shell.type_line("echo at-b-$((6*7))").await;
+    shell.wait_for("at-b-42", Duration::from_secs(60)).await;
+    let screen = shell.shown.lock().unwrap().clone();
+    assert!(
+        !screen.contains("site-b") && !screen.contains(&l.b1.host),
+        "no place named: {screen}"
+    );
+    drop(shell);
     let shown = acme.get_vee(GetVeeRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
     assert_eq!(shown.location, "placed", "the provider never sees where");
     assert_eq!(shown.state(), interfaces::vmi::VeeState::Running);

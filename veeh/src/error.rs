@@ -27,6 +27,10 @@ pub enum HostError {
     /// (FailedPrecondition).
     #[error("VEE {vee_id} cannot be resized: {why}")]
     CannotResize { vee_id: String, why: String },
+    /// Another session holds the VEE's console and the caller did not
+    /// ask to take it (FailedPrecondition).
+    #[error("another session holds the console of VEE {0}: attach with force to take it")]
+    ConsoleBusy(String),
 }
 
 impl HostError {
@@ -79,7 +83,9 @@ fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<tonic::Code> {
         return Some(match h {
             HostError::InvalidField { .. } => Code::InvalidArgument,
             HostError::NotOnHost(_) => Code::NotFound,
-            HostError::AlreadyHere { .. } | HostError::Incompatible { .. } | HostError::CannotResize { .. } => Code::FailedPrecondition,
+            HostError::AlreadyHere { .. } | HostError::Incompatible { .. } | HostError::CannotResize { .. } | HostError::ConsoleBusy(_) => {
+                Code::FailedPrecondition
+            }
         });
     }
     if e.is::<UnsafeImage>() {

@@ -10,6 +10,7 @@
 pub mod accel;
 pub mod checkpoint;
 pub mod config;
+pub mod console;
 pub mod domain_xml;
 pub mod error;
 pub mod host;

@@ -32,6 +32,19 @@ fn ok<T>(r: anyhow::Result<T>) -> R<T> {
     r.map(Response::new).map_err(status)
 }
 
+/// Errors when a console request's `data` is over
+/// [`crate::console::MAX_INPUT`], naming the field.
+fn check_console_input(r: &AttachConsoleRequest) -> Result<(), Status> {
+    if r.data.len() > crate::console::MAX_INPUT {
+        return Err(Status::invalid_argument(format!(
+            "field `data`: {} bytes, more than the {} one request may carry",
+            r.data.len(),
+            crate::console::MAX_INPUT
+        )));
+    }
+    Ok(())
+}
+
 /// The VEE of a Prepare, Create or PrepareIncoming request.
 fn spec(spec: Option<VeeSpec>) -> Result<VeeSpec, Status> {
     spec.ok_or_else(|| Status::invalid_argument("field `spec` is required"))
@@ -155,6 +168,38 @@ impl Vhi for VhiService {
         };
         let answer = crate::network::probe::probe(target, std::time::Duration::from_secs(timeout_s)).await;
         Ok(Response::new(answer))
+    }
+
+    type AttachConsoleStream = BoxStream<AttachConsoleResponse>;
+    async fn attach_console(&self, r: Request<tonic::Streaming<AttachConsoleRequest>>) -> R<Self::AttachConsoleStream> {
+        let mut input = r.into_inner();
+        let first = input
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("field `vee_id`: the first request names the VEE"))?;
+        check_console_input(&first)?;
+        self.host.vees.get(&first.vee_id).map_err(status)?;
+        let (uri, owner) = (self.host.cfg.libvirt_uri.clone(), self.host.cfg.host.clone());
+        let vee = first.vee_id.clone();
+        let session = tokio::task::spawn_blocking(move || crate::console::attach(&uri, &owner, &vee, first.force))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(status)?;
+        let typed = session.input;
+        if !first.data.is_empty() {
+            let _ = typed.send(first.data).await;
+        }
+        // What the caller types, until it ends its side (or sends too
+        // much at once, which ends the session).
+        tokio::spawn(async move {
+            while let Ok(Some(m)) = input.message().await {
+                if check_console_input(&m).is_err() || typed.send(m.data).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let output = ReceiverStream::new(session.output).map(|data| Ok(AttachConsoleResponse { data }));
+        Ok(Response::new(Box::pin(output)))
     }
 
     type WatchEventsStream = BoxStream<HostEvent>;

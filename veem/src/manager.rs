@@ -16,6 +16,7 @@ use crate::workflows::accounting::Accounting;
 use crate::workflows::background::Background;
 use crate::workflows::boot::Boot;
 use crate::workflows::checkpoints::Checkpoints;
+use crate::workflows::consoles::Consoles;
 use crate::workflows::deploy::Deploy;
 use crate::workflows::elasticity::Elasticity;
 use crate::workflows::federation::Federation;
@@ -57,6 +58,7 @@ pub struct Veem {
     pub remapping: Arc<Remapping>,
     pub background: Arc<Background>,
     pub checkpoints: Arc<Checkpoints>,
+    pub consoles: Arc<Consoles>,
     pub boot: Arc<Boot>,
     pub windows: Arc<Windows>,
     pub networks: Arc<Networks>,
@@ -133,6 +135,7 @@ impl Veem {
         let site_constraints = Arc::new(SiteConstraints::new(core.clone()));
         let sla = Arc::new(Sla::new(core.clone()));
         let checkpoints = Arc::new(Checkpoints::new(core.clone()));
+        let consoles = Arc::new(Consoles::new(core.clone()));
         let background = Arc::new(Background::new(core.clone(), checkpoints.clone()));
         let boot = Arc::new(Boot::new(core.clone(), networks.clone()));
         let remapping = Arc::new(Remapping::new(core.clone(), windows.clone(), background.clone()));
@@ -238,6 +241,7 @@ impl Veem {
             site_constraints,
             sla,
             checkpoints,
+            consoles,
             background,
             boot,
             remapping,

@@ -50,9 +50,67 @@ pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 /// One VEEH as the workflows see it: the VHI itself (`vhi.proto`, one
 /// method per call), so that a fake host implements the same trait the
-/// real VEEH serves.
-pub type HostVhi =
-    dyn vhi_service_server::VhiService<MigrateOutStream = BoxStream<vhi::MigrationProgress>, WatchEventsStream = BoxStream<vhi::HostEvent>>;
+/// real VEEH serves, and its console as a client attaches to it
+/// ([`HostConsole`]: a client-streaming call the server trait cannot
+/// carry).
+pub type HostVhi = dyn Vhi;
+
+/// The VHI's server trait with its streams, and the console of
+/// [`HostConsole`].
+pub trait Vhi:
+    vhi_service_server::VhiService<
+        MigrateOutStream = BoxStream<vhi::MigrationProgress>,
+        WatchEventsStream = BoxStream<vhi::HostEvent>,
+        AttachConsoleStream = BoxStream<vhi::AttachConsoleResponse>,
+    > + HostConsole
+{
+}
+
+impl<T> Vhi for T where
+    T: vhi_service_server::VhiService<
+            MigrateOutStream = BoxStream<vhi::MigrationProgress>,
+            WatchEventsStream = BoxStream<vhi::HostEvent>,
+            AttachConsoleStream = BoxStream<vhi::AttachConsoleResponse>,
+        > + HostConsole
+{
+}
+
+/// What is typed into a console, chunk by chunk; its end ends the
+/// session.
+pub type ConsoleInput = Pin<Box<dyn Stream<Item = Vec<u8>> + Send>>;
+
+/// What a console shows: what the guest wrote, or a notice of a relay
+/// (the VEE moved and the console was attached again).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConsoleOutput {
+    Data(Vec<u8>),
+    Notice(String),
+}
+
+/// An attached console's output; it ends with the session.
+pub type ConsoleStream = BoxStream<ConsoleOutput>;
+
+/// A VEE's serial console at its host (VHI AttachConsole).
+#[tonic::async_trait]
+pub trait HostConsole: Send + Sync {
+    /// Attaches to the console of `vee_id` (`force`: take it from a
+    /// session that holds it): `input` is typed into the guest, the
+    /// stream carries what it writes until the domain stops or leaves
+    /// the host. Errors: the VHI's (NotFound, FailedPrecondition while
+    /// another session holds it).
+    async fn open_console(&self, vee_id: &str, force: bool, input: ConsoleInput) -> Result<ConsoleStream, Status>;
+}
+
+/// The requests of a console session over the VHI or the VMI: the first
+/// names the VEE, the others carry `input`.
+fn console_requests<Req: Send + 'static>(
+    first: Req,
+    input: ConsoleInput,
+    data: impl Fn(Vec<u8>) -> Req + Send + 'static,
+) -> impl Stream<Item = Req> + Send {
+    use futures::StreamExt;
+    futures::stream::once(async move { first }).chain(input.map(data))
+}
 
 type R<T> = Result<Response<T>, Status>;
 
@@ -156,10 +214,32 @@ impl vhi_service_server::VhiService for GrpcHost {
     async fn resize(&self, r: Request<vhi::ResizeRequest>) -> R<vhi::VeeStatus> {
         self.0.clone().resize(r).await
     }
+    type AttachConsoleStream = BoxStream<vhi::AttachConsoleResponse>;
+    async fn attach_console(&self, _: Request<tonic::Streaming<vhi::AttachConsoleRequest>>) -> R<Self::AttachConsoleStream> {
+        Err(Status::unimplemented("a VEEM attaches consoles as a client (HostConsole)"))
+    }
     type WatchEventsStream = BoxStream<vhi::HostEvent>;
     async fn watch_events(&self, r: Request<vhi::WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         let stream = self.0.clone().watch_events(r).await?.into_inner();
         Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+#[tonic::async_trait]
+impl HostConsole for GrpcHost {
+    async fn open_console(&self, vee_id: &str, force: bool, input: ConsoleInput) -> Result<ConsoleStream, Status> {
+        use futures::StreamExt;
+        let first = vhi::AttachConsoleRequest {
+            vee_id: vee_id.into(),
+            force,
+            data: vec![],
+        };
+        let requests = console_requests(first, input, |data| vhi::AttachConsoleRequest {
+            data,
+            ..Default::default()
+        });
+        let out = self.0.clone().attach_console(requests).await?.into_inner();
+        Ok(Box::pin(out.map(|r| r.map(|m| ConsoleOutput::Data(m.data)))))
     }
 }
 
@@ -198,6 +278,10 @@ pub trait Peer: Send + Sync {
     async fn confirm_spare(&self, vee_id: &str) -> Result<(), Status>;
     /// Drop the spare held for our VEE.
     async fn release_spare(&self, vee_id: &str) -> Result<(), Status>;
+    /// The console of our VEE that runs there (as [`HostConsole`]; the
+    /// peer relays it from its host, reattaching it when the VEE moves
+    /// there).
+    async fn attach_console(&self, vee_id: &str, force: bool, input: ConsoleInput) -> Result<ConsoleStream, Status>;
 }
 
 /// What a VMI client runs over: a tonic channel to a peer (with the
@@ -343,6 +427,25 @@ impl<T: VmiTransport> Peer for GrpcPeer<T> {
     async fn release_spare(&self, vee_id: &str) -> Result<(), Status> {
         let r = vmi::ReleaseSpareRequest { vee_id: vee_id.into() };
         self.client().release_spare(r).await.map(|_| ())
+    }
+    async fn attach_console(&self, vee_id: &str, force: bool, input: ConsoleInput) -> Result<ConsoleStream, Status> {
+        use futures::StreamExt;
+        let first = vmi::AttachConsoleRequest {
+            vee_id: vee_id.into(),
+            force,
+            data: vec![],
+        };
+        let requests = console_requests(first, input, |data| vmi::AttachConsoleRequest {
+            data,
+            ..Default::default()
+        });
+        let out = self.client().attach_console(requests).await?.into_inner();
+        Ok(Box::pin(out.map(|r| {
+            r.map(|m| match m.notice.is_empty() {
+                true => ConsoleOutput::Data(m.data),
+                false => ConsoleOutput::Notice(m.notice),
+            })
+        })))
     }
 }
 

@@ -138,7 +138,7 @@ fn elem(w: &mut Xml, tag: &str, attrs: &[(&str, &str)], body: impl FnOnce(&mut X
 ///   use (RTC catch-up, PIT delay, no HPET, kvm-clock under KVM), so a guest
 ///   keeps time and its clock can be set after a restore;
 /// - virtio disk `vda`, the NoCloud seed `vdb` (read-only), a virtio NIC per service network, a serial console
-///   to a file, a virtio-serial channel for the guest agent
+///   on a pty logged to a file, a virtio-serial channel for the guest agent
 ///   ([`GUEST_AGENT_CHANNEL`]; libvirt picks the socket path) and one for
 ///   the guest's KPIs ([`KPI_CHANNEL`]), no graphics
 ///   (lab notes: `<graphics type='none'/>` is invalid), no balloon.
@@ -235,8 +235,10 @@ fn devices(w: &mut Xml, spec: &DomainSpec) {
             empty(w, "mtu", &[("size", &n.mtu.to_string())]);
         });
     }
-    elem(w, "serial", &[("type", "file")], |w| {
-        empty(w, "source", &[("path", &spec.console.display().to_string()), ("append", "on")]);
+    // A pty, so that the console can be attached to (virDomainOpenConsole,
+    // `crate::console`), its output also logged to the console file.
+    elem(w, "serial", &[("type", "pty")], |w| {
+        empty(w, "log", &[("file", &spec.console.display().to_string()), ("append", "on")]);
         empty(w, "target", &[("port", "0")]);
     });
     elem(w, "channel", &[("type", "unix")], |w| {

@@ -117,17 +117,19 @@ pub fn rewrite_for(xml: &str, to: &PathMap, new_owner: &str) -> anyhow::Result<S
         attr_edit(source, "file", path, &mut edits)?;
     }
     if let Some(console) = &to.console {
-        // The live XML repeats the serial port's file as <console>: both go.
+        // The live XML repeats the serial port as <console>: both go. A
+        // pty's log file (this version's XML), or the file itself (a
+        // checkpoint's XML of before the console could be attached).
         find(&|n: &roxmltree::Node| n.tag_name().name() == "serial").ok_or_else(|| anyhow::anyhow!("domain XML has no <serial>"))?;
-        for dev in doc
-            .descendants()
-            .filter(|n| matches!(n.tag_name().name(), "serial" | "console") && n.attribute("type") == Some("file"))
-        {
-            let source = dev
-                .children()
-                .find(|c| c.tag_name().name() == "source")
-                .ok_or_else(|| anyhow::anyhow!("<{}> has no <source>", dev.tag_name().name()))?;
-            attr_edit(source, "path", console, &mut edits)?;
+        for dev in doc.descendants().filter(|n| matches!(n.tag_name().name(), "serial" | "console")) {
+            let child = |name: &str| dev.children().find(|c| c.tag_name().name() == name);
+            let (node, attr) = match dev.attribute("type") {
+                Some("file") => (child("source"), "path"),
+                Some("pty") => (child("log"), "file"),
+                _ => continue,
+            };
+            let node = node.ok_or_else(|| anyhow::anyhow!("<{}> has no file to write to", dev.tag_name().name()))?;
+            attr_edit(node, attr, console, &mut edits)?;
         }
     }
     // One edit per interface: the first (MAC, bridge) naming it wins.

@@ -88,7 +88,13 @@ fn generated_xml_has_tcg_direct_boot_disk_and_serial_file() {
         s.attributes().map(|a| format!("{}={}", a.name(), a.value())).collect::<Vec<_>>()
     };
     assert_eq!(source_of("disk"), ["file=/s/a/overlay.qcow2"]);
-    assert_eq!(source_of("serial"), ["path=/s/a/console.log", "append=on"]);
+    let serial = doc.descendants().find(|n| n.has_tag_name("serial")).unwrap();
+    assert_eq!(serial.attribute("type"), Some("pty"));
+    let log = serial.children().find(|c| c.has_tag_name("log")).unwrap();
+    assert_eq!(
+        (log.attribute("file"), log.attribute("append")),
+        (Some("/s/a/console.log"), Some("on"))
+    );
     assert!(!xml.contains("graphics"));
     assert_eq!(
         ownership(&xml),
@@ -264,7 +270,7 @@ fn every_string_is_escaped_the_name_too() {
         Some("a\r\nb")
     );
     let serial = doc.descendants().find(|n| n.has_tag_name("serial")).unwrap();
-    assert_eq!(serial.first_element_child().unwrap().attribute("path"), Some("/x\ty"));
+    assert_eq!(serial.first_element_child().unwrap().attribute("file"), Some("/x\ty"));
 }
 
 #[test]
@@ -314,10 +320,10 @@ fn rewrite_points_every_path_bridge_and_the_owner_at_the_destination() {
 
 #[test]
 fn rewrite_moves_the_console_mirror_of_live_xml_too() {
-    // libvirt's live XML repeats the serial file as <console>.
+    // libvirt's live XML repeats the serial port as <console>.
     let xml = generate(&spec()).replace(
         "</devices>",
-        "<console type='file'><source path='/s/a/console.log' append='on'/><target type='serial' port='0'/></console></devices>",
+        "<console type='pty'><source path='/dev/pts/3'/><log file='/s/a/console.log' append='on'/><target type='serial' port='0'/></console></devices>",
     );
     let to = PathMap {
         console: Some("/b/x/console.log".into()),
@@ -326,6 +332,24 @@ fn rewrite_moves_the_console_mirror_of_live_xml_too() {
     let out = rewrite_for(&xml, &to, "host-b1").unwrap();
     assert!(!out.contains("/s/a/console.log"), "{out}");
     assert_eq!(out.matches("/b/x/console.log").count(), 2);
+}
+
+#[test]
+fn rewrite_moves_the_console_file_of_a_checkpoint_of_before_the_pty() {
+    // A checkpoint's XML from when the serial port wrote a file.
+    let xml = generate(&spec())
+        .replace("<serial type=\"pty\">", "<serial type=\"file\">")
+        .replace(
+            "<log file=\"/s/a/console.log\" append=\"on\"/>",
+            "<source path=\"/s/a/console.log\" append=\"on\"/>",
+        );
+    assert!(xml.contains("<serial type=\"file\">"), "{xml}");
+    let to = PathMap {
+        console: Some("/b/x/console.log".into()),
+        ..Default::default()
+    };
+    let out = rewrite_for(&xml, &to, "host-b1").unwrap();
+    assert!(out.contains("<source path=\"/b/x/console.log\" append=\"on\"/>"), "{out}");
 }
 
 #[test]

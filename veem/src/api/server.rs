@@ -387,6 +387,11 @@ impl Vmi for VmiService {
         Ok(Response::new(ListUsageLimitsResponse { limits, next_page_token }))
     }
 
+    type AttachConsoleStream = BoxStream<AttachConsoleResponse>;
+    async fn attach_console(&self, r: Request<tonic::Streaming<AttachConsoleRequest>>) -> R<Self::AttachConsoleStream> {
+        Ok(Response::new(self.console(r).await?))
+    }
+
     type WatchEventsStream = BoxStream<Event>;
     async fn watch_events(&self, r: Request<WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         let role = self.caller(&r)?;
@@ -562,6 +567,7 @@ impl Vmi for VmiService {
     }
 }
 
+mod console;
 mod info;
 pub(crate) use info::host_status;
 mod roles;

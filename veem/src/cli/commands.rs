@@ -281,6 +281,22 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
             .await?;
             print(out, &output::vee(&Vee::from(&v), fmt))?;
         }
+        Command::Console { vee, force } => {
+            let v = or_lookup(&c, vee, Kind::Vee, |mut c, vee_id| async move {
+                c.get_vee(vmi::GetVeeRequest { vee_id }).await
+            })
+            .await?;
+            let raw = super::console::RawTerminal::enter();
+            let ended = super::console::session(&mut c, &v.vee_id, *force, tokio::io::stdin(), out, err).await;
+            drop(raw);
+            match ended? {
+                super::console::Ended::Detached => print(err, "\ndetached\n")?,
+                super::console::Ended::Closed(why) => {
+                    print(err, &format!("\n{}\n", if why.is_empty() { "the console closed" } else { &why }))?;
+                    return Ok(super::exit::ERROR);
+                }
+            }
+        }
         Command::Stop { vee } => vee_action(&mut c, vee, vmi::Action::Stop, None, fmt, out).await?,
         Command::Suspend { vee } => vee_action(&mut c, vee, vmi::Action::Suspend, None, fmt, out).await?,
         Command::Resume { vee } => vee_action(&mut c, vee, vmi::Action::Resume, None, fmt, out).await?,

@@ -17,6 +17,7 @@
 
 mod client;
 mod commands;
+pub mod console;
 pub mod context;
 mod lookup;
 mod output;
@@ -326,6 +327,18 @@ pub enum Command {
     Resume {
         /// VEE ID.
         vee: String,
+    },
+    /// A VEE's serial console in this terminal, wherever the VEE runs (its
+    /// provider and the operator): every key goes to the guest until
+    /// Ctrl-] detaches, as with `virsh console`. After a live migration
+    /// the console is attached again by itself. Each session is audited
+    /// (who, when, bytes each way; never what was typed).
+    Console {
+        /// VEE ID or unique ID prefix.
+        vee: String,
+        /// Take the console from another session that holds it.
+        #[arg(long)]
+        force: bool,
     },
     /// Take a checkpoint of a VEE now.
     Checkpoint {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use interfaces::vhi;
 use tonic::Status;
 
-use super::{GrpcPeer, Peer};
+use super::{ConsoleInput, ConsoleStream, GrpcPeer, Peer};
 use crate::domain::peer::{IncomingVee, MigrationOutcome, RemoteVee, SpareRequest, UsageReceipt};
 use crate::domain::Action;
 use crate::model::UsageRec;
@@ -145,6 +145,12 @@ impl Peer for Following {
     }
     async fn release_spare(&self, vee_id: &str) -> Result<(), Status> {
         self.call(|p| async move { p.release_spare(vee_id).await }).await
+    }
+    /// At the endpoint that answered last, without trying the others:
+    /// `input` can be read once only.
+    async fn attach_console(&self, vee_id: &str, force: bool, input: ConsoleInput) -> Result<ConsoleStream, Status> {
+        let i = self.current.load(Ordering::Relaxed) % self.peers.len();
+        self.peers[i].1.attach_console(vee_id, force, input).await
     }
 }
 

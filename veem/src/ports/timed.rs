@@ -7,7 +7,7 @@ use std::sync::Arc;
 use interfaces::vhi;
 use tonic::Status;
 
-use super::{Clock, Peer};
+use super::{Clock, ConsoleInput, ConsoleStream, Peer};
 use crate::domain::peer::{IncomingVee, MigrationOutcome, RemoteVee, SpareRequest, UsageReceipt};
 use crate::domain::Action;
 use crate::metrics::VeemMetrics;
@@ -78,5 +78,9 @@ impl Peer for Timed {
     }
     async fn release_spare(&self, vee_id: &str) -> Result<(), Status> {
         self.timed("ReleaseSpare", self.inner.release_spare(vee_id)).await
+    }
+    /// Timed until the console is attached, not for the session.
+    async fn attach_console(&self, vee_id: &str, force: bool, input: ConsoleInput) -> Result<ConsoleStream, Status> {
+        self.timed("AttachConsole", self.inner.attach_console(vee_id, force, input)).await
     }
 }

@@ -12,7 +12,7 @@ use interfaces::vhi::vhi_service_server::VhiService as Vhi;
 use interfaces::vhi::*;
 use tonic::{Request, Response, Status};
 
-use crate::ports::BoxStream;
+use crate::ports::{BoxStream, ConsoleInput, ConsoleOutput, ConsoleStream, HostConsole};
 
 /// What a fake host answers and what it saw.
 #[derive(Debug, Default)]
@@ -381,8 +381,45 @@ impl Vhi for FakeVhi {
         s.anchored.insert(u.vni, u.anchor.is_some());
         Ok(Response::new(UpdateNetworkResponse {}))
     }
+    type AttachConsoleStream = BoxStream<AttachConsoleResponse>;
+    async fn attach_console(&self, _: Request<tonic::Streaming<AttachConsoleRequest>>) -> R<Self::AttachConsoleStream> {
+        Err(Status::unimplemented("a VEEM attaches consoles as a client (HostConsole)"))
+    }
+
     type WatchEventsStream = BoxStream<HostEvent>;
     async fn watch_events(&self, _: Request<WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         unscripted("WatchEvents")
+    }
+}
+
+/// A fake console: `console of VEE at HOST` first, then what is typed,
+/// echoed back; it ends when the host no longer runs the VEE (checked
+/// every 10 ms), as a real one ends when the domain stops or leaves.
+#[tonic::async_trait]
+impl HostConsole for FakeVhi {
+    async fn open_console(&self, vee_id: &str, _force: bool, mut input: ConsoleInput) -> Result<ConsoleStream, Status> {
+        use futures::StreamExt;
+        if !self.runs(vee_id) {
+            return Err(Status::not_found(format!("no domain of VEE {vee_id} on {}", self.name)));
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let (host, vee) = (self.clone(), vee_id.to_string());
+        let banner = format!("console of {vee} at {}\r\n", host.name).into_bytes();
+        tokio::spawn(async move {
+            if tx.send(Ok(ConsoleOutput::Data(banner))).await.is_err() {
+                return;
+            }
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(10));
+            loop {
+                tokio::select! {
+                    typed = input.next() => match typed {
+                        Some(data) => if tx.send(Ok(ConsoleOutput::Data(data))).await.is_err() { return },
+                        None => return,
+                    },
+                    _ = tick.tick() => if !host.runs(&vee) { return },
+                }
+            }
+        });
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
 }

@@ -18,7 +18,7 @@ use crate::domain::peer::{IncomingVee, MigrationOutcome, RemoteVee, SpareRequest
 use crate::domain::Action;
 use crate::model::UsageRec;
 use crate::peers::Bearer;
-use crate::ports::{GrpcPeer, Peer, PeerDirectory};
+use crate::ports::{ConsoleInput, ConsoleStream, GrpcPeer, Peer, PeerDirectory};
 
 /// Peer sites in the same process: each a [`Peer`] by site ID; a site
 /// not registered is silent (every call Unavailable).
@@ -80,6 +80,9 @@ impl Peer for SilentPeer {
         silent()
     }
     async fn release_spare(&self, _: &str) -> Result<(), Status> {
+        silent()
+    }
+    async fn attach_console(&self, _: &str, _: bool, _: ConsoleInput) -> Result<ConsoleStream, Status> {
         silent()
     }
 }

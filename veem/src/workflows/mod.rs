@@ -17,6 +17,7 @@ pub mod accounting;
 pub mod background;
 pub mod boot;
 pub mod checkpoints;
+pub mod consoles;
 pub mod deploy;
 pub mod elasticity;
 pub mod federation;

@@ -187,6 +187,58 @@ impl Vmi for MockSvc {
         self.note(&r);
         Err(Status::permission_denied("operator only"))
     }
+    type AttachConsoleStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<AttachConsoleResponse, Status>> + Send>>;
+    /// A console that says whose it is, then echoes what is typed in
+    /// upper case, and a notice after `migrate\r`.
+    async fn attach_console(&self, r: Request<tonic::Streaming<AttachConsoleRequest>>) -> R<Self::AttachConsoleStream> {
+        let auth = r.metadata().get("authorization").map(|v| v.to_str().unwrap().to_string());
+        self.auth.lock().unwrap().push(auth);
+        let mut input = r.into_inner();
+        let first = input.message().await?.unwrap_or_default();
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("AttachConsole {} force={}", first.vee_id, first.force));
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let banner = format!("console of {}\r\n", first.vee_id).into_bytes();
+        let mock = self.0.clone();
+        tokio::spawn(async move {
+            let _ = tx
+                .send(Ok(AttachConsoleResponse {
+                    data: banner,
+                    notice: String::new(),
+                }))
+                .await;
+            while let Ok(Some(m)) = input.message().await {
+                mock.seen
+                    .lock()
+                    .unwrap()
+                    .push(format!("typed {:?}", String::from_utf8_lossy(&m.data)));
+                let notice = if m.data.ends_with(b"migrate\r") {
+                    "the VEE moved: its console is attached again"
+                } else {
+                    ""
+                };
+                let data = m.data.to_ascii_uppercase();
+                let _ = tx
+                    .send(Ok(AttachConsoleResponse {
+                        data,
+                        notice: String::new(),
+                    }))
+                    .await;
+                if !notice.is_empty() {
+                    let _ = tx
+                        .send(Ok(AttachConsoleResponse {
+                            data: vec![],
+                            notice: notice.into(),
+                        }))
+                        .await;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
     type WatchEventsStream = tokio_stream::Iter<std::vec::IntoIter<Result<interfaces::vmi::Event, Status>>>;
     async fn watch_events(&self, r: Request<WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         self.note(&r);

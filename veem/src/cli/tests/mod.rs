@@ -1,6 +1,7 @@
 //! Argument parsing, and whole commands against an in-process mock VMI
 //! ([`mock`]).
 
+mod console;
 mod mock;
 
 use std::sync::Arc;

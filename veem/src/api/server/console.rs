@@ -1,0 +1,87 @@
+//! VMI AttachConsole: the caller's requests become what is typed, the
+//! relay's output (`workflows::consoles`) becomes the responses, each as
+//! the caller's role may read it (a notice or an error redacted of hosts
+//! and sites for a provider, E §3.4).
+
+use futures::StreamExt;
+use interfaces::vmi::{AttachConsoleRequest, AttachConsoleResponse};
+use tonic::{Request, Status, Streaming};
+
+use super::{BoxStream, VmiService};
+use crate::config::Role;
+use crate::ports::{ConsoleInput, ConsoleOutput};
+
+/// Bytes of one request's `data` at most (64 KiB, as the VHI's).
+pub const MAX_INPUT: usize = 64 * 1024;
+
+impl VmiService {
+    /// The console of the VEE the first request names, for its provider,
+    /// the operator, or a peer site for a VEE run here for it (see
+    /// `vmi.proto`). Errors: InvalidArgument (no VEE named, `data` over
+    /// [`MAX_INPUT`]), NotFound (no such VEE the caller may see),
+    /// FailedPrecondition (it does not run; another session holds the
+    /// console).
+    pub(super) async fn console(&self, r: Request<Streaming<AttachConsoleRequest>>) -> Result<BoxStream<AttachConsoleResponse>, Status> {
+        let role = self.caller(&r)?;
+        let mut requests = r.into_inner();
+        let first = requests
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("field `vee_id`: the first request names the VEE"))?;
+        if first.vee_id.is_empty() {
+            return Err(Status::invalid_argument("field `vee_id`: the first request names the VEE"));
+        }
+        check(&first)?;
+        self.visible_vee(&role, &first.vee_id)?;
+        let (vee_id, force) = (first.vee_id.clone(), first.force);
+        // What is typed, until the caller ends its side; a request over
+        // the bound ends the session (the relay says why in its audit).
+        let typed = futures::stream::once(async move { first.data })
+            .chain(futures::stream::unfold(requests, |mut rs| async move {
+                match rs.message().await {
+                    Ok(Some(m)) if check(&m).is_ok() => Some((m.data, rs)),
+                    _ => None,
+                }
+            }))
+            .filter(|d| std::future::ready(!d.is_empty()));
+        let input: ConsoleInput = Box::pin(typed);
+        let out = self
+            .veem
+            .consoles
+            .attach(&who(&role), &vee_id, force, input)
+            .await
+            .map_err(|e| self.refusal(&role, e))?;
+        let redactor = self.redactor(&role);
+        Ok(Box::pin(out.map(move |o| match o {
+            Ok(ConsoleOutput::Data(data)) => Ok(AttachConsoleResponse {
+                data,
+                notice: String::new(),
+            }),
+            Ok(ConsoleOutput::Notice(n)) => Ok(AttachConsoleResponse {
+                data: vec![],
+                notice: redactor.as_ref().map_or(n.clone(), |r| r.text(&n)),
+            }),
+            Err(s) => Err(s),
+        })))
+    }
+}
+
+/// Errors when a request's `data` is over [`MAX_INPUT`], naming the field.
+fn check(r: &AttachConsoleRequest) -> Result<(), Status> {
+    if r.data.len() > MAX_INPUT {
+        return Err(Status::invalid_argument(format!(
+            "field `data`: {} bytes, more than the {MAX_INPUT} one request may carry",
+            r.data.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Who attached, for the audit: `operator`, `provider NAME`, `peer SITE`.
+fn who(role: &Role) -> String {
+    match role {
+        Role::Operator => "operator".into(),
+        Role::Provider(p) => format!("provider {p}"),
+        Role::Peer(s) => format!("peer {s}"),
+    }
+}

@@ -1,0 +1,95 @@
+//! The console relay against fake VEEHs (whose consoles echo what is
+//! typed after a banner naming their host): output and input both ways,
+//! the session audited with its byte counts, reattached at the VEE's new
+//! host after a live migration with a notice naming no place, and refused
+//! for a VEE that does not run.
+
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::model::MigrationState;
+use crate::ports::{ConsoleInput, ConsoleOutput, ConsoleStream};
+use crate::sim::{FakeSite, STANDARD};
+use crate::workflows::migration::{Dest, Proposer};
+
+/// A console input the test types into.
+fn keyboard() -> (mpsc::Sender<Vec<u8>>, ConsoleInput) {
+    let (tx, rx) = mpsc::channel(16);
+    (tx, Box::pin(ReceiverStream::new(rx)))
+}
+
+async fn next(out: &mut ConsoleStream) -> ConsoleOutput {
+    tokio::time::timeout(std::time::Duration::from_secs(5), out.next())
+        .await
+        .expect("console output within 5 s")
+        .expect("the console goes on")
+        .expect("no error")
+}
+
+fn text(o: ConsoleOutput) -> String {
+    match o {
+        ConsoleOutput::Data(d) => String::from_utf8(d).unwrap(),
+        ConsoleOutput::Notice(n) => format!("notice: {n}"),
+    }
+}
+
+#[tokio::test]
+async fn a_console_carries_both_ways_follows_a_migration_and_is_audited() {
+    let site = FakeSite::start(&["h1", "h2"], "").await;
+    site.clock.follow_runtime();
+    let vee = site.running_service(STANDARD).remove(0);
+    let from = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
+    let to = if from == "h1" { "h2" } else { "h1" };
+    let (keys, input) = keyboard();
+    let mut out = site.veem.consoles.attach("provider acme", &vee, false, input).await.unwrap();
+    assert_eq!(text(next(&mut out).await), format!("console of {vee} at {from}\r\n"));
+    keys.send(b"uname\n".to_vec()).await.unwrap();
+    assert_eq!(text(next(&mut out).await), "uname\n");
+
+    let m = site
+        .veem
+        .migration
+        .propose(&vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
+        .unwrap();
+    site.veem.migration.approve(&m.id, "operator").unwrap();
+    assert_eq!(site.finished(&m.id).await.state, MigrationState::Done);
+    let notice = text(next(&mut out).await);
+    assert_eq!(notice, "notice: the VEE moved: its console is attached again");
+    assert!(!notice.contains(to) && !notice.contains(&from));
+    assert_eq!(text(next(&mut out).await), format!("console of {vee} at {to}\r\n"));
+    keys.send(b"ls\n".to_vec()).await.unwrap();
+    assert_eq!(text(next(&mut out).await), "ls\n");
+
+    drop(keys);
+    crate::sim::eventually("the session's end audited", || {
+        site.events(&vee).iter().any(|e| e.starts_with("console: detached"))
+    })
+    .await;
+    let events = site.events(&vee);
+    assert!(events.iter().any(|e| e == "console: attached by provider acme"), "{events:?}");
+    let detached = events.iter().find(|e| e.starts_with("console: detached")).unwrap();
+    assert!(
+        detached.contains("provider acme, 9 bytes typed") && !detached.contains("uname"),
+        "counts, never content: {detached}"
+    );
+}
+
+#[tokio::test]
+async fn a_vee_that_does_not_run_has_no_console() {
+    let site = FakeSite::start(&["h1"], "").await;
+    let vee = site.running_service(STANDARD).remove(0);
+    site.veem.lifecycle.vee_action(&vee, crate::domain::Action::Stop, "").await.unwrap();
+    let (_keys, input) = keyboard();
+    let e = site.veem.consoles.attach("operator", &vee, false, input).await.err().unwrap();
+    assert!(e.to_string().contains("is terminated: its console is there while it runs"), "{e}");
+    let (_keys, input) = keyboard();
+    let e = site
+        .veem
+        .consoles
+        .attach("operator", "no-such-vee", false, input)
+        .await
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("not found"), "{e}");
+}
