@@ -368,7 +368,9 @@ impl Conn {
             }
         });
         let (io, stalled) = stall::watch(io);
-        let conn = self.http.serve_connection(TokioIo::new(io), svc);
+        // With upgrades: the web console's WebSockets (an upgraded
+        // connection leaves this loop to its handler's task).
+        let conn = self.http.serve_connection_with_upgrades(TokioIo::new(io), svc);
         tokio::pin!(conn);
         let mut idle = self.slot.in_flight.subscribe();
         // Asked to close (idle, evicted, or the listener stops); and when

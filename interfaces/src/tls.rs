@@ -214,6 +214,22 @@ impl PeerCa {
     }
 }
 
+/// A server's TLS for HTTP/1.1 alone (ALPN `http/1.1`; no client
+/// certificates) with the certificate and key in `cert` and `key`: the
+/// image repository's, and the VEEM's web console (whose WebSockets
+/// browsers open over HTTP/1.1). Errors: a file cannot be read or holds
+/// no usable certificate or key, naming it.
+pub fn http1_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor> {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_no_client_auth();
+    let mut config = with_identity(builder, cert, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
+}
+
 #[cfg(test)]
 mod tests {
     use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose as Eku, IsCa, KeyPair};

@@ -127,6 +127,20 @@ impl Planner {
         Ok(self.d.usage[self.host_idx(name)? as usize].total.at(slot))
     }
 
+    /// The reservations (VEEs and local spares) on host `name` that end
+    /// after slot `from`, by start slot: what a picture of the host's
+    /// reservations over the planning horizon shows. Errors: an unknown
+    /// host.
+    pub fn reservations_on(&self, name: &str, from: Slot) -> Result<Vec<&crate::Reservation>, PlanError> {
+        let idx = self.host_idx(name)? as usize;
+        Ok(self.d.usage[idx]
+            .res
+            .iter()
+            .filter_map(|(_, key)| self.get(key))
+            .filter(|r| r.range.end > from)
+            .collect())
+    }
+
     /// Sum of the capacities of all hosts (not removed).
     pub fn total_capacity(&self) -> Resources {
         self.p

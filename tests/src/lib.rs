@@ -4,6 +4,7 @@
 //! Nothing here mocks libvirt.
 
 pub mod abusive;
+pub mod browser;
 pub mod console;
 pub mod daemons;
 pub mod disk;

@@ -21,8 +21,10 @@ use crate::planner::{Resources, UsageLimit};
 
 mod policies;
 mod store;
+mod web;
 pub use policies::{MigrationPolicy, ProposalPolicy, RecoveryPolicy};
 pub use store::{EngineKind, StoreConfig};
+pub use web::WebConfig;
 
 /// One VEEH of the site.
 #[derive(Clone, Debug, Deserialize)]
@@ -318,6 +320,9 @@ pub struct VeemConfig {
     /// `/healthz`, `/readyz`; `crate::api::metrics`); none: not served.
     #[serde(default)]
     pub metrics: Option<interfaces::metrics::MetricsConfig>,
+    /// The web console (`[web]`: HTTPS with `[tls]`); none: not served.
+    #[serde(default)]
+    pub web: Option<WebConfig>,
     /// Allow plaintext: the VMI without `[tls]`, `http://` host and peer
     /// endpoints (unauthenticated hosts and peers; logged at every start).
     #[serde(default)]
@@ -476,6 +481,9 @@ impl VeemConfig {
         self.listener.check("listener")?;
         if let Some(m) = &self.metrics {
             m.check()?;
+        }
+        if self.web.is_some() && self.tls.is_none() {
+            return Err(invalid("web", "the web console is served over HTTPS only: give [tls]"));
         }
         if self.checkpoints_kept == 0 {
             return Err(invalid(

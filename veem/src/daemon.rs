@@ -105,6 +105,20 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
         Some(m) => Some(interfaces::metrics::Serving::start(m, crate::api::metrics::exporter(m, metrics.clone(), acting.clone())?).await?),
         None => None,
     };
+    // The web console, on its own port, with the VMI's identity and
+    // limits; its pages call whichever VEEM acts.
+    let web_console = match (&cfg.web, &cfg.tls) {
+        (Some(w), Some(tls)) => {
+            let listener = interfaces::listen::bind(w.listen).await?;
+            let web = crate::api::web::Web::new(w, acting.clone(), &limits);
+            let (tls, until) = (tls.clone(), stop.clone().cancelled_owned());
+            tracing::info!(listen = %w.listen, "web console listening");
+            Some(tokio::spawn(async move {
+                crate::api::web::serve(listener, &tls, limits, web, until, SHUTDOWN_GRACE).await
+            }))
+        }
+        _ => None,
+    };
     match cfg.store.engine {
         // On the embedded store the VEEM opens its database and answers
         // at once (not serving until it has reconciled: `front`).
@@ -163,6 +177,9 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
     }
     if let Some(m) = metrics_listener {
         m.stop().await;
+    }
+    if let Some(w) = web_console {
+        w.await??;
     }
     tracing::info!("stopped");
     Ok(())

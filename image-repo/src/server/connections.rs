@@ -9,9 +9,8 @@
 //! down per address ([`throttle_auth`]).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
@@ -26,14 +25,7 @@ use super::AppState;
 /// The TLS acceptor of `tls` (rustls, ring). Errors: a file cannot be
 /// read or holds no usable certificate or key, naming it.
 pub fn acceptor(tls: &ServerTls) -> Result<TlsAcceptor> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS protocol versions")?
-        .with_no_client_auth();
-    let mut config = interfaces::tls::with_identity(builder, &tls.cert, &tls.key)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    interfaces::tls::http1_acceptor(&tls.cert, &tls.key)
 }
 
 /// Failed authentications slowed down per client address

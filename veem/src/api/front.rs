@@ -54,6 +54,8 @@ pub struct Front {
     starting: AtomicBool,
     stopping: AtomicBool,
     health: HealthReporter,
+    /// The VMI's handlers, which the web console calls too.
+    handlers: Arc<VmiService>,
 }
 
 impl Front {
@@ -75,12 +77,18 @@ impl Front {
         let max_body = usize::try_from(limits.max_body_size).unwrap_or(usize::MAX);
         Ok(Arc::new(Self {
             grpc: grpc.into_axum_router(),
-            rest: crate::api::rest::router(handlers, max_body),
+            rest: crate::api::rest::router(handlers.clone(), max_body),
+            handlers,
             throttle: AuthThrottle::new(limits.auth_failures_burst, limits.auth_failure_interval),
             starting: AtomicBool::new(true),
             stopping: AtomicBool::new(false),
             health,
         }))
+    }
+
+    /// The VMI's handlers (the web console calls them in-process).
+    pub(crate) fn handlers(&self) -> Arc<VmiService> {
+        self.handlers.clone()
     }
 
     /// The VEEM has reconciled: calls are served, health says SERVING.

@@ -46,7 +46,7 @@ impl Acting {
         *self.0.write().unwrap() = None;
     }
 
-    fn get(&self) -> Option<ActingVeem> {
+    pub(crate) fn get(&self) -> Option<ActingVeem> {
         self.0.read().unwrap().clone()
     }
 }

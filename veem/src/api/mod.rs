@@ -16,3 +16,4 @@ pub mod server;
 pub mod standby;
 pub mod status;
 pub mod visibility;
+pub mod web;

@@ -569,7 +569,11 @@ impl Vmi for VmiService {
 
 mod console;
 mod info;
+pub(crate) use console::MAX_INPUT as CONSOLE_MAX_INPUT;
 pub(crate) use info::host_status;
+
+/// An attached console's answers, as the VMI streams them.
+pub(crate) type ConsoleStream = BoxStream<AttachConsoleResponse>;
 mod roles;
 #[cfg(test)]
 mod tests;

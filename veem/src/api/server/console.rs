@@ -32,10 +32,9 @@ impl VmiService {
             return Err(Status::invalid_argument("field `vee_id`: the first request names the VEE"));
         }
         check(&first)?;
-        self.visible_vee(&role, &first.vee_id)?;
         let (vee_id, force) = (first.vee_id.clone(), first.force);
         // What is typed, until the caller ends its side; a request over
-        // the bound ends the session (the relay says why in its audit).
+        // the bound ends the session.
         let typed = futures::stream::once(async move { first.data })
             .chain(futures::stream::unfold(requests, |mut rs| async move {
                 match rs.message().await {
@@ -44,14 +43,28 @@ impl VmiService {
                 }
             }))
             .filter(|d| std::future::ready(!d.is_empty()));
-        let input: ConsoleInput = Box::pin(typed);
+        self.console_for(&role, &vee_id, force, Box::pin(typed)).await
+    }
+
+    /// The console of VEE `vee_id` for `role` (see [`VmiService::console`]),
+    /// `input` typed into it: the VMI's stream and the web console's
+    /// WebSocket alike. Errors: NotFound (a VEE `role` may not see),
+    /// FailedPrecondition (it does not run; another session holds it).
+    pub(crate) async fn console_for(
+        &self,
+        role: &Role,
+        vee_id: &str,
+        force: bool,
+        input: ConsoleInput,
+    ) -> Result<BoxStream<AttachConsoleResponse>, Status> {
+        self.visible_vee(role, vee_id)?;
         let out = self
             .veem
             .consoles
-            .attach(&who(&role), &vee_id, force, input)
+            .attach(&who(role), vee_id, force, input)
             .await
-            .map_err(|e| self.refusal(&role, e))?;
-        let redactor = self.redactor(&role);
+            .map_err(|e| self.refusal(role, e))?;
+        let redactor = self.redactor(role);
         Ok(Box::pin(out.map(move |o| match o {
             Ok(ConsoleOutput::Data(data)) => Ok(AttachConsoleResponse {
                 data,

@@ -1,0 +1,118 @@
+//! What the web console streams: the events (Server-Sent Events from VMI
+//! WatchEvents, each event the JSON of `crate::api::model::Event`), and a
+//! VEE's console over a WebSocket (binary frames both ways: what the guest
+//! writes, what is typed; a relay's notice as a text frame), relayed by
+//! the VMI's console handler with the session's role. A WebSocket's
+//! handshake must come from the console's own pages (its `Origin` is the
+//! console's), besides the session cookie (`SameSite=Strict`).
+
+use std::sync::Arc;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::{SinkExt, StreamExt};
+use interfaces::vmi::vmi_service_server::VmiService as _;
+use interfaces::vmi::{self};
+
+use super::pages::EventFilter;
+use super::{call, page_error, refused, Web};
+use crate::api::model::Event;
+
+/// Events of the history a stream starts with, at most.
+const HISTORY: usize = 200;
+
+/// `GET /events/stream?service=ID&kind=KIND`: every event the caller may
+/// see (the latest [`HISTORY`] first), those of `kind` only when given.
+pub(super) async fn events(State(web): State<Arc<Web>>, headers: HeaderMap, Query(f): Query<EventFilter>) -> Response {
+    let c = match web.ctx(&headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    // The live stream first (nothing is missed), then the latest of the
+    // history before it.
+    let watch = |history_only| vmi::WatchEventsRequest {
+        service_id: f.service.clone(),
+        history_only,
+    };
+    let live = match c.vmi.watch_events(call(&c.session, watch(false))).await {
+        Ok(s) => s.into_inner(),
+        Err(s) => return refused(s),
+    };
+    let past: Vec<_> = match c.vmi.watch_events(call(&c.session, watch(true))).await {
+        Ok(s) => s.into_inner().collect().await,
+        Err(s) => return refused(s),
+    };
+    let skip = past.len().saturating_sub(HISTORY);
+    let past = past.into_iter().skip(skip);
+    let kind = f.kind;
+    let events = futures::stream::iter(past).chain(live).filter_map(move |e| {
+        let keep = e.as_ref().ok().filter(|e| kind.is_empty() || e.kind == kind).map(Event::from);
+        std::future::ready(keep.map(|e| SseEvent::default().json_data(e)))
+    });
+    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// `GET /vees/{id}/console/ws`: the VEE's console over a WebSocket.
+pub(super) async fn console(State(web): State<Arc<Web>>, headers: HeaderMap, Path(id): Path<String>, ws: WebSocketUpgrade) -> Response {
+    let c = match web.ctx(&headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    if !same_origin(&headers) {
+        return page_error(
+            StatusCode::FORBIDDEN,
+            "a console's WebSocket is opened from the console's own pages",
+        );
+    }
+    let (keys, typed) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    let input = Box::pin(tokio_stream::wrappers::ReceiverStream::new(typed));
+    let shown = match c.vmi.console_for(&c.session.role, &id, false, input).await {
+        Ok(s) => s,
+        Err(s) => return refused(s),
+    };
+    ws.on_upgrade(move |socket| relay(socket, shown, keys)).into_response()
+}
+
+/// Whether the request's `Origin` is the console itself (`https://` and
+/// its `Host`).
+fn same_origin(headers: &HeaderMap) -> bool {
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    matches!((origin, host), (Some(o), Some(h)) if o == format!("https://{h}"))
+}
+
+/// Bytes of one WebSocket message the console takes (64 KiB, as a VMI
+/// request's `data`).
+const MAX_FRAME: usize = crate::api::server::CONSOLE_MAX_INPUT;
+
+async fn relay(socket: WebSocket, mut shown: super::super::server::ConsoleStream, keys: tokio::sync::mpsc::Sender<Vec<u8>>) {
+    let (mut to_browser, mut from_browser) = socket.split();
+    loop {
+        tokio::select! {
+            m = from_browser.next() => match m {
+                Some(Ok(Message::Binary(b))) if b.len() <= MAX_FRAME => {
+                    if keys.send(b).await.is_err() { break }
+                }
+                Some(Ok(Message::Text(t))) if t.len() <= MAX_FRAME => {
+                    if keys.send(t.into_bytes()).await.is_err() { break }
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                _ => break,
+            },
+            o = shown.next() => match o {
+                Some(Ok(m)) if m.notice.is_empty() => {
+                    if to_browser.send(Message::Binary(m.data)).await.is_err() { break }
+                }
+                Some(Ok(m)) => {
+                    let line = format!("\r\n[{}]\r\n", m.notice);
+                    if to_browser.send(Message::Binary(line.into_bytes())).await.is_err() { break }
+                }
+                _ => break,
+            },
+        }
+    }
+    let _ = to_browser.send(Message::Close(None)).await;
+}
