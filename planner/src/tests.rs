@@ -354,6 +354,25 @@ fn enhanced_keeps_a_spare_on_another_host() {
 }
 
 #[test]
+fn a_hosts_reservations_are_listed_with_its_spares_until_they_end() {
+    let mut p = planner(2, 4096, RankPolicy::Packing);
+    let a = accepted(p.admit(&request("e", GuaranteeLevel::Enhanced, W, &[("vm", 1, res(1, 256))])));
+    let (vee_host, spare_host) = (a.placements[0].host.clone(), a.spares[0].host.clone());
+    let on = |h: &str, from| {
+        p.reservations_on(h, from)
+            .unwrap()
+            .iter()
+            .map(|r| (r.vee.clone(), r.spare))
+            .collect::<Vec<_>>()
+    };
+    let vee = a.placements[0].vee.clone();
+    assert_eq!(on(&vee_host, 0), [(vee.clone(), false)]);
+    assert_eq!(on(&spare_host, 0), [(vee, true)]);
+    assert!(on(&vee_host, W.end).is_empty(), "ended by then");
+    assert!(p.reservations_on("nope", 0).is_err());
+}
+
+#[test]
 fn full_needs_a_peer_spare() {
     let mut p = planner(1, 4096, RankPolicy::Packing);
     let mut r = request("f", GuaranteeLevel::Full, W, &[("vm", 1, res(1, 256))]);

@@ -67,13 +67,20 @@ pub(super) async fn console(State(web): State<Arc<Web>>, headers: HeaderMap, Pat
             "a console's WebSocket is opened from the console's own pages",
         );
     }
+    let Some(slot) = web.console_slot(&c.session.csrf) else {
+        return page_error(StatusCode::TOO_MANY_REQUESTS, "too many consoles open: close one first");
+    };
     let (keys, typed) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
     let input = Box::pin(tokio_stream::wrappers::ReceiverStream::new(typed));
     let shown = match c.vmi.console_for(&c.session.role, &id, false, input).await {
         Ok(s) => s,
         Err(s) => return refused(s),
     };
-    ws.on_upgrade(move |socket| relay(socket, shown, keys)).into_response()
+    ws.on_upgrade(move |socket| async move {
+        relay(socket, shown, keys).await;
+        drop(slot);
+    })
+    .into_response()
 }
 
 /// Whether the request's `Origin` is the console itself (`https://` and

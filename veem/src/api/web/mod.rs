@@ -58,6 +58,50 @@ pub struct Web {
     acting: Acting,
     sessions: Sessions,
     throttle: interfaces::auth_throttle::AuthThrottle,
+    /// Console WebSockets open, in all and per session (an upgraded
+    /// connection leaves the listener's count: these are its limits).
+    consoles: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+/// Console WebSockets open at once, in all and per session.
+pub const MAX_CONSOLES: usize = 64;
+pub const MAX_CONSOLES_PER_SESSION: usize = 4;
+
+/// A console WebSocket counted while it lives.
+pub(crate) struct ConsoleSlot {
+    web: Arc<Web>,
+    session: String,
+}
+
+impl Drop for ConsoleSlot {
+    fn drop(&mut self) {
+        let mut open = self.web.consoles.lock().unwrap();
+        if let Some(n) = open.get_mut(&self.session) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.session);
+            }
+        }
+    }
+}
+
+impl Web {
+    /// A slot for one more console WebSocket of the session with CSRF
+    /// token `session`; `None` over [`MAX_CONSOLES`] or
+    /// [`MAX_CONSOLES_PER_SESSION`].
+    pub(crate) fn console_slot(self: &Arc<Self>, session: &str) -> Option<ConsoleSlot> {
+        let mut open = self.consoles.lock().unwrap();
+        let total: usize = open.values().sum();
+        let mine = open.get(session).copied().unwrap_or(0);
+        if total >= MAX_CONSOLES || mine >= MAX_CONSOLES_PER_SESSION {
+            return None;
+        }
+        open.insert(session.to_string(), mine + 1);
+        Some(ConsoleSlot {
+            web: self.clone(),
+            session: session.to_string(),
+        })
+    }
 }
 
 /// A request's user and the VEEM acting for the site.
@@ -73,6 +117,7 @@ impl Web {
             acting,
             sessions: Sessions::new(cfg.session_idle, cfg.session_max),
             throttle: interfaces::auth_throttle::AuthThrottle::new(limits.auth_failures_burst, limits.auth_failure_interval),
+            consoles: Default::default(),
         })
     }
 
