@@ -228,6 +228,27 @@ impl Veem {
         VmiServiceClient::with_interceptor(ch, Bearer::new(token).unwrap())
     }
 
+    /// Deploys a one-VEE service `name` of the tiny guest (`ids`) as
+    /// `client` (acme's) and waits (at most 180 s) until its VEE runs:
+    /// the service and the VEE's info.
+    pub async fn deploy_running(&self, client: &mut PeerClient, name: &str, ids: &crate::daemons::GuestIds) -> (ServiceInfo, VeeInfo) {
+        let svc = client
+            .deploy(DeployRequest {
+                manifest_toml: manifest(name, "acme", ids, 1, ""),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let vee = svc.vees[0].vee_id.clone();
+        let info = self
+            .wait_vee(&vee, "running", Duration::from_secs(180), |v| {
+                v.state() == interfaces::vmi::VeeState::Running
+            })
+            .await;
+        (svc, info)
+    }
+
     /// Polls GetVee (as the operator) until `pred` holds; returns the info.
     pub async fn wait_vee(&self, vee_id: &str, what: &str, timeout: Duration, pred: impl Fn(&VeeInfo) -> bool) -> VeeInfo {
         let mut c = self.client(OPERATOR).await;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use e2e::console::Console;
 use e2e::daemons::{ImageRepo, Veeh};
-use e2e::site::{self, manifest, Veem, ACME, GLOBEX, OPERATOR};
+use e2e::site::{self, Veem, ACME, GLOBEX, OPERATOR};
 use e2e::{guest, lab};
 use futures::StreamExt;
 use interfaces::vmi::*;
@@ -27,18 +27,8 @@ async fn lab_a_vees_console_answers_follows_a_migration_and_is_audited() {
     let cfg = site::write_config(&dir, "site-a", port, &repo, &[&c1, &c2], &[], "");
     let veem = Veem::start(&dir, "site-a", port, cfg).await;
     let mut acme = veem.client(ACME).await;
-    let svc = acme
-        .deploy(DeployRequest {
-            manifest_toml: manifest("shop", "acme", &ids, 1, ""),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let vee = svc.vees[0].vee_id.clone();
-    let info = veem
-        .wait_vee(&vee, "ticking", Duration::from_secs(180), |v| v.state() == VeeState::Running)
-        .await;
+    let (svc, info) = veem.deploy_running(&mut acme, "shop", &ids).await;
+    let vee = info.vee_id.clone();
 
     // Another provider is told there is no such VEE.
     let mut globex = veem.client(GLOBEX).await;

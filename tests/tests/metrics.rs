@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use e2e::daemons::{ImageRepo, Veeh};
-use e2e::site::{self, host_of, manifest, Veem, ACME};
+use e2e::site::{self, host_of, Veem, ACME};
 use e2e::{guest, lab};
 use interfaces::vmi::*;
 use vee_testkit::prometheus::{Job, Prometheus};
@@ -72,18 +72,8 @@ async fn lab_prometheus_scrapes_the_veem_the_veehs_and_the_repository() {
     }
 
     let mut acme = veem.client(ACME).await;
-    let svc = acme
-        .deploy(DeployRequest {
-            manifest_toml: manifest("shop", "acme", &ids, 1, ""),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let vee = svc.vees[0].vee_id.clone();
-    let info = veem
-        .wait_vee(&vee, "running", Duration::from_secs(180), |v| v.state() == VeeState::Running)
-        .await;
+    let (_, info) = veem.deploy_running(&mut acme, "shop", &ids).await;
+    let vee = info.vee_id.clone();
     site::vee_action(&mut acme, &vee, Action::Checkpoint).await.unwrap();
     let from = host_of(&info).unwrap();
     let to = if from == c1.host { &c2.host } else { &c1.host };
