@@ -84,3 +84,25 @@ impl Peer for Timed {
         self.timed("AttachConsole", self.inner.attach_console(vee_id, force, input)).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_call_is_timed_by_peer_and_call_failed_ones_too() {
+        let metrics = Arc::new(VeemMetrics::default());
+        let clock: Arc<dyn Clock> = Arc::new(crate::sim::FakeClock::new());
+        let peer = Timed::new(Arc::new(crate::sim::SilentPeer), "site-b", metrics.clone(), clock);
+        assert!(peer.get_vee("v1").await.is_err());
+        assert!(peer.withdraw("v1").await.is_err());
+        let mut r = prometheus_client::registry::Registry::default();
+        metrics.register(&mut r);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        for call in ["GetVee", "Withdraw"] {
+            let line = format!("peer_call_duration_seconds_count{{peer=\"site-b\",call=\"{call}\"}} 1");
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
+    }
+}

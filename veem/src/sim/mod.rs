@@ -25,7 +25,7 @@ mod peer;
 
 pub use engine_contract::engine_contract;
 pub use host::FakeVhi;
-pub use peer::{local_peer, FakePeers, LocalPeer};
+pub use peer::{local_peer, FakePeers, LocalPeer, SilentPeer};
 
 /// A `standard` service of one 1-vCPU, 512 MiB VEE, penalty 36 per hour.
 pub const STANDARD: &str = r#"
