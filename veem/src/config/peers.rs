@@ -1,0 +1,91 @@
+//! Peer sites in the configuration (`[[peers]]`): where each is, the
+//! token this site presents there, its framework agreement and the
+//! overlay agreed for stretched networks.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// What a framework agreement with a peer allows (E Ch 3.4).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Agreement {
+    /// vCPUs the peer accepts from us at most.
+    #[serde(default = "big")]
+    pub max_vcpus: u32,
+    /// Memory in MiB the peer accepts from us at most.
+    #[serde(default = "big64")]
+    pub max_memory_mib: u64,
+    /// Guarantee levels the peer accepts (empty = all).
+    #[serde(default)]
+    pub guarantee_levels: Vec<interfaces::manifest::GuaranteeLevel>,
+    /// Price per VEE-hour, used to choose among peers.
+    #[serde(default)]
+    pub price_per_vee_hour: f64,
+}
+
+fn big() -> u32 {
+    u32::MAX
+}
+fn big64() -> u64 {
+    u64::MAX
+}
+
+/// A peer site.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerEntry {
+    pub site_id: String,
+    /// The peer VEEM's VMI endpoint; for a peer site whose VEEMs are
+    /// several (a leader and standbys over etcd), their endpoints
+    /// separated by commas: the one that leads is called.
+    pub endpoint: String,
+    /// Token this site presents to the peer.
+    pub token: String,
+    /// The peer's CA (PEM file): its VEEM's certificate, as a server and as
+    /// a client calling this site, must be of it and for its `site_id`.
+    /// Needed for an `https://` endpoint and for the peer's calls when the
+    /// VMI is served over TLS.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+    /// Marked unavailable: never used, the VEEM works alone.
+    #[serde(default)]
+    pub unavailable: bool,
+    /// Its region label, for region-level constraints (default: its site
+    /// ID).
+    #[serde(default)]
+    pub region: Option<String>,
+    pub agreement: Agreement,
+    /// The overlay agreed with the peer (`[peers.overlay]`): without it a
+    /// VEE on service networks never goes there, nor comes from there.
+    #[serde(default)]
+    pub overlay: Option<Overlay>,
+}
+
+impl PeerEntry {
+    /// The peer's endpoints (see `endpoint`).
+    pub fn endpoints(&self) -> Vec<String> {
+        self.endpoint
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(String::from)
+            .collect()
+    }
+}
+
+/// How service networks stretch between this site and a peer (E PIII §II:
+/// overlay networks spanning sites; docs/provider-guide.md "Overlay across sites"): VXLAN
+/// with the primary site's VNIs, between the two sites' VTEPs.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Overlay {
+    /// The peer's VTEP (IPv4): where this site sends the frames of its
+    /// networks stretched there.
+    pub vtep: std::net::Ipv4Addr,
+    /// The UDP port both sites use for the other's networks stretched to
+    /// them (the same value in both sites' agreements): a primary's VNIs
+    /// may be a peer's own too, and the kernel keys VXLAN devices by VNI
+    /// and port. Not 4789, which each site keeps for its own networks.
+    pub port: u16,
+}
