@@ -31,6 +31,9 @@ pub struct Remapping {
     /// VRM's average booking profile b̄ (V §4.6), learnt from the
     /// admissions since the VEEM started ([`Remapping::record_booking`]).
     booking: std::sync::Mutex<crate::planner::BookingProfile>,
+    /// The reservations it moved off failed hosts since the VEEM started:
+    /// VEE -> the failed host (what the web console's timeline marks).
+    moved: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Deref for Remapping {
@@ -50,7 +53,14 @@ impl Remapping {
             windows,
             background,
             booking: std::sync::Mutex::new(booking),
+            moved: Default::default(),
         }
+    }
+
+    /// The failed host each VEE's reservation was moved off, for those
+    /// this VEEM moved since it started.
+    pub fn moved_off(&self) -> std::collections::HashMap<String, String> {
+        self.moved.lock().unwrap().clone()
     }
 
     /// Teaches the booking profile an admission at the current slot over
@@ -95,6 +105,7 @@ impl Remapping {
             if v.state == VeeState::Admitted && v.location == Location::Host(host.to_string()) {
                 v.location = Location::Host(placement.host.clone());
                 self.save_vee(&v)?;
+                self.moved.lock().unwrap().insert(v.id.clone(), host.to_string());
                 self.event(
                     &v.id,
                     &v.service_id,

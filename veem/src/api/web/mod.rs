@@ -49,6 +49,7 @@ mod live;
 mod pages;
 pub mod session;
 mod svg;
+pub use svg::timeline;
 
 use session::{Session, Sessions};
 

@@ -26,6 +26,7 @@ fn esc(text: &str) -> String {
 
 /// Every host's reservations from now (see the module doc).
 pub fn timeline(veem: &Veem) -> String {
+    let moved = veem.remapping.moved_off();
     let now = veem.now_slot();
     let p = veem.planner.lock().unwrap();
     let clock = p.clock();
@@ -88,22 +89,26 @@ pub fn timeline(veem: &Veem) -> String {
             );
         }
         for r in res {
-            let class = if r.spare {
+            let kind = if r.spare {
                 "spare"
             } else if r.background {
                 "background"
             } else {
                 "vee"
             };
+            let (class, from) = match moved.get(&r.vee).filter(|_| !r.spare) {
+                Some(failed) => (format!("{kind} remapped"), format!(" (remapped off failed host {})", esc(failed))),
+                None => (kind.to_string(), String::new()),
+            };
             let (x0, x1) = (x(r.range.start.max(now)), x(r.range.end));
             let _ = write!(
                 s,
-                r#"<rect x="{x0:.1}" y="{}" width="{:.1}" height="{}" class="{class}" data-vee="{}"><title>{} {} of service {}: {} vCPUs, {} MiB, {} to {}</title></rect>"#,
+                r#"<rect x="{x0:.1}" y="{}" width="{:.1}" height="{}" class="{class}" data-vee="{}"><title>{}{from} {} of service {}: {} vCPUs, {} MiB, {} to {}</title></rect>"#,
                 y + 3.0,
                 (x1 - x0).max(2.0),
                 LANE - 10.0,
                 esc(&r.vee),
-                class,
+                kind,
                 esc(&r.component),
                 esc(&r.service),
                 r.resources.vcpus,

@@ -57,6 +57,15 @@ async fn a_reservation_that_starts_during_the_outage_moves_when_it_enters_the_in
         "{:?}",
         site.events(&vee)
     );
+    // The web console's timeline marks it, on its new host.
+    assert_eq!(site.veem.remapping.moved_off().get(&vee).map(String::as_str), Some("h1"));
+    let picture = crate::api::web::timeline(&site.veem);
+    assert!(picture.contains("class=\"vee remapped\""), "{picture}");
+    assert!(picture.contains("remapped off failed host h1"), "{picture}");
+    assert!(
+        picture.contains("class=\"blocked\""),
+        "the failed host's blocked interval: {picture}"
+    );
     // The failed host takes nothing new meanwhile, however far ahead.
     let later = crate::sim::STANDARD;
     let provider = crate::config::Role::Provider("acme".into());
