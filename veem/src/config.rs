@@ -53,6 +53,18 @@ pub enum Role {
     Peer(String),
 }
 
+impl std::fmt::Display for Role {
+    /// `operator`, `provider NAME` or `peer SITE`: who did something, as
+    /// an audit event or a page names them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::Operator => f.write_str("operator"),
+            Role::Provider(p) => write!(f, "provider {p}"),
+            Role::Peer(s) => write!(f, "peer {s}"),
+        }
+    }
+}
+
 /// A bearer token and its role. The token is given as its SHA-256
 /// (`token_sha256`, hex: `veem hash-token`), so that the configuration at
 /// rest does not hold it; `token` in clear is still read, with a warning.

@@ -345,4 +345,17 @@ impl FakeSite {
         eventually("migration ended", || !self.veem.migration.migration(id).unwrap().state.is_open()).await;
         self.veem.migration.migration(id).unwrap()
     }
+
+    /// Proposes (as the operator, for maintenance) and approves moving
+    /// `vee` to host `to`; the migration once it ended.
+    pub async fn migrate_to_host(&self, vee: &str, to: &str) -> crate::model::MigrationRec {
+        use crate::workflows::migration::{Dest, Proposer};
+        let m = self
+            .veem
+            .migration
+            .propose(vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
+            .unwrap();
+        self.veem.migration.approve(&m.id, "operator").unwrap();
+        self.finished(&m.id).await
+    }
 }

@@ -10,7 +10,6 @@ use super::*;
 use crate::config::Role;
 use crate::model::{MigrationState, VeeState};
 use crate::sim::{eventually, FakeSite, STANDARD};
-use crate::workflows::migration::{Dest, Proposer};
 
 const IMAGE: &str = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
 
@@ -40,13 +39,7 @@ async fn a_scrape_shows_the_sites_vees_hosts_and_what_the_veem_did() {
     site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
     let from = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
     let to = if from == "h1" { "h2" } else { "h1" };
-    let m = site
-        .veem
-        .migration
-        .propose(&vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
-        .unwrap();
-    site.veem.migration.approve(&m.id, "operator").unwrap();
-    assert_eq!(site.finished(&m.id).await.state, MigrationState::Done);
+    assert_eq!(site.migrate_to_host(&vee, to).await.state, MigrationState::Done);
 
     let acting = Acting::default();
     let x = exporter(&config(), site.veem.metrics.clone(), acting.clone()).unwrap();

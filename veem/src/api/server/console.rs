@@ -61,7 +61,7 @@ impl VmiService {
         let out = self
             .veem
             .consoles
-            .attach(&who(role), vee_id, force, input)
+            .attach(&role.to_string(), vee_id, force, input)
             .await
             .map_err(|e| self.refusal(role, e))?;
         let redactor = self.redactor(role);
@@ -88,13 +88,4 @@ fn check(r: &AttachConsoleRequest) -> Result<(), Status> {
         )));
     }
     Ok(())
-}
-
-/// Who attached, for the audit: `operator`, `provider NAME`, `peer SITE`.
-fn who(role: &Role) -> String {
-    match role {
-        Role::Operator => "operator".into(),
-        Role::Provider(p) => format!("provider {p}"),
-        Role::Peer(s) => format!("peer {s}"),
-    }
 }

@@ -37,11 +37,7 @@ pub(crate) struct Nav {
 impl Nav {
     fn of(s: &Session) -> Self {
         Self {
-            who: match &s.role {
-                Role::Operator => "operator".into(),
-                Role::Provider(p) => format!("provider {p}"),
-                Role::Peer(p) => format!("peer {p}"),
-            },
+            who: s.role.to_string(),
             operator: s.role == Role::Operator,
             csrf: s.csrf.clone(),
         }

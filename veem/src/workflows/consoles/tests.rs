@@ -11,7 +11,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::model::MigrationState;
 use crate::ports::{ConsoleInput, ConsoleOutput, ConsoleStream};
 use crate::sim::{FakeSite, STANDARD};
-use crate::workflows::migration::{Dest, Proposer};
 
 /// A console input the test types into.
 fn keyboard() -> (mpsc::Sender<Vec<u8>>, ConsoleInput) {
@@ -47,13 +46,7 @@ async fn a_console_carries_both_ways_follows_a_migration_and_is_audited() {
     keys.send(b"uname\n".to_vec()).await.unwrap();
     assert_eq!(text(next(&mut out).await), "uname\n");
 
-    let m = site
-        .veem
-        .migration
-        .propose(&vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
-        .unwrap();
-    site.veem.migration.approve(&m.id, "operator").unwrap();
-    assert_eq!(site.finished(&m.id).await.state, MigrationState::Done);
+    assert_eq!(site.migrate_to_host(&vee, to).await.state, MigrationState::Done);
     let notice = text(next(&mut out).await);
     assert_eq!(notice, "notice: the VEE moved: its console is attached again");
     assert!(!notice.contains(to) && !notice.contains(&from));

@@ -18,22 +18,10 @@ async fn one_vee_two_hosts() -> (FakeSite, String, String, String) {
     (site, vee, from, to)
 }
 
-/// Proposes and approves moving `vee` to host `to`; the migration once it
-/// ended.
-async fn migrate(site: &FakeSite, vee: &str, to: &str) -> crate::model::MigrationRec {
-    let m = site
-        .veem
-        .migration
-        .propose(vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
-        .unwrap();
-    site.veem.migration.approve(&m.id, "operator").unwrap();
-    site.finished(&m.id).await
-}
-
 #[tokio::test]
 async fn a_live_migration_moves_the_vee_and_its_reservation_to_the_destination() {
     let (site, vee, from, to) = one_vee_two_hosts().await;
-    let m = migrate(&site, &vee, &to).await;
+    let m = site.migrate_to_host(&vee, &to).await;
     assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
     let v = site.veem.vee(&vee).unwrap();
     assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(to.clone())));
@@ -50,7 +38,7 @@ async fn a_destination_that_refuses_leaves_the_vee_running_where_it_was() {
     let (site, vee, from, to) = one_vee_two_hosts().await;
     site.host(&to)
         .fail("PrepareIncoming", Code::ResourceExhausted, "no room for 512 MiB");
-    let m = migrate(&site, &vee, &to).await;
+    let m = site.migrate_to_host(&vee, &to).await;
     assert_eq!(m.state, MigrationState::Failed);
     assert!(
         m.detail.contains("destination refused") && m.detail.contains("no room for 512 MiB"),
@@ -72,7 +60,7 @@ async fn a_source_that_fails_mid_way_keeps_the_vee_and_the_destination_is_cleane
     let (site, vee, from, to) = one_vee_two_hosts().await;
     site.host(&from)
         .fail("MigrateOut", Code::Internal, "migration stream: connection reset by peer");
-    let m = migrate(&site, &vee, &to).await;
+    let m = site.migrate_to_host(&vee, &to).await;
     assert_eq!(m.state, MigrationState::Failed);
     assert!(m.detail.contains("connection reset by peer"), "{}", m.detail);
     let v = site.veem.vee(&vee).unwrap();
@@ -103,7 +91,7 @@ async fn a_vee_whose_policy_forbids_moves_is_never_proposed() {
 #[tokio::test]
 async fn after_a_restart_the_migration_the_vee_and_the_reservation_agree() {
     let (site, vee, _, to) = one_vee_two_hosts().await;
-    let m = migrate(&site, &vee, &to).await;
+    let m = site.migrate_to_host(&vee, &to).await;
     let site = site.restart();
     assert_eq!(site.veem.migration.migration(&m.id).unwrap().state, MigrationState::Done);
     assert_eq!(site.veem.vee(&vee).unwrap().location, Location::Host(to.clone()));
