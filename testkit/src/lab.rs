@@ -2,9 +2,11 @@
 //! (and the bench), per-test directories, free ports, and the built
 //! binaries.
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// Site A's end of the lab's WAN (veth `vee-wan0`, root network
 /// namespace): site A's daemons that site B calls listen here.
@@ -141,9 +143,58 @@ pub fn test_dir(name: &str) -> PathBuf {
     d
 }
 
-/// A port that was free on every address a moment ago.
+/// A port that was free on every address a moment ago, and that this
+/// process has not handed out before.
+///
+/// Ports come from below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`, 32768–60999 by default), at random:
+/// a port the kernel hands out to `bind(0)` may be handed out again
+/// before the daemon it was meant for binds it, or be taken meanwhile
+/// as the source port of an outgoing connection or as one of libvirt's
+/// migration ports (49152–49215). Falls back to `bind(0)` when the
+/// ephemeral range leaves too little room below it.
 pub fn free_port() -> u16 {
-    // On every address: a port free on 127.0.0.1 alone may be held on the
-    // lab's 10.77.0.1, where the daemons listen.
-    TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    const LOW: u16 = 20000;
+    let high = ephemeral_low().unwrap_or(32768);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..1000 {
+        let port = if high > LOW + 1000 {
+            let r = u16::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..2].try_into().unwrap());
+            LOW + r % (high - LOW)
+        } else {
+            // On every address: a port free on 127.0.0.1 alone may be held
+            // on the lab's 10.77.0.1, where the daemons listen.
+            TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port()
+        };
+        if !given.contains(&port) && TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
+    panic!("no free port below {high} after 1000 tries")
+}
+
+/// The first port of the kernel's ephemeral range, if it can be read.
+fn ephemeral_low() -> Option<u16> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_never_handed_out_twice_and_stay_below_the_ephemeral_range() {
+        let high = ephemeral_low().unwrap();
+        let ports: Vec<u16> = (0..300).map(|_| free_port()).collect();
+        let distinct: BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "a port was handed out twice: {ports:?}");
+        assert!(ports.iter().all(|&p| (20000..high).contains(&p)), "{ports:?}");
+    }
 }
