@@ -15,6 +15,7 @@
 //! values.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,9 +37,18 @@ use crate::connections::ListenerLimits;
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// Address and port (e.g. `"127.0.0.1:9464"`). Plain HTTP: keep it on
-    /// loopback or a management network, or give a token.
+    /// Address and port (e.g. `"127.0.0.1:9464"`). Plain HTTP unless
+    /// `tls_cert` and `tls_key` are given: keep a plain listener on
+    /// loopback or a management network.
     pub listen: SocketAddr,
+    /// PEM certificate (chain) the listener serves HTTPS with (HTTP/1.1,
+    /// no client certificates; Prometheus's `scheme: https` with its
+    /// `tls_config.ca_file`). Given with `tls_key`, or neither.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
     /// SHA-256 (64 hex digits) of the bearer token `/metrics` asks for
     /// (Prometheus's `authorization` of a scrape job); none: `/metrics`
     /// is open. The probes never ask for one.
@@ -48,9 +58,21 @@ pub struct MetricsConfig {
 
 impl MetricsConfig {
     /// Errors: a `token_sha256` that is not 64 hex digits, naming
-    /// `metrics.token_sha256`.
+    /// `metrics.token_sha256`; one of `tls_cert` and `tls_key` without the
+    /// other, naming the missing one.
     pub fn check(&self) -> Result<(), crate::config::Invalid> {
-        self.token_digest().map(|_| ())
+        self.token_digest()?;
+        self.tls_files().map(|_| ())
+    }
+
+    /// The certificate and key HTTPS is served with; `None`: plain HTTP.
+    fn tls_files(&self) -> Result<Option<(&Path, &Path)>, crate::config::Invalid> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(c), Some(k)) => Ok(Some((c, k))),
+            (None, None) => Ok(None),
+            (Some(_), None) => Err(crate::config::invalid("metrics.tls_key", "is needed with metrics.tls_cert")),
+            (None, Some(_)) => Err(crate::config::invalid("metrics.tls_cert", "is needed with metrics.tls_key")),
+        }
     }
 
     fn token_digest(&self) -> Result<Option<[u8; 32]>, crate::config::Invalid> {
@@ -215,28 +237,46 @@ async fn answer(
 /// A metrics listener running beside its daemon's other work
 /// ([`Serving::start`]), until [`Serving::stop`].
 pub struct Serving {
+    addr: SocketAddr,
     stop: tokio_util::sync::CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
 impl Serving {
     /// Binds `cfg.listen` (errors name the holder of a port in use,
-    /// [`crate::listen::bind`]) and serves `exporter` there.
+    /// [`crate::listen::bind`]) and serves `exporter` there, over HTTPS
+    /// when `cfg` names a certificate. Errors also: the certificate or
+    /// key cannot be read or used, naming the file.
     pub async fn start(cfg: &MetricsConfig, exporter: Exporter) -> anyhow::Result<Self> {
+        let tls = match cfg.tls_files()? {
+            Some((cert, key)) => Some(crate::tls::http1_acceptor(cert, key)?),
+            None => None,
+        };
         let listener = crate::listen::bind(cfg.listen).await?;
-        tracing::info!(listen = %cfg.listen, token = cfg.token_sha256.is_some(), "metrics listening");
+        let addr = listener.local_addr()?;
+        let token = cfg.token_sha256.is_some();
+        if token && tls.is_none() && !cfg.listen.ip().is_loopback() {
+            tracing::warn!(listen = %cfg.listen, "metrics: a bearer token over plain HTTP off loopback can be read on the wire; give [metrics] tls_cert and tls_key");
+        }
+        tracing::info!(listen = %cfg.listen, token, https = tls.is_some(), "metrics listening");
         let stop = tokio_util::sync::CancellationToken::new();
         let until = stop.clone().cancelled_owned();
         let limits = MetricsConfig::limits();
         let task = tokio::spawn(crate::connections::serve(
             listener,
-            None,
+            tls,
             limits,
             exporter.router(),
             until,
             STOP_GRACE,
         ));
-        Ok(Self { stop, task })
+        Ok(Self { addr, stop, task })
+    }
+
+    /// The address the listener is bound to (its port when `listen` gave
+    /// port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// Stops the listener: scrapes under way get [`STOP_GRACE`].

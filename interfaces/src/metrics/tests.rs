@@ -13,6 +13,8 @@ fn config(token: bool) -> MetricsConfig {
     MetricsConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         token_sha256: token.then(|| crate::tokens::digest_hex(TOKEN)),
+        tls_cert: None,
+        tls_key: None,
     }
 }
 
@@ -92,4 +94,55 @@ fn a_malformed_token_digest_is_refused_naming_the_field() {
         ..config(false)
     };
     assert!(cfg.check().unwrap_err().to_string().contains("metrics.token_sha256"));
+}
+
+#[test]
+fn a_certificate_without_its_key_is_refused_naming_the_missing_field() {
+    let cfg = MetricsConfig {
+        tls_cert: Some("/etc/vee/metrics.crt".into()),
+        ..config(false)
+    };
+    let err = cfg.check().unwrap_err().to_string();
+    assert!(err.contains("metrics.tls_key"), "{err}");
+}
+
+#[tokio::test]
+async fn with_a_certificate_metrics_are_served_over_https_only() {
+    let d = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_file, key_file) = (d.path().join("m.crt"), d.path().join("m.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let cfg = MetricsConfig {
+        tls_cert: Some(cert_file),
+        tls_key: Some(key_file),
+        ..config(true)
+    };
+    cfg.check().unwrap();
+    let x = Exporter::new(&cfg, "veeh", |_| {}, None, Arc::new(|| Ok(()))).unwrap();
+    let serving = Serving::start(&cfg, x).await.unwrap();
+    let port = serving.local_addr().port();
+
+    let https = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(cert.pem().as_bytes()).unwrap())
+        .resolve("localhost", serving.local_addr())
+        .build()
+        .unwrap();
+    let resp = https
+        .get(format!("https://localhost:{port}/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.text().await.unwrap().contains("process_cpu_seconds_total"));
+
+    // Plain HTTP gets no answer: the handshake fails and the connection closes.
+    let plain = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await;
+    assert!(plain.is_err(), "{plain:?}");
+    serving.stop().await;
 }

@@ -17,6 +17,8 @@ fn config() -> MetricsConfig {
     MetricsConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         token_sha256: None,
+        tls_cert: None,
+        tls_key: None,
     }
 }
 
