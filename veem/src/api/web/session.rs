@@ -26,6 +26,10 @@ pub const CSRF_HEADER: &str = "x-csrf-token";
 
 /// Sessions at most: a login beyond it drops the oldest.
 const MAX_SESSIONS: usize = 10_000;
+/// Sessions of one token at most: a login beyond it drops that token's
+/// least recently used, so that a client logging in over and over only
+/// ever pushes out its own sessions, never another user's.
+pub const SESSIONS_PER_TOKEN: usize = 16;
 
 /// A logged-in user.
 #[derive(Clone, Debug)]
@@ -67,9 +71,20 @@ impl Sessions {
         let id = random_token();
         let mut all = self.by_id.lock().unwrap();
         all.retain(|_, s| self.alive(s, now));
+        let oldest = |all: &HashMap<String, Session>, of_token: bool| {
+            all.iter()
+                .filter(|(_, s)| !of_token || s.token == token)
+                .min_by_key(|(_, s)| s.seen)
+                .map(|(k, _)| k.clone())
+        };
+        if all.values().filter(|s| s.token == token).count() >= SESSIONS_PER_TOKEN {
+            if let Some(id) = oldest(&all, true) {
+                all.remove(&id);
+            }
+        }
         if all.len() >= MAX_SESSIONS {
-            if let Some(oldest) = all.iter().min_by_key(|(_, s)| s.seen).map(|(k, _)| k.clone()) {
-                all.remove(&oldest);
+            if let Some(id) = oldest(&all, false) {
+                all.remove(&id);
             }
         }
         all.insert(
@@ -171,6 +186,22 @@ mod tests {
             let _ = s.of(&with_cookie(&id));
         }
         assert!(s.of(&with_cookie(&id)).is_none());
+    }
+
+    #[test]
+    fn logging_in_over_and_over_pushes_out_only_the_same_tokens_sessions() {
+        let s = Sessions::new(Duration::from_secs(60), Duration::from_secs(60));
+        let operator = s.start(Role::Operator, "operator-token".into());
+        let first = s.start(Role::Provider("acme".into()), "acme-token".into());
+        let mut last = first.clone();
+        for _ in 0..SESSIONS_PER_TOKEN * 4 {
+            last = s.start(Role::Provider("acme".into()), "acme-token".into());
+        }
+        assert!(s.of(&with_cookie(&operator)).is_some(), "another token's session stays");
+        assert!(s.of(&with_cookie(&last)).is_some());
+        assert!(s.of(&with_cookie(&first)).is_none(), "its own oldest went");
+        let acme = s.by_id.lock().unwrap().values().filter(|x| x.token == "acme-token").count();
+        assert_eq!(acme, SESSIONS_PER_TOKEN);
     }
 
     #[test]
