@@ -67,7 +67,7 @@ pub(super) async fn console(State(web): State<Arc<Web>>, headers: HeaderMap, Pat
             "a console's WebSocket is opened from the console's own pages",
         );
     }
-    let Some(slot) = web.console_slot(&c.session.csrf) else {
+    let Some(slot) = web.console_slot(&c.session.token) else {
         return page_error(StatusCode::TOO_MANY_REQUESTS, "too many consoles open: close one first");
     };
     let (keys, typed) = tokio::sync::mpsc::channel::<Vec<u8>>(16);

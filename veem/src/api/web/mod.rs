@@ -59,48 +59,51 @@ pub struct Web {
     acting: Acting,
     sessions: Sessions,
     throttle: interfaces::auth_throttle::AuthThrottle,
-    /// Console WebSockets open, in all and per session (an upgraded
+    /// Console WebSockets open, in all and per token (an upgraded
     /// connection leaves the listener's count: these are its limits).
     consoles: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
-/// Console WebSockets open at once, in all and per session.
+/// Console WebSockets open at once, in all.
 pub const MAX_CONSOLES: usize = 64;
-pub const MAX_CONSOLES_PER_SESSION: usize = 4;
+/// Console WebSockets open at once with one token, whatever its sessions
+/// (a token has several: [`session::SESSIONS_PER_TOKEN`]), so that one
+/// user cannot take them all.
+pub const MAX_CONSOLES_PER_TOKEN: usize = 8;
 
 /// A console WebSocket counted while it lives.
 pub(crate) struct ConsoleSlot {
     web: Arc<Web>,
-    session: String,
+    token: String,
 }
 
 impl Drop for ConsoleSlot {
     fn drop(&mut self) {
         let mut open = self.web.consoles.lock().unwrap();
-        if let Some(n) = open.get_mut(&self.session) {
+        if let Some(n) = open.get_mut(&self.token) {
             *n -= 1;
             if *n == 0 {
-                open.remove(&self.session);
+                open.remove(&self.token);
             }
         }
     }
 }
 
 impl Web {
-    /// A slot for one more console WebSocket of the session with CSRF
-    /// token `session`; `None` over [`MAX_CONSOLES`] or
-    /// [`MAX_CONSOLES_PER_SESSION`].
-    pub(crate) fn console_slot(self: &Arc<Self>, session: &str) -> Option<ConsoleSlot> {
+    /// A slot for one more console WebSocket of a session of `token`
+    /// (its VMI token); `None` over [`MAX_CONSOLES`] or
+    /// [`MAX_CONSOLES_PER_TOKEN`].
+    pub(crate) fn console_slot(self: &Arc<Self>, token: &str) -> Option<ConsoleSlot> {
         let mut open = self.consoles.lock().unwrap();
         let total: usize = open.values().sum();
-        let mine = open.get(session).copied().unwrap_or(0);
-        if total >= MAX_CONSOLES || mine >= MAX_CONSOLES_PER_SESSION {
+        let mine = open.get(token).copied().unwrap_or(0);
+        if total >= MAX_CONSOLES || mine >= MAX_CONSOLES_PER_TOKEN {
             return None;
         }
-        open.insert(session.to_string(), mine + 1);
+        open.insert(token.to_string(), mine + 1);
         Some(ConsoleSlot {
             web: self.clone(),
-            session: session.to_string(),
+            token: token.to_string(),
         })
     }
 }

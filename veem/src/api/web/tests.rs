@@ -233,18 +233,18 @@ async fn a_provider_sees_its_own_services_only() {
 }
 
 #[test]
-fn console_websockets_are_counted_per_session_and_in_all() {
+fn console_websockets_are_counted_per_token_and_in_all() {
     let cfg = WebConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         session_idle: Duration::from_secs(60),
         session_max: Duration::from_secs(600),
     };
     let web = Web::new(&cfg, Acting::default(), &Default::default());
-    let mine: Vec<_> = (0..MAX_CONSOLES_PER_SESSION).map(|_| web.console_slot("s1").unwrap()).collect();
-    assert!(web.console_slot("s1").is_none(), "one session's limit");
+    let mine: Vec<_> = (0..MAX_CONSOLES_PER_TOKEN).map(|_| web.console_slot("s1").unwrap()).collect();
+    assert!(web.console_slot("s1").is_none(), "one token's limit");
     drop(mine);
     let all: Vec<_> = (0..MAX_CONSOLES)
-        .map(|i| web.console_slot(&format!("s{}", i % 16)).unwrap())
+        .map(|i| web.console_slot(&format!("s{}", i % (MAX_CONSOLES / MAX_CONSOLES_PER_TOKEN))).unwrap())
         .collect();
     assert!(web.console_slot("another").is_none(), "the limit in all");
     drop(all);
