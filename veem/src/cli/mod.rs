@@ -25,7 +25,7 @@ mod pages;
 mod store;
 mod table;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod wait;
 
 use std::path::PathBuf;

@@ -4,10 +4,13 @@
 //! sends the call on to the leader it names, if that is one of the peer's
 //! configured endpoints, and a connection that could not be made sends it
 //! to the next endpoint. Any other answer, a refusal or an error of the
-//! leader's, is the call's.
+//! leader's, is the call's. A console's input goes from one attempt to
+//! the next ([`Relayed`]).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
 use interfaces::vhi;
 use tonic::Status;
@@ -146,17 +149,97 @@ impl Peer for Following {
     async fn release_spare(&self, vee_id: &str) -> Result<(), Status> {
         self.call(|p| async move { p.release_spare(vee_id).await }).await
     }
-    /// At the endpoint that answered last, without trying the others:
-    /// `input` can be read once only.
+    /// As the other calls: `input` goes from an attempt that failed to
+    /// the next ([`Relayed`]).
     async fn attach_console(&self, vee_id: &str, force: bool, input: ConsoleInput) -> Result<ConsoleStream, Status> {
-        let i = self.current.load(Ordering::Relaxed) % self.peers.len();
-        self.peers[i].1.attach_console(vee_id, force, input).await
+        let input = Relayed::new(input);
+        self.call(|p| {
+            let input = input.next_attempt();
+            async move { p.attach_console(vee_id, force, input).await }
+        })
+        .await
+    }
+}
+
+/// A console's input handed to one attempt of a call after another: the
+/// input of an attempt ends as soon as the next one starts, so that an
+/// attempt that failed (its request stream may still be polled until the
+/// transport drops it) cannot read what is typed for the next. What an
+/// attempt read before it failed (keys typed during the few milliseconds
+/// of a standby's answer) is lost.
+struct Relayed {
+    input: Mutex<ConsoleInput>,
+    attempt: AtomicUsize,
+}
+
+impl Relayed {
+    fn new(input: ConsoleInput) -> Arc<Self> {
+        Arc::new(Self {
+            input: Mutex::new(input),
+            attempt: AtomicUsize::new(0),
+        })
+    }
+
+    /// The input of a new attempt (the previous attempt's ends).
+    fn next_attempt(self: &Arc<Self>) -> ConsoleInput {
+        let mine = self.attempt.fetch_add(1, Ordering::SeqCst) + 1;
+        let me = self.clone();
+        Box::pin(futures::stream::poll_fn(move |cx| {
+            if me.attempt.load(Ordering::SeqCst) != mine {
+                return Poll::Ready(None);
+            }
+            me.input.lock().unwrap_or_else(|e| e.into_inner()).as_mut().poll_next(cx)
+        }))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use futures::StreamExt;
+
     use super::*;
+    use crate::ports::ConsoleOutput;
+
+    #[tokio::test]
+    async fn a_consoles_input_goes_on_to_the_next_attempt_and_leaves_the_failed_one() {
+        let (keys, typed) = tokio::sync::mpsc::channel::<Vec<u8>>(8);
+        let relayed = Relayed::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(typed)));
+        let mut first = relayed.next_attempt();
+        keys.send(b"a".to_vec()).await.unwrap();
+        assert_eq!(first.next().await, Some(b"a".to_vec()));
+        let mut second = relayed.next_attempt();
+        keys.send(b"b".to_vec()).await.unwrap();
+        assert_eq!(first.next().await, None, "the failed attempt reads no more");
+        assert_eq!(second.next().await, Some(b"b".to_vec()));
+        drop(keys);
+        assert_eq!(second.next().await, None, "it ends with the input");
+    }
+
+    #[tokio::test]
+    async fn a_console_is_attached_at_the_next_endpoint_when_the_last_one_does_not_answer() {
+        let vmi = crate::cli::tests::mock::serve(Default::default()).await;
+        // A port nothing listens on: the endpoint that answered last.
+        let gone = format!("http://{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap());
+        let entry: crate::config::PeerEntry = toml::from_str(&format!(
+            "site_id = \"site-b\"\nendpoint = \"{gone},{vmi}\"\ntoken = \"a-peer-token-long-enough\"\n[agreement]\n"
+        ))
+        .unwrap();
+        let peers = entry
+            .endpoints()
+            .into_iter()
+            .map(|e| (e.clone(), GrpcPeer::new(&entry, &e, None, true, None).unwrap()))
+            .collect();
+        let following = Following::new(peers);
+        let (keys, typed) = tokio::sync::mpsc::channel::<Vec<u8>>(8);
+        let mut out = following
+            .attach_console("vee-1", false, Box::pin(tokio_stream::wrappers::ReceiverStream::new(typed)))
+            .await
+            .unwrap();
+        let shown = out.next().await.unwrap().unwrap();
+        assert_eq!(shown, ConsoleOutput::Data(b"console of vee-1\r\n".to_vec()));
+        keys.send(b"uname\r".to_vec()).await.unwrap();
+        assert_eq!(out.next().await.unwrap().unwrap(), ConsoleOutput::Data(b"UNAME\r".to_vec()));
+    }
 
     #[test]
     fn only_a_standbys_answer_or_a_connection_not_made_goes_elsewhere() {

@@ -9,11 +9,11 @@ use interfaces::vmi::*;
 use tonic::{Request, Response, Status};
 
 #[derive(Default)]
-pub(super) struct Mock {
+pub(crate) struct Mock {
     /// `authorization` metadata of every call.
     pub(super) auth: Mutex<Vec<Option<String>>>,
     /// Requests seen, as debug strings.
-    pub(super) seen: Mutex<Vec<String>>,
+    pub(crate) seen: Mutex<Vec<String>>,
     /// States that successive ListMigrations return for migration m-1.
     pub(super) migration_states: Mutex<Vec<(&'static str, &'static str)>>,
     /// The state Migrate answers with (default `approved`).
@@ -365,7 +365,7 @@ impl Vmi for MockSvc {
 }
 
 /// Serve `mock` on a free local port; return its endpoint URL.
-pub(super) async fn serve(mock: Arc<Mock>) -> String {
+pub(crate) async fn serve(mock: Arc<Mock>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(

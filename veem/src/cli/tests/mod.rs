@@ -2,7 +2,7 @@
 //! ([`mock`]).
 
 mod console;
-mod mock;
+pub(crate) mod mock;
 
 use std::sync::Arc;
 use std::time::Duration;
