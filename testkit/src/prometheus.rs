@@ -10,11 +10,15 @@ use std::time::{Duration, Instant};
 
 use crate::lab::free_port;
 
-/// A scrape job: its name and the `host:port` targets it scrapes over
-/// plain HTTP at `/metrics`.
+/// A scrape job: its name and the `host:port` targets it scrapes at
+/// `/metrics`, over plain HTTP or, given `tls_ca`, over HTTPS trusting
+/// that CA (PEM file); with `token`, as `Authorization: Bearer`.
+#[derive(Default)]
 pub struct Job<'a> {
     pub name: &'a str,
     pub targets: Vec<String>,
+    pub tls_ca: Option<&'a std::path::Path>,
+    pub token: Option<&'a str>,
 }
 
 /// See the module documentation.
@@ -34,11 +38,14 @@ impl Prometheus {
         let mut config = "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n".to_string();
         for j in jobs {
             let targets: Vec<String> = j.targets.iter().map(|t| format!("'{t}'")).collect();
-            config += &format!(
-                "  - job_name: '{}'\n    static_configs:\n      - targets: [{}]\n",
-                j.name,
-                targets.join(", ")
-            );
+            config += &format!("  - job_name: '{}'\n", j.name);
+            if let Some(ca) = j.tls_ca {
+                config += &format!("    scheme: https\n    tls_config:\n      ca_file: '{}'\n", ca.display());
+            }
+            if let Some(token) = j.token {
+                config += &format!("    authorization:\n      credentials: '{token}'\n");
+            }
+            config += &format!("    static_configs:\n      - targets: [{}]\n", targets.join(", "));
         }
         let path = dir.path().join("prometheus.yml");
         std::fs::write(&path, config).unwrap();

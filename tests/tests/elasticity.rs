@@ -221,11 +221,11 @@ async fn lab_a_scheduled_rule_raises_the_count_at_its_time() {
 /// A first-boot script that writes `active_sessions N` to the guest's KPI
 /// port every second, N what shell command `value` prints (0 when it
 /// prints nothing); the port found by its name in sysfs, as the tiny
-/// guest has no udev. `$boot` is the script's start in Unix seconds.
+/// guest has no udev.
 fn kpi_script(value: &str) -> String {
     format!(
         "user_data = \"\"\"\n#!/bin/sh\nfor p in /sys/class/virtio-ports/*; do [ \"$(cat $p/name)\" = org.vee.kpi.0 ] && port=/dev/${{p##*/}}; done\n\
-         ( boot=$(date +%s); while true; do n=$({value}); echo \"active_sessions ${{n:-0}}\" > $port; sleep 1; done ) &\n\"\"\"\n"
+         ( while true; do n=$({value}); echo \"active_sessions ${{n:-0}}\" > $port; sleep 1; done ) &\n\"\"\"\n"
     )
 }
 
@@ -314,10 +314,12 @@ impl ElasticSite {
 
 /// A KPI reported from inside a VEE running at site B drives a rule
 /// evaluated at site A, its primary: the guest reports `active_sessions
-/// 0`, and 7 from 75 s after its boot, by when it runs at site B (live
-/// migrated there); site B reads the KPI and sends it back with the usage
-/// records; site A grows `web` with an instance of its own. The delay from
-/// the guest's report being read at B to its arrival at A is printed.
+/// 0`, and 7 once `/busy` exists, which the provider creates from the
+/// VEE's serial console (through site A, relayed from site B) after it
+/// was live migrated to site B; site B reads the KPI and sends it back
+/// with the usage records; site A grows `web` with an instance of its
+/// own. The delay from the guest's report being read at B to its arrival
+/// at A is printed.
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_kpi_from_a_vee_at_site_b_drives_a_rule_at_site_a() {
     let _lab = lab::lock();
@@ -325,17 +327,17 @@ async fn lab_a_kpi_from_a_vee_at_site_b_drives_a_rule_at_site_a() {
     let mut acme = l.a.client(ACME).await;
     let rule = "[[elasticity]]\ncomponent = \"web\"\nmin = 1\nmax = 2\nmetric = \"active_sessions\"\n\
                 scale_out_above = 5\nfor = \"4s\"\ncooldown = \"600s\"\n";
-    let script = report_kpi("[ $(date +%s) -ge $((boot + 75)) ]");
+    let script = report_kpi("[ -e /busy ]");
     let m = manifest("kpi-peer", "acme", &l.ids, 1, "").replace("[[constraint]]", &format!("{script}[[constraint]]")) + rule;
     let svc = site::deploy(&mut acme, m).await.unwrap();
     let vee = svc.vees[0].vee_id.clone();
     wait_running(&mut acme, &svc.service_id, 1, Duration::from_secs(180)).await;
     let migrated = site::migrate_approved(&l.a, &vee, "site-b", "").await;
     assert_eq!(migrated.state(), MigrationState::Done, "{}", migrated.detail);
-    assert!(
-        elasticity_events(&mut acme, &svc.service_id).await.is_empty(),
-        "the KPI turned before the VEE was at site B: make the guest wait longer"
-    );
+    assert!(elasticity_events(&mut acme, &svc.service_id).await.is_empty());
+    let console = e2e::console::Console::attach(&mut acme, &vee).await.unwrap();
+    console.type_line("touch /busy && echo made-$((6*7))").await;
+    console.wait_for("made-42", Duration::from_secs(30)).await;
     wait_running(&mut acme, &svc.service_id, 2, Duration::from_secs(240)).await;
     let events = elasticity_events(&mut acme, &svc.service_id).await;
     assert!(events[0].contains("web 1 -> 2: active_sessions 7.000 above 5"), "{events:?}");

@@ -4,7 +4,9 @@
 //! migration, PromQL through Prometheus's HTTP API gives the VEE count,
 //! a non-empty checkpoint-duration histogram, the migration's downtime,
 //! the VEEHs' domains and the repository's blobs; each daemon's metrics
-//! listener answers the supervisors' probes.
+//! listener answers the supervisors' probes. The VEEM's listener serves
+//! HTTPS with a bearer token, as Prometheus's `scheme: https` and
+//! `authorization` scrape it.
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +15,9 @@ use e2e::site::{self, host_of, Veem, ACME};
 use e2e::{guest, lab};
 use interfaces::vmi::*;
 use vee_testkit::prometheus::{Job, Prometheus};
+
+/// The bearer token Prometheus scrapes the VEEM's metrics with.
+const SCRAPER: &str = "a-prometheus-scrape-token";
 
 /// The value of PromQL `query` now (the first series' value), `None`
 /// while it has no result.
@@ -58,18 +63,34 @@ async fn lab_prometheus_scrapes_the_veem_the_veehs_and_the_repository() {
     let c2 = Veeh::start(&dir, "m2", "site-a", lab::SITE_A2_URI, &repo).await;
     let port = site::port();
     let veem_metrics = format!("{}:{}", lab::Place::SiteA.addr(), lab::free_port());
-    let extra = format!("[metrics]\nlisten = \"{veem_metrics}\"\n");
+    let pki = vee_testkit::pki::site("site-a");
+    let vmi = pki.vmi(lab::Place::SiteA.addr());
+    let extra = format!(
+        "[metrics]\nlisten = \"{veem_metrics}\"\ntoken_sha256 = \"{}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
+        interfaces::tokens::digest_hex(SCRAPER),
+        vmi.cert.display(),
+        vmi.key.display()
+    );
     let cfg = site::write_config(&dir, "site-a", port, &repo, &[&c1, &c2], &[], &extra);
     let veem = Veem::start(&dir, "site-a", port, cfg).await;
 
-    // Each listener answers the probes without a token.
-    let http = reqwest::Client::new();
-    for target in [&veem_metrics, &c1.metrics, &repo.metrics] {
+    // Each listener answers the probes without a token; the VEEM's over
+    // HTTPS only, and its metrics with the token only.
+    let ca = std::fs::read(pki.vmi_ca()).unwrap();
+    let http = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .build()
+        .unwrap();
+    let veem_url = format!("https://{veem_metrics}");
+    for base in [veem_url.clone(), format!("http://{}", c1.metrics), format!("http://{}", repo.metrics)] {
         for probe in ["healthz", "readyz"] {
-            let r = http.get(format!("http://{target}/{probe}")).send().await.unwrap();
-            assert_eq!(r.status(), 200, "{target}/{probe}: {}", r.text().await.unwrap());
+            let r = http.get(format!("{base}/{probe}")).send().await.unwrap();
+            assert_eq!(r.status(), 200, "{base}/{probe}: {}", r.text().await.unwrap());
         }
     }
+    assert!(http.get(format!("http://{veem_metrics}/healthz")).send().await.is_err(), "plain HTTP");
+    let unauthenticated = http.get(format!("{veem_url}/metrics")).send().await.unwrap();
+    assert_eq!(unauthenticated.status(), 401);
 
     let mut acme = veem.client(ACME).await;
     let (_, info) = veem.deploy_running(&mut acme, "shop", &ids).await;
@@ -84,14 +105,18 @@ async fn lab_prometheus_scrapes_the_veem_the_veehs_and_the_repository() {
         Job {
             name: "veem",
             targets: vec![veem_metrics.clone()],
+            tls_ca: Some(&pki.vmi_ca()),
+            token: Some(SCRAPER),
         },
         Job {
             name: "veeh",
             targets: vec![c1.metrics.clone(), c2.metrics.clone()],
+            ..Default::default()
         },
         Job {
             name: "image-repo",
             targets: vec![repo.metrics.clone()],
+            ..Default::default()
         },
     ]);
     assert_eq!(until(&prom, "count(up == 1)", |v| v == 4.0).await, 4.0);
