@@ -82,13 +82,20 @@ async fn lab_prometheus_scrapes_the_veem_the_veehs_and_the_repository() {
         .build()
         .unwrap();
     let veem_url = format!("https://{veem_metrics}");
-    for base in [veem_url.clone(), format!("http://{}", c1.metrics), format!("http://{}", repo.metrics)] {
+    for base in [
+        veem_url.clone(),
+        format!("http://{}", c1.metrics),
+        format!("http://{}", repo.metrics),
+    ] {
         for probe in ["healthz", "readyz"] {
             let r = http.get(format!("{base}/{probe}")).send().await.unwrap();
             assert_eq!(r.status(), 200, "{base}/{probe}: {}", r.text().await.unwrap());
         }
     }
-    assert!(http.get(format!("http://{veem_metrics}/healthz")).send().await.is_err(), "plain HTTP");
+    assert!(
+        http.get(format!("http://{veem_metrics}/healthz")).send().await.is_err(),
+        "plain HTTP"
+    );
     let unauthenticated = http.get(format!("{veem_url}/metrics")).send().await.unwrap();
     assert_eq!(unauthenticated.status(), 401);
 

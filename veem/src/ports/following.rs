@@ -219,7 +219,10 @@ mod tests {
     async fn a_console_is_attached_at_the_next_endpoint_when_the_last_one_does_not_answer() {
         let vmi = crate::cli::tests::mock::serve(Default::default()).await;
         // A port nothing listens on: the endpoint that answered last.
-        let gone = format!("http://{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap());
+        let gone = format!(
+            "http://{}",
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+        );
         let entry: crate::config::PeerEntry = toml::from_str(&format!(
             "site_id = \"site-b\"\nendpoint = \"{gone},{vmi}\"\ntoken = \"a-peer-token-long-enough\"\n[agreement]\n"
         ))

@@ -244,7 +244,10 @@ fn console_websockets_are_counted_per_token_and_in_all() {
     assert!(web.console_slot("s1").is_none(), "one token's limit");
     drop(mine);
     let all: Vec<_> = (0..MAX_CONSOLES)
-        .map(|i| web.console_slot(&format!("s{}", i % (MAX_CONSOLES / MAX_CONSOLES_PER_TOKEN))).unwrap())
+        .map(|i| {
+            web.console_slot(&format!("s{}", i % (MAX_CONSOLES / MAX_CONSOLES_PER_TOKEN)))
+                .unwrap()
+        })
         .collect();
     assert!(web.console_slot("another").is_none(), "the limit in all");
     drop(all);
