@@ -30,7 +30,12 @@ fn login_page(error: Option<&str>, status: StatusCode) -> Response {
 
 #[derive(Deserialize)]
 pub(super) struct LoginForm {
+    // Missing fields are empty: a form without its CSRF token is refused
+    // as one with a wrong token (403), a missing user's token as an
+    // unknown one (401).
+    #[serde(default)]
     token: String,
+    #[serde(default)]
     csrf: String,
 }
 
@@ -83,6 +88,7 @@ pub(super) async fn login(
 
 #[derive(Deserialize)]
 pub(super) struct CsrfForm {
+    #[serde(default)]
     csrf: String,
 }
 

@@ -129,6 +129,9 @@ async fn a_login_needs_its_forms_token_and_a_users_token() {
     let jar = format!("{}={csrf}", session::LOGIN_COOKIE);
     let a = c.post("/login", &jar, "token=operator-token-for-tests&csrf=forged").await;
     assert_eq!(a.status, StatusCode::FORBIDDEN);
+    let a = c.post("/login", &jar, "token=operator-token-for-tests").await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN, "no CSRF field: {}", a.body);
+    assert!(a.body.contains("CSRF token is missing or wrong"), "{}", a.body);
     // A peer's token and an unknown one do not log in; many failures are
     // slowed down.
     for token in ["peer-token-for-tests", "nobody"] {
