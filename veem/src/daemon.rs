@@ -13,7 +13,7 @@ use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::front::Front;
-use crate::api::metrics::Acting;
+use crate::api::front::Acting;
 use crate::api::standby::Port;
 use crate::config::{EngineKind, VeemConfig};
 use crate::core::renew_ahead_s;

@@ -25,7 +25,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -42,6 +42,30 @@ use tower::ServiceExt;
 use crate::api::rest::RestError;
 use crate::api::server::VmiService;
 use crate::manager::Veem;
+
+/// The VEEM acting for the site now, with its front (none: starting, or
+/// standing by); the daemon sets it as it starts and leads.
+#[derive(Clone, Default)]
+pub struct Acting(Arc<RwLock<Option<ActingVeem>>>);
+
+/// A VEEM acting for its site, and its front.
+type ActingVeem = (Arc<Veem>, Arc<Front>);
+
+impl Acting {
+    /// `veem` acts for the site, `front` answering for it.
+    pub fn set(&self, veem: Arc<Veem>, front: Arc<Front>) {
+        *self.0.write().unwrap() = Some((veem, front));
+    }
+
+    /// No VEEM acts (it stepped down).
+    pub fn clear(&self) {
+        *self.0.write().unwrap() = None;
+    }
+
+    pub(crate) fn get(&self) -> Option<ActingVeem> {
+        self.0.read().unwrap().clone()
+    }
+}
 
 /// The VMI's service name in gRPC health checks (`grpc.health.v1`).
 pub const VMI_SERVICE: &str = "vmi.v1.VmiService";

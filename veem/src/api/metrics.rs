@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use interfaces::metrics::{Exporter, MetricsConfig, Readiness};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -23,33 +23,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::front::Front;
+use super::front::Acting;
 use crate::manager::Veem;
 use crate::metrics::{HostLabels, VeemMetrics};
-
-/// The VEEM acting for the site now, with its front (none: starting, or
-/// standing by); the daemon sets it as it starts and leads.
-#[derive(Clone, Default)]
-pub struct Acting(Arc<RwLock<Option<ActingVeem>>>);
-
-/// A VEEM acting for its site, and its front.
-type ActingVeem = (Arc<Veem>, Arc<Front>);
-
-impl Acting {
-    /// `veem` acts for the site, `front` answering for it.
-    pub fn set(&self, veem: Arc<Veem>, front: Arc<Front>) {
-        *self.0.write().unwrap() = Some((veem, front));
-    }
-
-    /// No VEEM acts (it stepped down).
-    pub fn clear(&self) {
-        *self.0.write().unwrap() = None;
-    }
-
-    pub(crate) fn get(&self) -> Option<ActingVeem> {
-        self.0.read().unwrap().clone()
-    }
-}
 
 /// A VEE state and guarantee level.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -7,6 +7,7 @@
 use interfaces::metrics::MetricsConfig;
 
 use super::*;
+use crate::api::front::Front;
 use crate::config::Role;
 use crate::model::{MigrationState, VeeState};
 use crate::sim::{eventually, FakeSite, STANDARD};

@@ -40,7 +40,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use tonic::Code;
 
-use super::metrics::Acting;
+use super::front::Acting;
 use super::server::VmiService;
 use crate::config::WebConfig;
 use crate::manager::Veem;
