@@ -12,8 +12,8 @@ use std::time::Duration;
 use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::front::Front;
 use crate::api::front::Acting;
+use crate::api::front::Front;
 use crate::api::standby::Port;
 use crate::config::{EngineKind, VeemConfig};
 use crate::core::renew_ahead_s;
