@@ -4,7 +4,6 @@
 use super::*;
 use crate::ports::Clock;
 use crate::sim::{FakeSite, STANDARD};
-use crate::workflows::migration::{Dest, Proposer};
 
 /// 36 per hour: 0.01 per second.
 fn manifest(extra_sla: &str) -> String {
@@ -32,13 +31,7 @@ async fn a_migration_longer_than_max_downtime_is_a_violation_with_its_penalty() 
         } else {
             "h1"
         };
-        let m = site
-            .veem
-            .migration
-            .propose(vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
-            .unwrap();
-        site.veem.migration.approve(&m.id, "operator").unwrap();
-        assert_eq!(site.finished(&m.id).await.state, crate::model::MigrationState::Done);
+        assert_eq!(site.migrate_to_host(vee, to).await.state, crate::model::MigrationState::Done);
     }
     let v = violations(&site, &tight);
     assert_eq!(v.len(), 1, "{v:?}");

@@ -311,13 +311,7 @@ async fn a_peer_running_a_vee_of_the_service_learns_the_primarys_table_changes()
     let service = a.veem.vee(&vm1).unwrap().service_id;
     let vm0 = a.veem.service(&service).unwrap().vees.into_iter().find(|v| v != &vm1).unwrap();
     let to = if other == "a1" { "a2" } else { "a1" };
-    let m = a
-        .veem
-        .migration
-        .propose(&vm0, Dest::Host(to.into()), "maintenance", Proposer::Operator)
-        .unwrap();
-    a.veem.migration.approve(&m.id, "operator").unwrap();
-    assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
+    assert_eq!(a.migrate_to_host(&vm0, to).await.state, MigrationState::Done);
     let vtep = a.host(to).vtep();
     let at_b = b.host("b1").script.lock().unwrap().networks[&100].clone();
     let vm0_there = at_b.iter().find(|m| m.name == "vm-0").expect("vm-0 in B's table");
