@@ -70,6 +70,53 @@ impl Site {
     }
 }
 
+impl Site {
+    /// Restarts the VEEM with failpoint `name` armed (`panic`: it dies
+    /// there as kill -9 would).
+    async fn arm(&mut self, name: &str) {
+        let text = std::fs::read_to_string(&self.veem.config).unwrap();
+        let rest: String = text
+            .lines()
+            .filter(|l| !l.starts_with("failpoints"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&self.veem.config, format!("failpoints = \"{name}=panic\"\n{rest}")).unwrap();
+        self.veem.restart().await;
+    }
+
+    /// Indices in `hosts` of the hosts running a domain of `vee`.
+    async fn running(&self, vee: &str) -> Vec<usize> {
+        let mut on = Vec::new();
+        for (i, h) in self.hosts.iter().enumerate() {
+            if h.domains().await.iter().any(|d| d.vee_id == vee) {
+                on.push(i);
+            }
+        }
+        on
+    }
+
+    /// Once its VEEM settled after a restart: `vee` is running, on the one
+    /// host that runs it, and a checkpoint of it is taken: no operation
+    /// left it stuck. The index of its host.
+    async fn stable(&self, vee: &str, after: &str) -> usize {
+        let info = self
+            .veem
+            .wait_vee(vee, &format!("running after {after}"), Duration::from_secs(120), |i| {
+                i.state() == VeeState::Running
+            })
+            .await;
+        let host = host_of(&info).expect("on a host");
+        let on = self.running(vee).await;
+        let at = self.hosts.iter().position(|h| h.host == host).unwrap();
+        assert_eq!(on, vec![at], "after {after}: recorded on {host}, domains on {on:?}");
+        let mut acme = self.veem.client(ACME).await;
+        site::vee_action(&mut acme, vee, Action::Checkpoint)
+            .await
+            .unwrap_or_else(|e| panic!("after {after}: not checkpointable: {e:?}"));
+        at
+    }
+}
+
 /// [`Site`] with one VEE of acme's running and checkpointed.
 struct Stage {
     site: Site,
@@ -245,4 +292,67 @@ async fn lab_a_veem_killed_inside_deploy_deploys_once_for_a_client_that_retries(
     let elsewhere = site.hosts[off].domains().await;
     assert!(elsewhere.is_empty(), "{elsewhere:?}");
     assert_eq!(info.vee_id, vee);
+}
+
+/// The VEEM killed (as kill -9: a failpoint aborts it) at every step of a
+/// checkpoint, a restore and a migration within the site, then started
+/// again, as a standby taking over would: each time the VEE ends running,
+/// once, checkpointable and movable; none is left checkpointing,
+/// migrating or approved for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_once() {
+    let _lab = lab::lock();
+    let mut site = Site::new("faults-takeover", "").await;
+    let mut acme = site.veem.client(ACME).await;
+    let svc = site::deploy(&mut acme, manifest("shop", "acme", &site.ids, 1, "")).await.unwrap();
+    let vee = svc.vees[0].vee_id.clone();
+    let mut at = site.stable(&vee, "deploy").await;
+    for point in ["checkpoint-after-transition", "checkpoint-after-vhi", "restore-after-destroy"] {
+        site.arm(point).await;
+        let mut acme = site.veem.client(ACME).await;
+        let action = if point.starts_with("restore") {
+            Action::Restore
+        } else {
+            Action::Checkpoint
+        };
+        let e = site::vee_action(&mut acme, &vee, action).await.unwrap_err();
+        assert!(!matches!(e.code(), tonic::Code::Ok), "{e:?}");
+        site.restart_after_failpoint().await;
+        at = site.stable(&vee, point).await;
+    }
+    // A migration within the site: killed once approved, once the VEE is
+    // migrating, once it was sent; the next VEEM runs it, rolls it back
+    // or completes it.
+    for (point, moves) in [
+        ("migration-after-approval", true),
+        ("migration-after-start", false),
+        ("migration-after-send", true),
+    ] {
+        site.arm(point).await;
+        let to = site.hosts[1 - at].host.clone();
+        let mut op = site.veem.client(OPERATOR).await;
+        let m = op
+            .migrate(MigrateRequest {
+                vee_id: vee.clone(),
+                to_host: to.clone(),
+                to_site: String::new(),
+                reason: "maintenance".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        // The approval's answer, or the migration's, is cut by the kill.
+        let _ = op
+            .approve_migration(ApproveMigrationRequest {
+                migration_id: m.migration_id.clone(),
+            })
+            .await;
+        site.restart_after_failpoint().await;
+        let end = site::wait_migration(&site.veem, &m.migration_id, Duration::from_secs(180)).await;
+        let expected = if moves { MigrationState::Done } else { MigrationState::Failed };
+        assert_eq!(end.state(), expected, "after {point}: {end:?}");
+        let now = site.stable(&vee, point).await;
+        assert_eq!(now == 1 - at, moves, "after {point}: on host {now}, was on {at}");
+        at = now;
+    }
 }

@@ -32,6 +32,25 @@ fn ok<T>(r: anyhow::Result<T>) -> R<T> {
     r.map(Response::new).map_err(status)
 }
 
+/// Runs `op` on `host` to its end whatever the caller does: in a task of
+/// its own, so that a VEEM that dies or is cut off mid-call (kill -9, a
+/// takeover, a dropped connection, which drop the handler's future) does
+/// not leave a domain paused mid-snapshot, a checkpoint half pushed or a
+/// temporary file behind. The next leader finds the operation finished
+/// (or failed cleanly) on the host. Errors: the operation's; a task that
+/// panicked is INTERNAL.
+async fn detached<T, F, Fut>(host: &Arc<Host>, op: F) -> R<T>
+where
+    T: Send + 'static,
+    F: FnOnce(Arc<Host>) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>> + Send + 'static,
+{
+    match tokio::spawn(op(host.clone())).await {
+        Ok(r) => ok(r),
+        Err(e) => Err(Status::internal(format!("the operation's task ended: {e}"))),
+    }
+}
+
 /// Errors when a console request's `data` is over
 /// [`crate::console::MAX_INPUT`], naming the field.
 fn check_console_input(r: &AttachConsoleRequest) -> Result<(), Status> {
@@ -71,41 +90,52 @@ impl Vhi for VhiService {
     async fn prepare(&self, r: Request<PrepareRequest>) -> R<PrepareResponse> {
         ok(self.host.prepare(&spec(r.into_inner().spec)?).await)
     }
+    // Every call that changes a domain runs to its end even when its
+    // caller goes away (`detached`).
     async fn create(&self, r: Request<CreateRequest>) -> R<VeeStatus> {
-        ok(self.host.create(&spec(r.into_inner().spec)?).await)
+        let spec = spec(r.into_inner().spec)?;
+        detached(&self.host, |h| async move { h.create(&spec).await }).await
     }
     async fn start(&self, r: Request<StartRequest>) -> R<VeeStatus> {
-        ok(self.host.start(&r.get_ref().vee_id).await)
+        let id = r.into_inner().vee_id;
+        detached(&self.host, |h| async move { h.start(&id).await }).await
     }
     async fn shutdown(&self, r: Request<ShutdownRequest>) -> R<ShutdownResponse> {
         let r = r.into_inner();
-        ok(self.host.shutdown(&r.vee_id, interfaces::time::s_of_duration(&r.timeout)).await)
+        let timeout_s = interfaces::time::s_of_duration(&r.timeout);
+        detached(&self.host, |h| async move { h.shutdown(&r.vee_id, timeout_s).await }).await
     }
     async fn destroy(&self, r: Request<DestroyRequest>) -> R<VeeStatus> {
         let r = r.into_inner();
-        ok(self.host.destroy(&r.vee_id, r.remove).await)
+        detached(&self.host, |h| async move { h.destroy(&r.vee_id, r.remove).await }).await
     }
     async fn suspend(&self, r: Request<SuspendRequest>) -> R<VeeStatus> {
-        ok(self.host.suspend(&r.get_ref().vee_id).await)
+        let id = r.into_inner().vee_id;
+        detached(&self.host, |h| async move { h.suspend(&id).await }).await
     }
     async fn resume(&self, r: Request<ResumeRequest>) -> R<VeeStatus> {
-        ok(self.host.resume(&r.get_ref().vee_id).await)
+        let id = r.into_inner().vee_id;
+        detached(&self.host, |h| async move { h.resume(&id).await }).await
     }
     async fn checkpoint(&self, r: Request<CheckpointRequest>) -> R<CheckpointRecord> {
         let r = r.into_inner();
-        ok(self.host.checkpoint(&r.vee_id, r.stop_after).await)
+        detached(&self.host, |h| async move { h.checkpoint(&r.vee_id, r.stop_after).await }).await
     }
     async fn restore(&self, r: Request<RestoreRequest>) -> R<VeeStatus> {
-        ok(self.host.restore(r.into_inner()).await)
+        let r = r.into_inner();
+        detached(&self.host, |h| async move { h.restore(r).await }).await
     }
     async fn prepare_incoming(&self, r: Request<PrepareIncomingRequest>) -> R<IncomingTarget> {
-        ok(self.host.prepare_incoming(&spec(r.into_inner().spec)?).await)
+        let spec = spec(r.into_inner().spec)?;
+        detached(&self.host, |h| async move { h.prepare_incoming(&spec).await }).await
     }
     async fn complete_incoming(&self, r: Request<CompleteIncomingRequest>) -> R<VeeStatus> {
-        ok(self.host.complete_incoming(&r.get_ref().vee_id).await)
+        let id = r.into_inner().vee_id;
+        detached(&self.host, |h| async move { h.complete_incoming(&id).await }).await
     }
     async fn abort_incoming(&self, r: Request<AbortIncomingRequest>) -> R<VeeStatus> {
-        ok(self.host.abort_incoming(&r.get_ref().vee_id).await)
+        let id = r.into_inner().vee_id;
+        detached(&self.host, |h| async move { h.abort_incoming(&id).await }).await
     }
 
     type MigrateOutStream = BoxStream<MigrationProgress>;
@@ -155,7 +185,7 @@ impl Vhi for VhiService {
 
     async fn resize(&self, r: Request<ResizeRequest>) -> R<VeeStatus> {
         let r = r.into_inner();
-        ok(self.host.resize(&r.vee_id, r.vcpus, r.memory_mib).await)
+        detached(&self.host, |h| async move { h.resize(&r.vee_id, r.vcpus, r.memory_mib).await }).await
     }
 
     async fn probe(&self, r: Request<ProbeRequest>) -> R<ProbeResponse> {

@@ -19,6 +19,10 @@ pub enum VeemError {
     /// manifest (AlreadyExists).
     #[error("request_id {0:?} was used for another manifest (service {1})")]
     RequestReused(String, String),
+    /// A request ID (`vee-request-id`) already used by the caller for
+    /// another call or other fields (AlreadyExists).
+    #[error("request ID {id:?} (metadata `vee-request-id`) was used for another {method} call or other fields: give each change its own")]
+    ReplyReused { id: String, method: String },
 }
 
 impl VeemError {

@@ -13,6 +13,12 @@
 //! | `deploy-after-commit` | Deploy: the admission committed, no VEEH called, no answer sent |
 //! | `deploy-after-remote-placement` | Deploy: peers booted VEEs, nothing committed here (the intent is) |
 //! | `recovery-before-restore` | recovery: the VEE recorded recovering on its new host, not yet restored |
+//! | `checkpoint-after-transition` | checkpoint: the VEE recorded checkpointing, its host not asked |
+//! | `checkpoint-after-vhi` | checkpoint: its host took it, nothing recorded |
+//! | `restore-after-destroy` | restore: the VEE's domain destroyed, the VEE still recorded running |
+//! | `migration-after-approval` | a migration approved, not started |
+//! | `migration-after-start` | a migration recorded running, its VEE migrating, the destination not asked |
+//! | `migration-after-send` | a migration's VEE sent, its destination not told to complete |
 
 /// Arms the failpoints of `spec` (`name=action;name=action`) and makes a
 /// panic abort the process. Errors: a malformed entry, named.

@@ -54,11 +54,15 @@ pub enum Tree {
     /// -> crate::domain::rollout::RolloutRec (a tree older VEEMs do not
     /// read: no format change).
     Rollouts,
+    /// The replies of mutating VMI calls by caller and request ID
+    /// (`vee-request-id`): `crate::api::server::replies::ReplyRec` (a tree
+    /// older VEEMs do not read: no format change).
+    Replies,
 }
 
 impl Tree {
     /// Every tree, in the order a copy of the store goes through them.
-    pub const ALL: [Tree; 15] = [
+    pub const ALL: [Tree; 16] = [
         Tree::Meta,
         Tree::Services,
         Tree::Vees,
@@ -74,6 +78,7 @@ impl Tree {
         Tree::Spares,
         Tree::UsageOutbox,
         Tree::Rollouts,
+        Tree::Replies,
     ];
 
     /// Whether an engine that keeps revisions itself (sled, memory: etcd
@@ -116,6 +121,7 @@ impl Tree {
             Tree::Spares => "spares",
             Tree::UsageOutbox => "usage_outbox",
             Tree::Rollouts => "rollouts",
+            Tree::Replies => "replies",
         }
     }
 }

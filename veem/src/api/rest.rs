@@ -220,15 +220,19 @@ impl IntoResponse for RestError {
 
 type Answer<T> = Result<Json<T>, RestError>;
 
-/// `msg` as a gRPC request with the caller's `Authorization` header.
+/// `msg` as a gRPC request with the caller's `Authorization` header and
+/// its `Idempotency-Key`, the request ID of a call that changes something
+/// (`api::server::replies`: asked again with the same key, the call's
+/// first answer).
 fn grpc<T>(headers: &HeaderMap, msg: T) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
-    if let Some(v) = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
-    {
-        r.metadata_mut().insert("authorization", v);
+    for (header, key) in [
+        (axum::http::header::AUTHORIZATION.as_str(), "authorization"),
+        ("idempotency-key", crate::api::server::replies::REQUEST_ID),
+    ] {
+        if let Some(v) = headers.get(header).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
+            r.metadata_mut().insert(key, v);
+        }
     }
     r
 }

@@ -30,7 +30,6 @@ use crate::domain::Action;
 use crate::manager::Veem;
 use crate::model::{EventRec, MigrationRec, ServiceRec};
 use crate::wire::peer as wire;
-use crate::workflows::migration::{Dest, Proposer};
 use info::migration_info;
 
 pub struct VmiService {
@@ -121,70 +120,81 @@ impl Vmi for VmiService {
         Ok(Response::new(self.service_info(&role, &s)))
     }
 
+    // The calls that change something run once per request ID
+    // (`replies`: metadata `vee-request-id`).
     async fn extend_service(&self, r: Request<ExtendServiceRequest>) -> R<ServiceInfo> {
         let role = self.user(&r)?;
-        let req = r.into_inner();
-        self.visible_service(&role, &req.service_id)?;
-        if req.until.is_none() {
-            return Err(Status::invalid_argument("field `until` is required"));
-        }
-        let s = self
-            .veem
-            .windows
-            .extend_window(&req.service_id, interfaces::time::s_of(&req.until))
-            .await
-            .map_err(|e| self.refusal(&role, e))?;
-        Ok(Response::new(self.service_info(&role, &s)))
+        self.once("ExtendService", &role, r, |r| async {
+            let req = r.into_inner();
+            self.visible_service(&role, &req.service_id)?;
+            if req.until.is_none() {
+                return Err(Status::invalid_argument("field `until` is required"));
+            }
+            let s = self
+                .veem
+                .windows
+                .extend_window(&req.service_id, interfaces::time::s_of(&req.until))
+                .await
+                .map_err(|e| self.refusal(&role, e))?;
+            Ok(Response::new(self.service_info(&role, &s)))
+        })
+        .await
     }
 
     async fn scale_component(&self, r: Request<ScaleComponentRequest>) -> R<ServiceInfo> {
         let role = self.user(&r)?;
-        let req = r.into_inner();
-        self.visible_service(&role, &req.service_id)?;
-        let s = self
-            .veem
-            .scaling
-            .scale(&req.service_id, &req.component, req.instances)
-            .await
-            .map_err(|e| self.refusal(&role, e))?;
-        Ok(Response::new(self.service_info(&role, &s)))
+        self.once("ScaleComponent", &role, r, |r| async {
+            let req = r.into_inner();
+            self.visible_service(&role, &req.service_id)?;
+            let s = self
+                .veem
+                .scaling
+                .scale(&req.service_id, &req.component, req.instances)
+                .await
+                .map_err(|e| self.refusal(&role, e))?;
+            Ok(Response::new(self.service_info(&role, &s)))
+        })
+        .await
     }
 
     async fn update_component(&self, r: Request<UpdateComponentRequest>) -> R<Rollout> {
         let role = self.user(&r)?;
-        let req = r.into_inner();
-        self.visible_service(&role, &req.service_id)?;
-        let rec = self
-            .veem
-            .rollouts
-            .update(crate::workflows::rollout::UpdateRequest {
-                service_id: req.service_id,
-                component: req.component,
-                image: req.image,
-                max_unavailable: req.max_unavailable,
-                rollback: req.rollback,
-                ready_timeout_s: interfaces::time::s_of_duration(&req.ready_timeout),
-            })
-            .await
-            .map_err(|e| self.refusal(&role, e))?;
-        Ok(Response::new(crate::wire::rollout(&rec)))
+        self.once("UpdateComponent", &role, r, |r| async {
+            let req = r.into_inner();
+            self.visible_service(&role, &req.service_id)?;
+            let rec = self
+                .veem
+                .rollouts
+                .update(crate::workflows::rollout::UpdateRequest {
+                    service_id: req.service_id,
+                    component: req.component,
+                    image: req.image,
+                    max_unavailable: req.max_unavailable,
+                    rollback: req.rollback,
+                    ready_timeout_s: interfaces::time::s_of_duration(&req.ready_timeout),
+                })
+                .await
+                .map_err(|e| self.refusal(&role, e))?;
+            Ok(Response::new(crate::wire::rollout(&rec)))
+        })
+        .await
     }
 
     async fn resize_vee(&self, r: Request<ResizeVeeRequest>) -> R<VeeInfo> {
         let role = self.user(&r)?;
-        let req = r.into_inner();
-        self.visible_vee(&role, &req.vee_id)?;
-        let v = self
-            .veem
-            .resizing
-            .resize(
-                &req.vee_id,
-                (req.vcpus > 0).then_some(req.vcpus),
-                (req.memory_mib > 0).then_some(req.memory_mib),
-            )
-            .await
-            .map_err(|e| self.refusal(&role, e))?;
-        Ok(Response::new(self.vee_info(&role, &v)))
+        self.once("ResizeVee", &role, r, |r| async {
+            let req = r.into_inner();
+            self.visible_vee(&role, &req.vee_id)?;
+            let (vcpus, memory_mib) = ((req.vcpus > 0).then_some(req.vcpus), (req.memory_mib > 0).then_some(req.memory_mib));
+            let v = self
+                .veem
+                .resizing
+                .resize(&req.vee_id, vcpus, memory_mib)
+                .await
+                .map_err(|e| self.refusal(&role, e))?;
+            Ok(Response::new(self.vee_info(&role, &v)))
+        })
+        .await
     }
 
     async fn get_rollout(&self, r: Request<GetRolloutRequest>) -> R<Rollout> {
@@ -207,10 +217,13 @@ impl Vmi for VmiService {
 
     async fn delete_service(&self, r: Request<DeleteServiceRequest>) -> R<ServiceInfo> {
         let role = self.user(&r)?;
-        let id = &r.get_ref().service_id;
-        self.visible_service(&role, id)?;
-        let s = self.veem.lifecycle.undeploy(id).await.map_err(|e| self.refusal(&role, e))?;
-        Ok(Response::new(self.service_info(&role, &s)))
+        self.once("DeleteService", &role, r, |r| async {
+            let id = &r.into_inner().service_id;
+            self.visible_service(&role, id)?;
+            let s = self.veem.lifecycle.undeploy(id).await.map_err(|e| self.refusal(&role, e))?;
+            Ok(Response::new(self.service_info(&role, &s)))
+        })
+        .await
     }
 
     async fn list_services(&self, r: Request<ListServicesRequest>) -> R<ListServicesResponse> {
@@ -259,63 +272,71 @@ impl Vmi for VmiService {
         if action == Action::Withdraw {
             self.operator(&r)?;
         }
-        let req = r.into_inner();
-        self.visible_vee(&role, &req.vee_id)?;
-        let v = self
-            .veem
-            .lifecycle
-            .vee_action(&req.vee_id, action, &req.checkpoint_id)
-            .await
-            .map_err(|e| self.refusal(&role, e))?;
-        let mut info = self.vee_info(&role, &v);
-        // The primary site records a checkpoint taken here for its VEE.
-        if matches!(role, Role::Peer(_)) && action == Action::Checkpoint {
-            info.checkpoint_record = self
+        self.once("VeeAction", &role, r, |r| async {
+            let req = r.into_inner();
+            self.visible_vee(&role, &req.vee_id)?;
+            let v = self
                 .veem
-                .checkpoints
-                .checkpoint_of(&v.id, None)
-                .map_err(status)?
-                .map(|c| c.record())
-                .transpose()
-                .map_err(status)?;
-        }
-        Ok(Response::new(info))
+                .lifecycle
+                .vee_action(&req.vee_id, action, &req.checkpoint_id)
+                .await
+                .map_err(|e| self.refusal(&role, e))?;
+            let mut info = self.vee_info(&role, &v);
+            // The primary site records a checkpoint taken here for its VEE.
+            if matches!(role, Role::Peer(_)) && action == Action::Checkpoint {
+                info.checkpoint_record = self
+                    .veem
+                    .checkpoints
+                    .checkpoint_of(&v.id, None)
+                    .map_err(status)?
+                    .map(|c| c.record())
+                    .transpose()
+                    .map_err(status)?;
+            }
+            Ok(Response::new(info))
+        })
+        .await
     }
 
-    /// Operators may name a host or a peer site; a provider only asks for a
-    /// move and the site chooses where (location unawareness, E §3.4). A
-    /// caller's reason is recorded, never matched against the site policy.
+    /// See [`VmiService::propose`].
     async fn migrate(&self, r: Request<MigrateRequest>) -> R<MigrationInfo> {
         let role = self.user(&r)?;
-        let req = r.into_inner();
-        self.visible_vee(&role, &req.vee_id)?;
-        let to = match (req.to_host.is_empty(), req.to_site.is_empty()) {
-            (true, true) => None,
-            (false, true) => Some(Dest::Host(req.to_host)),
-            (true, false) => Some(Dest::Site(req.to_site)),
-            (false, false) => return Err(Status::invalid_argument("give at most one of `to_host` and `to_site`")),
-        };
-        let by = match &role {
-            Role::Provider(p) => Proposer::Provider(p.clone()),
-            _ => Proposer::Operator,
-        };
-        if to.is_some() && matches!(by, Proposer::Provider(_)) {
-            return Err(Status::permission_denied(
-                "only the site's operator names hosts or sites; ask without a destination and the site chooses where",
-            ));
-        }
-        let reason = if req.reason.is_empty() {
-            "requested".to_string()
-        } else {
-            req.reason
-        };
-        let m = match to {
-            Some(to) => self.veem.migration.propose(&req.vee_id, to, &reason, by),
-            None => self.veem.migration.propose_anywhere(&req.vee_id, &reason, by),
-        };
-        let redactor = self.redactor(&role);
-        m.map(|m| Response::new(migration_info(&m, redactor.as_ref())))
-            .map_err(|e| self.refusal(&role, e))
+        self.once("Migrate", &role, r, |r| self.propose(&role, r.into_inner())).await
+    }
+
+    async fn approve_migration(&self, r: Request<ApproveMigrationRequest>) -> R<MigrationInfo> {
+        let by = self.operator(&r)?;
+        self.once("ApproveMigration", &Role::Operator, r, |r| async move {
+            ok(self
+                .veem
+                .migration
+                .approve(&r.get_ref().migration_id, &by)
+                .map(|m| migration_info(&m, None)))
+        })
+        .await
+    }
+
+    async fn reject_migration(&self, r: Request<RejectMigrationRequest>) -> R<MigrationInfo> {
+        let by = self.operator(&r)?;
+        self.once("RejectMigration", &Role::Operator, r, |r| async move {
+            let req = r.into_inner();
+            ok(self
+                .veem
+                .migration
+                .reject(&req.migration_id, &by, &req.reason)
+                .map(|m| migration_info(&m, None)))
+        })
+        .await
+    }
+
+    async fn drain(&self, r: Request<DrainRequest>) -> R<DrainResponse> {
+        self.operator(&r)?;
+        self.once("Drain", &Role::Operator, r, |r| async move {
+            ok(self.veem.migration.drain(&r.get_ref().host).map(|l| DrainResponse {
+                migrations: l.iter().map(|m| migration_info(m, None)).collect(),
+            }))
+        })
+        .await
     }
 
     async fn list_migrations(&self, r: Request<ListMigrationsRequest>) -> R<ListMigrationsResponse> {
@@ -334,32 +355,6 @@ impl Vmi for VmiService {
         Ok(Response::new(ListMigrationsResponse {
             migrations,
             next_page_token,
-        }))
-    }
-
-    async fn approve_migration(&self, r: Request<ApproveMigrationRequest>) -> R<MigrationInfo> {
-        let by = self.operator(&r)?;
-        ok(self
-            .veem
-            .migration
-            .approve(&r.get_ref().migration_id, &by)
-            .map(|m| migration_info(&m, None)))
-    }
-
-    async fn reject_migration(&self, r: Request<RejectMigrationRequest>) -> R<MigrationInfo> {
-        let by = self.operator(&r)?;
-        let req = r.into_inner();
-        ok(self
-            .veem
-            .migration
-            .reject(&req.migration_id, &by, &req.reason)
-            .map(|m| migration_info(&m, None)))
-    }
-
-    async fn drain(&self, r: Request<DrainRequest>) -> R<DrainResponse> {
-        self.operator(&r)?;
-        ok(self.veem.migration.drain(&r.get_ref().host).map(|l| DrainResponse {
-            migrations: l.iter().map(|m| migration_info(m, None)).collect(),
         }))
     }
 
@@ -569,6 +564,7 @@ impl Vmi for VmiService {
 
 mod console;
 mod info;
+pub mod replies;
 pub(crate) use console::MAX_INPUT as CONSOLE_MAX_INPUT;
 pub(crate) use info::host_status;
 

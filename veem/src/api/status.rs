@@ -27,7 +27,7 @@ fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
         return Some(match v {
             VeemError::NotFound { .. } => Code::NotFound,
             VeemError::InvalidField { .. } | VeemError::ManifestRefused(_) => Code::InvalidArgument,
-            VeemError::RequestReused(..) => Code::AlreadyExists,
+            VeemError::RequestReused(..) | VeemError::ReplyReused { .. } => Code::AlreadyExists,
         });
     }
     if e.is::<crate::planner::Stale>() || e.is::<crate::store::Conflict>() {

@@ -88,17 +88,76 @@ pub(crate) async fn deploy_idempotent(
     Ok(answer.into_inner())
 }
 
-async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
-    let fmt = if cli.global.quiet { OutputFormat::Ids } else { cli.global.output };
-    // YAML is the JSON, converted document by document as it is printed.
-    if fmt == OutputFormat::Yaml {
-        let mut yaml = interfaces::output::YamlWriter::new(out);
-        return Box::pin(run(cli, OutputFormat::Json, poll, &mut yaml, err)).await;
+/// How many times a command is run again after its VEEM went away
+/// mid-call ([`leader_lost`]).
+pub const LEADER_RETRIES: u32 = 3;
+
+/// Whether `e` says the VEEM that was called went away mid-call (killed,
+/// frozen past the keep-alive, or standing by after a takeover), so that
+/// the site's leader, now or soon another, is to be asked again; not when
+/// the site's store is read-only (asking again does not help).
+fn leader_lost(e: &anyhow::Error) -> bool {
+    let Some(s) = e.chain().find_map(|c| c.downcast_ref::<tonic::Status>()) else {
+        return false;
+    };
+    let m = s.message();
+    let transport = ["transport error", "connection", "h2 protocol error", "keep-alive", "broken pipe"]
+        .iter()
+        .any(|w| m.contains(w));
+    match s.code() {
+        tonic::Code::Unavailable => !read_only(s),
+        tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled => transport,
+        _ => false,
     }
-    run(cli, fmt, poll, out, err).await
 }
 
-async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+/// Runs the command; when its VEEM went away mid-call ([`leader_lost`]),
+/// runs it again on the site's leader, at most [`LEADER_RETRIES`] times,
+/// half a second more apart each time (exit 1 after the last, saying so). Every run names the same request ID, so
+/// a change the VEEM made before it went away is not made twice
+/// (`api::server::replies`); consoles and event streams are not run again.
+async fn dispatch(cli: &Cli, poll: Duration, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+    let fmt = if cli.global.quiet { OutputFormat::Ids } else { cli.global.output };
+    let request_id = match &cli.command {
+        Command::Deploy { request_id: Some(id), .. } => id.clone(),
+        _ => uuid::Uuid::new_v4().to_string(),
+    };
+    let again = !matches!(cli.command, Command::Console { .. } | Command::Events { .. });
+    let mut tries = 0;
+    loop {
+        // YAML is the JSON, converted document by document as it is printed.
+        let r = if fmt == OutputFormat::Yaml {
+            let mut yaml = interfaces::output::YamlWriter::new(&mut *out);
+            Box::pin(run(cli, OutputFormat::Json, poll, &mut yaml, err, &request_id)).await
+        } else {
+            run(cli, fmt, poll, out, err, &request_id).await
+        };
+        match r {
+            Err(e) if again && leader_lost(&e) => {
+                if tries == LEADER_RETRIES {
+                    bail!(
+                        "the site's VEEM went away mid-call (its leader changed or does not answer); asked {} times with request ID {request_id}, last: {}",
+                        tries + 1,
+                        error_line(&e).trim_start_matches("error: ")
+                    );
+                }
+                tries += 1;
+                tracing::warn!(request_id = %request_id, error = %format!("{e:#}"), "the VEEM went away mid-call: asking the site's leader again");
+                tokio::time::sleep(Duration::from_millis(500) * tries).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+async fn run(
+    cli: &Cli,
+    fmt: OutputFormat,
+    poll: Duration,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    this_request: &str,
+) -> anyhow::Result<u8> {
     // Read local files before connecting, so their errors come first.
     let manifest_toml = match &cli.command {
         Command::Negotiate { manifest } | Command::Deploy { manifest, .. } => {
@@ -115,13 +174,8 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
         _ => String::new(),
     };
     let target = super::context::resolve(&cli.global, &|k| std::env::var(k).ok())?;
-    let mut c = connect(
-        &target.endpoint,
-        target.token.as_deref(),
-        target.ca.as_deref(),
-        cli.global.request_timeout,
-    )
-    .await?;
+    let auth = super::AuthInterceptor::new(target.token.as_deref())?.with_request_id(this_request)?;
+    let mut c = connect(&target.endpoint, auth.clone(), target.ca.as_deref(), cli.global.deadlines()).await?;
     match &cli.command {
         Command::Serve { .. } | Command::HashToken | Command::Doc(_) | Command::Store(_) => unreachable!("handled above"),
         Command::Negotiate { .. } => {
@@ -135,7 +189,7 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
         Command::Deploy { request_id, wait, .. } => {
             let req = vmi::DeployRequest {
                 manifest_toml,
-                request_id: request_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                request_id: request_id.clone().unwrap_or_else(|| this_request.to_string()),
             };
             let mut s = deploy_idempotent(&mut c, req.clone(), interfaces::retry::RetryPolicy::default()).await;
             // A site's VEEMs over etcd: its leader may have changed
@@ -143,13 +197,7 @@ async fn run(cli: &Cli, fmt: OutputFormat, poll: Duration, out: &mut dyn Write, 
             for _ in 0..3 {
                 match &s {
                     Err(e) if e.code() == tonic::Code::Unavailable && !read_only(e) && target.endpoint.contains(',') => {
-                        c = connect(
-                            &target.endpoint,
-                            target.token.as_deref(),
-                            target.ca.as_deref(),
-                            cli.global.request_timeout,
-                        )
-                        .await?;
+                        c = connect(&target.endpoint, auth.clone(), target.ca.as_deref(), cli.global.deadlines()).await?;
                         s = deploy_idempotent(&mut c, req.clone(), interfaces::retry::RetryPolicy::default()).await;
                     }
                     _ => break,

@@ -132,6 +132,7 @@ mod tests {
             output: OutputFormat::Table,
             quiet: false,
             request_timeout: std::time::Duration::from_secs(30),
+            probe_timeout: std::time::Duration::from_secs(2),
         }
     }
 

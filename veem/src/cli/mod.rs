@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
-pub use client::{connect, AuthInterceptor, VmiServiceClient};
+pub use client::{connect, AuthInterceptor, Deadlines, VmiServiceClient};
 
 /// Process exit codes of the `veem` command.
 pub mod exit {
@@ -152,6 +152,22 @@ pub struct GlobalOpts {
     /// stop_timeout (30 s), so that a stop ending in a destroy answers.
     #[arg(long, global = true, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "60s")]
     pub request_timeout: Duration,
+    /// With several endpoints (`--endpoint A,B`): how long each may take
+    /// to connect and say whether it leads before it is taken for gone (a
+    /// frozen leader: its kernel still accepts connections); also how
+    /// long a connection may go without answering a keep-alive ping.
+    #[arg(long, global = true, env = "VEEM_PROBE_TIMEOUT", value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "2s")]
+    pub probe_timeout: Duration,
+}
+
+impl GlobalOpts {
+    /// The client's deadlines from `--request-timeout` and `--probe-timeout`.
+    pub fn deadlines(&self) -> Deadlines {
+        Deadlines {
+            request: self.request_timeout,
+            probe: self.probe_timeout,
+        }
+    }
 }
 
 /// How results are printed.

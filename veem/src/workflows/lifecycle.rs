@@ -161,6 +161,7 @@ impl Lifecycle {
         }
         let host = Self::local_host(&v)?;
         self.transition(&mut v, VeeState::Checkpointing, format!("on {host}"))?;
+        fail::fail_point!("checkpoint-after-transition");
         let started = self.clock.now_ms();
         let r = self
             .hosts
@@ -177,6 +178,7 @@ impl Lifecycle {
                 bail!("checkpoint of {vee_id}: {}", e.message());
             }
         };
+        fail::fail_point!("checkpoint-after-vhi");
         let took_s = self.clock.since_ms(started) as f64 / 1000.0;
         self.measured_checkpoint_cost(&mut v, took_s);
         let downtime_s = interfaces::time::ms_of_duration(&rec.downtime) as f64 / 1000.0;
@@ -232,6 +234,7 @@ impl Lifecycle {
             remove: false,
         }))
         .await?;
+        fail::fail_point!("restore-after-destroy");
         self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.id))?;
         // A checkpoint from before a rolling update brings its image back.
         if let Some(image) = cp.image().filter(|i| *i != v.image) {

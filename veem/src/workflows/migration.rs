@@ -127,6 +127,31 @@ impl Migration {
         });
     }
 
+    /// Starts the approved migrations that no task runs (a VEEM restart
+    /// or takeover came between their approval and their start), alone or
+    /// as the rest of their affinity set, in the set's order; each checks
+    /// that its VEE still runs. Returns how many were started. Errors: the
+    /// store's.
+    pub(crate) fn resume_approved(self: &Arc<Self>) -> Result<usize> {
+        let approved: Vec<MigrationRec> = self
+            .store
+            .list::<MigrationRec>(Tree::Migrations)?
+            .into_iter()
+            .filter(|m| m.state == MigrationState::Approved)
+            .collect();
+        let mut sets_started = std::collections::HashSet::new();
+        for m in &approved {
+            self.event(&m.vee_id, "", "reconcile", format!("migration {}: approved, started", m.id));
+            if m.set.is_empty() {
+                self.spawn_migration(&m.id);
+            } else if sets_started.insert(m.set.clone()) {
+                let rest = m.set.iter().filter(|id| approved.iter().any(|a| &a.id == *id)).cloned().collect();
+                self.spawn_set(rest);
+            }
+        }
+        Ok(approved.len())
+    }
+
     /// Runs an approved migration to its end (done or failed).
     pub async fn run_migration(&self, id: &str) -> Result<()> {
         let mut m = self.migration(id)?;
@@ -145,6 +170,7 @@ impl Migration {
         // The migration runs and the VEE is migrating: one write.
         m.advance(MigrationState::Running)?;
         self.transition_committing(&mut v, VeeState::Migrating, format!("to {}", m.to), migration_write(&m)?)?;
+        fail::fail_point!("migration-after-start");
         let started = self.clock.now_ms();
         // A VEE coming home from a peer site needs a local reservation again.
         let homecoming = matches!((&v.location, &dest), (Location::Site(_), Dest::Host(_)));
@@ -195,6 +221,9 @@ impl Migration {
                     Location::Nowhere => Err(anyhow!("VEE is not placed")),
                 };
                 // 3. The destination completes, or removes what it prepared.
+                if sent.is_ok() {
+                    fail::fail_point!("migration-after-send");
+                }
                 match sent {
                     Ok(times) => self.complete_at(&dest, &v.id).await.map(|_| times),
                     Err(e) => {

@@ -136,6 +136,15 @@ impl Reconcile {
                 self.save_vee(&v)?;
             }
         }
+        // The VEEs a migration still runs for (none after the loop above,
+        // unless their source did not answer).
+        let migrating: HashSet<String> = self
+            .store
+            .list::<MigrationRec>(Tree::Migrations)?
+            .into_iter()
+            .filter(|m| m.state == MigrationState::Running)
+            .map(|m| m.vee_id)
+            .collect();
         // Only what the arms below may act on (copies of those): VEEs
         // deploying or recovering on a host, and the live ones of the hosts
         // that answered.
@@ -188,16 +197,38 @@ impl Reconcile {
                     }
                 }
                 (Location::Host(h), s) if s.is_live() || s == VeeState::Recovering => {
-                    if let Some(doms) = running.get(&h) {
-                        if !doms.contains_key(&v.id) {
-                            self.event(&v.id, &v.service_id, "reconcile", format!("not running on {h}: failed"));
-                            self.transition(&mut v, VeeState::Failed, format!("{h} does not run it"))?;
+                    let Some(doms) = running.get(&h) else { continue };
+                    if !doms.contains_key(&v.id) {
+                        // Restored there from its latest checkpoint, as
+                        // the domain watch does (its reservation kept).
+                        self.event(&v.id, &v.service_id, "reconcile", format!("not running on {h}: failed"));
+                        self.transition(&mut v, VeeState::Failed, format!("{h} does not run it"))?;
+                        if self.try_busy(&v.id) {
+                            let (veem, id) = (self.clone(), v.id.clone());
+                            self.spawn(async move {
+                                veem.restore_on(&id, &h, "its host did not run it when the VEEM started").await;
+                                veem.unbusy(&id);
+                            });
                         }
+                    } else if let Some(what) = cut_short(s, &v.id, &migrating) {
+                        // Its domain runs where it was: the operation a
+                        // takeover or restart cut short is rolled back, so
+                        // that the VEE can be checkpointed and moved again.
+                        self.event(
+                            &v.id,
+                            &v.service_id,
+                            "reconcile",
+                            format!("{what} cut short by a VEEM restart or takeover: running on {h}"),
+                        );
+                        self.transition(&mut v, VeeState::Running, format!("{what} cut short; running on {h}"))?;
                     }
                 }
                 _ => {}
             }
         }
+        // Migrations approved that a restart or takeover kept from
+        // starting: started now (each checks that its VEE still runs).
+        self.migration.resume_approved()?;
         // Domains a host runs that the records place elsewhere or nowhere.
         let no_records = self.vee_count() == 0 && self.store.is_empty(Tree::Services)?;
         for (h, doms) in &running {
@@ -255,6 +286,19 @@ impl Reconcile {
                 }))
                 .await;
         }
+    }
+}
+
+/// What operation a live VEE in state `s` was under when the VEEM
+/// stopped, when none can be under way any more (the VEEM that ran it is
+/// gone): a checkpoint (its record was never written: the checkpoint does
+/// not count), or a migration no running migration record (`migrating`)
+/// is left for. `None` for a VEE at rest.
+fn cut_short(s: VeeState, vee_id: &str, migrating: &HashSet<String>) -> Option<&'static str> {
+    match s {
+        VeeState::Checkpointing => Some("a checkpoint"),
+        VeeState::Migrating if !migrating.contains(vee_id) => Some("a migration"),
+        _ => None,
     }
 }
 

@@ -300,3 +300,37 @@ async fn a_provider_scales_a_component_over_rest() {
     assert_eq!(code, 404, "{e}");
     assert_eq!(site.veem.service(&service).unwrap().vees.len(), 2);
 }
+
+/// A change sent again with its `Idempotency-Key` (as `curl --retry`
+/// would after a lost answer) is made once; the same key for another
+/// change is a 409.
+#[tokio::test]
+async fn a_change_sent_again_with_its_idempotency_key_is_made_once() {
+    let site = FakeSite::start(&["h1"], TOKENS).await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let post = |action: &str| {
+        let (site, path) = (&site, format!("/v1/vees/{vee}/{action}"));
+        async move {
+            let req = Request::builder()
+                .method(Method::POST)
+                .uri(path)
+                .header("authorization", "Bearer provider-token")
+                .header("idempotency-key", "cp-7")
+                .body(Body::empty())
+                .unwrap();
+            let app = router(std::sync::Arc::new(VmiService::handler(site.veem.clone())), 1 << 20);
+            let res = app.oneshot(req).await.unwrap();
+            let status = res.status().as_u16();
+            let bytes = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+        }
+    };
+    let (first, a) = post("checkpoint").await;
+    let (again, b) = post("checkpoint").await;
+    assert_eq!((first, again), (200, 200), "{a} {b}");
+    assert_eq!(a, b);
+    let taken = site.host("h1").calls().iter().filter(|c| c.starts_with("checkpoint")).count();
+    assert_eq!(taken, 1, "{:?}", site.host("h1").calls());
+    let (code, e) = post("suspend").await;
+    assert_eq!((code, e["error"]["status"].as_str()), (409, Some("ALREADY_EXISTS")), "{e}");
+}

@@ -1,15 +1,19 @@
 //! Who calls the VMI and what they may see: the caller's role from its
 //! bearer token (a peer's also from its certificate, and its epoch against
 //! the newest seen from it), the roles each call admits, the services and
-//! VEEs a role may see, and a refusal's words as it may read them.
+//! VEEs a role may see, a refusal's words as it may read them, and what a
+//! role may ask of a move (Migrate).
 
-use tonic::{Request, Status};
+use interfaces::vmi::{MigrateRequest, MigrationInfo};
+use tonic::{Request, Response, Status};
 
+use super::info::migration_info;
 use super::VmiService;
 use crate::api::status::status;
 use crate::api::visibility::Redactor;
 use crate::config::Role;
 use crate::model::{ServiceRec, VeeRec};
+use crate::workflows::migration::{Dest, Proposer};
 
 impl VmiService {
     /// The caller's role from `authorization: Bearer TOKEN`.
@@ -116,5 +120,43 @@ impl VmiService {
     /// What `role` may not see in free text ([`Redactor::for_role`]).
     pub(super) fn redactor(&self, role: &Role) -> Option<Redactor> {
         Redactor::for_role(&self.veem.cfg, &self.veem.hosts.names(), role)
+    }
+
+    /// A Migrate call of `role`: operators may name a host or a peer
+    /// site; a provider only asks for a move and the site chooses where
+    /// (location unawareness, E §3.4). A caller's reason is recorded,
+    /// never matched against the site policy. Errors: InvalidArgument for
+    /// both destinations named, PermissionDenied for a provider naming
+    /// one, the proposal's refusal as `role` may read it.
+    pub(super) async fn propose(&self, role: &Role, req: MigrateRequest) -> Result<Response<MigrationInfo>, Status> {
+        let role = role.clone();
+        self.visible_vee(&role, &req.vee_id)?;
+        let to = match (req.to_host.is_empty(), req.to_site.is_empty()) {
+            (true, true) => None,
+            (false, true) => Some(Dest::Host(req.to_host)),
+            (true, false) => Some(Dest::Site(req.to_site)),
+            (false, false) => return Err(Status::invalid_argument("give at most one of `to_host` and `to_site`")),
+        };
+        let by = match &role {
+            Role::Provider(p) => Proposer::Provider(p.clone()),
+            _ => Proposer::Operator,
+        };
+        if to.is_some() && matches!(by, Proposer::Provider(_)) {
+            return Err(Status::permission_denied(
+                "only the site's operator names hosts or sites; ask without a destination and the site chooses where",
+            ));
+        }
+        let reason = if req.reason.is_empty() {
+            "requested".to_string()
+        } else {
+            req.reason
+        };
+        let m = match to {
+            Some(to) => self.veem.migration.propose(&req.vee_id, to, &reason, by),
+            None => self.veem.migration.propose_anywhere(&req.vee_id, &reason, by),
+        };
+        let redactor = self.redactor(&role);
+        m.map(|m| Response::new(migration_info(&m, redactor.as_ref())))
+            .map_err(|e| self.refusal(&role, e))
     }
 }

@@ -8,6 +8,7 @@ use super::*;
 use crate::model::{UsageRec, ViolationRec};
 use crate::sim::{FakeSite, STANDARD};
 use crate::store::Tree;
+use crate::workflows::migration::Dest;
 
 const TOKENS: &str = "[[tokens]]\ntoken = \"provider-token\"\nrole = \"provider\"\nname = \"acme\"\n\
 [[tokens]]\ntoken = \"operator-token\"\nrole = \"operator\"\n\
@@ -185,4 +186,74 @@ async fn a_peer_call_of_an_older_epoch_than_seen_is_refused() {
         !fenced(&vmi.release_spare(call(None)).await),
         "no epoch: a peer without an election"
     );
+}
+
+fn with_id<T>(token: &str, id: &str, msg: T) -> Request<T> {
+    let mut r = as_(token, msg);
+    r.metadata_mut().insert(replies::REQUEST_ID, id.parse().unwrap());
+    r
+}
+
+/// A change asked again with its request ID (a retry after a lost answer
+/// or a takeover) gets the first call's answer and is not made twice;
+/// the same ID for another change is refused, and so is a malformed ID.
+#[tokio::test]
+async fn a_change_asked_again_with_its_request_id_is_made_once() {
+    let site = FakeSite::start(&["h1"], TOKENS).await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let vmi = VmiService::handler(site.veem.clone());
+    let checkpoint = |action: Action| VeeActionRequest {
+        vee_id: vee.clone(),
+        action: vmi::Action::from(action) as i32,
+        checkpoint_id: String::new(),
+    };
+    let first = vmi
+        .vee_action(with_id("provider-token", "cp-1", checkpoint(Action::Checkpoint)))
+        .await
+        .unwrap()
+        .into_inner();
+    // Asked again, even by a VEEM started anew over the same store.
+    let site = site.restart();
+    let vmi = VmiService::handler(site.veem.clone());
+    let again = vmi
+        .vee_action(with_id("provider-token", "cp-1", checkpoint(Action::Checkpoint)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first, again);
+    let taken = |site: &FakeSite| site.host("h1").calls().iter().filter(|c| c.starts_with("checkpoint")).count();
+    assert_eq!(taken(&site), 1, "{:?}", site.host("h1").calls());
+    // Another change under the same ID: refused, nothing done.
+    let e = vmi
+        .vee_action(with_id("provider-token", "cp-1", checkpoint(Action::Suspend)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert!(
+        e.message().contains("\"cp-1\"") && e.message().contains("VeeAction"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(site.veem.vee(&vee).unwrap().state, crate::model::VeeState::Running);
+    // Without an ID, or with another, a change is made each time.
+    for id in [None, Some("cp-2")] {
+        let r = match id {
+            Some(id) => with_id("provider-token", id, checkpoint(Action::Checkpoint)),
+            None => as_("provider-token", checkpoint(Action::Checkpoint)),
+        };
+        vmi.vee_action(r).await.unwrap();
+    }
+    assert_eq!(taken(&site), 3);
+    let e = vmi
+        .vee_action(with_id("provider-token", "no spaces", checkpoint(Action::Checkpoint)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("vee-request-id"), "{}", e.message());
+    // A failed change keeps nothing: asked again, it runs again.
+    site.host("h1").fail("Checkpoint", Code::Unavailable, "libvirt busy");
+    let r = || with_id("provider-token", "cp-3", checkpoint(Action::Checkpoint));
+    assert!(vmi.vee_action(r()).await.is_err());
+    site.host("h1").script.lock().unwrap().failing.clear();
+    vmi.vee_action(r()).await.expect("run again once the host answers");
 }

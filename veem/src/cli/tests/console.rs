@@ -46,9 +46,17 @@ impl Shared {
 async fn keys_go_to_the_guest_until_ctrl_bracket_and_notices_to_stderr() {
     let mock = Arc::new(Mock::default());
     let ep = serve(mock.clone()).await;
-    let mut c = crate::cli::connect(&ep, Some("tok-of-acme"), None, Duration::from_secs(5))
-        .await
-        .unwrap();
+    let mut c = crate::cli::connect(
+        &ep,
+        crate::cli::AuthInterceptor::new(Some("tok-of-acme")).unwrap(),
+        None,
+        crate::cli::Deadlines {
+            request: Duration::from_secs(5),
+            probe: Duration::from_secs(2),
+        },
+    )
+    .await
+    .unwrap();
     let (mut keyboard, input) = tokio::io::duplex(64);
     let (out, err) = (Shared::default(), Shared::default());
     let (mut o, mut e) = (out.clone(), err.clone());

@@ -20,12 +20,53 @@ pub(crate) struct Mock {
     pub(super) migrate_state: Mutex<&'static str>,
     /// Deploy calls so far: the first is answered Unavailable, as a lost answer.
     pub(super) deploys: std::sync::atomic::AtomicU32,
+    /// The leader this VEEM names while it stands by (`None`: it leads).
+    pub(super) standby_for: Mutex<Option<String>>,
+    /// Health checks answered so far.
+    pub(super) health_checks: std::sync::atomic::AtomicU32,
+    /// `vee-request-id` metadata of every call.
+    pub(super) request_ids: Mutex<Vec<Option<String>>>,
+    /// VeeAction calls still to answer as a VEEM gone mid-call would
+    /// (Unknown: transport error).
+    pub(super) actions_lost: std::sync::atomic::AtomicU32,
+}
+
+/// The gRPC health of the mock: serving while it leads, else a
+/// standby's answer naming the leader (as `api::standby`).
+struct MockHealth(Arc<Mock>);
+
+#[tonic::async_trait]
+impl tonic_health::pb::health_server::Health for MockHealth {
+    async fn check(
+        &self,
+        _: Request<tonic_health::pb::HealthCheckRequest>,
+    ) -> Result<Response<tonic_health::pb::HealthCheckResponse>, Status> {
+        use tonic_health::pb::health_check_response::ServingStatus;
+        self.0.health_checks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        match self.0.standby_for.lock().unwrap().clone() {
+            None => Ok(Response::new(tonic_health::pb::HealthCheckResponse {
+                status: ServingStatus::Serving as i32,
+            })),
+            Some(leader) => {
+                let mut s = Status::unavailable(format!("this VEEM stands by; the site's leader is {leader}"));
+                s.metadata_mut().insert(interfaces::fencing::LEADER, leader.parse().unwrap());
+                Err(s)
+            }
+        }
+    }
+
+    type WatchStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<tonic_health::pb::HealthCheckResponse, Status>> + Send>>;
+    async fn watch(&self, _: Request<tonic_health::pb::HealthCheckRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented(""))
+    }
 }
 
 impl Mock {
     fn note<T: std::fmt::Debug>(&self, req: &Request<T>) {
         let auth = req.metadata().get("authorization").map(|v| v.to_str().unwrap().to_string());
         self.auth.lock().unwrap().push(auth);
+        let id = req.metadata().get("vee-request-id").map(|v| v.to_str().unwrap().to_string());
+        self.request_ids.lock().unwrap().push(id);
         self.seen.lock().unwrap().push(format!("{:?}", req.get_ref()));
     }
 }
@@ -159,6 +200,10 @@ impl Vmi for MockSvc {
     }
     async fn vee_action(&self, r: Request<VeeActionRequest>) -> R<VeeInfo> {
         self.note(&r);
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.actions_lost.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok() {
+            return Err(Status::unknown("transport error"));
+        }
         Ok(Response::new(vee(&r.get_ref().vee_id, "local")))
     }
     async fn migrate(&self, r: Request<MigrateRequest>) -> R<MigrationInfo> {
@@ -370,6 +415,7 @@ pub(crate) async fn serve(mock: Arc<Mock>) -> String {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
+            .add_service(tonic_health::pb::health_server::HealthServer::new(MockHealth(mock.clone())))
             .add_service(VmiServiceServer::new(MockSvc(mock)))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );

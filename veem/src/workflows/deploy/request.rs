@@ -60,6 +60,17 @@ impl RequestKey {
         })
     }
 
+    /// Its key in the store: `provider/NAME/ID`, `operator/ID` or
+    /// `peer/SITE/ID`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The request ID as the caller gave it.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     /// The record to commit with the admission of `service_id` from `toml`.
     pub fn record(&self, service_id: &str, toml: &str, now_ms: i64) -> Result<Writes> {
         let mut w = Writes::default();

@@ -200,6 +200,7 @@ impl Migration {
         m.advance(MigrationState::Approved)?;
         m.decided_by = by.into();
         self.save_migration(&m)?;
+        fail::fail_point!("migration-after-approval");
         self.spawn_migration(id);
         Ok(m)
     }

@@ -21,16 +21,24 @@ async fn a_domain_no_record_places_on_the_host_is_destroyed() {
 }
 
 #[tokio::test]
-async fn a_running_vee_its_host_does_not_run_is_failed() {
+async fn a_running_vee_its_host_does_not_run_is_failed_and_restored_there() {
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
     site.host("h1").script.lock().unwrap().running.remove(&vee);
     site.veem.reconcile.reconcile(Strays::KeepWithoutRecords).await.unwrap();
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Failed);
     assert!(
         site.events(&vee).iter().any(|e| e.contains("not running on h1")),
         "{:?}",
         site.events(&vee)
+    );
+    crate::sim::eventually("restored on h1", || {
+        site.veem.vee(&vee).unwrap().state == VeeState::Running && site.host("h1").runs(&vee)
+    })
+    .await;
+    assert!(
+        site.host("h1").calls().iter().any(|c| c.starts_with("restore")),
+        "{:?}",
+        site.host("h1").calls()
     );
 }
 
@@ -131,4 +139,74 @@ async fn a_vee_destroyed_behind_the_veems_back_is_restored_on_its_host_within_tw
     );
     site.veem.reconcile.domain_watch_round(&mut missing).await;
     assert!(missing.is_empty());
+}
+
+/// A takeover or restart in the middle of a checkpoint (the VEEM that
+/// took it gone, its record never written) leaves the VEE running where
+/// its domain runs, checkpointable again: never `checkpointing` for good.
+#[tokio::test]
+async fn a_checkpoint_a_takeover_cut_short_leaves_the_vee_running_and_checkpointable() {
+    let site = FakeSite::start(&["h1"], "").await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let mut v = site.veem.vee(&vee).unwrap();
+    site.veem.transition(&mut v, VeeState::Checkpointing, "on h1").unwrap();
+    let site = site.restart();
+    site.veem.reconcile.reconcile(Strays::Destroy).await.unwrap();
+    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
+    assert!(
+        site.events(&vee).iter().any(|e| e.contains("a checkpoint cut short")),
+        "{:?}",
+        site.events(&vee)
+    );
+    site.veem.lifecycle.checkpoint_vee(&vee).await.expect("checkpointed again");
+    assert!(site.host("h1").runs(&vee));
+}
+
+/// A VEE recorded migrating with no migration running for it (a
+/// takeover came between) is running again where its domain runs.
+#[tokio::test]
+async fn a_vee_migrating_without_a_running_migration_is_running_where_its_domain_is() {
+    let site = FakeSite::start(&["h1", "h2"], "").await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let mut v = site.veem.vee(&vee).unwrap();
+    site.veem.transition(&mut v, VeeState::Migrating, "to h2").unwrap();
+    let site = site.restart();
+    site.veem.reconcile.reconcile(Strays::Destroy).await.unwrap();
+    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
+    let to = if site.veem.vee(&vee).unwrap().host() == Some("h1") {
+        "h2"
+    } else {
+        "h1"
+    };
+    assert_eq!(site.migrate_to_host(&vee, to).await.state, crate::model::MigrationState::Done);
+}
+
+/// A migration approved just before a takeover (never started) is run by
+/// the next VEEM, not left approved for good.
+#[tokio::test]
+async fn a_migration_approved_before_a_takeover_is_run_by_the_next_veem() {
+    use crate::model::MigrationState;
+    use crate::store::Tree;
+    use crate::workflows::migration::{Dest, Proposer};
+    let site = FakeSite::start(&["h1", "h2"], "").await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let to = if site.veem.vee(&vee).unwrap().host() == Some("h1") {
+        "h2"
+    } else {
+        "h1"
+    };
+    let mut m = site
+        .veem
+        .migration
+        .propose(&vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
+        .unwrap();
+    // Approved as `approve` records it, with no task to run it (the VEEM
+    // that approved it is gone).
+    m.advance(MigrationState::Approved).unwrap();
+    site.veem.store.put(Tree::Migrations, &m.id, &m).unwrap();
+    let site = site.restart();
+    site.veem.reconcile.reconcile(Strays::Destroy).await.unwrap();
+    assert_eq!(site.finished(&m.id).await.state, MigrationState::Done);
+    assert_eq!(site.veem.vee(&vee).unwrap().host(), Some(to));
+    assert!(site.host(to).runs(&vee));
 }
