@@ -122,8 +122,40 @@ async fn lab_the_standby_takes_over_a_killed_leader_and_a_stalled_one_is_fenced(
     // stalled one, woken up, is fenced, steps down and stands by again.
     let stalled = two.daemon.pid().unwrap().to_string();
     std::process::Command::new("kill").args(["-STOP", &stalled]).status().unwrap();
+    let stopped = Instant::now();
+    // Clients given both endpoints, the stalled one first, skip it within
+    // the probe deadline, wait through the takeover and answer from the
+    // new leader within seconds of it; a checkpoint asked meanwhile is
+    // taken once.
+    let both = format!("{},{}", two.endpoint, one.endpoint);
+    let cli = |args: &'static [&'static str]| {
+        let (both, dir) = (both.clone(), dir.clone());
+        tokio::task::spawn_blocking(move || {
+            let out = site::cli_at(&both, &dir, ACME, args);
+            (Instant::now(), out)
+        })
+    };
+    let ls = cli(&["ls", "-q"]);
+    let checkpoint = {
+        let (both, dir, vee) = (both.clone(), dir.clone(), vee.clone());
+        tokio::task::spawn_blocking(move || site::cli_at(&both, &dir, ACME, &["checkpoint", &vee, "-o", "json"]))
+    };
     let took = wait_leading(&mut one, TTL + Duration::from_secs(20)).await;
+    let led = Instant::now();
     println!("takeover of a stalled leader: {took:?}");
+    let (answered, out) = ls.await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&vee));
+    let after = answered.saturating_duration_since(led);
+    println!(
+        "veem ls with the leader stopped: answered {:?} after the stop, {after:?} after the takeover",
+        answered.duration_since(stopped)
+    );
+    assert!(after < Duration::from_secs(3), "{after:?} after the standby led");
+    let out = checkpoint.await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cp["state"], "running", "{cp}");
     // The new leader's heartbeats carried its epoch to the host, which
     // keeps the newest and refuses any older one: the stalled leader's
     // (its election key was made before the new leader's).
@@ -189,7 +221,6 @@ async fn lab_the_standby_takes_over_a_killed_leader_and_a_stalled_one_is_fenced(
     // the list).
     let file = dir.join("more.toml");
     std::fs::write(&file, manifest("more", "acme", &ids, 1, "")).unwrap();
-    let both = format!("{},{}", two.endpoint, one.endpoint);
     let out = site::cli_at(&both, &dir, ACME, &["deploy", file.to_str().unwrap(), "-o", "json"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));

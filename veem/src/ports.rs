@@ -268,9 +268,13 @@ impl<T> VmiTransport for T where
 #[derive(Clone)]
 pub struct GrpcPeer<T = PeerChannel>(vmi::vmi_service_client::VmiServiceClient<T>);
 
+/// How often a peer's connection is pinged, and how long a ping may go
+/// unanswered before the connection is closed.
+pub const PEER_KEEP_ALIVE: Duration = Duration::from_secs(2);
+
 impl GrpcPeer {
     /// A lazy channel to the peer of `entry` at `endpoint` (one of the
-    /// entry's; 3 s to connect). An `https://` endpoint needs this site's
+    /// entry's; 3 s to connect, TLS included; [`PEER_KEEP_ALIVE`]). An `https://` endpoint needs this site's
     /// identity `tls` (shown to the peer: mutual TLS) and the peer's CA
     /// (`ca` of the entry), and the peer's certificate must be for its
     /// site ID; an `http://` one needs `insecure`. `epoch`: this VEEM's,
@@ -283,9 +287,17 @@ impl GrpcPeer {
         epoch: Option<i64>,
     ) -> Result<Self> {
         let site = &entry.site_id;
+        // A frozen peer VEEM (SIGSTOP, a paused VM: its kernel still
+        // takes connections) is given up within seconds: the handshakes
+        // (TCP and TLS) within the connect timeout, an open connection
+        // whose pings go unanswered by the keep-alive (its calls then fail
+        // as a connection lost, and `Following` goes to the next endpoint).
         let mut ep = Endpoint::from_shared(endpoint.to_string())
             .map_err(|e| anyhow!("peer {site}: endpoint {endpoint:?}: {e}"))?
-            .connect_timeout(Duration::from_secs(3));
+            .connect_timeout(Duration::from_secs(3))
+            .http2_keep_alive_interval(PEER_KEEP_ALIVE)
+            .keep_alive_timeout(PEER_KEEP_ALIVE)
+            .keep_alive_while_idle(true);
         match (endpoint.starts_with("https://"), tls, &entry.ca) {
             (true, Some(tls), Some(ca)) => {
                 ep = ep

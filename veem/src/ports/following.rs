@@ -30,7 +30,8 @@ pub struct Following {
 
 /// Where an UNAVAILABLE answer says to go: the leader a standby names
 /// (`Ok(Some)`), the next endpoint after a connection that could not be
-/// made (`Ok(None)`), or nowhere: the answer is the call's (`Err`).
+/// made or was lost (`Ok(None)`), or nowhere: the answer is the call's
+/// (`Err`).
 fn redirect(s: &Status) -> Result<Option<String>, ()> {
     if s.code() != tonic::Code::Unavailable {
         return Err(());
@@ -43,7 +44,9 @@ fn redirect(s: &Status) -> Result<Option<String>, ()> {
         .get(interfaces::fencing::NOT_ACTING)
         .is_some_and(|v| v.as_bytes() == b"standby");
     let m = s.message();
-    if standby || m.contains("connect") || m.contains("transport error") {
+    // A connection not made, or lost (a frozen VEEM's pings unanswered:
+    // "http2 error", keep-alive timed out).
+    if standby || m.contains("connect") || m.contains("transport error") || m == "http2 error" {
         return Ok(None);
     }
     Err(())
@@ -244,6 +247,41 @@ mod tests {
         assert_eq!(out.next().await.unwrap().unwrap(), ConsoleOutput::Data(b"UNAME\r".to_vec()));
     }
 
+    /// A leader frozen (SIGSTOP: the kernel still takes its connections)
+    /// is given up within seconds, by the connection's keep-alive, and
+    /// the call goes on to the next endpoint.
+    #[tokio::test]
+    async fn a_frozen_leaders_call_goes_on_to_the_next_endpoint_within_seconds() {
+        let vmi = crate::cli::tests::mock::serve(Default::default()).await;
+        let frozen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let frozen_ep = format!("http://{}", frozen.local_addr().unwrap());
+        let entry: crate::config::PeerEntry = toml::from_str(&format!(
+            "site_id = \"site-b\"\nendpoint = \"{frozen_ep},{vmi}\"\ntoken = \"a-peer-token-long-enough\"\n[agreement]\n"
+        ))
+        .unwrap();
+        let peers = entry
+            .endpoints()
+            .into_iter()
+            .map(|e| (e.clone(), GrpcPeer::new(&entry, &e, None, true, None).unwrap()))
+            .collect();
+        let following = Following::new(peers);
+        let started = std::time::Instant::now();
+        let (keys, typed) = tokio::sync::mpsc::channel::<Vec<u8>>(8);
+        let attached = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            following.attach_console("vee-1", false, Box::pin(tokio_stream::wrappers::ReceiverStream::new(typed))),
+        )
+        .await
+        .expect("waited on the frozen leader");
+        let mut out = attached.unwrap();
+        assert_eq!(
+            out.next().await.unwrap().unwrap(),
+            ConsoleOutput::Data(b"console of vee-1\r\n".to_vec())
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(8), "{:?}", started.elapsed());
+        drop(keys);
+    }
+
     #[test]
     fn only_a_standbys_answer_or_a_connection_not_made_goes_elsewhere() {
         let mut standby = Status::unavailable("this VEEM stands by for site b: its leader is at https://b2:7200");
@@ -260,6 +298,7 @@ mod tests {
             redirect(&Status::unavailable("error trying to connect: tcp connect error")),
             Ok(None)
         );
+        assert_eq!(redirect(&Status::unavailable("http2 error")), Ok(None), "keep-alive timed out");
         // The leader's own answers are the call's: its store did not
         // answer (the outcome unknown), or it refused.
         let store = Status::unavailable("the site's control plane store (etcd) does not answer");
