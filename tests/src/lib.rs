@@ -5,6 +5,7 @@
 
 pub mod abusive;
 pub mod browser;
+pub mod chaos;
 pub mod console;
 pub mod daemons;
 pub mod disk;

@@ -295,18 +295,20 @@ async fn lab_a_veem_killed_inside_deploy_deploys_once_for_a_client_that_retries(
 }
 
 /// The VEEM killed (as kill -9: a failpoint aborts it) at every step of a
-/// checkpoint, a restore and a migration within the site, then started
-/// again, as a standby taking over would: each time the VEE ends running,
-/// once, checkpointable and movable; none is left checkpointing,
-/// migrating or approved for good.
+/// checkpoint, a restore, a resize, a migration within the site and a
+/// scale-out, then started again, as a standby taking over would: each
+/// time the VEE ends running, once, checkpointable and movable; none is
+/// left checkpointing, migrating or approved for good, no resize half
+/// made, no new instance left unbooted.
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_once() {
     let _lab = lab::lock();
     let mut site = Site::new("faults-takeover", "").await;
     let mut acme = site.veem.client(ACME).await;
-    let svc = site::deploy(&mut acme, manifest("shop", "acme", &site.ids, 1, "")).await.unwrap();
+    let resizable = manifest("shop", "acme", &site.ids, 1, "").replace("disk_gib = 1\n", "disk_gib = 1\nmax_vcpus = 2\n");
+    let svc = site::deploy(&mut acme, resizable).await.unwrap();
     let vee = svc.vees[0].vee_id.clone();
-    let mut at = site.stable(&vee, "deploy").await;
+    site.stable(&vee, "deploy").await;
     for point in ["checkpoint-after-transition", "checkpoint-after-vhi", "restore-after-destroy"] {
         site.arm(point).await;
         let mut acme = site.veem.client(ACME).await;
@@ -318,8 +320,33 @@ async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_on
         let e = site::vee_action(&mut acme, &vee, action).await.unwrap_err();
         assert!(!matches!(e.code(), tonic::Code::Ok), "{e:?}");
         site.restart_after_failpoint().await;
-        at = site.stable(&vee, point).await;
+        site.stable(&vee, point).await;
     }
+    // A resize: its reservation grown, the VEEM killed before the host
+    // or the record: back to the record's size.
+    site.arm("resize-after-reservation").await;
+    let resize = ResizeVeeRequest {
+        vee_id: vee.clone(),
+        vcpus: 2,
+        memory_mib: 0,
+    };
+    assert!(site.veem.client(ACME).await.resize_vee(resize).await.is_err());
+    site.restart_after_failpoint().await;
+    let mut at = site.stable(&vee, "resize-after-reservation").await;
+    let info = site
+        .veem
+        .client(OPERATOR)
+        .await
+        .get_vee(GetVeeRequest { vee_id: vee.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.vcpus, 1, "{info:?}");
+    let rolled_back = site::history(&mut site.veem.client(OPERATOR).await, &svc.service_id).await;
+    assert!(
+        rolled_back.iter().any(|e| e.detail.contains("a resize cut short")),
+        "{rolled_back:?}"
+    );
     // A migration within the site: killed once approved, once the VEE is
     // migrating, once it was sent; the next VEEM runs it, rolls it back
     // or completes it.
@@ -354,5 +381,20 @@ async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_on
         let now = site.stable(&vee, point).await;
         assert_eq!(now == 1 - at, moves, "after {point}: on host {now}, was on {at}");
         at = now;
+    }
+    // A scale-out: the new instance admitted and recorded, the VEEM
+    // killed before it booted it: booted by the next.
+    site.arm("scale-after-commit").await;
+    let scale = ScaleComponentRequest {
+        service_id: svc.service_id.clone(),
+        component: "web".into(),
+        instances: 2,
+    };
+    assert!(site.veem.client(ACME).await.scale_component(scale).await.is_err());
+    site.restart_after_failpoint().await;
+    let vees = site::vees(&mut site.veem.client(ACME).await, &svc.service_id).await;
+    assert_eq!(vees.len(), 2, "{vees:?}");
+    for v in &vees {
+        site.stable(&v.vee_id, "scale-after-commit").await;
     }
 }

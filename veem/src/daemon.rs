@@ -371,6 +371,7 @@ async fn start_up(veem: &Arc<Veem>, start: Start) {
     if let Err(e) = veem.reconcile.reconcile(strays).await {
         tracing::warn!(error = %format!("{e:#}"), "reconciliation incomplete");
     }
+    veem.resizing.roll_back_cut_short().await;
     veem.rollouts.resume_all();
     // Hosts the site had before: from now on, silence counts against them
     // even if they never answered since this start (a host that died while

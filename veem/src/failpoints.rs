@@ -19,6 +19,8 @@
 //! | `migration-after-approval` | a migration approved, not started |
 //! | `migration-after-start` | a migration recorded running, its VEE migrating, the destination not asked |
 //! | `migration-after-send` | a migration's VEE sent, its destination not told to complete |
+//! | `resize-after-reservation` | a resize: the VEE's reservation resized, neither its host nor its record |
+//! | `scale-after-commit` | a scale-out: the new instances admitted and recorded, none booted |
 
 /// Arms the failpoints of `spec` (`name=action;name=action`) and makes a
 /// panic abort the process. Errors: a malformed entry, named.

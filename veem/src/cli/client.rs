@@ -145,9 +145,11 @@ async fn probe(ep: &str, ca: Option<&Path>, deadlines: Deadlines) -> Probe {
 /// whether they serve (gRPC health), each within the probe deadline, and
 /// the first that serves is taken; a standby's answer names the leader,
 /// which is asked too. While a standby names a leader that does not
-/// answer (it died or froze, and the standby takes over once its lease
-/// runs out), they are asked again every half second, for as long as the
-/// request deadline; a leader still starting is taken when none serves.
+/// answer, or stands by itself (it died, froze or stepped down, and a
+/// standby takes over once its lease runs out), they are asked again
+/// every half second, for as long as the request deadline; a leader still
+/// starting is taken when none serves. A site whose VEEMs all say its
+/// store does not answer (read-only) is an error at once.
 /// The error names each endpoint's answer.
 async fn leading(endpoints: Vec<String>, ca: Option<&Path>, deadlines: Deadlines) -> anyhow::Result<Channel> {
     use futures::stream::{FuturesUnordered, StreamExt};
@@ -159,6 +161,7 @@ async fn leading(endpoints: Vec<String>, ca: Option<&Path>, deadlines: Deadlines
             .map(|ep| async move { (ep.clone(), probe(ep, ca, deadlines).await) })
             .collect();
         let (mut answers, mut starting, mut named, mut gone) = (Vec::new(), None, Vec::new(), Vec::new());
+        let mut standing_by = Vec::new();
         while let Some((ep, p)) = asking.next().await {
             match p {
                 Probe::Serving(ch) => return Ok(ch),
@@ -169,6 +172,7 @@ async fn leading(endpoints: Vec<String>, ca: Option<&Path>, deadlines: Deadlines
                 Probe::Standby(leader, m) => {
                     answers.push(format!("{ep}: {m}"));
                     named.extend(leader);
+                    standing_by.push(ep);
                 }
                 Probe::Gone(m) => {
                     answers.push(format!("{ep}: {m}"));
@@ -187,7 +191,9 @@ async fn leading(endpoints: Vec<String>, ca: Option<&Path>, deadlines: Deadlines
         if let Some(ch) = starting {
             return Ok(ch);
         }
-        let takeover = named.iter().any(|l| gone.iter().any(|g| same(g, l)));
+        // The leader named is gone, or stands by itself (its lease not
+        // yet lapsed): an election is under way.
+        let takeover = named.iter().any(|l| gone.iter().chain(&standing_by).any(|g| same(g, l)));
         if !takeover || tokio::time::Instant::now() + Duration::from_millis(500) >= give_up {
             bail!("no VEEM of the site serves as its leader: {}", answers.join("; "));
         }

@@ -53,7 +53,12 @@ impl SiteCopy {
     }
 
     fn try_apply(&mut self, tree: Tree, key: &[u8], value: Option<&[u8]>, revision: Revision) -> Result<()> {
-        let key = std::str::from_utf8(key).context("a key that is not UTF-8")?;
+        // The watch brings every tree's changes; the others' keys need not
+        // be text (an event's is its number, 8 bytes big-endian).
+        if !TREES.contains(&tree) {
+            return Ok(());
+        }
+        let key = std::str::from_utf8(key).with_context(|| format!("a key of tree {} that is not UTF-8", tree.name()))?;
         match (tree, value) {
             (Tree::Vees, Some(v)) => {
                 let rec: VeeRec = serde_json::from_slice(v).with_context(|| format!("vees record {key}"))?;
@@ -271,5 +276,25 @@ fn apply_all(copy: &Mutex<SiteCopy>, list: &[Change]) {
     let mut copy = copy.lock().unwrap();
     for c in list {
         copy.apply(c.tree, &c.key, c.value.as_deref(), c.revision);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The watch brings other trees' changes too: an event's key is its
+    /// number in 8 bytes, not text, and must not make the copy unusable
+    /// (it did for about every other event: a takeover then read the
+    /// whole store again).
+    #[test]
+    fn other_trees_changes_leave_the_copy_usable() {
+        let mut copy = SiteCopy::default();
+        copy.apply(Tree::Events, &200u64.to_be_bytes(), Some(b"{}"), 7);
+        copy.apply(Tree::Usage, &[0xff, 0xfe], None, 8);
+        assert_eq!(copy.unusable, None);
+        // A key of a tree it keeps that is not text still is.
+        copy.apply(Tree::Vees, &[0xff], None, 9);
+        assert!(copy.unusable.unwrap().contains("tree vees"));
     }
 }

@@ -66,6 +66,7 @@ impl Resizing {
         let planned = self.planner.lock().unwrap().resize_vee(vee_id, new_vcpus, new_memory, now);
         let old = planned.map_err(|e| anyhow::anyhow!("reject: VEE {vee_id} cannot be resized: {e}"))?;
         self.persist_planner()?;
+        fail::fail_point!("resize-after-reservation");
         let r = self
             .hosts
             .vhi(&host)?
@@ -88,6 +89,61 @@ impl Resizing {
         self.save_vee(&v)?;
         self.event(vee_id, &v.service_id, "resized", what);
         Ok(v)
+    }
+
+    /// After a restart or takeover: a resize the VEEM died in the middle
+    /// of (its reservation resized, its record not) is rolled back. Each
+    /// running VEE on a host whose reservation's vCPUs or memory differ
+    /// from its record gets its reservation back to the record's size
+    /// (what it held before) and its domain resized to it (VHI Resize,
+    /// the same size again when the host never resized it). Returns how
+    /// many were rolled back; each is evented.
+    pub async fn roll_back_cut_short(&self) -> usize {
+        let mut n = 0;
+        for v in self.vees_where(|v| v.state == VeeState::Running && v.host().is_some()) {
+            let _g = self.lock_vee(&v.id).await;
+            let Ok(v) = self.vee(&v.id) else { continue };
+            let Some(host) = v.host().map(str::to_string) else { continue };
+            let held = self.planner.lock().unwrap().reservation(&v.id).map(|r| r.resources);
+            let Some(held) = held.filter(|h| (h.vcpus, h.memory_mib) != (v.vcpus, v.memory_mib)) else {
+                continue;
+            };
+            let back = self
+                .planner
+                .lock()
+                .unwrap()
+                .resize_vee(&v.id, v.vcpus, v.memory_mib, self.now_slot());
+            if let Err(e) = back.map_err(anyhow::Error::from).and_then(|_| self.persist_planner()) {
+                tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "a resize cut short: its reservation not given back");
+                continue;
+            }
+            let resized = match self.hosts.vhi(&host) {
+                Ok(c) => c
+                    .resize(tonic::Request::new(ResizeRequest {
+                        vee_id: v.id.clone(),
+                        vcpus: v.vcpus,
+                        memory_mib: v.memory_mib,
+                    }))
+                    .await
+                    .map(|_| ())
+                    .map_err(|s| s.message().to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let what = format!(
+                "a resize cut short by a VEEM restart or takeover: back to {} vCPUs, {} MiB (its reservation held {} vCPUs, {} MiB){}",
+                v.vcpus,
+                v.memory_mib,
+                held.vcpus,
+                held.memory_mib,
+                resized
+                    .err()
+                    .map(|e| format!("; {host} did not resize it: {e}"))
+                    .unwrap_or_default()
+            );
+            self.event(&v.id, &v.service_id, "reconcile", what);
+            n += 1;
+        }
+        n
     }
 }
 

@@ -199,6 +199,7 @@ impl Scaling {
             grown.vees.extend(vees.iter().map(|v| v.id.clone()));
             match self.commit_admission_plan(plan, &grown, &vees, Default::default()) {
                 Ok(Ok(admitted)) => {
+                    fail::fail_point!("scale-after-commit");
                     drop(one_at_a_time);
                     settle(true, spare_site).await;
                     for v in &vees {

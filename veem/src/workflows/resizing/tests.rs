@@ -87,3 +87,31 @@ async fn no_room_on_its_host_or_a_host_that_cannot_changes_nothing() {
     assert_eq!(r.vcpus, 1, "given back");
     assert_eq!(site.veem.vee(&id).unwrap().vcpus, 1);
 }
+
+/// A VEEM that died in the middle of a resize (its reservation resized,
+/// its record not) left the two apart: the next VEEM gives the
+/// reservation back to the record's size and resizes the domain to it.
+#[tokio::test]
+async fn a_resize_cut_short_by_a_takeover_is_rolled_back_to_the_record() {
+    let site = site(&["h1"]).await;
+    let id = running(&site, &resizable()).await;
+    let now = site.veem.now_slot();
+    site.veem.planner.lock().unwrap().resize_vee(&id, 2, 1024, now).unwrap();
+    site.veem.persist_planner().unwrap();
+    let site = site.restart();
+    assert_eq!(site.veem.resizing.roll_back_cut_short().await, 1);
+    let held = site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources;
+    assert_eq!((held.vcpus, held.memory_mib), (1, 512), "the reservation of the record's size");
+    assert!(
+        site.host("h1").calls().iter().any(|c| c.starts_with("resize")),
+        "{:?}",
+        site.host("h1").calls()
+    );
+    assert!(
+        site.events(&id).iter().any(|e| e.contains("a resize cut short")),
+        "{:?}",
+        site.events(&id)
+    );
+    // At rest, nothing to roll back.
+    assert_eq!(site.veem.resizing.roll_back_cut_short().await, 0);
+}

@@ -1,0 +1,633 @@
+//! The control plane under chaos (`scripts/chaos`, `tests/tests/chaos.rs`):
+//! site A on a 3-member etcd cluster with two VEEMs (leader and standby,
+//! a 3 s lease) and three VEEHs on the lab's two libvirtds, under a load
+//! of clients, each the `veem` CLI given both VEEMs' endpoints as a user
+//! gives them (checkpoints, migrations approved by the operator,
+//! scale-outs and -ins, deploys and undeploys), and a prober asking
+//! `veem ls` every quarter second. Each round, one fault drawn at random:
+//! kill -9 or SIGSTOP (past the lease, then SIGCONT) of the leading VEEM,
+//! kill -9 of the standby, of one etcd member, of one VEEH, each brought
+//! back after it. Once the load stops, the round checks what a user and
+//! an operator count on:
+//! - one VEEM leads;
+//! - no VEE stuck: none left checkpointing, migrating, deploying or
+//!   recovering, no migration approved or running, [`SETTLE`] after the
+//!   fault at most;
+//! - none doubled: each VEE's domain runs on one host at most;
+//! - none lost: each VEE recorded running on a host has its domain there.
+//!
+//! The client-visible unavailability of a round is the longest gap
+//! between two `veem ls` that answered. Not covered yet: a partition of
+//! the leader from etcd, site B and a peer's migrations in, the usage
+//! records' continuity.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use interfaces::vmi::{MigrationState, VeeInfo, VeeState};
+
+use crate::daemons::{GuestIds, ImageRepo, Veeh};
+use crate::ha::{config, list, spawn};
+use crate::site::{self, host_of, manifest, Veem, ACME, OPERATOR};
+use crate::{guest, lab};
+
+/// The leader's lease.
+pub const TTL: Duration = Duration::from_secs(3);
+/// How long after a fault's end every VEE and migration must be at rest.
+pub const SETTLE: Duration = Duration::from_secs(120);
+/// At most this many VEEs, so that TCG guests stay few on two cores.
+const MAX_VEES: usize = 4;
+
+/// One fault of a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Fault {
+    KillLeader,
+    StopLeader,
+    KillStandby,
+    KillEtcdMember,
+    KillVeeh,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 5] = [
+        Fault::KillLeader,
+        Fault::StopLeader,
+        Fault::KillStandby,
+        Fault::KillEtcdMember,
+        Fault::KillVeeh,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::KillLeader => "kill -9 leader",
+            Fault::StopLeader => "SIGSTOP leader",
+            Fault::KillStandby => "kill -9 standby",
+            Fault::KillEtcdMember => "kill -9 etcd member",
+            Fault::KillVeeh => "kill -9 VEEH",
+        }
+    }
+}
+
+/// What one round saw.
+#[derive(Debug)]
+pub struct Round {
+    pub fault: Fault,
+    /// The longest gap between two answered `veem ls`.
+    pub unavailable: Duration,
+    /// VEEMs leading once it settled (1 expected).
+    pub leaders: usize,
+    pub lost: Vec<String>,
+    pub doubled: Vec<String>,
+    pub stuck: Vec<String>,
+    /// The load's commands that answered, and those that failed (each
+    /// failure's first line).
+    pub ok: usize,
+    pub failed: Vec<String>,
+    /// Whether a new leader opened from its standby's copy (a takeover
+    /// happened in the round).
+    pub from_copy: Option<bool>,
+    /// What the fault hit: the VEEM's log, the etcd member, the host.
+    pub target: Option<String>,
+}
+
+impl Round {
+    pub fn violations(&self) -> usize {
+        self.lost.len() + self.doubled.len() + self.stuck.len() + usize::from(self.leaders != 1)
+    }
+
+    /// The failed commands no VEEM answered (the CLI gave up on the
+    /// site), as opposed to those a VEEM refused (no room, a name that
+    /// names several services).
+    pub fn unanswered(&self) -> usize {
+        self.failed.iter().filter(|f| unanswered(f)).count()
+    }
+}
+
+/// Whether a failed command's error says no VEEM answered it.
+fn unanswered(error: &str) -> bool {
+    [
+        "went away mid-call",
+        "Unavailable",
+        "no VEEM of the site serves",
+        "DeadlineExceeded",
+        "cannot reach",
+    ]
+    .iter()
+    .any(|w| error.contains(w))
+}
+
+/// The rounds of a run.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub rounds: Vec<Round>,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+impl Report {
+    /// Lost, doubled and stuck VEEs and rounds without one leader.
+    pub fn violations(&self) -> usize {
+        self.rounds.iter().map(Round::violations).sum()
+    }
+
+    /// A Markdown table: per fault, rounds, unavailability p50/p99,
+    /// commands answered and failed, violations; then all rounds.
+    pub fn table(&self) -> String {
+        let mut t = String::from(
+            "| fault | rounds | unavailable p50 | unavailable p99 | commands answered | refused | unanswered | lost | doubled | stuck | not one leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        );
+        let mut kinds: Vec<Option<Fault>> = Fault::ALL.iter().copied().map(Some).collect();
+        kinds.push(None);
+        for kind in kinds {
+            let rs: Vec<&Round> = self.rounds.iter().filter(|r| kind.is_none_or(|k| r.fault == k)).collect();
+            if rs.is_empty() {
+                continue;
+            }
+            let mut gaps: Vec<Duration> = rs.iter().map(|r| r.unavailable).collect();
+            gaps.sort();
+            let sum = |f: &dyn Fn(&Round) -> usize| rs.iter().map(|r| f(r)).sum::<usize>();
+            t += &format!(
+                "| {} | {} | {:.1} s | {:.1} s | {} | {} | {} | {} | {} | {} | {} |\n",
+                kind.map_or("all", Fault::name),
+                rs.len(),
+                percentile(&gaps, 0.5).as_secs_f64(),
+                percentile(&gaps, 0.99).as_secs_f64(),
+                sum(&|r| r.ok),
+                sum(&|r| r.failed.len() - r.unanswered()),
+                sum(&|r| r.unanswered()),
+                sum(&|r| r.lost.len()),
+                sum(&|r| r.doubled.len()),
+                sum(&|r| r.stuck.len()),
+                sum(&|r| usize::from(r.leaders != 1)),
+            );
+        }
+        let copies: Vec<bool> = self.rounds.iter().filter_map(|r| r.from_copy).collect();
+        t += &format!(
+            "\nTakeovers opened from the standby's copy: {} of {}.\n",
+            copies.iter().filter(|c| **c).count(),
+            copies.len()
+        );
+        t
+    }
+}
+
+/// The lab of a run (see the module doc).
+pub struct Lab {
+    dir: PathBuf,
+    cluster: vee_testkit::etcd::EtcdCluster,
+    _repo: ImageRepo,
+    ids: GuestIds,
+    hosts: Vec<Veeh>,
+    /// Each VEEM with its configuration and port.
+    veems: Vec<(Veem, PathBuf, u16)>,
+    started: usize,
+    rng: fastrand::Rng,
+}
+
+impl Lab {
+    /// Starts the cluster, the repository, three VEEHs and two VEEMs, and
+    /// deploys acme's `shop` of two instances. `seed`: the faults' and
+    /// the load's draws.
+    pub async fn start(seed: u64) -> Self {
+        let dir = lab::test_dir("chaos");
+        let cluster = tokio::task::block_in_place(|| vee_testkit::etcd::EtcdCluster::start(&dir, 3)).unwrap();
+        let repo = ImageRepo::start(&dir).await;
+        let ids = repo.push_guest(&guest::image()).await;
+        let mut hosts = Vec::new();
+        for (name, uri) in [("c1", lab::SITE_A_URI), ("c2", lab::SITE_A2_URI), ("c3", lab::SITE_A_URI)] {
+            hosts.push(Veeh::start_sized(&dir, name, "site-a", uri, &repo, (4, 2048)).await);
+        }
+        let store = cluster.store_toml_leased("/vee/site-a", TTL);
+        let refs: Vec<&Veeh> = hosts.iter().collect();
+        let mut veems = Vec::new();
+        for name in ["chaos-veem-1", "chaos-veem-2"] {
+            let port = site::port();
+            let cfg = config(&dir, name, port, &repo, &refs, &[], &store);
+            veems.push((spawn(&dir, name, port, &cfg), cfg, port));
+        }
+        let lab = Lab {
+            dir,
+            cluster,
+            _repo: repo,
+            ids,
+            hosts,
+            veems,
+            started: 0,
+            rng: fastrand::Rng::with_seed(seed),
+        };
+        let start = Instant::now();
+        while lab.leader().await.is_none() {
+            assert!(start.elapsed() < Duration::from_secs(60), "no VEEM leads");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let file = lab.dir.join("shop.toml");
+        std::fs::write(&file, manifest("shop", "acme", &lab.ids, 2, "checkpoint_interval = \"20s\"\n")).unwrap();
+        let out = lab
+            .cli(ACME, &["deploy", file.to_str().unwrap(), "--wait", "--timeout", "180s"])
+            .await;
+        assert!(out.0, "deploy: {}", out.1);
+        lab
+    }
+
+    fn endpoints(&self) -> String {
+        self.veems.iter().map(|(v, ..)| v.endpoint.clone()).collect::<Vec<_>>().join(",")
+    }
+
+    /// `veem ARGS` as `token`, given both endpoints: whether it
+    /// succeeded, and its output (stdout, then stderr).
+    async fn cli(&self, token: &str, args: &[&str]) -> (bool, String) {
+        cli(
+            self.endpoints(),
+            self.dir.clone(),
+            token,
+            args.iter().map(|a| a.to_string()).collect(),
+        )
+        .await
+    }
+
+    /// The index of the VEEM that leads now, if one does.
+    async fn leader(&self) -> Option<usize> {
+        for (i, (v, ..)) in self.veems.iter().enumerate() {
+            if list(v).await.is_ok() {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// How many VEEMs answer as leaders.
+    async fn leaders(&self) -> usize {
+        let mut n = 0;
+        for (v, ..) in &self.veems {
+            n += usize::from(list(v).await.is_ok());
+        }
+        n
+    }
+
+    /// Kills VEEM `i` and starts it again (a standby then).
+    fn restart_veem(&mut self, i: usize) {
+        self.started += 1;
+        let (v, cfg, port) = &mut self.veems[i];
+        v.daemon.kill();
+        let name = format!("chaos-veem-{}-{}", i + 1, self.started);
+        *v = spawn(&self.dir, &name, *port, cfg);
+    }
+
+    /// Applies `fault` and brings back what it took; the index of the
+    /// leader before it, and what the fault hit.
+    async fn inject(&mut self, fault: Fault) -> (Option<usize>, Option<String>) {
+        let leader = self.leader().await;
+        let standby = leader.map(|l| 1 - l);
+        let target = match fault {
+            Fault::KillLeader | Fault::StopLeader => leader.map(|l| self.veems[l].0.daemon.name.clone()),
+            Fault::KillStandby => standby.map(|s| self.veems[s].0.daemon.name.clone()),
+            Fault::KillEtcdMember | Fault::KillVeeh => None,
+        };
+        let mut hit = None;
+        match fault {
+            Fault::KillLeader => {
+                if let Some(l) = leader {
+                    self.veems[l].0.daemon.kill();
+                    tokio::time::sleep(TTL + Duration::from_secs(2)).await;
+                    self.restart_veem(l);
+                }
+            }
+            Fault::StopLeader => {
+                if let Some(pid) = leader.and_then(|l| self.veems[l].0.daemon.pid()) {
+                    signal("-STOP", pid);
+                    tokio::time::sleep(TTL + Duration::from_secs(3)).await;
+                    signal("-CONT", pid);
+                }
+            }
+            Fault::KillStandby => {
+                if let Some(s) = standby {
+                    self.veems[s].0.daemon.kill();
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    self.restart_veem(s);
+                }
+            }
+            Fault::KillEtcdMember => {
+                let i = self.rng.usize(0..3);
+                hit = Some(format!("etcd member m{i}"));
+                self.cluster.kill_member(i);
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                tokio::task::block_in_place(|| self.cluster.start_member(i)).unwrap();
+            }
+            Fault::KillVeeh => {
+                let i = self.rng.usize(0..self.hosts.len());
+                hit = Some(self.hosts[i].host.clone());
+                self.hosts[i].daemon.kill();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                self.hosts[i].restart().await;
+            }
+        }
+        (leader, target.or(hit))
+    }
+
+    /// The operator's view of the VEEs, from whichever VEEM leads.
+    async fn vees(&self) -> Option<Vec<VeeInfo>> {
+        for (v, ..) in &self.veems {
+            if let Ok(l) = list(v).await {
+                return Some(l);
+            }
+        }
+        None
+    }
+
+    /// The open migrations (approved or running) the leader records.
+    async fn open_migrations(&self) -> Option<Vec<String>> {
+        let l = self.leader().await?;
+        let mut op = crate::ha::client(&self.veems[l].0.endpoint, OPERATOR).await.ok()?;
+        let all = op
+            .list_migrations(interfaces::vmi::ListMigrationsRequest::default())
+            .await
+            .ok()?
+            .into_inner()
+            .migrations;
+        Some(
+            all.into_iter()
+                .filter(|m| matches!(m.state(), MigrationState::Approved | MigrationState::Running))
+                .map(|m| format!("migration {} of VEE {} {}", m.migration_id, m.vee_id, m.state().as_str_name()))
+                .collect(),
+        )
+    }
+
+    /// Once the site settled ([`SETTLE`] at most): the round's checks
+    /// (see the module doc) into `round`.
+    async fn check(&self, round: &mut Round, since: Instant) {
+        let transitional = |i: &VeeInfo| {
+            matches!(
+                i.state(),
+                VeeState::Checkpointing | VeeState::Migrating | VeeState::Deploying | VeeState::Recovering
+            )
+        };
+        let (vees, stuck) = loop {
+            let vees = self.vees().await;
+            let open = self.open_migrations().await;
+            let mut stuck: Vec<String> = vees
+                .iter()
+                .flatten()
+                .filter(|i| transitional(i))
+                .map(|i| format!("VEE {} {}", i.vee_id, i.state().as_str_name()))
+                .collect();
+            stuck.extend(open.clone().unwrap_or_default());
+            if vees.is_some() && open.is_some() && stuck.is_empty() || since.elapsed() > SETTLE {
+                break (vees.unwrap_or_default(), stuck);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        round.stuck = stuck;
+        round.leaders = self.leaders().await;
+        // Where each VEE's domain runs; what the records say.
+        let mut runs: HashMap<String, Vec<String>> = HashMap::new();
+        for h in &self.hosts {
+            for d in h.domains().await {
+                runs.entry(d.vee_id).or_default().push(h.host.clone());
+            }
+        }
+        for (vee, on) in &runs {
+            if on.len() > 1 {
+                round.doubled.push(format!("VEE {vee} runs on {on:?}"));
+            }
+        }
+        for i in vees.iter().filter(|i| i.state() == VeeState::Running) {
+            let Some(host) = host_of(i) else { continue };
+            if !runs.get(&i.vee_id).is_some_and(|on| on.contains(&host)) {
+                round.lost.push(format!(
+                    "VEE {} recorded running on {host}, its domain on {:?}",
+                    i.vee_id,
+                    runs.get(&i.vee_id)
+                ));
+            }
+        }
+    }
+
+    /// One round of `fault` under load (see the module doc).
+    pub async fn round(&mut self, fault: Fault) -> Round {
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(Mutex::new(vec![Instant::now()]));
+        let prober = tokio::spawn(probe(self.endpoints(), self.dir.clone(), stop.clone(), answered.clone()));
+        let load = tokio::spawn(load(self.load_plan(), self.endpoints(), self.dir.clone(), stop.clone()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (before, target) = self.inject(fault).await;
+        let injected = Instant::now();
+        // The load and the prober go on until a leader answers again.
+        while self.leader().await.is_none() && injected.elapsed() < SETTLE {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop.store(true, Ordering::SeqCst);
+        let (ok, failed) = load.await.unwrap();
+        prober.await.unwrap();
+        let mut times = answered.lock().unwrap().clone();
+        times.push(Instant::now());
+        let unavailable = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
+        let mut round = Round {
+            fault,
+            unavailable,
+            leaders: 0,
+            lost: vec![],
+            doubled: vec![],
+            stuck: vec![],
+            ok,
+            failed,
+            from_copy: None,
+            target,
+        };
+        self.check(&mut round, injected).await;
+        let after = self.leader().await;
+        if let Some(now) = after.filter(|_| after != before) {
+            let log = self.veems[now].0.daemon.log_text();
+            round.from_copy = log
+                .rsplit("opening the site's state from_copy=")
+                .next()
+                .filter(|_| log.contains("opening the site's state from_copy="))
+                .map(|rest| rest.starts_with("true"));
+        }
+        round
+    }
+
+    /// What the load of a round does: the IDs its commands name.
+    fn load_plan(&mut self) -> Plan {
+        Plan {
+            hosts: self.hosts.iter().map(|h| h.host.clone()).collect(),
+            manifest: {
+                let f = self.dir.join("extra.toml");
+                std::fs::write(&f, manifest("extra", "acme", &self.ids, 1, "")).unwrap();
+                f
+            },
+            seed: self.rng.u64(..),
+        }
+    }
+}
+
+/// The load's parameters for a round.
+struct Plan {
+    hosts: Vec<String>,
+    manifest: PathBuf,
+    seed: u64,
+}
+
+fn signal(sig: &str, pid: u32) {
+    let _ = std::process::Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
+/// `veem ARGS` (see [`Lab::cli`]), in a blocking task.
+async fn cli(endpoints: String, dir: PathBuf, token: &str, args: Vec<String>) -> (bool, String) {
+    let token = token.to_string();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = site::cli_at(&endpoints, &dir, &token, &args);
+        (
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// `veem ls` every quarter second until `stop`, each answer's time into
+/// `answered`.
+async fn probe(endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>, answered: Arc<Mutex<Vec<Instant>>>) {
+    while !stop.load(Ordering::SeqCst) {
+        if cli(endpoints.clone(), dir.clone(), OPERATOR, vec!["ls".into(), "-q".into()])
+            .await
+            .0
+        {
+            answered.lock().unwrap().push(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Commands as a provider and an operator send them, one a second until
+/// `stop`: checkpoints, migrations (proposed, then approved), scaling
+/// `shop` between 2 and 3, deploying and undeploying `extra`. How many
+/// answered, and the first line of each failure.
+async fn load(plan: Plan, endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>) -> (usize, Vec<String>) {
+    let mut rng = fastrand::Rng::with_seed(plan.seed);
+    // The `extra` services this load deployed, oldest first.
+    let mut extras: Vec<String> = Vec::new();
+    let (mut ok, mut failed) = (0, Vec::new());
+    let run = |token: &'static str, args: Vec<String>| cli(endpoints.clone(), dir.clone(), token, args);
+    while !stop.load(Ordering::SeqCst) {
+        let (_, listed) = run(OPERATOR, vec!["ls".into(), "-o".into(), "json".into()]).await;
+        let vees: Vec<(String, String)> = serde_json::from_str::<serde_json::Value>(&listed)
+            .ok()
+            .and_then(|v| v["items"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter(|v| v["state"] == "running")
+            .map(|v| {
+                let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+                (s("vee_id"), s("location"))
+            })
+            .collect();
+        let args: Vec<String> = match (rng.u8(0..4), vees.get(rng.usize(0..vees.len().max(1)))) {
+            (0, Some((vee, ..))) => vec!["checkpoint".into(), vee.clone()],
+            (1, Some((vee, location))) => {
+                let to = plan
+                    .hosts
+                    .iter()
+                    .find(|h| !location.contains(h.as_str()))
+                    .cloned()
+                    .unwrap_or_default();
+                let (done, said) = run(
+                    OPERATOR,
+                    vec!["migrate".into(), vee.clone(), "--to-host".into(), to, "-o".into(), "json".into()],
+                )
+                .await;
+                let id = serde_json::from_str::<serde_json::Value>(&said)
+                    .ok()
+                    .and_then(|m| m["migration_id"].as_str().map(String::from));
+                match (done, id) {
+                    (true, Some(id)) => vec!["approve".into(), id],
+                    _ => {
+                        failed.push(first_line(&said));
+                        continue;
+                    }
+                }
+            }
+            (2, _) => {
+                let n = if vees.len() < MAX_VEES { "3" } else { "2" };
+                vec!["scale".into(), "shop".into(), "web".into(), n.into()]
+            }
+            _ if vees.len() < MAX_VEES => vec!["deploy".into(), plan.manifest.display().to_string(), "-q".into()],
+            _ if !extras.is_empty() => vec!["undeploy".into(), extras.remove(0)],
+            _ => continue,
+        };
+        let token = if args[0] == "approve" { OPERATOR } else { ACME };
+        let deploy = args[0] == "deploy";
+        match run(token, args).await {
+            (true, said) => {
+                ok += 1;
+                if deploy {
+                    extras.extend(said.lines().next().map(str::to_string));
+                }
+            }
+            (false, said) => failed.push(first_line(&said)),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    (ok, failed)
+}
+
+fn first_line(s: &str) -> String {
+    s.lines()
+        .find(|l| l.starts_with("error"))
+        .unwrap_or(s.lines().next().unwrap_or(""))
+        .chars()
+        .take(200)
+        .collect()
+}
+
+/// Runs `rounds` rounds on a lab of its own, faults drawn from `seed`;
+/// prints each round as it ends. The report.
+pub async fn run(rounds: usize, seed: u64) -> Report {
+    let mut lab = Lab::start(seed).await;
+    let mut report = Report::default();
+    // Each fault once in the first rounds (in a drawn order), then drawn.
+    let mut order = Fault::ALL.to_vec();
+    lab.rng.shuffle(&mut order);
+    for n in 0..rounds {
+        let fault = order
+            .get(n)
+            .copied()
+            .unwrap_or_else(|| Fault::ALL[lab.rng.usize(0..Fault::ALL.len())]);
+        let began = chrono::Utc::now().format("%H:%M:%S%.3f");
+        let r = lab.round(fault).await;
+        println!(
+            "round {} ({began} UTC): {} {}unavailable {:.1} s, {} ok, {} failed, violations {}{}",
+            n + 1,
+            fault.name(),
+            r.target.as_deref().map(|t| format!("({t}) ")).unwrap_or_default(),
+            r.unavailable.as_secs_f64(),
+            r.ok,
+            r.failed.len(),
+            r.violations(),
+            if r.violations() > 0 {
+                format!(
+                    ": lost {:?} doubled {:?} stuck {:?} leaders {}",
+                    r.lost, r.doubled, r.stuck, r.leaders
+                )
+            } else {
+                String::new()
+            }
+        );
+        for f in &r.failed {
+            println!("    a command failed: {f}");
+        }
+        report.rounds.push(r);
+    }
+    report
+}
