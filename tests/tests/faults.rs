@@ -59,14 +59,20 @@ impl Site {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert!(self.veem.daemon.log_text().contains("failpoint"), "{}", self.veem.daemon.log_text());
+        self.set_failpoints("");
+        self.veem.restart().await;
+    }
+
+    /// Writes the VEEM's configuration with `line` as its only
+    /// `failpoints` line (none when empty).
+    fn set_failpoints(&self, line: &str) {
         let text = std::fs::read_to_string(&self.veem.config).unwrap();
-        let disarmed: String = text
+        let rest: String = text
             .lines()
             .filter(|l| !l.starts_with("failpoints"))
             .map(|l| format!("{l}\n"))
             .collect();
-        std::fs::write(&self.veem.config, disarmed).unwrap();
-        self.veem.restart().await;
+        std::fs::write(&self.veem.config, format!("{line}{rest}")).unwrap();
     }
 }
 
@@ -74,13 +80,7 @@ impl Site {
     /// Restarts the VEEM with failpoint `name` armed (`panic`: it dies
     /// there as kill -9 would).
     async fn arm(&mut self, name: &str) {
-        let text = std::fs::read_to_string(&self.veem.config).unwrap();
-        let rest: String = text
-            .lines()
-            .filter(|l| !l.starts_with("failpoints"))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        std::fs::write(&self.veem.config, format!("failpoints = \"{name}=panic\"\n{rest}")).unwrap();
+        self.set_failpoints(&format!("failpoints = \"{name}=panic\"\n"));
         self.veem.restart().await;
     }
 

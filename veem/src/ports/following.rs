@@ -218,6 +218,20 @@ mod tests {
         assert_eq!(second.next().await, None, "it ends with the input");
     }
 
+    /// Peer site-b at `endpoints` (comma-separated, plain HTTP).
+    fn following(endpoints: &str) -> Following {
+        let entry: crate::config::PeerEntry = toml::from_str(&format!(
+            "site_id = \"site-b\"\nendpoint = \"{endpoints}\"\ntoken = \"a-peer-token-long-enough\"\n[agreement]\n"
+        ))
+        .unwrap();
+        let peers = entry
+            .endpoints()
+            .into_iter()
+            .map(|e| (e.clone(), GrpcPeer::new(&entry, &e, None, true, None).unwrap()))
+            .collect();
+        Following::new(peers)
+    }
+
     #[tokio::test]
     async fn a_console_is_attached_at_the_next_endpoint_when_the_last_one_does_not_answer() {
         let vmi = crate::cli::tests::mock::serve(Default::default()).await;
@@ -226,16 +240,7 @@ mod tests {
             "http://{}",
             std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
         );
-        let entry: crate::config::PeerEntry = toml::from_str(&format!(
-            "site_id = \"site-b\"\nendpoint = \"{gone},{vmi}\"\ntoken = \"a-peer-token-long-enough\"\n[agreement]\n"
-        ))
-        .unwrap();
-        let peers = entry
-            .endpoints()
-            .into_iter()
-            .map(|e| (e.clone(), GrpcPeer::new(&entry, &e, None, true, None).unwrap()))
-            .collect();
-        let following = Following::new(peers);
+        let following = following(&format!("{gone},{vmi}"));
         let (keys, typed) = tokio::sync::mpsc::channel::<Vec<u8>>(8);
         let mut out = following
             .attach_console("vee-1", false, Box::pin(tokio_stream::wrappers::ReceiverStream::new(typed)))
@@ -255,16 +260,7 @@ mod tests {
         let vmi = crate::cli::tests::mock::serve(Default::default()).await;
         let frozen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let frozen_ep = format!("http://{}", frozen.local_addr().unwrap());
-        let entry: crate::config::PeerEntry = toml::from_str(&format!(
-            "site_id = \"site-b\"\nendpoint = \"{frozen_ep},{vmi}\"\ntoken = \"a-peer-token-long-enough\"\n[agreement]\n"
-        ))
-        .unwrap();
-        let peers = entry
-            .endpoints()
-            .into_iter()
-            .map(|e| (e.clone(), GrpcPeer::new(&entry, &e, None, true, None).unwrap()))
-            .collect();
-        let following = Following::new(peers);
+        let following = following(&format!("{frozen_ep},{vmi}"));
         let started = std::time::Instant::now();
         let (keys, typed) = tokio::sync::mpsc::channel::<Vec<u8>>(8);
         let attached = tokio::time::timeout(

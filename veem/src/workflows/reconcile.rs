@@ -59,8 +59,12 @@ impl Reconcile {
 impl Reconcile {
     /// Resolves every difference between records and hosts:
     /// - a VEE recorded admitted/deploying: deployed again (idempotent);
-    /// - a VEE recorded running whose host runs no such domain: failed, to
-    ///   recovery (restore from its latest checkpoint);
+    /// - a VEE recorded running whose host runs no such domain: failed, and
+    ///   restored on that host from its latest checkpoint;
+    /// - a VEE left checkpointing, or migrating with no migration running,
+    ///   by the VEEM before (a restart, a takeover): running again where
+    ///   its domain runs;
+    /// - a migration approved and never started: started;
     /// - a domain a host runs for a VEE recorded elsewhere or terminated:
     ///   destroyed there (a VEE never runs in two places);
     /// - a migration recorded running: completed if the VEE left its
@@ -200,10 +204,11 @@ impl Reconcile {
                     let Some(doms) = running.get(&h) else { continue };
                     if !doms.contains_key(&v.id) {
                         // Restored there from its latest checkpoint, as
-                        // the domain watch does (its reservation kept).
+                        // the domain watch does (its reservation kept); a
+                        // VEE its provider suspended stays failed.
                         self.event(&v.id, &v.service_id, "reconcile", format!("not running on {h}: failed"));
                         self.transition(&mut v, VeeState::Failed, format!("{h} does not run it"))?;
-                        if self.try_busy(&v.id) {
+                        if s != VeeState::Suspended && self.try_busy(&v.id) {
                             let (veem, id) = (self.clone(), v.id.clone());
                             self.spawn(async move {
                                 veem.restore_on(&id, &h, "its host did not run it when the VEEM started").await;
