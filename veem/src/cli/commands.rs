@@ -93,19 +93,28 @@ pub(crate) async fn deploy_idempotent(
 pub const LEADER_RETRIES: u32 = 3;
 
 /// Whether `e` says the VEEM that was called went away mid-call (killed,
-/// frozen past the keep-alive, or standing by after a takeover), so that
-/// the site's leader, now or soon another, is to be asked again; not when
-/// the site's store is read-only (asking again does not help).
-fn leader_lost(e: &anyhow::Error) -> bool {
+/// frozen past the keep-alive: the connection lost; or standing by, or
+/// starting, after a takeover: marked `vee-not-acting`), so that the
+/// site's leader, now or soon another, is to be asked again; not when the
+/// site's store is read-only (asking again does not help), nor for the
+/// leader's own UNAVAILABLE (a host it could not reach: its answer).
+pub(super) fn leader_lost(e: &anyhow::Error) -> bool {
     let Some(s) = e.chain().find_map(|c| c.downcast_ref::<tonic::Status>()) else {
         return false;
     };
     let m = s.message();
-    let transport = ["transport error", "connection", "h2 protocol error", "keep-alive", "broken pipe"]
-        .iter()
-        .any(|w| m.contains(w));
+    let transport = [
+        "transport error",
+        "connection",
+        "h2 protocol error",
+        "http2 error",
+        "keep-alive",
+        "broken pipe",
+    ]
+    .iter()
+    .any(|w| m.contains(w));
     match s.code() {
-        tonic::Code::Unavailable => !read_only(s),
+        tonic::Code::Unavailable => !read_only(s) && (interfaces::fencing::not_acting(s) || transport),
         tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled => transport,
         _ => false,
     }

@@ -635,3 +635,31 @@ async fn usage_takes_a_range_and_groups_by_vee_site_or_hour() {
     let rows: Vec<Vec<&str>> = out.lines().skip(1).map(|l| l.split_whitespace().take(3).collect()).collect();
     assert_eq!(rows, [["db", "4", "4.000"], ["web", "4", "4.000"]], "{out}");
 }
+
+/// Which errors make the CLI ask the site's leader again: a VEEM gone
+/// (the connection lost, a standby or a leader still starting), not the
+/// leader's own answers nor a read-only site.
+#[test]
+fn only_a_veem_gone_mid_call_is_asked_again() {
+    use super::commands::leader_lost;
+    use tonic::Status;
+    let status = |s: Status| anyhow::Error::from(s);
+    let mut standby = Status::unavailable("this VEEM stands by");
+    standby
+        .metadata_mut()
+        .insert(interfaces::fencing::NOT_ACTING, "standby".parse().unwrap());
+    let mut read_only = Status::unavailable("site site-a's control plane is read-only");
+    read_only
+        .metadata_mut()
+        .insert(interfaces::fencing::NOT_ACTING, "read-only".parse().unwrap());
+    read_only
+        .metadata_mut()
+        .insert(interfaces::fencing::READ_ONLY, "etcd".parse().unwrap());
+    assert!(leader_lost(&status(standby)));
+    assert!(leader_lost(&status(Status::unknown("transport error"))));
+    assert!(leader_lost(&status(Status::unavailable("http2 error"))));
+    assert!(!leader_lost(&status(read_only)));
+    assert!(!leader_lost(&status(Status::unavailable("host h1 did not answer"))));
+    assert!(!leader_lost(&status(Status::failed_precondition("no room"))));
+    assert!(!leader_lost(&anyhow::anyhow!("cannot read manifest m.toml")));
+}
