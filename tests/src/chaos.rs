@@ -33,6 +33,7 @@ use crate::daemons::{GuestIds, ImageRepo, Veeh};
 use crate::ha::{config, list, spawn};
 use crate::site::{self, host_of, manifest, Veem, ACME, OPERATOR};
 use crate::{guest, lab};
+use load::{cli, load, probe, Plan};
 
 /// The leader's lease.
 pub const TTL: Duration = Duration::from_secs(3);
@@ -470,125 +471,8 @@ impl Lab {
     }
 }
 
-/// The load's parameters for a round.
-struct Plan {
-    hosts: Vec<String>,
-    manifest: PathBuf,
-    seed: u64,
-}
-
 fn signal(sig: &str, pid: u32) {
     let _ = std::process::Command::new("kill").args([sig, &pid.to_string()]).status();
-}
-
-/// `veem ARGS` (see [`Lab::cli`]), in a blocking task.
-async fn cli(endpoints: String, dir: PathBuf, token: &str, args: Vec<String>) -> (bool, String) {
-    let token = token.to_string();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = site::cli_at(&endpoints, &dir, &token, &args);
-        (
-            out.status.success(),
-            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
-        )
-    })
-    .await
-    .unwrap()
-}
-
-/// `veem ls` every quarter second until `stop`, each answer's time into
-/// `answered`.
-async fn probe(endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>, answered: Arc<Mutex<Vec<Instant>>>) {
-    while !stop.load(Ordering::SeqCst) {
-        if cli(endpoints.clone(), dir.clone(), OPERATOR, vec!["ls".into(), "-q".into()])
-            .await
-            .0
-        {
-            answered.lock().unwrap().push(Instant::now());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Commands as a provider and an operator send them, one a second until
-/// `stop`: checkpoints, migrations (proposed, then approved), scaling
-/// `shop` between 2 and 3, deploying and undeploying `extra`. How many
-/// answered, and the first line of each failure.
-async fn load(plan: Plan, endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>) -> (usize, Vec<String>) {
-    let mut rng = fastrand::Rng::with_seed(plan.seed);
-    // The `extra` services this load deployed, oldest first.
-    let mut extras: Vec<String> = Vec::new();
-    let (mut ok, mut failed) = (0, Vec::new());
-    let run = |token: &'static str, args: Vec<String>| cli(endpoints.clone(), dir.clone(), token, args);
-    while !stop.load(Ordering::SeqCst) {
-        let (_, listed) = run(OPERATOR, vec!["ls".into(), "-o".into(), "json".into()]).await;
-        let vees: Vec<(String, String)> = serde_json::from_str::<serde_json::Value>(&listed)
-            .ok()
-            .and_then(|v| v["items"].as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .filter(|v| v["state"] == "running")
-            .map(|v| {
-                let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
-                (s("vee_id"), s("location"))
-            })
-            .collect();
-        let args: Vec<String> = match (rng.u8(0..4), vees.get(rng.usize(0..vees.len().max(1)))) {
-            (0, Some((vee, ..))) => vec!["checkpoint".into(), vee.clone()],
-            (1, Some((vee, location))) => {
-                let to = plan
-                    .hosts
-                    .iter()
-                    .find(|h| !location.contains(h.as_str()))
-                    .cloned()
-                    .unwrap_or_default();
-                let (done, said) = run(
-                    OPERATOR,
-                    vec!["migrate".into(), vee.clone(), "--to-host".into(), to, "-o".into(), "json".into()],
-                )
-                .await;
-                let id = serde_json::from_str::<serde_json::Value>(&said)
-                    .ok()
-                    .and_then(|m| m["migration_id"].as_str().map(String::from));
-                match (done, id) {
-                    (true, Some(id)) => vec!["approve".into(), id],
-                    _ => {
-                        failed.push(first_line(&said));
-                        continue;
-                    }
-                }
-            }
-            (2, _) => {
-                let n = if vees.len() < MAX_VEES { "3" } else { "2" };
-                vec!["scale".into(), "shop".into(), "web".into(), n.into()]
-            }
-            _ if vees.len() < MAX_VEES => vec!["deploy".into(), plan.manifest.display().to_string(), "-q".into()],
-            _ if !extras.is_empty() => vec!["undeploy".into(), extras.remove(0)],
-            _ => continue,
-        };
-        let token = if args[0] == "approve" { OPERATOR } else { ACME };
-        let deploy = args[0] == "deploy";
-        match run(token, args).await {
-            (true, said) => {
-                ok += 1;
-                if deploy {
-                    extras.extend(said.lines().next().map(str::to_string));
-                }
-            }
-            (false, said) => failed.push(first_line(&said)),
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    (ok, failed)
-}
-
-fn first_line(s: &str) -> String {
-    s.lines()
-        .find(|l| l.starts_with("error"))
-        .unwrap_or(s.lines().next().unwrap_or(""))
-        .chars()
-        .take(200)
-        .collect()
 }
 
 /// Runs `rounds` rounds on a lab of its own, faults drawn from `seed`;
@@ -631,3 +515,5 @@ pub async fn run(rounds: usize, seed: u64) -> Report {
     }
     report
 }
+
+mod load;

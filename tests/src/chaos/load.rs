@@ -1,0 +1,128 @@
+//! The load of a chaos round: `veem` commands as a provider and an
+//! operator send them, given both VEEMs' endpoints, and the prober's
+//! `veem ls` every quarter second.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::MAX_VEES;
+use crate::site::{self, ACME, OPERATOR};
+
+/// The load's parameters for a round.
+pub(super) struct Plan {
+    pub(super) hosts: Vec<String>,
+    pub(super) manifest: PathBuf,
+    pub(super) seed: u64,
+}
+
+/// `veem ARGS` (see [`Lab::cli`]), in a blocking task.
+pub(super) async fn cli(endpoints: String, dir: PathBuf, token: &str, args: Vec<String>) -> (bool, String) {
+    let token = token.to_string();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = site::cli_at(&endpoints, &dir, &token, &args);
+        (
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// `veem ls` every quarter second until `stop`, each answer's time into
+/// `answered`.
+pub(super) async fn probe(endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>, answered: Arc<Mutex<Vec<Instant>>>) {
+    while !stop.load(Ordering::SeqCst) {
+        if cli(endpoints.clone(), dir.clone(), OPERATOR, vec!["ls".into(), "-q".into()])
+            .await
+            .0
+        {
+            answered.lock().unwrap().push(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Commands as a provider and an operator send them, one a second until
+/// `stop`: checkpoints, migrations (proposed, then approved), scaling
+/// `shop` between 2 and 3, deploying and undeploying `extra`. How many
+/// answered, and the first line of each failure.
+pub(super) async fn load(plan: Plan, endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>) -> (usize, Vec<String>) {
+    let mut rng = fastrand::Rng::with_seed(plan.seed);
+    // The `extra` services this load deployed, oldest first.
+    let mut extras: Vec<String> = Vec::new();
+    let (mut ok, mut failed) = (0, Vec::new());
+    let run = |token: &'static str, args: Vec<String>| cli(endpoints.clone(), dir.clone(), token, args);
+    while !stop.load(Ordering::SeqCst) {
+        let (_, listed) = run(OPERATOR, vec!["ls".into(), "-o".into(), "json".into()]).await;
+        let vees: Vec<(String, String)> = serde_json::from_str::<serde_json::Value>(&listed)
+            .ok()
+            .and_then(|v| v["items"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter(|v| v["state"] == "running")
+            .map(|v| {
+                let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+                (s("vee_id"), s("location"))
+            })
+            .collect();
+        let args: Vec<String> = match (rng.u8(0..4), vees.get(rng.usize(0..vees.len().max(1)))) {
+            (0, Some((vee, ..))) => vec!["checkpoint".into(), vee.clone()],
+            (1, Some((vee, location))) => {
+                let to = plan
+                    .hosts
+                    .iter()
+                    .find(|h| !location.contains(h.as_str()))
+                    .cloned()
+                    .unwrap_or_default();
+                let (done, said) = run(
+                    OPERATOR,
+                    vec!["migrate".into(), vee.clone(), "--to-host".into(), to, "-o".into(), "json".into()],
+                )
+                .await;
+                let id = serde_json::from_str::<serde_json::Value>(&said)
+                    .ok()
+                    .and_then(|m| m["migration_id"].as_str().map(String::from));
+                match (done, id) {
+                    (true, Some(id)) => vec!["approve".into(), id],
+                    _ => {
+                        failed.push(first_line(&said));
+                        continue;
+                    }
+                }
+            }
+            (2, _) => {
+                let n = if vees.len() < MAX_VEES { "3" } else { "2" };
+                vec!["scale".into(), "shop".into(), "web".into(), n.into()]
+            }
+            _ if vees.len() < MAX_VEES => vec!["deploy".into(), plan.manifest.display().to_string(), "-q".into()],
+            _ if !extras.is_empty() => vec!["undeploy".into(), extras.remove(0)],
+            _ => continue,
+        };
+        let token = if args[0] == "approve" { OPERATOR } else { ACME };
+        let deploy = args[0] == "deploy";
+        match run(token, args).await {
+            (true, said) => {
+                ok += 1;
+                if deploy {
+                    extras.extend(said.lines().next().map(str::to_string));
+                }
+            }
+            (false, said) => failed.push(first_line(&said)),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    (ok, failed)
+}
+
+fn first_line(s: &str) -> String {
+    s.lines()
+        .find(|l| l.starts_with("error"))
+        .unwrap_or(s.lines().next().unwrap_or(""))
+        .chars()
+        .take(200)
+        .collect()
+}
