@@ -58,11 +58,17 @@ pub enum Tree {
     /// (`vee-request-id`): `crate::api::server::replies::ReplyRec` (a tree
     /// older VEEMs do not read: no format change).
     Replies,
+    /// Each VEE's counters at its latest metering round, with the host
+    /// they were read on: VEE ID ->
+    /// `crate::workflows::accounting::metrics::Meter`, so that a VEEM
+    /// that takes over meters on from there and the usage records stay
+    /// continuous (a tree older VEEMs do not read: no format change).
+    Meters,
 }
 
 impl Tree {
     /// Every tree, in the order a copy of the store goes through them.
-    pub const ALL: [Tree; 16] = [
+    pub const ALL: [Tree; 17] = [
         Tree::Meta,
         Tree::Services,
         Tree::Vees,
@@ -79,6 +85,7 @@ impl Tree {
         Tree::UsageOutbox,
         Tree::Rollouts,
         Tree::Replies,
+        Tree::Meters,
     ];
 
     /// Whether an engine that keeps revisions itself (sled, memory: etcd
@@ -122,6 +129,7 @@ impl Tree {
             Tree::UsageOutbox => "usage_outbox",
             Tree::Rollouts => "rollouts",
             Tree::Replies => "replies",
+            Tree::Meters => "meters",
         }
     }
 }

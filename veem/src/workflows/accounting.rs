@@ -21,8 +21,8 @@ use crate::store::{Tree, Writes};
 
 pub mod metrics;
 
-/// Counters of the previous metering round of one VEE.
-pub(crate) type Last = metrics::Counters;
+/// The previous metering round of one VEE (its counters and host).
+pub(crate) type Last = metrics::Meter;
 
 /// How far a peer's usage record may reach outside the VEE's stay there
 /// (s): the two sites' clocks and the hand-over of the VEE between them.
@@ -114,18 +114,26 @@ impl Accounting {
         }
     }
 
+    /// Meters each VEE running on a configured host: a usage record from
+    /// its previous round's counters (`last`, or the `meters` tree after
+    /// a takeover or a restart) to now, written with the new counters in
+    /// one commit. No record when the VEE's counters began again (it
+    /// restarted, or moved to another host); the meters of VEEs no longer
+    /// running are dropped, so a VEE started again is not charged for the
+    /// time it was stopped.
     async fn meter_round(&self, last: &mut HashMap<String, Last>) -> Result<()> {
         // Only what runs on a configured host (the copies: those).
         let hosts: std::collections::HashSet<String> = self.hosts.names().into_iter().collect();
         let running = |v: &VeeRec| matches!(v.state, VeeState::Running | VeeState::Checkpointing);
-        for v in self.vees_where(|v| running(v) && v.host().is_some_and(|h| hosts.contains(h))) {
+        let metered = self.vees_where(|v| running(v) && v.host().is_some_and(|h| hosts.contains(h)));
+        for v in &metered {
             let Location::Host(h) = &v.location else { continue };
             let Ok(c) = self.hosts.vhi(h) else { continue };
             let Ok(s) = c.stats(tonic::Request::new(vhi::StatsRequest { vee_id: v.id.clone() })).await else {
                 continue;
             };
             let s = s.into_inner();
-            let now = Last {
+            let now = metrics::Counters {
                 at_ms: interfaces::time::ms_of(&s.time),
                 cpu: s.cpu_seconds,
                 disk_read: s.disk_read_bytes,
@@ -133,46 +141,70 @@ impl Accounting {
                 net_rx: s.net_rx_bytes,
                 net_tx: s.net_tx_bytes,
             };
-            let Some(prev) = last.insert(v.id.clone(), now) else { continue };
-            // Restarted elsewhere (counters began again): no record.
-            let Some(mut values) = metrics::hypervisor_metrics(&prev, &now, v.vcpus, s.memory_mib) else {
-                continue;
+            let prev = match last.get(&v.id) {
+                Some(m) => Some(m.clone()),
+                None => self.store.get::<Last>(Tree::Meters, &v.id)?,
             };
-            metrics::add_kpis(&mut values, &s.kpis);
-            // A VEE run for a peer: its KPIs go to its primary with its usage.
-            let kpis = match &v.for_peer {
-                Some(_) => s
-                    .kpis
-                    .iter()
-                    .filter(|k| values.get(&k.name) == Some(&k.value))
-                    .map(|k| (k.name.clone(), (k.value, interfaces::time::ms_of(&k.time))))
-                    .collect(),
-                None => Default::default(),
+            let meter = Last {
+                host: h.clone(),
+                counters: now,
             };
-            self.samples.record(&v.id, now.at_ms, values);
-            let secs = (now.at_ms - prev.at_ms) as f64 / 1000.0;
-            let rec = UsageRec {
-                record_id: uuid::Uuid::new_v4().to_string(),
-                abc_id: v.service_id.clone(),
-                vee_id: v.id.clone(),
-                site_chain: vec![self.cfg.site_id.clone()],
-                start_unix: prev.at_ms / 1000,
-                end_unix: now.at_ms / 1000,
-                cpu_seconds: now.cpu - prev.cpu,
-                memory_mib_seconds: s.memory_mib as f64 * secs,
-                disk_bytes: (now.disk_read + now.disk_write).saturating_sub(prev.disk_read + prev.disk_write),
-                net_bytes: (now.net_rx + now.net_tx).saturating_sub(prev.net_rx + prev.net_tx),
-                sent: v.for_peer.is_none(),
-                kpis,
-            };
-            // A record of a VEE run for a peer goes to its outbox in the
-            // same write.
             let mut w = Writes::default();
-            w.put(Tree::Usage, &rec.record_id, &rec)?;
-            if let Some(primary) = &v.for_peer {
-                w.put(Tree::UsageOutbox, &rec.record_id, primary)?;
+            w.put(Tree::Meters, &v.id, &meter)?;
+            last.insert(v.id.clone(), meter);
+            // Moved or restarted (counters began again): no record.
+            let values = prev
+                .filter(|p| p.host == *h)
+                .and_then(|p| Some(p.counters).zip(metrics::hypervisor_metrics(&p.counters, &now, v.vcpus, s.memory_mib)));
+            if let Some((prev, mut values)) = values {
+                metrics::add_kpis(&mut values, &s.kpis);
+                // A VEE run for a peer: its KPIs go to its primary with its usage.
+                let kpis = match &v.for_peer {
+                    Some(_) => s
+                        .kpis
+                        .iter()
+                        .filter(|k| values.get(&k.name) == Some(&k.value))
+                        .map(|k| (k.name.clone(), (k.value, interfaces::time::ms_of(&k.time))))
+                        .collect(),
+                    None => Default::default(),
+                };
+                self.samples.record(&v.id, now.at_ms, values);
+                let secs = (now.at_ms - prev.at_ms) as f64 / 1000.0;
+                let rec = UsageRec {
+                    record_id: uuid::Uuid::new_v4().to_string(),
+                    abc_id: v.service_id.clone(),
+                    vee_id: v.id.clone(),
+                    site_chain: vec![self.cfg.site_id.clone()],
+                    start_unix: prev.at_ms / 1000,
+                    end_unix: now.at_ms / 1000,
+                    cpu_seconds: now.cpu - prev.cpu,
+                    memory_mib_seconds: s.memory_mib as f64 * secs,
+                    disk_bytes: (now.disk_read + now.disk_write).saturating_sub(prev.disk_read + prev.disk_write),
+                    net_bytes: (now.net_rx + now.net_tx).saturating_sub(prev.net_rx + prev.net_tx),
+                    sent: v.for_peer.is_none(),
+                    kpis,
+                };
+                // A record of a VEE run for a peer goes to its outbox in
+                // the same write.
+                w.put(Tree::Usage, &rec.record_id, &rec)?;
+                if let Some(primary) = &v.for_peer {
+                    w.put(Tree::UsageOutbox, &rec.record_id, primary)?;
+                }
             }
             self.store.commit(w)?;
+        }
+        // The meters of VEEs no longer metered here.
+        let ids: std::collections::HashSet<&str> = metered.iter().map(|v| v.id.as_str()).collect();
+        last.retain(|id, _| ids.contains(id.as_str()));
+        let mut gone = Writes::default();
+        self.store.scan(Tree::Meters, |id, _| {
+            if !ids.contains(id) {
+                gone.remove(Tree::Meters, id);
+            }
+            Ok(())
+        })?;
+        if !gone.is_empty() {
+            self.store.commit(gone)?;
         }
         Ok(())
     }
@@ -473,6 +505,41 @@ mod tests {
             sent: true,
             kpis: Default::default(),
         }
+    }
+
+    /// A VEEM that takes over meters on from the previous leader's last
+    /// round: its first usage record starts where the previous leader's
+    /// last one ended, so no interval goes unrecorded (issue 52); a VEE
+    /// that stops leaves no meter behind.
+    #[tokio::test]
+    async fn usage_records_stay_continuous_across_a_takeover() {
+        let site = crate::sim::FakeSite::start(&["h1"], "").await;
+        let vee = site.running_service(crate::sim::STANDARD).remove(0);
+        let records = |veem: &crate::manager::Veem| {
+            let mut r: Vec<UsageRec> = veem.store.list(Tree::Usage).unwrap();
+            r.retain(|r| r.vee_id == vee);
+            r.sort_by_key(|r| r.start_unix);
+            r
+        };
+        let pause = || tokio::time::sleep(std::time::Duration::from_millis(1100));
+        let mut leader = HashMap::new();
+        site.veem.accounting.round(&mut leader).await;
+        pause().await;
+        site.veem.accounting.round(&mut leader).await;
+        let before = records(&site.veem);
+        assert_eq!(before.len(), 1, "{before:?}");
+        // The standby takes over with nothing in memory.
+        let next = site.another_veem();
+        pause().await;
+        next.accounting.round(&mut HashMap::new()).await;
+        let after = records(&next);
+        assert_eq!(after.len(), 2, "the first round of the next leader records: {after:?}");
+        assert_eq!(after[1].start_unix, after[0].end_unix, "no gap: {after:?}");
+        assert!(after[1].end_unix > after[1].start_unix, "{after:?}");
+        // Stopped: its meter goes, and a start is not charged for the stop.
+        next.lifecycle.stop_vee(&vee).await.unwrap();
+        next.accounting.round(&mut HashMap::new()).await;
+        assert_eq!(next.store.get::<Last>(Tree::Meters, &vee).unwrap(), None);
     }
 
     #[test]

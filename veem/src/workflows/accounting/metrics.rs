@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
+use serde::{Deserialize, Serialize};
+
 /// One VEE's metrics at one time: name -> value.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Sample {
@@ -23,7 +25,7 @@ pub struct Samples {
 
 /// A VEE's counters at one metering round (cumulative, as the VEEH's Stats
 /// gives them).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Counters {
     pub at_ms: i64,
     /// CPU seconds.
@@ -32,6 +34,16 @@ pub(crate) struct Counters {
     pub disk_write: u64,
     pub net_rx: u64,
     pub net_tx: u64,
+}
+
+/// A VEE's counters at its latest metering round and the host they were
+/// read on: what the next round's usage record starts from. Kept in the
+/// `meters` tree, so that a VEEM that takes over meters on from the
+/// previous leader's last round and no interval goes unrecorded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Meter {
+    pub host: String,
+    pub counters: Counters,
 }
 
 impl Samples {
