@@ -22,6 +22,9 @@ pub const ETCDCTL: &str = "/usr/bin/etcdctl";
 struct Member {
     name: String,
     client_port: u16,
+    /// A second client URL's port: a second way in, for a client to be
+    /// cut off from the cluster alone ([`EtcdCluster::client_ports`]).
+    alt_client_port: u16,
     peer_port: u16,
     child: Option<Child>,
 }
@@ -46,6 +49,7 @@ impl EtcdCluster {
             .map(|i| Member {
                 name: format!("m{i}"),
                 client_port: free_port(),
+                alt_client_port: free_port(),
                 peer_port: free_port(),
                 child: None,
             })
@@ -64,10 +68,23 @@ impl EtcdCluster {
 
     /// The members' client URLs.
     pub fn endpoints(&self) -> Vec<String> {
+        self.endpoints_via(0)
+    }
+
+    /// The members' client ports of way in `way` (0: the first client
+    /// URL, which [`EtcdCluster::endpoints`] gives; 1: the second). Each
+    /// member listens on both, so clients given different ways in can be
+    /// cut off from the cluster apart (a firewall rule on the ports).
+    pub fn client_ports(&self, way: usize) -> Vec<u16> {
         self.members
             .iter()
-            .map(|m| format!("https://127.0.0.1:{}", m.client_port))
+            .map(|m| if way == 0 { m.client_port } else { m.alt_client_port })
             .collect()
+    }
+
+    /// The members' client URLs of way in `way` ([`EtcdCluster::client_ports`]).
+    pub fn endpoints_via(&self, way: usize) -> Vec<String> {
+        self.client_ports(way).iter().map(|p| format!("https://127.0.0.1:{p}")).collect()
     }
 
     /// What a VEEM shows and trusts (`[store.tls]`).
@@ -78,7 +95,13 @@ impl EtcdCluster {
     /// The TOML of a VEEM's `[store]` over this cluster, with key prefix
     /// `prefix`.
     pub fn store_toml(&self, prefix: &str) -> String {
-        let endpoints: Vec<String> = self.endpoints().iter().map(|e| format!("{e:?}")).collect();
+        self.store_toml_via(prefix, 0)
+    }
+
+    /// [`EtcdCluster::store_toml`] over way in `way`
+    /// ([`EtcdCluster::client_ports`]).
+    pub fn store_toml_via(&self, prefix: &str, way: usize) -> String {
+        let endpoints: Vec<String> = self.endpoints_via(way).iter().map(|e| format!("{e:?}")).collect();
         format!(
             "[store]\nengine = \"etcd\"\nendpoints = [{}]\nprefix = \"{prefix}\"\ntimeout = \"5s\"\n[store.tls]\n{}",
             endpoints.join(", "),
@@ -89,7 +112,13 @@ impl EtcdCluster {
     /// [`EtcdCluster::store_toml`] with the leader's lease `ttl` (whole
     /// seconds).
     pub fn store_toml_leased(&self, prefix: &str, ttl: Duration) -> String {
-        self.store_toml(prefix)
+        self.store_toml_leased_via(prefix, ttl, 0)
+    }
+
+    /// [`EtcdCluster::store_toml_leased`] over way in `way`
+    /// ([`EtcdCluster::client_ports`]).
+    pub fn store_toml_leased_via(&self, prefix: &str, ttl: Duration, way: usize) -> String {
+        self.store_toml_via(prefix, way)
             .replacen("[store.tls]", &format!("lease_ttl = \"{}s\"\n[store.tls]", ttl.as_secs()), 1)
     }
 
@@ -110,11 +139,12 @@ impl EtcdCluster {
             .map_err(|e| e.to_string())?;
         let err = log.try_clone().map_err(|e| e.to_string())?;
         let client = format!("https://127.0.0.1:{}", m.client_port);
+        let clients = format!("{client},https://127.0.0.1:{}", m.alt_client_port);
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
         let child = Command::new(ETCD)
             .args(["--name", &m.name, "--data-dir"])
             .arg(&data)
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-client-urls", &clients, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &cluster.join(","), "--initial-cluster-state", state])
             .args(["--initial-cluster-token", "vee-test"])

@@ -6,39 +6,44 @@
 //! scale-outs and -ins, deploys and undeploys), and a prober asking
 //! `veem ls` every quarter second. Each round, one fault drawn at random:
 //! kill -9 or SIGSTOP (past the lease, then SIGCONT) of the leading VEEM,
-//! kill -9 of the standby, of one etcd member, of one VEEH, each brought
-//! back after it. Once the load stops, the round checks what a user and
-//! an operator count on:
+//! a partition of the leading VEEM from etcd (past the lease: each VEEM
+//! reaches the members by ports of its own, which an nftables table cuts
+//! off, [`vee_testkit::partition`]), kill -9 of the standby, of one etcd
+//! member, of one VEEH, each brought back after it. Once the load stops,
+//! the round checks what a user and an operator count on:
 //! - one VEEM leads;
 //! - no VEE stuck: none left checkpointing, migrating, deploying or
 //!   recovering, no migration approved or running, [`SETTLE`] after the
 //!   fault at most;
 //! - none doubled: each VEE's domain runs on one host at most;
-//! - none lost: each VEE recorded running on a host has its domain there.
+//! - none lost: each VEE recorded running on a host has its domain there;
+//! - usage records continuous: each VEE that ran on one host through the
+//!   round (not migrated) has usage records that cover the round without a
+//!   gap, up to the last metering rounds.
 //!
 //! The client-visible unavailability of a round is the longest gap
-//! between two `veem ls` that answered. Not covered yet: a partition of
-//! the leader from etcd, site B and a peer's migrations in, the usage
-//! records' continuity.
+//! between two `veem ls` that answered. Not covered yet: site B and a
+//! peer's migrations in.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use interfaces::vmi::{MigrationState, VeeInfo, VeeState};
-
 use crate::daemons::{GuestIds, ImageRepo, Veeh};
 use crate::ha::{config, list, spawn};
-use crate::site::{self, host_of, manifest, Veem, ACME, OPERATOR};
+use crate::site::{self, manifest, Veem, ACME};
 use crate::{guest, lab};
 use load::{cli, load, probe, Plan};
+use vee_testkit::partition::Partition;
 
 /// The leader's lease.
 pub const TTL: Duration = Duration::from_secs(3);
 /// How long after a fault's end every VEE and migration must be at rest.
 pub const SETTLE: Duration = Duration::from_secs(120);
+/// How far behind now usage records may end: the last metering rounds
+/// (the lab's `usage_interval` is 3 s).
+const METERED: Duration = Duration::from_secs(10);
 /// At most this many VEEs, so that TCG guests stay few on two cores.
 const MAX_VEES: usize = 4;
 
@@ -47,15 +52,17 @@ const MAX_VEES: usize = 4;
 pub enum Fault {
     KillLeader,
     StopLeader,
+    PartitionLeader,
     KillStandby,
     KillEtcdMember,
     KillVeeh,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 5] = [
+    pub const ALL: [Fault; 6] = [
         Fault::KillLeader,
         Fault::StopLeader,
+        Fault::PartitionLeader,
         Fault::KillStandby,
         Fault::KillEtcdMember,
         Fault::KillVeeh,
@@ -65,6 +72,7 @@ impl Fault {
         match self {
             Fault::KillLeader => "kill -9 leader",
             Fault::StopLeader => "SIGSTOP leader",
+            Fault::PartitionLeader => "leader cut off from etcd",
             Fault::KillStandby => "kill -9 standby",
             Fault::KillEtcdMember => "kill -9 etcd member",
             Fault::KillVeeh => "kill -9 VEEH",
@@ -83,6 +91,10 @@ pub struct Round {
     pub lost: Vec<String>,
     pub doubled: Vec<String>,
     pub stuck: Vec<String>,
+    /// Gaps in the usage records of VEEs that ran through the round.
+    pub unmetered: Vec<String>,
+    /// How many VEEs' usage records were checked for gaps.
+    pub metered: usize,
     /// The load's commands that answered, and those that failed (each
     /// failure's first line).
     pub ok: usize,
@@ -96,7 +108,7 @@ pub struct Round {
 
 impl Round {
     pub fn violations(&self) -> usize {
-        self.lost.len() + self.doubled.len() + self.stuck.len() + usize::from(self.leaders != 1)
+        self.lost.len() + self.doubled.len() + self.stuck.len() + self.unmetered.len() + usize::from(self.leaders != 1)
     }
 
     /// The failed commands no VEEM answered (the CLI gave up on the
@@ -141,10 +153,12 @@ impl Report {
     }
 
     /// A Markdown table: per fault, rounds, unavailability p50/p99,
-    /// commands answered and failed, violations; then all rounds.
+    /// commands answered and failed, violations (VEEs lost, doubled,
+    /// stuck; gaps in usage records; rounds without one leader); then all
+    /// rounds.
     pub fn table(&self) -> String {
         let mut t = String::from(
-            "| fault | rounds | unavailable p50 | unavailable p99 | commands answered | refused | unanswered | lost | doubled | stuck | not one leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+            "| fault | rounds | unavailable p50 | unavailable p99 | commands answered | refused | unanswered | lost | doubled | stuck | usage gaps | not one leader |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         let mut kinds: Vec<Option<Fault>> = Fault::ALL.iter().copied().map(Some).collect();
         kinds.push(None);
@@ -157,7 +171,7 @@ impl Report {
             gaps.sort();
             let sum = |f: &dyn Fn(&Round) -> usize| rs.iter().map(|r| f(r)).sum::<usize>();
             t += &format!(
-                "| {} | {} | {:.1} s | {:.1} s | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {:.1} s | {:.1} s | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 kind.map_or("all", Fault::name),
                 rs.len(),
                 percentile(&gaps, 0.5).as_secs_f64(),
@@ -168,6 +182,7 @@ impl Report {
                 sum(&|r| r.lost.len()),
                 sum(&|r| r.doubled.len()),
                 sum(&|r| r.stuck.len()),
+                sum(&|r| r.unmetered.len()),
                 sum(&|r| usize::from(r.leaders != 1)),
             );
         }
@@ -207,10 +222,11 @@ impl Lab {
         for (name, uri) in [("c1", lab::SITE_A_URI), ("c2", lab::SITE_A2_URI), ("c3", lab::SITE_A_URI)] {
             hosts.push(Veeh::start_sized(&dir, name, "site-a", uri, &repo, (4, 2048)).await);
         }
-        let store = cluster.store_toml_leased("/vee/site-a", TTL);
         let refs: Vec<&Veeh> = hosts.iter().collect();
         let mut veems = Vec::new();
-        for name in ["chaos-veem-1", "chaos-veem-2"] {
+        for (way, name) in ["chaos-veem-1", "chaos-veem-2"].into_iter().enumerate() {
+            // Each VEEM reaches etcd by a way of its own, to be cut off alone.
+            let store = cluster.store_toml_leased_via("/vee/site-a", TTL, way);
             let port = site::port();
             let cfg = config(&dir, name, port, &repo, &refs, &[], &store);
             veems.push((spawn(&dir, name, port, &cfg), cfg, port));
@@ -289,7 +305,7 @@ impl Lab {
         let leader = self.leader().await;
         let standby = leader.map(|l| 1 - l);
         let target = match fault {
-            Fault::KillLeader | Fault::StopLeader => leader.map(|l| self.veems[l].0.daemon.name.clone()),
+            Fault::KillLeader | Fault::StopLeader | Fault::PartitionLeader => leader.map(|l| self.veems[l].0.daemon.name.clone()),
             Fault::KillStandby => standby.map(|s| self.veems[s].0.daemon.name.clone()),
             Fault::KillEtcdMember | Fault::KillVeeh => None,
         };
@@ -307,6 +323,14 @@ impl Lab {
                     signal("-STOP", pid);
                     tokio::time::sleep(TTL + Duration::from_secs(3)).await;
                     signal("-CONT", pid);
+                }
+            }
+            Fault::PartitionLeader => {
+                if let Some(l) = leader {
+                    // VEEM l reaches the members by way l.
+                    let cut = Partition::cut("vee_chaos", &self.cluster.client_ports(l)).unwrap();
+                    tokio::time::sleep(TTL + Duration::from_secs(4)).await;
+                    drop(cut);
                 }
             }
             Fault::KillStandby => {
@@ -334,90 +358,13 @@ impl Lab {
         (leader, target.or(hit))
     }
 
-    /// The operator's view of the VEEs, from whichever VEEM leads.
-    async fn vees(&self) -> Option<Vec<VeeInfo>> {
-        for (v, ..) in &self.veems {
-            if let Ok(l) = list(v).await {
-                return Some(l);
-            }
-        }
-        None
-    }
-
-    /// The open migrations (approved or running) the leader records.
-    async fn open_migrations(&self) -> Option<Vec<String>> {
-        let l = self.leader().await?;
-        let mut op = crate::ha::client(&self.veems[l].0.endpoint, OPERATOR).await.ok()?;
-        let all = op
-            .list_migrations(interfaces::vmi::ListMigrationsRequest::default())
-            .await
-            .ok()?
-            .into_inner()
-            .migrations;
-        Some(
-            all.into_iter()
-                .filter(|m| matches!(m.state(), MigrationState::Approved | MigrationState::Running))
-                .map(|m| format!("migration {} of VEE {} {}", m.migration_id, m.vee_id, m.state().as_str_name()))
-                .collect(),
-        )
-    }
-
-    /// Once the site settled ([`SETTLE`] at most): the round's checks
-    /// (see the module doc) into `round`.
-    async fn check(&self, round: &mut Round, since: Instant) {
-        let transitional = |i: &VeeInfo| {
-            matches!(
-                i.state(),
-                VeeState::Checkpointing | VeeState::Migrating | VeeState::Deploying | VeeState::Recovering
-            )
-        };
-        let (vees, stuck) = loop {
-            let vees = self.vees().await;
-            let open = self.open_migrations().await;
-            let mut stuck: Vec<String> = vees
-                .iter()
-                .flatten()
-                .filter(|i| transitional(i))
-                .map(|i| format!("VEE {} {}", i.vee_id, i.state().as_str_name()))
-                .collect();
-            stuck.extend(open.clone().unwrap_or_default());
-            if vees.is_some() && open.is_some() && stuck.is_empty() || since.elapsed() > SETTLE {
-                break (vees.unwrap_or_default(), stuck);
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        };
-        round.stuck = stuck;
-        round.leaders = self.leaders().await;
-        // Where each VEE's domain runs; what the records say.
-        let mut runs: HashMap<String, Vec<String>> = HashMap::new();
-        for h in &self.hosts {
-            for d in h.domains().await {
-                runs.entry(d.vee_id).or_default().push(h.host.clone());
-            }
-        }
-        for (vee, on) in &runs {
-            if on.len() > 1 {
-                round.doubled.push(format!("VEE {vee} runs on {on:?}"));
-            }
-        }
-        for i in vees.iter().filter(|i| i.state() == VeeState::Running) {
-            let Some(host) = host_of(i) else { continue };
-            if !runs.get(&i.vee_id).is_some_and(|on| on.contains(&host)) {
-                round.lost.push(format!(
-                    "VEE {} recorded running on {host}, its domain on {:?}",
-                    i.vee_id,
-                    runs.get(&i.vee_id)
-                ));
-            }
-        }
-    }
-
     /// One round of `fault` under load (see the module doc).
     pub async fn round(&mut self, fault: Fault) -> Round {
         let stop = Arc::new(AtomicBool::new(false));
         let answered = Arc::new(Mutex::new(vec![Instant::now()]));
         let prober = tokio::spawn(probe(self.endpoints(), self.dir.clone(), stop.clone(), answered.clone()));
         let load = tokio::spawn(load(self.load_plan(), self.endpoints(), self.dir.clone(), stop.clone()));
+        let began = (self.vees().await.unwrap_or_default(), chrono::Utc::now().timestamp());
         tokio::time::sleep(Duration::from_secs(1)).await;
         let (before, target) = self.inject(fault).await;
         let injected = Instant::now();
@@ -427,7 +374,7 @@ impl Lab {
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
         stop.store(true, Ordering::SeqCst);
-        let (ok, failed) = load.await.unwrap();
+        let done = load.await.unwrap();
         prober.await.unwrap();
         let mut times = answered.lock().unwrap().clone();
         times.push(Instant::now());
@@ -439,12 +386,15 @@ impl Lab {
             lost: vec![],
             doubled: vec![],
             stuck: vec![],
-            ok,
-            failed,
+            unmetered: vec![],
+            metered: 0,
+            ok: done.ok,
+            failed: done.failed,
             from_copy: None,
             target,
         };
         self.check(&mut round, injected).await;
+        (round.unmetered, round.metered) = self.usage_gaps(&began.0, &done.migrated, began.1).await;
         let after = self.leader().await;
         if let Some(now) = after.filter(|_| after != before) {
             let log = self.veems[now].0.daemon.log_text();
@@ -491,18 +441,19 @@ pub async fn run(rounds: usize, seed: u64) -> Report {
         let began = chrono::Utc::now().format("%H:%M:%S%.3f");
         let r = lab.round(fault).await;
         println!(
-            "round {} ({began} UTC): {} {}unavailable {:.1} s, {} ok, {} failed, violations {}{}",
+            "round {} ({began} UTC): {} {}unavailable {:.1} s, {} ok, {} failed, usage of {} VEEs checked, violations {}{}",
             n + 1,
             fault.name(),
             r.target.as_deref().map(|t| format!("({t}) ")).unwrap_or_default(),
             r.unavailable.as_secs_f64(),
             r.ok,
             r.failed.len(),
+            r.metered,
             r.violations(),
             if r.violations() > 0 {
                 format!(
-                    ": lost {:?} doubled {:?} stuck {:?} leaders {}",
-                    r.lost, r.doubled, r.stuck, r.leaders
+                    ": lost {:?} doubled {:?} stuck {:?} usage gaps {:?} leaders {}",
+                    r.lost, r.doubled, r.stuck, r.unmetered, r.leaders
                 )
             } else {
                 String::new()
@@ -516,4 +467,5 @@ pub async fn run(rounds: usize, seed: u64) -> Report {
     report
 }
 
+mod checks;
 mod load;

@@ -2,6 +2,7 @@
 //! operator send them, given both VEEMs' endpoints, and the prober's
 //! `veem ls` every quarter second.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -46,15 +47,25 @@ pub(super) async fn probe(endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>
     }
 }
 
+/// What the load of a round did.
+#[derive(Default)]
+pub(super) struct Done {
+    /// How many commands answered.
+    pub(super) ok: usize,
+    /// The first line of each failure.
+    pub(super) failed: Vec<String>,
+    /// The VEEs it proposed to migrate.
+    pub(super) migrated: HashSet<String>,
+}
+
 /// Commands as a provider and an operator send them, one a second until
 /// `stop`: checkpoints, migrations (proposed, then approved), scaling
-/// `shop` between 2 and 3, deploying and undeploying `extra`. How many
-/// answered, and the first line of each failure.
-pub(super) async fn load(plan: Plan, endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>) -> (usize, Vec<String>) {
+/// `shop` between 2 and 3, deploying and undeploying `extra`.
+pub(super) async fn load(plan: Plan, endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>) -> Done {
     let mut rng = fastrand::Rng::with_seed(plan.seed);
     // The `extra` services this load deployed, oldest first.
     let mut extras: Vec<String> = Vec::new();
-    let (mut ok, mut failed) = (0, Vec::new());
+    let mut done = Done::default();
     let run = |token: &'static str, args: Vec<String>| cli(endpoints.clone(), dir.clone(), token, args);
     while !stop.load(Ordering::SeqCst) {
         let (_, listed) = run(OPERATOR, vec!["ls".into(), "-o".into(), "json".into()]).await;
@@ -78,7 +89,8 @@ pub(super) async fn load(plan: Plan, endpoints: String, dir: PathBuf, stop: Arc<
                     .find(|h| !location.contains(h.as_str()))
                     .cloned()
                     .unwrap_or_default();
-                let (done, said) = run(
+                done.migrated.insert(vee.clone());
+                let (proposed, said) = run(
                     OPERATOR,
                     vec!["migrate".into(), vee.clone(), "--to-host".into(), to, "-o".into(), "json".into()],
                 )
@@ -86,10 +98,10 @@ pub(super) async fn load(plan: Plan, endpoints: String, dir: PathBuf, stop: Arc<
                 let id = serde_json::from_str::<serde_json::Value>(&said)
                     .ok()
                     .and_then(|m| m["migration_id"].as_str().map(String::from));
-                match (done, id) {
+                match (proposed, id) {
                     (true, Some(id)) => vec!["approve".into(), id],
                     _ => {
-                        failed.push(first_line(&said));
+                        done.failed.push(first_line(&said));
                         continue;
                     }
                 }
@@ -106,16 +118,16 @@ pub(super) async fn load(plan: Plan, endpoints: String, dir: PathBuf, stop: Arc<
         let deploy = args[0] == "deploy";
         match run(token, args).await {
             (true, said) => {
-                ok += 1;
+                done.ok += 1;
                 if deploy {
                     extras.extend(said.lines().next().map(str::to_string));
                 }
             }
-            (false, said) => failed.push(first_line(&said)),
+            (false, said) => done.failed.push(first_line(&said)),
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    (ok, failed)
+    done
 }
 
 fn first_line(s: &str) -> String {

@@ -151,7 +151,6 @@ impl Accounting {
             };
             let mut w = Writes::default();
             w.put(Tree::Meters, &v.id, &meter)?;
-            last.insert(v.id.clone(), meter);
             // Moved or restarted (counters began again): no record.
             let values = prev
                 .filter(|p| p.host == *h)
@@ -191,7 +190,10 @@ impl Accounting {
                     w.put(Tree::UsageOutbox, &rec.record_id, primary)?;
                 }
             }
+            // Kept once written: a commit that fails leaves the next round
+            // to meter from the last counters written.
             self.store.commit(w)?;
+            last.insert(v.id.clone(), meter);
         }
         // The meters of VEEs no longer metered here.
         let ids: std::collections::HashSet<&str> = metered.iter().map(|v| v.id.as_str()).collect();
