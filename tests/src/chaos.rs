@@ -35,6 +35,7 @@ use crate::ha::{config, list, spawn};
 use crate::site::{self, manifest, Veem, ACME};
 use crate::{guest, lab};
 use load::{cli, load, probe, Plan};
+use peer::SiteB;
 use vee_testkit::partition::Partition;
 
 /// The leader's lease.
@@ -205,6 +206,8 @@ pub struct Lab {
     hosts: Vec<Veeh>,
     /// Each VEEM with its configuration and port.
     veems: Vec<(Veem, PathBuf, u16)>,
+    /// The peer site moving its VEE in and out.
+    b: SiteB,
     started: usize,
     rng: fastrand::Rng,
 }
@@ -223,14 +226,27 @@ impl Lab {
             hosts.push(Veeh::start_sized(&dir, name, "site-a", uri, &repo, (4, 2048)).await);
         }
         let refs: Vec<&Veeh> = hosts.iter().collect();
+        // Site B peers with both of A's VEEMs.
+        let (ports, pb) = ([site::port(), site::port()], site::port());
+        let (to_b, mut to_a) = site::peer_links(ports[0], pb, false);
+        to_a.endpoint = ports.map(|p| site::endpoint("site-a", p)).join(",");
         let mut veems = Vec::new();
-        for (way, name) in ["chaos-veem-1", "chaos-veem-2"].into_iter().enumerate() {
+        for (way, (name, port)) in ["chaos-veem-1", "chaos-veem-2"].into_iter().zip(ports).enumerate() {
             // Each VEEM reaches etcd by a way of its own, to be cut off alone.
             let store = cluster.store_toml_leased_via("/vee/site-a", TTL, way);
-            let port = site::port();
-            let cfg = config(&dir, name, port, &repo, &refs, &[], &store);
+            let cfg = config(&dir, name, port, &repo, &refs, std::slice::from_ref(&to_b), &store);
             veems.push((spawn(&dir, name, port, &cfg), cfg, port));
         }
+        let start = Instant::now();
+        while futures::future::join_all(veems.iter().map(|(v, ..)| list(v)))
+            .await
+            .iter()
+            .all(Result::is_err)
+        {
+            assert!(start.elapsed() < Duration::from_secs(60), "no VEEM leads");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let b = SiteB::start(&dir, &repo, &ids, pb, to_a).await;
         let lab = Lab {
             dir,
             cluster,
@@ -238,14 +254,10 @@ impl Lab {
             ids,
             hosts,
             veems,
+            b,
             started: 0,
             rng: fastrand::Rng::with_seed(seed),
         };
-        let start = Instant::now();
-        while lab.leader().await.is_none() {
-            assert!(start.elapsed() < Duration::from_secs(60), "no VEEM leads");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
         let file = lab.dir.join("shop.toml");
         std::fs::write(&file, manifest("shop", "acme", &lab.ids, 2, "checkpoint_interval = \"20s\"\n")).unwrap();
         let out = lab
@@ -364,6 +376,7 @@ impl Lab {
         let answered = Arc::new(Mutex::new(vec![Instant::now()]));
         let prober = tokio::spawn(probe(self.endpoints(), self.dir.clone(), stop.clone(), answered.clone()));
         let load = tokio::spawn(load(self.load_plan(), self.endpoints(), self.dir.clone(), stop.clone()));
+        let moves = self.b.moves(self.dir.clone(), stop.clone());
         let began = (self.vees().await.unwrap_or_default(), chrono::Utc::now().timestamp());
         tokio::time::sleep(Duration::from_secs(1)).await;
         let (before, target) = self.inject(fault).await;
@@ -374,7 +387,11 @@ impl Lab {
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
         stop.store(true, Ordering::SeqCst);
-        let done = load.await.unwrap();
+        let mut done = load.await.unwrap();
+        let peer = moves.await.unwrap();
+        done.ok += peer.ok;
+        done.failed.extend(peer.failed);
+        done.migrated.extend(peer.migrated);
         prober.await.unwrap();
         let mut times = answered.lock().unwrap().clone();
         times.push(Instant::now());
@@ -469,3 +486,4 @@ pub async fn run(rounds: usize, seed: u64) -> Report {
 
 mod checks;
 mod load;
+mod peer;

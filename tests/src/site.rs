@@ -449,9 +449,14 @@ pub fn port() -> u16 {
 /// A's VMI CA, with no client configuration of this machine's (`home` as
 /// its HOME).
 pub fn cli_at(endpoint: &str, home: &Path, token: &str, args: &[&str]) -> std::process::Output {
+    cli_of("site-a", endpoint, home, token, args)
+}
+
+/// [`cli_at`] for site `site_id`'s VEEMs (trusting its CA).
+pub fn cli_of(site_id: &str, endpoint: &str, home: &Path, token: &str, args: &[&str]) -> std::process::Output {
     std::process::Command::new(crate::lab::binary("veem"))
         .env("VEEM_TOKEN", token)
-        .env("VEEM_CA", vee_testkit::pki::site("site-a").vmi_ca())
+        .env("VEEM_CA", vee_testkit::pki::site(site_id).vmi_ca())
         .env_remove("VEEM_CLIENT_CONFIG")
         .env("HOME", home)
         .args(["--endpoint", endpoint])

@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 use interfaces::vmi::{MigrationState, VeeInfo, VeeState};
 
 use super::{Lab, Round, METERED, SETTLE};
+
+/// How long a VEE or a migration may stay transitional before it counts
+/// as stuck: a migration of the tiny guest takes seconds.
+const STUCK: Duration = Duration::from_secs(60);
 use crate::ha::list;
 use crate::site::{host_of, OPERATOR};
 
@@ -49,26 +53,41 @@ impl Lab {
                 VeeState::Checkpointing | VeeState::Migrating | VeeState::Deploying | VeeState::Recovering
             )
         };
-        let (vees, stuck) = loop {
+        // Since when each transitional VEE or open migration has been so
+        // (a scheduled checkpoint is one for a second or so).
+        let mut streaks: HashMap<String, Instant> = HashMap::new();
+        let vees = loop {
             let vees = self.vees().await;
             let open = self.open_migrations().await;
-            let mut stuck: Vec<String> = vees
+            let mut now: Vec<String> = vees
                 .iter()
                 .flatten()
                 .filter(|i| transitional(i))
                 .map(|i| format!("VEE {} {}", i.vee_id, i.state().as_str_name()))
                 .collect();
-            stuck.extend(open.clone().unwrap_or_default());
-            if vees.is_some() && open.is_some() && stuck.is_empty() || since.elapsed() > SETTLE {
-                break (vees.unwrap_or_default(), stuck);
+            now.extend(open.clone().unwrap_or_default());
+            let at_b = self.b.stuck().await;
+            now.extend(at_b.clone().unwrap_or_else(|| vec!["site B does not answer".into()]));
+            streaks.retain(|k, _| now.contains(k));
+            for k in now {
+                streaks.entry(k).or_insert_with(Instant::now);
+            }
+            if vees.is_some() && open.is_some() && at_b.is_some() && streaks.is_empty() || since.elapsed() > SETTLE {
+                break vees.unwrap_or_default();
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         };
+        let mut stuck: Vec<String> = streaks
+            .into_iter()
+            .filter(|(_, from)| from.elapsed() >= STUCK)
+            .map(|(k, from)| format!("{k} for {:.0} s", from.elapsed().as_secs_f64()))
+            .collect();
+        stuck.sort();
         round.stuck = stuck;
         round.leaders = self.leaders().await;
         // Where each VEE's domain runs; what the records say.
         let mut runs: HashMap<String, Vec<String>> = HashMap::new();
-        for h in &self.hosts {
+        for h in self.hosts.iter().chain([&self.b.host]) {
             for d in h.domains().await {
                 runs.entry(d.vee_id).or_default().push(h.host.clone());
             }
@@ -88,6 +107,9 @@ impl Lab {
                 ));
             }
         }
+        let a_hosts: Vec<String> = self.hosts.iter().map(|h| h.host.clone()).collect();
+        let on = runs.get(&self.b.vee).cloned().unwrap_or_default();
+        round.lost.extend(self.b.lost(&on, &a_hosts).await);
     }
 
     /// The gaps in the usage records of each VEE that ran on one host

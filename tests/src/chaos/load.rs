@@ -18,12 +18,17 @@ pub(super) struct Plan {
     pub(super) seed: u64,
 }
 
-/// `veem ARGS` (see [`Lab::cli`]), in a blocking task.
+/// `veem ARGS` at site A (see [`Lab::cli`]), in a blocking task.
 pub(super) async fn cli(endpoints: String, dir: PathBuf, token: &str, args: Vec<String>) -> (bool, String) {
+    cli_of("site-a", endpoints, dir, token, args).await
+}
+
+/// [`cli`] at site `site_id`.
+pub(super) async fn cli_of(site_id: &'static str, endpoints: String, dir: PathBuf, token: &str, args: Vec<String>) -> (bool, String) {
     let token = token.to_string();
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = site::cli_at(&endpoints, &dir, &token, &args);
+        let out = site::cli_of(site_id, &endpoints, &dir, &token, &args);
         (
             out.status.success(),
             format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
@@ -130,7 +135,7 @@ pub(super) async fn load(plan: Plan, endpoints: String, dir: PathBuf, stop: Arc<
     done
 }
 
-fn first_line(s: &str) -> String {
+pub(super) fn first_line(s: &str) -> String {
     s.lines()
         .find(|l| l.starts_with("error"))
         .unwrap_or(s.lines().next().unwrap_or(""))

@@ -47,6 +47,8 @@ pub struct Script {
     pub cpu_load: f64,
     /// How long a Checkpoint takes (ms).
     pub checkpoint_ms: u64,
+    /// How long a MigrateOut takes before it answers (ms).
+    pub migrate_out_ms: u64,
     /// Images whose VEEs never answer a Probe (a broken image).
     pub silent_images: BTreeSet<String>,
 }
@@ -107,6 +109,18 @@ impl FakeVhi {
     /// Whether the domain of `vee_id` runs here.
     pub fn runs(&self, vee_id: &str) -> bool {
         self.script.lock().unwrap().running.contains(vee_id)
+    }
+
+    /// Makes the domain of `vee_id` run here or not, as the hypervisor
+    /// would behind the VEEM's back (a migration it finished after its
+    /// caller went).
+    pub fn set_running(&self, vee_id: &str, running: bool) {
+        let mut s = self.script.lock().unwrap();
+        if running {
+            s.running.insert(vee_id.into());
+        } else {
+            s.running.remove(vee_id);
+        }
     }
 
     fn note(&self, call: String) -> std::sync::MutexGuard<'_, Script> {
@@ -276,10 +290,12 @@ impl Vhi for FakeVhi {
         self.domain_call("AbortIncoming", &r.into_inner().vee_id, false)
     }
     type MigrateOutStream = BoxStream<MigrationProgress>;
-    /// Succeeds at once (the VEE leaves this host), or streams a failed
-    /// phase when `MigrateOut` is scripted to fail.
+    /// Succeeds (the VEE leaves this host) after `migrate_out_ms`, or
+    /// streams a failed phase when `MigrateOut` is scripted to fail.
     async fn migrate_out(&self, r: Request<MigrateOutRequest>) -> R<Self::MigrateOutStream> {
         let id = r.into_inner().vee_id;
+        let takes = self.script.lock().unwrap().migrate_out_ms;
+        tokio::time::sleep(std::time::Duration::from_millis(takes)).await;
         let mut s = self.note(format!("migrate_out {id}"));
         let last = match s.failing.get("MigrateOut") {
             Some((_, msg)) => MigrationProgress {

@@ -9,7 +9,9 @@
 //! VEEM's PrepareIncoming with its own admission), the source VEEH migrates
 //! live with incremental storage copy, the destination completes. On any
 //! failure the destination removes what it prepared and the VEE keeps
-//! running where it was: a VEE never runs in two places.
+//! running where it was: a VEE never runs in two places. A send that
+//! failed on the caller's side while the VEE arrived is completed, not
+//! aborted (`arrival`).
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -32,6 +34,7 @@ use crate::workflows::sla::Sla;
 use crate::workflows::spares::Spares;
 
 mod affinity;
+mod arrival;
 mod decide;
 mod home;
 
@@ -226,6 +229,12 @@ impl Migration {
                 }
                 match sent {
                     Ok(times) => self.complete_at(&dest, &v.id).await.map(|_| times),
+                    // The caller's side failed; the hypervisor did not
+                    // (crate::workflows::migration::arrival).
+                    Err(e) if self.arrived(&dest, &v.id).await => {
+                        tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "the send failed but the VEE runs at its destination: completed there");
+                        self.complete_at(&dest, &v.id).await.map(|_| (0, 0))
+                    }
                     Err(e) => {
                         if let Err(a) = self.abort_at(&dest, &v.id).await {
                             tracing::warn!(error = %a, "destination cleanup failed");

@@ -174,6 +174,33 @@ async fn a_vee_comes_home_twice() {
     }
 }
 
+/// A peer site records the send it runs for the primary with its VEE's
+/// move to migrating, in one write: a VEEM killed mid-send leaves the next
+/// leader both, which finishes the send where the VEE left rather than
+/// restore a second copy of it (the chaos run, issue 52).
+#[tokio::test]
+async fn a_send_for_the_primary_is_recorded_before_the_vee_leaves() {
+    let (a, b, vee) = two_sites(B_TRUSTS_A).await;
+    assert_eq!(migrate_to_b(&a, &vee).await.state, MigrationState::Done);
+    b.host("b1").script.lock().unwrap().migrate_out_ms = 300;
+    let m = a
+        .veem
+        .migration
+        .propose(&vee, Dest::Host("a1".into()), "home", Proposer::Operator)
+        .unwrap();
+    a.veem.migration.approve(&m.id, "operator").unwrap();
+    crate::sim::eventually("B's copy migrating", || {
+        b.veem.vee(&vee).is_ok_and(|v| v.state == crate::model::VeeState::Migrating)
+    })
+    .await;
+    let sends: Vec<crate::model::MigrationRec> = b.veem.store.list(crate::store::Tree::Migrations).unwrap();
+    assert!(
+        sends.iter().any(|s| s.vee_id == vee && s.state == MigrationState::Running),
+        "B's send is not recorded while it runs: {sends:?}"
+    );
+    assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
+}
+
 #[tokio::test]
 async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
     let (a, _b, vee) = two_sites(B_TRUSTS_A).await;

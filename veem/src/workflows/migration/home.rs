@@ -175,7 +175,15 @@ impl Migration {
             created_ms: self.clock.now_ms(),
             set: vec![],
         };
-        self.transition(&mut v, VeeState::Migrating, "sent on by the primary site")?;
+        // The VEE migrating and its migration running: one write, so that
+        // the next leader finds both after a crash (reconcile completes it
+        // where the VEE left, keeps it where it did not).
+        self.transition_committing(
+            &mut v,
+            VeeState::Migrating,
+            "sent on by the primary site",
+            super::migration_write(&m)?,
+        )?;
         match self.migrate_out(&src, vee_id, target, v.max_downtime_ms, &mut m).await {
             Ok((t, d)) => {
                 m.advance(MigrationState::Done)?;

@@ -74,6 +74,25 @@ async fn a_source_that_fails_mid_way_keeps_the_vee_and_the_destination_is_cleane
     assert!(!site.host(&to).runs(&vee));
 }
 
+/// The source's VEEH (or, for a VEE coming home, the peer site's VEEM)
+/// went away mid-send while the hypervisor finished the migration: the
+/// VEE runs at the destination, which is completed, not aborted (an
+/// abort would destroy its only copy: the chaos run, issue 52).
+#[tokio::test]
+async fn a_send_that_failed_while_the_vee_arrived_completes_at_the_destination() {
+    let (site, vee, from, to) = one_vee_two_hosts().await;
+    site.host(&from).fail("MigrateOut", Code::Unavailable, "transport error");
+    site.host(&from).set_running(&vee, false);
+    site.host(&to).set_running(&vee, true);
+    let m = site.migrate_to_host(&vee, &to).await;
+    assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(to.clone())));
+    assert!(site.host(&to).runs(&vee), "{:?}", site.host(&to).calls());
+    assert!(site.host(&to).calls().contains(&format!("complete_incoming {vee}")));
+    assert_eq!(site.veem.planner().placement(&vee).unwrap().host, to);
+}
+
 #[tokio::test]
 async fn a_vee_whose_policy_forbids_moves_is_never_proposed() {
     let site = FakeSite::start(&["h1", "h2"], "").await;
