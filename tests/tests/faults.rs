@@ -26,7 +26,8 @@ const BOOT: Duration = Duration::from_secs(180);
 /// runs beside a copy on the other) and a VEEM over them, its
 /// configuration with `extra` (e.g. failpoints).
 struct Site {
-    _repo: ImageRepo,
+    dir: std::path::PathBuf,
+    repo: ImageRepo,
     ids: GuestIds,
     hosts: [Veeh; 2],
     veem: Veem,
@@ -43,7 +44,8 @@ impl Site {
         let cfg = site::write_config(&dir, "site-a", port, &repo, &[&h1, &h2], &[], extra);
         let veem = Veem::start(&dir, "site-a", port, cfg).await;
         Self {
-            _repo: repo,
+            dir,
+            repo,
             ids,
             hosts: [h1, h2],
             veem,
@@ -261,11 +263,11 @@ async fn lab_a_veem_killed_inside_deploy_deploys_once_for_a_client_that_retries(
 }
 
 /// The VEEM killed (as kill -9: a failpoint aborts it) at every step of a
-/// checkpoint, a restore, a resize, a migration within the site and a
-/// scale-out, then started again, as a standby taking over would: each
-/// time the VEE ends running, once, checkpointable and movable; none is
-/// left checkpointing, migrating or approved for good, no resize half
-/// made, no new instance left unbooted.
+/// checkpoint, a restore, a resize, a rolling update, a migration within
+/// the site and a scale-out, then started again, as a standby taking over
+/// would: each time the VEE ends running, once, checkpointable and
+/// movable; none is left checkpointing, migrating or approved for good,
+/// no resize half made, no rollout stuck, no new instance left unbooted.
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_once() {
     let _lab = lab::lock();
@@ -313,6 +315,34 @@ async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_on
         rolled_back.iter().any(|e| e.detail.contains("a resize cut short")),
         "{rolled_back:?}"
     );
+    // A rolling update of the VEE's component, killed in its step: once
+    // the old domain is removed (its record still on the old image), once
+    // its record is on the new image, not booted (as it rolls back): the
+    // next VEEM boots it on the rollout's image and the rollout ends done.
+    let v2 = site.repo.push_guest_disk_v2(&guest::image(), &site.dir).await;
+    for (point, rollback, image) in [("rollout-after-destroy", false, &v2), ("rollout-after-image", true, &site.ids.disk)] {
+        site.veem.arm(point).await;
+        let update = UpdateComponentRequest {
+            service_id: svc.service_id.clone(),
+            component: "web".into(),
+            image: if rollback { String::new() } else { v2.clone() },
+            rollback,
+            ..Default::default()
+        };
+        // Answered (it rolls in the background), or cut by the kill.
+        let _ = site.veem.client(ACME).await.update_component(update).await;
+        site.veem.restart_after_failpoint().await;
+        let r = rollout_end(&site.veem, &svc.service_id).await;
+        assert_eq!(
+            (r.state(), &r.replaced),
+            (RolloutState::Done, &vec![vee.clone()]),
+            "after {point}: {r:?}"
+        );
+        assert_eq!(site.stable(&vee, point).await, at, "after {point}: replaced in place");
+        let mut acme = site.veem.client(ACME).await;
+        let info = acme.get_vee(GetVeeRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
+        assert_eq!(&info.image, image, "after {point}");
+    }
     // A migration within the site: killed once approved, once the VEE is
     // migrating, once its destination prepared, once it was sent, once
     // its destination completed; the next VEEM runs it, rolls it back or
@@ -366,5 +396,27 @@ async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_on
     assert_eq!(vees.len(), 2, "{vees:?}");
     for v in &vees {
         site.stable(&v.vee_id, "scale-after-commit").await;
+    }
+}
+
+/// The component `web`'s latest rollout of `service` once it ended (180 s
+/// at most).
+async fn rollout_end(veem: &Veem, service: &str) -> Rollout {
+    let mut acme = veem.client(ACME).await;
+    let start = Instant::now();
+    loop {
+        let r = acme
+            .get_rollout(GetRolloutRequest {
+                service_id: service.into(),
+                component: "web".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if r.state() != RolloutState::Rolling {
+            return r;
+        }
+        assert!(start.elapsed() < Duration::from_secs(180), "still rolling: {r:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

@@ -23,6 +23,8 @@
 //! | `migration-after-complete` | a migration's destination completed (the VEE runs there, a peer site adopted it), nothing recorded here |
 //! | `resize-after-reservation` | a resize: the VEE's reservation resized, neither its host nor its record |
 //! | `scale-after-commit` | a scale-out: the new instances admitted and recorded, none booted |
+//! | `rollout-after-destroy` | a rolling update's step: the instance recorded deploying, its old domain removed, its record on the old image |
+//! | `rollout-after-image` | a rolling update's step: the instance recorded deploying on the new image, not booted |
 
 /// Arms the failpoints of `spec` (`name=action;name=action`) and makes a
 /// panic abort the process. Errors: a malformed entry, named.

@@ -11,6 +11,7 @@ use anyhow::Result;
 use interfaces::vhi::{self, DestroyRequest};
 
 use crate::core::Core;
+use crate::domain::rollout::{RolloutRec, RolloutState};
 use crate::model::{Location, MigrationRec, MigrationState, VeeRec, VeeState};
 use crate::store::Tree;
 use crate::workflows::boot::Boot;
@@ -57,7 +58,9 @@ impl Reconcile {
 
 impl Reconcile {
     /// Resolves every difference between records and hosts:
-    /// - a VEE recorded admitted/deploying: deployed again (idempotent);
+    /// - a VEE recorded admitted/deploying: deployed again (idempotent),
+    ///   unless a rolling update was replacing it (its rollout boots it on
+    ///   the new image when it resumes);
     /// - a VEE recorded running whose host runs no such domain: failed, and
     ///   restored on that host from its latest checkpoint;
     /// - a VEE left checkpointing, or migrating with no migration running,
@@ -124,12 +127,34 @@ impl Reconcile {
             }
             _ => false,
         };
+        // The VEEs a rolling update is replacing (the rollout resumes them).
+        let rolling: Vec<RolloutRec> = self
+            .store
+            .list::<RolloutRec>(Tree::Rollouts)?
+            .into_iter()
+            .filter(|r| r.state == RolloutState::Rolling)
+            .collect();
+        let replacing: HashSet<String> = self
+            .vees_where(|v| {
+                v.state == VeeState::Deploying
+                    && rolling
+                        .iter()
+                        .any(|r| r.service_id == v.service_id && r.component == v.component && !r.replaced.contains(&v.id))
+            })
+            .into_iter()
+            .map(|v| v.id)
+            .collect();
         for mut v in self.vees_where(relevant) {
             match (v.location.clone(), v.state) {
                 (Location::Host(h), VeeState::Admitted | VeeState::Deploying) => {
                     if running.get(&h).is_some_and(|d| d.get(&v.id) == Some(&vhi::VeeState::Running)) {
                         self.event(&v.id, &v.service_id, "reconcile", format!("found running on {h}"));
                         self.transition(&mut v, VeeState::Running, "reconciled")?;
+                    } else if replacing.contains(&v.id) {
+                        // A rolling update's replacement a restart cut
+                        // short: the rollout boots it on its new image
+                        // (Rollouts::resume_all), not on the old one first.
+                        self.event(&v.id, &v.service_id, "reconcile", format!("its rolling update on {h} is resumed"));
                     } else if v.deploy_due(self.clock.now()) {
                         self.event(&v.id, &v.service_id, "reconcile", format!("deploy on {h} resumed"));
                         self.boot.spawn_deploy(&v.id);
