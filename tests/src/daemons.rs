@@ -195,6 +195,26 @@ impl ImageRepo {
             cmdline: g.cmdline.clone(),
         }
     }
+
+    /// Pushes the guest's data disk again as raw (another content ID, as
+    /// a new version of the image would have; the guest boots the same),
+    /// public; its ID. Scratch files go under `dir`.
+    pub async fn push_guest_disk_v2(&self, g: &GuestImage, dir: &Path) -> String {
+        let raw = dir.join("disk-v2.raw");
+        let out = std::process::Command::new("qemu-img")
+            .args(["convert", "-f", "qcow2", "-O", "raw"])
+            .arg(&g.disk)
+            .arg(&raw)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "qemu-img convert: {}", String::from_utf8_lossy(&out.stderr));
+        let mut meta = PushMeta::new("vee-guest-disk-v2", BlobKind::Disk);
+        meta.format = Some("raw".into());
+        let c = self.client();
+        let id = c.push_file(&raw, &meta).await.unwrap();
+        c.set_public(&id, true).await.unwrap();
+        id.to_string()
+    }
 }
 
 /// Repository IDs of the guest's images.

@@ -208,6 +208,38 @@ impl Veem {
         *self = fresh;
     }
 
+    /// Writes the VEEM's configuration with `line` as its only
+    /// `failpoints` line (none when empty); the next start reads it.
+    pub fn set_failpoints(&self, line: &str) {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        let rest: String = text
+            .lines()
+            .filter(|l| !l.starts_with("failpoints"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&self.config, format!("{line}{rest}")).unwrap();
+    }
+
+    /// Restarts the VEEM with failpoint `name` armed (`panic`: it dies
+    /// there as kill -9 would; a test build's `veem::failpoints`).
+    pub async fn arm(&mut self, name: &str) {
+        self.set_failpoints(&format!("failpoints = \"{name}=panic\"\n"));
+        self.restart().await;
+    }
+
+    /// Waits (60 s at most) for the VEEM to die at its failpoint, disarms
+    /// it and starts the VEEM again on the same database.
+    pub async fn restart_after_failpoint(&mut self) {
+        let start = Instant::now();
+        while self.daemon.check_alive().is_ok() {
+            assert!(start.elapsed() < Duration::from_secs(60), "the VEEM never reached its failpoint");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(self.daemon.log_text().contains("failpoint"), "{}", self.daemon.log_text());
+        self.set_failpoints("");
+        self.restart().await;
+    }
+
     /// A VMI client presenting `token`.
     pub async fn client(&self, token: &str) -> PeerClient {
         let ch = vee_testkit::pki::site(&self.site_id)

@@ -26,7 +26,8 @@ const BOOT: Duration = Duration::from_secs(180);
 /// runs beside a copy on the other) and a VEEM over them, its
 /// configuration with `extra` (e.g. failpoints).
 struct Site {
-    _repo: ImageRepo,
+    dir: std::path::PathBuf,
+    repo: ImageRepo,
     ids: GuestIds,
     hosts: [Veeh; 2],
     veem: Veem,
@@ -43,45 +44,12 @@ impl Site {
         let cfg = site::write_config(&dir, "site-a", port, &repo, &[&h1, &h2], &[], extra);
         let veem = Veem::start(&dir, "site-a", port, cfg).await;
         Self {
-            _repo: repo,
+            dir,
+            repo,
             ids,
             hosts: [h1, h2],
             veem,
         }
-    }
-
-    /// Waits for the VEEM to die at its failpoint, disarms it and starts
-    /// the VEEM again on the same database.
-    async fn restart_after_failpoint(&mut self) {
-        let start = Instant::now();
-        while self.veem.daemon.check_alive().is_ok() {
-            assert!(start.elapsed() < Duration::from_secs(60), "the VEEM never reached its failpoint");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(self.veem.daemon.log_text().contains("failpoint"), "{}", self.veem.daemon.log_text());
-        self.set_failpoints("");
-        self.veem.restart().await;
-    }
-
-    /// Writes the VEEM's configuration with `line` as its only
-    /// `failpoints` line (none when empty).
-    fn set_failpoints(&self, line: &str) {
-        let text = std::fs::read_to_string(&self.veem.config).unwrap();
-        let rest: String = text
-            .lines()
-            .filter(|l| !l.starts_with("failpoints"))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        std::fs::write(&self.veem.config, format!("{line}{rest}")).unwrap();
-    }
-}
-
-impl Site {
-    /// Restarts the VEEM with failpoint `name` armed (`panic`: it dies
-    /// there as kill -9 would).
-    async fn arm(&mut self, name: &str) {
-        self.set_failpoints(&format!("failpoints = \"{name}=panic\"\n"));
-        self.veem.restart().await;
     }
 
     /// Indices in `hosts` of the hosts running a domain of `vee`.
@@ -239,7 +207,7 @@ async fn lab_a_veem_killed_mid_recovery_finishes_it_after_its_restart() {
     // recorded recovering on the other host and not yet restored there.
     s.site.hosts[s.at].daemon.kill();
     Hypervisor::open(s.at_uri, &dead).unwrap().destroy(&vee).unwrap();
-    s.site.restart_after_failpoint().await;
+    s.site.veem.restart_after_failpoint().await;
     // After the restart, with the host still dead: failed, not unknown.
     s.host_when(&dead, "declared failed", |h| h.health() == HostHealth::Failed).await;
     let other = s.other().host.clone();
@@ -267,7 +235,7 @@ async fn lab_a_veem_killed_inside_deploy_deploys_once_for_a_client_that_retries(
         matches!(e.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal),
         "{e:?}"
     );
-    site.restart_after_failpoint().await;
+    site.veem.restart_after_failpoint().await;
     // The client asks again with its request ID: the one service.
     let mut acme = site.veem.client(ACME).await;
     let svc = acme.deploy(shop.clone()).await.unwrap().into_inner();
@@ -295,11 +263,11 @@ async fn lab_a_veem_killed_inside_deploy_deploys_once_for_a_client_that_retries(
 }
 
 /// The VEEM killed (as kill -9: a failpoint aborts it) at every step of a
-/// checkpoint, a restore, a resize, a migration within the site and a
-/// scale-out, then started again, as a standby taking over would: each
-/// time the VEE ends running, once, checkpointable and movable; none is
-/// left checkpointing, migrating or approved for good, no resize half
-/// made, no new instance left unbooted.
+/// checkpoint, a restore, a resize, a rolling update, a migration within
+/// the site and a scale-out, then started again, as a standby taking over
+/// would: each time the VEE ends running, once, checkpointable and
+/// movable; none is left checkpointing, migrating or approved for good,
+/// no resize half made, no rollout stuck, no new instance left unbooted.
 #[tokio::test(flavor = "multi_thread")]
 async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_once() {
     let _lab = lab::lock();
@@ -310,7 +278,7 @@ async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_on
     let vee = svc.vees[0].vee_id.clone();
     site.stable(&vee, "deploy").await;
     for point in ["checkpoint-after-transition", "checkpoint-after-vhi", "restore-after-destroy"] {
-        site.arm(point).await;
+        site.veem.arm(point).await;
         let mut acme = site.veem.client(ACME).await;
         let action = if point.starts_with("restore") {
             Action::Restore
@@ -319,19 +287,19 @@ async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_on
         };
         let e = site::vee_action(&mut acme, &vee, action).await.unwrap_err();
         assert!(!matches!(e.code(), tonic::Code::Ok), "{e:?}");
-        site.restart_after_failpoint().await;
+        site.veem.restart_after_failpoint().await;
         site.stable(&vee, point).await;
     }
     // A resize: its reservation grown, the VEEM killed before the host
     // or the record: back to the record's size.
-    site.arm("resize-after-reservation").await;
+    site.veem.arm("resize-after-reservation").await;
     let resize = ResizeVeeRequest {
         vee_id: vee.clone(),
         vcpus: 2,
         memory_mib: 0,
     };
     assert!(site.veem.client(ACME).await.resize_vee(resize).await.is_err());
-    site.restart_after_failpoint().await;
+    site.veem.restart_after_failpoint().await;
     let mut at = site.stable(&vee, "resize-after-reservation").await;
     let info = site
         .veem
@@ -347,15 +315,47 @@ async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_on
         rolled_back.iter().any(|e| e.detail.contains("a resize cut short")),
         "{rolled_back:?}"
     );
+    // A rolling update of the VEE's component, killed in its step: once
+    // the old domain is removed (its record still on the old image), once
+    // its record is on the new image, not booted (as it rolls back): the
+    // next VEEM boots it on the rollout's image and the rollout ends done.
+    let v2 = site.repo.push_guest_disk_v2(&guest::image(), &site.dir).await;
+    for (point, rollback, image) in [("rollout-after-destroy", false, &v2), ("rollout-after-image", true, &site.ids.disk)] {
+        site.veem.arm(point).await;
+        let update = UpdateComponentRequest {
+            service_id: svc.service_id.clone(),
+            component: "web".into(),
+            image: if rollback { String::new() } else { v2.clone() },
+            rollback,
+            ..Default::default()
+        };
+        // Answered (it rolls in the background), or cut by the kill.
+        let _ = site.veem.client(ACME).await.update_component(update).await;
+        site.veem.restart_after_failpoint().await;
+        let r = rollout_end(&site.veem, &svc.service_id).await;
+        assert_eq!(
+            (r.state(), &r.replaced),
+            (RolloutState::Done, &vec![vee.clone()]),
+            "after {point}: {r:?}"
+        );
+        assert_eq!(site.stable(&vee, point).await, at, "after {point}: replaced in place");
+        let mut acme = site.veem.client(ACME).await;
+        let info = acme.get_vee(GetVeeRequest { vee_id: vee.clone() }).await.unwrap().into_inner();
+        assert_eq!(&info.image, image, "after {point}");
+    }
     // A migration within the site: killed once approved, once the VEE is
-    // migrating, once it was sent; the next VEEM runs it, rolls it back
-    // or completes it.
+    // migrating, once its destination prepared, once it was sent, once
+    // its destination completed; the next VEEM runs it, rolls it back or
+    // completes it, and records the VEE's reservation where it runs (the
+    // next migration is planned from it).
     for (point, moves) in [
         ("migration-after-approval", true),
         ("migration-after-start", false),
+        ("migration-after-prepare", false),
         ("migration-after-send", true),
+        ("migration-after-complete", true),
     ] {
-        site.arm(point).await;
+        site.veem.arm(point).await;
         let to = site.hosts[1 - at].host.clone();
         let mut op = site.veem.client(OPERATOR).await;
         let m = op
@@ -374,7 +374,7 @@ async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_on
                 migration_id: m.migration_id.clone(),
             })
             .await;
-        site.restart_after_failpoint().await;
+        site.veem.restart_after_failpoint().await;
         let end = site::wait_migration(&site.veem, &m.migration_id, Duration::from_secs(180)).await;
         let expected = if moves { MigrationState::Done } else { MigrationState::Failed };
         assert_eq!(end.state(), expected, "after {point}: {end:?}");
@@ -384,17 +384,39 @@ async fn lab_a_veem_killed_at_any_step_of_an_operation_leaves_its_vee_running_on
     }
     // A scale-out: the new instance admitted and recorded, the VEEM
     // killed before it booted it: booted by the next.
-    site.arm("scale-after-commit").await;
+    site.veem.arm("scale-after-commit").await;
     let scale = ScaleComponentRequest {
         service_id: svc.service_id.clone(),
         component: "web".into(),
         instances: 2,
     };
     assert!(site.veem.client(ACME).await.scale_component(scale).await.is_err());
-    site.restart_after_failpoint().await;
+    site.veem.restart_after_failpoint().await;
     let vees = site::vees(&mut site.veem.client(ACME).await, &svc.service_id).await;
     assert_eq!(vees.len(), 2, "{vees:?}");
     for v in &vees {
         site.stable(&v.vee_id, "scale-after-commit").await;
+    }
+}
+
+/// The component `web`'s latest rollout of `service` once it ended (180 s
+/// at most).
+async fn rollout_end(veem: &Veem, service: &str) -> Rollout {
+    let mut acme = veem.client(ACME).await;
+    let start = Instant::now();
+    loop {
+        let r = acme
+            .get_rollout(GetRolloutRequest {
+                service_id: service.into(),
+                component: "web".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if r.state() != RolloutState::Rolling {
+            return r;
+        }
+        assert!(start.elapsed() < Duration::from_secs(180), "still rolling: {r:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

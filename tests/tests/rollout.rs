@@ -13,7 +13,6 @@ use e2e::daemons::{ImageRepo, Veeh};
 use e2e::net::{outside, OUTSIDE};
 use e2e::site::{self, Veem, ACME};
 use e2e::{guest, lab};
-use interfaces::repo_client::{BlobKind, PushMeta};
 use interfaces::vmi::*;
 
 const BOOT: Duration = Duration::from_secs(180);
@@ -81,15 +80,7 @@ async fn lab_a_rolling_update_replaces_both_web_instances_while_one_answers_http
     let g = guest::image();
     let ids = repo.push_guest(&g).await;
     // The new image: the same data disk as raw (another content ID).
-    let raw = dir.join("disk-v2.raw");
-    let (ok, out) = e2e::net::sh(&format!("qemu-img convert -f qcow2 -O raw {} {}", g.disk.display(), raw.display()));
-    assert!(ok, "{out}");
-    let mut meta = PushMeta::new("vee-guest-disk-v2", BlobKind::Disk);
-    meta.format = Some("raw".into());
-    let c = repo.client();
-    let new = c.push_file(&raw, &meta).await.unwrap();
-    c.set_public(&new, true).await.unwrap();
-    let new = new.to_string();
+    let new = repo.push_guest_disk_v2(&g, &dir).await;
 
     let hosts = [
         Veeh::start(&dir, "roll-1", "site-a", lab::SITE_A_URI, &repo).await,

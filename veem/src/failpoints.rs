@@ -18,9 +18,13 @@
 //! | `restore-after-destroy` | restore: the VEE's domain destroyed, the VEE still recorded running |
 //! | `migration-after-approval` | a migration approved, not started |
 //! | `migration-after-start` | a migration recorded running, its VEE migrating, the destination not asked |
+//! | `migration-after-prepare` | a migration's destination (a host, or a peer site that admitted the VEE) prepared, the VEE not sent |
 //! | `migration-after-send` | a migration's VEE sent, its destination not told to complete |
+//! | `migration-after-complete` | a migration's destination completed (the VEE runs there, a peer site adopted it), nothing recorded here |
 //! | `resize-after-reservation` | a resize: the VEE's reservation resized, neither its host nor its record |
 //! | `scale-after-commit` | a scale-out: the new instances admitted and recorded, none booted |
+//! | `rollout-after-destroy` | a rolling update's step: the instance recorded deploying, its old domain removed, its record on the old image |
+//! | `rollout-after-image` | a rolling update's step: the instance recorded deploying on the new image, not booted |
 
 /// Arms the failpoints of `spec` (`name=action;name=action`) and makes a
 /// panic abort the process. Errors: a malformed entry, named.

@@ -445,7 +445,9 @@ impl Federation {
         }
     }
 
-    /// The VEE arrived at its VEEH: adopt it.
+    /// The VEE arrived at its VEEH: adopt it. Idempotent: a VEE adopted
+    /// already (the primary asks again after its restart) is answered as
+    /// it runs.
     pub async fn complete_incoming(&self, vee_id: &str) -> Result<VeeRec> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
@@ -460,7 +462,9 @@ impl Federation {
         if st.state() != vhi::VeeState::Running {
             bail!("VEE {vee_id} arrived but is {:?}", st.state());
         }
-        self.transition(&mut v, VeeState::Running, format!("migrated in on {host}"))?;
+        if v.state != VeeState::Running {
+            self.transition(&mut v, VeeState::Running, format!("migrated in on {host}"))?;
+        }
         Ok(v)
     }
 

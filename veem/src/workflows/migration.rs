@@ -25,7 +25,7 @@ use interfaces::vhi::{self, MigrateOutRequest};
 use crate::core::Core;
 use crate::domain::peer::MigrationOutcome;
 use crate::error::VeemError;
-use crate::model::{Location, MigrationRec, MigrationState, VeeState};
+use crate::model::{Location, MigrationRec, MigrationState, VeeRec, VeeState};
 use crate::store::Tree;
 use crate::workflows::federation::Federation;
 use crate::workflows::networks::Networks;
@@ -37,6 +37,9 @@ mod affinity;
 mod arrival;
 mod decide;
 mod home;
+mod settle;
+
+pub(crate) use settle::Running;
 
 pub use crate::domain::migration::{Dest, Proposer};
 
@@ -213,6 +216,7 @@ impl Migration {
         let outcome = match prepared {
             Err(e) => Err(e.context("destination refused")),
             Ok(target) => {
+                fail::fail_point!("migration-after-prepare");
                 // 2. The source sends the VEE.
                 let sent = match v.location.clone() {
                     Location::Host(src) => self.migrate_out(&src, &v.id, target, v.max_downtime_ms, &mut m).await,
@@ -228,7 +232,13 @@ impl Migration {
                     fail::fail_point!("migration-after-send");
                 }
                 match sent {
-                    Ok(times) => self.complete_at(&dest, &v.id).await.map(|_| times),
+                    Ok(times) => {
+                        let completed = self.complete_at(&dest, &v.id).await.map(|_| times);
+                        if completed.is_ok() {
+                            fail::fail_point!("migration-after-complete");
+                        }
+                        completed
+                    }
                     // The caller's side failed; the hypervisor did not
                     // (crate::workflows::migration::arrival).
                     Err(e) if self.arrived(&dest, &v.id).await => {
@@ -251,68 +261,91 @@ impl Migration {
         }
         match outcome {
             Ok((total_ms, downtime_ms)) => {
-                let old = v.location.clone();
-                let mut used_spare = None;
-                if let (Location::Host(_), Dest::Host(h)) = (&old, &dest) {
-                    let now = self.now_slot();
-                    // The rest of its affinity set follows (crate::workflows::migration::affinity).
-                    let later = self.set_still_to_move(&m);
-                    let moved = self.planner.lock().unwrap().move_vee_with(&v.id, h, now, &later);
-                    if let Err(e) = moved {
-                        tracing::warn!(error = %e, "planner could not move the reservation");
-                    }
-                } else if let (Location::Host(_), Dest::Site(s)) = (&old, &dest) {
-                    used_spare = self
-                        .planner
-                        .lock()
-                        .unwrap()
-                        .release_vee_to_site(&v.id, s)
-                        .ok()
-                        .flatten()
-                        .map(|n| (s.clone(), n));
-                } else if matches!(old, Location::Host(_)) {
-                    let _ = self.planner.lock().unwrap().release_vee(&v.id);
-                }
-                v.location = match &dest {
-                    Dest::Host(h) => Location::Host(h.clone()),
-                    Dest::Site(s) | Dest::ForPrimary(s) => Location::Site(s.clone()),
-                };
-                m.advance(MigrationState::Done)?;
-                m.total_ms = if total_ms > 0 { total_ms } else { self.clock.since_ms(started) };
-                m.downtime_ms = downtime_ms;
-                m.detail = format!("{} ms, {} ms downtime", m.total_ms, downtime_ms);
-                // The reservation's move, the VEE, the migration and a
-                // downtime beyond the SLA's bound: one commit.
-                let viols: Vec<_> = self
-                    .sla
-                    .downtime_violation(&v, &format!("migration {}", m.id), downtime_ms, self.clock.now_ms())
-                    .into_iter()
-                    .collect();
-                let mut w = migration_write(&m)?;
-                crate::workflows::sla::Sla::put_violations(&mut w, &viols)?;
-                self.transition_committing(&mut v, VeeState::Running, format!("migrated to {}", m.to), w)?;
-                self.migration_event(&m);
-                self.sla.violation_events(&viols);
-                self.networks.sync_networks(&v.service_id).await;
-                if let Some((site, need)) = used_spare {
-                    self.spares.replace_used_spare(&v.id, &site, need).await?;
-                }
-                Ok(())
+                let total_ms = if total_ms > 0 { total_ms } else { self.clock.since_ms(started) };
+                self.record_done(&mut m, &mut v, total_ms, downtime_ms).await
             }
             Err(e) => {
-                if homecoming {
-                    let _ = self.planner.lock().unwrap().release_service(&format!("home-{}", v.id));
-                }
-                m.advance(MigrationState::Failed)?;
-                m.detail = format!("{e:#}");
-                let stays = format!("migration failed; stays at {}", m.from);
-                self.transition_committing(&mut v, VeeState::Running, stays, migration_write(&m)?)?;
-                self.migration_event(&m);
-                // Unstretched from a destination that never got the VEE.
-                self.networks.sync_networks(&v.service_id).await;
+                self.record_failed(&mut m, &mut v, format!("{e:#}"), homecoming).await?;
                 Err(e)
             }
         }
+    }
+
+    /// Records migration `m` of `v` done, the VEE running at `m.to`: its
+    /// reservation moved with it (within the site, the rest of its affinity
+    /// set following), released (to a peer site) or kept (home from a
+    /// peer, reserved when it started), the VEE, the migration and a
+    /// downtime beyond the SLA's bound in one commit; then its networks
+    /// follow it and a peer spare it used is replaced. The caller holds
+    /// the VEE's lock. Errors: the store's.
+    pub(crate) async fn record_done(&self, m: &mut MigrationRec, v: &mut VeeRec, total_ms: u64, downtime_ms: u64) -> Result<()> {
+        let dest = m.to.clone();
+        let old = v.location.clone();
+        let mut used_spare = None;
+        if let (Location::Host(_), Dest::Host(h)) = (&old, &dest) {
+            let now = self.now_slot();
+            // The rest of its affinity set follows (crate::workflows::migration::affinity).
+            let later = self.set_still_to_move(m);
+            let moved = self.planner.lock().unwrap().move_vee_with(&v.id, h, now, &later);
+            if let Err(e) = moved {
+                tracing::warn!(error = %e, "planner could not move the reservation");
+            }
+        } else if let (Location::Host(_), Dest::Site(s)) = (&old, &dest) {
+            used_spare = self
+                .planner
+                .lock()
+                .unwrap()
+                .release_vee_to_site(&v.id, s)
+                .ok()
+                .flatten()
+                .map(|n| (s.clone(), n));
+        } else if matches!(old, Location::Host(_)) {
+            let _ = self.planner.lock().unwrap().release_vee(&v.id);
+        }
+        v.location = match &dest {
+            Dest::Host(h) => Location::Host(h.clone()),
+            Dest::Site(s) | Dest::ForPrimary(s) => Location::Site(s.clone()),
+        };
+        m.advance(MigrationState::Done)?;
+        m.total_ms = total_ms;
+        m.downtime_ms = downtime_ms;
+        m.detail = format!("{} ms, {} ms downtime", m.total_ms, downtime_ms);
+        // The reservation's move, the VEE, the migration and a
+        // downtime beyond the SLA's bound: one commit.
+        let viols: Vec<_> = self
+            .sla
+            .downtime_violation(v, &format!("migration {}", m.id), downtime_ms, self.clock.now_ms())
+            .into_iter()
+            .collect();
+        let mut w = migration_write(m)?;
+        crate::workflows::sla::Sla::put_violations(&mut w, &viols)?;
+        let steps = running_again(v, format!("migrated to {}", m.to));
+        self.commit_transitions(&mut [(v, steps)], w)?;
+        self.migration_event(m);
+        self.sla.violation_events(&viols);
+        self.networks.sync_networks(&v.service_id).await;
+        if let Some((site, need)) = used_spare {
+            self.spares.replace_used_spare(&v.id, &site, need).await?;
+        }
+        Ok(())
+    }
+
+    /// Records migration `m` of `v` failed because `detail`: the VEE runs
+    /// on where it was (a homecoming's local reservation released), the
+    /// VEE and the migration in one commit; its networks unstretched from
+    /// a destination that never got it. The caller holds the VEE's lock.
+    /// Errors: the store's.
+    pub(crate) async fn record_failed(&self, m: &mut MigrationRec, v: &mut VeeRec, detail: String, homecoming: bool) -> Result<()> {
+        if homecoming {
+            let _ = self.planner.lock().unwrap().release_service(&format!("home-{}", v.id));
+        }
+        m.advance(MigrationState::Failed)?;
+        m.detail = detail;
+        let steps = running_again(v, format!("migration failed; stays at {}", m.from));
+        self.commit_transitions(&mut [(v, steps)], migration_write(m)?)?;
+        self.migration_event(m);
+        self.networks.sync_networks(&v.service_id).await;
+        Ok(())
     }
 
     /// Live-migrates a VEE off local host `src` to `target`, recording
@@ -416,6 +449,16 @@ impl Migration {
             Dest::ForPrimary(s) => bail!("the destination belongs to primary site {s}"),
         }
         Ok(())
+    }
+}
+
+/// The step that makes a migrating VEE `v` running again (none for a VEE
+/// in another state: a migration a restart cut short may find it so).
+fn running_again(v: &VeeRec, detail: String) -> Vec<(VeeState, String)> {
+    if v.state == VeeState::Migrating {
+        vec![(VeeState::Running, detail)]
+    } else {
+        vec![]
     }
 }
 

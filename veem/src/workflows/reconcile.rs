@@ -11,11 +11,11 @@ use anyhow::Result;
 use interfaces::vhi::{self, DestroyRequest};
 
 use crate::core::Core;
+use crate::domain::rollout::{RolloutRec, RolloutState};
 use crate::model::{Location, MigrationRec, MigrationState, VeeRec, VeeState};
 use crate::store::Tree;
 use crate::workflows::boot::Boot;
-use crate::workflows::migration::Dest;
-use crate::workflows::migration::Migration;
+use crate::workflows::migration::{Migration, Running};
 use crate::workflows::recovery::Recovery;
 
 /// What start-up reconciliation does with domains no record places on
@@ -58,7 +58,9 @@ impl Reconcile {
 
 impl Reconcile {
     /// Resolves every difference between records and hosts:
-    /// - a VEE recorded admitted/deploying: deployed again (idempotent);
+    /// - a VEE recorded admitted/deploying: deployed again (idempotent),
+    ///   unless a rolling update was replacing it (its rollout boots it on
+    ///   the new image when it resumes);
     /// - a VEE recorded running whose host runs no such domain: failed, and
     ///   restored on that host from its latest checkpoint;
     /// - a VEE left checkpointing, or migrating with no migration running,
@@ -67,8 +69,12 @@ impl Reconcile {
     /// - a migration approved and never started: started;
     /// - a domain a host runs for a VEE recorded elsewhere or terminated:
     ///   destroyed there (a VEE never runs in two places);
-    /// - a migration recorded running: completed if the VEE left its
-    ///   source, else aborted at the destination (the VEE stays).
+    /// - a migration recorded running: completed and recorded done as one
+    ///   that ran to its end if the VEE left its source (a host of this
+    ///   site, or the peer site it comes home from, as the peer says),
+    ///   else aborted at the destination (the VEE stays); left for the
+    ///   next start when the source or the peer does not answer
+    ///   ([`Migration::settle_cut_short`]).
     ///
     /// A host that does not answer as itself (host name and site) is not
     /// asked, and nothing is done on it. With `strays` at
@@ -76,7 +82,7 @@ impl Reconcile {
     /// database), domains are left alone, each logged and evented: an
     /// operator decides (`veem serve --destroy-strays`).
     pub async fn reconcile(self: &Arc<Self>, strays: Strays) -> Result<()> {
-        let mut running: HashMap<String, HashMap<String, vhi::VeeState>> = HashMap::new();
+        let mut running: Running = HashMap::new();
         for h in self.hosts.names() {
             if let Err(e) = self.hosts.identify(&h).await {
                 tracing::error!(host = %h, error = %format!("{e:#}"), "not reconciled: nothing is done on it");
@@ -90,55 +96,15 @@ impl Reconcile {
                 Err(e) => tracing::warn!(host = %h, error = %e.message(), "cannot reconcile with host"),
             }
         }
-        for mut m in self
+        // Migrations a restart or takeover cut short: finished or rolled
+        // back from where their VEE is now.
+        for m in self
             .store
             .list::<MigrationRec>(Tree::Migrations)?
             .into_iter()
             .filter(|m| m.state == MigrationState::Running)
         {
-            let mut v = self.vee(&m.vee_id)?;
-            let Some(src) = v.host().map(str::to_string) else { continue };
-            let Some(doms) = running.get(&src) else { continue };
-            let dest = m.to.clone();
-            let mut to = VeeState::Running;
-            if doms.contains_key(&v.id) {
-                let _ = self.migration.abort_at(&dest, &v.id).await;
-                m.advance(MigrationState::Failed)?;
-                m.detail = "the VEEM restarted mid-migration; the destination was aborted and the VEE stays at its source".into();
-            } else {
-                // The VEE left its source: finish at the destination (a
-                // primary site finishes what it sent on itself).
-                let done = match &dest {
-                    Dest::ForPrimary(_) => true,
-                    _ => self.migration.complete_at(&dest, &v.id).await.is_ok(),
-                };
-                m.advance(if done { MigrationState::Done } else { MigrationState::Failed })?;
-                m.detail = "the VEEM restarted mid-migration; the VEE left its source".into();
-                if done {
-                    let mut p = self.planner.lock().unwrap();
-                    let _ = match &dest {
-                        Dest::ForPrimary(_) => p.release_service(&v.id).map(|_| ()),
-                        _ => p.release_vee(&v.id),
-                    };
-                    drop(p);
-                    self.persist_planner()?;
-                    v.location = match dest {
-                        Dest::Host(h) => Location::Host(h),
-                        Dest::Site(s) => Location::Site(s),
-                        Dest::ForPrimary(_) => {
-                            to = VeeState::Terminated;
-                            Location::Nowhere
-                        }
-                    };
-                }
-            }
-            self.store.put(Tree::Migrations, &m.id, &m)?;
-            self.event(&v.id, &v.service_id, "reconcile", format!("migration {}: {}", m.id, m.detail));
-            if v.state == VeeState::Migrating {
-                self.transition(&mut v, to, "reconciled after restart")?;
-            } else {
-                self.save_vee(&v)?;
-            }
+            self.migration.settle_cut_short(m, &running).await?;
         }
         // The VEEs a migration still runs for (none after the loop above,
         // unless their source did not answer).
@@ -161,12 +127,34 @@ impl Reconcile {
             }
             _ => false,
         };
+        // The VEEs a rolling update is replacing (the rollout resumes them).
+        let rolling: Vec<RolloutRec> = self
+            .store
+            .list::<RolloutRec>(Tree::Rollouts)?
+            .into_iter()
+            .filter(|r| r.state == RolloutState::Rolling)
+            .collect();
+        let replacing: HashSet<String> = self
+            .vees_where(|v| {
+                v.state == VeeState::Deploying
+                    && rolling
+                        .iter()
+                        .any(|r| r.service_id == v.service_id && r.component == v.component && !r.replaced.contains(&v.id))
+            })
+            .into_iter()
+            .map(|v| v.id)
+            .collect();
         for mut v in self.vees_where(relevant) {
             match (v.location.clone(), v.state) {
                 (Location::Host(h), VeeState::Admitted | VeeState::Deploying) => {
                     if running.get(&h).is_some_and(|d| d.get(&v.id) == Some(&vhi::VeeState::Running)) {
                         self.event(&v.id, &v.service_id, "reconcile", format!("found running on {h}"));
                         self.transition(&mut v, VeeState::Running, "reconciled")?;
+                    } else if replacing.contains(&v.id) {
+                        // A rolling update's replacement a restart cut
+                        // short: the rollout boots it on its new image
+                        // (Rollouts::resume_all), not on the old one first.
+                        self.event(&v.id, &v.service_id, "reconcile", format!("its rolling update on {h} is resumed"));
                     } else if v.deploy_due(self.clock.now()) {
                         self.event(&v.id, &v.service_id, "reconcile", format!("deploy on {h} resumed"));
                         self.boot.spawn_deploy(&v.id);

@@ -22,7 +22,10 @@
 //! image. Instances running at a peer site are not replaced: a rollout
 //! with one is refused (withdraw it first). No scaling while a rollout
 //! rolls (refused with the reason). A VEEM that restarts goes on with a
-//! rolling rollout ([`Rollouts::resume_all`]).
+//! rolling rollout ([`Rollouts::resume_all`]): an instance it had booted
+//! on the new image is only waited for; one it had begun to replace (left
+//! deploying, its old domain perhaps removed, reconcile leaving it to the
+//! rollout) is booted on the new image.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -275,8 +278,10 @@ impl Rollouts {
             bail!("it no longer runs at this site");
         };
         // Booted on the new image before a restart: only its answer is due.
+        // Deploying: its replacement a restart cut short (its old domain
+        // may be gone already), booted on the new image now.
         if !(v.image == rec.to_image && v.state == VeeState::Running) {
-            if v.state != VeeState::Running {
+            if !matches!(v.state, VeeState::Running | VeeState::Deploying) {
                 bail!("it is {}, not running", v.state.as_str());
             }
             if let Err(e) = self.boot_image(&mut v, &host, &rec.to_image, rec).await {
@@ -312,9 +317,11 @@ impl Rollouts {
             Err(e) if e.code() != tonic::Code::NotFound => bail!("removing its domain: {}", e.message()),
             _ => {}
         }
+        fail::fail_point!("rollout-after-destroy");
         v.image = image.to_string();
         v.image_since_ms = Some(self.clock.now_ms());
         self.save_vee(v)?;
+        fail::fail_point!("rollout-after-image");
         self.boot.boot_on(host, v).await?;
         let how = if image == rec.to_image { "rolling update" } else { "rolled back" };
         self.transition(v, VeeState::Running, format!("{how} on {host}: {image}"))

@@ -210,3 +210,49 @@ async fn a_migration_approved_before_a_takeover_is_run_by_the_next_veem() {
     assert_eq!(site.veem.vee(&vee).unwrap().host(), Some(to));
     assert!(site.host(to).runs(&vee));
 }
+
+/// A migration within the site cut short once its VEE had left its source
+/// (sent, perhaps completed at the destination) is recorded done as one
+/// that ran to its end: the VEE's reservation moved with it, so that it
+/// migrates on.
+#[tokio::test]
+async fn a_migration_cut_short_after_the_send_is_done_and_the_vee_migrates_on() {
+    use interfaces::vhi::vhi_service_server::VhiService;
+    use interfaces::vhi::{CompleteIncomingRequest, MigrateOutRequest};
+    use tonic::Request;
+
+    use crate::model::MigrationState;
+    use crate::store::Tree;
+    use crate::workflows::migration::{Dest, Proposer};
+    let site = FakeSite::start(&["h1", "h2"], "").await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let from = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
+    let to = if from == "h1" { "h2" } else { "h1" };
+    let mut m = site
+        .veem
+        .migration
+        .propose(&vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
+        .unwrap();
+    // Running, the VEE migrating, sent and completed by the hosts, and
+    // nothing more recorded (the VEEM died).
+    m.advance(MigrationState::Approved).unwrap();
+    m.advance(MigrationState::Running).unwrap();
+    site.veem.store.put(Tree::Migrations, &m.id, &m).unwrap();
+    let mut v = site.veem.vee(&vee).unwrap();
+    site.veem.transition(&mut v, VeeState::Migrating, "to the other host").unwrap();
+    let sent = MigrateOutRequest {
+        vee_id: vee.clone(),
+        ..Default::default()
+    };
+    drop(site.host(&from).migrate_out(Request::new(sent)).await.unwrap());
+    let arrived = CompleteIncomingRequest { vee_id: vee.clone() };
+    site.host(to).complete_incoming(Request::new(arrived)).await.unwrap();
+    let site = site.restart();
+    site.veem.reconcile.reconcile(Strays::Destroy).await.unwrap();
+    let m = site.veem.migration.migration(&m.id).unwrap();
+    assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!((v.state, v.host()), (VeeState::Running, Some(to)));
+    assert_eq!(site.migrate_to_host(&vee, &from).await.state, MigrationState::Done);
+    assert!(site.host(&from).runs(&vee) && !site.host(to).runs(&vee));
+}
