@@ -34,7 +34,7 @@ use crate::daemons::{GuestIds, ImageRepo, Veeh};
 use crate::ha::{config, list, spawn};
 use crate::site::{self, manifest, Veem, ACME};
 use crate::{guest, lab};
-use load::{cli, load, probe, Plan};
+use load::{cli, load, longest_gap, probe, Plan};
 use peer::SiteB;
 use vee_testkit::partition::Partition;
 
@@ -87,6 +87,9 @@ pub struct Round {
     pub fault: Fault,
     /// The longest gap between two answered `veem ls`.
     pub unavailable: Duration,
+    /// The probes asked within that gap: how long each took, and why it
+    /// failed.
+    pub in_gap: Vec<String>,
     /// VEEMs leading once it settled (1 expected).
     pub leaders: usize,
     pub lost: Vec<String>,
@@ -373,8 +376,9 @@ impl Lab {
     /// One round of `fault` under load (see the module doc).
     pub async fn round(&mut self, fault: Fault) -> Round {
         let stop = Arc::new(AtomicBool::new(false));
-        let answered = Arc::new(Mutex::new(vec![Instant::now()]));
-        let prober = tokio::spawn(probe(self.endpoints(), self.dir.clone(), stop.clone(), answered.clone()));
+        let from = Instant::now();
+        let probes = Arc::new(Mutex::new(Vec::new()));
+        let prober = tokio::spawn(probe(self.endpoints(), self.dir.clone(), stop.clone(), probes.clone()));
         let load = tokio::spawn(load(self.load_plan(), self.endpoints(), self.dir.clone(), stop.clone()));
         let moves = self.b.moves(self.dir.clone(), stop.clone());
         let began = (self.vees().await.unwrap_or_default(), chrono::Utc::now().timestamp());
@@ -393,12 +397,11 @@ impl Lab {
         done.failed.extend(peer.failed);
         done.migrated.extend(peer.migrated);
         prober.await.unwrap();
-        let mut times = answered.lock().unwrap().clone();
-        times.push(Instant::now());
-        let unavailable = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
+        let (unavailable, in_gap) = longest_gap(&probes.lock().unwrap(), from, Instant::now());
         let mut round = Round {
             fault,
             unavailable,
+            in_gap,
             leaders: 0,
             lost: vec![],
             doubled: vec![],
@@ -478,6 +481,9 @@ pub async fn run(rounds: usize, seed: u64) -> Report {
         );
         for f in &r.failed {
             println!("    a command failed: {f}");
+        }
+        if r.unavailable > Duration::from_secs(5) {
+            println!("    probes within the longest gap: {:?}", r.in_gap);
         }
         report.rounds.push(r);
     }

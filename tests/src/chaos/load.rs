@@ -38,18 +38,51 @@ pub(super) async fn cli_of(site_id: &'static str, endpoints: String, dir: PathBu
     .unwrap()
 }
 
-/// `veem ls` every quarter second until `stop`, each answer's time into
-/// `answered`.
-pub(super) async fn probe(endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>, answered: Arc<Mutex<Vec<Instant>>>) {
+/// One `veem ls` of the prober: when it was asked, when it ended, and
+/// its error's first line if it failed.
+#[derive(Clone, Debug)]
+pub(super) struct Probe {
+    pub(super) asked: Instant,
+    pub(super) ended: Instant,
+    pub(super) error: Option<String>,
+}
+
+/// `veem ls` every quarter second until `stop`, each into `probes`.
+pub(super) async fn probe(endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>, probes: Arc<Mutex<Vec<Probe>>>) {
     while !stop.load(Ordering::SeqCst) {
-        if cli(endpoints.clone(), dir.clone(), OPERATOR, vec!["ls".into(), "-q".into()])
-            .await
-            .0
-        {
-            answered.lock().unwrap().push(Instant::now());
-        }
+        let asked = Instant::now();
+        let (ok, said) = cli(endpoints.clone(), dir.clone(), OPERATOR, vec!["ls".into(), "-q".into()]).await;
+        probes.lock().unwrap().push(Probe {
+            asked,
+            ended: Instant::now(),
+            error: (!ok).then(|| first_line(&said)),
+        });
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The longest gap between two answered probes (from `from` to `to`,
+/// the round's start and end), and what the probes asked within it saw:
+/// how long each took and why it failed.
+pub(super) fn longest_gap(probes: &[Probe], from: Instant, to: Instant) -> (Duration, Vec<String>) {
+    let mut answered: Vec<Instant> = vec![from];
+    answered.extend(probes.iter().filter(|p| p.error.is_none()).map(|p| p.ended));
+    answered.push(to);
+    let Some((a, b)) = answered.windows(2).map(|w| (w[0], w[1])).max_by_key(|(a, b)| *b - *a) else {
+        return (Duration::ZERO, vec![]);
+    };
+    let seen = probes
+        .iter()
+        .filter(|p| p.asked >= a && p.ended <= b)
+        .map(|p| {
+            format!(
+                "{:.1} s: {}",
+                (p.ended - p.asked).as_secs_f64(),
+                p.error.as_deref().unwrap_or("answered")
+            )
+        })
+        .collect();
+    (b - a, seen)
 }
 
 /// What the load of a round did.
