@@ -73,7 +73,7 @@ pub(super) fn longest_gap(probes: &[Probe], from: Instant, to: Instant) -> (Dura
     };
     let seen = probes
         .iter()
-        .filter(|p| p.asked >= a && p.ended <= b)
+        .filter(|p| p.ended > a && p.asked < b)
         .map(|p| {
             format!(
                 "{:.1} s: {}",

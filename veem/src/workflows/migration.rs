@@ -233,7 +233,7 @@ impl Migration {
                 }
                 match sent {
                     Ok(times) => {
-                        let completed = self.complete_at(&dest, &v.id).await.map(|_| times);
+                        let completed = self.complete_after_send(&dest, &v.id).await.map(|_| times);
                         if completed.is_ok() {
                             fail::fail_point!("migration-after-complete");
                         }
@@ -263,6 +263,12 @@ impl Migration {
             Ok((total_ms, downtime_ms)) => {
                 let total_ms = if total_ms > 0 { total_ms } else { self.clock.since_ms(started) };
                 self.record_done(&mut m, &mut v, total_ms, downtime_ms).await
+            }
+            // Sent, not taken: neither where it was nor done; the next
+            // start settles it (crate::workflows::migration::settle).
+            Err(e) if e.is::<arrival::NotTaken>() => {
+                self.event(&v.id, &v.service_id, "migration", format!("{}: {e:#}", m.id));
+                Err(e)
             }
             Err(e) => {
                 self.record_failed(&mut m, &mut v, format!("{e:#}"), homecoming).await?;

@@ -10,9 +10,18 @@
 //! what it runs: a domain that runs there is the VEE, arrived (completed,
 //! not aborted); a paused one is still arriving (asked again); none, or a
 //! host that does not answer, is a migration that failed.
+//!
+//! The other way round, a send that succeeded leaves the VEE at its
+//! destination only: its completion is retried while the destination is
+//! away (a peer site's takeover, a VEEH restarting), and a destination that
+//! does not take it within [`COMPLETION`] leaves the migration running
+//! ([`NotTaken`]), for the next start to settle, never recorded failed
+//! with the VEE "staying" at a source that no longer runs it (the source
+//! site then started a second copy: the chaos run, issue 52).
 
 use std::time::Duration;
 
+use interfaces::retry::RetryPolicy;
 use interfaces::vhi::VeeState;
 
 use super::Migration;
@@ -20,8 +29,28 @@ use crate::domain::migration::Dest;
 
 /// How long a migration in flight at the hypervisor is waited for.
 const ARRIVAL: Duration = Duration::from_secs(60);
+/// How long, and how often, a destination is asked to complete a VEE sent
+/// to it: 15 times, 2 s apart.
+const COMPLETION: (u32, Duration) = (15, Duration::from_secs(2));
+
+/// A VEE sent whose destination did not take it (see the module doc):
+/// the migration stays running, the VEE migrating.
+#[derive(Debug, thiserror::Error)]
+#[error("the VEE left its source but its destination did not take it: {0}; the next start of this VEEM settles it")]
+pub struct NotTaken(pub String);
 
 impl Migration {
+    /// Completes VEE `vee_id`, sent, at `dest`, retried as
+    /// [`COMPLETION`] says (a destination site that will not complete it
+    /// again but runs it counts as completed). Errors: [`NotTaken`].
+    pub(super) async fn complete_after_send(&self, dest: &Dest, vee_id: &str) -> anyhow::Result<()> {
+        let (attempts, wait) = COMPLETION;
+        RetryPolicy::fixed(attempts, wait)
+            .run(|| self.completed_at(dest, vee_id))
+            .await
+            .map_err(|e| NotTaken(format!("{e:#}")).into())
+    }
+
     /// Whether VEE `vee_id`, whose send to `dest` failed, runs there
     /// anyway (see the module doc). A destination site is not asked: its
     /// own VEEM aborts or completes what it prepared.

@@ -139,7 +139,7 @@ impl Migration {
     /// Completes the VEE's arrival at `dest`; a peer site that refuses
     /// (it completed it already, before the restart) but runs the VEE
     /// counts as completed.
-    async fn completed_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
+    pub(super) async fn completed_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
         let Err(e) = self.complete_at(dest, vee_id).await else {
             return Ok(());
         };

@@ -93,6 +93,33 @@ async fn a_send_that_failed_while_the_vee_arrived_completes_at_the_destination()
     assert_eq!(site.veem.planner().placement(&vee).unwrap().host, to);
 }
 
+/// A destination that cannot take a VEE just sent (its VEEM in a
+/// takeover, its VEEH restarting) is asked again, and the migration is
+/// done once it takes it: the VEE is never recorded as staying at a source
+/// that no longer runs it (whose site then started a second copy: the
+/// chaos run, issue 52).
+#[tokio::test]
+async fn a_vee_sent_is_completed_once_its_destination_takes_it() {
+    let (site, vee, from, to) = one_vee_two_hosts().await;
+    site.host(&to).fail("CompleteIncoming", Code::Unavailable, "restarting");
+    let m = site
+        .veem
+        .migration
+        .propose(&vee, Dest::Host(to.clone()), "maintenance", Proposer::Operator)
+        .unwrap();
+    site.veem.migration.approve(&m.id, "operator").unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let open = site.veem.migration.migration(&m.id).unwrap();
+    assert_eq!(open.state, MigrationState::Running, "{}", open.detail);
+    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Migrating);
+    site.host(&to).script.lock().unwrap().failing.remove("CompleteIncoming");
+    let m = site.finished(&m.id).await;
+    assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(to.clone())));
+    assert!(site.host(&to).runs(&vee) && !site.host(&from).runs(&vee));
+}
+
 #[tokio::test]
 async fn a_vee_whose_policy_forbids_moves_is_never_proposed() {
     let site = FakeSite::start(&["h1", "h2"], "").await;
