@@ -25,6 +25,7 @@
 //! between two `veem ls` that answered. Not covered yet: site B and a
 //! peer's migrations in.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -211,6 +212,8 @@ pub struct Lab {
     veems: Vec<(Veem, PathBuf, u16)>,
     /// The peer site moving its VEE in and out.
     b: SiteB,
+    /// The VEEs the last round's load moved.
+    moved: HashSet<String>,
     started: usize,
     rng: fastrand::Rng,
 }
@@ -258,6 +261,7 @@ impl Lab {
             hosts,
             veems,
             b,
+            moved: HashSet::new(),
             started: 0,
             rng: fastrand::Rng::with_seed(seed),
         };
@@ -378,7 +382,7 @@ impl Lab {
         let stop = Arc::new(AtomicBool::new(false));
         let from = Instant::now();
         let probes = Arc::new(Mutex::new(Vec::new()));
-        let prober = tokio::spawn(probe(self.endpoints(), self.dir.clone(), stop.clone(), probes.clone()));
+        let prober = probe(self.endpoints(), self.dir.clone(), stop.clone(), probes.clone());
         let load = tokio::spawn(load(self.load_plan(), self.endpoints(), self.dir.clone(), stop.clone()));
         let moves = self.b.moves(self.dir.clone(), stop.clone());
         let began = (self.vees().await.unwrap_or_default(), chrono::Utc::now().timestamp());
@@ -391,13 +395,14 @@ impl Lab {
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
         stop.store(true, Ordering::SeqCst);
+        let stopped = Instant::now();
         let mut done = load.await.unwrap();
         let peer = moves.await.unwrap();
         done.ok += peer.ok;
         done.failed.extend(peer.failed);
         done.migrated.extend(peer.migrated);
-        prober.await.unwrap();
-        let (unavailable, in_gap) = longest_gap(&probes.lock().unwrap(), from, Instant::now());
+        prober.join().unwrap();
+        let (unavailable, in_gap) = longest_gap(&probes.lock().unwrap(), from, stopped);
         let mut round = Round {
             fault,
             unavailable,
@@ -414,7 +419,11 @@ impl Lab {
             target,
         };
         self.check(&mut round, injected).await;
-        (round.unmetered, round.metered) = self.usage_gaps(&began.0, &done.migrated, began.1).await;
+        // A VEE moved in the round before has its first record on its new
+        // host a metering round or two into this one.
+        let moved: HashSet<String> = done.migrated.union(&self.moved).cloned().collect();
+        (round.unmetered, round.metered) = self.usage_gaps(&began.0, &moved, began.1).await;
+        self.moved = done.migrated;
         let after = self.leader().await;
         if let Some(now) = after.filter(|_| after != before) {
             let log = self.veems[now].0.daemon.log_text();

@@ -47,18 +47,23 @@ pub(super) struct Probe {
     pub(super) error: Option<String>,
 }
 
-/// `veem ls` every quarter second until `stop`, each into `probes`.
-pub(super) async fn probe(endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>, probes: Arc<Mutex<Vec<Probe>>>) {
-    while !stop.load(Ordering::SeqCst) {
-        let asked = Instant::now();
-        let (ok, said) = cli(endpoints.clone(), dir.clone(), OPERATOR, vec!["ls".into(), "-q".into()]).await;
-        probes.lock().unwrap().push(Probe {
-            asked,
-            ended: Instant::now(),
-            error: (!ok).then(|| first_line(&said)),
-        });
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+/// `veem ls` every quarter second until `stop`, each into `probes`, on
+/// a thread of its own: what the test's tasks block (a daemon restarted,
+/// an etcd member started) does not hold it up.
+pub(super) fn probe(endpoints: String, dir: PathBuf, stop: Arc<AtomicBool>, probes: Arc<Mutex<Vec<Probe>>>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            let asked = Instant::now();
+            let out = site::cli_at(&endpoints, &dir, OPERATOR, &["ls", "-q"]);
+            let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            probes.lock().unwrap().push(Probe {
+                asked,
+                ended: Instant::now(),
+                error: (!out.status.success()).then(|| first_line(&said)),
+            });
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    })
 }
 
 /// The longest gap between two answered probes (from `from` to `to`,
