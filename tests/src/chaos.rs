@@ -1,29 +1,34 @@
 //! The control plane under chaos (`scripts/chaos`, `tests/tests/chaos.rs`):
 //! site A on a 3-member etcd cluster with two VEEMs (leader and standby,
-//! a 3 s lease) and three VEEHs on the lab's two libvirtds, under a load
-//! of clients, each the `veem` CLI given both VEEMs' endpoints as a user
-//! gives them (checkpoints, migrations approved by the operator,
-//! scale-outs and -ins, deploys and undeploys), and a prober asking
-//! `veem ls` every quarter second. Each round, one fault drawn at random:
-//! kill -9 or SIGSTOP (past the lease, then SIGCONT) of the leading VEEM,
-//! a partition of the leading VEEM from etcd (past the lease: each VEEM
-//! reaches the members by ports of its own, which an nftables table cuts
-//! off, [`vee_testkit::partition`]), kill -9 of the standby, of one etcd
-//! member, of one VEEH, each brought back after it. Once the load stops,
-//! the round checks what a user and an operator count on:
+//! a 3 s lease) and three VEEHs on the lab's two libvirtds, and site B (one
+//! VEEM, one VEEH in B's namespaces) peering with both of A's VEEMs, under
+//! a load of clients, each the `veem` CLI given both of A's endpoints as a
+//! user gives them (checkpoints, migrations approved by the operator,
+//! scale-outs and -ins, deploys and undeploys), B's operator moving B's
+//! VEE to site A and home again (a peer's migrations in and out,
+//! [`peer`]), and a prober asking `veem ls` every quarter second. Each
+//! round, one fault drawn at random: kill -9 or SIGSTOP (past the lease,
+//! then SIGCONT) of the leading VEEM, a partition of the leading VEEM from
+//! etcd (past the lease: each VEEM reaches the members by ports of its
+//! own, which an nftables table cuts off, [`vee_testkit::partition`]),
+//! kill -9 of the standby, of one etcd member, of one VEEH, each brought
+//! back after it. Once the load stops, the round checks what a user and an
+//! operator count on ([`checks`]):
 //! - one VEEM leads;
-//! - no VEE stuck: none left checkpointing, migrating, deploying or
-//!   recovering, no migration approved or running, [`SETTLE`] after the
-//!   fault at most;
-//! - none doubled: each VEE's domain runs on one host at most;
-//! - none lost: each VEE recorded running on a host has its domain there;
+//! - no VEE stuck: none checkpointing, migrating, deploying or recovering,
+//!   no migration approved or running, at either site, for a minute or
+//!   more within [`SETTLE`] of the fault;
+//! - none doubled: each VEE's domain runs on one host at most, of either
+//!   site;
+//! - none lost: each VEE recorded running on a host has its domain there,
+//!   and B's VEE runs where B says (its host, or one of A's);
 //! - usage records continuous: each VEE that ran on one host through the
-//!   round (not migrated) has usage records that cover the round without a
-//!   gap, up to the last metering rounds.
+//!   round (not moved in it or the round before) has usage records that
+//!   cover the round without a gap, up to the last metering rounds.
 //!
 //! The client-visible unavailability of a round is the longest gap
-//! between two `veem ls` that answered. Not covered yet: site B and a
-//! peer's migrations in.
+//! between two `veem ls` that answered, from the round's start to the
+//! load's stop.
 
 use std::collections::HashSet;
 use std::path::PathBuf;

@@ -2,8 +2,9 @@
 //! run is `scripts/chaos --rounds 100`, its table in
 //! docs/reliability.md): rounds of one fault each (kill -9 or SIGSTOP of
 //! the leader, the leader cut off from etcd, kill -9 of the standby, an
-//! etcd member, a VEEH) under a load of `veem` commands; no VEE lost,
-//! doubled or stuck, no gap in usage records, one leader after each.
+//! etcd member, a VEEH) under a load of `veem` commands and a peer site's
+//! migrations in and out; no VEE lost, doubled or stuck, no gap in usage
+//! records, one leader after each.
 //!
 //! `CHAOS_ROUNDS` (default 6: each fault once) and `CHAOS_SEED` (default: the time) set
 //! the run; `CHAOS_TABLE` names a file the table is written to.

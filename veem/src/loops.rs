@@ -56,10 +56,14 @@ impl Loops {
             veem.lifecycle.scheduler_round();
             veem.windows.renew_windows().await;
         });
-        // Steps a crash cut short whose undo could not finish at start-up.
+        // Steps a crash cut short whose undo could not finish at start-up,
+        // and migrations left running (a host or a peer silent then).
         loops.spawn(veem, cfg.usage_interval.max(Duration::from_secs(1)), (), |veem, _| async move {
             if let Err(e) = veem.intents.retry_left().await {
                 tracing::warn!(error = %format!("{e:#}"), "cannot read the intents a crash left");
+            }
+            if let Err(e) = veem.migration.settle_left().await {
+                tracing::warn!(error = %format!("{e:#}"), "cannot settle the migrations left running");
             }
         });
         let usage = cfg.usage_interval.max(Duration::from_secs(1));

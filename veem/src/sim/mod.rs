@@ -346,6 +346,25 @@ impl FakeSite {
         self.veem.migration.migration(id).unwrap()
     }
 
+    /// A migration of `vee` to host `to` as a VEEM that died mid-way
+    /// leaves it: recorded running, the VEE migrating, nothing more (the
+    /// hosts not asked). The migration's record.
+    pub fn migration_cut_short(&self, vee: &str, to: &str) -> crate::model::MigrationRec {
+        use crate::model::{MigrationState, VeeState};
+        use crate::workflows::migration::{Dest, Proposer};
+        let mut m = self
+            .veem
+            .migration
+            .propose(vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
+            .unwrap();
+        m.advance(MigrationState::Approved).unwrap();
+        m.advance(MigrationState::Running).unwrap();
+        self.veem.store.put(crate::store::Tree::Migrations, &m.id, &m).unwrap();
+        let mut v = self.veem.vee(vee).unwrap();
+        self.veem.transition(&mut v, VeeState::Migrating, "to the other host").unwrap();
+        m
+    }
+
     /// Proposes (as the operator, for maintenance) and approves moving
     /// `vee` to host `to`; the migration once it ended.
     pub async fn migrate_to_host(&self, vee: &str, to: &str) -> crate::model::MigrationRec {

@@ -82,20 +82,7 @@ impl Reconcile {
     /// database), domains are left alone, each logged and evented: an
     /// operator decides (`veem serve --destroy-strays`).
     pub async fn reconcile(self: &Arc<Self>, strays: Strays) -> Result<()> {
-        let mut running: Running = HashMap::new();
-        for h in self.hosts.names() {
-            if let Err(e) = self.hosts.identify(&h).await {
-                tracing::error!(host = %h, error = %format!("{e:#}"), "not reconciled: nothing is done on it");
-                continue;
-            }
-            let Ok(c) = self.hosts.vhi(&h) else { continue };
-            match crate::ports::domains(&*c).await {
-                Ok(l) => {
-                    running.insert(h.clone(), l.into_iter().map(|d| (d.vee_id.clone(), d.state())).collect());
-                }
-                Err(e) => tracing::warn!(host = %h, error = %e.message(), "cannot reconcile with host"),
-            }
-        }
+        let running: Running = self.migration.hosts_running().await;
         // Migrations a restart or takeover cut short: finished or rolled
         // back from where their VEE is now.
         for m in self
@@ -104,7 +91,7 @@ impl Reconcile {
             .into_iter()
             .filter(|m| m.state == MigrationState::Running)
         {
-            self.migration.settle_cut_short(m, &running).await?;
+            self.migration.settle_cut_short(m, &running, true).await?;
         }
         // The VEEs a migration still runs for (none after the loop above,
         // unless their source did not answer).

@@ -162,13 +162,7 @@ async fn a_vee_comes_home_twice() {
     let (a, _b, vee) = two_sites(B_TRUSTS_A).await;
     for round in 0..2 {
         assert_eq!(migrate_to_b(&a, &vee).await.state, MigrationState::Done, "round {round}: out");
-        let m = a
-            .veem
-            .migration
-            .propose(&vee, Dest::Host("a1".into()), "home", Proposer::Operator)
-            .unwrap();
-        a.veem.migration.approve(&m.id, "operator").unwrap();
-        let m = a.finished(&m.id).await;
+        let m = a.finished(&home(&a, &vee)).await;
         assert_eq!(m.state, MigrationState::Done, "round {round}: home: {}", m.detail);
         assert_eq!(a.veem.vee(&vee).unwrap().location, Location::Host("a1".into()));
     }
@@ -183,12 +177,7 @@ async fn a_send_for_the_primary_is_recorded_before_the_vee_leaves() {
     let (a, b, vee) = two_sites(B_TRUSTS_A).await;
     assert_eq!(migrate_to_b(&a, &vee).await.state, MigrationState::Done);
     b.host("b1").script.lock().unwrap().migrate_out_ms = 300;
-    let m = a
-        .veem
-        .migration
-        .propose(&vee, Dest::Host("a1".into()), "home", Proposer::Operator)
-        .unwrap();
-    a.veem.migration.approve(&m.id, "operator").unwrap();
+    let m = home(&a, &vee);
     crate::sim::eventually("B's copy migrating", || {
         b.veem.vee(&vee).is_ok_and(|v| v.state == crate::model::VeeState::Migrating)
     })
@@ -198,7 +187,19 @@ async fn a_send_for_the_primary_is_recorded_before_the_vee_leaves() {
         sends.iter().any(|s| s.vee_id == vee && s.state == MigrationState::Running),
         "B's send is not recorded while it runs: {sends:?}"
     );
-    assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
+    assert_eq!(a.finished(&m).await.state, MigrationState::Done);
+}
+
+/// Site A's operator brings `vee` home to host a1: the migration's ID,
+/// approved (not waited for).
+fn home(a: &FakeSite, vee: &str) -> String {
+    let m = a
+        .veem
+        .migration
+        .propose(vee, Dest::Host("a1".into()), "home", Proposer::Operator)
+        .unwrap();
+    a.veem.migration.approve(&m.id, "operator").unwrap();
+    m.id
 }
 
 #[tokio::test]

@@ -33,6 +33,51 @@ enum Found {
 }
 
 impl Migration {
+    /// What each host of the site that answers as itself runs (host name
+    /// and site checked first; a host that does not is left out, and
+    /// nothing is done on it).
+    pub(crate) async fn hosts_running(&self) -> Running {
+        let mut running: Running = HashMap::new();
+        for h in self.hosts.names() {
+            if let Err(e) = self.hosts.identify(&h).await {
+                tracing::error!(host = %h, error = %format!("{e:#}"), "not reconciled: nothing is done on it");
+                continue;
+            }
+            let Ok(c) = self.hosts.vhi(&h) else { continue };
+            match crate::ports::domains(&*c).await {
+                Ok(l) => {
+                    running.insert(h.clone(), l.into_iter().map(|d| (d.vee_id.clone(), d.state())).collect());
+                }
+                Err(e) => tracing::warn!(host = %h, error = %e.message(), "cannot reconcile with host"),
+            }
+        }
+        running
+    }
+
+    /// Settles, as a start-up does ([`Migration::settle_cut_short`]), the
+    /// migrations recorded running that no task of this VEEM runs: one
+    /// whose settling at start-up found a host or the peer silent, one
+    /// whose destination did not take its VEE in time
+    /// (`arrival::NotTaken`). A migration whose VEE an operation holds is
+    /// left for the next round. Run every `usage_interval` by the leader.
+    /// Errors: the store's.
+    pub(crate) async fn settle_left(&self) -> Result<()> {
+        let left: Vec<MigrationRec> = self
+            .store
+            .list::<MigrationRec>(Tree::Migrations)?
+            .into_iter()
+            .filter(|m| m.state == MigrationState::Running && self.try_lock_vee(&m.vee_id).is_some())
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        let running = self.hosts_running().await;
+        for m in left {
+            self.settle_cut_short(m, &running, false).await?;
+        }
+        Ok(())
+    }
+
     /// Finishes or rolls back migration `m`, recorded running by a VEEM
     /// that stopped (a restart, a takeover), from where its VEE is now
     /// (`running`: what each host that answered runs):
@@ -50,7 +95,10 @@ impl Migration {
     /// A peer's own record of a VEE it sent on for its primary site
     /// (`site-of:`) is settled from its source host alone. Errors: the
     /// store's.
-    pub(crate) async fn settle_cut_short(&self, mut m: MigrationRec, running: &Running) -> Result<()> {
+    ///
+    /// `report_unknown`: an unknown outcome is logged and evented (at
+    /// start-up; the periodic [`Migration::settle_left`] stays quiet).
+    pub(crate) async fn settle_cut_short(&self, mut m: MigrationRec, running: &Running, report_unknown: bool) -> Result<()> {
         let _g = self.lock_vee(&m.vee_id).await;
         let mut v = self.vee(&m.vee_id)?;
         if let Dest::ForPrimary(_) = &m.to {
@@ -60,6 +108,7 @@ impl Migration {
         let found = self.find_cut_short(&m, &v.location, running).await;
         let restarted = "the VEEM restarted mid-migration";
         match found {
+            Found::Unknown(_) if !report_unknown => Ok(()),
             Found::Unknown(why) => {
                 tracing::warn!(migration = %m.id, vee = %v.id, "{restarted}: left running ({why})");
                 self.event(

@@ -120,6 +120,28 @@ async fn a_vee_sent_is_completed_once_its_destination_takes_it() {
     assert!(site.host(&to).runs(&vee) && !site.host(&from).runs(&vee));
 }
 
+/// A migration left running that no task runs (its destination did not
+/// take the VEE in time, or a host was silent when the VEEM started) is
+/// settled by the leader's next round, not left for a person: done where
+/// the VEE went; while an operation holds the VEE, left alone.
+#[tokio::test]
+async fn a_migration_left_running_is_settled_by_the_next_round() {
+    let (site, vee, from, to) = one_vee_two_hosts().await;
+    let m = site.migration_cut_short(&vee, &to);
+    // The hypervisor moved it; nobody recorded it.
+    site.host(&from).set_running(&vee, false);
+    site.host(&to).set_running(&vee, true);
+    let held = site.veem.lock_vee(&vee).await;
+    site.veem.migration.settle_left().await.unwrap();
+    assert_eq!(site.veem.migration.migration(&m.id).unwrap().state, MigrationState::Running);
+    drop(held);
+    site.veem.migration.settle_left().await.unwrap();
+    let m = site.veem.migration.migration(&m.id).unwrap();
+    assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(to.clone())));
+}
+
 #[tokio::test]
 async fn a_vee_whose_policy_forbids_moves_is_never_proposed() {
     let site = FakeSite::start(&["h1", "h2"], "").await;

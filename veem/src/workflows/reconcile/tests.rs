@@ -222,24 +222,13 @@ async fn a_migration_cut_short_after_the_send_is_done_and_the_vee_migrates_on() 
     use tonic::Request;
 
     use crate::model::MigrationState;
-    use crate::store::Tree;
-    use crate::workflows::migration::{Dest, Proposer};
     let site = FakeSite::start(&["h1", "h2"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
     let from = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
     let to = if from == "h1" { "h2" } else { "h1" };
-    let mut m = site
-        .veem
-        .migration
-        .propose(&vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
-        .unwrap();
     // Running, the VEE migrating, sent and completed by the hosts, and
     // nothing more recorded (the VEEM died).
-    m.advance(MigrationState::Approved).unwrap();
-    m.advance(MigrationState::Running).unwrap();
-    site.veem.store.put(Tree::Migrations, &m.id, &m).unwrap();
-    let mut v = site.veem.vee(&vee).unwrap();
-    site.veem.transition(&mut v, VeeState::Migrating, "to the other host").unwrap();
+    let m = site.migration_cut_short(&vee, to);
     let sent = MigrateOutRequest {
         vee_id: vee.clone(),
         ..Default::default()
