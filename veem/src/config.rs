@@ -149,7 +149,9 @@ pub struct VeemConfig {
     pub listen: SocketAddr,
     /// The VMI URL clients and peers reach this VEEM at, which a standby
     /// of the site tells them when it names its leader (etcd; default
-    /// `https://<listen>`, `http://` without `[tls]`).
+    /// `https://<listen>`, `http://` without `[tls]`). On etcd, refused
+    /// when it is an unspecified address, or a loopback one while an etcd
+    /// member or a peer is on another machine.
     #[serde(default)]
     pub advertise: Option<String>,
     /// sled database directory (`[store] engine = "sled"`, the default).
@@ -402,6 +404,8 @@ impl VeemConfig {
             return Err(invalid("site_id", "must not be empty"));
         }
         self.store.check(&self.site_id, self.insecure)?;
+        let peers: Vec<String> = self.peers.iter().flat_map(|p| p.endpoints()).collect();
+        self.store.check_advertised(&self.advertised(), self.advertise.is_none(), &peers)?;
         if self.store.engine == EngineKind::Sled && self.db.as_os_str().is_empty() {
             return Err(invalid(
                 "db",

@@ -141,6 +141,40 @@ impl StoreConfig {
         Ok(())
     }
 
+    /// Checks, on etcd, the URL this VEEM advertises (`advertised`;
+    /// `defaulted`: taken from `listen`): a standby sends clients and
+    /// peers there when it names its leader. Refused: a URL without a host,
+    /// an unspecified address (`0.0.0.0`, `::`), and a loopback one unless
+    /// every etcd member and every peer's endpoint (`peers`) is on this
+    /// machine too (a site run on one machine). Errors name `advertise`.
+    pub(super) fn check_advertised(&self, advertised: &str, defaulted: bool, peers: &[String]) -> Result<(), Invalid> {
+        if self.engine != EngineKind::Etcd {
+            return Ok(());
+        }
+        let given = if defaulted { " (the default: the listen address)" } else { "" };
+        let set = "set `advertise` to the URL the site's clients and peers reach this VEEM at";
+        let Some(host) = url_host(advertised) else {
+            return Err(invalid(
+                "advertise",
+                format!("{advertised:?}{given} is not an http:// or https:// URL with a host"),
+            ));
+        };
+        if host.unspecified {
+            return Err(invalid(
+                "advertise",
+                format!("{advertised:?}{given} is an unspecified address, which no client can reach: {set}"),
+            ));
+        }
+        let local = |url: &String| url_host(url).is_some_and(|h| h.loopback);
+        if host.loopback && !(self.endpoints.iter().all(local) && peers.iter().all(local)) {
+            return Err(invalid(
+                "advertise",
+                format!("{advertised:?}{given} is a loopback address, which clients of another machine's VEEM and peer sites cannot reach: {set}"),
+            ));
+        }
+        Ok(())
+    }
+
     /// The prefix of site `site_id`'s keys.
     pub fn prefix(&self, site_id: &str) -> String {
         self.prefix.clone().unwrap_or_else(|| format!("/vee/{site_id}"))
@@ -155,4 +189,26 @@ impl StoreConfig {
             timeout: self.timeout,
         }
     }
+}
+
+/// What the host of a URL is (see [`url_host`]).
+struct UrlHost {
+    loopback: bool,
+    unspecified: bool,
+}
+
+/// The host of an `http://` or `https://` URL: a loopback one
+/// (`localhost`, 127.0.0.0/8, `::1`) or an unspecified address; `None`
+/// when it is not such a URL or has no host.
+fn url_host(url: &str) -> Option<UrlHost> {
+    let uri: tonic::transport::Uri = url.parse().ok()?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return None;
+    }
+    let host = uri.host().filter(|h| !h.is_empty())?;
+    let ip = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().ok();
+    Some(UrlHost {
+        loopback: host.eq_ignore_ascii_case("localhost") || ip.is_some_and(|ip| ip.is_loopback()),
+        unspecified: ip.is_some_and(|ip| ip.is_unspecified()),
+    })
 }

@@ -272,7 +272,7 @@ fn the_packaged_listener_block_gives_the_defaults_and_bad_limits_are_named() {
 fn the_store_is_sled_at_db_by_default_or_the_sites_etcd_cluster() {
     let cfg = VeemConfig::parse(BASE).unwrap();
     assert_eq!(cfg.store.engine, EngineKind::Sled);
-    let head = "site_id = \"site-a\"\nlisten = \"127.0.0.1:7200\"\nimage_repo = \"http://127.0.0.1:7000\"\n";
+    let head = "site_id = \"site-a\"\nlisten = \"10.0.0.5:7200\"\nimage_repo = \"http://127.0.0.1:7000\"\n";
     let tls = "[store.tls]\nca = \"/etc/vee/etcd-ca.crt\"\ncert = \"/etc/vee/veem.crt\"\nkey = \"/etc/vee/veem.key\"\n";
     let etcd = format!("{head}[store]\nengine = \"etcd\"\nendpoints = [\"https://10.0.0.1:2379\", \"https://10.0.0.2:2379\"]\n{tls}");
     let cfg = VeemConfig::parse(&etcd).expect("no db needed with etcd");
@@ -321,8 +321,62 @@ fn the_store_is_sled_at_db_by_default_or_the_sites_etcd_cluster() {
     let ttl = VeemConfig::parse(&etcd.replacen("[store.tls]", "lease_ttl = \"4s\"\n[store.tls]", 1)).unwrap();
     assert_eq!(
         (ttl.store.lease_ttl, ttl.advertised()),
-        (Duration::from_secs(4), "http://127.0.0.1:7200".to_string())
+        (Duration::from_secs(4), "http://10.0.0.5:7200".to_string())
     );
+}
+
+/// A standby names its leader by the URL the leader advertises: one no
+/// client can reach (the packaged `listen = "0.0.0.0:7200"` taken as it
+/// is, a loopback address while the site spans machines) is refused at
+/// start-up, naming `advertise`.
+#[test]
+fn a_leader_advertises_an_address_its_sites_clients_can_reach() {
+    let tls = "[store.tls]\nca = \"/etc/vee/etcd-ca.crt\"\ncert = \"/etc/vee/veem.crt\"\nkey = \"/etc/vee/veem.key\"\n";
+    let on = |listen: &str, advertise: &str, members: &str| {
+        format!(
+            "site_id = \"site-a\"\nlisten = \"{listen}\"\n{advertise}image_repo = \"http://127.0.0.1:7000\"\n\
+             [store]\nengine = \"etcd\"\nendpoints = [\"https://{members}:2379\"]\n{tls}"
+        )
+    };
+    let refused = |text: String, why: &str| {
+        let e = format!("{:#}", VeemConfig::parse(&text).unwrap_err());
+        assert!(e.contains("field `advertise`") && e.contains(why), "{e}");
+    };
+    refused(on("0.0.0.0:7200", "", "10.0.0.1"), "unspecified address");
+    refused(on("[::]:7200", "", "10.0.0.1"), "the default: the listen address");
+    refused(
+        on("10.0.0.5:7200", "advertise = \"https://0.0.0.0:7200\"\n", "10.0.0.1"),
+        "unspecified",
+    );
+    refused(on("127.0.0.1:7200", "", "10.0.0.1"), "loopback");
+    refused(
+        on("0.0.0.0:7200", "advertise = \"https://localhost:7200\"\n", "10.0.0.1"),
+        "loopback",
+    );
+    refused(
+        on("0.0.0.0:7200", "advertise = \"veem-a:7200\"\n", "10.0.0.1"),
+        "not an http:// or https:// URL",
+    );
+    let ok = |text: String| VeemConfig::parse(&text).unwrap().advertised();
+    assert_eq!(
+        ok(on("0.0.0.0:7200", "advertise = \"https://10.0.0.5:7200\"\n", "10.0.0.1")),
+        "https://10.0.0.5:7200"
+    );
+    // A site on one machine: its etcd and peers on loopback too.
+    assert_eq!(ok(on("127.0.0.1:7200", "", "127.0.0.1")), "http://127.0.0.1:7200");
+    let with_peer = |peer: &str| {
+        on("127.0.0.1:7200", "", "127.0.0.1").replacen(
+            "[store]",
+            &format!(
+                "[[peers]]\nsite_id = \"site-b\"\nendpoint = \"https://{peer}:7200\"\ntoken = \"a-at-b-token\"\n[peers.agreement]\n[store]"
+            ),
+            1,
+        )
+    };
+    assert!(VeemConfig::parse(&with_peer("127.0.0.1")).is_ok());
+    refused(with_peer("10.0.0.9"), "loopback");
+    // The embedded store has no standby to name it.
+    assert!(VeemConfig::parse(BASE).is_ok());
 }
 
 #[test]
