@@ -73,3 +73,98 @@ fn every_work_cited_by_letter_is_in_the_references() {
         }
     }
 }
+
+/// The TOML blocks of `file` (```` ```toml ```` fenced), in order.
+fn toml_blocks(file: &str) -> Vec<String> {
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let text = std::fs::read_to_string(root.join(file)).unwrap();
+    let mut blocks = Vec::new();
+    let mut open: Option<String> = None;
+    for line in text.lines() {
+        match (&mut open, line.trim_start()) {
+            (None, l) if l.starts_with("```toml") => open = Some(String::new()),
+            (Some(_), l) if l.starts_with("```") => blocks.extend(open.take()),
+            (Some(b), _) => {
+                b.push_str(line);
+                b.push('\n');
+            }
+            _ => {}
+        }
+    }
+    blocks
+}
+
+/// Which parser a guide's TOML block is for.
+enum Kind {
+    /// A whole service manifest, or `[[elasticity]]` rules to add to one.
+    Manifest,
+    Elasticity,
+    /// A part of `veem.toml` (its sections, on top of the least
+    /// configuration, with its TLS).
+    Veem,
+    /// The CLI's client configuration.
+    Client,
+}
+
+fn kind(block: &str) -> Kind {
+    if block.contains("[service]") {
+        Kind::Manifest
+    } else if block.trim_start().starts_with("[[elasticity]]") {
+        Kind::Elasticity
+    } else if block.contains("[[contexts]]") {
+        Kind::Client
+    } else {
+        Kind::Veem
+    }
+}
+
+/// Every TOML block of the guides parses with the parser its reader
+/// hands it to, and passes its checks: a manifest (its placeholder IDs
+/// given a real shape) with `vee_manifest`, a part of `veem.toml` with the
+/// VEEM's configuration (on top of the least one), the client
+/// configuration with the CLI's. A field renamed or a value the code
+/// refuses fails here.
+#[test]
+fn the_guides_toml_parses_as_their_readers_use_it() {
+    const LEAST: &str =
+        "site_id = \"site-a\"\nlisten = \"10.0.0.21:7200\"\ndb = \"/var/lib/veem/db\"\nimage_repo = \"https://repo.example:7480\"\n";
+    let id = format!("sha256:{}", "ab".repeat(32));
+    let mut manifest = None;
+    let mut checked = 0;
+    for file in [
+        "docs/manifest-reference.md",
+        "docs/provider-guide.md",
+        "docs/operator-guide.md",
+        "docs/reliability.md",
+        "docs/security.md",
+        "README.md",
+    ] {
+        for (n, block) in toml_blocks(file).into_iter().enumerate() {
+            let at = format!("{file}, TOML block {}", n + 1);
+            checked += 1;
+            match kind(&block) {
+                Kind::Manifest => {
+                    let m = block.replace("\"sha256:...\"", &format!("{id:?}"));
+                    interfaces::manifest::Manifest::from_toml(&m).unwrap_or_else(|e| panic!("{at}: {e}"));
+                    manifest = Some(m);
+                }
+                Kind::Elasticity => {
+                    // The rules act on `web` and `db`: the manifest before
+                    // with a `web` component beside its `db`.
+                    let base = manifest.clone().unwrap_or_else(|| panic!("{at}: no manifest before it"));
+                    let web = base.replacen("[[component]]\nname = \"db\"", "[[component]]\nname = \"web\"\nvcpus = 1\nmemory_mib = 256\ndisk_gib = 1\nimage = \"IMAGE\"\n[[component]]\nname = \"db\"", 1)
+                        .replace("\"IMAGE\"", &format!("{id:?}"));
+                    interfaces::manifest::Manifest::from_toml(&format!("{web}\n{block}")).unwrap_or_else(|e| panic!("{at}: {e}"));
+                }
+                Kind::Veem => {
+                    let tls = "[tls]\ncert = \"/etc/veem/vmi.crt\"\nkey = \"/etc/veem/vmi.key\"\n";
+                    veem::config::VeemConfig::parse(&format!("{LEAST}{block}\n{tls}")).unwrap_or_else(|e| panic!("{at}: {e:#}"));
+                }
+                Kind::Client => {
+                    toml::from_str::<veem::cli::context::ClientConfig>(&block).unwrap_or_else(|e| panic!("{at}: {e}"));
+                }
+            }
+        }
+    }
+    assert!(checked >= 10, "{checked} blocks");
+}
