@@ -20,6 +20,31 @@ pub fn read_file(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(token)
 }
 
+/// The secret in file `path` that a daemon's configuration names: its
+/// first line ([`read_file`]), refused when every user of the machine may
+/// read the file (its mode gives others read), as OpenSSH refuses such a
+/// key. Errors: that, or [`read_file`]'s.
+pub fn read_secret(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
+        .permissions()
+        .mode()
+        & 0o777;
+    anyhow::ensure!(
+        mode & 0o004 == 0,
+        "{} is readable by every user of the machine (mode {mode:04o}): `chmod o-r` it, and give it to the daemon's group",
+        path.display()
+    );
+    read_file(path)
+}
+
+/// Warns that configuration field `field` holds a secret in clear, which
+/// `instead` (a file holding it) keeps out of the configuration.
+pub fn warn_secret_in_clear(field: &str, instead: &str) {
+    tracing::warn!("field `{field}`: a secret in the configuration; give `{instead}` (a file only the daemon may read) instead");
+}
+
 /// The error for a token given on the command line as `flag`: refused,
 /// since every user of the machine sees it in `ps`; `instead` says how to
 /// give it.
@@ -85,6 +110,19 @@ pub fn find<'a>(presented: &str, known: impl IntoIterator<Item = &'a [u8; 32]>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_file_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("peer.token");
+        std::fs::write(&f, "s3cret-token\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = format!("{:#}", read_secret(&f).unwrap_err());
+        assert!(e.contains("readable by every user") && e.contains("0644"), "{e}");
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert_eq!(read_secret(&f).unwrap(), "s3cret-token");
+    }
 
     #[test]
     fn entries_and_lookup() {

@@ -44,7 +44,7 @@ pub struct Capacity {
 /// vtep = "127.0.0.1"
 /// accel = "auto"
 /// image_repo = "http://127.0.0.1:7000"
-/// image_repo_token = "secret"
+/// image_repo_token_file = "/etc/veeh/repo.token"   # mode 0640 root:root
 /// [tls]
 /// cert = "/etc/vee/pki/host-a1.crt"
 /// key = "/etc/vee/pki/host-a1.key"
@@ -96,8 +96,13 @@ pub struct VeehConfig {
     pub accel: AccelChoice,
     /// Image repository base URL.
     pub image_repo: String,
+    /// This host's token at the image repository: read from
+    /// `image_repo_token_file` (a file others may not read) at start-up,
+    /// or given here in clear (with a warning); not both.
     #[serde(default)]
     pub image_repo_token: Option<String>,
+    #[serde(default)]
+    pub image_repo_token_file: Option<PathBuf>,
     /// The CA (PEM file) of the image repository's certificate, for an
     /// `https://` `image_repo`.
     #[serde(default)]
@@ -134,6 +139,21 @@ impl VeehConfig {
     }
 
     fn check(&mut self) -> Result<(), Invalid> {
+        match (&self.image_repo_token, &self.image_repo_token_file) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "image_repo_token_file",
+                    "give image_repo_token or image_repo_token_file, not both",
+                ))
+            }
+            (None, Some(f)) => {
+                let token = interfaces::tokens::read_secret(f).map_err(|e| invalid("image_repo_token_file", format!("{e:#}")))?;
+                self.image_repo_token = Some(token);
+                self.image_repo_token_file = None;
+            }
+            (Some(_), None) => interfaces::tokens::warn_secret_in_clear("image_repo_token", "image_repo_token_file"),
+            (None, None) => {}
+        }
         if self.host.is_empty() || self.host.contains('/') {
             return Err(invalid("host", "must be a non-empty name without '/'"));
         }
@@ -192,5 +212,30 @@ mod tests {
         std::fs::write(&file, packaged.replace("# token_sha256 = \"...\"", "token_sha256 = \"abc\"")).unwrap();
         let e = format!("{:#}", VeehConfig::load(&file).unwrap_err());
         assert!(e.contains("metrics.token_sha256") && e.contains("64 hex digits"), "{e}");
+    }
+
+    /// The host's token at the image repository is read from a file only
+    /// the VEEH may read; one every user may read is refused, naming the
+    /// field.
+    #[test]
+    fn the_repository_token_is_read_from_a_file_others_cannot_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("repo.token");
+        std::fs::write(&token, "host-token\n").unwrap();
+        let packaged = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/config/veeh.toml")).unwrap();
+        let file = dir.path().join("veeh.toml");
+        let line = format!("image_repo_token_file = {:?}", token.display());
+        let text = packaged.replace("# image_repo_token_file = \"/etc/veeh/repo.token\"", &line);
+        assert_ne!(text, packaged);
+        std::fs::write(&file, text).unwrap();
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = format!("{:#}", VeehConfig::load(&file).unwrap_err());
+        assert!(
+            e.contains("field `image_repo_token_file`") && e.contains("readable by every user"),
+            "{e}"
+        );
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(VeehConfig::load(&file).unwrap().image_repo_token.as_deref(), Some("host-token"));
     }
 }

@@ -163,8 +163,13 @@ pub struct VeemConfig {
     pub store: StoreConfig,
     /// Image repository base URL.
     pub image_repo: String,
+    /// This site's token at the image repository: read from
+    /// `image_repo_token_file` (a file only the VEEM may read) at
+    /// start-up, or given here in clear (with a warning); not both.
     #[serde(default)]
     pub image_repo_token: Option<String>,
+    #[serde(default)]
+    pub image_repo_token_file: Option<PathBuf>,
     /// The CA (PEM file) of the image repository's certificate, for an
     /// `https://` `image_repo`.
     #[serde(default)]
@@ -389,14 +394,39 @@ impl VeemConfig {
     /// Reads and checks `path`; errors name the file, the line and column,
     /// the field and why (`interfaces::config`).
     pub fn load(path: &Path) -> Result<Self> {
-        interfaces::config::load(path, |c: &mut Self| c.check())
+        interfaces::config::load(path, |c: &mut Self| c.check().and_then(|()| c.read_secrets()))
+    }
+
+    /// Reads the secrets the configuration names files of
+    /// (`peers[].token_file`, `image_repo_token_file`) into their fields,
+    /// and warns of those given in clear. Errors name the field: a file
+    /// that cannot be read, is empty, or that every user may read
+    /// (`interfaces::tokens::read_secret`).
+    fn read_secrets(&mut self) -> std::result::Result<(), Invalid> {
+        let read = |field: String, path: &Path| interfaces::tokens::read_secret(path).map_err(|e| invalid(field, format!("{e:#}")));
+        for (i, p) in self.peers.iter_mut().enumerate() {
+            match &p.token_file {
+                Some(f) => p.token = read(format!("peers[{i}].token_file"), f)?,
+                None => interfaces::tokens::warn_secret_in_clear(&format!("peers[{i}].token"), "token_file"),
+            }
+        }
+        match &self.image_repo_token_file {
+            Some(f) => self.image_repo_token = Some(read("image_repo_token_file".into(), f)?),
+            None if self.image_repo_token.is_some() => {
+                interfaces::tokens::warn_secret_in_clear("image_repo_token", "image_repo_token_file")
+            }
+            None => {}
+        }
+        Ok(())
     }
 
     /// Parses and checks a configuration's text; errors name the line and
     /// column and the field (`3:1: field `usage_limits.acme.limit`: missing
     /// field `disk_gib``).
     pub fn parse(text: &str) -> Result<Self> {
-        Ok(interfaces::config::parse_checked(text, |c: &mut Self| c.check())?)
+        Ok(interfaces::config::parse_checked(text, |c: &mut Self| {
+            c.check().and_then(|()| c.read_secrets())
+        })?)
     }
 
     fn check(&self) -> std::result::Result<(), Invalid> {
@@ -486,8 +516,20 @@ impl VeemConfig {
         if self.recovery.attempts_per_host == 0 {
             return Err(invalid("recovery.attempts_per_host", "must be at least 1"));
         }
+        if self.image_repo_token.is_some() && self.image_repo_token_file.is_some() {
+            return Err(invalid(
+                "image_repo_token_file",
+                "give image_repo_token or image_repo_token_file, not both",
+            ));
+        }
         let mut ports = std::collections::HashSet::new();
         for (i, p) in self.peers.iter().enumerate() {
+            if p.token.is_empty() == p.token_file.is_none() {
+                return Err(invalid(
+                    format!("peers[{i}]"),
+                    "give exactly one of token_file (a file only the VEEM may read) and token",
+                ));
+            }
             if let Some(o) = &p.overlay {
                 if o.port == 4789 || o.port == 0 {
                     return Err(invalid(

@@ -3,7 +3,7 @@
 //! ```toml
 //! listen = "0.0.0.0:7480"         # address to serve on; port 0 picks a free port
 //! data = "/var/lib/image-repo"    # blobs/, blobs/.tmp/ and meta/ (sled) live here
-//! token = "change-me"             # the operator's bearer token: reads and manages every blob
+//! token_file = "/etc/image-repo/operator.token"  # the operator's bearer token (mode 0640): reads and manages every blob
 //! max_bytes = 1_000_000_000_000   # optional quota on the stored content, in bytes
 //! reserve_bytes = 67_108_864      # free space to leave on the disk, in bytes
 //! max_connections = 512           # served at once; a newcomer takes an idle one's slot
@@ -72,8 +72,13 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Data directory (created if missing).
     pub data: PathBuf,
-    /// The operator's token: reads and manages every blob.
+    /// The operator's token: reads and manages every blob. Read from
+    /// `token_file` (a file only the daemon may read) at start-up, or
+    /// given here in clear (with a warning); exactly one of the two.
+    #[serde(default)]
     pub token: String,
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
     /// The tokens of sites and service providers.
     #[serde(default)]
     pub tokens: Vec<TokenEntry>,
@@ -175,7 +180,8 @@ pub struct PeerEntry {
     #[serde(default)]
     pub ca: Option<PathBuf>,
     /// This site's token at the peer's repository (the framework
-    /// agreement's credential), in a file (its first line)...
+    /// agreement's credential), in a file (its first line; refused when
+    /// every user may read it)...
     #[serde(default)]
     pub token_file: Option<PathBuf>,
     /// ... or in clear (warned at start).
@@ -190,7 +196,7 @@ impl PeerEntry {
     pub fn token(&self) -> Result<String> {
         match (&self.token, &self.token_file) {
             (Some(t), None) => Ok(t.clone()),
-            (None, Some(f)) => interfaces::tokens::read_file(f).with_context(|| format!("peers {}", self.name)),
+            (None, Some(f)) => interfaces::tokens::read_secret(f).with_context(|| format!("peers {}", self.name)),
             _ => bail!("peers {}: give exactly one of token and token_file", self.name),
         }
     }
@@ -293,10 +299,20 @@ impl Config {
         let from = file
             .map(|p| format!("config {}", p.display()))
             .unwrap_or_else(|| "command line".into());
-        for (key, flag) in [("data", "--data DIR"), ("token", "--token-file FILE or IMAGE_REPO_WRITE_TOKEN")] {
-            if !table.contains_key(key) {
-                bail!("{from}: `{key}` is required (set it in the config file or pass {flag})");
+        for (keys, flag) in [
+            (&["data"][..], "--data DIR"),
+            (&["token", "token_file"][..], "--token-file FILE or IMAGE_REPO_WRITE_TOKEN"),
+        ] {
+            if !keys.iter().any(|k| table.contains_key(*k)) {
+                bail!(
+                    "{from}: `{}` is required (set it in the config file or pass {flag})",
+                    keys.join("` or `")
+                );
             }
+        }
+        if table.contains_key("token") {
+            // The command line's token replaces the file's.
+            table.remove("token_file");
         }
         Ok(
             interfaces::config::from_table(table, text.as_deref(), Config::validate).map_err(|mut e| {
@@ -307,6 +323,13 @@ impl Config {
     }
 
     fn validate(&mut self) -> std::result::Result<(), Invalid> {
+        match &self.token_file {
+            Some(_) if !self.token.is_empty() => return Err(invalid("token_file", "give token or token_file, not both")),
+            Some(f) => {
+                self.token = interfaces::tokens::read_secret(f).map_err(|e| invalid("token_file", format!("{e:#}")))?;
+            }
+            None => interfaces::tokens::warn_secret_in_clear("token", "token_file"),
+        }
         let visible = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic());
         if !visible(&self.token) {
             return Err(invalid("token", "must be non-empty visible ASCII"));
@@ -390,8 +413,42 @@ mod tests {
     #[test]
     fn the_packaged_configuration_loads_with_its_metrics_on_loopback() {
         let file = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/config/image-repo.toml"));
-        let c = Config::load(Some(file), Overrides::default()).unwrap();
+        // Its operator token file is the installer's to write: a flag's.
+        let flag = Overrides {
+            token: Some("operator-token-of-the-test".into()),
+            ..Default::default()
+        };
+        let c = Config::load(Some(file), flag).unwrap();
         assert_eq!(c.metrics.unwrap().listen, "127.0.0.1:9480".parse().unwrap());
+        let e = format!("{:#}", Config::load(Some(file), Overrides::default()).unwrap_err());
+        assert!(
+            e.contains("field `token_file`") && e.contains("/etc/image-repo/operator.token"),
+            "{e}"
+        );
+    }
+
+    /// The operator's token is read from a file only the daemon may read:
+    /// one every user may read is refused, naming the field.
+    #[test]
+    fn the_operator_token_is_read_from_a_file_others_cannot_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("operator.token");
+        std::fs::write(&token, "operator-token-from-a-file\n").unwrap();
+        let file = dir.path().join("repo.toml");
+        std::fs::write(
+            &file,
+            format!("data = \"/x\"\ntoken_file = {:?}\ninsecure = true\n", token.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o604)).unwrap();
+        let e = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
+        assert!(e.contains("field `token_file`") && e.contains("readable by every user"), "{e}");
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert_eq!(
+            Config::load(Some(&file), Overrides::default()).unwrap().token,
+            "operator-token-from-a-file"
+        );
     }
 
     #[test]
@@ -416,7 +473,7 @@ mod tests {
             },
         )
         .unwrap_err();
-        assert!(err.to_string().contains("`token` is required"), "{err}");
+        assert!(err.to_string().contains("`token` or `token_file` is required"), "{err}");
 
         std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\n").unwrap();
         let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());

@@ -40,8 +40,13 @@ pub struct PeerEntry {
     /// several (a leader and standbys over etcd), their endpoints
     /// separated by commas: the one that leads is called.
     pub endpoint: String,
-    /// Token this site presents to the peer.
+    /// Token this site presents to the peer: read from `token_file` (a
+    /// file only the VEEM may read) at start-up, or given here in clear
+    /// (with a warning). Exactly one of the two.
+    #[serde(default)]
     pub token: String,
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
     /// The peer's CA (PEM file): its VEEM's certificate, as a server and as
     /// a client calling this site, must be of it and for its `site_id`.
     /// Needed for an `https://` endpoint and for the peer's calls when the

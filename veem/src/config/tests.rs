@@ -394,3 +394,31 @@ fn a_registry_as_the_sites_repository_must_be_one_of_the_registries_and_is_not_r
     let e = VeemConfig::parse(&BASE.replace("http://127.0.0.1:7000", "oci://reg.example:5000")).unwrap_err();
     assert!(format!("{e:#}").contains("is not oci://REGISTRY/NAMESPACE"), "{e:#}");
 }
+
+/// A peer's token and the repository token are read from files only the
+/// VEEM may read: one that every user may read is refused naming the
+/// field, and a peer gives exactly one of `token_file` and `token`.
+#[test]
+fn secrets_are_read_from_files_others_cannot_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("site-b.token");
+    std::fs::write(&file, "a-to-b-token\n").unwrap();
+    let peer =
+        |token: &str| format!("{BASE}[[peers]]\nsite_id = \"site-b\"\nendpoint = \"https://10.0.0.9:7200\"\n{token}[peers.agreement]\n");
+    let with_file = peer(&format!("token_file = {:?}\n", file.display()));
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = format!("{:#}", VeemConfig::parse(&with_file).unwrap_err());
+    assert!(
+        e.contains("field `peers[0].token_file`") && e.contains("readable by every user"),
+        "{e}"
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(VeemConfig::parse(&with_file).unwrap().peers[0].token, "a-to-b-token");
+    let e = format!("{:#}", VeemConfig::parse(&peer("")).unwrap_err());
+    assert!(e.contains("field `peers[0]`") && e.contains("exactly one"), "{e}");
+    let repo = format!("image_repo_token_file = {:?}\n{BASE}", file.display());
+    assert_eq!(VeemConfig::parse(&repo).unwrap().image_repo_token.as_deref(), Some("a-to-b-token"));
+    let both = format!("image_repo_token = \"t\"\n{repo}");
+    assert!(format!("{:#}", VeemConfig::parse(&both).unwrap_err()).contains("not both"));
+}
