@@ -264,8 +264,8 @@ impl Migration {
                 let total_ms = if total_ms > 0 { total_ms } else { self.clock.since_ms(started) };
                 self.record_done(&mut m, &mut v, total_ms, downtime_ms).await
             }
-            // Sent, not taken: neither where it was nor done; the next
-            // start settles it (crate::workflows::migration::settle).
+            // Sent, not taken: neither where it was nor done; the leader
+            // settles it (crate::workflows::migration::settle).
             Err(e) if e.is::<arrival::NotTaken>() => {
                 self.event(&v.id, &v.service_id, "migration", format!("{}: {e:#}", m.id));
                 Err(e)

@@ -15,7 +15,7 @@
 //! destination only: its completion is retried while the destination is
 //! away (a peer site's takeover, a VEEH restarting), and a destination that
 //! does not take it within [`COMPLETION`] leaves the migration running
-//! ([`NotTaken`]), for the next start to settle, never recorded failed
+//! ([`NotTaken`]), for the leader to settle (`settle`), never recorded failed
 //! with the VEE "staying" at a source that no longer runs it (the source
 //! site then started a second copy: the chaos run, issue 52).
 
@@ -36,7 +36,7 @@ const COMPLETION: (u32, Duration) = (15, Duration::from_secs(2));
 /// A VEE sent whose destination did not take it (see the module doc):
 /// the migration stays running, the VEE migrating.
 #[derive(Debug, thiserror::Error)]
-#[error("the VEE left its source but its destination did not take it: {0}; the next start of this VEEM settles it")]
+#[error("the VEE left its source but its destination did not take it: {0}; the leader settles the migration from where the VEE is (every usage_interval)")]
 pub struct NotTaken(pub String);
 
 impl Migration {
