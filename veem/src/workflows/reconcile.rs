@@ -85,14 +85,7 @@ impl Reconcile {
         let running: Running = self.migration.hosts_running().await;
         // Migrations a restart or takeover cut short: finished or rolled
         // back from where their VEE is now.
-        for m in self
-            .store
-            .list::<MigrationRec>(Tree::Migrations)?
-            .into_iter()
-            .filter(|m| m.state == MigrationState::Running)
-        {
-            self.migration.settle_cut_short(m, &running, true).await?;
-        }
+        self.migration.settle_left_running(&running, true).await?;
         // The VEEs a migration still runs for (none after the loop above,
         // unless their source did not answer).
         let migrating: HashSet<String> = self

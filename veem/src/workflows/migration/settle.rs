@@ -54,28 +54,41 @@ impl Migration {
         running
     }
 
-    /// Settles, as a start-up does ([`Migration::settle_cut_short`]), the
-    /// migrations recorded running that no task of this VEEM runs: one
-    /// whose settling at start-up found a host or the peer silent, one
-    /// whose destination did not take its VEE in time
-    /// (`arrival::NotTaken`). A migration whose VEE an operation holds is
-    /// left for the next round. Run every `usage_interval` by the leader.
-    /// Errors: the store's.
-    pub(crate) async fn settle_left(&self) -> Result<()> {
-        let left: Vec<MigrationRec> = self
+    /// The migrations recorded running whose VEE no operation of this
+    /// VEEM holds: none of its tasks runs them.
+    fn left_running(&self) -> Result<Vec<MigrationRec>> {
+        Ok(self
             .store
             .list::<MigrationRec>(Tree::Migrations)?
             .into_iter()
             .filter(|m| m.state == MigrationState::Running && self.try_lock_vee(&m.vee_id).is_some())
-            .collect();
-        if left.is_empty() {
-            return Ok(());
-        }
-        let running = self.hosts_running().await;
-        for m in left {
-            self.settle_cut_short(m, &running, false).await?;
+            .collect())
+    }
+
+    /// Settles each migration left running ([`Migration::settle_cut_short`],
+    /// `report_unknown` as there) from what the hosts run (`running`): at
+    /// start-up, every migration a restart or takeover cut short. Errors:
+    /// the store's.
+    pub(crate) async fn settle_left_running(&self, running: &Running, report_unknown: bool) -> Result<()> {
+        for m in self.left_running()? {
+            self.settle_cut_short(m, running, report_unknown).await?;
         }
         Ok(())
+    }
+
+    /// Settles, as a start-up does, the migrations recorded running that
+    /// no task of this VEEM runs: one whose settling at start-up found a
+    /// host or the peer silent, one whose destination did not take its VEE
+    /// in time (`arrival::NotTaken`). A migration whose VEE an operation
+    /// holds is left for the next round. Run every `usage_interval` by the
+    /// leader: the migrations' tree (every migration ever made) and the
+    /// hosts are read only while a VEE is migrating, which a running
+    /// migration's VEE is. Errors: the store's.
+    pub(crate) async fn settle_left(&self) -> Result<()> {
+        if self.vees_where(|v| v.state == VeeState::Migrating).is_empty() || self.left_running()?.is_empty() {
+            return Ok(());
+        }
+        self.settle_left_running(&self.hosts_running().await, false).await
     }
 
     /// Finishes or rolls back migration `m`, recorded running by a VEEM
