@@ -8,13 +8,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // vmi.proto imports vhi.proto; its vhi messages are crate::vhi's. The
     // vmi pass also writes a partial vhi.v1.rs, so vhi is compiled last.
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
-    tonic_build::configure()
+    tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("vmi_descriptor.bin"))
         .extern_path(".vhi.v1", "crate::vhi")
         .enum_attribute(".vmi.v1", ENUM_ATTRS)
         .compile_protos(&["proto/vmi/v1/vmi.proto"], &["proto"])?;
     // A VEEH keeps a VEE's NICs in its own record (veeh's vee.json).
-    tonic_build::configure()
+    tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("vhi_descriptor.bin"))
         .enum_attribute(".vhi.v1", ENUM_ATTRS)
         .type_attribute(".vhi.v1.Nic", "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]")

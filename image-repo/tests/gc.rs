@@ -20,7 +20,7 @@ async fn push(client: &RepoClient, repo: &Repo, name: &str, kind: BlobKind, data
 /// Pushes `data` through the OCI API into `name` as acme; its digest.
 async fn push_oci(repo: &Repo, name: &str, data: &[u8]) -> BlobId {
     let id = BlobId::of(data);
-    let r = reqwest::Client::new()
+    let r = interfaces::tls::http_client().build().unwrap()
         .post(format!("{}/v2/{name}/blobs/uploads/?digest={id}", repo.url))
         .basic_auth("acme", Some(ACME_TOKEN))
         .body(data.to_vec())
@@ -42,7 +42,7 @@ async fn gc_removes_only_what_nothing_needs() {
     let image = push(&acme, &repo, "acme.qcow2", BlobKind::Disk, &content(3, 1000)).await;
     let in_repository = push_oci(&repo, "acme/os", &content(4, 1000)).await;
     let unlinked = push_oci(&repo, "acme/os", &content(5, 1000)).await;
-    let r = reqwest::Client::new()
+    let r = interfaces::tls::http_client().build().unwrap()
         .delete(format!("{}/v2/acme/os/blobs/{unlinked}", repo.url))
         .basic_auth("acme", Some(ACME_TOKEN))
         .send()
@@ -105,7 +105,7 @@ async fn a_checkpoint_artifact_keeps_its_blobs_until_it_is_dropped() {
         .await
         .unwrap();
     // The manifest is there under its tag, as the artifact the VEEH built.
-    let got = reqwest::Client::new()
+    let got = interfaces::tls::http_client().build().unwrap()
         .get(format!("{}/v2/site-a/checkpoints/manifests/cp-2", repo.url))
         .bearer_auth(SITE_TOKEN)
         .header("Accept", artifact::OCI_MANIFEST)
@@ -217,7 +217,7 @@ async fn the_image_artifact_of_content_ids_lives_as_long_as_a_checkpoint_of_it()
     let image_there = |a: &artifact::ImageArtifact| {
         let url = format!("{}/v2/site-a/images/manifests/{}", repo.url, a.digest);
         async move {
-            let r = reqwest::Client::new()
+            let r = interfaces::tls::http_client().build().unwrap()
                 .get(url)
                 .basic_auth("site-a", Some(SITE_TOKEN))
                 .header("accept", artifact::OCI_MANIFEST)

@@ -13,7 +13,7 @@ use interfaces::BlobId;
 use reqwest::{header, Client, Method, StatusCode};
 
 fn http() -> Client {
-    Client::new()
+    interfaces::tls::http_client().build().unwrap()
 }
 
 /// Sends `method url` with the write token and `body`; returns status, headers and body.

@@ -90,7 +90,7 @@ async fn stalled_uploads_of_one_address_leave_slots_for_the_others() {
         "a fourth connection of the staller was served: {refused:?}"
     );
     // Another address is served at once (health, HEAD, GET).
-    let client = reqwest::Client::builder()
+    let client = interfaces::tls::http_client()
         .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
         .build()
         .unwrap();
@@ -112,7 +112,7 @@ async fn stalled_uploads_of_one_address_leave_slots_for_the_others() {
 async fn failed_authentications_are_slowed_down_per_address() {
     let repo = with("[listener]\nauth_failures_burst = 3\nauth_failure_interval = \"10s\"\n");
     let from = |ip: &str| {
-        reqwest::Client::builder()
+        interfaces::tls::http_client()
             .local_address(ip.parse::<std::net::IpAddr>().unwrap())
             .build()
             .unwrap()

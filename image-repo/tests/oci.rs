@@ -44,7 +44,7 @@ struct Oci {
 impl Oci {
     fn new(repo: &Repo, token: Option<&str>) -> Self {
         Self {
-            http: reqwest::Client::new(),
+            http: interfaces::tls::http_client().build().unwrap(),
             base: repo.url.clone(),
             token: token.map(String::from),
         }
@@ -130,7 +130,7 @@ async fn the_base_endpoint_challenges_with_basic_and_accepts_basic_or_bearer() {
     let basic = Oci::new(&repo, Some(ACME_TOKEN)).call(Method::GET, "/v2/", &[], vec![]).await;
     assert_eq!(basic.status, StatusCode::OK);
     assert_eq!(basic.header("docker-distribution-api-version"), "registry/2.0");
-    let bearer = reqwest::Client::new()
+    let bearer = interfaces::tls::http_client().build().unwrap()
         .get(format!("{}/v2/", repo.url))
         .bearer_auth(ACME_TOKEN)
         .send()

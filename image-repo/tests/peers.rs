@@ -149,7 +149,7 @@ async fn the_oci_api_pulls_a_blob_through_into_the_sites_repository() {
     let data = content(6, 50_000);
     let id = push(&b.client_with(Some(SITE_TOKEN)), &b, "cp-memory", BlobKind::CheckpointMemory, &data).await;
     let get = |who: &str, token: &str, repo: &str| {
-        reqwest::Client::new()
+        interfaces::tls::http_client().build().unwrap()
             .get(format!("{}/v2/{repo}/blobs/{id}", a.url))
             .basic_auth(who, Some(token.to_string()))
             .send()

@@ -27,7 +27,7 @@ fn chunked_upload(repo: &Repo, data: &[u8]) -> (BodyTx, Answer) {
     let (tx, rx) = mpsc::channel(1024);
     let url = format!("{}/v1/blobs/{}?name=chunked&kind=disk", repo.url, BlobId::of(data));
     let task = tokio::spawn(async move {
-        let resp = reqwest::Client::new()
+        let resp = interfaces::tls::http_client().build().unwrap()
             .put(url)
             .bearer_auth(TOKEN)
             .body(reqwest::Body::wrap_stream(ReceiverStream::new(rx)))

@@ -147,7 +147,7 @@ pub fn notify_stopping() {
 pub async fn with_health_and_reflection<L: Clone>(
     router: tonic::transport::server::Router<L>,
     service: &str,
-    descriptors: &[u8],
+    descriptors: &'static [u8],
 ) -> anyhow::Result<(tonic::transport::server::Router<L>, tonic_health::server::HealthReporter)> {
     let (reporter, health, v1, v1alpha) = health_and_reflection(service, descriptors, tonic_health::ServingStatus::Serving).await?;
     Ok((router.add_service(health).add_service(v1).add_service(v1alpha), reporter))
@@ -159,7 +159,7 @@ pub async fn with_health_and_reflection<L: Clone>(
 pub async fn routes_with_health_and_reflection(
     routes: tonic::service::Routes,
     service: &str,
-    descriptors: &[u8],
+    descriptors: &'static [u8],
     status: tonic_health::ServingStatus,
 ) -> anyhow::Result<(tonic::service::Routes, tonic_health::server::HealthReporter)> {
     let (reporter, health, v1, v1alpha) = health_and_reflection(service, descriptors, status).await?;
@@ -173,7 +173,7 @@ type ReflectionAlpha<T> = tonic_reflection::server::v1alpha::ServerReflectionSer
 /// v1alpha of `descriptors` and of the health service.
 async fn health_and_reflection(
     service: &str,
-    descriptors: &[u8],
+    descriptors: &'static [u8],
     status: tonic_health::ServingStatus,
 ) -> anyhow::Result<(
     tonic_health::server::HealthReporter,
@@ -181,7 +181,7 @@ async fn health_and_reflection(
     Reflection<impl tonic_reflection::server::v1::ServerReflection>,
     ReflectionAlpha<impl tonic_reflection::server::v1alpha::ServerReflection>,
 )> {
-    let (mut reporter, health) = tonic_health::server::health_reporter();
+    let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_service_status(service, status).await;
     let v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(descriptors)
@@ -206,7 +206,7 @@ pub async fn serve_until_stopped<F, I, IO, IE>(
     router: tonic::transport::server::Router,
     incoming: I,
     stop_signal: impl std::future::Future<Output = ()>,
-    (mut health, service): (tonic_health::server::HealthReporter, &str),
+    (health, service): (tonic_health::server::HealthReporter, &str),
     grace: std::time::Duration,
     on_stop: impl FnOnce() -> F,
 ) -> anyhow::Result<()>

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, State};
+use axum::Extension;
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use prometheus_client::collector::Collector;
@@ -183,7 +184,7 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 
 async fn answer(
     State(x): State<Exporter>,
-    peer: Option<ConnectInfo<SocketAddr>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     method: Method,
     uri: axum::http::Uri,
     headers: HeaderMap,
@@ -207,7 +208,7 @@ async fn answer(
             .into_response();
     }
     if let Some(token) = &x.token {
-        let addr = peer.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.0.ip());
+        let addr = peer.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.0 .0.ip());
         if let Some(wait) = x.throttle.check(addr) {
             let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
             return (

@@ -148,8 +148,6 @@ impl Registries {
     /// [`Error::Io`] naming an unreadable file, [`Error::Registry`] for a
     /// registry listed twice or a username without a password file.
     pub fn new(configs: &[RegistryConfig]) -> Result<Self> {
-        // reqwest under oci-client takes the process's rustls provider.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut entries: Vec<Entry> = Vec::new();
         for c in configs {
             if entries.iter().any(|e| e.config.host == c.host) {
@@ -164,15 +162,14 @@ impl Registries {
                 read_timeout: Some(Duration::from_secs(60)),
                 ..Default::default()
             };
-            let mut http = reqwest::Client::builder()
-                .use_rustls_tls()
+            let mut http = crate::tls::http_client()
                 .connect_timeout(Duration::from_secs(10))
                 .read_timeout(Duration::from_secs(60))
                 .https_only(true);
             if let Some(ca) = &c.ca {
                 let data = std::fs::read(ca).map_err(|e| Error::io(ca, e))?;
                 let cert = reqwest::Certificate::from_pem(&data).map_err(|e| registry_err(&c.host, "ca", e))?;
-                http = http.tls_built_in_root_certs(false).add_root_certificate(cert);
+                http = http.tls_certs_only([cert]);
                 cfg.tls_certs_only = vec![Certificate {
                     encoding: CertificateEncoding::Pem,
                     data,

@@ -85,13 +85,14 @@ impl RepoClient {
             reason,
         };
         let url = reqwest::Url::parse(base_url).map_err(|e| bad(e.to_string()))?;
-        let mut builder = reqwest::Client::builder().use_rustls_tls().tls_built_in_root_certs(false);
+        let mut builder = crate::tls::http_client();
         match (url.scheme(), ca) {
-            ("http", _) => {}
+            // No CA of any kind: the client trusts nothing.
+            ("http", _) => builder = builder.tls_certs_only([]),
             ("https", Some(ca)) => {
                 let pem = std::fs::read(ca).map_err(|e| bad(format!("cannot read CA {}: {e}", ca.display())))?;
                 let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| bad(format!("CA {}: {e}", ca.display())))?;
-                builder = builder.add_root_certificate(cert).https_only(true);
+                builder = builder.tls_certs_only([cert]).https_only(true);
             }
             ("https", None) => return Err(bad("is https: give the CA of the repository's certificate".into())),
             (other, _) => return Err(bad(format!("scheme must be http or https, not {other}"))),

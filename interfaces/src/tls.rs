@@ -230,6 +230,17 @@ pub fn http1_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAccept
     Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
 }
 
+/// A builder of HTTP clients (reqwest) on rustls with the ring provider,
+/// the one tonic and the daemons' listeners use: ring becomes the
+/// process's default provider first (reqwest takes the default, and
+/// panics without one). What it trusts is the caller's to set
+/// (`tls_certs_only`).
+pub fn http_client() -> reqwest::ClientBuilder {
+    // Err only when a default is already installed: the same ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().tls_backend_rustls()
+}
+
 #[cfg(test)]
 mod tests {
     use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose as Eku, IsCa, KeyPair};

@@ -43,7 +43,7 @@ impl Drop for Forwarding {
 /// `GET url` from this host (10 s at most): the body of a 2xx answer, or
 /// `None`.
 pub async fn http_get(url: &str) -> Option<String> {
-    let client = reqwest::Client::builder()
+    let client = interfaces::tls::http_client()
         .timeout(std::time::Duration::from_secs(10))
         .build()
         .ok()?;

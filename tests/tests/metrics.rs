@@ -22,7 +22,7 @@ const SCRAPER: &str = "a-prometheus-scrape-token";
 /// The value of PromQL `query` now (the first series' value), `None`
 /// while it has no result.
 async fn query(prom: &Prometheus, query: &str) -> Option<f64> {
-    let body: serde_json::Value = reqwest::Client::new()
+    let body: serde_json::Value = interfaces::tls::http_client().build().unwrap()
         .get(format!("{}/api/v1/query", prom.url))
         .query(&[("query", query)])
         .send()
@@ -77,8 +77,8 @@ async fn lab_prometheus_scrapes_the_veem_the_veehs_and_the_repository() {
     // Each listener answers the probes without a token; the VEEM's over
     // HTTPS only, and its metrics with the token only.
     let ca = std::fs::read(pki.vmi_ca()).unwrap();
-    let http = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+    let http = interfaces::tls::http_client()
+        .tls_certs_only([reqwest::Certificate::from_pem(&ca).unwrap()])
         .build()
         .unwrap();
     let veem_url = format!("https://{veem_metrics}");

@@ -22,8 +22,8 @@ fn addr_of(veem: &Veem) -> SocketAddr {
 /// would call.
 fn rest_client() -> reqwest::Client {
     let ca = std::fs::read(vee_testkit::pki::site("site-a").vmi_ca()).unwrap();
-    reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+    interfaces::tls::http_client()
+        .tls_certs_only([reqwest::Certificate::from_pem(&ca).unwrap()])
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap()

@@ -237,7 +237,7 @@ pub trait Peer: Send + Sync {
 /// server in the same process.
 pub trait VmiTransport:
     GrpcService<
-        tonic::body::BoxBody,
+        tonic::body::Body,
         Error: Into<StdError>,
         Future: Send,
         ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
@@ -250,7 +250,7 @@ pub trait VmiTransport:
 
 impl<T> VmiTransport for T where
     T: GrpcService<
-            tonic::body::BoxBody,
+            tonic::body::Body,
             Error: Into<StdError>,
             Future: Send,
             ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,

@@ -54,7 +54,7 @@ fn net() -> Net {
 
 /// Seconds from `t` until the guest at `ip` answers HTTP.
 async fn first_http(ip: &str, t: Instant) -> Result<f64> {
-    let client = reqwest::Client::builder().timeout(Duration::from_millis(500)).build()?;
+    let client = interfaces::tls::http_client().timeout(Duration::from_millis(500)).build()?;
     while t.elapsed() < BOOT_TIMEOUT {
         if let Ok(r) = client.get(format!("http://{ip}/")).send().await {
             if r.status().is_success() {

@@ -28,16 +28,16 @@ pub fn router(app: AppState) -> Router {
         .route("/v1/blobs", get(list))
         .route("/v1/images", get(list))
         .route(
-            "/v1/blobs/:id",
+            "/v1/blobs/{id}",
             get(download::download).head(download::download).put(upload::upload).delete(delete),
         )
-        .route("/v1/blobs/:id/meta", get(meta))
-        .route("/v1/blobs/:id/check", post(upload::check))
-        .route("/v1/blobs/:id/pins/:pin", put(pin).delete(unpin))
-        .route("/v1/blobs/:id/readers/:name", put(share))
-        .route("/v1/blobs/:id/grant", post(grant))
-        .route("/v1/blobs/:id/public", put(publish).delete(unpublish))
-        .route("/v1/blobs/:id/replicate", post(replicate))
+        .route("/v1/blobs/{id}/meta", get(meta))
+        .route("/v1/blobs/{id}/check", post(upload::check))
+        .route("/v1/blobs/{id}/pins/{pin}", put(pin).delete(unpin))
+        .route("/v1/blobs/{id}/readers/{name}", put(share))
+        .route("/v1/blobs/{id}/grant", post(grant))
+        .route("/v1/blobs/{id}/public", put(publish).delete(unpublish))
+        .route("/v1/blobs/{id}/replicate", post(replicate))
         .route("/v1/gc", post(collect))
         .merge(super::oci::routes())
         .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })

@@ -127,8 +127,8 @@ async fn with_a_certificate_metrics_are_served_over_https_only() {
     let serving = Serving::start(&cfg, x).await.unwrap();
     let port = serving.local_addr().port();
 
-    let https = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(cert.pem().as_bytes()).unwrap())
+    let https = crate::tls::http_client()
+        .tls_certs_only([reqwest::Certificate::from_pem(cert.pem().as_bytes()).unwrap()])
         .resolve("localhost", serving.local_addr())
         .build()
         .unwrap();

@@ -90,7 +90,7 @@ impl Front {
     pub async fn of(veem: Arc<Veem>, limits: &ListenerLimits) -> anyhow::Result<Arc<Self>> {
         let handlers = Arc::new(VmiService::checked(veem)?);
         let vmi = interfaces::vmi::vmi_service_server::VmiServiceServer::from_arc(handlers.clone());
-        let (grpc, mut health) = interfaces::daemon::routes_with_health_and_reflection(
+        let (grpc, health) = interfaces::daemon::routes_with_health_and_reflection(
             tonic::service::Routes::new(vmi),
             VMI_SERVICE,
             interfaces::vmi::FILE_DESCRIPTOR_SET,
@@ -140,7 +140,7 @@ impl Front {
     }
 
     async fn set_health(&self, status: ServingStatus) {
-        let mut health = self.health.clone();
+        let health = self.health.clone();
         for service in [VMI_SERVICE, ""] {
             health.set_service_status(service, status).await;
         }
@@ -229,7 +229,7 @@ pub(crate) async fn answer(front: Arc<Front>, req: Request) -> Response {
 /// with `Retry-After: wait`.
 pub(crate) fn refusal(grpc: bool, status: Status, http: StatusCode, wait: Duration) -> Response {
     let mut resp = if grpc {
-        status.into_http().map(Body::new)
+        status.into_http::<Body>()
     } else {
         RestError::http(http, status.code(), status.message().to_string()).into_response()
     };
@@ -262,7 +262,7 @@ fn bounded(mut resp: Response) -> Response {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<i32>().ok())
         .map_or(Code::Unknown, Code::from);
-    let cut = Status::new(code, interfaces::excerpt::message(&text)).into_http();
+    let cut = Status::new(code, interfaces::excerpt::message(&text)).into_http::<()>();
     if let Some(v) = cut.headers().get("grpc-message") {
         resp.headers_mut().insert("grpc-message", v.clone());
     }

@@ -84,8 +84,10 @@ impl std::fmt::Display for MigrationState {
 }
 
 /// Where a migration goes. Written as `host:NAME`, `site:ID` or
-/// `site-of:ID` (in records and in the VMI).
-#[derive(Clone, Debug, PartialEq, Eq, serde_with::SerializeDisplay, serde_with::DeserializeFromStr)]
+/// `site-of:ID` (in records and in the VMI), through its `Display` and
+/// `FromStr`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum Dest {
     /// A host of this site.
     Host(String),
@@ -156,6 +158,19 @@ impl std::str::FromStr for Dest {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> anyhow::Result<Self> {
         Dest::parse(s)
+    }
+}
+
+impl TryFrom<String> for Dest {
+    type Error = anyhow::Error;
+    fn try_from(s: String) -> anyhow::Result<Self> {
+        Dest::parse(&s)
+    }
+}
+
+impl From<Dest> for String {
+    fn from(d: Dest) -> String {
+        d.to_string()
     }
 }
 

@@ -46,7 +46,7 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v2", get(base))
         .route("/v2/", get(base))
-        .route("/v2/*rest", any(dispatch))
+        .route("/v2/{*rest}", any(dispatch))
 }
 
 /// `GET /v2/`: 200 for a known token, else 401 with the challenge.

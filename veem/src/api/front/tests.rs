@@ -260,7 +260,7 @@ async fn a_status_that_quotes_a_huge_input_is_cut_to_its_bound() {
 #[test]
 fn any_handlers_status_message_is_cut_whatever_made_it() {
     let long = format!("VEE {} not found", "é".repeat(1 << 19));
-    let resp = bounded(Status::not_found(long).into_http().map(Body::new));
+    let resp = bounded(Status::not_found(long).into_http::<Body>());
     let header = resp.headers()["grpc-message"].as_bytes();
     let text = percent_encoding::percent_decode(header).decode_utf8().unwrap();
     assert!(text.len() <= interfaces::excerpt::MESSAGE_BYTES, "{}", text.len());

@@ -101,21 +101,21 @@ async fn relay(socket: WebSocket, mut shown: super::super::server::ConsoleStream
         tokio::select! {
             m = from_browser.next() => match m {
                 Some(Ok(Message::Binary(b))) if b.len() <= MAX_FRAME => {
-                    if keys.send(b).await.is_err() { break }
+                    if keys.send(b.into()).await.is_err() { break }
                 }
                 Some(Ok(Message::Text(t))) if t.len() <= MAX_FRAME => {
-                    if keys.send(t.into_bytes()).await.is_err() { break }
+                    if keys.send(t.as_str().as_bytes().to_vec()).await.is_err() { break }
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
                 _ => break,
             },
             o = shown.next() => match o {
                 Some(Ok(m)) if m.notice.is_empty() => {
-                    if to_browser.send(Message::Binary(m.data)).await.is_err() { break }
+                    if to_browser.send(Message::Binary(m.data.into())).await.is_err() { break }
                 }
                 Some(Ok(m)) => {
                     let line = format!("\r\n[{}]\r\n", m.notice);
-                    if to_browser.send(Message::Binary(line.into_bytes())).await.is_err() { break }
+                    if to_browser.send(Message::Binary(line.into_bytes().into())).await.is_err() { break }
                 }
                 _ => break,
             },

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
+use axum::{Extension, Form};
 use serde::Deserialize;
 
 use super::pages::{html, LoginPage};
@@ -42,7 +42,7 @@ pub(super) struct LoginForm {
 /// `POST /login`: a session for an operator's or a provider's token.
 pub(super) async fn login(
     State(web): State<Arc<Web>>,
-    peer: Option<ConnectInfo<SocketAddr>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     Form(f): Form<LoginForm>,
 ) -> Response {
@@ -53,7 +53,7 @@ pub(super) async fn login(
             "the login form's CSRF token is missing or wrong: load the login page again",
         );
     }
-    let addr = peer.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.0.ip());
+    let addr = peer.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.0 .0.ip());
     if let Some(wait) = web.throttle.check(addr) {
         let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
         return login_page(
