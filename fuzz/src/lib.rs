@@ -56,6 +56,9 @@ struct SpecInput {
     kvm: bool,
     vcpus: u32,
     memory_mib: u64,
+    /// Added to `vcpus` and `memory_mib` for the resize maxima.
+    extra_vcpus: u8,
+    extra_memory_mib: u16,
     disk: Option<String>,
     kernel: Option<String>,
     initrd: Option<String>,
@@ -105,6 +108,8 @@ pub fn domain_xml(data: &[u8]) {
         accel: if s.kvm { veeh::accel::Accel::Kvm } else { veeh::accel::Accel::Tcg },
         vcpus: s.vcpus,
         memory_mib: s.memory_mib,
+        max_vcpus: s.vcpus.saturating_add(u32::from(s.extra_vcpus)),
+        max_memory_mib: s.memory_mib.saturating_add(u64::from(s.extra_memory_mib)),
         disk: s.disk.as_ref().map(PathBuf::from),
         kernel: s.kernel.as_ref().map(PathBuf::from),
         initrd: s.initrd.as_ref().map(PathBuf::from),

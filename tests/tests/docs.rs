@@ -181,3 +181,33 @@ fn the_guides_toml_parses_as_their_readers_use_it() {
     }
     assert!(checked >= 10, "{checked} blocks");
 }
+
+/// The configurations the packages install and the demo's hold no secret
+/// in clear (they name files, or hold a token's SHA-256), and every
+/// secret file a lab configuration names is one `scripts/demo` writes.
+#[test]
+fn the_installed_and_lab_configurations_hold_no_secret_in_clear() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let demo = std::fs::read_to_string(root.join("scripts/demo")).unwrap();
+    let mut checked = 0;
+    for dir in ["packaging/config", "configs/lab"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            for line in text.lines().map(str::trim_start).filter(|l| !l.starts_with('#')) {
+                let key = line.split('=').next().unwrap_or("").trim();
+                assert!(
+                    !matches!(key, "token" | "image_repo_token" | "password"),
+                    "{}: a secret in clear: {line}",
+                    e.path().display()
+                );
+                if let Some(file) = line.split('"').nth(1).and_then(|v| v.strip_prefix("@DEMO@/")) {
+                    if key.ends_with("token_file") {
+                        assert!(demo.contains(&format!("$DEMO/{file}")), "{}: scripts/demo does not write {file}", e.path().display());
+                    }
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "{checked} configurations");
+}

@@ -156,9 +156,17 @@ fn usage_limits_parse_into_planner_limits_and_bad_ones_name_the_field() {
 
 #[test]
 fn the_lab_configurations_are_valid() {
+    // The secrets they name, as scripts/demo writes them (mode 0600).
+    let demo = tempfile::tempdir().unwrap();
+    std::fs::create_dir(demo.path().join("secrets")).unwrap();
+    for name in ["site-a-repo", "site-b-repo", "a-to-b", "b-to-a"] {
+        let file = demo.path().join(format!("secrets/{name}.token"));
+        std::fs::write(&file, format!("demo-{name}-token\n")).unwrap();
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    }
     for site in ["a", "b"] {
         let path = format!("{}/../configs/lab/veem-site-{site}.toml", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(&path).unwrap().replace("@DEMO@", "/tmp/demo");
+        let text = std::fs::read_to_string(&path).unwrap().replace("@DEMO@", demo.path().to_str().unwrap());
         let cfg = VeemConfig::parse(&text).unwrap_or_else(|e| panic!("{path}: {e:#}"));
         assert_eq!(cfg.site_id, format!("site-{site}"));
     }
