@@ -211,3 +211,21 @@ fn the_installed_and_lab_configurations_hold_no_secret_in_clear() {
     }
     assert!(checked >= 10, "{checked} configurations");
 }
+
+/// The guides read as guides: no change-log phrases ("is now", "the next
+/// step") where a user reads.
+#[test]
+fn the_guides_read_as_guides_not_as_change_logs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let phrases = [" is now ", " are now ", " now do", "the next step", "as before", "previously", "used to be", "no longer relies"];
+    let mut found = Vec::new();
+    for f in read_by_users(&root) {
+        let text = std::fs::read_to_string(&f).unwrap().to_lowercase().replace('\n', " ");
+        for p in phrases {
+            if text.contains(p) {
+                found.push(format!("{}: {p:?}", f.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "change-log phrases: {found:#?}");
+}
