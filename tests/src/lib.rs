@@ -10,6 +10,7 @@ pub mod console;
 pub mod daemons;
 pub mod disk;
 pub mod grpc;
+pub mod guides;
 pub mod ha;
 pub mod net;
 pub mod site;

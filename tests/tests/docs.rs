@@ -2,30 +2,7 @@
 //! packages install and the lab's), checked as text: no tracker numbers,
 //! and every work cited by letter listed in `docs/references.md`.
 
-use std::path::{Path, PathBuf};
-
-/// The files a user reads: `docs/*.md`, the READMEs, `ARCHITECTURE.md`,
-/// and the TOML under `packaging/` and `configs/`.
-fn read_by_users(root: &Path) -> Vec<PathBuf> {
-    let mut files = vec![
-        root.join("README.md"),
-        root.join("ARCHITECTURE.md"),
-        root.join("image-repo/README.md"),
-    ];
-    let mut dirs = vec![root.join("docs"), root.join("packaging"), root.join("configs")];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else if p.extension().is_some_and(|x| x == "md" || x == "toml") {
-                files.push(p);
-            }
-        }
-    }
-    files.retain(|f| f.exists());
-    files
-}
+use e2e::guides::{self, read_by_users};
 
 /// Where `text` names a tracker number (`issue 12`, `Issue 7`): the
 /// lines, numbered from 1.
@@ -45,8 +22,8 @@ fn tracker_numbers(text: &str) -> Vec<usize> {
 fn nothing_a_user_reads_names_a_tracker_number() {
     assert_eq!(tracker_numbers("see issue 39 for\nfine\nIssue 7"), vec![1, 3]);
     assert!(tracker_numbers("an issue to fix, 3 issues").is_empty());
-    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let files = read_by_users(root);
+    let root = &guides::root();
+    let files = read_by_users();
     assert!(files.len() > 10, "{files:?}");
     let found: Vec<String> = files
         .iter()
@@ -62,9 +39,9 @@ fn nothing_a_user_reads_names_a_tracker_number() {
 
 #[test]
 fn every_work_cited_by_letter_is_in_the_references() {
-    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let root = guides::root();
     let refs = std::fs::read_to_string(root.join("docs/references.md")).unwrap();
-    for f in read_by_users(root) {
+    for f in read_by_users() {
         let text = std::fs::read_to_string(&f).unwrap();
         for key in ["H", "V", "D", "B", "E"] {
             if text.contains(&format!("{key} §")) {
@@ -76,22 +53,8 @@ fn every_work_cited_by_letter_is_in_the_references() {
 
 /// The TOML blocks of `file` (```` ```toml ```` fenced), in order.
 fn toml_blocks(file: &str) -> Vec<String> {
-    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let text = std::fs::read_to_string(root.join(file)).unwrap();
-    let mut blocks = Vec::new();
-    let mut open: Option<String> = None;
-    for line in text.lines() {
-        match (&mut open, line.trim_start()) {
-            (None, l) if l.starts_with("```toml") => open = Some(String::new()),
-            (Some(_), l) if l.starts_with("```") => blocks.extend(open.take()),
-            (Some(b), _) => {
-                b.push_str(line);
-                b.push('\n');
-            }
-            _ => {}
-        }
-    }
-    blocks
+    let text = std::fs::read_to_string(guides::root().join(file)).unwrap();
+    guides::blocks(&text).into_iter().filter(|b| b.lang == "toml").map(|b| b.text).collect()
 }
 
 /// Which parser a guide's TOML block is for.
@@ -187,7 +150,7 @@ fn the_guides_toml_parses_as_their_readers_use_it() {
 /// secret file a lab configuration names is one `scripts/demo` writes.
 #[test]
 fn the_installed_and_lab_configurations_hold_no_secret_in_clear() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = guides::root();
     let demo = std::fs::read_to_string(root.join("scripts/demo")).unwrap();
     let mut checked = 0;
     for dir in ["packaging/config", "configs/lab"] {
@@ -216,10 +179,9 @@ fn the_installed_and_lab_configurations_hold_no_secret_in_clear() {
 /// step") where a user reads.
 #[test]
 fn the_guides_read_as_guides_not_as_change_logs() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let phrases = [" is now ", " are now ", " now do", "the next step", "as before", "previously", "used to be", "no longer relies"];
     let mut found = Vec::new();
-    for f in read_by_users(&root) {
+    for f in read_by_users() {
         let text = std::fs::read_to_string(&f).unwrap().to_lowercase().replace('\n', " ");
         for p in phrases {
             if text.contains(p) {
