@@ -310,10 +310,23 @@ impl Federation {
                 spec.vee_id
             );
         }
+        // What the peer runs here stays its own: an ID of a local VEE or
+        // service (one it learned) does not let it join them.
         if let Ok(existing) = self.vee(&spec.vee_id) {
+            if existing.for_peer.as_deref() != Some(from) {
+                return Err(VeemError::field("vee_id", format!("{} is not a VEE site {from} runs here", spec.vee_id)).into());
+            }
             if existing.state.is_live() || existing.state == VeeState::Migrating {
                 bail!("VEE {} is already here", spec.vee_id);
             }
+        }
+        let known: Option<ServiceRec> = self.store.get(Tree::Services, &spec.service_id)?;
+        if known.as_ref().is_some_and(|svc| svc.for_peer.as_deref() != Some(from)) {
+            return Err(VeemError::field(
+                "service_id",
+                format!("{} is not a service site {from} runs here", spec.service_id),
+            )
+            .into());
         }
         let clock = self.slots;
         let now = self.now_slot();
@@ -350,7 +363,7 @@ impl Federation {
             ),
         };
         let host = admitted.placements[0].host.clone();
-        let mut svc: ServiceRec = self.store.get(Tree::Services, &spec.service_id)?.unwrap_or(ServiceRec {
+        let mut svc: ServiceRec = known.unwrap_or(ServiceRec {
             id: spec.service_id.clone(),
             name: format!("for-{from}"),
             provider: from.into(),
