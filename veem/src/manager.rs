@@ -24,6 +24,7 @@ use crate::workflows::intents::Intents;
 use crate::workflows::lifecycle::Lifecycle;
 use crate::workflows::migration::Migration;
 use crate::workflows::networks::Networks;
+use crate::workflows::peer_epochs::PeerEpochs;
 use crate::workflows::peer_watch::PeerWatch;
 use crate::workflows::proposals::Proposals;
 use crate::workflows::reconcile::Reconcile;
@@ -51,6 +52,7 @@ pub struct Veem {
     pub lifecycle: Arc<Lifecycle>,
     pub reconcile: Arc<Reconcile>,
     pub peer_watch: Arc<PeerWatch>,
+    pub peer_epochs: Arc<PeerEpochs>,
     pub proposals: Arc<Proposals>,
     pub recovery: Arc<Recovery>,
     pub migration: Arc<Migration>,
@@ -132,6 +134,7 @@ impl Veem {
         let networks = Arc::new(Networks::new(core.clone()));
         let spares = Arc::new(Spares::new(core.clone()));
         let intents = Arc::new(Intents::new(core.clone()));
+        let peer_epochs = Arc::new(PeerEpochs::new(core.clone()));
         let site_constraints = Arc::new(SiteConstraints::new(core.clone()));
         let sla = Arc::new(Sla::new(core.clone()));
         let checkpoints = Arc::new(Checkpoints::new(core.clone()));
@@ -250,6 +253,7 @@ impl Veem {
             recovery,
             proposals,
             peer_watch,
+            peer_epochs,
             reconcile,
             lifecycle,
             deploy,

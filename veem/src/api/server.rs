@@ -390,6 +390,7 @@ impl Vmi for VmiService {
     type WatchEventsStream = BoxStream<Event>;
     async fn watch_events(&self, r: Request<WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         let role = self.caller(&r)?;
+        let fenced = self.fenced_later(&role, &r)?;
         let WatchEventsRequest {
             service_id: service,
             history_only,
@@ -438,6 +439,8 @@ impl Vmi for VmiService {
         // A stop ends the stream (the client sees it end), so that no
         // follower holds the VEEM up.
         let stream = futures::StreamExt::take_until(stream, self.veem.stopping.clone().cancelled_owned());
+        // A peer's stream ends when a newer leader of that peer is seen.
+        let stream = futures::StreamExt::take_until(stream, fenced);
         Ok(Response::new(Box::pin(stream)))
     }
 

@@ -65,6 +65,13 @@ pub struct PeerEntry {
     /// VEE on service networks never goes there, nor comes from there.
     #[serde(default)]
     pub overlay: Option<Overlay>,
+    /// How long after this site first sees an epoch from the peer (its
+    /// VEEMs lead over etcd) a call of it without one is still taken: a
+    /// grace for a rolling upgrade of the peer's VEEMs (an older one sends
+    /// none). A duration (`"10m"`); default 0: from the first epoch on,
+    /// every call of the peer must carry one.
+    #[serde(default, deserialize_with = "interfaces::config::duration")]
+    pub epochless_grace: std::time::Duration,
 }
 
 impl PeerEntry {

@@ -25,6 +25,7 @@ pub mod intents;
 pub mod lifecycle;
 pub mod migration;
 pub mod networks;
+pub mod peer_epochs;
 pub mod peer_watch;
 pub mod proposals;
 pub mod reconcile;

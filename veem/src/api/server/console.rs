@@ -23,6 +23,8 @@ impl VmiService {
     /// console).
     pub(super) async fn console(&self, r: Request<Streaming<AttachConsoleRequest>>) -> Result<BoxStream<AttachConsoleResponse>, Status> {
         let role = self.caller(&r)?;
+        // A peer's session ends when a newer leader of that peer is seen.
+        let fenced = self.fenced_later(&role, &r)?;
         let mut requests = r.into_inner();
         let first = requests
             .message()
@@ -43,7 +45,8 @@ impl VmiService {
                 }
             }))
             .filter(|d| std::future::ready(!d.is_empty()));
-        self.console_for(&role, &vee_id, force, Box::pin(typed)).await
+        let out = self.console_for(&role, &vee_id, force, Box::pin(typed)).await?;
+        Ok(Box::pin(futures::StreamExt::take_until(out, fenced)))
     }
 
     /// The console of VEE `vee_id` for `role` (see [`VmiService::console`]),

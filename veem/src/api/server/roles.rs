@@ -13,6 +13,8 @@ use crate::api::status::status;
 use crate::api::visibility::Redactor;
 use crate::config::Role;
 use crate::model::{ServiceRec, VeeRec};
+use crate::workflows::peer_epochs::Fenced;
+use futures::future::BoxFuture;
 use crate::workflows::migration::{Dest, Proposer};
 
 impl VmiService {
@@ -43,23 +45,29 @@ impl VmiService {
     }
 
     /// A peer's call carries the epoch of the VEEM that leads it (over
-    /// etcd; `interfaces::fencing`): one older than the newest this site
-    /// has seen from that peer is refused (FAILED_PRECONDITION), a newer
-    /// one kept in the store (`meta/peer-epoch/<site>`). A call without
-    /// one passes (a peer on the embedded store).
-    pub(super) fn admit_peer_epoch(&self, site: &str, epoch: Option<i64>) -> Result<(), Status> {
-        let Some(e) = epoch else { return Ok(()) };
-        let key = format!("peer-epoch/{site}");
-        let newest: i64 = self.veem.store.get(crate::store::Tree::Meta, &key).map_err(status)?.unwrap_or(0);
-        if e < newest {
-            return Err(Status::failed_precondition(format!(
-                "fenced: this call comes from a VEEM of {site} of epoch {e}, and one of epoch {newest} has since led {site}"
-            )));
+    /// etcd; `interfaces::fencing`), checked by
+    /// [`crate::workflows::peer_epochs::PeerEpochs::admit`]: refused
+    /// (FAILED_PRECONDITION) when older than the newest seen from that
+    /// peer, or absent once epochs were seen (after the peer's
+    /// `epochless_grace`). Returns the epoch the call runs under (0: none).
+    pub(super) fn admit_peer_epoch(&self, site: &str, epoch: Option<i64>) -> Result<i64, Status> {
+        self.veem.peer_epochs.admit(site, epoch).map_err(|e| match e.downcast_ref::<Fenced>() {
+            Some(f) => Status::failed_precondition(f.to_string()),
+            None => status(e),
+        })
+    }
+
+    /// What ends a stream of `role` opened by `req` when its caller's
+    /// leadership does: for a peer's call, the admission of a newer epoch
+    /// of that peer; never for the others.
+    pub(super) fn fenced_later<T>(&self, role: &Role, req: &Request<T>) -> Result<BoxFuture<'static, ()>, Status> {
+        match role {
+            Role::Peer(site) => {
+                let under = interfaces::fencing::epoch_of(req)?.unwrap_or(0);
+                Ok(Box::pin(self.veem.peer_epochs.superseded(site, under)))
+            }
+            _ => Ok(Box::pin(std::future::pending())),
         }
-        if e > newest {
-            self.veem.store.put(crate::store::Tree::Meta, &key, &e).map_err(status)?;
-        }
-        Ok(())
     }
 
     /// Service providers and operators only (no peers).

@@ -183,9 +183,30 @@ async fn a_peer_call_of_an_older_epoch_than_seen_is_refused() {
     let restarted = VmiService::handler(site.veem.clone());
     assert!(fenced(&restarted.release_spare(call(Some(8))).await), "kept in the store");
     assert!(
-        !fenced(&vmi.release_spare(call(None)).await),
-        "no epoch: a peer without an election"
+        fenced(&vmi.release_spare(call(None)).await),
+        "no epoch, once the peer has led with epochs"
     );
+}
+
+/// A peer's stream (here its event stream) admitted under an epoch ends
+/// when a call of a newer leader of that peer is admitted.
+#[tokio::test]
+async fn a_peers_stream_ends_when_a_newer_leader_of_it_calls() {
+    use std::time::Duration;
+    let peer_token = "[[tokens]]\ntoken = \"b-to-a-token\"\nrole = \"peer\"\nname = \"site-b\"\n";
+    let site = FakeSite::start(&["h1"], &format!("{TOKENS}{peer_token}")).await;
+    let vmi = VmiService::handler(site.veem.clone());
+    fn stamped<T>(e: i64, mut r: Request<T>) -> Request<T> {
+        r.metadata_mut().insert(interfaces::fencing::EPOCH, e.into());
+        r
+    }
+    let watch = stamped(5, as_("b-to-a-token", interfaces::vmi::WatchEventsRequest::default()));
+    let mut events = vmi.watch_events(watch).await.unwrap().into_inner();
+    let still = tokio::time::timeout(Duration::from_millis(200), events.next()).await;
+    assert!(still.is_err(), "the stream stays open: {still:?}");
+    let _ = vmi.release_spare(stamped(6, as_("b-to-a-token", ReleaseSpareRequest { vee_id: "v-nope".into() }))).await;
+    let end = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
+    assert!(matches!(end, Ok(None)), "the stream ended: {end:?}");
 }
 
 fn with_id<T>(token: &str, id: &str, msg: T) -> Request<T> {
