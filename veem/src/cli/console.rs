@@ -26,12 +26,38 @@ pub enum Ended {
     Closed(String),
 }
 
+/// What the guest may have left the terminal in (modes, colours, a hidden
+/// cursor, the alternate screen) undone when a session ends: DEC's soft
+/// terminal reset (DECSTR), the cursor shown, the normal screen.
+pub const SOFT_RESET: &[u8] = b"\x1b[!p\x1b[?25h\x1b[?1049l";
+
+/// A relay notice as shown: its control characters (escape sequences a
+/// peer or host could slip in) dropped, at most 256 characters.
+fn shown_notice(notice: &str) -> String {
+    notice.chars().filter(|c| !c.is_control()).take(256).collect()
+}
+
 /// Attaches to VEE `vee_id`'s console (`force`: take it from another
 /// session) until [`ESCAPE`] comes on `input` or the session ends: what
 /// is typed goes to the guest up to the escape, what the guest writes to
-/// `out`, notices to `err`. Errors: the VEEM's refusal (NotFound, the VEE
-/// does not run, another session holds the console).
+/// `out`, notices to `err`; at the end, [`SOFT_RESET`] to `out`. Errors:
+/// the VEEM's refusal (NotFound, the VEE does not run, another session
+/// holds the console).
 pub async fn session(
+    c: &mut VmiServiceClient,
+    vee_id: &str,
+    force: bool,
+    input: impl AsyncRead + Unpin + Send + 'static,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Ended> {
+    let ended = relay(c, vee_id, force, input, out, err).await;
+    // Also after an error: the guest may have written before it.
+    let _ = out.write_all(SOFT_RESET).and_then(|()| out.flush());
+    ended
+}
+
+async fn relay(
     c: &mut VmiServiceClient,
     vee_id: &str,
     force: bool,
@@ -87,9 +113,10 @@ pub async fn session(
                     out.flush()?;
                 }
                 Some(Ok(m)) => {
-                    write!(err, "\r\n[{}]\r\n", m.notice)?;
+                    let notice = shown_notice(&m.notice);
+                    write!(err, "\r\n[{notice}]\r\n")?;
                     err.flush()?;
-                    last_notice = m.notice;
+                    last_notice = notice;
                 }
                 Some(Err(s)) => return Err(s.into()),
                 None => return Ok(Ended::Closed(last_notice)),

@@ -4,20 +4,31 @@
 //! (which relays it from its host in turn). When the console closes while
 //! the VEE moves (a live migration, a recovery), the relay waits for it to
 //! run again and attaches at its new place, saying so in a notice that
-//! names no place (E §3.4). Every session is audited as two `console`
-//! events: who attached, and when it ended with the bytes typed and shown
-//! (never what they were). A leaf: calls only the core.
+//! names no place (E §3.4); a console that closes while its VEE stays
+//! where it was is not attached again.
+//!
+//! One session holds a VEE's console; `force` takes it from the one that
+//! holds it, except that a provider's or a peer's force never takes it
+//! from the site's operator. The session taken from ends with a notice
+//! that names no one and does not come back. Every session is audited as
+//! two `console` events: who attached (forced, and whom it displaced),
+//! and when it ended with the bytes typed and shown (never what they
+//! were). A leaf: calls only the core.
 
+use std::collections::HashMap;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
+use crate::config::Role;
 use crate::core::Core;
 use crate::model::{Location, VeeRec, VeeState};
 use crate::ports::{ConsoleInput, ConsoleOutput, ConsoleStream};
@@ -32,7 +43,34 @@ const REATTACH_POLL: Duration = Duration::from_millis(500);
 /// The relays of VEEs' serial consoles (see the module doc). A leaf.
 pub struct Consoles {
     core: Arc<Core>,
+    /// The session holding each VEE's console, by VEE ID.
+    holders: Mutex<HashMap<String, Holder>>,
+    sessions: AtomicU64,
 }
+
+/// The session that holds a VEE's console.
+#[derive(Clone)]
+struct Holder {
+    session: u64,
+    /// Who, for the audit.
+    who: String,
+    /// The operator's session outranks the others: see [`rank`].
+    rank: u8,
+    /// Cancelled when another session takes the console.
+    taken: CancellationToken,
+}
+
+/// A role's rank over a console: a force takes it only from a session of
+/// the same rank or lower.
+fn rank(role: &Role) -> u8 {
+    match role {
+        Role::Operator => 2,
+        Role::Provider(_) | Role::Peer(_) => 1,
+    }
+}
+
+/// What a session taken by another is told (naming no one).
+const TAKEN: &str = "the console was taken by another session";
 
 impl Deref for Consoles {
     type Target = Core;
@@ -47,36 +85,90 @@ type Attachment = (ConsoleStream, mpsc::Sender<Vec<u8>>);
 
 impl Consoles {
     pub fn new(core: Arc<Core>) -> Self {
-        Self { core }
+        Self {
+            core,
+            holders: Mutex::new(HashMap::new()),
+            sessions: AtomicU64::new(0),
+        }
     }
 
-    /// Attaches `who` (for the audit) to the console of VEE `vee_id`
-    /// (`force`: take it from a session that holds it): what comes on
-    /// `input` is typed into the guest, the stream carries what it writes
-    /// and the relay's notices, until `input` ends, the caller stops
-    /// reading, or the VEE stops. The caller checked that `who` may.
-    /// Errors: the VEE is unknown (NotFound) or does not run; the host's
-    /// or peer's refusal (another session holds the console), by its
-    /// message.
-    pub async fn attach(self: &Arc<Self>, who: &str, vee_id: &str, force: bool, input: ConsoleInput) -> Result<ConsoleStream> {
+    /// Attaches `role` to the console of VEE `vee_id` (`force`: take it
+    /// from the session that holds it, unless that is the operator's and
+    /// `role` is not): what comes on `input` is typed into the guest, the
+    /// stream carries what it writes and the relay's notices, until
+    /// `input` ends, the caller stops reading, the VEE stops, or another
+    /// session takes the console. The caller checked that `role` may.
+    /// Errors: the VEE is unknown (NotFound) or does not run; another
+    /// session holds the console (without `force`, or the operator's);
+    /// the host's or peer's refusal, by its message.
+    pub async fn attach(self: &Arc<Self>, role: &Role, vee_id: &str, force: bool, input: ConsoleInput) -> Result<ConsoleStream> {
+        let who = role.to_string();
         let v = self.vee(vee_id)?;
         if !matches!(v.state, VeeState::Running | VeeState::Checkpointing) {
             bail!("VEE {vee_id} is {}: its console is there while it runs", v.state.as_str());
         }
-        let first = self.open(&v, force).await?;
-        self.event(&v.id, &v.service_id, "console", format!("attached by {who}"));
+        // The session this one takes the console from ends first (told it
+        // was taken), so that the host's console closing under it is never
+        // taken for a close to recover from.
+        let session = self.sessions.fetch_add(1, Ordering::Relaxed);
+        let taken = CancellationToken::new();
+        let displaced = {
+            let mut holders = self.holders.lock().unwrap();
+            match holders.get(vee_id) {
+                Some(h) if h.rank > rank(role) => {
+                    bail!("the site's operator holds the console of VEE {vee_id}: only the operator may take it")
+                }
+                Some(_) if !force => bail!("another session holds the console of VEE {vee_id}: `--force` takes it"),
+                _ => {}
+            }
+            let holder = Holder {
+                session,
+                who: who.clone(),
+                rank: rank(role),
+                taken: taken.clone(),
+            };
+            holders.insert(v.id.clone(), holder)
+        };
+        if let Some(d) = &displaced {
+            d.taken.cancel();
+        }
+        let first = match self.open(&v, force).await {
+            Ok(first) => first,
+            Err(e) => {
+                self.release(&v.id, session);
+                return Err(e);
+            }
+        };
+        let mut detail = format!("attached by {who}");
+        if force {
+            detail.push_str(", forced");
+        }
+        if let Some(d) = displaced {
+            detail.push_str(&format!(", displacing {}", d.who));
+        }
+        self.event(&v.id, &v.service_id, "console", detail);
         let (out, rx) = mpsc::channel(64);
         let relay = Relay {
             consoles: self.clone(),
-            who: who.to_string(),
+            who,
             vee: v,
-            force,
+            session,
+            taken,
             typed: 0,
             shown: 0,
             started_ms: self.clock.now_ms(),
         };
         tokio::spawn(relay.run(first, input, out));
         Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+
+    /// Forgets that `session` holds VEE `vee_id`'s console (if it still
+    /// does).
+    fn release(&self, vee_id: &str, session: u64) {
+        let mut holders = self.holders.lock().unwrap();
+        if holders.get(vee_id).is_some_and(|h| h.session == session) {
+            holders.remove(vee_id);
+        }
     }
 
     /// Attaches to `v`'s console where it runs now.
@@ -94,15 +186,18 @@ impl Consoles {
     }
 
     /// After the console of `v` closed: the VEE's console where it runs
-    /// again (it moved, or its host's console came back), or `None` when
-    /// it stopped, or did not run again within [`REATTACH_WITHIN`].
-    async fn reattach(&self, v: &VeeRec, force: bool) -> Option<(Attachment, VeeRec)> {
+    /// again once it moved (a migration, a recovery), or `None` when it
+    /// stopped, stayed where it was (the console was taken, or its host's
+    /// closed), or did not run again within [`REATTACH_WITHIN`]. Never
+    /// forced: a session that takes the console is not taken from again.
+    async fn reattach(&self, v: &VeeRec) -> Option<(Attachment, VeeRec)> {
         let deadline = self.clock.now_ms() + REATTACH_WITHIN.as_millis() as i64;
         while self.clock.now_ms() < deadline && !self.stopping.is_cancelled() {
             let now = self.vee(&v.id).ok()?;
             match now.state {
+                VeeState::Running | VeeState::Checkpointing if now.location == v.location => return None,
                 VeeState::Running | VeeState::Checkpointing => {
-                    if let Ok(a) = self.open(&now, force).await {
+                    if let Ok(a) = self.open(&now, false).await {
                         return Some((a, now));
                     }
                 }
@@ -120,7 +215,9 @@ struct Relay {
     consoles: Arc<Consoles>,
     who: String,
     vee: VeeRec,
-    force: bool,
+    /// Its number, and cancelled when another session takes the console.
+    session: u64,
+    taken: CancellationToken,
     /// Bytes typed and shown.
     typed: u64,
     shown: u64,
@@ -132,6 +229,10 @@ impl Relay {
         let (mut console, mut to_guest) = first;
         let why = loop {
             tokio::select! {
+                _ = self.taken.cancelled() => {
+                    let _ = out.send(Ok(ConsoleOutput::Notice(TAKEN.into()))).await;
+                    break "taken by another session";
+                }
                 typed = input.next() => match typed {
                     Some(data) => {
                         self.typed += data.len() as u64;
@@ -149,16 +250,15 @@ impl Relay {
                             break "the caller left";
                         }
                     }
-                    Some(Err(_)) | None => match self.consoles.reattach(&self.vee, self.force).await {
+                    Some(Err(_)) | None if self.taken.is_cancelled() => {
+                        let _ = out.send(Ok(ConsoleOutput::Notice(TAKEN.into()))).await;
+                        break "taken by another session";
+                    }
+                    Some(Err(_)) | None => match self.consoles.reattach(&self.vee).await {
                         Some(((c, t), now)) => {
                             (console, to_guest) = (c, t);
-                            let moved = now.location != self.vee.location;
                             self.vee = now;
-                            let notice = if moved {
-                                "the VEE moved: its console is attached again"
-                            } else {
-                                "the console was attached again"
-                            };
+                            let notice = "the VEE moved: its console is attached again";
                             if out.send(Ok(ConsoleOutput::Notice(notice.into()))).await.is_err() {
                                 break "the caller left";
                             }
@@ -166,12 +266,13 @@ impl Relay {
                         None => {
                             let state = self.consoles.vee(&self.vee.id).map(|v| v.state.as_str()).unwrap_or("gone");
                             let _ = out.send(Ok(ConsoleOutput::Notice(format!("the console closed: the VEE is {state}")))).await;
-                            break "the VEE stopped";
+                            break "the console closed";
                         }
                     },
                 },
             }
         };
+        self.consoles.release(&self.vee.id, self.session);
         let secs = self.consoles.clock.since_ms(self.started_ms) / 1000;
         self.consoles.event(
             &self.vee.id,

@@ -64,7 +64,7 @@ impl VmiService {
         let out = self
             .veem
             .consoles
-            .attach(&role.to_string(), vee_id, force, input)
+            .attach(role, vee_id, force, input)
             .await
             .map_err(|e| self.refusal(role, e))?;
         let redactor = self.redactor(role);

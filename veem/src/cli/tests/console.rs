@@ -65,11 +65,15 @@ async fn keys_go_to_the_guest_until_ctrl_bracket_and_notices_to_stderr() {
         keyboard.write_all(b"ls -l\r").await.unwrap();
         out.wait_for("LS -L\r").await;
         keyboard.write_all(b"migrate\r").await.unwrap();
-        err.wait_for("[the VEE moved: its console is attached again]").await;
+        err.wait_for("the VEE moved: its console is attached again]").await;
         keyboard.write_all(&[b'x', ESCAPE, b'n', b'o', b't']).await.unwrap();
     };
     let (ended, ()) = tokio::join!(session(&mut c, "v1", true, input, &mut o, &mut e), typing);
     assert_eq!(ended.unwrap(), Ended::Detached);
+    // A notice's control characters never reach the terminal, and the
+    // terminal is reset after the guest's output.
+    assert!(!err.text().contains(['\x1b', '\x07']), "{:?}", err.text());
+    assert!(out.text().ends_with(std::str::from_utf8(super::super::console::SOFT_RESET).unwrap()), "{:?}", out.text());
     assert!(
         err.text().starts_with("Connected to VEE v1 (escape character is ^])"),
         "{}",

@@ -260,7 +260,9 @@ impl Vmi for MockSvc {
                     .unwrap()
                     .push(format!("typed {:?}", String::from_utf8_lossy(&m.data)));
                 let notice = if m.data.ends_with(b"migrate\r") {
-                    "the VEE moved: its console is attached again"
+                    // With what a hostile relay could slip in: a screen
+                    // clear and a window title.
+                    "\x1b[2J\x1b]0;pwned\x07the VEE moved: its console is attached again"
                 } else {
                     ""
                 };

@@ -8,9 +8,14 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::config::Role;
 use crate::model::MigrationState;
 use crate::ports::{ConsoleInput, ConsoleOutput, ConsoleStream};
 use crate::sim::{FakeSite, STANDARD};
+
+fn acme() -> Role {
+    Role::Provider("acme".into())
+}
 
 /// A console input the test types into.
 fn keyboard() -> (mpsc::Sender<Vec<u8>>, ConsoleInput) {
@@ -41,7 +46,7 @@ async fn a_console_carries_both_ways_follows_a_migration_and_is_audited() {
     let from = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
     let to = if from == "h1" { "h2" } else { "h1" };
     let (keys, input) = keyboard();
-    let mut out = site.veem.consoles.attach("provider acme", &vee, false, input).await.unwrap();
+    let mut out = site.veem.consoles.attach(&acme(), &vee, false, input).await.unwrap();
     assert_eq!(text(next(&mut out).await), format!("console of {vee} at {from}\r\n"));
     keys.send(b"uname\n".to_vec()).await.unwrap();
     assert_eq!(text(next(&mut out).await), "uname\n");
@@ -74,15 +79,71 @@ async fn a_vee_that_does_not_run_has_no_console() {
     let vee = site.running_service(STANDARD).remove(0);
     site.veem.lifecycle.vee_action(&vee, crate::domain::Action::Stop, "").await.unwrap();
     let (_keys, input) = keyboard();
-    let e = site.veem.consoles.attach("operator", &vee, false, input).await.err().unwrap();
+    let e = site.veem.consoles.attach(&Role::Operator, &vee, false, input).await.err().unwrap();
     assert!(e.to_string().contains("is terminated: its console is there while it runs"), "{e}");
     let (_keys, input) = keyboard();
     let e = site
         .veem
         .consoles
-        .attach("operator", "no-such-vee", false, input)
+        .attach(&Role::Operator, "no-such-vee", false, input)
         .await
         .err()
         .unwrap();
     assert!(e.to_string().contains("not found"), "{e}");
+}
+
+/// The end of a console stream (within 5 s).
+async fn ends(out: &mut ConsoleStream) {
+    let end = tokio::time::timeout(std::time::Duration::from_secs(5), out.next()).await;
+    assert!(matches!(end, Ok(None)), "the session ended: {:?}", end.map(|o| o.map(|r| r.map(text))));
+}
+
+#[tokio::test]
+async fn a_provider_cannot_take_the_console_from_the_operator() {
+    let site = FakeSite::start(&["h1"], "").await;
+    site.clock.follow_runtime();
+    let vee = site.running_service(STANDARD).remove(0);
+    let (keys, input) = keyboard();
+    let mut op = site.veem.consoles.attach(&Role::Operator, &vee, false, input).await.unwrap();
+    next(&mut op).await;
+    let (_k, input) = keyboard();
+    let e = site.veem.consoles.attach(&acme(), &vee, true, input).await.err().unwrap();
+    assert!(e.to_string().contains("the site's operator holds the console"), "{e}");
+    keys.send(b"still mine\n".to_vec()).await.unwrap();
+    assert_eq!(text(next(&mut op).await), "still mine\n", "the operator's session goes on");
+    // Without force, nobody takes a held console.
+    let (_k, input) = keyboard();
+    let e = site.veem.consoles.attach(&Role::Operator, &vee, false, input).await.err().unwrap();
+    assert!(e.to_string().contains("another session holds the console"), "{e}");
+}
+
+#[tokio::test]
+async fn a_session_taken_by_force_is_told_without_a_name_and_does_not_come_back() {
+    let site = FakeSite::start(&["h1"], "").await;
+    site.clock.follow_runtime();
+    let vee = site.running_service(STANDARD).remove(0);
+    let (_acme_keys, input) = keyboard();
+    let mut provider = site.veem.consoles.attach(&acme(), &vee, false, input).await.unwrap();
+    next(&mut provider).await;
+    let (op_keys, input) = keyboard();
+    let mut op = site.veem.consoles.attach(&Role::Operator, &vee, true, input).await.unwrap();
+    next(&mut op).await;
+
+    assert_eq!(text(next(&mut provider).await), "notice: the console was taken by another session");
+    ends(&mut provider).await;
+    op_keys.send(b"ok\n".to_vec()).await.unwrap();
+    assert_eq!(text(next(&mut op).await), "ok\n");
+    let events = site.events(&vee);
+    assert!(
+        events.iter().any(|e| e == "console: attached by operator, forced, displacing provider acme"),
+        "{events:?}"
+    );
+    crate::sim::eventually("the taken session's end audited", || {
+        site.events(&vee).iter().any(|e| e.starts_with("console: detached (taken by another session): provider acme"))
+    })
+    .await;
+    // Its relay is gone: the operator's session alone holds the console,
+    // and a provider's force takes nothing back.
+    let (_k, input) = keyboard();
+    assert!(site.veem.consoles.attach(&acme(), &vee, true, input).await.is_err());
 }
