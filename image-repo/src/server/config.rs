@@ -13,6 +13,8 @@
 //! min_upload_bytes_per_s = 16384  # and one slower than this on average, after that time
 //! upload_session_timeout = "5m"   # an OCI upload session without a request for this long is dropped
 //! max_uploads_per_caller = 16     # OCI upload sessions open at once per token
+//! max_uploads_in_flight = 64      # upload bodies received at once, of all tokens (then 429)
+//! max_uploads_in_flight_per_caller = 16  # of one token (then 429 with Retry-After)
 //! insecure = false                # true: serve plaintext HTTP (no [tls])
 //! [listener]                      # the other limits (interfaces::connections::ListenerLimits)
 //! max_connections_per_peer = 128  # connections from one address (IPv6: its /64)
@@ -120,6 +122,17 @@ pub struct Config {
     /// one more is answered 429 TOOMANYREQUESTS.
     #[serde(default = "default_uploads_per_caller")]
     pub max_uploads_per_caller: usize,
+    /// Uploads whose bodies are being received at once, of all callers
+    /// (default 64): `PUT /v1/blobs/ID`, and on `/v2` the POST, PATCH and
+    /// PUT of uploads and the PUT of manifests. Each holds a connection and
+    /// a writer thread while its body comes; one more is answered 429 with
+    /// `Retry-After` before its body is read.
+    #[serde(default = "default_uploads_in_flight")]
+    pub max_uploads_in_flight: usize,
+    /// Uploads under way at once of one caller (one token; default 16),
+    /// within `max_uploads_in_flight`; one more: 429 with `Retry-After`.
+    #[serde(default = "default_uploads_in_flight_per_caller")]
+    pub max_uploads_in_flight_per_caller: usize,
     /// The listener's other limits (`[listener]`, as the VEEM's:
     /// `interfaces::connections::ListenerLimits`): connections per client
     /// address, idle and send timeouts, head size, failed authentications
@@ -229,6 +242,12 @@ fn default_upload_session_timeout() -> Duration {
     Duration::from_secs(300)
 }
 fn default_uploads_per_caller() -> usize {
+    16
+}
+fn default_uploads_in_flight() -> usize {
+    64
+}
+fn default_uploads_in_flight_per_caller() -> usize {
     16
 }
 
@@ -367,6 +386,8 @@ impl Config {
             ("body_idle_timeout", self.body_idle_timeout.is_zero()),
             ("upload_session_timeout", self.upload_session_timeout.is_zero()),
             ("max_uploads_per_caller", self.max_uploads_per_caller == 0),
+            ("max_uploads_in_flight", self.max_uploads_in_flight == 0),
+            ("max_uploads_in_flight_per_caller", self.max_uploads_in_flight_per_caller == 0),
         ] {
             if zero {
                 return Err(invalid(field, "must be at least 1 (s)"));

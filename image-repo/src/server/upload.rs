@@ -79,6 +79,7 @@ pub async fn upload(
     let pairs = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
     let meta: PushMeta = meta_from_query(&pairs, &[]).map_err(|(f, r)| ApiError::bad_field(&f, &r))?;
     let what = format!("upload of {id}");
+    let _in_flight = app.in_flight.enter(&who.name)?;
     let mut incoming = Incoming::start(&app, &what)?;
     incoming.receive(&app, &what, &headers, body).await?;
     let stored = incoming.store(&app, &what, &id, meta, &who).await?;
