@@ -13,6 +13,7 @@
 //! min_upload_bytes_per_s = 16384  # and one slower than this on average, after that time
 //! upload_session_timeout = "5m"   # an OCI upload session without a request for this long is dropped
 //! max_uploads_per_caller = 16     # OCI upload sessions open at once per token
+//! max_pins_per_blob = 64         # pins of one blob (then 409 limit_reached), at most 1024
 //! max_uploads_in_flight = 64      # upload bodies received at once, of all tokens (then 429)
 //! max_uploads_in_flight_per_caller = 16  # of one token (then 429 with Retry-After)
 //! insecure = false                # true: serve plaintext HTTP (no [tls])
@@ -41,7 +42,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use interfaces::config::{duration, invalid, Invalid, Size};
 use interfaces::connections::ListenerLimits;
-use interfaces::repo_client::types::validate_pin;
+use interfaces::repo_client::types::{validate_pin, MAX_PINS};
 use serde::Deserialize;
 
 /// What a token speaks for.
@@ -133,6 +134,11 @@ pub struct Config {
     /// within `max_uploads_in_flight`; one more: 429 with `Retry-After`.
     #[serde(default = "default_uploads_in_flight_per_caller")]
     pub max_uploads_in_flight_per_caller: usize,
+    /// Pins one blob may have (default 64, at most 1,024): a new pin past
+    /// them is answered 409 `limit_reached`; each pin change rewrites and
+    /// syncs the blob's record, which holds them all.
+    #[serde(default = "default_pins_per_blob")]
+    pub max_pins_per_blob: usize,
     /// The listener's other limits (`[listener]`, as the VEEM's:
     /// `interfaces::connections::ListenerLimits`): connections per client
     /// address, idle and send timeouts, head size, failed authentications
@@ -243,6 +249,9 @@ fn default_upload_session_timeout() -> Duration {
 }
 fn default_uploads_per_caller() -> usize {
     16
+}
+fn default_pins_per_blob() -> usize {
+    64
 }
 fn default_uploads_in_flight() -> usize {
     64
@@ -392,6 +401,9 @@ impl Config {
             if zero {
                 return Err(invalid(field, "must be at least 1 (s)"));
             }
+        }
+        if !(1..=MAX_PINS).contains(&self.max_pins_per_blob) {
+            return Err(invalid("max_pins_per_blob", format!("must be 1 to {MAX_PINS}")));
         }
         self.listener.check("listener")?;
         let mut peers = std::collections::HashSet::new();

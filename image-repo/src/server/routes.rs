@@ -307,7 +307,7 @@ async fn set_pin(app: AppState, raw_id: String, pin: String, headers: HeaderMap,
     let id = parse_id(&raw_id)?;
     validate_pin(&pin).map_err(|r| ApiError::bad_request(format!("pin name {pin:?}: {r}")))?;
     readable(&app, &who, &id)?;
-    match app.store.set_pin(&id, &pin, on).await {
+    match app.store.set_pin(&id, &pin, on, app.config.max_pins_per_blob).await {
         Ok(Some(m)) => {
             tracing::info!(%id, pin, on, pins = ?m.pins, "pin changed");
             Ok(StatusCode::NO_CONTENT)
