@@ -255,6 +255,41 @@ fn a_half_sent_request_head_is_cut_off_after_the_header_timeout() {
     assert!(t.elapsed() < Duration::from_secs(5), "closed only after {:?}", t.elapsed());
 }
 
+/// A request body that stalls is cut off after `body_idle_timeout`
+/// wherever it goes, not only into an upload's file: an OCI manifest
+/// (read whole before it is checked) stalled after its first byte held
+/// its request, its connection's slot and an upload's share for good.
+/// An upload stalled after 1 KiB is cut off too and leaves no file.
+#[test]
+fn stalled_bodies_are_cut_off_after_the_body_idle_timeout() {
+    let repo = with("body_idle_timeout = \"1s\"\n");
+    let mut upload = TcpStream::connect(&repo.addr).unwrap();
+    let id = BlobId::of(b"stalled after 1 KiB");
+    write!(
+        upload,
+        "PUT /v1/blobs/{id}?kind=disk&name=stalled HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-length: 1048576\r\n\r\n"
+    )
+    .unwrap();
+    upload.write_all(&[b'x'; 1024]).unwrap();
+    let (answer, closed) = read_all(&mut upload, Duration::from_secs(10));
+    assert!(closed && answer.starts_with("HTTP/1.1 408") && answer.contains("no byte for 1 s"), "{answer}");
+    assert!(repo.wait_tmp_empty().is_empty(), "a cut upload left a file");
+    let mut tcp = TcpStream::connect(&repo.addr).unwrap();
+    write!(
+        tcp,
+        "PUT /v2/acme/web/manifests/v1 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/vnd.oci.image.manifest.v1+json\r\ncontent-length: 1000\r\n\r\n{{"
+    )
+    .unwrap();
+    let t = Instant::now();
+    let (answer, closed) = read_all(&mut tcp, Duration::from_secs(10));
+    assert!(closed, "a stalled manifest body was held for 10 s: {answer:?}");
+    assert!(t.elapsed() < Duration::from_secs(5), "cut off only after {:?}", t.elapsed());
+    assert!(
+        answer.starts_with("HTTP/1.1 408") && answer.contains("no byte of its body for 1 s"),
+        "{answer}"
+    );
+}
+
 #[test]
 fn a_trickling_upload_is_cut_off_and_leaves_no_file() {
     let repo = with("body_idle_timeout_s = 1\nmin_upload_bytes_per_s = 100000\n");

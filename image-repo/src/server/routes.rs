@@ -11,6 +11,7 @@ use axum::{Json, Router};
 use interfaces::repo_client::types::validate_pin;
 use interfaces::repo_client::BlobMeta;
 use serde::Deserialize;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use super::auth::{caller, caller_as, Caller, Role};
 use super::download::{readable, readable_or_pulled};
@@ -43,6 +44,10 @@ pub fn router(app: AppState) -> Router {
         .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
         .layer(axum::middleware::from_fn_with_state(app.clone(), super::connections::throttle_auth))
         .layer(DefaultBodyLimit::disable())
+        // Every request body, wherever it goes: one that brings no byte
+        // for `body_idle_timeout` fails (`upload::stalled`), so a stalled
+        // client holds no request, slot or upload share past it.
+        .layer(RequestBodyTimeoutLayer::new(app.config.body_idle_timeout))
         .with_state(app)
 }
 

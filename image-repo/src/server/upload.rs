@@ -151,17 +151,19 @@ impl Incoming {
         let mut received = 0u64;
         let mut refused = None;
         loop {
-            let chunk = match tokio::time::timeout(pace.idle, stream.next()).await {
-                // Cut off: no answer is owed to a client that stopped sending.
-                Err(_) => {
+            // A byte at least every `body_idle_timeout`: the router's
+            // stall timeout fails the body otherwise.
+            let chunk = match stream.next().await {
+                None => break,
+                Some(Ok(chunk)) => chunk,
+                Some(Err(e)) if stalled(&e) => {
                     return Err(ApiError::too_slow(
                         what,
                         received,
                         &format!("no byte for {} s", pace.idle.as_secs()),
                     ))
                 }
-                Ok(None) => break,
-                Ok(Some(chunk)) => chunk.map_err(|e| ApiError::interrupted(what, received, &interfaces::error::chain(&e)))?,
+                Some(Err(e)) => return Err(ApiError::interrupted(what, received, &interfaces::error::chain(&e))),
             };
             received += chunk.len() as u64;
             if let Some(why) = pace.too_slow(received) {
@@ -189,7 +191,7 @@ impl Incoming {
             // Read out the rest so that the client, still sending, gets
             // this answer rather than a reset connection.
             let mut drained = 0u64;
-            while let Ok(Some(Ok(chunk))) = tokio::time::timeout(pace.idle, stream.next()).await {
+            while let Some(Ok(chunk)) = stream.next().await {
                 drained += chunk.len() as u64;
                 if drained > DRAIN_LIMIT {
                     break;
@@ -227,6 +229,20 @@ impl Incoming {
         }
         Ok(stored)
     }
+}
+
+/// Whether a request body failed because it brought no byte for
+/// `body_idle_timeout` (the router's `RequestBodyTimeoutLayer`), rather
+/// than broke off.
+pub(crate) fn stalled(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(e) = source {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// Bytes an upload without a declared length holds at a time (16 MiB).
