@@ -21,6 +21,7 @@
 //! max_connections_per_peer = 128  # connections from one address (IPv6: its /64)
 //! idle_timeout = "60s"            # a connection without a request in flight is closed
 //! send_timeout = "60s"            # a client that leaves its answers unread is cut off
+//! max_header_size = "64 KiB"      # a request head (at least 62,610 bytes: a push's metadata is in its query)
 //! auth_failures_burst = 10        # failed authentications of an address at once,
 //! auth_failure_interval = "1s"    # then one per interval (429 before the token is checked)
 //! [metrics]                       # optional: /metrics (Prometheus), /healthz, /readyz
@@ -65,6 +66,15 @@ pub const DEFAULT_CONFIG: &str = "/etc/image-repo/image-repo.toml";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7480";
 /// Default free space left on the data disk, in bytes (64 MiB).
 pub const DEFAULT_RESERVE_BYTES: u64 = 64 << 20;
+/// The repository's default `[listener] max_header_size`, in bytes (64 KiB;
+/// the other daemons' is 16 KiB): a push's metadata goes in its query.
+pub const DEFAULT_HEADER_SIZE: u64 = 64 << 10;
+/// The least `[listener] max_header_size`, in bytes: the longest query of
+/// a push's metadata (`protocol::MAX_META_QUERY_LEN`, 54,418 bytes) and
+/// 8 KiB for the request line and the other headers, so that every
+/// metadata the limits accept (a 255-byte name, 64 labels of 255 bytes)
+/// reaches the handler, and one past them is refused naming its field.
+pub const MIN_HEADER_SIZE: u64 = interfaces::repo_client::protocol::MAX_META_QUERY_LEN as u64 + 8192;
 
 /// Server configuration. See the module documentation for the file format.
 #[derive(Clone, Debug, Deserialize)]
@@ -144,7 +154,9 @@ pub struct Config {
     /// address, idle and send timeouts, head size, failed authentications
     /// per address. Its `max_connections`, `head_timeout` and
     /// `handshake_timeout` are the top-level `max_connections` and
-    /// `header_timeout`.
+    /// `header_timeout`. Its `max_header_size` (bytes of a request head)
+    /// is 64 KiB by default here and at least [`MIN_HEADER_SIZE`], room
+    /// for the largest metadata of a push.
     #[serde(default)]
     pub listener: ListenerLimits,
     /// The metrics listener (`[metrics]`: `/metrics` for Prometheus,
@@ -338,6 +350,17 @@ impl Config {
                 );
             }
         }
+        // The repository's head limit is its own default, not the other
+        // daemons' (`ListenerLimits`' 16 KiB), with or without `[listener]`.
+        if let Some(listener) = table
+            .entry("listener")
+            .or_insert_with(|| toml::Table::new().into())
+            .as_table_mut()
+        {
+            listener
+                .entry("max_header_size")
+                .or_insert_with(|| (DEFAULT_HEADER_SIZE as i64).into());
+        }
         if table.contains_key("token") {
             // The command line's token replaces the file's.
             table.remove("token_file");
@@ -406,6 +429,14 @@ impl Config {
             return Err(invalid("max_pins_per_blob", format!("must be 1 to {MAX_PINS}")));
         }
         self.listener.check("listener")?;
+        if self.listener.max_header_size < MIN_HEADER_SIZE {
+            return Err(invalid(
+                "listener.max_header_size",
+                format!(
+                    "must be at least {MIN_HEADER_SIZE} bytes (default {DEFAULT_HEADER_SIZE}): a push's metadata, up to a 255-byte name and 64 labels of 255 bytes, goes in the request's query"
+                ),
+            ));
+        }
         let mut peers = std::collections::HashSet::new();
         for (i, p) in self.peers.iter().enumerate() {
             validate_pin(&p.name).map_err(|r| invalid(format!("peers[{i}].name"), r))?;
@@ -482,6 +513,30 @@ mod tests {
             Config::load(Some(&file), Overrides::default()).unwrap().token,
             "operator-token-from-a-file"
         );
+    }
+
+    /// The head limit leaves room for the largest metadata of a push, with
+    /// or without a `[listener]` table; a smaller one is refused, named.
+    #[test]
+    fn the_head_limit_leaves_room_for_the_largest_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("repo.toml");
+        let base = "data = \"/x\"\ntoken = \"t\"\ninsecure = true\n";
+        for extra in ["", "[listener]\nidle_timeout = \"5s\"\n"] {
+            std::fs::write(&file, format!("{base}{extra}")).unwrap();
+            let c = Config::load(Some(&file), Overrides::default()).unwrap();
+            assert_eq!(c.limits().max_header_size, DEFAULT_HEADER_SIZE, "{extra}");
+        }
+        std::fs::write(&file, format!("{base}[listener]\nmax_header_size = \"16 KiB\"\n")).unwrap();
+        let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
+        assert!(err.contains("`listener.max_header_size`") && err.contains("62610"), "{err}");
+        std::fs::write(&file, format!("{base}[listener]\nmax_header_size = \"1 MiB\"\n")).unwrap();
+        assert_eq!(Config::load(Some(&file), Overrides::default()).unwrap().listener.max_header_size, 1 << 20);
+        for (key, value) in [("max_pins_per_blob", "0"), ("max_pins_per_blob", "1025"), ("max_uploads_in_flight", "0")] {
+            std::fs::write(&file, format!("{key} = {value}\n{base}")).unwrap();
+            let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
+            assert!(err.contains(&format!("`{key}`")), "{err}");
+        }
     }
 
     #[test]
