@@ -136,7 +136,11 @@ async fn stalled_uploads_of_one_token_leave_health_head_and_get_answered() {
     let repo = with("body_idle_timeout = \"60s\"\n");
     let data = content(11, 100_000);
     let file = common::write_file(repo.scratch(), "kept", &data);
-    let id = repo.client().push_file(&file, &PushMeta::new("kept", BlobKind::Disk)).await.unwrap();
+    let id = repo
+        .client()
+        .push_file(&file, &PushMeta::new("kept", BlobKind::Disk))
+        .await
+        .unwrap();
     let threads_before = repo.threads();
     let mut stalled = Vec::new();
     for i in 0..140 {
@@ -165,14 +169,23 @@ async fn stalled_uploads_of_one_token_leave_health_head_and_get_answered() {
         assert_eq!(r.status(), 200);
     }
     let blob = format!("{}/v1/blobs/{id}", repo.url);
-    let head = client.head(&blob).bearer_auth(TOKEN).send().await.expect("HEAD beside the stalled uploads");
+    let head = client
+        .head(&blob)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("HEAD beside the stalled uploads");
     assert_eq!(head.status(), 200);
-    let got = client.get(&blob).bearer_auth(TOKEN).send().await.expect("GET beside the stalled uploads");
+    let got = client
+        .get(&blob)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("GET beside the stalled uploads");
     assert_eq!(got.bytes().await.unwrap().as_ref(), &data[..]);
     assert!(t.elapsed() < Duration::from_secs(3), "served after {:?}", t.elapsed());
     // What the stalled uploads got: 429 with Retry-After beyond the share.
-    let answers =
-        futures::future::join_all(stalled.into_iter().map(|tcp| answer_of(tcp, Duration::from_secs(2)))).await;
+    let answers = futures::future::join_all(stalled.into_iter().map(|tcp| answer_of(tcp, Duration::from_secs(2)))).await;
     let pending = answers.iter().filter(|a| a.is_none()).count();
     let refused: Vec<&String> = answers.iter().flatten().filter(|a| a.starts_with("HTTP/1.1 429")).collect();
     assert!(pending <= 16, "{pending} uploads of one token received at once");
@@ -272,7 +285,10 @@ fn stalled_bodies_are_cut_off_after_the_body_idle_timeout() {
     .unwrap();
     upload.write_all(&[b'x'; 1024]).unwrap();
     let (answer, closed) = read_all(&mut upload, Duration::from_secs(10));
-    assert!(closed && answer.starts_with("HTTP/1.1 408") && answer.contains("no byte for 1 s"), "{answer}");
+    assert!(
+        closed && answer.starts_with("HTTP/1.1 408") && answer.contains("no byte for 1 s"),
+        "{answer}"
+    );
     assert!(repo.wait_tmp_empty().is_empty(), "a cut upload left a file");
     let mut tcp = TcpStream::connect(&repo.addr).unwrap();
     write!(

@@ -70,5 +70,8 @@ async fn the_largest_metadata_the_limits_accept_is_pushed() {
         .unwrap();
     let status = r.status();
     let body = r.text().await.unwrap();
-    assert!(status == 400 && body.contains("`labels`") && body.contains("at most 64"), "{status} {body}");
+    assert!(
+        status == 400 && body.contains("`labels`") && body.contains("at most 64"),
+        "{status} {body}"
+    );
 }

@@ -9,7 +9,7 @@
 //! max_connections = 512           # served at once; a newcomer takes an idle one's slot
 //! header_timeout_s = 10           # for the TLS handshake and each request head
 //! shutdown_grace = "10s"          # a stop lets requests in flight finish this long
-//! body_idle_timeout_s = 30        # an upload with no byte for this long is cut off
+//! body_idle_timeout_s = 30        # a request body with no byte for this long is cut off (408)
 //! min_upload_bytes_per_s = 16384  # and one slower than this on average, after that time
 //! upload_session_timeout = "5m"   # an OCI upload session without a request for this long is dropped
 //! max_uploads_per_caller = 16     # OCI upload sessions open at once per token
@@ -117,12 +117,14 @@ pub struct Config {
     /// (the older `header_timeout_s`, in seconds, still reads).
     #[serde(default = "default_header_timeout", alias = "header_timeout_s", deserialize_with = "duration")]
     pub header_timeout: Duration,
-    /// How long an upload's body may go without a byte before it is cut off
-    /// (408); also the grace before [`Config::min_upload_bytes_per_s`]
-    /// applies. Default `"30s"` (the older `body_idle_timeout_s` still reads).
+    /// How long a request's body (an upload's, a manifest's, any) may go
+    /// without a byte before it is cut off (408); also the grace before
+    /// [`Config::min_upload_bytes_per_s`] applies. Default `"30s"` (the
+    /// older `body_idle_timeout_s`, in seconds, still reads).
     #[serde(default = "default_body_idle", alias = "body_idle_timeout_s", deserialize_with = "duration")]
     pub body_idle_timeout: Duration,
-    /// Least average rate of an upload's body, in bytes per second.
+    /// Least average rate of an upload's body, in bytes per second
+    /// (default 16384), once `body_idle_timeout` has passed (408 below).
     #[serde(default = "default_min_rate")]
     pub min_upload_bytes_per_s: u64,
     /// How long an OCI upload session may go without a request before it
@@ -352,11 +354,7 @@ impl Config {
         }
         // The repository's head limit is its own default, not the other
         // daemons' (`ListenerLimits`' 16 KiB), with or without `[listener]`.
-        if let Some(listener) = table
-            .entry("listener")
-            .or_insert_with(|| toml::Table::new().into())
-            .as_table_mut()
-        {
+        if let Some(listener) = table.entry("listener").or_insert_with(|| toml::Table::new().into()).as_table_mut() {
             listener
                 .entry("max_header_size")
                 .or_insert_with(|| (DEFAULT_HEADER_SIZE as i64).into());
@@ -531,8 +529,15 @@ mod tests {
         let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
         assert!(err.contains("`listener.max_header_size`") && err.contains("62610"), "{err}");
         std::fs::write(&file, format!("{base}[listener]\nmax_header_size = \"1 MiB\"\n")).unwrap();
-        assert_eq!(Config::load(Some(&file), Overrides::default()).unwrap().listener.max_header_size, 1 << 20);
-        for (key, value) in [("max_pins_per_blob", "0"), ("max_pins_per_blob", "1025"), ("max_uploads_in_flight", "0")] {
+        assert_eq!(
+            Config::load(Some(&file), Overrides::default()).unwrap().listener.max_header_size,
+            1 << 20
+        );
+        for (key, value) in [
+            ("max_pins_per_blob", "0"),
+            ("max_pins_per_blob", "1025"),
+            ("max_uploads_in_flight", "0"),
+        ] {
             std::fs::write(&file, format!("{key} = {value}\n{base}")).unwrap();
             let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
             assert!(err.contains(&format!("`{key}`")), "{err}");
