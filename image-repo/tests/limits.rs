@@ -108,6 +108,99 @@ async fn stalled_uploads_of_one_address_leave_slots_for_the_others() {
     drop(stalled);
 }
 
+/// What a stalled connection got: an answer's first line, a close
+/// without one, or nothing yet after `wait`.
+async fn answer_of(mut tcp: tokio::net::TcpStream, wait: Duration) -> Option<String> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(wait, tokio::io::AsyncReadExt::read(&mut tcp, &mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(String::from_utf8_lossy(&got).into()),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// More uploads of one token than its address may hold connections (128),
+/// each stalled after 1 KiB of its body: only the token's share
+/// (`max_uploads_in_flight_per_caller`, 16 by default) is received; the
+/// others are answered 429 with `Retry-After` at once and their connections
+/// closed. Meanwhile health, HEAD and a download from that same address
+/// are answered, and the server's threads do not grow with the stalled
+/// uploads (before the limit each held a slot and a writer thread: the
+/// 129th connection and every health check were dropped).
+#[tokio::test(flavor = "multi_thread")]
+async fn stalled_uploads_of_one_token_leave_health_head_and_get_answered() {
+    use tokio::io::AsyncWriteExt;
+    let repo = with("body_idle_timeout = \"60s\"\n");
+    let data = content(11, 100_000);
+    let file = common::write_file(repo.scratch(), "kept", &data);
+    let id = repo
+        .client()
+        .push_file(&file, &PushMeta::new("kept", BlobKind::Disk))
+        .await
+        .unwrap();
+    let threads_before = repo.threads();
+    let mut stalled = Vec::new();
+    for i in 0..140 {
+        let mut tcp = connect_from("127.0.0.1", &repo.addr).await;
+        let head = format!(
+            "PUT /v1/blobs/{}?kind=disk&name=stalled-{i} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-length: {}\r\n\r\n",
+            BlobId::of(format!("never finished {i}").as_bytes()),
+            1 << 20
+        );
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        tcp.write_all(&[b'x'; 1024]).await.unwrap();
+        stalled.push(tcp);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let threads_during = repo.threads();
+    eprintln!("threads: {threads_before} before, {threads_during} with 140 stalled uploads");
+    // The same address (and token) is served at once.
+    let client = interfaces::tls::http_client()
+        .local_address("127.0.0.1".parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap();
+    let t = Instant::now();
+    for path in ["/healthz", "/v1/health"] {
+        let r = client.get(format!("{}{path}", repo.url)).send().await;
+        let r = r.unwrap_or_else(|e| panic!("GET {path} beside 140 stalled uploads: {e}"));
+        assert_eq!(r.status(), 200);
+    }
+    let blob = format!("{}/v1/blobs/{id}", repo.url);
+    let head = client
+        .head(&blob)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("HEAD beside the stalled uploads");
+    assert_eq!(head.status(), 200);
+    let got = client
+        .get(&blob)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("GET beside the stalled uploads");
+    assert_eq!(got.bytes().await.unwrap().as_ref(), &data[..]);
+    assert!(t.elapsed() < Duration::from_secs(3), "served after {:?}", t.elapsed());
+    // What the stalled uploads got: 429 with Retry-After beyond the share.
+    let answers = futures::future::join_all(stalled.into_iter().map(|tcp| answer_of(tcp, Duration::from_secs(2)))).await;
+    let pending = answers.iter().filter(|a| a.is_none()).count();
+    let refused: Vec<&String> = answers.iter().flatten().filter(|a| a.starts_with("HTTP/1.1 429")).collect();
+    assert!(pending <= 16, "{pending} uploads of one token received at once");
+    assert!(refused.len() >= 100, "{} of 140 answered 429: {answers:?}", refused.len());
+    let one = refused[0].to_ascii_lowercase();
+    assert!(
+        one.contains("retry-after: 1") && one.contains("max_uploads_in_flight_per_caller"),
+        "{one}"
+    );
+    assert!(
+        threads_during < threads_before + 40,
+        "{threads_before} threads grew to {threads_during} with 140 stalled uploads"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn failed_authentications_are_slowed_down_per_address() {
     let repo = with("[listener]\nauth_failures_burst = 3\nauth_failure_interval = \"10s\"\n");
@@ -173,6 +266,44 @@ fn a_half_sent_request_head_is_cut_off_after_the_header_timeout() {
     let (_, closed) = read_all(&mut tcp, Duration::from_secs(10));
     assert!(closed, "the server kept a half-sent request open for 10 s");
     assert!(t.elapsed() < Duration::from_secs(5), "closed only after {:?}", t.elapsed());
+}
+
+/// A request body that stalls is cut off after `body_idle_timeout`
+/// wherever it goes, not only into an upload's file: an OCI manifest
+/// (read whole before it is checked) stalled after its first byte held
+/// its request, its connection's slot and an upload's share for good.
+/// An upload stalled after 1 KiB is cut off too and leaves no file.
+#[test]
+fn stalled_bodies_are_cut_off_after_the_body_idle_timeout() {
+    let repo = with("body_idle_timeout = \"1s\"\n");
+    let mut upload = TcpStream::connect(&repo.addr).unwrap();
+    let id = BlobId::of(b"stalled after 1 KiB");
+    write!(
+        upload,
+        "PUT /v1/blobs/{id}?kind=disk&name=stalled HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-length: 1048576\r\n\r\n"
+    )
+    .unwrap();
+    upload.write_all(&[b'x'; 1024]).unwrap();
+    let (answer, closed) = read_all(&mut upload, Duration::from_secs(10));
+    assert!(
+        closed && answer.starts_with("HTTP/1.1 408") && answer.contains("no byte for 1 s"),
+        "{answer}"
+    );
+    assert!(repo.wait_tmp_empty().is_empty(), "a cut upload left a file");
+    let mut tcp = TcpStream::connect(&repo.addr).unwrap();
+    write!(
+        tcp,
+        "PUT /v2/acme/web/manifests/v1 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/vnd.oci.image.manifest.v1+json\r\ncontent-length: 1000\r\n\r\n{{"
+    )
+    .unwrap();
+    let t = Instant::now();
+    let (answer, closed) = read_all(&mut tcp, Duration::from_secs(10));
+    assert!(closed, "a stalled manifest body was held for 10 s: {answer:?}");
+    assert!(t.elapsed() < Duration::from_secs(5), "cut off only after {:?}", t.elapsed());
+    assert!(
+        answer.starts_with("HTTP/1.1 408") && answer.contains("no byte of its body for 1 s"),
+        "{answer}"
+    );
 }
 
 #[test]

@@ -9,15 +9,19 @@
 //! max_connections = 512           # served at once; a newcomer takes an idle one's slot
 //! header_timeout_s = 10           # for the TLS handshake and each request head
 //! shutdown_grace = "10s"          # a stop lets requests in flight finish this long
-//! body_idle_timeout_s = 30        # an upload with no byte for this long is cut off
+//! body_idle_timeout_s = 30        # a request body with no byte for this long is cut off (408)
 //! min_upload_bytes_per_s = 16384  # and one slower than this on average, after that time
 //! upload_session_timeout = "5m"   # an OCI upload session without a request for this long is dropped
 //! max_uploads_per_caller = 16     # OCI upload sessions open at once per token
+//! max_pins_per_blob = 64         # pins of one blob (then 409 limit_reached), at most 1024
+//! max_uploads_in_flight = 64      # upload bodies received at once, of all tokens (then 429)
+//! max_uploads_in_flight_per_caller = 16  # of one token (then 429 with Retry-After)
 //! insecure = false                # true: serve plaintext HTTP (no [tls])
 //! [listener]                      # the other limits (interfaces::connections::ListenerLimits)
 //! max_connections_per_peer = 128  # connections from one address (IPv6: its /64)
 //! idle_timeout = "60s"            # a connection without a request in flight is closed
 //! send_timeout = "60s"            # a client that leaves its answers unread is cut off
+//! max_header_size = "64 KiB"      # a request head (at least 62,610 bytes: a push's metadata is in its query)
 //! auth_failures_burst = 10        # failed authentications of an address at once,
 //! auth_failure_interval = "1s"    # then one per interval (429 before the token is checked)
 //! [metrics]                       # optional: /metrics (Prometheus), /healthz, /readyz
@@ -39,7 +43,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use interfaces::config::{duration, invalid, Invalid, Size};
 use interfaces::connections::ListenerLimits;
-use interfaces::repo_client::types::validate_pin;
+use interfaces::repo_client::types::{validate_pin, MAX_PINS};
 use serde::Deserialize;
 
 /// What a token speaks for.
@@ -62,6 +66,15 @@ pub const DEFAULT_CONFIG: &str = "/etc/image-repo/image-repo.toml";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7480";
 /// Default free space left on the data disk, in bytes (64 MiB).
 pub const DEFAULT_RESERVE_BYTES: u64 = 64 << 20;
+/// The repository's default `[listener] max_header_size`, in bytes (64 KiB;
+/// the other daemons' is 16 KiB): a push's metadata goes in its query.
+pub const DEFAULT_HEADER_SIZE: u64 = 64 << 10;
+/// The least `[listener] max_header_size`, in bytes: the longest query of
+/// a push's metadata (`protocol::MAX_META_QUERY_LEN`, 54,418 bytes) and
+/// 8 KiB for the request line and the other headers, so that every
+/// metadata the limits accept (a 255-byte name, 64 labels of 255 bytes)
+/// reaches the handler, and one past them is refused naming its field.
+pub const MIN_HEADER_SIZE: u64 = interfaces::repo_client::protocol::MAX_META_QUERY_LEN as u64 + 8192;
 
 /// Server configuration. See the module documentation for the file format.
 #[derive(Clone, Debug, Deserialize)]
@@ -104,12 +117,14 @@ pub struct Config {
     /// (the older `header_timeout_s`, in seconds, still reads).
     #[serde(default = "default_header_timeout", alias = "header_timeout_s", deserialize_with = "duration")]
     pub header_timeout: Duration,
-    /// How long an upload's body may go without a byte before it is cut off
-    /// (408); also the grace before [`Config::min_upload_bytes_per_s`]
-    /// applies. Default `"30s"` (the older `body_idle_timeout_s` still reads).
+    /// How long a request's body (an upload's, a manifest's, any) may go
+    /// without a byte before it is cut off (408); also the grace before
+    /// [`Config::min_upload_bytes_per_s`] applies. Default `"30s"` (the
+    /// older `body_idle_timeout_s`, in seconds, still reads).
     #[serde(default = "default_body_idle", alias = "body_idle_timeout_s", deserialize_with = "duration")]
     pub body_idle_timeout: Duration,
-    /// Least average rate of an upload's body, in bytes per second.
+    /// Least average rate of an upload's body, in bytes per second
+    /// (default 16384), once `body_idle_timeout` has passed (408 below).
     #[serde(default = "default_min_rate")]
     pub min_upload_bytes_per_s: u64,
     /// How long an OCI upload session may go without a request before it
@@ -120,12 +135,30 @@ pub struct Config {
     /// one more is answered 429 TOOMANYREQUESTS.
     #[serde(default = "default_uploads_per_caller")]
     pub max_uploads_per_caller: usize,
+    /// Uploads whose bodies are being received at once, of all callers
+    /// (default 64): `PUT /v1/blobs/ID`, and on `/v2` the POST, PATCH and
+    /// PUT of uploads and the PUT of manifests. Each holds a connection and
+    /// a writer thread while its body comes; one more is answered 429 with
+    /// `Retry-After` before its body is read.
+    #[serde(default = "default_uploads_in_flight")]
+    pub max_uploads_in_flight: usize,
+    /// Uploads under way at once of one caller (one token; default 16),
+    /// within `max_uploads_in_flight`; one more: 429 with `Retry-After`.
+    #[serde(default = "default_uploads_in_flight_per_caller")]
+    pub max_uploads_in_flight_per_caller: usize,
+    /// Pins one blob may have (default 64, at most 1,024): a new pin past
+    /// them is answered 409 `limit_reached`; each pin change rewrites and
+    /// syncs the blob's record, which holds them all.
+    #[serde(default = "default_pins_per_blob")]
+    pub max_pins_per_blob: usize,
     /// The listener's other limits (`[listener]`, as the VEEM's:
     /// `interfaces::connections::ListenerLimits`): connections per client
     /// address, idle and send timeouts, head size, failed authentications
     /// per address. Its `max_connections`, `head_timeout` and
     /// `handshake_timeout` are the top-level `max_connections` and
-    /// `header_timeout`.
+    /// `header_timeout`. Its `max_header_size` (bytes of a request head)
+    /// is 64 KiB by default here and at least [`MIN_HEADER_SIZE`], room
+    /// for the largest metadata of a push.
     #[serde(default)]
     pub listener: ListenerLimits,
     /// The metrics listener (`[metrics]`: `/metrics` for Prometheus,
@@ -231,6 +264,15 @@ fn default_upload_session_timeout() -> Duration {
 fn default_uploads_per_caller() -> usize {
     16
 }
+fn default_pins_per_blob() -> usize {
+    64
+}
+fn default_uploads_in_flight() -> usize {
+    64
+}
+fn default_uploads_in_flight_per_caller() -> usize {
+    16
+}
 
 fn default_listen() -> SocketAddr {
     DEFAULT_LISTEN.parse().expect("valid default address")
@@ -310,6 +352,13 @@ impl Config {
                 );
             }
         }
+        // The repository's head limit is its own default, not the other
+        // daemons' (`ListenerLimits`' 16 KiB), with or without `[listener]`.
+        if let Some(listener) = table.entry("listener").or_insert_with(|| toml::Table::new().into()).as_table_mut() {
+            listener
+                .entry("max_header_size")
+                .or_insert_with(|| (DEFAULT_HEADER_SIZE as i64).into());
+        }
         if table.contains_key("token") {
             // The command line's token replaces the file's.
             table.remove("token_file");
@@ -367,12 +416,25 @@ impl Config {
             ("body_idle_timeout", self.body_idle_timeout.is_zero()),
             ("upload_session_timeout", self.upload_session_timeout.is_zero()),
             ("max_uploads_per_caller", self.max_uploads_per_caller == 0),
+            ("max_uploads_in_flight", self.max_uploads_in_flight == 0),
+            ("max_uploads_in_flight_per_caller", self.max_uploads_in_flight_per_caller == 0),
         ] {
             if zero {
                 return Err(invalid(field, "must be at least 1 (s)"));
             }
         }
+        if !(1..=MAX_PINS).contains(&self.max_pins_per_blob) {
+            return Err(invalid("max_pins_per_blob", format!("must be 1 to {MAX_PINS}")));
+        }
         self.listener.check("listener")?;
+        if self.listener.max_header_size < MIN_HEADER_SIZE {
+            return Err(invalid(
+                "listener.max_header_size",
+                format!(
+                    "must be at least {MIN_HEADER_SIZE} bytes (default {DEFAULT_HEADER_SIZE}): a push's metadata, up to a 255-byte name and 64 labels of 255 bytes, goes in the request's query"
+                ),
+            ));
+        }
         let mut peers = std::collections::HashSet::new();
         for (i, p) in self.peers.iter().enumerate() {
             validate_pin(&p.name).map_err(|r| invalid(format!("peers[{i}].name"), r))?;
@@ -407,120 +469,4 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_packaged_configuration_loads_with_its_metrics_on_loopback() {
-        let file = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/config/image-repo.toml"));
-        // Its operator token file is the installer's to write: a flag's.
-        let flag = Overrides {
-            token: Some("operator-token-of-the-test".into()),
-            ..Default::default()
-        };
-        let c = Config::load(Some(file), flag).unwrap();
-        assert_eq!(c.metrics.unwrap().listen, "127.0.0.1:9480".parse().unwrap());
-        let e = format!("{:#}", Config::load(Some(file), Overrides::default()).unwrap_err());
-        assert!(
-            e.contains("field `token_file`") && e.contains("/etc/image-repo/operator.token"),
-            "{e}"
-        );
-    }
-
-    /// The operator's token is read from a file only the daemon may read:
-    /// one every user may read is refused, naming the field.
-    #[test]
-    fn the_operator_token_is_read_from_a_file_others_cannot_read() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let token = dir.path().join("operator.token");
-        std::fs::write(&token, "operator-token-from-a-file\n").unwrap();
-        let file = dir.path().join("repo.toml");
-        std::fs::write(
-            &file,
-            format!("data = \"/x\"\ntoken_file = {:?}\ninsecure = true\n", token.display()),
-        )
-        .unwrap();
-        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o604)).unwrap();
-        let e = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
-        assert!(e.contains("field `token_file`") && e.contains("readable by every user"), "{e}");
-        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o640)).unwrap();
-        assert_eq!(
-            Config::load(Some(&file), Overrides::default()).unwrap().token,
-            "operator-token-from-a-file"
-        );
-    }
-
-    #[test]
-    fn flags_override_file_and_required_fields_are_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("repo.toml");
-        std::fs::write(&file, "data = \"/srv/repo\"\ntoken = \"file-token\"\ninsecure = true\n").unwrap();
-        let over = Overrides {
-            token: Some("flag-token".into()),
-            ..Default::default()
-        };
-        let c = Config::load(Some(&file), over).unwrap();
-        assert_eq!(c.token, "flag-token");
-        assert_eq!(c.data, Path::new("/srv/repo"));
-        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
-
-        let err = Config::load(
-            None,
-            Overrides {
-                data: Some("/x".into()),
-                ..Default::default()
-            },
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("`token` or `token_file` is required"), "{err}");
-
-        std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\n").unwrap();
-        let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
-        assert!(err.contains("field `tls`") && err.contains("insecure"), "{err}");
-
-        // Errors name the file, the line and column and the field.
-        std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\nlisten = 5\n").unwrap();
-        let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
-        assert!(err.starts_with(&format!("{}:3:1: field `listen`: ", file.display())), "{err}");
-        // A TOML syntax error: where it is, in the same style.
-        std::fs::write(&file, "data = \"/x\"\n[oops\n").unwrap();
-        let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
-        assert!(err.starts_with(&format!("{}:2:", file.display())), "{err}");
-        // Sizes and durations with units; the older integer keys still read.
-        let units = "data = \"/x\"\ntoken = \"t\"\ninsecure = true\nmax_size = \"500 GB\"\nreserve = \"1 GiB\"\nheader_timeout = \"2s\"\n";
-        std::fs::write(&file, units).unwrap();
-        let c = Config::load(Some(&file), Overrides::default()).unwrap();
-        assert_eq!(
-            (c.max_size, c.reserve, c.header_timeout),
-            (Some(Size(500_000_000_000)), Size(1 << 30), Duration::from_secs(2))
-        );
-        std::fs::write(
-            &file,
-            "data = \"/x\"\ntoken = \"t\"\ninsecure = true\nmax_bytes = 7\nheader_timeout_s = 3\n",
-        )
-        .unwrap();
-        let c = Config::load(Some(&file), Overrides::default()).unwrap();
-        assert_eq!((c.max_size, c.header_timeout), (Some(Size(7)), Duration::from_secs(3)));
-
-        std::fs::write(&file, "data = \"/x\"\ntoken = \"t\"\ncolour = 1\n").unwrap();
-        let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
-        assert!(err.contains("colour"), "{err}");
-
-        let base = "data = \"/x\"\ntoken = \"operator-token\"\ninsecure = true\n";
-        for (entry, why) in [
-            (
-                "name = \"operator\"\nrole = \"site\"\ntoken = \"site-token\"",
-                "`tokens[0].name`: \"operator\" is taken",
-            ),
-            ("name = \"a b\"\nrole = \"site\"\ntoken = \"site-token\"", "`tokens[0].name`"),
-            ("name = \"acme\"\nrole = \"provider\"\ntoken = \"operator-token\"", "same token"),
-            ("name = \"acme\"\nrole = \"provider\"\ntoken = \"short\"", "`tokens[0].token`"),
-            ("name = \"acme\"\nrole = \"tenant\"\ntoken = \"acme-token\"", "role"),
-        ] {
-            std::fs::write(&file, format!("{base}[[tokens]]\n{entry}\n")).unwrap();
-            let err = format!("{:#}", Config::load(Some(&file), Overrides::default()).unwrap_err());
-            assert!(err.contains(why), "{entry}: {err}");
-        }
-    }
-}
+mod tests;

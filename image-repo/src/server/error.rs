@@ -18,6 +18,7 @@ pub struct ApiError {
     message: String,
     actual: Option<String>,
     content_range: Option<String>,
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -28,7 +29,14 @@ impl ApiError {
             message: message.into(),
             actual: None,
             content_range: None,
+            retry_after: None,
         }
+    }
+
+    /// This error with `Retry-After: secs` (a 429 or 503).
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
     }
 
     /// 400: malformed ID, metadata or request.
@@ -46,7 +54,8 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED, message)
     }
 
-    /// 429: the caller's address failed to authenticate too often.
+    /// 429: the caller's address failed to authenticate too often, or the
+    /// caller has too many uploads under way.
     pub fn too_many_requests(message: impl Into<String>) -> Self {
         Self::new(StatusCode::TOO_MANY_REQUESTS, codes::TOO_MANY_REQUESTS, message)
     }
@@ -183,6 +192,11 @@ impl ApiError {
     pub fn content_range(&self) -> Option<&str> {
         self.content_range.as_deref()
     }
+
+    /// The seconds of the `Retry-After` it carries.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after
+    }
 }
 
 impl std::fmt::Display for ApiError {
@@ -208,6 +222,9 @@ impl IntoResponse for ApiError {
         }
         if let Some(range) = self.content_range.and_then(|r| HeaderValue::from_str(&r).ok()) {
             headers.insert(header::CONTENT_RANGE, range);
+        }
+        if let Some(secs) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, secs.into());
         }
         resp
     }

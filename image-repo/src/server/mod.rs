@@ -8,6 +8,7 @@ pub mod connections;
 pub mod download;
 pub mod error;
 pub mod gc;
+pub mod in_flight;
 pub mod metadata;
 pub mod metrics;
 pub mod oci;
@@ -37,6 +38,8 @@ pub struct App {
     pub quota: quota::Quota,
     /// The OCI API's upload sessions.
     pub uploads: oci::uploads::Sessions,
+    /// Uploads whose bodies are being received, per caller and in all.
+    pub in_flight: in_flight::UploadsInFlight,
     /// Failed authentications per client address.
     pub throttle: interfaces::auth_throttle::AuthThrottle,
     /// The repositories of peer sites.
@@ -54,6 +57,7 @@ impl App {
             store,
             quota: quota::Quota::default(),
             uploads: oci::uploads::Sessions::default(),
+            in_flight: in_flight::UploadsInFlight::new(config.max_uploads_in_flight, config.max_uploads_in_flight_per_caller),
             metrics: Default::default(),
             throttle: interfaces::auth_throttle::AuthThrottle::new(
                 config.listener.auth_failures_burst,

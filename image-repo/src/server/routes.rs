@@ -11,6 +11,7 @@ use axum::{Json, Router};
 use interfaces::repo_client::types::validate_pin;
 use interfaces::repo_client::BlobMeta;
 use serde::Deserialize;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use super::auth::{caller, caller_as, Caller, Role};
 use super::download::{readable, readable_or_pulled};
@@ -43,6 +44,10 @@ pub fn router(app: AppState) -> Router {
         .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
         .layer(axum::middleware::from_fn_with_state(app.clone(), super::connections::throttle_auth))
         .layer(DefaultBodyLimit::disable())
+        // Every request body, wherever it goes: one that brings no byte
+        // for `body_idle_timeout` fails (`upload::stalled`), so a stalled
+        // client holds no request, slot or upload share past it.
+        .layer(RequestBodyTimeoutLayer::new(app.config.body_idle_timeout))
         .with_state(app)
 }
 
@@ -307,7 +312,7 @@ async fn set_pin(app: AppState, raw_id: String, pin: String, headers: HeaderMap,
     let id = parse_id(&raw_id)?;
     validate_pin(&pin).map_err(|r| ApiError::bad_request(format!("pin name {pin:?}: {r}")))?;
     readable(&app, &who, &id)?;
-    match app.store.set_pin(&id, &pin, on).await {
+    match app.store.set_pin(&id, &pin, on, app.config.max_pins_per_blob).await {
         Ok(Some(m)) => {
             tracing::info!(%id, pin, on, pins = ?m.pins, "pin changed");
             Ok(StatusCode::NO_CONTENT)

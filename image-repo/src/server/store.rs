@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
-use interfaces::repo_client::types::{MAX_PINS, MAX_READERS};
+use interfaces::repo_client::types::MAX_READERS;
 use interfaces::repo_client::{BlobMeta, PushMeta};
 use interfaces::BlobId;
 use tokio::sync::Mutex;
@@ -237,11 +237,18 @@ impl Store {
 
     /// Sets (`on`) or clears a pin of `id`; idempotent. Returns the updated
     /// record, or `None` if `id` is not stored.
-    /// Errors: [`LimitReached`] for a pin past [`MAX_PINS`].
-    pub async fn set_pin(&self, id: &BlobId, pin: &str, on: bool) -> Result<Option<BlobMeta>> {
+    /// Errors: [`LimitReached`] for a new pin of a blob with `max` pins
+    /// (`max_pins_per_blob`; each change rewrites and syncs the record, so
+    /// it stays small). A record that has more, from a larger `max`, keeps
+    /// them and loses them one by one.
+    pub async fn set_pin(&self, id: &BlobId, pin: &str, on: bool, max: usize) -> Result<Option<BlobMeta>> {
         self.modify(id, |meta| {
-            if on && meta.pins.len() >= MAX_PINS && !meta.pins.iter().any(|p| p == pin) {
-                return Err(LimitReached(format!("blob {id} has {MAX_PINS} pins, the most it may have")).into());
+            if on && meta.pins.len() >= max && !meta.pins.iter().any(|p| p == pin) {
+                return Err(LimitReached(format!(
+                    "blob {id} has {} pins, the most a blob may have (max_pins_per_blob = {max}): unpin one first",
+                    meta.pins.len()
+                ))
+                .into());
             }
             Ok(set_member(&mut meta.pins, pin, on))
         })
@@ -281,7 +288,7 @@ impl Store {
     }
 }
 
-/// A record would pass one of its bounds ([`MAX_PINS`], [`MAX_READERS`]).
+/// A record would pass one of its bounds (`max_pins_per_blob`, [`MAX_READERS`]).
 #[derive(Debug)]
 pub struct LimitReached(pub String);
 
@@ -348,8 +355,8 @@ mod tests {
                 .unwrap(),
             Stored::New(_)
         ));
-        store.set_pin(&id, "site-b", true).await.unwrap();
-        store.set_pin(&id, "site-b", true).await.unwrap();
+        store.set_pin(&id, "site-b", true, 64).await.unwrap();
+        store.set_pin(&id, "site-b", true, 64).await.unwrap();
         assert!(matches!(store.delete(&id, false).await.unwrap(), Deleted::Pinned(p) if p == ["site-b"]));
         assert!(matches!(store.delete(&id, true).await.unwrap(), Deleted::Removed(_)));
         assert!(!store.blob_path(&id).exists());
@@ -367,14 +374,18 @@ mod tests {
             .commit(temp, &id, 1, PushMeta::new("x", BlobKind::Disk), &Caller::operator())
             .await
             .unwrap();
-        for i in 0..MAX_PINS {
-            store.set_pin(&id, &format!("p{i}"), true).await.unwrap();
+        for i in 0..8 {
+            store.set_pin(&id, &format!("p{i}"), true, 8).await.unwrap();
         }
-        let err = store.set_pin(&id, "one-more", true).await.unwrap_err();
+        let err = store.set_pin(&id, "one-more", true, 8).await.unwrap_err();
         assert!(err.downcast_ref::<LimitReached>().is_some(), "{err:#}");
+        assert!(err.to_string().contains("max_pins_per_blob = 8"), "{err:#}");
         // Setting one it has is no change; clearing one makes room.
-        store.set_pin(&id, "p0", true).await.unwrap();
-        store.set_pin(&id, "p0", false).await.unwrap();
-        store.set_pin(&id, "one-more", true).await.unwrap();
+        store.set_pin(&id, "p0", true, 8).await.unwrap();
+        store.set_pin(&id, "p0", false, 8).await.unwrap();
+        store.set_pin(&id, "one-more", true, 8).await.unwrap();
+        // A lower bound than the record has: no new pin, the old ones stay.
+        assert!(store.set_pin(&id, "another", true, 4).await.is_err());
+        store.set_pin(&id, "p1", true, 4).await.unwrap();
     }
 }

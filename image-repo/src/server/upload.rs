@@ -79,6 +79,7 @@ pub async fn upload(
     let pairs = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
     let meta: PushMeta = meta_from_query(&pairs, &[]).map_err(|(f, r)| ApiError::bad_field(&f, &r))?;
     let what = format!("upload of {id}");
+    let _in_flight = app.in_flight.enter(&who.name)?;
     let mut incoming = Incoming::start(&app, &what)?;
     incoming.receive(&app, &what, &headers, body).await?;
     let stored = incoming.store(&app, &what, &id, meta, &who).await?;
@@ -150,17 +151,19 @@ impl Incoming {
         let mut received = 0u64;
         let mut refused = None;
         loop {
-            let chunk = match tokio::time::timeout(pace.idle, stream.next()).await {
-                // Cut off: no answer is owed to a client that stopped sending.
-                Err(_) => {
+            // A byte at least every `body_idle_timeout`: the router's
+            // stall timeout fails the body otherwise.
+            let chunk = match stream.next().await {
+                None => break,
+                Some(Ok(chunk)) => chunk,
+                Some(Err(e)) if stalled(&e) => {
                     return Err(ApiError::too_slow(
                         what,
                         received,
                         &format!("no byte for {} s", pace.idle.as_secs()),
                     ))
                 }
-                Ok(None) => break,
-                Ok(Some(chunk)) => chunk.map_err(|e| ApiError::interrupted(what, received, &interfaces::error::chain(&e)))?,
+                Some(Err(e)) => return Err(ApiError::interrupted(what, received, &interfaces::error::chain(&e))),
             };
             received += chunk.len() as u64;
             if let Some(why) = pace.too_slow(received) {
@@ -188,7 +191,7 @@ impl Incoming {
             // Read out the rest so that the client, still sending, gets
             // this answer rather than a reset connection.
             let mut drained = 0u64;
-            while let Ok(Some(Ok(chunk))) = tokio::time::timeout(pace.idle, stream.next()).await {
+            while let Some(Ok(chunk)) = stream.next().await {
                 drained += chunk.len() as u64;
                 if drained > DRAIN_LIMIT {
                     break;
@@ -226,6 +229,20 @@ impl Incoming {
         }
         Ok(stored)
     }
+}
+
+/// Whether a request body failed because it brought no byte for
+/// `body_idle_timeout` (the router's `RequestBodyTimeoutLayer`), rather
+/// than broke off.
+pub(crate) fn stalled(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(e) = source {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// Bytes an upload without a declared length holds at a time (16 MiB).

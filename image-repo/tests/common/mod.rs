@@ -17,9 +17,12 @@ pub const ACME_TOKEN: &str = "test-acme-token-0123456789";
 /// The token of service provider `globex`, given by its digest.
 pub const GLOBEX_TOKEN: &str = "test-globex-token-0123456789";
 
-/// The `image-repo` binary under test.
+/// The `image-repo` binary under test: this build's, or the one
+/// `IMAGE_REPO_TEST_BIN` names (to see a test fail against an older
+/// build, as `docs/security.md` records).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_image-repo")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| std::env::var("IMAGE_REPO_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_image-repo").into()))
 }
 
 /// How to start a test server.
@@ -155,6 +158,18 @@ impl Repo {
         }
         self._stdout = None;
         t.elapsed()
+    }
+
+    /// The server's process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("a running server").id()
+    }
+
+    /// The server's threads now (`/proc/PID/status`).
+    pub fn threads(&self) -> usize {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
+        line["Threads:".len()..].trim().parse().unwrap()
     }
 
     /// Starts the server again on the same address and data directory.

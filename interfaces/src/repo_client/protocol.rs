@@ -32,6 +32,20 @@ use super::types::{BlobKind, PushMeta};
 pub const API_PREFIX: &str = "/v1";
 /// Query field prefix of labels: `label.os=debian`.
 pub const LABEL_PREFIX: &str = "label.";
+/// Bytes of the longest query a push's metadata makes ([`meta_to_query`],
+/// percent-encoded: up to three bytes for each byte of a name or label
+/// value), with the `size` of an upload check: 54,418 for a name of
+/// [`MAX_NAME_LEN`](super::types::MAX_NAME_LEN) bytes and
+/// [`MAX_LABELS`](super::types::MAX_LABELS) labels of the longest keys and
+/// values. A repository's limit on request heads leaves room for it, so
+/// that every metadata the limits accept can be pushed.
+pub const MAX_META_QUERY_LEN: usize = {
+    use super::types::{MAX_LABELS, MAX_LABEL_KEY_LEN, MAX_LABEL_VALUE_LEN, MAX_NAME_LEN};
+    // name=N, &kind=K (at most 32), &format=F (at most 16), &size=S (32).
+    let fixed = "name=".len() + 3 * MAX_NAME_LEN + 32 + 16 + 32;
+    let label = "&".len() + LABEL_PREFIX.len() + MAX_LABEL_KEY_LEN + "=".len() + 3 * MAX_LABEL_VALUE_LEN;
+    fixed + MAX_LABELS * label
+};
 /// Response header naming the content ID of a blob download.
 pub const CONTENT_ID_HEADER: &str = "x-content-id";
 
@@ -194,6 +208,29 @@ mod tests {
         meta.labels.insert("os".into(), "debian".into());
         let q = meta_to_query(&meta);
         assert_eq!(meta_from_query(&q, &[]).unwrap(), meta);
+    }
+
+    /// The largest metadata the limits accept, each byte of its name and
+    /// label values percent-encoded, fits [`MAX_META_QUERY_LEN`].
+    #[test]
+    fn the_largest_metadata_fits_the_longest_query() {
+        use crate::repo_client::types::{MAX_LABELS, MAX_LABEL_KEY_LEN, MAX_LABEL_VALUE_LEN, MAX_NAME_LEN};
+        let widest = |bytes: usize| "\u{4e2d}".repeat(bytes / 3) + &"%".repeat(bytes % 3);
+        let mut meta = PushMeta::new(widest(MAX_NAME_LEN), BlobKind::CheckpointMemory);
+        meta.format = Some("qcow2".into());
+        for i in 0..MAX_LABELS {
+            let key = format!("{i:02}{}", "k".repeat(MAX_LABEL_KEY_LEN - 2));
+            meta.labels.insert(key, widest(MAX_LABEL_VALUE_LEN));
+        }
+        meta.validate().unwrap();
+        let mut url = reqwest::Url::parse("http://repo/v1/blobs/x/check").unwrap();
+        url.query_pairs_mut()
+            .extend_pairs(meta_to_query(&meta))
+            .append_pair("size", &u64::MAX.to_string());
+        let query = url.query().unwrap().len();
+        assert!(query <= MAX_META_QUERY_LEN, "{query} > {MAX_META_QUERY_LEN}");
+        assert!(query + 1024 > MAX_META_QUERY_LEN, "{query}: the bound is loose");
+        assert_eq!(MAX_META_QUERY_LEN, 54_418);
     }
 
     #[test]

@@ -172,7 +172,8 @@ pub const MAX_LABEL_KEY_LEN: usize = 64;
 /// Longest accepted label value, in bytes.
 pub const MAX_LABEL_VALUE_LEN: usize = 255;
 
-/// Most pins on one blob.
+/// Most pins on one blob a repository may be configured to allow (its
+/// `max_pins_per_blob`, 64 by default).
 pub const MAX_PINS: usize = 1024;
 /// Most readers of one blob.
 pub const MAX_READERS: usize = 1024;

@@ -143,12 +143,16 @@ impl OciError {
             v1::INTERRUPTED | v1::TOO_SLOW => (e.status(), codes::BLOB_UPLOAD_INVALID),
             v1::INSUFFICIENT_STORAGE => (e.status(), codes::DENIED),
             v1::RANGE_NOT_SATISFIABLE => (e.status(), codes::SIZE_INVALID),
+            v1::TOO_MANY_REQUESTS => (e.status(), codes::TOO_MANY_REQUESTS),
             v1::BAD_REQUEST => (e.status(), codes::UNSUPPORTED),
             _ => (e.status(), codes::UNKNOWN),
         };
         let mut out = Self::new(status, code, e.message());
         if let Some(range) = e.content_range() {
             out = out.header(header::CONTENT_RANGE, range);
+        }
+        if let Some(secs) = e.retry_after_secs() {
+            out = out.header(header::RETRY_AFTER, &secs.to_string());
         }
         out
     }

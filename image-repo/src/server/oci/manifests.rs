@@ -64,7 +64,15 @@ fn reference(raw: &str) -> Result<Reference<'_>, OciError> {
 pub async fn put(access: &Access<'_>, raw: &str, headers: &HeaderMap, body: Body) -> Result<Response, OciError> {
     access.must_own("push manifests")?;
     let reference = reference(raw)?;
-    let bytes = axum::body::to_bytes(body, MAX_MANIFEST).await.map_err(|_| {
+    let bytes = axum::body::to_bytes(body, MAX_MANIFEST).await.map_err(|e| {
+        if crate::server::upload::stalled(&e) {
+            let idle = access.app.config.body_idle_timeout.as_secs();
+            return OciError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                codes::MANIFEST_INVALID,
+                format!("manifest {raw}: cut off, no byte of its body for {idle} s (body_idle_timeout); nothing stored"),
+            );
+        }
         OciError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             codes::SIZE_INVALID,

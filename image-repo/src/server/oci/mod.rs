@@ -85,6 +85,14 @@ async fn route(app: &App, method: &Method, rest: &str, uri: &Uri, headers: &Head
     path::check_name(name).map_err(|why| OciError::bad(codes::NAME_INVALID, format!("repository name {name:?}: {why}")))?;
     let access = Access { app, who: &who, name };
     let query = uri.query().unwrap_or("");
+    // A request that brings a body counts as an upload in flight while
+    // it is answered (`in_flight`): 429 beyond the caller's share.
+    let _in_flight = match (&endpoint, method.as_str()) {
+        (Endpoint::Uploads { .. }, "POST") | (Endpoint::Upload { .. }, "PATCH" | "PUT") | (Endpoint::Manifest { .. }, "PUT") => {
+            Some(app.in_flight.enter(&who.name)?)
+        }
+        _ => None,
+    };
     match (endpoint, method.as_str()) {
         (Endpoint::Blob { digest, .. }, "GET" | "HEAD") => blobs::get(&access, method, headers, digest).await,
         (Endpoint::Blob { digest, .. }, "DELETE") => blobs::delete(&access, digest).await,
