@@ -181,6 +181,45 @@ mod tests {
         assert_eq!(t.admit(a, true), None, "the NAT's other users get in");
     }
 
+    /// A listener whose every answer is a refusal ([`refuse`]) reading at
+    /// most `limit` bytes of a body: its address.
+    async fn refusing(limit: u64) -> std::net::SocketAddr {
+        use axum::http::StatusCode;
+        use axum::response::IntoResponse;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| async move {
+            refuse(req, limit, (StatusCode::TOO_MANY_REQUESTS, "slow down\n").into_response()).await
+        });
+        let limits = crate::connections::ListenerLimits::default();
+        tokio::spawn(crate::connections::serve(listener, None, limits, app, std::future::pending(), Duration::from_secs(1)));
+        addr
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_refused_body_within_the_bound_is_read_and_the_connection_kept() {
+        let addr = refusing(2 << 20).await;
+        let client = crate::tls::http_client().build().unwrap();
+        for i in 0..10 {
+            let r = client.post(format!("http://{addr}/x")).body(vec![1u8; 1 << 20]).send().await;
+            let r = r.unwrap_or_else(|e| panic!("POST {i}: {e:?}"));
+            assert_eq!(r.status(), 429);
+            assert!(!r.headers().contains_key("connection"), "kept alive");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_refused_body_past_the_bound_gets_its_answer_and_connection_close() {
+        let addr = refusing(1024).await;
+        let client = crate::tls::http_client().build().unwrap();
+        for i in 0..10 {
+            let r = client.post(format!("http://{addr}/x")).body(vec![1u8; 1 << 20]).send().await;
+            let r = r.unwrap_or_else(|e| panic!("POST {i}: {e:?}"));
+            assert_eq!(r.status(), 429);
+            assert_eq!(r.headers()["connection"], "close");
+        }
+    }
+
     #[test]
     fn ipv6_addresses_count_by_their_64() {
         let t = AuthThrottle::new(1, Duration::from_secs(60));
