@@ -150,7 +150,7 @@ async fn failed_authentications_are_slowed_down_per_address() {
     assert_eq!(r.status(), 200);
     // A wrong token's upload gets its 429 every time, not a reset
     // connection while its body is still on the way.
-    let body = vec![7u8; 1 << 20];
+    let body = vec![7u8; 2 << 20];
     for i in 0..20 {
         let r = guesser.post(&url).bearer_auth("guess").body(body.clone()).send().await;
         let status = r.map(|r| r.status().as_u16()).map_err(|e| format!("{e:?}"));
