@@ -192,7 +192,14 @@ mod tests {
             refuse(req, limit, (StatusCode::TOO_MANY_REQUESTS, "slow down\n").into_response()).await
         });
         let limits = crate::connections::ListenerLimits::default();
-        tokio::spawn(crate::connections::serve(listener, None, limits, app, std::future::pending(), Duration::from_secs(1)));
+        tokio::spawn(crate::connections::serve(
+            listener,
+            None,
+            limits,
+            app,
+            std::future::pending(),
+            Duration::from_secs(1),
+        ));
         addr
     }
 

@@ -240,11 +240,7 @@ pub(crate) async fn answer(front: Arc<Front>, req: Request) -> Response {
 /// The token of `req`'s `Authorization: Bearer TOKEN`, as the VMI's
 /// handlers read it.
 fn bearer(req: &Request) -> Option<&str> {
-    req.headers()
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
+    req.headers().get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ")
 }
 
 /// `status` as a gRPC answer, or as REST's JSON error with `http`; both

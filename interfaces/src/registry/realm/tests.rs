@@ -36,7 +36,10 @@ fn a_realm_must_be_https_on_the_registrys_host_or_a_listed_one() {
     assert!(e.contains("not https"), "{e}");
     let e = allowed("https://evil.example.net/token", "reg.example.com", &hosts).unwrap_err();
     assert!(e.contains("evil.example.net:443") && e.contains("realm_hosts"), "{e}");
-    assert!(allowed("https://reg.example.com:8443/token", "reg.example.com", &[]).is_err(), "another port");
+    assert!(
+        allowed("https://reg.example.com:8443/token", "reg.example.com", &[]).is_err(),
+        "another port"
+    );
     assert!(allowed("token", "reg.example.com", &[]).unwrap_err().contains("not a URL"));
 }
 
@@ -114,7 +117,11 @@ async fn resolve(dir: &std::path::Path, ca: std::path::PathBuf, host: &str, real
         tag: Some("v1".into()),
         digest: None,
     };
-    registries.resolve(&image).await.map(|_| String::new()).unwrap_or_else(|e| e.to_string())
+    registries
+        .resolve(&image)
+        .await
+        .map(|_| String::new())
+        .unwrap_or_else(|e| e.to_string())
 }
 
 #[tokio::test]
@@ -126,7 +133,11 @@ async fn the_credentials_never_go_to_a_plain_http_or_foreign_realm() {
     let (ca, host) = registry(dir.path(), move |_| format!("http://{plain}/token"), Seen::default()).await;
     let err = resolve(dir.path(), ca, &host, vec![]).await;
     assert!(err.contains("token realm") && err.contains("not https"), "{err}");
-    assert!(plain_seen.lock().unwrap().is_empty(), "sent in clear: {:?}", plain_seen.lock().unwrap());
+    assert!(
+        plain_seen.lock().unwrap().is_empty(),
+        "sent in clear: {:?}",
+        plain_seen.lock().unwrap()
+    );
 
     // A realm on another host (the same server by another name): refused
     // unless listed.
@@ -150,5 +161,9 @@ async fn the_credentials_never_go_to_a_plain_http_or_foreign_realm() {
     let (ca, host) = registry(dir.path(), |port| format!("https://127.0.0.1:{port}/token"), seen.clone()).await;
     let err = resolve(dir.path(), ca, &host, vec![]).await;
     assert!(!err.contains("token realm"), "{err}");
-    assert!(seen.lock().unwrap().iter().any(|a| a.starts_with("Basic ")), "{:?}", seen.lock().unwrap());
+    assert!(
+        seen.lock().unwrap().iter().any(|a| a.starts_with("Basic ")),
+        "{:?}",
+        seen.lock().unwrap()
+    );
 }

@@ -210,10 +210,20 @@ async fn failed_authentications_from_one_address_are_slowed_down_before_any_hand
         a.json()
     );
     assert_eq!(a.headers["retry-after"], "60");
-    let a = send(&f, A, grpc("ListVees", Some("guess-5"), interfaces::vmi::ListVeesRequest::default())).await;
+    let a = send(
+        &f,
+        A,
+        grpc("ListVees", Some("guess-5"), interfaces::vmi::ListVeesRequest::default()),
+    )
+    .await;
     assert_eq!(a.grpc_status(), Some("8"));
     // A right one is served (the other users behind the address).
-    let a = send(&f, A, grpc("ListVees", Some("operator-token"), interfaces::vmi::ListVeesRequest::default())).await;
+    let a = send(
+        &f,
+        A,
+        grpc("ListVees", Some("operator-token"), interfaces::vmi::ListVeesRequest::default()),
+    )
+    .await;
     assert_eq!((a.status, a.grpc_status()), (200, None), "no error in the head: the call ran");
     // Without credentials, nothing to slow down; another address is served.
     assert_eq!(send(&f, A, rest(Method::GET, "/v1/openapi.json", None, "")).await.status, 200);
@@ -362,9 +372,17 @@ async fn a_throttled_address_still_gets_in_with_a_right_token_and_a_wrong_ones_b
             manifest_toml: body.clone(),
             ..Default::default()
         };
-        let code = vmi.deploy(with("guess", deploy)).await.map(|_| ()).map_err(|s| (s.code(), s.message().to_string()));
+        let code = vmi
+            .deploy(with("guess", deploy))
+            .await
+            .map(|_| ())
+            .map_err(|s| (s.code(), s.message().to_string()));
         assert!(matches!(&code, Err((Code::ResourceExhausted, _))), "HTTP/2 Deploy {i}: {code:?}");
-        assert_eq!(curl_http2_post(&url("/v1/services"), "guess", &body).await, "429", "HTTP/2 POST {i}");
+        assert_eq!(
+            curl_http2_post(&url("/v1/services"), "guess", &body).await,
+            "429",
+            "HTTP/2 POST {i}"
+        );
     }
     stop.cancel();
 }

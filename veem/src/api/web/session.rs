@@ -154,8 +154,7 @@ pub fn set_cookie(name: &str, value: &str) -> String {
 /// `expected` (an emptied cookie is no token).
 pub fn same(given: &str, expected: &str) -> bool {
     use subtle::ConstantTimeEq;
-    !expected.is_empty()
-        && given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
+    !expected.is_empty() && given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
 }
 
 #[cfg(test)]

@@ -153,7 +153,10 @@ async fn cookies_take_the_host_prefix_and_an_empty_login_token_is_refused() {
     let c = Console::new().await;
     let form = c.get("/login", "").await;
     let set = form.headers.get(header::SET_COOKIE).unwrap().to_str().unwrap();
-    assert!(set.starts_with("__Host-veem_login=") && set.contains("; Path=/") && !set.contains("Domain"), "{set}");
+    assert!(
+        set.starts_with("__Host-veem_login=") && set.contains("; Path=/") && !set.contains("Domain"),
+        "{set}"
+    );
     // An emptied login cookie and an empty field: no token, refused.
     let jar = format!("{}=", session::LOGIN_COOKIE);
     let a = c.post("/login", &jar, "token=operator-token-for-tests&csrf=").await;
