@@ -216,22 +216,39 @@ async fn failed_authentications_are_slowed_down_per_address() {
         let r = guesser.get(&url).bearer_auth("wrong-guess").send().await.unwrap();
         assert_eq!(r.status(), 401);
     }
-    // Over its bucket: 429 before the token is looked at, even the right
-    // one, on both APIs, with Retry-After.
+    // Over its bucket: a wrong token gets 429 before any route, on both
+    // APIs, with Retry-After.
     let r = guesser.get(&url).bearer_auth("another-guess").send().await.unwrap();
     assert_eq!(r.status(), 429);
     assert!(r.headers().contains_key("retry-after"));
-    let r = guesser.get(&url).bearer_auth(TOKEN).send().await.unwrap();
-    assert_eq!(r.status(), 429);
     let r = guesser
         .get(format!("{}/v2/", repo.url))
-        .basic_auth("x", Some(TOKEN))
+        .basic_auth("x", Some("a-third-guess"))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 429);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["errors"][0]["code"], "TOOMANYREQUESTS");
+    // The right token is served all the same (the others behind the
+    // guesser's NAT), on both APIs.
+    let r = guesser.get(&url).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = guesser
+        .get(format!("{}/v2/", repo.url))
+        .basic_auth("x", Some(TOKEN))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // A wrong token's upload gets its 429 every time, not a reset
+    // connection while its body is still on the way.
+    let body = vec![7u8; 2 << 20];
+    for i in 0..20 {
+        let r = guesser.post(&url).bearer_auth("guess").body(body.clone()).send().await;
+        let status = r.map(|r| r.status().as_u16()).map_err(|e| format!("{e:?}"));
+        assert_eq!(status, Ok(429), "upload {i}");
+    }
     // Health needs no credentials and is not held up; another address is
     // served as usual.
     assert_eq!(guesser.get(format!("{}/v1/health", repo.url)).send().await.unwrap().status(), 200);

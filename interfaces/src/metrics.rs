@@ -8,7 +8,7 @@
 //! The listener is [`crate::connections::serve`] with smaller limits
 //! ([`MetricsConfig::limits`]); `/metrics` may ask for a bearer token
 //! (`token_sha256`), failed attempts slowed down per address
-//! ([`crate::auth_throttle`]). What every daemon adds: the process's own
+//! ([`crate::auth_throttle`]; the right token is served all the same). What every daemon adds: the process's own
 //! metrics ([`ProcessCollector`], the names of Prometheus's client_golang).
 //! Names follow Prometheus's conventions: base units (`_seconds`,
 //! `_bytes`), counters end in `_total`, and no label takes unbounded
@@ -208,8 +208,16 @@ async fn answer(
             .into_response();
     }
     if let Some(token) = &x.token {
+        // The token first (hashed, compared in constant time): a scraper
+        // with the right one is served even while another client at its
+        // address is throttled.
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let valid = presented.and_then(|p| crate::tokens::find(p, [token])).is_some();
         let addr = peer.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.0 .0.ip());
-        if let Some(wait) = x.throttle.check(addr) {
+        if let Some(wait) = x.throttle.admit(addr, valid) {
             let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
             return (
                 StatusCode::TOO_MANY_REQUESTS,
@@ -218,11 +226,7 @@ async fn answer(
             )
                 .into_response();
         }
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if presented.and_then(|p| crate::tokens::find(p, [token])).is_none() {
+        if !valid {
             x.throttle.failed(addr);
             return (
                 StatusCode::UNAUTHORIZED,

@@ -11,6 +11,7 @@
 
 mod delete;
 mod push;
+pub mod realm;
 
 pub use delete::Dropped;
 
@@ -41,6 +42,7 @@ use crate::BlobId;
 /// username = "site-a"                  # with password_file: HTTP Basic
 /// password_file = "/etc/vee/registry.password"
 /// scope = "provider"                   # or "any"
+/// realm_hosts = ["auth.example.com"]   # its token service, if elsewhere
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -60,6 +62,12 @@ pub struct RegistryConfig {
     /// Which repositories a provider's manifest may name here.
     #[serde(default)]
     pub scope: Scope,
+    /// Hosts (`host[:port]`, port 443 when not given) besides the
+    /// registry's own that may receive its credentials as the token realm
+    /// its `/v2/` challenge names (its token service); always over HTTPS
+    /// (`registry::realm`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub realm_hosts: Vec<String>,
 }
 
 /// Which repositories of a registry a provider may name, since the site's
@@ -130,9 +138,12 @@ pub(crate) struct Entry {
     config: RegistryConfig,
     client: Client,
     auth: RegistryAuth,
-    /// For what `oci-client` does not do (deleting a manifest), with the
-    /// same CA.
+    /// For what `oci-client` does not do (deleting a manifest, reading
+    /// the token realm), with the same CA.
     http: reqwest::Client,
+    /// When the token realm was last found to be one the credentials may
+    /// go to (`realm`).
+    realm_checked: tokio::sync::Mutex<Option<std::time::Instant>>,
 }
 
 fn registry_err(registry: &str, what: impl Into<String>, reason: impl ToString) -> Error {
@@ -188,6 +199,7 @@ impl Registries {
                 client: Client::new(cfg),
                 auth,
                 http: http.build().map_err(|e| registry_err(&c.host, "client", e))?,
+                realm_checked: Default::default(),
             });
         }
         Ok(Self {
@@ -263,7 +275,7 @@ impl Registries {
         let what = format!("manifest of {image}");
         let (raw, _) = e
             .client
-            .pull_manifest_raw(&reference, &e.auth, &[OCI_MANIFEST])
+            .pull_manifest_raw(&reference, e.signed_in().await?, &[OCI_MANIFEST])
             .await
             .map_err(|err| registry_err(&image.registry, &what, crate::error::chain(&err)))?;
         if raw.len() > artifact::MAX_MANIFEST_BYTES {
@@ -295,7 +307,7 @@ impl Registries {
     /// [`Error::DigestMismatch`] (the partial file removed), [`Error::Io`].
     pub async fn pull_layer(&self, image: &RegistryImage, layer: &Layer, dest: &Path) -> Result<u64> {
         let (e, reference) = self.entry(&image.resolved(layer.digest.clone()))?;
-        e.client.store_auth_if_needed(&image.registry, &e.auth).await;
+        e.client.store_auth_if_needed(&image.registry, e.signed_in().await?).await;
         let partial = partial_path(dest);
         let what = format!("layer {} of {image}", layer.digest);
         let mut restarted = false;

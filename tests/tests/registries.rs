@@ -58,6 +58,7 @@ fn entry(reg: &Distribution, dir: &Path, password: &str) -> RegistryConfig {
         username: Some(USER.into()),
         password_file: Some(file),
         scope: Scope::Provider,
+        realm_hosts: Vec::new(),
     }
 }
 
@@ -230,6 +231,7 @@ async fn lab_a_vee_boots_from_a_registry_image_resolved_at_admission() {
         username: Some("site-a".into()),
         password_file: Some(password),
         scope: Scope::Any,
+        realm_hosts: Vec::new(),
     }])
     .unwrap();
     let artifact_repo = RegistryImage {

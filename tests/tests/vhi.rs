@@ -65,6 +65,7 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
         username: Some("site-a".into()),
         password_file: Some(password),
         scope: Scope::Any,
+        realm_hosts: Vec::new(),
     }])
     .unwrap();
     let at = |repository: &str, tag: Option<String>, digest: Option<BlobId>| RegistryImage {

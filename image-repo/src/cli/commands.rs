@@ -194,6 +194,7 @@ async fn push_image(args: PushImageArgs) -> Result<()> {
         username: args.username,
         password_file: args.password_file,
         scope: Scope::Any,
+        realm_hosts: args.realm_hosts,
     }])?;
     let mut magic = [0u8; 4];
     std::fs::File::open(&args.disk)

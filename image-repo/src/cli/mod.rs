@@ -87,6 +87,11 @@ pub struct PushImageArgs {
     /// A file whose first line is the password or token.
     #[arg(long, requires = "username")]
     pub password_file: Option<PathBuf>,
+    /// A host (`host[:port]`) besides the registry's that may receive the
+    /// credentials as its token service (the realm of its challenge);
+    /// repeatable. The realm must be HTTPS whatever this says.
+    #[arg(long = "realm-host")]
+    pub realm_hosts: Vec<String>,
 }
 
 /// Options of `gc`.

@@ -103,6 +103,16 @@ pub fn caller(config: &Config, headers: &HeaderMap) -> Result<Caller, ApiError> 
     caller_of(config, &token).ok_or_else(|| ApiError::unauthorized("the token is not known to this repository"))
 }
 
+/// Whether `headers` carry a token this repository knows (hashed and
+/// compared in constant time, as [`caller`] does).
+pub fn known(config: &Config, headers: &HeaderMap) -> bool {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(token_of)
+        .is_some_and(|t| caller_of(config, &t).is_some())
+}
+
 /// The token of an `Authorization` header's value, if it has the form
 /// of one (`Bearer TOKEN`, or `Basic base64(USER:TOKEN)`).
 fn token_of(value: &str) -> Option<String> {

@@ -30,9 +30,12 @@ pub fn acceptor(tls: &ServerTls) -> Result<TlsAcceptor> {
 
 /// Failed authentications slowed down per client address
 /// (`interfaces::auth_throttle`; it answered 6,000 wrong tokens a second
-/// before issue 39): a request that carries credentials from an address
-/// over its bucket is answered 429 with `Retry-After` before its token
-/// is checked; a 401 counts against the address. Requests without
+/// before issue 39): a request's token is checked first (hashed, compared
+/// in constant time); from an address over its bucket, one with a wrong
+/// token is answered 429 with `Retry-After` once its body is read (up to
+/// `[listener] max_body_size`), one with a right token goes on, so that
+/// a client sending bad tokens does not lock out the others behind its
+/// NAT or proxy. A 401 counts against the address. Requests without
 /// credentials (health, the challenge of `/v2/`) are not held up.
 pub async fn throttle_auth(State(app): State<AppState>, req: Request, next: Next) -> Response {
     // In-process calls (the fuzzer) have no address: one unnamed client.
@@ -43,7 +46,8 @@ pub async fn throttle_auth(State(app): State<AppState>, req: Request, next: Next
     if !req.headers().contains_key(header::AUTHORIZATION) {
         return next.run(req).await;
     }
-    if let Some(wait) = app.throttle.check(peer) {
+    let valid = super::auth::known(&app.config, req.headers());
+    if let Some(wait) = app.throttle.admit(peer, valid) {
         let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
         let message = format!("too many failed authentications from this address: retry in {secs} s");
         let mut resp = if req.uri().path().starts_with("/v2") {
@@ -52,7 +56,7 @@ pub async fn throttle_auth(State(app): State<AppState>, req: Request, next: Next
             ApiError::too_many_requests(message).into_response()
         };
         resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
-        return resp;
+        return interfaces::auth_throttle::refuse(req, app.config.listener.max_body_size, resp).await;
     }
     let resp = next.run(req).await;
     if resp.status() == StatusCode::UNAUTHORIZED {

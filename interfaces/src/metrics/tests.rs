@@ -85,6 +85,8 @@ async fn metrics_with_a_token_need_it_and_failures_are_slowed_down() {
         last = get(&x, Method::GET, "/metrics", Some("wrong-token-of-some-length-here")).await.0;
     }
     assert_eq!(last, StatusCode::TOO_MANY_REQUESTS);
+    // The scraper at the same address, with the right token, is served.
+    assert_eq!(get(&x, Method::GET, "/metrics", Some(TOKEN)).await.0, StatusCode::OK);
 }
 
 #[test]

@@ -65,7 +65,7 @@ impl Registries {
     /// accepting `media_type`; `None` when the registry has none.
     async fn manifest_if_any(&self, e: &Entry, repository: &RegistryImage, reference: &str, media_type: &str) -> Result<Option<Vec<u8>>> {
         let at = Reference::with_tag(repository.registry.clone(), repository.repository.clone(), reference.to_string());
-        match e.client.pull_manifest_raw(&at, &e.auth, &[media_type]).await {
+        match e.client.pull_manifest_raw(&at, e.signed_in().await?, &[media_type]).await {
             Ok((raw, _)) if raw.len() > artifact::MAX_MANIFEST_BYTES => Err(registry_err(
                 &repository.registry,
                 format!("manifest {reference} of {repository}"),
@@ -115,14 +115,15 @@ impl Registries {
     async fn delete_manifest(&self, e: &Entry, repository: &RegistryImage, digest: &BlobId) -> Result<Dropped> {
         let what = format!("delete manifest {digest} of {repository}");
         let at = Reference::with_digest(repository.registry.clone(), repository.repository.clone(), digest.to_string());
+        let auth = e.signed_in().await?;
         let token = e
             .client
-            .auth(&at, &e.auth, RegistryOperation::Push)
+            .auth(&at, auth, RegistryOperation::Push)
             .await
             .map_err(|err| registry_err(&repository.registry, "sign in to delete", crate::error::chain(&err)))?;
         let url = format!("https://{}/v2/{}/manifests/{digest}", repository.registry, repository.repository);
         let mut req = e.http.delete(&url);
-        req = match (token, &e.auth) {
+        req = match (token, auth) {
             (Some(t), _) => req.bearer_auth(t),
             (None, oci_client::secrets::RegistryAuth::Basic(user, password)) => req.basic_auth(user, Some(password)),
             (None, _) => req,

@@ -63,7 +63,7 @@ impl Registries {
         let e = self.find(&image.registry, &image.to_string())?;
         let repo = Reference::with_tag(image.registry.clone(), image.repository.clone(), "push".into());
         e.client
-            .auth(&repo, &e.auth, oci_client::RegistryOperation::Push)
+            .auth(&repo, e.signed_in().await?, oci_client::RegistryOperation::Push)
             .await
             .map_err(|err| registry_err(&image.registry, "sign in to push", crate::error::chain(&err)))?;
         Ok((e, repo))
@@ -171,7 +171,7 @@ impl Registries {
     pub async fn referrers(&self, repository: &RegistryImage, subject: &BlobId, artifact_type: &str) -> Result<Vec<BlobId>> {
         let e = self.find(&repository.registry, &repository.to_string())?;
         let at = Reference::with_digest(repository.registry.clone(), repository.repository.clone(), subject.to_string());
-        e.client.store_auth_if_needed(&repository.registry, &e.auth).await;
+        e.client.store_auth_if_needed(&repository.registry, e.signed_in().await?).await;
         let index = e
             .client
             .pull_referrers(&at, Some(artifact_type))

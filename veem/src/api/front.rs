@@ -11,9 +11,11 @@
 //!   `Retry-After`), except health (NOT_SERVING meanwhile), reflection and
 //!   the API's description.
 //! - **Failed authentications** per client address
-//!   (`interfaces::auth_throttle`): a call that carries credentials from an
-//!   address over its bucket is answered RESOURCE_EXHAUSTED (429 with
-//!   `Retry-After`) before its token is looked at; an UNAUTHENTICATED
+//!   (`interfaces::auth_throttle`): a call's bearer token is checked first
+//!   (hashed, compared in constant time); from an address over its bucket,
+//!   a call with a wrong one is answered RESOURCE_EXHAUSTED (429 with
+//!   `Retry-After`) once its body is read, a right one goes on (others
+//!   behind the same NAT or proxy are not locked out); an UNAUTHENTICATED
 //!   answer to a call with credentials fills the bucket.
 //! - **Probes for supervisors**: `GET /healthz` answers 200 while the
 //!   process answers; `GET /readyz` 200 when calls are served (as the gRPC
@@ -70,11 +72,17 @@ impl Acting {
 /// The VMI's service name in gRPC health checks (`grpc.health.v1`).
 pub const VMI_SERVICE: &str = "vmi.v1.VmiService";
 
+/// Bytes of a gRPC message at most (tonic's default decoding limit).
+const GRPC_MESSAGE_BYTES: u64 = 4 * 1024 * 1024;
+
 /// The front of the VMI's port: see the module doc.
 pub struct Front {
     grpc: axum::Router,
     rest: axum::Router,
     throttle: AuthThrottle,
+    /// Bytes of a refused call's body read before its answer.
+    drain_limit: u64,
+    veem: Arc<Veem>,
     starting: AtomicBool,
     stopping: AtomicBool,
     health: HealthReporter,
@@ -88,7 +96,7 @@ impl Front {
     /// as REST; starting up (health NOT_SERVING, [`Front::started`]).
     /// Errors: a peer's CA cannot be read.
     pub async fn of(veem: Arc<Veem>, limits: &ListenerLimits) -> anyhow::Result<Arc<Self>> {
-        let handlers = Arc::new(VmiService::checked(veem)?);
+        let handlers = Arc::new(VmiService::checked(veem.clone())?);
         let vmi = interfaces::vmi::vmi_service_server::VmiServiceServer::from_arc(handlers.clone());
         let (grpc, health) = interfaces::daemon::routes_with_health_and_reflection(
             tonic::service::Routes::new(vmi),
@@ -104,6 +112,8 @@ impl Front {
             rest: crate::api::rest::router(handlers.clone(), max_body),
             handlers,
             throttle: AuthThrottle::new(limits.auth_failures_burst, limits.auth_failure_interval),
+            drain_limit: limits.max_body_size.max(GRPC_MESSAGE_BYTES),
+            veem,
             starting: AtomicBool::new(true),
             stopping: AtomicBool::new(false),
             health,
@@ -207,10 +217,12 @@ pub(crate) async fn answer(front: Arc<Front>, req: Request) -> Response {
         return resp;
     }
     if credentials {
-        if let Some(wait) = front.throttle.check(peer) {
+        let valid = bearer(&req).is_some_and(|t| front.veem.cfg.role_of(t).is_some());
+        if let Some(wait) = front.throttle.admit(peer, valid) {
             let secs = wait.as_secs_f64().ceil().max(1.0);
             let status = Status::resource_exhausted(format!("too many failed authentications from this address: retry in {secs} s"));
-            return refusal(grpc, status, StatusCode::TOO_MANY_REQUESTS, Duration::from_secs_f64(secs));
+            let resp = refusal(grpc, status, StatusCode::TOO_MANY_REQUESTS, Duration::from_secs_f64(secs));
+            return interfaces::auth_throttle::refuse(req, front.drain_limit, resp).await;
         }
     }
     let to = if grpc { &front.grpc } else { &front.rest };
@@ -223,6 +235,12 @@ pub(crate) async fn answer(front: Arc<Front>, req: Request) -> Response {
     } else {
         resp
     }
+}
+
+/// The token of `req`'s `Authorization: Bearer TOKEN`, as the VMI's
+/// handlers read it.
+fn bearer(req: &Request) -> Option<&str> {
+    req.headers().get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ")
 }
 
 /// `status` as a gRPC answer, or as REST's JSON error with `http`; both

@@ -188,7 +188,7 @@ async fn calls_wait_while_the_veem_starts_but_health_and_the_description_answer(
 }
 
 #[tokio::test]
-async fn failed_authentications_from_one_address_are_slowed_down_before_any_token_is_checked() {
+async fn failed_authentications_from_one_address_are_slowed_down_before_any_handler() {
     let site = FakeSite::start(&["h1"], TOKENS).await;
     let f = front(&site).await;
     for i in 0..3 {
@@ -201,8 +201,8 @@ async fn failed_authentications_from_one_address_are_slowed_down_before_any_toke
         };
         assert!(a.status == 401 || a.status == 200, "guess {i}: {}", a.status);
     }
-    // Over the burst: even the right token waits, so a guess tells nothing.
-    let a = send(&f, A, rest(Method::GET, "/v1/vees", Some("operator-token"), "")).await;
+    // Over the burst: a wrong token waits, before any handler.
+    let a = send(&f, A, rest(Method::GET, "/v1/vees", Some("guess-4"), "")).await;
     assert_eq!(
         (a.status, a.json()["error"]["status"].as_str()),
         (429, Some("RESOURCE_EXHAUSTED")),
@@ -213,10 +213,18 @@ async fn failed_authentications_from_one_address_are_slowed_down_before_any_toke
     let a = send(
         &f,
         A,
-        grpc("ListVees", Some("operator-token"), interfaces::vmi::ListVeesRequest::default()),
+        grpc("ListVees", Some("guess-5"), interfaces::vmi::ListVeesRequest::default()),
     )
     .await;
     assert_eq!(a.grpc_status(), Some("8"));
+    // A right one is served (the other users behind the address).
+    let a = send(
+        &f,
+        A,
+        grpc("ListVees", Some("operator-token"), interfaces::vmi::ListVeesRequest::default()),
+    )
+    .await;
+    assert_eq!((a.status, a.grpc_status()), (200, None), "no error in the head: the call ran");
     // Without credentials, nothing to slow down; another address is served.
     assert_eq!(send(&f, A, rest(Method::GET, "/v1/openapi.json", None, "")).await.status, 200);
     assert_eq!(
@@ -305,4 +313,99 @@ async fn supervisors_probe_liveness_and_readiness_without_a_token() {
     assert_eq!(ask("/healthz").await.0, 200);
     let (status, body) = ask("/readyz").await;
     assert!(status == 503 && body.contains("stands by"), "{status} {body}");
+}
+
+/// `front` served on a listener of its own (plain HTTP/1.1 and HTTP/2)
+/// until the returned token is cancelled: its address.
+async fn listening(front: &Arc<Front>) -> (SocketAddr, tokio_util::sync::CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let until = stop.clone().cancelled_owned();
+    let router = front.clone().router();
+    tokio::spawn(interfaces::connections::serve(
+        listener,
+        None,
+        ListenerLimits::default(),
+        router,
+        until,
+        Duration::from_secs(1),
+    ));
+    (addr, stop)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_throttled_address_still_gets_in_with_a_right_token_and_a_wrong_ones_body_gets_its_429() {
+    let site = FakeSite::start(&["h1"], TOKENS).await;
+    let f = front(&site).await;
+    let (addr, stop) = listening(&f).await;
+    let http1 = interfaces::tls::http_client().build().unwrap();
+    let url = |path: &str| format!("http://{addr}{path}");
+    for i in 0..3 {
+        let r = http1.get(url("/v1/vees")).bearer_auth(format!("guess-{i}")).send().await.unwrap();
+        assert_eq!(r.status(), 401);
+    }
+    // Throttled now: a wrong token waits, a right one (the NAT's other
+    // users) is served, on REST and on gRPC.
+    let r = http1.get(url("/v1/vees")).bearer_auth("guess").send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    let r = http1.get(url("/v1/vees")).bearer_auth("operator-token").send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let channel = tonic::transport::Endpoint::from_shared(url("")).unwrap().connect().await.unwrap();
+    let mut vmi = interfaces::vmi::vmi_service_client::VmiServiceClient::new(channel);
+    fn with<T>(token: &str, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+        r
+    }
+    vmi.list_vees(with("provider-token", interfaces::vmi::ListVeesRequest::default()))
+        .await
+        .expect("a right token is served under the throttle");
+    // A wrong token's call with a large body: its 429 / RESOURCE_EXHAUSTED
+    // every time, never a reset connection or stream.
+    let body = "x".repeat(1 << 20);
+    for i in 0..20 {
+        let r = http1.post(url("/v1/services")).bearer_auth("guess").body(body.clone()).send().await;
+        let status = r.map(|r| r.status().as_u16()).map_err(|e| format!("{e:?}"));
+        assert_eq!(status, Ok(429), "HTTP/1.1 POST {i}");
+        let deploy = interfaces::vmi::DeployRequest {
+            manifest_toml: body.clone(),
+            ..Default::default()
+        };
+        let code = vmi
+            .deploy(with("guess", deploy))
+            .await
+            .map(|_| ())
+            .map_err(|s| (s.code(), s.message().to_string()));
+        assert!(matches!(&code, Err((Code::ResourceExhausted, _))), "HTTP/2 Deploy {i}: {code:?}");
+        assert_eq!(
+            curl_http2_post(&url("/v1/services"), "guess", &body).await,
+            "429",
+            "HTTP/2 POST {i}"
+        );
+    }
+    stop.cancel();
+}
+
+/// The status curl reads for a POST of `body` to `url` over HTTP/2 (prior
+/// knowledge) with `token`; `000` and curl's error when it read none (curl
+/// 92: the stream was reset).
+async fn curl_http2_post(url: &str, token: &str, body: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("body");
+    std::fs::write(&file, body).unwrap();
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_code}"])
+        .args(["-H", &format!("authorization: Bearer {token}"), "--data-binary"])
+        .arg(format!("@{}", file.display()))
+        .arg(url)
+        .output()
+        .await
+        .expect("curl runs");
+    let status = String::from_utf8_lossy(&out.stdout).to_string();
+    if status == "429" {
+        status
+    } else {
+        format!("{status} {}", String::from_utf8_lossy(&out.stderr).trim())
+    }
 }

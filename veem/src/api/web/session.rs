@@ -1,12 +1,15 @@
 //! The web console's sessions: a login with a VMI token (an operator's or
 //! a provider's; a peer's is refused) makes a session whose ID, 256 random
-//! bits, is the cookie `veem_session` (`HttpOnly`, `Secure`,
-//! `SameSite=Strict`, `Path=/`). Sessions live in memory: they end after
+//! bits, is the cookie `__Host-veem_session` (`HttpOnly`, `Secure`,
+//! `SameSite=Strict`, `Path=/`, no `Domain`: the `__Host-` prefix makes
+//! browsers refuse it from a sibling host or over plain HTTP, so that
+//! neither can plant a session or a login form's token). Sessions live in memory: they end after
 //! `[web] session_idle` without a request, `session_max` after the login,
 //! at a logout, and when the VEEM restarts. Every form and every request
 //! that changes something carries the session's CSRF token (a hidden
 //! field `csrf`, or the header `X-CSRF-Token` htmx sends); the login form
-//! its own, double-submitted (the cookie `veem_login` and the field).
+//! its own, double-submitted (the cookie `__Host-veem_login` and the
+//! field; an empty one is no token).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -17,9 +20,9 @@ use axum::http::{header, HeaderMap};
 use crate::config::Role;
 
 /// The session cookie's name.
-pub const COOKIE: &str = "veem_session";
+pub const COOKIE: &str = "__Host-veem_session";
 /// The login form's CSRF cookie.
-pub const LOGIN_COOKIE: &str = "veem_login";
+pub const LOGIN_COOKIE: &str = "__Host-veem_login";
 /// The header a request that changes something carries its CSRF token in
 /// (or the form field `csrf`).
 pub const CSRF_HEADER: &str = "x-csrf-token";
@@ -139,17 +142,19 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|(_, v)| v.to_string())
 }
 
-/// A `Set-Cookie` of `name` (HttpOnly, Secure, SameSite=Strict, Path=/),
-/// ending it when `value` is empty.
+/// A `Set-Cookie` of `name` (HttpOnly, Secure, SameSite=Strict, Path=/,
+/// no Domain: what a `__Host-` name needs), ending it when `value` is
+/// empty.
 pub fn set_cookie(name: &str, value: &str) -> String {
     let end = if value.is_empty() { "; Max-Age=0" } else { "" };
     format!("{name}={value}; HttpOnly; Secure; SameSite=Strict; Path=/{end}")
 }
 
-/// Whether `given` is `expected`, in constant time.
+/// Whether `given` is `expected`, in constant time; never for an empty
+/// `expected` (an emptied cookie is no token).
 pub fn same(given: &str, expected: &str) -> bool {
     use subtle::ConstantTimeEq;
-    given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
+    !expected.is_empty() && given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
 }
 
 #[cfg(test)]
@@ -206,8 +211,12 @@ mod tests {
 
     #[test]
     fn cookies_are_strict_and_compared_in_constant_time() {
-        assert_eq!(set_cookie(COOKIE, "x"), "veem_session=x; HttpOnly; Secure; SameSite=Strict; Path=/");
+        assert_eq!(
+            set_cookie(COOKIE, "x"),
+            "__Host-veem_session=x; HttpOnly; Secure; SameSite=Strict; Path=/"
+        );
         assert!(set_cookie(COOKIE, "").ends_with("Max-Age=0"));
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("ab", "abc"));
+        assert!(!same("", ""), "an empty token is none");
     }
 }

@@ -1,6 +1,7 @@
 //! Login and logout (`session`): a login form with its own CSRF token, a
 //! login with a VMI token (failed ones slowed down per address, as the
-//! VMI's), and a logout that ends the session.
+//! VMI's; a right one logs in all the same), and a logout that ends the
+//! session.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,6 +47,8 @@ pub(super) async fn login(
     headers: HeaderMap,
     Form(f): Form<LoginForm>,
 ) -> Response {
+    // An empty cookie and an empty field are no token (`same` refuses an
+    // empty one).
     let form_ok = cookie(&headers, LOGIN_COOKIE).is_some_and(|c| same(&f.csrf, &c));
     if !form_ok {
         return page_error(
@@ -53,19 +56,22 @@ pub(super) async fn login(
             "the login form's CSRF token is missing or wrong: load the login page again",
         );
     }
+    let Some((veem, _)) = web.acting.get() else {
+        return page_error(StatusCode::SERVICE_UNAVAILABLE, "no VEEM acts for the site here now");
+    };
+    // The token first (hashed, compared in constant time): a right one
+    // logs in even from an address whose failures are throttled.
+    let token = f.token.trim().to_string();
+    let role = veem.cfg.role_of(&token);
+    let valid = matches!(role, Some(Role::Operator | Role::Provider(_)));
     let addr = peer.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.0 .0.ip());
-    if let Some(wait) = web.throttle.check(addr) {
+    if let Some(wait) = web.throttle.admit(addr, valid) {
         let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
         return login_page(
             Some(&format!("too many failed logins from this address: retry in {secs} s")),
             StatusCode::TOO_MANY_REQUESTS,
         );
     }
-    let Some((veem, _)) = web.acting.get() else {
-        return page_error(StatusCode::SERVICE_UNAVAILABLE, "no VEEM acts for the site here now");
-    };
-    let token = f.token.trim().to_string();
-    let role = veem.cfg.role_of(&token);
     match role {
         Some(role @ (Role::Operator | Role::Provider(_))) => {
             let home = if role == Role::Operator { "/site" } else { "/services" };

@@ -143,6 +143,26 @@ async fn a_login_needs_its_forms_token_and_a_users_token() {
         last = c.post("/login", &jar, &format!("token=nobody&csrf={csrf}")).await.status;
     }
     assert_eq!(last, StatusCode::TOO_MANY_REQUESTS);
+    // Throttled, the address's other users still log in with their token.
+    let a = c.post("/login", &jar, &format!("token=operator-token-for-tests&csrf={csrf}")).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+}
+
+#[tokio::test]
+async fn cookies_take_the_host_prefix_and_an_empty_login_token_is_refused() {
+    let c = Console::new().await;
+    let form = c.get("/login", "").await;
+    let set = form.headers.get(header::SET_COOKIE).unwrap().to_str().unwrap();
+    assert!(
+        set.starts_with("__Host-veem_login=") && set.contains("; Path=/") && !set.contains("Domain"),
+        "{set}"
+    );
+    // An emptied login cookie and an empty field: no token, refused.
+    let jar = format!("{}=", session::LOGIN_COOKIE);
+    let a = c.post("/login", &jar, "token=operator-token-for-tests&csrf=").await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN, "{}", a.body);
+    let (cookie, _) = c.login("operator-token-for-tests").await;
+    assert!(cookie.starts_with("__Host-veem_session="), "{cookie}");
 }
 
 #[tokio::test]
