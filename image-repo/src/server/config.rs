@@ -23,7 +23,7 @@
 //! send_timeout = "60s"            # a client that leaves its answers unread is cut off
 //! max_header_size = "64 KiB"      # a request head (at least 62,610 bytes: a push's metadata is in its query)
 //! auth_failures_burst = 10        # failed authentications of an address at once,
-//! auth_failure_interval = "1s"    # then one per interval (429 before the token is checked)
+//! auth_failure_interval = "1s"    # then one per interval (429 for a wrong token; a right one passes)
 //! [metrics]                       # optional: /metrics (Prometheus), /healthz, /readyz
 //! listen = "127.0.0.1:9480"       # plain HTTP: loopback, or give token_sha256
 //! [tls]
