@@ -42,7 +42,7 @@ use crate::BlobId;
 /// password_file = "/etc/vee/registry.password"
 /// scope = "provider"                   # or "any"
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryConfig {
     /// `host[:port]`, exactly as image references name the registry.
@@ -64,7 +64,7 @@ pub struct RegistryConfig {
 
 /// Which repositories of a registry a provider may name, since the site's
 /// credentials read them for it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Only those under the provider's own name (`acme/...` for provider

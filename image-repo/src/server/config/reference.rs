@@ -1,0 +1,28 @@
+//! docs/configuration.md's section of `image-repo.toml` against the code: its
+//! table of keys is the one rendered from [`Config`]'s schema, and its TOML
+//! examples name only keys of it.
+
+use std::path::PathBuf;
+
+use interfaces::config::reference;
+
+use super::Config;
+
+fn doc() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md")
+}
+
+#[test]
+fn the_reference_lists_every_key_with_its_type_default_and_meaning() {
+    reference::check_generated(
+        &doc(),
+        "image-repo.toml",
+        &reference::table::<Config>(),
+        "cargo test -p image-repo --lib server::config::reference",
+    );
+}
+
+#[test]
+fn the_examples_name_only_keys_of_the_configuration() {
+    reference::check_examples(&doc(), "## `image-repo.toml`", &reference::rows::<Config>());
+}
