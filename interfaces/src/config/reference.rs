@@ -415,9 +415,12 @@ fn matches(row: &str, key: &str) -> bool {
 
 /// Checks the TOML examples (```` ```toml ```` blocks) of the section of
 /// `doc` under the heading `heading` (up to the next heading of its
-/// level): each parses, and names only keys of `rows`. Panics naming the
-/// example's line and the unknown key.
-pub fn check_examples(doc: &Path, heading: &str, rows: &[Row]) {
+/// level) against `T`, the configuration's type: each parses, names only
+/// keys of `T`, and deserializes as `T` on top of `base` (the required
+/// keys an example may leave out; the daemon's own checks, which read
+/// files, are not run). Panics naming the example's line and the key.
+pub fn check_examples<T: serde::de::DeserializeOwned + schemars::JsonSchema>(doc: &Path, heading: &str, base: &str) {
+    let rows = rows::<T>();
     let text = std::fs::read_to_string(doc).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
     let level = heading.split(' ').next().unwrap_or("#");
     let start = text
@@ -448,6 +451,11 @@ pub fn check_examples(doc: &Path, heading: &str, rows: &[Row]) {
                     doc.display(),
                     first + 1
                 );
+            }
+            let mut table: toml::Table = base.parse().expect("the base configuration is TOML");
+            table.extend(block.parse::<toml::Table>().expect("parsed above"));
+            if let Err(e) = serde_path_to_error::deserialize::<_, T>(toml::Value::Table(table)) {
+                panic!("{}:{}: the example does not read: `{}`: {}", doc.display(), first + 1, e.path(), e.inner());
             }
             examples += 1;
             i = j;

@@ -22,7 +22,10 @@ fn the_reference_lists_every_key_with_its_type_default_and_meaning() {
     );
 }
 
+/// The required keys an example may leave out.
+const BASE: &str = "host = \"host-a1\"\nsite_id = \"site-a\"\nlibvirt_uri = \"qemu:///system\"\nlisten = \"127.0.0.1:7101\"\nstate_dir = \"/var/lib/veeh\"\nmigration_address = \"127.0.0.1\"\nimage_repo = \"https://repo.example:7480\"\n[capacity]\nvcpus = 1\nmemory_mib = 512\ndisk_gib = 1\n";
+
 #[test]
-fn the_examples_name_only_keys_of_the_configuration() {
-    reference::check_examples(&doc(), "## `veeh.toml`", &reference::rows::<VeehConfig>());
+fn the_examples_name_only_keys_of_the_configuration_and_read() {
+    reference::check_examples::<VeehConfig>(&doc(), "## `veeh.toml`", BASE);
 }

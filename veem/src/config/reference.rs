@@ -22,7 +22,10 @@ fn the_reference_lists_every_key_with_its_type_default_and_meaning() {
     );
 }
 
+/// The required keys an example may leave out.
+const BASE: &str = "site_id = \"site-a\"\nlisten = \"127.0.0.1:7200\"\nimage_repo = \"https://repo.example:7480\"\n";
+
 #[test]
-fn the_examples_name_only_keys_of_the_configuration() {
-    reference::check_examples(&doc(), "## `veem.toml`", &reference::rows::<VeemConfig>());
+fn the_examples_name_only_keys_of_the_configuration_and_read() {
+    reference::check_examples::<VeemConfig>(&doc(), "## `veem.toml`", BASE);
 }

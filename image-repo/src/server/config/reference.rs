@@ -22,7 +22,10 @@ fn the_reference_lists_every_key_with_its_type_default_and_meaning() {
     );
 }
 
+/// The required keys an example may leave out.
+const BASE: &str = "data = \"/var/lib/image-repo\"\n";
+
 #[test]
-fn the_examples_name_only_keys_of_the_configuration() {
-    reference::check_examples(&doc(), "## `image-repo.toml`", &reference::rows::<Config>());
+fn the_examples_name_only_keys_of_the_configuration_and_read() {
+    reference::check_examples::<Config>(&doc(), "## `image-repo.toml`", BASE);
 }

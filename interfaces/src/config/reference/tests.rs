@@ -102,8 +102,7 @@ fn every_key_has_its_type_default_and_description() {
 }
 
 #[test]
-fn examples_may_name_only_keys_of_the_configuration() {
-    let rows = rows::<Toy>();
+fn examples_may_name_only_keys_of_the_configuration_and_must_read() {
     let dir = tempfile::tempdir().unwrap();
     let doc = dir.path().join("doc.md");
     std::fs::write(
@@ -111,11 +110,16 @@ fn examples_may_name_only_keys_of_the_configuration() {
         "## toy\n\n```toml\nsite_id = \"a\"\n[[hosts]]\nname = \"h\"\n[limits.acme]\nkind = \"fixed\"\nvcpus = 2\n```\n",
     )
     .unwrap();
-    check_examples(&doc, "## toy", &rows);
-    std::fs::write(&doc, "## toy\n\n```toml\n[[hosts]]\nnmae = \"h\"\n```\n").unwrap();
-    let e = std::panic::catch_unwind(|| check_examples(&doc, "## toy", &rows)).unwrap_err();
-    let msg = e.downcast_ref::<String>().unwrap();
+    check_examples::<Toy>(&doc, "## toy", "site_id = \"base\"");
+    let fails = |example: &str| {
+        std::fs::write(&doc, format!("## toy\n\n```toml\n{example}\n```\n")).unwrap();
+        let e = std::panic::catch_unwind(|| check_examples::<Toy>(&doc, "## toy", "site_id = \"base\"")).unwrap_err();
+        e.downcast_ref::<String>().unwrap().clone()
+    };
+    let msg = fails("[[hosts]]\nnmae = \"h\"");
     assert!(msg.contains("doc.md:4: the example names `hosts[].nmae`"), "{msg}");
+    let msg = fails("interval = \"2 fortnights\"");
+    assert!(msg.contains("doc.md:4: the example does not read: `interval`"), "{msg}");
 }
 
 #[test]
