@@ -350,5 +350,7 @@ impl Collector for ProcessCollector {
     }
 }
 
+pub mod reference;
+
 #[cfg(test)]
 mod tests;

@@ -106,4 +106,19 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
         assert!(text.contains("domains{state=\"running\"} 0"), "{text}");
     }
+
+    /// The operator guide's table of the VEEH's metrics is what a scrape
+    /// shows: every family registered, with its type and labels.
+    #[test]
+    fn the_operator_guides_veeh_metrics_are_the_registered_ones() {
+        let m = HostMetrics::default();
+        m.libvirt_call("create", Duration::from_millis(20));
+        m.set_domains(["running"]);
+        let mut r = Registry::default();
+        m.register(r.sub_registry_with_prefix("veeh"));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operator-guide.md");
+        interfaces::metrics::reference::check(&doc, "### A VEE host (`veeh_`)", &text);
+    }
 }

@@ -82,3 +82,26 @@ impl RepoMetrics {
         )?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The operator guide's table of the repository's metrics is what a
+    /// scrape shows: every family registered, with its type and labels.
+    #[test]
+    fn the_operator_guides_image_repo_metrics_are_the_registered_ones() {
+        let m = RepoMetrics::default();
+        m.received_bytes.inc_by(10);
+        m.sent_bytes.inc_by(10);
+        m.verification_failed("upload");
+        m.blobs.set(1);
+        m.stored_bytes.set(10);
+        let mut r = Registry::default();
+        m.register(r.sub_registry_with_prefix("image_repo"));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operator-guide.md");
+        interfaces::metrics::reference::check(&doc, "### The image repository (`image_repo_`)", &text);
+    }
+}
