@@ -135,26 +135,57 @@ fn the_manifest_reference_states_the_defaults_and_limits_of_the_code() {
     .unwrap();
     let c = &m.components[0];
     assert_eq!(m.sla.checkpoint_interval, CheckpointInterval::Auto);
-    let (rule_for, cooldown) = (m.elasticity[0].sustained.unwrap_or_default(), m.elasticity[0].cooldown.unwrap_or_default());
+    let (rule_for, cooldown) = (
+        m.elasticity[0].sustained.unwrap_or_default(),
+        m.elasticity[0].cooldown.unwrap_or_default(),
+    );
     let period = format!("at most {} h", MAX_RULE_PERIOD.as_secs() / 3600);
     let prefixes = format!("/{} to /{}", NETWORK_PREFIXES.start(), NETWORK_PREFIXES.end());
     let expected: Vec<(&str, String, String)> = vec![
         ("service.name", "required".into(), format!("1 to {MAX_NAME_LEN} bytes")),
-        ("sla.checkpoint_interval", "`\"auto\"`".into(), format!("at least {}", humantime::format_duration(MIN_CHECKPOINT_INTERVAL))),
-        ("sla.max_outages", m.sla.max_outages.to_string(), format!("at most {MAX_OUTAGES} outages")),
-        ("sla.migration", format!("`{}`", m.sla.migration.as_str()), "`none`, `site` or `federation`".into()),
+        (
+            "sla.checkpoint_interval",
+            "`\"auto\"`".into(),
+            format!("at least {}", humantime::format_duration(MIN_CHECKPOINT_INTERVAL)),
+        ),
+        (
+            "sla.max_outages",
+            m.sla.max_outages.to_string(),
+            format!("at most {MAX_OUTAGES} outages"),
+        ),
+        (
+            "sla.migration",
+            format!("`{}`", m.sla.migration.as_str()),
+            "`none`, `site` or `federation`".into(),
+        ),
         ("sla.penalty_per_hour", m.sla.penalty_per_hour.to_string(), "at least 0".into()),
         ("component", "required".into(), format!("1 to {MAX_COMPONENTS} components")),
-        ("component[].instances", c.instances.to_string(), format!("1 to {MAX_INSTANCES} VEEs")),
+        (
+            "component[].instances",
+            c.instances.to_string(),
+            format!("1 to {MAX_INSTANCES} VEEs"),
+        ),
         ("component[].vcpus", "required".into(), format!("1 to {MAX_VCPUS} vCPUs")),
         ("component[].memory_mib", "required".into(), format!("1 to {MAX_MEMORY_MIB} MiB")),
         ("component[].max_vcpus", "`vcpus`".into(), format!("`vcpus` to {MAX_VCPUS} vCPUs")),
-        ("component[].max_memory_mib", "`memory_mib`".into(), format!("`memory_mib` to {MAX_MEMORY_MIB} MiB")),
+        (
+            "component[].max_memory_mib",
+            "`memory_mib`".into(),
+            format!("`memory_mib` to {MAX_MEMORY_MIB} MiB"),
+        ),
         ("component[].disk_gib", "required".into(), format!("1 to {MAX_DISK_GIB} GiB")),
-        ("component[].image", "required".into(), format!("at most {MAX_IMAGE_REF_BYTES} bytes")),
+        (
+            "component[].image",
+            "required".into(),
+            format!("at most {MAX_IMAGE_REF_BYTES} bytes"),
+        ),
         ("component[].cmdline", "none".into(), format!("at most {MAX_CMDLINE_BYTES} bytes")),
         ("component[].networks", "none".into(), format!("at most {MAX_NETWORKS} networks")),
-        ("component[].user_data", "none".into(), format!("at most {MAX_USER_DATA_BYTES} bytes")),
+        (
+            "component[].user_data",
+            "none".into(),
+            format!("at most {MAX_USER_DATA_BYTES} bytes"),
+        ),
         (
             "component[].ssh_authorized_keys",
             "none".into(),
@@ -171,8 +202,14 @@ fn the_manifest_reference_states_the_defaults_and_limits_of_the_code() {
     ];
     for (key, default, limit) in expected {
         let (d, l) = defaults_and_limits(reference, key);
-        assert!(d.starts_with(&default), "docs/manifest-reference.md: `{key}` defaults to {default} in the code; the reference says {d:?}");
-        assert!(l.contains(&limit), "docs/manifest-reference.md: `{key}`: the code's limit is {limit:?}; the reference says {l:?}");
+        assert!(
+            d.starts_with(&default),
+            "docs/manifest-reference.md: `{key}` defaults to {default} in the code; the reference says {d:?}"
+        );
+        assert!(
+            l.contains(&limit),
+            "docs/manifest-reference.md: `{key}`: the code's limit is {limit:?}; the reference says {l:?}"
+        );
     }
 }
 

@@ -83,7 +83,7 @@ fn resolve<'a>(root: &'a Value, node: &'a Value) -> &'a Value {
 }
 
 /// `Option<T>`'s schema without its `null`: `anyOf: [T, null]` gives T.
-fn non_null<'a>(node: &'a Value) -> &'a Value {
+fn non_null(node: &Value) -> &Value {
     if let Some(any) = node.get("anyOf").and_then(Value::as_array) {
         let rest: Vec<&Value> = any.iter().filter(|s| s.get("type") != Some(&"null".into())).collect();
         if rest.len() == 1 {
@@ -108,7 +108,12 @@ fn types(node: &Value) -> Vec<&str> {
 /// The values of an enumeration (`enum`, `const`, or `oneOf` of those),
 /// with each one's description.
 fn values(node: &Value) -> Option<Vec<(String, String)>> {
-    let describe = |v: &Value| v.get("description").and_then(Value::as_str).map(first_paragraph).unwrap_or_default();
+    let describe = |v: &Value| {
+        v.get("description")
+            .and_then(Value::as_str)
+            .map(first_paragraph)
+            .unwrap_or_default()
+    };
     if let Some(c) = node.get("const") {
         return Some(vec![(c.to_string(), describe(node))]);
     }
@@ -118,7 +123,11 @@ fn values(node: &Value) -> Option<Vec<(String, String)>> {
     let one_of = node.get("oneOf").and_then(Value::as_array)?;
     let mut out = Vec::new();
     for v in one_of {
-        out.extend(values(v)?.into_iter().map(|(k, d)| if d.is_empty() { (k, describe(v)) } else { (k, d) }));
+        out.extend(
+            values(v)?
+                .into_iter()
+                .map(|(k, d)| if d.is_empty() { (k, describe(v)) } else { (k, d) }),
+        );
     }
     Some(out)
 }
@@ -171,7 +180,15 @@ fn walk_object(root: &Value, node: &Value, prefix: &str, out: &mut Vec<Row>) {
     if let Some(props) = node.get("properties").and_then(Value::as_object) {
         for (k, s) in props {
             let required = required_of(node, k);
-            keys.insert(k.clone(), Key { schema: s, required, tag_values: Vec::new(), only_in: Vec::new() });
+            keys.insert(
+                k.clone(),
+                Key {
+                    schema: s,
+                    required,
+                    tag_values: Vec::new(),
+                    only_in: Vec::new(),
+                },
+            );
         }
     }
     if let Some(vs) = variants(node) {
@@ -182,8 +199,16 @@ fn walk_object(root: &Value, node: &Value, prefix: &str, out: &mut Vec<Row>) {
             .and_then(|p| p.iter().find(|(_, s)| s.get("const").is_some()).map(|(k, _)| k.clone()));
         for v in vs {
             let props = v.get("properties").and_then(Value::as_object).expect("variants have properties");
-            let tag_value = tag.as_ref().and_then(|t| props.get(t)).and_then(|s| s.get("const")).map(|c| c.to_string());
-            let variant_doc = v.get("description").and_then(Value::as_str).map(first_paragraph).unwrap_or_default();
+            let tag_value = tag
+                .as_ref()
+                .and_then(|t| props.get(t))
+                .and_then(|s| s.get("const"))
+                .map(|c| c.to_string());
+            let variant_doc = v
+                .get("description")
+                .and_then(Value::as_str)
+                .map(first_paragraph)
+                .unwrap_or_default();
             for (k, s) in props {
                 let key = keys.entry(k.clone()).or_insert(Key {
                     schema: s,
@@ -213,7 +238,11 @@ fn walk_object(root: &Value, node: &Value, prefix: &str, out: &mut Vec<Row>) {
         let inner = non_null(field);
         let resolved = non_null(resolve(root, inner));
         if description.is_empty() {
-            description = resolved.get("description").and_then(Value::as_str).map(first_paragraph).unwrap_or_default();
+            description = resolved
+                .get("description")
+                .and_then(Value::as_str)
+                .map(first_paragraph)
+                .unwrap_or_default();
         }
         if let (false, Some(tag)) = (key.only_in.is_empty(), &tag) {
             let values = key.only_in.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(" or ");
@@ -231,7 +260,12 @@ fn walk_object(root: &Value, node: &Value, prefix: &str, out: &mut Vec<Row>) {
             })
         };
         let mut row = |ty: String, description: String| {
-            out.push(Row { key: path.clone(), ty, default: default.clone(), description })
+            out.push(Row {
+                key: path.clone(),
+                ty,
+                default: default.clone(),
+                description,
+            })
         };
         if !key.tag_values.is_empty() {
             let listed = key.tag_values.iter().map(|(v, _)| format!("`{v}`")).collect::<Vec<_>>().join(" | ");
@@ -259,7 +293,10 @@ fn walk_object(root: &Value, node: &Value, prefix: &str, out: &mut Vec<Row>) {
                 row("array of tables".into(), description);
                 walk_object(root, items, &format!("{path}[]."), out);
             } else {
-                row(format!("array of {}", leaf_type(root, resolved.get("items").unwrap_or(&Value::Null))), description);
+                row(
+                    format!("array of {}", leaf_type(root, resolved.get("items").unwrap_or(&Value::Null))),
+                    description,
+                );
             }
             continue;
         }
@@ -328,7 +365,7 @@ fn default_text(d: &Value, schema: &Value) -> String {
 /// Bytes as the largest binary unit that divides them: `4 GiB`, `16 KiB`.
 pub fn size_text(bytes: u64) -> String {
     for (unit, shift) in [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)] {
-        if bytes != 0 && bytes % (1 << shift) == 0 {
+        if bytes != 0 && bytes.is_multiple_of(1 << shift) {
             return format!("{} {unit}", bytes >> shift);
         }
     }
@@ -442,8 +479,7 @@ pub fn check_examples<T: serde::de::DeserializeOwned + schemars::JsonSchema>(doc
                 j += 1;
             }
             let block = lines[first..j].join("\n");
-            let keys = example_keys(&block)
-                .unwrap_or_else(|e| panic!("{}:{}: the example is not TOML: {e}", doc.display(), first + 1));
+            let keys = example_keys(&block).unwrap_or_else(|e| panic!("{}:{}: the example is not TOML: {e}", doc.display(), first + 1));
             for k in keys {
                 assert!(
                     rows.iter().any(|r| matches(&r.key, &k)),
@@ -455,7 +491,13 @@ pub fn check_examples<T: serde::de::DeserializeOwned + schemars::JsonSchema>(doc
             let mut table: toml::Table = base.parse().expect("the base configuration is TOML");
             table.extend(block.parse::<toml::Table>().expect("parsed above"));
             if let Err(e) = serde_path_to_error::deserialize::<_, T>(toml::Value::Table(table)) {
-                panic!("{}:{}: the example does not read: `{}`: {}", doc.display(), first + 1, e.path(), e.inner());
+                panic!(
+                    "{}:{}: the example does not read: `{}`: {}",
+                    doc.display(),
+                    first + 1,
+                    e.path(),
+                    e.inner()
+                );
             }
             examples += 1;
             i = j;

@@ -29,7 +29,13 @@ pub fn scraped(exposition: &str) -> BTreeMap<String, Family> {
     for line in exposition.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, ty) = rest.split_once(' ').unwrap_or((rest, ""));
-            families.insert(name.to_string(), Family { ty: ty.to_string(), ..Default::default() });
+            families.insert(
+                name.to_string(),
+                Family {
+                    ty: ty.to_string(),
+                    ..Default::default()
+                },
+            );
         }
     }
     for line in exposition.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
@@ -54,7 +60,13 @@ pub fn scraped(exposition: &str) -> BTreeMap<String, Family> {
     }
     families
         .into_iter()
-        .map(|(name, f)| if f.ty == "counter" { (format!("{name}_total"), f) } else { (name, f) })
+        .map(|(name, f)| {
+            if f.ty == "counter" {
+                (format!("{name}_total"), f)
+            } else {
+                (name, f)
+            }
+        })
         .collect()
 }
 
@@ -107,10 +119,9 @@ pub fn differences(documented: &BTreeMap<String, Family>, scraped: &BTreeMap<Str
         match documented.get(name) {
             None => problems.push(format!("`{name}` ({}) is registered and not documented", s.ty)),
             Some(d) if d.ty != s.ty => problems.push(format!("`{name}` is a {}, documented as a {}", s.ty, d.ty)),
-            Some(d) if s.sampled && d.labels != s.labels => problems.push(format!(
-                "`{name}` has the labels {:?}, documented as {:?}",
-                s.labels, d.labels
-            )),
+            Some(d) if s.sampled && d.labels != s.labels => {
+                problems.push(format!("`{name}` has the labels {:?}, documented as {:?}", s.labels, d.labels))
+            }
             Some(_) => {}
         }
     }

@@ -169,8 +169,14 @@ fn a_metrics_table_differs_when_a_metric_type_or_label_does() {
                | `a_took_seconds` | histogram | seconds | `call` | time |\n\
                | `a_up` | gauge | 0/1 | `host` | up |\n";
     // a_up has no sample: its labels are unknown, not wrong.
-    assert_eq!(reference::differences(&reference::documented(doc, "### a"), &scraped), Vec::<String>::new());
-    let wrong = doc.replace("| counter |", "| gauge |").replace("`call`", "`kind`").replace("`a_up`", "`a_down`");
+    assert_eq!(
+        reference::differences(&reference::documented(doc, "### a"), &scraped),
+        Vec::<String>::new()
+    );
+    let wrong = doc
+        .replace("| counter |", "| gauge |")
+        .replace("`call`", "`kind`")
+        .replace("`a_up`", "`a_down`");
     let problems = reference::differences(&reference::documented(&wrong, "### a"), &scraped);
     assert_eq!(
         problems,

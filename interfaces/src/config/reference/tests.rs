@@ -62,7 +62,10 @@ fn four_gib() -> u64 {
 }
 
 fn row(rows: &[Row], key: &str) -> Row {
-    rows.iter().find(|r| r.key == key).unwrap_or_else(|| panic!("no row {key}: {rows:#?}")).clone()
+    rows.iter()
+        .find(|r| r.key == key)
+        .unwrap_or_else(|| panic!("no row {key}: {rows:#?}"))
+        .clone()
 }
 
 #[test]
@@ -85,7 +88,10 @@ fn every_key_has_its_type_default_and_description() {
         ]
     );
     let site = row(&rows, "site_id");
-    assert_eq!((site.ty.as_str(), site.default.as_str(), site.description.as_str()), ("string", "required", "The site's name."));
+    assert_eq!(
+        (site.ty.as_str(), site.default.as_str(), site.description.as_str()),
+        ("string", "required", "The site's name.")
+    );
     let interval = row(&rows, "interval");
     assert_eq!((interval.ty.as_str(), interval.default.as_str()), ("duration", "`\"2s\"`"));
     let cache = row(&rows, "cache");
@@ -97,7 +103,9 @@ fn every_key_has_its_type_default_and_description() {
     let kind = row(&rows, "limits.<name>.kind");
     assert_eq!(kind.ty, "`\"fixed\"` | `\"average\"`");
     assert!(kind.description.contains("`\"average\"`: On average."), "{kind:?}");
-    assert!(row(&rows, "limits.<name>.window").description.starts_with("(only with `kind` `\"average\"`)"));
+    assert!(row(&rows, "limits.<name>.window")
+        .description
+        .starts_with("(only with `kind` `\"average\"`)"));
     assert_eq!(row(&rows, "hosts").ty, "array of tables");
 }
 

@@ -124,7 +124,12 @@ async fn the_operator_guides_veem_metrics_are_the_registered_ones() {
     let x = exporter(&config(), m.clone(), acting.clone()).unwrap();
     let front = Front::of(site.veem.clone(), &Default::default()).await.unwrap();
     acting.set(site.veem.clone(), front);
-    let scrape: String = x.scrape().lines().filter(|l| !l.contains(" process_") && !l.starts_with("process_")).map(|l| format!("{l}\n")).collect();
+    let scrape: String = x
+        .scrape()
+        .lines()
+        .filter(|l| !l.contains(" process_") && !l.starts_with("process_"))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operator-guide.md");
     interfaces::metrics::reference::check(&doc, "### The VEE manager (`veem_`)", &scrape);
 }
