@@ -45,11 +45,13 @@ pub struct HostEntry {
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case", tag = "role", content = "name")]
 pub enum Role {
-    /// A service provider: sees and manages only its own services.
+    /// A service provider, its ID as `name`: sees and manages only its
+    /// own services.
     Provider(String),
     /// The site's operator: sees everything, approves migrations.
     Operator,
-    /// A peer site's VEEM under a framework agreement: peer calls only.
+    /// A peer site's VEEM under a framework agreement, the peer's site ID
+    /// as `name`: peer calls only.
     Peer(String),
 }
 

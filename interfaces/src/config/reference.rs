@@ -479,32 +479,37 @@ pub fn check_examples<T: serde::de::DeserializeOwned + schemars::JsonSchema>(doc
                 j += 1;
             }
             let block = lines[first..j].join("\n");
-            let keys = example_keys(&block).unwrap_or_else(|e| panic!("{}:{}: the example is not TOML: {e}", doc.display(), first + 1));
-            for k in keys {
-                assert!(
-                    rows.iter().any(|r| matches(&r.key, &k)),
-                    "{}:{}: the example names `{k}`, which is no key of the configuration",
-                    doc.display(),
-                    first + 1
-                );
-            }
-            let mut table: toml::Table = base.parse().expect("the base configuration is TOML");
-            table.extend(block.parse::<toml::Table>().expect("parsed above"));
-            if let Err(e) = serde_path_to_error::deserialize::<_, T>(toml::Value::Table(table)) {
-                panic!(
-                    "{}:{}: the example does not read: `{}`: {}",
-                    doc.display(),
-                    first + 1,
-                    e.path(),
-                    e.inner()
-                );
-            }
+            check_example::<T>(&rows, &block, &format!("{}:{}", doc.display(), first + 1), base);
             examples += 1;
             i = j;
         }
         i += 1;
     }
     assert!(examples > 0, "{} has no TOML example under {heading:?}", doc.display());
+}
+
+/// Checks the configuration file at `path` (a packaged example) as
+/// [`check_examples`] checks an example: it parses, names only keys of
+/// `T`, and deserializes as `T` on top of `base`.
+pub fn check_file<T: serde::de::DeserializeOwned + schemars::JsonSchema>(path: &Path, base: &str) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    check_example::<T>(&rows::<T>(), &text, &path.display().to_string(), base);
+}
+
+/// One example, `block`, at `at` (a file and line, for the panics).
+fn check_example<T: serde::de::DeserializeOwned>(rows: &[Row], block: &str, at: &str, base: &str) {
+    let keys = example_keys(block).unwrap_or_else(|e| panic!("{at}: the example is not TOML: {e}"));
+    for k in keys {
+        assert!(
+            rows.iter().any(|r| matches(&r.key, &k)),
+            "{at}: the example names `{k}`, which is no key of the configuration"
+        );
+    }
+    let mut table: toml::Table = base.parse().expect("the base configuration is TOML");
+    table.extend(block.parse::<toml::Table>().expect("parsed above"));
+    if let Err(e) = serde_path_to_error::deserialize::<_, T>(toml::Value::Table(table)) {
+        panic!("{at}: the example does not read: `{}`: {}", e.path(), e.inner());
+    }
 }
 
 #[cfg(test)]

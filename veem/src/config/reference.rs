@@ -29,3 +29,10 @@ const BASE: &str = "site_id = \"site-a\"\nlisten = \"127.0.0.1:7200\"\nimage_rep
 fn the_examples_name_only_keys_of_the_configuration_and_read() {
     reference::check_examples::<VeemConfig>(&doc(), "## `veem.toml`", BASE);
 }
+
+/// The configuration the package installs (commented keys aside).
+#[test]
+fn the_packaged_configuration_names_only_keys_of_the_configuration_and_reads() {
+    let packaged = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../packaging/config/veem.toml");
+    reference::check_file::<VeemConfig>(&packaged, BASE);
+}

@@ -29,3 +29,10 @@ const BASE: &str = "data = \"/var/lib/image-repo\"\n";
 fn the_examples_name_only_keys_of_the_configuration_and_read() {
     reference::check_examples::<Config>(&doc(), "## `image-repo.toml`", BASE);
 }
+
+/// The configuration the package installs (commented keys aside).
+#[test]
+fn the_packaged_configuration_names_only_keys_of_the_configuration_and_reads() {
+    let packaged = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../packaging/config/image-repo.toml");
+    reference::check_file::<Config>(&packaged, BASE);
+}
