@@ -1,12 +1,7 @@
 //! The VEEH's Prometheus metrics (`[metrics]` in its configuration,
-//! served by `interfaces::metrics`):
-//!
-//! | metric | type | unit | labels |
-//! |---|---|---|---|
-//! | `veeh_libvirt_call_duration_seconds` | histogram | seconds | `call`: the hypervisor operation (`create`, `destroy`, `suspend`, `resume`, `live_snapshot`, `restore`, `migrate`, ...) |
-//! | `veeh_domains` | gauge | domains | `state`: `running`, `paused`, `shutoff`, `crashed`, `other` |
-//!
-//! and the process's own (`process_*`). The label values are fixed sets:
+//! served by `interfaces::metrics`): every family in the table of
+//! docs/operator-guide.md ("A VEE host"), which a test below checks
+//! against what [`HostMetrics::register`] adds, and the process's own (`process_*`). The label values are fixed sets:
 //! operations are this crate's names, states libvirt's, mapped.
 
 use std::time::Duration;

@@ -1,15 +1,8 @@
 //! The repository's Prometheus metrics (`[metrics]` in its configuration,
-//! served by `interfaces::metrics`):
-//!
-//! | metric | type | unit | labels |
-//! |---|---|---|---|
-//! | `image_repo_received_bytes_total` | counter | bytes | — (blobs stored: uploads and pull-throughs) |
-//! | `image_repo_sent_bytes_total` | counter | bytes | — (blob content sent, ranges included) |
-//! | `image_repo_blobs` | gauge | blobs | — |
-//! | `image_repo_stored_bytes` | gauge | bytes | — |
-//! | `image_repo_verification_failures_total` | counter | failures | `source`: `upload` (content that did not hash to its digest) or `peer` (a pull-through from a peer that did not verify) |
-//!
-//! and the process's own (`process_*`).
+//! served by `interfaces::metrics`): every family in the table of
+//! docs/operator-guide.md ("The image repository"), which a test below
+//! checks against what the registry has, and the process's own
+//! (`process_*`).
 
 use std::sync::Arc;
 
