@@ -13,6 +13,8 @@ use serde::de::DeserializeOwned;
 use toml_edit::{ImDocument, Item, Table, Value};
 use vee_manifest::excerpt::line_col;
 
+pub mod reference;
+
 /// A configuration error: where and why.
 #[derive(Debug, thiserror::Error)]
 #[error("{}{}{}{reason}", file_prefix(.file), location(.at), field_prefix(.field))]
@@ -221,9 +223,23 @@ pub fn size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 }
 
 /// A size in bytes read by [`size`], for optional fields
-/// (`Option<Size>`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// (`Option<Size>`). In a configuration's schema (`#[schemars(with =
+/// "Size")]` on a `u64` read by [`size`]): a string with a unit or a
+/// number of bytes, of format `size` ([`reference`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Size(pub u64);
+
+impl schemars::JsonSchema for Size {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Size".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": ["string", "integer"], "format": reference::SIZE_FORMAT })
+    }
+}
 
 impl<'de> serde::Deserialize<'de> for Size {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -56,11 +56,11 @@ pub use slots::{Refused, Slots};
 
 /// The limits of a daemon's HTTP listener (a `[listener]` table; every
 /// field optional, durations with units, sizes in bytes or with units).
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ListenerLimits {
-    /// Connections at once (default 1024), capped below the descriptor
-    /// limit ([`ListenerLimits::effective`]).
+    /// Connections at once (default 1024), capped below the process's
+    /// limit of open files.
     pub max_connections: usize,
     /// Connections at once from one address (default 128; IPv6 by /64).
     pub max_connections_per_peer: usize,
@@ -77,6 +77,7 @@ pub struct ListenerLimits {
     /// Bytes of a request head (HTTP/1.1) or header list (HTTP/2) at most
     /// (default 16 KiB; at least 8 KiB); larger: 431.
     #[serde(deserialize_with = "size")]
+    #[schemars(with = "crate::config::Size")]
     pub max_header_size: u64,
     /// HTTP/2 streams (calls) at once on one connection (default 100).
     pub max_streams_per_connection: u32,
@@ -87,9 +88,10 @@ pub struct ListenerLimits {
     /// Bytes of a REST request body at most (default 2 MiB; the handler
     /// answers 413 above it).
     #[serde(deserialize_with = "size")]
+    #[schemars(with = "crate::config::Size")]
     pub max_body_size: u64,
     /// Failed authentications an address may make at once before it is
-    /// slowed down (default 10; [`crate::auth_throttle`]).
+    /// slowed down (default 10).
     pub auth_failures_burst: u32,
     /// Then one more attempt per this interval (default 1 s).
     #[serde(deserialize_with = "duration")]

@@ -79,6 +79,36 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 mod tests {
     use super::*;
 
+    /// A binary's `man` and `completions` name that binary, and its man
+    /// page is its own command line's, with its subcommands.
+    #[test]
+    fn the_self_doc_of_a_binary_names_that_binary() {
+        #[derive(clap::Parser)]
+        #[command(name = "veeh")]
+        struct Toy {
+            #[command(subcommand)]
+            cmd: Cmd,
+        }
+        #[derive(clap::Subcommand)]
+        enum Cmd {
+            /// Serve.
+            Serve,
+            #[command(flatten)]
+            Doc(SelfDoc),
+        }
+        let cmd = name_self_doc(<Toy as clap::CommandFactory>::command());
+        let help = cmd.clone().render_long_help().to_string();
+        assert!(help.contains("`veeh man > /usr/share/man/man1/veeh.1`"), "{help}");
+        assert!(help.contains("`source <(veeh completions bash)`"), "{help}");
+        assert!(!help.contains("veem"), "{help}");
+        let mut page = Vec::new();
+        write_self_doc(&SelfDoc::Man, cmd, &mut page).unwrap();
+        let page = String::from_utf8(page).unwrap();
+        assert!(page.starts_with(".ie") || page.contains(".TH veeh 1"), "{page}");
+        assert!(page.contains("veeh\\-serve") || page.contains("serve"), "{page}");
+        assert!(page.contains("veeh man > /usr/share/man/man1/veeh.1"), "{page}");
+    }
+
     #[test]
     fn the_version_names_the_package_and_the_revision() {
         let v = version();
@@ -94,17 +124,43 @@ mod tests {
     }
 }
 
-/// `completions SHELL` and `man`: what every binary prints about itself.
+/// The "Exit status" section of the help of `veeh` and `image-repo`.
+pub const EXIT_STATUS: &str = "Exit status:\n  0  success\n  1  an error (said on standard error)\n  2  a bad command line\n";
+
+/// `completions SHELL` and `man`: what every binary prints about itself
+/// ([`name_self_doc`] names the binary in their help).
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum SelfDoc {
     /// Print the shell completion script for SHELL (bash, zsh, fish,
-    /// elvish, powershell): `source <(veem completions bash)`.
+    /// elvish, powershell).
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff): `veem man > /usr/share/man/man1/veem.1`.
+    /// Print the man page (roff).
     Man,
+}
+
+/// `cmd`, a binary's command line with [`SelfDoc`]'s subcommands, with
+/// their help naming the binary: `source <(veeh completions bash)`,
+/// `veeh man > /usr/share/man/man1/veeh.1`.
+pub fn name_self_doc(cmd: clap::Command) -> clap::Command {
+    let name = cmd.get_name().to_string();
+    cmd.mut_subcommand("completions", |c| {
+        c.about(format!(
+            "Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell): `source <({name} completions bash)`"
+        ))
+    })
+    .mut_subcommand("man", |c| {
+        c.about(format!("Print the man page (roff): `{name} man > /usr/share/man/man1/{name}.1`"))
+    })
+}
+
+/// Parses the process's arguments as `C` over `cmd` (`C`'s command line,
+/// possibly changed, as [`name_self_doc`] does); exits as clap does on a
+/// bad command line (2) and after `--help` or `--version` (0).
+pub fn parse_with<C: clap::FromArgMatches>(cmd: clap::Command) -> C {
+    C::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit())
 }
 
 /// Writes what `doc` asks of `cmd` (the binary's whole command line, from

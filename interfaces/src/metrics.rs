@@ -35,7 +35,7 @@ use crate::connections::ListenerLimits;
 
 /// The `[metrics]` table: where the metrics listener listens and who may
 /// read `/metrics`.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
     /// Address and port (e.g. `"127.0.0.1:9464"`). Plain HTTP unless
@@ -354,6 +354,8 @@ impl Collector for ProcessCollector {
         Ok(())
     }
 }
+
+pub mod reference;
 
 #[cfg(test)]
 mod tests;

@@ -44,7 +44,7 @@ use crate::BlobId;
 /// scope = "provider"                   # or "any"
 /// realm_hosts = ["auth.example.com"]   # its token service, if elsewhere
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryConfig {
     /// `host[:port]`, exactly as image references name the registry.
@@ -72,7 +72,7 @@ pub struct RegistryConfig {
 
 /// Which repositories of a registry a provider may name, since the site's
 /// credentials read them for it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Only those under the provider's own name (`acme/...` for provider

@@ -24,11 +24,14 @@ use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 /// key = "/etc/vee/pki/a1.key"      # its private key
 /// ca = "/etc/vee/pki/veem-ca.crt"  # whose certificates the other end must show
 /// ```
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsFiles {
+    /// This daemon's certificate (PEM file; its chain).
     pub cert: PathBuf,
+    /// The private key of `cert` (PEM file).
     pub key: PathBuf,
+    /// The CA (PEM file) whose certificates the other end must show.
     pub ca: PathBuf,
 }
 
@@ -76,10 +79,13 @@ pub const INSECURE_WARNING: &str =
 /// cert = "/var/lib/vee-lab/pki/site-a/vmi.crt"
 /// key = "/var/lib/vee-lab/pki/site-a/vmi.key"
 /// ```
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SiteIdentity {
+    /// The site's certificate (PEM file; its chain), for the DNS names
+    /// `site_id` and those clients dial.
     pub cert: PathBuf,
+    /// The private key of `cert` (PEM file).
     pub key: PathBuf,
 }
 

@@ -205,7 +205,7 @@ fn default_max_outages() -> u32 {
 
 /// Guarantee levels of H §3.2.2, from weakest to strongest. The order of the
 /// variants is the order of the guarantees (`Background < Full`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum GuaranteeLevel {
     /// Runs only in gaps of the schedule; may be preempted (suspended) at any

@@ -3,7 +3,7 @@ use std::time::Duration;
 use super::*;
 
 const EXAMPLE: &str = include_str!("../../configs/manifests/example.toml");
-const MINIMAL: &str = include_str!("../../configs/manifests/minimal.toml");
+pub(crate) const MINIMAL: &str = include_str!("../../configs/manifests/minimal.toml");
 const ID: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
 /// A valid manifest with two components and one constraint; `edit`

@@ -107,3 +107,126 @@ fn every_manifest_field_is_in_the_manifest_reference() {
     let missing: Vec<&String> = all.iter().filter(|(p, t)| !documented(p, *t)).map(|(p, _)| p).collect();
     assert!(missing.is_empty(), "manifest fields not in docs/manifest-reference.md: {missing:?}");
 }
+
+/// The cells of the row of `key` in the reference's table of defaults and
+/// limits: (default, limits).
+fn defaults_and_limits(reference: &str, key: &str) -> (String, String) {
+    let row = reference
+        .lines()
+        .find(|l| l.starts_with(&format!("| `{key}` |")) || l.starts_with(&format!("| `{key}`, ")))
+        .unwrap_or_else(|| panic!("docs/manifest-reference.md: no row for `{key}` under \"Defaults and limits\""));
+    let cells: Vec<&str> = row.split(" | ").collect();
+    (cells[1].to_string(), cells[2].trim_end_matches(" |").to_string())
+}
+
+/// The reference's table of defaults and limits says what the code does:
+/// each default is the value a manifest that leaves the key out gets, each
+/// limit the constant validation checks against.
+#[test]
+fn the_manifest_reference_states_the_defaults_and_limits_of_the_code() {
+    use crate::cloud_init::{MAX_SSH_KEYS, MAX_SSH_KEY_BYTES, MAX_USER_DATA_BYTES};
+    use crate::elasticity::{MAX_METRIC_LEN, MAX_RULES, MAX_RULE_PERIOD};
+    use crate::image_ref::MAX_IMAGE_REF_BYTES;
+    let reference = include_str!("../../docs/manifest-reference.md");
+    let m = Manifest::from_toml(&format!(
+        "{}\n[[elasticity]]\ncomponent = \"vm\"\nmin = 1\nmax = 2\nmetric = \"cpu_utilization\"\nscale_out_above = 0.7\n",
+        crate::tests::MINIMAL
+    ))
+    .unwrap();
+    let c = &m.components[0];
+    assert_eq!(m.sla.checkpoint_interval, CheckpointInterval::Auto);
+    let (rule_for, cooldown) = (
+        m.elasticity[0].sustained.unwrap_or_default(),
+        m.elasticity[0].cooldown.unwrap_or_default(),
+    );
+    let period = format!("at most {} h", MAX_RULE_PERIOD.as_secs() / 3600);
+    let prefixes = format!("/{} to /{}", NETWORK_PREFIXES.start(), NETWORK_PREFIXES.end());
+    let expected: Vec<(&str, String, String)> = vec![
+        ("service.name", "required".into(), format!("1 to {MAX_NAME_LEN} bytes")),
+        (
+            "sla.checkpoint_interval",
+            "`\"auto\"`".into(),
+            format!("at least {}", humantime::format_duration(MIN_CHECKPOINT_INTERVAL)),
+        ),
+        (
+            "sla.max_outages",
+            m.sla.max_outages.to_string(),
+            format!("at most {MAX_OUTAGES} outages"),
+        ),
+        (
+            "sla.migration",
+            format!("`{}`", m.sla.migration.as_str()),
+            "`none`, `site` or `federation`".into(),
+        ),
+        ("sla.penalty_per_hour", m.sla.penalty_per_hour.to_string(), "at least 0".into()),
+        ("component", "required".into(), format!("1 to {MAX_COMPONENTS} components")),
+        (
+            "component[].instances",
+            c.instances.to_string(),
+            format!("1 to {MAX_INSTANCES} VEEs"),
+        ),
+        ("component[].vcpus", "required".into(), format!("1 to {MAX_VCPUS} vCPUs")),
+        ("component[].memory_mib", "required".into(), format!("1 to {MAX_MEMORY_MIB} MiB")),
+        ("component[].max_vcpus", "`vcpus`".into(), format!("`vcpus` to {MAX_VCPUS} vCPUs")),
+        (
+            "component[].max_memory_mib",
+            "`memory_mib`".into(),
+            format!("`memory_mib` to {MAX_MEMORY_MIB} MiB"),
+        ),
+        ("component[].disk_gib", "required".into(), format!("1 to {MAX_DISK_GIB} GiB")),
+        (
+            "component[].image",
+            "required".into(),
+            format!("at most {MAX_IMAGE_REF_BYTES} bytes"),
+        ),
+        ("component[].cmdline", "none".into(), format!("at most {MAX_CMDLINE_BYTES} bytes")),
+        ("component[].networks", "none".into(), format!("at most {MAX_NETWORKS} networks")),
+        (
+            "component[].user_data",
+            "none".into(),
+            format!("at most {MAX_USER_DATA_BYTES} bytes"),
+        ),
+        (
+            "component[].ssh_authorized_keys",
+            "none".into(),
+            format!("at most {MAX_SSH_KEYS} keys of at most {MAX_SSH_KEY_BYTES} bytes"),
+        ),
+        ("network", "none".into(), format!("at most {MAX_NETWORKS} networks")),
+        ("network[].cidr", "`\"auto\"`".into(), format!("prefix {prefixes}")),
+        ("network[].ports", "none".into(), "required on an external network".into()),
+        ("network[].ports", "none".into(), "refused on an internal one".into()),
+        ("elasticity", "none".into(), format!("at most {MAX_RULES} rules")),
+        ("elasticity[].for", rule_for.as_secs().to_string(), period.clone()),
+        ("elasticity[].cooldown", cooldown.as_secs().to_string(), period),
+        ("elasticity[].metric", "required".into(), format!("at most {MAX_METRIC_LEN} bytes")),
+    ];
+    for (key, default, limit) in expected {
+        let (d, l) = defaults_and_limits(reference, key);
+        assert!(
+            d.starts_with(&default),
+            "docs/manifest-reference.md: `{key}` defaults to {default} in the code; the reference says {d:?}"
+        );
+        assert!(
+            l.contains(&limit),
+            "docs/manifest-reference.md: `{key}`: the code's limit is {limit:?}; the reference says {l:?}"
+        );
+    }
+}
+
+/// What the reference says of ports: required on an external network,
+/// refused on an internal one.
+#[test]
+fn ports_are_required_on_external_networks_and_refused_on_internal_ones() {
+    let with = |kind: &str, ports: &str| {
+        Manifest::from_toml(&format!(
+            "{}\n[[network]]\nname = \"n\"\nkind = \"{kind}\"\n{ports}\n",
+            crate::tests::MINIMAL
+        ))
+    };
+    assert!(with("external", "ports = [80]").is_ok());
+    assert!(with("internal", "").is_ok());
+    let e = with("external", "").unwrap_err().to_string();
+    assert!(e.contains("network[0].ports"), "{e}");
+    let e = with("internal", "ports = [80]").unwrap_err().to_string();
+    assert!(e.contains("only an external network opens ports"), "{e}");
+}

@@ -7,26 +7,28 @@ use interfaces::config::{invalid, Invalid};
 use serde::Deserialize;
 
 /// Which accelerator guests run under.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, serde::Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AccelChoice {
     /// KVM only when /proc/cpuinfo has `vmx` or `svm` (nested KVM without
-    /// them makes no progress: shared/notes/libvirt-lab.md), otherwise TCG.
+    /// them makes no progress), otherwise TCG.
     #[default]
     Auto,
+    /// KVM: hardware virtualisation.
     Kvm,
+    /// TCG: QEMU's emulation (slow, needs no KVM).
     Tcg,
 }
 
 /// Capacity this VEEH offers to its VEEM.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Capacity {
     /// Virtual CPUs.
     pub vcpus: u32,
-    /// Memory in MiB.
+    /// Memory, in MiB.
     pub memory_mib: u64,
-    /// Disk in GiB.
+    /// Disk, in GiB.
     pub disk_gib: u64,
 }
 
@@ -56,7 +58,7 @@ pub struct Capacity {
 /// memory_mib = 1024
 /// disk_gib = 20
 /// ```
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VeehConfig {
     /// Host name, unique within the site; owner mark in domain metadata.
@@ -69,19 +71,21 @@ pub struct VeehConfig {
     /// migrations (defaults to `libvirt_uri`).
     #[serde(default)]
     pub peer_libvirt_uri: Option<String>,
-    /// VHI gRPC listen address.
+    /// Address and port the VHI (gRPC) listens on, e.g. `"0.0.0.0:7101"`.
     pub listen: SocketAddr,
     /// Per-VEE directories (overlays, consoles, records); a relative path
     /// is taken relative to the working directory.
     pub state_dir: PathBuf,
-    /// Image cache (defaults to `state_dir/cache`).
+    /// The image cache's directory (default `state_dir/cache`).
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
-    /// Cache size above which unused images are evicted (LRU), in bytes:
-    /// written with a unit (`"4 GiB"`, the default). The older
-    /// `cache_limit_mib` (a number of MiB) still reads.
+    /// Cache size above which unused images are evicted, least recently
+    /// used first: a size with a unit (`"4 GiB"`, the default) or a
+    /// number of bytes.
     #[serde(default = "default_cache_limit", deserialize_with = "interfaces::config::size")]
+    #[schemars(with = "interfaces::config::Size")]
     pub cache_limit: u64,
+    /// Deprecated: the cache limit in MiB; write `cache_limit`.
     #[serde(default)]
     cache_limit_mib: Option<u64>,
     /// Address the migration and NBD disk streams of incoming migrations
@@ -92,15 +96,19 @@ pub struct VeehConfig {
     /// `migration_address`.
     #[serde(default)]
     pub vtep: Option<String>,
+    /// Which accelerator guests run under (default `auto`).
     #[serde(default)]
     pub accel: AccelChoice,
-    /// Image repository base URL.
+    /// The site's image repository: its base URL (`https://HOST:PORT`), or
+    /// `oci://REGISTRY/NAMESPACE` as the site's VEEM names it.
     pub image_repo: String,
     /// This host's token at the image repository: read from
     /// `image_repo_token_file` (a file others may not read) at start-up,
     /// or given here in clear (with a warning); not both.
     #[serde(default)]
     pub image_repo_token: Option<String>,
+    /// A file whose first line is this host's token at the image
+    /// repository; refused when every user may read it.
     #[serde(default)]
     pub image_repo_token_file: Option<PathBuf>,
     /// The CA (PEM file) of the image repository's certificate, for an
@@ -108,9 +116,10 @@ pub struct VeehConfig {
     #[serde(default)]
     pub image_repo_ca: Option<PathBuf>,
     /// OCI registries this host pulls VEE images from, as the site's VEEM
-    /// names them (`interfaces::registry`: host, CA, credentials).
+    /// names them (`[[registries]]`: host, CA, credentials).
     #[serde(default)]
     pub registries: Vec<interfaces::registry::RegistryConfig>,
+    /// `[capacity]`: what this host offers its VEEM (required).
     pub capacity: Capacity,
     /// The VHI's TLS: this host's certificate (its DNS name is `host`) and
     /// key, and the CA of its site's VEEM certificate: only a VEEM with a
@@ -122,7 +131,7 @@ pub struct VeehConfig {
     #[serde(default)]
     pub insecure: bool,
     /// The HTTP listener of `/metrics` (Prometheus), `/healthz` and
-    /// `/readyz` (`interfaces::metrics`); none: not served.
+    /// `/readyz`; none (the default): not served.
     #[serde(default)]
     pub metrics: Option<interfaces::metrics::MetricsConfig>,
 }
@@ -194,6 +203,8 @@ impl VeehConfig {
     }
 }
 
+#[cfg(test)]
+mod reference;
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use interfaces::metrics::{Exporter, Readiness, Serving};
 use veeh::config::VeehConfig;
 use veeh::host::Host;
@@ -15,7 +15,8 @@ use veeh::server::VhiService;
 #[command(
     name = "veeh",
     version = interfaces::daemon::version(),
-    about = "VEE host: runs VEEs on one host over libvirt and serves the VHI"
+    about = "VEE host: runs VEEs on one host over libvirt and serves the VHI",
+    after_long_help = interfaces::daemon::EXIT_STATUS
 )]
 struct Cli {
     #[command(subcommand)]
@@ -47,10 +48,10 @@ const VHI_SERVICE: &str = "vhi.v1.VhiService";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    match Cli::parse().cmd {
+    let command = || interfaces::daemon::name_self_doc(Cli::command());
+    match interfaces::daemon::parse_with::<Cli>(command()).cmd {
         Cmd::Doc(doc) => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            interfaces::daemon::write_self_doc(&doc, cmd, &mut std::io::stdout())?;
+            interfaces::daemon::write_self_doc(&doc, command(), &mut std::io::stdout())?;
         }
         Cmd::Serve { config, log_format } => {
             interfaces::daemon::init_logging(log_format, "info");

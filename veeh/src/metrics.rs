@@ -1,12 +1,7 @@
 //! The VEEH's Prometheus metrics (`[metrics]` in its configuration,
-//! served by `interfaces::metrics`):
-//!
-//! | metric | type | unit | labels |
-//! |---|---|---|---|
-//! | `veeh_libvirt_call_duration_seconds` | histogram | seconds | `call`: the hypervisor operation (`create`, `destroy`, `suspend`, `resume`, `live_snapshot`, `restore`, `migrate`, ...) |
-//! | `veeh_domains` | gauge | domains | `state`: `running`, `paused`, `shutoff`, `crashed`, `other` |
-//!
-//! and the process's own (`process_*`). The label values are fixed sets:
+//! served by `interfaces::metrics`): every family in the table of
+//! docs/operator-guide.md ("A VEE host"), which a test below checks
+//! against what [`HostMetrics::register`] adds, and the process's own (`process_*`). The label values are fixed sets:
 //! operations are this crate's names, states libvirt's, mapped.
 
 use std::time::Duration;
@@ -105,5 +100,20 @@ mod tests {
         text.clear();
         prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
         assert!(text.contains("domains{state=\"running\"} 0"), "{text}");
+    }
+
+    /// The operator guide's table of the VEEH's metrics is what a scrape
+    /// shows: every family registered, with its type and labels.
+    #[test]
+    fn the_operator_guides_veeh_metrics_are_the_registered_ones() {
+        let m = HostMetrics::default();
+        m.libvirt_call("create", Duration::from_millis(20));
+        m.set_domains(["running"]);
+        let mut r = Registry::default();
+        m.register(r.sub_registry_with_prefix("veeh"));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operator-guide.md");
+        interfaces::metrics::reference::check(&doc, "### A VEE host (`veeh_`)", &text);
     }
 }

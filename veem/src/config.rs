@@ -29,7 +29,7 @@ pub use store::{EngineKind, StoreConfig};
 pub use web::WebConfig;
 
 /// One VEEH of the site.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HostEntry {
     /// Host name (as the VEEH's own config names it).
@@ -42,14 +42,16 @@ pub struct HostEntry {
 }
 
 /// Who a token speaks for.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case", tag = "role", content = "name")]
 pub enum Role {
-    /// A service provider: sees and manages only its own services.
+    /// A service provider, its ID as `name`: sees and manages only its
+    /// own services.
     Provider(String),
     /// The site's operator: sees everything, approves migrations.
     Operator,
-    /// A peer site's VEEM under a framework agreement: peer calls only.
+    /// A peer site's VEEM under a framework agreement, the peer's site ID
+    /// as `name`: peer calls only.
     Peer(String),
 }
 
@@ -68,13 +70,17 @@ impl std::fmt::Display for Role {
 /// A bearer token and its role. The token is given as its SHA-256
 /// (`token_sha256`, hex: `veem hash-token`), so that the configuration at
 /// rest does not hold it; `token` in clear is still read, with a warning.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenEntry {
+    /// The token in clear (warned at start); give `token_sha256` instead.
     #[serde(default)]
     pub token: Option<String>,
+    /// The token's SHA-256, 64 hex digits (`veem hash-token`).
     #[serde(default)]
     pub token_sha256: Option<String>,
+    /// Whom the token speaks for: `role` and, for a provider or a peer,
+    /// `name` (the provider's ID, the peer's site ID).
     #[serde(flatten)]
     pub role: Role,
 }
@@ -97,19 +103,26 @@ impl TokenEntry {
 /// external_pool = "192.0.2.0/24"  # external addresses (none: no external networks)
 /// mtu = 1450                      # the guests' MTU (VXLAN over a 1500-byte underlay)
 /// ```
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkPool {
+    /// Where the subnets of `cidr = "auto"` networks are taken from (an
+    /// IPv4 CIDR; default `10.240.0.0/12`).
     #[serde(default = "default_network_pool")]
+    #[schemars(with = "String")]
     pub pool: ipnet::Ipv4Net,
-    /// Prefix of an auto subnet, /16 to /29 and inside `pool`.
+    /// Prefix length of an auto subnet: 16 to 29, and inside `pool`
+    /// (default 24).
     #[serde(default = "default_subnet_prefix")]
     pub subnet_prefix: u8,
-    /// Addresses the site gives instances on external networks; `None`:
-    /// a manifest with an external network is refused.
+    /// Addresses (an IPv4 CIDR) the site gives instances on external
+    /// networks; none (the default): a manifest with an external network
+    /// is refused.
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     pub external_pool: Option<ipnet::Ipv4Net>,
-    /// MTU of the guests' NICs (bytes).
+    /// MTU of the guests' NICs, in bytes: 576 to 9000 (default 1450, for
+    /// VXLAN over a 1500-byte underlay).
     #[serde(default = "default_mtu")]
     pub mtu: u32,
 }
@@ -136,16 +149,20 @@ fn default_mtu() -> u32 {
 }
 
 /// `veem serve --config FILE`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VeemConfig {
     /// Test builds only (feature `failpoints`): failpoints to arm
     /// ([`crate::failpoints`]); unknown to any other build.
     #[cfg(feature = "failpoints")]
     #[serde(default)]
+    #[schemars(skip)]
     pub failpoints: Option<String>,
+    /// This site's ID: the name its peers, its image repository and its
+    /// VEEHs know it by, and the DNS name of its VMI certificate.
     pub site_id: String,
-    /// VMI gRPC listen address.
+    /// Address and port the VMI (gRPC and REST) listens on, e.g.
+    /// `"0.0.0.0:7100"`.
     pub listen: SocketAddr,
     /// The VMI URL clients and peers reach this VEEM at, which a standby
     /// of the site tells them when it names its leader (etcd; default
@@ -154,34 +171,37 @@ pub struct VeemConfig {
     /// member or a peer is on another machine.
     #[serde(default)]
     pub advertise: Option<String>,
-    /// sled database directory (`[store] engine = "sled"`, the default).
+    /// The sled database's directory: required with `[store] engine =
+    /// "sled"` (the default), unused with etcd.
     #[serde(default)]
     pub db: PathBuf,
     /// Where the records are kept: sled at `db`, or the site's etcd
     /// cluster (`[store]`).
     #[serde(default)]
     pub store: StoreConfig,
-    /// Image repository base URL.
+    /// The site's image repository: its base URL (`https://HOST:PORT`), or
+    /// `oci://REGISTRY/NAMESPACE` for an OCI registry of `[[registries]]`.
     pub image_repo: String,
     /// This site's token at the image repository: read from
     /// `image_repo_token_file` (a file only the VEEM may read) at
     /// start-up, or given here in clear (with a warning); not both.
     #[serde(default)]
     pub image_repo_token: Option<String>,
+    /// A file whose first line is this site's token at the image
+    /// repository; refused when every user may read it.
     #[serde(default)]
     pub image_repo_token_file: Option<PathBuf>,
     /// The CA (PEM file) of the image repository's certificate, for an
     /// `https://` `image_repo`.
     #[serde(default)]
     pub image_repo_ca: Option<PathBuf>,
-    /// OCI registries the site trusts (`interfaces::registry`: host, CA,
+    /// OCI registries the site trusts (`[[registries]]`: host, CA,
     /// credentials, scope): a manifest may name a VEE image there as
     /// `REGISTRY/REPOSITORY@sha256:...` or `:TAG`. The site's VEEHs list
     /// the same registries.
     #[serde(default)]
     pub registries: Vec<interfaces::registry::RegistryConfig>,
-    /// Checkpoint replication (issue 39, one repository per site): when
-    /// true, the blobs of a checkpoint a peer site may restore are pushed
+    /// Checkpoint replication (one repository per site): when true, the blobs of a checkpoint a peer site may restore are pushed
     /// to that peer's own repository (the image repository's `[[peers]]`)
     /// before the checkpoint counts for it: a checkpoint taken here of a
     /// VEE run for a peer, to its primary site; a checkpoint a VEE is
@@ -193,16 +213,20 @@ pub struct VeemConfig {
     /// Checkpoints kept per VEE (at least 1; default 3): when one more is
     /// recorded, the oldest beyond these are forgotten and their blobs
     /// unpinned, so that the image repository's garbage collection may
-    /// take them (issue 39). The latest is always kept.
+    /// take them. The latest is always kept.
     #[serde(default = "default_checkpoints_kept")]
     pub checkpoints_kept: usize,
-    /// packing | striping | load-aware (OpenNebula's rank policies).
+    /// How placement ranks hosts (OpenNebula's rank policies): `packing`
+    /// (the default; most loaded host first, to use as few hosts as
+    /// possible), `striping` (least loaded first, to spread VEEs) or
+    /// `load-aware` (lowest measured load first).
     #[serde(default = "default_rank")]
     pub rank_policy: String,
     /// Time between heartbeats to each VEEH (at least 1 s; default 2 s).
     #[serde(default = "default_heartbeat", alias = "heartbeat_interval_s", deserialize_with = "duration")]
     pub heartbeat_interval: Duration,
-    /// Missed heartbeats after which a host is declared failed.
+    /// Heartbeats missed in a row after which a host is declared failed
+    /// (at least 1; default 3).
     #[serde(default = "default_misses")]
     pub heartbeat_miss_limit: u32,
     /// Time between usage metering rounds (default 10 s).
@@ -221,19 +245,19 @@ pub struct VeemConfig {
     /// least two slots).
     #[serde(default = "default_horizon", deserialize_with = "duration")]
     pub planning_horizon: Duration,
-    /// How long a VEE takes to start (image pull, domain definition, boot;
-    /// H §3.4.1 t_initnew): its reservation starts this much before its
+    /// How long a VEE takes to start (image pull, domain definition,
+    /// boot): its reservation starts this much before its
     /// window and it is deployed then, so that it runs when the window
     /// opens (default 30 s).
     #[serde(default = "default_init_overhead", deserialize_with = "duration")]
     pub init_overhead: Duration,
     /// How long a stop waits for the guest to shut down (guest agent or
-    /// ACPI) before the domain is destroyed (H §3.4.1 t_deinit);
-    /// reservations hold their host this much after the window (default
-    /// 30 s: a stock Debian 12 systemd guest takes about 8 s under TCG;
-    /// Nova waits 60 s).
+    /// ACPI) before the domain is destroyed; reservations hold their host
+    /// this much after the window (default 30 s: a stock Debian 12 systemd
+    /// guest takes about 8 s under TCG).
     #[serde(default = "default_stop_timeout", deserialize_with = "duration")]
     pub stop_timeout: Duration,
+    /// The site's VEEHs (`[[hosts]]`, one table each); none by default.
     #[serde(default)]
     pub hosts: Vec<HostEntry>,
     /// How the VEEM calls its VEEHs over TLS: its client certificate and
@@ -254,39 +278,51 @@ pub struct VeemConfig {
     #[serde(default)]
     pub listener: interfaces::connections::ListenerLimits,
     /// The metrics listener (`[metrics]`: `/metrics` for Prometheus,
-    /// `/healthz`, `/readyz`; `crate::api::metrics`); none: not served.
+    /// `/healthz`, `/readyz`); none (the default): not served.
     #[serde(default)]
     pub metrics: Option<interfaces::metrics::MetricsConfig>,
-    /// The web console (`[web]`: HTTPS with `[tls]`); none: not served.
+    /// The web console (`[web]`: HTTPS with `[tls]`); none (the default):
+    /// not served.
     #[serde(default)]
     pub web: Option<WebConfig>,
     /// Allow plaintext: the VMI without `[tls]`, `http://` host and peer
     /// endpoints (unauthenticated hosts and peers; logged at every start).
     #[serde(default)]
     pub insecure: bool,
+    /// The bearer tokens callers present (`[[tokens]]`), each with its
+    /// role; none by default.
     #[serde(default)]
     pub tokens: Vec<TokenEntry>,
     /// The digests of `tokens`, made once, at the first call ([`VeemConfig::role_of`]).
     #[serde(skip)]
     token_digests: std::sync::OnceLock<Vec<[u8; 32]>>,
+    /// Peer sites (`[[peers]]`): where each is, the token presented there,
+    /// the framework agreement; none by default (the site works alone).
     #[serde(default)]
     pub peers: Vec<PeerEntry>,
+    /// `[migration]`: which migrations run without an operator's approval,
+    /// and the bandwidth of live migrations.
     #[serde(default)]
     pub migration: MigrationPolicy,
+    /// `[proposals]`: the migrations the planner proposes by itself.
     #[serde(default)]
     pub proposals: ProposalPolicy,
+    /// `[recovery]`: how hard the VEEM tries to restore the VEEs of a
+    /// failed host.
     #[serde(default)]
     pub recovery: RecoveryPolicy,
+    /// `[networks]`: where service networks' subnets and external
+    /// addresses come from.
     #[serde(default)]
     pub networks: NetworkPool,
     /// `[usage_limits.NAME]`: the usage SLA of a service provider or of a
-    /// peer site (D §3.3), checked when a service is negotiated or
+    /// peer site, checked when a service is negotiated or
     /// admitted. Consumers not named here have no limit.
     #[serde(default)]
     pub usage_limits: BTreeMap<String, UsageLimitEntry>,
 }
 
-/// A consumer's usage SLA as the configuration states it (D §3.3). Limits
+/// A consumer's usage SLA as the configuration states it. Limits
 /// are absolute amounts (`{ vcpus, memory_mib, disk_gib }`, all three
 /// required); windows are durations.
 ///
@@ -302,21 +338,29 @@ pub struct VeemConfig {
 /// burst_limit = { vcpus = 8, memory_mib = 16384, disk_gib = 200 }
 /// burst = "1h"
 /// ```
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case", tag = "kind", deny_unknown_fields)]
 pub enum UsageLimitEntry {
     /// Hard limit on what the consumer holds at once.
-    Fixed { limit: Resources },
+    Fixed {
+        /// What the consumer may hold (`{ vcpus, memory_mib, disk_gib }`).
+        limit: Resources,
+    },
     /// Limit enforced only when the site has no room for the request.
-    Extensible { limit: Resources },
+    Extensible {
+        /// What the consumer may hold (`{ vcpus, memory_mib, disk_gib }`).
+        limit: Resources,
+    },
     /// Epoch and burst limits on the consumer's metered average usage.
     Commitment {
+        /// The average usage allowed over `epoch`.
         epoch_limit: Resources,
-        /// T_epoch.
+        /// The long window (T_epoch, a duration; at least 1 s).
         #[serde(alias = "epoch_s", deserialize_with = "duration")]
         epoch: Duration,
+        /// The average usage allowed over `burst`.
         burst_limit: Resources,
-        /// T_burst.
+        /// The short window (T_burst, a duration; at least 1 s).
         #[serde(alias = "burst_s", deserialize_with = "duration")]
         burst: Duration,
     },
@@ -588,5 +632,7 @@ impl VeemConfig {
     }
 }
 
+#[cfg(test)]
+mod reference;
 #[cfg(test)]
 mod tests;

@@ -3,12 +3,11 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use veem::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     // Usage errors exit with 2 here (clap); `--help`/`--version` with 0.
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     let serve = matches!(cli.command, Command::Serve { .. });
     if let Command::Serve { log_format, .. } = cli.command {
         // Daemon logs on stderr; RUST_LOG overrides the filter.

@@ -88,10 +88,7 @@ pub async fn run(command: Command) -> Result<()> {
             println!("{}", interfaces::tokens::digest_hex(token.trim()));
             Ok(())
         }
-        Command::Doc(doc) => {
-            let cmd = <super::Cli as clap::CommandFactory>::command();
-            Ok(interfaces::daemon::write_self_doc(&doc, cmd, &mut std::io::stdout())?)
-        }
+        Command::Doc(doc) => Ok(interfaces::daemon::write_self_doc(&doc, super::command(), &mut std::io::stdout())?),
     }
 }
 

@@ -16,7 +16,12 @@ use interfaces::BlobId;
 
 /// Content-addressed repository of VEE images, kernels, initrds and checkpoints.
 #[derive(Debug, Parser)]
-#[command(name = "image-repo", version = interfaces::daemon::version(), about)]
+#[command(
+    name = "image-repo",
+    version = interfaces::daemon::version(),
+    about,
+    after_long_help = interfaces::daemon::EXIT_STATUS
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -277,10 +282,16 @@ fn parse_kind(s: &str) -> Result<BlobKind, String> {
     s.parse()
 }
 
+/// The `image-repo` command line (what `--help`, the man page and the
+/// completions show).
+pub fn command() -> clap::Command {
+    interfaces::daemon::name_self_doc(<Cli as clap::CommandFactory>::command())
+}
+
 /// Parses the command line, runs it and returns the exit code (0 on
 /// success, 1 on error, 2 on bad usage). Errors are printed to stderr.
 pub async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = interfaces::daemon::parse_with(command());
     match &cli.command {
         Command::Serve(a) => interfaces::daemon::init_logging(a.log_format, "info"),
         _ => interfaces::daemon::init_logging(interfaces::daemon::LogFormat::Text, "warn"),

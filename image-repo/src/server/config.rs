@@ -47,7 +47,7 @@ use interfaces::repo_client::types::{validate_pin, MAX_PINS};
 use serde::Deserialize;
 
 /// What a token speaks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
     /// Reads and manages every blob; marks blobs public.
@@ -77,29 +77,35 @@ pub const DEFAULT_HEADER_SIZE: u64 = 64 << 10;
 pub const MIN_HEADER_SIZE: u64 = interfaces::repo_client::protocol::MAX_META_QUERY_LEN as u64 + 8192;
 
 /// Server configuration. See the module documentation for the file format.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Address to listen on.
+    /// Address and port to listen on (default `127.0.0.1:7480`; port 0
+    /// picks a free port).
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
-    /// Data directory (created if missing).
+    /// Data directory (created if missing): `blobs/` and the metadata
+    /// database live there.
     pub data: PathBuf,
     /// The operator's token: reads and manages every blob. Read from
     /// `token_file` (a file only the daemon may read) at start-up, or
     /// given here in clear (with a warning); exactly one of the two.
     #[serde(default)]
     pub token: String,
+    /// A file whose first line is the operator's token; refused when
+    /// every user may read it.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
-    /// The tokens of sites and service providers.
+    /// The tokens of sites and service providers (`[[tokens]]`); none by
+    /// default.
     #[serde(default)]
     pub tokens: Vec<TokenEntry>,
     /// Digests of `token` then of each of `tokens`, made by `validate`.
     #[serde(skip)]
     pub(super) digests: Vec<[u8; 32]>,
     /// Quota: most bytes of content stored in all (`"500 GB"`; the older
-    /// `max_bytes`, a number of bytes, still reads); `None` for no quota.
+    /// `max_bytes`, a number of bytes, still reads); none (the default):
+    /// no quota.
     #[serde(default, alias = "max_bytes")]
     pub max_size: Option<Size>,
     /// Free space kept on the data disk (`"64 MiB"`, the default; the older
@@ -109,7 +115,7 @@ pub struct Config {
     pub reserve: Size,
     /// Connections served at once; a newcomer takes the slot of an idle
     /// connection (no request in flight) of the address holding the most,
-    /// and is refused only when every slot is busy.
+    /// and is refused only when every slot is busy (default 512).
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// How long a client has for its TLS handshake and to send each
@@ -162,7 +168,7 @@ pub struct Config {
     #[serde(default)]
     pub listener: ListenerLimits,
     /// The metrics listener (`[metrics]`: `/metrics` for Prometheus,
-    /// `/healthz`, `/readyz`; `interfaces::metrics`); none: not served.
+    /// `/healthz`, `/readyz`); none (the default): not served.
     #[serde(default)]
     pub metrics: Option<interfaces::metrics::MetricsConfig>,
     /// How long a stop (SIGTERM) lets the requests in flight finish before
@@ -172,7 +178,7 @@ pub struct Config {
     /// The repositories of peer sites (`[[peers]]`): a blob this one lacks
     /// is fetched from them by digest for its site's VEEM and VEEHs
     /// (pull-through, verified by its hash), and checkpoints are pushed to
-    /// them (`replicate`). Issue 39: one repository per site.
+    /// them (replication). None by default.
     #[serde(default)]
     pub peers: Vec<PeerEntry>,
     /// TLS: the server's certificate and key. Without it the server speaks
@@ -185,7 +191,7 @@ pub struct Config {
 }
 
 /// A caller's bearer token (`[[tokens]]`).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenEntry {
     /// The site ID or provider ID the token speaks for.
@@ -201,7 +207,7 @@ pub struct TokenEntry {
 }
 
 /// A peer site's repository (`[[peers]]`).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PeerEntry {
     /// The peer's site ID: the name its own VEEM and VEEHs have in its
@@ -212,12 +218,12 @@ pub struct PeerEntry {
     /// The CA of its certificate (PEM), for an `https://` URL.
     #[serde(default)]
     pub ca: Option<PathBuf>,
-    /// This site's token at the peer's repository (the framework
-    /// agreement's credential), in a file (its first line; refused when
-    /// every user may read it)...
+    /// A file whose first line is this site's token at the peer's
+    /// repository (the framework agreement's credential); refused when
+    /// every user may read it. Exactly one of `token_file` and `token`.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
-    /// ... or in clear (warned at start).
+    /// That token in clear (warned at start).
     #[serde(default)]
     pub token: Option<String>,
 }
@@ -236,10 +242,12 @@ impl PeerEntry {
 }
 
 /// A server's certificate (chain) and private key, PEM files.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerTls {
+    /// The server's certificate (PEM file; its chain).
     pub cert: PathBuf,
+    /// The private key of `cert` (PEM file).
     pub key: PathBuf,
 }
 
@@ -468,5 +476,7 @@ impl Config {
     }
 }
 
+#[cfg(test)]
+mod reference;
 #[cfg(test)]
 mod tests;

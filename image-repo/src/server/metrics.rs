@@ -1,15 +1,8 @@
 //! The repository's Prometheus metrics (`[metrics]` in its configuration,
-//! served by `interfaces::metrics`):
-//!
-//! | metric | type | unit | labels |
-//! |---|---|---|---|
-//! | `image_repo_received_bytes_total` | counter | bytes | — (blobs stored: uploads and pull-throughs) |
-//! | `image_repo_sent_bytes_total` | counter | bytes | — (blob content sent, ranges included) |
-//! | `image_repo_blobs` | gauge | blobs | — |
-//! | `image_repo_stored_bytes` | gauge | bytes | — |
-//! | `image_repo_verification_failures_total` | counter | failures | `source`: `upload` (content that did not hash to its digest) or `peer` (a pull-through from a peer that did not verify) |
-//!
-//! and the process's own (`process_*`).
+//! served by `interfaces::metrics`): every family in the table of
+//! docs/operator-guide.md ("The image repository"), which a test below
+//! checks against what the registry has, and the process's own
+//! (`process_*`).
 
 use std::sync::Arc;
 
@@ -80,5 +73,28 @@ impl RepoMetrics {
             Some(refresh),
             Arc::new(|| Ok(())),
         )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The operator guide's table of the repository's metrics is what a
+    /// scrape shows: every family registered, with its type and labels.
+    #[test]
+    fn the_operator_guides_image_repo_metrics_are_the_registered_ones() {
+        let m = RepoMetrics::default();
+        m.received_bytes.inc_by(10);
+        m.sent_bytes.inc_by(10);
+        m.verification_failed("upload");
+        m.blobs.set(1);
+        m.stored_bytes.set(10);
+        let mut r = Registry::default();
+        m.register(r.sub_registry_with_prefix("image_repo"));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operator-guide.md");
+        interfaces::metrics::reference::check(&doc, "### The image repository (`image_repo_`)", &text);
     }
 }

@@ -148,3 +148,45 @@ async fn with_a_certificate_metrics_are_served_over_https_only() {
     assert!(plain.is_err(), "{plain:?}");
     serving.stop().await;
 }
+
+/// The operator guide's table of the process's own metrics is what every
+/// daemon's scrape has of them.
+#[test]
+fn the_operator_guides_process_metrics_are_the_process_collectors() {
+    let ready: Readiness = Arc::new(|| Ok(()));
+    let x = Exporter::new(&config(false), "none", |_| {}, None, ready).unwrap();
+    let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operator-guide.md");
+    reference::check(&doc, "### Every daemon (`process_`)", &x.scrape());
+}
+
+#[test]
+fn a_metrics_table_differs_when_a_metric_type_or_label_does() {
+    let scrape = "# HELP a_calls Calls.\n# TYPE a_calls counter\na_calls_total{peer=\"x\"} 1\n\
+                  # HELP a_took Time.\n# TYPE a_took_seconds histogram\n# UNIT a_took_seconds seconds\n\
+                  a_took_seconds_bucket{call=\"y\",le=\"1\"} 1\na_took_seconds_count{call=\"y\"} 1\n\
+                  # HELP a_up Up.\n# TYPE a_up gauge\n";
+    let scraped = reference::scraped(scrape);
+    let doc = "### a\n\n| metric | type | unit | labels | what |\n|---|---|---|---|---|\n\
+               | `a_calls_total` | counter | calls | `peer` | calls |\n\
+               | `a_took_seconds` | histogram | seconds | `call` | time |\n\
+               | `a_up` | gauge | 0/1 | `host` | up |\n";
+    // a_up has no sample: its labels are unknown, not wrong.
+    assert_eq!(
+        reference::differences(&reference::documented(doc, "### a"), &scraped),
+        Vec::<String>::new()
+    );
+    let wrong = doc
+        .replace("| counter |", "| gauge |")
+        .replace("`call`", "`kind`")
+        .replace("`a_up`", "`a_down`");
+    let problems = reference::differences(&reference::documented(&wrong, "### a"), &scraped);
+    assert_eq!(
+        problems,
+        [
+            "`a_calls_total` is a counter, documented as a gauge",
+            "`a_took_seconds` has the labels {\"call\"}, documented as {\"kind\"}",
+            "`a_up` (gauge) is registered and not documented",
+            "`a_down` is documented and not registered",
+        ]
+    );
+}

@@ -3,15 +3,9 @@
 //! (the VEE records, the planner's current slot, the hosts' health), over
 //! `interfaces::metrics` (`/metrics`, `/healthz`, `/readyz`).
 //!
-//! | gauge | unit | labels |
-//! |---|---|---|
-//! | `veem_leader` | 1 or 0 | — (1: this VEEM acts for its site; a standby shows 0 and no site gauges) |
-//! | `veem_vees` | VEEs | `state` (the VEE state machine's), `guarantee` (`background`, `legacy`, `standard`, `enhanced`, `full`) |
-//! | `veem_host_up` | 1 or 0 | `host` |
-//! | `veem_host_vcpus`, `veem_host_reserved_vcpus`, `veem_host_free_vcpus` | vCPUs | `host` (capacity, reserved in the current slot, the difference) |
-//! | `veem_host_memory_bytes`, `veem_host_reserved_memory_bytes`, `veem_host_free_memory_bytes` | bytes | `host` |
-//! | `veem_host_vees` | VEEs | `host` (placed there and live) |
-//! | `veem_last_migration_downtime_seconds` | seconds | `vee` (a live VEE's last migration made by this VEEM process) |
+//! Every family, with its type and labels, is in the table of
+//! docs/operator-guide.md ("The VEE manager"), which a test checks against
+//! a scrape.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;

@@ -7,18 +7,13 @@
 //! document per command with `--output json`. Timestamps are printed as
 //! RFC3339.
 //!
-//! Exit codes (see [`exit`]): 0 success, 1 error (connection failure, a
-//! VEE or migration that ended in failure, any other gRPC status), 2 usage
-//! error, 3 negotiation ended in a counter-offer, 4 refused (the manifest
-//! rejected, or the VEEM refused the request), 5 invalid input (a manifest
-//! that does not parse or validate, checked before anything is sent; a
-//! field the VEEM found invalid), 6 timed out (`--wait --timeout`, or a
-//! request past `--request-timeout`).
+//! Exit codes: [`exit`], listed by `veem --help`.
 
 mod client;
 mod commands;
 pub mod console;
 pub mod context;
+mod definition;
 mod lookup;
 mod output;
 mod pages;
@@ -36,48 +31,7 @@ use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 pub use client::{connect, AuthInterceptor, Deadlines, VmiServiceClient};
 
-/// Process exit codes of the `veem` command.
-pub mod exit {
-    /// The command succeeded (negotiation: accepted).
-    pub const OK: u8 = 0;
-    /// A gRPC error, a connection failure, an unreadable file, or a
-    /// migration that ended in any state but `done`.
-    pub const ERROR: u8 = 1;
-    /// Bad command line (reported by clap).
-    pub const USAGE: u8 = 2;
-    /// Negotiation ended in a counter-offer.
-    pub const COUNTER_OFFER: u8 = 3;
-    /// Refused: negotiation or Deploy rejected the manifest, or the VEEM
-    /// refused the request (gRPC FailedPrecondition, PermissionDenied,
-    /// AlreadyExists, ResourceExhausted).
-    pub const REJECT: u8 = 4;
-    /// Invalid input: a manifest that does not parse or validate (checked
-    /// before anything is sent), or a field the VEEM found invalid (gRPC
-    /// InvalidArgument).
-    pub const INVALID: u8 = 5;
-    /// Timed out: `--wait` ran past `--timeout`, or a request past
-    /// `--request-timeout` (gRPC DeadlineExceeded).
-    pub const TIMEOUT: u8 = 6;
-
-    /// The exit code of a failed command's error.
-    pub fn of(e: &anyhow::Error) -> u8 {
-        use tonic::Code::*;
-        match e.chain().find_map(|c| c.downcast_ref::<tonic::Status>()).map(|s| s.code()) {
-            Some(InvalidArgument) => INVALID,
-            Some(FailedPrecondition | PermissionDenied | AlreadyExists | ResourceExhausted) => REJECT,
-            Some(DeadlineExceeded) => TIMEOUT,
-            _ if e.chain().any(|c| c.is::<super::TimedOut>()) => TIMEOUT,
-            _ if e.chain().any(|c| {
-                c.is::<interfaces::manifest::Error>()
-                    || matches!(c.downcast_ref::<interfaces::Error>(), Some(interfaces::Error::Manifest(_)))
-            }) =>
-            {
-                INVALID
-            }
-            _ => ERROR,
-        }
-    }
-}
+pub mod exit;
 
 /// `--wait` ran past `--timeout` (exit code [`exit::TIMEOUT`]).
 #[derive(Debug, thiserror::Error)]
@@ -108,7 +62,8 @@ pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7200";
 #[command(
     name = "veem",
     version = interfaces::daemon::version(),
-    about = "VEE manager: run the daemon, or manage services, VEEs and migrations through the VMI"
+    about = "VEE manager: run the daemon, or manage services, VEEs and migrations through the VMI",
+    after_long_help = exit::help()
 )]
 pub struct Cli {
     /// Options shared by all client subcommands.
@@ -433,7 +388,7 @@ pub enum Command {
     /// Operator: the site's hosts with health, capacity, reservations now
     /// and VEE count.
     Hosts,
-    /// Usage SLAs (D §3.3) and what is held now: the caller's own, or every
+    /// Usage SLAs and what is held now: the caller's own, or every
     /// consumer's for the operator.
     Limits,
     /// SLA violations and penalties of one service, or of all the caller's
@@ -510,7 +465,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             }
         },
         Command::Doc(ref doc) => {
-            let cmd = <Cli as clap::CommandFactory>::command();
+            let cmd = Cli::definition();
             match interfaces::daemon::write_self_doc(doc, cmd, &mut std::io::stdout()) {
                 Ok(()) => exit::OK,
                 Err(e) => {

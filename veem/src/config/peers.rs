@@ -6,20 +6,22 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-/// What a framework agreement with a peer allows (E Ch 3.4).
-#[derive(Clone, Debug, Deserialize)]
+/// What a framework agreement with a peer allows.
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Agreement {
-    /// vCPUs the peer accepts from us at most.
+    /// vCPUs the peer accepts from this site at most (default: no
+    /// limit).
     #[serde(default = "big")]
     pub max_vcpus: u32,
-    /// Memory in MiB the peer accepts from us at most.
+    /// Memory the peer accepts from this site at most, in MiB (default:
+    /// no limit).
     #[serde(default = "big64")]
     pub max_memory_mib: u64,
-    /// Guarantee levels the peer accepts (empty = all).
+    /// Guarantee levels the peer accepts (default: empty, all of them).
     #[serde(default)]
     pub guarantee_levels: Vec<interfaces::manifest::GuaranteeLevel>,
-    /// Price per VEE-hour, used to choose among peers.
+    /// Price per VEE-hour (default 0), used to choose among peers.
     #[serde(default)]
     pub price_per_vee_hour: f64,
 }
@@ -32,9 +34,10 @@ fn big64() -> u64 {
 }
 
 /// A peer site.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PeerEntry {
+    /// The peer's site ID; its VEEM's certificate must be for it.
     pub site_id: String,
     /// The peer VEEM's VMI endpoint; for a peer site whose VEEMs are
     /// several (a leader and standbys over etcd), their endpoints
@@ -45,6 +48,8 @@ pub struct PeerEntry {
     /// (with a warning). Exactly one of the two.
     #[serde(default)]
     pub token: String,
+    /// A file whose first line is the token this site presents to the
+    /// peer; refused when every user may read it.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
     /// The peer's CA (PEM file): its VEEM's certificate, as a server and as
@@ -60,6 +65,8 @@ pub struct PeerEntry {
     /// ID).
     #[serde(default)]
     pub region: Option<String>,
+    /// `[peers.agreement]`: what the framework agreement with the peer
+    /// allows (required; every field has a default, so it may be empty).
     pub agreement: Agreement,
     /// The overlay agreed with the peer (`[peers.overlay]`): without it a
     /// VEE on service networks never goes there, nor comes from there.
@@ -86,10 +93,10 @@ impl PeerEntry {
     }
 }
 
-/// How service networks stretch between this site and a peer (E PIII §II:
-/// overlay networks spanning sites; docs/provider-guide.md "Overlay across sites"): VXLAN
+/// How service networks stretch between this site and a peer
+/// (docs/provider-guide.md "Overlay across sites"): VXLAN
 /// with the primary site's VNIs, between the two sites' VTEPs.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Overlay {
     /// The peer's VTEP (IPv4): where this site sends the frames of its

@@ -7,25 +7,25 @@ use interfaces::retry::RetryPolicy;
 use serde::Deserialize;
 
 /// Which migrations run without an operator's approval.
-#[derive(Clone, Debug, Deserialize, Default)]
+#[derive(Clone, Debug, Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MigrationPolicy {
     /// The planner's reasons (`failure-risk`, `sla-at-risk`,
     /// `consolidation`) whose proposals run at once; everything else, and
     /// every proposal a caller makes whatever its reason, waits for an
-    /// operator.
+    /// operator. Default: none.
     #[serde(default)]
     pub auto_approve: Vec<String>,
-    /// Bandwidth limit of live migrations in MiB/s (0 = unlimited).
+    /// Bandwidth limit of each live migration, in MiB/s (default 0:
+    /// unlimited).
     #[serde(default)]
     pub bandwidth_mib_s: u64,
 }
 
-/// `[proposals]`: migrations the planner proposes by itself (see
-/// `crate::proposals`). Whether they run at once or wait for an operator is
+/// `[proposals]`: migrations the planner proposes by itself. Whether they run at once or wait for an operator is
 /// `[migration] auto_approve` (reasons `failure-risk`, `sla-at-risk`,
 /// `consolidation`).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProposalPolicy {
     /// Time between two proposal passes (at least 1 s; default 10 s).
@@ -69,10 +69,10 @@ fn default_hold() -> Duration {
 }
 
 /// `[recovery]`: how hard the VEEM tries to restore a VEE of a failed host
-/// before it records the VEE unrecovered and charges the SLA's penalty
-/// (see `crate::recovery`). Durations are humantime strings (`"500ms"`,
+/// before it records the VEE unrecovered and charges the SLA's penalty.
+/// Durations are humantime strings (`"500ms"`,
 /// `"2m"`).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RecoveryPolicy {
     /// Restores tried on one host before the next host is asked (at least
@@ -87,13 +87,13 @@ pub struct RecoveryPolicy {
     /// from the host's failure), no further attempt starts (default 2 min).
     #[serde(default = "default_recovery_budget", deserialize_with = "duration")]
     pub budget: Duration,
-    /// η of VRM's remapping interval (V §4.6): the load threshold in
-    /// [0, 1] above which future reservations of a failed host are remapped
-    /// now (default 0.8, V §5).
+    /// η of the remapping interval: the load threshold in [0, 1] above
+    /// which the future reservations of a failed host are remapped at once
+    /// (default 0.8).
     #[serde(default = "default_remap_eta")]
     pub remap_eta: f64,
-    /// ζ >= 1 of VRM's remapping interval: the weight of the failed host's
-    /// load (default 2, V §5).
+    /// ζ of the remapping interval, at least 1: the weight of the failed
+    /// host's load (default 2).
     #[serde(default = "default_remap_zeta")]
     pub remap_zeta: f64,
 }

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use crate::store::EtcdOptions;
 
 /// The store engines a VEEM can keep its records in.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, serde::Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineKind {
     /// sled, embedded, in the directory `db`.
@@ -34,9 +34,10 @@ pub enum EngineKind {
 }
 
 /// `[store]` (see the module doc).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
+    /// The store engine: `sled` (the default) or `etcd`.
     #[serde(default)]
     pub engine: EngineKind,
     /// etcd: the members' client URLs (`https://`, or `http://` with

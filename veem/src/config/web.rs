@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 /// `[web]`: where the web console listens (HTTPS with the VMI's `[tls]`
 /// identity; HTTP/1.1) and how long its sessions live.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebConfig {
     /// Address and port, e.g. `"0.0.0.0:7443"`.

@@ -100,3 +100,36 @@ fn a_vee_gone_is_forgotten_by_the_last_downtime_gauge() {
     assert!(m.last_downtimes(|_| false).is_empty());
     assert!(m.last_downtimes(|_| true).is_empty(), "forgotten, not hidden");
 }
+
+/// The operator guide's table of the VEEM's metrics is what a scrape shows:
+/// every family registered, with its type and labels, and nothing else.
+#[tokio::test]
+async fn the_operator_guides_veem_metrics_are_the_registered_ones() {
+    let site = FakeSite::start(&["h1"], "").await;
+    site.repo.blobs.lock().unwrap().insert(IMAGE.into());
+    let acme = Role::Provider("acme".into());
+    let svc = site.veem.deploy.deploy(&acme, STANDARD).await.unwrap();
+    let vee = svc.vees[0].clone();
+    eventually("the VEE runs", || site.veem.vee(&vee).unwrap().state == VeeState::Running).await;
+    // A sample of every family, so that the scrape shows its labels.
+    let m = &site.veem.metrics;
+    m.negotiation("accept");
+    m.checkpoint(1.0, 0.1, 1 << 20);
+    m.migration(&vee, true, true, 2.0, 0.2);
+    m.recovery(3.0);
+    m.violation("max_outages", 1.5);
+    m.heartbeat_missed("h1");
+    m.peer_call("site-b", "SendVee", 0.5);
+    let acting = Acting::default();
+    let x = exporter(&config(), m.clone(), acting.clone()).unwrap();
+    let front = Front::of(site.veem.clone(), &Default::default()).await.unwrap();
+    acting.set(site.veem.clone(), front);
+    let scrape: String = x
+        .scrape()
+        .lines()
+        .filter(|l| !l.contains(" process_") && !l.starts_with("process_"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operator-guide.md");
+    interfaces::metrics::reference::check(&doc, "### The VEE manager (`veem_`)", &scrape);
+}

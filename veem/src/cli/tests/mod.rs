@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
-use clap::Parser;
 use tonic::Request;
 
 use super::commands::execute;
@@ -17,7 +16,7 @@ use super::{exit, Cli, Command, OutputFormat};
 use mock::{serve, Mock};
 
 fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-    Cli::try_parse_from(std::iter::once("veem").chain(args.iter().copied()))
+    Cli::try_parse_args_from(std::iter::once("veem").chain(args.iter().copied()))
 }
 
 /// A valid manifest of service `name` (the mock's Negotiate answers the
