@@ -444,6 +444,19 @@ pub enum StoreCommand {
         #[arg(long, value_name = "STORE")]
         to: String,
     },
+    /// Forget the newest epoch seen from peer site SITE, so that its next
+    /// leader's calls are taken whatever their epoch: after SITE rebuilt
+    /// its etcd cluster, whose epochs start again from 1 (this site would
+    /// refuse them as fenced). Over sled, stop the VEEM first; over etcd it
+    /// may run.
+    ForgetPeerEpoch {
+        /// The daemon's configuration (its site and `[store]`).
+        #[arg(long, env = "VEEM_CONFIG", value_name = "FILE", default_value = "/etc/veem/veem.toml")]
+        config: PathBuf,
+        /// The peer site's ID.
+        #[arg(value_name = "SITE")]
+        site: String,
+    },
 }
 
 /// How often `--wait` polls the migration list.
@@ -491,6 +504,22 @@ pub async fn run(cli: Cli) -> ExitCode {
                 exit::ERROR
             }
         },
+        Command::Store(StoreCommand::ForgetPeerEpoch { ref config, ref site }) => {
+            match store::forget_peer_epoch(config, site) {
+                Ok(Some(e)) => {
+                    println!("forgot epoch {e} of {site}");
+                    exit::OK
+                }
+                Ok(None) => {
+                    println!("no epoch of {site} was kept");
+                    exit::OK
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    exit::ERROR
+                }
+            }
+        }
         Command::HashToken => {
             let mut token = String::new();
             match std::io::stdin().read_line(&mut token) {

@@ -1,6 +1,7 @@
 //! `veem store migrate`: a site's records from one store to another
 //! (`crate::store::migrate`), each store named `sled:PATH` or `etcd` (the
-//! `[store]` of the daemon's configuration).
+//! `[store]` of the daemon's configuration); `veem store
+//! forget-peer-epoch`: a peer's newest epoch forgotten in the site's store.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -51,4 +52,20 @@ pub fn migrate(config: &Path, from: &str, to: &str) -> Result<Copied> {
     }
     let target = engine(&cfg, to)?;
     copy(&*source, &*target).with_context(|| format!("copy {from} -> {to}"))
+}
+
+/// Forgets the newest epoch kept of peer `site` in the store of the VEEM
+/// configured by `config` (`crate::workflows::peer_epochs::forget`); over
+/// etcd the site's VEEMs may run. Errors: the configuration, or the store
+/// cannot be opened (a sled database a VEEM holds), naming it.
+pub fn forget_peer_epoch(config: &Path, site: &str) -> Result<Option<i64>> {
+    let cfg = VeemConfig::load(config)?;
+    let store = match cfg.store.engine {
+        crate::config::EngineKind::Sled => {
+            let e = SledEngine::open(&cfg.db).with_context(|| format!("{}: is a VEEM using it? stop it first", cfg.db.display()))?;
+            Store::on(Arc::new(e), "sled")?
+        }
+        crate::config::EngineKind::Etcd => Store::on(Arc::new(EtcdEngine::connect(&cfg.store.etcd(&cfg.site_id))?), "etcd")?,
+    };
+    crate::workflows::peer_epochs::forget(&store, site)
 }

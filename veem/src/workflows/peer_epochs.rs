@@ -129,5 +129,17 @@ impl PeerEpochs {
     }
 }
 
+/// Forgets the newest epoch kept of peer `site` in `store` (both keys):
+/// returns it, `None` when none was kept. The VEEM running over the store
+/// reads the store on each call, so the peer's next call is taken.
+pub fn forget(store: &crate::store::Store, site: &str) -> Result<Option<i64>> {
+    let newest: Option<i64> = store.get(Tree::Meta, &key(site))?;
+    let mut w = Writes::default();
+    w.remove(Tree::Meta, &key(site));
+    w.remove(Tree::Meta, &since_key(site));
+    store.commit(w)?;
+    Ok(newest)
+}
+
 #[cfg(test)]
 mod tests;

@@ -96,3 +96,15 @@ async fn a_stream_admitted_under_an_epoch_ends_when_a_newer_one_is_admitted() {
     epochs.admit("site-b", Some(5)).unwrap();
     tokio::time::timeout(std::time::Duration::from_secs(5), ends).await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_forgotten_epoch_lets_a_rebuilt_peers_leader_in() {
+    let site = FakeSite::start(&["h1"], PEER).await;
+    let epochs = &site.veem.peer_epochs;
+    epochs.admit("site-b", Some(900)).unwrap();
+    assert!(fenced(epochs.admit("site-b", Some(2))).is_some(), "a rebuilt cluster's epoch");
+    assert_eq!(forget(&site.veem.store, "site-b").unwrap(), Some(900));
+    assert_eq!(epochs.admit("site-b", Some(2)).unwrap(), 2);
+    assert_eq!(stored(&site), Some(2));
+    assert_eq!(forget(&site.veem.store, "site-c").unwrap(), None);
+}
