@@ -7,6 +7,7 @@
 //! console's), besides the session cookie (`SameSite=Strict`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
@@ -52,6 +53,8 @@ pub(super) async fn events(State(web): State<Arc<Web>>, headers: HeaderMap, Quer
         let keep = e.as_ref().ok().filter(|e| kind.is_empty() || e.kind == kind).map(Event::from);
         std::future::ready(keep.map(|e| SseEvent::default().json_data(e)))
     });
+    // The stream ends with its session (a logout, idle, maximum, evicted).
+    let events = events.take_until(session_ends(web.clone(), &headers));
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
 }
 
@@ -76,11 +79,16 @@ pub(super) async fn console(State(web): State<Arc<Web>>, headers: HeaderMap, Pat
         Ok(s) => s,
         Err(s) => return refused(s),
     };
-    ws.on_upgrade(move |socket| async move {
-        relay(socket, shown, keys).await;
-        drop(slot);
-    })
-    .into_response()
+    let ends = session_ends(web.clone(), &headers);
+    // Messages past the bound are refused by the WebSocket itself, before
+    // they are buffered whole.
+    ws.max_message_size(MAX_FRAME)
+        .max_frame_size(MAX_FRAME)
+        .on_upgrade(move |socket| async move {
+            relay(socket, shown, keys, ends).await;
+            drop(slot);
+        })
+        .into_response()
 }
 
 /// Whether the request's `Origin` is the console itself (`https://` and
@@ -95,10 +103,42 @@ fn same_origin(headers: &HeaderMap) -> bool {
 /// request's `data`).
 const MAX_FRAME: usize = crate::api::server::CONSOLE_MAX_INPUT;
 
-async fn relay(socket: WebSocket, mut shown: super::super::server::ConsoleStream, keys: tokio::sync::mpsc::Sender<Vec<u8>>) {
+/// How often a stream looks whether its session still lives (ended by a
+/// logout, `session_idle`, `session_max` or eviction).
+const SESSION_CHECK: Duration = Duration::from_secs(2);
+
+/// A console WebSocket is pinged this often; a browser that answers no
+/// ping for three of them, or takes longer than one to take a message,
+/// is gone (its slot is freed).
+const PING: Duration = Duration::from_secs(10);
+
+/// Resolves when the session of `headers`' cookie no longer lives.
+fn session_ends(web: Arc<Web>, headers: &HeaderMap) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let id = super::session::cookie(headers, super::session::COOKIE).unwrap_or_default();
+    async move {
+        while web.sessions.is_live(&id) {
+            tokio::time::sleep(SESSION_CHECK).await;
+        }
+    }
+}
+
+async fn relay(
+    socket: WebSocket,
+    mut shown: super::super::server::ConsoleStream,
+    keys: tokio::sync::mpsc::Sender<Vec<u8>>,
+    ends: impl std::future::Future<Output = ()>,
+) {
     let (mut to_browser, mut from_browser) = socket.split();
+    tokio::pin!(ends);
+    let mut ping = tokio::time::interval(PING);
+    let mut answered = tokio::time::Instant::now();
     loop {
         tokio::select! {
+            () = &mut ends => break,
+            _ = ping.tick() => {
+                let sent = tokio::time::timeout(PING, to_browser.send(Message::Ping(Vec::new().into()))).await;
+                if !matches!(sent, Ok(Ok(()))) || answered.elapsed() > 3 * PING { break }
+            }
             m = from_browser.next() => match m {
                 Some(Ok(Message::Binary(b))) if b.len() <= MAX_FRAME => {
                     if keys.send(b.into()).await.is_err() { break }
@@ -106,16 +146,15 @@ async fn relay(socket: WebSocket, mut shown: super::super::server::ConsoleStream
                 Some(Ok(Message::Text(t))) if t.len() <= MAX_FRAME => {
                     if keys.send(t.as_str().as_bytes().to_vec()).await.is_err() { break }
                 }
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                Some(Ok(Message::Pong(_))) => answered = tokio::time::Instant::now(),
+                Some(Ok(Message::Ping(_))) => {}
                 _ => break,
             },
             o = shown.next() => match o {
-                Some(Ok(m)) if m.notice.is_empty() => {
-                    if to_browser.send(Message::Binary(m.data.into())).await.is_err() { break }
-                }
                 Some(Ok(m)) => {
-                    let line = format!("\r\n[{}]\r\n", m.notice);
-                    if to_browser.send(Message::Binary(line.into_bytes().into())).await.is_err() { break }
+                    let data = if m.notice.is_empty() { m.data } else { format!("\r\n[{}]\r\n", m.notice).into_bytes() };
+                    let sent = tokio::time::timeout(PING, to_browser.send(Message::Binary(data.into()))).await;
+                    if !matches!(sent, Ok(Ok(()))) { break }
                 }
                 _ => break,
             },

@@ -122,6 +122,13 @@ impl Sessions {
         Some(s.clone())
     }
 
+    /// Whether session `id` lives (its last use unchanged: what a stream
+    /// asks while it runs).
+    pub fn is_live(&self, id: &str) -> bool {
+        let now = Instant::now();
+        self.by_id.lock().unwrap().get(id).is_some_and(|s| self.alive(s, now))
+    }
+
     /// Ends the session of the request's cookie.
     pub fn end(&self, headers: &HeaderMap) {
         if let Some(id) = cookie(headers, COOKIE) {

@@ -276,3 +276,32 @@ fn console_websockets_are_counted_per_token_and_in_all() {
     drop(all);
     assert!(web.console_slot("s1").is_some(), "given back when closed");
 }
+
+/// A stream of the web console lives no longer than its session: the
+/// event stream (SSE) ends within seconds of the logout.
+#[tokio::test]
+async fn the_event_stream_ends_with_its_session() {
+    use http_body_util::BodyExt;
+    let c = Console::new().await;
+    let (cookie, csrf) = c.login("operator-token-for-tests").await;
+    let req = Request::get("/events/stream").header(header::COOKIE, &cookie).body(Body::empty()).unwrap();
+    let resp = c.app.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let open = tokio::time::timeout(Duration::from_millis(2500), async {
+        while let Some(f) = body.frame().await {
+            f.unwrap();
+        }
+    })
+    .await;
+    assert!(open.is_err(), "the stream stays open while the session lives");
+    let out = c.post("/logout", &cookie, &format!("csrf={csrf}")).await;
+    assert!(out.status.is_redirection(), "{}", out.status);
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(f) = body.frame().await {
+            f.unwrap();
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream ended after the logout");
+}
