@@ -128,7 +128,18 @@ impl Web {
     /// The request's session and the acting VEEM. Errors: no session (to
     /// the login page), no VEEM acting here (503).
     pub(crate) fn ctx(&self, headers: &HeaderMap) -> Result<Ctx, Response> {
-        let session = self.sessions.of(headers).ok_or_else(|| Redirect::to("/login").into_response())?;
+        self.ctx_of(self.sessions.of(headers))
+    }
+
+    /// [`Web::ctx`] for what a page polls by itself (the migrations
+    /// table): the session's last use stays as it was, so that an
+    /// unattended page does not keep it alive past `session_idle`.
+    pub(crate) fn polled_ctx(&self, headers: &HeaderMap) -> Result<Ctx, Response> {
+        self.ctx_of(self.sessions.of_untouched(headers))
+    }
+
+    fn ctx_of(&self, session: Option<Session>) -> Result<Ctx, Response> {
+        let session = session.ok_or_else(|| Redirect::to("/login").into_response())?;
         let (veem, front) = self.acting.get().ok_or_else(|| {
             page_error(
                 StatusCode::SERVICE_UNAVAILABLE,

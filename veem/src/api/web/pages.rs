@@ -287,7 +287,7 @@ pub(super) async fn migrations(State(web): State<Arc<Web>>, headers: HeaderMap) 
 
 /// `GET /migrations/table`: the migrations and proposals, newest first.
 pub(super) async fn migrations_table(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response {
-    let c = match web.ctx(&headers) {
+    let c = match web.polled_ctx(&headers) {
         Ok(c) => c,
         Err(r) => return r,
     };

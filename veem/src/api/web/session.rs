@@ -122,6 +122,13 @@ impl Sessions {
         Some(s.clone())
     }
 
+    /// The live session of the request's cookie, its last use unchanged.
+    pub fn of_untouched(&self, headers: &HeaderMap) -> Option<Session> {
+        let id = cookie(headers, COOKIE)?;
+        let now = Instant::now();
+        self.by_id.lock().unwrap().get(&id).filter(|s| self.alive(s, now)).cloned()
+    }
+
     /// Whether session `id` lives (its last use unchanged: what a stream
     /// asks while it runs).
     pub fn is_live(&self, id: &str) -> bool {
@@ -172,6 +179,19 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::COOKIE, format!("other=1; {COOKIE}={id}").parse().unwrap());
         h
+    }
+
+    #[test]
+    fn what_a_page_polls_by_itself_does_not_keep_its_session_alive() {
+        let s = Sessions::new(Duration::from_millis(200), Duration::from_secs(60));
+        let id = s.start(Role::Operator, "t".into());
+        for _ in 0..3 {
+            assert!(s.of_untouched(&with_cookie(&id)).is_some(), "alive within session_idle");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(s.of_untouched(&with_cookie(&id)).is_none(), "polled every 50 ms, yet idle past 200 ms");
+        assert!(!s.is_live(&id));
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub(super) async fn login(
     match role {
         Some(role @ (Role::Operator | Role::Provider(_))) => {
             let home = if role == Role::Operator { "/site" } else { "/services" };
+            // Audited for the operator (a site event: no provider sees it).
+            veem.event("", "", "web", format!("login of {role} from {addr}"));
             let id = web.sessions.start(role, token);
             let mut resp = Redirect::to(home).into_response();
             let h = resp.headers_mut();
@@ -103,6 +105,9 @@ pub(super) async fn logout(State(web): State<Arc<Web>>, headers: HeaderMap, Form
     if let Some(s) = web.sessions.of(&headers) {
         if !same(&f.csrf, &s.csrf) {
             return page_error(StatusCode::FORBIDDEN, "the form's CSRF token is missing or wrong");
+        }
+        if let Some((veem, _)) = web.acting.get() {
+            veem.event("", "", "web", format!("logout of {}", s.role));
         }
     }
     web.sessions.end(&headers);

@@ -297,6 +297,10 @@ async fn the_event_stream_ends_with_its_session() {
     assert!(open.is_err(), "the stream stays open while the session lives");
     let out = c.post("/logout", &cookie, &format!("csrf={csrf}")).await;
     assert!(out.status.is_redirection(), "{}", out.status);
+    // Both audited, as site events.
+    let audit: Vec<String> = c.site.veem.store.events().unwrap().into_iter().filter(|e| e.kind == "web").map(|e| e.detail).collect();
+    assert!(audit.iter().any(|d| d.starts_with("login of operator from ")), "{audit:?}");
+    assert!(audit.iter().any(|d| d == "logout of operator"), "{audit:?}");
     let ended = tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(f) = body.frame().await {
             f.unwrap();
