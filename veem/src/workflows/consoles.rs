@@ -32,6 +32,9 @@ const REATTACH_POLL: Duration = Duration::from_millis(500);
 /// The relays of VEEs' serial consoles (see the module doc). A leaf.
 pub struct Consoles {
     core: Arc<Core>,
+    /// Sessions each caller may still open (`[events]
+    /// console_attaches_per_minute`): each writes two events.
+    attaches: std::sync::Mutex<crate::domain::rate::Buckets>,
 }
 
 impl Deref for Consoles {
@@ -47,7 +50,8 @@ type Attachment = (ConsoleStream, mpsc::Sender<Vec<u8>>);
 
 impl Consoles {
     pub fn new(core: Arc<Core>) -> Self {
-        Self { core }
+        let attaches = std::sync::Mutex::new(crate::domain::rate::Buckets::new(core.cfg.events.console_attaches_per_minute));
+        Self { core, attaches }
     }
 
     /// Attaches `who` (for the audit) to the console of VEE `vee_id`
@@ -55,14 +59,16 @@ impl Consoles {
     /// `input` is typed into the guest, the stream carries what it writes
     /// and the relay's notices, until `input` ends, the caller stops
     /// reading, or the VEE stops. The caller checked that `who` may.
-    /// Errors: the VEE is unknown (NotFound) or does not run; the host's
-    /// or peer's refusal (another session holds the console), by its
-    /// message.
+    /// Errors: the VEE is unknown (NotFound) or does not run; `who` over
+    /// its rate of sessions (`VeemError::RateLimited`: ResourceExhausted);
+    /// the host's or peer's refusal (another session holds the console),
+    /// by its message.
     pub async fn attach(self: &Arc<Self>, who: &str, vee_id: &str, force: bool, input: ConsoleInput) -> Result<ConsoleStream> {
         let v = self.vee(vee_id)?;
         if !matches!(v.state, VeeState::Running | VeeState::Checkpointing) {
             bail!("VEE {vee_id} is {}: its console is there while it runs", v.state.as_str());
         }
+        self.take_attach(who)?;
         let first = self.open(&v, force).await?;
         self.event(&v.id, &v.service_id, "console", format!("attached by {who}"));
         let (out, rx) = mpsc::channel(64);
@@ -77,6 +83,22 @@ impl Consoles {
         };
         tokio::spawn(relay.run(first, input, out));
         Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+
+    /// Takes one of `who`'s console sessions; errors when it has none
+    /// left this minute, saying when one is back.
+    fn take_attach(&self, who: &str) -> Result<()> {
+        let mut buckets = self.attaches.lock().unwrap();
+        buckets.take(who, self.clock.now_ms()).map_err(|wait_ms| {
+            crate::error::VeemError::RateLimited {
+                what: "console sessions",
+                who: who.to_string(),
+                per_minute: buckets.per_minute(),
+                limit: "[events] console_attaches_per_minute",
+                retry_s: (wait_ms + 999) / 1000,
+            }
+            .into()
+        })
     }
 
     /// Attaches to `v`'s console where it runs now.
