@@ -420,7 +420,8 @@ pub enum Command {
         /// Host name.
         host: String,
     },
-    /// Follow events (one line per event) until interrupted.
+    /// The stored events, oldest first, read a page at a time (--follow:
+    /// new events until interrupted); one line per event.
     Events {
         /// Only events of this service.
         #[arg(long, value_name = "ID")]
