@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use interfaces::vmi::vmi_service_client::VmiServiceClient;
 use interfaces::vmi::{
-    Action, DeployRequest, Event, GetVeeRequest, NegotiateRequest, NegotiateResponse, ServiceInfo, VeeActionRequest, VeeInfo,
-    WatchEventsRequest,
+    Action, DeployRequest, Event, GetVeeRequest, ListEventsRequest, NegotiateRequest, NegotiateResponse, ServiceInfo, VeeActionRequest,
+    VeeInfo,
 };
 use veem::peers::{Bearer, PeerClient};
 
@@ -437,20 +437,26 @@ pub async fn vees(c: &mut PeerClient, service: &str) -> Vec<VeeInfo> {
     vees
 }
 
+/// Every stored event of service `service_id` that `c` may see, oldest
+/// first, read page after page (ListEvents).
 pub async fn history(c: &mut PeerClient, service_id: &str) -> Vec<Event> {
-    let mut s = c
-        .watch_events(WatchEventsRequest {
-            service_id: service_id.into(),
-            history_only: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut v = Vec::new();
-    while let Some(e) = s.message().await.unwrap() {
-        v.push(e);
+    let (mut v, mut token) = (Vec::new(), String::new());
+    loop {
+        let page = c
+            .list_events(ListEventsRequest {
+                service_id: service_id.into(),
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        v.extend(page.events);
+        if page.next_page_token.is_empty() {
+            return v;
+        }
+        token = page.next_page_token;
     }
-    v
 }
 
 /// Asks `c` for `action` (stop, checkpoint, withdraw, ...) on VEE `vee`:

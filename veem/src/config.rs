@@ -19,10 +19,12 @@ use serde::Deserialize;
 
 use crate::planner::{Resources, UsageLimit};
 
+mod events;
 mod peers;
 mod policies;
 mod store;
 mod web;
+pub use events::EventsConfig;
 pub use peers::{Agreement, Overlay, PeerEntry};
 pub use policies::{MigrationPolicy, ProposalPolicy, RecoveryPolicy};
 pub use store::{EngineKind, StoreConfig};
@@ -315,6 +317,10 @@ pub struct VeemConfig {
     /// addresses come from.
     #[serde(default)]
     pub networks: NetworkPool,
+    /// The event log's retention and a caller's console attach rate
+    /// (`[events]`).
+    #[serde(default)]
+    pub events: EventsConfig,
     /// `[usage_limits.NAME]`: the usage SLA of a service provider or of a
     /// peer site, checked when a service is negotiated or
     /// admitted. Consumers not named here have no limit.
@@ -487,6 +493,7 @@ impl VeemConfig {
             ));
         }
         self.listener.check("listener")?;
+        self.events.check()?;
         if let Some(m) = &self.metrics {
             m.check()?;
         }

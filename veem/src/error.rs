@@ -23,6 +23,17 @@ pub enum VeemError {
     /// another call or other fields (AlreadyExists).
     #[error("request ID {id:?} (metadata `vee-request-id`) was used for another {method} call or other fields: give each change its own")]
     ReplyReused { id: String, method: String },
+    /// A caller over its rate of something that writes (ResourceExhausted):
+    /// `what` by `who`, over `per_minute` (the configuration's `limit`
+    /// key); a token is back in `retry_s`.
+    #[error("{what} by {who}: over the limit of {per_minute} per minute (`{limit}`): retry in {retry_s} s")]
+    RateLimited {
+        what: &'static str,
+        who: String,
+        per_minute: u32,
+        limit: &'static str,
+        retry_s: i64,
+    },
 }
 
 impl VeemError {

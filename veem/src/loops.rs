@@ -1,8 +1,9 @@
 //! The VEEM's long-running loops, apart from the request handlers:
 //! heartbeats (`heartbeat_interval`), the scheduler (every second: windows
 //! and checkpoints), accounting (`usage_interval`), migration proposals
-//! (`proposals.interval`), the elasticity rules (`elasticity_interval`) and
-//! the peer watch (`heartbeat_interval`). Each
+//! (`proposals.interval`), the elasticity rules (`elasticity_interval`),
+//! the peer watch (`heartbeat_interval`) and the event log's retention
+//! (`events.prune_interval`). Each
 //! runs one round per period; [`Loops::shutdown`] lets the round under way
 //! end (within a grace period) and starts no other. The loops are tasks
 //! of the core's one task set ([`crate::core::Core::spawn_task`]), which
@@ -93,6 +94,11 @@ impl Loops {
         loops.spawn(veem, cfg.heartbeat_interval, HashMap::new(), |veem, mut misses| async move {
             veem.peer_watch.watch_round(&mut misses).await;
             misses
+        });
+        loops.spawn(veem, cfg.events.prune_interval, (), |veem, _| async move {
+            if let Err(e) = veem.prune_events().await {
+                tracing::warn!(error = %format!("{e:#}"), "cannot prune the event log");
+            }
         });
         loops
     }

@@ -10,18 +10,17 @@
 
 mod engine;
 mod etcd;
+mod events;
 pub mod migrate;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-pub use engine::{Conflict, Engine, MemoryEngine, Revision, SledEngine, Unchanged};
+pub use engine::{Conflict, Engine, MemoryEngine, Revision, SledEngine, Unchanged, Visit, Write};
 pub use etcd::{Change, Changes, EtcdEngine, EtcdOptions, Fenced, StoreUnavailable, WatchEnded, PAGE as ETCD_PAGE};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-
-use crate::model::EventRec;
 
 /// The record kinds (an engine's trees).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -383,24 +382,12 @@ impl Store {
         w.remove(t, key);
         self.commit(w).map(|_| ())
     }
-
-    /// Appends an event (keys are a monotonic sequence).
-    pub fn append_event(&self, e: &EventRec) -> Result<()> {
-        let id = self.engine.next_id()?;
-        self.engine
-            .commit(vec![(Tree::Events, id.to_be_bytes().to_vec(), Some(serde_json::to_vec(e)?))], &[])
-            .map(|_| ())
-    }
-
-    /// Events in order.
-    pub fn events(&self) -> Result<Vec<EventRec>> {
-        self.list(Tree::Events)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::EventRec;
 
     #[test]
     fn a_commit_writes_and_removes_across_trees_at_once() {
@@ -568,6 +555,7 @@ mod tests {
                 kind: "k".into(),
                 detail: String::new(),
                 at_ms,
+                seq: 0,
             };
             s.append_event(&e).unwrap();
         }
@@ -589,6 +577,7 @@ mod tests {
                 kind: "k".into(),
                 detail: "".into(),
                 at_ms: 1,
+                seq: 0,
             })
             .unwrap();
         }

@@ -229,7 +229,7 @@ impl From<&vmi::MigrationInfo> for Migration {
     }
 }
 
-/// One event of WatchEvents.
+/// One event of WatchEvents or ListEvents.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Event {
     pub at: Option<String>,
@@ -240,6 +240,9 @@ pub struct Event {
     pub kind: String,
     #[serde(serialize_with = "empty_as_null")]
     pub detail: String,
+    /// Its place in the site's log: `veem events --after`, ListEvents'
+    /// `after_seq` (0: not stored).
+    pub seq: u64,
 }
 
 impl From<&vmi::Event> for Event {
@@ -250,6 +253,7 @@ impl From<&vmi::Event> for Event {
             vee_id: e.vee_id.clone(),
             kind: e.kind.clone(),
             detail: e.detail.clone(),
+            seq: e.seq,
         }
     }
 }

@@ -28,7 +28,7 @@ use interfaces::vmi::{self, Action};
 use serde::Serialize;
 use tonic::{Code, Status};
 
-use crate::api::model::{Migration, Negotiation, Rollout, Service, Usage, Vee};
+use crate::api::model::{Event, Migration, Negotiation, Rollout, Service, Usage, Vee};
 use crate::api::server::VmiService;
 
 /// The OpenAPI 3.1 description of the routes.
@@ -54,6 +54,7 @@ pub const ROUTES: &[&str] = &[
     "POST /v1/services/{service_id}/components/{component}/scale",
     "POST /v1/services/{service_id}/components/{component}/update",
     "GET /v1/services/{service_id}/components/{component}/rollout",
+    "GET /v1/events",
 ];
 
 type Vmi = Arc<VmiService>;
@@ -78,6 +79,7 @@ pub fn router(vmi: Arc<VmiService>, max_body: usize) -> Router {
         .route("/v1/vees/{vee_id}", get(get_vee))
         .route("/v1/vees/{vee_id}/{action}", post(vee_action))
         .route("/v1/migrations", get(list_migrations))
+        .route("/v1/events", get(list_events))
         .route("/v1/migrations/{migration_id}/approve", post(approve))
         .route("/v1/migrations/{migration_id}/reject", post(reject))
         .fallback(no_route)
@@ -405,6 +407,33 @@ async fn vees(vmi: &VmiService, headers: &HeaderMap, service_id: String, q: Page
     };
     let r = vmi.list_vees(grpc(headers, req)).await?.into_inner();
     Ok(Json(page(r.vees.iter().map(Vee::from).collect(), r.next_page_token)))
+}
+
+/// `GET /v1/events`'s query: ListEvents' fields.
+#[derive(serde::Deserialize, Default)]
+struct EventsQuery {
+    #[serde(default)]
+    service_id: String,
+    #[serde(default)]
+    page_size: i32,
+    #[serde(default)]
+    page_token: String,
+    #[serde(default)]
+    after_seq: u64,
+    #[serde(default)]
+    latest: bool,
+}
+
+async fn list_events(State(vmi): State<Vmi>, headers: HeaderMap, Query(q): Query<EventsQuery>) -> Answer<Page<Event>> {
+    let req = vmi::ListEventsRequest {
+        service_id: q.service_id,
+        page_size: q.page_size,
+        page_token: q.page_token,
+        after_seq: q.after_seq,
+        latest: q.latest,
+    };
+    let r = vmi.list_events(grpc(&headers, req)).await?.into_inner();
+    Ok(Json(page(r.events.iter().map(Event::from).collect(), r.next_page_token)))
 }
 
 async fn list_vees(State(vmi): State<Vmi>, headers: HeaderMap, Query(q): Query<PageQuery>) -> Answer<Page<Vee>> {

@@ -19,8 +19,6 @@ use interfaces::tls::PeerCa;
 use interfaces::vmi;
 use interfaces::vmi::vmi_service_server::{VmiService as Vmi, VmiServiceServer};
 use interfaces::vmi::*;
-use tokio_stream::wrappers::BroadcastStream;
-use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use crate::api::status::status;
@@ -28,7 +26,7 @@ use crate::api::visibility::redact;
 use crate::config::Role;
 use crate::domain::Action;
 use crate::manager::Veem;
-use crate::model::{EventRec, MigrationRec, ServiceRec};
+use crate::model::{MigrationRec, ServiceRec};
 use crate::wire::peer as wire;
 use info::migration_info;
 
@@ -389,59 +387,12 @@ impl Vmi for VmiService {
 
     type WatchEventsStream = BoxStream<Event>;
     async fn watch_events(&self, r: Request<WatchEventsRequest>) -> R<Self::WatchEventsStream> {
+        Ok(Response::new(self.watch(r)?))
+    }
+
+    async fn list_events(&self, r: Request<ListEventsRequest>) -> R<ListEventsResponse> {
         let role = self.caller(&r)?;
-        let fenced = self.fenced_later(&role, &r)?;
-        let WatchEventsRequest {
-            service_id: service,
-            history_only,
-        } = r.into_inner();
-        if !service.is_empty() {
-            self.visible_service(&role, &service)?;
-        }
-        let redactor = self.redactor(&role);
-        let shown = move |e: EventRec| Event {
-            detail: redact(redactor.as_ref(), &e.detail),
-            vee_id: e.vee_id,
-            service_id: e.service_id,
-            kind: e.kind,
-            time: interfaces::time::timestamp_ms(e.at_ms),
-        };
-        let veem = self.veem.clone();
-        let visible = move |e: &EventRec| {
-            let mine = match &role {
-                Role::Operator => true,
-                _ => veem.service(&e.service_id).ok().is_some_and(|s| match &role {
-                    Role::Provider(p) => &s.provider == p && s.for_peer.is_none(),
-                    Role::Peer(site) => s.for_peer.as_deref() == Some(site.as_str()),
-                    Role::Operator => true,
-                }),
-            };
-            mine && (service.is_empty() || e.service_id == service)
-        };
-        if history_only {
-            let mut past: Vec<EventRec> = self
-                .veem
-                .store
-                .events()
-                .map_err(status)?
-                .into_iter()
-                .filter(|e| visible(e))
-                .collect();
-            past.sort_by_key(|e| e.at_ms);
-            let past: Vec<Event> = past.into_iter().map(&shown).collect();
-            return Ok(Response::new(Box::pin(futures::stream::iter(past.into_iter().map(Ok)))));
-        }
-        let rx = self.veem.events.subscribe();
-        let stream = BroadcastStream::new(rx).filter_map(move |e| {
-            let e = e.ok()?;
-            visible(&e).then(|| Ok(shown(e)))
-        });
-        // A stop ends the stream (the client sees it end), so that no
-        // follower holds the VEEM up.
-        let stream = futures::StreamExt::take_until(stream, self.veem.stopping.clone().cancelled_owned());
-        // A peer's stream ends when a newer leader of that peer is seen.
-        let stream = futures::StreamExt::take_until(stream, fenced);
-        Ok(Response::new(Box::pin(stream)))
+        self.events_page(&role, r.get_ref()).map(Response::new)
     }
 
     async fn get_usage(&self, r: Request<GetUsageRequest>) -> R<UsageReport> {
@@ -566,6 +517,7 @@ impl Vmi for VmiService {
 }
 
 mod console;
+mod events;
 mod info;
 pub mod replies;
 pub(crate) use console::MAX_INPUT as CONSOLE_MAX_INPUT;

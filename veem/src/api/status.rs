@@ -28,6 +28,7 @@ fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
             VeemError::NotFound { .. } => Code::NotFound,
             VeemError::InvalidField { .. } | VeemError::ManifestRefused(_) => Code::InvalidArgument,
             VeemError::RequestReused(..) | VeemError::ReplyReused { .. } => Code::AlreadyExists,
+            VeemError::RateLimited { .. } => Code::ResourceExhausted,
         });
     }
     if e.is::<crate::planner::Stale>() || e.is::<crate::store::Conflict>() {

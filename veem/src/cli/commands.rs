@@ -410,14 +410,33 @@ async fn run(
             let list: Vec<Migration> = l.migrations.iter().map(Migration::from).collect();
             print(out, &output::migrations(&list, fmt))?;
         }
-        Command::Events { service, follow } => {
-            let (word, history_only) = (service.clone().unwrap_or_default(), !follow);
-            let mut stream = or_lookup(&c, &word, Kind::Service, |mut c, service_id| async move {
-                c.watch_events(vmi::WatchEventsRequest { service_id, history_only }).await
-            })
-            .await?;
-            while let Some(e) = stream.message().await? {
-                print(out, &output::event(&Event::from(&e), fmt))?;
+        Command::Events { service, follow, after } => {
+            let word = service.clone().unwrap_or_default();
+            if !follow {
+                let service_id = match service {
+                    Some(_) => {
+                        or_lookup(&c, &word, Kind::Service, |mut c, service_id| async move {
+                            c.get_service(vmi::GetServiceRequest { service_id }).await
+                        })
+                        .await?
+                        .service_id
+                    }
+                    None => String::new(),
+                };
+                let each = |e: &vmi::Event| print(out, &output::event(&Event::from(e), fmt));
+                pages::events(&c, &service_id, after.unwrap_or(0), each).await?;
+            } else {
+                let mut stream = or_lookup(&c, &word, Kind::Service, |mut c, service_id| async move {
+                    c.watch_events(vmi::WatchEventsRequest {
+                        service_id,
+                        history_only: false,
+                    })
+                    .await
+                })
+                .await?;
+                while let Some(e) = stream.message().await? {
+                    print(out, &output::event(&Event::from(&e), fmt))?;
+                }
             }
         }
         Command::Hosts => {

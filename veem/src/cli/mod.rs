@@ -375,7 +375,8 @@ pub enum Command {
         /// Host name.
         host: String,
     },
-    /// Follow events (one line per event) until interrupted.
+    /// The stored events, oldest first, read a page at a time (--follow:
+    /// new events until interrupted); one line per event.
     Events {
         /// Only events of this service.
         #[arg(long, value_name = "ID")]
@@ -384,6 +385,10 @@ pub enum Command {
         /// so far and exit).
         #[arg(long, short = 'f')]
         follow: bool,
+        /// Without --follow: only the stored events after this one (an
+        /// event's `seq`, as `-o json` prints it), read a page at a time.
+        #[arg(long, value_name = "SEQ", conflicts_with = "follow")]
+        after: Option<u64>,
     },
     /// Operator: the site's hosts with health, capacity, reservations now
     /// and VEE count.

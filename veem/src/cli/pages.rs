@@ -59,3 +59,33 @@ pub async fn usage_limits(c: &VmiServiceClient) -> Result<Vec<UsageLimitInfo>, S
     };
     all(call, |r| (r.limits, r.next_page_token)).await
 }
+
+/// Every stored event the caller may see (of service `service_id` when
+/// not empty) after the one of `seq` `after` (0: from the oldest the site
+/// keeps), oldest first, read page after page (ListEvents), each given to
+/// `each` as its page comes. Errors: the server's, `each`'s, or a server
+/// that gives the same token again.
+pub async fn events(
+    c: &VmiServiceClient,
+    service_id: &str,
+    after: u64,
+    mut each: impl FnMut(&vmi::Event) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let (mut c, mut token) = (c.clone(), String::new());
+    loop {
+        let req = vmi::ListEventsRequest {
+            service_id: service_id.to_string(),
+            page_token: token.clone(),
+            // The first page only: the tokens go on from there.
+            after_seq: if token.is_empty() { after } else { 0 },
+            ..Default::default()
+        };
+        let page = c.list_events(req).await?.into_inner();
+        page.events.iter().try_for_each(&mut each)?;
+        if page.next_page_token.is_empty() {
+            return Ok(());
+        }
+        anyhow::ensure!(page.next_page_token != token, "the server gave the same page token twice");
+        token = page.next_page_token;
+    }
+}

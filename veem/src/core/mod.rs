@@ -6,6 +6,7 @@
 //! drains. It holds no workflow's own state and calls no workflow: the
 //! workflows (and the `Veem` facade that builds them) sit on it.
 
+mod event_log;
 mod loaded;
 mod records;
 pub mod replica;
@@ -323,25 +324,6 @@ impl Core {
 
     pub fn unbusy(&self, vee_id: &str) {
         self.busy.lock().unwrap().remove(vee_id);
-    }
-
-    /// Persists and broadcasts an event; its detail (often an error that
-    /// quotes a host's, a peer's or a caller's words) is bounded to
-    /// [`interfaces::excerpt::MESSAGE_BYTES`].
-    pub fn event(&self, vee_id: &str, service_id: &str, kind: &str, detail: impl Into<String>) {
-        let detail: String = detail.into();
-        let e = EventRec {
-            vee_id: vee_id.into(),
-            service_id: service_id.into(),
-            kind: kind.into(),
-            detail: interfaces::excerpt::message(&detail).into_owned(),
-            at_ms: self.clock.now_ms(),
-        };
-        if let Err(err) = self.store.append_event(&e) {
-            tracing::error!(%err, "cannot persist event");
-        }
-        tracing::info!(vee = %e.vee_id, kind = %e.kind, detail = %e.detail, "event");
-        let _ = self.events.send(e);
     }
 
     /// The record of VEE `id`; errors when there is none.

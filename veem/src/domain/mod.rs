@@ -11,6 +11,7 @@ pub mod health;
 pub mod migration;
 pub mod offer;
 pub mod peer;
+pub mod rate;
 pub mod reason;
 pub mod rollout;
 pub mod service;

@@ -143,3 +143,33 @@ async fn a_day_of_a_site_passes_on_the_virtual_clock() {
     loops.shutdown(Duration::from_secs(5)).await;
     eprintln!("a day of a site took {:?} of wall time", wall.elapsed());
 }
+
+/// Retention by age and by count: a round of the loop leaves none older
+/// than `max_age` and at most `keep`, the newest.
+#[tokio::test]
+async fn the_retention_round_leaves_at_most_keep_events_none_older_than_max_age() {
+    use crate::ports::Clock;
+    let site = FakeSite::start(&["h1"], "[events]\nkeep = 50\nmax_age = \"1h\"\nprune_interval = \"1s\"\n").await;
+    for i in 0..30 {
+        site.veem.event("v", "s", "old", format!("old {i}"));
+    }
+    site.clock.advance_ms(2 * 3600 * 1000);
+    for i in 0..20 {
+        site.veem.event("v", "s", "new", format!("new {i}"));
+    }
+    let loops = Loops::start(&site.veem);
+    eventually("the old events pruned", || site.veem.store.event_count().unwrap() == 20).await;
+    let cut = site.clock.now_ms() - 3600 * 1000;
+    assert!(site.veem.store.events().unwrap().iter().all(|e| e.at_ms >= cut && e.kind == "new"));
+    for i in 20..120 {
+        site.veem.event("v", "s", "new", format!("new {i}"));
+    }
+    eventually("pruned to `keep`", || site.veem.store.event_count().unwrap() == 50).await;
+    let all = site.veem.store.events().unwrap();
+    assert_eq!(
+        (all[0].detail.as_str(), all[49].detail.as_str()),
+        ("new 70", "new 119"),
+        "the newest kept"
+    );
+    loops.shutdown(Duration::from_secs(5)).await;
+}

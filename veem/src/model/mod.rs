@@ -502,6 +502,10 @@ pub struct EventRec {
     pub kind: String,
     pub detail: String,
     pub at_ms: i64,
+    /// Its place in the event log: its key there (increasing with every
+    /// event appended), not stored in the value; 0 until it is appended.
+    #[serde(skip)]
+    pub seq: u64,
 }
 
 /// Errors unless `value` is a UUID; names the field.

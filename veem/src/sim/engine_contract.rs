@@ -42,6 +42,49 @@ pub fn engine_contract(e: &dyn Engine) {
     let (a, b) = (e.next_id().unwrap(), e.next_id().unwrap());
     assert!(b > a);
     keeps_conditions(e, first);
+    reads_and_removes_pages(e);
+}
+
+/// A page of a tree from a key, the last keys backwards, the count, and
+/// the removal of the keys before one (the event log's reads and
+/// retention), on a tree no other tree's keys leak into.
+fn reads_and_removes_pages(e: &dyn Engine) {
+    let key = |i: u64| i.to_be_bytes().to_vec();
+    let writes = (1..=5).map(|i| (Tree::Events, key(i), Some(vec![i as u8]))).collect();
+    e.commit(writes, &[]).unwrap();
+    e.commit(vec![(Tree::Fenced, key(9), Some(vec![9]))], &[]).unwrap();
+    let read = |scan: &dyn Fn(crate::store::Visit) -> anyhow::Result<()>| {
+        let mut seen = Vec::new();
+        scan(&mut |_, v| {
+            seen.push(v[0]);
+            Ok(())
+        })
+        .unwrap();
+        seen
+    };
+    assert_eq!(
+        read(&|f| e.scan_from(Tree::Events, &key(2), 3, f)),
+        [2, 3, 4],
+        "from a key, at most limit"
+    );
+    assert_eq!(read(&|f| e.scan_from(Tree::Events, &key(4), 10, f)), [4, 5], "to the tree's end");
+    assert_eq!(read(&|f| e.scan_from(Tree::Events, b"", 0, f)), Vec::<u8>::new());
+    assert_eq!(read(&|f| e.scan_back(Tree::Events, 2, f)), [5, 4], "the last first");
+    assert_eq!(read(&|f| e.scan_back(Tree::Events, 10, f)), [5, 4, 3, 2, 1]);
+    assert_eq!(e.count(Tree::Events).unwrap(), 5);
+    let before = e.revision().unwrap();
+    let removed = e.remove_before(Tree::Events, &key(3)).unwrap();
+    assert!(removed > before, "a removal is a commit");
+    assert_eq!(read(&|f| e.scan(Tree::Events, f)), [3, 4, 5], "the keys before it removed");
+    assert_eq!(e.count(Tree::Events).unwrap(), 3);
+    assert_eq!(
+        e.get(Tree::Fenced, &key(9)).unwrap().as_deref(),
+        Some(&[9u8][..]),
+        "other trees untouched"
+    );
+    e.remove_before(Tree::Events, &key(6)).unwrap();
+    assert_eq!(e.count(Tree::Events).unwrap(), 0);
+    e.commit(vec![(Tree::Fenced, key(9), None)], &[]).unwrap();
 }
 
 /// Commits conditioned on what was read (compare-and-swap): a key

@@ -101,6 +101,21 @@ pub trait Engine: Send + Sync {
     /// A number greater than every number this engine gave before, also
     /// across restarts.
     fn next_id(&self) -> Result<u64>;
+    /// Calls `f` with the keys of tree `t` from `start` on (`start`
+    /// itself included), in key order, and their values: `limit` of them
+    /// at most, so that a reader of a large tree (the event log) reads a
+    /// page, not the tree. An error of `f` stops the scan.
+    fn scan_from(&self, t: Tree, start: &[u8], limit: usize, f: Visit) -> Result<()>;
+    /// Calls `f` with the last `limit` keys of tree `t` and their values,
+    /// the last key first.
+    fn scan_back(&self, t: Tree, limit: usize, f: Visit) -> Result<()>;
+    /// How many keys tree `t` holds.
+    fn count(&self, t: Tree) -> Result<u64>;
+    /// Removes every key of tree `t` before `end` (in byte order) in one
+    /// commit, which it returns (the revision as it was when there was
+    /// nothing to remove). The caller bounds how many keys that is
+    /// (retention removes a page at a time).
+    fn remove_before(&self, t: Tree, end: &[u8]) -> Result<Revision>;
 }
 
 /// [`Engine`] in sled: one sled tree per [`Tree`], each write flushed.
@@ -238,6 +253,31 @@ impl Engine for SledEngine {
     fn next_id(&self) -> Result<u64> {
         Ok(self.db.generate_id()?)
     }
+
+    fn scan_from(&self, t: Tree, start: &[u8], limit: usize, f: Visit) -> Result<()> {
+        for kv in self.tree(t)?.range(start..).take(limit) {
+            let (k, v) = kv?;
+            f(&k, &v)?;
+        }
+        Ok(())
+    }
+
+    fn scan_back(&self, t: Tree, limit: usize, f: Visit) -> Result<()> {
+        for kv in self.tree(t)?.iter().rev().take(limit) {
+            let (k, v) = kv?;
+            f(&k, &v)?;
+        }
+        Ok(())
+    }
+
+    fn count(&self, t: Tree) -> Result<u64> {
+        Ok(self.tree(t)?.len() as u64)
+    }
+
+    fn remove_before(&self, t: Tree, end: &[u8]) -> Result<Revision> {
+        let keys = self.tree(t)?.range(..end).keys().collect::<Result<Vec<_>, _>>()?;
+        self.commit(keys.into_iter().map(|k| (t, k.to_vec(), None)).collect(), &[])
+    }
 }
 
 /// [`Engine`] in memory: everything is lost when it is dropped.
@@ -323,6 +363,47 @@ impl Engine for MemoryEngine {
         let mut state = self.state.lock().unwrap();
         state.id += 1;
         Ok(state.id)
+    }
+
+    fn scan_from(&self, t: Tree, start: &[u8], limit: usize, f: Visit) -> Result<()> {
+        let records = self.copy(t, start, |r| r.take(limit).collect());
+        records.iter().try_for_each(|(k, v)| f(k, v))
+    }
+
+    fn scan_back(&self, t: Tree, limit: usize, f: Visit) -> Result<()> {
+        let records = self.copy(t, b"", |r| r.rev().take(limit).collect());
+        records.iter().try_for_each(|(k, v)| f(k, v))
+    }
+
+    fn count(&self, t: Tree) -> Result<u64> {
+        Ok(self.copy(t, b"", |r| r.map(|_| (Vec::new(), Vec::new())).collect()).len() as u64)
+    }
+
+    fn remove_before(&self, t: Tree, end: &[u8]) -> Result<Revision> {
+        let keys = self.copy(t, b"", |r| r.take_while(|(k, _)| k.as_slice() < end).collect());
+        self.commit(keys.into_iter().map(|(k, _)| (t, k, None)).collect(), &[])
+    }
+}
+
+impl MemoryEngine {
+    /// What `pick` takes of the records of tree `t` from key `start` on
+    /// (it may read them backwards), copied: a visitor may write to the
+    /// engine. (A model of an engine: the records of the trees after
+    /// `t` are skipped over.)
+    fn copy(
+        &self,
+        t: Tree,
+        start: &[u8],
+        pick: impl FnOnce(&mut dyn DoubleEndedIterator<Item = (Vec<u8>, Vec<u8>)>) -> Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let state = self.state.lock().unwrap();
+        let mine: Vec<(Vec<u8>, Vec<u8>)> = state
+            .records
+            .range((t.name(), start.to_vec())..)
+            .take_while(|((tree, _), _)| *tree == t.name())
+            .map(|((_, k), v)| (k.clone(), v.clone()))
+            .collect();
+        pick(&mut mine.into_iter())
     }
 }
 

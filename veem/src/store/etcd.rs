@@ -23,7 +23,9 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+};
 
 use super::engine::{Conflict, Engine, Revision, Unchanged, Visit, Write};
 use super::Tree;
@@ -318,16 +320,28 @@ impl EtcdEngine {
     /// pages of [`PAGE`] keys, each at the first page's revision (one
     /// snapshot); returns that revision.
     fn scan_at(&self, t: Tree, at: Option<i64>, f: Visit) -> Result<i64> {
+        self.scan_range(t, b"", usize::MAX, at, f)
+    }
+
+    /// Reads the records of tree `t` from key `start` on, `limit` at most,
+    /// at revision `at` (`None`: now) as [`EtcdEngine::scan_at`] does;
+    /// returns the revision read at.
+    fn scan_range(&self, t: Tree, start: &[u8], limit: usize, at: Option<i64>, f: Visit) -> Result<i64> {
         let prefix = self.key(t, b"");
         let end = range_end(&prefix);
-        let mut from = prefix.clone();
+        let mut from = self.key(t, start);
         let mut at = at;
+        let mut left = limit;
         loop {
             let (start, stop) = (from.clone(), end.clone());
+            let page = PAGE.min(i64::try_from(left).unwrap_or(PAGE));
+            if page == 0 {
+                return Ok(at.unwrap_or(0));
+            }
             let (kvs, revision, more) = self.run("etcd scan", move |mut c| {
                 let (start, stop) = (start.clone(), stop.clone());
                 async move {
-                    let mut o = GetOptions::new().with_range(stop).with_limit(PAGE);
+                    let mut o = GetOptions::new().with_range(stop).with_limit(page);
                     if let Some(r) = at {
                         o = o.with_revision(r);
                     }
@@ -337,6 +351,7 @@ impl EtcdEngine {
                 }
             })?;
             let snapshot = *at.get_or_insert(revision);
+            left -= kvs.len();
             for (k, v) in &kvs {
                 f(&k[prefix.len()..], v)?;
             }
@@ -481,6 +496,66 @@ impl Engine for EtcdEngine {
             Ok(_) => Ok(true),
             Err(e) if e.is::<Conflict>() => Ok(false),
             Err(e) => Err(e),
+        }
+    }
+
+    fn scan_from(&self, t: Tree, start: &[u8], limit: usize, f: Visit) -> Result<()> {
+        self.scan_range(t, start, limit, None, f).map(|_| ())
+    }
+
+    fn scan_back(&self, t: Tree, limit: usize, f: Visit) -> Result<()> {
+        let prefix = self.key(t, b"");
+        let end = range_end(&prefix);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let start = prefix.clone();
+        let kvs = self.run("etcd scan back", move |mut c| {
+            let (start, end) = (start.clone(), end.clone());
+            async move {
+                let o = GetOptions::new()
+                    .with_range(end)
+                    .with_limit(limit)
+                    .with_sort(SortTarget::Key, SortOrder::Descend);
+                let r = c.get(start, Some(o)).await?;
+                Ok(r.kvs()
+                    .iter()
+                    .map(|kv| (kv.key().to_vec(), kv.value().to_vec()))
+                    .collect::<Vec<_>>())
+            }
+        })?;
+        kvs.iter().try_for_each(|(k, v)| f(&k[prefix.len()..], v))
+    }
+
+    fn count(&self, t: Tree) -> Result<u64> {
+        let prefix = self.key(t, b"");
+        self.run("etcd count", move |mut c| {
+            let prefix = prefix.clone();
+            async move {
+                let r = c.get(prefix, Some(GetOptions::new().with_prefix().with_count_only())).await?;
+                Ok(r.count().max(0) as u64)
+            }
+        })
+    }
+
+    fn remove_before(&self, t: Tree, end: &[u8]) -> Result<Revision> {
+        // One range delete (a transaction holds 128 operations at most),
+        // fenced as every commit is.
+        let (start, end) = (self.key(t, b""), self.key(t, end));
+        let fence = self.fence();
+        let when: Vec<Compare> = fence
+            .iter()
+            .map(|f| Compare::create_revision(f.key.clone(), CompareOp::Equal, f.epoch))
+            .collect();
+        let (succeeded, revision) = self.run(&format!("etcd removal of {} records", t.name()), move |mut c| {
+            let remove = TxnOp::delete(start.clone(), Some(DeleteOptions::new().with_range(end.clone())));
+            let txn = Txn::new().when(when.clone()).and_then(vec![remove]);
+            async move {
+                let r = c.txn(txn).await?;
+                Ok((r.succeeded(), r.header().map_or(0, |h| h.revision().max(0) as u64)))
+            }
+        })?;
+        match fence {
+            Some(f) if !succeeded => Err(Fenced { epoch: f.epoch }.into()),
+            _ => Ok(revision),
         }
     }
 

@@ -99,6 +99,7 @@ mod tests {
                 kind: "state".into(),
                 detail: "admitted -> running".into(),
                 at_ms: 5,
+                seq: 0,
             })
             .unwrap();
         let memory = MemoryEngine::default();

@@ -46,6 +46,9 @@ pub struct Consoles {
     /// The session holding each VEE's console, by VEE ID.
     holders: Mutex<HashMap<String, Holder>>,
     sessions: AtomicU64,
+    /// Sessions each caller may still open (`[events]
+    /// console_attaches_per_minute`): each writes two events.
+    attaches: std::sync::Mutex<crate::domain::rate::Buckets>,
 }
 
 /// The session that holds a VEE's console.
@@ -85,10 +88,12 @@ type Attachment = (ConsoleStream, mpsc::Sender<Vec<u8>>);
 
 impl Consoles {
     pub fn new(core: Arc<Core>) -> Self {
+        let attaches = std::sync::Mutex::new(crate::domain::rate::Buckets::new(core.cfg.events.console_attaches_per_minute));
         Self {
             core,
             holders: Mutex::new(HashMap::new()),
             sessions: AtomicU64::new(0),
+            attaches,
         }
     }
 
@@ -98,15 +103,18 @@ impl Consoles {
     /// stream carries what it writes and the relay's notices, until
     /// `input` ends, the caller stops reading, the VEE stops, or another
     /// session takes the console. The caller checked that `role` may.
-    /// Errors: the VEE is unknown (NotFound) or does not run; another
-    /// session holds the console (without `force`, or the operator's);
-    /// the host's or peer's refusal, by its message.
+    /// Errors: the VEE is unknown (NotFound) or does not run; the caller
+    /// over its rate of sessions (`VeemError::RateLimited`:
+    /// ResourceExhausted); another session holds the console (without
+    /// `force`, or the operator's); the host's or peer's refusal, by its
+    /// message.
     pub async fn attach(self: &Arc<Self>, role: &Role, vee_id: &str, force: bool, input: ConsoleInput) -> Result<ConsoleStream> {
         let who = role.to_string();
         let v = self.vee(vee_id)?;
         if !matches!(v.state, VeeState::Running | VeeState::Checkpointing) {
             bail!("VEE {vee_id} is {}: its console is there while it runs", v.state.as_str());
         }
+        self.take_attach(&who)?;
         // The session this one takes the console from ends first (told it
         // was taken), so that the host's console closing under it is never
         // taken for a close to recover from.
@@ -169,6 +177,22 @@ impl Consoles {
         if holders.get(vee_id).is_some_and(|h| h.session == session) {
             holders.remove(vee_id);
         }
+    }
+
+    /// Takes one of `who`'s console sessions; errors when it has none
+    /// left this minute, saying when one is back.
+    fn take_attach(&self, who: &str) -> Result<()> {
+        let mut buckets = self.attaches.lock().unwrap();
+        buckets.take(who, self.clock.now_ms()).map_err(|wait_ms| {
+            crate::error::VeemError::RateLimited {
+                what: "console sessions",
+                who: who.to_string(),
+                per_minute: buckets.per_minute(),
+                limit: "[events] console_attaches_per_minute",
+                retry_s: (wait_ms + 999) / 1000,
+            }
+            .into()
+        })
     }
 
     /// Attaches to `v`'s console where it runs now.

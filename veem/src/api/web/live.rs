@@ -23,7 +23,7 @@ use super::{call, page_error, refused, Web};
 use crate::api::model::Event;
 
 /// Events of the history a stream starts with, at most.
-const HISTORY: usize = 200;
+const HISTORY: i32 = 200;
 
 /// `GET /events/stream?service=ID&kind=KIND`: every event the caller may
 /// see (the latest [`HISTORY`] first), those of `kind` only when given.
@@ -32,22 +32,32 @@ pub(super) async fn events(State(web): State<Arc<Web>>, headers: HeaderMap, Quer
         Ok(c) => c,
         Err(r) => return r,
     };
-    // The live stream first (nothing is missed), then the latest of the
-    // history before it.
-    let watch = |history_only| vmi::WatchEventsRequest {
+    // The live stream first (nothing is missed), then the newest page of
+    // the stored events (never the whole log).
+    let watch = vmi::WatchEventsRequest {
         service_id: f.service.clone(),
-        history_only,
+        history_only: false,
     };
-    let live = match c.vmi.watch_events(call(&c.session, watch(false))).await {
+    let live = match c.vmi.watch_events(call(&c.session, watch)).await {
         Ok(s) => s.into_inner(),
         Err(s) => return refused(s),
     };
-    let past: Vec<_> = match c.vmi.watch_events(call(&c.session, watch(true))).await {
-        Ok(s) => s.into_inner().collect().await,
+    let newest = vmi::ListEventsRequest {
+        service_id: f.service.clone(),
+        page_size: HISTORY,
+        latest: true,
+        ..Default::default()
+    };
+    let past = match c.vmi.list_events(call(&c.session, newest)).await {
+        Ok(r) => r.into_inner().events.into_iter().map(Ok),
         Err(s) => return refused(s),
     };
-    let skip = past.len().saturating_sub(HISTORY);
-    let past = past.into_iter().skip(skip);
+    // An event stored after the live stream began is in both: once.
+    let mut last_past = 0;
+    let past: Vec<_> = past
+        .inspect(|e: &Result<vmi::Event, tonic::Status>| last_past = e.as_ref().map_or(0, |e| e.seq))
+        .collect();
+    let live = live.filter(move |e| std::future::ready(e.as_ref().map_or(true, |e| e.seq == 0 || e.seq > last_past)));
     let kind = f.kind;
     let events = futures::stream::iter(past).chain(live).filter_map(move |e| {
         let keep = e.as_ref().ok().filter(|e| kind.is_empty() || e.kind == kind).map(Event::from);

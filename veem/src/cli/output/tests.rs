@@ -237,6 +237,7 @@ fn event_line_has_rfc3339_time() {
         kind: "state".into(),
         detail: "running -> migrating".into(),
         time: interfaces::time::timestamp_ms(1_795_852_800_005),
+        seq: 42,
     });
     assert_eq!(
         event(&e, OutputFormat::Table),
@@ -246,6 +247,7 @@ fn event_line_has_rfc3339_time() {
     assert_eq!(json_line.lines().count(), 1);
     let v: serde_json::Value = serde_json::from_str(&json_line).unwrap();
     assert_eq!(v["at"], "2026-11-28T08:00:00.005Z");
+    assert_eq!(v["seq"], 42, "where `veem events --after` goes on from");
 }
 
 #[test]

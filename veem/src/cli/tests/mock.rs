@@ -289,17 +289,27 @@ impl Vmi for MockSvc {
     type WatchEventsStream = tokio_stream::Iter<std::vec::IntoIter<Result<interfaces::vmi::Event, Status>>>;
     async fn watch_events(&self, r: Request<WatchEventsRequest>) -> R<Self::WatchEventsStream> {
         self.note(&r);
-        let ev = |kind: &str, ms| interfaces::vmi::Event {
-            vee_id: "v1".into(),
-            service_id: "svc1".into(),
-            kind: kind.into(),
-            detail: String::new(),
-            time: interfaces::time::timestamp_ms(ms),
-        };
         Ok(Response::new(tokio_stream::iter(vec![
-            Ok(ev("deploying", 1_795_852_800_000)),
-            Ok(ev("running", 1_795_852_801_500)),
+            Ok(mock_event("deploying", 1_795_852_800_000, 1)),
+            Ok(mock_event("running", 1_795_852_801_500, 2)),
         ])))
+    }
+
+    /// Two pages: events 1 and 2, then 3 (after the first page's token).
+    async fn list_events(&self, r: Request<ListEventsRequest>) -> R<ListEventsResponse> {
+        self.note(&r);
+        let (events, next_page_token) = match (r.get_ref().page_token.as_str(), r.get_ref().after_seq) {
+            ("", 0) => (
+                vec![
+                    mock_event("deploying", 1_795_852_800_000, 1),
+                    mock_event("running", 1_795_852_801_500, 2),
+                ],
+                "after-2".to_string(),
+            ),
+            ("after-2", 0) | ("", 2) => (vec![mock_event("stopped", 1_795_852_802_000, 3)], String::new()),
+            other => return Err(Status::invalid_argument(format!("unexpected {other:?}"))),
+        };
+        Ok(Response::new(ListEventsResponse { events, next_page_token }))
     }
     async fn get_usage(&self, r: Request<GetUsageRequest>) -> R<UsageReport> {
         self.note(&r);
@@ -422,4 +432,16 @@ pub(crate) async fn serve(mock: Arc<Mock>) -> String {
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     format!("http://{addr}")
+}
+
+/// An event of VEE v1 of service svc1.
+fn mock_event(kind: &str, ms: i64, seq: u64) -> interfaces::vmi::Event {
+    interfaces::vmi::Event {
+        vee_id: "v1".into(),
+        service_id: "svc1".into(),
+        kind: kind.into(),
+        detail: String::new(),
+        time: interfaces::time::timestamp_ms(ms),
+        seq,
+    }
 }

@@ -144,14 +144,16 @@ fn other_subcommands_parse() {
         parse(&["events", "--service", "s"]).unwrap().command,
         Command::Events {
             service: Some(_),
-            follow: false
+            follow: false,
+            after: None
         }
     ));
     assert!(matches!(
         parse(&["events", "-f"]).unwrap().command,
         Command::Events {
             service: None,
-            follow: true
+            follow: true,
+            ..
         }
     ));
     assert!(matches!(
@@ -412,12 +414,19 @@ async fn events_stream_lines() {
 }
 
 #[tokio::test]
-async fn events_without_follow_ask_for_the_history_only() {
+async fn events_without_follow_read_the_stored_ones_page_after_page() {
     let mock = Arc::new(Mock::default());
     let ep = serve(mock.clone()).await;
-    let (c, _, _) = run(&ep, &["events"]).await;
+    let (c, out, _) = run(&ep, &["events"]).await;
     assert_eq!(c, 0);
-    assert!(mock.seen.lock().unwrap().join("\n").contains("history_only: true"));
+    let kinds: Vec<&str> = out.lines().filter_map(|l| l.split_whitespace().nth(3)).collect();
+    assert_eq!(kinds, ["deploying", "running", "stopped"], "{out}");
+    let (c, out, _) = run(&ep, &["events", "--after", "2", "-o", "json"]).await;
+    assert_eq!(c, 0);
+    assert!(
+        out.contains("\"kind\":\"stopped\"") && out.contains("\"seq\":3") && !out.contains("running"),
+        "{out}"
+    );
 }
 
 #[tokio::test]

@@ -147,3 +147,49 @@ async fn a_session_taken_by_force_is_told_without_a_name_and_does_not_come_back(
     let (_k, input) = keyboard();
     assert!(site.veem.consoles.attach(&acme(), &vee, true, input).await.is_err());
 }
+
+/// A tenant looping attach and detach (two events each) is refused once
+/// over its rate, with RESOURCE_EXHAUSTED naming the limit and when to
+/// retry, and may attach again once the bucket refills; another caller
+/// has its own bucket.
+#[tokio::test]
+async fn a_tenant_looping_console_attaches_is_refused_after_its_rate() {
+    let site = FakeSite::start(&["h1"], "[events]\nconsole_attaches_per_minute = 3\n").await;
+    let vee = site.running_service(STANDARD).remove(0);
+    for i in 0..3 {
+        let (keys, input) = keyboard();
+        let out = site.veem.consoles.attach(&acme(), &vee, false, input).await;
+        assert!(out.is_ok(), "attach {i} within the rate: {:?}", out.as_ref().err());
+        // Detached: its session ends, and with it its hold.
+        drop(keys);
+        let mut out = out.unwrap();
+        while out.next().await.is_some() {}
+    }
+    let (_keys, input) = keyboard();
+    let e = site
+        .veem
+        .consoles
+        .attach(&acme(), &vee, false, input)
+        .await
+        .err()
+        .expect("refused");
+    let s = crate::api::status::status(e);
+    assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
+    assert!(
+        s.message().contains("console_attaches_per_minute") && s.message().contains("3 per minute") && s.message().contains("retry in"),
+        "{}",
+        s.message()
+    );
+    let (keys, input) = keyboard();
+    let other = site.veem.consoles.attach(&crate::config::Role::Provider("other".into()), &vee, false, input).await;
+    assert!(other.is_ok(), "another caller's own bucket");
+    drop(keys);
+    let mut other = other.unwrap();
+    while other.next().await.is_some() {}
+    site.clock.advance_ms(20_000);
+    let (_keys, input) = keyboard();
+    assert!(
+        site.veem.consoles.attach(&acme(), &vee, false, input).await.is_ok(),
+        "a token back after 20 s"
+    );
+}
