@@ -4,6 +4,7 @@
 
 pub mod artifact;
 pub mod auth_throttle;
+pub mod chunks;
 pub mod cloud_init;
 pub mod config;
 pub mod connections;

@@ -10,6 +10,7 @@
 //! # Ok(()) }
 //! ```
 
+mod chunks;
 mod oci;
 pub mod pull;
 mod push;

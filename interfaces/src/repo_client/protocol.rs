@@ -15,6 +15,7 @@
 //! | POST | `/v1/blobs/{id}/grant?for={provider}` | a site asks whether a provider may read the blob: 204 (and the site may read it from then on) or 404 |
 //! | PUT, DELETE | `/v1/blobs/{id}/public` | the operator marks a blob readable by every caller, or not, 204 |
 //! | POST | `/v1/gc?grace=1h&dry_run=true` | the operator collects garbage: JSON [`GcReply`] |
+//! | POST | `/v1/blobs/missing` | of the digests in a JSON [`MissingQuery`] (at most [`MAX_MISSING_QUERY`]), those the caller must push: not stored, or not readable by the caller; the others' collection grace starts again. JSON [`MissingReply`] |
 //! | POST | `/v1/blobs/{id}/replicate?to={peer}` | a site pushes the blob to peer site `{peer}`'s repository and lets that site read it there, 204; 502 if the peer refuses |
 //!
 //! `<meta>` is `name=..&kind=..&format=..&label.<key>=<value>...`. Errors carry
@@ -78,6 +79,24 @@ pub struct GcReply {
 pub struct CheckReply {
     /// The blob is already stored: a push can be skipped.
     pub exists: bool,
+}
+
+/// The most digests one [`MissingQuery`] may carry.
+pub const MAX_MISSING_QUERY: usize = 4096;
+
+/// Body of `POST /v1/blobs/missing`: the chunks a host is about to list in
+/// a chunk index (`crate::chunks`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct MissingQuery {
+    /// At most [`MAX_MISSING_QUERY`] content IDs.
+    pub digests: Vec<crate::blob_id::BlobId>,
+}
+
+/// Reply of `POST /v1/blobs/missing`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct MissingReply {
+    /// Those of the query the caller must push, in the query's order.
+    pub missing: Vec<crate::blob_id::BlobId>,
 }
 
 /// Error codes the server sends in [`ErrorBody::code`].

@@ -29,11 +29,17 @@ pub enum BlobKind {
     OciBlob,
     /// An OCI manifest or index pushed through the OCI API.
     Manifest,
+    /// A chunk of a checkpoint's memory state or disk overlay
+    /// (`crate::chunks`), kept while a kept chunk index lists it.
+    CheckpointChunk,
+    /// A checkpoint part as the list of its chunks (`crate::chunks`),
+    /// accepted only when every chunk it lists is stored.
+    CheckpointIndex,
 }
 
 impl BlobKind {
     /// All kinds, in declaration order.
-    pub const ALL: [BlobKind; 7] = [
+    pub const ALL: [BlobKind; 9] = [
         BlobKind::Disk,
         BlobKind::Kernel,
         BlobKind::Initrd,
@@ -41,6 +47,8 @@ impl BlobKind {
         BlobKind::CheckpointDisk,
         BlobKind::OciBlob,
         BlobKind::Manifest,
+        BlobKind::CheckpointChunk,
+        BlobKind::CheckpointIndex,
     ];
 
     /// The kebab-case name used on the wire and on the command line.
@@ -53,6 +61,8 @@ impl BlobKind {
             BlobKind::CheckpointDisk => "checkpoint-disk",
             BlobKind::OciBlob => "oci-blob",
             BlobKind::Manifest => "manifest",
+            BlobKind::CheckpointChunk => "checkpoint-chunk",
+            BlobKind::CheckpointIndex => "checkpoint-index",
         }
     }
 }

@@ -1,0 +1,62 @@
+//! What a host needs to push a checkpoint in chunks (`crate::chunks`):
+//! which chunks the repository lacks, and a chunk pushed from memory.
+
+use bytes::Bytes;
+use reqwest::{header, Method};
+
+use super::protocol::{MissingQuery, MissingReply, MAX_MISSING_QUERY};
+use super::{check, transport, BlobMeta, PushMeta, RepoClient};
+use crate::blob_id::BlobId;
+use crate::error::{Error, Result};
+
+impl RepoClient {
+    /// Of `digests`, those this caller must push (not stored, or not
+    /// readable by it), in their order; asked [`MAX_MISSING_QUERY`] at a
+    /// time. The repository starts the collection grace of the others
+    /// again, so that an index listing them can follow.
+    /// Errors: [`Error::Repository`] when unreachable or refused.
+    pub async fn missing(&self, digests: &[BlobId]) -> Result<Vec<BlobId>> {
+        let mut out = Vec::new();
+        for part in digests.chunks(MAX_MISSING_QUERY) {
+            let what = format!("which of {} chunks the repository lacks", part.len());
+            let body = MissingQuery { digests: part.to_vec() };
+            let resp = self
+                .send(&what, || self.request(Method::POST, "/blobs/missing").json(&body))
+                .await?;
+            let resp = check(&what, None, resp).await?;
+            let reply: MissingReply = resp.json().await.map_err(|e| transport(&what, &e))?;
+            out.extend(reply.missing);
+        }
+        Ok(out)
+    }
+
+    /// Pushes `content`, whose content ID is `id`, with `meta` (a chunk
+    /// or a chunk index). Errors: as [`RepoClient::push_file`];
+    /// [`Error::DigestMismatch`] when `content` is not `id`.
+    pub async fn push_bytes(&self, id: &BlobId, content: Bytes, meta: &PushMeta) -> Result<()> {
+        let what = format!("push {id}");
+        meta.validate().map_err(|(field, reason)| Error::Repository {
+            what: what.clone(),
+            reason: format!("field `{field}`: {reason}"),
+        })?;
+        let query = super::protocol::meta_to_query(meta);
+        let path = format!("/blobs/{id}");
+        let resp = self
+            .send(&what, || {
+                self.request(Method::PUT, &path)
+                    .query(&query)
+                    .header(header::CONTENT_TYPE, "application/octet-stream")
+                    .body(content.clone())
+            })
+            .await?;
+        let resp = check(&what, Some(id), resp).await?;
+        let stored: BlobMeta = resp.json().await.map_err(|e| transport(&what, &e))?;
+        if &stored.id != id {
+            return Err(Error::Repository {
+                what,
+                reason: format!("repository answered with blob {}", stored.id),
+            });
+        }
+        Ok(())
+    }
+}
