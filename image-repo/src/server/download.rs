@@ -98,9 +98,19 @@ pub async fn readable_or_pulled(app: &App, who: &Caller, id: &interfaces::BlobId
         .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?;
     if here.is_none() && app.peers.serve(who) {
         let pulled = app.peers.pull_through(app, id, &who.name, None).await?;
-        return who.readable(pulled, id);
+        return readable_meta(app, who, pulled, id);
     }
-    who.readable(here, id)
+    readable_meta(app, who, here, id)
+}
+
+/// `m` if `who` may read it, directly or, for a chunk, through an index
+/// (`super::store::Store::may_read`); else 404 as if it did not exist,
+/// so that IDs of others' blobs cannot be probed. Errors: 404, 500.
+pub fn readable_meta(app: &App, who: &Caller, m: Option<BlobMeta>, id: &interfaces::BlobId) -> Result<BlobMeta, ApiError> {
+    match m {
+        Some(m) if app.store.may_read(who, &m).map_err(|e| ApiError::internal(format!("reading metadata of {id}"), format!("{e:#}")))? => Ok(m),
+        _ => Err(ApiError::not_found(id)),
+    }
 }
 
 /// The content of the blob `meta` describes, whole or the part a `Range`
@@ -164,13 +174,14 @@ pub const PRIVATE_IMMUTABLE: &str = "private, max-age=31536000, immutable";
 /// name comes from Docker's registry API, which the specification keeps).
 pub const DIGEST_HEADER: &str = "docker-content-digest";
 
-/// The record of `id` if `who` may read it. Errors: 404 otherwise.
+/// The record of `id` if `who` may read it ([`readable_meta`]).
+/// Errors: 404 otherwise.
 pub fn readable(app: &AppState, who: &Caller, id: &interfaces::BlobId) -> Result<BlobMeta, ApiError> {
     let m = app
         .store
         .get(id)
         .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?;
-    who.readable(m, id)
+    readable_meta(app, who, m, id)
 }
 
 #[cfg(test)]

@@ -126,6 +126,35 @@ impl ApiError {
         )
     }
 
+    /// 409: delete of a chunk that stored chunk indexes list (the first
+    /// few) without force.
+    pub fn in_indexes(id: &BlobId, indexes: &[BlobId]) -> Self {
+        let names: Vec<String> = indexes.iter().map(ToString::to_string).collect();
+        Self::new(
+            StatusCode::CONFLICT,
+            codes::IN_INDEX,
+            format!(
+                "blob {id} is a chunk the chunk indexes {} list; delete them first, or delete with force (which leaves them incomplete)",
+                names.join(", ")
+            ),
+        )
+    }
+
+    /// 409: chunk index `index` lists `chunk`, which is not there for its
+    /// uploader (`reason`); nothing stored.
+    pub fn chunk_missing(index: &BlobId, chunk: &BlobId, reason: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            codes::CHUNK_MISSING,
+            format!("chunk index {index}: field `chunks`: chunk {chunk} {reason}; nothing stored"),
+        )
+    }
+
+    /// 413: a body over its bound, about one field: "`field`: reason".
+    pub fn too_large(field: &str, reason: &str) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, codes::TOO_LARGE, format!("field `{field}`: {reason}"))
+    }
+
     /// 400: the upload body ended early or broke off. `upload` names it
     /// (`upload of sha256:...`).
     pub fn interrupted(upload: &str, received: u64, why: &str) -> Self {

@@ -1,19 +1,26 @@
 //! Garbage collection (issue 39): what the repository may drop, and what
 //! it never does. A blob is collected only if nothing says it is needed:
 //!
-//! - it is a checkpoint's blob (`checkpoint-memory`, `checkpoint-disk`) or
-//!   content of the OCI API (`oci-blob`, `manifest`): images, kernels and
-//!   initrds pushed through `/v1` are their owners' to delete;
+//! - it is a checkpoint's blob (`checkpoint-memory`, `checkpoint-disk`,
+//!   `checkpoint-index`, `checkpoint-chunk`) or content of the OCI API
+//!   (`oci-blob`, `manifest`): images, kernels and initrds pushed through
+//!   `/v1` are their owners' to delete;
 //! - it has no pin: the VEEMs pin the blobs of the checkpoints they keep
 //!   (`SITE-checkpoint-ID`), and a pin is how anyone says "needed";
 //! - no OCI repository holds it (a blob or manifest linked in a repository
 //!   is that repository's until it is deleted there);
-//! - it is not public, and it was stored more than `grace` ago (a
-//!   checkpoint pushed but not yet pinned, an upload's blobs before their
-//!   manifest).
+//! - a chunk: no stored chunk index lists it (the VEEMs pin the indexes,
+//!   not the chunks);
+//! - it is not public, and it was last used more than `grace` ago: stored,
+//!   pushed again, or found by `POST /v1/blobs/missing` (a checkpoint
+//!   pushed but not yet pinned, an upload's blobs before their manifest,
+//!   a chunk a host was told not to send, before the index listing it).
 //!
-//! Each removal goes through the store's delete, which checks the pins
-//! again under its lock: a pin set meanwhile keeps the blob.
+//! Indexes go first, then chunks: a chunk only the indexes removed listed
+//! goes in the same collection. Each removal goes through the store's
+//! collect, which checks the pins, links, indexes and last use again
+//! under its lock: a pin set, an index stored or a `missing` query
+//! meanwhile keeps the blob.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -33,15 +40,21 @@ pub use interfaces::repo_client::protocol::GcReply as Collected;
 pub fn collectable(m: &BlobMeta, linked: &HashSet<BlobId>, stored_before: chrono::DateTime<chrono::Utc>) -> bool {
     matches!(
         m.kind,
-        BlobKind::CheckpointMemory | BlobKind::CheckpointDisk | BlobKind::OciBlob | BlobKind::Manifest
+        BlobKind::CheckpointMemory
+            | BlobKind::CheckpointDisk
+            | BlobKind::CheckpointIndex
+            | BlobKind::CheckpointChunk
+            | BlobKind::OciBlob
+            | BlobKind::Manifest
     ) && m.pins.is_empty()
         && !m.public
         && !linked.contains(&m.id)
         && m.created < stored_before
 }
 
-/// Removes (unless `dry_run`) every [`collectable`] blob stored more than
-/// `grace` ago. Errors: 500 reading or deleting.
+/// Removes (unless `dry_run`) every [`collectable`] blob last used more
+/// than `grace` ago: first all but chunks, then the chunks no index left
+/// lists. Errors: 500 reading or deleting.
 pub async fn collect(app: &App, grace: Duration, dry_run: bool) -> Result<Collected, ApiError> {
     let internal = |e: anyhow::Error| ApiError::internal("garbage collection", format!("{e:#}"));
     let linked = app.store.repos().linked().map_err(internal)?;
@@ -50,31 +63,42 @@ pub async fn collect(app: &App, grace: Duration, dry_run: bool) -> Result<Collec
         dry_run,
         ..Default::default()
     };
-    let mut after = None;
-    loop {
-        let (page, next) = app
-            .store
-            .page(after.as_ref(), 1000, 10_000, |m| collectable(m, &linked, before))
-            .map_err(internal)?;
-        for m in page {
-            if dry_run {
-                out.bytes += m.size;
-                out.removed.push(m.id);
-                continue;
-            }
-            match app.store.delete(&m.id, false).await.map_err(internal)? {
-                Deleted::Removed(m) => {
-                    tracing::info!(id = %m.id, kind = %m.kind, size = m.size, "garbage collected");
+    // The indexes removed (or, dry, that would be): they hold no chunk.
+    let mut gone = HashSet::new();
+    for chunks in [false, true] {
+        let mut after = None;
+        loop {
+            let unused = |m: &BlobMeta| {
+                (m.kind == BlobKind::CheckpointChunk) == chunks
+                    && collectable(m, &linked, before)
+                    && app.store.last_used(m).is_ok_and(|t| t < before)
+                    && (!chunks || app.store.listing(&m.id, &gone, 1).is_ok_and(|l| l.is_empty()))
+            };
+            let (page, next) = app.store.page(after.as_ref(), 1000, 10_000, unused).map_err(internal)?;
+            for m in page {
+                if dry_run {
                     out.bytes += m.size;
+                    if m.kind == BlobKind::CheckpointIndex {
+                        gone.insert(m.id.clone());
+                    }
                     out.removed.push(m.id);
+                    continue;
                 }
-                // Pinned, linked or deleted meanwhile: kept, or gone already.
-                Deleted::Pinned(_) | Deleted::Held(_) | Deleted::NotFound => {}
+                match app.store.collect(&m.id, before).await.map_err(internal)? {
+                    Deleted::Removed(m) => {
+                        tracing::info!(id = %m.id, kind = %m.kind, size = m.size, "garbage collected");
+                        out.bytes += m.size;
+                        out.removed.push(m.id);
+                    }
+                    // Pinned, linked, listed, used or deleted meanwhile:
+                    // kept, or gone already.
+                    Deleted::Pinned(_) | Deleted::Held(_) | Deleted::Listed(_) | Deleted::Used | Deleted::NotFound => {}
+                }
             }
-        }
-        match next {
-            Some(n) => after = Some(n),
-            None => break,
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
         }
     }
     Ok(out)

@@ -16,7 +16,11 @@ use interfaces::BlobId;
 /// ([`super::repositories`]) and the kinds `oci-blob` and `manifest`.
 /// 4: the OCI trees' index by digest (`oci_holders`, built by
 /// [`super::repositories::Repositories::open`] when it finds it empty).
-pub const FORMAT_VERSION: &str = "4";
+/// 5: the kinds `checkpoint-chunk` and `checkpoint-index`, the chunk
+/// indexes' references and the blobs' touched times
+/// ([`super::chunk_refs`], built by [`super::store::Store::open`] from the
+/// stored indexes when it opens an older database).
+pub const FORMAT_VERSION: &str = "5";
 /// Version 1 records read as version 2 ones: the operator owns them and
 /// they are private (serde defaults), so nothing is rewritten.
 const FORMAT_VERSION_1: &str = "1";
@@ -25,6 +29,10 @@ const FORMAT_VERSION_2: &str = "2";
 /// Version 3 databases read as version 4 ones once their index by digest
 /// is built.
 const FORMAT_VERSION_3: &str = "3";
+/// Version 4 databases read as version 5 ones once the references of
+/// their chunk indexes are built (none were touched: their grace runs from
+/// when they were stored).
+const FORMAT_VERSION_4: &str = "4";
 const FORMAT_KEY: &[u8] = b"format_version";
 
 /// The metadata database.
@@ -35,6 +43,9 @@ pub struct MetaDb {
     total: AtomicU64,
     /// How many blobs are stored (kept as `total` is).
     count: AtomicU64,
+    /// Whether the database had a format before 5 (without the chunk
+    /// indexes' references).
+    before_chunks: bool,
 }
 
 impl MetaDb {
@@ -42,12 +53,19 @@ impl MetaDb {
     /// (for instance another server holds it) or it has another format version.
     pub fn open(dir: &Path) -> Result<Self> {
         let db = interfaces::database::open_database(dir, 16).with_context(|| format!("opening metadata database {}", dir.display()))?;
-        match db.get(FORMAT_KEY)? {
+        let found = db.get(FORMAT_KEY)?;
+        let before_chunks = found.as_ref().is_some_and(|v| v.as_ref() != FORMAT_VERSION.as_bytes());
+        match found {
             None => {
                 db.insert(FORMAT_KEY, FORMAT_VERSION)?;
                 db.flush()?;
             }
             Some(v) if v.as_ref() == FORMAT_VERSION.as_bytes() => {}
+            Some(v) if v.as_ref() == FORMAT_VERSION_4.as_bytes() => {
+                tracing::info!("metadata format 4 read as {FORMAT_VERSION}: the chunk indexes' references are built");
+                db.insert(FORMAT_KEY, FORMAT_VERSION)?;
+                db.flush()?;
+            }
             Some(v) if v.as_ref() == FORMAT_VERSION_3.as_bytes() => {
                 tracing::info!("metadata format 3 read as {FORMAT_VERSION}: the OCI repositories' index by digest is built");
                 db.insert(FORMAT_KEY, FORMAT_VERSION)?;
@@ -84,7 +102,14 @@ impl MetaDb {
             blobs,
             total: AtomicU64::new(total),
             count: AtomicU64::new(count),
+            before_chunks,
         })
+    }
+
+    /// Whether the database had a format before 5 when opened: the chunk
+    /// indexes' references are to be built ([`super::chunk_refs`]).
+    pub fn before_chunks(&self) -> bool {
+        self.before_chunks
     }
 
     /// The database, for the other trees kept in it.

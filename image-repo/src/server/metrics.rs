@@ -28,6 +28,9 @@ pub struct RepoMetrics {
     pub received_bytes: Counter,
     pub sent_bytes: Counter,
     pub verification_failures: Family<SourceLabels, Counter>,
+    /// Bytes of the blobs `missing` queries found stored and readable:
+    /// not sent again.
+    pub deduplicated_bytes: Counter,
     blobs: Gauge,
     stored_bytes: Gauge,
 }
@@ -47,6 +50,12 @@ impl RepoMetrics {
             self.received_bytes.clone(),
         );
         r.register_with_unit("sent", "Bytes of blob content sent", Unit::Bytes, self.sent_bytes.clone());
+        r.register_with_unit(
+            "deduplicated",
+            "Bytes of the chunks missing queries found stored: not sent again",
+            Unit::Bytes,
+            self.deduplicated_bytes.clone(),
+        );
         r.register("blobs", "Blobs stored", self.blobs.clone());
         r.register_with_unit("stored", "Bytes of the blobs stored", Unit::Bytes, self.stored_bytes.clone());
         r.register(
@@ -87,6 +96,7 @@ mod tests {
         let m = RepoMetrics::default();
         m.received_bytes.inc_by(10);
         m.sent_bytes.inc_by(10);
+        m.deduplicated_bytes.inc_by(10);
         m.verification_failed("upload");
         m.blobs.set(1);
         m.stored_bytes.set(10);

@@ -3,6 +3,8 @@
 //! for the API and [`store`] for the layout on disk.
 
 pub mod auth;
+pub mod chunk_refs;
+pub mod chunks;
 pub mod config;
 pub mod connections;
 pub mod download;

@@ -32,6 +32,7 @@ pub fn router(app: AppState) -> Router {
             "/v1/blobs/{id}",
             get(download::download).head(download::download).put(upload::upload).delete(delete),
         )
+        .route("/v1/blobs/missing", post(super::chunks::missing))
         .route("/v1/blobs/{id}/meta", get(meta))
         .route("/v1/blobs/{id}/check", post(upload::check))
         .route("/v1/blobs/{id}/pins/{pin}", put(pin).delete(unpin))
@@ -164,7 +165,14 @@ async fn grant(
     }
     // A public blob is every provider's, with a token here or not.
     let m = readable(&app, &Caller::operator(), &id)?;
-    if !(m.public || granted_at_peer || super::auth::provider(&app.config, &provider).is_some_and(|p| p.may_read(&m))) {
+    let provider_reads = match super::auth::provider(&app.config, &provider) {
+        Some(p) => app
+            .store
+            .may_read(&p, &m)
+            .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), format!("{e:#}")))?,
+        None => false,
+    };
+    if !(m.public || granted_at_peer || provider_reads) {
         return Err(ApiError::not_found(&id));
     }
     if who.role == Role::Site {
@@ -289,6 +297,9 @@ async fn delete(
         Ok(Deleted::NotFound) => Err(ApiError::not_found(&id)),
         Ok(Deleted::Pinned(pins)) => Err(ApiError::pinned(&id, &pins)),
         Ok(Deleted::Held(holders)) => Err(ApiError::in_repositories(&id, &holders)),
+        Ok(Deleted::Listed(indexes)) => Err(ApiError::in_indexes(&id, &indexes)),
+        // Only garbage collection's delete keeps a blob used meanwhile.
+        Ok(Deleted::Used) => Err(ApiError::internal(format!("deleting {id}"), "kept as used")),
         Err(e) => Err(ApiError::internal(format!("deleting {id}"), format!("{e:#}"))),
     }
 }

@@ -19,10 +19,16 @@ use interfaces::BlobId;
 use tokio::sync::Mutex;
 
 use super::auth::Caller;
+use super::chunk_refs::ChunkRefs;
 use super::metadata::MetaDb;
 use super::repositories::{Holders, Repositories};
 
+mod chunks;
+
+pub use chunks::Unlistable;
+
 /// Outcome of storing a verified upload.
+#[derive(Debug)]
 pub enum Stored {
     /// The content was new and is now stored.
     New(BlobMeta),
@@ -41,7 +47,16 @@ pub enum Deleted {
     /// Held by OCI repositories (linked, or a manifest there) and not
     /// forced; which.
     Held(Holders),
+    /// A chunk stored chunk indexes list, and not forced; the first few
+    /// of them ([`MAX_LISTED`]).
+    Listed(Vec<BlobId>),
+    /// Collected only if unused since a time, and used since (`missing`
+    /// or a push found it again): kept.
+    Used,
 }
+
+/// How many of the indexes listing a chunk a refused delete names.
+pub const MAX_LISTED: usize = 8;
 
 /// Blob files plus metadata, with the lock that orders commits, deletes and
 /// pin changes.
@@ -50,6 +65,7 @@ pub struct Store {
     tmp: PathBuf,
     meta: MetaDb,
     repos: Repositories,
+    refs: ChunkRefs,
     next_upload: AtomicU64,
     lock: Mutex<()>,
 }
@@ -106,14 +122,20 @@ impl Store {
             }
         }
         let repos = Repositories::open(meta.db())?;
-        Ok(Self {
+        let refs = ChunkRefs::open(meta.db())?;
+        let store = Self {
             blobs,
             tmp,
             repos,
+            refs,
             meta,
             next_upload: AtomicU64::new(0),
             lock: Mutex::new(()),
-        })
+        };
+        if store.meta.before_chunks() {
+            store.build_refs()?;
+        }
+        Ok(store)
     }
 
     /// Path of the content of `id`.
@@ -172,13 +194,23 @@ impl Store {
     /// already stored, `temp` is dropped and the existing record kept; `by`,
     /// having shown it holds the content, may read it from then on.
     /// Errors: rename or database.
-    pub async fn commit(&self, mut temp: TempFile, id: &BlobId, size: u64, meta: PushMeta, by: &Caller) -> Result<Stored> {
+    /// Content pushed again restarts its collection grace (as `missing`
+    /// does). Errors: rename or database.
+    pub async fn commit(&self, temp: TempFile, id: &BlobId, size: u64, meta: PushMeta, by: &Caller) -> Result<Stored> {
         let _guard = self.lock.lock().await;
+        self.commit_locked(temp, id, size, meta, by).await
+    }
+
+    /// [`Store::commit`] under the store's lock.
+    async fn commit_locked(&self, mut temp: TempFile, id: &BlobId, size: u64, meta: PushMeta, by: &Caller) -> Result<Stored> {
         if let Some(mut existing) = self.meta.get(id)? {
             if self.blob_path(id).exists() {
+                self.refs.touch([id], chrono::Utc::now())?;
                 if !by.may_read(&existing) {
                     add_reader(&mut existing, &by.name);
                     self.meta.put(&existing).await?;
+                } else {
+                    self.meta.flush().await?;
                 }
                 return Ok(Stored::Existing(existing));
             }
@@ -208,11 +240,23 @@ impl Store {
         Ok(Stored::New(record))
     }
 
-    /// Deletes `id` unless pinned or held by an OCI repository (or
-    /// `force`), and releases it from every repository that holds it, so
-    /// that no link outlives it. Metadata goes first, so a crash in
-    /// between leaves a content file that the next start removes.
+    /// Deletes `id` unless pinned, held by an OCI repository or listed by
+    /// a stored chunk index (or `force`), and releases it from every
+    /// repository that holds it, so that no link outlives it; an index
+    /// deleted no longer holds its chunks. Metadata goes first, so a crash
+    /// in between leaves a content file that the next start removes.
     pub async fn delete(&self, id: &BlobId, force: bool) -> Result<Deleted> {
+        self.delete_unless(id, force, None).await
+    }
+
+    /// Garbage collection's delete: as [`Store::delete`] without force,
+    /// and kept ([`Deleted::Used`]) if it was used at or after
+    /// `unused_before` (all checked again under the lock).
+    pub async fn collect(&self, id: &BlobId, unused_before: chrono::DateTime<chrono::Utc>) -> Result<Deleted> {
+        self.delete_unless(id, false, Some(unused_before)).await
+    }
+
+    async fn delete_unless(&self, id: &BlobId, force: bool, unused_before: Option<chrono::DateTime<chrono::Utc>>) -> Result<Deleted> {
         let _guard = self.lock.lock().await;
         let Some(meta) = self.meta.get(id)? else {
             return Ok(Deleted::NotFound);
@@ -224,7 +268,18 @@ impl Store {
         if !holders.items.is_empty() && !force {
             return Ok(Deleted::Held(holders));
         }
+        if !force {
+            let listed = self.listing(id, &Default::default(), MAX_LISTED)?;
+            if !listed.is_empty() {
+                return Ok(Deleted::Listed(listed));
+            }
+        }
+        if unused_before.is_some_and(|before| self.last_used(&meta).is_ok_and(|t| t >= before)) {
+            return Ok(Deleted::Used);
+        }
         self.meta.remove(id).await?;
+        self.refs.remove_index(id)?;
+        self.refs.forget(id)?;
         self.repos.release_everywhere(id).await?;
         let path = self.blob_path(id);
         match std::fs::remove_file(&path) {

@@ -13,7 +13,7 @@ use axum::Json;
 use futures::StreamExt;
 use interfaces::repo_client::protocol::{meta_from_query, CheckReply};
 use interfaces::repo_client::sink::HashingSink;
-use interfaces::repo_client::{BlobMeta, PushMeta};
+use interfaces::repo_client::{BlobKind, BlobMeta, PushMeta};
 use interfaces::BlobId;
 
 use super::auth::{caller, Caller};
@@ -42,7 +42,7 @@ pub async fn check(
     let who = caller(&app.config, &headers)?;
     let id = parse_id(&raw_id)?;
     let pairs = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
-    meta_from_query(&pairs, &["size"]).map_err(|(f, r)| ApiError::bad_field(&f, &r))?;
+    let meta = meta_from_query(&pairs, &["size"]).map_err(|(f, r)| ApiError::bad_field(&f, &r))?;
     let size = pairs
         .iter()
         .find(|(k, _)| k == "size")
@@ -50,14 +50,14 @@ pub async fn check(
         .1
         .parse::<u64>()
         .map_err(|e| ApiError::bad_field("size", &e.to_string()))?;
+    super::chunks::within_bound(meta.kind, "size", size)?;
     // "Stored" only for a caller that may read it: anyone else learns
     // nothing of others' blobs, and shows it holds the content by sending it.
-    if app
+    let here = app
         .store
         .get(&id)
-        .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?
-        .is_some_and(|m| who.may_read(&m))
-    {
+        .map_err(|e| ApiError::internal(format!("reading metadata of {id}"), e))?;
+    if super::download::readable_meta(&app, &who, here, &id).is_ok() {
         return Ok(Json(CheckReply { exists: true }));
     }
     fits(&app, &format!("blob {id}"), size)?;
@@ -80,7 +80,7 @@ pub async fn upload(
     let meta: PushMeta = meta_from_query(&pairs, &[]).map_err(|(f, r)| ApiError::bad_field(&f, &r))?;
     let what = format!("upload of {id}");
     let _in_flight = app.in_flight.enter(&who.name)?;
-    let mut incoming = Incoming::start(&app, &what)?;
+    let mut incoming = Incoming::start(&app, &what)?.bounded(meta.kind);
     incoming.receive(&app, &what, &headers, body).await?;
     let stored = incoming.store(&app, &what, &id, meta, &who).await?;
     Ok(match stored {
@@ -97,6 +97,8 @@ pub struct Incoming {
     temp: TempFile,
     sink: HashingSink,
     held: Reservation,
+    /// The most bytes it may have, and the kind that bounds it.
+    max: Option<(u64, BlobKind)>,
 }
 
 impl Incoming {
@@ -106,7 +108,19 @@ impl Incoming {
         let temp = app.store.temp_file();
         let sink = HashingSink::create_new(temp.path()).map_err(|e| storage_error(what, e, "creating the temporary file"))?;
         let held = app.quota.start(temp.path());
-        Ok(Self { temp, sink, held })
+        Ok(Self {
+            temp,
+            sink,
+            held,
+            max: None,
+        })
+    }
+
+    /// This upload, of a blob of `kind`, bounded as that kind is
+    /// (`super::chunks::bound`): more is refused with 413.
+    pub fn bounded(mut self, kind: BlobKind) -> Self {
+        self.max = super::chunks::bound(kind).map(|max| (max, kind));
+        self
     }
 
     /// Bytes received so far.
@@ -138,6 +152,9 @@ impl Incoming {
         };
         // Known lengths are refused at once, before a byte is read.
         if let Some(len) = declared {
+            if let Some((_, kind)) = self.max {
+                super::chunks::within_bound(kind, "Content-Length", self.sink.len() + len)?;
+            }
             fits(app, what, len)?;
         }
         let before = self.sink.len();
@@ -170,6 +187,12 @@ impl Incoming {
                 return Err(ApiError::too_slow(what, received, &why));
             }
             let total = before + received;
+            if let Some((_, kind)) = self.max {
+                if let Err(e) = super::chunks::within_bound(kind, "body", total) {
+                    refused = Some(e);
+                    break;
+                }
+            }
             if total > self.held.bytes() {
                 // A step ahead, else just what came.
                 let need = total - self.held.bytes();
@@ -206,20 +229,26 @@ impl Incoming {
     }
 
     /// Finishes the file and makes it visible as `id` if its content
-    /// hashes to `id` (owned by `who` if new). Errors: 422 (v1's
-    /// digest_mismatch) with the actual digest, 507/500 writing or storing.
+    /// hashes to `id` (owned by `who` if new); a chunk index only when
+    /// every chunk it lists is there (`super::chunks::commit_index`).
+    /// Errors: 422 (v1's digest_mismatch) with the actual digest, 507/500
+    /// writing or storing; for an index, 400 or 409 naming the field or
+    /// chunk.
     pub async fn store(self, app: &App, what: &str, id: &BlobId, meta: PushMeta, who: &Caller) -> Result<Stored, ApiError> {
-        let Self { temp, sink, held } = self;
+        let Self { temp, sink, held, .. } = self;
         let written = sink.finish().await.map_err(|e| storage_error(what, e, "writing the upload"))?;
         if written.id != *id {
             app.metrics.verification_failed("upload");
             return Err(ApiError::digest_mismatch(id, &written.id, written.len));
         }
-        let stored = app
-            .store
-            .commit(temp, id, written.len, meta, who)
-            .await
-            .map_err(|e| ApiError::internal(format!("storing {id}"), format!("{e:#}")))?;
+        let stored = if meta.kind == BlobKind::CheckpointIndex {
+            super::chunks::commit_index(app, temp, id, written.len, meta, who).await?
+        } else {
+            app.store
+                .commit(temp, id, written.len, meta, who)
+                .await
+                .map_err(|e| ApiError::internal(format!("storing {id}"), format!("{e:#}")))?
+        };
         // Stored: its bytes count as stored from now on, not as held.
         drop(held);
         app.metrics.received_bytes.inc_by(written.len);

@@ -8,6 +8,8 @@ use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
 use interfaces::repo_client::RepoClient;
 
+pub mod chunks;
+
 /// The operator's token of test servers.
 pub const TOKEN: &str = "test-write-token-0123456789";
 /// The token of site `site-a` (`[[tokens]]`, role site).

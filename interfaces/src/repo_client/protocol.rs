@@ -124,6 +124,13 @@ pub mod codes {
     pub const TOO_SLOW: &str = "upload_too_slow";
     /// A peer site's repository refused or did not answer.
     pub const PEER: &str = "peer_failed";
+    /// Delete of a chunk stored chunk indexes list, without force.
+    pub const IN_INDEX: &str = "in_chunk_index";
+    /// A chunk index listing a chunk that is not stored, or that the
+    /// uploader may not read (push it first).
+    pub const CHUNK_MISSING: &str = "chunk_missing";
+    /// A body over its bound (a chunk, a chunk index, a `missing` query).
+    pub const TOO_LARGE: &str = "too_large";
     /// A record at one of its bounds (pins or readers per blob).
     pub const LIMIT_REACHED: &str = "limit_reached";
     /// Too many failed authentications from the caller's address.
