@@ -150,15 +150,25 @@ impl Incoming {
             ),
             None => None,
         };
-        // Known lengths are refused at once, before a byte is read.
+        // Known lengths are refused at once, before a byte is stored. A
+        // body over its kind's bound but small enough is read out, so that
+        // the client, still sending, gets the answer, not a broken pipe.
+        let mut refused = None;
         if let Some(len) = declared {
             if let Some((_, kind)) = self.max {
-                super::chunks::within_bound(kind, "Content-Length", self.sink.len() + len)?;
+                if let Err(e) = super::chunks::within_bound(kind, "Content-Length", self.sink.len() + len) {
+                    if len > DRAIN_LIMIT {
+                        return Err(e);
+                    }
+                    refused = Some(e);
+                }
             }
-            fits(app, what, len)?;
+            if refused.is_none() {
+                fits(app, what, len)?;
+            }
         }
         let before = self.sink.len();
-        if let Some(len) = declared {
+        if let (Some(len), None) = (declared, &refused) {
             let need = (before + len).saturating_sub(self.held.bytes());
             hold(app, &mut self.held, need)
                 .map_err(|why| ApiError::insufficient_storage(format!("no room for {what}: {why}; nothing stored")))?;
@@ -166,8 +176,7 @@ impl Incoming {
         let mut stream = body.into_data_stream();
         let pace = BodyPace::new(&app.config);
         let mut received = 0u64;
-        let mut refused = None;
-        loop {
+        while refused.is_none() {
             // A byte at least every `body_idle_timeout`: the router's
             // stall timeout fails the body otherwise.
             let chunk = match stream.next().await {
