@@ -6,10 +6,10 @@
 //! | GET | `/v1/health` | `ok`, never needs a token |
 //! | GET | `/v1/blobs?n=N&last=ID` (alias `/v1/images`) | JSON list of [`BlobMeta`](super::BlobMeta), a page in digest order (at most 1,000); `Link: <...>; rel="next"` while more follow |
 //! | POST | `/v1/blobs/{id}/check?size=N&<meta>` | would a push of `{id}` be accepted? JSON [`CheckReply`] |
-//! | PUT | `/v1/blobs/{id}?<meta>` | upload; 201 stored, 200 already present, 422 digest mismatch |
+//! | PUT | `/v1/blobs/{id}?<meta>` | upload; 201 stored, 200 already present, 422 digest mismatch, 413 a chunk or chunk index over its bound; a chunk index: 400 naming the field, 409 `chunk_missing` naming the first chunk not there for the uploader |
 //! | GET, HEAD | `/v1/blobs/{id}` | content, `Range: bytes=` honoured (206, 416) |
 //! | GET | `/v1/blobs/{id}/meta` | JSON [`BlobMeta`](super::BlobMeta) |
-//! | DELETE | `/v1/blobs/{id}?force=true` | 204; 409 while pinned and not forced |
+//! | DELETE | `/v1/blobs/{id}?force=true` | 204; 409 while pinned, held by an OCI repository or (a chunk) listed by a stored chunk index, and not forced |
 //! | PUT, DELETE | `/v1/blobs/{id}/pins/{pin}` | set or clear a pin (idempotent), 204 |
 //! | PUT | `/v1/blobs/{id}/readers/{name}` | share: `{name}` may read the blob too, 204 |
 //! | POST | `/v1/blobs/{id}/grant?for={provider}` | a site asks whether a provider may read the blob: 204 (and the site may read it from then on) or 404 |
