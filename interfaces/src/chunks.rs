@@ -31,14 +31,17 @@ pub const CHUNK_INDEX_FORMAT: u32 = 1;
 /// artifact).
 pub const CHUNK_INDEX_MEDIA_TYPE: &str = "application/vnd.vee.checkpoint.chunks.v1+json";
 
-/// The smallest chunk the chunker cuts, in bytes (256 KiB), but the last.
-pub const MIN_CHUNK: u32 = 256 * 1024;
-/// The chunk size the chunker aims at, in bytes (1 MiB).
-pub const AVG_CHUNK: u32 = 1024 * 1024;
-/// The largest chunk, in bytes (4 MiB): a chunk blob above it is refused.
-pub const MAX_CHUNK: u32 = 4 * 1024 * 1024;
+/// The smallest chunk the chunker cuts, in bytes (64 KiB), but the last.
+pub const MIN_CHUNK: u32 = 64 * 1024;
+/// The chunk size the chunker aims at, in bytes (256 KiB): what a guest
+/// changes between two checkpoints is scattered over its memory, and
+/// chunks of 1 MiB (4 MiB at most) sent again 45 % of an idle 128 MiB
+/// guest's memory state where these send (docs/benchmarks.md).
+pub const AVG_CHUNK: u32 = 256 * 1024;
+/// The largest chunk, in bytes (1 MiB): a chunk blob above it is refused.
+pub const MAX_CHUNK: u32 = 1024 * 1024;
 /// The most chunks an index lists: a 64 GiB file in chunks of the
-/// minimum size.
+/// average size.
 pub const MAX_CHUNKS: usize = 262_144;
 /// The largest index blob, in bytes (32 MiB).
 pub const MAX_INDEX_BYTES: u64 = 32 * 1024 * 1024;

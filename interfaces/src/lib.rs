@@ -65,8 +65,10 @@ pub mod vmi {
 /// The format of a checkpoint record (`vhi.CheckpointRecord`) this version
 /// writes. 0: before the field existed (same meaning as 1); 1: the field,
 /// times in Unix milliseconds (`taken_at_unix_ms`, `downtime_ms`); 2:
-/// `take_time` and `downtime` as protobuf Timestamp and Duration.
-pub const CHECKPOINT_RECORD_FORMAT: u32 = 2;
+/// `take_time` and `downtime` as protobuf Timestamp and Duration; 3:
+/// `layout` (parts whole or chunked), `save_format` and `bytes_sent`, unset
+/// in older records (whole, sequential).
+pub const CHECKPOINT_RECORD_FORMAT: u32 = 3;
 
 impl vhi::CheckpointRecord {
     /// Errors with [`Error::FormatTooNew`] for a record written by a newer
@@ -80,16 +82,23 @@ impl vhi::CheckpointRecord {
         .map(|_| ())
     }
 
-    /// Brings a record of format 0 or 1 to this version's: its times move
-    /// from the millisecond fields into `take_time` and `downtime`. A
-    /// record of this format is left as it is.
+    /// Brings a record of format 0, 1 or 2 to this version's: its times
+    /// move from the millisecond fields into `take_time` and `downtime`,
+    /// its parts are whole and its memory state sequential. A record of
+    /// this format is left as it is.
     #[allow(deprecated)] // the fields of formats 0 and 1 are read here only
     pub fn upgrade(&mut self) {
-        if self.format_version < 2 {
+        if self.format_version < 3 {
             self.take_time = self.take_time.or(time::timestamp_ms(self.taken_at_unix_ms));
             self.downtime = self.downtime.or(time::duration_ms(self.downtime_ms));
             self.taken_at_unix_ms = 0;
             self.downtime_ms = 0;
+            if self.layout == vhi::CheckpointLayout::Unspecified as i32 {
+                self.layout = vhi::CheckpointLayout::Whole as i32;
+            }
+            if self.save_format == vhi::SaveFormat::Unspecified as i32 {
+                self.save_format = vhi::SaveFormat::Sequential as i32;
+            }
             self.format_version = CHECKPOINT_RECORD_FORMAT;
         }
     }

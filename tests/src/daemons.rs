@@ -305,7 +305,28 @@ impl Veeh {
         site: &str,
         uri: &str,
         repo: &ImageRepo,
+        size: (u32, u64),
+        extra: &str,
+    ) -> Self {
+        Self::start_with(dir, host, site, uri, repo, size, "", extra).await
+    }
+
+    /// [`Veeh::start`] with its checkpoint's `failpoints` armed
+    /// (`veeh::failpoints`, e.g. `checkpoint-after-indexes=return`).
+    pub async fn start_failing(dir: &Path, host: &str, site: &str, uri: &str, repo: &ImageRepo, failpoints: &str) -> Self {
+        let top = format!("failpoints = \"{failpoints}\"\n");
+        Self::start_with(dir, host, site, uri, repo, (2, 1024), &top, "").await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start_with(
+        dir: &Path,
+        host: &str,
+        site: &str,
+        uri: &str,
+        repo: &ImageRepo,
         (vcpus, memory_mib): (u32, u64),
+        top: &str,
         extra: &str,
     ) -> Self {
         let port = free_port();
@@ -322,7 +343,7 @@ impl Veeh {
         let tls = vee_testkit::pki::site(site).host(host);
         let metrics = format!("{addr}:{}", free_port());
         let cfg = format!(
-            "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\n{}[capacity]\nvcpus = {vcpus}\nmemory_mib = {memory_mib}\ndisk_gib = 20\n[metrics]\nlisten = \"{metrics}\"\n[tls]\n{}{extra}",
+            "{top}host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\n{}[capacity]\nvcpus = {vcpus}\nmemory_mib = {memory_mib}\ndisk_gib = 20\n[metrics]\nlisten = \"{metrics}\"\n[tls]\n{}{extra}",
             state_dir.display(),
             repo.config_lines(site),
             vee_testkit::pki::toml(&tls)

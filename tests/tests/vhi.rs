@@ -45,6 +45,20 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
     );
     let profile = cp.profile.clone().unwrap();
     assert!(!profile.machine.is_empty() && !profile.qemu_version.is_empty() && !profile.accel.is_empty());
+    // Its parts went in chunks (an image-repo site), memory state
+    // sequential (a live snapshot); a second checkpoint of the guest
+    // sends only the chunks that changed: about 45 % of the first's bytes
+    // for this busy counter (docs/benchmarks.md).
+    assert_eq!(cp.layout(), CheckpointLayout::Chunked);
+    assert_eq!(cp.save_format(), SaveFormat::Sequential);
+    assert!(cp.bytes_sent > 1 << 20, "the first checkpoint sent {} bytes", cp.bytes_sent);
+    let second = checkpoint(&mut c1, &vee).await;
+    assert!(
+        second.bytes_sent * 4 < cp.bytes_sent * 3,
+        "the second checkpoint sent {} bytes, the first {}",
+        second.bytes_sent,
+        cp.bytes_sent
+    );
     // The VEE runs on after the checkpoint.
     wait_tick(&mut c1, &vee, after + 2, Duration::from_secs(30)).await;
     // The repository holds both parts.
@@ -74,10 +88,19 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
         tag,
         digest,
     };
-    let raw = ours
-        .raw_manifest(&at("site-a/checkpoints", Some(cp.checkpoint_id.clone()), None))
-        .await
-        .unwrap();
+    // The artifact is written after the checkpoint is answered.
+    let tagged = at("site-a/checkpoints", Some(cp.checkpoint_id.clone()), None);
+    let mut tries = 0;
+    let raw = loop {
+        match ours.raw_manifest(&tagged).await {
+            Ok(raw) => break raw,
+            Err(_) if tries < 50 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("no artifact for checkpoint {}: {e}", cp.checkpoint_id),
+        }
+    };
     let m: serde_json::Value = serde_json::from_slice(&raw).unwrap();
     let subject: BlobId = m["subject"]["digest"].as_str().expect("a subject").parse().unwrap();
     let image = ours.resolve(&at("site-a/images", None, Some(subject.clone()))).await.unwrap();
@@ -477,4 +500,59 @@ async fn lab_the_vhi_answers_only_its_sites_veem_over_mutual_tls() {
     assert!(answers(wrong).await.is_err(), "a1 passed for another host");
     drop(a1);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A checkpoint that fails at any of its stages (its memory state's
+/// chunks sent; its overlay's; both chunk indexes) is not answered, its VEE
+/// runs on, and the repository's garbage collection keeps nothing it sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn lab_a_checkpoint_failing_at_any_stage_leaves_nothing_kept() {
+    use interfaces::repo_client::BlobKind;
+    let _lab = lab::lock();
+    let dir = lab::test_dir("vhi-checkpoint-stages");
+    let repo = ImageRepo::start(&dir).await;
+    let ids = repo.push_guest(&guest::image()).await;
+    let r = repo.client();
+    let checkpoint_blobs = || async {
+        r.list()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|m| matches!(m.kind, BlobKind::CheckpointChunk | BlobKind::CheckpointIndex))
+            .map(|m| format!("{} {}", m.kind, m.id))
+            .collect::<Vec<_>>()
+    };
+    for stage in [
+        "checkpoint-after-memory-chunks",
+        "checkpoint-after-disk-chunks",
+        "checkpoint-after-indexes",
+    ] {
+        let h = Veeh::start_failing(&dir, "stage", "site-a", lab::SITE_A_URI, &repo, &format!("{stage}=return")).await;
+        let mut c = h.client().await;
+        let spec = ids.spec(&format!("svc-{}", &stage[11..]));
+        boot(&mut c, &spec).await;
+        let err = c
+            .checkpoint(CheckpointRequest {
+                vee_id: spec.vee_id.clone(),
+                stop_after: false,
+            })
+            .await
+            .unwrap_err();
+        assert!(err.message().contains(stage), "{stage}: {err:?}");
+        assert!(!checkpoint_blobs().await.is_empty(), "{stage}: the checkpoint sent nothing before failing");
+        // The VEE runs on.
+        let now = guest::last_tick(&console(&mut c, &spec.vee_id).await).unwrap().0;
+        wait_tick(&mut c, &spec.vee_id, now + 2, Duration::from_secs(30)).await;
+        // Nothing it sent is kept: an index goes, then the chunks it listed.
+        for _ in 0..2 {
+            r.gc(Duration::ZERO, false).await.unwrap();
+        }
+        assert_eq!(checkpoint_blobs().await, Vec::<String>::new(), "{stage}: kept after garbage collection");
+        c.destroy(DestroyRequest {
+            vee_id: spec.vee_id.clone(),
+            remove: true,
+        })
+        .await
+        .unwrap();
+    }
 }

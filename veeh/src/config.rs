@@ -61,6 +61,12 @@ pub struct Capacity {
 #[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VeehConfig {
+    /// Test builds only (feature `failpoints`): failpoints to arm
+    /// ([`crate::failpoints`]); unknown to any other build.
+    #[cfg(feature = "failpoints")]
+    #[serde(default)]
+    #[schemars(skip)]
+    pub failpoints: Option<String>,
     /// Host name, unique within the site; owner mark in domain metadata.
     pub host: String,
     /// Site this host belongs to.
@@ -85,6 +91,14 @@ pub struct VeehConfig {
     #[serde(default = "default_cache_limit", deserialize_with = "interfaces::config::size")]
     #[schemars(with = "interfaces::config::Size")]
     pub cache_limit: u64,
+    /// Size above which the checkpoint chunks kept on this host (those of
+    /// the checkpoints it took and restored, under `cache_dir/chunks`) are
+    /// removed, least recently used first: a size with a unit (`"2 GiB"`,
+    /// the default) or a number of bytes. A restore of a checkpoint whose
+    /// chunks are all here pulls nothing.
+    #[serde(default = "default_checkpoint_cache_limit", deserialize_with = "interfaces::config::size")]
+    #[schemars(with = "interfaces::config::Size")]
+    pub checkpoint_cache_limit: u64,
     /// Deprecated: the cache limit in MiB; write `cache_limit`.
     #[serde(default)]
     cache_limit_mib: Option<u64>,
@@ -138,6 +152,10 @@ pub struct VeehConfig {
 
 fn default_cache_limit() -> u64 {
     4 << 30
+}
+
+fn default_checkpoint_cache_limit() -> u64 {
+    2 << 30
 }
 
 impl VeehConfig {

@@ -35,6 +35,8 @@ pub struct Host {
     pub accel: Accel,
     pub hv: Arc<Hypervisor>,
     pub cache: ImageCache,
+    /// Checkpoint chunks kept on this host (`crate::chunks::cache`).
+    pub chunks: Arc<crate::chunks::ChunkCache>,
     pub repo: Repository,
     pub vees: VeeStore,
     pub events: broadcast::Sender<HostEvent>,
@@ -102,15 +104,18 @@ impl Host {
         let registries = Arc::new(interfaces::registry::Registries::new(&cfg.registries)?);
         let repo = Repository::open(&cfg, registries.clone())?;
         let cache = ImageCache::new(&cfg.cache_dir(), cfg.cache_limit >> 20, repo.client().cloned(), registries)?;
+        let chunks = crate::chunks::ChunkCache::open(&cfg.cache_dir().join("chunks"), cfg.checkpoint_cache_limit)
+            .context("open the checkpoint chunk cache")?;
         let vees = VeeStore::open(&cfg.state_dir)?;
         let (events, _) = broadcast::channel(256);
         let facts = hv.facts()?;
-        tracing::info!(host = %cfg.host, uri = %cfg.libvirt_uri, accel = accel.name(), qemu = %facts.qemu_version, machine = %facts.machine, "VEEH ready");
+        tracing::info!(host = %cfg.host, uri = %cfg.libvirt_uri, accel = accel.name(), qemu = %facts.qemu_version, machine = %facts.machine, save_formats = ?facts.save_formats, "VEEH ready");
         Ok(Arc::new(Self {
             cfg,
             accel,
             hv,
             cache,
+            chunks: Arc::new(chunks),
             repo,
             vees,
             events,
@@ -189,6 +194,11 @@ impl Host {
         }
     }
 
+    /// The save formats this host writes and reads (probed at start).
+    pub fn save_formats(&self) -> &[vhi::SaveFormat] {
+        &self.facts.save_formats
+    }
+
     /// Emits a host event to WatchEvents subscribers.
     pub fn event(&self, vee_id: &str, kind: HostEventKind, detail: impl Into<String>) {
         let _ = self.events.send(host_event(vee_id, kind, detail.into()));
@@ -208,6 +218,7 @@ impl Host {
                 Accel::Tcg => "qemu64".into(),
                 Accel::Kvm => "host-model".into(),
             },
+            save_formats: facts.save_formats.iter().map(|f| *f as i32).collect(),
         })
     }
 

@@ -9,10 +9,12 @@
 
 pub mod accel;
 pub mod checkpoint;
+pub mod chunks;
 pub mod config;
 pub mod console;
 pub mod domain_xml;
 pub mod error;
+pub mod failpoints;
 pub mod host;
 pub mod hypervisor;
 pub mod image_cache;

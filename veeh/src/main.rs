@@ -56,6 +56,10 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Serve { config, log_format } => {
             interfaces::daemon::init_logging(log_format, "info");
             let cfg = VeehConfig::load(&config)?;
+            #[cfg(feature = "failpoints")]
+            if let Some(spec) = &cfg.failpoints {
+                veeh::failpoints::arm(spec)?;
+            }
             let listen = cfg.listen;
             // The port first: a VEEH that cannot serve does not start.
             let listener = interfaces::listen::bind(listen).await?;

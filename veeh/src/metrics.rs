@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -32,6 +33,15 @@ pub struct HostMetrics {
     pub libvirt_calls: Family<CallLabels, Histogram>,
     /// This VEEH's domains by state, as its state watch last saw them.
     pub domains: Family<StateLabels, Gauge>,
+    /// Checkpoints answered (usable) whose OCI artifact is still being
+    /// written to the repository.
+    pub artifacts_pending: Gauge,
+    /// Bytes checkpoints sent to the repository: the chunks it lacked and
+    /// the indexes (whole parts at a registry site).
+    pub checkpoint_sent: Counter,
+    /// Bytes restores fetched from the repository (0 for a restore from
+    /// chunks this host keeps).
+    pub restore_fetched: Counter,
 }
 
 impl Default for HostMetrics {
@@ -39,6 +49,9 @@ impl Default for HostMetrics {
         Self {
             libvirt_calls: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 4.0, 9))),
             domains: Family::default(),
+            artifacts_pending: Gauge::default(),
+            checkpoint_sent: Counter::default(),
+            restore_fetched: Counter::default(),
         }
     }
 }
@@ -71,6 +84,23 @@ impl HostMetrics {
             self.libvirt_calls.clone(),
         );
         r.register("domains", "Domains of this VEEH by state", self.domains.clone());
+        r.register(
+            "checkpoint_artifacts_pending",
+            "Checkpoints answered whose OCI artifact is still being written",
+            self.artifacts_pending.clone(),
+        );
+        r.register_with_unit(
+            "checkpoint_sent",
+            "Bytes checkpoints sent to the repository",
+            Unit::Bytes,
+            self.checkpoint_sent.clone(),
+        );
+        r.register_with_unit(
+            "restore_fetched",
+            "Bytes restores fetched from the repository",
+            Unit::Bytes,
+            self.restore_fetched.clone(),
+        );
     }
 }
 

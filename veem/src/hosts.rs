@@ -128,6 +128,18 @@ impl HostPool {
         self.hosts.lock().unwrap().get(name).and_then(|h| h.info.clone())
     }
 
+    /// Whether host `name` reads memory states in `format`, as its last
+    /// host info lists (a host not heard from yet, or of a version that
+    /// lists none, reads sequential ones only).
+    pub fn reads(&self, name: &str, format: interfaces::vhi::SaveFormat) -> bool {
+        use interfaces::vhi::SaveFormat as F;
+        matches!(format, F::Unspecified | F::Sequential)
+            || self
+                .info(name)
+                .and_then(|i| i.profile)
+                .is_some_and(|p| p.save_formats.contains(&(format as i32)))
+    }
+
     /// Why host `name`'s last heartbeat got no answer (`None`: it
     /// answered, or was not asked yet).
     pub fn last_error(&self, name: &str) -> Option<String> {

@@ -60,3 +60,38 @@ impl RepoClient {
         Ok(())
     }
 }
+
+impl RepoClient {
+    /// Blob `id` into memory, verified: a chunk or a chunk index of at
+    /// most `max` bytes. Errors: [`Error::BlobNotFound`];
+    /// [`Error::Repository`] past `max` or when unreachable;
+    /// [`Error::DigestMismatch`] when the content is not `id`.
+    pub async fn fetch_at_most(&self, id: &BlobId, max: u64) -> Result<Bytes> {
+        use futures::StreamExt;
+        let what = format!("pull {id}");
+        let path = format!("/blobs/{id}");
+        let resp = self.send(&what, || self.request(Method::GET, &path)).await?;
+        let resp = check(&what, Some(id), resp).await?;
+        let mut body = resp.bytes_stream();
+        let mut out = bytes::BytesMut::new();
+        while let Some(part) = body.next().await {
+            let part = part.map_err(|e| transport(&what, &e))?;
+            if (out.len() + part.len()) as u64 > max {
+                return Err(Error::Repository {
+                    what,
+                    reason: format!("the blob is over {max} bytes"),
+                });
+            }
+            out.extend_from_slice(&part);
+        }
+        let out = out.freeze();
+        let actual = BlobId::of(&out);
+        if &actual != id {
+            return Err(Error::DigestMismatch {
+                id: id.to_string(),
+                actual: actual.to_string(),
+            });
+        }
+        Ok(out)
+    }
+}

@@ -269,6 +269,15 @@ impl Lifecycle {
                 continue;
             }
             let range = self.slots.covering(now, v.window_end_unix + self.windows.tail_s(&v));
+            // The format of the state it resumes from: a host that cannot
+            // read it is not one to resume on.
+            let format = self
+                .checkpoints
+                .checkpoint_of(&v.id, None)
+                .ok()
+                .flatten()
+                .and_then(|cp| cp.record().ok())
+                .map_or(interfaces::vhi::SaveFormat::Sequential, |r| r.save_format());
             let placed = {
                 let mut p = self.planner.lock().unwrap();
                 match p.resume_background(&v.id, range) {
@@ -276,6 +285,10 @@ impl Lifecycle {
                     Ok(at) if self.hosts.health(&at.host) != crate::domain::Health::Up => {
                         let _ = p.displace_background(&v.id);
                         Err(anyhow!("host {} does not answer", at.host))
+                    }
+                    Ok(at) if !self.hosts.reads(&at.host, format) => {
+                        let _ = p.displace_background(&v.id);
+                        Err(anyhow!("host {} cannot read the checkpoint's {} memory state", at.host, format.as_str_name()))
                     }
                     r => r.map_err(anyhow::Error::from),
                 }

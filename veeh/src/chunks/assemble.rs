@@ -1,0 +1,92 @@
+//! A part assembled from its chunks for a restore.
+
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use futures::{StreamExt, TryStreamExt};
+use interfaces::chunks::{ChunkIndex, MAX_CHUNK, MAX_INDEX_BYTES};
+use interfaces::repo_client::RepoClient;
+use interfaces::BlobId;
+
+use super::ChunkCache;
+
+/// Chunk downloads in flight at once.
+const PARALLEL: usize = 8;
+
+/// What assembling a part did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Assembled {
+    /// The part's size in bytes.
+    pub size: u64,
+    /// Bytes fetched from the repository (chunks and index).
+    pub fetched: u64,
+}
+
+/// Writes the part whose chunk index is `index_id` to `dest` (created or
+/// truncated): each distinct chunk from `cache`, else fetched once,
+/// [`PARALLEL`] at a time, verified by its digest and size, and kept in
+/// `cache`. `fetched` counts what came from the repository. Errors: the index is missing,
+/// too large or malformed (naming its field), a chunk is missing or not
+/// what the index says, `dest` cannot be written.
+pub async fn assemble(client: &RepoClient, cache: &Arc<ChunkCache>, index_id: &BlobId, dest: &Path) -> Result<Assembled> {
+    let raw = client
+        .fetch_at_most(index_id, MAX_INDEX_BYTES)
+        .await
+        .with_context(|| format!("chunk index {index_id}"))?;
+    let index = ChunkIndex::parse(&raw).with_context(|| format!("chunk index {index_id}"))?;
+    let file = std::fs::File::create(dest).with_context(|| format!("create {}", dest.display()))?;
+    file.set_len(index.size)?;
+    let file = Arc::new(file);
+    // Each distinct chunk once, with every offset it is found at.
+    let mut at: HashMap<BlobId, usize> = HashMap::new();
+    let mut wanted: Vec<(BlobId, u64, Vec<u64>)> = Vec::new();
+    for (offset, c) in index.offsets() {
+        let i = *at.entry(c.digest.clone()).or_insert_with(|| {
+            wanted.push((c.digest.clone(), c.size, vec![]));
+            wanted.len() - 1
+        });
+        wanted[i].2.push(offset);
+    }
+    let fetched = futures::stream::iter(wanted)
+        .map(|(digest, size, offsets)| {
+            let (file, cache) = (file.clone(), cache.clone());
+            async move {
+                let d = digest.clone();
+                let c = cache.clone();
+                let (data, fetched) = match tokio::task::spawn_blocking(move || c.get(&d)).await? {
+                    Some(data) => (data, 0),
+                    None => {
+                        let data = client
+                            .fetch_at_most(&digest, u64::from(MAX_CHUNK))
+                            .await
+                            .with_context(|| format!("chunk {digest}"))?;
+                        (data, size)
+                    }
+                };
+                anyhow::ensure!(data.len() as u64 == size, "chunk {digest}: {} bytes, the index says {size}", data.len());
+                tokio::task::spawn_blocking(move || {
+                    if fetched > 0 {
+                        cache.put(&digest, &data);
+                    }
+                    // The file starts sparse: a chunk of zeros (a mapped-ram
+                    // image's untouched pages) is a hole already.
+                    if data.iter().all(|b| *b == 0) {
+                        return Ok(());
+                    }
+                    offsets.iter().try_for_each(|o| file.write_all_at(&data, *o))
+                })
+                .await??;
+                anyhow::Ok(fetched)
+            }
+        })
+        .buffer_unordered(PARALLEL)
+        .try_fold(0, |sum, n| async move { Ok(sum + n) })
+        .await?;
+    Ok(Assembled {
+        size: index.size,
+        fetched: fetched + raw.len() as u64,
+    })
+}

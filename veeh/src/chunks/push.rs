@@ -1,0 +1,119 @@
+//! Pushing a part's chunks: only those the repository lacks, several at a
+//! time, then the index that lists them all.
+
+use std::collections::HashSet;
+
+use anyhow::{Context, Result};
+use futures::{StreamExt, TryStreamExt};
+use interfaces::chunks::{ChunkIndex, ChunkRef};
+use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
+use interfaces::BlobId;
+use tokio::sync::mpsc;
+
+use super::cut::Cut;
+
+/// Chunks asked about in one `missing` query while the cutter goes on.
+const BATCH: usize = 32;
+/// Chunk uploads in flight at once.
+const PARALLEL: usize = 4;
+
+/// A part's chunks in file order, and what pushing them sent.
+#[derive(Debug, Default)]
+pub struct Pushed {
+    pub refs: Vec<ChunkRef>,
+    /// Bytes of chunk content sent to the repository.
+    pub sent: u64,
+    /// Chunks sent (the others were there already).
+    pub chunks_sent: usize,
+}
+
+/// The metadata a chunk is pushed with: kind `checkpoint-chunk`, labelled
+/// with its VEE.
+pub fn chunk_meta(vee_id: &str) -> PushMeta {
+    let mut meta = PushMeta::new(format!("vee-{vee_id}-chunk"), BlobKind::CheckpointChunk);
+    meta.labels.insert("vee".into(), vee_id.to_string());
+    meta
+}
+
+/// Receives one part's cuts from `rx` in order until the cutter ends, and
+/// pushes those the repository lacks (`RepoClient::missing`), [`PARALLEL`]
+/// at a time. With `hold_first`, the first chunk is listed but not sent:
+/// the caller reads it again once it is final ([`replace_first`]).
+/// Errors: the repository refuses or is unreachable.
+pub async fn push_chunks(client: &RepoClient, mut rx: mpsc::Receiver<Cut>, meta: &PushMeta, hold_first: bool) -> Result<Pushed> {
+    let mut out = Pushed::default();
+    let mut queued: HashSet<BlobId> = HashSet::new();
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c),
+                Err(_) => break,
+            }
+        }
+        let mut ask = Vec::new();
+        for c in &batch {
+            let held = hold_first && c.offset == 0;
+            out.refs.push(ChunkRef {
+                digest: c.digest.clone(),
+                size: c.data.len() as u64,
+            });
+            if !held && !queued.contains(&c.digest) && !ask.contains(&c.digest) {
+                ask.push(c.digest.clone());
+            }
+        }
+        if ask.is_empty() {
+            continue;
+        }
+        let missing: HashSet<BlobId> = client.missing(&ask).await?.into_iter().collect();
+        let send: Vec<Cut> = batch
+            .into_iter()
+            .filter(|c| !(hold_first && c.offset == 0) && missing.contains(&c.digest) && queued.insert(c.digest.clone()))
+            .collect();
+        out.chunks_sent += send.len();
+        out.sent += futures::stream::iter(send)
+            .map(|c| async move {
+                let n = c.data.len() as u64;
+                client
+                    .push_bytes(&c.digest, c.data, meta)
+                    .await
+                    .with_context(|| format!("push chunk {} at byte {}", c.digest, c.offset))?;
+                anyhow::Ok(n)
+            })
+            .buffer_unordered(PARALLEL)
+            .try_fold(0, |sum, n| async move { Ok(sum + n) })
+            .await?;
+    }
+    Ok(out)
+}
+
+/// Puts `first`, the first chunk read again once final, in place of the
+/// held one, and pushes it unless the repository has it.
+pub async fn replace_first(client: &RepoClient, pushed: &mut Pushed, first: super::Cut, meta: &PushMeta) -> Result<()> {
+    let Some(slot) = pushed.refs.first_mut() else {
+        return Ok(());
+    };
+    anyhow::ensure!(slot.size == first.data.len() as u64, "the first chunk changed its size");
+    slot.digest = first.digest.clone();
+    if !client.missing(std::slice::from_ref(&first.digest)).await?.is_empty() {
+        let n = first.data.len() as u64;
+        client.push_bytes(&first.digest, first.data, meta).await.context("push the first chunk")?;
+        pushed.sent += n;
+        pushed.chunks_sent += 1;
+    }
+    Ok(())
+}
+
+/// Pushes the index of `refs` (a part of `media_type`) as a blob of kind
+/// `checkpoint-index` named `name`: the part's commit point, which the
+/// repository accepts only when it holds every chunk. Returns its ID and
+/// size in bytes.
+pub async fn push_index(client: &RepoClient, name: String, vee_id: &str, media_type: &str, refs: Vec<ChunkRef>) -> Result<(BlobId, u64)> {
+    let raw = ChunkIndex::new(media_type, refs).to_bytes();
+    let id = BlobId::of(&raw);
+    let size = raw.len() as u64;
+    let mut meta = PushMeta::new(name, BlobKind::CheckpointIndex);
+    meta.labels.insert("vee".into(), vee_id.to_string());
+    client.push_bytes(&id, raw.into(), &meta).await.context("push the chunk index")?;
+    Ok((id, size))
+}
