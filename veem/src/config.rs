@@ -567,6 +567,9 @@ impl VeemConfig {
         if self.recovery.attempts_per_host == 0 {
             return Err(invalid("recovery.attempts_per_host", "must be at least 1"));
         }
+        if self.recovery.parallel_per_host == Some(0) {
+            return Err(invalid("recovery.parallel_per_host", "must be at least 1"));
+        }
         if self.image_repo_token.is_some() && self.image_repo_token_file.is_some() {
             return Err(invalid(
                 "image_repo_token_file",

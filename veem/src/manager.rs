@@ -170,6 +170,7 @@ impl Veem {
             remapping: remapping.clone(),
             sla: sla.clone(),
             windows: windows.clone(),
+            slots: Default::default(),
         });
         let proposals = Arc::new(Proposals::new(core.clone(), migration.clone()));
         let peer_watch = Arc::new(PeerWatch::new(

@@ -96,6 +96,15 @@ pub struct RecoveryPolicy {
     /// host's load (default 2).
     #[serde(default = "default_remap_zeta")]
     pub remap_zeta: f64,
+    /// Restores one destination host runs at once while the VEEs of a
+    /// failed host come back (a count, at least 1): the VEEs are restored
+    /// side by side, started in priority order (guarantee level `full`,
+    /// then `enhanced`, then the rest), and those beyond the bound wait
+    /// for a place. Default: half the destination's vCPUs as its last
+    /// heartbeat (VHI HostInfo) reported them, at least 1; 2 while the
+    /// host has not reported them.
+    #[serde(default)]
+    pub parallel_per_host: Option<u32>,
 }
 
 fn default_remap_eta() -> f64 {
@@ -113,6 +122,7 @@ impl Default for RecoveryPolicy {
             budget: default_recovery_budget(),
             remap_eta: default_remap_eta(),
             remap_zeta: default_remap_zeta(),
+            parallel_per_host: None,
         }
     }
 }
@@ -126,6 +136,22 @@ impl RecoveryPolicy {
             max_backoff: Duration::from_secs(8).max(self.backoff),
         }
     }
+
+    /// How many restores a destination host may run at once: the
+    /// configured `parallel_per_host`, else half of `vcpus` (the host's
+    /// vCPUs as it reported them, `None` while unknown), at least 1, else
+    /// [`RecoveryPolicy::UNKNOWN_HOST_RESTORES`].
+    pub fn restores_per_host(&self, vcpus: Option<u32>) -> usize {
+        match (self.parallel_per_host, vcpus.filter(|&n| n > 0)) {
+            (Some(n), _) => n.max(1) as usize,
+            (None, Some(vcpus)) => (vcpus / 2).max(1) as usize,
+            (None, None) => Self::UNKNOWN_HOST_RESTORES,
+        }
+    }
+
+    /// Restores at once on a host whose vCPUs are not known yet (without
+    /// `parallel_per_host`).
+    pub const UNKNOWN_HOST_RESTORES: usize = 2;
 }
 
 fn default_attempts_per_host() -> u32 {

@@ -42,6 +42,21 @@ fn recovery_policy_reads_humantime_durations_and_has_defaults() {
 }
 
 #[test]
+fn restores_per_host_follow_the_configuration_else_the_hosts_vcpus() {
+    let cfg = VeemConfig::parse(BASE).unwrap();
+    assert_eq!(cfg.recovery.parallel_per_host, None);
+    assert_eq!(cfg.recovery.restores_per_host(Some(8)), 4, "half the vCPUs");
+    assert_eq!(cfg.recovery.restores_per_host(Some(1)), 1, "at least one");
+    assert_eq!(cfg.recovery.restores_per_host(None), 2, "unknown vCPUs");
+    assert_eq!(cfg.recovery.restores_per_host(Some(0)), 2, "a host that reports none");
+    let cfg = VeemConfig::parse(&format!("{BASE}[recovery]\nparallel_per_host = 3\n")).unwrap();
+    assert_eq!(cfg.recovery.restores_per_host(Some(32)), 3);
+    assert_eq!(cfg.recovery.restores_per_host(None), 3);
+    let e = VeemConfig::parse(&format!("{BASE}[recovery]\nparallel_per_host = 0\n")).unwrap_err();
+    assert!(format!("{e:#}").contains("recovery.parallel_per_host"), "{e:#}");
+}
+
+#[test]
 fn bad_rank_policy_and_duplicate_hosts_name_the_field() {
     let cfg: VeemConfig = toml::from_str(&format!("{BASE}rank_policy = \"random\"\n")).unwrap();
     assert!(cfg.check().unwrap_err().to_string().contains("rank_policy"));

@@ -51,6 +51,16 @@ pub struct Script {
     pub migrate_out_ms: u64,
     /// Images whose VEEs never answer a Probe (a broken image).
     pub silent_images: BTreeSet<String>,
+    /// How long a Restore takes before it answers (ms, the runtime's
+    /// timer: virtual under a paused runtime).
+    pub restore_ms: u64,
+    /// Restores under way now, and the most there ever were at once.
+    pub restores_in_flight: u32,
+    pub max_restores_in_flight: u32,
+    /// When each Restore started (the runtime's clock), and of which VEE.
+    pub restore_starts: Vec<(tokio::time::Instant, String)>,
+    /// The vCPUs HostInfo reports (default 4).
+    pub vcpus: Option<u32>,
 }
 
 /// One fake VEEH; clone it to keep a handle on its script.
@@ -185,11 +195,12 @@ impl Vhi for FakeVhi {
         let s = self.call("HostInfo", "-")?;
         let (host, site_id) = s.answers_as.clone().unwrap_or((self.name.clone(), self.site.clone()));
         let cpu_load = s.cpu_load;
+        let vcpus = s.vcpus.unwrap_or(4);
         drop(s);
         Ok(Response::new(HostInfo {
             host,
             site_id,
-            vcpus: 4,
+            vcpus,
             memory_mib: 4096,
             disk_gib: 100,
             vtep: self.vtep(),
@@ -259,7 +270,29 @@ impl Vhi for FakeVhi {
             self.keep_spec(spec);
         }
         let id = r.spec.map(|s| s.vee_id).unwrap_or_default();
-        let mut s = self.note(format!("restore {id} fence={}", r.fence_owner));
+        let takes = {
+            let mut s = self.note(format!("restore {id} fence={}", r.fence_owner));
+            s.restores_in_flight += 1;
+            s.max_restores_in_flight = s.max_restores_in_flight.max(s.restores_in_flight);
+            s.restore_starts.push((tokio::time::Instant::now(), id.clone()));
+            s.restore_ms
+        };
+        // Counted out again however the call ends (its caller may drop it).
+        struct InFlight<'a>(&'a Mutex<Script>);
+        impl Drop for InFlight<'_> {
+            fn drop(&mut self) {
+                self.0.lock().unwrap().restores_in_flight -= 1;
+            }
+        }
+        let in_flight = InFlight(&self.script);
+        if takes > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(takes)).await;
+        }
+        drop(in_flight);
+        let mut s = self.script.lock().unwrap();
+        if let Some((code, msg)) = s.failing.get("Restore").or_else(|| s.failing_for.get(&("Restore", id.clone()))) {
+            return Err(Status::new(*code, msg.clone()));
+        }
         if s.failing_restores > 0 {
             s.failing_restores -= 1;
             let (code, msg) = s.restore_error.clone().unwrap_or((

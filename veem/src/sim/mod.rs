@@ -184,12 +184,26 @@ impl FakeSite {
     /// [`FakeSite::start_site`] over database `store` (e.g. on a real
     /// etcd cluster).
     pub fn start_on(site_id: &str, names: &[&str], extra: &str, store: crate::store::Store) -> FakeSite {
+        let sized: Vec<(&str, crate::planner::Resources)> =
+            names.iter().map(|n| (*n, crate::planner::Resources::new(4, 4096, 100))).collect();
+        Self::start_sized_on(site_id, &sized, extra, store)
+    }
+
+    /// [`FakeSite::start`] with hosts of the given capacities in the
+    /// planner (vCPUs, MiB, GiB), e.g. a host that runs ten VEEs.
+    pub async fn start_sized(hosts: &[(&str, crate::planner::Resources)], extra: &str) -> FakeSite {
+        let store = crate::store::Store::on(Arc::new(crate::store::MemoryEngine::default()), "memory").unwrap();
+        Self::start_sized_on("site-a", hosts, extra, store)
+    }
+
+    fn start_sized_on(site_id: &str, sized: &[(&str, crate::planner::Resources)], extra: &str, store: crate::store::Store) -> FakeSite {
+        let names: Vec<&str> = sized.iter().map(|(n, _)| *n).collect();
         let mut cfg = format!(
             "site_id = \"{site_id}\"\nlisten = \"127.0.0.1:1\"\ndb = \"/nonexistent/{site_id}.db\"\nimage_repo = \"http://127.0.0.1:1\"\n"
         );
         let mut tables = String::new();
         let hosts: Vec<FakeVhi> = names.iter().map(|n| FakeVhi::new(n, site_id)).collect();
-        for n in names {
+        for n in &names {
             tables.push_str(&format!("[[hosts]]\nname = \"{n}\"\nendpoint = \"http://127.0.0.1:1\"\n"));
         }
         cfg.push_str(extra);
@@ -199,8 +213,8 @@ impl FakeSite {
         let clock = Arc::new(FakeClock::new());
         let cfg = crate::config::VeemConfig::parse(&cfg).unwrap();
         let veem = crate::manager::Veem::with_store(cfg, Self::ports(&hosts, &repo, &peers, &clock), store.clone()).unwrap();
-        for n in names {
-            let spec = crate::planner::HostSpec::new(*n, crate::planner::Resources::new(4, 4096, 100), site_id, site_id);
+        for (n, capacity) in sized {
+            let spec = crate::planner::HostSpec::new(*n, *capacity, site_id, site_id);
             veem.planner.lock().unwrap().add_host(spec).unwrap();
         }
         FakeSite {
@@ -285,13 +299,17 @@ impl FakeSite {
 
     /// Admits `manifest` (TOML) as Deploy does, and records its VEEs as
     /// running on their planned hosts (without calling them), each with a
-    /// checkpoint. Returns the VEE IDs.
+    /// checkpoint. A `full` service's spares at a peer site are taken as
+    /// offered by site `site-z` (nothing asks it). Returns the VEE IDs.
     pub fn running_service(&self, manifest: &str) -> Vec<String> {
         use crate::model::{CheckpointRec, Location, VeeState};
-        use crate::planner::Admission;
+        use crate::planner::{Admission, PeerSpare};
         use crate::store::Tree;
         let m = interfaces::manifest::Manifest::from_toml(manifest).unwrap();
-        let req = self.veem.deploy.request(&m, &uuid::Uuid::new_v4().to_string());
+        let mut req = self.veem.deploy.request(&m, &uuid::Uuid::new_v4().to_string());
+        if m.sla.guarantee == interfaces::manifest::GuaranteeLevel::Full {
+            req.peer_spare = PeerSpare::Offered { site: "site-z".into() };
+        }
         let admitted = match self.veem.planner.lock().unwrap().admit(&req) {
             Admission::Accepted(a) => a,
             other => panic!("not admitted: {other:?}"),

@@ -8,6 +8,18 @@
 //! ones, restart from their images). Reservations that start later are
 //! remapped with VRM's remapping interval (`crate::remapping`).
 //!
+//! The VEEs come back side by side (`parallel`): each VEE's recovery below
+//! is a task of its own in the core's task set (which a stop drains), and
+//! they start in the planner's priority order (guarantee level `full`,
+//! then `enhanced`, then the rest, each in the planner's order). A
+//! destination host runs at most `[recovery] parallel_per_host` restores at
+//! once (default: half its reported vCPUs; `slots`), every attempt on it
+//! waiting for a place, first asked first served, and giving its place back
+//! before any backoff; a VEE beyond the bound queues. What two recoveries
+//! share is kept as before: the planner picks each next host under its
+//! lock (no host is booked twice), each VEE has its lock and its own list
+//! of hosts that failed it.
+//!
 //! A restore that fails is not the end of the VEE (a lookup race, a
 //! repository hiccup, a host that refuses): it is retried with backoff on
 //! the same host (`[recovery] attempts_per_host`, `backoff`; not when the
@@ -25,6 +37,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use interfaces::vhi::{DestroyRequest, RestoreRequest};
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::core::Core;
 use crate::model::{Location, VeeRec, VeeState, ViolationRec};
@@ -39,6 +52,11 @@ use crate::workflows::networks::Networks;
 use crate::workflows::remapping::Remapping;
 use crate::workflows::sla::Sla;
 use crate::workflows::windows::Windows;
+
+mod parallel;
+mod slots;
+
+pub(crate) use slots::RestoreSlots;
 
 /// One failed try to bring a VEE back: where, and why it failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,6 +96,9 @@ pub struct Recovery {
     pub(crate) remapping: Arc<Remapping>,
     pub(crate) sla: Arc<Sla>,
     pub(crate) windows: Arc<Windows>,
+    /// The restore places of each destination host
+    /// (`[recovery] parallel_per_host`).
+    pub(crate) slots: RestoreSlots,
 }
 
 impl Deref for Recovery {
@@ -108,8 +129,8 @@ impl Recovery {
             p.set_host_down(host, now, self.windows.horizon_slots())?;
             p.recover_host(host, now)?
         };
-        // All of the host's VEEs are down from now on (they are restored one
-        // after the other), and a copy the host still has when it answers
+        // All of the host's VEEs are down from now on (until each is
+        // restored), and a copy the host still has when it answers
         // again is stale: they are failed in the same commit as the
         // planner's recovery plan, so that a crash cannot keep the plan and
         // lose the failure (or the reverse).
@@ -143,17 +164,7 @@ impl Recovery {
         for id in report.steps.iter().flat_map(|s| s.preempted.iter()) {
             self.background.preempt_background(id).await;
         }
-        for step in report.steps {
-            // A VEE being received by a migration never ran here: the
-            // migration fails at its source, where it keeps running.
-            if let Ok(v) = self.vee(&step.vee) {
-                if v.state == VeeState::Migrating && v.for_peer.is_some() {
-                    self.federation.drop_incoming(&v.id).await;
-                    continue;
-                }
-            }
-            self.recover_vee(host, step, started).await?;
-        }
+        let recovered = self.recover_all(host, report.steps, started).await;
         // Reservations that start soon follow (VRM), and again each round
         // while the host stays down (`crate::loops`).
         if let Err(e) = self.remapping.remap_failed_host(host).await {
@@ -162,15 +173,17 @@ impl Recovery {
         // Proposals made before the failure (moves off this host, moves to
         // it) have lost their premise.
         self.migration.close_stale_proposals()?;
-        Ok(())
+        recovered
     }
 
     /// Brings back one VEE of failed host `failed`, starting at the
     /// planner's first choice `step` (see the module doc for the order of
     /// attempts). The outage budget counts from `since_ms` (the clock's
-    /// milliseconds). Errors only when
-    /// the records cannot be written.
-    async fn recover_vee(&self, failed: &str, step: RecoveryStep, since_ms: i64) -> Result<()> {
+    /// milliseconds). `place`: a restore place on the first choice's host
+    /// for the first attempt, taken in priority order; every other attempt
+    /// on a local host waits for one of its own. Errors only when the
+    /// records cannot be written.
+    async fn recover_vee(&self, failed: &str, step: RecoveryStep, since_ms: i64, mut place: Option<OwnedSemaphorePermit>) -> Result<()> {
         let vee = step.vee.clone();
         let why = format!("host {failed} failed");
         let per_host = self.cfg.recovery.per_host();
@@ -200,7 +213,14 @@ impl Recovery {
                 }
             };
             for n in 1..=per_host.attempts {
-                match self.recover_vee_on(&vee, &why, &host, Some(failed)).await {
+                let held = match place.take() {
+                    Some(p) => Some(p),
+                    None => self.restore_place(&host).await,
+                };
+                let restored = self.recover_vee_on(&vee, &why, &host, Some(failed)).await;
+                // Given back at once: not held through a backoff.
+                drop(held);
+                match restored {
                     Ok(()) => {
                         if !attempts.is_empty() {
                             self.recovery_event(&vee, format!("recovered on {host} after {} failed attempts", attempts.len()));
