@@ -10,7 +10,10 @@
 //!   VmRSS (MiB), as `veem_rss_mib_100k_vees` and `veem_load_s_100k_vees`
 //!   with the details under `veem_daemon_100k_vees`: `{"planner": {...}}`.
 //! - `vee-bench veem-rss [--hosts N] [--vees N]`: only the `veem serve`
-//!   part, at any scale (default 10,000 / 100,000): `{"veem_rss": {...}}`.
+//!   part, at any scale (default 10,000 / 100,000): `{"veem_rss": {...}}`;
+//!   with `--configured-hosts`, the hosts are configured (fake VEEHs in
+//!   this process, so heartbeats, the domain watch and metering run), as
+//!   `veem_serve_100k` of `vee-bench planner` at 2,000 hosts.
 //! - `vee-bench vhi`: a real `veeh` and `image-repo` (release builds) on the
 //!   two-site lab against the raw `virsh` operations on the identical
 //!   domain, in the same run: `{"rows": [{"name", "ours_s", "baseline",
@@ -23,6 +26,7 @@
 //!   same run: `{"rows": [...]}`. Needs Debian's etcd-server
 //!   (`scripts/setup-host`).
 
+mod fake_hosts;
 mod hashing;
 mod planner;
 mod standby;
@@ -33,6 +37,9 @@ mod vhi;
 /// Scale of the `veem serve` measurement of `vee-bench planner`.
 const VEEM_HOSTS: usize = 10_000;
 const VEEM_VEES: usize = 100_000;
+/// Hosts of the `veem serve` measurement with hosts configured (fake VEEHs
+/// in this process; 64 vCPUs each).
+const VEEM_CONFIGURED_HOSTS: usize = 2_000;
 
 /// Benchmarks of the VEE manager (see the module doc).
 #[derive(clap::Parser)]
@@ -49,6 +56,10 @@ enum Cli {
         /// Running VEEs in the state.
         #[arg(long, default_value_t = VEEM_VEES)]
         vees: usize,
+        /// Configure the hosts (fake VEEHs in this process answering
+        /// heartbeats, ListDomains and Stats), idle for 60 s.
+        #[arg(long)]
+        configured_hosts: bool,
     },
     /// A real `veeh` against raw `virsh` on the lab, in the same run.
     Vhi {
@@ -77,15 +88,20 @@ fn main() -> anyhow::Result<()> {
     match <Cli as clap::Parser>::parse() {
         Cli::Planner => {
             let mut out = planner::run();
-            let d = veem_rss::run(VEEM_HOSTS, VEEM_VEES)?;
+            let d = veem_rss::run(VEEM_HOSTS, VEEM_VEES, false)?;
             out["veem_rss_mib_100k_vees"] = d["daemon"]["rss_mib_idle"].clone();
             out["veem_rss_mib_100k_vees_after_list_services"] = d["daemon"]["rss_mib_after_list_services"].clone();
             out["veem_load_s_100k_vees"] = d["daemon"]["load_s"].clone();
             out["veem_daemon_100k_vees"] = d;
+            out["veem_serve_100k"] = veem_rss::run(VEEM_CONFIGURED_HOSTS, VEEM_VEES, true)?;
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "planner": out }))?);
         }
-        Cli::VeemRss { hosts, vees } => {
-            let out = veem_rss::run(hosts, vees)?;
+        Cli::VeemRss {
+            hosts,
+            vees,
+            configured_hosts,
+        } => {
+            let out = veem_rss::run(hosts, vees, configured_hosts)?;
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "veem_rss": out }))?);
         }
         Cli::Vhi { reps } => {

@@ -19,6 +19,12 @@
 //!    with the operator's token). VmRSS is read from /proc/PID/status then,
 //!    after an idle period (its scheduler, metering and peer-watch loops
 //!    run), and after one ListServices listing every service and VEE.
+//!    With `configured` ([`run`]), the VEEs are spread over fewer,
+//!    larger hosts (64 vCPUs, 256 GiB; 2,000 of them in `vee-bench
+//!    planner`), each one configured (`[[hosts]]`, plaintext) and answered
+//!    by a fake VEEH in this process ([`crate::fake_hosts`]): heartbeats,
+//!    start-up reconciliation, the domain watch and metering run against
+//!    them, and the idle period is 60 s.
 //! 3. The daemon is killed and the directory removed, also on error, panic
 //!    or SIGINT / SIGTERM ([`Cleanup`]); the daemon also dies with this
 //!    process (PR_SET_PDEATHSIG).
@@ -29,6 +35,7 @@
 //! tmpfs and about twice that on the lab VM's disk. tmpfs pages are not
 //! part of the daemon's VmRSS (sled reads with pread, no mmap).
 
+use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -57,6 +64,11 @@ const LOAD_TIMEOUT_S: u64 = 900;
 /// Idle period before the second VmRSS reading, in seconds: every
 /// periodic loop of the daemon (metering: 10 s) runs at least once.
 const IDLE_S: u64 = 12;
+/// The idle period with hosts configured, in seconds: heartbeats (2 s),
+/// the domain watch (2 s) and metering (10 s) run several rounds.
+const IDLE_HOSTS_S: u64 = 60;
+/// ListServices pages read one after another (each from the last's token).
+const LIST_PAGES: usize = 5;
 
 /// The services' manifest: 4 anti-affine VEEs; an explicit 6 h checkpoint
 /// period so that no scheduled checkpoint falls due during the run.
@@ -99,6 +111,8 @@ struct Cleanup {
     pid: AtomicU32,
     child: Mutex<Option<Child>>,
     done: AtomicBool,
+    /// Keep the directory (`BENCH_VEEM_REUSE`: the next run starts from it).
+    keep: bool,
 }
 
 impl Cleanup {
@@ -121,7 +135,7 @@ impl Cleanup {
                 }
             }
         }
-        if std::env::var_os("BENCH_KEEP").is_none() {
+        if !self.keep && std::env::var_os("BENCH_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
@@ -182,23 +196,29 @@ fn base_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("target/bench")
 }
 
-/// The daemon's config: no hosts, no peers, the operator's token.
-fn write_config(dir: &Path, port: u16) -> Result<PathBuf> {
+/// The daemon's config: no peers, the operator's token, the hosts
+/// `hosts` (name, plaintext endpoint) if any.
+fn write_config(dir: &Path, port: u16, hosts: &[(String, String)]) -> Result<PathBuf> {
     let vmi = vee_testkit::pki::site(SITE).vmi("127.0.0.1");
-    let text = format!(
-        "site_id = \"{SITE}\"\nlisten = \"127.0.0.1:{port}\"\ndb = \"{}\"\nimage_repo = \"http://127.0.0.1:9\"\n\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n[[tokens]]\ntoken = \"{OPERATOR}\"\nrole = \"operator\"\n",
+    let mut text = format!(
+        "site_id = \"{SITE}\"\nlisten = \"127.0.0.1:{port}\"\ndb = \"{}\"\nimage_repo = \"http://127.0.0.1:9\"\ninsecure = {}\n\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n[[tokens]]\ntoken = \"{OPERATOR}\"\nrole = \"operator\"\n",
         dir.join("state").display(),
+        !hosts.is_empty(),
         vmi.cert.display(),
         vmi.key.display()
     );
+    for (name, endpoint) in hosts {
+        text.push_str(&format!("[[hosts]]\nname = \"{name}\"\nendpoint = \"{endpoint}\"\n"));
+    }
     let path = dir.join("veem.toml");
     std::fs::write(&path, text)?;
     Ok(path)
 }
 
-/// Writes the state of `hosts` hosts and `vees` running VEEs with the
-/// `veem` library into the config's database; returns what it measured.
-fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
+/// Writes the state of `hosts` hosts of `capacity` and `vees` running VEEs
+/// with the `veem` library into the config's database; returns what it
+/// measured and each host's VEEs (by host name, IDs sorted).
+fn build_state(config: &Path, hosts: usize, vees: usize, capacity: Resources) -> Result<(Value, BTreeMap<String, Vec<String>>)> {
     let t_all = Instant::now();
     let veem = Veem::open(VeemConfig::load(config)?)?;
     {
@@ -212,7 +232,7 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
             cpu_model: "host-model".into(),
         };
         for i in 0..hosts {
-            p.add_host(HostSpec::new(format!("h{i:05}"), Resources::new(32, 128 * 1024, 2000), SITE, SITE).with_profile(profile.clone()))?;
+            p.add_host(HostSpec::new(format!("h{i:05}"), capacity, SITE, SITE).with_profile(profile.clone()))?;
         }
     }
     let m = Manifest::from_toml(MANIFEST).map_err(|e| anyhow::anyhow!("bench manifest: {e}"))?;
@@ -257,26 +277,44 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
     // entries, its service and VEE records in one commit, the plan then
     // applied to the planner.
     // The median of 5 such Deploys.
-    let mut one = Vec::new();
-    for _ in 0..5 {
-        let req = veem.deploy.request(&m, &uuid::Uuid::new_v4().to_string());
-        let plan = veem
-            .planner()
-            .plan_admission(&req)
-            .map_err(|a| anyhow::anyhow!("one more service not admitted: {a:?}"))?;
-        let (svc, vs) = veem.deploy.admission_records(&m, MANIFEST, &req, Some(&plan.admitted), None);
-        let t = Instant::now();
-        veem.commit_admission_plan(plan, &svc, &vs, veem::store::Writes::default())?
-            .map_err(|s| anyhow::anyhow!("{s}"))?;
-        one.push(t.elapsed().as_secs_f64());
+    // The median of 5 such Deploys; then of 5 more, each after a
+    // heartbeat round of every host (each host's measured load changes, as
+    // a VEEH's does from one heartbeat to the next).
+    let mut deploys = [Vec::new(), Vec::new()];
+    for (k, times) in deploys.iter_mut().enumerate() {
+        for round in 0..5 {
+            if k == 1 {
+                let mut p = veem.planner();
+                for i in 0..hosts {
+                    let _ = p.set_measured_load(&format!("h{i:05}"), 0.2 + 0.01 * ((i + round) % 7) as f64);
+                }
+            }
+            let req = veem.deploy.request(&m, &uuid::Uuid::new_v4().to_string());
+            let plan = veem
+                .planner()
+                .plan_admission(&req)
+                .map_err(|a| anyhow::anyhow!("one more service not admitted: {a:?}"))?;
+            let (svc, vs) = veem.deploy.admission_records(&m, MANIFEST, &req, Some(&plan.admitted), None);
+            let t = Instant::now();
+            veem.commit_admission_plan(plan, &svc, &vs, veem::store::Writes::default())?
+                .map_err(|s| anyhow::anyhow!("{s}"))?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
     }
-    one.sort_by(f64::total_cmp);
+    let [one, beaten] = deploys;
     let persist_one_s = one[one.len() / 2];
     let planner_mib = serde_json::to_vec(&*veem.planner())?.len() as f64 / (1024.0 * 1024.0);
     let reservations = veem.planner().reservation_count();
     let build_s = t_all.elapsed().as_secs_f64();
+    let mut placed: BTreeMap<String, Vec<String>> = (0..hosts).map(|i| (format!("h{i:05}"), Vec::new())).collect();
+    for v in veem.vees()? {
+        if let Some(h) = v.host() {
+            placed.entry(h.to_string()).or_default().push(v.id.clone());
+        }
+    }
     drop(veem); // closes (and flushes) the database before the daemon opens it
-    Ok(json!({
+    let built = json!({
         "build_s": round3(build_s),
         "admission_s": round3(admit_s),
         "records_written": written,
@@ -284,13 +322,29 @@ fn build_state(config: &Path, hosts: usize, vees: usize) -> Result<Value> {
         "planner_json_mib": round1(planner_mib),
         "persist_planner_s": round3(persist_s),
         "persist_one_deploy_s": round3(persist_one_s),
-    }))
+        "persist_one_deploy_ms_all": one.iter().map(|s| round3(s * 1000.0)).collect::<Vec<_>>(),
+        "persist_one_deploy_after_heartbeats_ms": round3(beaten[beaten.len() / 2] * 1000.0),
+        "persist_one_deploy_after_heartbeats_ms_all": beaten.iter().map(|s| round3(s * 1000.0)).collect::<Vec<_>>(),
+    });
+    Ok((built, placed))
 }
 
 /// Starts `veem serve --config config`, killed if this process dies.
 fn spawn_daemon(dir: &Path, config: &Path, cleanup: &Cleanup) -> Result<u32> {
     let log = std::fs::File::create(dir.join("veem.log"))?;
-    let mut cmd = Command::new(vee_testkit::lab::try_binary("veem").map_err(anyhow::Error::msg)?);
+    let veem = vee_testkit::lab::try_binary("veem").map_err(anyhow::Error::msg)?;
+    // A profiler's command line before the daemon's (`BENCH_VEEM_WRAP`,
+    // e.g. "perf record -g -o FILE --"): its figures are then the wrapper's.
+    let wrap = std::env::var("BENCH_VEEM_WRAP").unwrap_or_default();
+    let mut words = wrap.split_whitespace();
+    let mut cmd = match words.next() {
+        Some(w) => {
+            let mut c = Command::new(w);
+            c.args(words).arg(veem);
+            c
+        }
+        None => Command::new(veem),
+    };
     cmd.args(["serve", "--config"])
         .arg(config)
         .env("RUST_LOG", "warn")
@@ -306,6 +360,7 @@ fn spawn_daemon(dir: &Path, config: &Path, cleanup: &Cleanup) -> Result<u32> {
     }
     let child = cmd.spawn().context("start veem serve")?;
     let pid = child.id();
+    eprintln!("veem-rss: veem serve started, pid {pid}");
     cleanup.pid.store(pid, Ordering::SeqCst);
     *cleanup.child.lock().unwrap() = Some(child);
     Ok(pid)
@@ -343,8 +398,17 @@ async fn wait_ready(dir: &Path, cleanup: &Cleanup, endpoint: &str) -> Result<Cli
     }
 }
 
-/// Runs the daemon on the state in `dir` and measures it.
-async fn measure(dir: &Path, config: &Path, endpoint: &str, cleanup: &Cleanup) -> Result<Value> {
+/// Runs the daemon on the state in `dir` and measures it, idle for
+/// `idle_s` seconds; `calls` reads the fake hosts' calls answered
+/// (GetHostInfo, ListDomains, Stats), if there are any.
+async fn measure(
+    dir: &Path,
+    config: &Path,
+    endpoint: &str,
+    cleanup: &Cleanup,
+    idle_s: u64,
+    calls: Option<&crate::fake_hosts::Calls>,
+) -> Result<Value> {
     let t0 = Instant::now();
     let pid = spawn_daemon(dir, config, cleanup)?;
     let mut c = wait_ready(dir, cleanup, endpoint).await?;
@@ -352,24 +416,47 @@ async fn measure(dir: &Path, config: &Path, endpoint: &str, cleanup: &Cleanup) -
     let cpu_load_s = cpu_s(pid)?;
     let rss_ready = status_mib(pid, "VmRSS")?;
     eprintln!("veem-rss: veem serve answers after {load_s:.2} s; VmRSS {rss_ready:.1} MiB");
-    // Idle: the scheduler (every 1 s), peer watch (2 s) and metering (10 s)
-    // loops each list every VEE record; VmRSS sampled every 0.5 s.
+    // Idle: the scheduler (every 1 s), peer watch (2 s), heartbeats and the
+    // domain watch (2 s) and metering (10 s) run; VmRSS sampled every 0.5 s.
+    let calls0 = calls.map(|f| f());
     let cpu0 = cpu_s(pid)?;
     let mut rss_idle_max = rss_ready;
-    for _ in 0..IDLE_S * 2 {
+    for _ in 0..idle_s * 2 {
         tokio::time::sleep(Duration::from_millis(500)).await;
         rss_idle_max = rss_idle_max.max(status_mib(pid, "VmRSS")?);
     }
-    let idle_cpu_pct = (cpu_s(pid)? - cpu0) / IDLE_S as f64 * 100.0;
+    let idle_cpu_pct = (cpu_s(pid)? - cpu0) / idle_s as f64 * 100.0;
     let rss_idle = status_mib(pid, "VmRSS")?;
-    eprintln!("veem-rss: after {IDLE_S} s idle: VmRSS {rss_idle:.1} MiB (max {rss_idle_max:.1}), CPU {idle_cpu_pct:.0} % of one core");
-    let t = Instant::now();
-    let list = c
-        .list_services(interfaces::vmi::ListServicesRequest::default())
-        .await
-        .context("ListServices")?
-        .into_inner();
-    let list_s = t.elapsed().as_secs_f64();
+    let idle_calls = calls.zip(calls0).map(|(f, c0)| {
+        let c1 = f();
+        json!({"get_host_info": c1[0] - c0[0], "list_domains": c1[1] - c0[1], "stats": c1[2] - c0[2]})
+    });
+    eprintln!("veem-rss: after {idle_s} s idle: VmRSS {rss_idle:.1} MiB (max {rss_idle_max:.1}), CPU {idle_cpu_pct:.1} % of one core; host calls {idle_calls:?}");
+    // Pages of ListServices (the default page size), each from the last's
+    // token: the first's time, and the median of all.
+    let (mut pages, mut token, mut first) = (Vec::new(), String::new(), None);
+    for _ in 0..LIST_PAGES {
+        let t = Instant::now();
+        let list = c
+            .list_services(interfaces::vmi::ListServicesRequest {
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await
+            .context("ListServices")?
+            .into_inner();
+        pages.push(t.elapsed().as_secs_f64());
+        token = list.next_page_token.clone();
+        first.get_or_insert(list);
+        if token.is_empty() {
+            break;
+        }
+    }
+    let list = first.context("no ListServices page")?;
+    let list_s = pages[0];
+    let mut sorted = pages.clone();
+    sorted.sort_by(f64::total_cmp);
+    let page_median_s = sorted[sorted.len() / 2];
     let listed_vees: usize = list.services.iter().map(|s| s.vees.len()).sum();
     let running = list
         .services
@@ -379,8 +466,9 @@ async fn measure(dir: &Path, config: &Path, endpoint: &str, cleanup: &Cleanup) -
     let rss_list = status_mib(pid, "VmRSS")?;
     let hwm = status_mib(pid, "VmHWM")?;
     eprintln!(
-        "veem-rss: ListServices: {} services, {listed_vees} VEEs in {list_s:.2} s; VmRSS {rss_list:.1} MiB (peak {hwm:.1})",
-        list.services.len()
+        "veem-rss: ListServices: {} services, {listed_vees} VEEs in {list_s:.3} s (median of {} pages {page_median_s:.3} s); VmRSS {rss_list:.1} MiB (peak {hwm:.1})",
+        list.services.len(),
+        pages.len()
     );
     check_alive(dir, cleanup)?;
     let warnings = std::fs::read_to_string(dir.join("veem.log")).unwrap_or_default().lines().count();
@@ -390,9 +478,12 @@ async fn measure(dir: &Path, config: &Path, endpoint: &str, cleanup: &Cleanup) -
         "rss_mib_ready": round1(rss_ready),
         "rss_mib_idle": round1(rss_idle),
         "rss_mib_idle_max": round1(rss_idle_max),
-        "idle_s": IDLE_S,
+        "idle_s": idle_s,
         "idle_cpu_pct": round1(idle_cpu_pct),
+        "idle_host_calls": idle_calls,
         "list_services_s": round3(list_s),
+        "list_services_page_ms": pages.iter().map(|s| round3(s * 1000.0)).collect::<Vec<_>>(),
+        "list_services_page_median_ms": round3(page_median_s * 1000.0),
         "list_services_services": list.services.len(),
         "list_services_running": running,
         "list_services_vees": listed_vees,
@@ -404,7 +495,7 @@ async fn measure(dir: &Path, config: &Path, endpoint: &str, cleanup: &Cleanup) -
 }
 
 /// The whole measurement at `hosts` hosts and `vees` VEEs (a multiple of
-/// 4). JSON, units in the key suffixes (`_s` seconds, `_mib` MiB, `_pct`
+/// 4), the hosts `configured` or not. JSON, units in the key suffixes (`_s` seconds, `_mib` MiB, `_pct`
 /// percent of one core):
 /// - `build`: writing the state in-process: `build_s`, `admission_s` (the
 ///   planner's share), `records_written` (VEE, service and event records),
@@ -412,22 +503,36 @@ async fn measure(dir: &Path, config: &Path, endpoint: &str, cleanup: &Cleanup) -
 ///   (its first write, all of it) and `persist_one_deploy_s` (what one
 ///   more Deploy then writes: its plan's planner entries with its service
 ///   and VEE records in one commit, `Core::commit_admission_plan`);
+///   `persist_one_deploy_after_heartbeats_ms` is the same after every
+///   host's measured load changed, as heartbeats change it (ms);
 /// - `db_mib`: the sled directory;
 /// - `daemon`: `load_s` (spawn until the first VMI answer),
 ///   `cpu_s_until_ready`, VmRSS at that moment (`rss_mib_ready`), after
 ///   [`IDLE_S`] idle seconds (`rss_mib_idle`, the largest sample
 ///   `rss_mib_idle_max`, `idle_cpu_pct`), ListServices (`list_services_s`,
-///   its size `list_services_mib`, the counts listed), VmRSS after it
-///   (`rss_mib_after_list_services`) and the peak VmHWM (`hwm_mib`).
-pub fn run(hosts: usize, vees: usize) -> Result<Value> {
+///   its size `list_services_mib`, the counts listed; then
+///   `list_services_page_ms`, [`LIST_PAGES`] pages one after another, and
+///   their median `list_services_page_median_ms`), VmRSS after it
+///   (`rss_mib_after_list_services`), the peak VmHWM (`hwm_mib`) and,
+///   with hosts configured, the fake hosts' calls over the idle period
+///   (`idle_host_calls`).
+///
+/// `BENCH_VEEM_REUSE=DIR` keeps the state in DIR and starts the next run
+/// from it (the daemon's own writes of the runs before included);
+/// `BENCH_VEEM_WRAP` runs the daemon under a profiler.
+pub fn run(hosts: usize, vees: usize, configured: bool) -> Result<Value> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let dir = base_dir().join(format!("veem-rss-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]));
+    let reuse = std::env::var_os("BENCH_VEEM_REUSE").map(PathBuf::from);
+    let dir = reuse
+        .clone()
+        .unwrap_or_else(|| base_dir().join(format!("veem-rss-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])));
     std::fs::create_dir_all(&dir)?;
     let cleanup = Arc::new(Cleanup {
         dir: dir.clone(),
         pid: AtomicU32::new(0),
         child: Mutex::new(None),
         done: AtomicBool::new(false),
+        keep: reuse.is_some(),
     });
     {
         let _g = rt.enter();
@@ -442,19 +547,46 @@ pub fn run(hosts: usize, vees: usize) -> Result<Value> {
         });
     }
     let port = vee_testkit::lab::free_port();
-    let config = write_config(&dir, port)?;
-    eprintln!("veem-rss: writing {hosts} hosts and {vees} VEEs into {}", dir.display());
-    let built = build_state(&config, hosts, vees)?;
+    let config = write_config(&dir, port, &[])?;
+    // Configured hosts: fewer, larger ones carry the VEEs (packed).
+    let capacity = if configured {
+        Resources::new(64, 256 * 1024, 4000)
+    } else {
+        Resources::new(32, 128 * 1024, 2000)
+    };
+    let saved = dir.join("built.json");
+    let (built, placed): (Value, BTreeMap<String, Vec<String>>) = match std::fs::read(&saved) {
+        Ok(b) if reuse.is_some() => serde_json::from_slice(&b)?,
+        _ => {
+            eprintln!("veem-rss: writing {hosts} hosts and {vees} VEEs into {}", dir.display());
+            let b = build_state(&config, hosts, vees, capacity)?;
+            if reuse.is_some() {
+                std::fs::write(&saved, serde_json::to_vec(&b)?)?;
+            }
+            b
+        }
+    };
     let db_mib = dir_mib(&dir.join("state"));
     eprintln!("veem-rss: state written: {built}; database {db_mib:.1} MiB");
+    let (config, calls): (_, Option<crate::fake_hosts::Calls>) = if configured {
+        let fakes = placed
+            .into_iter()
+            .map(|(name, vees)| crate::fake_hosts::FakeHost { name, vees })
+            .collect();
+        let (endpoints, calls) = crate::fake_hosts::start(&rt, SITE, (capacity.vcpus, capacity.memory_mib, capacity.disk_gib), fakes)?;
+        (write_config(&dir, port, &endpoints)?, Some(calls))
+    } else {
+        (config, None)
+    };
     let endpoint = format!("https://127.0.0.1:{port}");
-    let daemon = rt.block_on(measure(&dir, &config, &endpoint, &cleanup))?;
+    let idle_s = if configured { IDLE_HOSTS_S } else { IDLE_S };
+    let daemon = rt.block_on(measure(&dir, &config, &endpoint, &cleanup, idle_s, calls.as_ref()))?;
     cleanup.run_now();
     Ok(json!({
         "hosts": hosts,
         "vees": vees,
         "services": vees / VEES_PER_SERVICE,
-        "config_hosts": 0,
+        "config_hosts": if configured { hosts } else { 0 },
         "state_dir": base_dir().display().to_string(),
         "db_mib": round1(db_mib),
         "build": built,

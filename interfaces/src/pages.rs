@@ -45,6 +45,37 @@ pub fn page<T>(mut items: Vec<T>, key: impl Fn(&T) -> String, page_size: i32, pa
     Ok((page, next))
 }
 
+/// [`page`] of a list its server reads in key order (a store's keys)
+/// instead of holding it whole: `read(after, n)` gives the first `n`
+/// items whose key is greater than `after` (`None`: from the first), in
+/// key order, so that a page reads a page and one item more, not the
+/// list. The same page and token as [`page`] over the whole list. Errors:
+/// as [`page`], or `read`'s.
+pub fn page_read<T>(
+    key: impl Fn(&T) -> String,
+    page_size: i32,
+    page_token: &str,
+    read: impl FnOnce(Option<&str>, usize) -> Result<Vec<T>, Status>,
+) -> Result<(Vec<T>, String), Status> {
+    let size = match usize::try_from(page_size) {
+        Err(_) => return Err(Status::invalid_argument(format!("field `page_size`: {page_size} is negative"))),
+        Ok(0) => DEFAULT_PAGE_SIZE,
+        Ok(n) => n.min(MAX_PAGE_SIZE),
+    };
+    let after = after(page_token)?;
+    let mut items = read(after.as_deref(), size + 1)?;
+    let next = if items.len() > size {
+        items.truncate(size);
+        items
+            .last()
+            .map(|last| hex::encode(format!("{TOKEN_PREFIX}{}", key(last))))
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    Ok((items, next))
+}
+
 /// Every item of a list, read page after page: `call` asks for the page
 /// of a token (empty: the first), `split` takes a page's items and the
 /// next token. Errors: the server's, or a server that gives the same
@@ -146,6 +177,39 @@ mod tests {
         let stuck = |_| async { Ok(Response::new((vec![1], "same".to_string()))) };
         let e = all(stuck, |r| r).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::Internal);
+    }
+
+    #[test]
+    fn a_read_page_is_the_page_of_the_whole_list() {
+        let list = ids(250);
+        let read = |after: Option<&str>, n: usize| -> Result<Vec<String>, Status> {
+            Ok(list
+                .iter()
+                .filter(|i| after.is_none_or(|a| i.as_str() > a))
+                .take(n)
+                .cloned()
+                .collect())
+        };
+        for size in [0, 1, 3, 100, 125, 250, 300, 5000] {
+            let mut token = String::new();
+            loop {
+                let whole = page(list.clone(), String::clone, size, &token).unwrap();
+                let read = page_read(String::clone, size, &token, read).unwrap();
+                assert_eq!(read, whole, "size {size}, token {token:?}");
+                if whole.1.is_empty() {
+                    break;
+                }
+                token = whole.1;
+            }
+        }
+        assert_eq!(
+            page_read(String::clone, -1, "", read).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        assert_eq!(
+            page_read(String::clone, 1, "zz", read).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
     }
 
     #[test]

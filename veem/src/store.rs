@@ -316,6 +316,31 @@ impl Store {
         self.engine.scan(t, &mut |k, v| f(&String::from_utf8_lossy(k), v))
     }
 
+    /// Calls `f` with the keys of tree `t` after `after` (`None`: from the
+    /// first) and their raw values, in key order, a few at a time, until
+    /// `f` answers false or the tree ends: a reader of one page of a large
+    /// tree reads that page, not the tree.
+    pub fn scan_after(&self, t: Tree, after: Option<&str>, mut f: impl FnMut(&str, &[u8]) -> Result<bool>) -> Result<()> {
+        const CHUNK: usize = 128;
+        // The least key greater than `after`: `after` and a zero byte.
+        let mut start: Vec<u8> = after.map(|a| [a.as_bytes(), &[0]].concat()).unwrap_or_default();
+        loop {
+            let (mut seen, mut last, mut more) = (0, None, true);
+            self.engine.scan_from(t, &start, CHUNK, &mut |k, v| {
+                seen += 1;
+                last = Some(k.to_vec());
+                if more {
+                    more = f(&String::from_utf8_lossy(k), v)?;
+                }
+                Ok(())
+            })?;
+            match last {
+                Some(k) if more && seen == CHUNK => start = [&k[..], &[0]].concat(),
+                _ => return Ok(()),
+            }
+        }
+    }
+
     /// Applies `writes`, across trees, at once (all or nothing, also
     /// across a crash), when their conditions hold; returns the revision
     /// the commit made. Errors: [`Conflict`] (nothing written) when a
@@ -388,6 +413,28 @@ impl Store {
 mod tests {
     use super::*;
     use crate::model::EventRec;
+
+    #[test]
+    fn a_scan_after_a_key_reads_on_from_the_next_one_and_stops_when_told() {
+        let s = Store::on(Arc::new(MemoryEngine::default()), "memory").unwrap();
+        let keys: Vec<String> = (0..300).map(|i| format!("k{i:03}")).collect();
+        for k in &keys {
+            s.put(Tree::Services, k, &1u32).unwrap();
+        }
+        let read = |after: Option<&str>, n: usize| {
+            let mut seen = Vec::new();
+            s.scan_after(Tree::Services, after, |k, _| {
+                seen.push(k.to_string());
+                Ok(seen.len() < n)
+            })
+            .unwrap();
+            seen
+        };
+        assert_eq!(read(None, 1000), keys, "every key, across chunks");
+        assert_eq!(read(Some("k127"), 3), ["k128", "k129", "k130"]);
+        assert_eq!(read(Some("k12"), 2), ["k120", "k121"], "a key that is not there");
+        assert_eq!(read(Some("k299"), 5), Vec::<String>::new());
+    }
 
     #[test]
     fn a_commit_writes_and_removes_across_trees_at_once() {

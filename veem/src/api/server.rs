@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use futures::Stream;
 use interfaces::pages;
 use interfaces::tls::PeerCa;
@@ -226,14 +227,24 @@ impl Vmi for VmiService {
 
     async fn list_services(&self, r: Request<ListServicesRequest>) -> R<ListServicesResponse> {
         let role = self.user(&r)?;
-        let all: Vec<ServiceRec> = self.veem.store.list(crate::store::Tree::Services).map_err(status)?;
-        let services = all
-            .iter()
-            .filter(|s| self.visible_service(&role, &s.id).is_ok())
-            .map(|s| self.service_info(&role, s))
-            .collect();
         let r = r.get_ref();
-        let (services, next_page_token) = pages::page(services, |s| s.service_id.clone(), r.page_size, &r.page_token)?;
+        // The page's records alone, read in key (service ID) order.
+        let read = |after: Option<&str>, n: usize| {
+            let mut page = Vec::new();
+            self.veem
+                .store
+                .scan_after(crate::store::Tree::Services, after, |key, raw| {
+                    let s: ServiceRec = serde_json::from_slice(raw).with_context(|| format!("services record {key}"))?;
+                    if roles::sees(&role, &s) {
+                        page.push(s);
+                    }
+                    Ok(page.len() < n)
+                })
+                .map_err(status)?;
+            Ok(page)
+        };
+        let (page, next_page_token) = pages::page_read(|s: &ServiceRec| s.id.clone(), r.page_size, &r.page_token, read)?;
+        let services = page.iter().map(|s| self.service_info(&role, s)).collect();
         Ok(Response::new(ListServicesResponse { services, next_page_token }))
     }
 

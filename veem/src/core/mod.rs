@@ -336,6 +336,12 @@ impl Core {
             .ok_or_else(|| VeemError::not_found("VEE", id).into())
     }
 
+    /// What `f` makes of VEE `id`'s record (copies no record); `None`
+    /// when there is none.
+    pub fn with_vee<T>(&self, id: &str, f: impl FnOnce(&VeeRec) -> T) -> Option<T> {
+        self.vee_records.read().unwrap().get(id).map(f)
+    }
+
     pub fn service(&self, id: &str) -> Result<ServiceRec> {
         self.store
             .get(Tree::Services, id)?

@@ -47,8 +47,8 @@ impl Elasticity {
     /// One round over every service with rules (see the module
     /// documentation).
     pub async fn round(&self) {
-        let services = match self.store.list::<ServiceRec>(Tree::Services) {
-            Ok(all) => all,
+        let services = match self.with_rules() {
+            Ok(these) => these,
             Err(e) => return tracing::warn!(error = %format!("{e:#}"), "elasticity: cannot list the services"),
         };
         for svc in services {
@@ -65,6 +65,33 @@ impl Elasticity {
                 self.component_round(&svc, component, &mine).await;
             }
         }
+    }
+
+    /// The services of this site's own with elasticity rules: each
+    /// record is first read for its rules alone (its manifest's text
+    /// skipped, not copied), and decoded whole only when it has some.
+    fn with_rules(&self) -> anyhow::Result<Vec<ServiceRec>> {
+        #[derive(serde::Deserialize)]
+        struct Terms {
+            #[serde(default)]
+            elasticity: Vec<serde::de::IgnoredAny>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Glance {
+            #[serde(default)]
+            terms: Option<Terms>,
+            #[serde(default)]
+            for_peer: Option<String>,
+        }
+        let mut these = Vec::new();
+        self.store.scan(Tree::Services, |key, raw| {
+            let g: Glance = serde_json::from_slice(raw).map_err(|e| anyhow::anyhow!("services record {key}: {e}"))?;
+            if g.for_peer.is_none() && g.terms.is_some_and(|t| !t.elasticity.is_empty()) {
+                these.push(serde_json::from_slice(raw).map_err(|e| anyhow::anyhow!("services record {key}: {e}"))?);
+            }
+            Ok(())
+        })?;
+        Ok(these)
     }
 
     async fn component_round(&self, svc: &ServiceRec, component: &str, rules: &[(usize, &Rule)]) {

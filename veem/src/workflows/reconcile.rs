@@ -98,12 +98,17 @@ impl Reconcile {
         // Only what the arms below may act on (copies of those): VEEs
         // deploying or recovering on a host, and the live ones of the hosts
         // that answered.
+        // A live VEE whose domain runs there and that no operation was
+        // cut short on is at rest: not copied.
         let relevant = |v: &VeeRec| match &v.location {
             Location::Host(h) => {
                 matches!(
                     v.state,
                     VeeState::Admitted | VeeState::Deploying | VeeState::Failed | VeeState::Recovering
-                ) || (v.state.is_live() && running.contains_key(h))
+                ) || (v.state.is_live()
+                    && running
+                        .get(h)
+                        .is_some_and(|d| !d.contains_key(&v.id) || cut_short(v.state, &v.id, &migrating).is_some()))
             }
             _ => false,
         };
@@ -243,8 +248,7 @@ impl Reconcile {
     async fn destroy_strays<'a>(&self, host: &str, vee_ids: impl IntoIterator<Item = &'a String>, keep: impl Fn(&VeeRec) -> bool) {
         for id in vee_ids {
             let keep = self
-                .vee(id)
-                .map(|v| v.location == Location::Host(host.to_string()) && keep(&v))
+                .with_vee(id, |v| matches!(&v.location, Location::Host(h) if h == host) && keep(v))
                 .unwrap_or(false);
             if keep {
                 continue;
@@ -292,8 +296,13 @@ impl Reconcile {
     /// restored on the same host, its reservation unchanged, from its
     /// latest checkpoint (restarted from its images without one), as after
     /// a host failure; if that fails, an unrecovered violation is recorded.
+    ///
+    /// Every host is listed first, then the records are read in one pass
+    /// (after every list, as each host's were read after its own): a round
+    /// reads each record once, not once per host.
     pub(crate) async fn domain_watch_round(self: &Arc<Self>, missing: &mut Missing) {
         let mut still = HashSet::new();
+        let mut present: HashMap<String, HashSet<String>> = HashMap::new();
         for h in self.hosts.names() {
             if self.hosts.health(&h) != crate::hosts::Health::Up {
                 continue;
@@ -302,29 +311,36 @@ impl Reconcile {
             let Ok(list) = crate::ports::domains(&*c).await else {
                 continue;
             };
-            let present: HashSet<String> = list.into_iter().map(|d| d.vee_id).collect();
+            present.insert(h, list.into_iter().map(|d| d.vee_id).collect());
+        }
+        let lost = self.vees_map(|v| match &v.location {
+            Location::Host(h) if v.state == VeeState::Running => present
+                .get(h)
+                .is_some_and(|p| !p.contains(&v.id))
+                .then(|| (h.clone(), v.id.clone())),
+            _ => None,
+        });
+        for (h, id) in lost {
             let here = Location::Host(h.clone());
-            for v in self.vees_where(|v| v.state == VeeState::Running && v.location == here && !present.contains(&v.id)) {
-                // An operation under way (its lock held) may have moved or
-                // stopped it since the list: not counted.
-                let Some(_g) = self.try_lock_vee(&v.id) else { continue };
-                if !self
-                    .vee(&v.id)
-                    .is_ok_and(|now| now.state == VeeState::Running && now.location == here)
-                {
-                    continue;
-                }
-                let n = missing.get(&v.id).copied().unwrap_or(0) + 1;
-                missing.insert(v.id.clone(), n);
-                still.insert(v.id.clone());
-                if n == MISSING_ROUNDS && self.try_busy(&v.id) {
-                    let (veem, id, host) = (self.clone(), v.id.clone(), h.clone());
-                    self.spawn(async move {
-                        let why = format!("its domain vanished from {host}");
-                        veem.restore_on(&id, &host, &why).await;
-                        veem.unbusy(&id);
-                    });
-                }
+            // An operation under way (its lock held) may have moved or
+            // stopped it since the list: not counted.
+            let Some(_g) = self.try_lock_vee(&id) else { continue };
+            if !self
+                .vee(&id)
+                .is_ok_and(|now| now.state == VeeState::Running && now.location == here)
+            {
+                continue;
+            }
+            let n = missing.get(&id).copied().unwrap_or(0) + 1;
+            missing.insert(id.clone(), n);
+            still.insert(id.clone());
+            if n == MISSING_ROUNDS && self.try_busy(&id) {
+                let (veem, host) = (self.clone(), h.clone());
+                self.spawn(async move {
+                    let why = format!("its domain vanished from {host}");
+                    veem.restore_on(&id, &host, &why).await;
+                    veem.unbusy(&id);
+                });
             }
         }
         missing.retain(|id, _| still.contains(id));

@@ -96,12 +96,7 @@ impl VmiService {
     /// cannot even learn that another's service exists).
     pub(super) fn visible_service(&self, role: &Role, id: &str) -> Result<ServiceRec, Status> {
         let s = self.veem.service(id).map_err(status)?;
-        let mine = match role {
-            Role::Operator => true,
-            Role::Provider(p) => &s.provider == p && s.for_peer.is_none(),
-            Role::Peer(site) => s.for_peer.as_deref() == Some(site.as_str()),
-        };
-        if mine {
+        if sees(role, &s) {
             Ok(s)
         } else {
             Err(Status::not_found(format!("service {id} not found")))
@@ -166,5 +161,15 @@ impl VmiService {
         let redactor = self.redactor(&role);
         m.map(|m| Response::new(migration_info(&m, redactor.as_ref())))
             .map_err(|e| self.refusal(&role, e))
+    }
+}
+
+/// Whether `role` may see service `s`: the operator every one, a provider
+/// its own, a peer site those run here for it.
+pub(super) fn sees(role: &Role, s: &ServiceRec) -> bool {
+    match role {
+        Role::Operator => true,
+        Role::Provider(p) => &s.provider == p && s.for_peer.is_none(),
+        Role::Peer(site) => s.for_peer.as_deref() == Some(site.as_str()),
     }
 }
