@@ -127,6 +127,7 @@ impl VhiService for Fake {
                 libvirt_version: "10.0.0".into(),
                 accel: "kvm".into(),
                 cpu_model: "host-model".into(),
+                save_formats: vec![interfaces::vhi::SaveFormat::Sequential as i32],
             }),
             vtep: "127.0.0.1".into(),
             cpu_load: 0.25,
