@@ -185,7 +185,7 @@ pub(super) async fn run(dir: &Path, cleanup: &Cleanup, reps: usize, one_restore:
             format!("recovery_{n}_vees_ms")
         };
         let what = format!(
-            "host failure (its VEEH stalled) to all {n} of its 128 MiB VEEs running on another host by the VEEM's records (real veem, 1 s heartbeats, 3 missed)"
+            "host failure (its VEEH stalled) to its {n} VEE(s) of 128 MiB running on another host by the VEEM's records (real veem, 1 s heartbeats, {MISS_LIMIT} missed)"
         );
         let tool = "one VEE's restore on another host (VHI Restore, restore_pulled_ms_128mib)";
         out.push(metric(
