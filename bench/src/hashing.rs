@@ -10,15 +10,13 @@ use std::time::Instant;
 
 use sha2::Digest;
 
+use crate::metric::{metric, ms};
+
 /// Bytes fed per update, as the sink receives them from the network (1 MiB).
 const CHUNK: usize = 1 << 20;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn time_reps(reps: usize, mut f: impl FnMut() -> [u8; 32]) -> (f64, [u8; 32]) {
+/// The seconds of each of `reps` runs of `f`, and its digest.
+fn time_reps(reps: usize, mut f: impl FnMut() -> [u8; 32]) -> (Vec<f64>, [u8; 32]) {
     let mut times = Vec::with_capacity(reps);
     let mut digest = [0; 32];
     for _ in 0..reps {
@@ -26,13 +24,12 @@ fn time_reps(reps: usize, mut f: impl FnMut() -> [u8; 32]) -> (f64, [u8; 32]) {
         digest = f();
         times.push(t.elapsed().as_secs_f64());
     }
-    (median(times), digest)
+    (times, digest)
 }
 
 /// Hashes `mib` MiB of pseudo-random bytes `reps` times with each
-/// implementation; returns the rows `{"name", "ours_s", "baseline",
-/// "baseline_s", "ratio"}` (seconds, medians), two rows against
-/// `sha256sum`. Errors: the work file cannot be written, `sha256sum` fails,
+/// implementation; returns two named metrics ([`crate::metric`], ms)
+/// against `sha256sum`. Errors: the work file cannot be written, `sha256sum` fails,
 /// or the digests differ.
 pub fn run(mib: usize, reps: usize) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut data = vec![0u8; mib * CHUNK];
@@ -65,12 +62,18 @@ pub fn run(mib: usize, reps: usize) -> anyhow::Result<Vec<serde_json::Value>> {
     });
     let hex: String = sha2_d.iter().map(|b| format!("{b:02x}")).collect();
     anyhow::ensure!(out.starts_with(&hex), "sha256sum says {out}, sha2 {hex}");
-    let row = |name: String, ours: f64| {
-        serde_json::json!({"name": name, "ours_s": ours, "baseline": "sha256sum (file in page cache)",
-            "baseline_s": tool_s, "ratio": ours / tool_s})
+    let tool = ms(&tool_s);
+    let row = |name: &str, what: String, ours: &[f64]| {
+        metric(
+            &format!("{name}_{mib}mib"),
+            "ms",
+            &what,
+            &ms(ours),
+            Some(("sha256sum (file in page cache)", &tool)),
+        )
     };
     Ok(vec![
-        row(format!("SHA-256 of {mib} MiB, sha2 (production)"), sha2_s),
-        row(format!("SHA-256 of {mib} MiB, ring (before)"), ring_s),
+        row("sha256_sha2_ms", format!("SHA-256 of {mib} MiB, sha2 (production)"), &sha2_s),
+        row("sha256_ring_ms", format!("SHA-256 of {mib} MiB, ring (before)"), &ring_s),
     ])
 }

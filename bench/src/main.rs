@@ -1,6 +1,10 @@
 //! `vee-bench`: benchmarks of the VEE manager, each next to what an
 //! operator would otherwise do by hand, printed as JSON on stdout
-//! (progress on stderr). Used by `scripts/bench`.
+//! (progress on stderr). Used by `scripts/bench`. The measurements with a
+//! baseline are named metrics ([`metric`]): `{"metrics": [{"name", "unit",
+//! "description", "iterations", "min", "median", "max", "samples",
+//! "baseline": {"tool", "iterations", "min", "median", "max", "samples"},
+//! "ratio"}]}`.
 //!
 //! - `vee-bench planner`: admission latency and throughput of
 //!   `veem::planner` at 1,000 hosts / 10,000 VEEs and 10,000 hosts /
@@ -16,18 +20,20 @@
 //!   `veem_serve_100k` of `vee-bench planner` at 2,000 hosts.
 //! - `vee-bench vhi`: a real `veeh` and `image-repo` (release builds) on the
 //!   two-site lab against the raw `virsh` operations on the identical
-//!   domain, in the same run: `{"rows": [{"name", "ours_s", "baseline",
-//!   "baseline_s", "ratio"}]}`. Needs `scripts/setup-host` and
-//!   `scripts/build-guest-image` first; hold `/var/lib/vee-lab/lab.lock`.
+//!   domain, in the same run, at 128 MiB and 1 GiB of guest memory, and a
+//!   real `veem` recovering a failed host's VEEs: `{"metrics": [...]}`.
+//!   Needs `scripts/setup-host` and `scripts/build-guest-image` first;
+//!   hold `/var/lib/vee-lab/lab.lock`.
 //! - `vee-bench hashing [--mib N]`: SHA-256 throughput of `sha2`
-//!   (production) and `ring` next to `sha256sum`: `{"rows": [...]}`.
+//!   (production) and `ring` next to `sha256sum`: `{"metrics": [...]}`.
 //! - `vee-bench store`: the VEEM's durable commits (a Deploy's, a
 //!   checkpoint record's) on a 3-member etcd cluster next to sled, in the
-//!   same run: `{"rows": [...]}`. Needs Debian's etcd-server
+//!   same run: `{"metrics": [...]}`. Needs Debian's etcd-server
 //!   (`scripts/setup-host`).
 
 mod fake_hosts;
 mod hashing;
+mod metric;
 mod planner;
 mod standby;
 mod store;
@@ -107,15 +113,15 @@ fn main() -> anyhow::Result<()> {
         Cli::Vhi { reps } => {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             let rows = rt.block_on(vhi::run(reps.max(1)))?;
-            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "rows": rows }))?);
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "metrics": rows }))?);
         }
         Cli::Store { reps } => {
             let rows = store::run(reps.max(1))?;
-            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "rows": rows }))?);
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "metrics": rows }))?);
         }
         Cli::Hashing { mib, reps } => {
             let rows = hashing::run(mib.max(1), reps.max(1))?;
-            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "rows": rows }))?);
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "metrics": rows }))?);
         }
     }
     Ok(())

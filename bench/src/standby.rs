@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use interfaces::manifest::Manifest;
-use serde_json::{json, Value};
+use serde_json::Value;
 use veem::config::VeemConfig;
 use veem::core::replica::Replica;
 use veem::core::{renew_ahead_s, Loaded};
@@ -97,17 +97,12 @@ fn put_service(w: &mut Writes, svc: &veem::model::ServiceRec, vs: &[veem::model:
 }
 
 fn secs(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e4).round() / 1e4
+    d.as_secs_f64()
 }
 
-fn row(name: String, ours: f64, baseline: &str, base: f64) -> Value {
-    json!({
-        "name": name,
-        "ours_s": ours,
-        "baseline": baseline,
-        "baseline_s": base,
-        "ratio": if base > 0.0 { ((ours / base) * 1000.0).round() / 1000.0 } else { 0.0 },
-    })
+/// A named metric of one measurement (ms).
+fn row(name: String, what: String, ours: f64, baseline: &str, base: f64) -> Value {
+    crate::metric::metric(&name, "ms", &what, &[ours * 1000.0], Some((baseline, &[base * 1000.0])))
 }
 
 /// The rows at `vees` VEEs: `etcd` a fresh prefix of the cluster, `sled`
@@ -169,18 +164,21 @@ pub async fn run(etcd: Arc<EtcdEngine>, sled: Store, dir: &std::path::Path, vees
 
     Ok(vec![
         row(
+            format!("standby_current_ms_{vees}_vees"),
             format!("standby: becoming current at {vees} VEEs (first read of records and planner), etcd 3 members"),
             secs(current),
             "reading the same records on sled (a restarted VEEM's read)",
             secs(sled_read),
         ),
         row(
+            format!("takeover_with_copy_ms_{vees}_vees"),
             format!("takeover at {vees} VEEs: the standby's copy taken (barrier, planner rebuilt), the core opened"),
             secs(takeover),
             "a VEEM restarted on sled: its core opened from the database",
             secs(sled_open),
         ),
         row(
+            format!("takeover_without_copy_ms_{vees}_vees"),
             format!("takeover at {vees} VEEs without the copy: the core read from etcd"),
             secs(without_copy),
             "a VEEM restarted on sled: its core opened from the database",

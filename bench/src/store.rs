@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use serde_json::{json, Value};
+use serde_json::Value;
+
+use crate::metric::ms;
 use vee_testkit::etcd::EtcdCluster;
 use veem::store::{EtcdEngine, EtcdOptions, SledEngine, Store, Tree, Writes};
 
@@ -22,21 +24,20 @@ fn payload(bytes: usize, tag: usize) -> String {
     format!("{tag:08}{}", "x".repeat(bytes.saturating_sub(8)))
 }
 
-/// Median seconds of `reps` runs of `f`.
-fn median(reps: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<f64> {
+/// The seconds of each of `reps` runs of `f`.
+fn timed(reps: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<Vec<f64>> {
     let mut t = Vec::with_capacity(reps);
     for i in 0..reps {
         let start = Instant::now();
         f(i)?;
         t.push(start.elapsed().as_secs_f64());
     }
-    t.sort_by(f64::total_cmp);
-    Ok(t[t.len() / 2])
+    Ok(t)
 }
 
-/// What one Deploy commits, `reps` times: its median (s).
-fn deploy(store: &Store, reps: usize) -> Result<f64> {
-    median(reps, |i| {
+/// What one Deploy commits, `reps` times: the seconds of each.
+fn deploy(store: &Store, reps: usize) -> Result<Vec<f64>> {
+    timed(reps, |i| {
         let since = store.revision()?;
         let mut w = Writes::default();
         w.put(Tree::Services, &format!("s{i:06}"), &payload(2048, i))?;
@@ -51,9 +52,10 @@ fn deploy(store: &Store, reps: usize) -> Result<f64> {
     })
 }
 
-/// What recording one checkpoint commits, `reps` times: its median (s).
-fn checkpoint(store: &Store, reps: usize) -> Result<f64> {
-    median(reps, |i| {
+/// What recording one checkpoint commits, `reps` times: the seconds of
+/// each.
+fn checkpoint(store: &Store, reps: usize) -> Result<Vec<f64>> {
+    timed(reps, |i| {
         let since = store.revision()?;
         let vee = format!("v{i:06}-0");
         let mut w = Writes::default();
@@ -79,7 +81,7 @@ fn standby_sizes() -> Result<Vec<usize>> {
         .collect()
 }
 
-/// The rows: each commit on etcd (ours) next to sled (baseline), then a
+/// The named metrics ([`crate::metric`]): each commit on etcd (ours) next to sled (baseline), then a
 /// standby's ([`crate::standby`]).
 pub fn run(reps: usize) -> Result<Vec<Value>> {
     let dir = vee_testkit::lab::repo_root().join("target").join("bench").join("store");
@@ -95,23 +97,28 @@ pub fn run(reps: usize) -> Result<Vec<Value>> {
     let etcd = Store::on(Arc::new(etcd), "etcd")?;
     let sled = Store::on(Arc::new(SledEngine::open(&dir.join("sled"))?), "sled")?;
     let mut rows = Vec::new();
-    for (name, what) in [
+    for (metric, name, what) in [
         (
+            "store_deploy_commit_ms",
             "store: one Deploy's commit (service, 4 VEEs, 4 planner entries)",
-            deploy as fn(&Store, usize) -> Result<f64>,
+            deploy as fn(&Store, usize) -> Result<Vec<f64>>,
         ),
-        ("store: one checkpoint record's commit (record and VEE)", checkpoint),
+        (
+            "store_checkpoint_commit_ms",
+            "store: one checkpoint record's commit (record and VEE)",
+            checkpoint,
+        ),
     ] {
         eprintln!("{name}");
         let ours = what(&etcd, reps)?;
         let base = what(&sled, reps)?;
-        rows.push(json!({
-            "name": format!("{name}, etcd 3 members (loopback, TLS)"),
-            "ours_s": (ours * 1e6).round() / 1e6,
-            "baseline": "the same on sled (embedded, flushed)",
-            "baseline_s": (base * 1e6).round() / 1e6,
-            "ratio": if base > 0.0 { ((ours / base) * 1000.0).round() / 1000.0 } else { 0.0 },
-        }));
+        rows.push(crate::metric::metric(
+            metric,
+            "ms",
+            &format!("{name}, etcd 3 members (loopback, TLS)"),
+            &ms(&ours),
+            Some(("the same on sled (embedded, flushed)", &ms(&base))),
+        ));
     }
     drop((etcd, sled));
     // A standby becoming current and taking over, at each size, on a

@@ -1,10 +1,14 @@
 //! The VHI of a real `veeh` next to raw `virsh` on the identical domain, in
-//! the same run, on the lab's two sites. Per repetition, one VEE through
-//! the VHI and one raw domain (the VEEH's own domain XML, renamed and on a
-//! fresh overlay of the same cached base image) go through: boot to the
-//! first console tick, live checkpoint, restore, live migration A -> B.
-//! One guest runs at a time (2 cores). Every domain and file made here is
-//! removed at the end, also on error or panic ([`Cleanup`]).
+//! the same run, on the lab's two sites, as named metrics
+//! ([`crate::metric`]). Per repetition, one VEE through the VHI and one raw
+//! domain (the VEEH's own domain XML, renamed and on a fresh overlay of the
+//! same cached base image) go through: boot to the first console tick,
+//! restore on the same host, live migration A -> B; then checkpoints and
+//! restores at each guest memory size ([`sizes`]), the service network's
+//! metrics ([`net`]) and a real VEEM's recovery of a failed host's VEEs
+//! ([`recovery`]). One guest runs at a time (2 cores) but in the recovery.
+//! Every domain and file made here is removed at the end, also on error or
+//! panic ([`Cleanup`]).
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -15,9 +19,11 @@ use futures::StreamExt;
 use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
 use interfaces::vhi::vhi_service_client::VhiServiceClient;
 use interfaces::vhi::*;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tonic::transport::Channel;
 use vee_testkit::lab::{free_port, repo_root, SITE_A_URI, SITE_B_URI};
+
+use crate::metric::{metric, ms};
 
 const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(50);
@@ -25,49 +31,18 @@ const POLL: Duration = Duration::from_millis(50);
 mod lab;
 mod net;
 mod raw;
+mod recovery;
+mod sizes;
 
 use lab::*;
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    if s.is_empty() {
-        return 0.0;
-    }
-    let m = s.len() / 2;
-    if s.len() % 2 == 1 {
-        s[m]
-    } else {
-        (s[m - 1] + s[m]) / 2.0
-    }
-}
-
-fn r3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
-
-fn row(name: &str, ours: &[f64], baseline: &str, base: &[f64]) -> Value {
-    let (o, b) = (r3(median(ours)), r3(median(base)));
-    let ratio = if b > 0.0 { json!(r3(o / b)) } else { Value::Null };
-    json!({
-        "name": name, "ours_s": o, "baseline": baseline, "baseline_s": b, "ratio": ratio,
-        "reps": ours.len().min(base.len()),
-        "ours_samples_s": ours.iter().map(|x| r3(*x)).collect::<Vec<_>>(),
-        "baseline_samples_s": base.iter().map(|x| r3(*x)).collect::<Vec<_>>(),
-    })
-}
 
 /// Samples of one repetition each.
 #[derive(Default)]
 struct Samples {
     boot: (Vec<f64>, Vec<f64>),
-    checkpoint: (Vec<f64>, Vec<f64>),
-    save: Vec<f64>,
-    cp_downtime: (Vec<f64>, Vec<f64>),
     restore: (Vec<f64>, Vec<f64>),
     migrate: (Vec<f64>, Vec<f64>),
     mig_downtime: (Vec<f64>, Vec<f64>),
-    raw_cp_downtime_from_libvirt: bool,
 }
 
 impl Samples {
@@ -76,11 +51,6 @@ impl Samples {
         for v in [
             &mut self.boot.0,
             &mut self.boot.1,
-            &mut self.checkpoint.0,
-            &mut self.checkpoint.1,
-            &mut self.save,
-            &mut self.cp_downtime.0,
-            &mut self.cp_downtime.1,
             &mut self.restore.0,
             &mut self.restore.1,
             &mut self.migrate.0,
@@ -97,6 +67,13 @@ struct Ctx {
     ids: GuestIds,
     ca: VhiServiceClient<Channel>,
     cb: VhiServiceClient<Channel>,
+    /// Site A's second host (its second libvirtd): restores of a
+    /// checkpoint it never saw.
+    a2: VhiServiceClient<Channel>,
+    /// Host A's VEEH's state directory.
+    a_state: PathBuf,
+    /// The repository's `/metrics`.
+    repo_metrics: String,
     cleanup: std::sync::Arc<Cleanup>,
     /// Domain XML, VEE directory and ID of the warm-up VEE (the template).
     template: String,
@@ -201,6 +178,17 @@ impl GuestIds {
     }
 }
 
+/// The parts of the run: `BENCH_VHI_PARTS`, a comma list of `base`
+/// (deploy, restore on the same host, migration), `sizes` ([`sizes`]),
+/// `net` ([`net`]), `recovery` ([`recovery`]); default all.
+fn parts() -> std::collections::BTreeSet<String> {
+    std::env::var("BENCH_VHI_PARTS")
+        .unwrap_or_else(|_| "base,sizes,net,recovery".into())
+        .split(',')
+        .map(|p| p.trim().to_string())
+        .collect()
+}
+
 pub async fn run(reps: usize) -> Result<Vec<Value>> {
     let guest = std::env::var_os("GUEST_DIR")
         .map(PathBuf::from)
@@ -244,12 +232,18 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
     let (cert, key) = (tls.cert.to_str().unwrap(), tls.key.to_str().unwrap());
     let token_file = dir.join("repo.token");
     std::fs::write(&token_file, &token)?;
+    // Its metrics listener: the bytes it received (the checkpoint metrics).
+    let metrics_listen = format!("127.0.0.1:{}", free_port());
+    let repo_config = dir.join("repo.toml");
+    std::fs::write(&repo_config, format!("[metrics]\nlisten = \"{metrics_listen}\"\n"))?;
     let mut repo_daemon = Daemon::spawn(
         vee_testkit::lab::Place::SiteA,
         "image-repo",
         "image-repo",
         &[
             "serve",
+            "--config",
+            repo_config.to_str().unwrap(),
             "--listen",
             &listen,
             "--data",
@@ -293,6 +287,7 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
 
     let a = start_veeh(&dir, "bench-a", "site-a", SITE_A_URI, &url, &token, &repo_ca).await?;
     let b = start_veeh(&dir, "bench-b", "site-b", SITE_B_URI, &url, &token, &repo_ca).await?;
+    let a2 = start_veeh(&dir, "bench-a2", "site-a", vee_testkit::lab::SITE_A2_URI, &url, &token, &repo_ca).await?;
     let (mut ca, cb) = (a.client().await?, b.client().await?);
 
     // Warm-up (not measured): the first deploy pulls the images into A's
@@ -329,6 +324,9 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
         ids,
         ca,
         cb,
+        a2: a2.client().await?,
+        a_state: a.state_dir.clone(),
+        repo_metrics: format!("http://{metrics_listen}/metrics"),
         cleanup: cleanup.clone(),
         template,
         template_dir,
@@ -338,15 +336,13 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
         current: None,
         net_template: None,
     };
-    let mut s = Samples {
-        raw_cp_downtime_from_libvirt: true,
-        ..Default::default()
-    };
+    let mut s = Samples::default();
     // Another user of the lab (a test restarting libvirtd, say) can break a
     // repetition: it is then discarded, its domains removed, and run again,
     // up to `reps` extra attempts in all.
+    let parts = parts();
     let (mut i, mut failures) = (0, 0);
-    while i < reps {
+    while i < reps && parts.contains("base") {
         eprintln!("vhi: repetition {}/{reps}: ours", i + 1);
         let mut res = ours(&mut ctx, &mut s).await.with_context(|| format!("repetition {}: VHI", i + 1));
         if res.is_ok() {
@@ -369,65 +365,87 @@ pub async fn run(reps: usize) -> Result<Vec<Value>> {
             continue;
         }
         eprintln!(
-            "vhi: repetition {} (ours / virsh, s): boot {:.3}/{:.3} checkpoint {:.3}/{:.3} save {:.3} cp-downtime {:.3}/{:.3} restore {:.3}/{:.3} migrate {:.3}/{:.3} mig-downtime {:.3}/{:.3}",
-            i + 1, s.boot.0[i], s.boot.1[i], s.checkpoint.0[i], s.checkpoint.1[i], s.save[i], s.cp_downtime.0[i], s.cp_downtime.1[i],
-            s.restore.0[i], s.restore.1[i], s.migrate.0[i], s.migrate.1[i], s.mig_downtime.0[i], s.mig_downtime.1[i]
+            "vhi: repetition {} (ours / virsh, s): boot {:.3}/{:.3} restore {:.3}/{:.3} migrate {:.3}/{:.3} mig-downtime {:.3}/{:.3}",
+            i + 1,
+            s.boot.0[i],
+            s.boot.1[i],
+            s.restore.0[i],
+            s.restore.1[i],
+            s.migrate.0[i],
+            s.migrate.1[i],
+            s.mig_downtime.0[i],
+            s.mig_downtime.1[i]
         );
         i += 1;
     }
-    let net_rows = net::run(&mut ctx, reps).await?;
-    drop((a, b, repo_daemon));
-
-    let cp_dt_base = if s.raw_cp_downtime_from_libvirt {
-        "virsh snapshot-create-as --live (libvirt's downtime)"
+    let sized = if parts.contains("sizes") {
+        sizes::run(&mut ctx, reps).await?
     } else {
-        "virsh snapshot-create-as --live (wall time, libvirt gave no downtime)"
+        vec![]
     };
-    let mut rows = vec![
-        row(
-            "VEE deploy to first console tick, images cached (VHI Prepare+Create+Start)",
-            &s.boot.0,
-            "virsh create of the same domain XML on a fresh overlay, to first tick",
-            &s.boot.1,
-        ),
-        row(
-            "live checkpoint incl. push of memory+disk to image-repo (VHI Checkpoint)",
-            &s.checkpoint.0,
-            "virsh snapshot-create-as --live --memspec/--diskspec external, no upload",
-            &s.checkpoint.1,
-        ),
-        row(
-            "live checkpoint incl. push (VHI Checkpoint) vs stop-and-save",
-            &s.checkpoint.0,
-            "virsh save + cp overlay (guest stopped)",
-            &s.save,
-        ),
-        row(
-            "checkpoint guest downtime (CheckpointRecord.downtime_ms)",
-            &s.cp_downtime.0,
-            cp_dt_base,
-            &s.cp_downtime.1,
-        ),
-        row(
-            "restore incl. pull from image-repo (VHI Restore)",
-            &s.restore.0,
-            "virsh restore of a local state file",
-            &s.restore.1,
-        ),
-        row(
-            "live migration A->B with incremental disk copy, total (MigrateOut total_ms)",
-            &s.migrate.0,
-            "virsh migrate --live --p2p --copy-storage-inc --xml DEST.xml",
-            &s.migrate.1,
-        ),
-        row(
-            "live migration A->B guest downtime (MigrateOut downtime_ms)",
-            &s.mig_downtime.0,
-            "virsh migrate --live --p2p --copy-storage-inc (domjobinfo --completed at B)",
-            &s.mig_downtime.1,
-        ),
-    ];
+    let net_rows = if parts.contains("net") {
+        net::run(&mut ctx, reps).await?
+    } else {
+        vec![]
+    };
+    drop((a, b, a2, repo_daemon));
+    // The recovery next to one VEE's restore on a host that never saw its
+    // checkpoint (the 128 MiB guest's, this run).
+    let one_restore: Vec<f64> = sized
+        .iter()
+        .find(|m| m["name"] == "restore_pulled_ms_128mib")
+        .and_then(|m| m["samples"].as_array())
+        .map(|a| a.iter().filter_map(|x| x.as_f64()).map(|x| x / 1000.0).collect())
+        .unwrap_or_default();
+    let recovered = if parts.contains("recovery") {
+        recovery::run(&cleanup.dir, &cleanup, reps, &one_restore).await?
+    } else {
+        vec![]
+    };
+
+    let mut rows = if !parts.contains("base") {
+        vec![]
+    } else {
+        vec![
+            metric(
+                "deploy_first_tick_ms",
+                "ms",
+                "VEE deploy to first console tick, images cached (VHI Prepare+Create+Start), 128 MiB guest",
+                &ms(&s.boot.0),
+                Some((
+                    "virsh create of the same domain XML on a fresh overlay, to first tick",
+                    &ms(&s.boot.1),
+                )),
+            ),
+            metric(
+                "restore_same_host_ms",
+                "ms",
+                "restore on the host that took the checkpoint, incl. pull from image-repo (VHI Restore), 128 MiB guest",
+                &ms(&s.restore.0),
+                Some(("virsh restore of a local state file", &ms(&s.restore.1))),
+            ),
+            metric(
+                "migration_total_ms",
+                "ms",
+                "live migration A->B with incremental disk copy, total (MigrateOut total), 128 MiB guest",
+                &ms(&s.migrate.0),
+                Some(("virsh migrate --live --p2p --copy-storage-inc --xml DEST.xml", &ms(&s.migrate.1))),
+            ),
+            metric(
+                "migration_downtime_ms",
+                "ms",
+                "live migration A->B guest downtime (MigrateOut downtime), 128 MiB guest",
+                &ms(&s.mig_downtime.0),
+                Some((
+                    "virsh migrate --live --p2p --copy-storage-inc (domjobinfo --completed at B)",
+                    &ms(&s.mig_downtime.1),
+                )),
+            ),
+        ]
+    };
+    rows.extend(sized);
     rows.extend(net_rows);
+    rows.extend(recovered);
     Ok(rows)
 }
 
@@ -449,7 +467,6 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
     s.boot.0.push(t.elapsed().as_secs_f64());
 
     vhi_wait_tick(ca, &vee, 3, Duration::from_secs(60)).await?;
-    let t = Instant::now();
     let cp = ca
         .checkpoint(CheckpointRequest {
             vee_id: vee.clone(),
@@ -457,8 +474,6 @@ async fn ours(ctx: &mut Ctx, s: &mut Samples) -> Result<()> {
         })
         .await?
         .into_inner();
-    s.checkpoint.0.push(t.elapsed().as_secs_f64());
-    s.cp_downtime.0.push(interfaces::time::ms_of_duration(&cp.downtime) as f64 / 1000.0);
 
     ca.destroy(DestroyRequest {
         vee_id: vee.clone(),

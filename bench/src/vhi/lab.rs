@@ -154,7 +154,7 @@ pub(super) async fn start_veeh(dir: &Path, name: &str, site: &str, uri: &str, re
     let peer_uri = if uri == SITE_A_URI { SITE_A_PEER_URI } else { uri };
     let tls = vee_testkit::pki::site(site).host(&host);
     let cfg = format!(
-        "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{repo_url}\"\nimage_repo_token = \"{token}\"\nimage_repo_ca = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 1024\ndisk_gib = 20\n[tls]\n{}",
+        "host = \"{host}\"\nsite_id = \"{site}\"\nlibvirt_uri = \"{uri}\"\npeer_libvirt_uri = \"{peer_uri}\"\nlisten = \"{addr}:{port}\"\nstate_dir = \"{}\"\nmigration_address = \"{addr}\"\naccel = \"auto\"\nimage_repo = \"{repo_url}\"\nimage_repo_token = \"{token}\"\nimage_repo_ca = \"{}\"\n[capacity]\nvcpus = 2\nmemory_mib = 4096\ndisk_gib = 20\n[tls]\n{}",
         state_dir.display(),
         repo_ca.display(),
         vee_testkit::pki::toml(&tls)

@@ -20,7 +20,8 @@ use vee_testkit::lab::{Place, SITE_A_ADDR, SITE_A_URI, SITE_B_ADDR, SITE_B_URI};
 
 use super::lab::{run_cmd, short_id, virsh};
 use super::raw::{new_overlay, raw_xml};
-use super::{row, Ctx, BOOT_TIMEOUT};
+use super::{Ctx, BOOT_TIMEOUT};
+use crate::metric::{metric, ms};
 
 /// The benchmark's network: VNI, and the guest's address on it.
 struct Net {
@@ -117,23 +118,32 @@ pub(super) async fn run(ctx: &mut Ctx, reps: usize) -> Result<Vec<serde_json::Va
         raw(ctx, &n, &mut s, i).await.context("service network: raw virsh")?;
     }
     Ok(vec![
-        row(
+        metric(
+            "nic_deploy_first_http_ms",
+            "ms",
             "VEE with a NIC: deploy to first HTTP answer at its reserved address (VHI Prepare+Create+Start, DHCP)",
-            &s.0,
-            "virsh create of the same domain XML on the same bridge, to first HTTP answer",
-            &s.1,
+            &ms(&s.0),
+            Some((
+                "virsh create of the same domain XML on the same bridge, to first HTTP answer",
+                &ms(&s.1),
+            )),
         ),
-        row(
+        metric(
+            "cross_site_migration_tcp_gap_ms",
+            "ms",
             "TCP client's largest gap in a 200 ms tick stream during cross-site live migration A->B (network stretched over the WAN)",
-            &s.2,
-            "libvirt's reported downtime of that migration (MigrateOut downtime_ms)",
-            &s.3,
+            &ms(&s.2),
+            Some(("libvirt's reported downtime of that migration (MigrateOut downtime_ms)", &ms(&s.3))),
         ),
-        row(
+        metric(
+            "cross_site_migration_nic_ms",
+            "ms",
             "cross-site live migration A->B of a VEE with a NIC, network stretched (VHI PrepareIncoming+MigrateOut+CompleteIncoming)",
-            &s.4,
-            "virsh migrate --live --p2p --copy-storage-inc of the same domain, bridge and VXLAN at B made by hand",
-            &s.5,
+            &ms(&s.4),
+            Some((
+                "virsh migrate --live --p2p --copy-storage-inc of the same domain, bridge and VXLAN at B made by hand",
+                &ms(&s.5),
+            )),
         ),
     ])
 }

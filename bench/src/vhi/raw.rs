@@ -69,48 +69,10 @@ pub(super) async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> 
     s.boot.1.push(t.elapsed().as_secs_f64());
     file_wait_tick(&console, 3, Duration::from_secs(60)).await?;
 
-    // Live external snapshot; then merge the chain back (not measured).
-    let (mem, top) = (da.join("cp.mem"), da.join("cp-top.qcow2"));
-    let memspec = format!("file={},snapshot=external", mem.display());
-    let diskspec = format!("vda,snapshot=external,file={}", top.display());
-    let t = Instant::now();
-    virsh(
-        SITE_A_URI,
-        &[
-            "snapshot-create-as",
-            &name,
-            "cp1",
-            "--live",
-            "--memspec",
-            &memspec,
-            "--diskspec",
-            &diskspec,
-            "--no-metadata",
-        ],
-    )?;
-    let wall = t.elapsed().as_secs_f64();
-    s.checkpoint.1.push(wall);
-    match completed_downtime_ms(SITE_A_URI, &name) {
-        Some(ms) => s.cp_downtime.1.push(ms / 1000.0),
-        None => {
-            s.raw_cp_downtime_from_libvirt = false;
-            s.cp_downtime.1.push(wall)
-        }
-    }
-    virsh(
-        SITE_A_URI,
-        &["blockcommit", &name, "vda", "--active", "--shallow", "--pivot", "--wait"],
-    )?;
-    let _ = std::fs::remove_file(&top);
-    let _ = std::fs::remove_file(&mem);
-
-    // Stop-and-save plus a copy of the overlay; then restore.
+    // Stop-and-save (its timings are the checkpoint metrics' of
+    // [`super::sizes`]); then restore.
     let state = da.join("save.state");
-    let t = Instant::now();
     virsh(SITE_A_URI, &["save", &name, state.to_str().unwrap()])?;
-    std::fs::copy(da.join("overlay.qcow2"), da.join("overlay.saved.qcow2"))?;
-    s.save.push(t.elapsed().as_secs_f64());
-    let _ = std::fs::remove_file(da.join("overlay.saved.qcow2"));
     let before = last_tick(&String::from_utf8_lossy(&std::fs::read(&console)?)).map_or(0, |t| t.0);
     s.restore.1.push(timed_virsh(SITE_A_URI, &["restore", state.to_str().unwrap()])?);
     let _ = std::fs::remove_file(&state);
@@ -126,6 +88,40 @@ pub(super) async fn raw(ctx: &mut Ctx, s: &mut Samples, i: usize) -> Result<()> 
     virsh(SITE_B_URI, &["destroy", &name])?;
     let _ = std::fs::remove_dir_all(&rd);
     Ok(())
+}
+
+/// libvirt's live external snapshot of domain `name` at site A, its memory
+/// and new top layer in `dir`: (wall time, libvirt's downtime if it gave
+/// one), in seconds; then the chain merged back and the files removed
+/// (not measured).
+pub(super) fn live_snapshot(name: &str, dir: &Path) -> Result<(f64, Option<f64>)> {
+    let (mem, top) = (dir.join("cp.mem"), dir.join("cp-top.qcow2"));
+    let memspec = format!("file={},snapshot=external", mem.display());
+    let diskspec = format!("vda,snapshot=external,file={}", top.display());
+    let t = Instant::now();
+    virsh(
+        SITE_A_URI,
+        &[
+            "snapshot-create-as",
+            name,
+            "cp1",
+            "--live",
+            "--memspec",
+            &memspec,
+            "--diskspec",
+            &diskspec,
+            "--no-metadata",
+        ],
+    )?;
+    let wall = t.elapsed().as_secs_f64();
+    let downtime = completed_downtime_ms(SITE_A_URI, name).map(|ms| ms / 1000.0);
+    virsh(
+        SITE_A_URI,
+        &["blockcommit", name, "vda", "--active", "--shallow", "--pivot", "--wait"],
+    )?;
+    let _ = std::fs::remove_file(&top);
+    let _ = std::fs::remove_file(&mem);
+    Ok((wall, downtime))
 }
 
 /// `virsh migrate --live --p2p --copy-storage-inc` of domain `name` from
