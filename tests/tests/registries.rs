@@ -220,8 +220,9 @@ async fn lab_a_vee_boots_from_a_registry_image_resolved_at_admission() {
     let mut kinds: Vec<String> = held.iter().map(|b| format!("{:?}", b.kind)).collect();
     kinds.sort();
     kinds.dedup();
-    // (The checkpoint's artifact: its record and its manifest.)
-    assert_eq!(kinds, ["CheckpointDisk", "CheckpointMemory", "Manifest", "OciBlob"], "{held:?}");
+    // (Its parts in chunks with their indexes; the checkpoint's artifact:
+    // its record and its manifest.)
+    assert_eq!(kinds, ["CheckpointChunk", "CheckpointIndex", "Manifest", "OciBlob"], "{held:?}");
     // The checkpoint is an OCI artifact in the image-repo's /v2 too.
     let password = dir.join("site-token");
     std::fs::write(&password, repo.site_token("site-a")).unwrap();

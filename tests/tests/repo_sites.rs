@@ -55,9 +55,10 @@ async fn lab_a_replicated_checkpoint_is_restored_at_home_while_the_remote_site_a
         .await
         .unwrap()
         .into_iter()
-        .filter(|m| m.kind == BlobKind::CheckpointMemory && m.owner == "site-b")
+        .filter(|m| m.kind == BlobKind::CheckpointIndex && m.owner == "site-b")
         .collect();
-    assert_eq!(at_a.len(), 1, "B's checkpoint in A's repository: {at_a:?}");
+    // Its two parts' chunk indexes (and the chunks they list).
+    assert_eq!(at_a.len(), 2, "B's checkpoint in A's repository: {at_a:?}");
 
     // Site B goes away, its repository with it: A restores the VEE at
     // home from B's checkpoint, which it reads from its own repository.

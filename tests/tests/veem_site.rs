@@ -231,23 +231,27 @@ async fn lab_deploy_checkpoint_and_recover_from_host_failure() {
 async fn checkpoints_are_the_sites_own(repo: &ImageRepo, globex: &mut veem::peers::PeerClient, ids: &e2e::daemons::GuestIds) {
     use interfaces::repo_client::BlobKind;
     let all = repo.client().list().await.unwrap();
-    let memory = all
+    // Its parts' chunk indexes and the chunks they list.
+    let index = |part: &str| {
+        all.iter()
+            .find(|m| m.kind == BlobKind::CheckpointIndex && m.name.ends_with(part))
+            .unwrap_or_else(|| panic!("a checkpoint's {part} index"))
+    };
+    let (memory, disk) = (index("-memory"), index("-disk"));
+    let chunk = all
         .iter()
-        .find(|m| m.kind == BlobKind::CheckpointMemory)
-        .expect("a checkpoint memory blob");
-    let disk = all
-        .iter()
-        .find(|m| m.kind == BlobKind::CheckpointDisk)
-        .expect("a checkpoint disk blob");
-    assert_eq!((memory.owner.as_str(), disk.owner.as_str()), ("site-a", "site-a"));
+        .find(|m| m.kind == BlobKind::CheckpointChunk)
+        .expect("a checkpoint chunk");
+    for m in [memory, disk, chunk] {
+        assert_eq!(m.owner, "site-a", "{m:?}");
+    }
     let anonymous = interfaces::repo_client::RepoClient::with_ca(&repo.url, None, Some(&repo.ca)).unwrap();
     for client in [repo.client_as(&repo.provider_token("acme")), anonymous] {
-        assert!(
-            client.head(&memory.id).await.map_or(true, |m| m.is_none()),
-            "the guest's RAM is readable"
-        );
-        let dest = lab::test_dir("stolen-checkpoint").join("memory");
-        assert!(client.pull(&memory.id, &dest, None).await.is_err() && !dest.exists());
+        for id in [&memory.id, &chunk.id] {
+            assert!(client.head(id).await.map_or(true, |m| m.is_none()), "the guest's RAM is readable: {id}");
+            let dest = lab::test_dir("stolen-checkpoint").join("memory");
+            assert!(client.pull(id, &dest, None).await.is_err() && !dest.exists());
+        }
     }
     let stolen = manifest("thief", "globex", ids, 1, "").replace(&ids.disk, &disk.id.to_string());
     let e = site::deploy(globex, stolen).await.unwrap_err();
