@@ -299,15 +299,7 @@ impl Veeh {
 
     /// [`Veeh::start_sized`] with `extra` TOML tables at the end of its
     /// configuration (`[[registries]]`).
-    pub async fn start_configured(
-        dir: &Path,
-        host: &str,
-        site: &str,
-        uri: &str,
-        repo: &ImageRepo,
-        size: (u32, u64),
-        extra: &str,
-    ) -> Self {
+    pub async fn start_configured(dir: &Path, host: &str, site: &str, uri: &str, repo: &ImageRepo, size: (u32, u64), extra: &str) -> Self {
         Self::start_with(dir, host, site, uri, repo, size, "", extra).await
     }
 

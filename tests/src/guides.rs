@@ -71,13 +71,23 @@ pub fn blocks(text: &str) -> Vec<Block> {
         let t = line.trim_start();
         match &mut open {
             None if t.starts_with("```") => {
-                let mark = match before.trim().strip_prefix("<!--").and_then(|m| m.strip_suffix("-->")).map(str::trim) {
+                let mark = match before
+                    .trim()
+                    .strip_prefix("<!--")
+                    .and_then(|m| m.strip_suffix("-->"))
+                    .map(str::trim)
+                {
                     Some(m) if m.starts_with("run:") => Mark::Run(m["run:".len()..].trim().into()),
                     Some(m) if m.starts_with("not run:") => Mark::NotRun(m["not run:".len()..].trim().into()),
                     _ => Mark::Unmarked,
                 };
                 let lang = t.trim_start_matches('`').split_whitespace().next().unwrap_or("").to_string();
-                open = Some(Block { lang, line: i + 1, text: String::new(), mark });
+                open = Some(Block {
+                    lang,
+                    line: i + 1,
+                    text: String::new(),
+                    mark,
+                });
             }
             Some(_) if t.starts_with("```") => out.extend(open.take()),
             Some(b) => {
@@ -106,7 +116,8 @@ mod tests {
 
     #[test]
     fn blocks_carry_their_language_line_and_mark() {
-        let md = "x\n<!-- run: tests/tests/guides.rs -->\n```sh\necho a\n```\n\n```toml\na = 1\n```\n<!-- not run: why -->\n```bash\nb\n```\n";
+        let md =
+            "x\n<!-- run: tests/tests/guides.rs -->\n```sh\necho a\n```\n\n```toml\na = 1\n```\n<!-- not run: why -->\n```bash\nb\n```\n";
         let b = blocks(md);
         assert_eq!(b.len(), 3);
         assert_eq!((b[0].lang.as_str(), b[0].line, b[0].text.as_str()), ("sh", 3, "echo a\n"));

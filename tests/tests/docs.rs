@@ -54,7 +54,11 @@ fn every_work_cited_by_letter_is_in_the_references() {
 /// The TOML blocks of `file` (```` ```toml ```` fenced), in order.
 fn toml_blocks(file: &str) -> Vec<String> {
     let text = std::fs::read_to_string(guides::root().join(file)).unwrap();
-    guides::blocks(&text).into_iter().filter(|b| b.lang == "toml").map(|b| b.text).collect()
+    guides::blocks(&text)
+        .into_iter()
+        .filter(|b| b.lang == "toml")
+        .map(|b| b.text)
+        .collect()
 }
 
 /// Which parser a guide's TOML block is for.
@@ -165,7 +169,11 @@ fn the_installed_and_lab_configurations_hold_no_secret_in_clear() {
                 );
                 if let Some(file) = line.split('"').nth(1).and_then(|v| v.strip_prefix("@DEMO@/")) {
                     if key.ends_with("token_file") {
-                        assert!(demo.contains(&format!("$DEMO/{file}")), "{}: scripts/demo does not write {file}", e.path().display());
+                        assert!(
+                            demo.contains(&format!("$DEMO/{file}")),
+                            "{}: scripts/demo does not write {file}",
+                            e.path().display()
+                        );
                     }
                 }
             }
@@ -179,7 +187,16 @@ fn the_installed_and_lab_configurations_hold_no_secret_in_clear() {
 /// step") where a user reads.
 #[test]
 fn the_guides_read_as_guides_not_as_change_logs() {
-    let phrases = [" is now ", " are now ", " now do", "the next step", "as before", "previously", "used to be", "no longer relies"];
+    let phrases = [
+        " is now ",
+        " are now ",
+        " now do",
+        "the next step",
+        "as before",
+        "previously",
+        "used to be",
+        "no longer relies",
+    ];
     let mut found = Vec::new();
     for f in read_by_users() {
         let text = std::fs::read_to_string(&f).unwrap().to_lowercase().replace('\n', " ");

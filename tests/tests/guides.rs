@@ -20,7 +20,10 @@ use e2e::{guest, lab};
 #[test]
 fn every_shell_block_of_the_guides_is_run_or_says_why_not() {
     let mut unmarked = Vec::new();
-    for f in guides::read_by_users().into_iter().filter(|f| f.extension().is_some_and(|x| x == "md")) {
+    for f in guides::read_by_users()
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|x| x == "md"))
+    {
         let text = std::fs::read_to_string(&f).unwrap();
         for b in guides::blocks(&text).into_iter().filter(Block::is_shell) {
             let at = format!("{}:{}", f.strip_prefix(guides::root()).unwrap_or(&f).display(), b.line);
@@ -29,7 +32,10 @@ fn every_shell_block_of_the_guides_is_run_or_says_why_not() {
                 Mark::NotRun(why) => assert!(!why.is_empty(), "{at}: `not run:` without a reason"),
                 Mark::Run(test) => {
                     assert_eq!(test, "tests/tests/guides.rs", "{at}: no other test runs guides' blocks");
-                    assert!(GUIDES.iter().any(|g| at.starts_with(g)), "{at}: run here, but {GUIDES:?} does not list its file");
+                    assert!(
+                        GUIDES.iter().any(|g| at.starts_with(g)),
+                        "{at}: run here, but {GUIDES:?} does not list its file"
+                    );
                 }
             }
         }
@@ -54,7 +60,10 @@ fn run(block: &Block, cwd: &Path, home: &Path, hosts: &[(&str, &str)]) -> Output
     let bin = lab::binary("veem");
     let path = format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
     let mut cmd = std::process::Command::new("bash");
-    cmd.args(["-euo", "pipefail", "-c", &script]).current_dir(cwd).env("PATH", path).env("HOME", home);
+    cmd.args(["-euo", "pipefail", "-c", &script])
+        .current_dir(cwd)
+        .env("PATH", path)
+        .env("HOME", home);
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("VEEM_") || k.starts_with("IMAGE_REPO_")) {
         cmd.env_remove(k);
     }
@@ -113,7 +122,11 @@ async fn lab_the_guides_commands_run_as_written() {
             }
             if b.text.contains("image-repo push ") {
                 let id = stdout.lines().last().unwrap_or_default();
-                assert!(id.starts_with("sha256:") && id.len() == 71, "{file}:{}: a content ID last: {stdout}", b.line);
+                assert!(
+                    id.starts_with("sha256:") && id.len() == 71,
+                    "{file}:{}: a content ID last: {stdout}",
+                    b.line
+                );
             }
             if b.text.contains("/readyz") {
                 assert_eq!(stdout.trim(), "ready", "{file}:{}", b.line);

@@ -22,7 +22,9 @@ const SCRAPER: &str = "a-prometheus-scrape-token";
 /// The value of PromQL `query` now (the first series' value), `None`
 /// while it has no result.
 async fn query(prom: &Prometheus, query: &str) -> Option<f64> {
-    let body: serde_json::Value = interfaces::tls::http_client().build().unwrap()
+    let body: serde_json::Value = interfaces::tls::http_client()
+        .build()
+        .unwrap()
         .get(format!("{}/api/v1/query", prom.url))
         .query(&[("query", query)])
         .send()

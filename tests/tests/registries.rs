@@ -317,12 +317,18 @@ async fn check_checkpoint_artifact(registries: &Registries, tagged: &RegistryIma
         .iter()
         .map(|l| (l["mediaType"].as_str().unwrap(), l["digest"].as_str().unwrap()))
         .collect();
+    // At an image-repo site its parts are chunk indexes; at a registry,
+    // the parts themselves.
+    let (memory_type, disk_type) = match record.layout() {
+        interfaces::vhi::CheckpointLayout::Chunked => (
+            interfaces::chunks::CHUNK_INDEX_MEDIA_TYPE,
+            interfaces::chunks::CHUNK_INDEX_MEDIA_TYPE,
+        ),
+        _ => (artifact::MEMORY_STATE, artifact::DISK_OVERLAY),
+    };
     assert_eq!(
         layers,
-        [
-            (artifact::MEMORY_STATE, record.memory_blob.as_str()),
-            (artifact::DISK_OVERLAY, record.disk_blob.as_str())
-        ]
+        [(memory_type, record.memory_blob.as_str()), (disk_type, record.disk_blob.as_str())]
     );
 }
 

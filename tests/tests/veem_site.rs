@@ -248,7 +248,10 @@ async fn checkpoints_are_the_sites_own(repo: &ImageRepo, globex: &mut veem::peer
     let anonymous = interfaces::repo_client::RepoClient::with_ca(&repo.url, None, Some(&repo.ca)).unwrap();
     for client in [repo.client_as(&repo.provider_token("acme")), anonymous] {
         for id in [&memory.id, &chunk.id] {
-            assert!(client.head(id).await.map_or(true, |m| m.is_none()), "the guest's RAM is readable: {id}");
+            assert!(
+                client.head(id).await.map_or(true, |m| m.is_none()),
+                "the guest's RAM is readable: {id}"
+            );
             let dest = lab::test_dir("stolen-checkpoint").join("memory");
             assert!(client.pull(id, &dest, None).await.is_err() && !dest.exists());
         }

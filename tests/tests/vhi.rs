@@ -541,7 +541,10 @@ async fn lab_a_checkpoint_failing_at_any_stage_leaves_nothing_kept() {
             .await
             .unwrap_err();
         assert!(err.message().contains(stage), "{stage}: {err:?}");
-        assert!(!checkpoint_blobs().await.is_empty(), "{stage}: the checkpoint sent nothing before failing");
+        assert!(
+            !checkpoint_blobs().await.is_empty(),
+            "{stage}: the checkpoint sent nothing before failing"
+        );
         // The VEE runs on.
         let now = guest::last_tick(&console(&mut c, &spec.vee_id).await).unwrap().0;
         wait_tick(&mut c, &spec.vee_id, now + 2, Duration::from_secs(30)).await;
@@ -549,7 +552,11 @@ async fn lab_a_checkpoint_failing_at_any_stage_leaves_nothing_kept() {
         for _ in 0..2 {
             r.gc(Duration::ZERO, false).await.unwrap();
         }
-        assert_eq!(checkpoint_blobs().await, Vec::<String>::new(), "{stage}: kept after garbage collection");
+        assert_eq!(
+            checkpoint_blobs().await,
+            Vec::<String>::new(),
+            "{stage}: kept after garbage collection"
+        );
         c.destroy(DestroyRequest {
             vee_id: spec.vee_id.clone(),
             remove: true,
