@@ -487,8 +487,11 @@ impl Planner {
         }
     }
 
-    /// Places a suspended background VEE again, in free capacity only.
-    pub fn resume_background(&mut self, vee: &str, range: SlotRange) -> Result<Placement, PlanError> {
+    /// Places a suspended background VEE again, in free capacity only, on
+    /// none of the hosts named in `exclude` (those that cannot read the
+    /// state it resumes from). Errors: not a displaced background VEE, or
+    /// no host has room (the reason explained).
+    pub fn resume_background(&mut self, vee: &str, range: SlotRange, exclude: &[&str]) -> Result<Placement, PlanError> {
         if self.p.primaries.contains_key(vee) {
             return Err(PlanError::Invalid(format!("VEE {vee:?} already holds a reservation")));
         }
@@ -512,13 +515,14 @@ impl Planner {
         let profile = self
             .profile_id(comp.profile.as_ref())
             .ok_or_else(|| infeasible("no host has its profile".into()))?;
+        let exclude: Vec<HostIdx> = exclude.iter().filter_map(|h| self.host_idx(h).ok()).collect();
         let need = Need {
             demand: comp.resources,
             range,
             profile,
             may_displace: false,
             filter: &filter,
-            exclude: &[],
+            exclude: &exclude,
             cache: None,
         };
         let Some(Found::Free(h)) = self.find_host(&need) else {

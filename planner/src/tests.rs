@@ -327,9 +327,9 @@ fn background_runs_in_gaps_and_is_displaced_by_sla_bound_vees() {
     p.check_invariants().unwrap();
     // It comes back in a gap: not while the standard VEE and the other
     // background VEE hold the host, but after.
-    assert!(p.resume_background(victim, SlotRange::new(10, 20)).is_err());
+    assert!(p.resume_background(victim, SlotRange::new(10, 20), &[]).is_err());
     p.release_service("s").unwrap();
-    let back = p.resume_background(victim, W).unwrap();
+    let back = p.resume_background(victim, W, &[]).unwrap();
     assert_eq!(back.host, "h0");
     p.check_invariants().unwrap();
 }

@@ -61,6 +61,11 @@ pub struct Script {
     pub restore_starts: Vec<(tokio::time::Instant, String)>,
     /// The vCPUs HostInfo reports (default 4).
     pub vcpus: Option<u32>,
+    /// The save formats its profile lists (none: an older VEEH, sequential
+    /// only). With mapped-ram, a checkpoint that stops its guest is
+    /// mapped-ram; a Restore of a format not listed is refused as the real
+    /// VEEH refuses it.
+    pub save_formats: Vec<interfaces::vhi::SaveFormat>,
 }
 
 /// One fake VEEH; clone it to keep a handle on its script.
@@ -196,6 +201,7 @@ impl Vhi for FakeVhi {
         let (host, site_id) = s.answers_as.clone().unwrap_or((self.name.clone(), self.site.clone()));
         let cpu_load = s.cpu_load;
         let vcpus = s.vcpus.unwrap_or(4);
+        let save_formats = s.save_formats.iter().map(|f| *f as i32).collect();
         drop(s);
         Ok(Response::new(HostInfo {
             host,
@@ -205,6 +211,10 @@ impl Vhi for FakeVhi {
             disk_gib: 100,
             vtep: self.vtep(),
             cpu_load,
+            profile: Some(interfaces::vhi::CompatibilityProfile {
+                save_formats,
+                ..Default::default()
+            }),
             ..Default::default()
         }))
     }
@@ -252,6 +262,7 @@ impl Vhi for FakeVhi {
         if stop_after {
             s.running.remove(&id);
         }
+        let mapped_ram = stop_after && s.save_formats.contains(&interfaces::vhi::SaveFormat::MappedRam);
         drop(s);
         Ok(Response::new(CheckpointRecord {
             checkpoint_id: uuid::Uuid::new_v4().to_string(),
@@ -261,6 +272,11 @@ impl Vhi for FakeVhi {
             take_time: interfaces::time::timestamp_ms(chrono::Utc::now().timestamp_millis()),
             host: self.name.clone(),
             format_version: interfaces::CHECKPOINT_RECORD_FORMAT,
+            save_format: if mapped_ram {
+                interfaces::vhi::SaveFormat::MappedRam
+            } else {
+                interfaces::vhi::SaveFormat::Sequential
+            } as i32,
             ..Default::default()
         }))
     }
@@ -270,6 +286,14 @@ impl Vhi for FakeVhi {
             self.keep_spec(spec);
         }
         let id = r.spec.map(|s| s.vee_id).unwrap_or_default();
+        let format = r.checkpoint.as_ref().map_or(interfaces::vhi::SaveFormat::Sequential, |c| c.save_format());
+        if format == interfaces::vhi::SaveFormat::MappedRam && !self.script.lock().unwrap().save_formats.contains(&format) {
+            drop(self.note(format!("restore {id} refused: {}", format.as_str_name())));
+            return Err(Status::failed_precondition(format!(
+                "field `save_format`: the checkpoint's memory state is {}, which this host cannot read",
+                format.as_str_name()
+            )));
+        }
         let takes = {
             let mut s = self.note(format!("restore {id} fence={}", r.fence_owner));
             s.restores_in_flight += 1;

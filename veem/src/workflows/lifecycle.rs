@@ -269,8 +269,8 @@ impl Lifecycle {
                 continue;
             }
             let range = self.slots.covering(now, v.window_end_unix + self.windows.tail_s(&v));
-            // The format of the state it resumes from: a host that cannot
-            // read it is not one to resume on.
+            // The format of the state it resumes from: the planner places
+            // it on none of the hosts that cannot read it.
             let format = self
                 .checkpoints
                 .checkpoint_of(&v.id, None)
@@ -278,17 +278,15 @@ impl Lifecycle {
                 .flatten()
                 .and_then(|cp| cp.record().ok())
                 .map_or(interfaces::vhi::SaveFormat::Sequential, |r| r.save_format());
+            let unreadable: Vec<String> = self.hosts.names().into_iter().filter(|h| !self.hosts.reads(h, format)).collect();
+            let unreadable: Vec<&str> = unreadable.iter().map(String::as_str).collect();
             let placed = {
                 let mut p = self.planner.lock().unwrap();
-                match p.resume_background(&v.id, range) {
+                match p.resume_background(&v.id, range, &unreadable) {
                     // Only onto a host that answers now.
                     Ok(at) if self.hosts.health(&at.host) != crate::domain::Health::Up => {
                         let _ = p.displace_background(&v.id);
                         Err(anyhow!("host {} does not answer", at.host))
-                    }
-                    Ok(at) if !self.hosts.reads(&at.host, format) => {
-                        let _ = p.displace_background(&v.id);
-                        Err(anyhow!("host {} cannot read the checkpoint's {} memory state", at.host, format.as_str_name()))
                     }
                     r => r.map_err(anyhow::Error::from),
                 }

@@ -427,3 +427,39 @@ async fn a_host_refusing_the_checkpoints_profile_is_not_retried_and_the_next_com
     let ev = events(&site, &vee);
     assert!(ev.iter().any(|e| e.contains("`qemu_version`")), "{ev:#?}");
 }
+
+#[tokio::test]
+async fn a_displaced_vee_saved_as_mapped_ram_resumes_only_on_a_host_that_reads_it() {
+    use interfaces::vhi::SaveFormat;
+    let site = FakeSite::start(&["h1", "h2"], FAST).await;
+    // h2 runs the backports stack (it writes and reads mapped-ram); h1
+    // Debian 12's (sequential only).
+    site.host("h2").script.lock().unwrap().save_formats = vec![SaveFormat::Sequential, SaveFormat::MappedRam];
+    crate::loops::heartbeat_round(&site.veem).await;
+    let std_vee = site.running_service(&STANDARD.replace("vcpus = 1", "vcpus = 4")).remove(0);
+    let background = STANDARD
+        .replace("guarantee = \"standard\"", "guarantee = \"background\"")
+        .replace("vcpus = 1", "vcpus = 4");
+    let bg = site.running_service(&background).remove(0);
+    assert_eq!((host_of(&site, &std_vee), host_of(&site, &bg)), ("h1".into(), "h2".into()));
+    // h1 fails: the standard VEE takes h2, the background VEE is saved
+    // there as mapped-ram and gives way.
+    site.veem.recovery.recover_host("h1").await.unwrap();
+    let saved = site.veem.vee(&bg).unwrap().latest_checkpoint.unwrap();
+    let cp = site.veem.checkpoints.checkpoint_of(&bg, Some(&saved)).unwrap().unwrap();
+    assert_eq!(cp.record().unwrap().save_format(), SaveFormat::MappedRam);
+    // h1 is back with room, but cannot read the state: it is not placed there.
+    site.veem.planner().set_host_up("h1").unwrap();
+    assert_eq!(site.veem.lifecycle.resume_displaced(), 0);
+    assert!(
+        !site.host("h1").calls().iter().any(|c| c.starts_with(&format!("restore {bg}"))),
+        "{:?}",
+        site.host("h1").calls()
+    );
+    assert!(site.veem.planner().placement(&bg).is_none());
+    // Room on h2, which reads it: it resumes there.
+    site.veem.lifecycle.stop_vee(&std_vee).await.unwrap();
+    assert_eq!(site.veem.lifecycle.resume_displaced(), 1);
+    crate::sim::eventually("background VEE resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
+    assert_eq!(host_of(&site, &bg), "h2");
+}
