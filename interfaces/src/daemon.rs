@@ -315,3 +315,23 @@ pub fn return_freed_memory() {
         libc::malloc_trim(0);
     }
 }
+
+/// Test builds only (feature `failpoints`): arms the failpoints of `spec`
+/// (`name=action;name=action`, the `fail` crate's syntax) in daemon `who`
+/// (`VEEM`, `VEEH`) and makes a panic abort the process, as `kill -9`
+/// would. Errors: a malformed entry, named with the field `failpoints`.
+#[cfg(feature = "failpoints")]
+pub fn arm_failpoints(spec: &str, who: &str) -> anyhow::Result<()> {
+    for entry in spec.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, action) = entry
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("field `failpoints`: {entry:?} is not name=action"))?;
+        fail::cfg(name.trim(), action.trim()).map_err(|e| anyhow::anyhow!("field `failpoints`: {entry:?}: {e}"))?;
+    }
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("failpoint: {info}; aborting as kill -9 would");
+        std::process::abort();
+    }));
+    tracing::error!(%spec, "FAILPOINTS armed: this {who} fails at them (a test build)");
+    Ok(())
+}

@@ -16,21 +16,11 @@
 //! | `checkpoint-after-indexes` | both indexes sent, the checkpoint not answered |
 
 /// Arms the failpoints of `spec` (`name=action;name=action`); a panic
-/// aborts the process. Errors: a malformed entry, named.
+/// aborts the process (`interfaces::daemon::arm_failpoints`). Errors: a
+/// malformed entry, named.
 #[cfg(feature = "failpoints")]
 pub fn arm(spec: &str) -> anyhow::Result<()> {
-    for entry in spec.split(';').map(str::trim).filter(|e| !e.is_empty()) {
-        let (name, action) = entry
-            .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("field `failpoints`: {entry:?} is not name=action"))?;
-        fail::cfg(name.trim(), action.trim()).map_err(|e| anyhow::anyhow!("field `failpoints`: {entry:?}: {e}"))?;
-    }
-    std::panic::set_hook(Box::new(|info| {
-        eprintln!("failpoint: {info}; aborting as kill -9 would");
-        std::process::abort();
-    }));
-    tracing::error!(%spec, "FAILPOINTS armed: this VEEH fails at them (a test build)");
-    Ok(())
+    interfaces::daemon::arm_failpoints(spec, "VEEH")
 }
 
 /// Fails with an error naming failpoint `name` when it is armed with

@@ -26,20 +26,10 @@
 //! | `rollout-after-destroy` | a rolling update's step: the instance recorded deploying, its old domain removed, its record on the old image |
 //! | `rollout-after-image` | a rolling update's step: the instance recorded deploying on the new image, not booted |
 
-/// Arms the failpoints of `spec` (`name=action;name=action`) and makes a
-/// panic abort the process. Errors: a malformed entry, named.
+/// Arms the failpoints of `spec` (`name=action;name=action`); a panic
+/// aborts the process (`interfaces::daemon::arm_failpoints`). Errors: a
+/// malformed entry, named.
 #[cfg(feature = "failpoints")]
 pub fn arm(spec: &str) -> anyhow::Result<()> {
-    for entry in spec.split(';').map(str::trim).filter(|e| !e.is_empty()) {
-        let (name, action) = entry
-            .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("field `failpoints`: {entry:?} is not name=action"))?;
-        fail::cfg(name.trim(), action.trim()).map_err(|e| anyhow::anyhow!("field `failpoints`: {entry:?}: {e}"))?;
-    }
-    std::panic::set_hook(Box::new(|info| {
-        eprintln!("failpoint: {info}; aborting as kill -9 would");
-        std::process::abort();
-    }));
-    tracing::error!(%spec, "FAILPOINTS armed: this VEEM will die at them (a test build)");
-    Ok(())
+    interfaces::daemon::arm_failpoints(spec, "VEEM")
 }

@@ -70,15 +70,7 @@ impl Host {
         };
         let memory_chunks = chunks::push_chunks(client, rx, &meta, true);
         let after_snapshot = async {
-            let snapshot = {
-                let (id, m, t, name) = (
-                    vee_id.to_string(),
-                    memory.display().to_string(),
-                    top.display().to_string(),
-                    format!("cp-{cp_id}"),
-                );
-                self.blocking(move |hv| hv.live_snapshot(&id, &name, &m, &t)).await
-            };
+            let snapshot = self.live_snapshot(t).await;
             writing.store(true, Ordering::Release);
             let downtime = snapshot?;
             let disk = match &t.overlay {

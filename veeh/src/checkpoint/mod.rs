@@ -199,6 +199,19 @@ impl Host {
         Ok(record)
     }
 
+    /// libvirt's live external snapshot of `t.vee_id`: its memory state
+    /// into `t.memory`, its disk going on in `t.top`. Returns the guest's
+    /// downtime in ms when libvirt measured it.
+    async fn live_snapshot(&self, t: &Taking<'_>) -> Result<Option<u64>> {
+        let (id, m, top, name) = (
+            t.vee_id.to_string(),
+            t.memory.display().to_string(),
+            t.top.display().to_string(),
+            format!("cp-{}", t.cp_id),
+        );
+        self.blocking(move |hv| hv.live_snapshot(&id, &name, &m, &top)).await
+    }
+
     /// The guest of a checkpoint taken to stop it (`stop_after`), stopped
     /// once its state is read.
     async fn stop_after_checkpoint(&self, vee_id: &str) -> Result<()> {
@@ -223,15 +236,7 @@ impl Host {
         } = t;
         let has_disk = t.overlay.is_some();
         let overlay = self.vees.overlay(vee_id);
-        let downtime = {
-            let (id, m, t, name) = (
-                vee_id.to_string(),
-                memory.display().to_string(),
-                top.display().to_string(),
-                format!("cp-{cp_id}"),
-            );
-            self.blocking(move |hv| hv.live_snapshot(&id, &name, &m, &t)).await?
-        };
+        let downtime = self.live_snapshot(t).await?;
         let frozen = dir.join("disk.qcow2");
         if has_disk {
             tokio::fs::copy(&overlay, &frozen)
