@@ -174,6 +174,48 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
         .unwrap_err();
     assert!(err.message().contains("`accel`"), "{}", err.message());
 
+    // A checkpoint whose chunks this host keeps restores without pulling
+    // them: a2 checkpoints the VEE, its domain goes, and the restore
+    // fetches only the two chunk indexes.
+    let kept = checkpoint(&mut c2, &vee).await;
+    c2.destroy(DestroyRequest {
+        vee_id: vee.clone(),
+        remove: false,
+    })
+    .await
+    .unwrap();
+    let fetched = || async {
+        let text = interfaces::tls::http_client()
+            .build()
+            .unwrap()
+            .get(format!("http://{}/metrics", a2.metrics))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("veeh_restore_fetched_bytes_total "))
+            .map_or(0.0, |v| v.trim().parse::<f64>().unwrap())
+    };
+    let before_restore = fetched().await;
+    c2.restore(RestoreRequest {
+        spec: Some(spec.clone()),
+        checkpoint: Some(kept.clone()),
+        fence_owner: String::new(),
+    })
+    .await
+    .unwrap();
+    let pulled = fetched().await - before_restore;
+    assert!(
+        pulled > 0.0 && pulled < 200_000.0,
+        "a restore from kept chunks fetched {pulled} bytes of {} + {}",
+        kept.memory_bytes,
+        kept.disk_bytes
+    );
+    let last = wait_tick(&mut c2, &vee, last + 1, Duration::from_secs(30)).await.0;
+
     // The disk holds every tick, 1..n, across the checkpoint and restore.
     c2.destroy(DestroyRequest {
         vee_id: vee.clone(),
