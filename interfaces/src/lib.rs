@@ -104,6 +104,17 @@ impl vhi::CheckpointRecord {
     }
 }
 
+impl vhi::CompatibilityProfile {
+    /// Whether a host of this profile reads memory states in `format`: a
+    /// sequential one (or one from before formats) everywhere, another
+    /// only where `save_formats` lists it (a host that lists none is of an
+    /// older version, sequential only).
+    pub fn reads(&self, format: vhi::SaveFormat) -> bool {
+        matches!(format, vhi::SaveFormat::Unspecified | vhi::SaveFormat::Sequential)
+            || self.save_formats.contains(&(format as i32))
+    }
+}
+
 pub use error::{Error, Result};
 /// The service manifest and its validation (crate `vee-manifest`).
 pub use vee_manifest as manifest;

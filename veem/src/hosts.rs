@@ -132,12 +132,7 @@ impl HostPool {
     /// host info lists (a host not heard from yet, or of a version that
     /// lists none, reads sequential ones only).
     pub fn reads(&self, name: &str, format: interfaces::vhi::SaveFormat) -> bool {
-        use interfaces::vhi::SaveFormat as F;
-        matches!(format, F::Unspecified | F::Sequential)
-            || self
-                .info(name)
-                .and_then(|i| i.profile)
-                .is_some_and(|p| p.save_formats.contains(&(format as i32)))
+        self.info(name).and_then(|i| i.profile).unwrap_or_default().reads(format)
     }
 
     /// Why host `name`'s last heartbeat got no answer (`None`: it

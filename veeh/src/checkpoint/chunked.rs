@@ -17,8 +17,9 @@ use interfaces::repo_client::RepoClient;
 use interfaces::vhi::SaveFormat;
 use interfaces::BlobId;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
-use crate::chunks::{self, cut::reread, Pushed};
+use crate::chunks::{self, cut::reread, Cut, Pushed};
 use crate::host::Host;
 
 use super::Taking;
@@ -63,11 +64,7 @@ impl Host {
         let (vee_id, cp_id, memory, top) = (t.vee_id, t.cp_id, t.memory.as_path(), t.top.as_path());
         let meta = chunks::chunk_meta(vee_id);
         let writing = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let cutter = {
-            let (m, w, c) = (memory.to_path_buf(), writing.clone(), self.chunks.clone());
-            tokio::task::spawn_blocking(move || chunks::cut_file(&m, Some(w), Some(&c), &tx))
-        };
+        let (cutter, rx) = self.start_cut(memory, Some(writing.clone()));
         let memory_chunks = chunks::push_chunks(client, rx, &meta, true);
         let after_snapshot = async {
             let snapshot = self.live_snapshot(t).await;
@@ -152,12 +149,20 @@ impl Host {
         })
     }
 
+    /// Starts cutting the file at `path` on a blocking thread (followed
+    /// while `writing` is unset, `chunks::cut_file`), each chunk kept in
+    /// the host's cache: the cutter, which answers the file's size in
+    /// bytes, and its chunks, at most [`QUEUE`] waiting.
+    fn start_cut(&self, path: &Path, writing: Option<Arc<AtomicBool>>) -> (JoinHandle<std::io::Result<u64>>, mpsc::Receiver<Cut>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let (p, c) = (path.to_path_buf(), self.chunks.clone());
+        (tokio::task::spawn_blocking(move || chunks::cut_file(&p, writing, Some(&c), &tx)), rx)
+    }
+
     /// Cuts the file at `path` (not written any more) and pushes its
     /// chunks. Returns them and the file's size in bytes.
     async fn cut_and_push(&self, client: &RepoClient, path: &Path, meta: &interfaces::repo_client::PushMeta) -> Result<(Pushed, u64)> {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let (p, c) = (path.to_path_buf(), self.chunks.clone());
-        let cutter = tokio::task::spawn_blocking(move || chunks::cut_file(&p, None, Some(&c), &tx));
+        let (cutter, rx) = self.start_cut(path, None);
         let pushed = chunks::push_chunks(client, rx, meta, false).await?;
         let size = cutter.await?.with_context(|| format!("read {}", path.display()))?;
         Ok((pushed, size))
@@ -167,11 +172,7 @@ impl Host {
     /// commits `top` back into it (so chains never grow). Returns its
     /// chunks and size in bytes.
     async fn push_overlay(&self, client: &RepoClient, vee_id: &str, overlay: &Path, top: &Path, meta: &interfaces::repo_client::PushMeta) -> Result<(Pushed, u64)> {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let cutter = {
-            let (o, c) = (overlay.to_path_buf(), self.chunks.clone());
-            tokio::task::spawn_blocking(move || chunks::cut_file(&o, None, Some(&c), &tx))
-        };
+        let (cutter, rx) = self.start_cut(overlay, None);
         let commit = async {
             let size = cutter
                 .await?

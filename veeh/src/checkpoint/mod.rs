@@ -3,11 +3,13 @@
 //!
 //! Checkpoint: a live external snapshot writes memory+device state to a file
 //! while the guest runs on; at that instant the VEE's overlay freezes and
-//! the guest writes to a new top layer. The frozen overlay is copied, the top
-//! layer is committed back into the overlay (so chains never grow), and both
-//! parts are pushed to the image repository as blobs. Restore pulls them by
-//! ID on any compatible host, points the disk at the local copy of the base
-//! image and resumes the guest where it was.
+//! the guest writes to a new top layer, which is committed back into the
+//! overlay once the overlay is read (so chains never grow). At an
+//! image-repo site both parts go in chunks (`chunked`); at a registry site
+//! the frozen overlay is copied and both parts are pushed whole. Restore
+//! reads them on any host whose profile and save formats allow, points the
+//! disk at the local copy of the base image and resumes the guest where it
+//! was.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -73,11 +75,8 @@ pub fn incompatibility(taken: &CompatibilityProfile, here: &CompatibilityProfile
 /// profile `here`: its save format is not one `here` lists (a host that
 /// lists none reads sequential only). `None` when it can.
 pub fn unreadable(cp: &CheckpointRecord, here: &CompatibilityProfile) -> Option<String> {
-    let format = match cp.save_format() {
-        SaveFormat::Unspecified | SaveFormat::Sequential => return None,
-        other => other,
-    };
-    if here.save_formats.contains(&(format as i32)) {
+    let format = cp.save_format();
+    if here.reads(format) {
         return None;
     }
     let reads: Vec<&str> = std::iter::once(SaveFormat::Sequential)
@@ -174,7 +173,7 @@ impl Host {
             },
         };
         self.hv.metrics.checkpoint_sent.inc_by(sent);
-        if self.repo.client().is_none() {
+        if layout == CheckpointLayout::Whole {
             // At a registry site the artifact's tag is what keeps the
             // blobs: the checkpoint is not usable before it.
             self.repo

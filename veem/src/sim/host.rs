@@ -190,6 +190,16 @@ fn snake(call: &str) -> String {
     out
 }
 
+impl FakeVhi {
+    /// Its compatibility profile: only the save formats it is scripted with.
+    fn profile(&self) -> interfaces::vhi::CompatibilityProfile {
+        interfaces::vhi::CompatibilityProfile {
+            save_formats: self.script.lock().unwrap().save_formats.iter().map(|f| *f as i32).collect(),
+            ..Default::default()
+        }
+    }
+}
+
 fn unscripted<T>(what: &str) -> R<T> {
     Err(Status::unimplemented(format!("fake VEEH: {what} is not scripted")))
 }
@@ -201,7 +211,6 @@ impl Vhi for FakeVhi {
         let (host, site_id) = s.answers_as.clone().unwrap_or((self.name.clone(), self.site.clone()));
         let cpu_load = s.cpu_load;
         let vcpus = s.vcpus.unwrap_or(4);
-        let save_formats = s.save_formats.iter().map(|f| *f as i32).collect();
         drop(s);
         Ok(Response::new(HostInfo {
             host,
@@ -211,10 +220,7 @@ impl Vhi for FakeVhi {
             disk_gib: 100,
             vtep: self.vtep(),
             cpu_load,
-            profile: Some(interfaces::vhi::CompatibilityProfile {
-                save_formats,
-                ..Default::default()
-            }),
+            profile: Some(self.profile()),
             ..Default::default()
         }))
     }
@@ -287,7 +293,7 @@ impl Vhi for FakeVhi {
         }
         let id = r.spec.map(|s| s.vee_id).unwrap_or_default();
         let format = r.checkpoint.as_ref().map_or(interfaces::vhi::SaveFormat::Sequential, |c| c.save_format());
-        if format == interfaces::vhi::SaveFormat::MappedRam && !self.script.lock().unwrap().save_formats.contains(&format) {
+        if !self.profile().reads(format) {
             drop(self.note(format!("restore {id} refused: {}", format.as_str_name())));
             return Err(Status::failed_precondition(format!(
                 "field `save_format`: the checkpoint's memory state is {}, which this host cannot read",
