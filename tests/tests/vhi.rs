@@ -190,21 +190,29 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
     })
     .await
     .unwrap();
-    let fetched = || async {
-        let text = interfaces::tls::http_client()
-            .build()
-            .unwrap()
-            .get(format!("http://{}/metrics", a2.metrics))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("veeh_restore_fetched_bytes_total "))
-            .map_or(0.0, |v| v.trim().parse::<f64>().unwrap())
+    let metrics_at = a2.metrics.clone();
+    let metric = |name: &'static str| {
+        let at = metrics_at.clone();
+        async move {
+            let text = interfaces::tls::http_client()
+                .build()
+                .unwrap()
+                .get(format!("http://{at}/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            text.lines()
+                .find_map(|l| l.strip_prefix(name).and_then(|l| l.strip_prefix(' ')))
+                .map_or(0.0, |v| v.trim().parse::<f64>().unwrap())
+        }
     };
+    let fetched = || metric("veeh_restore_fetched_bytes_total");
+    // A chunked checkpoint's memory goes to QEMU through a FIFO while its
+    // chunks are read: the first restore on a2 was streamed so.
+    assert_eq!(metric("veeh_restores_total{memory=\"streamed\"}").await, 1.0);
     let before_restore = fetched().await;
     c2.restore(RestoreRequest {
         spec: Some(spec.clone()),
@@ -220,6 +228,8 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
         kept.memory_bytes,
         kept.disk_bytes
     );
+    assert_eq!(metric("veeh_restores_total{memory=\"streamed\"}").await, 2.0);
+    assert_eq!(metric("veeh_restores_total{memory=\"file\"}").await, 0.0);
     let last = wait_tick(&mut c2, &vee, printed + 1, Duration::from_secs(30)).await.0;
 
     // The disk holds every tick, 1..n, across the checkpoint and restore.

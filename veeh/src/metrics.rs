@@ -25,6 +25,13 @@ pub struct StateLabels {
     pub state: &'static str,
 }
 
+/// How a restore read its memory state: `streamed` (through a FIFO while
+/// its chunks were read) or `file` (written to a file first).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RestoreLabels {
+    pub memory: &'static str,
+}
+
 /// The VEEH's metrics; cheap to clone (each is shared).
 #[derive(Clone, Debug)]
 pub struct HostMetrics {
@@ -42,6 +49,8 @@ pub struct HostMetrics {
     /// Bytes restores fetched from the repository (0 for a restore from
     /// chunks this host keeps).
     pub restore_fetched: Counter,
+    /// Restores made, by how their memory state was read.
+    pub restores: Family<RestoreLabels, Counter>,
 }
 
 impl Default for HostMetrics {
@@ -52,6 +61,7 @@ impl Default for HostMetrics {
             artifacts_pending: Gauge::default(),
             checkpoint_sent: Counter::default(),
             restore_fetched: Counter::default(),
+            restores: Family::default(),
         }
     }
 }
@@ -100,6 +110,11 @@ impl HostMetrics {
             "Bytes restores fetched from the repository",
             Unit::Bytes,
             self.restore_fetched.clone(),
+        );
+        r.register(
+            "restores",
+            "Restores made, by how their memory state was read",
+            self.restores.clone(),
         );
     }
 }

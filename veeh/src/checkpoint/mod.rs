@@ -15,19 +15,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use interfaces::vhi::HostEventKind;
 use interfaces::artifact::Layer;
-use interfaces::vhi::{CheckpointLayout, CheckpointRecord, CompatibilityProfile, RestoreRequest, SaveFormat, VeeStatus};
-use interfaces::BlobId;
+use interfaces::vhi::HostEventKind;
+use interfaces::vhi::{CheckpointLayout, CheckpointRecord, CompatibilityProfile, SaveFormat};
 
-use crate::domain_xml::{self, PathMap};
-use crate::error::HostError;
 use crate::host::{now_ms, Host};
-use crate::qemu_img;
 use crate::repository::{BaseImage, Part};
 use crate::vee_store::VeeRecord;
 
 mod chunked;
+mod restore;
 
 /// A checkpoint being taken: of which VEE, into which files.
 struct Taking<'a> {
@@ -111,7 +108,13 @@ impl Host {
         result
     }
 
-    async fn checkpoint_into(self: &Arc<Self>, rec: &VeeRecord, cp_id: &str, dir: &std::path::Path, stop_after: bool) -> Result<CheckpointRecord> {
+    async fn checkpoint_into(
+        self: &Arc<Self>,
+        rec: &VeeRecord,
+        cp_id: &str,
+        dir: &std::path::Path,
+        stop_after: bool,
+    ) -> Result<CheckpointRecord> {
         let vee_id = rec.vee_id.clone();
         let taking = Taking {
             vee_id: &vee_id,
@@ -140,7 +143,14 @@ impl Host {
             None => {
                 let (downtime, layers) = self.take_whole(&taking).await?;
                 let sizes = (layers[0].size, layers.get(1).map_or(0, |l| l.size));
-                (downtime, layers, CheckpointLayout::Whole, SaveFormat::Sequential, sizes, sizes.0 + sizes.1)
+                (
+                    downtime,
+                    layers,
+                    CheckpointLayout::Whole,
+                    SaveFormat::Sequential,
+                    sizes,
+                    sizes.0 + sizes.1,
+                )
             }
         };
         let wall_ms = started.elapsed().as_millis() as u64;
@@ -263,110 +273,6 @@ impl Host {
             );
         }
         Ok((downtime, layers))
-    }
-
-    /// Restores a checkpoint (taken here or on any compatible host) and
-    /// resumes the guest. Refused, naming the field, when the compatibility
-    /// profile does not match, or when the VEE already runs here.
-    pub async fn restore(&self, req: RestoreRequest) -> Result<VeeStatus> {
-        let cp = req.checkpoint.ok_or_else(|| HostError::field("checkpoint", "is required"))?;
-        cp.check_format()?;
-        let spec = req
-            .spec
-            .or(cp.spec.clone())
-            .ok_or_else(|| HostError::field("spec", "is required"))?;
-        let mut cp = cp;
-        cp.upgrade();
-        let taken = cp.profile.clone().context("checkpoint has no compatibility profile")?;
-        let here = self.profile().await?;
-        if let Some(why) = incompatibility(&taken, &here).or_else(|| unreadable(&cp, &here)) {
-            return Err(HostError::Incompatible {
-                checkpoint: cp.checkpoint_id.clone(),
-                host: self.cfg.host.clone(),
-                why,
-            }
-            .into());
-        }
-        let rec = VeeRecord::from_spec(&spec)?;
-        let vee_id = rec.vee_id.clone();
-        let _g = self.lock_vee(&vee_id).await;
-        let fence = Some(req.fence_owner.as_str()).filter(|o| !o.is_empty());
-        self.ensure_no_domain(&vee_id, fence).await?;
-        let mut reply = Default::default();
-        let paths = self.ensure_images(&rec, &mut reply).await?;
-        self.vees.save(&rec)?;
-        self.write_seed(&rec).await?;
-        let dir = self.vees.dir(&vee_id);
-        let memory = dir.join(format!("restore-{}.state", cp.checkpoint_id));
-        let mem_id: BlobId = cp.memory_blob.parse().map_err(|e| HostError::field("checkpoint.memory_blob", e))?;
-        let chunked = cp.layout() == CheckpointLayout::Chunked;
-        self.pull(&mem_id, cp.memory_bytes, Part::Memory, chunked, &memory)
-            .await
-            .context("pull checkpoint memory")?;
-        let overlay = self.vees.overlay(&vee_id);
-        if !cp.disk_blob.is_empty() {
-            let disk_id: BlobId = cp.disk_blob.parse().map_err(|e| HostError::field("checkpoint.disk_blob", e))?;
-            let tmp = dir.join("overlay.restore.qcow2");
-            let _ = std::fs::remove_file(&tmp);
-            self.pull(&disk_id, cp.disk_bytes, Part::Disk, chunked, &tmp)
-                .await
-                .context("pull checkpoint disk")?;
-            let (t, base) = (tmp.clone(), paths.base.clone());
-            tokio::task::spawn_blocking(move || match base {
-                Some(base) => qemu_img::rebase_unsafe(&t, &base),
-                None => qemu_img::inspect(&t, qemu_img::Layer::Base).map(|_| ()),
-            })
-            .await?
-            .with_context(|| format!("field `checkpoint.disk_blob` ({disk_id}) or `image` ({})", rec.image))?;
-            std::fs::rename(&tmp, &overlay)?;
-        }
-        let result = async {
-            let m = memory.display().to_string();
-            let saved = self.blocking(move |hv| hv.save_image_xml(&m)).await?;
-            let map = PathMap {
-                disk: paths.base.as_ref().map(|_| overlay.clone()),
-                kernel: paths.kernel.clone(),
-                initrd: paths.initrd.clone(),
-                console: Some(self.vees.console(&vee_id)),
-                seed: rec.cloud_init.as_ref().map(|_| self.vees.seed(&vee_id)),
-                bridges: rec
-                    .nics
-                    .iter()
-                    .map(|n| (n.mac.clone(), crate::network::bridge_of(n.vni, n.overlay_port)))
-                    .collect(),
-            };
-            let xml = domain_xml::rewrite_for(&saved, &map, &self.cfg.host)?;
-            std::fs::write(dir.join("domain.xml"), &xml)?;
-            crate::network::ensure_networks(self.cfg.vtep(), &rec.nics).await?;
-            let m = memory.display().to_string();
-            self.blocking(move |hv| hv.restore(&m, &xml)).await
-        }
-        .await;
-        let _ = std::fs::remove_file(&memory);
-        result?;
-        self.event(&vee_id, HostEventKind::Restored, cp.checkpoint_id.clone());
-        self.sync_guest_clock(&vee_id, "restore");
-        tracing::info!(vee = %vee_id, checkpoint = %cp.checkpoint_id, "restored");
-        self.status(&vee_id).await
-    }
-
-    /// A checkpoint's `part`, blob `id` of `size` bytes (a chunk index
-    /// when `chunked`), written to `dest`, verified.
-    async fn pull(&self, id: &BlobId, size: u64, part: Part, chunked: bool, dest: &std::path::Path) -> Result<()> {
-        if !chunked {
-            let n = self.repo.pull_part(id, size, part, dest).await?;
-            self.hv.metrics.restore_fetched.inc_by(n);
-            return Ok(());
-        }
-        let client = self
-            .repo
-            .client()
-            .context("a checkpoint in chunks is read from an image-repo site only")?;
-        let got = crate::chunks::assemble(client, &self.chunks, id, dest).await?;
-        self.hv.metrics.restore_fetched.inc_by(got.fetched);
-        tracing::info!(blob = %id, size = got.size, fetched = got.fetched, "checkpoint part assembled from its chunks");
-        anyhow::ensure!(got.size == size, "{part:?} part of {} bytes, the record says {size}", got.size);
-        Ok(())
     }
 }
 

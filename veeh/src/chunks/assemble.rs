@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use interfaces::chunks::{ChunkIndex, MAX_CHUNK, MAX_INDEX_BYTES};
 use interfaces::repo_client::RepoClient;
@@ -25,18 +26,54 @@ pub struct Assembled {
     pub fetched: u64,
 }
 
-/// Writes the part whose chunk index is `index_id` to `dest` (created or
-/// truncated): each distinct chunk from `cache`, else fetched once,
-/// [`PARALLEL`] at a time, verified by its digest and size, and kept in
-/// `cache`. `fetched` counts what came from the repository. Errors: the index is missing,
-/// too large or malformed (naming its field), a chunk is missing or not
-/// what the index says, `dest` cannot be written.
-pub async fn assemble(client: &RepoClient, cache: &Arc<ChunkCache>, index_id: &BlobId, dest: &Path) -> Result<Assembled> {
+/// The chunk index `index_id`, fetched and parsed, and its size in bytes.
+/// Errors: the index is missing, too large or malformed (naming its
+/// field).
+pub async fn index(client: &RepoClient, index_id: &BlobId) -> Result<(ChunkIndex, u64)> {
     let raw = client
         .fetch_at_most(index_id, MAX_INDEX_BYTES)
         .await
         .with_context(|| format!("chunk index {index_id}"))?;
     let index = ChunkIndex::parse(&raw).with_context(|| format!("chunk index {index_id}"))?;
+    Ok((index, raw.len() as u64))
+}
+
+/// Chunk `digest` of `size` bytes, and the bytes fetched for it: from
+/// `cache` (0), else from the repository, verified by its digest and size,
+/// and kept in `cache`. Errors: the chunk is missing or not what the index
+/// says.
+pub async fn chunk(client: &RepoClient, cache: &Arc<ChunkCache>, digest: &BlobId, size: u64) -> Result<(Bytes, u64)> {
+    let (c, d) = (cache.clone(), digest.clone());
+    let cached = tokio::task::spawn_blocking(move || c.get(&d)).await?;
+    let (data, fetched) = match cached {
+        Some(data) => (data, 0),
+        None => {
+            let data = client
+                .fetch_at_most(digest, u64::from(MAX_CHUNK))
+                .await
+                .with_context(|| format!("chunk {digest}"))?;
+            (data, size)
+        }
+    };
+    anyhow::ensure!(
+        data.len() as u64 == size,
+        "chunk {digest}: {} bytes, the index says {size}",
+        data.len()
+    );
+    if fetched > 0 {
+        let (c, d, data) = (cache.clone(), digest.clone(), data.clone());
+        tokio::task::spawn_blocking(move || c.put(&d, &data)).await?;
+    }
+    Ok((data, fetched))
+}
+
+/// Writes the part whose chunk index is `index_id` to `dest` (created or
+/// truncated): each distinct chunk once, from `cache` or fetched
+/// ([`chunk`]), [`PARALLEL`] at a time. `fetched` counts what came from
+/// the repository. Errors: as [`index`] and [`chunk`], or `dest` cannot be
+/// written.
+pub async fn assemble(client: &RepoClient, cache: &Arc<ChunkCache>, index_id: &BlobId, dest: &Path) -> Result<Assembled> {
+    let (index, index_bytes) = self::index(client, index_id).await?;
     let file = std::fs::File::create(dest).with_context(|| format!("create {}", dest.display()))?;
     file.set_len(index.size)?;
     let file = Arc::new(file);
@@ -52,25 +89,10 @@ pub async fn assemble(client: &RepoClient, cache: &Arc<ChunkCache>, index_id: &B
     }
     let fetched = futures::stream::iter(wanted)
         .map(|(digest, size, offsets)| {
-            let (file, cache) = (file.clone(), cache.clone());
+            let file = file.clone();
             async move {
-                let d = digest.clone();
-                let c = cache.clone();
-                let (data, fetched) = match tokio::task::spawn_blocking(move || c.get(&d)).await? {
-                    Some(data) => (data, 0),
-                    None => {
-                        let data = client
-                            .fetch_at_most(&digest, u64::from(MAX_CHUNK))
-                            .await
-                            .with_context(|| format!("chunk {digest}"))?;
-                        (data, size)
-                    }
-                };
-                anyhow::ensure!(data.len() as u64 == size, "chunk {digest}: {} bytes, the index says {size}", data.len());
+                let (data, fetched) = chunk(client, cache, &digest, size).await?;
                 tokio::task::spawn_blocking(move || {
-                    if fetched > 0 {
-                        cache.put(&digest, &data);
-                    }
                     // The file starts sparse: a chunk of zeros (a mapped-ram
                     // image's untouched pages) is a hole already.
                     if data.iter().all(|b| *b == 0) {
@@ -87,6 +109,6 @@ pub async fn assemble(client: &RepoClient, cache: &Arc<ChunkCache>, index_id: &B
         .await?;
     Ok(Assembled {
         size: index.size,
-        fetched: fetched + raw.len() as u64,
+        fetched: fetched + index_bytes,
     })
 }

@@ -2,7 +2,8 @@
 //! cut as QEMU writes them (`cut`), only the chunks the repository lacks
 //! sent, several at a time (`push`), kept on the host (`cache`), and a
 //! part assembled again from its chunks for a restore, from the cache or
-//! fetched in parallel (`assemble`).
+//! fetched in parallel (`assemble`), or streamed to QEMU through a FIFO
+//! while it loads (`stream`).
 //!
 //! The memory state is cut while libvirt writes it: the file is followed
 //! as it grows, so its chunks are hashed and uploaded during the snapshot
@@ -17,8 +18,10 @@ pub mod assemble;
 pub mod cache;
 pub mod cut;
 pub mod push;
+pub mod stream;
 
 pub use assemble::assemble;
 pub use cache::ChunkCache;
 pub use cut::{cut_file, Cut};
 pub use push::{chunk_meta, push_chunks, push_index, replace_first, Pushed};
+pub use stream::Feed;
