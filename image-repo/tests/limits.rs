@@ -321,6 +321,18 @@ fn stalled_bodies_are_cut_off_after_the_body_idle_timeout() {
         answer.starts_with("HTTP/1.1 408") && answer.contains("no byte of its body for 1 s"),
         "{answer}"
     );
+    // So is a query of missing chunks: a timeout, not bad input.
+    let mut tcp = TcpStream::connect(&repo.addr).unwrap();
+    write!(
+        tcp,
+        "POST /v1/blobs/missing HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{{\"digests\": ["
+    )
+    .unwrap();
+    let (answer, closed) = read_all(&mut tcp, Duration::from_secs(10));
+    assert!(
+        closed && answer.starts_with("HTTP/1.1 408") && answer.contains("no byte of its body for 1 s"),
+        "{answer}"
+    );
 }
 
 #[test]

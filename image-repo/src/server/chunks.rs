@@ -54,10 +54,14 @@ pub fn within_bound(kind: BlobKind, field: &str, len: u64) -> Result<(), ApiErro
 pub async fn missing(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Result<Json<MissingReply>, ApiError> {
     let who = caller(&app.config, &headers)?;
     let too_many = || format!("at most {MAX_MISSING_QUERY} digests ({MAX_MISSING_BODY} bytes) per query");
-    // A body that stalls is cut by the router's `body_idle_timeout`.
-    let raw = axum::body::to_bytes(body, MAX_MISSING_BODY)
-        .await
-        .map_err(|e| ApiError::bad_field("digests", &format!("{} (or the body broke off: {e})", too_many())))?;
+    // A body that stalls is cut by the router's `body_idle_timeout`: 408.
+    let raw = axum::body::to_bytes(body, MAX_MISSING_BODY).await.map_err(|e| {
+        if crate::server::upload::stalled(&e) {
+            let idle = app.config.body_idle_timeout.as_secs();
+            return ApiError::too_slow("missing query", 0, &format!("no byte of its body for {idle} s (body_idle_timeout)"));
+        }
+        ApiError::bad_field("digests", &format!("{} (or the body broke off: {e})", too_many()))
+    })?;
     let query: MissingQuery =
         serde_json::from_slice(&raw).map_err(|e| ApiError::bad_field("digests", &format!("not a query of digests: {e}")))?;
     if query.digests.len() > MAX_MISSING_QUERY {
