@@ -53,6 +53,16 @@ pub struct FakeRepo {
     pub pins: Mutex<Vec<String>>,
     /// `share BLOB SITE` for each share.
     pub shares: Mutex<Vec<String>>,
+    /// Peer sites' repositories by site ID: a blob replicated to one is in
+    /// its `blobs` (none: replication only recorded in `shares`).
+    pub peers: Mutex<std::collections::HashMap<String, Arc<FakeRepo>>>,
+    /// Replication refused (as a peer's repository that is down).
+    pub refuse_replication: AtomicBool,
+    /// Replication held (a slow copy): it waits while this is set.
+    pub hold_replication: AtomicBool,
+    /// A pin of a blob not in `blobs` refused, as the real repository
+    /// does (off by default: most tests pin what a fake host made).
+    pub strict_pins: AtomicBool,
 }
 
 impl FakeRepo {
@@ -79,6 +89,9 @@ impl ImageRepository for FakeRepo {
     }
     async fn pin(&self, id: &BlobId, pin: &str) -> anyhow::Result<()> {
         self.reachable()?;
+        if self.strict_pins.load(Ordering::SeqCst) && !self.blobs.lock().unwrap().contains(&id.to_string()) {
+            anyhow::bail!("blob {id} not found");
+        }
         self.pins.lock().unwrap().push(format!("pin {id} {pin}"));
         Ok(())
     }
@@ -89,7 +102,16 @@ impl ImageRepository for FakeRepo {
     }
     async fn replicate(&self, id: &BlobId, site: &str) -> anyhow::Result<()> {
         self.reachable()?;
+        while self.hold_replication.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        if self.refuse_replication.load(Ordering::SeqCst) {
+            anyhow::bail!("replicate {id} to {site:?}: the peer's repository refused it: 502 Bad Gateway");
+        }
         self.shares.lock().unwrap().push(format!("replicate {id} {site}"));
+        if let Some(peer) = self.peers.lock().unwrap().get(site) {
+            peer.blobs.lock().unwrap().insert(id.to_string());
+        }
         Ok(())
     }
     async fn forget_checkpoint(&self, site: &str, checkpoint_id: &str, _blobs: &[BlobId]) -> anyhow::Result<()> {
@@ -290,6 +312,13 @@ impl FakeSite {
         let id = other.veem.config().site_id.clone();
         let peer = local_peer(crate::api::server::VmiService::handler(other.veem.clone()), token);
         self.peers.0.lock().unwrap().insert(id, Arc::new(peer));
+    }
+
+    /// Makes `other`'s repository the one this site's replicates to as
+    /// `other`'s site ID (the image repository's `[[peers]]`).
+    pub fn replicates_to(&self, other: &FakeSite) {
+        let id = other.veem.config().site_id.clone();
+        self.repo.peers.lock().unwrap().insert(id, other.repo.clone());
     }
 
     /// The fake host `name`.
