@@ -26,6 +26,11 @@
 //!   hold `/var/lib/vee-lab/lab.lock`.
 //! - `vee-bench hashing [--mib N]`: SHA-256 throughput of `sha2`
 //!   (production) and `ring` next to `sha256sum`: `{"metrics": [...]}`.
+//! - `vee-bench checkpoint-replicated --repo-a URL --repo-b URL --token T
+//!   --blob ID --mib N` (feature `sim`): a checkpoint of a VEE run for a
+//!   peer site through the VEEM's workflow, from its answer to its copy in
+//!   the peer's repository, next to a plain copy of the same bytes between
+//!   the two repositories: `{"metrics": [...]}` (`replicated`).
 //! - `vee-bench store`: the VEEM's durable commits (a Deploy's, a
 //!   checkpoint record's) on a 3-member etcd cluster next to sled, in the
 //!   same run: `{"metrics": [...]}`. Needs Debian's etcd-server
@@ -35,6 +40,8 @@ mod fake_hosts;
 mod hashing;
 mod metric;
 mod planner;
+#[cfg(feature = "sim")]
+mod replicated;
 mod standby;
 mod store;
 mod veem_rss;
@@ -79,6 +86,29 @@ enum Cli {
         #[arg(long, env = "BENCH_STORE_REPS", default_value_t = 50)]
         reps: usize,
     },
+    /// A checkpoint of a VEE run for a peer, from its answer to its copy in
+    /// the peer's repository, next to a plain copy between the two.
+    #[cfg(feature = "sim")]
+    CheckpointReplicated {
+        /// Site A's repository, with site B's as its peer `site-b`.
+        #[arg(long)]
+        repo_a: String,
+        /// Site B's repository.
+        #[arg(long)]
+        repo_b: String,
+        /// The operator's token of both repositories.
+        #[arg(long, env = "IMAGE_REPO_TOKEN", hide_env_values = true)]
+        token: String,
+        /// The checkpoint's blob, in site A's repository.
+        #[arg(long)]
+        blob: String,
+        /// Its size in MiB (the metric's name: `_1gib`, `_128mib`).
+        #[arg(long)]
+        mib: usize,
+        /// Repetitions (median reported; at least 1).
+        #[arg(long, env = "BENCH_REPS", default_value_t = 5)]
+        reps: usize,
+    },
     /// SHA-256 throughput: `sha2` and `ring` against `sha256sum`.
     Hashing {
         /// MiB hashed per repetition.
@@ -117,6 +147,26 @@ fn main() -> anyhow::Result<()> {
         }
         Cli::Store { reps } => {
             let rows = store::run(reps.max(1))?;
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "metrics": rows }))?);
+        }
+        #[cfg(feature = "sim")]
+        Cli::CheckpointReplicated {
+            repo_a,
+            repo_b,
+            token,
+            blob,
+            mib,
+            reps,
+        } => {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            let rows = rt.block_on(replicated::run(replicated::Run {
+                repo_a: &repo_a,
+                repo_b: &repo_b,
+                token: &token,
+                blob: &blob,
+                mib,
+                reps: reps.max(1),
+            }))?;
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "metrics": rows }))?);
         }
         Cli::Hashing { mib, reps } => {

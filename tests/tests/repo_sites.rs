@@ -1,7 +1,8 @@
 //! One image repository per site (issue 39), on the lab: no site's
 //! repository is a single point of failure for another site. A checkpoint
-//! of a VEE run at site B for site A is replicated to A's repository when
-//! taken, so A restores it at home while B (its VEEM and its repository)
+//! of a VEE run at site B for site A is replicated to A's repository after
+//! it is taken (issue 55: B answers first; A counts it once its own
+//! repository holds it), so A restores it at home while B (its VEEM and its repository)
 //! is down; with A's repository down, a host at B fails and B restores
 //! A's VEE on its other host from its own repository (the checkpoint
 //! replicated to it, the image pulled through earlier); a VEE deployed at
@@ -17,7 +18,7 @@ use e2e::site::{self, host_of, manifest, Veem, ACME};
 use e2e::two_sites::TwoSites;
 use e2e::{guest, lab};
 use interfaces::repo_client::{BlobKind, PushMeta};
-use interfaces::vmi::{Action, VeeState};
+use interfaces::vmi::{Action, CheckpointReplication, VeeState};
 
 const BOOT: Duration = Duration::from_secs(180);
 
@@ -42,11 +43,16 @@ async fn lab_a_replicated_checkpoint_is_restored_at_home_while_the_remote_site_a
     wait_tick(&mut cb, &vee, 1, Duration::from_secs(60)).await;
 
     // A's host is back. A checkpoint taken at B is pushed to A's
-    // repository before it counts at A.
+    // repository after B answered (B records it local-only first), and
+    // counts at A once A's repository holds it (awaiting until then).
     l.a1.restart().await;
     let before = guest::last_tick(&console(&mut cb, &vee).await).unwrap().0;
     let info = site::vee_action(&mut acme, &vee, Action::Checkpoint).await.unwrap();
     let after = guest::last_tick(&console(&mut cb, &vee).await).unwrap().0;
+    l.a.wait_vee(&vee, "B's checkpoint in A's repository", Duration::from_secs(120), |i| {
+        i.latest_checkpoint == info.latest_checkpoint && i.latest_checkpoint_replication() == CheckpointReplication::Replicated
+    })
+    .await;
     wait_tick(&mut cb, &vee, after + 3, Duration::from_secs(30)).await;
     let at_a: Vec<_> = l
         .repo_a

@@ -204,10 +204,12 @@ pub struct VeemConfig {
     #[serde(default)]
     pub registries: Vec<interfaces::registry::RegistryConfig>,
     /// Checkpoint replication (one repository per site): when true, the blobs of a checkpoint a peer site may restore are pushed
-    /// to that peer's own repository (the image repository's `[[peers]]`)
-    /// before the checkpoint counts for it: a checkpoint taken here of a
-    /// VEE run for a peer, to its primary site; a checkpoint a VEE is
-    /// handed to a peer with, to that peer. False (the default): peers
+    /// to that peer's own repository (the image repository's `[[peers]]`),
+    /// and the checkpoint counts for the peer once they are there: a
+    /// checkpoint taken here of a VEE run for a peer, to its primary site,
+    /// in the background after the checkpoint answered (usable here at
+    /// once; retried after a failure); a checkpoint a VEE is handed to a
+    /// peer with, to that peer, before it is handed over. False (the default): peers
     /// pull the blobs through from this site's repository when they need
     /// them, which needs it up then.
     #[serde(default)]

@@ -1,6 +1,6 @@
 //! The VEEM's long-running loops, apart from the request handlers:
 //! heartbeats (`heartbeat_interval`), the scheduler (every second: windows
-//! and checkpoints), accounting (`usage_interval`), migration proposals
+//! and checkpoints), checkpoints' replication (every second), accounting (`usage_interval`), migration proposals
 //! (`proposals.interval`), the elasticity rules (`elasticity_interval`),
 //! the peer watch (`heartbeat_interval`) and the event log's retention
 //! (`events.prune_interval`). Each
@@ -56,6 +56,13 @@ impl Loops {
         loops.spawn(veem, Duration::from_secs(1), (), |veem, _| async move {
             veem.lifecycle.scheduler_round();
             veem.windows.renew_windows().await;
+        });
+        // Checkpoints' copies where peer sites need them: the ones due
+        // (after a failure, a restart or a takeover) started again.
+        loops.spawn(veem, Duration::from_secs(1), (), |veem, _| async move {
+            if let Err(e) = veem.checkpoints.replicator.pass().await {
+                tracing::warn!(error = %format!("{e:#}"), "checkpoint replication pass");
+            }
         });
         // Steps a crash cut short whose undo could not finish at start-up,
         // and migrations left running (a host or a peer silent then).

@@ -24,6 +24,9 @@
 //! | `veem_sla_penalties_total` | counter | the manifests' penalty unit | — |
 //! | `veem_host_heartbeat_misses_total` | counter | heartbeats | `host` |
 //! | `veem_peer_call_duration_seconds` | histogram | seconds | `peer`: a configured peer site; `call`: the VMI call |
+//! | `veem_checkpoint_replications_total` | counter | attempts | `outcome`: `replicated` (a copy made where a peer needs it, or at the primary a peer's checkpoint found in its repository), `failed` (an attempt failed; retried), `given-up` (the last attempt failed) |
+//! | `veem_checkpoint_replication_duration_seconds` | histogram | seconds | — (from the checkpoint's record, usable where taken, to its copy made) |
+//! | `veem_checkpoints_unsettled` | gauge | checkpoints | `state`: `local-only`, `replicating`, `failed`, `awaiting` (as the last replication pass saw them) |
 //!
 //! The gauges of `api::metrics`: `veem_vees` (`state`, `guarantee`),
 //! `veem_host_vcpus`, `veem_host_reserved_vcpus`, `veem_host_memory_bytes`,
@@ -38,6 +41,7 @@ use std::sync::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
@@ -70,6 +74,18 @@ pub struct TermLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HostLabels {
     pub host: String,
+}
+
+/// An outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
+/// A checkpoint's replication state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: &'static str,
 }
 
 /// A call to a configured peer site.
@@ -108,6 +124,9 @@ pub struct VeemMetrics {
     penalties: Counter<f64, AtomicU64>,
     heartbeat_misses: Family<HostLabels, Counter>,
     peer_calls: Histograms<PeerCallLabels>,
+    replications: Family<OutcomeLabels, Counter>,
+    replication_duration: Histogram,
+    unsettled: Family<StateLabels, Gauge>,
     /// The downtime of each VEE's last migration here, seconds (the
     /// gauge keeps those of live VEEs).
     last_downtime: Mutex<HashMap<String, f64>>,
@@ -130,6 +149,9 @@ impl Default for VeemMetrics {
             penalties: Counter::default(),
             heartbeat_misses: Family::default(),
             peer_calls: Family::new_with_constructor(seconds),
+            replications: Family::default(),
+            replication_duration: seconds(),
+            unsettled: Family::default(),
             last_downtime: Mutex::default(),
         }
     }
@@ -199,6 +221,27 @@ impl VeemMetrics {
             .observe(took_s);
     }
 
+    /// An attempt at a checkpoint's replication ended with `outcome`
+    /// (`replicated`, `failed`, `given-up`), `took_s` seconds after the
+    /// checkpoint was recorded (observed when given).
+    pub fn checkpoint_replication(&self, outcome: &'static str, took_s: Option<f64>) {
+        self.replications.get_or_create(&OutcomeLabels { outcome }).inc();
+        if let Some(s) = took_s {
+            self.replication_duration.observe(s);
+        }
+    }
+
+    /// The checkpoints not settled, `count` of each state (the gauge
+    /// shows each unsettled state, 0 included).
+    pub fn checkpoints_unsettled(&self, count: impl Fn(crate::domain::Replication) -> i64) {
+        use crate::domain::Replication::*;
+        for state in [LocalOnly, Replicating, Failed, Awaiting] {
+            self.unsettled
+                .get_or_create(&StateLabels { state: state.as_str() })
+                .set(count(state));
+        }
+    }
+
     /// The downtime (seconds) of the last migration of each VEE that
     /// `live` keeps; the others are forgotten.
     pub fn last_downtimes(&self, live: impl Fn(&str) -> bool) -> Vec<(String, f64)> {
@@ -261,6 +304,22 @@ impl VeemMetrics {
             "Time a VMI call to a peer site took, failed ones included",
             Unit::Seconds,
             self.peer_calls.clone(),
+        );
+        r.register(
+            "checkpoint_replications",
+            "Attempts at copying a checkpoint where a peer site needs it, by outcome",
+            self.replications.clone(),
+        );
+        r.register_with_unit(
+            "checkpoint_replication_duration",
+            "Time from a checkpoint's record to its copy made where a peer site needs it",
+            Unit::Seconds,
+            self.replication_duration.clone(),
+        );
+        r.register(
+            "checkpoints_unsettled",
+            "Checkpoints whose copy a peer site needs is not made yet, by replication state",
+            self.unsettled.clone(),
         );
     }
 }

@@ -12,6 +12,7 @@ mod engine;
 mod etcd;
 mod events;
 pub mod migrate;
+mod upgrade;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -63,11 +64,16 @@ pub enum Tree {
     /// that takes over meters on from there and the usage records stay
     /// continuous (a tree older VEEMs do not read: no format change).
     Meters,
+    /// The checkpoints whose replication is not settled yet (local-only,
+    /// replicating, failed with a retry due, awaiting): checkpoint ID ->
+    /// its VEE's ID, so that the replication pass reads those and not
+    /// every checkpoint (crate::workflows::checkpoints::replication).
+    Replications,
 }
 
 impl Tree {
     /// Every tree, in the order a copy of the store goes through them.
-    pub const ALL: [Tree; 17] = [
+    pub const ALL: [Tree; 18] = [
         Tree::Meta,
         Tree::Services,
         Tree::Vees,
@@ -85,6 +91,7 @@ impl Tree {
         Tree::Rollouts,
         Tree::Replies,
         Tree::Meters,
+        Tree::Replications,
     ];
 
     /// Whether an engine that keeps revisions itself (sled, memory: etcd
@@ -129,6 +136,7 @@ impl Tree {
             Tree::Rollouts => "rollouts",
             Tree::Replies => "replies",
             Tree::Meters => "meters",
+            Tree::Replications => "replications",
         }
     }
 }
@@ -143,7 +151,8 @@ impl Tree {
 /// | 3 | the `usage_outbox` tree: the usage records still to push to a primary site, so that a round reads those and not every record; migrating fills it from the unsent records whose VEE is known |
 /// | 4 | a service record holds its terms (`terms`: SLA and constraints, parsed from the manifest once, at admission); migrating parses each service's stored manifest one last time |
 /// | 5 | store revisions: every commit makes one, every key carries the one that last wrote it (in sled, the `_revisions` tree), and commits may be conditioned on them ([`Unchanged`]); a key written before has revision 0, so migrating writes nothing else (an older VEEM, which would write without revisions, refuses the database) |
-pub const FORMAT_VERSION: u32 = 5;
+/// | 6 | a checkpoint record holds its replication (`replication`: `crate::domain::ReplicationRec`), and the `replications` tree lists those not settled; migrating gives each checkpoint the state its situation implies: `replicated` for a VEE run for a peer or at a peer (a VEEM before replicated before it recorded), else `not-needed` |
+pub const FORMAT_VERSION: u32 = 6;
 /// The key of the format version in the meta tree.
 pub const FORMAT_KEY: &str = "format_version";
 
@@ -236,6 +245,9 @@ impl Store {
             self.fill_service_terms(&mut w)?;
         }
         // 4 -> 5: keys written before have revision 0.
+        if from < 6 {
+            self.fill_checkpoint_replication(&mut w)?;
+        }
         w.put(Tree::Meta, FORMAT_KEY, &FORMAT_VERSION)?;
         self.commit(w).map(|_| ())
     }

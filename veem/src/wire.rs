@@ -8,7 +8,7 @@ use interfaces::vmi;
 
 use crate::domain::rollout::{RolloutRec, RolloutState};
 use crate::domain::Health;
-use crate::domain::{Action, MigrationState, ServiceState, VeeState, Verdict};
+use crate::domain::{Action, MigrationState, Replication, ServiceState, VeeState, Verdict};
 use crate::error::VeemError;
 
 pub mod peer;
@@ -69,6 +69,15 @@ wire_enum!(MigrationState, vmi::MigrationState, migration_state {
     Running <=> Running,
     Done <=> Done,
     Failed <=> Failed,
+});
+
+wire_enum!(Replication, vmi::CheckpointReplication, replication {
+    NotNeeded <=> NotNeeded,
+    LocalOnly <=> LocalOnly,
+    Replicating <=> Replicating,
+    Replicated <=> Replicated,
+    Failed <=> Failed,
+    Awaiting <=> Awaiting,
 });
 
 wire_enum!(RolloutState, vmi::RolloutState, rollout_state {
@@ -141,6 +150,11 @@ mod tests {
         for s in crate::domain::migration::ALL {
             let w = vmi::MigrationState::from(s);
             assert_eq!(migration_state("state", w as i32).unwrap(), s);
+            assert_eq!(w.to_string(), s.as_str());
+        }
+        for s in crate::domain::replication::ALL {
+            let w = vmi::CheckpointReplication::from(s);
+            assert_eq!(replication("latest_checkpoint_replication", w as i32).unwrap(), s);
             assert_eq!(w.to_string(), s.as_str());
         }
         for g in GuaranteeLevel::ALL {

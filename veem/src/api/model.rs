@@ -75,6 +75,10 @@ pub struct Vee {
     pub max_memory_mib: u64,
     #[serde(serialize_with = "empty_as_null")]
     pub latest_checkpoint: String,
+    /// Where its latest checkpoint is held (`local-only`, `replicated`,
+    /// ...: `crate::domain::Replication`); `None` when the server did not
+    /// say (lists, providers, an older server).
+    pub latest_checkpoint_replication: Option<String>,
     pub updated: Option<String>,
     /// Its NICs in guest order (eth0, eth1, ...).
     pub nics: Vec<Nic>,
@@ -122,6 +126,10 @@ impl From<&vmi::VeeInfo> for Vee {
             max_vcpus: v.max_vcpus,
             max_memory_mib: v.max_memory_mib,
             latest_checkpoint: v.latest_checkpoint.clone(),
+            latest_checkpoint_replication: match v.latest_checkpoint_replication() {
+                vmi::CheckpointReplication::Unspecified => None,
+                r => Some(r.to_string()),
+            },
             updated: rfc3339_ms(interfaces::time::ms_of(&v.update_time)),
             nics: v.nics.iter().map(Nic::from).collect(),
             image: v.image.clone(),

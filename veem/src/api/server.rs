@@ -272,7 +272,9 @@ impl Vmi for VmiService {
     async fn get_vee(&self, r: Request<GetVeeRequest>) -> R<VeeInfo> {
         let role = self.caller(&r)?;
         let v = self.visible_vee(&role, &r.get_ref().vee_id)?;
-        Ok(Response::new(self.vee_info(&role, &v)))
+        let mut info = self.vee_info(&role, &v);
+        self.latest_checkpoint_replication(&role, &mut info, &v)?;
+        Ok(Response::new(info))
     }
 
     async fn vee_action(&self, r: Request<VeeActionRequest>) -> R<VeeInfo> {
@@ -291,16 +293,15 @@ impl Vmi for VmiService {
                 .await
                 .map_err(|e| self.refusal(&role, e))?;
             let mut info = self.vee_info(&role, &v);
-            // The primary site records a checkpoint taken here for its VEE.
+            self.latest_checkpoint_replication(&role, &mut info, &v)?;
+            // The primary site records a checkpoint taken here for its
+            // VEE, and learns how far its copy there got.
             if matches!(role, Role::Peer(_)) && action == Action::Checkpoint {
-                info.checkpoint_record = self
-                    .veem
-                    .checkpoints
-                    .checkpoint_of(&v.id, None)
-                    .map_err(status)?
-                    .map(|c| c.record())
-                    .transpose()
-                    .map_err(status)?;
+                let cp = self.veem.checkpoints.checkpoint_of(&v.id, None).map_err(status)?;
+                info.checkpoint_record = cp.as_ref().map(|c| c.record()).transpose().map_err(status)?;
+                if let Some(c) = &cp {
+                    info.latest_checkpoint_replication = vmi::CheckpointReplication::from(c.replication.state) as i32;
+                }
             }
             Ok(Response::new(info))
         })

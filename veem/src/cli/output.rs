@@ -114,6 +114,7 @@ pub fn vee(v: &Vee, format: OutputFormat) -> String {
         ),
         ("image", v.image.clone()),
         ("latest_checkpoint", v.latest_checkpoint.clone()),
+        ("latest_checkpoint_replication", opt(&v.latest_checkpoint_replication)),
         ("updated", opt(&v.updated)),
     ]) + &nic_table(&v.nics)
 }

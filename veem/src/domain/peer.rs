@@ -49,6 +49,10 @@ pub struct RemoteVee {
     pub state: Option<VeeState>,
     /// The checkpoint the call took there (a forwarded checkpoint).
     pub checkpoint: Option<vhi::CheckpointRecord>,
+    /// How far that checkpoint's copy at this site got; `None` when the
+    /// peer left it unset (a version before this field, which replicated
+    /// before it answered).
+    pub checkpoint_replication: Option<super::Replication>,
 }
 
 /// Spare capacity asked of a peer for a full-guarantee VEE (the VMI's

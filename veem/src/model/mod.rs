@@ -379,7 +379,8 @@ impl VeeRec {
     }
 }
 
-/// A whole-VM checkpoint: the VHI record (prost-encoded) and its validity.
+/// A whole-VM checkpoint: the VHI record (prost-encoded), its validity
+/// and where it is held (its replication, `crate::domain::replication`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CheckpointRec {
     pub id: String,
@@ -388,6 +389,10 @@ pub struct CheckpointRec {
     pub valid: bool,
     /// `interfaces::vhi::CheckpointRecord`, prost-encoded, hex.
     pub record_hex: String,
+    /// Whether the repositories that need it hold it (database format 6;
+    /// older records are given theirs when the database is migrated).
+    #[serde(default)]
+    pub replication: crate::domain::ReplicationRec,
 }
 
 impl CheckpointRec {
@@ -403,6 +408,15 @@ impl CheckpointRec {
             taken_ms: interfaces::time::ms_of(&r.take_time),
             valid: true,
             record_hex: hex::encode(r.encode_to_vec()),
+            replication: Default::default(),
+        }
+    }
+
+    /// [`CheckpointRec::new`], in replication state `replication`.
+    pub fn with_replication(r: &interfaces::vhi::CheckpointRecord, replication: crate::domain::ReplicationRec) -> Self {
+        Self {
+            replication,
+            ..Self::new(r)
         }
     }
 

@@ -47,6 +47,9 @@ pub struct Script {
     pub cpu_load: f64,
     /// How long a Checkpoint takes (ms).
     pub checkpoint_ms: u64,
+    /// The memory and disk blobs a Checkpoint names (none: fixed IDs of
+    /// 2s and 3s), e.g. a blob a benchmark pushed to a real repository.
+    pub checkpoint_blobs: Option<(String, String)>,
     /// How long a MigrateOut takes before it answers (ms).
     pub migrate_out_ms: u64,
     /// Images whose VEEs never answer a Probe (a broken image).
@@ -269,12 +272,16 @@ impl Vhi for FakeVhi {
             s.running.remove(&id);
         }
         let mapped_ram = stop_after && s.save_formats.contains(&interfaces::vhi::SaveFormat::MappedRam);
+        let (memory_blob, disk_blob) = s
+            .checkpoint_blobs
+            .clone()
+            .unwrap_or_else(|| (format!("sha256:{}", "2".repeat(64)), format!("sha256:{}", "3".repeat(64))));
         drop(s);
         Ok(Response::new(CheckpointRecord {
             checkpoint_id: uuid::Uuid::new_v4().to_string(),
             vee_id: id,
-            memory_blob: format!("sha256:{}", "2".repeat(64)),
-            disk_blob: format!("sha256:{}", "3".repeat(64)),
+            memory_blob,
+            disk_blob,
             take_time: interfaces::time::timestamp_ms(chrono::Utc::now().timestamp_millis()),
             host: self.name.clone(),
             format_version: interfaces::CHECKPOINT_RECORD_FORMAT,

@@ -53,6 +53,16 @@ pub struct FakeRepo {
     pub pins: Mutex<Vec<String>>,
     /// `share BLOB SITE` for each share.
     pub shares: Mutex<Vec<String>>,
+    /// Peer sites' repositories by site ID: a blob replicated to one is in
+    /// its `blobs` (none: replication only recorded in `shares`).
+    pub peers: Mutex<std::collections::HashMap<String, Arc<FakeRepo>>>,
+    /// Replication refused (as a peer's repository that is down).
+    pub refuse_replication: AtomicBool,
+    /// Replication held (a slow copy): it waits while this is set.
+    pub hold_replication: AtomicBool,
+    /// A pin of a blob not in `blobs` refused, as the real repository
+    /// does (off by default: most tests pin what a fake host made).
+    pub strict_pins: AtomicBool,
 }
 
 impl FakeRepo {
@@ -79,6 +89,9 @@ impl ImageRepository for FakeRepo {
     }
     async fn pin(&self, id: &BlobId, pin: &str) -> anyhow::Result<()> {
         self.reachable()?;
+        if self.strict_pins.load(Ordering::SeqCst) && !self.blobs.lock().unwrap().contains(&id.to_string()) {
+            anyhow::bail!("blob {id} not found");
+        }
         self.pins.lock().unwrap().push(format!("pin {id} {pin}"));
         Ok(())
     }
@@ -89,7 +102,16 @@ impl ImageRepository for FakeRepo {
     }
     async fn replicate(&self, id: &BlobId, site: &str) -> anyhow::Result<()> {
         self.reachable()?;
+        while self.hold_replication.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        if self.refuse_replication.load(Ordering::SeqCst) {
+            anyhow::bail!("replicate {id} to {site:?}: the peer's repository refused it: 502 Bad Gateway");
+        }
         self.shares.lock().unwrap().push(format!("replicate {id} {site}"));
+        if let Some(peer) = self.peers.lock().unwrap().get(site) {
+            peer.blobs.lock().unwrap().insert(id.to_string());
+        }
         Ok(())
     }
     async fn forget_checkpoint(&self, site: &str, checkpoint_id: &str, _blobs: &[BlobId]) -> anyhow::Result<()> {
@@ -165,6 +187,9 @@ pub struct FakeSite {
     pub clock: Arc<FakeClock>,
     /// The site's database, in memory: a restart opens it again.
     store: crate::store::Store,
+    /// The repository port the VEEM calls: `repo`, or a real repository
+    /// ([`FakeSite::start_with_repo`]).
+    repo_port: Arc<dyn ImageRepository>,
 }
 
 impl FakeSite {
@@ -196,7 +221,27 @@ impl FakeSite {
         Self::start_sized_on("site-a", hosts, extra, store)
     }
 
+    /// [`FakeSite::start_site`] whose VEEM calls repository `repo` (e.g.
+    /// a real image repository's client, for a benchmark) instead of the
+    /// fake one (`FakeSite::repo` is then not called).
+    pub fn start_with_repo(site_id: &str, names: &[&str], extra: &str, repo: Arc<dyn ImageRepository>) -> FakeSite {
+        let store = crate::store::Store::on(Arc::new(crate::store::MemoryEngine::default()), "memory").unwrap();
+        let sized: Vec<(&str, crate::planner::Resources)> =
+            names.iter().map(|n| (*n, crate::planner::Resources::new(4, 4096, 100))).collect();
+        Self::start_ported(site_id, &sized, extra, store, Some(repo))
+    }
+
     fn start_sized_on(site_id: &str, sized: &[(&str, crate::planner::Resources)], extra: &str, store: crate::store::Store) -> FakeSite {
+        Self::start_ported(site_id, sized, extra, store, None)
+    }
+
+    fn start_ported(
+        site_id: &str,
+        sized: &[(&str, crate::planner::Resources)],
+        extra: &str,
+        store: crate::store::Store,
+        repo_port: Option<Arc<dyn ImageRepository>>,
+    ) -> FakeSite {
         let names: Vec<&str> = sized.iter().map(|(n, _)| *n).collect();
         let mut cfg = format!(
             "site_id = \"{site_id}\"\nlisten = \"127.0.0.1:1\"\ndb = \"/nonexistent/{site_id}.db\"\nimage_repo = \"http://127.0.0.1:1\"\n"
@@ -209,10 +254,11 @@ impl FakeSite {
         cfg.push_str(extra);
         cfg.push_str(&tables);
         let repo = Arc::new(FakeRepo::default());
+        let repo_port = repo_port.unwrap_or_else(|| repo.clone());
         let peers = FakePeers::default();
         let clock = Arc::new(FakeClock::new());
         let cfg = crate::config::VeemConfig::parse(&cfg).unwrap();
-        let veem = crate::manager::Veem::with_store(cfg, Self::ports(&hosts, &repo, &peers, &clock), store.clone()).unwrap();
+        let veem = crate::manager::Veem::with_store(cfg, Self::ports(&hosts, &repo_port, &peers, &clock), store.clone()).unwrap();
         for (n, capacity) in sized {
             let spec = crate::planner::HostSpec::new(*n, *capacity, site_id, site_id);
             veem.planner.lock().unwrap().add_host(spec).unwrap();
@@ -224,10 +270,11 @@ impl FakeSite {
             peers,
             clock,
             store,
+            repo_port,
         }
     }
 
-    fn ports(hosts: &[FakeVhi], repo: &Arc<FakeRepo>, peers: &FakePeers, clock: &Arc<FakeClock>) -> Ports {
+    fn ports(hosts: &[FakeVhi], repo: &Arc<dyn ImageRepository>, peers: &FakePeers, clock: &Arc<FakeClock>) -> Ports {
         Ports {
             hosts: hosts
                 .iter()
@@ -247,7 +294,7 @@ impl FakeSite {
         let cfg = self.veem.config().clone();
         crate::manager::Veem::with_store(
             cfg,
-            Self::ports(&self.hosts, &self.repo, &self.peers, &self.clock),
+            Self::ports(&self.hosts, &self.repo_port, &self.peers, &self.clock),
             self.store.clone(),
         )
         .unwrap()
@@ -270,9 +317,10 @@ impl FakeSite {
             peers,
             clock,
             store,
+            repo_port,
         } = self;
         drop(veem);
-        let veem = crate::manager::Veem::with_store(cfg, Self::ports(&hosts, &repo, &peers, &clock), store.clone())?;
+        let veem = crate::manager::Veem::with_store(cfg, Self::ports(&hosts, &repo_port, &peers, &clock), store.clone())?;
         Ok(FakeSite {
             veem,
             hosts,
@@ -280,6 +328,7 @@ impl FakeSite {
             peers,
             clock,
             store,
+            repo_port,
         })
     }
 
@@ -290,6 +339,13 @@ impl FakeSite {
         let id = other.veem.config().site_id.clone();
         let peer = local_peer(crate::api::server::VmiService::handler(other.veem.clone()), token);
         self.peers.0.lock().unwrap().insert(id, Arc::new(peer));
+    }
+
+    /// Makes `other`'s repository the one this site's replicates to as
+    /// `other`'s site ID (the image repository's `[[peers]]`).
+    pub fn replicates_to(&self, other: &FakeSite) {
+        let id = other.veem.config().site_id.clone();
+        self.repo.peers.lock().unwrap().insert(id, other.repo.clone());
     }
 
     /// The fake host `name`.

@@ -46,12 +46,13 @@ pub fn incoming_vee(r: vmi::PrepareIncomingRequest) -> Result<IncomingVee, VeemE
     })
 }
 
-/// What a peer's VeeInfo says of a VEE (an unset or unknown state is
-/// `None`: the caller decides).
+/// What a peer's VeeInfo says of a VEE (an unset or unknown state or
+/// replication is `None`: the caller decides).
 pub fn remote_vee(info: vmi::VeeInfo) -> RemoteVee {
     RemoteVee {
         state: super::vee_state("state", info.state).ok(),
         checkpoint: info.checkpoint_record,
+        checkpoint_replication: super::replication("latest_checkpoint_replication", info.latest_checkpoint_replication).ok(),
     }
 }
 

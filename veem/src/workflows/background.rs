@@ -9,7 +9,7 @@ use interfaces::vhi::{CheckpointRequest, DestroyRequest};
 
 use crate::core::Core;
 use crate::model::{Location, VeeState};
-use crate::workflows::checkpoints::Checkpoints;
+use crate::workflows::checkpoints::{Checkpoints, Origin};
 
 /// Background VEEs displaced to make room (H §4). A leaf Deploy, recovery and remapping share. Calls the core and the checkpoints.
 pub struct Background {
@@ -51,7 +51,7 @@ impl Background {
                 match c.checkpoint(tonic::Request::new(req)).await {
                     Ok(rec) => match self
                         .checkpoints
-                        .record_checkpoint(&mut v, &rec.into_inner(), &format!("on {h}, displaced"))
+                        .record_checkpoint(&mut v, &rec.into_inner(), &format!("on {h}, displaced"), Origin::Here)
                         .await
                     {
                         Ok(cp) => saved = format!("saved as checkpoint {}", cp.id),

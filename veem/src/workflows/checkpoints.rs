@@ -2,7 +2,13 @@
 //! checkpoint taken here or at a peer site becomes the VEE's latest, its
 //! blobs pinned in the image repository (and shared with the primary site
 //! of a VEE run for a peer, whose hosts restore it anywhere); the latest
-//! valid one, or a named one, is looked up for a restore.
+//! valid one, or a named one, is looked up for a restore. Usable where it
+//! was taken as soon as it is recorded: the copy a peer site needs is made
+//! after, in the background (`replication`, issue 55), and a checkpoint
+//! taken at a peer counts at the primary only once it is in the primary's
+//! repository.
+
+pub mod replication;
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -11,13 +17,18 @@ use anyhow::{bail, Context, Result};
 use interfaces::BlobId;
 
 use crate::core::Core;
+use crate::domain::{Replication, ReplicationRec};
 use crate::error::VeemError;
 use crate::model::{CheckpointRec, VeeRec};
-use crate::store::Tree;
+use crate::store::{Tree, Writes};
+use replication::Replicator;
 
-/// A VEE's checkpoint records: recorded (blobs pinned, shared with the primary site of a VEE run for a peer) and looked up. A leaf lifecycle, federation and recovery share. Calls only the core.
+/// A VEE's checkpoint records: recorded (blobs pinned, shared with the primary site of a VEE run for a peer), replicated where a peer needs them (in the background, `replication`) and looked up. A leaf lifecycle, federation and recovery share. Calls only the core.
 pub struct Checkpoints {
     core: Arc<Core>,
+    /// The replications under way in this VEEM and the pass that starts
+    /// them.
+    pub(crate) replicator: Arc<Replicator>,
 }
 
 impl Deref for Checkpoints {
@@ -28,33 +39,104 @@ impl Deref for Checkpoints {
     }
 }
 
+/// Where a checkpoint being recorded comes from, which decides its
+/// replication ([`ReplicationRec`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Taken by a host of this site: `local-only` for a VEE run for a peer
+    /// with `replicate_checkpoints` (its copy at the primary follows),
+    /// else `not-needed`.
+    Here,
+    /// Taken at peer site `site` for this one, which reported how far
+    /// its copy here got (`None`: a peer of a version before this state,
+    /// which replicated before it answered): `awaiting` until this site's
+    /// repository holds it, unless the peer says it is there (or needs
+    /// not be).
+    Peer { site: String, replication: Option<Replication> },
+    /// Handed over by the primary site (a restore it asked for): its
+    /// repository holds it, `replicated`.
+    Primary,
+}
+
 impl Checkpoints {
     pub fn new(core: Arc<Core>) -> Self {
-        Self { core }
+        Self {
+            replicator: Arc::new(Replicator::new(core.clone())),
+            core,
+        }
     }
 
     /// Records checkpoint `rec` of VEE `v` (taken here or `where_` at a
-    /// peer site) as its latest, pinning its blobs in the image repository
-    /// (and sharing them with the primary site of a VEE run for a peer).
+    /// peer site, as `origin` says) as its latest, pinning its blobs in the
+    /// image repository (and sharing them with the primary site of a VEE
+    /// run for a peer). Its copy at the primary is not waited for: the
+    /// record is written `local-only` first and the copy started in the
+    /// background (and by the replication pass, after a failure, a restart
+    /// or a takeover). Errors: the record cannot be written.
     pub(crate) async fn record_checkpoint(
         &self,
         v: &mut VeeRec,
         rec: &interfaces::vhi::CheckpointRecord,
         where_: &str,
+        origin: Origin,
     ) -> Result<CheckpointRec> {
-        let cp = CheckpointRec::new(rec);
-        if let Some(primary) = &v.for_peer {
+        let now = self.clock.now_ms();
+        let replication = match (&origin, &v.for_peer) {
+            (Origin::Here, Some(primary)) if self.cfg.replicate_checkpoints => ReplicationRec::new(Replication::LocalOnly, primary, now),
+            (Origin::Here, _) => ReplicationRec::new(Replication::NotNeeded, "", now),
+            (Origin::Peer { site, replication }, _) => match replication {
+                None | Some(Replication::Replicated) => ReplicationRec::new(Replication::Replicated, site, now),
+                Some(Replication::NotNeeded) => ReplicationRec::new(Replication::NotNeeded, site, now),
+                Some(_) => ReplicationRec::new(Replication::Awaiting, site, now),
+            },
+            (Origin::Primary, primary) => ReplicationRec::new(Replication::Replicated, primary.as_deref().unwrap_or_default(), now),
+        };
+        let cp = CheckpointRec::with_replication(rec, replication);
+        if let (Some(primary), Origin::Here) = (&v.for_peer, &origin) {
             // Taken for a peer: its primary site restores it anywhere.
             let blobs = vec![rec.memory_blob.clone(), rec.disk_blob.clone()];
-            if let Err(e) = self.share_blobs(blobs.clone(), primary).await {
+            if let Err(e) = self.share_blobs(blobs, primary).await {
                 tracing::warn!(vee = %v.id, %primary, error = %format!("{e:#}"), "cannot share checkpoint blobs with the primary site");
             }
-            // Replicated, it counts for the primary only once in the
-            // primary's repository: a failure fails the checkpoint.
-            self.replicate_blobs(blobs, primary)
-                .await
-                .with_context(|| format!("checkpoint {} of VEE {} not replicated to {primary}", cp.id, v.id))?;
         }
+        // One awaited here is pinned once it is (the replication pass).
+        if cp.replication.state.usable_here() {
+            self.pin_blobs(&cp).await;
+        }
+        let mut w = Writes::default();
+        w.put(Tree::Checkpoints, &cp.id, &cp)?;
+        if !cp.replication.settled() {
+            w.put(Tree::Replications, &cp.id, &cp.vee_id)?;
+        }
+        self.store.commit(w)?;
+        self.forget_old_checkpoints(&v.id).await;
+        v.latest_checkpoint = Some(cp.id.clone());
+        v.last_checkpoint_ms = Some(self.clock.now_ms());
+        self.save_vee(v)?;
+        let replication = match cp.replication.state {
+            Replication::NotNeeded => String::new(),
+            state => format!(", {state}"),
+        };
+        self.event(
+            &v.id,
+            &v.service_id,
+            "checkpointed",
+            format!(
+                "{} {where_} ({} ms downtime{replication})",
+                cp.id,
+                interfaces::time::ms_of_duration(&rec.downtime)
+            ),
+        );
+        if cp.replication.state == Replication::LocalOnly {
+            self.replicator.start(&cp.id);
+        }
+        Ok(cp)
+    }
+
+    /// Pins checkpoint `cp`'s blobs in this site's repository (a failure
+    /// is logged: the pin is only garbage collection's hint).
+    async fn pin_blobs(&self, cp: &CheckpointRec) {
+        let Ok(rec) = cp.record() else { return };
         for blob in [&rec.memory_blob, &rec.disk_blob] {
             if let Ok(id) = blob.parse() {
                 if let Err(e) = self.repo.pin(&id, &checkpoint_pin(&self.cfg.site_id, &cp.id)).await {
@@ -62,26 +144,13 @@ impl Checkpoints {
                 }
             }
         }
-        self.store.put(Tree::Checkpoints, &cp.id, &cp)?;
-        self.forget_old_checkpoints(&v.id).await;
-        v.latest_checkpoint = Some(cp.id.clone());
-        v.last_checkpoint_ms = Some(self.clock.now_ms());
-        self.save_vee(v)?;
-        self.event(
-            &v.id,
-            &v.service_id,
-            "checkpointed",
-            format!(
-                "{} {where_} ({} ms downtime)",
-                cp.id,
-                interfaces::time::ms_of_duration(&rec.downtime)
-            ),
-        );
-        Ok(cp)
     }
 
     /// The latest valid checkpoint of a VEE of the image it has now (not
-    /// one from before a rolling update), or the named one.
+    /// one from before a rolling update) that this site may restore (not
+    /// one still `awaiting` its copy here), or the named one (refused
+    /// while it awaits). Errors: no such checkpoint, another VEE's, one
+    /// not here yet, or the store cannot be read.
     pub fn checkpoint_of(&self, vee_id: &str, id: Option<&str>) -> Result<Option<CheckpointRec>> {
         if let Some(id) = id {
             let cp: CheckpointRec = self
@@ -91,13 +160,19 @@ impl Checkpoints {
             if cp.vee_id != vee_id {
                 bail!("checkpoint {id} is not of VEE {vee_id}");
             }
+            if !cp.replication.state.usable_here() {
+                bail!(
+                    "checkpoint {id} of VEE {vee_id} is not in this site's repository yet (its copy from {} is awaited)",
+                    cp.replication.site
+                );
+            }
             return Ok(Some(cp));
         }
         let mut all: Vec<CheckpointRec> = self
             .store
             .list::<CheckpointRec>(Tree::Checkpoints)?
             .into_iter()
-            .filter(|c| c.vee_id == vee_id && c.valid)
+            .filter(|c| c.vee_id == vee_id && c.valid && c.replication.state.usable_here())
             .collect();
         if let Ok(v) = self.vee(vee_id) {
             all.retain(|c| c.image().is_none_or(|image| image == v.image));
@@ -142,8 +217,11 @@ impl Checkpoints {
                 }
             }
             if unpinned {
-                match self.store.remove(Tree::Checkpoints, &old.id) {
-                    Ok(()) => tracing::info!(vee = %vee_id, checkpoint = %old.id, "old checkpoint forgotten, its blobs unpinned"),
+                let mut w = Writes::default();
+                w.remove(Tree::Checkpoints, &old.id);
+                w.remove(Tree::Replications, &old.id);
+                match self.store.commit(w) {
+                    Ok(_) => tracing::info!(vee = %vee_id, checkpoint = %old.id, "old checkpoint forgotten, its blobs unpinned"),
                     Err(e) => tracing::warn!(checkpoint = %old.id, error = %format!("{e:#}"), "cannot remove an old checkpoint"),
                 }
             }
@@ -151,8 +229,11 @@ impl Checkpoints {
     }
 
     /// With `replicate_checkpoints`, pushes checkpoint `blobs` (IDs; empty
-    /// ones skipped) to peer `site`'s own repository (issue 39); else
-    /// nothing (the peer pulls them through when it needs them). Errors:
+    /// ones skipped) to peer `site`'s own repository (issue 39), now: a
+    /// checkpoint a VEE is handed to a peer with, which the peer restores
+    /// at once (a checkpoint taken here for a peer is copied to it in the
+    /// background instead, `replication`); else nothing (the peer pulls
+    /// them through when it needs them). Errors:
     /// a blob is not replicated (this site's repository is down, or the
     /// peer's refused it).
     pub(crate) async fn replicate_blobs(&self, blobs: Vec<String>, site: &str) -> Result<()> {
@@ -184,14 +265,14 @@ impl Checkpoints {
 }
 
 /// The pin by which site `site` keeps the blobs of its checkpoint `id`.
-fn checkpoint_pin(site: &str, id: &str) -> String {
+pub(crate) fn checkpoint_pin(site: &str, id: &str) -> String {
     format!("{site}-checkpoint-{id}")
 }
 
 /// The IDs of `blobs`, the empty ones (no disk, no kernel) and registry
 /// images (a peer pulls them from the registry) skipped. Errors: one is
 /// neither, naming it.
-fn blob_ids(blobs: &[String]) -> Result<Vec<BlobId>> {
+pub(crate) fn blob_ids(blobs: &[String]) -> Result<Vec<BlobId>> {
     let mut ids = Vec::new();
     for b in blobs.iter().filter(|b| !b.is_empty()) {
         match b.parse().with_context(|| format!("blob ID {b:?}"))? {
@@ -201,3 +282,6 @@ fn blob_ids(blobs: &[String]) -> Result<Vec<BlobId>> {
     }
     Ok(ids)
 }
+
+#[cfg(test)]
+mod tests;

@@ -27,7 +27,7 @@ use crate::peers;
 use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
 use crate::store::{Tree, Writes};
 use crate::workflows::boot::Boot;
-use crate::workflows::checkpoints::Checkpoints;
+use crate::workflows::checkpoints::{Checkpoints, Origin};
 use crate::workflows::networks::Networks;
 use crate::workflows::site_constraints::SiteConstraints;
 use crate::workflows::spares::Spares;
@@ -219,7 +219,17 @@ impl Federation {
             .map_err(|s| anyhow!("site {site}: {}", s.message()))?;
         let mut v = self.vee(vee_id)?;
         if let Some(rec) = info.checkpoint.as_ref().filter(|_| action == Action::Checkpoint) {
-            self.checkpoints.record_checkpoint(&mut v, rec, &format!("at {site}")).await?;
+            self.checkpoints
+                .record_checkpoint(
+                    &mut v,
+                    rec,
+                    &format!("at {site}"),
+                    Origin::Peer {
+                        site: site.to_string(),
+                        replication: info.checkpoint_replication,
+                    },
+                )
+                .await?;
         }
         match info.state {
             Some(state) if state == v.state => {}
@@ -507,7 +517,9 @@ impl Federation {
                 .await;
             bail!("{host}: {}", s.message());
         }
-        self.checkpoints.record_checkpoint(&mut v, &cp, "restored here").await?;
+        self.checkpoints
+            .record_checkpoint(&mut v, &cp, "restored here", Origin::Primary)
+            .await?;
         self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.checkpoint_id))?;
         Ok(())
     }

@@ -11,7 +11,7 @@ use crate::core::Core;
 use crate::domain::Action;
 use crate::model::{CheckpointRec, Location, VeeRec, VeeState};
 use crate::workflows::boot::Boot;
-use crate::workflows::checkpoints::Checkpoints;
+use crate::workflows::checkpoints::{Checkpoints, Origin};
 use crate::workflows::federation::Federation;
 use crate::workflows::migration::Migration;
 use crate::workflows::networks::Networks;
@@ -183,7 +183,10 @@ impl Lifecycle {
         self.measured_checkpoint_cost(&mut v, took_s);
         let downtime_s = interfaces::time::ms_of_duration(&rec.downtime) as f64 / 1000.0;
         self.metrics.checkpoint(took_s, downtime_s, rec.memory_bytes + rec.disk_bytes);
-        let cp = self.checkpoints.record_checkpoint(&mut v, &rec, &format!("on {host}")).await?;
+        let cp = self
+            .checkpoints
+            .record_checkpoint(&mut v, &rec, &format!("on {host}"), Origin::Here)
+            .await?;
         self.transition(&mut v, VeeState::Running, "")?;
         Ok(cp)
     }

@@ -120,6 +120,8 @@ async fn the_operator_guides_veem_metrics_are_the_registered_ones() {
     m.violation("max_outages", 1.5);
     m.heartbeat_missed("h1");
     m.peer_call("site-b", "SendVee", 0.5);
+    m.checkpoint_replication("replicated", Some(2.0));
+    m.checkpoints_unsettled(|_| 0);
     let acting = Acting::default();
     let x = exporter(&config(), m.clone(), acting.clone()).unwrap();
     let front = Front::of(site.veem.clone(), &Default::default()).await.unwrap();

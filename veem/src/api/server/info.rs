@@ -38,7 +38,27 @@ impl VmiService {
             checkpoint_record: None,
             nics: v.nics.iter().map(crate::model::NicRec::to_wire).collect(),
             image: v.image.clone(),
+            latest_checkpoint_replication: 0,
         }
+    }
+
+    /// Sets `info`'s `latest_checkpoint_replication` from VEE `v`'s latest
+    /// checkpoint's record (GetVee, VeeAction: a read per VEE, which the
+    /// lists do not make), for the operator and peers: a provider learns
+    /// nothing of sites (E §3.4). Errors: the store cannot be read.
+    pub(super) fn latest_checkpoint_replication(&self, role: &Role, info: &mut VeeInfo, v: &VeeRec) -> Result<(), tonic::Status> {
+        let Some(id) = v.latest_checkpoint.as_ref().filter(|_| !matches!(role, Role::Provider(_))) else {
+            return Ok(());
+        };
+        let cp: Option<crate::model::CheckpointRec> = self
+            .veem
+            .store
+            .get(crate::store::Tree::Checkpoints, id)
+            .map_err(crate::api::status::status)?;
+        if let Some(cp) = cp {
+            info.latest_checkpoint_replication = vmi::CheckpointReplication::from(cp.replication.state) as i32;
+        }
+        Ok(())
     }
 
     /// [`host_status`], for the VMI's ListHosts.

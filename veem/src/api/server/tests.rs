@@ -278,3 +278,42 @@ async fn a_change_asked_again_with_its_request_id_is_made_once() {
     site.host("h1").script.lock().unwrap().failing.clear();
     vmi.vee_action(r()).await.expect("run again once the host answers");
 }
+
+/// GetVee shows where the latest checkpoint is held to the operator (a
+/// VEE run for a peer: `local-only` while its copy at the primary is held
+/// up), never to a provider (it would tell of sites); lists leave it unset.
+#[tokio::test]
+async fn the_operator_sees_the_latest_checkpoints_replication_and_a_provider_does_not() {
+    let site = FakeSite::start_site("site-b", &["h1"], &format!("replicate_checkpoints = true\n{TOKENS}"));
+    let vee = site.running_service(STANDARD).remove(0);
+    let mut v = site.veem.vee(&vee).unwrap();
+    v.for_peer = Some("site-a".into());
+    site.veem.save_vee(&v).unwrap();
+    site.repo.hold_replication.store(true, std::sync::atomic::Ordering::SeqCst);
+    site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
+    let vmi = VmiService::handler(site.veem.clone());
+    let seen = |token: &'static str| {
+        let vmi = &vmi;
+        let vee = vee.clone();
+        async move {
+            vmi.get_vee(as_(token, GetVeeRequest { vee_id: vee }))
+                .await
+                .unwrap()
+                .into_inner()
+                .latest_checkpoint_replication()
+        }
+    };
+    let operator = seen("operator-token").await;
+    assert!(
+        matches!(operator, CheckpointReplication::LocalOnly | CheckpointReplication::Replicating),
+        "{operator:?}"
+    );
+    assert_eq!(seen("provider-token").await, CheckpointReplication::Unspecified);
+    let listed = vmi
+        .list_vees(as_("operator-token", ListVeesRequest::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.vees[0].latest_checkpoint_replication(), CheckpointReplication::Unspecified);
+    site.repo.hold_replication.store(false, std::sync::atomic::Ordering::SeqCst);
+}

@@ -12,6 +12,7 @@ fn vee_info(location: &str) -> vmi::VeeInfo {
         vcpus: 1,
         memory_mib: 256,
         latest_checkpoint: String::new(),
+        latest_checkpoint_replication: 0,
         update_time: interfaces::time::timestamp_ms(1_795_852_800_123),
         checkpoint_record: None,
         nics: vec![],

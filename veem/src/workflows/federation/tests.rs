@@ -356,6 +356,7 @@ async fn usage_metered_for_a_primary_is_pushed_once_and_waits_while_the_primary_
 }
 
 mod networks;
+mod replication;
 mod trespass;
 
 #[tokio::test]
