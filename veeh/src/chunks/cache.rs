@@ -15,13 +15,39 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use interfaces::BlobId;
 
+/// The share of the limit an eviction brings the cache down to.
+const EVICT_TO: f64 = 0.9;
+
 /// See the module documentation.
 pub struct ChunkCache {
     dir: PathBuf,
     /// Bytes above which the least recently used chunks are removed.
     limit: u64,
-    /// Each chunk's size in bytes and last use.
-    held: Mutex<HashMap<BlobId, (u64, SystemTime)>>,
+    /// Each chunk's size in bytes and last use, and their sum.
+    held: Mutex<Held>,
+}
+
+/// What the cache holds.
+#[derive(Default)]
+struct Held {
+    chunks: HashMap<BlobId, (u64, SystemTime)>,
+    /// Bytes held: the sum of the chunks' sizes.
+    bytes: u64,
+}
+
+impl Held {
+    fn insert(&mut self, id: BlobId, size: u64, used: SystemTime) {
+        if let Some((old, _)) = self.chunks.insert(id, (size, used)) {
+            self.bytes -= old;
+        }
+        self.bytes += size;
+    }
+
+    fn remove(&mut self, id: &BlobId) {
+        if let Some((n, _)) = self.chunks.remove(id) {
+            self.bytes -= n;
+        }
+    }
 }
 
 impl ChunkCache {
@@ -29,7 +55,7 @@ impl ChunkCache {
     /// of at most `limit` bytes.
     pub fn open(dir: &Path, limit: u64) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let mut held = HashMap::new();
+        let mut held = Held::default();
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
             let name = entry.file_name();
@@ -38,7 +64,7 @@ impl ChunkCache {
                 continue;
             };
             let meta = entry.metadata()?;
-            held.insert(id, (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+            held.insert(id, meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH));
         }
         let cache = Self {
             dir: dir.to_path_buf(),
@@ -55,7 +81,7 @@ impl ChunkCache {
 
     /// Whether chunk `id` is here.
     pub fn has(&self, id: &BlobId) -> bool {
-        self.held.lock().unwrap().contains_key(id)
+        self.held.lock().unwrap().chunks.contains_key(id)
     }
 
     /// Keeps chunk `id` of `data` (blocking). A failure to write is logged:
@@ -72,11 +98,14 @@ impl ChunkCache {
             tracing::warn!(chunk = %id, error = %e, "cannot keep a checkpoint chunk in the cache");
             return;
         }
-        self.held
-            .lock()
-            .unwrap()
-            .insert(id.clone(), (data.len() as u64, SystemTime::now()));
-        self.evict();
+        let over = {
+            let mut held = self.held.lock().unwrap();
+            held.insert(id.clone(), data.len() as u64, SystemTime::now());
+            held.bytes > self.limit
+        };
+        if over {
+            self.evict();
+        }
     }
 
     /// Chunk `id` if it is here and whole (blocking); a chunk whose
@@ -97,7 +126,7 @@ impl ChunkCache {
 
     fn touch(&self, id: &BlobId) {
         let now = SystemTime::now();
-        if let Some(e) = self.held.lock().unwrap().get_mut(id) {
+        if let Some(e) = self.held.lock().unwrap().chunks.get_mut(id) {
             e.1 = now;
         }
         let _ = std::fs::File::options()
@@ -111,19 +140,22 @@ impl ChunkCache {
         let _ = std::fs::remove_file(self.path(id));
     }
 
-    /// Removes the least recently used chunks while over the limit.
+    /// Removes the least recently used chunks while over the limit, down
+    /// to [`EVICT_TO`] of it, so that the sort by age is paid once per
+    /// tenth of the cache rather than at every chunk kept.
     fn evict(&self) {
         let victims = {
             let held = self.held.lock().unwrap();
-            let mut total: u64 = held.values().map(|(n, _)| n).sum();
-            if total <= self.limit {
+            if held.bytes <= self.limit {
                 return;
             }
-            let mut by_age: Vec<_> = held.iter().map(|(id, (n, t))| (*t, *n, id.clone())).collect();
+            let target = (self.limit as f64 * EVICT_TO) as u64;
+            let mut total = held.bytes;
+            let mut by_age: Vec<_> = held.chunks.iter().map(|(id, (n, t))| (*t, *n, id.clone())).collect();
             by_age.sort();
             let mut victims = vec![];
             for (_, n, id) in by_age {
-                if total <= self.limit {
+                if total <= target {
                     break;
                 }
                 total -= n;
@@ -138,7 +170,7 @@ impl ChunkCache {
 
     /// Bytes held.
     pub fn size(&self) -> u64 {
-        self.held.lock().unwrap().values().map(|(n, _)| n).sum()
+        self.held.lock().unwrap().bytes
     }
 }
 

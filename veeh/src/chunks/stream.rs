@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use futures::stream::FuturesUnordered;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use interfaces::chunks::ChunkIndex;
 use interfaces::repo_client::RepoClient;
 use tokio::io::AsyncWriteExt;
@@ -30,6 +30,9 @@ use super::ChunkCache;
 
 /// Chunks read ahead of the one a session writes.
 const AHEAD: usize = 8;
+
+/// The pipe's buffer asked for, bytes (Linux's default is 64 KiB).
+const PIPE_BYTES: i32 = 1 << 20;
 
 /// How often the FIFO is tried for a new reader.
 const POLL: Duration = Duration::from_millis(2);
@@ -82,6 +85,9 @@ impl<'a> Feed<'a> {
         loop {
             match tokio::net::unix::pipe::OpenOptions::new().open_sender(&self.path) {
                 Ok(tx) => {
+                    // A larger pipe: fewer wake-ups of QEMU and of this
+                    // writer (the system's pipe-max-size may refuse it).
+                    let _ = nix::fcntl::fcntl(std::os::fd::AsRawFd::as_raw_fd(&tx), nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
                     let fresh = self.path.with_extension("next");
                     let _ = std::fs::remove_file(&fresh);
                     make_fifo(&fresh)?;
@@ -95,21 +101,35 @@ impl<'a> Feed<'a> {
     }
 
     /// Writes the part from its first byte to `tx`, reading [`AHEAD`]
-    /// chunks ahead, until the end or until the reader closes.
+    /// chunks ahead, until the end or until the reader closes. The reads
+    /// go on while a write waits for the reader.
     async fn session(&self, mut tx: tokio::net::unix::pipe::Sender) -> Result<()> {
         let (client, cache) = (self.client, self.cache);
-        let mut chunks = futures::stream::iter(self.index.chunks.clone())
-            .map(move |c| async move { chunk(client, cache, &c.digest, c.size).await })
-            .buffered(AHEAD);
-        while let Some((data, fetched)) = chunks.try_next().await? {
-            self.fetched.fetch_add(fetched, Ordering::Relaxed);
-            match tx.write_all(&data).await {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-                Err(e) => return Err(e).context("write to the restore's FIFO"),
+        let (ready, mut next) = tokio::sync::mpsc::channel(AHEAD);
+        let read = async move {
+            let mut chunks = futures::stream::iter(self.index.chunks.clone())
+                .map(move |c| async move { chunk(client, cache, &c.digest, c.size).await })
+                .buffered(AHEAD);
+            while let Some(got) = chunks.next().await {
+                // The writer is gone (its reader closed, or a chunk failed).
+                if ready.send(got).await.is_err() {
+                    break;
+                }
             }
-        }
-        Ok(())
+        };
+        let write = async move {
+            while let Some(got) = next.recv().await {
+                let (data, fetched) = got?;
+                self.fetched.fetch_add(fetched, Ordering::Relaxed);
+                match tx.write_all(&data).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                    Err(e) => return Err(e).context("write to the restore's FIFO"),
+                }
+            }
+            Ok(())
+        };
+        tokio::join!(read, write).1
     }
 }
 
