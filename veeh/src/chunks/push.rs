@@ -15,7 +15,7 @@ use super::cut::Cut;
 /// Chunks asked about in one `missing` query while the cutter goes on.
 const BATCH: usize = 32;
 /// Chunk uploads in flight at once.
-const PARALLEL: usize = 4;
+const PARALLEL: usize = 8;
 
 /// A part's chunks in file order, and what pushing them sent.
 #[derive(Debug, Default)]
@@ -36,55 +36,55 @@ pub fn chunk_meta(vee_id: &str) -> PushMeta {
 }
 
 /// Receives one part's cuts from `rx` in order until the cutter ends, and
-/// pushes those the repository lacks (`RepoClient::missing`), [`PARALLEL`]
-/// at a time. With `hold_first`, the first chunk is listed but not sent:
-/// the caller reads it again once it is final ([`replace_first`]).
-/// Errors: the repository refuses or is unreachable.
-pub async fn push_chunks(client: &RepoClient, mut rx: mpsc::Receiver<Cut>, meta: &PushMeta, hold_first: bool) -> Result<Pushed> {
-    let mut out = Pushed::default();
-    let mut queued: HashSet<BlobId> = HashSet::new();
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < BATCH {
-            match rx.try_recv() {
-                Ok(c) => batch.push(c),
-                Err(_) => break,
+/// pushes those the repository lacks (`RepoClient::missing`, asked of
+/// what the cutter has ready, up to [`BATCH`] at once), [`PARALLEL`] at a
+/// time. The stages overlap: the next batch is asked about while the last
+/// one's chunks upload. With `hold_first`, the first chunk is listed but
+/// not sent: the caller reads it again once it is final
+/// ([`replace_first`]). Errors: the repository refuses or is unreachable.
+pub async fn push_chunks(client: &RepoClient, rx: mpsc::Receiver<Cut>, meta: &PushMeta, hold_first: bool) -> Result<Pushed> {
+    let mut refs = Vec::new();
+    // Chunks asked about already: sent, or there.
+    let mut asked: HashSet<BlobId> = HashSet::new();
+    let (sent, chunks_sent) = tokio_stream::wrappers::ReceiverStream::new(rx)
+        .ready_chunks(BATCH)
+        .map(|batch| {
+            let mut ask: Vec<Cut> = Vec::new();
+            for c in batch {
+                refs.push(ChunkRef {
+                    digest: c.digest.clone(),
+                    size: c.data.len() as u64,
+                });
+                let held = hold_first && c.offset == 0;
+                if !held && asked.insert(c.digest.clone()) {
+                    ask.push(c);
+                }
             }
-        }
-        let mut ask = Vec::new();
-        for c in &batch {
-            let held = hold_first && c.offset == 0;
-            out.refs.push(ChunkRef {
-                digest: c.digest.clone(),
-                size: c.data.len() as u64,
-            });
-            if !held && !queued.contains(&c.digest) && !ask.contains(&c.digest) {
-                ask.push(c.digest.clone());
+            async move {
+                if ask.is_empty() {
+                    return Ok(futures::stream::iter(Vec::new()));
+                }
+                let ids: Vec<BlobId> = ask.iter().map(|c| c.digest.clone()).collect();
+                let missing: HashSet<BlobId> = client.missing(&ids).await?.into_iter().collect();
+                ask.retain(|c| missing.contains(&c.digest));
+                anyhow::Ok(futures::stream::iter(ask))
             }
-        }
-        if ask.is_empty() {
-            continue;
-        }
-        let missing: HashSet<BlobId> = client.missing(&ask).await?.into_iter().collect();
-        let send: Vec<Cut> = batch
-            .into_iter()
-            .filter(|c| !(hold_first && c.offset == 0) && missing.contains(&c.digest) && queued.insert(c.digest.clone()))
-            .collect();
-        out.chunks_sent += send.len();
-        out.sent += futures::stream::iter(send)
-            .map(|c| async move {
-                let n = c.data.len() as u64;
-                client
-                    .push_bytes(&c.digest, c.data, meta)
-                    .await
-                    .with_context(|| format!("push chunk {} at byte {}", c.digest, c.offset))?;
-                anyhow::Ok(n)
-            })
-            .buffer_unordered(PARALLEL)
-            .try_fold(0, |sum, n| async move { Ok(sum + n) })
-            .await?;
-    }
-    Ok(out)
+        })
+        .buffered(1)
+        .map_ok(|cuts| cuts.map(anyhow::Ok))
+        .try_flatten()
+        .map_ok(|c| async move {
+            let n = c.data.len() as u64;
+            client
+                .push_bytes(&c.digest, c.data, meta)
+                .await
+                .with_context(|| format!("push chunk {} at byte {}", c.digest, c.offset))?;
+            anyhow::Ok(n)
+        })
+        .try_buffer_unordered(PARALLEL)
+        .try_fold((0, 0), |(sum, count), n| async move { Ok((sum + n, count + 1)) })
+        .await?;
+    Ok(Pushed { refs, sent, chunks_sent })
 }
 
 /// Puts `first`, the first chunk read again once final, in place of the
