@@ -143,7 +143,8 @@ impl Tree {
 /// | 3 | the `usage_outbox` tree: the usage records still to push to a primary site, so that a round reads those and not every record; migrating fills it from the unsent records whose VEE is known |
 /// | 4 | a service record holds its terms (`terms`: SLA and constraints, parsed from the manifest once, at admission); migrating parses each service's stored manifest one last time |
 /// | 5 | store revisions: every commit makes one, every key carries the one that last wrote it (in sled, the `_revisions` tree), and commits may be conditioned on them ([`Unchanged`]); a key written before has revision 0, so migrating writes nothing else (an older VEEM, which would write without revisions, refuses the database) |
-pub const FORMAT_VERSION: u32 = 5;
+/// | 6 | a host's metering round is one value of the `usage` tree (key `round/<host>/<ms>`, `workflows::accounting::rounds::HostRound`: its VEEs' records for this site) and one of the `meters` tree (key `host/<host>`: their counters); records of VEEs run for peers and those of before stay one value each, and per-VEE meters are read on; migrating writes nothing (an older VEEM, which would misread a round, refuses the database) |
+pub const FORMAT_VERSION: u32 = 6;
 /// The key of the format version in the meta tree.
 pub const FORMAT_KEY: &str = "format_version";
 
@@ -236,6 +237,7 @@ impl Store {
             self.fill_service_terms(&mut w)?;
         }
         // 4 -> 5: keys written before have revision 0.
+        // 5 -> 6: the records before are read as they are.
         w.put(Tree::Meta, FORMAT_KEY, &FORMAT_VERSION)?;
         self.commit(w).map(|_| ())
     }
@@ -377,6 +379,12 @@ impl Store {
             )),
             None => Ok(None),
         }
+    }
+
+    /// The raw value under `key` of tree `t`, if any (a value that is not
+    /// one record: `workflows::accounting::rounds`).
+    pub fn get_raw(&self, t: Tree, key: &str) -> Result<Option<Vec<u8>>> {
+        self.engine.get(t, key.as_bytes())
     }
 
     /// Every record of a tree, in key order.
