@@ -3,8 +3,8 @@
 //! loopback port per host, answering the VHI calls a VEEM makes while idle
 //! as each host would: GetHostInfo (its name, site, capacity and profile,
 //! for the heartbeats), ListDomains (the VEEs the state places on it, for
-//! start-up reconciliation and the domain watch) and Stats (steadily
-//! growing counters, for metering). Every other call is UNIMPLEMENTED (an
+//! start-up reconciliation and the domain watch) and Stats and ListStats
+//! (steadily growing counters, for metering). Every other call is UNIMPLEMENTED (an
 //! idle VEEM makes none). Which host a call is for is told by the local
 //! port its connection came in on.
 
@@ -22,8 +22,8 @@ type R<T> = Result<Response<T>, Status>;
 type BoxStream<T> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
 
 /// Reads the calls the fake hosts answered so far: GetHostInfo,
-/// ListDomains, Stats.
-pub type Calls = Box<dyn Fn() -> [u64; 3] + Send + Sync>;
+/// ListDomains, Stats, ListStats.
+pub type Calls = Box<dyn Fn() -> [u64; 4] + Send + Sync>;
 
 /// One fake host: its name and the VEEs it runs (IDs, sorted).
 pub struct FakeHost {
@@ -38,7 +38,10 @@ struct Hosts {
     capacity: (u32, u64, u64),
     by_port: HashMap<u16, FakeHost>,
     /// Calls answered, by kind (for the bench's log).
-    calls: [AtomicU64; 3],
+    calls: [AtomicU64; 4],
+    /// Answer ListStats UNIMPLEMENTED, as a VEEH before it
+    /// (`BENCH_FAKE_NO_LIST_STATS`): the VEEM asks Stats per VEE.
+    no_list_stats: bool,
 }
 
 #[derive(Clone)]
@@ -57,7 +60,7 @@ impl Fake {
 /// Starts the fake hosts of site `site`, each of `capacity` (vCPUs, MiB,
 /// GiB), on the runtime `rt`; returns each host's endpoint
 /// (`http://127.0.0.1:PORT`) in the order given, and a reader of the
-/// calls answered so far (GetHostInfo, ListDomains, Stats).
+/// calls answered so far (GetHostInfo, ListDomains, Stats, ListStats).
 pub fn start(
     rt: &tokio::runtime::Runtime,
     site: &str,
@@ -81,6 +84,7 @@ pub fn start(
         capacity,
         by_port,
         calls: Default::default(),
+        no_list_stats: std::env::var_os("BENCH_FAKE_NO_LIST_STATS").is_some(),
     }));
     let incoming = futures::stream::select_all(listeners.into_iter().map(|l| {
         futures::stream::unfold(l, |l| async move {
@@ -102,6 +106,25 @@ pub fn start(
         endpoints,
         Box::new(move || std::array::from_fn(|i| calls.calls[i].load(Ordering::Relaxed))),
     ))
+}
+
+/// A VEE's counters now: a steady 10 % of one vCPU since the epoch, 512
+/// MiB in use.
+fn stats_now(vee_id: String) -> VeeStats {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    VeeStats {
+        vee_id,
+        cpu_seconds: now_ms as f64 / 10_000.0,
+        memory_mib: 512,
+        disk_read_bytes: (now_ms as u64) * 10,
+        disk_write_bytes: (now_ms as u64) * 5,
+        net_rx_bytes: (now_ms as u64) * 20,
+        net_tx_bytes: (now_ms as u64) * 20,
+        time: interfaces::time::timestamp_ms(now_ms),
+        kpis: Vec::new(),
+    }
 }
 
 fn none<T>(what: &str) -> R<T> {
@@ -153,21 +176,18 @@ impl VhiService for Fake {
     async fn stats(&self, r: Request<StatsRequest>) -> R<VeeStats> {
         let _ = self.host(&r)?;
         self.0.calls[2].fetch_add(1, Ordering::Relaxed);
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        // A steady 10 % of one vCPU since the epoch, 512 MiB in use.
-        Ok(Response::new(VeeStats {
-            vee_id: r.into_inner().vee_id,
-            cpu_seconds: now_ms as f64 / 10_000.0,
-            memory_mib: 512,
-            disk_read_bytes: (now_ms as u64) * 10,
-            disk_write_bytes: (now_ms as u64) * 5,
-            net_rx_bytes: (now_ms as u64) * 20,
-            net_tx_bytes: (now_ms as u64) * 20,
-            time: interfaces::time::timestamp_ms(now_ms),
-            kpis: Vec::new(),
-        }))
+        Ok(Response::new(stats_now(r.into_inner().vee_id)))
+    }
+    async fn list_stats(&self, r: Request<ListStatsRequest>) -> R<ListStatsResponse> {
+        let h = self.host(&r)?;
+        if self.0.no_list_stats {
+            return none("ListStats");
+        }
+        self.0.calls[3].fetch_add(1, Ordering::Relaxed);
+        let stats = h.vees.iter().map(|id| stats_now(id.clone())).collect();
+        let q = r.get_ref();
+        let (stats, next_page_token) = interfaces::pages::page(stats, |s: &VeeStats| s.vee_id.clone(), q.page_size, &q.page_token)?;
+        Ok(Response::new(ListStatsResponse { stats, next_page_token }))
     }
     async fn prepare(&self, _: Request<PrepareRequest>) -> R<PrepareResponse> {
         none("Prepare")

@@ -400,7 +400,7 @@ async fn wait_ready(dir: &Path, cleanup: &Cleanup, endpoint: &str) -> Result<Cli
 
 /// Runs the daemon on the state in `dir` and measures it, idle for
 /// `idle_s` seconds; `calls` reads the fake hosts' calls answered
-/// (GetHostInfo, ListDomains, Stats), if there are any.
+/// (GetHostInfo, ListDomains, Stats, ListStats), if there are any.
 async fn measure(
     dir: &Path,
     config: &Path,
@@ -429,7 +429,7 @@ async fn measure(
     let rss_idle = status_mib(pid, "VmRSS")?;
     let idle_calls = calls.zip(calls0).map(|(f, c0)| {
         let c1 = f();
-        json!({"get_host_info": c1[0] - c0[0], "list_domains": c1[1] - c0[1], "stats": c1[2] - c0[2]})
+        json!({"get_host_info": c1[0] - c0[0], "list_domains": c1[1] - c0[1], "stats": c1[2] - c0[2], "list_stats": c1[3] - c0[3]})
     });
     eprintln!("veem-rss: after {idle_s} s idle: VmRSS {rss_idle:.1} MiB (max {rss_idle_max:.1}), CPU {idle_cpu_pct:.1} % of one core; host calls {idle_calls:?}");
     // Pages of ListServices (the default page size), each from the last's
@@ -518,7 +518,9 @@ async fn measure(
 ///   (`idle_host_calls`).
 ///
 /// `BENCH_VEEM_REUSE=DIR` keeps the state in DIR and starts the next run
-/// from it (the daemon's own writes of the runs before included);
+/// from it (the daemon's own writes of the runs before included; with
+/// `BENCH_VEEM_BUILD_ONLY` set too, the state is written and no daemon
+/// started, so that runs can start from copies of it);
 /// `BENCH_VEEM_WRAP` runs the daemon under a profiler.
 pub fn run(hosts: usize, vees: usize, configured: bool) -> Result<Value> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -568,6 +570,10 @@ pub fn run(hosts: usize, vees: usize, configured: bool) -> Result<Value> {
     };
     let db_mib = dir_mib(&dir.join("state"));
     eprintln!("veem-rss: state written: {built}; database {db_mib:.1} MiB");
+    if reuse.is_some() && std::env::var_os("BENCH_VEEM_BUILD_ONLY").is_some() {
+        // The state alone, kept for runs to start from copies of it.
+        return Ok(json!({ "build": built, "db_mib": round1(db_mib) }));
+    }
     let (config, calls): (_, Option<crate::fake_hosts::Calls>) = if configured {
         let fakes = placed
             .into_iter()

@@ -162,6 +162,12 @@ impl Vhi for VhiService {
     async fn stats(&self, r: Request<StatsRequest>) -> R<VeeStats> {
         ok(self.host.stats(&r.get_ref().vee_id).await)
     }
+    async fn list_stats(&self, r: Request<ListStatsRequest>) -> R<ListStatsResponse> {
+        let stats = self.host.list_stats().await.map_err(status)?;
+        let r = r.get_ref();
+        let (stats, next_page_token) = interfaces::pages::page(stats, |s| s.vee_id.clone(), r.page_size, &r.page_token)?;
+        Ok(Response::new(ListStatsResponse { stats, next_page_token }))
+    }
     async fn list_domains(&self, r: Request<ListDomainsRequest>) -> R<ListDomainsResponse> {
         let domains = self.host.list_domains().await.map_err(status)?;
         let r = r.get_ref();

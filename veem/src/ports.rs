@@ -165,6 +165,9 @@ impl vhi_service_server::VhiService for GrpcHost {
     async fn stats(&self, r: Request<vhi::StatsRequest>) -> R<vhi::VeeStats> {
         self.0.clone().stats(r).await
     }
+    async fn list_stats(&self, r: Request<vhi::ListStatsRequest>) -> R<vhi::ListStatsResponse> {
+        self.0.clone().list_stats(r).await
+    }
     async fn list_domains(&self, r: Request<vhi::ListDomainsRequest>) -> R<vhi::ListDomainsResponse> {
         self.0.clone().list_domains(r).await
     }

@@ -152,7 +152,8 @@ impl Tree {
 /// | 4 | a service record holds its terms (`terms`: SLA and constraints, parsed from the manifest once, at admission); migrating parses each service's stored manifest one last time |
 /// | 5 | store revisions: every commit makes one, every key carries the one that last wrote it (in sled, the `_revisions` tree), and commits may be conditioned on them ([`Unchanged`]); a key written before has revision 0, so migrating writes nothing else (an older VEEM, which would write without revisions, refuses the database) |
 /// | 6 | a checkpoint record holds its replication (`replication`: `crate::domain::ReplicationRec`), and the `replications` tree lists those not settled; migrating gives each checkpoint the state its situation implies: `replicated` for a VEE run for a peer or at a peer (a VEEM before replicated before it recorded), else `not-needed` |
-pub const FORMAT_VERSION: u32 = 6;
+/// | 7 | a host's metering round is one value of the `usage` tree (key `round/<host>/<ms>`, `workflows::accounting::rounds::HostRound`: its VEEs' records for this site) and one of the `meters` tree (key `host/<host>`: their counters); records of VEEs run for peers and those of before stay one value each, and per-VEE meters are read on; migrating writes nothing (an older VEEM, which would misread a round, refuses the database) |
+pub const FORMAT_VERSION: u32 = 7;
 /// The key of the format version in the meta tree.
 pub const FORMAT_KEY: &str = "format_version";
 
@@ -248,6 +249,7 @@ impl Store {
         if from < 6 {
             self.fill_checkpoint_replication(&mut w)?;
         }
+        // 6 -> 7: the records before are read as they are.
         w.put(Tree::Meta, FORMAT_KEY, &FORMAT_VERSION)?;
         self.commit(w).map(|_| ())
     }
@@ -389,6 +391,12 @@ impl Store {
             )),
             None => Ok(None),
         }
+    }
+
+    /// The raw value under `key` of tree `t`, if any (a value that is not
+    /// one record: `workflows::accounting::rounds`).
+    pub fn get_raw(&self, t: Tree, key: &str) -> Result<Option<Vec<u8>>> {
+        self.engine.get(t, key.as_bytes())
     }
 
     /// Every record of a tree, in key order.

@@ -398,6 +398,26 @@ impl Vhi for FakeVhi {
             ..Default::default()
         }))
     }
+    async fn list_stats(&self, r: Request<ListStatsRequest>) -> R<ListStatsResponse> {
+        let s = self.call("ListStats", "-")?;
+        let now = interfaces::time::timestamp_ms(chrono::Utc::now().timestamp_millis());
+        // A VEE whose Stats the script fails is left out, as a VEEH leaves
+        // out a VEE whose counters it cannot read.
+        let stats = s
+            .running
+            .iter()
+            .filter(|id| !s.failing.contains_key("Stats") && !s.failing_for.contains_key(&("Stats", id.to_string())))
+            .map(|id| VeeStats {
+                vee_id: id.clone(),
+                time: now,
+                ..Default::default()
+            })
+            .collect();
+        drop(s);
+        let r = r.get_ref();
+        let (stats, next_page_token) = interfaces::pages::page(stats, |s: &VeeStats| s.vee_id.clone(), r.page_size, &r.page_token)?;
+        Ok(Response::new(ListStatsResponse { stats, next_page_token }))
+    }
     async fn list_domains(&self, r: Request<ListDomainsRequest>) -> R<ListDomainsResponse> {
         let s = self.call("ListDomains", "-")?;
         let domains = s

@@ -21,6 +21,7 @@ use crate::store::{Tree, Writes};
 
 mod metering;
 pub mod metrics;
+pub(crate) mod rounds;
 
 /// The previous metering round of one VEE (its counters and host).
 pub(crate) type Last = metrics::Meter;
@@ -142,7 +143,7 @@ impl Accounting {
             }
         };
         let mut by_consumer: HashMap<String, Vec<UsageRec>> = HashMap::new();
-        for u in self.store.list::<UsageRec>(Tree::Usage)? {
+        for u in self.usage_records()? {
             if u.site_chain.first() != Some(&self.cfg.site_id) {
                 continue; // used at another site: not this site's capacity
             }
@@ -373,14 +374,17 @@ impl Accounting {
         None
     }
 
+    /// Every usage record of the usage tree, a host round's
+    /// ([`rounds::HostRound`]) one by one, in key order.
+    pub fn usage_records(&self) -> Result<Vec<UsageRec>> {
+        let mut all = Vec::new();
+        self.store.scan(Tree::Usage, |key, raw| rounds::decode_usage(key, raw, &mut all))?;
+        Ok(all)
+    }
+
     /// Local and remote usage of a service, and its SLA violations.
     pub fn usage_report(&self, service_id: &str) -> Result<UsageReport> {
-        let mut records: Vec<UsageRec> = self
-            .store
-            .list::<UsageRec>(Tree::Usage)?
-            .into_iter()
-            .filter(|u| u.abc_id == service_id)
-            .collect();
+        let mut records: Vec<UsageRec> = self.usage_records()?.into_iter().filter(|u| u.abc_id == service_id).collect();
         records.sort_by_key(|u| (u.start_unix, u.vee_id.clone()));
         let violations: Vec<ViolationRec> = self
             .store
@@ -422,7 +426,7 @@ mod tests {
         let site = crate::sim::FakeSite::start(&["h1"], "").await;
         let vee = site.running_service(crate::sim::STANDARD).remove(0);
         let records = |veem: &crate::manager::Veem| {
-            let mut r: Vec<UsageRec> = veem.store.list(Tree::Usage).unwrap();
+            let mut r: Vec<UsageRec> = veem.accounting.usage_records().unwrap();
             r.retain(|r| r.vee_id == vee);
             r.sort_by_key(|r| r.start_unix);
             r
@@ -446,6 +450,32 @@ mod tests {
         next.lifecycle.stop_vee(&vee).await.unwrap();
         next.accounting.round(&mut HashMap::new()).await;
         assert_eq!(next.store.get::<Last>(Tree::Meters, &vee).unwrap(), None);
+        assert_eq!(next.store.get_raw(Tree::Meters, &rounds::meters_key("h1")).unwrap(), None);
+    }
+
+    /// A VEEM of format 5 kept a meter per VEE: the first round after the
+    /// upgrade meters on from it, and the VEE's meter then lives in its
+    /// host's.
+    #[tokio::test]
+    async fn a_per_vee_meter_of_before_is_metered_on_from() {
+        let site = crate::sim::FakeSite::start(&["h1"], "").await;
+        let vee = site.running_service(crate::sim::STANDARD).remove(0);
+        let at_ms = chrono::Utc::now().timestamp_millis() - 10_000;
+        let old = Last {
+            host: "h1".into(),
+            counters: metrics::Counters {
+                at_ms,
+                ..Default::default()
+            },
+        };
+        site.veem.store.put(Tree::Meters, &vee, &old).unwrap();
+        site.veem.accounting.round(&mut HashMap::new()).await;
+        let recs: Vec<UsageRec> = site.veem.accounting.usage_records().unwrap();
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        assert_eq!((recs[0].vee_id.as_str(), recs[0].start_unix), (vee.as_str(), at_ms / 1000));
+        assert_eq!(site.veem.store.get::<Last>(Tree::Meters, &vee).unwrap(), None, "moved into its host's");
+        let raw = site.veem.store.get_raw(Tree::Meters, &rounds::meters_key("h1")).unwrap().unwrap();
+        assert!(rounds::HostMeters::decode("h1", &raw).unwrap().vees.contains_key(&vee));
     }
 
     #[test]

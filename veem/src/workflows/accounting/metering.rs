@@ -1,13 +1,15 @@
 //! Metering (see the parent module): each VEE's counters read from its
 //! VEEH every `usage_interval` and a usage record written from the
 //! previous round's, kept in the `meters` tree so that a VEEM that takes
-//! over meters on without a gap.
+//! over meters on without a gap. A host's round is two values
+//! ([`super::rounds`]): its VEEs' records and their counters.
 
 use std::collections::HashMap;
 
 use anyhow::Result;
 use interfaces::vhi;
 
+use super::rounds::{self, HostMeters, HostRound, RoundEntry};
 use super::{metrics, Accounting, Last};
 use crate::model::{Location, UsageRec, VeeRec, VeeState};
 use crate::store::{Tree, Writes};
@@ -21,11 +23,42 @@ struct Metered {
     for_peer: Option<String>,
 }
 
+/// The Stats of `vees` on the host behind `c`, by VEE ID: one ListStats
+/// (a page of up to 1,000 at a time); from a VEEH before it (UNIMPLEMENTED),
+/// one Stats per VEE, all at once. A VEE whose Stats did not come is not
+/// in the map (metered next round); a host that cannot be asked gives none.
+async fn host_stats<'a>(c: &crate::ports::HostVhi, vees: &[&'a Metered]) -> HashMap<&'a str, vhi::VeeStats> {
+    let call = |page_token| {
+        c.list_stats(tonic::Request::new(vhi::ListStatsRequest {
+            page_size: 1000,
+            page_token,
+        }))
+    };
+    match interfaces::pages::all(call, |r| (r.stats, r.next_page_token)).await {
+        Ok(all) => {
+            let mut by_id: HashMap<String, vhi::VeeStats> = all.into_iter().map(|s| (s.vee_id.clone(), s)).collect();
+            vees.iter().filter_map(|v| Some((v.id.as_str(), by_id.remove(&v.id)?))).collect()
+        }
+        Err(e) if e.code() == tonic::Code::Unimplemented => {
+            let each = futures::future::join_all(
+                vees.iter()
+                    .map(|v| c.stats(tonic::Request::new(vhi::StatsRequest { vee_id: v.id.clone() }))),
+            )
+            .await;
+            vees.iter()
+                .zip(each)
+                .filter_map(|(v, s)| Some((v.id.as_str(), s.ok()?.into_inner())))
+                .collect()
+        }
+        Err(_) => HashMap::new(),
+    }
+}
+
 impl Accounting {
     /// Meters each VEE running on a configured host: a usage record from
     /// its previous round's counters (`last`, or the `meters` tree after
     /// a takeover or a restart) to now, written with the new counters in
-    /// one commit per host (its VEEs' Stats asked at once). No record when the VEE's counters began again (it
+    /// one commit per host (its VEEs' Stats read in one ListStats, `host_stats`). No record when the VEE's counters began again (it
     /// restarted, or moved to another host); the meters of VEEs no longer
     /// running are dropped, so a VEE started again is not charged for the
     /// time it was stopped.
@@ -50,32 +83,86 @@ impl Accounting {
         for v in &metered {
             by_host.entry(&v.host).or_default().push(v);
         }
+        let round_ms = self.clock.now_ms();
+        let mut in_host_records = std::collections::HashSet::new();
         for (h, vees) in by_host {
             let Ok(c) = self.hosts.vhi(h) else { continue };
-            let stats = futures::future::join_all(
-                vees.iter()
-                    .map(|v| c.stats(tonic::Request::new(vhi::StatsRequest { vee_id: v.id.clone() }))),
-            )
-            .await;
+            let mut stats = host_stats(&*c, &vees).await;
+            // The host's meters as the last round here or elsewhere (a
+            // VEEM before this one) wrote them, read once.
+            let stored = match self.store.get_raw(Tree::Meters, &rounds::meters_key(h))? {
+                Some(raw) => HostMeters::decode(h, &raw)?,
+                None => HostMeters::default(),
+            };
             let mut w = Writes::default();
             let mut meters = Vec::new();
-            for (v, s) in vees.into_iter().zip(stats) {
-                let Ok(s) = s else { continue };
-                let meter = self.meter(v, h, s.into_inner(), last, &mut w)?;
+            let mut own = Vec::new();
+            let mut kept = HostMeters {
+                format: rounds::ROUND_FORMAT,
+                ..Default::default()
+            };
+            for v in vees {
+                let Some(s) = stats.remove(v.id.as_str()) else {
+                    // No counters this round: its last ones on this host
+                    // stay the start of its next record.
+                    if let Some(m) = last.get(&v.id).filter(|m| m.host == h) {
+                        kept.vees.insert(v.id.clone(), m.counters);
+                        in_host_records.insert(v.id.as_str());
+                    }
+                    continue;
+                };
+                let prev = match last.get(&v.id) {
+                    Some(m) => Some(m.clone()),
+                    None => match stored.meter(h, &v.id) {
+                        Some(m) => Some(m),
+                        // A per-VEE meter of a VEEM before host rounds.
+                        None => self.store.get::<Last>(Tree::Meters, &v.id)?,
+                    },
+                };
+                let (meter, rec) = self.meter(v, h, s, prev);
+                if let Some(rec) = rec {
+                    match &v.for_peer {
+                        // A record of a VEE run for a peer goes to its
+                        // outbox in the same write, one value of its own.
+                        Some(primary) => {
+                            w.put(Tree::Usage, &rec.record_id, &rec)?;
+                            w.put(Tree::UsageOutbox, &rec.record_id, primary)?;
+                        }
+                        None => own.push(RoundEntry::of(&rec)),
+                    }
+                }
+                kept.vees.insert(v.id.clone(), meter.counters);
+                in_host_records.insert(v.id.as_str());
                 meters.push((v.id.clone(), meter));
             }
+            if !own.is_empty() {
+                let round = HostRound {
+                    format: rounds::ROUND_FORMAT,
+                    site_id: self.cfg.site_id.clone(),
+                    records: own,
+                };
+                w.put(Tree::Usage, &rounds::round_key(h, round_ms), &round)?;
+            }
+            w.put(Tree::Meters, &rounds::meters_key(h), &kept)?;
             // Kept once written: a commit that fails leaves the next round
             // to meter from the last counters written.
             self.store.commit(w)?;
             last.extend(meters);
         }
-        // The meters of VEEs no longer metered here.
+        // The meters of VEEs no longer metered here: a host's whose VEEs
+        // none are, a VEE's own (before host rounds) once it is in its
+        // host's or no longer metered.
         let ids: std::collections::HashSet<&str> = metered.iter().map(|v| v.id.as_str()).collect();
+        let metered_hosts: std::collections::HashSet<String> = metered.iter().map(|v| rounds::meters_key(&v.host)).collect();
         last.retain(|id, _| ids.contains(id.as_str()));
         let mut gone = Writes::default();
-        self.store.scan(Tree::Meters, |id, _| {
-            if !ids.contains(id) {
-                gone.remove(Tree::Meters, id);
+        self.store.scan(Tree::Meters, |key, _| {
+            let keep = match key.strip_prefix(rounds::METERS_PREFIX) {
+                Some(_) => metered_hosts.contains(key),
+                None => ids.contains(key) && !in_host_records.contains(key),
+            };
+            if !keep {
+                gone.remove(Tree::Meters, key);
             }
             Ok(())
         })?;
@@ -86,9 +173,10 @@ impl Accounting {
     }
 
     /// VEE `v`'s meter from its Stats `s` on host `h`, and its usage record
-    /// since its previous meter (in `last`, else the `meters` tree) when
-    /// its counters went on from there, both put in `w`.
-    fn meter(&self, v: &Metered, h: &str, s: vhi::VeeStats, last: &HashMap<String, Last>, w: &mut Writes) -> Result<Last> {
+    /// since its previous meter `prev` when its counters went on from
+    /// there (on the same host). Its metrics are kept as its latest
+    /// sample.
+    fn meter(&self, v: &Metered, h: &str, s: vhi::VeeStats, prev: Option<Last>) -> (Last, Option<UsageRec>) {
         let now = metrics::Counters {
             at_ms: interfaces::time::ms_of(&s.time),
             cpu: s.cpu_seconds,
@@ -97,54 +185,50 @@ impl Accounting {
             net_rx: s.net_rx_bytes,
             net_tx: s.net_tx_bytes,
         };
-        let prev = match last.get(&v.id) {
-            Some(m) => Some(m.clone()),
-            None => self.store.get::<Last>(Tree::Meters, &v.id)?,
-        };
         let meter = Last {
             host: h.to_string(),
             counters: now,
         };
-        w.put(Tree::Meters, &v.id, &meter)?;
         // Moved or restarted (counters began again): no record.
         let values = prev
             .filter(|p| p.host == *h)
             .and_then(|p| Some(p.counters).zip(metrics::hypervisor_metrics(&p.counters, &now, v.vcpus, s.memory_mib)));
-        if let Some((prev, mut values)) = values {
-            metrics::add_kpis(&mut values, &s.kpis);
-            // A VEE run for a peer: its KPIs go to its primary with its usage.
-            let kpis = match &v.for_peer {
-                Some(_) => s
-                    .kpis
-                    .iter()
-                    .filter(|k| values.get(&k.name) == Some(&k.value))
-                    .map(|k| (k.name.clone(), (k.value, interfaces::time::ms_of(&k.time))))
-                    .collect(),
-                None => Default::default(),
-            };
-            self.samples.record(&v.id, now.at_ms, values);
-            let secs = (now.at_ms - prev.at_ms) as f64 / 1000.0;
-            let rec = UsageRec {
-                record_id: uuid::Uuid::new_v4().to_string(),
-                abc_id: v.service_id.clone(),
-                vee_id: v.id.clone(),
-                site_chain: vec![self.cfg.site_id.clone()],
-                start_unix: prev.at_ms / 1000,
-                end_unix: now.at_ms / 1000,
-                cpu_seconds: now.cpu - prev.cpu,
-                memory_mib_seconds: s.memory_mib as f64 * secs,
-                disk_bytes: (now.disk_read + now.disk_write).saturating_sub(prev.disk_read + prev.disk_write),
-                net_bytes: (now.net_rx + now.net_tx).saturating_sub(prev.net_rx + prev.net_tx),
-                sent: v.for_peer.is_none(),
-                kpis,
-            };
-            // A record of a VEE run for a peer goes to its outbox in
-            // the same write.
-            w.put(Tree::Usage, &rec.record_id, &rec)?;
-            if let Some(primary) = &v.for_peer {
-                w.put(Tree::UsageOutbox, &rec.record_id, primary)?;
-            }
-        }
-        Ok(meter)
+        let Some((prev, mut values)) = values else {
+            return (meter, None);
+        };
+        metrics::add_kpis(&mut values, &s.kpis);
+        // A VEE run for a peer: its KPIs go to its primary with its usage.
+        let kpis = match &v.for_peer {
+            Some(_) => s
+                .kpis
+                .iter()
+                .filter(|k| values.get(&k.name) == Some(&k.value))
+                .map(|k| (k.name.clone(), (k.value, interfaces::time::ms_of(&k.time))))
+                .collect(),
+            None => Default::default(),
+        };
+        self.samples.record(&v.id, now.at_ms, values);
+        let secs = (now.at_ms - prev.at_ms) as f64 / 1000.0;
+        let rec = UsageRec {
+            // One value of its own (run for a peer) has a UUID; a host
+            // round's entry gets its ID from the round's key.
+            record_id: if v.for_peer.is_some() {
+                uuid::Uuid::new_v4().to_string()
+            } else {
+                String::new()
+            },
+            abc_id: v.service_id.clone(),
+            vee_id: v.id.clone(),
+            site_chain: vec![self.cfg.site_id.clone()],
+            start_unix: prev.at_ms / 1000,
+            end_unix: now.at_ms / 1000,
+            cpu_seconds: now.cpu - prev.cpu,
+            memory_mib_seconds: s.memory_mib as f64 * secs,
+            disk_bytes: (now.disk_read + now.disk_write).saturating_sub(prev.disk_read + prev.disk_write),
+            net_bytes: (now.net_rx + now.net_tx).saturating_sub(prev.net_rx + prev.net_tx),
+            sent: v.for_peer.is_none(),
+            kpis,
+        };
+        (meter, Some(rec))
     }
 }
