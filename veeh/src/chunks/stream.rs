@@ -70,8 +70,15 @@ impl<'a> Feed<'a> {
     pub async fn serve(&self) -> anyhow::Error {
         let mut sessions = FuturesUnordered::new();
         loop {
+            // Every session's end is taken (not only a failed one's): a
+            // select whose pattern missed would wait for the next reader
+            // alone, and starve the sessions under way.
             tokio::select! {
-                Some(Err(e)) = sessions.next() => return e,
+                Some(done) = sessions.next(), if !sessions.is_empty() => {
+                    if let Err(e) = done {
+                        return e;
+                    }
+                }
                 reader = self.accept() => match reader {
                     Ok(tx) => sessions.push(self.session(tx)),
                     Err(e) => return e,
@@ -173,11 +180,15 @@ mod tests {
     async fn each_open_reads_the_part_from_its_first_byte() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Arc::new(ChunkCache::open(&dir.path().join("chunks"), 1 << 30).unwrap());
-        // Three chunks, the middle one of zeros (a pipe has no holes).
+        // Five chunks, the second of zeros (a pipe has no holes).
         let parts: Vec<Bytes> = vec![
             (0..300_000u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>().into(),
             vec![0u8; 200_000].into(),
             (0..150_000u32).map(|i| (i % 13) as u8).collect::<Vec<u8>>().into(),
+            // More than the pipe holds (1 MiB): a session that nobody
+            // reads waits in its write.
+            (0..1_000_000u32).map(|i| (i % 7) as u8).collect::<Vec<u8>>().into(),
+            (0..1_000_000u32).map(|i| (i % 11) as u8).collect::<Vec<u8>>().into(),
         ];
         let refs = parts
             .iter()
@@ -223,6 +234,35 @@ mod tests {
         assert_eq!(all.len(), whole.len());
         assert!(all == whole && again == whole, "a later open reads the part from its first byte");
         assert_eq!(feed.fetched.load(Ordering::Relaxed), 0, "everything came from the cache");
+        // A reader that closes while the next one reads (libvirt's header
+        // read ending once QEMU's read began) does not stall the next.
+        let overlapping = async {
+            let f = fifo.clone();
+            let first = tokio::task::spawn_blocking(move || std::fs::File::open(&f).unwrap()).await.unwrap();
+            let f = fifo.clone();
+            // The second reads slowly: it is still reading when the first
+            // goes.
+            let second = tokio::task::spawn_blocking(move || {
+                let mut file = std::fs::File::open(&f).unwrap();
+                let (mut out, mut buf) = (vec![], vec![0u8; 65536]);
+                loop {
+                    let n = file.read(&mut buf).unwrap();
+                    if n == 0 {
+                        return out;
+                    }
+                    out.extend_from_slice(&buf[..n]);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            });
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            drop(first);
+            tokio::time::timeout(std::time::Duration::from_secs(20), second).await
+        };
+        let second = tokio::select! {
+            r = overlapping => r.expect("the second reader stalled when the first closed").unwrap(),
+            e = feed.serve() => panic!("the feed stopped: {e:#}"),
+        };
+        assert!(second == whole, "the second reader reads the part whole");
         drop(feed);
         assert!(!fifo.exists(), "the FIFO goes with the feed");
     }
