@@ -56,7 +56,7 @@ pub async fn missing(State(app): State<AppState>, headers: HeaderMap, body: Body
     let too_many = || format!("at most {MAX_MISSING_QUERY} digests ({MAX_MISSING_BODY} bytes) per query");
     // A body that stalls is cut by the router's `body_idle_timeout`: 408.
     let raw = axum::body::to_bytes(body, MAX_MISSING_BODY).await.map_err(|e| {
-        if crate::server::upload::stalled(&e) {
+        if crate::server::error::stalled(&e) {
             let idle = app.config.body_idle_timeout.as_secs();
             return ApiError::too_slow("missing query", 0, &format!("no byte of its body for {idle} s (body_idle_timeout)"));
         }

@@ -264,3 +264,18 @@ pub fn parse_id(raw: &str) -> Result<BlobId, ApiError> {
     raw.parse()
         .map_err(|e: interfaces::manifest::Error| ApiError::bad_request(e.to_string()))
 }
+
+/// Whether a request body failed because it brought no byte for
+/// `body_idle_timeout` (the router's `RequestBodyTimeoutLayer`), rather
+/// than broke off.
+pub(crate) fn stalled(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(e) = source {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+

@@ -46,7 +46,7 @@ pub fn router(app: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(app.clone(), super::connections::throttle_auth))
         .layer(DefaultBodyLimit::disable())
         // Every request body, wherever it goes: one that brings no byte
-        // for `body_idle_timeout` fails (`upload::stalled`), so a stalled
+        // for `body_idle_timeout` fails (`error::stalled`), so a stalled
         // client holds no request, slot or upload share past it.
         .layer(RequestBodyTimeoutLayer::new(app.config.body_idle_timeout))
         .with_state(app)

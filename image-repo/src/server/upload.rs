@@ -182,7 +182,7 @@ impl Incoming {
             let chunk = match stream.next().await {
                 None => break,
                 Some(Ok(chunk)) => chunk,
-                Some(Err(e)) if stalled(&e) => {
+                Some(Err(e)) if crate::server::error::stalled(&e) => {
                     return Err(ApiError::too_slow(
                         what,
                         received,
@@ -267,20 +267,6 @@ impl Incoming {
         }
         Ok(stored)
     }
-}
-
-/// Whether a request body failed because it brought no byte for
-/// `body_idle_timeout` (the router's `RequestBodyTimeoutLayer`), rather
-/// than broke off.
-pub(crate) fn stalled(e: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(e) = source {
-        if e.is::<tower_http::timeout::TimeoutError>() {
-            return true;
-        }
-        source = e.source();
-    }
-    false
 }
 
 /// Bytes an upload without a declared length holds at a time (16 MiB).

@@ -65,7 +65,7 @@ pub async fn put(access: &Access<'_>, raw: &str, headers: &HeaderMap, body: Body
     access.must_own("push manifests")?;
     let reference = reference(raw)?;
     let bytes = axum::body::to_bytes(body, MAX_MANIFEST).await.map_err(|e| {
-        if crate::server::upload::stalled(&e) {
+        if crate::server::error::stalled(&e) {
             let idle = access.app.config.body_idle_timeout.as_secs();
             return OciError::new(
                 StatusCode::REQUEST_TIMEOUT,
