@@ -405,6 +405,17 @@ pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 impl FakeSite {
+    /// The replication of checkpoint `id` as its record holds it (panics
+    /// when there is no such record).
+    pub fn checkpoint_replication(&self, id: &str) -> crate::domain::ReplicationRec {
+        self.veem
+            .store
+            .get::<crate::model::CheckpointRec>(crate::store::Tree::Checkpoints, id)
+            .unwrap()
+            .unwrap()
+            .replication
+    }
+
     /// The events of VEE `vee` as `kind: detail`, oldest first.
     pub fn events(&self, vee: &str) -> Vec<String> {
         let all = self.veem.store.events().unwrap();

@@ -24,12 +24,7 @@ fn site_b() -> (FakeSite, String) {
 }
 
 fn record(site: &FakeSite, id: &str) -> ReplicationRec {
-    site.veem
-        .store
-        .get::<CheckpointRec>(Tree::Checkpoints, id)
-        .unwrap()
-        .unwrap()
-        .replication
+    site.checkpoint_replication(id)
 }
 
 fn unsettled(site: &FakeSite) -> Vec<String> {

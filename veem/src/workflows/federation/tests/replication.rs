@@ -12,13 +12,7 @@ use crate::sim::eventually;
 use crate::store::Tree;
 
 fn replication(site: &FakeSite, id: &str) -> Replication {
-    site.veem
-        .store
-        .get::<CheckpointRec>(Tree::Checkpoints, id)
-        .unwrap()
-        .unwrap()
-        .replication
-        .state
+    site.checkpoint_replication(id).state
 }
 
 #[tokio::test]
