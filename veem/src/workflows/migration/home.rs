@@ -194,13 +194,38 @@ impl Migration {
                 v.location = Location::Nowhere;
                 self.transition(&mut v, VeeState::Terminated, "left for another site")?;
             }
-            Err(e) => {
+            // The send failed on the caller's side, maybe only there (the
+            // source VEEH went away mid-call while libvirt finished the
+            // migration): the VEE stays here only if its source still runs
+            // it. Gone from it, or the source not answering, the migration
+            // stays running for the leader to settle from where the VEE is
+            // (`settle`), never "staying" at a source that let it go.
+            Err(e) if self.still_at_source(&src, vee_id).await => {
                 m.advance(MigrationState::Failed)?;
                 m.detail = format!("{e:#}");
                 self.transition(&mut v, VeeState::Running, "send failed; stays here")?;
             }
+            Err(e) => {
+                m.detail = format!("{e:#}; the VEE is not at its source: the leader settles the migration from where it is");
+                tracing::warn!(vee = %vee_id, host = %src, error = %format!("{e:#}"), "the send failed and the VEE is not known at its source: left for the settle pass");
+            }
         }
         self.store.put(Tree::Migrations, &m.id, &m)?;
         Ok(m)
+    }
+
+    /// Whether host `src` runs the domain of `vee_id`, asked up to five
+    /// times a second apart (a VEEH restarting); `false` when it does not,
+    /// or does not answer.
+    async fn still_at_source(&self, src: &str, vee_id: &str) -> bool {
+        for _ in 0..5 {
+            if let Ok(c) = self.hosts.vhi(src) {
+                if let Ok(list) = crate::ports::domains(&*c).await {
+                    return list.iter().any(|d| d.vee_id == vee_id);
+                }
+            }
+            self.clock.sleep(std::time::Duration::from_secs(1)).await;
+        }
+        false
     }
 }
