@@ -46,10 +46,8 @@ pub struct Host {
     /// One lifecycle operation at a time per VEE: a retried call (say from
     /// a restarted VEEM) waits for the first and then finds it done.
     vee_locks: std::sync::Mutex<interfaces::locks::LockMap>,
-    /// The last CPU load measurement ([`Host::cpu_load`]), and whether
-    /// one is under way.
-    load: Arc<std::sync::Mutex<LoadSample>>,
-    measuring: Arc<std::sync::atomic::AtomicBool>,
+    /// The last CPU load measurement ([`Host::cpu_load`]).
+    load: std::sync::Mutex<LoadSample>,
     /// The KPIs the VEEs here report (`crate::kpi`).
     kpis: Arc<crate::kpi::Kpis>,
 }
@@ -124,7 +122,6 @@ impl Host {
             facts,
             vee_locks: Default::default(),
             load: Default::default(),
-            measuring: Default::default(),
             kpis: Default::default(),
         }))
     }
@@ -242,37 +239,38 @@ impl Host {
 
     /// The CPU load of this host's VEEs: the CPU time their domains used
     /// since the previous measurement, per second, over the host's vCPUs
-    /// (`[capacity] vcpus`). Measured at most every [`LOAD_PERIOD`], in the
-    /// background: the answer is the last value and never waits for
-    /// libvirt (a domain busy with a job, a restore or a snapshot, holds
-    /// its statistics for as long, and the heartbeat that asks must not
-    /// miss for it). A VEE that left or arrived in between (a sum that
-    /// went down) starts a new period. 0 until the first period ends.
+    /// (`[capacity] vcpus`). Measured at most every [`LOAD_PERIOD`]; a VEE
+    /// that left or arrived in between (a sum that went down) starts a new
+    /// period. 0 until the first period ends.
     pub async fn cpu_load(&self) -> f64 {
-        use std::sync::atomic::Ordering;
         let last = *self.load.lock().unwrap();
-        if last.at.is_some_and(|at| at.elapsed() < LOAD_PERIOD) || self.measuring.swap(true, Ordering::AcqRel) {
+        if last.at.is_some_and(|at| at.elapsed() < LOAD_PERIOD) {
             return last.load;
         }
         let ids: Vec<String> = self.vees.list().unwrap_or_default().into_iter().map(|r| r.vee_id).collect();
-        let (hv, sample, measuring) = (self.hv.clone(), self.load.clone(), self.measuring.clone());
-        let vcpus = f64::from(self.cfg.capacity.vcpus.max(1));
-        tokio::task::spawn_blocking(move || {
-            let cpu_seconds: f64 = ids.iter().filter_map(|id| hv.counters(id, &[]).ok()).map(|c| c.cpu_seconds).sum();
-            let now = std::time::Instant::now();
-            let mut s = sample.lock().unwrap();
-            let load = match s.at {
-                Some(at) if cpu_seconds >= s.cpu_seconds => (cpu_seconds - s.cpu_seconds) / now.duration_since(at).as_secs_f64() / vcpus,
-                _ => s.load,
-            };
-            *s = LoadSample {
-                at: Some(now),
-                cpu_seconds,
-                load,
-            };
-            measuring.store(false, Ordering::Release);
-        });
-        last.load
+        let cpu_seconds = self
+            .blocking(move |hv| {
+                Ok(ids
+                    .iter()
+                    .filter_map(|id| hv.counters(id, &[]).ok())
+                    .map(|c| c.cpu_seconds)
+                    .sum::<f64>())
+            })
+            .await
+            .unwrap_or(last.cpu_seconds);
+        let now = std::time::Instant::now();
+        let load = match last.at {
+            Some(at) if cpu_seconds >= last.cpu_seconds => {
+                (cpu_seconds - last.cpu_seconds) / now.duration_since(at).as_secs_f64() / f64::from(self.cfg.capacity.vcpus.max(1))
+            }
+            _ => last.load,
+        };
+        *self.load.lock().unwrap() = LoadSample {
+            at: Some(now),
+            cpu_seconds,
+            load,
+        };
+        load
     }
 
     /// Prepare: images into the cache, the VEE's record and an empty
