@@ -55,13 +55,18 @@ pub struct HostMetrics {
 
 impl Default for HostMetrics {
     fn default() -> Self {
+        // Both kinds of restore listed from the start, at 0.
+        let restores: Family<RestoreLabels, Counter> = Family::default();
+        for memory in ["streamed", "file"] {
+            let _ = restores.get_or_create(&RestoreLabels { memory });
+        }
         Self {
             libvirt_calls: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 4.0, 9))),
             domains: Family::default(),
             artifacts_pending: Gauge::default(),
             checkpoint_sent: Counter::default(),
             restore_fetched: Counter::default(),
-            restores: Family::default(),
+            restores,
         }
     }
 }
