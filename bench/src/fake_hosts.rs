@@ -167,6 +167,7 @@ impl VhiService for Fake {
                 vee_id: id.clone(),
                 domain: format!("vee-{id}"),
                 state: VeeState::Running as i32,
+                migrating_out: false,
             })
             .collect();
         let q = r.get_ref();

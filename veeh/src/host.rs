@@ -46,10 +46,15 @@ pub struct Host {
     /// One lifecycle operation at a time per VEE: a retried call (say from
     /// a restarted VEEM) waits for the first and then finds it done.
     vee_locks: std::sync::Mutex<interfaces::locks::LockMap>,
-    /// The last CPU load measurement ([`Host::cpu_load`]).
-    load: std::sync::Mutex<LoadSample>,
+    /// The last CPU load measurement ([`Host::cpu_load`]), and whether
+    /// one is under way.
+    load: Arc<std::sync::Mutex<LoadSample>>,
+    measuring: Arc<std::sync::atomic::AtomicBool>,
     /// The KPIs the VEEs here report (`crate::kpi`).
     kpis: Arc<crate::kpi::Kpis>,
+    /// The VEEs a live migration out of this host is under way for
+    /// ([`Host::migrate_out`]), as ListDomains reports them.
+    pub(crate) outgoing: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 /// One measurement of the VEEs' CPU time, and the load it gave.
@@ -122,7 +127,9 @@ impl Host {
             facts,
             vee_locks: Default::default(),
             load: Default::default(),
+            measuring: Default::default(),
             kpis: Default::default(),
+            outgoing: Default::default(),
         }))
     }
 
@@ -239,38 +246,37 @@ impl Host {
 
     /// The CPU load of this host's VEEs: the CPU time their domains used
     /// since the previous measurement, per second, over the host's vCPUs
-    /// (`[capacity] vcpus`). Measured at most every [`LOAD_PERIOD`]; a VEE
-    /// that left or arrived in between (a sum that went down) starts a new
-    /// period. 0 until the first period ends.
+    /// (`[capacity] vcpus`). Measured at most every [`LOAD_PERIOD`], in the
+    /// background: the answer is the last value and never waits for
+    /// libvirt (a domain busy with a job, a restore or a snapshot, holds
+    /// its statistics for as long, and the heartbeat that asks must not
+    /// miss for it). A VEE that left or arrived in between (a sum that
+    /// went down) starts a new period. 0 until the first period ends.
     pub async fn cpu_load(&self) -> f64 {
+        use std::sync::atomic::Ordering;
         let last = *self.load.lock().unwrap();
-        if last.at.is_some_and(|at| at.elapsed() < LOAD_PERIOD) {
+        if last.at.is_some_and(|at| at.elapsed() < LOAD_PERIOD) || self.measuring.swap(true, Ordering::AcqRel) {
             return last.load;
         }
         let ids: Vec<String> = self.vees.list().unwrap_or_default().into_iter().map(|r| r.vee_id).collect();
-        let cpu_seconds = self
-            .blocking(move |hv| {
-                Ok(ids
-                    .iter()
-                    .filter_map(|id| hv.counters(id, &[]).ok())
-                    .map(|c| c.cpu_seconds)
-                    .sum::<f64>())
-            })
-            .await
-            .unwrap_or(last.cpu_seconds);
-        let now = std::time::Instant::now();
-        let load = match last.at {
-            Some(at) if cpu_seconds >= last.cpu_seconds => {
-                (cpu_seconds - last.cpu_seconds) / now.duration_since(at).as_secs_f64() / f64::from(self.cfg.capacity.vcpus.max(1))
-            }
-            _ => last.load,
-        };
-        *self.load.lock().unwrap() = LoadSample {
-            at: Some(now),
-            cpu_seconds,
-            load,
-        };
-        load
+        let (hv, sample, measuring) = (self.hv.clone(), self.load.clone(), self.measuring.clone());
+        let vcpus = f64::from(self.cfg.capacity.vcpus.max(1));
+        tokio::task::spawn_blocking(move || {
+            let cpu_seconds: f64 = ids.iter().filter_map(|id| hv.counters(id, &[]).ok()).map(|c| c.cpu_seconds).sum();
+            let now = std::time::Instant::now();
+            let mut s = sample.lock().unwrap();
+            let load = match s.at {
+                Some(at) if cpu_seconds >= s.cpu_seconds => (cpu_seconds - s.cpu_seconds) / now.duration_since(at).as_secs_f64() / vcpus,
+                _ => s.load,
+            };
+            *s = LoadSample {
+                at: Some(now),
+                cpu_seconds,
+                load,
+            };
+            measuring.store(false, Ordering::Release);
+        });
+        last.load
     }
 
     /// Prepare: images into the cache, the VEE's record and an empty
@@ -516,12 +522,15 @@ impl Host {
         Ok(out)
     }
 
-    /// What libvirt really runs for this VEEH.
+    /// What libvirt really runs for this VEEH, each domain marked
+    /// `migrating_out` while a live migration of it is under way here.
     pub async fn list_domains(&self) -> Result<Vec<vhi::DomainInfo>> {
         let doms = self.blocking(|hv| hv.owned_domains()).await?;
+        let outgoing = self.outgoing.lock().unwrap();
         Ok(doms
             .into_iter()
             .map(|d| vhi::DomainInfo {
+                migrating_out: outgoing.contains(&d.vee_id),
                 vee_id: d.vee_id,
                 domain: d.name,
                 state: vhi_state(Some(d.state)) as i32,

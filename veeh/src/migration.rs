@@ -104,6 +104,7 @@ impl Host {
         progress: mpsc::Sender<MigrationProgress>,
     ) -> Result<()> {
         let rec = self.vees.get(vee_id)?;
+        let _outgoing = Outgoing::mark(&self.outgoing, vee_id);
         let id = vee_id.to_string();
         let xml = self.blocking(move |hv| hv.xml(&id, true)).await?;
         let opt = |s: &str| (!s.is_empty()).then(|| std::path::PathBuf::from(s));
@@ -130,9 +131,22 @@ impl Host {
                 ..Default::default()
             })
             .await;
+        // The caller gone (its VEEM killed or taken over, the stream
+        // dropped): nobody would complete the VEE at the destination, so
+        // the migration is aborted and the VEE runs on here, which the next
+        // VEEM finds (the domain no longer `migrating_out`).
+        let mut abandoned = false;
         let outcome = loop {
             tokio::select! {
                 r = &mut job => break r?,
+                _ = progress.closed(), if !abandoned => {
+                    abandoned = true;
+                    tracing::warn!(vee = %vee_id, to = %target.host, "the migration's caller went away: aborting it");
+                    let (hv, id) = (self.hv.clone(), vee_id.to_string());
+                    if let Ok(Err(e)) = tokio::task::spawn_blocking(move || hv.abort_job(&id)).await {
+                        tracing::warn!(vee = %vee_id, error = %format!("{e:#}"), "the migration could not be aborted: it ends as it would have");
+                    }
+                }
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {
                     let hv = self.hv.clone();
                     let id = vee_id.to_string();
@@ -183,5 +197,29 @@ impl Host {
                 Err(e)
             }
         }
+    }
+}
+
+/// A VEE marked as migrating out of this host ([`Host::migrate_out`]) for
+/// as long as this guard lives: the call's whole run, whoever waits for it
+/// (the VEEM that asked may have gone).
+struct Outgoing {
+    set: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    vee_id: String,
+}
+
+impl Outgoing {
+    fn mark(set: &std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>, vee_id: &str) -> Self {
+        set.lock().unwrap().insert(vee_id.to_string());
+        Self {
+            set: set.clone(),
+            vee_id: vee_id.to_string(),
+        }
+    }
+}
+
+impl Drop for Outgoing {
+    fn drop(&mut self) {
+        self.set.lock().unwrap().remove(&self.vee_id);
     }
 }

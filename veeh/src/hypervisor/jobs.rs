@@ -57,6 +57,23 @@ impl Hypervisor {
         Ok(())
     }
 
+    /// Aborts the job under way on `vee_id`'s domain (`virDomainAbortJob`):
+    /// a live migration out stops and the domain runs on here. Errors: no
+    /// such domain, no job to abort, or a job past the point of no return
+    /// (libvirt's; the migration then ends as it would have).
+    pub fn abort_job(&self, vee_id: &str) -> Result<()> {
+        self.with("abort_job", |c| {
+            let d = self.owned(c, vee_id)?.ok_or_else(|| anyhow::Error::new(self.no_domain(vee_id)))?;
+            // SAFETY: a valid domain pointer, alive for the call.
+            let rc = unsafe { sys::virDomainAbortJob(d.as_ptr()) };
+            if rc < 0 {
+                return Err(anyhow::Error::new(virt::error::Error::last_error()))
+                    .with_context(|| format!("abort the job of VEE {vee_id}"));
+            }
+            Ok(())
+        })
+    }
+
     /// Progress of the job running on `vee_id`'s domain: (processed,
     /// remaining, total) bytes; `None` when no job runs.
     pub fn job_progress(&self, vee_id: &str) -> Option<(u64, u64, u64)> {

@@ -28,6 +28,9 @@ pub struct Script {
     pub failing_for: HashMap<(&'static str, String), (tonic::Code, String)>,
     /// VEEs whose domain runs here.
     pub running: BTreeSet<String>,
+    /// VEEs ListDomains reports as migrating out (a MigrateOut under way
+    /// here that outlived the VEEM that asked for it).
+    pub migrating_out: BTreeSet<String>,
     /// Every call: `restore <vee> fence=<owner>`, `destroy <vee>`, ...
     pub calls: Vec<String>,
     /// The last spec each VEE's Prepare, Create, PrepareIncoming or
@@ -427,6 +430,7 @@ impl Vhi for FakeVhi {
                 vee_id: id.clone(),
                 domain: format!("vee-{id}"),
                 state: VeeState::Running as i32,
+                migrating_out: s.migrating_out.contains(id),
             })
             .collect();
         drop(s);

@@ -132,7 +132,7 @@ impl Reconcile {
         for mut v in self.vees_where(relevant) {
             match (v.location.clone(), v.state) {
                 (Location::Host(h), VeeState::Admitted | VeeState::Deploying) => {
-                    if running.get(&h).is_some_and(|d| d.get(&v.id) == Some(&vhi::VeeState::Running)) {
+                    if running.get(&h).is_some_and(|d| d.get(&v.id).is_some_and(|d| d.state() == vhi::VeeState::Running)) {
                         self.event(&v.id, &v.service_id, "reconcile", format!("found running on {h}"));
                         self.transition(&mut v, VeeState::Running, "reconciled")?;
                     } else if replacing.contains(&v.id) {
@@ -151,7 +151,7 @@ impl Reconcile {
                     // host that does not answer, the host's failure
                     // recovers it.
                     let Some(doms) = running.get(&h) else { continue };
-                    if doms.get(&v.id) == Some(&vhi::VeeState::Running) {
+                    if doms.get(&v.id).is_some_and(|d| d.state() == vhi::VeeState::Running) {
                         self.event(
                             &v.id,
                             &v.service_id,

@@ -13,8 +13,9 @@ use super::{Dest, Migration};
 use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::store::Tree;
 
-/// What each host that answered runs: host -> VEE ID -> domain state.
-pub type Running = HashMap<String, HashMap<String, vhi::VeeState>>;
+/// What each host that answered runs: host -> VEE ID -> its domain (state,
+/// and whether a live migration of it out of that host is under way).
+pub type Running = HashMap<String, HashMap<String, vhi::DomainInfo>>;
 
 /// How long a restart waits for a peer still sending a VEE home.
 const PEER_SENDING_WAIT: Duration = Duration::from_secs(30);
@@ -46,7 +47,7 @@ impl Migration {
             let Ok(c) = self.hosts.vhi(&h) else { continue };
             match crate::ports::domains(&*c).await {
                 Ok(l) => {
-                    running.insert(h.clone(), l.into_iter().map(|d| (d.vee_id.clone(), d.state())).collect());
+                    running.insert(h.clone(), l.into_iter().map(|d| (d.vee_id.clone(), d)).collect());
                 }
                 Err(e) => tracing::warn!(host = %h, error = %e.message(), "cannot reconcile with host"),
             }
@@ -102,8 +103,10 @@ impl Migration {
     ///   ran to its end is (its reservation moved, released or kept); a
     ///   destination site that will not complete it again but runs it
     ///   counts as completed; one that does not run it fails it;
-    /// - unknown (a host or the peer does not answer): left as it is, the
-    ///   next start settles it.
+    /// - unknown (a host or the peer does not answer, or the source host
+    ///   still sends it: its VEEH's migration outlives the VEEM that asked
+    ///   for it): left as it is, the next start or
+    ///   [`Migration::settle_left`] round settles it.
     ///
     /// A peer's own record of a VEE it sent on for its primary site
     /// (`site-of:`) is settled from its source host alone. Errors: the
@@ -163,6 +166,9 @@ impl Migration {
         match from {
             Location::Host(src) => match running.get(src) {
                 None => Found::Unknown(format!("its source host {src} did not answer")),
+                Some(doms) if doms.get(&m.vee_id).is_some_and(|d| d.migrating_out) => {
+                    Found::Unknown(format!("its source host {src} still sends it"))
+                }
                 Some(doms) if doms.contains_key(&m.vee_id) => Found::AtSource,
                 Some(_) => Found::Left,
             },
@@ -222,6 +228,10 @@ impl Migration {
         let Some(doms) = v.host().and_then(|h| running.get(h)) else {
             return Ok(());
         };
+        if doms.get(&v.id).is_some_and(|d| d.migrating_out) {
+            // Its source host still sends it: settled once that ends.
+            return Ok(());
+        }
         let left = !doms.contains_key(&v.id);
         m.advance(if left { MigrationState::Done } else { MigrationState::Failed })?;
         m.detail = if left {

@@ -142,6 +142,38 @@ async fn a_migration_left_running_is_settled_by_the_next_round() {
     assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(to.clone())));
 }
 
+/// A VEEM restarted while its source host still sends the VEE (the
+/// VEEH's migration outlives the VEEM that asked for it) neither aborts
+/// the destination nor records the VEE as staying: it waits, and settles
+/// the migration once the source has finished (done where the VEE went).
+/// Before, the restart found the domain at its source, aborted the
+/// destination and failed the migration while the hypervisor still moved
+/// the VEE (`lab_failed_and_interrupted_migrations_leave_exactly_one_copy`).
+#[tokio::test]
+async fn a_restart_waits_for_a_source_still_sending_and_settles_after() {
+    let (site, vee, from, to) = one_vee_two_hosts().await;
+    let m = site.migration_cut_short(&vee, &to);
+    site.host(&from).script.lock().unwrap().migrating_out.insert(vee.clone());
+    let migration = &site.veem.migration;
+    migration.settle_left_running(&migration.hosts_running().await, true).await.unwrap();
+    assert_eq!(migration.migration(&m.id).unwrap().state, MigrationState::Running);
+    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Migrating);
+    assert!(
+        !site.host(&to).calls().contains(&format!("abort_incoming {vee}")),
+        "{:?}",
+        site.host(&to).calls()
+    );
+    // The hypervisor finished: the VEE left its source.
+    site.host(&from).script.lock().unwrap().migrating_out.remove(&vee);
+    site.host(&from).set_running(&vee, false);
+    site.host(&to).set_running(&vee, true);
+    migration.settle_left().await.unwrap();
+    let m = migration.migration(&m.id).unwrap();
+    assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
+    let v = site.veem.vee(&vee).unwrap();
+    assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(to.clone())));
+}
+
 #[tokio::test]
 async fn a_vee_whose_policy_forbids_moves_is_never_proposed() {
     let site = FakeSite::start(&["h1", "h2"], "").await;
