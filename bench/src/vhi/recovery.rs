@@ -6,9 +6,11 @@
 //! of `BENCH_RECOVERY_VEES` (default 1 and 10): host 2 stalls (SIGSTOP)
 //! while a service of N tiny VEEs (128 MiB, no anti-affinity) is deployed,
 //! so that all N run on host 1; host 2 comes back; each VEE is
-//! checkpointed (VeeAction Checkpoint); then host 1's VEEH stalls
-//! (SIGSTOP: its libvirtd and guests run on, as in a hung host) and the
-//! clock runs from that signal until the VEEM reports every one of the N
+//! checkpointed (VeeAction Checkpoint); then host 1 hangs: its VEEH
+//! and its guests' QEMU processes stall (SIGSTOP; its libvirtd runs on).
+//! The guests stall too because the lab's two hosts share this machine's
+//! cores: guests of a hung host that ran on would take the CPU the other
+//! host's restores need, which no real host failure does. The clock runs from that signal until the VEEM reports every one of the N
 //! VEEs running on host 2 (ListVees polled every 100 ms): detection,
 //! planning and the restores from the checkpoints. Host 1 then comes
 //! back (fenced: its copies destroyed) and the service is deleted.
@@ -185,7 +187,7 @@ pub(super) async fn run(dir: &Path, cleanup: &Cleanup, reps: usize, one_restore:
             format!("recovery_{n}_vees_ms")
         };
         let what = format!(
-            "host failure (its VEEH stalled) to its {n} VEE(s) of 128 MiB running on another host by the VEEM's records (real veem, 1 s heartbeats, {MISS_LIMIT} missed)"
+            "host failure (its VEEH and guests stalled) to its {n} VEE(s) of 128 MiB running on another host by the VEEM's records (real veem, 1 s heartbeats, {MISS_LIMIT} missed)"
         );
         let tool = "one VEE's restore on another host (VHI Restore, restore_pulled_ms_128mib)";
         out.push(metric(
@@ -246,11 +248,14 @@ async fn once(site: &Site, cleanup: &Cleanup, n: usize, i: usize) -> Result<f64>
         if site.veem.daemon.log_text().contains(&format!("failed host={}", h1.host)) {
             bail!("host 1 was failed (slow heartbeats) before its stall");
         }
-        // The failure: host 1's VEEH stalls.
+        // The failure: host 1 hangs, its VEEH and its guests.
+        let guests = qemu_pids(svc.vees.iter().map(|v| v.vee_id.as_str()));
         let t = Instant::now();
         h1.signal("-STOP");
+        signal(&guests, "-STOP");
         let r = site.all_running_on(&service, n, 1, Duration::from_secs(300)).await;
         let secs = t.elapsed().as_secs_f64();
+        signal(&guests, "-CONT");
         h1.signal("-CONT");
         r?;
         site.host_when(0, "back (fenced)", Duration::from_secs(120), |h| h.health() == HostHealth::Up)
@@ -264,4 +269,25 @@ async fn once(site: &Site, cleanup: &Cleanup, n: usize, i: usize) -> Result<f64>
         })
         .await;
     res
+}
+
+/// The PIDs of the QEMU processes running the domains of `vees` (on any
+/// of the lab's libvirtds: before the failure, host 1's).
+fn qemu_pids<'a>(vees: impl Iterator<Item = &'a str>) -> Vec<String> {
+    vees.flat_map(|id| {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", &format!("guest=vee-{id}")])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        out.split_whitespace().map(str::to_string).collect::<Vec<_>>()
+    })
+    .collect()
+}
+
+/// Sends `sig` (`-STOP`, `-CONT`) to every process of `pids`.
+fn signal(pids: &[String], sig: &str) {
+    if !pids.is_empty() {
+        let _ = std::process::Command::new("kill").arg(sig).args(pids).status();
+    }
 }
