@@ -135,13 +135,6 @@ impl MetaDb {
     /// Inserts or replaces the record of `meta.id` and flushes it to disk.
     /// Errors: the database cannot write.
     pub async fn put(&self, meta: &BlobMeta) -> Result<()> {
-        self.insert(meta)?;
-        self.flush().await
-    }
-
-    /// [`MetaDb::put`] without the flush: durable with the next one.
-    /// Errors: the database cannot write.
-    pub fn insert(&self, meta: &BlobMeta) -> Result<()> {
         let old = self.blobs.insert(key(&meta.id), serde_json::to_vec(meta)?)?;
         let old = old.map(|raw| decode(&raw)).transpose()?;
         if old.is_none() {
@@ -150,6 +143,7 @@ impl MetaDb {
         let old_size = old.map_or(0, |m| m.size);
         self.total.fetch_add(meta.size, Ordering::SeqCst);
         self.total.fetch_sub(old_size, Ordering::SeqCst);
+        self.flush().await?;
         Ok(())
     }
 

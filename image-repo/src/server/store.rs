@@ -24,9 +24,6 @@ use super::metadata::MetaDb;
 use super::repositories::{Holders, Repositories};
 
 mod chunks;
-mod group_commit;
-
-use group_commit::GroupCommit;
 
 pub use chunks::Unlistable;
 
@@ -71,9 +68,6 @@ pub struct Store {
     refs: ChunkRefs,
     next_upload: AtomicU64,
     lock: Mutex<()>,
-    /// Makes commits durable: the blobs directory synced and the database
-    /// flushed, once for the commits waiting at the same time.
-    group: GroupCommit,
 }
 
 /// A temporary upload file, removed when dropped unless committed.
@@ -129,7 +123,6 @@ impl Store {
         }
         let repos = Repositories::open(meta.db())?;
         let refs = ChunkRefs::open(meta.db())?;
-        let (blobs_dir, meta_db) = (blobs.clone(), meta.db().clone());
         let store = Self {
             blobs,
             tmp,
@@ -138,16 +131,6 @@ impl Store {
             meta,
             next_upload: AtomicU64::new(0),
             lock: Mutex::new(()),
-            group: GroupCommit::new({
-                let (dir, db) = (blobs_dir, meta_db);
-                move || {
-                    std::fs::File::open(&dir)
-                        .and_then(|d| d.sync_all())
-                        .with_context(|| format!("sync {}", dir.display()))?;
-                    db.flush().context("flush the metadata database")?;
-                    Ok(())
-                }
-            }),
         };
         if store.meta.before_chunks() {
             store.build_refs()?;
@@ -213,27 +196,21 @@ impl Store {
     /// Errors: rename or database.
     /// Content pushed again restarts its collection grace (as `missing`
     /// does). Errors: rename or database.
-    /// Durable when it returns: its sync shared with the commits made at
-    /// the same time ([`GroupCommit`]).
     pub async fn commit(&self, temp: TempFile, id: &BlobId, size: u64, meta: PushMeta, by: &Caller) -> Result<Stored> {
-        let stored = {
-            let _guard = self.lock.lock().await;
-            self.commit_locked(temp, id, size, meta, by)?
-        };
-        self.group.durable().await?;
-        Ok(stored)
+        let _guard = self.lock.lock().await;
+        self.commit_locked(temp, id, size, meta, by).await
     }
 
-    /// [`Store::commit`] under the store's lock, not synced yet: the
-    /// caller waits for [`GroupCommit::durable`] once it released the
-    /// lock.
-    fn commit_locked(&self, mut temp: TempFile, id: &BlobId, size: u64, meta: PushMeta, by: &Caller) -> Result<Stored> {
+    /// [`Store::commit`] under the store's lock.
+    async fn commit_locked(&self, mut temp: TempFile, id: &BlobId, size: u64, meta: PushMeta, by: &Caller) -> Result<Stored> {
         if let Some(mut existing) = self.meta.get(id)? {
             if self.blob_path(id).exists() {
                 self.refs.touch([id], chrono::Utc::now())?;
                 if !by.may_read(&existing) {
                     add_reader(&mut existing, &by.name);
-                    self.meta.insert(&existing)?;
+                    self.meta.put(&existing).await?;
+                } else {
+                    self.meta.flush().await?;
                 }
                 return Ok(Stored::Existing(existing));
             }
@@ -242,6 +219,7 @@ impl Store {
         let dest = self.blob_path(id);
         std::fs::rename(&temp.path, &dest).with_context(|| format!("renaming {} to {}", temp.path.display(), dest.display()))?;
         temp.keep = true;
+        sync_dir(&self.blobs);
         let record = BlobMeta {
             id: id.clone(),
             name: meta.name,
@@ -255,7 +233,7 @@ impl Store {
             public: false,
             readers: Vec::new(),
         };
-        if let Err(e) = self.meta.insert(&record) {
+        if let Err(e) = self.meta.put(&record).await {
             let _ = std::fs::remove_file(&dest);
             return Err(e.context(format!("recording metadata of {id}")));
         }

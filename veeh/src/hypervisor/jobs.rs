@@ -67,7 +67,8 @@ impl Hypervisor {
             // SAFETY: a valid domain pointer, alive for the call.
             let rc = unsafe { sys::virDomainAbortJob(d.as_ptr()) };
             if rc < 0 {
-                return Err(anyhow::Error::new(virt::error::Error::last_error())).with_context(|| format!("abort the job of VEE {vee_id}"));
+                return Err(anyhow::Error::new(virt::error::Error::last_error()))
+                    .with_context(|| format!("abort the job of VEE {vee_id}"));
             }
             Ok(())
         })

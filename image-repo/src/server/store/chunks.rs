@@ -72,7 +72,7 @@ impl Store {
     /// either removed a blob before (it is reported missing) or sees it
     /// touched. Errors: the database.
     pub async fn present(&self, who: &Caller, ids: &[BlobId]) -> Result<(Vec<BlobId>, u64)> {
-        let guard = self.lock.lock().await;
+        let _guard = self.lock.lock().await;
         let (mut missing, mut found, mut bytes) = (Vec::new(), Vec::new(), 0u64);
         for id in ids {
             match self.meta.get(id)? {
@@ -85,8 +85,7 @@ impl Store {
         }
         if !found.is_empty() {
             self.refs.touch(found, Utc::now())?;
-            drop(guard);
-            self.group.durable().await?;
+            self.meta.flush().await?;
         }
         Ok((missing, bytes))
     }
@@ -109,18 +108,16 @@ impl Store {
         by: &Caller,
         index: &ChunkIndex,
     ) -> Result<Result<Stored, Unlistable>> {
-        let guard = self.lock.lock().await;
+        let _guard = self.lock.lock().await;
         let mut seen = HashSet::new();
         for c in &index.chunks {
             if !seen.insert(&c.digest) {
                 continue;
             }
-            let refused = |reason: String| {
-                Ok(Err(Unlistable {
-                    chunk: c.digest.clone(),
-                    reason,
-                }))
-            };
+            let refused = |reason: String| Ok(Err(Unlistable {
+                chunk: c.digest.clone(),
+                reason,
+            }));
             let Some(m) = self.meta.get(&c.digest)?.filter(|m| self.may_read(by, m).unwrap_or(false)) else {
                 return refused(format!("is not stored, or {} may not read it: push it first", by.name));
             };
@@ -133,12 +130,8 @@ impl Store {
         }
         let had = self.refs.lists_any(id)?;
         self.refs.add_index(id, seen)?;
-        match self.commit_locked(temp, id, size, meta, by) {
-            Ok(stored) => {
-                drop(guard);
-                self.group.durable().await?;
-                Ok(Ok(stored))
-            }
+        match self.commit_locked(temp, id, size, meta, by).await {
+            Ok(stored) => Ok(Ok(stored)),
             Err(e) => {
                 if !had {
                     let _ = self.refs.remove_index(id);
@@ -222,10 +215,7 @@ mod tests {
         let (a, b) = (site("site-a"), site("site-b"));
         let c1 = put(&store, b"chunk one", BlobKind::CheckpointChunk, &a).await;
         let c2 = put(&store, b"chunk two", BlobKind::CheckpointChunk, &b).await;
-        let chunk = |id: &BlobId, n| ChunkRef {
-            digest: id.clone(),
-            size: n,
-        };
+        let chunk = |id: &BlobId, n| ChunkRef { digest: id.clone(), size: n };
         let index = ChunkIndex::new("m", vec![chunk(&c1, 9), chunk(&c2, 9)]);
         let raw = index.to_bytes();
         let id = BlobId::of(&raw);
@@ -246,10 +236,7 @@ mod tests {
         assert!(matches!(store.delete(&c1, false).await.unwrap(), Deleted::Listed(l) if l == [id.clone()]));
         assert!(matches!(store.delete(&id, false).await.unwrap(), Deleted::Removed(_)));
         assert!(!store.may_read(&c, &m1).unwrap());
-        assert!(matches!(
-            store.collect(&c1, Utc::now() + chrono::Duration::seconds(1)).await.unwrap(),
-            Deleted::Removed(_)
-        ));
+        assert!(matches!(store.collect(&c1, Utc::now() + chrono::Duration::seconds(1)).await.unwrap(), Deleted::Removed(_)));
         // Touched by `missing`: kept by a collection of what is older.
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         let (missing, bytes) = store.present(&a, &[c1.clone(), c2.clone()]).await.unwrap();
@@ -265,13 +252,7 @@ mod tests {
         let (chunk, index) = {
             let store = Store::open(dir.path()).unwrap();
             let c = put(&store, b"chunk", BlobKind::CheckpointChunk, &a).await;
-            let index = ChunkIndex::new(
-                "m",
-                vec![ChunkRef {
-                    digest: c.clone(),
-                    size: 5,
-                }],
-            );
+            let index = ChunkIndex::new("m", vec![ChunkRef { digest: c.clone(), size: 5 }]);
             let raw = index.to_bytes();
             commit(&store, &raw, &index, &a).await.unwrap();
             (c, BlobId::of(&raw))
