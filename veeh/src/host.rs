@@ -54,7 +54,7 @@ pub struct Host {
     kpis: Arc<crate::kpi::Kpis>,
     /// The VEEs a live migration out of this host is under way for
     /// ([`Host::migrate_out`]), as ListDomains reports them.
-    pub(crate) outgoing: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    pub(crate) outgoing: crate::migration::OutgoingSet,
 }
 
 /// One measurement of the VEEs' CPU time, and the load it gave.

@@ -200,16 +200,19 @@ impl Host {
     }
 }
 
+/// The VEEs a live migration out of this host is under way for (by ID).
+pub(crate) type OutgoingSet = std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>;
+
 /// A VEE marked as migrating out of this host ([`Host::migrate_out`]) for
 /// as long as this guard lives: the call's whole run, whoever waits for it
 /// (the VEEM that asked may have gone).
 struct Outgoing {
-    set: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    set: OutgoingSet,
     vee_id: String,
 }
 
 impl Outgoing {
-    fn mark(set: &std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>, vee_id: &str) -> Self {
+    fn mark(set: &OutgoingSet, vee_id: &str) -> Self {
         set.lock().unwrap().insert(vee_id.to_string());
         Self {
             set: set.clone(),
