@@ -104,6 +104,23 @@ impl VeeRecords {
         self.by_id.values().map(|(v, _, _)| v)
     }
 
+    /// Every record with the revision it was read or written at, in ID
+    /// order.
+    pub(crate) fn values_at(&self) -> impl Iterator<Item = (&VeeRec, Revision)> {
+        self.by_id.values().map(|(v, _, r)| (v, *r))
+    }
+
+    /// Record `id` with the revision it was read or written at.
+    pub(crate) fn get_at(&self, id: &str) -> Option<(&VeeRec, Revision)> {
+        self.by_id.get(id).map(|(v, _, r)| (v, *r))
+    }
+
+    /// The revision the records were read at, or of the last commit that
+    /// wrote or removed one here: it moves on with every such change.
+    pub(crate) fn revision(&self) -> Revision {
+        self.revision
+    }
+
     /// The records due at `now_ms` or before, earliest first.
     pub(crate) fn due(&self, now_ms: i64) -> impl Iterator<Item = &VeeRec> {
         self.due
