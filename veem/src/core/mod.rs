@@ -404,6 +404,13 @@ impl Core {
         self.vee_records.read().unwrap().revision()
     }
 
+    /// The displaced VEE records (suspended and placed nowhere, waiting
+    /// for room: [`VeeRec::is_displaced`]), in ID order, from an index
+    /// (copies only those).
+    pub fn displaced_vees(&self) -> Vec<VeeRec> {
+        self.vee_records.read().unwrap().displaced().cloned().collect()
+    }
+
     /// The VEE records due at `now_ms` or before ([`VeeRec::due_ms`]),
     /// earliest first: what the scheduler and the SLA round look at.
     pub fn due_vees(&self, now_ms: i64) -> Vec<VeeRec> {
