@@ -1,8 +1,8 @@
 //! Fake VEEHs for the `veem serve` measurement with hosts configured
 //! (`veem_rss`): one tonic server in this process listening on one
 //! loopback port per host, answering the VHI calls a VEEM makes while idle
-//! as each host would: GetHostInfo (its name, site, capacity and profile,
-//! for the heartbeats), ListDomains (the VEEs the state places on it, for
+//! as each host would: GetHostInfo (its name, site, capacity, profile and
+//! an unchanging domains generation, for the heartbeats), ListDomains (the VEEs the state places on it, for
 //! start-up reconciliation and the domain watch) and Stats and ListStats
 //! (steadily growing counters, for metering). Every other call is UNIMPLEMENTED (an
 //! idle VEEM makes none). Which host a call is for is told by the local
@@ -154,6 +154,8 @@ impl VhiService for Fake {
             }),
             vtep: "127.0.0.1".into(),
             cpu_load: 0.25,
+            // Its VEEs never change: one generation throughout.
+            domains_generation: 1,
             ..Default::default()
         }))
     }

@@ -54,8 +54,16 @@ pub struct Host {
     kpis: Arc<crate::kpi::Kpis>,
     /// The VEEs a live migration out of this host is under way for
     /// ([`Host::migrate_out`]), as ListDomains reports them.
-    pub(crate) outgoing: crate::migration::OutgoingSet,
+    pub(crate) outgoing: OutgoingSet,
+    /// HostInfo's `domains_generation`: changed by the state watch
+    /// whenever the owned domains or their states change
+    /// ([`Host::spawn_state_watch`]); from the start time in µs, so that a
+    /// restarted VEEH does not repeat the values of the one before.
+    domains_generation: Arc<std::sync::atomic::AtomicU64>,
 }
+
+/// The VEEs a live migration out of this host is under way for (by ID).
+pub(crate) type OutgoingSet = Arc<std::sync::Mutex<std::collections::HashSet<String>>>;
 
 /// One measurement of the VEEs' CPU time, and the load it gave.
 #[derive(Clone, Copy, Debug, Default)]
@@ -70,6 +78,12 @@ struct LoadSample {
 /// The shortest period a load measurement spans: HostInfo (the heartbeat,
 /// every second or so) gets the last value in between.
 const LOAD_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The first `domains_generation` of this VEEH: µs since the Unix epoch
+/// (never 0, which means "not kept").
+fn first_generation() -> u64 {
+    u64::try_from(chrono::Utc::now().timestamp_micros()).unwrap_or(0).max(1)
+}
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
@@ -130,6 +144,7 @@ impl Host {
             measuring: Default::default(),
             kpis: Default::default(),
             outgoing: Default::default(),
+            domains_generation: Arc::new(std::sync::atomic::AtomicU64::new(first_generation())),
         }))
     }
 
@@ -241,6 +256,7 @@ impl Host {
             migration_address: self.cfg.migration_address.clone(),
             vtep: self.cfg.vtep().to_string(),
             cpu_load: self.cpu_load().await,
+            domains_generation: self.domains_generation.load(std::sync::atomic::Ordering::Acquire),
         })
     }
 
@@ -549,7 +565,8 @@ impl Host {
 
     /// Polls libvirt every `period` and emits an event for each change of
     /// an owned domain's state (started, stopped, suspended, resumed,
-    /// crashed, vanished).
+    /// crashed, vanished); any change also moves HostInfo's
+    /// `domains_generation` on.
     pub fn spawn_state_watch(self: &Arc<Self>, period: Duration) {
         let host = self.clone();
         tokio::spawn(async move {
@@ -569,6 +586,9 @@ impl Host {
                 }
                 for gone in last.keys().filter(|k| !now.contains_key(*k)) {
                     host.event(gone, HostEventKind::State, "absent");
+                }
+                if now != last {
+                    host.domains_generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 }
                 last = now;
             }

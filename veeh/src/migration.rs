@@ -16,7 +16,7 @@ use interfaces::vhi::{HostEventKind, IncomingTarget, MigrationPhase, MigrationPr
 use tokio::sync::mpsc;
 
 use crate::domain_xml::{self, PathMap};
-use crate::host::Host;
+use crate::host::{Host, OutgoingSet};
 use crate::hypervisor;
 use crate::qemu_img;
 use crate::vee_store::VeeRecord;
@@ -199,9 +199,6 @@ impl Host {
         }
     }
 }
-
-/// The VEEs a live migration out of this host is under way for (by ID).
-pub(crate) type OutgoingSet = std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>;
 
 /// A VEE marked as migrating out of this host ([`Host::migrate_out`]) for
 /// as long as this guard lives: the call's whole run, whoever waits for it

@@ -233,6 +233,20 @@ pub struct VeemConfig {
     /// (at least 1; default 3).
     #[serde(default = "default_misses")]
     pub heartbeat_miss_limit: u32,
+    /// Heartbeats a second at most, all hosts together (Nomad's heartbeat
+    /// pacing; at least 1; default 50): a round (every
+    /// `heartbeat_interval`) asks at most this many times the interval's
+    /// seconds of the hosts, in turn, so that each host is asked every
+    /// max(`heartbeat_interval`, hosts / this), in whole intervals. A site
+    /// of 2 hosts keeps its 2 s heartbeats; one of 2,000 asks each host
+    /// every 40 s, so that a failed host is declared after
+    /// `heartbeat_miss_limit` of its periods (3 × 40 s = 2 min, not 6 s),
+    /// and a domain destroyed behind the VEEM's back is seen after its
+    /// host's next heartbeat: detection time traded for a bounded load.
+    /// Metering is paced by the same rate: each host's ListStats every
+    /// max(`usage_interval`, hosts / this) (40 s at 2,000 hosts).
+    #[serde(default = "default_heartbeats_per_second")]
+    pub max_heartbeats_per_second: u32,
     /// Time between usage metering rounds (default 10 s).
     #[serde(default = "default_usage", alias = "usage_interval_s", deserialize_with = "duration")]
     pub usage_interval: Duration,
@@ -418,6 +432,9 @@ fn default_heartbeat() -> Duration {
 fn default_misses() -> u32 {
     3
 }
+fn default_heartbeats_per_second() -> u32 {
+    50
+}
 fn default_usage() -> Duration {
     Duration::from_secs(10)
 }
@@ -544,6 +561,9 @@ impl VeemConfig {
         }
         if self.heartbeat_miss_limit == 0 {
             return Err(invalid("heartbeat_miss_limit", "must be at least 1"));
+        }
+        if self.max_heartbeats_per_second == 0 {
+            return Err(invalid("max_heartbeats_per_second", "must be at least 1"));
         }
         if self.slot.as_secs() == 0 || self.slot.subsec_nanos() != 0 {
             return Err(invalid("slot", "must be whole seconds, at least 1 s"));

@@ -1,6 +1,8 @@
 //! The site's VEEHs: VHI clients, heartbeats and failure detection.
 //!
-//! Every `heartbeat_interval` the VEEM asks each VEEH for HostInfo; a host
+//! Every `heartbeat_interval` the VEEM asks VEEHs for HostInfo: each of
+//! them on a small site, the next of them in turn on a large one
+//! ([`pacing`]: at most `max_heartbeats_per_second`); a host
 //! that misses `heartbeat_miss_limit` heartbeats in a row is declared failed
 //! and its VEEs go to recovery. A failed host that answers again comes back
 //! up (empty: its VEEs were recovered elsewhere). A VEEH that answers as
@@ -19,6 +21,8 @@ use crate::config::HostEntry;
 use crate::ports::{within, Clock, HostVhi};
 
 pub use crate::domain::Health;
+
+pub mod pacing;
 
 struct HostConn {
     entry: HostEntry,
@@ -126,6 +130,17 @@ impl HostPool {
 
     pub fn info(&self, name: &str) -> Option<HostInfo> {
         self.hosts.lock().unwrap().get(name).and_then(|h| h.info.clone())
+    }
+
+    /// The `domains_generation` of host `name`'s last HostInfo (0: not
+    /// heard from, or a VEEH that keeps none).
+    pub fn domains_generation(&self, name: &str) -> u64 {
+        self.hosts
+            .lock()
+            .unwrap()
+            .get(name)
+            .and_then(|h| h.info.as_ref())
+            .map_or(0, |i| i.domains_generation)
     }
 
     /// Whether host `name` reads memory states in `format`, as its last

@@ -1,5 +1,5 @@
 //! The VEEM's long-running loops, apart from the request handlers:
-//! heartbeats (`heartbeat_interval`), the scheduler (every second: windows
+//! heartbeats (`heartbeat_interval`, paced: `max_heartbeats_per_second`), the scheduler (every second: windows
 //! and checkpoints), checkpoints' replication (every second), accounting (`usage_interval`), migration proposals
 //! (`proposals.interval`), the elasticity rules (`elasticity_interval`),
 //! the peer watch (`heartbeat_interval`) and the event log's retention
@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::Health;
+use crate::hosts::pacing::Pacing;
 use crate::manager::Veem;
 use crate::planner::{HostSpec, Profile, Resources};
 
@@ -38,19 +39,17 @@ impl Loops {
             tasks: Vec::new(),
         };
         let cfg = veem.config();
+        loops.spawn(veem, cfg.heartbeat_interval, 0usize, |veem, mut cursor| async move {
+            heartbeat_turn(&veem, &mut cursor).await;
+            cursor
+        });
         loops.spawn(
             veem,
             cfg.heartbeat_interval,
-            (),
-            |veem, _| async move { heartbeat_round(&veem).await },
-        );
-        loops.spawn(
-            veem,
-            cfg.heartbeat_interval,
-            crate::workflows::reconcile::Missing::new(),
-            |veem, mut missing| async move {
-                veem.reconcile.domain_watch_round(&mut missing).await;
-                missing
+            crate::workflows::reconcile::DomainWatch::default(),
+            |veem, mut watch| async move {
+                veem.reconcile.domain_watch_round(&mut watch).await;
+                watch
             },
         );
         loops.spawn(veem, Duration::from_secs(1), (), |veem, _| async move {
@@ -75,9 +74,9 @@ impl Loops {
             }
         });
         let usage = cfg.usage_interval.max(Duration::from_secs(1));
-        loops.spawn(veem, usage, HashMap::new(), |veem, mut last| async move {
-            veem.accounting.round(&mut last).await;
-            last
+        loops.spawn(veem, usage, (HashMap::new(), 0usize), |veem, (mut last, mut cursor)| async move {
+            veem.accounting.paced_round(&mut last, &mut cursor).await;
+            (last, cursor)
         });
         loops.spawn(
             veem,
@@ -142,12 +141,29 @@ impl Loops {
     }
 }
 
-/// One heartbeat to every host, all at once (each bounded by its own
+/// The pacing of this VEEM's heartbeats ([`crate::hosts::pacing`]).
+pub(crate) fn pacing(veem: &Veem) -> Pacing {
+    let cfg = veem.config();
+    Pacing::new(veem.hosts.names().len(), cfg.heartbeat_interval, cfg.max_heartbeats_per_second)
+}
+
+/// One round of the heartbeat loop: the next hosts in turn from `cursor`
+/// on, as many as the pacing allows a round ([`heartbeat_hosts`]).
+pub(crate) async fn heartbeat_turn(veem: &Arc<Veem>, cursor: &mut usize) {
+    let names = crate::hosts::pacing::turn(&veem.hosts.names(), cursor, pacing(veem).per_round);
+    heartbeat_hosts(veem, names).await;
+}
+
+/// One heartbeat to every host (at start-up, and in tests).
+pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
+    heartbeat_hosts(veem, veem.hosts.names()).await;
+}
+
+/// One heartbeat to each of `names`, all at once (each bounded by its own
 /// timeout, so a silent host delays nobody); then registers new hosts with
 /// the planner, brings recovered hosts back, and sends failed hosts to
 /// recovery.
-pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
-    let names = veem.hosts.names();
+async fn heartbeat_hosts(veem: &Arc<Veem>, names: Vec<String>) {
     let before: Vec<Health> = names.iter().map(|h| veem.hosts.health(h)).collect();
     let beats = futures::future::join_all(names.iter().map(|h| veem.hosts.heartbeat(h, veem.cfg.heartbeat_miss_limit))).await;
     for ((h, before), (after, info)) in names.into_iter().zip(before).zip(beats) {

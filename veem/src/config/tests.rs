@@ -181,7 +181,9 @@ fn the_lab_configurations_are_valid() {
     }
     for site in ["a", "b"] {
         let path = format!("{}/../configs/lab/veem-site-{site}.toml", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(&path).unwrap().replace("@DEMO@", demo.path().to_str().unwrap());
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("@DEMO@", demo.path().to_str().unwrap());
         let cfg = VeemConfig::parse(&text).unwrap_or_else(|e| panic!("{path}: {e:#}"));
         assert_eq!(cfg.site_id, format!("site-{site}"));
     }

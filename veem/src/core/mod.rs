@@ -385,6 +385,32 @@ impl Core {
         self.vee_records.read().unwrap().values().filter_map(f).collect()
     }
 
+    /// [`Core::vees_map`], `f` given each record's store revision too (the
+    /// one it was read or written at).
+    pub fn vees_map_at<T>(&self, mut f: impl FnMut(&VeeRec, Revision) -> Option<T>) -> Vec<T> {
+        self.vee_records.read().unwrap().values_at().filter_map(|(v, r)| f(v, r)).collect()
+    }
+
+    /// VEE record `id` (a copy) with the store revision it was read or
+    /// written at; `None` when there is none.
+    pub fn vee_at(&self, id: &str) -> Option<(VeeRec, Revision)> {
+        self.vee_records.read().unwrap().get_at(id).map(|(v, r)| (v.clone(), r))
+    }
+
+    /// The store revision the VEE records are current at: it moves on
+    /// with every write of one through this core (and every read of one
+    /// written elsewhere), so an unchanged value means unchanged records.
+    pub fn vees_revision(&self) -> Revision {
+        self.vee_records.read().unwrap().revision()
+    }
+
+    /// The displaced VEE records (suspended and placed nowhere, waiting
+    /// for room: [`VeeRec::is_displaced`]), in ID order, from an index
+    /// (copies only those).
+    pub fn displaced_vees(&self) -> Vec<VeeRec> {
+        self.vee_records.read().unwrap().displaced().cloned().collect()
+    }
+
     /// The VEE records due at `now_ms` or before ([`VeeRec::due_ms`]),
     /// earliest first: what the scheduler and the SLA round look at.
     pub fn due_vees(&self, now_ms: i64) -> Vec<VeeRec> {

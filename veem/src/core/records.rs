@@ -24,6 +24,9 @@ pub(crate) struct VeeRecords {
     revision: Revision,
     /// (due time in Unix ms, VEE ID) for every record with a due time.
     due: BTreeSet<(i64, String)>,
+    /// The IDs of the displaced VEEs ([`VeeRec::is_displaced`]): what the
+    /// scheduler resumes reads these, not every record, each second.
+    displaced: BTreeSet<String>,
     /// Seconds before an open-ended window's end at which its renewal is
     /// due (half the planning horizon).
     renew_ahead_s: i64,
@@ -74,6 +77,11 @@ impl VeeRecords {
         let due = v.due_ms(self.renew_ahead_s);
         let id = v.id.clone();
         self.revision = self.revision.max(revision);
+        if v.is_displaced() {
+            self.displaced.insert(id.clone());
+        } else {
+            self.displaced.remove(&id);
+        }
         if let Some((_, Some(old), _)) = self.by_id.insert(id.clone(), (v, due, revision)) {
             self.due.remove(&(old, id.clone()));
         }
@@ -94,6 +102,7 @@ impl VeeRecords {
     /// Forgets record `id`, removed (or found absent) at `revision`.
     pub(crate) fn remove(&mut self, id: &str, revision: Revision) {
         self.revision = self.revision.max(revision);
+        self.displaced.remove(id);
         if let Some((_, Some(at), _)) = self.by_id.remove(id) {
             self.due.remove(&(at, id.to_string()));
         }
@@ -102,6 +111,28 @@ impl VeeRecords {
     /// Every record, in ID order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &VeeRec> {
         self.by_id.values().map(|(v, _, _)| v)
+    }
+
+    /// Every record with the revision it was read or written at, in ID
+    /// order.
+    pub(crate) fn values_at(&self) -> impl Iterator<Item = (&VeeRec, Revision)> {
+        self.by_id.values().map(|(v, _, r)| (v, *r))
+    }
+
+    /// Record `id` with the revision it was read or written at.
+    pub(crate) fn get_at(&self, id: &str) -> Option<(&VeeRec, Revision)> {
+        self.by_id.get(id).map(|(v, _, r)| (v, *r))
+    }
+
+    /// The revision the records were read at, or of the last commit that
+    /// wrote or removed one here: it moves on with every such change.
+    pub(crate) fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// The displaced records ([`VeeRec::is_displaced`]), in ID order.
+    pub(crate) fn displaced(&self) -> impl Iterator<Item = &VeeRec> {
+        self.displaced.iter().filter_map(|id| self.get(id))
     }
 
     /// The records due at `now_ms` or before, earliest first.
@@ -183,5 +214,22 @@ mod tests {
         records.remove("v", 3);
         assert_eq!(records.due(i64::MAX).count(), 0);
         assert_eq!(records.read_at("v"), (3, false), "absent since its removal");
+    }
+
+    #[test]
+    fn the_displaced_index_follows_each_record_in_and_out() {
+        let mut v = vee("v");
+        v.state = VeeState::Suspended;
+        v.location = Location::Nowhere;
+        let mut records = VeeRecords::new(vec![v.clone(), vee("w")], 0, 1);
+        assert_eq!(records.displaced().map(|v| v.id.as_str()).collect::<Vec<_>>(), ["v"]);
+        v.location = Location::Host("h".into());
+        records.insert(v.clone(), 2);
+        assert_eq!(records.displaced().count(), 0, "placed again");
+        v.location = Location::Nowhere;
+        records.insert(v, 3);
+        assert_eq!(records.displaced().count(), 1);
+        records.remove("v", 4);
+        assert_eq!(records.displaced().count(), 0);
     }
 }

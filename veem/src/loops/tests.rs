@@ -173,3 +173,32 @@ async fn the_retention_round_leaves_at_most_keep_events_none_older_than_max_age(
     );
     loops.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test]
+async fn paced_heartbeats_ask_the_hosts_in_turn_and_a_silent_one_fails_after_its_own_misses() {
+    let site = FakeSite::start(
+        &["h1", "h2", "h3"],
+        "heartbeat_interval = \"1s\"\nmax_heartbeats_per_second = 1\nheartbeat_miss_limit = 2\n",
+    )
+    .await;
+    assert_eq!(super::pacing(&site.veem).host_period, Duration::from_secs(3));
+    let asked = |h: &str| site.host(h).calls().iter().filter(|c| c.starts_with("host_info")).count();
+    let mut cursor = 0;
+    for round in 1..=3 {
+        super::heartbeat_turn(&site.veem, &mut cursor).await;
+        let counts: Vec<usize> = ["h1", "h2", "h3"].iter().map(|h| asked(h)).collect();
+        assert_eq!(counts.iter().sum::<usize>(), round, "one host a round: {counts:?}");
+    }
+    assert_eq!([asked("h1"), asked("h2"), asked("h3")], [1, 1, 1]);
+    site.host("h2").fail("HostInfo", tonic::Code::Unavailable, "host down");
+    // Its turns come every third round: missed once, then twice: failed.
+    for _ in 0..3 {
+        super::heartbeat_turn(&site.veem, &mut cursor).await;
+    }
+    assert_eq!(site.veem.hosts.health("h2"), crate::domain::Health::Missing(1));
+    for _ in 0..3 {
+        super::heartbeat_turn(&site.veem, &mut cursor).await;
+    }
+    assert_eq!(site.veem.hosts.health("h2"), crate::domain::Health::Failed);
+    assert_eq!(site.veem.hosts.health("h1"), crate::domain::Health::Up);
+}

@@ -67,6 +67,9 @@ pub struct Script {
     pub restore_starts: Vec<(tokio::time::Instant, String)>,
     /// The vCPUs HostInfo reports (default 4).
     pub vcpus: Option<u32>,
+    /// The `domains_generation` HostInfo reports (0, the default: a VEEH
+    /// that keeps none). A test moves it on as a VEEH's state watch would.
+    pub domains_generation: u64,
     /// The save formats its profile lists (none: an older VEEH, sequential
     /// only). With mapped-ram, a checkpoint that stops its guest is
     /// mapped-ram; a Restore of a format not listed is refused as the real
@@ -217,8 +220,10 @@ impl Vhi for FakeVhi {
         let (host, site_id) = s.answers_as.clone().unwrap_or((self.name.clone(), self.site.clone()));
         let cpu_load = s.cpu_load;
         let vcpus = s.vcpus.unwrap_or(4);
+        let domains_generation = s.domains_generation;
         drop(s);
         Ok(Response::new(HostInfo {
+            domains_generation,
             host,
             site_id,
             vcpus,
@@ -302,7 +307,10 @@ impl Vhi for FakeVhi {
             self.keep_spec(spec);
         }
         let id = r.spec.map(|s| s.vee_id).unwrap_or_default();
-        let format = r.checkpoint.as_ref().map_or(interfaces::vhi::SaveFormat::Sequential, |c| c.save_format());
+        let format = r
+            .checkpoint
+            .as_ref()
+            .map_or(interfaces::vhi::SaveFormat::Sequential, |c| c.save_format());
         if !self.profile().reads(format) {
             drop(self.note(format!("restore {id} refused: {}", format.as_str_name())));
             return Err(Status::failed_precondition(format!(

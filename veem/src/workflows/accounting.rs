@@ -103,9 +103,29 @@ impl Accounting {
 
     /// One accounting round (see the module doc): meter, update the
     /// consumers' averages, push usage records to their primary sites.
-    /// `last` holds each VEE's previous counters between rounds.
+    /// `last` holds each VEE's previous counters between rounds. Every
+    /// host is metered (tests; the loop paces them: [`Accounting::paced_round`]).
+    #[cfg(test)]
     pub(crate) async fn round(&self, last: &mut HashMap<String, Last>) {
-        if let Err(e) = self.meter_round(last).await {
+        self.round_of(last, None).await
+    }
+
+    /// [`Accounting::round`] metering only the next hosts in turn from
+    /// `cursor` on, as many as `max_heartbeats_per_second` allows a round
+    /// ([`crate::hosts::pacing`]): a large site meters each host every
+    /// max(`usage_interval`, hosts / that rate) rather than calling every
+    /// host every `usage_interval`.
+    pub(crate) async fn paced_round(&self, last: &mut HashMap<String, Last>, cursor: &mut usize) {
+        let names = self.hosts.names();
+        let every = self.cfg.usage_interval.max(std::time::Duration::from_secs(1));
+        let per_round = crate::hosts::pacing::Pacing::new(names.len(), every, self.cfg.max_heartbeats_per_second).per_round;
+        let turn = crate::hosts::pacing::turn(&names, cursor, per_round);
+        self.round_of(last, Some(turn.into_iter().collect())).await
+    }
+
+    /// A round metering the hosts `only` (all configured ones: `None`).
+    async fn round_of(&self, last: &mut HashMap<String, Last>, only: Option<std::collections::HashSet<String>>) {
+        if let Err(e) = self.meter_round(last, only.as_ref()).await {
             tracing::warn!(error = %format!("{e:#}"), "metering round failed");
         }
         if let Err(e) = self.update_consumer_usage() {
@@ -473,7 +493,11 @@ mod tests {
         let recs: Vec<UsageRec> = site.veem.accounting.usage_records().unwrap();
         assert_eq!(recs.len(), 1, "{recs:?}");
         assert_eq!((recs[0].vee_id.as_str(), recs[0].start_unix), (vee.as_str(), at_ms / 1000));
-        assert_eq!(site.veem.store.get::<Last>(Tree::Meters, &vee).unwrap(), None, "moved into its host's");
+        assert_eq!(
+            site.veem.store.get::<Last>(Tree::Meters, &vee).unwrap(),
+            None,
+            "moved into its host's"
+        );
         let raw = site.veem.store.get_raw(Tree::Meters, &rounds::meters_key("h1")).unwrap().unwrap();
         assert!(rounds::HostMeters::decode("h1", &raw).unwrap().vees.contains_key(&vee));
     }

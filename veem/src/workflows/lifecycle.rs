@@ -267,7 +267,7 @@ impl Lifecycle {
     pub fn resume_displaced(self: &Arc<Self>) -> usize {
         let now = self.clock.now();
         let mut started = 0;
-        for v in self.vees_where(|v| v.is_displaced() && v.window_end_unix > now) {
+        for v in self.displaced_vees().into_iter().filter(|v| v.window_end_unix > now) {
             if !self.try_busy(&v.id) {
                 continue;
             }

@@ -1,9 +1,9 @@
 //! Reconciliation: the VEEM's records against what every VEEH reports
 //! (ListDomains), in full at start-up, and for lost domains at every
-//! heartbeat interval ([`Reconcile::domain_watch_round`]). Each difference it
-//! resolves is logged and evented.
+//! heartbeat interval ([`watch`]: [`Reconcile::domain_watch_round`]). Each
+//! difference it resolves is logged and evented.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -132,7 +132,10 @@ impl Reconcile {
         for mut v in self.vees_where(relevant) {
             match (v.location.clone(), v.state) {
                 (Location::Host(h), VeeState::Admitted | VeeState::Deploying) => {
-                    if running.get(&h).is_some_and(|d| d.get(&v.id).is_some_and(|d| d.state() == vhi::VeeState::Running)) {
+                    if running
+                        .get(&h)
+                        .is_some_and(|d| d.get(&v.id).is_some_and(|d| d.state() == vhi::VeeState::Running))
+                    {
                         self.event(&v.id, &v.service_id, "reconcile", format!("found running on {h}"));
                         self.transition(&mut v, VeeState::Running, "reconciled")?;
                     } else if replacing.contains(&v.id) {
@@ -279,73 +282,7 @@ fn cut_short(s: VeeState, vee_id: &str, migrating: &HashSet<String>) -> Option<&
     }
 }
 
-/// VEE ID -> lists of its host in a row that lacked its domain while it
-/// was recorded running there ([`Reconcile::domain_watch_round`]).
-pub type Missing = HashMap<String, u32>;
-
-/// Lists in a row a running VEE's domain must be missing from before it
-/// counts as lost: one list may race the end of an operation.
-pub const MISSING_ROUNDS: u32 = 2;
-
 impl Reconcile {
-    /// Continuous reconciliation, every heartbeat interval: each host that
-    /// is up lists its domains; a VEE recorded running there, with no
-    /// operation under way on it, whose domain is missing from
-    /// [`MISSING_ROUNDS`] lists in a row was destroyed behind the VEEM's
-    /// back (or its host rebooted quickly). It is marked failed and
-    /// restored on the same host, its reservation unchanged, from its
-    /// latest checkpoint (restarted from its images without one), as after
-    /// a host failure; if that fails, an unrecovered violation is recorded.
-    ///
-    /// Every host is listed first, then the records are read in one pass
-    /// (after every list, as each host's were read after its own): a round
-    /// reads each record once, not once per host.
-    pub(crate) async fn domain_watch_round(self: &Arc<Self>, missing: &mut Missing) {
-        let mut still = HashSet::new();
-        let mut present: HashMap<String, HashSet<String>> = HashMap::new();
-        for h in self.hosts.names() {
-            if self.hosts.health(&h) != crate::hosts::Health::Up {
-                continue;
-            }
-            let Ok(c) = self.hosts.vhi(&h) else { continue };
-            let Ok(list) = crate::ports::domains(&*c).await else {
-                continue;
-            };
-            present.insert(h, list.into_iter().map(|d| d.vee_id).collect());
-        }
-        let lost = self.vees_map(|v| match &v.location {
-            Location::Host(h) if v.state == VeeState::Running => present
-                .get(h)
-                .is_some_and(|p| !p.contains(&v.id))
-                .then(|| (h.clone(), v.id.clone())),
-            _ => None,
-        });
-        for (h, id) in lost {
-            let here = Location::Host(h.clone());
-            // An operation under way (its lock held) may have moved or
-            // stopped it since the list: not counted.
-            let Some(_g) = self.try_lock_vee(&id) else { continue };
-            if !self
-                .vee(&id)
-                .is_ok_and(|now| now.state == VeeState::Running && now.location == here)
-            {
-                continue;
-            }
-            let n = missing.get(&id).copied().unwrap_or(0) + 1;
-            missing.insert(id.clone(), n);
-            still.insert(id.clone());
-            if n == MISSING_ROUNDS && self.try_busy(&id) {
-                let (veem, host) = (self.clone(), h.clone());
-                self.spawn(async move {
-                    let why = format!("its domain vanished from {host}");
-                    veem.restore_on(&id, &host, &why).await;
-                    veem.unbusy(&id);
-                });
-            }
-        }
-        missing.retain(|id, _| still.contains(id));
-    }
-
     /// Restores VEE `vee_id` on `host`, its reservation unchanged, because
     /// `why` (its domain vanished, its recovery was cut short); records an
     /// unrecovered violation if that fails.
@@ -370,6 +307,9 @@ impl Reconcile {
             .any(|x| x.vee_id == v.id && x.start_unix >= since))
     }
 }
+
+mod watch;
+pub use watch::{DomainWatch, Missing, MISSING_ROUNDS};
 
 #[cfg(test)]
 mod tests;

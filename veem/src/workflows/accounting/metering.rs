@@ -61,8 +61,13 @@ impl Accounting {
     /// one commit per host (its VEEs' Stats read in one ListStats, `host_stats`). No record when the VEE's counters began again (it
     /// restarted, or moved to another host); the meters of VEEs no longer
     /// running are dropped, so a VEE started again is not charged for the
-    /// time it was stopped.
-    pub(super) async fn meter_round(&self, last: &mut HashMap<String, Last>) -> Result<()> {
+    /// time it was stopped. Only the hosts in `only` are asked, when given
+    /// (a paced round); the others' meters stay as they are.
+    pub(super) async fn meter_round(
+        &self,
+        last: &mut HashMap<String, Last>,
+        only: Option<&std::collections::HashSet<String>>,
+    ) -> Result<()> {
         // Only what runs on a configured host (the copies: those).
         let hosts: std::collections::HashSet<String> = self.hosts.names().into_iter().collect();
         let running = |v: &VeeRec| matches!(v.state, VeeState::Running | VeeState::Checkpointing);
@@ -86,6 +91,10 @@ impl Accounting {
         let round_ms = self.clock.now_ms();
         let mut in_host_records = std::collections::HashSet::new();
         for (h, vees) in by_host {
+            if only.is_some_and(|o| !o.contains(h)) {
+                // Not its turn: its meters stay until it comes.
+                continue;
+            }
             let Ok(c) = self.hosts.vhi(h) else { continue };
             let mut stats = host_stats(&*c, &vees).await;
             // The host's meters as the last round here or elsewhere (a
@@ -232,3 +241,6 @@ impl Accounting {
         (meter, Some(rec))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -106,27 +106,27 @@ async fn another_sites_database_is_refused() {
 
 #[tokio::test]
 async fn a_vee_destroyed_behind_the_veems_back_is_restored_on_its_host_within_two_rounds() {
-    use crate::workflows::reconcile::Missing;
+    use crate::workflows::reconcile::DomainWatch;
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
     site.veem.hosts.heartbeat("h1", 3).await;
-    let mut missing = Missing::new();
-    site.veem.reconcile.domain_watch_round(&mut missing).await;
-    assert!(missing.is_empty(), "its domain runs");
+    let mut watch = DomainWatch::default();
+    site.veem.reconcile.domain_watch_round(&mut watch).await;
+    assert!(watch.missing.is_empty(), "its domain runs");
     site.host("h1").script.lock().unwrap().running.remove(&vee);
     // While an operation holds the VEE, its absence is not counted.
     let held = site.veem.lock_vee(&vee).await;
-    site.veem.reconcile.domain_watch_round(&mut missing).await;
-    assert!(missing.is_empty());
+    site.veem.reconcile.domain_watch_round(&mut watch).await;
+    assert!(watch.missing.is_empty());
     drop(held);
-    site.veem.reconcile.domain_watch_round(&mut missing).await;
-    assert_eq!(missing.get(&vee), Some(&1));
+    site.veem.reconcile.domain_watch_round(&mut watch).await;
+    assert_eq!(watch.missing(&vee), Some(1));
     assert_eq!(
         site.veem.vee(&vee).unwrap().state,
         VeeState::Running,
         "one list may race an operation"
     );
-    site.veem.reconcile.domain_watch_round(&mut missing).await;
+    site.veem.reconcile.domain_watch_round(&mut watch).await;
     crate::sim::eventually("restored", || {
         site.host("h1").runs(&vee) && site.veem.vee(&vee).unwrap().state == VeeState::Running
     })
@@ -137,8 +137,8 @@ async fn a_vee_destroyed_behind_the_veems_back_is_restored_on_its_host_within_tw
         "{:?}",
         site.events(&vee)
     );
-    site.veem.reconcile.domain_watch_round(&mut missing).await;
-    assert!(missing.is_empty());
+    site.veem.reconcile.domain_watch_round(&mut watch).await;
+    assert!(watch.missing.is_empty());
 }
 
 /// A takeover or restart in the middle of a checkpoint (the VEEM that

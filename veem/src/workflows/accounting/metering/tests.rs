@@ -1,0 +1,39 @@
+//! Paced metering: a round asks only the hosts in turn.
+
+use std::collections::HashMap;
+
+use crate::sim::{FakeSite, STANDARD};
+
+fn list_stats(site: &FakeSite, host: &str) -> usize {
+    site.host(host).calls().iter().filter(|c| c.starts_with("list_stats")).count()
+}
+
+#[tokio::test]
+async fn a_paced_round_meters_only_the_hosts_in_turn_and_keeps_the_others_meters() {
+    // One host a 1 s round (1 a second): each of two hosts every other round.
+    let site = FakeSite::start(&["h1", "h2"], "usage_interval = \"1s\"\nmax_heartbeats_per_second = 1\n").await;
+    let mut vees = site.running_service(STANDARD);
+    vees.extend(site.running_service(STANDARD));
+    // One of them on each host, whatever the placement.
+    for (v, h) in vees.iter().zip(["h1", "h2"]) {
+        let mut rec = site.veem.vee(v).unwrap();
+        if let Some(from) = rec.host() {
+            site.host(from).set_running(v, false);
+        }
+        rec.location = crate::model::Location::Host(h.into());
+        site.veem.save_vee(&rec).unwrap();
+        site.host(h).set_running(v, true);
+    }
+    let on = |h: &str| vees.iter().filter(|v| site.veem.vee(v).unwrap().host() == Some(h)).count();
+    assert!(on("h1") > 0 && on("h2") > 0, "a VEE on each host");
+    let (mut last, mut cursor) = (HashMap::new(), 0);
+    site.veem.accounting.paced_round(&mut last, &mut cursor).await;
+    assert_eq!((list_stats(&site, "h1"), list_stats(&site, "h2")), (1, 0));
+    assert_eq!(last.len(), on("h1"));
+    site.veem.accounting.paced_round(&mut last, &mut cursor).await;
+    assert_eq!((list_stats(&site, "h1"), list_stats(&site, "h2")), (1, 1));
+    // h1's meters were kept while it waited for its turn.
+    assert_eq!(last.len(), vees.len());
+    site.veem.accounting.paced_round(&mut last, &mut cursor).await;
+    assert_eq!((list_stats(&site, "h1"), list_stats(&site, "h2")), (2, 1));
+}
