@@ -214,14 +214,16 @@ impl Migration {
         Ok(m)
     }
 
-    /// Whether host `src` runs the domain of `vee_id`, asked up to five
-    /// times a second apart (a VEEH restarting); `false` when it does not,
-    /// or does not answer.
+    /// Whether host `src` runs the domain of `vee_id` and is not sending
+    /// it (`migrating_out`: its VEEH's migration may still finish, as
+    /// settling a migration a restart cut short also waits for), asked up
+    /// to five times a second apart (a VEEH restarting); `false` when it
+    /// does not, sends it still, or does not answer.
     async fn still_at_source(&self, src: &str, vee_id: &str) -> bool {
         for _ in 0..5 {
             if let Ok(c) = self.hosts.vhi(src) {
                 if let Ok(list) = crate::ports::domains(&*c).await {
-                    return list.iter().any(|d| d.vee_id == vee_id);
+                    return list.iter().any(|d| d.vee_id == vee_id && !d.migrating_out);
                 }
             }
             self.clock.sleep(std::time::Duration::from_secs(1)).await;

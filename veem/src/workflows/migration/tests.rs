@@ -174,6 +174,23 @@ async fn a_restart_waits_for_a_source_still_sending_and_settles_after() {
     assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(to.clone())));
 }
 
+/// A send for a primary site that failed on this side while the source
+/// host still sends the VEE (its VEEH's migration outlives the call) is
+/// not recorded as staying at the source: the migration stays running for
+/// the settling round, as a restart's settling leaves it.
+#[tokio::test]
+async fn a_send_for_the_primary_that_failed_while_the_source_still_sends_is_left_to_settle() {
+    let (site, vee, from, _) = one_vee_two_hosts().await;
+    let mut v = site.veem.vee(&vee).unwrap();
+    v.for_peer = Some("site-a".into());
+    site.veem.save_vee(&v).unwrap();
+    site.host(&from).fail("MigrateOut", Code::Unavailable, "transport error");
+    site.host(&from).script.lock().unwrap().migrating_out.insert(vee.clone());
+    let m = site.veem.migration.send_vee("site-a", &vee, Default::default()).await.unwrap();
+    assert_eq!(m.state, MigrationState::Running, "{}", m.detail);
+    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Migrating);
+}
+
 #[tokio::test]
 async fn a_vee_whose_policy_forbids_moves_is_never_proposed() {
     let site = FakeSite::start(&["h1", "h2"], "").await;
