@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, Once};
 
 /// Site A's end of the lab's WAN (veth `vee-wan0`, root network
 /// namespace): site A's daemons that site B calls listen here.
@@ -137,10 +138,52 @@ pub fn scratch_root() -> PathBuf {
 
 /// A fresh directory `target/e2e/<name>-<random>` for one test; what a
 /// failed run left behind cannot collide with the next.
+///
+/// The directory goes when the test process exits without a panic (its
+/// guests' disks and checkpoints took 7.5 GB over a whole run and filled
+/// CI's disk); a failed test keeps it for its logs, and so does every
+/// test when `VEE_KEEP_TEST_DIRS` is set.
 pub fn test_dir(name: &str) -> PathBuf {
     let d = scratch_root().join(format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]));
     std::fs::create_dir_all(&d).unwrap();
+    remove_at_exit(d.clone());
     d
+}
+
+/// Directories [`test_dir`] made in this process.
+static MADE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Whether anything in this process panicked (a failed test, or a thread
+/// of one): the directories are then kept.
+static PANICKED: AtomicBool = AtomicBool::new(false);
+
+/// Registers `dir` for [`remove_made`] at the process's exit, installing
+/// the panic hook and the exit handler the first time.
+fn remove_at_exit(dir: PathBuf) {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICKED.store(true, Ordering::SeqCst);
+            previous(info)
+        }));
+        // SAFETY: registers a plain `extern "C"` function with no
+        // arguments, as atexit(3) requires; it runs once, at exit.
+        unsafe { libc::atexit(remove_made) };
+    });
+    MADE.lock().unwrap_or_else(|e| e.into_inner()).push(dir);
+}
+
+/// The exit handler: removes the directories of a process that did not
+/// panic (a test that passed), unless `VEE_KEEP_TEST_DIRS` is set. A test
+/// killed by its timeout never gets here and keeps its directory.
+extern "C" fn remove_made() {
+    if PANICKED.load(Ordering::SeqCst) || std::env::var_os("VEE_KEEP_TEST_DIRS").is_some() {
+        return;
+    }
+    let made = std::mem::take(&mut *MADE.lock().unwrap_or_else(|e| e.into_inner()));
+    for d in made {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }
 
 /// A port that was free on every address a moment ago, and that this
@@ -188,6 +231,46 @@ fn ephemeral_low() -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs `test` of this binary in a process of its own and returns the
+    /// directory it printed and whether it passed.
+    fn dir_of_child(test: &str) -> (PathBuf, bool) {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([test, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+            .env_remove("VEE_KEEP_TEST_DIRS")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let dir = stdout
+            .lines()
+            .find_map(|l| l.split_once("test dir: ").map(|(_, d)| d))
+            .expect("the child printed its directory");
+        (PathBuf::from(dir), out.status.success())
+    }
+
+    #[test]
+    #[ignore = "run by a_passed_tests_directory_goes_and_a_failed_ones_stays"]
+    fn child_that_passes() {
+        println!("test dir: {}", test_dir("testkit-pass").display());
+    }
+
+    #[test]
+    #[ignore = "run by a_passed_tests_directory_goes_and_a_failed_ones_stays"]
+    fn child_that_fails() {
+        println!("test dir: {}", test_dir("testkit-fail").display());
+        panic!("failing on purpose");
+    }
+
+    #[test]
+    fn a_passed_tests_directory_goes_and_a_failed_ones_stays() {
+        let (passed, ok) = dir_of_child("lab::tests::child_that_passes");
+        assert!(ok);
+        assert!(!passed.exists(), "{} was left behind by a test that passed", passed.display());
+        let (failed, ok) = dir_of_child("lab::tests::child_that_fails");
+        assert!(!ok);
+        assert!(failed.is_dir(), "{} of a failed test is gone", failed.display());
+        std::fs::remove_dir_all(failed).unwrap();
+    }
 
     #[test]
     fn free_ports_are_never_handed_out_twice_and_stay_below_the_ephemeral_range() {
