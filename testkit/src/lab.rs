@@ -23,6 +23,13 @@ pub const SITE_A_PEER_URI: &str = "qemu+tcp://10.77.0.1:16509/system";
 /// Site A's second host: a second libvirtd in its own mount and UTS
 /// namespace, same network namespace (in-site migrations).
 pub const SITE_A2_URI: &str = "qemu+tcp://127.0.0.1:16510/system";
+/// Site A's stock host: a libvirtd of Debian 12's own stack (libvirt 9.0,
+/// QEMU 7.2, no mapped-ram) in its own mount and UTS namespace, beside the
+/// backports stack of the other hosts (`scripts/setup-host`).
+pub const SITE_A_STOCK_URI: &str = "qemu+tcp://127.0.0.1:16511/system";
+/// The pid file of the stock host's libvirtd: a VEEH of that host runs in
+/// its mount and UTS namespaces, where its QEMU is the stock one.
+pub const SITE_A_STOCK_PID_FILE: &str = "/var/lib/vee-lab/run/site-a-stock-libvirtd.pid";
 /// Site B's libvirtd, in site B's network, mount and UTS namespaces.
 pub const SITE_B_URI: &str = "qemu+tcp://10.77.0.2:16510/system";
 /// The pid file of site B's libvirtd: its namespaces are site B's.
@@ -35,6 +42,9 @@ pub enum Place {
     /// Site A (and its second host): the root namespaces; daemons listen
     /// on site A's end of the WAN, [`SITE_A_ADDR`].
     SiteA,
+    /// Site A's stock host: the mount and UTS namespaces of its libvirtd
+    /// (the root network namespace: address [`SITE_A_ADDR`]).
+    SiteAStock,
     /// Site B: the namespaces of site B's libvirtd; address [`SITE_B_ADDR`].
     SiteB,
 }
@@ -42,10 +52,10 @@ pub enum Place {
 impl Place {
     /// The place of a VEEH on libvirt `uri`.
     pub fn of_uri(uri: &str) -> Self {
-        if uri == SITE_B_URI {
-            Place::SiteB
-        } else {
-            Place::SiteA
+        match uri {
+            SITE_B_URI => Place::SiteB,
+            SITE_A_STOCK_URI => Place::SiteAStock,
+            _ => Place::SiteA,
         }
     }
 
@@ -62,24 +72,27 @@ impl Place {
     /// The address daemons here listen on and migrate to.
     pub fn addr(self) -> &'static str {
         match self {
-            Place::SiteA => SITE_A_ADDR,
+            Place::SiteA | Place::SiteAStock => SITE_A_ADDR,
             Place::SiteB => SITE_B_ADDR,
         }
     }
 
     /// The command prefix that runs a program here: nothing at site A;
     /// `nsenter` into site B's libvirtd's network, mount and UTS namespaces
-    /// (its private /run: the VEEH's network state is site B's own).
-    /// Errors when site B's libvirtd does not run (`scripts/setup-host`).
+    /// (its private /run: the VEEH's network state is site B's own), or
+    /// into the stock host's mount and UTS namespaces. Errors when that
+    /// libvirtd does not run (`scripts/setup-host`).
     pub fn enter(self) -> Result<Vec<String>, String> {
-        match self {
-            Place::SiteA => Ok(vec![]),
-            Place::SiteB => {
-                let pid =
-                    std::fs::read_to_string(SITE_B_PID_FILE).map_err(|e| format!("{SITE_B_PID_FILE}: {e}; run scripts/setup-host"))?;
-                Ok(["nsenter", "-t", pid.trim(), "-m", "-n", "-u", "--"].map(String::from).to_vec())
-            }
-        }
+        let (pid_file, namespaces): (&str, &[&str]) = match self {
+            Place::SiteA => return Ok(vec![]),
+            Place::SiteAStock => (SITE_A_STOCK_PID_FILE, &["-m", "-u"]),
+            Place::SiteB => (SITE_B_PID_FILE, &["-m", "-n", "-u"]),
+        };
+        let pid = std::fs::read_to_string(pid_file).map_err(|e| format!("{pid_file}: {e}; run scripts/setup-host"))?;
+        let mut enter = vec!["nsenter".to_string(), "-t".into(), pid.trim().into()];
+        enter.extend(namespaces.iter().map(|n| n.to_string()));
+        enter.push("--".into());
+        Ok(enter)
     }
 }
 

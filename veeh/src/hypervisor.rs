@@ -564,7 +564,6 @@ fn map_state(s: virt::domain::DomainStateEnum) -> DomainState {
     }
 }
 
-/// `canonical` attribute of the `pc` machine in libvirt's capabilities XML.
 /// The QEMU binary libvirt runs x86_64 guests with (`<emulator>` of the
 /// capabilities' x86_64 guest).
 fn emulator(caps: &str) -> Option<String> {
@@ -574,6 +573,7 @@ fn emulator(caps: &str) -> Option<String> {
         .find_map(|a| a.children().find(|n| n.has_tag_name("emulator"))?.text().map(str::to_string))
 }
 
+/// `canonical` attribute of the `pc` machine in libvirt's capabilities XML.
 fn canonical_pc_machine(caps: &str) -> Option<String> {
     let doc = roxmltree::Document::parse(caps).ok()?;
     doc.descendants()

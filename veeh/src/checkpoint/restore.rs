@@ -39,11 +39,17 @@ impl Host {
         cp.upgrade();
         let taken = cp.profile.clone().context("checkpoint has no compatibility profile")?;
         let here = self.profile().await?;
-        if let Some(why) = incompatibility(&taken, &here).or_else(|| unreadable(&cp, &here)) {
+        // Every reason, the save format's first: a stock host refuses a
+        // mapped-ram checkpoint of a newer QEMU for both.
+        let why: Vec<String> = [unreadable(&cp, &here), incompatibility(&taken, &here)]
+            .into_iter()
+            .flatten()
+            .collect();
+        if !why.is_empty() {
             return Err(HostError::Incompatible {
                 checkpoint: cp.checkpoint_id.clone(),
                 host: self.cfg.host.clone(),
-                why,
+                why: why.join("; "),
             }
             .into());
         }
