@@ -385,6 +385,13 @@ impl Core {
         self.vee_records.read().unwrap().values().filter_map(f).collect()
     }
 
+    /// [`Core::vees_map`] over the records placed on the hosts `hosts`
+    /// only (from the by-host index), host by host.
+    pub fn vees_on_hosts_map<'h, T>(&self, hosts: impl IntoIterator<Item = &'h str>, f: impl FnMut(&VeeRec) -> Option<T>) -> Vec<T> {
+        let records = self.vee_records.read().unwrap();
+        hosts.into_iter().flat_map(|h| records.on_host(h)).filter_map(f).collect()
+    }
+
     /// [`Core::vees_map`], `f` given each record's store revision too (the
     /// one it was read or written at).
     pub fn vees_map_at<T>(&self, mut f: impl FnMut(&VeeRec, Revision) -> Option<T>) -> Vec<T> {

@@ -27,6 +27,10 @@ pub(crate) struct VeeRecords {
     /// The IDs of the displaced VEEs ([`VeeRec::is_displaced`]): what the
     /// scheduler resumes reads these, not every record, each second.
     displaced: BTreeSet<String>,
+    /// The IDs of the records placed on each host ([`VeeRec::host`]):
+    /// metering's paced round reads the VEEs of the hosts in its turn,
+    /// not every record.
+    by_host: BTreeMap<String, BTreeSet<String>>,
     /// Seconds before an open-ended window's end at which its renewal is
     /// due (half the planning horizon).
     renew_ahead_s: i64,
@@ -82,8 +86,17 @@ impl VeeRecords {
         } else {
             self.displaced.remove(&id);
         }
-        if let Some((_, Some(old), _)) = self.by_id.insert(id.clone(), (v, due, revision)) {
-            self.due.remove(&(old, id.clone()));
+        if let Some(at) = v.host() {
+            self.by_host.entry(at.to_string()).or_default().insert(id.clone());
+        }
+        let host = v.host().map(str::to_string);
+        if let Some((old, old_due, _)) = self.by_id.insert(id.clone(), (v, due, revision)) {
+            if let Some(at) = old_due {
+                self.due.remove(&(at, id.clone()));
+            }
+            if let Some(was) = old.host().filter(|was| Some(*was) != host.as_deref()) {
+                self.unindex_host(was.to_string(), &id);
+            }
         }
         if let Some(at) = due {
             self.due.insert((at, id));
@@ -103,9 +116,30 @@ impl VeeRecords {
     pub(crate) fn remove(&mut self, id: &str, revision: Revision) {
         self.revision = self.revision.max(revision);
         self.displaced.remove(id);
-        if let Some((_, Some(at), _)) = self.by_id.remove(id) {
-            self.due.remove(&(at, id.to_string()));
+        if let Some((old, due, _)) = self.by_id.remove(id) {
+            if let Some(at) = due {
+                self.due.remove(&(at, id.to_string()));
+            }
+            if let Some(was) = old.host() {
+                self.unindex_host(was.to_string(), id);
+            }
         }
+    }
+
+    /// Takes `id` out of host `host`'s entry of the by-host index (and
+    /// the entry out once empty).
+    fn unindex_host(&mut self, host: String, id: &str) {
+        if let std::collections::btree_map::Entry::Occupied(mut e) = self.by_host.entry(host) {
+            e.get_mut().remove(id);
+            if e.get().is_empty() {
+                e.remove();
+            }
+        }
+    }
+
+    /// The records placed on host `host`, in ID order.
+    pub(crate) fn on_host<'a>(&'a self, host: &str) -> impl Iterator<Item = &'a VeeRec> + 'a {
+        self.by_host.get(host).into_iter().flatten().filter_map(|id| self.get(id))
     }
 
     /// Every record, in ID order.
@@ -231,5 +265,26 @@ mod tests {
         assert_eq!(records.displaced().count(), 1);
         records.remove("v", 4);
         assert_eq!(records.displaced().count(), 0);
+    }
+
+    #[test]
+    fn the_host_index_follows_each_record_from_host_to_host_and_out() {
+        let on = |r: &VeeRecords, h: &str| r.on_host(h).map(|v| v.id.clone()).collect::<Vec<_>>();
+        let (mut v, mut w) = (vee("v"), vee("w"));
+        v.location = Location::Host("h1".into());
+        w.location = Location::Host("h1".into());
+        let mut records = VeeRecords::new(vec![v.clone(), w, vee("x")], 0, 1);
+        assert_eq!(on(&records, "h1"), ["v", "w"]);
+        v.location = Location::Host("h2".into());
+        records.insert(v.clone(), 2);
+        assert_eq!(
+            (on(&records, "h1"), on(&records, "h2")),
+            (vec!["w".to_string()], vec!["v".to_string()])
+        );
+        v.location = Location::Site("site-b".into());
+        records.insert(v, 3);
+        assert!(on(&records, "h2").is_empty(), "moved to a peer site");
+        records.remove("w", 4);
+        assert!(on(&records, "h1").is_empty() && records.by_host.is_empty(), "{:?}", records.by_host);
     }
 }

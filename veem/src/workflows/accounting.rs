@@ -107,7 +107,7 @@ impl Accounting {
     /// host is metered (tests; the loop paces them: [`Accounting::paced_round`]).
     #[cfg(test)]
     pub(crate) async fn round(&self, last: &mut HashMap<String, Last>) {
-        self.round_of(last, None).await
+        self.round_of(last, None, true).await
     }
 
     /// [`Accounting::round`] metering only the next hosts in turn from
@@ -120,12 +120,15 @@ impl Accounting {
         let every = self.cfg.usage_interval.max(std::time::Duration::from_secs(1));
         let per_round = crate::hosts::pacing::Pacing::new(names.len(), every, self.cfg.max_heartbeats_per_second).per_round;
         let turn = crate::hosts::pacing::turn(&names, cursor, per_round);
-        self.round_of(last, Some(turn.into_iter().collect())).await
+        // The turn that starts a cycle over the hosts sweeps the meters.
+        let sweep = names.first().is_some_and(|first| turn.contains(first));
+        self.round_of(last, Some(turn.into_iter().collect()), sweep).await
     }
 
-    /// A round metering the hosts `only` (all configured ones: `None`).
-    async fn round_of(&self, last: &mut HashMap<String, Last>, only: Option<std::collections::HashSet<String>>) {
-        if let Err(e) = self.meter_round(last, only.as_ref()).await {
+    /// A round metering the hosts `only` (all configured ones: `None`),
+    /// sweeping the meters of VEEs metered nowhere when `sweep`.
+    async fn round_of(&self, last: &mut HashMap<String, Last>, only: Option<std::collections::HashSet<String>>, sweep: bool) {
+        if let Err(e) = self.meter_round(last, only.as_ref(), sweep).await {
             tracing::warn!(error = %format!("{e:#}"), "metering round failed");
         }
         if let Err(e) = self.update_consumer_usage() {

@@ -4,7 +4,7 @@
 //! over meters on without a gap. A host's round is two values
 //! ([`super::rounds`]): its VEEs' records and their counters.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use anyhow::Result;
 use interfaces::vhi;
@@ -58,21 +58,24 @@ impl Accounting {
     /// Meters each VEE running on a configured host: a usage record from
     /// its previous round's counters (`last`, or the `meters` tree after
     /// a takeover or a restart) to now, written with the new counters in
-    /// one commit per host (its VEEs' Stats read in one ListStats, `host_stats`). No record when the VEE's counters began again (it
-    /// restarted, or moved to another host); the meters of VEEs no longer
-    /// running are dropped, so a VEE started again is not charged for the
-    /// time it was stopped. Only the hosts in `only` are asked, when given
-    /// (a paced round); the others' meters stay as they are.
-    pub(super) async fn meter_round(
-        &self,
-        last: &mut HashMap<String, Last>,
-        only: Option<&std::collections::HashSet<String>>,
-    ) -> Result<()> {
+    /// one commit per round (each host's VEEs' Stats read in one
+    /// ListStats, `host_stats`). No record when the VEE's counters began
+    /// again (it restarted, or moved to another host); the meters of VEEs
+    /// no longer running are dropped, so a VEE started again is not
+    /// charged for the time it was stopped.
+    ///
+    /// Only the hosts in `only` are asked, when given (a paced round): the
+    /// VEEs on them are read from the by-host index, not every record, and
+    /// the others' meters stay as they are. Meters of VEEs gone from a host
+    /// in turn go with that turn; the rest (a VEE's own meter of a VEEM
+    /// before host rounds, a host no longer configured) in a `sweep`, once
+    /// per cycle over the hosts (and in every round of all hosts).
+    pub(super) async fn meter_round(&self, last: &mut HashMap<String, Last>, only: Option<&HashSet<String>>, sweep: bool) -> Result<()> {
         // Only what runs on a configured host (the copies: those).
-        let hosts: std::collections::HashSet<String> = self.hosts.names().into_iter().collect();
+        let hosts: HashSet<String> = self.hosts.names().into_iter().collect();
         let running = |v: &VeeRec| matches!(v.state, VeeState::Running | VeeState::Checkpointing);
         // What metering reads of each, not copies of the records.
-        let metered = self.vees_map(|v| match &v.location {
+        let read = |v: &VeeRec| match &v.location {
             Location::Host(h) if running(v) && hosts.contains(h) => Some(Metered {
                 id: v.id.clone(),
                 host: h.clone(),
@@ -81,30 +84,34 @@ impl Accounting {
                 for_peer: v.for_peer.clone(),
             }),
             _ => None,
-        });
-        // Host by host: its VEEs' Stats asked at once, their records and
-        // meters written in one commit.
+        };
+        let metered = match only {
+            Some(turn) => self.vees_on_hosts_map(turn.iter().map(String::as_str), read),
+            None => self.vees_map(read),
+        };
+        // Host by host: its VEEs' Stats asked at once; every host's
+        // records and meters written in one commit.
         let mut by_host: std::collections::BTreeMap<&str, Vec<&Metered>> = Default::default();
         for v in &metered {
             by_host.entry(&v.host).or_default().push(v);
         }
         let round_ms = self.clock.now_ms();
-        let mut in_host_records = std::collections::HashSet::new();
+        let mut w = Writes::default();
+        let mut meters = Vec::new();
         for (h, vees) in by_host {
-            if only.is_some_and(|o| !o.contains(h)) {
-                // Not its turn: its meters stay until it comes.
-                continue;
-            }
             let Ok(c) = self.hosts.vhi(h) else { continue };
             let mut stats = host_stats(&*c, &vees).await;
             // The host's meters as the last round here or elsewhere (a
-            // VEEM before this one) wrote them, read once.
-            let stored = match self.store.get_raw(Tree::Meters, &rounds::meters_key(h))? {
-                Some(raw) => HostMeters::decode(h, &raw)?,
-                None => HostMeters::default(),
+            // VEEM before this one) wrote them: read once, when a VEE has
+            // none here.
+            let stored = if vees.iter().any(|v| !last.contains_key(&v.id)) {
+                match self.store.get_raw(Tree::Meters, &rounds::meters_key(h))? {
+                    Some(raw) => HostMeters::decode(h, &raw)?,
+                    None => HostMeters::default(),
+                }
+            } else {
+                HostMeters::default()
             };
-            let mut w = Writes::default();
-            let mut meters = Vec::new();
             let mut own = Vec::new();
             let mut kept = HostMeters {
                 format: rounds::ROUND_FORMAT,
@@ -116,7 +123,6 @@ impl Accounting {
                     // stay the start of its next record.
                     if let Some(m) = last.get(&v.id).filter(|m| m.host == h) {
                         kept.vees.insert(v.id.clone(), m.counters);
-                        in_host_records.insert(v.id.as_str());
                     }
                     continue;
                 };
@@ -141,7 +147,6 @@ impl Accounting {
                     }
                 }
                 kept.vees.insert(v.id.clone(), meter.counters);
-                in_host_records.insert(v.id.as_str());
                 meters.push((v.id.clone(), meter));
             }
             if !own.is_empty() {
@@ -153,28 +158,58 @@ impl Accounting {
                 w.put(Tree::Usage, &rounds::round_key(h, round_ms), &round)?;
             }
             w.put(Tree::Meters, &rounds::meters_key(h), &kept)?;
-            // Kept once written: a commit that fails leaves the next round
-            // to meter from the last counters written.
-            self.store.commit(w)?;
-            last.extend(meters);
         }
-        // The meters of VEEs no longer metered here: a host's whose VEEs
-        // none are, a VEE's own (before host rounds) once it is in its
-        // host's or no longer metered.
-        let ids: std::collections::HashSet<&str> = metered.iter().map(|v| v.id.as_str()).collect();
-        let metered_hosts: std::collections::HashSet<String> = metered.iter().map(|v| rounds::meters_key(&v.host)).collect();
-        last.retain(|id, _| ids.contains(id.as_str()));
+        // Kept once written: a commit that fails leaves the next round to
+        // meter from the last counters written.
+        if !w.is_empty() {
+            self.store.commit(w)?;
+        }
+        last.extend(meters);
+        let ids: HashSet<&str> = metered.iter().map(|v| v.id.as_str()).collect();
         let mut gone = Writes::default();
-        self.store.scan(Tree::Meters, |key, _| {
-            let keep = match key.strip_prefix(rounds::METERS_PREFIX) {
-                Some(_) => metered_hosts.contains(key),
-                None => ids.contains(key) && !in_host_records.contains(key),
-            };
-            if !keep {
-                gone.remove(Tree::Meters, key);
+        match only {
+            Some(turn) if !sweep => {
+                // A turn: the meters of VEEs no longer metered on its hosts.
+                last.retain(|id, m| !turn.contains(&m.host) || ids.contains(id.as_str()));
+                let metered_hosts: HashSet<&str> = metered.iter().map(|v| v.host.as_str()).collect();
+                for h in turn.iter().filter(|h| !metered_hosts.contains(h.as_str())) {
+                    let key = rounds::meters_key(h);
+                    if self.store.get_raw(Tree::Meters, &key)?.is_some() {
+                        gone.remove(Tree::Meters, &key);
+                    }
+                }
             }
-            Ok(())
-        })?;
+            _ => {
+                // The meters of VEEs no longer metered here: a host's whose
+                // VEEs none are, a VEE's own (before host rounds) once it is
+                // in its host's (it has a meter in `last`: written there)
+                // or no longer metered. A paced sweep reads which VEEs are
+                // metered anywhere from every record.
+                let everywhere: Vec<(String, String)> = match only {
+                    Some(_) => self.vees_map(|v| read(v).map(|m| (m.id, m.host))),
+                    None => Vec::new(),
+                };
+                let ids: HashSet<&str> = match only {
+                    Some(_) => everywhere.iter().map(|(id, _)| id.as_str()).collect(),
+                    None => ids,
+                };
+                let metered_hosts: HashSet<String> = match only {
+                    Some(_) => everywhere.iter().map(|(_, h)| rounds::meters_key(h)).collect(),
+                    None => metered.iter().map(|v| rounds::meters_key(&v.host)).collect(),
+                };
+                last.retain(|id, _| ids.contains(id.as_str()));
+                self.store.scan(Tree::Meters, |key, _| {
+                    let keep = match key.strip_prefix(rounds::METERS_PREFIX) {
+                        Some(_) => metered_hosts.contains(key),
+                        None => ids.contains(key) && !last.contains_key(key),
+                    };
+                    if !keep {
+                        gone.remove(Tree::Meters, key);
+                    }
+                    Ok(())
+                })?;
+            }
+        }
         if !gone.is_empty() {
             self.store.commit(gone)?;
         }

@@ -37,3 +37,29 @@ async fn a_paced_round_meters_only_the_hosts_in_turn_and_keeps_the_others_meters
     site.veem.accounting.paced_round(&mut last, &mut cursor).await;
     assert_eq!((list_stats(&site, "h1"), list_stats(&site, "h2")), (2, 1));
 }
+
+#[tokio::test]
+async fn a_vee_stopped_on_a_host_waiting_for_its_turn_loses_its_meter_in_that_turn() {
+    use crate::store::Tree;
+    use crate::workflows::accounting::rounds::meters_key;
+    let site = FakeSite::start(&["h1", "h2"], "usage_interval = \"1s\"\nmax_heartbeats_per_second = 1\n").await;
+    let v = site.running_service(STANDARD).remove(0);
+    let h = site.veem.vee(&v).unwrap().host().unwrap().to_string();
+    let (mut last, mut cursor) = (HashMap::new(), 0);
+    // Both turns: the VEE is metered on its host, whose meters are stored.
+    site.veem.accounting.paced_round(&mut last, &mut cursor).await;
+    site.veem.accounting.paced_round(&mut last, &mut cursor).await;
+    assert!(last.contains_key(&v));
+    assert!(site.veem.store.get_raw(Tree::Meters, &meters_key(&h)).unwrap().is_some());
+    site.veem.lifecycle.stop_vee(&v).await.unwrap();
+    // The other host's turn keeps it; its own host's turn drops it (h2's
+    // is no sweep: the cycle starts at h1).
+    let (other, own) = if h == "h1" { (cursor + 1, cursor) } else { (cursor, cursor + 1) };
+    let mut at = other;
+    site.veem.accounting.paced_round(&mut last, &mut at).await;
+    assert!(last.contains_key(&v), "dropped in another host's turn");
+    let mut at = own;
+    site.veem.accounting.paced_round(&mut last, &mut at).await;
+    assert!(!last.contains_key(&v), "kept after its host's turn");
+    assert!(site.veem.store.get_raw(Tree::Meters, &meters_key(&h)).unwrap().is_none());
+}
