@@ -14,6 +14,9 @@ use super::{metrics, Accounting, Last};
 use crate::model::{Location, UsageRec, VeeRec, VeeState};
 use crate::store::{Tree, Writes};
 
+/// Hosts whose records and meters one commit writes.
+const COMMIT_HOSTS: usize = 10;
+
 /// What metering reads of a VEE record.
 struct Metered {
     id: String,
@@ -58,8 +61,8 @@ impl Accounting {
     /// Meters each VEE running on a configured host: a usage record from
     /// its previous round's counters (`last`, or the `meters` tree after
     /// a takeover or a restart) to now, written with the new counters in
-    /// one commit per round (each host's VEEs' Stats read in one
-    /// ListStats, `host_stats`). No record when the VEE's counters began
+    /// one commit per [`COMMIT_HOSTS`] hosts (each host's VEEs' Stats read
+    /// in one ListStats, `host_stats`). No record when the VEE's counters began
     /// again (it restarted, or moved to another host); the meters of VEEs
     /// no longer running are dropped, so a VEE started again is not
     /// charged for the time it was stopped.
@@ -96,7 +99,7 @@ impl Accounting {
             by_host.entry(&v.host).or_default().push(v);
         }
         let round_ms = self.clock.now_ms();
-        let mut w = Writes::default();
+        let (mut w, mut batched) = (Writes::default(), 0);
         let mut meters = Vec::new();
         for (h, vees) in by_host {
             let Ok(c) = self.hosts.vhi(h) else { continue };
@@ -158,9 +161,18 @@ impl Accounting {
                 w.put(Tree::Usage, &rounds::round_key(h, round_ms), &round)?;
             }
             w.put(Tree::Meters, &rounds::meters_key(h), &kept)?;
+            batched += 1;
+            // Kept once written: a commit that fails leaves the next round
+            // to meter from the last counters written. A commit per
+            // `COMMIT_HOSTS` hosts: one flush for several, and batches
+            // that stay small in the store (one for a whole round of 50
+            // hosts held some 70 MiB more at 100,000 VEEs).
+            if batched == COMMIT_HOSTS {
+                self.store.commit(std::mem::take(&mut w))?;
+                last.extend(meters.drain(..));
+                batched = 0;
+            }
         }
-        // Kept once written: a commit that fails leaves the next round to
-        // meter from the last counters written.
         if !w.is_empty() {
             self.store.commit(w)?;
         }
