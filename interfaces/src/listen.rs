@@ -21,13 +21,24 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
     }
 }
 
-/// The next connection `listener` accepts; an accept error (such as
-/// running out of file descriptors) is logged and retried after 100 ms.
-/// Cancel-safe: a connection is only taken when it is returned.
+/// The next connection `listener` accepts, with `TCP_NODELAY` set; an
+/// accept error (such as running out of file descriptors) is logged and
+/// retried after 100 ms. Cancel-safe: a connection is only taken when it
+/// is returned.
+///
+/// Without `TCP_NODELAY`, the last small segment of each response waits
+/// for the client's delayed ACK (Nagle's algorithm): a checkpoint's 3,000
+/// chunks pulled 8 at a time went at 100 MiB/s with both cores mostly
+/// idle.
 pub async fn accept(listener: &TcpListener) -> tokio::net::TcpStream {
     loop {
         match listener.accept().await {
-            Ok((tcp, _)) => return tcp,
+            Ok((tcp, _)) => {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY not set");
+                }
+                return tcp;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -61,5 +72,13 @@ mod tests {
         let e = super::bind(addr).await.unwrap_err().to_string();
         assert!(e.contains(&format!("{addr} is in use")), "{e}");
         assert!(e.contains(&format!("(pid {})", std::process::id())), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_accepted_connection_sends_without_waiting_for_acks() {
+        let listener = super::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (accepted, _client) = tokio::join!(super::accept(&listener), client);
+        assert!(accepted.nodelay().unwrap(), "TCP_NODELAY is not set");
     }
 }
