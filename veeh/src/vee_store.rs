@@ -159,6 +159,12 @@ impl VeeStore {
     pub fn open(state_dir: &Path) -> Result<Self> {
         let root = state_dir.join("vees");
         std::fs::create_dir_all(&root).with_context(|| root.display().to_string())?;
+        // Checkpoints' working directories a VEEH killed mid-checkpoint
+        // left (a memory state as large as the guest's memory): nothing in
+        // them is used again.
+        for e in std::fs::read_dir(&root)?.flatten() {
+            let _ = std::fs::remove_dir_all(e.path().join("checkpoints"));
+        }
         Ok(Self { root })
     }
 
@@ -251,6 +257,18 @@ mod tests {
             kernel: "k".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_checkpoints_working_directory_left_behind_goes_at_open() {
+        let t = tempfile::tempdir().unwrap();
+        let left = t.path().join("vees").join("v").join("checkpoints").join("cp");
+        std::fs::create_dir_all(&left).unwrap();
+        std::fs::write(left.join("memory.state"), b"state").unwrap();
+        std::fs::write(t.path().join("vees").join("v").join("vee.json"), b"{}").unwrap();
+        let s = VeeStore::open(t.path()).unwrap();
+        assert!(!s.dir("v").join("checkpoints").exists());
+        assert!(s.dir("v").join("vee.json").exists(), "the VEE's own files stay");
     }
 
     #[test]
