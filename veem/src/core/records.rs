@@ -86,10 +86,10 @@ impl VeeRecords {
         } else {
             self.displaced.remove(&id);
         }
-        if let Some(at) = v.host() {
-            self.by_host.entry(at.to_string()).or_default().insert(id.clone());
-        }
         let host = v.host().map(str::to_string);
+        if let Some(at) = &host {
+            self.by_host.entry(at.clone()).or_default().insert(id.clone());
+        }
         if let Some((old, old_due, _)) = self.by_id.insert(id.clone(), (v, due, revision)) {
             if let Some(at) = old_due {
                 self.due.remove(&(at, id.clone()));

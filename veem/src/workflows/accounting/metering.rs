@@ -76,17 +76,22 @@ impl Accounting {
     pub(super) async fn meter_round(&self, last: &mut HashMap<String, Last>, only: Option<&HashSet<String>>, sweep: bool) -> Result<()> {
         // Only what runs on a configured host (the copies: those).
         let hosts: HashSet<String> = self.hosts.names().into_iter().collect();
-        let running = |v: &VeeRec| matches!(v.state, VeeState::Running | VeeState::Checkpointing);
+        // The host a VEE is metered on: it runs there and the host is configured.
+        fn metered_on<'v>(v: &'v VeeRec, hosts: &HashSet<String>) -> Option<&'v String> {
+            match &v.location {
+                Location::Host(h) if matches!(v.state, VeeState::Running | VeeState::Checkpointing) && hosts.contains(h) => Some(h),
+                _ => None,
+            }
+        }
         // What metering reads of each, not copies of the records.
-        let read = |v: &VeeRec| match &v.location {
-            Location::Host(h) if running(v) && hosts.contains(h) => Some(Metered {
+        let read = |v: &VeeRec| {
+            metered_on(v, &hosts).map(|h| Metered {
                 id: v.id.clone(),
                 host: h.clone(),
                 service_id: v.service_id.clone(),
                 vcpus: v.vcpus,
                 for_peer: v.for_peer.clone(),
-            }),
-            _ => None,
+            })
         };
         let metered = match only {
             Some(turn) => self.vees_on_hosts_map(turn.iter().map(String::as_str), read),
@@ -177,11 +182,11 @@ impl Accounting {
             self.store.commit(w)?;
         }
         last.extend(meters);
-        let ids: HashSet<&str> = metered.iter().map(|v| v.id.as_str()).collect();
         let mut gone = Writes::default();
         match only {
             Some(turn) if !sweep => {
                 // A turn: the meters of VEEs no longer metered on its hosts.
+                let ids: HashSet<&str> = metered.iter().map(|v| v.id.as_str()).collect();
                 last.retain(|id, m| !turn.contains(&m.host) || ids.contains(id.as_str()));
                 let metered_hosts: HashSet<&str> = metered.iter().map(|v| v.host.as_str()).collect();
                 for h in turn.iter().filter(|h| !metered_hosts.contains(h.as_str())) {
@@ -195,20 +200,15 @@ impl Accounting {
                 // The meters of VEEs no longer metered here: a host's whose
                 // VEEs none are, a VEE's own (before host rounds) once it is
                 // in its host's (it has a meter in `last`: written there)
-                // or no longer metered. A paced sweep reads which VEEs are
-                // metered anywhere from every record.
+                // or no longer metered. Which VEEs are metered anywhere,
+                // and where: this round's when it asked every host, else
+                // (a paced sweep) from every record.
                 let everywhere: Vec<(String, String)> = match only {
-                    Some(_) => self.vees_map(|v| read(v).map(|m| (m.id, m.host))),
-                    None => Vec::new(),
+                    Some(_) => self.vees_map(|v| metered_on(v, &hosts).map(|h| (v.id.clone(), h.clone()))),
+                    None => metered.iter().map(|v| (v.id.clone(), v.host.clone())).collect(),
                 };
-                let ids: HashSet<&str> = match only {
-                    Some(_) => everywhere.iter().map(|(id, _)| id.as_str()).collect(),
-                    None => ids,
-                };
-                let metered_hosts: HashSet<String> = match only {
-                    Some(_) => everywhere.iter().map(|(_, h)| rounds::meters_key(h)).collect(),
-                    None => metered.iter().map(|v| rounds::meters_key(&v.host)).collect(),
-                };
+                let ids: HashSet<&str> = everywhere.iter().map(|(id, _)| id.as_str()).collect();
+                let metered_hosts: HashSet<String> = everywhere.iter().map(|(_, h)| rounds::meters_key(h)).collect();
                 last.retain(|id, _| ids.contains(id.as_str()));
                 self.store.scan(Tree::Meters, |key, _| {
                     let keep = match key.strip_prefix(rounds::METERS_PREFIX) {
