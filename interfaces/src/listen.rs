@@ -47,6 +47,16 @@ pub async fn accept(listener: &TcpListener) -> tokio::net::TcpStream {
     }
 }
 
+/// The connections `listener` accepts, as a stream ([`accept`]: with
+/// `TCP_NODELAY`, accept errors logged and retried), for a server that
+/// takes its connections from one (tonic's `serve_with_incoming`).
+pub fn incoming(listener: TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures::stream::unfold(listener, |l| async move {
+        let tcp = accept(&l).await;
+        Some((Ok(tcp), l))
+    })
+}
+
 /// The process listening on TCP `port` as `ss` shows it, e.g.
 /// `veeh (pid 1234)`.
 fn holder(port: u16) -> Option<String> {
@@ -80,5 +90,13 @@ mod tests {
         let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
         let (accepted, _client) = tokio::join!(super::accept(&listener), client);
         assert!(accepted.nodelay().unwrap(), "TCP_NODELAY is not set");
+        // The same through the stream a gRPC server takes.
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = std::pin::pin!(super::incoming(listener));
+        let (accepted, _client) = tokio::join!(futures::StreamExt::next(&mut incoming), tokio::net::TcpStream::connect(addr));
+        assert!(
+            accepted.unwrap().unwrap().nodelay().unwrap(),
+            "TCP_NODELAY is not set on the stream's"
+        );
     }
 }

@@ -108,12 +108,7 @@ async fn main() -> anyhow::Result<()> {
             let health = (health, VHI_SERVICE);
             interfaces::daemon::serve_until_stopped(
                 router,
-                // TCP_NODELAY, as every other listener ([`interfaces::listen::accept`]).
-                tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |tcp| {
-                    tcp.inspect(|s| {
-                        let _ = s.set_nodelay(true);
-                    })
-                }),
+                interfaces::listen::incoming(listener),
                 stop_signal,
                 health,
                 SHUTDOWN_GRACE,
