@@ -175,9 +175,9 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
         .unwrap_err();
     assert!(err.message().contains("`accel`"), "{}", err.message());
 
-    // A checkpoint whose chunks this host keeps restores without pulling
-    // them: a2 checkpoints the VEE, its domain goes, and the restore
-    // fetches only the two chunk indexes.
+    // A checkpoint whose parts this host keeps restores without pulling
+    // anything: a2 checkpoints the VEE, its domain goes, and the restore
+    // gives QEMU the memory state as it was written.
     let kept = checkpoint(&mut c2, &vee).await;
     // The guest runs a tick past the checkpoint before its domain goes. The
     // console log outlives the domain: the restored guest's progress shows
@@ -213,6 +213,12 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
     // A chunked checkpoint's memory goes to QEMU through a FIFO while its
     // chunks are read: the first restore on a2 was streamed so.
     assert_eq!(metric("veeh_restores_total{memory=\"streamed\"}").await, 1.0);
+    // The parts are kept after the checkpoint's answer.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while metric("veeh_checkpoint_cache_pending").await > 0.0 {
+        assert!(std::time::Instant::now() < deadline, "the checkpoint's parts are never kept");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let before_restore = fetched().await;
     c2.restore(RestoreRequest {
         spec: Some(spec.clone()),
@@ -222,13 +228,13 @@ async fn lab_checkpoint_then_restore_on_another_host_continues_the_counter() {
     .await
     .unwrap();
     let pulled = fetched().await - before_restore;
-    assert!(
-        pulled > 0.0 && pulled < 200_000.0,
-        "a restore from kept chunks fetched {pulled} bytes of {} + {}",
-        kept.memory_bytes,
-        kept.disk_bytes
+    assert_eq!(
+        pulled, 0.0,
+        "a restore from kept parts fetched {pulled} bytes of {} + {}",
+        kept.memory_bytes, kept.disk_bytes
     );
-    assert_eq!(metric("veeh_restores_total{memory=\"streamed\"}").await, 2.0);
+    assert_eq!(metric("veeh_restores_total{memory=\"cached\"}").await, 1.0);
+    assert_eq!(metric("veeh_restores_total{memory=\"streamed\"}").await, 1.0);
     assert_eq!(metric("veeh_restores_total{memory=\"file\"}").await, 0.0);
     let last = wait_tick(&mut c2, &vee, printed + 1, Duration::from_secs(30)).await.0;
 
@@ -603,6 +609,16 @@ async fn lab_a_checkpoint_failing_at_any_stage_leaves_nothing_kept() {
             !checkpoint_blobs().await.is_empty(),
             "{stage}: the checkpoint sent nothing before failing"
         );
+        // Nor does the host's cache keep a part of it (its cutters end
+        // once their receivers are gone).
+        let cached = || {
+            std::fs::read_dir(h.state_dir.join("cache/chunks")).map_or(vec![], |d| d.map(|e| e.unwrap().file_name()).collect::<Vec<_>>())
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !cached().is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(cached(), Vec::<std::ffi::OsString>::new(), "{stage}: kept in the host's cache");
         // The VEE runs on.
         let now = guest::last_tick(&console(&mut c, &spec.vee_id).await).unwrap().0;
         wait_tick(&mut c, &spec.vee_id, now + 2, Duration::from_secs(30)).await;

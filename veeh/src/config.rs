@@ -91,11 +91,12 @@ pub struct VeehConfig {
     #[serde(default = "default_cache_limit", deserialize_with = "interfaces::config::size")]
     #[schemars(with = "interfaces::config::Size")]
     pub cache_limit: u64,
-    /// Size above which the checkpoint chunks kept on this host (those of
-    /// the checkpoints it took and restored, under `cache_dir/chunks`) are
-    /// removed, least recently used first: a size with a unit (`"2 GiB"`,
-    /// the default) or a number of bytes. A restore of a checkpoint whose
-    /// chunks are all here pulls nothing.
+    /// Size above which the checkpoint parts kept on this host (the memory
+    /// states and disk overlays of the checkpoints it took and restored,
+    /// the newest of each VEE, under `cache_dir/chunks`) are removed, least
+    /// recently used first: a size with a unit (`"2 GiB"`, the default) or
+    /// a number of bytes. A restore of a checkpoint whose parts are here
+    /// pulls nothing and reads the memory state as QEMU wrote it.
     #[serde(default = "default_checkpoint_cache_limit", deserialize_with = "interfaces::config::size")]
     #[schemars(with = "interfaces::config::Size")]
     pub checkpoint_cache_limit: u64,

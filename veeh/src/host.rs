@@ -124,7 +124,8 @@ impl Host {
         let repo = Repository::open(&cfg, registries.clone())?;
         let cache = ImageCache::new(&cfg.cache_dir(), cfg.cache_limit >> 20, repo.client().cloned(), registries)?;
         let chunks = crate::chunks::ChunkCache::open(&cfg.cache_dir().join("chunks"), cfg.checkpoint_cache_limit)
-            .context("open the checkpoint chunk cache")?;
+            .context("open the checkpoint chunk cache")?
+            .counting(hv.metrics.cache_pending.clone());
         let vees = VeeStore::open(&cfg.state_dir)?;
         let (events, _) = broadcast::channel(256);
         let facts = hv.facts()?;

@@ -25,8 +25,9 @@ pub struct StateLabels {
     pub state: &'static str,
 }
 
-/// How a restore read its memory state: `streamed` (through a FIFO while
-/// its chunks were read) or `file` (written to a file first).
+/// How a restore read its memory state: `cached` (the host's cached part,
+/// as QEMU wrote it), `streamed` (through a FIFO while its chunks were
+/// read) or `file` (written to a file first).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RestoreLabels {
     pub memory: &'static str,
@@ -43,6 +44,9 @@ pub struct HostMetrics {
     /// Checkpoints answered (usable) whose OCI artifact is still being
     /// written to the repository.
     pub artifacts_pending: Gauge,
+    /// Checkpoint parts (a checkpoint's or a restore's) answered and still
+    /// being kept in the host's cache (synced and described).
+    pub cache_pending: Gauge,
     /// Bytes checkpoints sent to the repository: the chunks it lacked and
     /// the indexes (whole parts at a registry site).
     pub checkpoint_sent: Counter,
@@ -55,15 +59,16 @@ pub struct HostMetrics {
 
 impl Default for HostMetrics {
     fn default() -> Self {
-        // Both kinds of restore listed from the start, at 0.
+        // Every kind of restore listed from the start, at 0.
         let restores: Family<RestoreLabels, Counter> = Family::default();
-        for memory in ["streamed", "file"] {
+        for memory in ["cached", "streamed", "file"] {
             let _ = restores.get_or_create(&RestoreLabels { memory });
         }
         Self {
             libvirt_calls: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 4.0, 9))),
             domains: Family::default(),
             artifacts_pending: Gauge::default(),
+            cache_pending: Gauge::default(),
             checkpoint_sent: Counter::default(),
             restore_fetched: Counter::default(),
             restores,
@@ -103,6 +108,11 @@ impl HostMetrics {
             "checkpoint_artifacts_pending",
             "Checkpoints answered whose OCI artifact is still being written",
             self.artifacts_pending.clone(),
+        );
+        r.register(
+            "checkpoint_cache_pending",
+            "Checkpoint parts answered and still being kept in the host's cache",
+            self.cache_pending.clone(),
         );
         r.register_with_unit(
             "checkpoint_sent",

@@ -51,6 +51,14 @@ pub enum Part {
 }
 
 impl Part {
+    /// Its name in keys and logs: `memory`, `disk`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Memory => "memory",
+            Part::Disk => "disk",
+        }
+    }
+
     fn media_type(self) -> &'static str {
         match self {
             Part::Memory => artifact::MEMORY_STATE,

@@ -12,14 +12,14 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use interfaces::artifact::{self, Layer};
-use interfaces::chunks::CHUNK_INDEX_MEDIA_TYPE;
+use interfaces::chunks::{ChunkIndex, CHUNK_INDEX_MEDIA_TYPE};
 use interfaces::repo_client::RepoClient;
 use interfaces::vhi::SaveFormat;
 use interfaces::BlobId;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::chunks::{self, cut::reread, Cut, Pushed};
+use crate::chunks::{self, cut::reread, Cut, PartWriter, Pushed};
 use crate::host::Host;
 
 use super::Taking;
@@ -36,6 +36,8 @@ pub struct Part {
     pub size: u64,
     /// Bytes sent: the chunks the repository lacked and the index.
     pub sent: u64,
+    /// The index itself.
+    pub index: ChunkIndex,
 }
 
 /// Parallel channels a mapped-ram save writes over, at most.
@@ -64,7 +66,7 @@ impl Host {
         let (vee_id, cp_id, memory, top) = (t.vee_id, t.cp_id, t.memory.as_path(), t.top.as_path());
         let meta = chunks::chunk_meta(vee_id);
         let writing = Arc::new(AtomicBool::new(false));
-        let (cutter, rx) = self.start_cut(memory, Some(writing.clone()));
+        let (cutter, rx) = self.start_cut(memory, Some(writing.clone()), None);
         let memory_chunks = chunks::push_chunks(client, rx, &meta, true);
         let after_snapshot = async {
             let snapshot = self.live_snapshot(t).await;
@@ -87,17 +89,15 @@ impl Host {
         if let Some(first) = memory_chunks.refs.first() {
             let m = memory.to_path_buf();
             let len = first.size as usize;
-            let c = self.chunks.clone();
-            let first = tokio::task::spawn_blocking(move || {
-                let first = reread(&m, 0, len)?;
-                c.put(&first.digest, &first.data);
-                std::io::Result::Ok(first)
-            })
-            .await??;
+            let first = tokio::task::spawn_blocking(move || reread(&m, 0, len)).await??;
             chunks::replace_first(client, &mut memory_chunks, first, &meta).await?;
         }
         crate::failpoints::stage!("checkpoint-after-memory-chunks");
         let memory_part = finish(client, vee_id, cp_id, "memory", artifact::MEMORY_STATE, memory_chunks, size);
+        let (disk, disk_sink) = match disk {
+            Some((pushed, size, sink)) => (Some((pushed, size)), sink),
+            None => (None, None),
+        };
         let disk_part = async {
             match disk {
                 Some((pushed, size)) => finish(client, vee_id, cp_id, "disk", artifact::DISK_OVERLAY, pushed, size)
@@ -108,6 +108,7 @@ impl Host {
         };
         let (memory, disk) = tokio::try_join!(memory_part, disk_part)?;
         crate::failpoints::stage!("checkpoint-after-indexes");
+        self.keep_parts(vee_id, t.memory.clone(), &memory, disk_sink, disk.as_ref()).await;
         Ok(Taken {
             downtime_ms,
             save_format: SaveFormat::Sequential,
@@ -130,17 +131,19 @@ impl Host {
         self.stop_after_checkpoint(t.vee_id).await?;
         let meta = chunks::chunk_meta(t.vee_id);
         let memory = async {
-            let (pushed, size) = self.cut_and_push(client, &t.memory, &meta).await?;
+            let (pushed, size) = self.cut_and_push(client, &t.memory, &meta, None).await?;
             finish(client, t.vee_id, t.cp_id, "memory", artifact::MEMORY_STATE, pushed, size).await
         };
+        let disk_sink = t.overlay.as_ref().and_then(|_| self.chunks.sink(&chunks::part_key(t.vee_id, "disk")));
         let disk = async {
             let Some(overlay) = &t.overlay else { return Ok(None) };
-            let (pushed, size) = self.cut_and_push(client, overlay, &meta).await?;
+            let (pushed, size) = self.cut_and_push(client, overlay, &meta, disk_sink.clone()).await?;
             finish(client, t.vee_id, t.cp_id, "disk", artifact::DISK_OVERLAY, pushed, size)
                 .await
                 .map(Some)
         };
         let (memory, disk) = tokio::try_join!(memory, disk)?;
+        self.keep_parts(t.vee_id, t.memory.clone(), &memory, disk_sink, disk.as_ref()).await;
         Ok(Taken {
             downtime_ms: Some(downtime_ms),
             save_format: SaveFormat::MappedRam,
@@ -149,30 +152,56 @@ impl Host {
         })
     }
 
+    /// Keeps a checkpoint's parts in the host's cache, after the answer:
+    /// the memory state's file moved there as it is, the disk's part
+    /// written as it was cut (`sink`). A failure is logged: the cache only
+    /// saves pulls.
+    async fn keep_parts(&self, vee_id: &str, memory_file: std::path::PathBuf, memory: &Part, sink: Option<Arc<PartWriter>>, disk: Option<&Part>) {
+        let c = self.chunks.clone();
+        match tokio::task::spawn_blocking(move || c.stage(&memory_file, true)).await {
+            Ok(Ok(staged)) => staged.keep(chunks::part_key(vee_id, "memory"), memory.layer.digest.clone(), memory.index.clone()),
+            Ok(Err(e)) => tracing::warn!(vee = %vee_id, error = %e, "the checkpoint's memory state is not kept in the cache"),
+            Err(e) => tracing::warn!(vee = %vee_id, error = %e, "the checkpoint's memory state is not kept in the cache"),
+        }
+        if let (Some(sink), Some(disk)) = (sink, disk) {
+            sink.keep(disk.layer.digest.clone(), disk.index.clone());
+        }
+    }
+
     /// Starts cutting the file at `path` on a blocking thread (followed
-    /// while `writing` is unset, `chunks::cut_file`), each chunk kept in
-    /// the host's cache: the cutter, which answers the file's size in
-    /// bytes, and its chunks, at most [`QUEUE`] waiting.
-    fn start_cut(&self, path: &Path, writing: Option<Arc<AtomicBool>>) -> (JoinHandle<std::io::Result<u64>>, mpsc::Receiver<Cut>) {
+    /// while `writing` is unset, `chunks::cut_file`), each chunk written
+    /// to `sink` too: the cutter, which answers the file's size in bytes,
+    /// and its chunks, at most [`QUEUE`] waiting.
+    fn start_cut(&self, path: &Path, writing: Option<Arc<AtomicBool>>, sink: Option<Arc<PartWriter>>) -> (JoinHandle<std::io::Result<u64>>, mpsc::Receiver<Cut>) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let (p, c) = (path.to_path_buf(), self.chunks.clone());
-        (tokio::task::spawn_blocking(move || chunks::cut_file(&p, writing, Some(&c), &tx)), rx)
+        let p = path.to_path_buf();
+        (tokio::task::spawn_blocking(move || chunks::cut_file(&p, writing, sink.as_deref(), &tx)), rx)
     }
 
     /// Cuts the file at `path` (not written any more) and pushes its
-    /// chunks. Returns them and the file's size in bytes.
-    async fn cut_and_push(&self, client: &RepoClient, path: &Path, meta: &interfaces::repo_client::PushMeta) -> Result<(Pushed, u64)> {
-        let (cutter, rx) = self.start_cut(path, None);
+    /// chunks, each written to `sink` too. Returns them and the file's
+    /// size in bytes.
+    async fn cut_and_push(&self, client: &RepoClient, path: &Path, meta: &interfaces::repo_client::PushMeta, sink: Option<Arc<PartWriter>>) -> Result<(Pushed, u64)> {
+        let (cutter, rx) = self.start_cut(path, None, sink);
         let pushed = chunks::push_chunks(client, rx, meta, false).await?;
         let size = cutter.await?.with_context(|| format!("read {}", path.display()))?;
         Ok((pushed, size))
     }
 
-    /// Cuts the frozen `overlay` and pushes its chunks; once it is read,
-    /// commits `top` back into it (so chains never grow). Returns its
-    /// chunks and size in bytes.
-    async fn push_overlay(&self, client: &RepoClient, vee_id: &str, overlay: &Path, top: &Path, meta: &interfaces::repo_client::PushMeta) -> Result<(Pushed, u64)> {
-        let (cutter, rx) = self.start_cut(overlay, None);
+    /// Cuts the frozen `overlay` and pushes its chunks, written into a
+    /// part of the host's cache as they are cut; once it is read, commits
+    /// `top` back into it (so chains never grow). Returns its chunks, size
+    /// in bytes and the cache's part.
+    async fn push_overlay(
+        &self,
+        client: &RepoClient,
+        vee_id: &str,
+        overlay: &Path,
+        top: &Path,
+        meta: &interfaces::repo_client::PushMeta,
+    ) -> Result<(Pushed, u64, Option<Arc<PartWriter>>)> {
+        let sink = self.chunks.sink(&chunks::part_key(vee_id, "disk"));
+        let (cutter, rx) = self.start_cut(overlay, None, sink.clone());
         let commit = async {
             let size = cutter
                 .await?
@@ -184,15 +213,16 @@ impl Host {
             anyhow::Ok(size)
         };
         let push = async { chunks::push_chunks(client, rx, meta, false).await.context("push the overlay's chunks") };
-        tokio::try_join!(push, commit)
+        let (pushed, size) = tokio::try_join!(push, commit)?;
+        Ok((pushed, size, sink))
     }
 }
 
 /// Pushes the index of a part's chunks: the part as pushed.
 async fn finish(client: &RepoClient, vee_id: &str, cp_id: &str, name: &str, media_type: &str, pushed: Pushed, size: u64) -> Result<Part> {
     let chunks = pushed.refs.len();
-    let (digest, index_size): (BlobId, u64) =
-        chunks::push_index(client, format!("vee-{vee_id}-{cp_id}-{name}"), vee_id, media_type, pushed.refs).await?;
+    let index = ChunkIndex::new(media_type, pushed.refs);
+    let (digest, index_size): (BlobId, u64) = chunks::push_index(client, format!("vee-{vee_id}-{cp_id}-{name}"), vee_id, &index).await?;
     tracing::info!(vee = %vee_id, checkpoint = %cp_id, part = name, size, sent = pushed.sent, chunks, chunks_sent = pushed.chunks_sent, "checkpoint part pushed in chunks");
     Ok(Part {
         layer: Layer {
@@ -202,5 +232,6 @@ async fn finish(client: &RepoClient, vee_id: &str, cp_id: &str, name: &str, medi
         },
         size,
         sent: pushed.sent + index_size,
+        index,
     })
 }

@@ -68,29 +68,54 @@ impl Host {
         let chunked = cp.layout() == CheckpointLayout::Chunked;
         let streamed = chunked && cp.save_format() == SaveFormat::Sequential;
         let overlay = self.vees.overlay(&vee_id);
-        // The disk first, and beside it, unless the memory is streamed,
-        // the memory state's file.
+        // The disk first, and beside it the memory state's file: the
+        // cache's part as it is, or, unless the memory is streamed, pulled.
         let disk = self.pull_overlay(&cp, &rec, &paths, &dir, &overlay);
         let mem = async {
+            if chunked && self.link_cached(&mem_id, &memory) {
+                return anyhow::Ok(true);
+            }
             if !streamed {
-                self.pull(&mem_id, cp.memory_bytes, Part::Memory, chunked, &memory)
+                self.pull(&vee_id, &mem_id, cp.memory_bytes, Part::Memory, chunked, &memory)
                     .await
                     .context("pull checkpoint memory")?;
             }
-            anyhow::Ok(())
+            anyhow::Ok(false)
         };
-        tokio::try_join!(disk, mem)?;
+        let ((), cached) = tokio::try_join!(disk, mem)?;
         let load = |from: PathBuf| self.load(&rec, &paths, &overlay, from);
         let mut how = "file";
-        let result = if streamed {
-            match self.load_streamed(&mem_id, cp.memory_bytes, &memory, load).await {
+        let mut from_cache = None;
+        if cached {
+            match load(memory.clone()).await {
+                Ok(()) => {
+                    how = "cached";
+                    from_cache = Some(Ok(()));
+                }
+                Err(e) => {
+                    // A part QEMU cannot load is not kept: read its chunks.
+                    tracing::warn!(vee = %vee_id, error = %format!("{e:#}"), "restore from the cached memory state failed; reading it from its chunks");
+                    self.chunks.forget(&mem_id);
+                    let _ = std::fs::remove_file(&memory);
+                    if !streamed {
+                        self.pull(&vee_id, &mem_id, cp.memory_bytes, Part::Memory, chunked, &memory)
+                            .await
+                            .context("pull checkpoint memory")?;
+                    }
+                }
+            }
+        }
+        let result = if let Some(r) = from_cache {
+            r
+        } else if streamed {
+            match self.load_streamed(&vee_id, &mem_id, cp.memory_bytes, &memory, load).await {
                 Ok(()) => {
                     how = "streamed";
                     Ok(())
                 }
                 Err(Streamed::Libvirt(e)) => {
                     tracing::warn!(vee = %vee_id, error = %format!("{e:#}"), "restore through a FIFO refused; restoring from the assembled file");
-                    self.pull(&mem_id, cp.memory_bytes, Part::Memory, true, &memory)
+                    self.pull(&vee_id, &mem_id, cp.memory_bytes, Part::Memory, true, &memory)
                         .await
                         .context("pull checkpoint memory")?;
                     load(memory.clone()).await
@@ -123,7 +148,7 @@ impl Host {
         let tmp = dir.join("overlay.restore.qcow2");
         let _ = std::fs::remove_file(&tmp);
         let chunked = cp.layout() == CheckpointLayout::Chunked;
-        self.pull(&disk_id, cp.disk_bytes, Part::Disk, chunked, &tmp)
+        self.pull(&rec.vee_id, &disk_id, cp.disk_bytes, Part::Disk, chunked, &tmp)
             .await
             .context("pull checkpoint disk")?;
         let (t, base) = (tmp.clone(), paths.base.clone());
@@ -163,9 +188,25 @@ impl Host {
         self.blocking(move |hv| hv.restore(&m, &xml)).await
     }
 
+    /// Links the host's cached part `index_id` at `dest` (see
+    /// `crate::chunks::cache`): whether it is there.
+    fn link_cached(&self, index_id: &BlobId, dest: &Path) -> bool {
+        let Some(part) = self.chunks.whole(index_id) else { return false };
+        let _ = std::fs::remove_file(dest);
+        match std::fs::hard_link(&part, dest) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::info!(index = %index_id, error = %e, "a cached checkpoint part cannot be linked; reading its chunks");
+                false
+            }
+        }
+    }
+
     /// Runs `load` on a FIFO at `path` that streams the chunked memory
-    /// state `index_id` of `size` bytes (see the module documentation).
-    async fn load_streamed<F>(&self, index_id: &BlobId, size: u64, path: &Path, load: impl FnOnce(PathBuf) -> F) -> Result<(), Streamed>
+    /// state `index_id` of `size` bytes (see the module documentation) of
+    /// VEE `vee_id`, whose chunks are kept in the host's cache as a part
+    /// once it loaded.
+    async fn load_streamed<F>(&self, vee_id: &str, index_id: &BlobId, size: u64, path: &Path, load: impl FnOnce(PathBuf) -> F) -> Result<(), Streamed>
     where
         F: std::future::Future<Output = Result<()>>,
     {
@@ -181,7 +222,8 @@ impl Host {
                 index.size
             )));
         }
-        let feed = crate::chunks::Feed::new(path, client, &self.chunks, &index).map_err(Streamed::Chunks)?;
+        let sink = self.chunks.sink(&crate::chunks::part_key(vee_id, Part::Memory.name()));
+        let feed = crate::chunks::Feed::new(path, client, &self.chunks, &index, sink.clone()).map_err(Streamed::Chunks)?;
         let load = load(path.to_path_buf());
         tokio::pin!(load);
         let result = tokio::select! {
@@ -199,13 +241,17 @@ impl Host {
         };
         let fetched = feed.fetched.load(Ordering::Relaxed) + index_bytes;
         self.hv.metrics.restore_fetched.inc_by(fetched);
+        drop(feed);
+        if let (Ok(()), Some(sink)) = (&result, sink) {
+            sink.keep(index_id.clone(), index);
+        }
         tracing::info!(blob = %index_id, size, fetched, "checkpoint memory streamed from its chunks");
         result
     }
 
-    /// A checkpoint's `part`, blob `id` of `size` bytes (a chunk index
-    /// when `chunked`), written to `dest`, verified.
-    async fn pull(&self, id: &BlobId, size: u64, part: Part, chunked: bool, dest: &Path) -> Result<()> {
+    /// VEE `vee_id`'s checkpoint `part`, blob `id` of `size` bytes (a
+    /// chunk index when `chunked`), written to `dest`, verified.
+    async fn pull(&self, vee_id: &str, id: &BlobId, size: u64, part: Part, chunked: bool, dest: &Path) -> Result<()> {
         if !chunked {
             let n = self.repo.pull_part(id, size, part, dest).await?;
             self.hv.metrics.restore_fetched.inc_by(n);
@@ -215,7 +261,8 @@ impl Host {
             .repo
             .client()
             .context("a checkpoint in chunks is read from an image-repo site only")?;
-        let got = crate::chunks::assemble(client, &self.chunks, id, dest).await?;
+        let key = crate::chunks::part_key(vee_id, part.name());
+        let got = crate::chunks::assemble(client, &self.chunks, id, &key, dest).await?;
         self.hv.metrics.restore_fetched.inc_by(got.fetched);
         tracing::info!(blob = %id, size = got.size, fetched = got.fetched, "checkpoint part assembled from its chunks");
         anyhow::ensure!(got.size == size, "{part:?} part of {} bytes, the record says {size}", got.size);

@@ -39,9 +39,8 @@ pub async fn index(client: &RepoClient, index_id: &BlobId) -> Result<(ChunkIndex
 }
 
 /// Chunk `digest` of `size` bytes, and the bytes fetched for it: from
-/// `cache` (0), else from the repository, verified by its digest and size,
-/// and kept in `cache`. Errors: the chunk is missing or not what the index
-/// says.
+/// `cache` (0), else from the repository, verified by its digest and size.
+/// Errors: the chunk is missing or not what the index says.
 pub async fn chunk(client: &RepoClient, cache: &Arc<ChunkCache>, digest: &BlobId, size: u64) -> Result<(Bytes, u64)> {
     let (c, d) = (cache.clone(), digest.clone());
     let cached = tokio::task::spawn_blocking(move || c.get(&d)).await?;
@@ -60,23 +59,29 @@ pub async fn chunk(client: &RepoClient, cache: &Arc<ChunkCache>, digest: &BlobId
         "chunk {digest}: {} bytes, the index says {size}",
         data.len()
     );
-    if fetched > 0 {
-        let (c, d, data) = (cache.clone(), digest.clone(), data.clone());
-        tokio::task::spawn_blocking(move || c.put(&d, &data)).await?;
-    }
     Ok((data, fetched))
 }
 
 /// Writes the part whose chunk index is `index_id` to `dest` (created or
-/// truncated): each distinct chunk once, from `cache` or fetched
-/// ([`chunk`]), [`PARALLEL`] at a time. `fetched` counts what came from
-/// the repository. Errors: as [`index`] and [`chunk`], or `dest` cannot be
-/// written.
-pub async fn assemble(client: &RepoClient, cache: &Arc<ChunkCache>, index_id: &BlobId, dest: &Path) -> Result<Assembled> {
+/// truncated): copied from `cache` when it holds the part whole, else each
+/// distinct chunk once, from `cache` or fetched ([`chunk`]), [`PARALLEL`]
+/// at a time, and kept in `cache` under `key`. `fetched` counts what came
+/// from the repository. Errors: as [`index`] and [`chunk`], or `dest`
+/// cannot be written.
+pub async fn assemble(client: &RepoClient, cache: &Arc<ChunkCache>, index_id: &BlobId, key: &str, dest: &Path) -> Result<Assembled> {
+    if let Some(part) = cache.whole(index_id) {
+        let d = dest.to_path_buf();
+        match tokio::task::spawn_blocking(move || std::fs::copy(&part, &d)).await? {
+            Ok(size) => return Ok(Assembled { size, fetched: 0 }),
+            // Evicted since: assembled from its chunks.
+            Err(e) => tracing::info!(index = %index_id, error = %e, "a cached checkpoint part went before its copy"),
+        }
+    }
     let (index, index_bytes) = self::index(client, index_id).await?;
     let file = std::fs::File::create(dest).with_context(|| format!("create {}", dest.display()))?;
     file.set_len(index.size)?;
     let file = Arc::new(file);
+    let sink = cache.sink(key);
     // Each distinct chunk once, with every offset it is found at.
     let mut at: HashMap<BlobId, usize> = HashMap::new();
     let mut wanted: Vec<(BlobId, u64, Vec<u64>)> = Vec::new();
@@ -89,10 +94,15 @@ pub async fn assemble(client: &RepoClient, cache: &Arc<ChunkCache>, index_id: &B
     }
     let fetched = futures::stream::iter(wanted)
         .map(|(digest, size, offsets)| {
-            let file = file.clone();
+            let (file, sink) = (file.clone(), sink.clone());
             async move {
                 let (data, fetched) = chunk(client, cache, &digest, size).await?;
                 tokio::task::spawn_blocking(move || {
+                    for o in &offsets {
+                        if let Some(sink) = &sink {
+                            sink.put(*o, &data);
+                        }
+                    }
                     // The file starts sparse: a chunk of zeros (a mapped-ram
                     // image's untouched pages) is a hole already.
                     if data.iter().all(|b| *b == 0) {
@@ -107,8 +117,12 @@ pub async fn assemble(client: &RepoClient, cache: &Arc<ChunkCache>, index_id: &B
         .buffer_unordered(PARALLEL)
         .try_fold(0, |sum, n| async move { Ok(sum + n) })
         .await?;
+    let size = index.size;
+    if let Some(sink) = sink {
+        sink.keep(index_id.clone(), index);
+    }
     Ok(Assembled {
-        size: index.size,
+        size,
         fetched: fetched + index_bytes,
     })
 }

@@ -13,7 +13,7 @@ use interfaces::chunks::{AVG_CHUNK, MAX_CHUNK, MIN_CHUNK};
 use interfaces::BlobId;
 use tokio::sync::mpsc;
 
-use super::ChunkCache;
+use super::PartWriter;
 
 /// How often a followed file is looked at again when it has not grown.
 const FOLLOW_POLL: Duration = Duration::from_millis(10);
@@ -52,10 +52,11 @@ impl Read for Follow {
 /// `interfaces::chunks`) and sends them on `tx` in order as each
 /// completes; blocking (run it on a blocking thread). With `writing`, the
 /// file is followed until the flag is set (see the module documentation
-/// of `chunks`), and waited for until it exists. Each chunk is kept in
-/// `cache` too. Returns the file's size in bytes. Errors: the file cannot
+/// of `chunks`), and waited for until it exists. Each chunk is written to
+/// `sink` too (a part of the host's cache, see `super::cache`). Returns
+/// the file's size in bytes. Errors: the file cannot
 /// be read; the receiver is gone (`BrokenPipe`).
-pub fn cut_file(path: &Path, writing: Option<Arc<AtomicBool>>, cache: Option<&ChunkCache>, tx: &mpsc::Sender<Cut>) -> io::Result<u64> {
+pub fn cut_file(path: &Path, writing: Option<Arc<AtomicBool>>, sink: Option<&PartWriter>, tx: &mpsc::Sender<Cut>) -> io::Result<u64> {
     let done = writing.unwrap_or_else(|| Arc::new(AtomicBool::new(true)));
     // A followed file may not be there yet: its writer creates it.
     let file = loop {
@@ -79,8 +80,8 @@ pub fn cut_file(path: &Path, writing: Option<Arc<AtomicBool>>, cache: Option<&Ch
             digest: BlobId::of(&data),
             data,
         };
-        if let Some(cache) = cache {
-            cache.put(&cut.digest, &cut.data);
+        if let Some(sink) = sink {
+            sink.put(cut.offset, &cut.data);
         }
         tx.blocking_send(cut)
             .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the chunks' receiver is gone"))?;

@@ -21,7 +21,7 @@ pub mod push;
 pub mod stream;
 
 pub use assemble::assemble;
-pub use cache::ChunkCache;
+pub use cache::{ChunkCache, PartWriter};
 pub use cut::{cut_file, Cut};
-pub use push::{chunk_meta, push_chunks, push_index, replace_first, Pushed};
+pub use push::{chunk_meta, part_key, push_chunks, push_index, replace_first, Pushed};
 pub use stream::Feed;

@@ -27,6 +27,12 @@ pub struct Pushed {
     pub chunks_sent: usize,
 }
 
+/// The key of a VEE's part (`memory`, `disk`) in the host's cache: a
+/// newer part of the same key supersedes the older (`super::cache`).
+pub fn part_key(vee_id: &str, part: &str) -> String {
+    format!("vee-{vee_id}-{part}")
+}
+
 /// The metadata a chunk is pushed with: kind `checkpoint-chunk`, labelled
 /// with its VEE.
 pub fn chunk_meta(vee_id: &str) -> PushMeta {
@@ -97,19 +103,21 @@ pub async fn replace_first(client: &RepoClient, pushed: &mut Pushed, first: supe
     slot.digest = first.digest.clone();
     if !client.missing(std::slice::from_ref(&first.digest)).await?.is_empty() {
         let n = first.data.len() as u64;
-        client.push_bytes(&first.digest, first.data, meta).await.context("push the first chunk")?;
+        client
+            .push_bytes(&first.digest, first.data, meta)
+            .await
+            .context("push the first chunk")?;
         pushed.sent += n;
         pushed.chunks_sent += 1;
     }
     Ok(())
 }
 
-/// Pushes the index of `refs` (a part of `media_type`) as a blob of kind
-/// `checkpoint-index` named `name`: the part's commit point, which the
-/// repository accepts only when it holds every chunk. Returns its ID and
-/// size in bytes.
-pub async fn push_index(client: &RepoClient, name: String, vee_id: &str, media_type: &str, refs: Vec<ChunkRef>) -> Result<(BlobId, u64)> {
-    let raw = ChunkIndex::new(media_type, refs).to_bytes();
+/// Pushes `index` as a blob of kind `checkpoint-index` named `name`: the
+/// part's commit point, which the repository accepts only when it holds
+/// every chunk. Returns its ID and size in bytes.
+pub async fn push_index(client: &RepoClient, name: String, vee_id: &str, index: &ChunkIndex) -> Result<(BlobId, u64)> {
+    let raw = index.to_bytes();
     let id = BlobId::of(&raw);
     let size = raw.len() as u64;
     let mut meta = PushMeta::new(name, BlobKind::CheckpointIndex);

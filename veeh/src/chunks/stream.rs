@@ -21,12 +21,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use interfaces::chunks::ChunkIndex;
+use interfaces::chunks::{ChunkIndex, ChunkRef};
 use interfaces::repo_client::RepoClient;
 use tokio::io::AsyncWriteExt;
 
 use super::assemble::chunk;
-use super::ChunkCache;
+use super::{ChunkCache, PartWriter};
 
 /// Chunks read ahead of the one a session writes.
 const AHEAD: usize = 8;
@@ -44,14 +44,23 @@ pub struct Feed<'a> {
     client: &'a RepoClient,
     cache: &'a Arc<ChunkCache>,
     index: &'a ChunkIndex,
+    /// Where each chunk read is kept (a part of `cache`).
+    sink: Option<Arc<PartWriter>>,
     /// Bytes fetched from the repository (not the cache) so far.
     pub fetched: AtomicU64,
 }
 
 impl<'a> Feed<'a> {
     /// Makes the FIFO `path` (replacing what is there) for the part
-    /// `index` lists. Errors: the FIFO cannot be made.
-    pub fn new(path: &Path, client: &'a RepoClient, cache: &'a Arc<ChunkCache>, index: &'a ChunkIndex) -> Result<Self> {
+    /// `index` lists, each chunk read written to `sink` too. Errors: the
+    /// FIFO cannot be made.
+    pub fn new(
+        path: &Path,
+        client: &'a RepoClient,
+        cache: &'a Arc<ChunkCache>,
+        index: &'a ChunkIndex,
+        sink: Option<Arc<PartWriter>>,
+    ) -> Result<Self> {
         let _ = std::fs::remove_file(path);
         make_fifo(path)?;
         Ok(Self {
@@ -59,6 +68,7 @@ impl<'a> Feed<'a> {
             client,
             cache,
             index,
+            sink,
             fetched: AtomicU64::new(0),
         })
     }
@@ -114,8 +124,17 @@ impl<'a> Feed<'a> {
         let (client, cache) = (self.client, self.cache);
         let (ready, mut next) = tokio::sync::mpsc::channel(AHEAD);
         let read = async move {
-            let mut chunks = futures::stream::iter(self.index.chunks.clone())
-                .map(move |c| async move { chunk(client, cache, &c.digest, c.size).await })
+            let sink = &self.sink;
+            let offsets: Vec<(u64, ChunkRef)> = self.index.offsets().map(|(o, c)| (o, c.clone())).collect();
+            let mut chunks = futures::stream::iter(offsets)
+                .map(move |(offset, c)| async move {
+                    let (data, fetched) = chunk(client, cache, &c.digest, c.size).await?;
+                    if let Some(sink) = sink.clone() {
+                        let data = data.clone();
+                        tokio::task::spawn_blocking(move || sink.put(offset, &data)).await?;
+                    }
+                    anyhow::Ok((data, fetched))
+                })
                 .buffered(AHEAD);
             while let Some(got) = chunks.next().await {
                 // The writer is gone (its reader closed, or a chunk failed).
@@ -192,21 +211,27 @@ mod tests {
         ];
         let refs = parts
             .iter()
-            .map(|p| {
-                let digest = BlobId::of(p);
-                cache.put(&digest, p);
-                ChunkRef {
-                    digest,
-                    size: p.len() as u64,
-                }
+            .map(|p| ChunkRef {
+                digest: BlobId::of(p),
+                size: p.len() as u64,
             })
             .collect();
         let whole: Vec<u8> = parts.concat();
         let index = ChunkIndex::new("application/octet-stream", refs);
+        let index_id = BlobId::of(&index.to_bytes());
+        // Every chunk is in the cache, in another VEE's part.
+        let other = dir.path().join("other.state");
+        std::fs::write(&other, &whole).unwrap();
+        cache
+            .stage(&other, true)
+            .unwrap()
+            .commit("vee-0-memory", &index_id, &index)
+            .unwrap();
         // Never called: every chunk is in the cache.
         let client = RepoClient::new("http://127.0.0.1:9", None).unwrap();
         let fifo = dir.path().join("restore.state");
-        let feed = Feed::new(&fifo, &client, &cache, &index).unwrap();
+        let sink = Arc::new(cache.writer("vee-1-memory").unwrap());
+        let feed = Feed::new(&fifo, &client, &cache, &index, Some(sink.clone())).unwrap();
         let readers = async {
             // libvirt's first open reads the header and closes early; the
             // next reads it all from byte 0, then a third does again.
@@ -265,5 +290,10 @@ mod tests {
         assert!(second == whole, "the second reader reads the part whole");
         drop(feed);
         assert!(!fifo.exists(), "the FIFO goes with the feed");
+        // What the sessions read is a part of its own now.
+        sink.finish(&index_id, &index).unwrap();
+        let kept = cache.whole(&index_id).unwrap();
+        assert!(kept.ends_with("1.part"), "{}", kept.display());
+        assert!(std::fs::read(kept).unwrap() == whole);
     }
 }
