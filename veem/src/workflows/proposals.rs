@@ -94,6 +94,9 @@ pub struct Snapshot {
     pub now_ms: i64,
     /// In configuration order (the order targets are tried in).
     pub hosts: Vec<HostView>,
+    /// The live VEEs on hosts a pass may decide on: every one with
+    /// consolidation, else those on a host missing heartbeats and those
+    /// overdue (`Proposals::proposal_snapshot`; [`plan`] takes any).
     pub vees: Vec<VeeView>,
     pub open: Vec<OpenMove>,
     /// (VEE, reason) pairs of proposals rejected or failed within the hold
@@ -151,8 +154,15 @@ fn occupies(v: &VeeView) -> Option<&str> {
 /// Whether `v` has run more than twice its checkpoint interval on its host
 /// without a checkpoint.
 fn overdue(v: &VeeView, now_ms: i64) -> bool {
-    let Some(every) = v.checkpoint_interval_s else { return false };
-    let since = v.last_checkpoint_ms.unwrap_or(i64::MIN).max(v.on_host_since_ms);
+    overdue_at(v.checkpoint_interval_s, v.last_checkpoint_ms, v.on_host_since_ms, now_ms)
+}
+
+/// [`overdue`] of a VEE's fields: its checkpoint interval in seconds,
+/// its last checkpoint's time and since when it is on its host (ms since
+/// the Unix epoch).
+fn overdue_at(interval_s: Option<u64>, last_checkpoint_ms: Option<i64>, on_host_since_ms: i64, now_ms: i64) -> bool {
+    let Some(every) = interval_s else { return false };
+    let since = last_checkpoint_ms.unwrap_or(i64::MIN).max(on_host_since_ms);
     now_ms - since > 2 * every as i64 * 1000
 }
 
@@ -385,7 +395,7 @@ impl Proposals {
         let slot = self.now_slot();
         let cfg = &self.cfg.proposals;
         let health: Vec<(String, Health)> = self.hosts.names().into_iter().map(|h| (h.clone(), self.hosts.health(&h))).collect();
-        let hosts = {
+        let hosts: Vec<HostView> = {
             let p = self.planner.lock().unwrap();
             let known = health
                 .into_iter()
@@ -399,7 +409,15 @@ impl Proposals {
                 })
                 .collect()
         };
-        // Views of the records, not copies of them.
+        // Views of the records, not copies of them, and only of the VEEs a
+        // pass may decide on: without consolidation, those on a host
+        // missing heartbeats and those overdue (100,000 views every pass
+        // were most of an idle site's proposal CPU).
+        let at_risk: std::collections::HashSet<&str> = hosts
+            .iter()
+            .filter(|h| matches!(h.health, Health::Missing(n) if n >= 1))
+            .map(|h| h.name.as_str())
+            .collect();
         let vees = self.vees_map(|v| {
             let Location::Host(h) = &v.location else {
                 seen.remove(&v.id);
@@ -416,6 +434,11 @@ impl Proposals {
                     now
                 }
             };
+            let decided =
+                cfg.consolidation || at_risk.contains(h.as_str()) || overdue_at(v.checkpoint_interval_s, v.last_checkpoint_ms, since, now);
+            if !decided {
+                return None;
+            }
             Some(VeeView {
                 id: v.id.clone(),
                 state: v.state,

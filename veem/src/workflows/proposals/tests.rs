@@ -401,3 +401,29 @@ fn open_moves_and_holds_from_the_records() {
         BTreeSet::from([("c".to_string(), Reason::FailureRisk), ("d".to_string(), Reason::Consolidation)])
     );
 }
+
+/// The VEEM's snapshot holds only the VEEs a pass may decide on (without
+/// consolidation: those overdue or on a host missing heartbeats), yet
+/// notes where every live VEE is seen.
+#[tokio::test]
+async fn the_snapshot_views_only_the_vees_a_pass_may_move() {
+    let site = crate::sim::FakeSite::start(&["a1", "a2"], "").await;
+    let ids = site.running_service(&crate::sim::STANDARD.replace("disk_gib = 1", "disk_gib = 1\ninstances = 3"));
+    assert_eq!(ids.len(), 3);
+    let now = crate::ports::Clock::now_ms(&*site.clock);
+    // One VEE is checkpointed every minute, last an hour ago.
+    let mut v = site.veem.vee(&ids[0]).unwrap();
+    v.checkpoint_interval_s = Some(60);
+    v.last_checkpoint_ms = Some(now - 3_600_000);
+    site.veem.save_vee(&v).unwrap();
+    let mut seen = Seen::new();
+    let snap = site.veem.proposals.proposal_snapshot(&mut seen).unwrap();
+    assert!(snap.vees.is_empty(), "{:?}", snap.vees);
+    assert_eq!(seen.len(), 3, "every live VEE is noted as seen");
+    // Once it has been on its host for more than twice its interval
+    // without a checkpoint, it is in the snapshot, and only it.
+    site.clock.advance_ms(121_000);
+    let snap = site.veem.proposals.proposal_snapshot(&mut seen).unwrap();
+    assert_eq!(snap.vees.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(), vec![ids[0].as_str()]);
+    assert!(overdue(&snap.vees[0], snap.now_ms));
+}
