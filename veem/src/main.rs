@@ -5,12 +5,6 @@ use std::process::ExitCode;
 
 use veem::cli::{Cli, Command};
 
-/// jemalloc rather than glibc's malloc: at 100,000 VEEs glibc's per-thread
-/// arenas held about 200 MiB the heap no longer used (docs/benchmarks.md,
-/// `veem serve` at 2,000 hosts); jemalloc gives freed pages back.
-#[global_allocator]
-static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
 fn main() -> ExitCode {
     // Usage errors exit with 2 here (clap); `--help`/`--version` with 0.
     let cli = Cli::parse_args();
