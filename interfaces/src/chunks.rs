@@ -93,6 +93,19 @@ impl ChunkIndex {
         }
     }
 
+    /// The index of `chunks`, a file's content in order (their digests
+    /// computed here).
+    pub fn of<C: AsRef<[u8]>>(media_type: &str, chunks: &[C]) -> Self {
+        let refs = chunks
+            .iter()
+            .map(|c| ChunkRef {
+                digest: BlobId::of(c.as_ref()),
+                size: c.as_ref().len() as u64,
+            })
+            .collect();
+        Self::new(media_type, refs)
+    }
+
     /// The index as its blob's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a chunk index serializes")
@@ -110,7 +123,10 @@ impl ChunkIndex {
         if index.format_version == 0 || index.format_version > CHUNK_INDEX_FORMAT {
             return Err(bad(
                 "format_version",
-                format!("{} is not a format this version reads (1 to {CHUNK_INDEX_FORMAT})", index.format_version),
+                format!(
+                    "{} is not a format this version reads (1 to {CHUNK_INDEX_FORMAT})",
+                    index.format_version
+                ),
             ));
         }
         if index.chunks.len() > MAX_CHUNKS {
@@ -121,7 +137,10 @@ impl ChunkIndex {
         }
         for (i, c) in index.chunks.iter().enumerate() {
             if c.size == 0 || c.size > u64::from(MAX_CHUNK) {
-                return Err(bad(format!("chunks[{i}].size"), format!("{} is not within 1 to {MAX_CHUNK} bytes", c.size)));
+                return Err(bad(
+                    format!("chunks[{i}].size"),
+                    format!("{} is not within 1 to {MAX_CHUNK} bytes", c.size),
+                ));
             }
         }
         let sum: u64 = index.chunks.iter().map(|c| c.size).sum();

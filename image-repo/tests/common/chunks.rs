@@ -1,7 +1,7 @@
 //! Checkpoints in chunks, as a VEEH pushes them (`interfaces::chunks`):
 //! chunks first (those `missing` names), then the index listing them.
 
-use interfaces::chunks::{ChunkIndex, ChunkRef};
+use interfaces::chunks::ChunkIndex;
 use interfaces::repo_client::{BlobKind, PushMeta, RepoClient};
 use interfaces::BlobId;
 
@@ -18,14 +18,7 @@ pub fn chunk(n: u64, len: usize) -> Vec<u8> {
 
 /// The index of `chunks` (in file order) and its bytes.
 pub fn index_of(chunks: &[&[u8]]) -> (ChunkIndex, Vec<u8>) {
-    let refs = chunks
-        .iter()
-        .map(|c| ChunkRef {
-            digest: BlobId::of(c),
-            size: c.len() as u64,
-        })
-        .collect();
-    let index = ChunkIndex::new(interfaces::artifact::MEMORY_STATE, refs);
+    let index = ChunkIndex::of(interfaces::artifact::MEMORY_STATE, chunks);
     let raw = index.to_bytes();
     (index, raw)
 }

@@ -1,17 +1,8 @@
-use interfaces::chunks::ChunkRef;
-
 use super::*;
 
 /// `chunks` as a part: its bytes and its index (and the index's ID).
 fn part(chunks: &[&[u8]]) -> (Vec<u8>, ChunkIndex, BlobId) {
-    let refs = chunks
-        .iter()
-        .map(|c| ChunkRef {
-            digest: BlobId::of(c),
-            size: c.len() as u64,
-        })
-        .collect();
-    let index = ChunkIndex::new("application/octet-stream", refs);
+    let index = ChunkIndex::of("application/octet-stream", chunks);
     let id = BlobId::of(&index.to_bytes());
     (chunks.concat(), index, id)
 }

@@ -176,7 +176,7 @@ mod tests {
     use std::io::Read;
 
     use bytes::Bytes;
-    use interfaces::chunks::{ChunkIndex, ChunkRef};
+    use interfaces::chunks::ChunkIndex;
     use interfaces::BlobId;
 
     use super::*;
@@ -209,15 +209,8 @@ mod tests {
             (0..1_000_000u32).map(|i| (i % 7) as u8).collect::<Vec<u8>>().into(),
             (0..1_000_000u32).map(|i| (i % 11) as u8).collect::<Vec<u8>>().into(),
         ];
-        let refs = parts
-            .iter()
-            .map(|p| ChunkRef {
-                digest: BlobId::of(p),
-                size: p.len() as u64,
-            })
-            .collect();
         let whole: Vec<u8> = parts.concat();
-        let index = ChunkIndex::new("application/octet-stream", refs);
+        let index = ChunkIndex::of("application/octet-stream", &parts);
         let index_id = BlobId::of(&index.to_bytes());
         // Every chunk is in the cache, in another VEE's part.
         let other = dir.path().join("other.state");
