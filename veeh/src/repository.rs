@@ -59,7 +59,9 @@ impl Part {
         }
     }
 
-    fn media_type(self) -> &'static str {
+    /// Its media type as an OCI layer (`artifact::MEMORY_STATE`,
+    /// `artifact::DISK_OVERLAY`).
+    pub fn media_type(self) -> &'static str {
         match self {
             Part::Memory => artifact::MEMORY_STATE,
             Part::Disk => artifact::DISK_OVERLAY,

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use interfaces::artifact::{self, Layer};
+use interfaces::artifact::Layer;
 use interfaces::chunks::{ChunkIndex, CHUNK_INDEX_MEDIA_TYPE};
 use interfaces::repo_client::RepoClient;
 use interfaces::vhi::SaveFormat;
@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::chunks::{self, cut::reread, Cut, PartWriter, Pushed};
 use crate::host::Host;
+use crate::repository::Part as Kind;
 
 use super::Taking;
 
@@ -93,14 +94,14 @@ impl Host {
             chunks::replace_first(client, &mut memory_chunks, first, &meta).await?;
         }
         crate::failpoints::stage!("checkpoint-after-memory-chunks");
-        let memory_part = finish(client, vee_id, cp_id, "memory", artifact::MEMORY_STATE, memory_chunks, size);
+        let memory_part = finish(client, vee_id, cp_id, Kind::Memory, memory_chunks, size);
         let (disk, disk_sink) = match disk {
             Some((pushed, size, sink)) => (Some((pushed, size)), sink),
             None => (None, None),
         };
         let disk_part = async {
             match disk {
-                Some((pushed, size)) => finish(client, vee_id, cp_id, "disk", artifact::DISK_OVERLAY, pushed, size)
+                Some((pushed, size)) => finish(client, vee_id, cp_id, Kind::Disk, pushed, size)
                     .await
                     .map(Some),
                 None => Ok(None),
@@ -132,13 +133,13 @@ impl Host {
         let meta = chunks::chunk_meta(t.vee_id);
         let memory = async {
             let (pushed, size) = self.cut_and_push(client, &t.memory, &meta, None).await?;
-            finish(client, t.vee_id, t.cp_id, "memory", artifact::MEMORY_STATE, pushed, size).await
+            finish(client, t.vee_id, t.cp_id, Kind::Memory, pushed, size).await
         };
-        let disk_sink = t.overlay.as_ref().and_then(|_| self.chunks.sink(&chunks::part_key(t.vee_id, "disk")));
+        let disk_sink = t.overlay.as_ref().and_then(|_| self.chunks.sink(&chunks::part_key(t.vee_id, Kind::Disk)));
         let disk = async {
             let Some(overlay) = &t.overlay else { return Ok(None) };
             let (pushed, size) = self.cut_and_push(client, overlay, &meta, disk_sink.clone()).await?;
-            finish(client, t.vee_id, t.cp_id, "disk", artifact::DISK_OVERLAY, pushed, size)
+            finish(client, t.vee_id, t.cp_id, Kind::Disk, pushed, size)
                 .await
                 .map(Some)
         };
@@ -158,9 +159,12 @@ impl Host {
     /// saves pulls.
     async fn keep_parts(&self, vee_id: &str, memory_file: std::path::PathBuf, memory: &Part, sink: Option<Arc<PartWriter>>, disk: Option<&Part>) {
         let c = self.chunks.clone();
-        match tokio::task::spawn_blocking(move || c.stage(&memory_file, true)).await {
-            Ok(Ok(staged)) => staged.keep(chunks::part_key(vee_id, "memory"), memory.layer.digest.clone(), memory.index.clone()),
-            Ok(Err(e)) => tracing::warn!(vee = %vee_id, error = %e, "the checkpoint's memory state is not kept in the cache"),
+        let staged = tokio::task::spawn_blocking(move || c.stage(&memory_file, true))
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|staged| staged);
+        match staged {
+            Ok(staged) => staged.keep(chunks::part_key(vee_id, Kind::Memory), memory.layer.digest.clone(), memory.index.clone()),
             Err(e) => tracing::warn!(vee = %vee_id, error = %e, "the checkpoint's memory state is not kept in the cache"),
         }
         if let (Some(sink), Some(disk)) = (sink, disk) {
@@ -200,7 +204,7 @@ impl Host {
         top: &Path,
         meta: &interfaces::repo_client::PushMeta,
     ) -> Result<(Pushed, u64, Option<Arc<PartWriter>>)> {
-        let sink = self.chunks.sink(&chunks::part_key(vee_id, "disk"));
+        let sink = self.chunks.sink(&chunks::part_key(vee_id, Kind::Disk));
         let (cutter, rx) = self.start_cut(overlay, None, sink.clone());
         let commit = async {
             let size = cutter
@@ -218,10 +222,10 @@ impl Host {
     }
 }
 
-/// Pushes the index of a part's chunks: the part as pushed.
-async fn finish(client: &RepoClient, vee_id: &str, cp_id: &str, name: &str, media_type: &str, pushed: Pushed, size: u64) -> Result<Part> {
-    let chunks = pushed.refs.len();
-    let index = ChunkIndex::new(media_type, pushed.refs);
+/// Pushes the index of `part`'s chunks: the part as pushed.
+async fn finish(client: &RepoClient, vee_id: &str, cp_id: &str, part: Kind, pushed: Pushed, size: u64) -> Result<Part> {
+    let (chunks, name) = (pushed.refs.len(), part.name());
+    let index = ChunkIndex::new(part.media_type(), pushed.refs);
     let (digest, index_size): (BlobId, u64) = chunks::push_index(client, format!("vee-{vee_id}-{cp_id}-{name}"), vee_id, &index).await?;
     tracing::info!(vee = %vee_id, checkpoint = %cp_id, part = name, size, sent = pushed.sent, chunks, chunks_sent = pushed.chunks_sent, "checkpoint part pushed in chunks");
     Ok(Part {

@@ -71,14 +71,17 @@ impl Host {
         // The disk first, and beside it the memory state's file: the
         // cache's part as it is, or, unless the memory is streamed, pulled.
         let disk = self.pull_overlay(&cp, &rec, &paths, &dir, &overlay);
+        let pull_memory = || async {
+            self.pull(&vee_id, &mem_id, cp.memory_bytes, Part::Memory, chunked, &memory)
+                .await
+                .context("pull checkpoint memory")
+        };
         let mem = async {
             if chunked && self.link_cached(&mem_id, &memory) {
                 return anyhow::Ok(true);
             }
             if !streamed {
-                self.pull(&vee_id, &mem_id, cp.memory_bytes, Part::Memory, chunked, &memory)
-                    .await
-                    .context("pull checkpoint memory")?;
+                pull_memory().await?;
             }
             anyhow::Ok(false)
         };
@@ -98,9 +101,7 @@ impl Host {
                     self.chunks.forget(&mem_id);
                     let _ = std::fs::remove_file(&memory);
                     if !streamed {
-                        self.pull(&vee_id, &mem_id, cp.memory_bytes, Part::Memory, chunked, &memory)
-                            .await
-                            .context("pull checkpoint memory")?;
+                        pull_memory().await?;
                     }
                 }
             }
@@ -115,9 +116,7 @@ impl Host {
                 }
                 Err(Streamed::Libvirt(e)) => {
                     tracing::warn!(vee = %vee_id, error = %format!("{e:#}"), "restore through a FIFO refused; restoring from the assembled file");
-                    self.pull(&vee_id, &mem_id, cp.memory_bytes, Part::Memory, true, &memory)
-                        .await
-                        .context("pull checkpoint memory")?;
+                    pull_memory().await?;
                     load(memory.clone()).await
                 }
                 Err(Streamed::Chunks(e)) => Err(e),
@@ -222,7 +221,7 @@ impl Host {
                 index.size
             )));
         }
-        let sink = self.chunks.sink(&crate::chunks::part_key(vee_id, Part::Memory.name()));
+        let sink = self.chunks.sink(&crate::chunks::part_key(vee_id, Part::Memory));
         let feed = crate::chunks::Feed::new(path, client, &self.chunks, &index, sink.clone()).map_err(Streamed::Chunks)?;
         let load = load(path.to_path_buf());
         tokio::pin!(load);
@@ -261,7 +260,7 @@ impl Host {
             .repo
             .client()
             .context("a checkpoint in chunks is read from an image-repo site only")?;
-        let key = crate::chunks::part_key(vee_id, part.name());
+        let key = crate::chunks::part_key(vee_id, part);
         let got = crate::chunks::assemble(client, &self.chunks, id, &key, dest).await?;
         self.hv.metrics.restore_fetched.inc_by(got.fetched);
         tracing::info!(blob = %id, size = got.size, fetched = got.fetched, "checkpoint part assembled from its chunks");

@@ -27,10 +27,10 @@ pub struct Pushed {
     pub chunks_sent: usize,
 }
 
-/// The key of a VEE's part (`memory`, `disk`) in the host's cache: a
+/// The key of a VEE's part in the host's cache (`vee-<id>-memory`): a
 /// newer part of the same key supersedes the older (`super::cache`).
-pub fn part_key(vee_id: &str, part: &str) -> String {
-    format!("vee-{vee_id}-{part}")
+pub fn part_key(vee_id: &str, part: crate::repository::Part) -> String {
+    format!("vee-{vee_id}-{}", part.name())
 }
 
 /// The metadata a chunk is pushed with: kind `checkpoint-chunk`, labelled
