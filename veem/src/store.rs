@@ -8,6 +8,7 @@
 //! migrated explicitly when it is opened ([`Store::migrate`]); one of a newer
 //! format is refused, never misread.
 
+mod derived;
 mod engine;
 mod etcd;
 mod events;
@@ -69,11 +70,16 @@ pub enum Tree {
     /// its VEE's ID, so that the replication pass reads those and not
     /// every checkpoint (crate::workflows::checkpoints::replication).
     Replications,
+    /// The services of this site's own with elasticity rules: service ID
+    /// -> `true`, derived from the `services` tree by the commit that
+    /// writes a service (`store::derived`), so that the elasticity round
+    /// reads those and not every service (crate::workflows::elasticity).
+    ElasticServices,
 }
 
 impl Tree {
     /// Every tree, in the order a copy of the store goes through them.
-    pub const ALL: [Tree; 18] = [
+    pub const ALL: [Tree; 19] = [
         Tree::Meta,
         Tree::Services,
         Tree::Vees,
@@ -92,6 +98,7 @@ impl Tree {
         Tree::Replies,
         Tree::Meters,
         Tree::Replications,
+        Tree::ElasticServices,
     ];
 
     /// Whether an engine that keeps revisions itself (sled, memory: etcd
@@ -137,6 +144,7 @@ impl Tree {
             Tree::Replies => "replies",
             Tree::Meters => "meters",
             Tree::Replications => "replications",
+            Tree::ElasticServices => "elastic_services",
         }
     }
 }
@@ -153,7 +161,8 @@ impl Tree {
 /// | 5 | store revisions: every commit makes one, every key carries the one that last wrote it (in sled, the `_revisions` tree), and commits may be conditioned on them ([`Unchanged`]); a key written before has revision 0, so migrating writes nothing else (an older VEEM, which would write without revisions, refuses the database) |
 /// | 6 | a checkpoint record holds its replication (`replication`: `crate::domain::ReplicationRec`), and the `replications` tree lists those not settled; migrating gives each checkpoint the state its situation implies: `replicated` for a VEE run for a peer or at a peer (a VEEM before replicated before it recorded), else `not-needed` |
 /// | 7 | a host's metering round is one value of the `usage` tree (key `round/<host>/<ms>`, `workflows::accounting::rounds::HostRound`: its VEEs' records for this site) and one of the `meters` tree (key `host/<host>`: their counters); records of VEEs run for peers and those of before stay one value each, and per-VEE meters are read on; migrating writes nothing (an older VEEM, which would misread a round, refuses the database) |
-pub const FORMAT_VERSION: u32 = 7;
+/// | 8 | the `elastic_services` tree: the services of this site's own with elasticity rules, kept by every commit that writes a service; migrating fills it from the services (an older VEEM, which would write services without it, refuses the database) |
+pub const FORMAT_VERSION: u32 = 8;
 /// The key of the format version in the meta tree.
 pub const FORMAT_KEY: &str = "format_version";
 
@@ -250,6 +259,9 @@ impl Store {
             self.fill_checkpoint_replication(&mut w)?;
         }
         // 6 -> 7: the records before are read as they are.
+        if from < 8 {
+            self.fill_elastic_services(&mut w)?;
+        }
         w.put(Tree::Meta, FORMAT_KEY, &FORMAT_VERSION)?;
         self.commit(w).map(|_| ())
     }
@@ -324,6 +336,16 @@ impl Store {
         })
     }
 
+    /// 7 -> 8: the `elastic_services` tree from the services.
+    fn fill_elastic_services(&self, w: &mut Writes) -> Result<()> {
+        self.scan(Tree::Services, |key, raw| {
+            if derived::has_elasticity_rules(raw) {
+                w.put_raw(Tree::ElasticServices, key, derived::MARK.to_vec());
+            }
+            Ok(())
+        })
+    }
+
     /// Calls `f` with every key and raw value of a tree, in key order,
     /// without holding them all in memory at once.
     pub fn scan(&self, t: Tree, mut f: impl FnMut(&str, &[u8]) -> Result<()>) -> Result<()> {
@@ -360,7 +382,11 @@ impl Store {
     /// the commit made. Errors: [`Conflict`] (nothing written) when a
     /// record it was conditioned on was written since it was read; the
     /// engine's.
-    pub fn commit(&self, writes: Writes) -> Result<Revision> {
+    ///
+    /// The trees derived from the ones written ([`derived`]) are written
+    /// in the same commit.
+    pub fn commit(&self, mut writes: Writes) -> Result<Revision> {
+        writes.derive();
         let Writes { writes, unchanged } = writes;
         let writes = writes.into_iter().map(|(t, k, v)| (t, k.into_bytes(), v)).collect();
         self.engine.commit(writes, &unchanged)

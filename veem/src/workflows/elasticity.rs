@@ -67,30 +67,20 @@ impl Elasticity {
         }
     }
 
-    /// The services of this site's own with elasticity rules: each
-    /// record is first read for its rules alone (its manifest's text
-    /// skipped, not copied), and decoded whole only when it has some.
+    /// The services of this site's own with elasticity rules, as the
+    /// store's index of them lists them (`Tree::ElasticServices`, kept
+    /// in the commit that writes a service): a round reads those records,
+    /// not every service's.
     fn with_rules(&self) -> anyhow::Result<Vec<ServiceRec>> {
-        #[derive(serde::Deserialize)]
-        struct Terms {
-            #[serde(default)]
-            elasticity: Vec<serde::de::IgnoredAny>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Glance {
-            #[serde(default)]
-            terms: Option<Terms>,
-            #[serde(default)]
-            for_peer: Option<String>,
-        }
-        let mut these = Vec::new();
-        self.store.scan(Tree::Services, |key, raw| {
-            let g: Glance = serde_json::from_slice(raw).map_err(|e| anyhow::anyhow!("services record {key}: {e}"))?;
-            if g.for_peer.is_none() && g.terms.is_some_and(|t| !t.elasticity.is_empty()) {
-                these.push(serde_json::from_slice(raw).map_err(|e| anyhow::anyhow!("services record {key}: {e}"))?);
-            }
+        let mut ids = Vec::new();
+        self.store.scan(Tree::ElasticServices, |key, _| {
+            ids.push(key.to_string());
             Ok(())
         })?;
+        let mut these = Vec::with_capacity(ids.len());
+        for id in ids {
+            these.extend(self.store.get::<ServiceRec>(Tree::Services, &id)?);
+        }
         Ok(these)
     }
 
