@@ -76,26 +76,35 @@ impl Accounting {
     pub(super) async fn meter_round(&self, last: &mut HashMap<String, Last>, only: Option<&HashSet<String>>, sweep: bool) -> Result<()> {
         // Only what runs on a configured host (the copies: those).
         let hosts: HashSet<String> = self.hosts.names().into_iter().collect();
-        // The host a VEE is metered on: it runs there and the host is configured.
-        fn metered_on<'v>(v: &'v VeeRec, hosts: &HashSet<String>) -> Option<&'v String> {
+        // The host a VEE runs on, if it runs on one.
+        fn running_on(v: &VeeRec) -> Option<&String> {
             match &v.location {
-                Location::Host(h) if matches!(v.state, VeeState::Running | VeeState::Checkpointing) && hosts.contains(h) => Some(h),
+                Location::Host(h) if matches!(v.state, VeeState::Running | VeeState::Checkpointing) => Some(h),
                 _ => None,
             }
         }
+        // The host a VEE is metered on: it runs there and the host is configured.
+        fn metered_on<'v>(v: &'v VeeRec, hosts: &HashSet<String>) -> Option<&'v String> {
+            running_on(v).filter(|h| hosts.contains(*h))
+        }
         // What metering reads of each, not copies of the records.
-        let read = |v: &VeeRec| {
-            metered_on(v, &hosts).map(|h| Metered {
+        fn read(v: &VeeRec, h: &str) -> Metered {
+            Metered {
                 id: v.id.clone(),
-                host: h.clone(),
+                host: h.to_string(),
                 service_id: v.service_id.clone(),
                 vcpus: v.vcpus,
                 for_peer: v.for_peer.clone(),
-            })
-        };
+            }
+        }
         let metered = match only {
-            Some(turn) => self.vees_on_hosts_map(turn.iter().map(String::as_str), read),
-            None => self.vees_map(read),
+            // The turn's configured hosts, each looked up once (not once
+            // per VEE): the by-host index gives the VEEs placed on them.
+            Some(turn) => {
+                let on = turn.iter().map(String::as_str).filter(|h| hosts.contains(*h));
+                self.vees_on_hosts_map(on, |v| running_on(v).map(|h| read(v, h)))
+            }
+            None => self.vees_map(|v| metered_on(v, &hosts).map(|h| read(v, h))),
         };
         // Host by host: its VEEs' Stats asked at once; every host's
         // records and meters written in one commit.
