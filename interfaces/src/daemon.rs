@@ -303,9 +303,22 @@ where
     Ok(())
 }
 
+/// What gives a daemon's free memory back when its global allocator is
+/// not glibc's ([`set_memory_returner`]).
+static MEMORY_RETURNER: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Names `f` as what gives the free memory of this process's global
+/// allocator back to the system, called by [`return_freed_memory`] after
+/// glibc's `malloc_trim` (the VEEM's jemalloc: its purge of every arena).
+/// The first call names it; later calls change nothing.
+pub fn set_memory_returner(f: fn()) {
+    let _ = MEMORY_RETURNER.set(f);
+}
+
 /// Gives the memory the allocator holds free back to the system (glibc's
-/// `malloc_trim`): what glibc's per-thread arenas keep after a burst
-/// (the buffers of many connections when they end; the temporaries of a
+/// `malloc_trim`, then the returner a daemon named with
+/// [`set_memory_returner`]): what an allocator keeps after a burst (the
+/// buffers of many connections when they end; the temporaries of a
 /// start-up that decodes 100,000 records) stays in the process otherwise,
 /// and the daemon would stay larger for good.
 pub fn return_freed_memory() {
@@ -313,6 +326,9 @@ pub fn return_freed_memory() {
     // SAFETY: malloc_trim only releases free memory of the allocator.
     unsafe {
         libc::malloc_trim(0);
+    }
+    if let Some(f) = MEMORY_RETURNER.get() {
+        f();
     }
 }
 
