@@ -86,17 +86,11 @@ impl Loops {
                 veem.elasticity.round().await;
             },
         );
-        loops.spawn(
-            veem,
-            cfg.proposals.interval,
-            crate::workflows::proposals::Seen::new(),
-            |veem, mut seen| async move {
-                if let Err(e) = veem.proposals.proposal_pass(&mut seen) {
-                    tracing::warn!(error = %format!("{e:#}"), "proposal pass failed");
-                }
-                seen
-            },
-        );
+        loops.spawn(veem, cfg.proposals.interval, (), |veem, _| async move {
+            if let Err(e) = veem.proposals.proposal_pass() {
+                tracing::warn!(error = %format!("{e:#}"), "proposal pass failed");
+            }
+        });
         loops.spawn(veem, cfg.heartbeat_interval, HashMap::new(), |veem, mut misses| async move {
             veem.peer_watch.watch_round(&mut misses).await;
             misses

@@ -392,6 +392,14 @@ impl Core {
         hosts.into_iter().flat_map(|h| records.on_host(h)).filter_map(f).collect()
     }
 
+    /// [`Core::vees_map`] over the VEEs live on a host, `f` given since
+    /// when (Unix ms) this VEEM has seen each live there: the first call
+    /// that saw it so, kept with its record until its host or its
+    /// liveness changes (`VeeRecords::live_on_hosts`; the proposal pass).
+    pub fn live_vees_map<T>(&self, now_ms: i64, f: impl FnMut(&VeeRec, i64) -> Option<T>) -> Vec<T> {
+        self.vee_records.write().unwrap().live_on_hosts(now_ms, f)
+    }
+
     /// [`Core::vees_map`], `f` given each record's store revision too (the
     /// one it was read or written at).
     pub fn vees_map_at<T>(&self, mut f: impl FnMut(&VeeRec, Revision) -> Option<T>) -> Vec<T> {

@@ -11,8 +11,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::model::VeeRec;
 use crate::store::{Revision, Tree, Writes};
 
-/// A record, its due time and the revision it was read or written at.
-type Entry = (VeeRec, Option<i64>, Revision);
+/// A record, its due time, the revision it was read or written at, and
+/// since when the proposal pass has seen it live on its host.
+struct Entry {
+    rec: VeeRec,
+    due: Option<i64>,
+    revision: Revision,
+    /// Unix ms at which [`VeeRecords::live_on_hosts`] first saw the VEE
+    /// live on its current host; `None` until then, and again once its
+    /// host or its liveness changes.
+    on_host_since_ms: Option<i64>,
+}
 
 /// The VEE records by ID, their due times and revisions.
 #[derive(Default)]
@@ -56,7 +65,7 @@ impl VeeRecords {
     /// and whether it was there: a commit that writes it holds to it not
     /// having been written since.
     pub(crate) fn read_at(&self, id: &str) -> (Revision, bool) {
-        self.by_id.get(id).map_or((self.revision, false), |(_, _, r)| (*r, true))
+        self.by_id.get(id).map_or((self.revision, false), |e| (e.revision, true))
     }
 
     /// Conditions `w` on record `id` being as this map read it
@@ -72,7 +81,7 @@ impl VeeRecords {
     }
 
     pub(crate) fn get(&self, id: &str) -> Option<&VeeRec> {
-        self.by_id.get(id).map(|(v, _, _)| v)
+        self.by_id.get(id).map(|e| &e.rec)
     }
 
     /// Adds or replaces `v`, read or written at `revision`, with its due
@@ -90,12 +99,25 @@ impl VeeRecords {
         if let Some(at) = &host {
             self.by_host.entry(at.clone()).or_default().insert(id.clone());
         }
-        if let Some((old, old_due, _)) = self.by_id.insert(id.clone(), (v, due, revision)) {
-            if let Some(at) = old_due {
+        let live = v.state.is_live();
+        let entry = Entry {
+            rec: v,
+            due,
+            revision,
+            on_host_since_ms: None,
+        };
+        if let Some(old) = self.by_id.insert(id.clone(), entry) {
+            if let Some(at) = old.due {
                 self.due.remove(&(at, id.clone()));
             }
-            if let Some(was) = old.host().filter(|was| Some(*was) != host.as_deref()) {
+            if let Some(was) = old.rec.host().filter(|was| Some(*was) != host.as_deref()) {
                 self.unindex_host(was.to_string(), &id);
+            }
+            // Still live on the same host: seen there since as before.
+            if old.rec.host() == host.as_deref() && old.rec.state.is_live() == live {
+                if let Some(e) = self.by_id.get_mut(&id) {
+                    e.on_host_since_ms = old.on_host_since_ms;
+                }
             }
         }
         if let Some(at) = due {
@@ -107,8 +129,8 @@ impl VeeRecords {
     /// the store, whose revision is known once read: `super::replica`).
     pub(crate) fn set_revisions(&mut self, revision: Revision) {
         self.revision = revision;
-        for (_, _, r) in self.by_id.values_mut() {
-            *r = revision;
+        for e in self.by_id.values_mut() {
+            e.revision = revision;
         }
     }
 
@@ -116,11 +138,11 @@ impl VeeRecords {
     pub(crate) fn remove(&mut self, id: &str, revision: Revision) {
         self.revision = self.revision.max(revision);
         self.displaced.remove(id);
-        if let Some((old, due, _)) = self.by_id.remove(id) {
-            if let Some(at) = due {
+        if let Some(old) = self.by_id.remove(id) {
+            if let Some(at) = old.due {
                 self.due.remove(&(at, id.to_string()));
             }
-            if let Some(was) = old.host() {
+            if let Some(was) = old.rec.host() {
                 self.unindex_host(was.to_string(), id);
             }
         }
@@ -142,20 +164,40 @@ impl VeeRecords {
         self.by_host.get(host).into_iter().flatten().filter_map(|id| self.get(id))
     }
 
+    /// `f` over the records of the VEEs live on a host ([`VeeState::is_live`],
+    /// placed on a host), each with since when it has been seen live there
+    /// (Unix ms: the first call that saw it so, `now_ms` for one seen so
+    /// now for the first time), in ID order: the proposal pass's time on a
+    /// host, kept with the record rather than in a map of every VEE.
+    ///
+    /// [`VeeState::is_live`]: crate::model::VeeState::is_live
+    pub(crate) fn live_on_hosts<T>(&mut self, now_ms: i64, mut f: impl FnMut(&VeeRec, i64) -> Option<T>) -> Vec<T> {
+        let mut out = Vec::new();
+        for e in self.by_id.values_mut() {
+            if e.rec.host().is_none() || !e.rec.state.is_live() {
+                e.on_host_since_ms = None;
+                continue;
+            }
+            let since = *e.on_host_since_ms.get_or_insert(now_ms);
+            out.extend(f(&e.rec, since));
+        }
+        out
+    }
+
     /// Every record, in ID order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &VeeRec> {
-        self.by_id.values().map(|(v, _, _)| v)
+        self.by_id.values().map(|e| &e.rec)
     }
 
     /// Every record with the revision it was read or written at, in ID
     /// order.
     pub(crate) fn values_at(&self) -> impl Iterator<Item = (&VeeRec, Revision)> {
-        self.by_id.values().map(|(v, _, r)| (v, *r))
+        self.by_id.values().map(|e| (&e.rec, e.revision))
     }
 
     /// Record `id` with the revision it was read or written at.
     pub(crate) fn get_at(&self, id: &str) -> Option<(&VeeRec, Revision)> {
-        self.by_id.get(id).map(|(v, _, r)| (v, *r))
+        self.by_id.get(id).map(|e| (&e.rec, e.revision))
     }
 
     /// The revision the records were read at, or of the last commit that
@@ -286,5 +328,36 @@ mod tests {
         assert!(on(&records, "h2").is_empty(), "moved to a peer site");
         records.remove("w", 4);
         assert!(on(&records, "h1").is_empty() && records.by_host.is_empty(), "{:?}", records.by_host);
+    }
+
+    #[test]
+    fn the_time_on_a_host_is_kept_while_the_vee_stays_live_there_and_begins_again_after() {
+        let since = |r: &mut VeeRecords, now: i64| r.live_on_hosts(now, |v, t| Some((v.id.clone(), t)));
+        let mut v = vee("v");
+        v.state = VeeState::Running;
+        v.location = Location::Host("h1".into());
+        let mut records = VeeRecords::new(vec![v.clone(), vee("x")], 0, 1);
+        assert_eq!(since(&mut records, 10), [("v".to_string(), 10)], "a VEE not on a host is not seen");
+        assert_eq!(since(&mut records, 20), [("v".to_string(), 10)], "seen there since the first look");
+        v.updated_ms = 15;
+        records.insert(v.clone(), 2);
+        assert_eq!(
+            since(&mut records, 30),
+            [("v".to_string(), 10)],
+            "a record written again on the same host"
+        );
+        v.location = Location::Host("h2".into());
+        records.insert(v.clone(), 3);
+        assert_eq!(
+            since(&mut records, 40),
+            [("v".to_string(), 40)],
+            "moved: seen on its new host from now"
+        );
+        v.state = VeeState::Stopped;
+        records.insert(v.clone(), 4);
+        assert!(since(&mut records, 50).is_empty(), "not live: not seen");
+        v.state = VeeState::Running;
+        records.insert(v, 5);
+        assert_eq!(since(&mut records, 60), [("v".to_string(), 60)], "live again: from now");
     }
 }

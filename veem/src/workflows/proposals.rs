@@ -363,11 +363,6 @@ pub fn open_and_held(records: Vec<MigrationRec>, now_ms: i64, hold_s: u64) -> (V
     (open, held)
 }
 
-/// Where the VEEM saw each VEE live since when: (host, ms since the Unix
-/// epoch). Kept by the proposal loop in memory (a restarted VEEM starts
-/// afresh, which only delays proposals).
-pub type Seen = HashMap<String, (String, i64)>;
-
 /// Migrations the planner proposes by itself (see the module doc): a pass over a snapshot, decided on a copy of the planner, each move proposed through the migration workflow. Calls the core and migration.
 pub struct Proposals {
     core: Arc<Core>,
@@ -389,8 +384,11 @@ impl Proposals {
 }
 
 impl Proposals {
-    /// The snapshot a pass decides on; updates `seen`.
-    pub fn proposal_snapshot(&self, seen: &mut Seen) -> Result<Snapshot> {
+    /// The snapshot a pass decides on. Since when each VEE has been on its
+    /// host is the time this VEEM first saw it live there, kept with its
+    /// record in memory ([`Core::live_vees_map`]; a restarted VEEM starts
+    /// afresh, which only delays proposals).
+    pub fn proposal_snapshot(&self) -> Result<Snapshot> {
         let now = self.clock.now_ms();
         let slot = self.now_slot();
         let cfg = &self.cfg.proposals;
@@ -418,22 +416,8 @@ impl Proposals {
             .filter(|h| matches!(h.health, Health::Missing(n) if n >= 1))
             .map(|h| h.name.as_str())
             .collect();
-        let vees = self.vees_map(|v| {
-            let Location::Host(h) = &v.location else {
-                seen.remove(&v.id);
-                return None;
-            };
-            if !v.state.is_live() {
-                seen.remove(&v.id);
-                return None;
-            }
-            let since = match seen.get(&v.id) {
-                Some((host, t)) if host == h => *t,
-                _ => {
-                    seen.insert(v.id.clone(), (h.clone(), now));
-                    now
-                }
-            };
+        let vees = self.live_vees_map(now, |v, since| {
+            let Location::Host(h) = &v.location else { return None };
             let decided =
                 cfg.consolidation || at_risk.contains(h.as_str()) || overdue_at(v.checkpoint_interval_s, v.last_checkpoint_ms, since, now);
             if !decided {
@@ -465,8 +449,8 @@ impl Proposals {
     /// planner (see [`PlannerMover`]) and proposes each move (by `planner`). Returns the proposals
     /// made; one that `propose` refuses (the VEE changed meanwhile) is
     /// logged and skipped. Errors only when the state cannot be read.
-    pub fn proposal_pass(self: &Arc<Self>, seen: &mut Seen) -> Result<Vec<MigrationRec>> {
-        let snapshot = self.proposal_snapshot(seen)?;
+    pub fn proposal_pass(self: &Arc<Self>) -> Result<Vec<MigrationRec>> {
+        let snapshot = self.proposal_snapshot()?;
         let mut mover = PlannerMover {
             source: &self.planner,
             copy: None,
