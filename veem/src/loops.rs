@@ -74,10 +74,15 @@ impl Loops {
             }
         });
         let usage = cfg.usage_interval.max(Duration::from_secs(1));
-        loops.spawn(veem, usage, (HashMap::new(), 0usize), |veem, (mut last, mut cursor)| async move {
-            veem.accounting.paced_round(&mut last, &mut cursor).await;
-            (last, cursor)
-        });
+        loops.spawn(
+            veem,
+            usage,
+            (Default::default(), 0usize),
+            |veem, (mut last, mut cursor)| async move {
+                veem.accounting.paced_round(&mut last, &mut cursor).await;
+                (last, cursor)
+            },
+        );
         loops.spawn(
             veem,
             cfg.elasticity_interval.max(Duration::from_secs(1)),

@@ -4,13 +4,15 @@
 //! over meters on without a gap. A host's round is two values
 //! ([`super::rounds`]): its VEEs' records and their counters.
 
-use std::collections::{HashMap, HashSet};
+// foldhash rather than SipHash: a round hashes each of its VEEs' IDs several
+// times and its hosts' names once per meter kept (`LastMeters`).
+use foldhash::{HashMap, HashSet};
 
 use anyhow::Result;
 use interfaces::vhi;
 
 use super::rounds::{self, HostMeters, HostRound, RoundEntry};
-use super::{metrics, Accounting, Last};
+use super::{metrics, Accounting, Last, LastMeters};
 use crate::model::{Location, UsageRec, VeeRec, VeeState};
 use crate::store::{Tree, Writes};
 
@@ -53,7 +55,7 @@ async fn host_stats<'a>(c: &crate::ports::HostVhi, vees: &[&'a Metered]) -> Hash
                 .filter_map(|(v, s)| Some((v.id.as_str(), s.ok()?.into_inner())))
                 .collect()
         }
-        Err(_) => HashMap::new(),
+        Err(_) => HashMap::default(),
     }
 }
 
@@ -73,7 +75,7 @@ impl Accounting {
     /// in turn go with that turn; the rest (a VEE's own meter of a VEEM
     /// before host rounds, a host no longer configured) in a `sweep`, once
     /// per cycle over the hosts (and in every round of all hosts).
-    pub(super) async fn meter_round(&self, last: &mut HashMap<String, Last>, only: Option<&HashSet<String>>, sweep: bool) -> Result<()> {
+    pub(super) async fn meter_round(&self, last: &mut LastMeters, only: Option<&HashSet<String>>, sweep: bool) -> Result<()> {
         // Only what runs on a configured host (the copies: those).
         let hosts: HashSet<String> = self.hosts.names().into_iter().collect();
         // The host a VEE runs on, if it runs on one.

@@ -340,7 +340,7 @@ async fn usage_metered_for_a_primary_is_pushed_once_and_waits_while_the_primary_
         keys
     };
     // B meters the VEE twice (one record) while it cannot reach A.
-    let mut last = std::collections::HashMap::new();
+    let mut last = crate::workflows::accounting::LastMeters::default();
     b.veem.accounting.round(&mut last).await;
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     b.veem.accounting.round(&mut last).await;

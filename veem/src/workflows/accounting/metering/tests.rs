@@ -1,8 +1,7 @@
 //! Paced metering: a round asks only the hosts in turn.
 
-use std::collections::HashMap;
-
 use crate::sim::{FakeSite, STANDARD};
+use crate::workflows::accounting::LastMeters;
 
 fn list_stats(site: &FakeSite, host: &str) -> usize {
     site.host(host).calls().iter().filter(|c| c.starts_with("list_stats")).count()
@@ -26,7 +25,7 @@ async fn a_paced_round_meters_only_the_hosts_in_turn_and_keeps_the_others_meters
     }
     let on = |h: &str| vees.iter().filter(|v| site.veem.vee(v).unwrap().host() == Some(h)).count();
     assert!(on("h1") > 0 && on("h2") > 0, "a VEE on each host");
-    let (mut last, mut cursor) = (HashMap::new(), 0);
+    let (mut last, mut cursor) = (LastMeters::default(), 0);
     site.veem.accounting.paced_round(&mut last, &mut cursor).await;
     assert_eq!((list_stats(&site, "h1"), list_stats(&site, "h2")), (1, 0));
     assert_eq!(last.len(), on("h1"));
@@ -45,7 +44,7 @@ async fn a_vee_stopped_on_a_host_waiting_for_its_turn_loses_its_meter_in_that_tu
     let site = FakeSite::start(&["h1", "h2"], "usage_interval = \"1s\"\nmax_heartbeats_per_second = 1\n").await;
     let v = site.running_service(STANDARD).remove(0);
     let h = site.veem.vee(&v).unwrap().host().unwrap().to_string();
-    let (mut last, mut cursor) = (HashMap::new(), 0);
+    let (mut last, mut cursor) = (LastMeters::default(), 0);
     // Both turns: the VEE is metered on its host, whose meters are stored.
     site.veem.accounting.paced_round(&mut last, &mut cursor).await;
     site.veem.accounting.paced_round(&mut last, &mut cursor).await;
