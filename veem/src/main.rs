@@ -25,7 +25,7 @@ fn purge() {
         tikv_jemalloc_sys::mallctl(NAME.as_ptr().cast(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0)
     };
     if rc != 0 {
-        eprintln!("warning: jemalloc's purge failed ({rc})");
+        tracing::warn!(rc, "jemalloc's purge failed");
     }
 }
 
