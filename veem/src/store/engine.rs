@@ -19,7 +19,7 @@
 //! unit tests, etcd in `tests/tests/store_etcd.rs`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::{Context, Result};
@@ -123,9 +123,14 @@ pub trait Engine: Send + Sync {
 /// empty key the last commit's revision, under `<tree> 0x00 <key>` the
 /// revision that last wrote each key (events aside: they are only
 /// appended, never a condition), written in the transaction of the commit.
+///
+/// Dropped, it closes its database with a snapshot of its state
+/// ([`interfaces::database::close_database`]), so that the next start does
+/// not replay the log of this run.
 pub struct SledEngine {
-    db: sled::Db,
-    revisions: sled::Tree,
+    /// The database and its revisions' tree; taken when dropped.
+    open: Option<(sled::Db, sled::Tree)>,
+    path: PathBuf,
 }
 
 /// The sled tree of the revisions (no record kind has this name).
@@ -155,11 +160,30 @@ impl SledEngine {
     pub fn open(path: &Path) -> Result<Self> {
         let db = interfaces::database::open_database(path, 64).with_context(|| format!("open database {}", path.display()))?;
         let revisions = db.open_tree(REVISIONS)?;
-        Ok(Self { db, revisions })
+        Ok(Self {
+            open: Some((db, revisions)),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The database and its revisions' tree (there until dropped).
+    fn handles(&self) -> (&sled::Db, &sled::Tree) {
+        let (db, revisions) = self.open.as_ref().expect("a SledEngine is open until dropped");
+        (db, revisions)
     }
 
     fn tree(&self, t: Tree) -> Result<sled::Tree> {
-        Ok(self.db.open_tree(t.name())?)
+        Ok(self.handles().0.open_tree(t.name())?)
+    }
+}
+
+impl Drop for SledEngine {
+    fn drop(&mut self) {
+        let Some((db, revisions)) = self.open.take() else { return };
+        drop(revisions);
+        if let Err(e) = interfaces::database::close_database(db, &self.path) {
+            tracing::warn!(path = %self.path.display(), "database closed without its snapshot (the next start replays its log): {e}");
+        }
     }
 }
 
@@ -179,7 +203,7 @@ impl Engine for SledEngine {
     }
 
     fn revision(&self) -> Result<Revision> {
-        Ok(revision_of(self.revisions.get(LAST)?))
+        Ok(revision_of(self.handles().1.get(LAST)?))
     }
 
     fn commit(&self, writes: Vec<Write>, unchanged: &[Unchanged]) -> Result<Revision> {
@@ -193,7 +217,7 @@ impl Engine for SledEngine {
             }
         }
         let mut trees = kinds.iter().map(|t| self.tree(*t)).collect::<Result<Vec<_>>>()?;
-        trees.push(self.revisions.clone());
+        trees.push(self.handles().1.clone());
         let committed = trees.as_slice().transaction(|tx| {
             let revisions = &tx[kinds.len()];
             for c in unchanged {
@@ -227,12 +251,12 @@ impl Engine for SledEngine {
                 return Err(anyhow::Error::from(e).context(format!("commit of {} records", writes.len())))
             }
         };
-        self.db.flush()?;
+        self.handles().0.flush()?;
         Ok(revision)
     }
 
     fn insert_new(&self, t: Tree, key: &[u8], value: Vec<u8>) -> Result<bool> {
-        let trees = [self.tree(t)?, self.revisions.clone()];
+        let trees = [self.tree(t)?, self.handles().1.clone()];
         let wrote = trees
             .as_slice()
             .transaction(|tx| {
@@ -246,12 +270,12 @@ impl Engine for SledEngine {
                 Ok::<bool, Tx>(true)
             })
             .map_err(|e| anyhow::anyhow!("insert of {} record: {e:?}", t.name()))?;
-        self.db.flush()?;
+        self.handles().0.flush()?;
         Ok(wrote)
     }
 
     fn next_id(&self) -> Result<u64> {
-        Ok(self.db.generate_id()?)
+        Ok(self.handles().0.generate_id()?)
     }
 
     fn scan_from(&self, t: Tree, start: &[u8], limit: usize, f: Visit) -> Result<()> {
