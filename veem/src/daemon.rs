@@ -7,7 +7,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use tokio_util::sync::CancellationToken;
@@ -123,7 +123,9 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
         // On the embedded store the VEEM opens its database and answers
         // at once (not serving until it has reconciled: `front`).
         EngineKind::Sled => {
+            let reading = Instant::now();
             let veem = Veem::open_measured(cfg, metrics)?;
+            tracing::info!(ms = reading.elapsed().as_millis() as u64, vees = veem.vee_count(), "database read");
             // One set of handlers (and of peer CAs) for gRPC and REST, on
             // one port, over HTTP/2 and HTTP/1.1.
             let front = Front::of(veem.clone(), &limits).await?;
@@ -342,6 +344,7 @@ async fn open(
 /// its records with what the VEEHs run. Cancel-safe as a crash is: every
 /// step commits atomically.
 async fn start_up(veem: &Arc<Veem>, start: Start) {
+    let began = Instant::now();
     for _ in 0..10 {
         loops::heartbeat_round(veem).await;
         // Not waited for: a host that answered, one failed already before
@@ -355,6 +358,7 @@ async fn start_up(veem: &Arc<Veem>, start: Start) {
         }
         veem.clock.sleep(Duration::from_millis(500)).await;
     }
+    let heartbeats = began.elapsed();
     let strays = if start.destroy_strays {
         crate::workflows::reconcile::Strays::Destroy
     } else {
@@ -368,9 +372,15 @@ async fn start_up(veem: &Arc<Veem>, start: Start) {
         ),
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot read the intents a crash left"),
     }
+    let reconciling = Instant::now();
     if let Err(e) = veem.reconcile.reconcile(strays).await {
         tracing::warn!(error = %format!("{e:#}"), "reconciliation incomplete");
     }
+    tracing::info!(
+        heartbeats_ms = heartbeats.as_millis() as u64,
+        reconcile_ms = reconciling.elapsed().as_millis() as u64,
+        "started up: the hosts' first heartbeats, then the reconcile"
+    );
     veem.resizing.roll_back_cut_short().await;
     veem.rollouts.resume_all();
     // Hosts the site had before: from now on, silence counts against them

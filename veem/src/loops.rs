@@ -46,7 +46,7 @@ impl Loops {
         loops.spawn(
             veem,
             cfg.heartbeat_interval,
-            crate::workflows::reconcile::DomainWatch::default(),
+            veem.reconcile.take_watch_seed(),
             |veem, mut watch| async move {
                 veem.reconcile.domain_watch_round(&mut watch).await;
                 watch

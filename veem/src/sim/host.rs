@@ -60,6 +60,9 @@ pub struct Script {
     /// How long a Restore takes before it answers (ms, the runtime's
     /// timer: virtual under a paused runtime).
     pub restore_ms: u64,
+    /// How long a ListDomains takes before it answers (ms, the runtime's
+    /// timer).
+    pub list_domains_ms: u64,
     /// Restores under way now, and the most there ever were at once.
     pub restores_in_flight: u32,
     pub max_restores_in_flight: u32,
@@ -430,6 +433,8 @@ impl Vhi for FakeVhi {
         Ok(Response::new(ListStatsResponse { stats, next_page_token }))
     }
     async fn list_domains(&self, r: Request<ListDomainsRequest>) -> R<ListDomainsResponse> {
+        let takes = self.script.lock().unwrap().list_domains_ms;
+        tokio::time::sleep(std::time::Duration::from_millis(takes)).await;
         let s = self.call("ListDomains", "-")?;
         let domains = s
             .running

@@ -35,6 +35,9 @@ pub struct Reconcile {
     pub(crate) boot: Arc<Boot>,
     pub(crate) migration: Arc<Migration>,
     pub(crate) recovery: Arc<Recovery>,
+    /// The hosts' lists the last reconcile took, which the domain watch
+    /// starts from ([`Reconcile::take_watch_seed`]).
+    watch_seed: std::sync::Mutex<Option<DomainWatch>>,
 }
 
 impl Deref for Reconcile {
@@ -52,7 +55,16 @@ impl Reconcile {
             boot,
             migration,
             recovery,
+            watch_seed: Default::default(),
         }
+    }
+
+    /// What the domain watch starts from: the lists of the last reconcile
+    /// (each with the generation and records' revision noted before it),
+    /// so that its first round after a start does not list every host
+    /// again; an empty watch when there was none.
+    pub fn take_watch_seed(&self) -> DomainWatch {
+        self.watch_seed.lock().unwrap().take().unwrap_or_default()
     }
 }
 
@@ -82,7 +94,19 @@ impl Reconcile {
     /// database), domains are left alone, each logged and evented: an
     /// operator decides (`veem serve --destroy-strays`).
     pub async fn reconcile(self: &Arc<Self>, strays: Strays) -> Result<()> {
+        // Noted before any list: what the domain watch starts from.
+        let noted: Vec<(String, u64)> = self
+            .hosts
+            .names()
+            .into_iter()
+            .map(|h| {
+                let g = self.hosts.domains_generation(&h);
+                (h, g)
+            })
+            .collect();
+        let listed_at = self.vees_revision();
         let running: Running = self.migration.hosts_running().await;
+        *self.watch_seed.lock().unwrap() = Some(DomainWatch::seeded(&running, &noted, listed_at));
         // Migrations a restart or takeover cut short: finished or rolled
         // back from where their VEE is now.
         self.migration.settle_left_running(&running, true).await?;

@@ -17,6 +17,12 @@ use crate::store::Tree;
 /// and whether a live migration of it out of that host is under way).
 pub type Running = HashMap<String, HashMap<String, vhi::DomainInfo>>;
 
+/// How many hosts a start-up asks for their domains at once.
+const LISTING_PARALLEL: usize = 64;
+
+/// How long a start-up waits for a host's identity and domains.
+const LISTING_WAIT: Duration = Duration::from_secs(10);
+
 /// How long a restart waits for a peer still sending a VEE home.
 const PEER_SENDING_WAIT: Duration = Duration::from_secs(30);
 
@@ -36,23 +42,43 @@ enum Found {
 impl Migration {
     /// What each host of the site that answers as itself runs (host name
     /// and site checked first; a host that does not is left out, and
-    /// nothing is done on it).
+    /// nothing is done on it). The hosts are asked side by side, at most
+    /// [`LISTING_PARALLEL`] at once, each given [`LISTING_WAIT`]: a start
+    /// over 2,000 hosts is not 2,000 round trips in a row, nor held by a
+    /// host that accepts a connection and never answers (left out, as one
+    /// that refuses it).
     pub(crate) async fn hosts_running(&self) -> Running {
-        let mut running: Running = HashMap::new();
-        for h in self.hosts.names() {
-            if let Err(e) = self.hosts.identify(&h).await {
-                tracing::error!(host = %h, error = %format!("{e:#}"), "not reconciled: nothing is done on it");
-                continue;
-            }
-            let Ok(c) = self.hosts.vhi(&h) else { continue };
-            match crate::ports::domains(&*c).await {
-                Ok(l) => {
-                    running.insert(h.clone(), l.into_iter().map(|d| (d.vee_id.clone(), d)).collect());
+        use futures::StreamExt;
+        let ask = |h: String| async move {
+            let listed = crate::ports::within(&*self.clock, LISTING_WAIT, self.host_domains(&h)).await;
+            match listed {
+                Some(Ok(l)) => Some((h, l.into_iter().map(|d| (d.vee_id.clone(), d)).collect())),
+                Some(Err(e)) => {
+                    tracing::error!(host = %h, error = %format!("{e:#}"), "cannot reconcile with host: nothing is done on it");
+                    None
                 }
-                Err(e) => tracing::warn!(host = %h, error = %e.message(), "cannot reconcile with host"),
+                None => {
+                    tracing::warn!(host = %h, wait = ?LISTING_WAIT, "cannot reconcile with host: it did not list its domains in time; nothing is done on it");
+                    None
+                }
             }
-        }
-        running
+        };
+        futures::stream::iter(self.hosts.names())
+            .map(ask)
+            .buffer_unordered(LISTING_PARALLEL)
+            .filter_map(std::future::ready)
+            .collect()
+            .await
+    }
+
+    /// The domains host `h` runs, once it answered as itself. Errors: it
+    /// does not, or its ListDomains fails.
+    async fn host_domains(&self, h: &str) -> Result<Vec<vhi::DomainInfo>> {
+        self.hosts.identify(h).await?;
+        let c = self.hosts.vhi(h)?;
+        crate::ports::domains(&*c)
+            .await
+            .map_err(|e| anyhow::anyhow!("ListDomains: {}", e.message()))
     }
 
     /// The migrations recorded running whose VEE no operation of this

@@ -52,6 +52,36 @@ async fn a_host_that_cannot_be_asked_changes_no_record() {
     assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running, "not knowing is not failing");
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_hosts_are_listed_side_by_side_and_one_that_never_answers_holds_nothing() {
+    let site = FakeSite::start(&["h1", "h2", "h3", "h4"], "").await;
+    let vee = site.running_service(STANDARD).remove(0);
+    for h in ["h1", "h2", "h3"] {
+        let mut s = site.host(h).script.lock().unwrap();
+        s.list_domains_ms = 5_000;
+        s.running.insert(format!("stray-{h}"));
+    }
+    // h4 accepts the call and never answers it.
+    site.host("h4").script.lock().unwrap().list_domains_ms = 3_600_000;
+    site.host("h4").script.lock().unwrap().running.insert("stray-h4".into());
+
+    let t0 = tokio::time::Instant::now();
+    site.veem.reconcile.reconcile(Strays::KeepWithoutRecords).await.unwrap();
+    let took = t0.elapsed();
+
+    // Three listings of 5 s in a row and a host that never answers would
+    // be 15 s and an hour; side by side, each host given 10 s: 10 s.
+    assert!(took < std::time::Duration::from_secs(12), "reconcile took {took:?}");
+    for h in ["h1", "h2", "h3"] {
+        assert!(!site.host(h).runs(&format!("stray-{h}")), "the stray on {h} is destroyed");
+    }
+    assert!(
+        site.host("h4").runs("stray-h4"),
+        "nothing is done on a host that did not list its domains"
+    );
+    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
+}
+
 #[tokio::test]
 async fn a_host_that_answers_as_another_is_never_acted_on() {
     let site = FakeSite::start(&["h1"], "").await;

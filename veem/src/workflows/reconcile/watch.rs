@@ -63,6 +63,32 @@ pub struct DomainWatch {
 }
 
 impl DomainWatch {
+    /// A watch that has the hosts' lists of `running`, each host's
+    /// generation as `generations` noted before it and the records'
+    /// revision `revision` noted before them all: a record written since
+    /// makes its host's list stale (listed again), as in any round.
+    pub(crate) fn seeded(running: &super::Running, generations: &[(String, u64)], revision: Revision) -> Self {
+        let listed = generations
+            .iter()
+            .filter_map(|(h, generation)| {
+                let mut vees: Vec<String> = running.get(h)?.keys().cloned().collect();
+                vees.sort_unstable();
+                Some((
+                    h.clone(),
+                    Listed {
+                        generation: *generation,
+                        revision,
+                        vees,
+                    },
+                ))
+            })
+            .collect();
+        Self {
+            listed,
+            ..Default::default()
+        }
+    }
+
     /// Whether the watch counts VEE `id` missing (and in how many lists).
     pub fn missing(&self, id: &str) -> Option<u32> {
         self.missing.get(id).copied()

@@ -47,6 +47,30 @@ async fn a_host_whose_generation_did_not_change_is_not_listed_again_one_that_cha
 }
 
 #[tokio::test]
+async fn the_watch_starts_from_the_reconciles_lists_and_a_domain_lost_since_is_still_seen() {
+    let (site, vee, host) = paced_site(7).await;
+    site.veem
+        .reconcile
+        .reconcile(crate::workflows::reconcile::Strays::KeepWithoutRecords)
+        .await
+        .unwrap();
+    assert_eq!(lists(&site, &host), 1, "the reconcile's list");
+    let mut watch = site.veem.reconcile.take_watch_seed();
+    site.veem.reconcile.domain_watch_round(&mut watch).await;
+    assert_eq!(
+        lists(&site, &host),
+        1,
+        "generation 7 as when the reconcile listed it: not listed again"
+    );
+    // Its domain destroyed behind the VEEM's back: the generation moves.
+    site.host(&host).set_running(&vee, false);
+    site.host(&host).script.lock().unwrap().domains_generation = 8;
+    site.veem.hosts.heartbeat(&host, 3).await;
+    site.veem.reconcile.domain_watch_round(&mut watch).await;
+    assert_eq!((lists(&site, &host), watch.missing(&vee)), (2, Some(1)));
+}
+
+#[tokio::test]
 async fn an_unpaced_site_lists_every_round_whatever_the_generation() {
     let site = FakeSite::start(&["h1"], "").await;
     site.host("h1").script.lock().unwrap().domains_generation = 7;
