@@ -215,6 +215,11 @@ impl Writes {
 #[derive(Clone)]
 pub struct Store {
     engine: Arc<dyn Engine>,
+    /// How many events the log holds, as this store's own appends and
+    /// prunes keep it (`None`: not counted yet, or an append whose outcome
+    /// is unknown): counted once, not by each retention round
+    /// ([`Store::prune_events`]).
+    events_held: Arc<std::sync::Mutex<Option<u64>>>,
 }
 
 impl Store {
@@ -229,7 +234,10 @@ impl Store {
     /// The database in `engine` (named `what` in errors), migrated as
     /// [`Store::open`] does.
     pub fn on(engine: Arc<dyn Engine>, what: &str) -> Result<Self> {
-        let store = Self { engine };
+        let store = Self {
+            engine,
+            events_held: Default::default(),
+        };
         let found = store.get::<u32>(Tree::Meta, FORMAT_KEY)?.unwrap_or(0);
         interfaces::Error::check_format(format!("VEEM database {what}"), found, FORMAT_VERSION)?;
         store.migrate(found)?;

@@ -42,8 +42,22 @@ impl Store {
     pub fn append_event(&self, e: &EventRec) -> Result<u64> {
         let seq = self.engine.next_id()?;
         let value = serde_json::to_vec(e)?;
-        self.engine.commit(vec![(Tree::Events, key(seq).to_vec(), Some(value))], &[])?;
-        Ok(seq)
+        // Held across the commit, so that a count cannot see this event
+        // before the count it makes is kept (and count it twice).
+        let mut held = self.events_held.lock().unwrap();
+        match self.engine.commit(vec![(Tree::Events, key(seq).to_vec(), Some(value))], &[]) {
+            Ok(_) => {
+                if let Some(n) = held.as_mut() {
+                    *n += 1;
+                }
+                Ok(seq)
+            }
+            Err(e) => {
+                // Over etcd, a commit that failed may have landed: counted again.
+                *held = None;
+                Err(e)
+            }
+        }
     }
 
     /// Every event, oldest first: the whole log (tests, small logs; a
@@ -96,10 +110,24 @@ impl Store {
     /// and none happened before `older_than_ms` (Unix ms), [`PRUNE_BATCH`]
     /// per commit; returns how many it removed. An event whose value does
     /// not read (it would break every read of the log) counts as old.
+    ///
+    /// The log is counted once (a scan of the whole tree on sled: 0.2 s of
+    /// CPU at 100,000 events, every round before); from then on this
+    /// store's appends and removals keep the count (an append holds it
+    /// across its commit, so a count never sees an event it then adds
+    /// again): this store is the log's only writer (a sled database is
+    /// one process's; over etcd, the leader's store, a new one each term).
     pub fn prune_events(&self, keep: u64, older_than_ms: i64) -> Result<u64> {
         let mut removed = 0u64;
         loop {
-            let over = self.engine.count(Tree::Events)?.saturating_sub(keep);
+            let held = {
+                let mut held = self.events_held.lock().unwrap();
+                match *held {
+                    Some(n) => n,
+                    None => *held.insert(self.engine.count(Tree::Events)?),
+                }
+            };
+            let over = held.saturating_sub(keep);
             let mut oldest: Vec<(Vec<u8>, i64)> = Vec::new();
             self.engine.scan_from(Tree::Events, b"", PRUNE_BATCH, &mut |k, v| {
                 let at = serde_json::from_slice::<At>(v).map_or(i64::MIN, |a| a.at_ms);
@@ -117,7 +145,13 @@ impl Store {
             // The keys up to `last`, itself included.
             let mut end = last.clone();
             end.push(0);
-            self.engine.remove_before(Tree::Events, &end)?;
+            if let Err(e) = self.engine.remove_before(Tree::Events, &end) {
+                *self.events_held.lock().unwrap() = None;
+                return Err(e);
+            }
+            if let Some(held) = self.events_held.lock().unwrap().as_mut() {
+                *held = held.saturating_sub(n as u64);
+            }
             removed += n as u64;
             if n < PRUNE_BATCH {
                 return Ok(removed);
