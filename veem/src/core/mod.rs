@@ -386,8 +386,13 @@ impl Core {
     }
 
     /// [`Core::vees_map`] over the records placed on the hosts `hosts`
-    /// only (from the by-host index), host by host.
-    pub fn vees_on_hosts_map<'h, T>(&self, hosts: impl IntoIterator<Item = &'h str>, f: impl FnMut(&VeeRec) -> Option<T>) -> Vec<T> {
+    /// only (from the by-host index), host by host; `f` may keep a record
+    /// (shared, not copied: it is not changed in place, a write replaces it).
+    pub fn vees_on_hosts_map<'h, T>(
+        &self,
+        hosts: impl IntoIterator<Item = &'h str>,
+        f: impl FnMut(&std::sync::Arc<VeeRec>) -> Option<T>,
+    ) -> Vec<T> {
         let records = self.vee_records.read().unwrap();
         hosts.into_iter().flat_map(|h| records.on_host(h)).filter_map(f).collect()
     }

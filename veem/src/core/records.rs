@@ -164,8 +164,8 @@ impl VeeRecords {
     }
 
     /// The records placed on host `host`, in ID order.
-    pub(crate) fn on_host<'a>(&'a self, host: &str) -> impl Iterator<Item = &'a VeeRec> + 'a {
-        self.by_host.get(host).into_iter().flat_map(|on| on.values().map(|v| &**v))
+    pub(crate) fn on_host<'a>(&'a self, host: &str) -> impl Iterator<Item = &'a Arc<VeeRec>> + 'a {
+        self.by_host.get(host).into_iter().flat_map(|on| on.values())
     }
 
     /// `f` over the records of the VEEs live on a host ([`VeeState::is_live`],

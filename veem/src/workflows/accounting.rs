@@ -26,11 +26,31 @@ pub(crate) mod rounds;
 /// The previous metering round of one VEE (its counters and host).
 pub(crate) type Last = metrics::Meter;
 
-/// Each VEE's previous meter by VEE ID, kept by the metering loop between
-/// rounds. foldhash rather than SipHash: a round looks each of its 25,000
-/// VEEs up several times and sweeps the 100,000 entries at 100,000 VEEs
-/// (the keys are this site's VEE IDs).
-pub(crate) type LastMeters = foldhash::HashMap<String, Last>;
+/// Each VEE's previous counters, by host and VEE ID, kept by the metering
+/// loop between rounds: a host's turn replaces that host's meters as a
+/// whole (what it wrote), so a turn touches its own hosts' meters only,
+/// not those of every VEE. foldhash rather than SipHash (the keys are this
+/// site's host names and VEE IDs).
+#[derive(Default)]
+pub(crate) struct LastMeters(foldhash::HashMap<String, rounds::Vees>);
+
+impl LastMeters {
+    /// VEE `vee`'s counters at its last round on host `host`.
+    fn get(&self, host: &str, vee: &str) -> Option<metrics::Counters> {
+        self.0.get(host)?.get(vee).copied()
+    }
+
+    /// How many VEEs have a meter.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.values().map(|v| v.len()).sum()
+    }
+
+    /// Whether VEE `vee` has a meter, on any host.
+    pub(crate) fn has(&self, vee: &str) -> bool {
+        self.0.values().any(|v| v.contains_key(vee))
+    }
+}
 
 /// How far a peer's usage record may reach outside the VEE's stay there
 /// (s): the two sites' clocks and the hand-over of the VEE between them.
@@ -315,13 +335,13 @@ impl Accounting {
         }
         let Ok(v) = self.vee(&rec.vee_id) else { return };
         let secs = (rec.end_unix - rec.start_unix).max(1) as f64;
-        let mut values = std::collections::BTreeMap::from([
+        let mut values: metrics::Values = vec![
             (
-                "cpu_utilization".to_string(),
+                "cpu_utilization".into(),
                 (rec.cpu_seconds / secs / f64::from(v.vcpus.max(1))).clamp(0.0, 1.0),
             ),
-            ("memory_used".to_string(), rec.memory_mib_seconds / secs),
-        ]);
+            ("memory_used".into(), rec.memory_mib_seconds / secs),
+        ];
         let kpis: Vec<vhi::Kpi> = rec
             .kpis
             .iter()

@@ -12,6 +12,8 @@ use anyhow::Result;
 use interfaces::vhi;
 
 use super::rounds::{self, HostMeters, HostRound, RoundEntry};
+use std::sync::Arc;
+
 use super::{metrics, Accounting, Last, LastMeters};
 use crate::model::{Location, UsageRec, VeeRec, VeeState};
 use crate::store::{Tree, Writes};
@@ -19,13 +21,23 @@ use crate::store::{Tree, Writes};
 /// Hosts whose records and meters one commit writes.
 const COMMIT_HOSTS: usize = 10;
 
-/// What metering reads of a VEE record.
+/// A VEE metering reads: its record as the round found it (shared with
+/// the record cache, not copied) and the host it runs on.
 struct Metered {
-    id: String,
-    host: String,
-    service_id: String,
-    vcpus: u32,
-    for_peer: Option<String>,
+    rec: Arc<VeeRec>,
+}
+
+impl Metered {
+    fn id(&self) -> &str {
+        &self.rec.id
+    }
+
+    fn host(&self) -> &str {
+        match &self.rec.location {
+            Location::Host(h) => h,
+            _ => "",
+        }
+    }
 }
 
 /// The Stats of `vees` on the host behind `c`, by VEE ID: one ListStats
@@ -42,17 +54,18 @@ async fn host_stats<'a>(c: &crate::ports::HostVhi, vees: &[&'a Metered]) -> Hash
     match interfaces::pages::all(call, |r| (r.stats, r.next_page_token)).await {
         Ok(all) => {
             let mut by_id: HashMap<String, vhi::VeeStats> = all.into_iter().map(|s| (s.vee_id.clone(), s)).collect();
-            vees.iter().filter_map(|v| Some((v.id.as_str(), by_id.remove(&v.id)?))).collect()
+            vees.iter().filter_map(|v| Some((v.id(), by_id.remove(v.id())?))).collect()
         }
         Err(e) if e.code() == tonic::Code::Unimplemented => {
-            let each = futures::future::join_all(
-                vees.iter()
-                    .map(|v| c.stats(tonic::Request::new(vhi::StatsRequest { vee_id: v.id.clone() }))),
-            )
+            let each = futures::future::join_all(vees.iter().map(|v| {
+                c.stats(tonic::Request::new(vhi::StatsRequest {
+                    vee_id: v.id().to_string(),
+                }))
+            }))
             .await;
             vees.iter()
                 .zip(each)
-                .filter_map(|(v, s)| Some((v.id.as_str(), s.ok()?.into_inner())))
+                .filter_map(|(v, s)| Some((v.id(), s.ok()?.into_inner())))
                 .collect()
         }
         Err(_) => HashMap::default(),
@@ -76,7 +89,7 @@ impl Accounting {
     /// before host rounds, a host no longer configured) in a `sweep`, once
     /// per cycle over the hosts (and in every round of all hosts).
     pub(super) async fn meter_round(&self, last: &mut LastMeters, only: Option<&HashSet<String>>, sweep: bool) -> Result<()> {
-        // Only what runs on a configured host (the copies: those).
+        // Only what runs on a configured host.
         let hosts: HashSet<String> = self.hosts.names().into_iter().collect();
         // The host a VEE runs on, if it runs on one.
         fn running_on(v: &VeeRec) -> Option<&String> {
@@ -89,41 +102,33 @@ impl Accounting {
         fn metered_on<'v>(v: &'v VeeRec, hosts: &HashSet<String>) -> Option<&'v String> {
             running_on(v).filter(|h| hosts.contains(*h))
         }
-        // What metering reads of each, not copies of the records.
-        fn read(v: &VeeRec, h: &str) -> Metered {
-            Metered {
-                id: v.id.clone(),
-                host: h.to_string(),
-                service_id: v.service_id.clone(),
-                vcpus: v.vcpus,
-                for_peer: v.for_peer.clone(),
-            }
-        }
-        let metered = match only {
+        let metered: Vec<Metered> = match only {
             // The turn's configured hosts, each looked up once (not once
             // per VEE): the by-host index gives the VEEs placed on them.
             Some(turn) => {
                 let on = turn.iter().map(String::as_str).filter(|h| hosts.contains(*h));
-                self.vees_on_hosts_map(on, |v| running_on(v).map(|h| read(v, h)))
+                self.vees_on_hosts_map(on, |v| running_on(v).map(|_| Metered { rec: v.clone() }))
             }
-            None => self.vees_map(|v| metered_on(v, &hosts).map(|h| read(v, h))),
+            None => self.vees_map(|v| metered_on(v, &hosts).map(|_| Metered { rec: Arc::new(v.clone()) })),
         };
         // Host by host: its VEEs' Stats asked at once; every host's
         // records and meters written in one commit.
         let mut by_host: std::collections::BTreeMap<&str, Vec<&Metered>> = Default::default();
         for v in &metered {
-            by_host.entry(&v.host).or_default().push(v);
+            by_host.entry(v.host()).or_default().push(v);
         }
         let round_ms = self.clock.now_ms();
         let (mut w, mut batched) = (Writes::default(), 0);
-        let mut meters = Vec::new();
+        // The meters written by the commit under way, by host: kept once
+        // it is done.
+        let mut written: Vec<(&str, rounds::Vees)> = Vec::new();
         for (h, vees) in by_host {
             let Ok(c) = self.hosts.vhi(h) else { continue };
             let mut stats = host_stats(&*c, &vees).await;
             // The host's meters as the last round here or elsewhere (a
             // VEEM before this one) wrote them: read once, when a VEE has
             // none here.
-            let stored = if vees.iter().any(|v| !last.contains_key(&v.id)) {
+            let stored = if vees.iter().any(|v| last.get(h, v.id()).is_none()) {
                 match self.store.get_raw(Tree::Meters, &rounds::meters_key(h))? {
                     Some(raw) => HostMeters::decode(h, &raw)?,
                     None => HostMeters::default(),
@@ -137,36 +142,40 @@ impl Accounting {
                 ..Default::default()
             };
             for v in vees {
-                let Some(s) = stats.remove(v.id.as_str()) else {
+                let prev = last.get(h, v.id());
+                let Some(s) = stats.remove(v.id()) else {
                     // No counters this round: its last ones on this host
                     // stay the start of its next record.
-                    if let Some(m) = last.get(&v.id).filter(|m| m.host == h) {
-                        kept.vees.insert(v.id.clone(), m.counters);
+                    if let Some(counters) = prev {
+                        kept.vees.insert(v.id().to_string(), counters);
                     }
                     continue;
                 };
-                let prev = match last.get(&v.id) {
-                    Some(m) => Some(m.clone()),
-                    None => match stored.meter(h, &v.id) {
-                        Some(m) => Some(m),
+                let prev = match prev {
+                    Some(counters) => Some(counters),
+                    None => match stored.counters(v.id()) {
+                        Some(counters) => Some(counters),
                         // A per-VEE meter of a VEEM before host rounds.
-                        None => self.store.get::<Last>(Tree::Meters, &v.id)?,
+                        None => self
+                            .store
+                            .get::<Last>(Tree::Meters, v.id())?
+                            .filter(|m| m.host == h)
+                            .map(|m| m.counters),
                     },
                 };
-                let (meter, rec) = self.meter(v, h, s, prev);
+                let (counters, rec) = self.meter(&v.rec, s, prev);
                 if let Some(rec) = rec {
-                    match &v.for_peer {
+                    match &v.rec.for_peer {
                         // A record of a VEE run for a peer goes to its
                         // outbox in the same write, one value of its own.
                         Some(primary) => {
                             w.put(Tree::Usage, &rec.record_id, &rec)?;
                             w.put(Tree::UsageOutbox, &rec.record_id, primary)?;
                         }
-                        None => own.push(RoundEntry::of(&rec)),
+                        None => own.push(RoundEntry::of(rec)),
                     }
                 }
-                kept.vees.insert(v.id.clone(), meter.counters);
-                meters.push((v.id.clone(), meter));
+                kept.vees.insert(v.id().to_string(), counters);
             }
             if !own.is_empty() {
                 let round = HostRound {
@@ -177,6 +186,7 @@ impl Accounting {
                 w.put(Tree::Usage, &rounds::round_key(h, round_ms), &round)?;
             }
             w.put(Tree::Meters, &rounds::meters_key(h), &kept)?;
+            written.push((h, kept.vees));
             batched += 1;
             // Kept once written: a commit that fails leaves the next round
             // to meter from the last counters written. A commit per
@@ -185,22 +195,22 @@ impl Accounting {
             // hosts held some 70 MiB more at 100,000 VEEs).
             if batched == COMMIT_HOSTS {
                 self.store.commit(std::mem::take(&mut w))?;
-                last.extend(meters.drain(..));
+                last.0.extend(written.drain(..).map(|(h, vees)| (h.to_string(), vees)));
                 batched = 0;
             }
         }
         if !w.is_empty() {
             self.store.commit(w)?;
         }
-        last.extend(meters);
+        last.0.extend(written.into_iter().map(|(h, vees)| (h.to_string(), vees)));
         let mut gone = Writes::default();
+        let metered_hosts: HashSet<&str> = metered.iter().map(Metered::host).collect();
         match only {
             Some(turn) if !sweep => {
-                // A turn: the meters of VEEs no longer metered on its hosts.
-                let ids: HashSet<&str> = metered.iter().map(|v| v.id.as_str()).collect();
-                last.retain(|id, m| !turn.contains(&m.host) || ids.contains(id.as_str()));
-                let metered_hosts: HashSet<&str> = metered.iter().map(|v| v.host.as_str()).collect();
+                // A turn: the meters of hosts in turn that meter nothing
+                // now (each metered host's were replaced as a whole).
                 for h in turn.iter().filter(|h| !metered_hosts.contains(h.as_str())) {
+                    last.0.remove(h.as_str());
                     let key = rounds::meters_key(h);
                     if self.store.get_raw(Tree::Meters, &key)?.is_some() {
                         gone.remove(Tree::Meters, &key);
@@ -216,15 +226,19 @@ impl Accounting {
                 // (a paced sweep) from every record.
                 let everywhere: Vec<(String, String)> = match only {
                     Some(_) => self.vees_map(|v| metered_on(v, &hosts).map(|h| (v.id.clone(), h.clone()))),
-                    None => metered.iter().map(|v| (v.id.clone(), v.host.clone())).collect(),
+                    None => metered.iter().map(|v| (v.id().to_string(), v.host().to_string())).collect(),
                 };
+                let on: HashSet<(&str, &str)> = everywhere.iter().map(|(id, h)| (h.as_str(), id.as_str())).collect();
                 let ids: HashSet<&str> = everywhere.iter().map(|(id, _)| id.as_str()).collect();
                 let metered_hosts: HashSet<String> = everywhere.iter().map(|(_, h)| rounds::meters_key(h)).collect();
-                last.retain(|id, _| ids.contains(id.as_str()));
+                last.0.retain(|h, vees| {
+                    vees.retain(|id, _| on.contains(&(h.as_str(), id.as_str())));
+                    !vees.is_empty()
+                });
                 self.store.scan(Tree::Meters, |key, _| {
                     let keep = match key.strip_prefix(rounds::METERS_PREFIX) {
                         Some(_) => metered_hosts.contains(key),
-                        None => ids.contains(key) && !last.contains_key(key),
+                        None => ids.contains(key) && !last.has(key),
                     };
                     if !keep {
                         gone.remove(Tree::Meters, key);
@@ -239,11 +253,10 @@ impl Accounting {
         Ok(())
     }
 
-    /// VEE `v`'s meter from its Stats `s` on host `h`, and its usage record
-    /// since its previous meter `prev` when its counters went on from
-    /// there (on the same host). Its metrics are kept as its latest
-    /// sample.
-    fn meter(&self, v: &Metered, h: &str, s: vhi::VeeStats, prev: Option<Last>) -> (Last, Option<UsageRec>) {
+    /// VEE `v`'s counters from its Stats `s`, and its usage record since
+    /// its previous counters on the same host `prev` when its counters went
+    /// on from them. Its metrics are kept as its latest sample.
+    fn meter(&self, v: &VeeRec, s: vhi::VeeStats, prev: Option<metrics::Counters>) -> (metrics::Counters, Option<UsageRec>) {
         let now = metrics::Counters {
             at_ms: interfaces::time::ms_of(&s.time),
             cpu: s.cpu_seconds,
@@ -252,16 +265,10 @@ impl Accounting {
             net_rx: s.net_rx_bytes,
             net_tx: s.net_tx_bytes,
         };
-        let meter = Last {
-            host: h.to_string(),
-            counters: now,
-        };
         // Moved or restarted (counters began again): no record.
-        let values = prev
-            .filter(|p| p.host == *h)
-            .and_then(|p| Some(p.counters).zip(metrics::hypervisor_metrics(&p.counters, &now, v.vcpus, s.memory_mib)));
+        let values = prev.and_then(|p| Some(p).zip(metrics::hypervisor_metrics(&p, &now, v.vcpus, s.memory_mib)));
         let Some((prev, mut values)) = values else {
-            return (meter, None);
+            return (now, None);
         };
         metrics::add_kpis(&mut values, &s.kpis);
         // A VEE run for a peer: its KPIs go to its primary with its usage.
@@ -269,7 +276,7 @@ impl Accounting {
             Some(_) => s
                 .kpis
                 .iter()
-                .filter(|k| values.get(&k.name) == Some(&k.value))
+                .filter(|k| values.iter().any(|(name, value)| *name == k.name && *value == k.value))
                 .map(|k| (k.name.clone(), (k.value, interfaces::time::ms_of(&k.time))))
                 .collect(),
             None => Default::default(),
@@ -296,7 +303,7 @@ impl Accounting {
             sent: v.for_peer.is_none(),
             kpis,
         };
-        (meter, Some(rec))
+        (now, Some(rec))
     }
 }
 

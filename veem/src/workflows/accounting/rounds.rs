@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::metrics::{Counters, Meter};
+use super::metrics::Counters;
 use crate::model::UsageRec;
 
 /// The format of [`HostRound`] and [`HostMeters`] values this version
@@ -68,11 +68,11 @@ pub struct HostRound {
 }
 
 impl RoundEntry {
-    /// The entry of usage record `r`.
-    pub fn of(r: &UsageRec) -> Self {
+    /// The entry of usage record `r` (its IDs moved, not copied).
+    pub fn of(r: UsageRec) -> Self {
         Self {
-            vee_id: r.vee_id.clone(),
-            abc_id: r.abc_id.clone(),
+            vee_id: r.vee_id,
+            abc_id: r.abc_id,
             start_unix: r.start_unix,
             end_unix: r.end_unix,
             cpu_seconds: r.cpu_seconds,
@@ -119,6 +119,9 @@ pub fn decode_usage(key: &str, raw: &[u8], out: &mut Vec<UsageRec>) -> anyhow::R
     Ok(())
 }
 
+/// Counters by VEE ID.
+pub type Vees = BTreeMap<String, Counters>;
+
 /// The counters of a host's VEEs at its latest metering round: what the
 /// next round's records start from (also at a VEEM that takes over).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -126,7 +129,7 @@ pub struct HostMeters {
     /// [`ROUND_FORMAT`].
     pub format: u32,
     /// By VEE ID.
-    pub vees: BTreeMap<String, Counters>,
+    pub vees: Vees,
 }
 
 impl HostMeters {
@@ -138,12 +141,9 @@ impl HostMeters {
         Ok(m)
     }
 
-    /// VEE `vee`'s meter on host `host`, if it has one.
-    pub fn meter(&self, host: &str, vee: &str) -> Option<Meter> {
-        self.vees.get(vee).map(|c| Meter {
-            host: host.to_string(),
-            counters: *c,
-        })
+    /// VEE `vee`'s counters, if it has a meter here.
+    pub fn counters(&self, vee: &str) -> Option<Counters> {
+        self.vees.get(vee).copied()
     }
 }
 
@@ -184,7 +184,7 @@ mod tests {
         assert_eq!(out[0].record_id, format!("{key}/v1"));
         assert_eq!(out[1].vee_id, "v2");
         assert_eq!((out[0].site_chain.clone(), out[0].sent), (vec!["site-a".to_string()], true));
-        assert_eq!(RoundEntry::of(&out[0]), entry("v1"));
+        assert_eq!(RoundEntry::of(out[0].clone()), entry("v1"));
         assert_eq!(out[2], single);
     }
 

@@ -48,7 +48,7 @@ async fn a_vee_stopped_on_a_host_waiting_for_its_turn_loses_its_meter_in_that_tu
     // Both turns: the VEE is metered on its host, whose meters are stored.
     site.veem.accounting.paced_round(&mut last, &mut cursor).await;
     site.veem.accounting.paced_round(&mut last, &mut cursor).await;
-    assert!(last.contains_key(&v));
+    assert!(last.has(&v));
     assert!(site.veem.store.get_raw(Tree::Meters, &meters_key(&h)).unwrap().is_some());
     site.veem.lifecycle.stop_vee(&v).await.unwrap();
     // The other host's turn keeps it; its own host's turn drops it (h2's
@@ -56,9 +56,9 @@ async fn a_vee_stopped_on_a_host_waiting_for_its_turn_loses_its_meter_in_that_tu
     let (other, own) = if h == "h1" { (cursor + 1, cursor) } else { (cursor, cursor + 1) };
     let mut at = other;
     site.veem.accounting.paced_round(&mut last, &mut at).await;
-    assert!(last.contains_key(&v), "dropped in another host's turn");
+    assert!(last.has(&v), "dropped in another host's turn");
     let mut at = own;
     site.veem.accounting.paced_round(&mut last, &mut at).await;
-    assert!(!last.contains_key(&v), "kept after its host's turn");
+    assert!(!last.has(&v), "kept after its host's turn");
     assert!(site.veem.store.get_raw(Tree::Meters, &meters_key(&h)).unwrap().is_none());
 }
