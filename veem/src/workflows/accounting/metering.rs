@@ -5,15 +5,14 @@
 //! ([`super::rounds`]): its VEEs' records and their counters.
 
 // foldhash rather than SipHash: a round hashes each of its VEEs' IDs several
-// times and its hosts' names once per meter kept (`LastMeters`).
+// times (`LastMeters`).
 use foldhash::{HashMap, HashSet};
+use std::sync::Arc;
 
 use anyhow::Result;
 use interfaces::vhi;
 
 use super::rounds::{self, HostMeters, HostRound, RoundEntry};
-use std::sync::Arc;
-
 use super::{metrics, Accounting, Last, LastMeters};
 use crate::model::{Location, UsageRec, VeeRec, VeeState};
 use crate::store::{Tree, Writes};
