@@ -1,7 +1,7 @@
 //! `Veem`, the VEE manager of one site: the [`Core`] every workflow shares
-//! and the workflows' own state (while the workflows move into values of
-//! their own, issue 37, they are methods on `Veem`, which reaches the core
-//! through `Deref`).
+//! and every workflow, each a value of its own (`crate::workflows`), built
+//! once in [`Veem::with_store`] after the workflows it calls; `Veem`
+//! reaches the core through `Deref`.
 
 use std::ops::Deref;
 use std::sync::Arc;
