@@ -122,7 +122,7 @@ pub async fn run(etcd: Arc<EtcdEngine>, sled: Store, dir: &std::path::Path, vees
 
     // Becoming current: the standby's first read, next to sled's.
     let t = Instant::now();
-    let replica = Replica::follow(etcd.clone(), renew_ahead_s(&cfg));
+    let replica = Replica::follow(etcd.clone(), renew_ahead_s(&cfg), std::sync::Arc::new(veem::ports::SystemClock));
     let now = store.revision()?;
     if !replica.wait_for(now, Duration::from_secs(600)).await {
         bail!("the standby's copy did not become current in 600 s");

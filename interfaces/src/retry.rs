@@ -59,16 +59,31 @@ impl RetryPolicy {
     /// error is returned at once.
     pub async fn run_while<T, E, F: std::future::Future<Output = Result<T, E>>>(
         &self,
-        mut op: impl FnMut() -> F,
+        op: impl FnMut() -> F,
         transient: impl Fn(&E) -> bool,
     ) -> Result<T, E> {
+        self.run_while_on(op, transient, tokio::time::sleep).await
+    }
+
+    /// [`RetryPolicy::run_while`] waiting with `sleep` (a caller's own
+    /// clock, so that a virtual clock drives its retries too).
+    pub async fn run_while_on<T, E, F, S>(
+        &self,
+        mut op: impl FnMut() -> F,
+        transient: impl Fn(&E) -> bool,
+        sleep: impl Fn(Duration) -> S,
+    ) -> Result<T, E>
+    where
+        F: std::future::Future<Output = Result<T, E>>,
+        S: std::future::Future<Output = ()>,
+    {
         let mut attempt = 1;
         loop {
             match op().await {
                 Ok(v) => return Ok(v),
                 Err(e) if attempt >= self.attempts || !transient(&e) => return Err(e),
                 Err(_) => {
-                    tokio::time::sleep(self.backoff(attempt)).await;
+                    sleep(self.backoff(attempt)).await;
                     attempt += 1;
                 }
             }

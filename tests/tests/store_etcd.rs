@@ -222,7 +222,7 @@ async fn a_standby_copy_kept_by_the_watch_is_what_reading_the_store_gives() {
     site.veem.persist_planner().unwrap();
     let cfg = site.veem.config().clone();
     let standby = Arc::new(engine(&cluster, "/vee/site-a"));
-    let replica = Replica::follow(standby.clone(), veem::core::renew_ahead_s(&cfg));
+    let replica = Replica::follow(standby.clone(), veem::core::renew_ahead_s(&cfg), std::sync::Arc::new(veem::ports::SystemClock));
     assert!(
         replica.wait_for(store.revision().unwrap(), Duration::from_secs(10)).await,
         "the first read"
@@ -253,7 +253,7 @@ async fn a_standby_copy_kept_by_the_watch_is_what_reading_the_store_gives() {
 
     // A record the copy cannot decode: not taken (the leader reads the
     // store, which says what is wrong).
-    let replica = Replica::follow(standby, veem::core::renew_ahead_s(&cfg));
+    let replica = Replica::follow(standby, veem::core::renew_ahead_s(&cfg), std::sync::Arc::new(veem::ports::SystemClock));
     assert!(replica.wait_for(store.revision().unwrap(), Duration::from_secs(10)).await);
     let mut w = Writes::default();
     w.put_raw(Tree::Vees, "broken", b"{not json".to_vec());

@@ -280,7 +280,7 @@ async fn lead(
     loop {
         // The site's records and planner, kept current meanwhile, so that
         // a takeover does not read them all again.
-        let replica = Replica::follow(engine.clone(), renew_ahead_s(cfg));
+        let replica = Replica::follow(engine.clone(), renew_ahead_s(cfg), Arc::new(crate::ports::SystemClock));
         let leader = loop {
             let won = tokio::select! {
                 () = stop.cancelled() => return Ok(None),

@@ -29,6 +29,8 @@ pub struct Loops {
     stop: CancellationToken,
     /// The loops' tasks, in the core's task set.
     tasks: Vec<JoinHandle<()>>,
+    /// The core's clock: the grace of a shutdown runs on it.
+    clock: Arc<dyn crate::ports::Clock>,
 }
 
 impl Loops {
@@ -37,6 +39,7 @@ impl Loops {
         let mut loops = Loops {
             stop: CancellationToken::new(),
             tasks: Vec::new(),
+            clock: veem.clock.clone(),
         };
         let cfg = veem.config();
         loops.spawn(veem, cfg.heartbeat_interval, 0usize, |veem, mut cursor| async move {
@@ -133,7 +136,7 @@ impl Loops {
     pub async fn shutdown(self, grace: Duration) {
         self.stop.cancel();
         let aborts: Vec<_> = self.tasks.iter().map(|t| t.abort_handle()).collect();
-        if tokio::time::timeout(grace, futures::future::join_all(self.tasks)).await.is_err() {
+        if crate::ports::within(&*self.clock, grace, futures::future::join_all(self.tasks)).await.is_none() {
             tracing::warn!(?grace, "loops still busy after the grace period: aborted");
             aborts.iter().for_each(|a| a.abort());
         }

@@ -533,6 +533,17 @@ pub async fn within<F: std::future::Future>(clock: &dyn Clock, d: std::time::Dur
     }
 }
 
+/// `op` until it succeeds, as `policy` says, its waits on `clock`: the
+/// workflows' retries, which a virtual clock drives as it drives their
+/// other waits. Returns the first success or the last error.
+pub async fn retry<T, E, F: std::future::Future<Output = Result<T, E>>>(
+    clock: &dyn Clock,
+    policy: interfaces::retry::RetryPolicy,
+    op: impl FnMut() -> F,
+) -> Result<T, E> {
+    policy.run_while_on(op, |_| true, |d| clock.sleep(d)).await
+}
+
 /// [`Clock`] of the system.
 pub struct SystemClock;
 

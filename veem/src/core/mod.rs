@@ -175,7 +175,7 @@ impl Core {
     /// running then (cut with the process).
     pub async fn drain_tasks(&self, grace: std::time::Duration) -> usize {
         self.tasks.close();
-        if tokio::time::timeout(grace, self.tasks.wait()).await.is_err() {
+        if crate::ports::within(&*self.clock, grace, self.tasks.wait()).await.is_none() {
             return self.tasks.len();
         }
         0

@@ -24,6 +24,7 @@ use super::Loaded;
 use crate::model::VeeRec;
 use crate::planner::{Planner, PlannerEntry, PlannerHeader};
 use crate::planner_store::{decode_entry, decode_header, PlannerStore, HEADER};
+use crate::ports::{within as within_on, Clock};
 use crate::store::{Change, EtcdEngine, Revision, Store, Tree, WatchEnded, Writes, FORMAT_KEY, FORMAT_VERSION};
 
 /// The trees a core starts from.
@@ -94,6 +95,9 @@ pub struct Replica {
     /// applied); 0 until it is first read.
     current: watch::Receiver<Revision>,
     stop: CancellationToken,
+    /// Its waits: the retries of its reads and watches, the takeover's
+    /// wait for the barrier.
+    clock: Arc<dyn Clock>,
 }
 
 impl Drop for Replica {
@@ -107,21 +111,21 @@ impl Replica {
     /// changes (an open-ended window's renewal due `renew_ahead_s` seconds
     /// before its end, as the core's records say). A failed read is tried
     /// again each second; a broken watch is watched again from the last
-    /// revision seen, a compacted one read again.
-    pub fn follow(engine: Arc<EtcdEngine>, renew_ahead_s: i64) -> Self {
+    /// revision seen, a compacted one read again; every wait on `clock`.
+    pub fn follow(engine: Arc<EtcdEngine>, renew_ahead_s: i64, clock: Arc<dyn Clock>) -> Self {
         let copy = Arc::new(Mutex::new(SiteCopy::default()));
         let (tx, current) = watch::channel(0);
         let stop = CancellationToken::new();
         tokio::spawn({
-            let (copy, stop) = (copy.clone(), stop.clone());
+            let (copy, stop, clock) = (copy.clone(), stop.clone(), clock.clone());
             async move {
                 tokio::select! {
                     () = stop.cancelled() => {}
-                    () = keep_current(engine, renew_ahead_s, copy, tx) => {}
+                    () = keep_current(engine, renew_ahead_s, copy, tx, &*clock) => {}
                 }
             }
         });
-        Self { copy, current, stop }
+        Self { copy, current, stop, clock }
     }
 
     /// The revision the copy is current at (0: not read yet).
@@ -133,9 +137,9 @@ impl Replica {
     /// or later. Returns whether it is.
     pub async fn wait_for(&self, revision: Revision, within: Duration) -> bool {
         let mut current = self.current.clone();
-        tokio::time::timeout(within, current.wait_for(|r| *r >= revision))
+        within_on(&*self.clock, within, current.wait_for(|r| *r >= revision))
             .await
-            .is_ok_and(|r| r.is_ok())
+            .is_some_and(|r| r.is_ok())
     }
 
     /// Takes the copy for a new leader over `store` (fenced by its
@@ -188,13 +192,19 @@ impl Replica {
 }
 
 /// Reads the trees into `copy` and follows their changes, until stopped.
-async fn keep_current(engine: Arc<EtcdEngine>, renew_ahead_s: i64, copy: Arc<Mutex<SiteCopy>>, current: watch::Sender<Revision>) {
+async fn keep_current(
+    engine: Arc<EtcdEngine>,
+    renew_ahead_s: i64,
+    copy: Arc<Mutex<SiteCopy>>,
+    current: watch::Sender<Revision>,
+    clock: &dyn Clock,
+) {
     let client = loop {
         match engine.waiting_client().await {
             Ok(c) => break c,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "standby: no etcd client yet");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                clock.sleep(Duration::from_secs(1)).await;
             }
         }
     };
@@ -222,7 +232,7 @@ async fn keep_current(engine: Arc<EtcdEngine>, renew_ahead_s: i64, copy: Arc<Mut
             Ok(Ok(at)) => at,
             Ok(Err(e)) => {
                 tracing::warn!(error = %format!("{e:#}"), "standby: cannot read the site's records; trying again");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                clock.sleep(Duration::from_secs(1)).await;
                 continue;
             }
             Err(e) => {
@@ -241,7 +251,7 @@ async fn keep_current(engine: Arc<EtcdEngine>, renew_ahead_s: i64, copy: Arc<Mut
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %format!("{e:#}"), "standby: cannot watch the site's records; trying again");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    clock.sleep(Duration::from_secs(1)).await;
                     continue;
                 }
             };
@@ -263,7 +273,7 @@ async fn keep_current(engine: Arc<EtcdEngine>, renew_ahead_s: i64, copy: Arc<Mut
                     }
                     Err(e @ WatchEnded::Broken(_)) => {
                         tracing::warn!(error = %e, revision = at, "standby: watching again");
-                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        clock.sleep(Duration::from_millis(200)).await;
                         break;
                     }
                 }

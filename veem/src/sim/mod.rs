@@ -132,6 +132,8 @@ pub struct FakeClock {
     /// is `None`.
     base_ms: AtomicI64,
     since: Mutex<Option<tokio::time::Instant>>,
+    /// The waits asked of it, in order.
+    asked: Mutex<Vec<std::time::Duration>>,
 }
 
 impl FakeClock {
@@ -140,7 +142,14 @@ impl FakeClock {
         Self {
             base_ms: AtomicI64::new(chrono::Utc::now().timestamp_millis()),
             since: Mutex::new(None),
+            asked: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The waits asked of this clock so far (what a workflow waited for
+    /// on it, not on the runtime's own timers).
+    pub fn waits(&self) -> Vec<std::time::Duration> {
+        self.asked.lock().unwrap().clone()
     }
 
     /// Moves the clock `ms` milliseconds on.
@@ -173,6 +182,7 @@ impl Clock for FakeClock {
     /// written for (a test that does not follow the runtime moves the
     /// time it reads by itself), or virtual time in a paused runtime.
     fn sleep(&self, d: std::time::Duration) -> futures::future::BoxFuture<'static, ()> {
+        self.asked.lock().unwrap().push(d);
         Box::pin(tokio::time::sleep(d))
     }
 }

@@ -75,6 +75,10 @@ fn rank(role: &Role) -> u8 {
 /// What a session taken by another is told (naming no one).
 const TAKEN: &str = "the console was taken by another session";
 
+/// The notice a session gets when the VEEM stops (its client may attach
+/// again at the site's next leader).
+const STOPPING: &str = "the VEEM stops: attach again";
+
 impl Deref for Consoles {
     type Target = Core;
 
@@ -166,7 +170,9 @@ impl Consoles {
             shown: 0,
             started_ms: self.clock.now_ms(),
         };
-        tokio::spawn(relay.run(first, input, out));
+        // One of the core's tasks: a stop ends the session and waits for
+        // its audit.
+        self.spawn(relay.run(first, input, out));
         Ok(Box::pin(ReceiverStream::new(rx)))
     }
 
@@ -253,6 +259,10 @@ impl Relay {
         let (mut console, mut to_guest) = first;
         let why = loop {
             tokio::select! {
+                _ = self.consoles.stopping.cancelled() => {
+                    let _ = out.send(Ok(ConsoleOutput::Notice(STOPPING.into()))).await;
+                    break "the VEEM stopped";
+                }
                 _ = self.taken.cancelled() => {
                     let _ = out.send(Ok(ConsoleOutput::Notice(TAKEN.into()))).await;
                     break "taken by another session";

@@ -432,9 +432,8 @@ impl Migration {
     /// Tells the destination to remove what it prepared; retried three
     /// times a second apart (the destination may be busy or restarting).
     pub(crate) async fn abort_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
-        RetryPolicy::fixed(3, std::time::Duration::from_secs(1))
-            .run(|| self.abort_once(dest, vee_id))
-            .await
+        let policy = RetryPolicy::fixed(3, std::time::Duration::from_secs(1));
+        crate::ports::retry(&*self.clock, policy, || self.abort_once(dest, vee_id)).await
     }
 
     async fn abort_once(&self, dest: &Dest, vee_id: &str) -> Result<()> {

@@ -193,3 +193,24 @@ async fn a_tenant_looping_console_attaches_is_refused_after_its_rate() {
         "a token back after 20 s"
     );
 }
+
+/// A session open when the VEEM stops is ended with a notice and audited
+/// before the stop's drain returns: the relay is one of the core's tasks,
+/// not a task of its own that the drain neither waits for nor ends.
+#[tokio::test]
+async fn a_stop_ends_an_open_session_and_waits_for_its_audit() {
+    let site = FakeSite::start(&["h1"], "").await;
+    let vee = site.running_service(STANDARD).remove(0);
+    let (_keys, input) = keyboard();
+    let mut out = site.veem.consoles.attach(&acme(), &vee, false, input).await.unwrap();
+    assert!(text(next(&mut out).await).starts_with("console of"));
+    site.veem.stopping.cancel();
+    let cut = site.veem.drain_tasks(std::time::Duration::from_secs(5)).await;
+    assert_eq!(cut, 0, "the session ended within the grace");
+    let events = site.events(&vee);
+    assert!(
+        events.iter().any(|e| e.starts_with("console: detached (the VEEM stopped)")),
+        "{events:?}"
+    );
+    assert_eq!(text(next(&mut out).await), "notice: the VEEM stops: attach again");
+}

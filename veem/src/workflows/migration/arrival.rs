@@ -45,8 +45,7 @@ impl Migration {
     /// again but runs it counts as completed). Errors: [`NotTaken`].
     pub(super) async fn complete_after_send(&self, dest: &Dest, vee_id: &str) -> anyhow::Result<()> {
         let (attempts, wait) = COMPLETION;
-        RetryPolicy::fixed(attempts, wait)
-            .run(|| self.completed_at(dest, vee_id))
+        crate::ports::retry(&*self.clock, RetryPolicy::fixed(attempts, wait), || self.completed_at(dest, vee_id))
             .await
             .map_err(|e| NotTaken(format!("{e:#}")).into())
     }
@@ -56,7 +55,7 @@ impl Migration {
     /// own VEEM aborts or completes what it prepared.
     pub(super) async fn arrived(&self, dest: &Dest, vee_id: &str) -> bool {
         let Dest::Host(h) = dest else { return false };
-        let started = tokio::time::Instant::now();
+        let started = self.clock.now_ms();
         loop {
             let Ok(c) = self.hosts.vhi(h) else { return false };
             let state = match crate::ports::domains(&*c).await {
@@ -65,8 +64,8 @@ impl Migration {
             };
             match state {
                 Some(VeeState::Running) => return true,
-                Some(VeeState::Paused) if started.elapsed() < ARRIVAL => {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                Some(VeeState::Paused) if self.clock.since_ms(started) < ARRIVAL.as_millis() as u64 => {
+                    self.clock.sleep(Duration::from_secs(1)).await;
                 }
                 _ => return false,
             }

@@ -210,11 +210,11 @@ impl Migration {
                     Ok(p) => p,
                     Err(e) => return Found::Unknown(format!("{e:#}")),
                 };
-                let start = tokio::time::Instant::now();
+                let start = self.clock.now_ms();
                 loop {
                     match p.get_vee(&m.vee_id).await {
                         Ok(r) if r.state == Some(VeeState::Migrating) => {
-                            if start.elapsed() >= PEER_SENDING_WAIT {
+                            if self.clock.since_ms(start) >= PEER_SENDING_WAIT.as_millis() as u64 {
                                 return Found::Unknown(format!("site {peer} still sends it"));
                             }
                         }

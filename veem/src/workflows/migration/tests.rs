@@ -394,3 +394,19 @@ async fn a_set_that_does_not_fit_whole_is_refused_with_the_reason() {
     assert!(format!("{e:#}").contains("with its affinity set"), "{e:#}");
     assert!(migrations(&site).is_empty());
 }
+
+/// Telling a destination to drop what it prepared is retried three times a
+/// second apart on the VEEM's clock (which a simulation drives), not on the
+/// runtime's own timers.
+#[tokio::test(start_paused = true)]
+async fn an_abort_the_destination_refuses_is_retried_on_the_veems_clock() {
+    let (site, vee, _, to) = one_vee_two_hosts().await;
+    site.host(&to).fail("AbortIncoming", Code::Unavailable, "restarting");
+    let before = site.clock.waits().len();
+    let aborted = site.veem.migration.abort_at(&Dest::Host(to.clone()), &vee).await;
+    assert!(aborted.is_err(), "{aborted:?}");
+    let asked = site.host(&to).calls().iter().filter(|c| c.starts_with("abort_incoming")).count();
+    assert_eq!(asked, 3);
+    let second = std::time::Duration::from_secs(1);
+    assert_eq!(site.clock.waits()[before..], [second, second]);
+}
