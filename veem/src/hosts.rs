@@ -118,6 +118,12 @@ impl HostPool {
     }
 
     /// The VHI of host `name`.
+    /// Host `name` as the workflows call it ([`crate::ports::host::Host`]).
+    /// Errors: an unknown host.
+    pub fn host(&self, name: &str) -> Result<crate::ports::host::Host> {
+        self.vhi(name).map(crate::ports::host::Host::new)
+    }
+
     pub fn vhi(&self, name: &str) -> Result<Arc<HostVhi>> {
         let hosts = self.hosts.lock().unwrap();
         let h = hosts.get(name).ok_or_else(|| anyhow!("unknown host {name:?}"))?;

@@ -43,6 +43,7 @@ use crate::wire::peer as wire;
 
 mod console;
 mod following;
+pub mod host;
 mod registry_repository;
 pub mod timed;
 use console::console_requests;

@@ -43,15 +43,15 @@ impl Background {
         let Ok(mut v) = self.vee(vee_id) else { return };
         let mut saved = "no state saved".to_string();
         if let (Location::Host(h), true) = (v.location.clone(), v.state.is_live()) {
-            if let Ok(c) = self.hosts.vhi(&h) {
+            if let Ok(c) = self.hosts.host(&h) {
                 let req = CheckpointRequest {
                     vee_id: vee_id.into(),
                     stop_after: true,
                 };
-                match c.checkpoint(tonic::Request::new(req)).await {
+                match c.checkpoint(req).await {
                     Ok(rec) => match self
                         .checkpoints
-                        .record_checkpoint(&mut v, &rec.into_inner(), &format!("on {h}, displaced"), Origin::Here)
+                        .record_checkpoint(&mut v, &rec, &format!("on {h}, displaced"), Origin::Here)
                         .await
                     {
                         Ok(cp) => saved = format!("saved as checkpoint {}", cp.id),
@@ -63,7 +63,7 @@ impl Background {
                     vee_id: vee_id.into(),
                     remove: true,
                 };
-                if let Err(e) = c.destroy(tonic::Request::new(destroy)).await {
+                if let Err(e) = c.destroy(destroy).await {
                     tracing::warn!(vee = %vee_id, host = %h, error = %e.message(), "cannot remove a displaced background VEE");
                 }
             }

@@ -51,13 +51,11 @@ impl Boot {
     /// Boots VEE `v` from its images on `host`: VHI Prepare (pull images,
     /// create the overlay), Create, Start.
     pub async fn boot_on(&self, host: &str, v: &VeeRec) -> Result<()> {
-        let c = self.hosts.vhi(host)?;
+        let c = self.hosts.host(host)?;
         let spec = self.networks.spec_of(v);
-        c.prepare(tonic::Request::new(vhi::PrepareRequest { spec: Some(spec.clone()) }))
-            .await?;
-        c.create(tonic::Request::new(vhi::CreateRequest { spec: Some(spec) })).await?;
-        c.start(tonic::Request::new(interfaces::vhi::StartRequest { vee_id: v.id.clone() }))
-            .await?;
+        c.prepare(vhi::PrepareRequest { spec: Some(spec.clone()) }).await?;
+        c.create(vhi::CreateRequest { spec: Some(spec) }).await?;
+        c.start(vhi::StartRequest { vee_id: v.id.clone() }).await?;
         Ok(())
     }
 
@@ -67,19 +65,19 @@ impl Boot {
     /// and why, or no domain. The caller removes the domain. Errors: the
     /// host is not one of the site's.
     pub async fn shut_down(&self, host: &str, vee_id: &str) -> Result<String> {
-        let c = self.hosts.vhi(host)?;
+        let c = self.hosts.host(host)?;
         let timeout_s = self.cfg.stop_timeout.as_secs().max(1);
         let r = c
-            .shutdown(tonic::Request::new(vhi::ShutdownRequest {
+            .shutdown(vhi::ShutdownRequest {
                 vee_id: vee_id.into(),
                 timeout: interfaces::time::duration_s(timeout_s),
-            }))
+            })
             .await;
         Ok(match r {
-            Ok(r) if r.get_ref().clean => "the guest shut down".into(),
+            Ok(r) if r.clean => "the guest shut down".into(),
             Ok(_) => format!("powered off: the guest did not shut down within stop_timeout ({timeout_s}s)"),
-            Err(e) if e.code() == tonic::Code::NotFound => "its domain was already gone".into(),
-            Err(e) => format!("powered off: shutdown failed: {}", e.message()),
+            Err(e) if e.is_not_found() => "its domain was already gone".into(),
+            Err(e) => format!("powered off: shutdown failed: {}", e.message),
         })
     }
 
@@ -100,7 +98,7 @@ impl Boot {
         let result = self.boot_on(&host, &v).await;
         let result = match result {
             // Whatever failed, a VEE its host runs is running.
-            Err(e) => match crate::ports::domains(&*self.hosts.vhi(&host)?).await {
+            Err(e) => match self.hosts.host(&host)?.domains().await {
                 Ok(l)
                     if l.iter()
                         .any(|d| d.vee_id == vee_id && d.state() == interfaces::vhi::VeeState::Running) =>

@@ -437,15 +437,13 @@ impl Federation {
                 }
                 Incoming::Migration => {}
             }
-            Ok(self
-                .hosts
-                .vhi(&host)?
-                .prepare_incoming(tonic::Request::new(vhi::PrepareIncomingRequest {
+            self.hosts
+                .host(&host)?
+                .prepare_incoming(vhi::PrepareIncomingRequest {
                     spec: Some(self.networks.spec_of(&v)),
-                }))
+                })
                 .await
-                .map_err(|s| anyhow!("{}", s.message()))?
-                .into_inner())
+                .map_err(|s| anyhow!("{}", s.message()))
         }
         .await;
         if result.is_err() {
@@ -477,11 +475,10 @@ impl Federation {
         let host = v.host().context("incoming VEE has no host")?.to_string();
         let st = self
             .hosts
-            .vhi(&host)?
-            .complete_incoming(tonic::Request::new(vhi::CompleteIncomingRequest { vee_id: vee_id.into() }))
+            .host(&host)?
+            .complete_incoming(vhi::CompleteIncomingRequest { vee_id: vee_id.into() })
             .await
-            .map_err(|s| anyhow!("{}", s.message()))?
-            .into_inner();
+            .map_err(|s| anyhow!("{}", s.message()))?;
         if st.state() != vhi::VeeState::Running {
             bail!("VEE {vee_id} arrived but is {:?}", st.state());
         }
@@ -499,21 +496,21 @@ impl Federation {
         self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.checkpoint_id))?;
         let r = self
             .hosts
-            .vhi(host)?
-            .restore(tonic::Request::new(vhi::RestoreRequest {
+            .host(host)?
+            .restore(vhi::RestoreRequest {
                 spec: Some(self.networks.spec_of(&v)),
                 checkpoint: Some(cp.clone()),
                 fence_owner: String::new(),
-            }))
+            })
             .await;
         if let Err(s) = r {
             let _ = self
                 .hosts
-                .vhi(host)?
-                .destroy(tonic::Request::new(vhi::DestroyRequest {
+                .host(host)?
+                .destroy(vhi::DestroyRequest {
                     vee_id: vee_id.into(),
                     remove: true,
-                }))
+                })
                 .await;
             bail!("{host}: {}", s.message());
         }
@@ -532,16 +529,16 @@ impl Federation {
         let _g = self.lock_vee(vee_id).await;
         let v = self.vee(vee_id)?;
         if let Some(h) = v.host() {
-            let c = self.hosts.vhi(h)?;
+            let c = self.hosts.host(h)?;
             if v.state == VeeState::Migrating {
-                c.abort_incoming(tonic::Request::new(vhi::AbortIncomingRequest { vee_id: vee_id.into() }))
+                c.abort_incoming(vhi::AbortIncomingRequest { vee_id: vee_id.into() })
                     .await
                     .map_err(|s| anyhow!("{}", s.message()))?;
             } else {
-                c.destroy(tonic::Request::new(vhi::DestroyRequest {
+                c.destroy(vhi::DestroyRequest {
                     vee_id: vee_id.into(),
                     remove: true,
-                }))
+                })
                 .await
                 .map_err(|s| anyhow!("{}", s.message()))?;
                 tracing::warn!(vee = %vee_id, host = %h, "the primary site took this VEE back: destroyed the copy here");

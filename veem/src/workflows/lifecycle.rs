@@ -73,13 +73,13 @@ impl Lifecycle {
             Action::Suspend | Action::Resume => {
                 let _g = self.lock_vee(vee_id).await;
                 let mut v = self.vee(vee_id)?;
-                let c = self.hosts.vhi(&Self::local_host(&v)?)?;
+                let c = self.hosts.host(&Self::local_host(&v)?)?;
                 let vee_id = vee_id.to_string();
                 if action == Action::Suspend {
-                    c.suspend(tonic::Request::new(vhi::SuspendRequest { vee_id })).await?;
+                    c.suspend(vhi::SuspendRequest { vee_id }).await?;
                     self.transition(&mut v, VeeState::Suspended, "")?;
                 } else {
-                    c.resume(tonic::Request::new(vhi::ResumeRequest { vee_id })).await?;
+                    c.resume(vhi::ResumeRequest { vee_id }).await?;
                     self.transition(&mut v, VeeState::Running, "")?;
                 }
             }
@@ -105,11 +105,11 @@ impl Lifecycle {
         if let Location::Host(h) = &v.location {
             how = self.boot.shut_down(h, vee_id).await?;
             self.hosts
-                .vhi(h)?
-                .destroy(tonic::Request::new(DestroyRequest {
+                .host(h)?
+                .destroy(DestroyRequest {
                     vee_id: vee_id.into(),
                     remove: true,
-                }))
+                })
                 .await?;
         }
         if v.state != VeeState::Stopped {
@@ -165,14 +165,14 @@ impl Lifecycle {
         let started = self.clock.now_ms();
         let r = self
             .hosts
-            .vhi(&host)?
-            .checkpoint(tonic::Request::new(CheckpointRequest {
+            .host(&host)?
+            .checkpoint(CheckpointRequest {
                 vee_id: vee_id.into(),
                 stop_after: false,
-            }))
+            })
             .await;
         let rec = match r {
-            Ok(r) => r.into_inner(),
+            Ok(r) => r,
             Err(e) => {
                 self.transition(&mut v, VeeState::Running, format!("checkpoint failed: {}", e.message()))?;
                 bail!("checkpoint of {vee_id}: {}", e.message());
@@ -231,11 +231,11 @@ impl Lifecycle {
             .checkpoints
             .checkpoint_of(vee_id, checkpoint_id)?
             .ok_or_else(|| anyhow!("VEE {vee_id} has no checkpoint"))?;
-        let c = self.hosts.vhi(&host)?;
-        c.destroy(tonic::Request::new(DestroyRequest {
+        let c = self.hosts.host(&host)?;
+        c.destroy(DestroyRequest {
             vee_id: vee_id.into(),
             remove: false,
-        }))
+        })
         .await?;
         fail::fail_point!("restore-after-destroy");
         self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.id))?;
@@ -244,11 +244,11 @@ impl Lifecycle {
             v.image = image;
             self.save_vee(&v)?;
         }
-        c.restore(tonic::Request::new(RestoreRequest {
+        c.restore(RestoreRequest {
             spec: Some(self.networks.spec_of(&v)),
             checkpoint: Some(cp.record()?),
             fence_owner: String::new(),
-        }))
+        })
         .await?;
         self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.id))?;
         self.networks.sync_networks(&v.service_id).await;

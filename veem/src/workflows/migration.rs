@@ -193,15 +193,13 @@ impl Migration {
         let prepared: Result<IncomingTarget> = match &dest {
             Dest::Host(h) => {
                 async {
-                    Ok(self
-                        .hosts
-                        .vhi(h)?
-                        .prepare_incoming(tonic::Request::new(vhi::PrepareIncomingRequest {
+                    self.hosts
+                        .host(h)?
+                        .prepare_incoming(vhi::PrepareIncomingRequest {
                             spec: Some(self.networks.spec_of(&v)),
-                        }))
+                        })
                         .await
-                        .map_err(|s| anyhow!("{h}: {}", s.message()))?
-                        .into_inner())
+                        .map_err(|s| anyhow!("{h}: {}", s.message()))
                 }
                 .await
             }
@@ -375,11 +373,10 @@ impl Migration {
         };
         let mut stream = self
             .hosts
-            .vhi(src)?
-            .migrate_out(tonic::Request::new(req))
+            .host(src)?
+            .migrate_out(req)
             .await
-            .map_err(|s| anyhow!("{src}: {}", s.message()))?
-            .into_inner();
+            .map_err(|s| anyhow!("{src}: {}", s.message()))?;
         let mut last = None;
         loop {
             let next = tokio::select! {
@@ -413,8 +410,8 @@ impl Migration {
         match dest {
             Dest::Host(h) => {
                 self.hosts
-                    .vhi(h)?
-                    .complete_incoming(tonic::Request::new(vhi::CompleteIncomingRequest { vee_id: vee_id.into() }))
+                    .host(h)?
+                    .complete_incoming(vhi::CompleteIncomingRequest { vee_id: vee_id.into() })
                     .await
                     .map_err(|s| anyhow!("{h}: {}", s.message()))?;
             }
@@ -440,8 +437,8 @@ impl Migration {
         match dest {
             Dest::Host(h) => {
                 self.hosts
-                    .vhi(h)?
-                    .abort_incoming(tonic::Request::new(vhi::AbortIncomingRequest { vee_id: vee_id.into() }))
+                    .host(h)?
+                    .abort_incoming(vhi::AbortIncomingRequest { vee_id: vee_id.into() })
                     .await
                     .map_err(|s| anyhow!("{h}: {}", s.message()))?;
             }

@@ -296,11 +296,11 @@ impl Networks {
             ..u
         };
         for h in &hosts {
-            let Ok(vhi) = self.hosts.vhi(h) else { continue };
+            let Ok(vhi) = self.hosts.host(h) else { continue };
             if let Err(e) = vhi
-                .update_network(tonic::Request::new(interfaces::vhi::UpdateNetworkRequest {
+                .update_network(interfaces::vhi::UpdateNetworkRequest {
                     network: Some(update.clone()),
-                }))
+                })
                 .await
             {
                 tracing::warn!(host = %h, vni = update.vni, %from, error = %e.message(), "network update not delivered");
@@ -393,13 +393,13 @@ impl Networks {
             }
             let targets = hosts.iter().chain(&anchor).chain(&released);
             for h in targets.collect::<BTreeSet<_>>() {
-                let Ok(vhi) = self.hosts.vhi(h) else { continue };
+                let Ok(vhi) = self.hosts.host(h) else { continue };
                 let mut u = update.clone();
                 if anchor.as_ref() == Some(h) {
                     u.anchor = Some(home.clone());
                 }
                 if let Err(e) = vhi
-                    .update_network(tonic::Request::new(interfaces::vhi::UpdateNetworkRequest { network: Some(u) }))
+                    .update_network(interfaces::vhi::UpdateNetworkRequest { network: Some(u) })
                     .await
                 {
                     tracing::warn!(host = %h, vni = n.vni, error = %e.message(), "network update not delivered");

@@ -255,8 +255,8 @@ impl Reconcile {
     /// destroyed before they can answer for the VEE (a VEE never runs in
     /// two places).
     pub(crate) async fn fence_returning_host(&self, host: &str) {
-        let listed = match self.hosts.vhi(host) {
-            Ok(c) => crate::ports::domains(&*c).await.map_err(|e| e.message().to_string()),
+        let listed = match self.hosts.host(host) {
+            Ok(c) => c.domains().await.map_err(|e| e.message().to_string()),
             Err(e) => Err(e.to_string()),
         };
         match listed {
@@ -282,12 +282,12 @@ impl Reconcile {
             }
             tracing::warn!(%host, vee = %id, "domain not in the records here: destroying it");
             self.event(id, "", "reconcile", format!("stray domain on {host} destroyed"));
-            let Ok(c) = self.hosts.vhi(host) else { continue };
+            let Ok(c) = self.hosts.host(host) else { continue };
             let _ = c
-                .destroy(tonic::Request::new(DestroyRequest {
+                .destroy(DestroyRequest {
                     vee_id: id.clone(),
                     remove: true,
-                }))
+                })
                 .await;
         }
     }

@@ -42,6 +42,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::core::Core;
 use crate::model::{Location, VeeRec, VeeState, ViolationRec};
 use crate::planner::{RecoveryStep, RecoveryTarget};
+use crate::ports::host::{HostCallError, HostFailure};
 use crate::store::{Tree, Writes};
 use crate::workflows::background::Background;
 use crate::workflows::boot::Boot;
@@ -77,11 +78,10 @@ fn attempts_text(attempts: &[Attempt]) -> String {
 }
 
 /// Whether a restore failed because the host refuses it whatever the retry
-/// (the VEEH's FailedPrecondition: a checkpoint of another compatibility
-/// profile, or a domain of the VEE already there), not for a passing cause.
+/// (the VEEH refuses: a checkpoint of another compatibility profile, or a
+/// domain of the VEE already there), not for a passing cause.
 fn refuses_for_good(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<tonic::Status>()
-        .is_some_and(|s| s.code() == tonic::Code::FailedPrecondition)
+    e.downcast_ref::<HostCallError>().is_some_and(|h| h.failure == HostFailure::Refused)
 }
 
 /// Recovery from a host failure (see the module doc): the failed host's VEEs restored from their checkpoints on the next place, retried, at a peer, or recorded unrecovered. Calls the core, background displacement, booting, checkpoint records, federation, migration, networks, remapping, the SLA and windows.
@@ -292,12 +292,12 @@ impl Recovery {
     /// Best effort: destroys what failed restores of `vee_id` may have left
     /// on `host` (a domain whose reply was lost, the VEE's files).
     pub(crate) async fn clean_failed_attempt(&self, vee_id: &str, host: &str) {
-        let Ok(c) = self.hosts.vhi(host) else { return };
+        let Ok(c) = self.hosts.host(host) else { return };
         let req = DestroyRequest {
             vee_id: vee_id.into(),
             remove: true,
         };
-        if let Err(e) = c.destroy(tonic::Request::new(req)).await {
+        if let Err(e) = c.destroy(req).await {
             tracing::warn!(vee = %vee_id, %host, error = %e.message(), "cannot clean up after failed restores");
         }
     }
@@ -332,14 +332,14 @@ impl Recovery {
             self.commit_transitions(&mut [(&mut v, steps)], Writes::default())?;
         }
         fail::fail_point!("recovery-before-restore");
-        let c = self.hosts.vhi(to)?;
+        let c = self.hosts.host(to)?;
         let how = match self.checkpoints.checkpoint_of(vee_id, None)? {
             Some(cp) => {
-                c.restore(tonic::Request::new(RestoreRequest {
+                c.restore(RestoreRequest {
                     spec: Some(self.networks.spec_of(&v)),
                     checkpoint: Some(cp.record()?),
                     fence_owner: fence.unwrap_or_default().to_string(),
-                }))
+                })
                 .await?;
                 format!("restored from checkpoint {} on {to}", cp.id)
             }

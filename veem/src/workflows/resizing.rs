@@ -69,12 +69,12 @@ impl Resizing {
         fail::fail_point!("resize-after-reservation");
         let r = self
             .hosts
-            .vhi(&host)?
-            .resize(tonic::Request::new(ResizeRequest {
+            .host(&host)?
+            .resize(ResizeRequest {
                 vee_id: vee_id.into(),
                 vcpus: new_vcpus,
                 memory_mib: new_memory,
-            }))
+            })
             .await;
         if let Err(e) = r {
             // Back to the old size: shrinking always fits.
@@ -129,13 +129,13 @@ impl Resizing {
                 tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "a resize cut short: its reservation not given back");
                 continue;
             }
-            let resized = match self.hosts.vhi(&host) {
+            let resized = match self.hosts.host(&host) {
                 Ok(c) => c
-                    .resize(tonic::Request::new(ResizeRequest {
+                    .resize(ResizeRequest {
                         vee_id: v.id.clone(),
                         vcpus: v.vcpus,
                         memory_mib: v.memory_mib,
-                    }))
+                    })
                     .await
                     .map(|_| ())
                     .map_err(|s| s.message().to_string()),

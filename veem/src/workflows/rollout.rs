@@ -306,15 +306,15 @@ impl Rollouts {
     /// and files removed, then as a new instance. Leaves it running, or
     /// deploying after an error.
     async fn boot_image(&self, v: &mut VeeRec, host: &str, image: &str, rec: &RolloutRec) -> Result<()> {
-        let c = self.hosts.vhi(host)?;
+        let c = self.hosts.host(host)?;
         if v.state == VeeState::Running {
             self.transition(v, VeeState::Deploying, format!("rolling update on {host}: {} -> {image}", v.image))?;
         }
         let how = self.boot.shut_down(host, &v.id).await?;
         tracing::info!(vee = %v.id, "before a rolling update: {how}");
         let vee_id = v.id.clone();
-        match c.destroy(tonic::Request::new(DestroyRequest { vee_id, remove: true })).await {
-            Err(e) if e.code() != tonic::Code::NotFound => bail!("removing its domain: {}", e.message()),
+        match c.destroy(DestroyRequest { vee_id, remove: true }).await {
+            Err(e) if !e.is_not_found() => bail!("removing its domain: {}", e.message()),
             _ => {}
         }
         fail::fail_point!("rollout-after-destroy");
@@ -345,19 +345,19 @@ impl Rollouts {
     /// answer.
     async fn ready(&self, v: &VeeRec, host: &str, timeout: Duration) -> Result<()> {
         let started = self.clock.now_ms();
-        let c = self.hosts.vhi(host)?;
+        let c = self.hosts.host(host)?;
         for port in v.nics.iter().flat_map(|n| n.ports.iter().copied()) {
             loop {
                 let r = c
-                    .probe(tonic::Request::new(ProbeRequest {
+                    .probe(ProbeRequest {
                         vee_id: v.id.clone(),
                         port: port.into(),
                         timeout: interfaces::time::duration_s(2),
-                    }))
+                    })
                     .await;
                 let why = match r {
-                    Ok(a) if a.get_ref().answered => break,
-                    Ok(a) => a.into_inner().detail,
+                    Ok(a) if a.answered => break,
+                    Ok(a) => a.detail,
                     Err(e) => e.message().to_string(),
                 };
                 if self.clock.since_ms(started) >= timeout.as_millis() as u64 {

@@ -15,6 +15,7 @@ use interfaces::vhi;
 use super::rounds::{self, HostMeters, HostRound, RoundEntry};
 use super::{metrics, Accounting, Last, LastMeters};
 use crate::model::{Location, UsageRec, VeeRec, VeeState};
+use crate::ports::host::{Host, HostFailure};
 use crate::store::{Tree, Writes};
 
 /// Hosts whose records and meters one commit writes.
@@ -43,28 +44,22 @@ impl Metered {
 /// (a page of up to 1,000 at a time); from a VEEH before it (UNIMPLEMENTED),
 /// one Stats per VEE, all at once. A VEE whose Stats did not come is not
 /// in the map (metered next round); a host that cannot be asked gives none.
-async fn host_stats<'a>(c: &crate::ports::HostVhi, vees: &[&'a Metered]) -> HashMap<&'a str, vhi::VeeStats> {
-    let call = |page_token| {
-        c.list_stats(tonic::Request::new(vhi::ListStatsRequest {
-            page_size: 1000,
-            page_token,
-        }))
-    };
-    match interfaces::pages::all(call, |r| (r.stats, r.next_page_token)).await {
+async fn host_stats<'a>(c: &Host, vees: &[&'a Metered]) -> HashMap<&'a str, vhi::VeeStats> {
+    match c.all_stats().await {
         Ok(all) => {
             let mut by_id: HashMap<String, vhi::VeeStats> = all.into_iter().map(|s| (s.vee_id.clone(), s)).collect();
             vees.iter().filter_map(|v| Some((v.id(), by_id.remove(v.id())?))).collect()
         }
-        Err(e) if e.code() == tonic::Code::Unimplemented => {
+        Err(e) if e.failure == HostFailure::Unsupported => {
             let each = futures::future::join_all(vees.iter().map(|v| {
-                c.stats(tonic::Request::new(vhi::StatsRequest {
+                c.stats(vhi::StatsRequest {
                     vee_id: v.id().to_string(),
-                }))
+                })
             }))
             .await;
             vees.iter()
                 .zip(each)
-                .filter_map(|(v, s)| Some((v.id(), s.ok()?.into_inner())))
+                .filter_map(|(v, s)| Some((v.id(), s.ok()?)))
                 .collect()
         }
         Err(_) => HashMap::default(),
@@ -122,8 +117,8 @@ impl Accounting {
         // it is done.
         let mut written: Vec<(&str, rounds::Vees)> = Vec::new();
         for (h, vees) in by_host {
-            let Ok(c) = self.hosts.vhi(h) else { continue };
-            let mut stats = host_stats(&*c, &vees).await;
+            let Ok(c) = self.hosts.host(h) else { continue };
+            let mut stats = host_stats(&c, &vees).await;
             // The host's meters as the last round here or elsewhere (a
             // VEEM before this one) wrote them: read once, when a VEE has
             // none here.

@@ -57,8 +57,8 @@ impl Migration {
         let Dest::Host(h) = dest else { return false };
         let started = self.clock.now_ms();
         loop {
-            let Ok(c) = self.hosts.vhi(h) else { return false };
-            let state = match crate::ports::domains(&*c).await {
+            let Ok(c) = self.hosts.host(h) else { return false };
+            let state = match c.domains().await {
                 Ok(ds) => ds.into_iter().find(|d| d.vee_id == vee_id).map(|d| d.state()),
                 Err(_) => return false,
             };

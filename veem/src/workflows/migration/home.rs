@@ -221,8 +221,8 @@ impl Migration {
     /// does not, sends it still, or does not answer.
     async fn still_at_source(&self, src: &str, vee_id: &str) -> bool {
         for _ in 0..5 {
-            if let Ok(c) = self.hosts.vhi(src) {
-                if let Ok(list) = crate::ports::domains(&*c).await {
+            if let Ok(c) = self.hosts.host(src) {
+                if let Ok(list) = c.domains().await {
                     return list.iter().any(|d| d.vee_id == vee_id && !d.migrating_out);
                 }
             }

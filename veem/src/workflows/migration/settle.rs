@@ -75,8 +75,8 @@ impl Migration {
     /// does not, or its ListDomains fails.
     async fn host_domains(&self, h: &str) -> Result<Vec<vhi::DomainInfo>> {
         self.hosts.identify(h).await?;
-        let c = self.hosts.vhi(h)?;
-        crate::ports::domains(&*c)
+        let c = self.hosts.host(h)?;
+        c.domains()
             .await
             .map_err(|e| anyhow::anyhow!("ListDomains: {}", e.message()))
     }

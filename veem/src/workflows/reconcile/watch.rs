@@ -126,9 +126,9 @@ impl Reconcile {
                 up.insert(h);
                 continue;
             }
-            let Ok(c) = self.hosts.vhi(&h) else { continue };
+            let Ok(c) = self.hosts.host(&h) else { continue };
             let revision = self.vees_revision();
-            let Ok(list) = crate::ports::domains(&*c).await else {
+            let Ok(list) = c.domains().await else {
                 continue;
             };
             let mut vees: Vec<String> = list.into_iter().map(|d| d.vee_id).collect();

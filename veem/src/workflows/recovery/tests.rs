@@ -68,7 +68,7 @@ async fn a_transient_restore_error_is_retried_and_the_vee_runs_without_a_violati
     assert!(
         ev.iter()
             .any(|e| e.starts_with(&format!("recovery-attempt: attempt 1 on {to} failed:"))
-                && e.contains(tonic::Code::NotFound.description())),
+                && e.contains("not found: Domain not found")),
         "{ev:#?}"
     );
     assert!(
@@ -137,7 +137,7 @@ async fn when_every_host_refuses_the_violation_lists_every_attempt() {
     assert!(viol[0].penalty > 0.0);
     let attempts = events(&site, &vee)
         .iter()
-        .filter(|e| e.starts_with("recovery-attempt: attempt") && e.contains(tonic::Code::Unavailable.description()))
+        .filter(|e| e.starts_with("recovery-attempt: attempt") && e.contains("the host did not answer: "))
         .count();
     assert_eq!(attempts, 4, "one event per attempt");
 }
