@@ -42,10 +42,11 @@ use crate::peers::{Bearer, PeerChannel};
 use crate::wire::peer as wire;
 
 mod console;
+pub mod call;
 mod following;
 pub mod host;
 mod registry_repository;
-pub mod timed;
+pub mod peer_site;
 use console::console_requests;
 pub use console::{ConsoleInput, ConsoleOutput, ConsoleStream, HostConsole};
 

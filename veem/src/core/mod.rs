@@ -25,7 +25,7 @@ use crate::hosts::HostPool;
 use crate::model::{EventRec, ServiceRec, VeeRec, VeeState};
 use crate::planner::{AdmissionPlan, Admitted, Planner, PlannerConfig, RankPolicy, SlotClock, Stale};
 use crate::planner_store::PlannerStore;
-use crate::ports::{Clock, ImageRepository, Peer, PeerDirectory, Ports};
+use crate::ports::{Clock, ImageRepository, PeerDirectory, Ports};
 use crate::store::{Conflict, Revision, Store, Tree, Writes};
 use records::VeeRecords;
 
@@ -570,14 +570,14 @@ impl Core {
 
     /// Peer site `site`. Errors when it is not a peer of this site or is
     /// marked unavailable in the configuration.
-    pub fn peer(&self, site: &str) -> Result<Arc<dyn Peer>> {
+    pub fn peer(&self, site: &str) -> Result<crate::ports::peer_site::PeerSite> {
         let peer = self.peer_directory.connect(crate::peers::peer(&self.cfg, site)?)?;
-        Ok(Arc::new(crate::ports::timed::Timed::new(
+        Ok(crate::ports::peer_site::PeerSite::new(
             peer,
             site,
             self.metrics.clone(),
             self.clock.clone(),
-        )))
+        ))
     }
 }
 

@@ -1,107 +1,22 @@
 //! A VEEH as the workflows call it: one method per VHI call that changes or
 //! reads a VEE, taking the VHI's request message (a value: the VEE's one
 //! description is the VHI's `VeeSpec`) and answering the VHI's answer, its
-//! failure a
-//! [`HostCallError`] the workflows act on by kind. The one conversion from
-//! and to gRPC (`tonic::Request`, `tonic::Status`) at this boundary, so
-//! that no workflow builds a transport request or reads a status code.
+//! failure a [`CallError`] the workflows act on by kind. The one conversion
+//! from and to gRPC (`tonic::Request`, `tonic::Status`) at this boundary,
+//! so that no workflow builds a transport request or reads a status code.
 
 use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use interfaces::vhi;
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 
+use super::call::CallError;
 use super::HostVhi;
 
-/// What kind of failure a VEEH's call ended in, as a workflow acts on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HostFailure {
-    /// The host has no such VEE, domain or checkpoint (NOT_FOUND).
-    NotFound,
-    /// The host will not do it in the state things are in: the VEE's
-    /// state, a profile or save format it cannot run (FAILED_PRECONDITION).
-    Refused,
-    /// The request is not one the host accepts (INVALID_ARGUMENT,
-    /// OUT_OF_RANGE).
-    Invalid,
-    /// What the call would make exists already (ALREADY_EXISTS).
-    Exists,
-    /// The host does not know the call: an older VEEH (UNIMPLEMENTED).
-    Unsupported,
-    /// The host did not answer, or not in time (UNAVAILABLE,
-    /// DEADLINE_EXCEEDED, CANCELLED).
-    Unreachable,
-    /// The host does not take this VEEM's calls: its credentials, or an
-    /// older leader's epoch (PERMISSION_DENIED, UNAUTHENTICATED).
-    Denied,
-    /// The host is busy or out of room for it now (RESOURCE_EXHAUSTED,
-    /// ABORTED).
-    Busy,
-    /// Anything else the host failed with (INTERNAL, UNKNOWN, DATA_LOSS).
-    Failed,
-}
-
-impl std::fmt::Display for HostFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            HostFailure::NotFound => "not found",
-            HostFailure::Refused => "refused",
-            HostFailure::Invalid => "invalid",
-            HostFailure::Exists => "exists already",
-            HostFailure::Unsupported => "not supported by the host",
-            HostFailure::Unreachable => "the host did not answer",
-            HostFailure::Denied => "denied",
-            HostFailure::Busy => "busy",
-            HostFailure::Failed => "failed",
-        })
-    }
-}
-
-/// A VEEH's call that failed: its kind and the host's message, shown as
-/// `not found: <message>`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{failure}: {message}")]
-pub struct HostCallError {
-    pub failure: HostFailure,
-    pub message: String,
-}
-
-impl HostCallError {
-    /// Whether the host has no such VEE or domain.
-    pub fn is_not_found(&self) -> bool {
-        self.failure == HostFailure::NotFound
-    }
-
-    /// The host's message.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl From<Status> for HostCallError {
-    fn from(s: Status) -> Self {
-        let failure = match s.code() {
-            Code::NotFound => HostFailure::NotFound,
-            Code::FailedPrecondition => HostFailure::Refused,
-            Code::InvalidArgument | Code::OutOfRange => HostFailure::Invalid,
-            Code::AlreadyExists => HostFailure::Exists,
-            Code::Unimplemented => HostFailure::Unsupported,
-            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => HostFailure::Unreachable,
-            Code::PermissionDenied | Code::Unauthenticated => HostFailure::Denied,
-            Code::ResourceExhausted | Code::Aborted => HostFailure::Busy,
-            Code::Ok | Code::Unknown | Code::Internal | Code::DataLoss => HostFailure::Failed,
-        };
-        HostCallError {
-            failure,
-            message: s.message().to_string(),
-        }
-    }
-}
-
 /// A VEEH's answer, or why it failed.
-pub type HostResult<T> = Result<T, HostCallError>;
+pub type HostResult<T> = Result<T, CallError>;
 
 /// A VEEH's stream of answers (a migration's progress).
 pub type HostStream<T> = Pin<Box<dyn Stream<Item = HostResult<T>> + Send>>;
@@ -111,7 +26,7 @@ pub type HostStream<T> = Pin<Box<dyn Stream<Item = HostResult<T>> + Send>>;
 pub struct Host(Arc<HostVhi>);
 
 fn answer<T>(r: Result<Response<T>, Status>) -> HostResult<T> {
-    r.map(Response::into_inner).map_err(HostCallError::from)
+    r.map(Response::into_inner).map_err(CallError::from)
 }
 
 impl Host {
@@ -184,7 +99,7 @@ impl Host {
     /// progress, ending with the last phase or a failure.
     pub async fn migrate_out(&self, r: vhi::MigrateOutRequest) -> HostResult<HostStream<vhi::MigrationProgress>> {
         let stream = answer(self.0.migrate_out(Request::new(r)).await)?;
-        Ok(Box::pin(stream.map(|p| p.map_err(HostCallError::from))))
+        Ok(Box::pin(stream.map(|p| p.map_err(CallError::from))))
     }
 
     /// A VEE's counters (VHI Stats).
@@ -204,7 +119,7 @@ impl Host {
         };
         interfaces::pages::all(call, |r| (r.stats, r.next_page_token))
             .await
-            .map_err(HostCallError::from)
+            .map_err(CallError::from)
     }
 
     /// A service network's member table on this host (VHI UpdateNetwork).
@@ -224,6 +139,6 @@ impl Host {
 
     /// Every domain the host runs for itself (VHI ListDomains, every page).
     pub async fn domains(&self) -> HostResult<Vec<vhi::DomainInfo>> {
-        super::domains(&*self.0).await.map_err(HostCallError::from)
+        super::domains(&*self.0).await.map_err(CallError::from)
     }
 }

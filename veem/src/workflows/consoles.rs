@@ -26,11 +26,11 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tonic::Status;
 
 use crate::config::Role;
 use crate::core::Core;
 use crate::model::{Location, VeeRec, VeeState};
+use crate::ports::call::CallError;
 use crate::ports::{ConsoleInput, ConsoleOutput, ConsoleStream};
 
 /// How long a relay waits for its VEE to run again after the console
@@ -173,7 +173,7 @@ impl Consoles {
         // One of the core's tasks: a stop ends the session and waits for
         // its audit.
         self.spawn(relay.run(first, input, out));
-        Ok(Box::pin(ReceiverStream::new(rx)))
+        Ok(Box::pin(ReceiverStream::new(rx).map(Ok)))
     }
 
     /// Forgets that `session` holds VEE `vee_id`'s console (if it still
@@ -206,12 +206,12 @@ impl Consoles {
         let (tx, rx) = mpsc::channel::<Vec<u8>>(16);
         let input: ConsoleInput = Box::pin(ReceiverStream::new(rx));
         let opened = match &v.location {
-            Location::Host(h) => self.hosts.vhi(h)?.open_console(&v.id, force, input).await,
+            Location::Host(h) => self.hosts.vhi(h)?.open_console(&v.id, force, input).await.map_err(CallError::from),
             Location::Site(s) => self.peer(s)?.attach_console(&v.id, force, input).await,
             Location::Nowhere => bail!("VEE {} runs nowhere", v.id),
         };
         // The message only: where the VEE runs is the caller's to redact.
-        let out = opened.map_err(|s: Status| anyhow!("the console of VEE {}: {}", v.id, s.message()))?;
+        let out = opened.map_err(|s: CallError| anyhow!("the console of VEE {}: {}", v.id, s.message()))?;
         Ok((out, tx))
     }
 
@@ -255,16 +255,16 @@ struct Relay {
 }
 
 impl Relay {
-    async fn run(mut self, first: Attachment, mut input: ConsoleInput, out: mpsc::Sender<Result<ConsoleOutput, Status>>) {
+    async fn run(mut self, first: Attachment, mut input: ConsoleInput, out: mpsc::Sender<ConsoleOutput>) {
         let (mut console, mut to_guest) = first;
         let why = loop {
             tokio::select! {
                 _ = self.consoles.stopping.cancelled() => {
-                    let _ = out.send(Ok(ConsoleOutput::Notice(STOPPING.into()))).await;
+                    let _ = out.send(ConsoleOutput::Notice(STOPPING.into())).await;
                     break "the VEEM stopped";
                 }
                 _ = self.taken.cancelled() => {
-                    let _ = out.send(Ok(ConsoleOutput::Notice(TAKEN.into()))).await;
+                    let _ = out.send(ConsoleOutput::Notice(TAKEN.into())).await;
                     break "taken by another session";
                 }
                 typed = input.next() => match typed {
@@ -280,12 +280,12 @@ impl Relay {
                         if let ConsoleOutput::Data(d) = &o {
                             self.shown += d.len() as u64;
                         }
-                        if out.send(Ok(o)).await.is_err() {
+                        if out.send(o).await.is_err() {
                             break "the caller left";
                         }
                     }
                     Some(Err(_)) | None if self.taken.is_cancelled() => {
-                        let _ = out.send(Ok(ConsoleOutput::Notice(TAKEN.into()))).await;
+                        let _ = out.send(ConsoleOutput::Notice(TAKEN.into())).await;
                         break "taken by another session";
                     }
                     Some(Err(_)) | None => match self.consoles.reattach(&self.vee).await {
@@ -293,13 +293,13 @@ impl Relay {
                             (console, to_guest) = (c, t);
                             self.vee = now;
                             let notice = "the VEE moved: its console is attached again";
-                            if out.send(Ok(ConsoleOutput::Notice(notice.into()))).await.is_err() {
+                            if out.send(ConsoleOutput::Notice(notice.into())).await.is_err() {
                                 break "the caller left";
                             }
                         }
                         None => {
                             let state = self.consoles.vee(&self.vee.id).map(|v| v.state.as_str()).unwrap_or("gone");
-                            let _ = out.send(Ok(ConsoleOutput::Notice(format!("the console closed: the VEE is {state}")))).await;
+                            let _ = out.send(ConsoleOutput::Notice(format!("the console closed: the VEE is {state}"))).await;
                             break "the console closed";
                         }
                     },

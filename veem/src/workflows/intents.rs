@@ -132,7 +132,7 @@ impl Intents {
                                 Ok(()) => {
                                     tracing::warn!(vee = %v, site = %p.site_id, service = %service_id, "a Deploy cut short by a crash: the VEE the peer booted is taken back")
                                 }
-                                Err(s) if s.code() == tonic::Code::NotFound => {}
+                                Err(s) if s.is_not_found() => {}
                                 Err(s) => {
                                     tracing::warn!(vee = %v, site = %p.site_id, error = %s.message(), "cannot take back a VEE of a Deploy cut short; will retry");
                                     undone = false;

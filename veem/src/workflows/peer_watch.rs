@@ -24,6 +24,7 @@ use anyhow::{anyhow, Result};
 
 use crate::core::Core;
 use crate::model::{FenceRec, Location, VeeRec, VeeState};
+use crate::ports::call::Failure;
 use crate::ports::within;
 use crate::store::Tree;
 use crate::workflows::federation::Federation;
@@ -154,14 +155,14 @@ impl PeerWatch {
                         lost.push(v.id.clone());
                     }
                 }
-                Some(Err(s)) if s.code() == tonic::Code::NotFound => {
+                Some(Err(s)) if s.is_not_found() => {
                     answered = true;
                     lost.push(v.id.clone());
                 }
                 // Its control plane answers but cannot act now (a
                 // takeover, a start, no quorum): the site is there and
                 // its VEEs run on its hosts; nothing to recover.
-                Some(Err(s)) if interfaces::fencing::not_acting(&s) => answered = true,
+                Some(Err(s)) if s.failure == Failure::NotActing => answered = true,
                 _ => {}
             }
         }
@@ -172,7 +173,7 @@ impl PeerWatch {
             answered = true;
             match r {
                 Ok(_) => self.event(&f.vee_id, "", "fenced", format!("{site} destroyed its copy")),
-                Err(s) if s.code() == tonic::Code::NotFound => {}
+                Err(s) if s.is_not_found() => {}
                 Err(s) => {
                     tracing::warn!(vee = %f.vee_id, %site, error = %s.message(), "fencing failed; retrying next round");
                     continue;

@@ -42,7 +42,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::core::Core;
 use crate::model::{Location, VeeRec, VeeState, ViolationRec};
 use crate::planner::{RecoveryStep, RecoveryTarget};
-use crate::ports::host::{HostCallError, HostFailure};
+use crate::ports::call::{CallError, Failure};
 use crate::store::{Tree, Writes};
 use crate::workflows::background::Background;
 use crate::workflows::boot::Boot;
@@ -81,7 +81,7 @@ fn attempts_text(attempts: &[Attempt]) -> String {
 /// (the VEEH refuses: a checkpoint of another compatibility profile, or a
 /// domain of the VEE already there), not for a passing cause.
 fn refuses_for_good(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<HostCallError>().is_some_and(|h| h.failure == HostFailure::Refused)
+    e.downcast_ref::<CallError>().is_some_and(|h| h.failure == Failure::Refused)
 }
 
 /// Recovery from a host failure (see the module doc): the failed host's VEEs restored from their checkpoints on the next place, retried, at a peer, or recorded unrecovered. Calls the core, background displacement, booting, checkpoint records, federation, migration, networks, remapping, the SLA and windows.

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use super::session::{same, Session, CSRF_HEADER};
 use super::{call, page_error, refused, svg, Ctx, Web};
 use crate::api::model::{Migration, Service, SlaViolation, Usage};
+use crate::ports::call::Failure;
 use crate::config::Role;
 
 /// A template rendered, or an error page if it cannot be.
@@ -128,7 +129,7 @@ pub(super) async fn site(State(web): State<Arc<Web>>, headers: HeaderMap) -> Res
         let answers = match c.veem.peer(&p.site_id) {
             Ok(peer) => matches!(
                 tokio::time::timeout(Duration::from_secs(2), peer.get_vee("00000000-0000-4000-8000-000000000000")).await,
-                Ok(Err(s)) if s.code() != tonic::Code::Unavailable
+                Ok(Err(s)) if !matches!(s.failure, Failure::Unreachable | Failure::NotActing)
             ),
             Err(_) => false,
         };

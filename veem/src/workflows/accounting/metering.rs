@@ -15,7 +15,8 @@ use interfaces::vhi;
 use super::rounds::{self, HostMeters, HostRound, RoundEntry};
 use super::{metrics, Accounting, Last, LastMeters};
 use crate::model::{Location, UsageRec, VeeRec, VeeState};
-use crate::ports::host::{Host, HostFailure};
+use crate::ports::call::Failure;
+use crate::ports::host::Host;
 use crate::store::{Tree, Writes};
 
 /// Hosts whose records and meters one commit writes.
@@ -50,7 +51,7 @@ async fn host_stats<'a>(c: &Host, vees: &[&'a Metered]) -> HashMap<&'a str, vhi:
             let mut by_id: HashMap<String, vhi::VeeStats> = all.into_iter().map(|s| (s.vee_id.clone(), s)).collect();
             vees.iter().filter_map(|v| Some((v.id(), by_id.remove(v.id())?))).collect()
         }
-        Err(e) if e.failure == HostFailure::Unsupported => {
+        Err(e) if e.failure == Failure::Unsupported => {
             let each = futures::future::join_all(vees.iter().map(|v| {
                 c.stats(vhi::StatsRequest {
                     vee_id: v.id().to_string(),

@@ -220,7 +220,7 @@ impl Migration {
                         }
                         Ok(r) if r.state.is_some_and(|s| s.is_live()) => return Found::AtSource,
                         Ok(_) => return Found::Left,
-                        Err(s) if s.code() == tonic::Code::NotFound => return Found::Left,
+                        Err(s) if s.is_not_found() => return Found::Left,
                         Err(s) => return Found::Unknown(format!("site {peer}: {}", s.message())),
                     }
                     self.clock.sleep(Duration::from_secs(1)).await;
