@@ -1,6 +1,7 @@
 //! What a user reads (the guides, the READMEs, the configurations the
 //! packages install and the lab's), checked as text: no tracker numbers,
-//! and every work cited by letter listed in `docs/references.md`.
+//! every work cited by letter listed in `docs/references.md`, and the
+//! versions of `ARCHITECTURE.md`'s format table those of the code.
 
 use e2e::guides::{self, read_by_users};
 
@@ -207,4 +208,44 @@ fn the_guides_read_as_guides_not_as_change_logs() {
         }
     }
     assert!(found.is_empty(), "change-log phrases: {found:#?}");
+}
+
+/// The file a row of `ARCHITECTURE.md`'s versioned formats table names,
+/// and its constant: `veem/src/store.rs` `FORMAT_VERSION`, or
+/// `interfaces::chunks::CHUNK_INDEX_FORMAT` (the crate's module).
+fn format_constant(cell: &str) -> Option<(String, String)> {
+    let ticked: Vec<&str> = cell.split('`').skip(1).step_by(2).collect();
+    let first = *ticked.first()?;
+    if first.ends_with(".rs") {
+        let name = ticked.get(1)?;
+        return Some((first.to_string(), name.to_string()));
+    }
+    let mut path: Vec<&str> = first.split("::").collect();
+    let name = path.pop()?.to_string();
+    let krate = path.remove(0);
+    let file = if path.is_empty() { format!("{krate}/src/lib.rs") } else { format!("{krate}/src/{}.rs", path.join("/")) };
+    Some((file, name))
+}
+
+/// Each versioned format's version in `ARCHITECTURE.md` is its constant's
+/// in the code it names.
+#[test]
+fn the_architectures_format_versions_are_the_codes() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let table = doc.split("## Versioned formats").nth(1).unwrap();
+    let mut checked = 0;
+    for row in table.lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|')).skip(2) {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let (file, name) = format_constant(cells[1]).unwrap_or_else(|| panic!("no file and constant in {row}"));
+        let code = std::fs::read_to_string(root.join(&file)).unwrap_or_else(|e| panic!("{file} ({row}): {e}"));
+        let value = code
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("pub const {name}:"))?.split('=').nth(1))
+            .unwrap_or_else(|| panic!("no `pub const {name}` in {file}"));
+        let value = value.trim().trim_end_matches(';').trim_matches('"');
+        assert_eq!(value, cells[2], "{name} in {file}: the code says {value}, ARCHITECTURE.md {}", cells[2]);
+        checked += 1;
+    }
+    assert!(checked >= 7, "only {checked} rows read");
 }
