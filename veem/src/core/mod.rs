@@ -454,25 +454,28 @@ impl Core {
     /// Writes VEE `id`'s record `v` (`None`: removes it) as
     /// [`Core::save_vee`] says.
     fn write_vee(&self, id: &str, v: Option<&VeeRec>) -> Result<()> {
-        // Held across the write so that the store and the map agree.
-        let mut records = self.vee_records.write().unwrap();
-        let v = v.map(|v| VeeRec {
-            stays: v.stays_after(records.get(id), self.clock.now()),
-            ..v.clone()
-        });
-        let mut w = Writes::default();
-        match &v {
-            Some(v) => w.put(Tree::Vees, id, v)?,
-            None => w.remove(Tree::Vees, id),
-        }
-        records.condition(&mut w, id);
-        match (self.store.commit(w), v) {
-            (Ok(revision), Some(v)) => records.insert(v, revision),
-            (Ok(revision), None) => records.remove(id, revision),
-            (Err(e), _) => {
-                drop(records);
-                return Err(self.reload_on_conflict(e, [id]));
+        // Read under the record cache's lock, committed without it (a
+        // commit may wait for etcd or a slow disk, and every reader of the
+        // cache with it), applied after: the commit is conditioned on the
+        // revision the record was read at, so a write that raced this one
+        // fails as a conflict rather than lands out of order.
+        let (v, w) = {
+            let records = self.vee_records.read().unwrap();
+            let v = v.map(|v| VeeRec {
+                stays: v.stays_after(records.get(id), self.clock.now()),
+                ..v.clone()
+            });
+            let mut w = Writes::default();
+            match &v {
+                Some(v) => w.put(Tree::Vees, id, v)?,
+                None => w.remove(Tree::Vees, id),
             }
+            records.condition(&mut w, id);
+            (v, w)
+        };
+        match self.store.commit(w) {
+            Ok(revision) => self.vee_records.write().unwrap().apply_commit(id, v, revision),
+            Err(e) => return Err(self.reload_on_conflict(e, [id])),
         }
         Ok(())
     }
@@ -541,7 +544,7 @@ impl Core {
         };
         let mut records = self.vee_records.write().unwrap();
         for (vee, _) in changes.iter() {
-            records.insert((**vee).clone(), revision);
+            records.apply_commit(&vee.id, Some((**vee).clone()), revision);
         }
         drop(records);
         for (id, from, to, detail) in events {

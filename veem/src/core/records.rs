@@ -129,6 +129,20 @@ impl VeeRecords {
         }
     }
 
+    /// Applies a commit that wrote record `id` at `revision` (`None`:
+    /// removed it), made after the cache's lock was let go: unless the
+    /// cache holds the record at a later revision already (read again
+    /// meanwhile), which stands.
+    pub(crate) fn apply_commit(&mut self, id: &str, v: Option<VeeRec>, revision: Revision) {
+        if self.by_id.get(id).is_some_and(|e| e.revision > revision) {
+            return;
+        }
+        match v {
+            Some(v) => self.insert(v, revision),
+            None => self.remove(id, revision),
+        }
+    }
+
     /// Notes every record as read at `revision` (a standby's first read of
     /// the store, whose revision is known once read: `super::replica`).
     pub(crate) fn set_revisions(&mut self, revision: Revision) {
