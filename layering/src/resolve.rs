@@ -162,3 +162,73 @@ impl<'a> Resolver<'a> {
         Found::Nothing
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A crate written into a temporary directory: `(file, text)` pairs
+    /// under `src/`.
+    fn krate(files: &[(&str, &str)]) -> (tempfile::TempDir, Crate) {
+        let dir = tempfile::tempdir().unwrap();
+        for (file, text) in files {
+            let path = dir.path().join("src").join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        let krate = Crate::read(&dir.path().join("src")).unwrap();
+        (dir, krate)
+    }
+
+    fn path(p: &str) -> Vec<String> {
+        p.split("::").map(str::to_string).collect()
+    }
+
+    fn module(p: &str) -> ModPath {
+        if p.is_empty() {
+            Vec::new()
+        } else {
+            path(p)
+        }
+    }
+
+    #[test]
+    fn paths_resolve_through_inline_modules_path_attributes_renames_and_enum_globs() {
+        let (_dir, k) = krate(&[
+            ("lib.rs", "pub mod a;\n#[path = \"other/b_file.rs\"]\npub mod b;\npub mod c {\n    pub mod inner {\n        pub struct Deep;\n    }\n}\npub use c::inner as deep;\n"),
+            ("a.rs", "pub enum State { On, Off }\npub use self::State::*;\npub fn f() {\n    use crate::b::B as Renamed;\n    let _ = Renamed;\n}\n"),
+            ("other/b_file.rs", "pub struct B;\npub mod sub;\n"),
+            ("other/b_file/sub.rs", "pub struct S;\n"),
+        ]);
+        let r = Resolver::new(&k);
+        let root = module("");
+        assert_eq!(r.resolve(&root, &path("crate::deep::Deep")), Def::Item(module("c::inner")));
+        assert_eq!(r.resolve(&root, &path("b::sub::S")), Def::Item(module("b::sub")));
+        assert_eq!(
+            r.resolve(&module("b"), &path("super::a::On")),
+            Def::Item(module("a")),
+            "a variant through the enum's glob"
+        );
+        assert_eq!(r.resolve(&module("a"), &path("std::fs::read")), Def::External);
+        assert_eq!(r.resolve(&module("a"), &path("super::super::x")), Def::External, "above the root");
+        // The `use` inside `f` is read as a path of `a`'s.
+        assert!(k.modules[&module("a")].paths.iter().any(|w| w.path == path("crate::b::B")));
+    }
+
+    #[test]
+    fn glob_re_exports_that_import_each_other_end() {
+        let (_dir, k) = krate(&[
+            ("lib.rs", "pub mod a;\npub mod b;\n"),
+            ("a.rs", "pub use crate::b::*;\n"),
+            ("b.rs", "pub use crate::a::*;\npub struct B;\n"),
+        ]);
+        let r = Resolver::new(&k);
+        assert_eq!(r.resolve(&module("a"), &path("self::B")), Def::Item(module("b")));
+        assert_eq!(
+            r.resolve(&module("a"), &path("self::Missing")),
+            Def::Item(module("a")),
+            "nothing, found once"
+        );
+        assert_eq!(r.glob_sources(&module("a"), &path("crate::b")), vec![module("b")]);
+    }
+}
