@@ -36,6 +36,8 @@
 //!   same run: `{"metrics": [...]}`. Needs Debian's etcd-server
 //!   (`scripts/setup-host`).
 
+#[cfg(feature = "sim")]
+mod deploys;
 mod fake_hosts;
 mod hashing;
 mod metric;

@@ -3,7 +3,8 @@
 //! writes (the service, its 4 VEEs conditioned on the revision they were
 //! read at, 4 planner entries: one etcd transaction, one sled
 //! transaction) and what recording one checkpoint writes (the checkpoint
-//! record and its VEE, conditioned). etcd: 3 members on loopback ports
+//! record and its VEE, conditioned); with feature `sim`, a VEEM's Deploys
+//! side by side on each ([`crate::deploys`]). etcd: 3 members on loopback ports
 //! with client certificates (`vee_testkit::etcd`), data under
 //! `target/bench/store`; sled there too, flushed at each commit. The
 //! records are payloads of the sizes the VEEM writes (a service 2 KiB, a
@@ -121,6 +122,12 @@ pub fn run(reps: usize) -> Result<Vec<Value>> {
         ));
     }
     drop((etcd, sled));
+    // Deploys side by side on one VEEM, on etcd and on sled.
+    #[cfg(feature = "sim")]
+    {
+        eprintln!("{} deploys, {} at once", std::env::var("BENCH_DEPLOYS").unwrap_or_else(|_| "160".into()), crate::deploys::AT_ONCE);
+        rows.extend(crate::deploys::run(&cluster, &dir, 3)?);
+    }
     // A standby becoming current and taking over, at each size, on a
     // prefix and a database of its own.
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
