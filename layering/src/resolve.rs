@@ -195,10 +195,11 @@ mod tests {
     #[test]
     fn paths_resolve_through_inline_modules_path_attributes_renames_and_enum_globs() {
         let (_dir, k) = krate(&[
-            ("lib.rs", "pub mod a;\n#[path = \"other/b_file.rs\"]\npub mod b;\npub mod c {\n    pub mod inner {\n        pub struct Deep;\n    }\n}\npub use c::inner as deep;\n"),
+            ("lib.rs", "pub mod a;\nmod lib_tests;\n#[path = \"other/b_file.rs\"]\npub mod b;\npub mod c {\n    pub mod inner {\n        pub struct Deep;\n    }\n}\npub use c::inner as deep;\n"),
             ("a.rs", "pub enum State { On, Off }\npub use self::State::*;\npub fn f() {\n    use crate::b::B as Renamed;\n    let _ = Renamed;\n}\n"),
             ("other/b_file.rs", "pub struct B;\npub mod sub;\n"),
             ("other/b_file/sub.rs", "pub struct S;\n"),
+            ("lib_tests.rs", "#![cfg(test)]\nuse crate::a::State;\n"),
         ]);
         let r = Resolver::new(&k);
         let root = module("");
@@ -211,6 +212,10 @@ mod tests {
         );
         assert_eq!(r.resolve(&module("a"), &path("std::fs::read")), Def::External);
         assert_eq!(r.resolve(&module("a"), &path("super::super::x")), Def::External, "above the root");
+        assert!(
+            !k.modules.contains_key(&module("lib_tests")) && !k.modules[&root].children.contains("lib_tests"),
+            "a test file is no module"
+        );
         // The `use` inside `f` is read as a path of `a`'s.
         assert!(k.modules[&module("a")].paths.iter().any(|w| w.path == path("crate::b::B")));
     }

@@ -150,6 +150,11 @@ impl Crate {
                     })?;
                     let parsed = parse(&found)?;
                     if is_test(&parsed.attrs) {
+                        // `#![cfg(test)]`: the crate has no such module
+                        // outside its tests.
+                        if let Some(parent) = self.modules.get_mut(&path) {
+                            parent.children.remove(&name);
+                        }
                         continue;
                     }
                     let is_mod_rs = found.file_name().is_some_and(|f| f == "mod.rs");
