@@ -39,7 +39,9 @@ pub struct Options {
 /// What the check found: its lines, and whether it failed.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// What to print, in order: findings, counts, the workflow graph.
     pub lines: Vec<String>,
+    /// Whether a finding fails the check.
     pub failed: bool,
 }
 

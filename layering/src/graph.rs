@@ -53,6 +53,7 @@ impl Layout {
 /// The nodes and edges of one crate.
 #[derive(Debug, Default)]
 pub struct Graph {
+    /// Every node, [`ROOT`] for the crate root's own items.
     pub nodes: BTreeSet<String>,
     /// (from, to) -> where the first path making it is written.
     pub edges: BTreeMap<(String, String), Location>,

@@ -48,6 +48,7 @@ enum Found {
 }
 
 impl<'a> Resolver<'a> {
+    /// A resolver of paths written in `krate`.
     pub fn new(krate: &'a Crate) -> Self {
         Resolver { krate }
     }

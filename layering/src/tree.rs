@@ -22,7 +22,9 @@ pub type ModPath = Vec<String>;
 /// Where something is written: the file and its line (1-based).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Location {
+    /// The file, as found under the crate's `src/`.
     pub file: PathBuf,
+    /// Its line, from 1.
     pub line: usize,
 }
 
@@ -30,7 +32,9 @@ pub struct Location {
 /// A path that starts with `::` starts with the segment `{extern}`.
 #[derive(Debug, Clone)]
 pub struct Written {
+    /// The segments, as written.
     pub path: Vec<String>,
+    /// Where.
     pub at: Location,
 }
 
@@ -59,6 +63,7 @@ pub struct Module {
 /// A crate read whole: its modules by path.
 #[derive(Debug, Default)]
 pub struct Crate {
+    /// Every module read, the root's path empty.
     pub modules: BTreeMap<ModPath, Module>,
 }
 

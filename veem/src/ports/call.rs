@@ -59,7 +59,9 @@ impl std::fmt::Display for Failure {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{failure}: {message}")]
 pub struct CallError {
+    /// What kind of failure.
     pub failure: Failure,
+    /// The other party's message, as it gave it.
     pub message: String,
 }
 

@@ -30,6 +30,7 @@ fn answer<T>(r: Result<Response<T>, Status>) -> HostResult<T> {
 }
 
 impl Host {
+    /// The workflows' face of VEEH port `vhi`.
     pub fn new(vhi: Arc<HostVhi>) -> Self {
         Host(vhi)
     }

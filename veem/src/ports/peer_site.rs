@@ -26,6 +26,8 @@ pub struct PeerSite {
 }
 
 impl PeerSite {
+    /// Peer `inner` of site `site`, its calls timed on `clock` into
+    /// `metrics`.
     pub fn new(inner: Arc<dyn Peer>, site: &str, metrics: Arc<VeemMetrics>, clock: Arc<dyn Clock>) -> Self {
         Self {
             inner,
