@@ -64,19 +64,32 @@ fn read_only(s: &tonic::Status) -> bool {
     s.metadata().get(interfaces::fencing::READ_ONLY).is_some()
 }
 
-/// Deploys `req`, asking again with the same request ID while the VEEM is
-/// unreachable or its answer is lost (Unavailable, its control plane not
-/// read-only), at most `retry.attempts` times: the VEEM deploys the
-/// service once.
+/// Whether Deploy's answer `s` is worth asking again with the same request
+/// ID: the VEEM unreachable or its answer lost (UNAVAILABLE, its control
+/// plane not read-only), or the site's plan changed under each of the
+/// VEEM's attempts (ABORTED: other admissions committed meanwhile). A call
+/// that failed keeps no reply (`api::server::replies`): asked again, it
+/// runs again, and a service is still deployed once.
+fn deploy_again(s: &tonic::Status) -> bool {
+    match s.code() {
+        tonic::Code::Unavailable => !read_only(s),
+        tonic::Code::Aborted => true,
+        _ => false,
+    }
+}
+
+/// Deploys `req`, asking again with the same request ID while
+/// [`deploy_again`] says so, at most `retry.attempts` times: the VEEM
+/// deploys the service once.
 pub(crate) async fn deploy_idempotent(
     c: &mut VmiServiceClient,
     req: vmi::DeployRequest,
     retry: interfaces::retry::RetryPolicy,
 ) -> Result<vmi::ServiceInfo, tonic::Status> {
     let unanswered = |s: &tonic::Status| {
-        let again = s.code() == tonic::Code::Unavailable && !read_only(s);
+        let again = deploy_again(s);
         if again {
-            tracing::warn!(request_id = %req.request_id, error = %s.message(), "Deploy unanswered; asking again with the same request ID");
+            tracing::warn!(request_id = %req.request_id, error = %s.message(), "Deploy not done (unanswered, or its plans went stale); asking again with the same request ID");
         }
         again
     };
@@ -517,6 +530,24 @@ async fn vee_action(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Deploy answered ABORTED (every plan the VEEM made went stale under
+    /// other admissions) is asked again, as one whose answer was lost; a
+    /// read-only site's, a refusal's or a bad request's is not.
+    #[test]
+    fn a_deploy_is_asked_again_after_aborted_and_unanswered_answers_only() {
+        assert!(deploy_again(&tonic::Status::aborted(
+            "the site's plan changed under each of 5 attempts; try again"
+        )));
+        assert!(deploy_again(&tonic::Status::unavailable("transport error")));
+        let mut read_only = tonic::Status::unavailable("no quorum");
+        read_only
+            .metadata_mut()
+            .insert(interfaces::fencing::READ_ONLY, tonic::metadata::MetadataValue::from_static("1"));
+        assert!(!deploy_again(&read_only));
+        assert!(!deploy_again(&tonic::Status::failed_precondition("rejected: no host fits")));
+        assert!(!deploy_again(&tonic::Status::invalid_argument("field `sla`")));
+    }
 
     #[test]
     fn negotiate_verdict_exit_codes() {

@@ -168,7 +168,8 @@ pub enum Command {
         manifest: PathBuf,
     },
     /// Admit and deploy a manifest. The call is idempotent: a VEEM that
-    /// cannot be reached or does not answer is asked again with the same
+    /// cannot be reached or does not answer, or whose plans other
+    /// admissions made stale (ABORTED), is asked again with the same
     /// request ID, and deploys the service once.
     Deploy {
         /// Service manifest (TOML).
