@@ -108,68 +108,12 @@ async fn a_stop_drains_the_background_work_and_cuts_it_after_the_grace_period() 
     assert_eq!(cut, 1, "the endless one is cut");
 }
 
-/// The memory engine, whose next commit once armed waits until released
-/// (as a commit waits for etcd's quorum or a slow disk).
-#[derive(Default)]
-struct Gated {
-    inner: crate::store::MemoryEngine,
-    gate: std::sync::Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
-}
-
-impl Gated {
-    /// Arms the gate: the receiver hears when the next commit waits, the
-    /// sender lets it go on.
-    fn arm(&self) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
-        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
-        let (release_tx, release_rx) = std::sync::mpsc::channel();
-        *self.gate.lock().unwrap() = Some((entered_tx, release_rx));
-        (entered_rx, release_tx)
-    }
-}
-
-impl crate::store::Engine for Gated {
-    fn get(&self, t: crate::store::Tree, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
-        self.inner.get(t, key)
-    }
-    fn scan(&self, t: crate::store::Tree, f: crate::store::Visit) -> anyhow::Result<()> {
-        self.inner.scan(t, f)
-    }
-    fn revision(&self) -> anyhow::Result<crate::store::Revision> {
-        self.inner.revision()
-    }
-    fn commit(&self, writes: Vec<crate::store::Write>, unchanged: &[crate::store::Unchanged]) -> anyhow::Result<crate::store::Revision> {
-        if let Some((entered, release)) = self.gate.lock().unwrap().take() {
-            entered.send(()).unwrap();
-            release.recv().unwrap();
-        }
-        self.inner.commit(writes, unchanged)
-    }
-    fn insert_new(&self, t: crate::store::Tree, key: &[u8], value: Vec<u8>) -> anyhow::Result<bool> {
-        self.inner.insert_new(t, key, value)
-    }
-    fn next_id(&self) -> anyhow::Result<u64> {
-        self.inner.next_id()
-    }
-    fn scan_from(&self, t: crate::store::Tree, start: &[u8], limit: usize, f: crate::store::Visit) -> anyhow::Result<()> {
-        self.inner.scan_from(t, start, limit, f)
-    }
-    fn scan_back(&self, t: crate::store::Tree, limit: usize, f: crate::store::Visit) -> anyhow::Result<()> {
-        self.inner.scan_back(t, limit, f)
-    }
-    fn count(&self, t: crate::store::Tree) -> anyhow::Result<u64> {
-        self.inner.count(t)
-    }
-    fn remove_before(&self, t: crate::store::Tree, end: &[u8]) -> anyhow::Result<crate::store::Revision> {
-        self.inner.remove_before(t, end)
-    }
-}
-
 /// A VEE record's commit that waits (for etcd, a slow disk) holds no lock
 /// of the record cache: the site's other work reads its records meanwhile,
 /// and the record is the written one once the commit ends.
 #[tokio::test]
 async fn a_commit_under_way_does_not_hold_up_readers_of_the_records() {
-    let engine = std::sync::Arc::new(Gated::default());
+    let engine = std::sync::Arc::new(crate::sim::ObservedEngine::default());
     let store = crate::store::Store::on(engine.clone(), "gated").unwrap();
     let site = FakeSite::start_on("site-a", &["h1"], "", store);
     let vee = site.running_service(STANDARD).remove(0);

@@ -21,10 +21,12 @@ use crate::ports::{Clock, HostVhi, ImageRepository, Ports};
 
 mod engine_contract;
 mod host;
+mod observed;
 mod peer;
 
 pub use engine_contract::engine_contract;
 pub use host::FakeVhi;
+pub use observed::ObservedEngine;
 pub use peer::{local_peer, FakePeers, LocalPeer, SilentPeer};
 
 /// A `standard` service of one 1-vCPU, 512 MiB VEE, penalty 36 per hour.

@@ -1,11 +1,10 @@
 //! The event log's pages and retention, on the memory engine (the engine
 //! contract holds sled and etcd to the same scans).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::*;
-use crate::store::{Engine, MemoryEngine, Revision, Unchanged, Visit, Write};
+use crate::store::MemoryEngine;
 
 fn store() -> Store {
     Store::on(Arc::new(MemoryEngine::default()), "memory").unwrap()
@@ -75,53 +74,12 @@ fn pruning_keeps_at_most_keep_events_and_none_older_than_the_cut() {
     assert_eq!(s.prune_events(1_000, cut).unwrap(), 0, "nothing more");
 }
 
-/// The memory engine, counting the whole-tree counts asked of it.
-#[derive(Default)]
-struct Counting {
-    inner: MemoryEngine,
-    counts: AtomicUsize,
-}
-
-impl Engine for Counting {
-    fn get(&self, t: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.inner.get(t, key)
-    }
-    fn scan(&self, t: Tree, f: Visit) -> Result<()> {
-        self.inner.scan(t, f)
-    }
-    fn revision(&self) -> Result<Revision> {
-        self.inner.revision()
-    }
-    fn commit(&self, writes: Vec<Write>, unchanged: &[Unchanged]) -> Result<Revision> {
-        self.inner.commit(writes, unchanged)
-    }
-    fn insert_new(&self, t: Tree, key: &[u8], value: Vec<u8>) -> Result<bool> {
-        self.inner.insert_new(t, key, value)
-    }
-    fn next_id(&self) -> Result<u64> {
-        self.inner.next_id()
-    }
-    fn scan_from(&self, t: Tree, start: &[u8], limit: usize, f: Visit) -> Result<()> {
-        self.inner.scan_from(t, start, limit, f)
-    }
-    fn scan_back(&self, t: Tree, limit: usize, f: Visit) -> Result<()> {
-        self.inner.scan_back(t, limit, f)
-    }
-    fn count(&self, t: Tree) -> Result<u64> {
-        self.counts.fetch_add(1, Ordering::SeqCst);
-        self.inner.count(t)
-    }
-    fn remove_before(&self, t: Tree, end: &[u8]) -> Result<Revision> {
-        self.inner.remove_before(t, end)
-    }
-}
-
 /// The retention round counts the log once, then keeps the count by its
 /// own appends and removals: a round at a full log of 100,000 events does
 /// not scan them all again, and still keeps exactly `keep`.
 #[test]
 fn retention_counts_the_log_once_and_keeps_exactly_keep_after() {
-    let engine = Arc::new(Counting::default());
+    let engine = Arc::new(crate::sim::ObservedEngine::default());
     let s = Store::on(engine.clone(), "counting").unwrap();
     for i in 0..1_500 {
         append(&s, &format!("e{i}"), 1_000 + i);
@@ -135,7 +93,7 @@ fn retention_counts_the_log_once_and_keeps_exactly_keep_after() {
         assert_eq!(s.events().unwrap().len(), 1_000);
     }
     assert_eq!(s.prune_events(1_000, 0).unwrap(), 0);
-    assert_eq!(engine.counts.load(Ordering::SeqCst), 1, "the log counted once");
+    assert_eq!(engine.counts(), 1, "the log counted once");
     let all = s.events().unwrap();
     assert_eq!(
         (all[0].detail.as_str(), all[999].detail.as_str()),
