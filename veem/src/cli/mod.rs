@@ -17,6 +17,7 @@ mod definition;
 mod lookup;
 mod output;
 mod pages;
+mod retries;
 mod store;
 mod table;
 #[cfg(test)]

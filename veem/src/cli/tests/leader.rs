@@ -104,7 +104,7 @@ async fn a_change_cut_by_a_lost_leader_is_asked_again_with_its_request_id() {
 /// leader's own answers nor a read-only site.
 #[test]
 fn only_a_veem_gone_mid_call_is_asked_again() {
-    use crate::cli::commands::leader_lost;
+    use crate::cli::retries::leader_lost;
     use tonic::Status;
     let status = |s: Status| anyhow::Error::from(s);
     let mut standby = Status::unavailable("this VEEM stands by");
