@@ -1,8 +1,8 @@
 //! The check itself: per crate, its import graph without cycles (but those
 //! listed as still to cut), every edge in the layer order `ARCHITECTURE.md`
 //! states, the document's modules and the code's the same, veem's workflow
-//! graph printed with its depth and equal to the workflows table, and `impl
-//! Veem` in the facade alone.
+//! and step graphs printed (the workflows' with its depth) and equal to the
+//! workflows and steps tables, and `impl Veem` in the facade alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -161,25 +161,63 @@ fn check_layers(
     }
 }
 
-/// veem's workflows (`workflows::*` nodes): their graph and its depth
-/// printed; each one's calls as its row in the workflows table lists them.
+/// veem's workflows (`workflows::*` nodes) and the steps below them
+/// (`steps::*`): each graph printed, the workflows' with its depth in
+/// workflows (a step is a leaf below them all and not counted: steps may
+/// build on steps, never on a workflow, which the layer table keeps), and
+/// each one's calls as its row in its table lists them.
 fn check_workflows(graph: &Graph, stated: &Stated, max_depth: Option<usize>, report: &mut Report) {
-    let members: BTreeSet<String> = graph.nodes.iter().filter(|n| n.starts_with("workflows::")).cloned().collect();
-    let short = |n: &str| n.trim_start_matches("workflows::").to_string();
-    let mut calls: BTreeMap<String, BTreeSet<String>> = members.iter().map(|m| (short(m), BTreeSet::new())).collect();
-    for (a, b) in graph.edges.keys() {
-        if members.contains(a) && members.contains(b) {
-            calls.entry(short(a)).or_default().insert(short(b));
+    let of = |prefix: &str| -> BTreeSet<String> { graph.nodes.iter().filter(|n| n.starts_with(prefix)).cloned().collect() };
+    let workflows = of("workflows::");
+    let steps = of("steps::");
+    let short = |n: &str| n.split_once("::").map_or(n, |(_, s)| s).to_string();
+    let calls_among = |units: &BTreeSet<String>, callees: &BTreeSet<String>| -> BTreeMap<String, BTreeSet<String>> {
+        let mut calls: BTreeMap<String, BTreeSet<String>> = units.iter().map(|m| (short(m), BTreeSet::new())).collect();
+        for (a, b) in graph.edges.keys() {
+            if units.contains(a) && callees.contains(b) {
+                calls.entry(short(a)).or_default().insert(short(b));
+            }
         }
+        calls
+    };
+    let step_calls = calls_among(&steps, &steps);
+    let workflow_calls = calls_among(&workflows, &workflows.union(&steps).cloned().collect());
+    if !steps.is_empty() {
+        let chain: Vec<String> = graph.longest_chain(&steps).iter().map(|n| short(n)).collect();
+        report.say(format!(
+            "veem: {} steps, graph depth {}: {}",
+            steps.len(),
+            chain.len(),
+            chain.join(" -> ")
+        ));
+        print_calls(&step_calls, report);
     }
-    let chain: Vec<String> = graph.longest_chain(&members).iter().map(|n| short(n)).collect();
+    let chain: Vec<String> = graph.longest_chain(&workflows).iter().map(|n| short(n)).collect();
     report.say(format!(
         "veem: {} workflows, graph depth {}: {}",
-        members.len(),
+        workflows.len(),
         chain.len(),
         chain.join(" -> ")
     ));
-    for (w, c) in &calls {
+    print_calls(&workflow_calls, report);
+    if let Some(max) = max_depth {
+        if chain.len() > max {
+            report.fail(format!("veem: the workflow graph is {} deep, more than {max}", chain.len()));
+        }
+    }
+    for both in step_calls.keys().filter(|s| workflow_calls.contains_key(*s)) {
+        report.fail(format!("veem: `{both}` is both a step and a workflow"));
+    }
+    // A document with either table states both.
+    if !stated.workflows.is_empty() || !stated.steps.is_empty() {
+        check_table("workflow", &workflow_calls, &stated.workflows, &step_calls, report);
+        check_table("step", &step_calls, &stated.steps, &BTreeMap::new(), report);
+    }
+}
+
+/// Each unit with what it calls, indented under the graph's line.
+fn print_calls(calls: &BTreeMap<String, BTreeSet<String>>, report: &mut Report) {
+    for (w, c) in calls {
         let listed = if c.is_empty() {
             "(leaf)".to_string()
         } else {
@@ -187,40 +225,45 @@ fn check_workflows(graph: &Graph, stated: &Stated, max_depth: Option<usize>, rep
         };
         report.lines.push(format!("    {w}: {listed}"));
     }
-    if let Some(max) = max_depth {
-        if chain.len() > max {
-            report.fail(format!("veem: the workflow graph is {} deep, more than {max}", chain.len()));
-        }
-    }
-    if stated.workflows.is_empty() {
-        return;
-    }
-    for (w, code) in &calls {
-        let Some((row, line)) = stated.workflows.get(w) else {
-            report.fail(format!("veem: workflow `{w}` has no row in ARCHITECTURE.md's workflows table"));
+}
+
+/// The `kind`s' table (`| workflow | one line |` or `| step | one line |`)
+/// against the code: a row per unit, each listing what it calls among its
+/// own kind and `below` (the steps, for a workflow), and `core`.
+fn check_table(
+    kind: &str,
+    calls: &BTreeMap<String, BTreeSet<String>>,
+    table: &BTreeMap<String, (BTreeSet<String>, usize)>,
+    below: &BTreeMap<String, BTreeSet<String>>,
+    report: &mut Report,
+) {
+    let callable = |n: &String| calls.contains_key(n) || below.contains_key(n);
+    for (w, code) in calls {
+        let Some((row, line)) = table.get(w) else {
+            report.fail(format!("veem: {kind} `{w}` has no row in ARCHITECTURE.md's {kind}s table"));
             continue;
         };
-        let row: BTreeSet<String> = row.iter().filter(|n| calls.contains_key(*n)).cloned().collect();
+        let row: BTreeSet<String> = row.iter().filter(|n| callable(n)).cloned().collect();
         if &row != code {
             let missing: Vec<_> = code.difference(&row).cloned().collect();
             let extra: Vec<_> = row.difference(code).cloned().collect();
             report.fail(format!(
-                "veem: ARCHITECTURE.md's workflows table (line {line}) lists what `{w}` calls wrongly: it calls {} not listed; listed {} it does not call",
+                "veem: ARCHITECTURE.md's {kind}s table (line {line}) lists what `{w}` calls wrongly: it calls {} not listed; listed {} it does not call",
                 names(&missing),
                 names(&extra)
             ));
         }
     }
-    for (w, (row, line)) in &stated.workflows {
+    for (w, (row, line)) in table {
         if !calls.contains_key(w) {
             report.fail(format!(
-                "veem: ARCHITECTURE.md's workflows table (line {line}) has a row for `{w}`, which is no workflow"
+                "veem: ARCHITECTURE.md's {kind}s table (line {line}) has a row for `{w}`, which is no {kind}"
             ));
         }
         for n in row {
-            if n != "core" && !calls.contains_key(n) {
+            if n != "core" && !callable(n) {
                 report.fail(format!(
-                    "veem: ARCHITECTURE.md's workflows table (line {line}) says `{w}` calls `{n}`, which is no workflow"
+                    "veem: ARCHITECTURE.md's {kind}s table (line {line}) says `{w}` calls `{n}`, which it cannot call"
                 ));
             }
         }

@@ -6,7 +6,9 @@
 //! - the workflows table (header `| workflow | one line |`): each workflow's
 //!   row ends with the workflows it calls in parentheses (`(leaf: core,
 //!   networks)`, `(boot, deploy: the image checked)`: a name before its
-//!   colon, `core` and `leaf:` not workflows, spaces for underscores).
+//!   colon, `core` and `leaf:` not workflows, spaces for underscores);
+//! - the steps table (header `| step | one line |`): each step's row ends
+//!   with the steps it builds on, the same way.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,6 +19,8 @@ pub struct Stated {
     pub layers: BTreeMap<String, BTreeMap<String, (u32, usize)>>,
     /// workflow -> (the names its row lists, line).
     pub workflows: BTreeMap<String, (BTreeSet<String>, usize)>,
+    /// step -> (the names its row lists, line).
+    pub steps: BTreeMap<String, (BTreeSet<String>, usize)>,
 }
 
 impl Stated {
@@ -53,11 +57,12 @@ impl Stated {
                         }
                     }
                 }
-                Some("workflow") if head.get(1).is_some_and(|h| h == "one line") => {
+                Some(kind @ ("workflow" | "step")) if head.get(1).is_some_and(|h| h == "one line") => {
                     let name = cells[0].trim_matches('`').trim_end_matches('/').to_string();
                     let calls = calls_listed(line)
-                        .ok_or_else(|| format!("line {n}: the `{name}` row does not end with the workflows it calls in parentheses"))?;
-                    stated.workflows.insert(name, (calls, n));
+                        .ok_or_else(|| format!("line {n}: the `{name}` row does not end with what it calls in parentheses"))?;
+                    let table = if kind == "step" { &mut stated.steps } else { &mut stated.workflows };
+                    table.insert(name, (calls, n));
                 }
                 _ => {}
             }

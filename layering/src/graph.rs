@@ -1,6 +1,7 @@
 //! The import graph of a crate's modules: each module counted at a depth
 //! (`server::auth` in image-repo, `deploy` in veem: a module's own
-//! submodules are part of it; each of veem's workflows a node of its own),
+//! submodules are part of it; each of veem's workflows and steps a node of
+//! its own),
 //! an edge from a node to every node a path written in it resolves to,
 //! the first place it is written kept; its cycles (Tarjan's strongly
 //! connected components) and its longest chains.
@@ -24,13 +25,13 @@ pub struct Layout {
 
 impl Layout {
     /// The repository's crates: image-repo's server modules one level
-    /// deeper (`server::auth`), each of veem's workflows a node.
+    /// deeper (`server::auth`), each of veem's workflows and steps a node.
     pub fn of(krate: &str) -> Layout {
         match krate {
             "image-repo" => Layout { depth: 2, deeper: &[] },
             "veem" => Layout {
                 depth: 1,
-                deeper: &["workflows"],
+                deeper: &["workflows", "steps"],
             },
             _ => Layout { depth: 1, deeper: &[] },
         }

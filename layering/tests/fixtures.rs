@@ -95,7 +95,10 @@ fn the_document_and_the_code_must_agree() {
     for want in [
         "veem: `domain` (layer 0) uses `core` (layer 1), above it: veem/src/domain.rs:3",
         "veem: module `extra` is on no layer of ARCHITECTURE.md's layer table",
-        "veem: ARCHITECTURE.md's layer table (line 12) names `ports`, which is no module of the crate",
+        "veem: ARCHITECTURE.md's layer table (line 17) names `ports`, which is no module of the crate",
+        "veem: `steps::stop` (layer 2) uses `workflows::networks` (layer 3), above it: veem/src/steps/stop.rs:4",
+        "veem: 2 steps, graph depth 2: stop -> shut",
+        "steps table (line 6) lists what `stop` calls wrongly: it calls `shut` not listed; listed nothing it does not call",
         "veem: 3 workflows, graph depth 3: deploy -> boot -> networks",
         "lists what `boot` calls wrongly: it calls `networks` not listed; listed nothing it does not call",
         "lists what `deploy` calls wrongly: it calls nothing not listed; listed `networks` it does not call",

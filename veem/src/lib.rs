@@ -37,6 +37,7 @@ pub mod planner_store;
 pub mod ports;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+pub mod steps;
 pub mod store;
 pub mod wire;
 pub mod workflows;

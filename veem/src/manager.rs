@@ -11,19 +11,25 @@ use anyhow::Result;
 use crate::config::{EngineKind, VeemConfig};
 use crate::core::{Core, Loaded};
 use crate::ports::Ports;
+use crate::steps::abroad::Abroad;
+use crate::steps::background::Background;
+use crate::steps::boot::Boot;
+use crate::steps::checkpoints::Checkpoints;
+use crate::steps::intents::Intents;
+use crate::steps::networks::Networks;
+use crate::steps::site_constraints::SiteConstraints;
+use crate::steps::sla::Sla;
+use crate::steps::spares::Spares;
+use crate::steps::stop::Stop;
+use crate::steps::windows::Windows;
 use crate::store::{EtcdEngine, Store};
 use crate::workflows::accounting::Accounting;
-use crate::workflows::background::Background;
-use crate::workflows::boot::Boot;
-use crate::workflows::checkpoints::Checkpoints;
 use crate::workflows::consoles::Consoles;
 use crate::workflows::deploy::Deploy;
 use crate::workflows::elasticity::Elasticity;
 use crate::workflows::federation::Federation;
-use crate::workflows::intents::Intents;
 use crate::workflows::lifecycle::Lifecycle;
 use crate::workflows::migration::Migration;
-use crate::workflows::networks::Networks;
 use crate::workflows::peer_epochs::PeerEpochs;
 use crate::workflows::peer_watch::PeerWatch;
 use crate::workflows::proposals::Proposals;
@@ -33,16 +39,12 @@ use crate::workflows::remapping::Remapping;
 use crate::workflows::resizing::Resizing;
 use crate::workflows::rollout::Rollouts;
 use crate::workflows::scaling::Scaling;
-use crate::workflows::site_constraints::SiteConstraints;
-use crate::workflows::sla::Sla;
-use crate::workflows::spares::Spares;
-use crate::workflows::windows::Windows;
 
 /// The VEE manager of one site.
 pub struct Veem {
     core: Arc<Core>,
-    /// The workflows, each built once on the core (and on those it
-    /// calls), in `crate::workflows`.
+    /// The steps (`crate::steps`) and workflows (`crate::workflows`),
+    /// each built once on the core and on the steps and workflows it calls.
     pub accounting: Arc<Accounting>,
     pub deploy: Arc<Deploy>,
     pub scaling: Arc<Scaling>,
@@ -62,6 +64,8 @@ pub struct Veem {
     pub checkpoints: Arc<Checkpoints>,
     pub consoles: Arc<Consoles>,
     pub boot: Arc<Boot>,
+    pub abroad: Arc<Abroad>,
+    pub stop: Arc<Stop>,
     pub windows: Arc<Windows>,
     pub networks: Arc<Networks>,
     pub spares: Arc<Spares>,
@@ -141,6 +145,8 @@ impl Veem {
         let consoles = Arc::new(Consoles::new(core.clone()));
         let background = Arc::new(Background::new(core.clone(), checkpoints.clone()));
         let boot = Arc::new(Boot::new(core.clone(), networks.clone()));
+        let abroad = Arc::new(Abroad::new(core.clone(), checkpoints.clone()));
+        let stop = Arc::new(Stop::new(core.clone(), abroad.clone(), boot.clone(), networks.clone(), spares.clone()));
         let remapping = Arc::new(Remapping::new(core.clone(), windows.clone(), background.clone()));
         let federation = Arc::new(Federation::new(
             core.clone(),
@@ -185,12 +191,13 @@ impl Veem {
             core: core.clone(),
             boot: boot.clone(),
             checkpoints: checkpoints.clone(),
-            federation: federation.clone(),
+            abroad: abroad.clone(),
             migration: migration.clone(),
             networks: networks.clone(),
             recovery: recovery.clone(),
             sla: sla.clone(),
             spares: spares.clone(),
+            stop: stop.clone(),
             windows: windows.clone(),
         });
         let deploy = Arc::new(Deploy {
@@ -212,9 +219,9 @@ impl Veem {
             boot: boot.clone(),
             federation: federation.clone(),
             intents: intents.clone(),
-            lifecycle: lifecycle.clone(),
             networks: networks.clone(),
             spares: spares.clone(),
+            stop: stop.clone(),
         });
         let resizing = Arc::new(Resizing::new(core.clone()));
         let elasticity = Arc::new(Elasticity {
@@ -248,6 +255,8 @@ impl Veem {
             consoles,
             background,
             boot,
+            abroad,
+            stop,
             remapping,
             federation,
             migration,

@@ -35,8 +35,8 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
 use crate::config::{PeerEntry, VeemConfig};
-use crate::domain::peer::{IncomingVee, MigrationOutcome, RemoteVee, SpareRequest, UsageReceipt};
 use crate::domain::Action;
+use crate::domain::peer::{IncomingVee, MigrationOutcome, RemoteVee, SpareRequest, UsageReceipt};
 use crate::model::UsageRec;
 use crate::peers::{Bearer, PeerChannel};
 use crate::wire::peer as wire;
@@ -226,7 +226,7 @@ pub trait Peer: Send + Sync {
     /// A network of ours that runs VEEs at the peer has a new member table.
     async fn update_network(&self, u: vhi::NetworkUpdate) -> Result<(), Status>;
     /// Hold spare capacity for our full-guarantee VEE
-    /// (`crate::workflows::spares`); returns when the hold lapses unless
+    /// (`crate::steps::spares`); returns when the hold lapses unless
     /// confirmed (Unix ms).
     async fn reserve_spare(&self, r: &SpareRequest) -> Result<i64, Status>;
     /// Keep the spare held for our VEE (the admission here committed).

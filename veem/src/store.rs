@@ -45,7 +45,7 @@ pub enum Tree {
     /// Steps under way that act outside the database (crate::intents).
     Intents,
     /// Spare capacity held here for peers' full-guarantee VEEs
-    /// (crate::workflows::spares::HeldSpare).
+    /// (crate::steps::spares::HeldSpare).
     Spares,
     /// Usage records of VEEs run for a peer, not yet pushed to their
     /// primary site: record ID -> the primary's site ID
@@ -68,7 +68,7 @@ pub enum Tree {
     /// The checkpoints whose replication is not settled yet (local-only,
     /// replicating, failed with a retry due, awaiting): checkpoint ID ->
     /// its VEE's ID, so that the replication pass reads those and not
-    /// every checkpoint (crate::workflows::checkpoints::replication).
+    /// every checkpoint (crate::steps::checkpoints::replication).
     Replications,
     /// The services of this site's own with elasticity rules: service ID
     /// -> `true`, derived from the `services` tree by the commit that

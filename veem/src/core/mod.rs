@@ -67,6 +67,11 @@ pub struct Core {
     tasks: tokio_util::task::TaskTracker,
 }
 
+/// How many times an admission (Deploy, Scaling) is planned again when the
+/// planner changed between its plan and its commit (other admissions, a
+/// recovery) before it gives up (then ABORTED).
+pub const PLAN_ATTEMPTS: u32 = 5;
+
 /// The rank policy named in the configuration.
 pub fn rank_policy(name: &str) -> RankPolicy {
     match name {

@@ -279,7 +279,7 @@ mod tests {
             (v.checkpoint_interval_s, v.last_checkpoint_ms, v.updated_ms) = (every, last, updated);
             let now = now_ms.div_euclid(1000);
             let scheduler = crate::workflows::lifecycle::due(&v, now, now_ms).is_some();
-            let sla = v.for_peer.is_none() && crate::workflows::sla::ongoing_breach(&v, now_ms).is_some();
+            let sla = v.for_peer.is_none() && crate::steps::sla::ongoing_breach(&v, now_ms).is_some();
             let renewal = v.open_ended && v.state.is_live() && v.host().is_some() && v.window_end_unix - now < renew_ahead;
             if scheduler || sla || renewal {
                 let due = v.due_ms(renew_ahead);

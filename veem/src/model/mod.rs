@@ -89,7 +89,7 @@ pub struct NicRec {
 
 impl NicRec {
     /// The VHI description (the inverse of [`NicRec::from_wire`]), without
-    /// the network's member table ([`Networks::spec_of`](crate::workflows::networks::Networks::spec_of) adds it).
+    /// the network's member table ([`Networks::spec_of`](crate::steps::networks::Networks::spec_of) adds it).
     pub fn to_wire(&self) -> interfaces::vhi::Nic {
         interfaces::vhi::Nic {
             network: self.network.clone(),

@@ -496,7 +496,7 @@ mod tests {
         assert_eq!(after[1].start_unix, after[0].end_unix, "no gap: {after:?}");
         assert!(after[1].end_unix > after[1].start_unix, "{after:?}");
         // Stopped: its meter goes, and a start is not charged for the stop.
-        next.lifecycle.stop_vee(&vee).await.unwrap();
+        next.stop.stop_here(&vee).await.unwrap();
         next.accounting.round(&mut LastMeters::default()).await;
         assert_eq!(next.store.get::<Last>(Tree::Meters, &vee).unwrap(), None);
         assert_eq!(next.store.get_raw(Tree::Meters, &rounds::meters_key("h1")).unwrap(), None);

@@ -16,7 +16,7 @@
 //! plan applied to the live planner ([`Core::commit_admission_plan`](crate::core::Core::commit_admission_plan)). When
 //! the planner changed in between (another admission, a recovery), nothing
 //! is written, what went to peers is taken back, and Deploy plans again,
-//! at most [`PLAN_ATTEMPTS`] times (then ABORTED). Nothing is ever undone in
+//! at most [`PLAN_ATTEMPTS`](crate::core::PLAN_ATTEMPTS) times (then ABORTED). Nothing is ever undone in
 //! the planner by hand.
 
 use std::ops::Deref;
@@ -26,25 +26,21 @@ use anyhow::{bail, Result};
 use interfaces::manifest::{Component, Manifest};
 
 use crate::config::Role;
-use crate::core::Core;
+use crate::core::{Core, PLAN_ATTEMPTS};
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
 use crate::planner::{Admission, AdmissionPlan, Admitted, PeerSpare, ServiceRequest, Stale};
-use crate::workflows::background::Background;
-use crate::workflows::boot::Boot;
+use crate::steps::background::Background;
+use crate::steps::boot::Boot;
+use crate::steps::intents::Intent;
+use crate::steps::intents::Intents;
+use crate::steps::networks::Networks;
+use crate::steps::spares::Spares;
+use crate::steps::windows::Windows;
 use crate::workflows::federation::Federation;
-use crate::workflows::intents::Intent;
-use crate::workflows::intents::Intents;
-use crate::workflows::networks::Networks;
 use crate::workflows::remapping::Remapping;
-use crate::workflows::spares::Spares;
-use crate::workflows::windows::Windows;
 
 /// Why a manifest is refused before planning: the field and the reason.
 pub struct Refusal(pub Vec<String>);
-
-/// How many times Deploy plans a service when the planner changed between
-/// its plan and its commit (other admissions, a recovery) before it gives up.
-pub const PLAN_ATTEMPTS: u32 = 5;
 
 /// What one Deploy committed: the service, its VEEs, what the planner
 /// admitted here (`None`: all of it at peer sites) and whether VEEs went to
@@ -159,7 +155,7 @@ impl Deploy {
                     .spares
                     .reserve_peer_spares(&needs, None)
                     .await
-                    .map_err(|reasons| crate::workflows::spares::refusal(&reasons))?;
+                    .map_err(|reasons| crate::steps::spares::refusal(&reasons))?;
                 req.peer_spare = PeerSpare::Offered { site: site.clone() };
                 spare_site = Some((site, needs.iter().map(|n| n.vee.clone()).collect::<Vec<_>>()));
                 verdict = self.planner.lock().unwrap().plan_admission(&req);
@@ -291,7 +287,7 @@ impl Deploy {
             None => Default::default(),
         };
         if let Some(intent) = &intent {
-            crate::workflows::intents::Intents::end_intent(&mut with, intent);
+            crate::steps::intents::Intents::end_intent(&mut with, intent);
         }
         let committed = match plan {
             Some(plan) => self.commit_admission_plan(plan, &svc, &vees, with).map(|r| r.map(Some)),
@@ -463,7 +459,7 @@ impl VeeRec {
             initrd: c.initrd.as_ref().map(|k| k.to_string()).unwrap_or_default(),
             cmdline: c.cmdline.clone().unwrap_or_default(),
             cloud_init: (c.user_data.is_some() || !c.ssh_authorized_keys.is_empty()).then(|| interfaces::vhi::CloudInit {
-                hostname: crate::workflows::networks::host_name(&c.name, instance),
+                hostname: crate::steps::networks::host_name(&c.name, instance),
                 user_data: c.user_data.clone().unwrap_or_default(),
                 ssh_authorized_keys: c.ssh_authorized_keys.clone(),
             }),

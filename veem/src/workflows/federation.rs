@@ -19,19 +19,19 @@ use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;
 
 use crate::core::Core;
+use crate::domain::StateMachine;
 use crate::domain::peer::{Incoming, IncomingVee};
-use crate::domain::{Action, StateMachine};
 use crate::error::VeemError;
 use crate::model::{CheckpointRec, Location, ServiceRec, VeeRec, VeeState};
 use crate::peers;
 use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
+use crate::steps::boot::Boot;
+use crate::steps::checkpoints::{Checkpoints, Origin};
+use crate::steps::networks::Networks;
+use crate::steps::site_constraints::SiteConstraints;
+use crate::steps::spares::Spares;
+use crate::steps::windows::Windows;
 use crate::store::{Tree, Writes};
-use crate::workflows::boot::Boot;
-use crate::workflows::checkpoints::{Checkpoints, Origin};
-use crate::workflows::networks::Networks;
-use crate::workflows::site_constraints::SiteConstraints;
-use crate::workflows::spares::Spares;
-use crate::workflows::windows::Windows;
 
 /// Peer sites as this site's primary and as their host (see the module doc): remote placement, incoming VEEs, actions forwarded, recovery at a peer. Calls the core, the networks, site constraints, spares, windows, booting and checkpoint records.
 pub struct Federation {
@@ -171,7 +171,7 @@ impl Federation {
     /// Errors carry the peer's refusal (its admission, agreement or host).
     /// A VEE on service networks goes only to a peer with an agreed overlay
     /// (`[peers.overlay]`): its networks are stretched there first
-    /// ([`Networks::stretch`](crate::workflows::networks::Networks::stretch); a live migration's caller unstretches them when
+    /// ([`Networks::stretch`](crate::steps::networks::Networks::stretch); a live migration's caller unstretches them when
     /// it ends, see [`Migration::run_migration`](crate::workflows::migration::Migration::run_migration)).
     pub async fn send_incoming(&self, site: &str, v: &VeeRec, how: Incoming, spec: vhi::VeeSpec) -> Result<IncomingTarget> {
         if !v.nics.is_empty() && self.networks.overlay(site).is_none() {
@@ -206,40 +206,6 @@ impl Federation {
             self.networks.stretch(v, None).await;
         }
         r
-    }
-
-    /// Forwards an action on a VEE that runs at peer `site`; a checkpoint
-    /// taken there is recorded here too, so that it can be restored at any
-    /// site (both pull its blobs by ID: B §2; DESIGN.md §7).
-    pub async fn forward_action(&self, site: &str, vee_id: &str, action: Action, checkpoint_id: &str) -> Result<()> {
-        let info = self
-            .peer(site)?
-            .vee_action(vee_id, action, checkpoint_id)
-            .await
-            .map_err(|s| anyhow!("site {site}: {}", s.message()))?;
-        let mut v = self.vee(vee_id)?;
-        if let Some(rec) = info.checkpoint.as_ref().filter(|_| action == Action::Checkpoint) {
-            self.checkpoints
-                .record_checkpoint(
-                    &mut v,
-                    rec,
-                    &format!("at {site}"),
-                    Origin::Peer {
-                        site: site.to_string(),
-                        replication: info.checkpoint_replication,
-                    },
-                )
-                .await?;
-        }
-        match info.state {
-            Some(state) if state == v.state => {}
-            Some(state) if v.state.can_become(state) => self.transition(&mut v, state, format!("at {site}"))?,
-            // A peer's word is checked, not trusted.
-            other => {
-                tracing::warn!(vee = %vee_id, %site, from = v.state.as_str(), to = ?other.map(|s| s.as_str()), "peer reports a state change the VEE cannot make; ignored")
-            }
-        }
-        Ok(())
     }
 
     /// Restores (or, without a checkpoint, restarts) at a peer site a VEE

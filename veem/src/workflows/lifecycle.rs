@@ -10,27 +10,29 @@ use interfaces::vhi::{self, CheckpointRequest, DestroyRequest, RestoreRequest};
 use crate::core::Core;
 use crate::domain::Action;
 use crate::model::{CheckpointRec, Location, VeeRec, VeeState};
-use crate::workflows::boot::Boot;
-use crate::workflows::checkpoints::{Checkpoints, Origin};
-use crate::workflows::federation::Federation;
+use crate::steps::abroad::Abroad;
+use crate::steps::boot::Boot;
+use crate::steps::checkpoints::{Checkpoints, Origin};
+use crate::steps::networks::Networks;
+use crate::steps::sla::Sla;
+use crate::steps::spares::Spares;
+use crate::steps::stop::Stop;
+use crate::steps::windows::Windows;
 use crate::workflows::migration::Migration;
-use crate::workflows::networks::Networks;
 use crate::workflows::recovery::Recovery;
-use crate::workflows::sla::Sla;
-use crate::workflows::spares::Spares;
-use crate::workflows::windows::Windows;
 
-/// A VEE's life after admission (see the module doc): actions (stop, suspend, resume, checkpoint, restore, undeploy) and the scheduler's round. Calls the core, booting, checkpoint records, federation, migration, networks, recovery, the SLA, spares and windows.
+/// A VEE's life after admission (see the module doc): actions (stop, suspend, resume, checkpoint, restore, undeploy) and the scheduler's round. Calls the core, the steps (actions abroad, booting, checkpoint records, networks, the SLA, spares, stopping, windows), migration and recovery.
 pub struct Lifecycle {
     pub(crate) core: Arc<Core>,
     pub(crate) boot: Arc<Boot>,
     pub(crate) checkpoints: Arc<Checkpoints>,
-    pub(crate) federation: Arc<Federation>,
+    pub(crate) abroad: Arc<Abroad>,
     pub(crate) migration: Arc<Migration>,
     pub(crate) networks: Arc<Networks>,
     pub(crate) recovery: Arc<Recovery>,
     pub(crate) sla: Arc<Sla>,
     pub(crate) spares: Arc<Spares>,
+    pub(crate) stop: Arc<Stop>,
     pub(crate) windows: Arc<Windows>,
 }
 
@@ -57,19 +59,13 @@ impl Lifecycle {
     /// a site running the VEE for a peer: give it back, see
     /// [`Migration::withdraw`](crate::workflows::migration::Migration::withdraw)).
     pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: Action, checkpoint_id: &str) -> Result<VeeRec> {
-        if let Location::Site(site) = self.vee(vee_id)?.location {
-            self.federation.forward_action(&site, vee_id, action, checkpoint_id).await?;
-            let v = self.vee(vee_id)?;
-            if action == Action::Stop {
-                // No longer abroad: an anchor here may go, and so does the
-                // spare kept for it.
-                self.networks.sync_networks(&v.service_id).await;
-                self.spares.release_spare_of_stopped_abroad(vee_id).await?;
-            }
-            return Ok(v);
+        // A stop is the stop step's, here or abroad.
+        if let (Location::Site(site), false) = (self.vee(vee_id)?.location, action == Action::Stop) {
+            self.abroad.forward_action(&site, vee_id, action, checkpoint_id).await?;
+            return self.vee(vee_id);
         }
         match action {
-            Action::Stop => self.stop_vee(vee_id).await?,
+            Action::Stop => return self.stop.stop(vee_id).await,
             Action::Suspend | Action::Resume => {
                 let _g = self.lock_vee(vee_id).await;
                 let mut v = self.vee(vee_id)?;
@@ -93,34 +89,6 @@ impl Lifecycle {
             Action::Withdraw => self.migration.withdraw(vee_id).await?,
         }
         self.vee(vee_id)
-    }
-
-    /// Stops a VEE and releases its reservation: the guest is asked to shut
-    /// down (guest agent or ACPI power button) and its domain destroyed
-    /// after `stop_timeout` if it has not; the `stopped` event says which.
-    pub async fn stop_vee(&self, vee_id: &str) -> Result<()> {
-        let _g = self.lock_vee(vee_id).await;
-        let mut v = self.vee(vee_id)?;
-        let mut how = String::new();
-        if let Location::Host(h) = &v.location {
-            how = self.boot.shut_down(h, vee_id).await?;
-            self.hosts
-                .host(h)?
-                .destroy(DestroyRequest {
-                    vee_id: vee_id.into(),
-                    remove: true,
-                })
-                .await?;
-        }
-        if v.state != VeeState::Stopped {
-            self.transition(&mut v, VeeState::Stopped, how)?;
-        }
-        let spare = self.spares.spare_site(vee_id);
-        let _ = self.planner.lock().unwrap().release_vee(vee_id);
-        self.spares.release_peer_spare_of(vee_id, spare).await;
-        self.persist_planner()?;
-        v.location = Location::Nowhere;
-        self.transition(&mut v, VeeState::Terminated, "")
     }
 
     /// Undeploys service `service_id`: stops each of its VEEs that is not
@@ -344,7 +312,7 @@ impl Lifecycle {
                 Some(Due::Stop) => {
                     let veem = self.clone();
                     self.spawn(async move {
-                        if let Err(e) = veem.stop_vee(&v.id).await {
+                        if let Err(e) = veem.stop.stop_here(&v.id).await {
                             tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "stop at the window's end failed; tried again later");
                         }
                     });
@@ -353,7 +321,7 @@ impl Lifecycle {
                     let veem = self.clone();
                     self.spawn(async move {
                         let r = match &v.location {
-                            Location::Site(s) => veem.federation.forward_action(s, &v.id, Action::Checkpoint, "").await,
+                            Location::Site(s) => veem.abroad.forward_action(s, &v.id, Action::Checkpoint, "").await,
                             _ => veem.checkpoint_vee(&v.id).await.map(|_| ()),
                         };
                         if let Err(e) = r {

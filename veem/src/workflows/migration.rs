@@ -26,12 +26,12 @@ use crate::core::Core;
 use crate::domain::peer::MigrationOutcome;
 use crate::error::VeemError;
 use crate::model::{Location, MigrationRec, MigrationState, VeeRec, VeeState};
+use crate::steps::networks::Networks;
+use crate::steps::site_constraints::SiteConstraints;
+use crate::steps::sla::Sla;
+use crate::steps::spares::Spares;
 use crate::store::Tree;
 use crate::workflows::federation::Federation;
-use crate::workflows::networks::Networks;
-use crate::workflows::site_constraints::SiteConstraints;
-use crate::workflows::sla::Sla;
-use crate::workflows::spares::Spares;
 
 mod affinity;
 mod arrival;
@@ -322,7 +322,7 @@ impl Migration {
             .into_iter()
             .collect();
         let mut w = migration_write(m)?;
-        crate::workflows::sla::Sla::put_violations(&mut w, &viols)?;
+        crate::steps::sla::Sla::put_violations(&mut w, &viols)?;
         let steps = running_again(v, format!("migrated to {}", m.to));
         self.commit_transitions(&mut [(v, steps)], w)?;
         self.migration_event(m);

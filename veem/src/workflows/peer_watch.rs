@@ -26,10 +26,10 @@ use crate::core::Core;
 use crate::model::{FenceRec, Location, VeeRec, VeeState};
 use crate::ports::call::Failure;
 use crate::ports::within;
+use crate::steps::networks::Networks;
 use crate::store::Tree;
 use crate::workflows::federation::Federation;
 use crate::workflows::migration::Migration;
-use crate::workflows::networks::Networks;
 use crate::workflows::recovery::Recovery;
 
 /// How long one call to a peer may take before it counts as unanswered.

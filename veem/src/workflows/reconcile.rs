@@ -13,8 +13,8 @@ use interfaces::vhi::{self, DestroyRequest};
 use crate::core::Core;
 use crate::domain::rollout::{RolloutRec, RolloutState};
 use crate::model::{Location, MigrationRec, MigrationState, VeeRec, VeeState};
+use crate::steps::boot::Boot;
 use crate::store::Tree;
-use crate::workflows::boot::Boot;
 use crate::workflows::migration::{Migration, Running};
 use crate::workflows::recovery::Recovery;
 

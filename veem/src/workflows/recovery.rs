@@ -43,16 +43,16 @@ use crate::core::Core;
 use crate::model::{Location, VeeRec, VeeState, ViolationRec};
 use crate::planner::{RecoveryStep, RecoveryTarget};
 use crate::ports::call::{CallError, Failure};
+use crate::steps::background::Background;
+use crate::steps::boot::Boot;
+use crate::steps::checkpoints::Checkpoints;
+use crate::steps::networks::Networks;
+use crate::steps::sla::Sla;
+use crate::steps::windows::Windows;
 use crate::store::{Tree, Writes};
-use crate::workflows::background::Background;
-use crate::workflows::boot::Boot;
-use crate::workflows::checkpoints::Checkpoints;
 use crate::workflows::federation::Federation;
 use crate::workflows::migration::Migration;
-use crate::workflows::networks::Networks;
 use crate::workflows::remapping::Remapping;
-use crate::workflows::sla::Sla;
-use crate::workflows::windows::Windows;
 
 mod parallel;
 mod slots;
@@ -355,7 +355,7 @@ impl Recovery {
             None => Vec::new(),
         };
         let mut w = Writes::default();
-        crate::workflows::sla::Sla::put_violations(&mut w, &viols)?;
+        crate::steps::sla::Sla::put_violations(&mut w, &viols)?;
         let restored = self.transition_committing(&mut v, VeeState::Running, how, w);
         if restored.is_ok() {
             self.sla.violation_events(&viols);

@@ -20,8 +20,8 @@ use anyhow::Result;
 use crate::core::Core;
 use crate::model::{Location, VeeState};
 use crate::planner::{RemapParams, RemapReport};
-use crate::workflows::background::Background;
-use crate::workflows::windows::Windows;
+use crate::steps::background::Background;
+use crate::steps::windows::Windows;
 
 /// VRM applied while a host is down (see the module doc); owns the booking profile Deploy's admissions teach it. Calls the core, the windows and the background displacement.
 pub struct Remapping {

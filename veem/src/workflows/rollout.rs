@@ -38,9 +38,9 @@ use crate::core::Core;
 use crate::domain::rollout::{RolloutRec, RolloutState, ROLLOUT_FORMAT};
 use crate::error::VeemError;
 use crate::model::{Location, VeeRec, VeeState};
+use crate::steps::boot::Boot;
+use crate::steps::checkpoints::Checkpoints;
 use crate::store::Tree;
-use crate::workflows::boot::Boot;
-use crate::workflows::checkpoints::Checkpoints;
 use crate::workflows::deploy::Deploy;
 use crate::workflows::scaling::{live, Scaling};
 

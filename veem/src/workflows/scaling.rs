@@ -31,29 +31,28 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 
-use crate::core::Core;
+use crate::core::{Core, PLAN_ATTEMPTS};
 use crate::domain::rollout::RolloutState;
-use crate::domain::Action;
 use crate::error::VeemError;
 use crate::ipam;
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
 use crate::planner::{Admission, PeerSpare};
+use crate::steps::background::Background;
+use crate::steps::boot::Boot;
+use crate::steps::intents::{Intent, Intents};
+use crate::steps::networks::Networks;
+use crate::steps::spares::Spares;
+use crate::steps::stop::Stop;
 use crate::store::Writes;
-use crate::workflows::background::Background;
-use crate::workflows::boot::Boot;
-use crate::workflows::deploy::PLAN_ATTEMPTS;
 use crate::workflows::federation::Federation;
-use crate::workflows::intents::{Intent, Intents};
-use crate::workflows::lifecycle::Lifecycle;
-use crate::workflows::networks::Networks;
-use crate::workflows::spares::Spares;
 
 /// The most instances a component may be scaled to (as a manifest's
 /// `instances`).
 pub const MAX_INSTANCES: u32 = interfaces::manifest::MAX_INSTANCES;
 
 /// See the module documentation. Calls the core, background displacement,
-/// booting, the lifecycle (stops), networks and spares.
+/// booting, stopping, federation (peer placements), intents, networks and
+/// spares.
 pub struct Scaling {
     pub(crate) core: Arc<Core>,
     /// One scaling of a service at a time.
@@ -62,9 +61,9 @@ pub struct Scaling {
     pub(crate) boot: Arc<Boot>,
     pub(crate) federation: Arc<Federation>,
     pub(crate) intents: Arc<Intents>,
-    pub(crate) lifecycle: Arc<Lifecycle>,
     pub(crate) networks: Arc<Networks>,
     pub(crate) spares: Arc<Spares>,
+    pub(crate) stop: Arc<Stop>,
 }
 
 impl Deref for Scaling {
@@ -161,7 +160,7 @@ impl Scaling {
                             .spares
                             .reserve_peer_spares(&spares, None)
                             .await
-                            .map_err(|reasons| crate::workflows::spares::refusal(&reasons))?;
+                            .map_err(|reasons| crate::steps::spares::refusal(&reasons))?;
                         peer_spare = PeerSpare::Offered { site: site.clone() };
                         spare_site = Some(site);
                         continue;
@@ -316,7 +315,7 @@ impl Scaling {
             let nics = ipam::more_nics(&networks, &svc.networks, &self.cfg.networks, &mut used, &mut external)?;
             let mut cloud_init = template.cloud_init.clone();
             if let Some(c) = &mut cloud_init {
-                c.hostname = crate::workflows::networks::host_name(&template.component, *instance);
+                c.hostname = crate::steps::networks::host_name(&template.component, *instance);
             }
             vees.push(VeeRec {
                 id: id.clone(),
@@ -345,7 +344,7 @@ impl Scaling {
     /// tables lose them. Errors naming each that could not be stopped.
     async fn shrink(&self, svc: &ServiceRec, victims: &[VeeRec]) -> Result<()> {
         let stops = victims.iter().map(|v| async move {
-            let r = self.lifecycle.vee_action(&v.id, Action::Stop, "").await;
+            let r = self.stop.stop(&v.id).await;
             if r.is_ok() {
                 self.event(&v.id, &svc.id, "scaled-in", format!("{} instance {}", v.component, v.instance));
             }

@@ -105,7 +105,7 @@ impl Deploy {
     }
 
     /// The planner request of `m` as service `service_id`, with UUID VEE
-    /// IDs, its window padded for the VEEs' overheads ([`Windows::padding`](crate::workflows::windows::Windows::padding)).
+    /// IDs, its window padded for the VEEs' overheads ([`Windows::padding`](crate::steps::windows::Windows::padding)).
     pub fn request(&self, m: &Manifest, service_id: &str) -> ServiceRequest {
         let mut req = ServiceRequest::from_manifest(service_id, m, &self.slots, self.clock.now(), self.windows.horizon_slots())
             .padded(self.windows.padding(&m.sla, None), self.now_slot());

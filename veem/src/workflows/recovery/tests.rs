@@ -314,7 +314,7 @@ async fn a_background_vee_displaced_for_a_recovery_is_saved_and_resumed_when_roo
     assert_eq!(site.veem.lifecycle.resume_displaced(), 0);
 
     // The standard VEE ends: the background VEE resumes from the saved state.
-    site.veem.lifecycle.stop_vee(&std_vee).await.unwrap();
+    site.veem.stop.stop_here(&std_vee).await.unwrap();
     assert_eq!(site.veem.lifecycle.resume_displaced(), 1);
     crate::sim::eventually("background VEE resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
     assert_eq!(host_of(&site, &bg), "h2");
@@ -356,7 +356,7 @@ async fn the_levels_side_by_side_on_one_host_failure() {
     // The lost legacy VEE holds nothing any more (it held its failed
     // host's slots from the failure's slot on).
     assert!(site.veem.planner().placement(&legacy).is_none());
-    site.veem.lifecycle.stop_vee(&standard).await.unwrap();
+    site.veem.stop.stop_here(&standard).await.unwrap();
     assert_eq!(
         site.veem.lifecycle.resume_displaced(),
         1,
@@ -386,7 +386,7 @@ async fn a_resume_that_finds_its_host_silent_is_tried_again_later() {
         .replace("vcpus = 1", "vcpus = 4");
     let bg = site.running_service(&background).remove(0);
     site.veem.recovery.recover_host("h1").await.unwrap();
-    site.veem.lifecycle.stop_vee(&std_vee).await.unwrap();
+    site.veem.stop.stop_here(&std_vee).await.unwrap();
     // h2 misses a heartbeat just then: no resume onto it, and the VEE
     // stays its service's.
     site.host("h2").fail("HostInfo", tonic::Code::Unavailable, "slow");
@@ -458,7 +458,7 @@ async fn a_displaced_vee_saved_as_mapped_ram_resumes_only_on_a_host_that_reads_i
     );
     assert!(site.veem.planner().placement(&bg).is_none());
     // Room on h2, which reads it: it resumes there.
-    site.veem.lifecycle.stop_vee(&std_vee).await.unwrap();
+    site.veem.stop.stop_here(&std_vee).await.unwrap();
     assert_eq!(site.veem.lifecycle.resume_displaced(), 1);
     crate::sim::eventually("background VEE resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
     assert_eq!(host_of(&site, &bg), "h2");

@@ -183,9 +183,9 @@ async fn an_image_that_does_not_answer_stops_the_rollout_and_goes_back() {
     assert!(v.image_since_ms.is_some());
     v.state = VeeState::Deploying;
     let now_ms = v.window_start_unix * 1000 + 3_600_000;
-    assert_eq!(crate::workflows::sla::ongoing_breach(&v, now_ms), None);
+    assert_eq!(crate::steps::sla::ongoing_breach(&v, now_ms), None);
     v.image_since_ms = None;
-    assert!(crate::workflows::sla::ongoing_breach(&v, now_ms).is_some(), "the check itself");
+    assert!(crate::steps::sla::ongoing_breach(&v, now_ms).is_some(), "the check itself");
 }
 
 #[tokio::test]

@@ -153,7 +153,7 @@ async fn a_scale_out_the_site_cannot_hold_goes_to_a_peer_site() {
     assert!(a
         .veem
         .store
-        .list::<crate::workflows::intents::Intent>(crate::store::Tree::Intents)
+        .list::<crate::steps::intents::Intent>(crate::store::Tree::Intents)
         .unwrap()
         .is_empty());
     // Back to one: stopped at site B.

@@ -50,7 +50,7 @@ async fn a_vee_stopped_on_a_host_waiting_for_its_turn_loses_its_meter_in_that_tu
     site.veem.accounting.paced_round(&mut last, &mut cursor).await;
     assert!(last.has(&v));
     assert!(site.veem.store.get_raw(Tree::Meters, &meters_key(&h)).unwrap().is_some());
-    site.veem.lifecycle.stop_vee(&v).await.unwrap();
+    site.veem.stop.stop_here(&v).await.unwrap();
     // The other host's turn keeps it; its own host's turn drops it (h2's
     // is no sweep: the cycle starts at h1).
     let (other, own) = if h == "h1" { (cursor + 1, cursor) } else { (cursor, cursor + 1) };

@@ -65,7 +65,7 @@ async fn one_host_at_a(b_refuses: bool) -> (FakeSite, FakeSite, anyhow::Result<c
 #[tokio::test]
 async fn a_remote_placement_a_crash_cut_short_is_taken_back_from_the_peer() {
     use crate::store::Tree;
-    use crate::workflows::intents::Intent;
+    use crate::steps::intents::Intent;
     let (a, b, svc) = one_host_at_a(false).await;
     let svc = svc.unwrap();
     let intents = |a: &FakeSite| a.veem.store.list::<Intent>(Tree::Intents).unwrap();

@@ -39,7 +39,7 @@ async fn a_peer_cannot_place_its_vee_into_a_local_providers_service() {
 async fn a_peer_cannot_take_the_id_of_a_local_vee() {
     let (a, b, vee) = two_sites(B_TRUSTS_A).await;
     let local = b.running_service(STANDARD).remove(0);
-    b.veem.lifecycle.stop_vee(&local).await.unwrap();
+    b.veem.stop.stop_here(&local).await.unwrap();
     let before = b.veem.vee(&local).unwrap();
 
     let req = incoming(&a, &vee, |s| s.vee_id = local.clone());

@@ -12,7 +12,7 @@ use interfaces::vhi;
 
 use crate::core::Core;
 use crate::model::{VeeRec, VeeState};
-use crate::workflows::networks::Networks;
+use crate::steps::networks::Networks;
 
 /// Boots admitted VEEs on their hosts: a leaf Deploy, the scheduler, recovery, incoming VEEs and reconcile share. Calls the core and the networks.
 pub struct Boot {

@@ -58,7 +58,7 @@ async fn a_full_vee_holds_a_spare_at_a_peer_until_it_stops() {
     let r = b.veem.planner().reservation(&spare_id(&vee)).unwrap().clone();
     assert_eq!(r.resources, Resources::new(1, 512, 1));
     // Its VEE stops: the spare goes.
-    a.veem.lifecycle.stop_vee(&vee).await.unwrap();
+    a.veem.stop.stop_here(&vee).await.unwrap();
     assert!(held(&b).is_empty());
     assert!(b.veem.planner().reservation(&spare_id(&vee)).is_none());
 }

@@ -82,7 +82,7 @@ async fn a_site_out_of_subnets_refuses_the_service_whole_and_an_ended_services_s
     assert_eq!(usage(&site), before, "its reservation released");
     for id in &first.vees {
         eventually("running", || site.veem.vee(id).unwrap().state == VeeState::Running).await;
-        site.veem.lifecycle.stop_vee(id).await.unwrap();
+        site.veem.stop.stop_here(id).await.unwrap();
     }
     let again = site.veem.deploy.deploy(&acme(), &networked()).await.unwrap();
     assert_eq!(again.networks[0].cidr.to_string(), "10.240.0.0/24", "the ended service's subnet");

@@ -9,7 +9,7 @@ use interfaces::vhi::{CheckpointRequest, DestroyRequest};
 
 use crate::core::Core;
 use crate::model::{Location, VeeState};
-use crate::workflows::checkpoints::{Checkpoints, Origin};
+use crate::steps::checkpoints::{Checkpoints, Origin};
 
 /// Background VEEs displaced to make room (H §4). A leaf Deploy, recovery and remapping share. Calls the core and the checkpoints.
 pub struct Background {

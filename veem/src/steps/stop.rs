@@ -1,0 +1,97 @@
+//! A VEE stopped for good, wherever it runs: on a host here (the guest shut
+//! down, its domain destroyed, its reservation and a peer's spare for it
+//! released) or at a peer site (the stop forwarded, the spare kept for it
+//! there released). What a provider's stop, an undeploy, a scale-in and
+//! the scheduler's closing window share.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use anyhow::Result;
+use interfaces::vhi::DestroyRequest;
+
+use crate::core::Core;
+use crate::domain::Action;
+use crate::model::{Location, VeeRec, VeeState};
+use crate::steps::abroad::Abroad;
+use crate::steps::boot::Boot;
+use crate::steps::networks::Networks;
+use crate::steps::spares::Spares;
+
+/// Stopping VEEs (see the module doc). Calls the core, booting (the clean
+/// shutdown), the networks, spares and actions abroad.
+pub struct Stop {
+    core: Arc<Core>,
+    abroad: Arc<Abroad>,
+    boot: Arc<Boot>,
+    networks: Arc<Networks>,
+    spares: Arc<Spares>,
+}
+
+impl Deref for Stop {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Stop {
+    pub fn new(core: Arc<Core>, abroad: Arc<Abroad>, boot: Arc<Boot>, networks: Arc<Networks>, spares: Arc<Spares>) -> Self {
+        Self {
+            core,
+            abroad,
+            boot,
+            networks,
+            spares,
+        }
+    }
+
+    /// Stops VEE `vee_id` (the VMI's VeeAction STOP) and returns its
+    /// record: at the peer site that runs it, forwarded (then its anchor
+    /// here and the spare kept for it may go), else [`Stop::stop_here`].
+    /// Errors: a VEE not found, the peer's refusal, a store error.
+    pub async fn stop(&self, vee_id: &str) -> Result<VeeRec> {
+        if let Location::Site(site) = self.vee(vee_id)?.location {
+            self.abroad.forward_action(&site, vee_id, Action::Stop, "").await?;
+            let v = self.vee(vee_id)?;
+            // No longer abroad: an anchor here may go, and so does the
+            // spare kept for it.
+            self.networks.sync_networks(&v.service_id).await;
+            self.spares.release_spare_of_stopped_abroad(vee_id).await?;
+            return Ok(v);
+        }
+        self.stop_here(vee_id).await?;
+        self.vee(vee_id)
+    }
+
+    /// Stops a VEE placed here (or nowhere) and releases its reservation:
+    /// the guest is asked to shut down (guest agent or ACPI power button)
+    /// and its domain destroyed after `stop_timeout` if it has not; the
+    /// `stopped` event says which; the VEE ends `terminated`. Errors: the
+    /// host's refusal to destroy the domain, a store error.
+    pub async fn stop_here(&self, vee_id: &str) -> Result<()> {
+        let _g = self.lock_vee(vee_id).await;
+        let mut v = self.vee(vee_id)?;
+        let mut how = String::new();
+        if let Location::Host(h) = &v.location {
+            how = self.boot.shut_down(h, vee_id).await?;
+            self.hosts
+                .host(h)?
+                .destroy(DestroyRequest {
+                    vee_id: vee_id.into(),
+                    remove: true,
+                })
+                .await?;
+        }
+        if v.state != VeeState::Stopped {
+            self.transition(&mut v, VeeState::Stopped, how)?;
+        }
+        let spare = self.spares.spare_site(vee_id);
+        let _ = self.planner.lock().unwrap().release_vee(vee_id);
+        self.spares.release_peer_spare_of(vee_id, spare).await;
+        self.persist_planner()?;
+        v.location = Location::Nowhere;
+        self.transition(&mut v, VeeState::Terminated, "")
+    }
+}
