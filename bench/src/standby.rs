@@ -93,7 +93,7 @@ fn put_service(w: &mut Writes, svc: &veem::model::ServiceRec, vs: &[veem::model:
     for v in vs {
         w.put(veem::store::Tree::Vees, &v.id, v)?;
     }
-    w.put(veem::store::Tree::Services, &svc.id, svc)
+    Ok(w.put(veem::store::Tree::Services, &svc.id, svc)?)
 }
 
 fn secs(d: Duration) -> f64 {

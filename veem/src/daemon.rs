@@ -22,7 +22,7 @@ use crate::domain::Health;
 use crate::leadership::{Leader, Leadership};
 use crate::loops::{self, Loops};
 use crate::manager::Veem;
-use crate::store::{EtcdEngine, Fenced, Store, StoreUnavailable};
+use crate::store::{EtcdEngine, Store, StoreError};
 
 /// How long a new leader waits for its standby copy to reach the
 /// takeover's barrier before it reads the store instead.
@@ -302,7 +302,7 @@ async fn lead(
             }
             // The store stopped answering, or this VEEM lost the
             // leadership meanwhile: hand it over and stand by again.
-            Err(e) if e.chain().any(|c| c.is::<StoreUnavailable>() || c.is::<Fenced>()) => {
+            Err(e) if matches!(StoreError::in_chain(&e), Some(StoreError::Unavailable { .. } | StoreError::Fenced(_))) => {
                 tracing::warn!(error = %format!("{e:#}"), "elected, but cannot open the site's state: standing by again");
                 engine.fence_with(None);
                 leader.resign().await;
@@ -321,7 +321,7 @@ async fn lead(
 /// (or read from the store when the copy cannot be used), its host and
 /// peer calls carrying the epoch; and whether it came from the copy (a
 /// takeover from a standby that followed the site). Errors: the store's
-/// ([`StoreUnavailable`], [`Fenced`]), a database of another site or
+/// ([`StoreError::Unavailable`], [`StoreError::Fenced`]), a database of another site or
 /// format.
 async fn open(
     cfg: &VeemConfig,

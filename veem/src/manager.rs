@@ -283,11 +283,11 @@ impl Veem {
 /// format.
 fn store_of(cfg: &VeemConfig) -> Result<Store> {
     match cfg.store.engine {
-        EngineKind::Sled => Store::open(&cfg.db),
+        EngineKind::Sled => Ok(Store::open(&cfg.db)?),
         EngineKind::Etcd => {
             let o = cfg.store.etcd(&cfg.site_id);
             let what = format!("etcd {:?} at {}", o.prefix, o.endpoints.join(","));
-            Store::on(Arc::new(EtcdEngine::connect(&o)?), &what)
+            Ok(Store::on(Arc::new(EtcdEngine::connect(&o)?), &what)?)
         }
     }
 }

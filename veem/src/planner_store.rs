@@ -115,7 +115,7 @@ impl PlannerStore {
                     .lock()
                     .unwrap()
                     .mark_changed(Some(changes.into_iter().map(|(k, _)| k).collect()));
-                return Err(e);
+                return Err(e.into());
             }
         };
         if written.legacy {

@@ -10,6 +10,7 @@
 
 mod derived;
 mod engine;
+mod error;
 mod etcd;
 mod events;
 pub mod migrate;
@@ -18,11 +19,15 @@ mod upgrade;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Context;
+pub use error::StoreError;
 pub use engine::{Conflict, Engine, MemoryEngine, Revision, SledEngine, Unchanged, Visit, Write};
 pub use etcd::{Change, Changes, EtcdEngine, EtcdOptions, Fenced, StoreUnavailable, WatchEnded, PAGE as ETCD_PAGE};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+/// A store call's result: [`StoreError`] by what the caller can do.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// The record kinds (an engine's trees).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -357,7 +362,7 @@ impl Store {
     /// Calls `f` with every key and raw value of a tree, in key order,
     /// without holding them all in memory at once.
     pub fn scan(&self, t: Tree, mut f: impl FnMut(&str, &[u8]) -> Result<()>) -> Result<()> {
-        self.engine.scan(t, &mut |k, v| f(&String::from_utf8_lossy(k), v))
+        self.engine.scan(t, &mut |k, v| Ok(f(&String::from_utf8_lossy(k), v)?))
     }
 
     /// Calls `f` with the keys of tree `t` after `after` (`None`: from the

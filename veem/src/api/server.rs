@@ -279,7 +279,7 @@ impl Vmi for VmiService {
 
     async fn vee_action(&self, r: Request<VeeActionRequest>) -> R<VeeInfo> {
         let role = self.caller(&r)?;
-        let action = crate::wire::action("action", r.get_ref().action).map_err(|e| status(e.into()))?;
+        let action = crate::wire::action("action", r.get_ref().action).map_err(|e| status(anyhow::Error::from(e)))?;
         if action == Action::Withdraw {
             self.operator(&r)?;
         }
@@ -431,7 +431,7 @@ impl Vmi for VmiService {
 
     async fn prepare_incoming(&self, r: Request<PrepareIncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
         let site = self.peer(&r)?;
-        let incoming = wire::incoming_vee(r.into_inner()).map_err(|e| status(e.into()))?;
+        let incoming = wire::incoming_vee(r.into_inner()).map_err(|e| status(anyhow::Error::from(e)))?;
         ok(self.veem.federation.accept_incoming(&site, incoming).await)
     }
 
@@ -479,7 +479,7 @@ impl Vmi for VmiService {
 
     async fn reserve_spare(&self, r: Request<ReserveSpareRequest>) -> R<ReserveSpareResponse> {
         let site = self.peer(&r)?;
-        let spare = wire::spare_request(r.into_inner()).map_err(|e| status(e.into()))?;
+        let spare = wire::spare_request(r.into_inner()).map_err(|e| status(anyhow::Error::from(e)))?;
         ok(self.veem.spares.hold_spare(&site, &spare).map(wire::spare_held))
     }
 

@@ -1,46 +1,119 @@
 //! The one mapping of the VEEM's errors to gRPC status codes (and so to
-//! REST's HTTP statuses): the first typed link of an `anyhow::Error` chain
-//! decides the code, and the message is always the whole chain, so users
-//! read the field and the reason. A chain with no typed link is a refusal
+//! REST's HTTP statuses): each error type the VMI answers with is
+//! [`Coded`], its code chosen by its variant in a `match` over all of them
+//! (a new variant without a code does not compile), and the message is
+//! always the whole chain, so users read the field and the reason.
+//! Workflows that still return `anyhow` chains are coded by the first
+//! typed link of the chain; a chain with no typed link is a refusal
 //! (FailedPrecondition): the VEEM declined to do what was asked.
 
 use tonic::{Code, Status};
 
 use crate::domain::InvalidTransition;
 use crate::error::VeemError;
+use crate::store::StoreError;
 
-/// The gRPC status of an error (see the module doc); one that says the
-/// site's store does not answer is marked read-only
+/// An error the VMI answers with (see the module doc).
+pub trait Coded {
+    /// Its gRPC code.
+    fn code(&self) -> Code;
+    /// Its message: the error and each of its causes, `: ` between them.
+    fn message(&self) -> String;
+    /// Whether it says the site's store does not answer, so that the
+    /// caller reads the site as read-only.
+    fn read_only(&self) -> bool {
+        false
+    }
+}
+
+/// The gRPC status of an error (see the module doc), its message bounded;
+/// one that says the site's store does not answer is marked read-only
 /// ([`interfaces::fencing::READ_ONLY`]).
-pub fn status(e: anyhow::Error) -> Status {
-    let read_only = e.chain().any(|c| c.is::<crate::store::StoreUnavailable>());
-    let mut s = interfaces::error::grpc_status(&e, code_of, Code::FailedPrecondition);
-    if read_only {
+pub fn status(e: impl Coded) -> Status {
+    let mut s = Status::new(e.code(), interfaces::excerpt::message(&e.message()));
+    if e.read_only() {
         s.metadata_mut()
             .insert(interfaces::fencing::READ_ONLY, tonic::metadata::MetadataValue::from_static("1"));
     }
     s
 }
 
-fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
-    if let Some(v) = e.downcast_ref::<VeemError>() {
-        return Some(match v {
+/// `e` and each of its sources, `: ` between them (as anyhow's `{:#}`).
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(c) = source {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        source = c.source();
+    }
+    text
+}
+
+impl Coded for StoreError {
+    fn code(&self) -> Code {
+        match self {
+            // Another VEEM of the site wrote a record since this one read
+            // it: a conflict, to be retried by the caller.
+            StoreError::Conflict(_) => Code::Aborted,
+            // The site's control plane cannot take the write now (no
+            // quorum, or this VEEM no longer leads): another moment, or
+            // another VEEM.
+            StoreError::Unavailable { .. } | StoreError::Fenced(_) => Code::Unavailable,
+            StoreError::Failed(_) => Code::Internal,
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
+}
+
+impl Coded for VeemError {
+    fn code(&self) -> Code {
+        match self {
             VeemError::NotFound { .. } => Code::NotFound,
             VeemError::InvalidField { .. } | VeemError::ManifestRefused(_) => Code::InvalidArgument,
             VeemError::RequestReused(..) | VeemError::ReplyReused { .. } => Code::AlreadyExists,
             VeemError::RateLimited { .. } => Code::ResourceExhausted,
-        });
+        }
     }
-    if e.is::<crate::planner::Stale>() || e.is::<crate::store::Conflict>() {
-        // The site's plan changed under every attempt, or another VEEM of
-        // the site wrote a record since this one read it: a conflict, to
-        // be retried by the caller.
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+}
+
+/// A workflow that still returns an `anyhow` chain: coded by the chain's
+/// first typed link.
+impl Coded for anyhow::Error {
+    fn code(&self) -> Code {
+        interfaces::error::grpc_status(self, code_of, Code::FailedPrecondition).code()
+    }
+
+    fn message(&self) -> String {
+        format!("{self:#}")
+    }
+
+    fn read_only(&self) -> bool {
+        StoreError::in_chain(self).is_some_and(Coded::read_only)
+    }
+}
+
+fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
+    if let Some(v) = e.downcast_ref::<VeemError>() {
+        return Some(v.code());
+    }
+    if let Some(s) = e.downcast_ref::<StoreError>() {
+        return Some(s.code());
+    }
+    if e.is::<crate::planner::Stale>() {
+        // The site's plan changed under every attempt: to be retried.
         return Some(Code::Aborted);
-    }
-    if e.is::<crate::store::StoreUnavailable>() || e.is::<crate::store::Fenced>() {
-        // The site's control plane cannot take the write now (no quorum,
-        // or this VEEM no longer leads): another moment, or another VEEM.
-        return Some(Code::Unavailable);
     }
     e.is::<InvalidTransition>().then_some(Code::FailedPrecondition)
 }
@@ -78,12 +151,12 @@ mod tests {
                 Code::Aborted,
             ),
             (
-                anyhow::Error::from(crate::store::Conflict {
+                anyhow::Error::from(StoreError::from(crate::store::Conflict {
                     tree: crate::store::Tree::Vees,
                     key: "v1".into(),
                     since: 3,
                     written: 4,
-                })
+                }))
                 .context("persist VEE"),
                 Code::Aborted,
             ),
@@ -96,5 +169,22 @@ mod tests {
             assert_eq!((s.code(), s.message()), (code, msg.as_str()));
         }
         assert_eq!(VeemError::not_found("VEE", "v1").to_string(), "VEE v1 not found");
+    }
+
+    #[test]
+    fn a_store_error_is_coded_by_its_variant_and_an_unavailable_store_is_read_only() {
+        let unavailable = || StoreError::unavailable("commit", "no quorum");
+        let s = status(unavailable());
+        assert_eq!(s.code(), Code::Unavailable);
+        assert!(s.metadata().get(interfaces::fencing::READ_ONLY).is_some());
+        assert!(s.message().starts_with("commit: the site's control plane store (etcd) does not answer: no quorum"), "{}", s.message());
+        // The same, reached through an anyhow chain with context.
+        let s = status(anyhow::Error::from(unavailable()).context("persist VEE"));
+        assert_eq!(s.code(), Code::Unavailable);
+        assert!(s.metadata().get(interfaces::fencing::READ_ONLY).is_some());
+        let s = status(StoreError::from(crate::store::Fenced { epoch: 7 }));
+        assert_eq!(s.code(), Code::Unavailable);
+        assert!(s.metadata().get(interfaces::fencing::READ_ONLY).is_none());
+        assert_eq!(status(StoreError::from(anyhow::anyhow!("disk full"))).code(), Code::Internal);
     }
 }

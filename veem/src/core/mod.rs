@@ -26,7 +26,7 @@ use crate::model::{EventRec, ServiceRec, VeeRec, VeeState};
 use crate::planner::{AdmissionPlan, Admitted, Planner, PlannerConfig, RankPolicy, SlotClock, Stale};
 use crate::planner_store::PlannerStore;
 use crate::ports::{Clock, ImageRepository, PeerDirectory, Ports};
-use crate::store::{Conflict, Revision, Store, Tree, Writes};
+use crate::store::{Revision, Store, StoreError, Tree, Writes};
 use records::VeeRecords;
 
 /// The VEEM's shared state (see the module doc).
@@ -116,7 +116,7 @@ impl Core {
                 ),
             },
             Some(_) => Ok(()),
-            None => store.put(Tree::Meta, "site_id", &cfg.site_id),
+            None => Ok(store.put(Tree::Meta, "site_id", &cfg.site_id)?),
         }
     }
 
@@ -282,10 +282,11 @@ impl Core {
     }
 
     /// `e`, after reading again the records of `ids` when it is a
-    /// [`Conflict`] (another VEEM of the site wrote one since this one
+    /// [`Conflict`](crate::store::Conflict) (another VEEM of the site wrote one since this one
     /// read it): the next command on them starts from what is stored.
-    fn reload_on_conflict<'a>(&self, e: anyhow::Error, ids: impl IntoIterator<Item = &'a str>) -> anyhow::Error {
-        if e.downcast_ref::<Conflict>().is_some() {
+    fn reload_on_conflict<'a>(&self, e: impl Into<anyhow::Error>, ids: impl IntoIterator<Item = &'a str>) -> anyhow::Error {
+        let e = e.into();
+        if matches!(StoreError::in_chain(&e), Some(StoreError::Conflict(_))) {
             for id in ids {
                 if let Err(err) = self.reload_vee(id) {
                     tracing::warn!(vee = %id, error = %format!("{err:#}"), "cannot read the VEE record again");
@@ -364,8 +365,9 @@ impl Core {
     /// (`crate::workflows::rollout`), if any: what scaling and checkpoint
     /// retention wait for while it rolls.
     pub fn rollout(&self, service_id: &str, component: &str) -> Result<Option<crate::domain::rollout::RolloutRec>> {
-        self.store
-            .get(Tree::Rollouts, &crate::domain::rollout::RolloutRec::key(service_id, component))
+        Ok(self
+            .store
+            .get(Tree::Rollouts, &crate::domain::rollout::RolloutRec::key(service_id, component))?)
     }
 
     /// How many VEE records there are.
@@ -445,7 +447,7 @@ impl Core {
     /// Writes a VEE record (flushed to the store first), on the condition
     /// that nobody wrote it since this VEEM read it. Its stays at peer
     /// sites follow its location ([`VeeRec::stays_after`]). Errors:
-    /// [`Conflict`] (nothing written; the record is read again), the
+    /// [`Conflict`](crate::store::Conflict) (nothing written; the record is read again), the
     /// store's.
     pub fn save_vee(&self, v: &VeeRec) -> Result<()> {
         self.write_vee(&v.id, Some(v))
@@ -488,7 +490,7 @@ impl Core {
     /// Changes a VEE's state, persists it and emits the transition event.
     /// Errors with [`crate::domain::InvalidTransition`] (and changes
     /// nothing) when the VEE state table does not allow the change, with
-    /// [`Conflict`] (nothing written, `vee` as it was) when another VEEM
+    /// [`Conflict`](crate::store::Conflict) (nothing written, `vee` as it was) when another VEEM
     /// of the site wrote the record since this one read it.
     pub fn transition(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>) -> Result<()> {
         let before = vee.clone();

@@ -55,7 +55,7 @@ async fn a_record_another_veem_wrote_since_it_was_read_is_not_overwritten() {
     let mut mine = site.veem.vee(&vee).unwrap();
     assert_eq!(mine.state, VeeState::Running, "this VEEM's copy is stale");
     let e = site.veem.transition(&mut mine, VeeState::Stopped, "from a stale copy").unwrap_err();
-    assert!(e.chain().any(|c| c.is::<crate::store::Conflict>()), "{e:#}");
+    assert!(matches!(crate::store::StoreError::in_chain(&e), Some(crate::store::StoreError::Conflict(_))), "{e:#}");
     assert_eq!(mine.state, VeeState::Running, "the caller's copy as it was");
     assert_eq!(stored(), VeeState::Suspended, "the other VEEM's write stands");
     assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Suspended, "read again");
@@ -73,7 +73,7 @@ async fn a_record_another_veem_wrote_since_it_was_read_is_not_overwritten() {
         .veem
         .transition_committing(&mut mine, VeeState::Stopped, "", extra)
         .unwrap_err();
-    assert!(e.chain().any(|c| c.is::<crate::store::Conflict>()), "{e:#}");
+    assert!(matches!(crate::store::StoreError::in_chain(&e), Some(crate::store::StoreError::Conflict(_))), "{e:#}");
     assert_eq!(
         site.veem.store.get::<u32>(crate::store::Tree::Meta, "marker").unwrap(),
         None,

@@ -53,7 +53,7 @@ fn reads_and_removes_pages(e: &dyn Engine) {
     let writes = (1..=5).map(|i| (Tree::Events, key(i), Some(vec![i as u8]))).collect();
     e.commit(writes, &[]).unwrap();
     e.commit(vec![(Tree::Fenced, key(9), Some(vec![9]))], &[]).unwrap();
-    let read = |scan: &dyn Fn(crate::store::Visit) -> anyhow::Result<()>| {
+    let read = |scan: &dyn Fn(crate::store::Visit) -> crate::store::Result<()>| {
         let mut seen = Vec::new();
         scan(&mut |_, v| {
             seen.push(v[0]);
@@ -109,7 +109,10 @@ fn keeps_conditions(e: &dyn Engine, first: Revision) {
     );
     let conflict = stale.unwrap_err();
     assert_eq!(
-        conflict.downcast_ref::<Conflict>(),
+        match &conflict {
+            crate::store::StoreError::Conflict(c) => Some(c),
+            _ => None,
+        },
         Some(&Conflict {
             tree: Tree::Vees,
             key: "v1".into(),

@@ -72,12 +72,12 @@ impl Intents {
 impl Intents {
     /// Writes `intent` (flushed) before its step acts.
     pub(crate) fn begin_intent(&self, intent: &Intent) -> Result<()> {
-        self.store.put(Tree::Intents, &intent.key(), intent)
+        Ok(self.store.put(Tree::Intents, &intent.key(), intent)?)
     }
 
     /// Removes `intent` when its step gave up and undid what it did.
     pub(crate) fn drop_intent(&self, intent: &Intent) -> Result<()> {
-        self.store.remove(Tree::Intents, &intent.key())
+        Ok(self.store.remove(Tree::Intents, &intent.key())?)
     }
 
     /// Removes `intent` in the commit `w` that records its step's outcome.

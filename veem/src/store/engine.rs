@@ -22,17 +22,20 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use anyhow::{Context, Result};
+use anyhow::Context;
 use sled::Transactional;
 
-use super::Tree;
+use super::{StoreError, Tree};
+
+/// A store call's result.
+type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// One write of a commit: `(tree, key, value)`; a `None` value removes
 /// the key.
 pub type Write = (Tree, Vec<u8>, Option<Vec<u8>>);
 
 /// What [`Engine::scan`] calls with each key and value.
-pub type Visit<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> Result<()>;
+pub type Visit<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> anyhow::Result<()>;
 
 /// A store revision: the number of the commit that made it (0: nothing
 /// committed yet). Every commit makes a higher one.
@@ -249,7 +252,7 @@ impl Engine for SledEngine {
             Ok(r) => r,
             Err(sled::transaction::TransactionError::Abort(conflict)) => return Err(conflict.into()),
             Err(sled::transaction::TransactionError::Storage(e)) => {
-                return Err(anyhow::Error::from(e).context(format!("commit of {} records", writes.len())))
+                return Err(anyhow::Error::from(e).context(format!("commit of {} records", writes.len())).into())
             }
         };
         self.handles().0.flush()?;
@@ -340,7 +343,7 @@ impl Engine for MemoryEngine {
                 .map(|((_, k), v)| (k.clone(), v.clone()))
                 .collect()
         };
-        records.iter().try_for_each(|(k, v)| f(k, v))
+        Ok(records.iter().try_for_each(|(k, v)| f(k, v))?)
     }
 
     fn revision(&self) -> Result<Revision> {
@@ -392,12 +395,12 @@ impl Engine for MemoryEngine {
 
     fn scan_from(&self, t: Tree, start: &[u8], limit: usize, f: Visit) -> Result<()> {
         let records = self.copy(t, start, |r| r.take(limit).collect());
-        records.iter().try_for_each(|(k, v)| f(k, v))
+        Ok(records.iter().try_for_each(|(k, v)| f(k, v))?)
     }
 
     fn scan_back(&self, t: Tree, limit: usize, f: Visit) -> Result<()> {
         let records = self.copy(t, b"", |r| r.rev().take(limit).collect());
-        records.iter().try_for_each(|(k, v)| f(k, v))
+        Ok(records.iter().try_for_each(|(k, v)| f(k, v))?)
     }
 
     fn count(&self, t: Tree) -> Result<u64> {

@@ -22,13 +22,16 @@ use std::future::Future;
 use std::sync::RwLock;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Context};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 
 use super::engine::{Conflict, Engine, Revision, Unchanged, Visit, Write};
-use super::Tree;
+use super::{StoreError, Tree};
+
+/// A store call's result.
+type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 mod watch;
 pub use watch::{Change, Changes, WatchEnded};
@@ -188,12 +191,15 @@ impl EtcdEngine {
     /// fails when no member answers). Errors: unreadable TLS files, a
     /// malformed endpoint.
     pub fn connect(o: &EtcdOptions) -> Result<Self> {
-        anyhow::ensure!(!o.endpoints.is_empty(), "no etcd endpoint");
+        if o.endpoints.is_empty() {
+            return Err(anyhow!("no etcd endpoint").into());
+        }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("veem-etcd")
             .enable_all()
-            .build()?;
+            .build()
+            .context("the etcd engine's runtime")?;
         let opts = connect_options(o, true)?;
         // Connected on the engine's runtime (the caller may be inside
         // another, where blocking on one is not allowed).
@@ -234,7 +240,7 @@ impl EtcdEngine {
     pub async fn waiting_client(&self) -> Result<Client> {
         Client::connect(self.options.endpoints.clone(), Some(connect_options(&self.options, false)?))
             .await
-            .map_err(|e| anyhow!("etcd endpoints {:?}: {e}", self.options.endpoints))
+            .map_err(|e| anyhow!("etcd endpoints {:?}: {e}", self.options.endpoints).into())
     }
 
     /// The name of the site's election (`<prefix>/leader`: beside the
@@ -310,9 +316,9 @@ impl EtcdEngine {
         });
         match rx.recv() {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(Failure::Unavailable(e))) => Err(anyhow::Error::from(StoreUnavailable(e)).context(what.to_string())),
-            Ok(Err(Failure::Refused(e))) => Err(anyhow!("{what}: etcd refused: {e}")),
-            Err(_) => Err(anyhow::Error::from(StoreUnavailable("the engine stopped".into())).context(what.to_string())),
+            Ok(Err(Failure::Unavailable(e))) => Err(StoreError::unavailable(what, e)),
+            Ok(Err(Failure::Refused(e))) => Err(anyhow!("{what}: etcd refused: {e}").into()),
+            Err(_) => Err(StoreError::unavailable(what, "the engine stopped")),
         }
     }
 
@@ -479,7 +485,7 @@ impl Engine for EtcdEngine {
             }
             .into());
         }
-        Err(anyhow!("etcd commit refused: a condition failed that the answer does not show"))
+        Err(anyhow!("etcd commit refused: a condition failed that the answer does not show").into())
     }
 
     fn insert_new(&self, t: Tree, key: &[u8], value: Vec<u8>) -> Result<bool> {
@@ -494,7 +500,7 @@ impl Engine for EtcdEngine {
         };
         match self.commit(vec![(t, key.to_vec(), Some(value))], &[absent]) {
             Ok(_) => Ok(true),
-            Err(e) if e.is::<Conflict>() => Ok(false),
+            Err(StoreError::Conflict(_)) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -522,7 +528,7 @@ impl Engine for EtcdEngine {
                     .collect::<Vec<_>>())
             }
         })?;
-        kvs.iter().try_for_each(|(k, v)| f(&k[prefix.len()..], v))
+        Ok(kvs.iter().try_for_each(|(k, v)| f(&k[prefix.len()..], v))?)
     }
 
     fn count(&self, t: Tree) -> Result<u64> {

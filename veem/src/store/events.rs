@@ -6,7 +6,9 @@
 //! ([`Store::prune_events`]). Nothing about the stored format changes: an
 //! event's `seq` is its key.
 
-use anyhow::{Context, Result};
+use anyhow::Context;
+
+use super::Result;
 use serde::Deserialize;
 
 use super::{Store, Tree};

@@ -161,7 +161,7 @@ fn a_database_of_a_newer_format_is_refused() {
         )),
         "{msg}"
     );
-    assert!(e.chain().any(|c| c.is::<interfaces::Error>()));
+    assert!(matches!(e, crate::store::StoreError::Failed(f) if f.is::<interfaces::Error>()));
 }
 
 #[test]

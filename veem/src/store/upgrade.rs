@@ -28,7 +28,7 @@ impl Store {
             }
             Ok(())
         })?;
-        self.scan(Tree::Checkpoints, |key, raw| {
+        Ok(self.scan(Tree::Checkpoints, |key, raw| {
             let Ok(mut rec) = serde_json::from_slice::<serde_json::Value>(raw) else {
                 return Ok(());
             };
@@ -42,7 +42,7 @@ impl Store {
             };
             rec["replication"] = serde_json::to_value(replication)?;
             w.put(Tree::Checkpoints, key, &rec)
-        })
+        })?)
     }
 }
 

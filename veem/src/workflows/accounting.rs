@@ -427,7 +427,7 @@ impl Accounting {
     /// ([`rounds::HostRound`]) one by one, in key order.
     pub fn usage_records(&self) -> Result<Vec<UsageRec>> {
         let mut all = Vec::new();
-        self.store.scan(Tree::Usage, |key, raw| rounds::decode_usage(key, raw, &mut all))?;
+        self.store.scan(Tree::Usage, |key, raw| Ok(rounds::decode_usage(key, raw, &mut all)?))?;
         Ok(all)
     }
 

@@ -499,12 +499,8 @@ pub mod request;
 /// another VEEM, the store: the status map's Aborted and Unavailable),
 /// else `refused` (a bad manifest, no room: the site declined).
 fn verdict_of(e: &anyhow::Error) -> &'static str {
-    let unanswered = e.chain().any(|c| {
-        c.is::<crate::planner::Stale>()
-            || c.is::<crate::store::Conflict>()
-            || c.is::<crate::store::StoreUnavailable>()
-            || c.is::<crate::store::Fenced>()
-    });
+    let unanswered =
+        e.chain().any(|c| c.is::<crate::planner::Stale>()) || crate::store::StoreError::in_chain(e).is_some_and(|s| s.is_transient());
     if unanswered {
         "error"
     } else {

@@ -18,7 +18,7 @@ use anyhow::Result;
 use tokio::sync::watch;
 
 use crate::core::Core;
-use crate::store::{Conflict, Tree, Writes};
+use crate::store::{StoreError, Tree, Writes};
 
 /// Why a peer's call was refused (the VMI's FAILED_PRECONDITION).
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
@@ -91,8 +91,8 @@ impl PeerEpochs {
                     self.sender(site).send_if_modified(|n| std::mem::replace(n, (*n).max(e)) < e);
                     return Ok(e);
                 }
-                Err(err) if err.downcast_ref::<Conflict>().is_some() => continue,
-                Err(err) => return Err(err),
+                Err(StoreError::Conflict(_)) => continue,
+                Err(err) => return Err(err.into()),
             }
         }
         anyhow::bail!("the epoch of {site}'s call: {TRIES} concurrent commits in a row; try again")

@@ -87,8 +87,7 @@ impl VmiService {
                     VeemError::ReplyReused {
                         id: key.id().to_string(),
                         method: kept.method,
-                    }
-                    .into(),
+                    },
                 ));
             }
             tracing::info!(%method, request_id = %key.id(), "a call asked again: the first call's reply");

@@ -208,6 +208,6 @@ impl Replicator {
         } else {
             w.put(Tree::Replications, &cp.id, &cp.vee_id)?;
         }
-        self.core.store.commit(w).map(drop)
+        Ok(self.core.store.commit(w).map(drop)?)
     }
 }

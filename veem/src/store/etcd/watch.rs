@@ -61,7 +61,7 @@ impl EtcdEngine {
         }
         match at {
             Some(r) => Ok(r.max(0) as u64),
-            None => self.revision_now(),
+            None => Ok(self.revision_now()?),
         }
     }
 

@@ -31,47 +31,47 @@ struct Counting {
 }
 
 impl Engine for Counting {
-    fn get(&self, t: Tree, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
+    fn get(&self, t: Tree, key: &[u8]) -> crate::store::Result<Option<Vec<u8>>> {
         self.inner.get(t, key)
     }
-    fn scan(&self, t: Tree, f: &mut dyn FnMut(&[u8], &[u8]) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    fn scan(&self, t: Tree, f: Visit) -> crate::store::Result<()> {
         self.inner.scan(t, &mut |k, v| {
             self.read.fetch_add(1, Ordering::SeqCst);
             f(k, v)
         })
     }
-    fn revision(&self) -> anyhow::Result<crate::store::Revision> {
+    fn revision(&self) -> crate::store::Result<crate::store::Revision> {
         self.inner.revision()
     }
     fn commit(
         &self,
         writes: Vec<(Tree, Vec<u8>, Option<Vec<u8>>)>,
         unchanged: &[crate::store::Unchanged],
-    ) -> anyhow::Result<crate::store::Revision> {
+    ) -> crate::store::Result<crate::store::Revision> {
         self.inner.commit(writes, unchanged)
     }
-    fn insert_new(&self, t: Tree, key: &[u8], value: Vec<u8>) -> anyhow::Result<bool> {
+    fn insert_new(&self, t: Tree, key: &[u8], value: Vec<u8>) -> crate::store::Result<bool> {
         self.inner.insert_new(t, key, value)
     }
-    fn next_id(&self) -> anyhow::Result<u64> {
+    fn next_id(&self) -> crate::store::Result<u64> {
         self.inner.next_id()
     }
-    fn scan_from(&self, t: Tree, start: &[u8], limit: usize, f: Visit) -> anyhow::Result<()> {
+    fn scan_from(&self, t: Tree, start: &[u8], limit: usize, f: Visit) -> crate::store::Result<()> {
         self.inner.scan_from(t, start, limit, &mut |k, v| {
             self.read.fetch_add(1, Ordering::SeqCst);
             f(k, v)
         })
     }
-    fn scan_back(&self, t: Tree, limit: usize, f: Visit) -> anyhow::Result<()> {
+    fn scan_back(&self, t: Tree, limit: usize, f: Visit) -> crate::store::Result<()> {
         self.inner.scan_back(t, limit, &mut |k, v| {
             self.read.fetch_add(1, Ordering::SeqCst);
             f(k, v)
         })
     }
-    fn count(&self, t: Tree) -> anyhow::Result<u64> {
+    fn count(&self, t: Tree) -> crate::store::Result<u64> {
         self.inner.count(t)
     }
-    fn remove_before(&self, t: Tree, end: &[u8]) -> anyhow::Result<crate::store::Revision> {
+    fn remove_before(&self, t: Tree, end: &[u8]) -> crate::store::Result<crate::store::Revision> {
         self.inner.remove_before(t, end)
     }
 }
