@@ -302,7 +302,7 @@ async fn lead(
             }
             // The store stopped answering, or this VEEM lost the
             // leadership meanwhile: hand it over and stand by again.
-            Err(e) if matches!(StoreError::in_chain(&e), Some(StoreError::Unavailable { .. } | StoreError::Fenced(_))) => {
+            Err(e) if matches!(crate::core::store_error_in(&e), Some(StoreError::Unavailable { .. } | StoreError::Fenced(_))) => {
                 tracing::warn!(error = %format!("{e:#}"), "elected, but cannot open the site's state: standing by again");
                 engine.fence_with(None);
                 leader.resign().await;

@@ -117,16 +117,20 @@ impl HostPool {
         self.order.clone()
     }
 
-    /// The VHI of host `name`.
     /// Host `name` as the workflows call it ([`crate::ports::host::Host`]).
-    /// Errors: an unknown host.
-    pub fn host(&self, name: &str) -> Result<crate::ports::host::Host> {
+    /// Errors: an unknown host, as a call that found nothing
+    /// ([`Failure::NotFound`](crate::ports::call::Failure::NotFound)).
+    pub fn host(&self, name: &str) -> Result<crate::ports::host::Host, crate::ports::call::CallError> {
         self.vhi(name).map(crate::ports::host::Host::new)
     }
 
-    pub fn vhi(&self, name: &str) -> Result<Arc<HostVhi>> {
+    /// The VHI of host `name`. Errors: as [`Hosts::host`].
+    pub fn vhi(&self, name: &str) -> Result<Arc<HostVhi>, crate::ports::call::CallError> {
         let hosts = self.hosts.lock().unwrap();
-        let h = hosts.get(name).ok_or_else(|| anyhow!("unknown host {name:?}"))?;
+        let h = hosts.get(name).ok_or_else(|| crate::ports::call::CallError {
+            failure: crate::ports::call::Failure::NotFound,
+            message: format!("unknown host {name:?}"),
+        })?;
         Ok(h.vhi.clone())
     }
 

@@ -85,7 +85,7 @@ impl PlannerStore {
     /// lock, so a later state is never overwritten by an earlier one.
     /// Errors: the store cannot write; nothing of this save is then
     /// written, and its changes are kept for the next save.
-    pub fn save(&self, planner: &Mutex<Planner>) -> Result<()> {
+    pub fn save(&self, planner: &Mutex<Planner>) -> crate::store::Result<()> {
         self.save_with(planner, Writes::default()).map(|_| ())
     }
 
@@ -93,7 +93,7 @@ impl PlannerStore {
     /// the same atomic commit (and its conditions): a command's records
     /// and the planner's changes are written together or not at all.
     /// Returns the revision of the commit.
-    pub fn save_with(&self, planner: &Mutex<Planner>, also: Writes) -> Result<Revision> {
+    pub fn save_with(&self, planner: &Mutex<Planner>, also: Writes) -> crate::store::Result<Revision> {
         let mut written = self.written.lock().unwrap();
         // The header (10,000 hosts: megabytes) is copied and written only
         // when it changed since the last save.
@@ -115,7 +115,7 @@ impl PlannerStore {
                     .lock()
                     .unwrap()
                     .mark_changed(Some(changes.into_iter().map(|(k, _)| k).collect()));
-                return Err(e.into());
+                return Err(e);
             }
         };
         if written.legacy {
@@ -138,7 +138,12 @@ impl PlannerStore {
     /// when the planner changed since the plan (nothing written); else the
     /// admission and the revision of the commit. Errors: the store's
     /// (nothing written, nothing applied).
-    pub fn commit_plan(&self, planner: &Mutex<Planner>, plan: AdmissionPlan, also: Writes) -> Result<Result<(Admitted, Revision), Stale>> {
+    pub fn commit_plan(
+        &self,
+        planner: &Mutex<Planner>,
+        plan: AdmissionPlan,
+        also: Writes,
+    ) -> crate::store::Result<Result<(Admitted, Revision), Stale>> {
         let _saves = self.written.lock().unwrap();
         let mut p = planner.lock().unwrap();
         if p.revision() != plan.revision() {
@@ -166,7 +171,7 @@ pub fn decode_entry(key: &str, value: &[u8]) -> Result<PlannerEntry> {
 
 /// Adds the planner's `entries` to `batch`: each value under its key, or
 /// the key's removal.
-fn put_entries(batch: &mut Writes, entries: &[(String, Option<PlannerEntry>)]) -> Result<()> {
+fn put_entries(batch: &mut Writes, entries: &[(String, Option<PlannerEntry>)]) -> crate::store::Result<()> {
     for (key, e) in entries {
         match e {
             Some(e) => batch.put(Tree::Planner, key, e)?,

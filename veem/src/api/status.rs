@@ -9,8 +9,11 @@
 
 use tonic::{Code, Status};
 
+use crate::core::RecordError;
 use crate::domain::InvalidTransition;
 use crate::error::VeemError;
+use crate::ports::call::{CallError, Failure};
+use crate::workflows::resizing::ResizeError;
 use crate::store::StoreError;
 
 /// An error the VMI answers with (see the module doc).
@@ -73,6 +76,62 @@ impl Coded for StoreError {
     }
 }
 
+impl Coded for RecordError {
+    fn code(&self) -> Code {
+        match self {
+            RecordError::NotFound { .. } => Code::NotFound,
+            RecordError::Transition(_) => Code::FailedPrecondition,
+            RecordError::Store(s) => s.code(),
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        matches!(self, RecordError::Store(s) if s.read_only())
+    }
+}
+
+/// A host's or peer's failure, as this VEEM answers when it could not
+/// do what was asked because of it: the other party unreachable or unable
+/// to act now is Unavailable (another moment), its own failure Internal,
+/// any refusal of it a refusal.
+fn code_of_call(c: &CallError) -> Code {
+    match c.failure {
+        Failure::Unreachable | Failure::NotActing => Code::Unavailable,
+        Failure::Failed => Code::Internal,
+        Failure::NotFound | Failure::Refused | Failure::Invalid | Failure::Exists | Failure::Unsupported | Failure::Denied | Failure::Busy => {
+            Code::FailedPrecondition
+        }
+    }
+}
+
+impl Coded for ResizeError {
+    fn code(&self) -> Code {
+        match self {
+            ResizeError::Field { .. } => Code::InvalidArgument,
+            ResizeError::Record(r) => r.code(),
+            ResizeError::Abroad { .. } | ResizeError::NotRunning { .. } | ResizeError::NoRoom { .. } => Code::FailedPrecondition,
+            ResizeError::Host { call, .. } => code_of_call(call),
+            ResizeError::Store(s) => s.code(),
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        match self {
+            ResizeError::Record(r) => r.read_only(),
+            ResizeError::Store(s) => s.read_only(),
+            _ => false,
+        }
+    }
+}
+
 impl Coded for VeemError {
     fn code(&self) -> Code {
         match self {
@@ -100,7 +159,7 @@ impl Coded for anyhow::Error {
     }
 
     fn read_only(&self) -> bool {
-        StoreError::in_chain(self).is_some_and(Coded::read_only)
+        crate::core::store_error_in(self).is_some_and(Coded::read_only)
     }
 }
 
@@ -110,6 +169,9 @@ fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
     }
     if let Some(s) = e.downcast_ref::<StoreError>() {
         return Some(s.code());
+    }
+    if let Some(r) = e.downcast_ref::<RecordError>() {
+        return Some(r.code());
     }
     if e.is::<crate::planner::Stale>() {
         // The site's plan changed under every attempt: to be retried.

@@ -6,11 +6,13 @@
 //! drains. It holds no workflow's own state and calls no workflow: the
 //! workflows (and the `Veem` facade that builds them) sit on it.
 
+mod error;
 mod event_log;
 mod loaded;
 mod records;
 pub mod replica;
 
+pub use error::{store_error_in, RecordError};
 pub use loaded::{renew_ahead_s, Loaded};
 
 use std::sync::{Arc, Mutex, RwLock};
@@ -20,7 +22,6 @@ use tokio::sync::broadcast;
 
 use crate::config::VeemConfig;
 use crate::domain::StateMachine;
-use crate::error::VeemError;
 use crate::hosts::HostPool;
 use crate::model::{EventRec, ServiceRec, VeeRec, VeeState};
 use crate::planner::{AdmissionPlan, Admitted, Planner, PlannerConfig, RankPolicy, SlotClock, Stale};
@@ -203,7 +204,7 @@ impl Core {
 
     /// Writes what changed in the planner's state (reservations, hosts,
     /// services) since the last write (see [`PlannerStore`]).
-    pub fn persist_planner(&self) -> Result<()> {
+    pub fn persist_planner(&self) -> Result<(), StoreError> {
         self.planner_store.save(&self.planner)
     }
 
@@ -286,14 +287,26 @@ impl Core {
     /// read it): the next command on them starts from what is stored.
     fn reload_on_conflict<'a>(&self, e: impl Into<anyhow::Error>, ids: impl IntoIterator<Item = &'a str>) -> anyhow::Error {
         let e = e.into();
-        if matches!(StoreError::in_chain(&e), Some(StoreError::Conflict(_))) {
-            for id in ids {
-                if let Err(err) = self.reload_vee(id) {
-                    tracing::warn!(vee = %id, error = %format!("{err:#}"), "cannot read the VEE record again");
-                }
-            }
+        if let Some(StoreError::Conflict(_)) = store_error_in(&e) {
+            self.reload_vees(ids);
         }
         e
+    }
+
+    /// [`Core::reload_on_conflict`] of a store error.
+    fn reload_on_conflict_of<'a>(&self, e: StoreError, ids: impl IntoIterator<Item = &'a str>) -> StoreError {
+        if let StoreError::Conflict(_) = e {
+            self.reload_vees(ids);
+        }
+        e
+    }
+
+    fn reload_vees<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
+        for id in ids {
+            if let Err(err) = self.reload_vee(id) {
+                tracing::warn!(vee = %id, error = %format!("{err:#}"), "cannot read the VEE record again");
+            }
+        }
     }
 
     /// Reads VEE `id`'s record again from the store (another VEEM of the
@@ -332,14 +345,14 @@ impl Core {
         self.busy.lock().unwrap().remove(vee_id);
     }
 
-    /// The record of VEE `id`; errors when there is none.
-    pub fn vee(&self, id: &str) -> Result<VeeRec> {
+    /// The record of VEE `id`. Errors: [`RecordError::NotFound`].
+    pub fn vee(&self, id: &str) -> Result<VeeRec, RecordError> {
         self.vee_records
             .read()
             .unwrap()
             .get(id)
             .cloned()
-            .ok_or_else(|| VeemError::not_found("VEE", id).into())
+            .ok_or_else(|| RecordError::not_found("VEE", id))
     }
 
     /// What `f` makes of VEE `id`'s record (copies no record); `None`
@@ -348,10 +361,12 @@ impl Core {
         self.vee_records.read().unwrap().get(id).map(f)
     }
 
-    pub fn service(&self, id: &str) -> Result<ServiceRec> {
+    /// The record of service `id`. Errors: [`RecordError::NotFound`], the
+    /// store's.
+    pub fn service(&self, id: &str) -> Result<ServiceRec, RecordError> {
         self.store
             .get(Tree::Services, id)?
-            .ok_or_else(|| VeemError::not_found("service", id).into())
+            .ok_or_else(|| RecordError::not_found("service", id))
     }
 
     /// The terms (SLA, constraints) of service `id` as admitted; `None`
@@ -449,18 +464,18 @@ impl Core {
     /// sites follow its location ([`VeeRec::stays_after`]). Errors:
     /// [`Conflict`](crate::store::Conflict) (nothing written; the record is read again), the
     /// store's.
-    pub fn save_vee(&self, v: &VeeRec) -> Result<()> {
+    pub fn save_vee(&self, v: &VeeRec) -> Result<(), StoreError> {
         self.write_vee(&v.id, Some(v))
     }
 
     /// Forgets a VEE record (on the same condition as [`Core::save_vee`]).
-    pub fn remove_vee(&self, id: &str) -> Result<()> {
+    pub fn remove_vee(&self, id: &str) -> Result<(), StoreError> {
         self.write_vee(id, None)
     }
 
     /// Writes VEE `id`'s record `v` (`None`: removes it) as
     /// [`Core::save_vee`] says.
-    fn write_vee(&self, id: &str, v: Option<&VeeRec>) -> Result<()> {
+    fn write_vee(&self, id: &str, v: Option<&VeeRec>) -> Result<(), StoreError> {
         // Read under the record cache's lock, committed without it (a
         // commit may wait for etcd or a slow disk, and every reader of the
         // cache with it), applied after: the commit is conditioned on the
@@ -482,7 +497,7 @@ impl Core {
         };
         match self.store.commit(w) {
             Ok(revision) => self.vee_records.write().unwrap().apply_commit(id, v, revision),
-            Err(e) => return Err(self.reload_on_conflict(e, [id])),
+            Err(e) => return Err(self.reload_on_conflict_of(e, [id])),
         }
         Ok(())
     }
@@ -492,13 +507,13 @@ impl Core {
     /// nothing) when the VEE state table does not allow the change, with
     /// [`Conflict`](crate::store::Conflict) (nothing written, `vee` as it was) when another VEEM
     /// of the site wrote the record since this one read it.
-    pub fn transition(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>) -> Result<()> {
+    pub fn transition(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>) -> Result<(), RecordError> {
         let before = vee.clone();
         vee.state = before.state.transition(&vee.id, to)?;
         vee.updated_ms = self.clock.now_ms();
         if let Err(e) = self.save_vee(vee) {
             *vee = before;
-            return Err(e.context("persist VEE"));
+            return Err(e.into());
         }
         self.transition_event(vee, before.state, vee.state, detail);
         Ok(())

@@ -26,7 +26,7 @@ async fn an_invalid_transition_is_refused_and_changes_nothing() {
     let events = || site.veem.store.events().unwrap().into_iter().filter(|e| e.vee_id == vee).count();
     let before = events();
     let e = site.veem.transition(&mut v, VeeState::Pending, "back to the start").unwrap_err();
-    assert!(e.downcast_ref::<crate::domain::InvalidTransition>().is_some(), "{e:#}");
+    assert!(matches!(e, crate::core::RecordError::Transition(_)), "{e:#}");
     assert_eq!(v.state, VeeState::Running);
     assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running, "nothing stored");
     assert_eq!(events(), before, "no event");
@@ -55,7 +55,7 @@ async fn a_record_another_veem_wrote_since_it_was_read_is_not_overwritten() {
     let mut mine = site.veem.vee(&vee).unwrap();
     assert_eq!(mine.state, VeeState::Running, "this VEEM's copy is stale");
     let e = site.veem.transition(&mut mine, VeeState::Stopped, "from a stale copy").unwrap_err();
-    assert!(matches!(crate::store::StoreError::in_chain(&e), Some(crate::store::StoreError::Conflict(_))), "{e:#}");
+    assert!(matches!(e, crate::core::RecordError::Store(crate::store::StoreError::Conflict(_))), "{e:#}");
     assert_eq!(mine.state, VeeState::Running, "the caller's copy as it was");
     assert_eq!(stored(), VeeState::Suspended, "the other VEEM's write stands");
     assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Suspended, "read again");
@@ -73,7 +73,7 @@ async fn a_record_another_veem_wrote_since_it_was_read_is_not_overwritten() {
         .veem
         .transition_committing(&mut mine, VeeState::Stopped, "", extra)
         .unwrap_err();
-    assert!(matches!(crate::store::StoreError::in_chain(&e), Some(crate::store::StoreError::Conflict(_))), "{e:#}");
+    assert!(matches!(crate::core::store_error_in(&e), Some(crate::store::StoreError::Conflict(_))), "{e:#}");
     assert_eq!(
         site.veem.store.get::<u32>(crate::store::Tree::Meta, "marker").unwrap(),
         None,

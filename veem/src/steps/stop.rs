@@ -62,7 +62,7 @@ impl Stop {
             return Ok(v);
         }
         self.stop_here(vee_id).await?;
-        self.vee(vee_id)
+        Ok(self.vee(vee_id)?)
     }
 
     /// Stops a VEE placed here (or nowhere) and releases its reservation:
@@ -92,6 +92,6 @@ impl Stop {
         self.spares.release_peer_spare_of(vee_id, spare).await;
         self.persist_planner()?;
         v.location = Location::Nowhere;
-        self.transition(&mut v, VeeState::Terminated, "")
+        Ok(self.transition(&mut v, VeeState::Terminated, "")?)
     }
 }

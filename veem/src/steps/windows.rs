@@ -125,7 +125,7 @@ impl Windows {
         drop(guards);
         let text = chrono::DateTime::from_timestamp(end_unix, 0).map_or(end_unix.to_string(), |t| t.to_rfc3339());
         self.event("", service_id, "window", format!("extended to {text}"));
-        self.service(service_id)
+        Ok(self.service(service_id)?)
     }
 
     /// Renews the reservation of every open-ended service this site runs

@@ -42,12 +42,6 @@ impl StoreError {
         }
     }
 
-    /// The store error in `e`'s chain, if any (for code that still carries
-    /// `anyhow` chains: what it can act on is this variant).
-    pub fn in_chain(e: &anyhow::Error) -> Option<&StoreError> {
-        e.chain().find_map(|c| c.downcast_ref::<StoreError>())
-    }
-
     /// Whether the call may succeed as it is later or at another VEEM
     /// (unavailable, fenced, or a conflict once read again).
     pub fn is_transient(&self) -> bool {

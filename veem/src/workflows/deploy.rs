@@ -500,7 +500,7 @@ pub mod request;
 /// else `refused` (a bad manifest, no room: the site declined).
 fn verdict_of(e: &anyhow::Error) -> &'static str {
     let unanswered =
-        e.chain().any(|c| c.is::<crate::planner::Stale>()) || crate::store::StoreError::in_chain(e).is_some_and(|s| s.is_transient());
+        e.chain().any(|c| c.is::<crate::planner::Stale>()) || crate::core::store_error_in(e).is_some_and(|s| s.is_transient());
     if unanswered {
         "error"
     } else {

@@ -256,7 +256,7 @@ impl Federation {
                     if let Some(need) = used_spare {
                         self.spares.replace_used_spare(vee_id, &p.site_id, need).await?;
                     }
-                    return r;
+                    return Ok(r?);
                 }
                 Err(e) => refusals.push(format!("{} refused: {e:#}", p.site_id)),
             }

@@ -62,7 +62,7 @@ impl Lifecycle {
         // A stop is the stop step's, here or abroad.
         if let (Location::Site(site), false) = (self.vee(vee_id)?.location, action == Action::Stop) {
             self.abroad.forward_action(&site, vee_id, action, checkpoint_id).await?;
-            return self.vee(vee_id);
+            return Ok(self.vee(vee_id)?);
         }
         match action {
             Action::Stop => return self.stop.stop(vee_id).await,
@@ -88,7 +88,7 @@ impl Lifecycle {
             }
             Action::Withdraw => self.migration.withdraw(vee_id).await?,
         }
-        self.vee(vee_id)
+        Ok(self.vee(vee_id)?)
     }
 
     /// Undeploys service `service_id`: stops each of its VEEs that is not
@@ -262,7 +262,7 @@ impl Lifecycle {
                     r => r.map_err(anyhow::Error::from),
                 }
             };
-            let host = match placed.and_then(|p| self.persist_planner().map(|_| p.host)) {
+            let host = match placed.and_then(|p| Ok(self.persist_planner().map(|_| p.host)?)) {
                 Ok(h) => h,
                 Err(e) => {
                     tracing::debug!(vee = %v.id, error = %format!("{e:#}"), "displaced VEE: no room yet");

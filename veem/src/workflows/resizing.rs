@@ -14,12 +14,45 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
 use interfaces::vhi::ResizeRequest;
 
-use crate::core::Core;
-use crate::error::VeemError;
+use crate::core::{Core, RecordError};
 use crate::model::{Location, VeeRec, VeeState};
+use crate::planner::PlanError;
+use crate::ports::call::CallError;
+use crate::store::StoreError;
+
+/// Why a resize did not happen: nothing changed (the reservation given
+/// back when the host could not). The VMI's status of each variant is in
+/// `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum ResizeError {
+    /// A request field out of range: 0, or above the VEE's maximum
+    /// (InvalidArgument).
+    #[error("field `{field}`: {reason}")]
+    Field { field: &'static str, reason: String },
+    /// No such VEE, or its record could not be read or written.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The VEE runs at a peer site, where it is not resized yet
+    /// (FailedPrecondition).
+    #[error("VEE {vee} runs at a peer site: it is not resized there yet")]
+    Abroad { vee: String },
+    /// The VEE is not running (FailedPrecondition).
+    #[error("VEE {vee} is {state}, not running here")]
+    NotRunning { vee: String, state: &'static str },
+    /// The planner finds no room for the growth: the host and slot named
+    /// (FailedPrecondition).
+    #[error("reject: VEE {vee} cannot be resized: {reason}")]
+    NoRoom { vee: String, reason: PlanError },
+    /// The host could not resize the domain (the machine, or a guest
+    /// without the driver); its failure decides the status.
+    #[error("VEE {vee} was not resized on {host}: {}", .call.message)]
+    Host { vee: String, host: String, call: CallError },
+    /// The store refused or failed the reservation's write.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// See the module documentation. Calls the core only.
 pub struct Resizing {
@@ -45,13 +78,18 @@ impl Resizing {
     /// VEE's maximum); a refusal (FailedPrecondition) when it is not
     /// running here, the planner finds no room for the growth (the host
     /// and slot named), or the host cannot (its reason), nothing changed.
-    pub async fn resize(&self, vee_id: &str, vcpus: Option<u32>, memory_mib: Option<u64>) -> Result<VeeRec> {
+    pub async fn resize(&self, vee_id: &str, vcpus: Option<u32>, memory_mib: Option<u64>) -> Result<VeeRec, ResizeError> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         let host = match (&v.location, v.state) {
             (Location::Host(h), VeeState::Running) => h.clone(),
-            (Location::Site(_), _) => bail!("VEE {vee_id} runs at a peer site: it is not resized there yet"),
-            _ => bail!("VEE {vee_id} is {}, not running here", v.state.as_str()),
+            (Location::Site(_), _) => return Err(ResizeError::Abroad { vee: vee_id.into() }),
+            _ => {
+                return Err(ResizeError::NotRunning {
+                    vee: vee_id.into(),
+                    state: v.state.as_str(),
+                })
+            }
         };
         // Records before resizing: their size is their maximum.
         v.max_vcpus = v.max_vcpus.max(v.vcpus);
@@ -64,25 +102,34 @@ impl Resizing {
         }
         let now = self.now_slot();
         let planned = self.planner.lock().unwrap().resize_vee(vee_id, new_vcpus, new_memory, now);
-        let old = planned.map_err(|e| anyhow::anyhow!("reject: VEE {vee_id} cannot be resized: {e}"))?;
+        let old = planned.map_err(|reason| ResizeError::NoRoom {
+            vee: vee_id.into(),
+            reason,
+        })?;
         self.persist_planner()?;
         fail::fail_point!("resize-after-reservation");
-        let r = self
-            .hosts
-            .host(&host)?
-            .resize(ResizeRequest {
-                vee_id: vee_id.into(),
-                vcpus: new_vcpus,
-                memory_mib: new_memory,
-            })
-            .await;
-        if let Err(e) = r {
+        let r = match self.hosts.host(&host) {
+            Ok(h) => {
+                h.resize(ResizeRequest {
+                    vee_id: vee_id.into(),
+                    vcpus: new_vcpus,
+                    memory_mib: new_memory,
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(call) = r {
             // Back to the old size: shrinking always fits.
             let back = self.planner.lock().unwrap().resize_vee(vee_id, old.vcpus, old.memory_mib, now);
-            if let Err(b) = back.map_err(anyhow::Error::from).and_then(|_| self.persist_planner()) {
+            if let Err(b) = back.map_err(anyhow::Error::from).and_then(|_| Ok(self.persist_planner()?)) {
                 tracing::warn!(vee = %vee_id, error = %format!("{b:#}"), "cannot give a failed resize's reservation back");
             }
-            bail!("VEE {vee_id} was not resized on {host}: {}", e.message());
+            return Err(ResizeError::Host {
+                vee: vee_id.into(),
+                host,
+                call,
+            });
         }
         let what = format!("{} -> {new_vcpus} vCPUs, {} -> {new_memory} MiB on {host}", v.vcpus, v.memory_mib);
         (v.vcpus, v.memory_mib) = (new_vcpus, new_memory);
@@ -125,7 +172,7 @@ impl Resizing {
                 .lock()
                 .unwrap()
                 .resize_vee(&v.id, v.vcpus, v.memory_mib, self.now_slot());
-            if let Err(e) = back.map_err(anyhow::Error::from).and_then(|_| self.persist_planner()) {
+            if let Err(e) = back.map_err(anyhow::Error::from).and_then(|_| Ok(self.persist_planner()?)) {
                 tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "a resize cut short: its reservation not given back");
                 continue;
             }
@@ -161,15 +208,18 @@ impl Resizing {
 
 /// `value` of request field `field` is 1 to `max` (the VEE's maximum, its
 /// component's `limit_field`).
-fn check(field: &str, value: u64, max: u64, unit: &str, limit_field: &str) -> Result<()> {
+fn check(field: &'static str, value: u64, max: u64, unit: &str, limit_field: &str) -> Result<(), ResizeError> {
     if value == 0 {
-        bail!(VeemError::field(field, "must be at least 1"));
+        return Err(ResizeError::Field {
+            field,
+            reason: "must be at least 1".into(),
+        });
     }
     if value > max {
-        bail!(VeemError::field(
+        return Err(ResizeError::Field {
             field,
-            format!("{value}{unit} is more than this VEE's maximum of {max}{unit} (its component's `{limit_field}`, set at deploy)")
-        ));
+            reason: format!("{value}{unit} is more than this VEE's maximum of {max}{unit} (its component's `{limit_field}`, set at deploy)"),
+        });
     }
     Ok(())
 }

@@ -324,7 +324,7 @@ impl Rollouts {
         fail::fail_point!("rollout-after-image");
         self.boot.boot_on(host, v).await?;
         let how = if image == rec.to_image { "rolling update" } else { "rolled back" };
-        self.transition(v, VeeState::Running, format!("{how} on {host}: {image}"))
+        Ok(self.transition(v, VeeState::Running, format!("{how} on {host}: {image}"))?)
     }
 
     /// `v` booted from the rollout's old image again; says how that went

@@ -127,7 +127,7 @@ impl Scaling {
             if instances < have {
                 self.shrink(&svc, &current[instances as usize..]).await?;
             }
-            self.service(service_id)
+            Ok(self.service(service_id)?)
         }
     }
 

@@ -112,7 +112,7 @@ impl VmiService {
 
     /// The status of error `e` as `role` may read it: its message redacted
     /// (a planner's or a host's reason may name hosts and sites).
-    pub(super) fn refusal(&self, role: &Role, e: anyhow::Error) -> Status {
+    pub(super) fn refusal(&self, role: &Role, e: impl crate::api::status::Coded) -> Status {
         let s = status(e);
         match self.redactor(role) {
             Some(r) => Status::new(s.code(), r.text(s.message())),

@@ -48,7 +48,7 @@ impl Migration {
         reason: &str,
         by: Proposer,
     ) -> Result<MigrationRec> {
-        let members: Vec<VeeRec> = set.iter().map(|id| self.vee(id)).collect::<Result<_>>()?;
+        let members: Vec<VeeRec> = set.iter().map(|id| self.vee(id)).collect::<Result<_, _>>()?;
         let there = |m: &VeeRec| location_text(&m.location) == to.to_string();
         let open = self.store.list::<MigrationRec>(Tree::Migrations)?;
         for m in &members {

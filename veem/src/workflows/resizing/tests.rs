@@ -1,6 +1,8 @@
 //! Resizing a running VEE against fake VEEHs (issue 40, item 5): within
 //! its maxima, admitted by the planner, undone when the host cannot.
 
+use super::ResizeError;
+use crate::api::status::status;
 use crate::config::Role;
 use crate::model::VeeState;
 use crate::sim::{eventually, FakeSite, STANDARD};
@@ -58,8 +60,11 @@ async fn grows_and_shrinks_in_place_within_its_maxima() {
 
     // Beyond its maxima, or zero: the field named, nothing changed.
     for (vcpus, memory, field) in [(Some(3), None, "vcpus"), (None, Some(4096), "memory_mib"), (Some(0), None, "vcpus")] {
-        let e = format!("{:#}", site.veem.resizing.resize(&id, vcpus, memory).await.unwrap_err());
-        assert!(e.contains(&format!("field `{field}`")), "{e}");
+        let err = site.veem.resizing.resize(&id, vcpus, memory).await.unwrap_err();
+        assert!(matches!(&err, ResizeError::Field { field: f, .. } if *f == field), "{err}");
+        let s = status(err);
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert!(s.message().contains(&format!("field `{field}`")), "{}", s.message());
     }
     assert_eq!(site.veem.vee(&id).unwrap().memory_mib, 512);
 }
@@ -73,19 +78,29 @@ async fn no_room_on_its_host_or_a_host_that_cannot_changes_nothing() {
         .replace("name = \"vm\"", "name = \"big\"");
     running(&site, &big).await;
     let id = running(&site, &resizable()).await;
-    let e = format!("{:#}", site.veem.resizing.resize(&id, None, Some(1024)).await.unwrap_err());
-    assert!(e.contains("no room for") && e.contains("h1"), "{e}");
+    let err = site.veem.resizing.resize(&id, None, Some(1024)).await.unwrap_err();
+    assert!(matches!(err, ResizeError::NoRoom { .. }), "{err}");
+    let s = status(err);
+    assert_eq!(s.code(), tonic::Code::FailedPrecondition);
+    assert!(s.message().contains("no room for") && s.message().contains("h1"), "{}", s.message());
     let r = site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources;
     assert_eq!(r.memory_mib, 512);
 
     // The host refuses (a guest without the balloon driver, a machine
     // without hot-plug): the reservation goes back.
     site.hosts[0].fail("Resize", tonic::Code::FailedPrecondition, "unsupported: vCPU hot-plug");
-    let e = format!("{:#}", site.veem.resizing.resize(&id, Some(2), None).await.unwrap_err());
-    assert!(e.contains("was not resized on h1") && e.contains("vCPU hot-plug"), "{e}");
+    let s = status(site.veem.resizing.resize(&id, Some(2), None).await.unwrap_err());
+    assert_eq!(s.code(), tonic::Code::FailedPrecondition, "the host's refusal is the site's");
+    assert!(s.message().contains("was not resized on h1") && s.message().contains("vCPU hot-plug"), "{}", s.message());
     let r = site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources;
     assert_eq!(r.vcpus, 1, "given back");
     assert_eq!(site.veem.vee(&id).unwrap().vcpus, 1);
+
+    // A host that does not answer: not a refusal, try again later.
+    site.hosts[0].fail("Resize", tonic::Code::Unavailable, "connection refused");
+    let s = status(site.veem.resizing.resize(&id, Some(2), None).await.unwrap_err());
+    assert_eq!(s.code(), tonic::Code::Unavailable, "{}", s.message());
+    assert_eq!(site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources.vcpus, 1, "given back");
 }
 
 /// A VEEM that died in the middle of a resize (its reservation resized,
