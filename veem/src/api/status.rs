@@ -13,7 +13,10 @@ use crate::core::RecordError;
 use crate::domain::InvalidTransition;
 use crate::error::VeemError;
 use crate::ports::call::{CallError, Failure};
+use crate::steps::windows::WindowError;
+use crate::workflows::deploy::DeployError;
 use crate::workflows::resizing::ResizeError;
+use crate::workflows::scaling::ScaleError;
 use crate::store::StoreError;
 
 /// An error the VMI answers with (see the module doc).
@@ -132,6 +135,72 @@ impl Coded for ResizeError {
     }
 }
 
+impl Coded for WindowError {
+    fn code(&self) -> Code {
+        match self {
+            WindowError::Record(r) => r.code(),
+            WindowError::NothingLive { .. } | WindowError::NoRoom { .. } => Code::FailedPrecondition,
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        matches!(self, WindowError::Record(r) if r.read_only())
+    }
+}
+
+impl Coded for DeployError {
+    fn code(&self) -> Code {
+        match self {
+            DeployError::Request(r) => r.code(),
+            DeployError::Rejected { .. } | DeployError::Networks(_) | DeployError::Transition(_) => Code::FailedPrecondition,
+            // The site's plan changed under every attempt: a conflict, to
+            // be retried by the caller.
+            DeployError::Contended { .. } => Code::Aborted,
+            DeployError::Store(s) => s.code(),
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        matches!(self, DeployError::Store(s) if s.read_only())
+    }
+}
+
+impl Coded for ScaleError {
+    fn code(&self) -> Code {
+        match self {
+            ScaleError::Request(r) => r.code(),
+            ScaleError::Record(r) => r.code(),
+            ScaleError::Rolling { .. }
+            | ScaleError::Rejected(_)
+            | ScaleError::Networks(_)
+            | ScaleError::Transition(_)
+            | ScaleError::NotStopped { .. } => Code::FailedPrecondition,
+            ScaleError::Contended { .. } => Code::Aborted,
+            ScaleError::Store(s) => s.code(),
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        match self {
+            ScaleError::Record(r) => r.read_only(),
+            ScaleError::Store(s) => s.read_only(),
+            _ => false,
+        }
+    }
+}
+
 impl Coded for VeemError {
     fn code(&self) -> Code {
         match self {
@@ -231,6 +300,65 @@ mod tests {
             assert_eq!((s.code(), s.message()), (code, msg.as_str()));
         }
         assert_eq!(VeemError::not_found("VEE", "v1").to_string(), "VEE v1 not found");
+    }
+
+    #[test]
+    fn a_deploys_error_is_coded_by_its_variant() {
+        let stale = crate::planner::Stale { planned: 1, now: 2 };
+        let cases = [
+            (DeployError::Contended { attempts: 5, last: stale }, Code::Aborted),
+            (DeployError::rejected("reject", &["no room".into()]), Code::FailedPrecondition),
+            (DeployError::Networks(crate::ipam::IpamError::NoVni), Code::FailedPrecondition),
+            (VeemError::ManifestRefused(vec!["manifest field `name`: empty".into()]).into(), Code::InvalidArgument),
+            (StoreError::unavailable("commit", "no quorum").into(), Code::Unavailable),
+            (
+                StoreError::from(crate::store::Conflict {
+                    tree: crate::store::Tree::Vees,
+                    key: "v1".into(),
+                    since: 3,
+                    written: 4,
+                })
+                .into(),
+                Code::Aborted,
+            ),
+        ];
+        for (e, code) in cases {
+            let (unanswered, msg) = (e.unanswered(), e.to_string());
+            let s = status(e);
+            assert_eq!(s.code(), code, "{msg}");
+            assert_eq!(s.message(), msg);
+            // The metrics' `error` verdict: the site could not answer.
+            assert_eq!(unanswered, matches!(code, Code::Aborted | Code::Unavailable), "{msg}");
+        }
+        let s = status(DeployError::from(StoreError::unavailable("commit", "no quorum")));
+        assert!(s.metadata().get(interfaces::fencing::READ_ONLY).is_some());
+        assert!(s.message().starts_with("reject: commit: "), "{}", s.message());
+    }
+
+    /// A scaling whose plan went stale under every attempt is ABORTED, as
+    /// a Deploy's is, so that a client asks again (it was a refusal).
+    #[test]
+    fn a_scalings_error_is_coded_by_its_variant() {
+        let cases = [
+            (ScaleError::Contended { attempts: 5 }, Code::Aborted),
+            (ScaleError::Rejected("no room".into()), Code::FailedPrecondition),
+            (VeemError::field("instances", "too many").into(), Code::InvalidArgument),
+            (RecordError::not_found("service", "s1").into(), Code::NotFound),
+            (StoreError::unavailable("commit", "no quorum").into(), Code::Unavailable),
+            (
+                ScaleError::NotStopped {
+                    failed: 1,
+                    of: 2,
+                    reasons: "VEE v1: host down".into(),
+                },
+                Code::FailedPrecondition,
+            ),
+        ];
+        for (e, code) in cases {
+            let msg = e.to_string();
+            let s = status(e);
+            assert_eq!((s.code(), s.message()), (code, msg.as_str()));
+        }
     }
 
     #[test]

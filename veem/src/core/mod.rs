@@ -17,7 +17,7 @@ pub use loaded::{renew_ahead_s, Loaded};
 
 use std::sync::{Arc, Mutex, RwLock};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use tokio::sync::broadcast;
 
 use crate::config::VeemConfig;
@@ -212,18 +212,18 @@ impl Core {
     /// the VEE records `vees` and the service record `svc`. After a crash
     /// either all of them are there or none (no reservation without its
     /// VEEs, no VEE without its service).
-    pub fn commit_admission(&self, svc: &ServiceRec, vees: &[VeeRec]) -> Result<()> {
+    pub fn commit_admission(&self, svc: &ServiceRec, vees: &[VeeRec]) -> Result<(), StoreError> {
         self.commit_admission_with(svc, vees, Writes::default())
     }
 
     /// [`Core::commit_admission`] with more records `w` in the same commit
     /// (Deploy's request record).
-    pub fn commit_admission_with(&self, svc: &ServiceRec, vees: &[VeeRec], mut w: Writes) -> Result<()> {
+    pub fn commit_admission_with(&self, svc: &ServiceRec, vees: &[VeeRec], mut w: Writes) -> Result<(), StoreError> {
         let vees = self.admission_writes(svc, vees, &mut w)?;
         let revision = self
             .planner_store
             .save_with(&self.planner, w)
-            .map_err(|e| self.reload_on_conflict(e, vees.iter().map(|v| v.id.as_str())))?;
+            .map_err(|e| self.reload_on_conflict_of(e, vees.iter().map(|v| v.id.as_str())))?;
         self.cache_new_vees(vees, revision);
         Ok(())
     }
@@ -240,12 +240,12 @@ impl Core {
         svc: &ServiceRec,
         vees: &[VeeRec],
         mut w: Writes,
-    ) -> Result<std::result::Result<Admitted, Stale>> {
+    ) -> Result<Result<Admitted, Stale>, StoreError> {
         let vees = self.admission_writes(svc, vees, &mut w)?;
         let (admitted, revision) = match self.planner_store.commit_plan(&self.planner, plan, w) {
             Ok(Ok(done)) => done,
             Ok(Err(stale)) => return Ok(Err(stale)),
-            Err(e) => return Err(self.reload_on_conflict(e, vees.iter().map(|v| v.id.as_str()))),
+            Err(e) => return Err(self.reload_on_conflict_of(e, vees.iter().map(|v| v.id.as_str()))),
         };
         self.cache_new_vees(vees, revision);
         Ok(Ok(admitted))
@@ -255,7 +255,7 @@ impl Core {
     /// (their stays from now), each VEE on the condition that nobody wrote
     /// it since this VEEM last knew it absent; returns the VEEs as
     /// written.
-    fn admission_writes(&self, svc: &ServiceRec, vees: &[VeeRec], w: &mut Writes) -> Result<Vec<VeeRec>> {
+    fn admission_writes(&self, svc: &ServiceRec, vees: &[VeeRec], w: &mut Writes) -> Result<Vec<VeeRec>, StoreError> {
         let now = self.clock.now();
         let vees: Vec<VeeRec> = vees
             .iter()
@@ -285,15 +285,9 @@ impl Core {
     /// `e`, after reading again the records of `ids` when it is a
     /// [`Conflict`](crate::store::Conflict) (another VEEM of the site wrote one since this one
     /// read it): the next command on them starts from what is stored.
-    fn reload_on_conflict<'a>(&self, e: impl Into<anyhow::Error>, ids: impl IntoIterator<Item = &'a str>) -> anyhow::Error {
-        let e = e.into();
-        if let Some(StoreError::Conflict(_)) = store_error_in(&e) {
-            self.reload_vees(ids);
-        }
-        e
-    }
-
-    /// [`Core::reload_on_conflict`] of a store error.
+    /// `e`, after reading again the records of `ids` when it is a
+    /// [`Conflict`](crate::store::Conflict) (another VEEM of the site wrote one since this one
+    /// read it): the next command on them starts from what is stored.
     fn reload_on_conflict_of<'a>(&self, e: StoreError, ids: impl IntoIterator<Item = &'a str>) -> StoreError {
         if let StoreError::Conflict(_) = e {
             self.reload_vees(ids);
@@ -312,7 +306,7 @@ impl Core {
     /// Reads VEE `id`'s record again from the store (another VEEM of the
     /// site may have written it): the record cache follows. Returns the
     /// record, `None` when there is none any more.
-    pub fn reload_vee(&self, id: &str) -> Result<Option<VeeRec>> {
+    pub fn reload_vee(&self, id: &str) -> Result<Option<VeeRec>, StoreError> {
         let mut records = self.vee_records.write().unwrap();
         let revision = self.store.revision()?;
         let stored: Option<VeeRec> = self.store.get(Tree::Vees, id)?;
@@ -379,10 +373,9 @@ impl Core {
     /// The latest rolling update of `component` of service `service_id`
     /// (`crate::workflows::rollout`), if any: what scaling and checkpoint
     /// retention wait for while it rolls.
-    pub fn rollout(&self, service_id: &str, component: &str) -> Result<Option<crate::domain::rollout::RolloutRec>> {
-        Ok(self
-            .store
-            .get(Tree::Rollouts, &crate::domain::rollout::RolloutRec::key(service_id, component))?)
+    pub fn rollout(&self, service_id: &str, component: &str) -> Result<Option<crate::domain::rollout::RolloutRec>, StoreError> {
+        self.store
+            .get(Tree::Rollouts, &crate::domain::rollout::RolloutRec::key(service_id, component))
     }
 
     /// How many VEE records there are.
@@ -391,8 +384,8 @@ impl Core {
     }
 
     /// Every VEE record, in ID order.
-    pub fn vees(&self) -> Result<Vec<VeeRec>> {
-        Ok(self.vee_records.read().unwrap().values().cloned().collect())
+    pub fn vees(&self) -> Vec<VeeRec> {
+        self.vee_records.read().unwrap().values().cloned().collect()
     }
 
     /// The VEE records for which `keep` holds, in ID order (copies only
@@ -523,7 +516,7 @@ impl Core {
     /// the VEE, the planner's changes since the last write and `extra`
     /// (e.g. the migration record) go to the store in one commit. The
     /// caller holds the VEE's lock.
-    pub fn transition_committing(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>, extra: Writes) -> Result<()> {
+    pub fn transition_committing(&self, vee: &mut VeeRec, to: VeeState, detail: impl Into<String>, extra: Writes) -> Result<(), RecordError> {
         self.commit_transitions(&mut [(vee, vec![(to, detail.into())])], extra)
     }
 
@@ -534,12 +527,12 @@ impl Core {
     /// R1: a recovery or migration step is one write). The caller holds
     /// the VEEs' locks. Errors: a step the table forbids (nothing is
     /// written), or the store's.
-    pub fn commit_transitions(&self, changes: &mut [(&mut VeeRec, Vec<(VeeState, String)>)], extra: Writes) -> Result<()> {
+    pub fn commit_transitions(&self, changes: &mut [(&mut VeeRec, Vec<(VeeState, String)>)], extra: Writes) -> Result<(), RecordError> {
         let now_ms = self.clock.now_ms();
         let mut w = extra;
         let mut events = Vec::new();
         let before: Vec<VeeRec> = changes.iter().map(|(v, _)| (**v).clone()).collect();
-        let checked = (|| -> Result<()> {
+        let checked = (|| -> Result<(), RecordError> {
             let records = self.vee_records.read().unwrap();
             for (vee, steps) in changes.iter_mut() {
                 for (to, detail) in steps.iter() {
@@ -554,14 +547,17 @@ impl Core {
             }
             Ok(())
         })();
-        let written = checked.and_then(|()| self.planner_store.save_with(&self.planner, w).context("persist VEE"));
+        let written = checked.and_then(|()| Ok(self.planner_store.save_with(&self.planner, w)?));
         let revision = match written {
             Ok(r) => r,
             Err(e) => {
                 for ((vee, _), old) in changes.iter_mut().zip(before) {
                     **vee = old;
                 }
-                return Err(self.reload_on_conflict(e, changes.iter().map(|(v, _)| v.id.as_str())));
+                if let RecordError::Store(StoreError::Conflict(_)) = e {
+                    self.reload_vees(changes.iter().map(|(v, _)| v.id.as_str()));
+                }
+                return Err(e);
             }
         };
         let mut records = self.vee_records.write().unwrap();

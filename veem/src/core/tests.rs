@@ -73,7 +73,7 @@ async fn a_record_another_veem_wrote_since_it_was_read_is_not_overwritten() {
         .veem
         .transition_committing(&mut mine, VeeState::Stopped, "", extra)
         .unwrap_err();
-    assert!(matches!(crate::core::store_error_in(&e), Some(crate::store::StoreError::Conflict(_))), "{e:#}");
+    assert!(matches!(e, crate::core::RecordError::Store(crate::store::StoreError::Conflict(_))), "{e:#}");
     assert_eq!(
         site.veem.store.get::<u32>(crate::store::Tree::Meta, "marker").unwrap(),
         None,

@@ -7,9 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
 
-use crate::store::Result;
-
-use crate::store::{Engine, MemoryEngine, Revision, Tree, Unchanged, Visit, Write};
+use crate::store::{Engine, MemoryEngine, Result, Revision, Tree, Unchanged, Visit, Write};
 
 /// See the module documentation.
 #[derive(Default)]

@@ -19,7 +19,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::core::Core;
-use crate::store::{Tree, Writes};
+use crate::store::{StoreError, Tree, Writes};
 
 /// What a step may have done outside the database.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,13 +71,13 @@ impl Intents {
 
 impl Intents {
     /// Writes `intent` (flushed) before its step acts.
-    pub(crate) fn begin_intent(&self, intent: &Intent) -> Result<()> {
-        Ok(self.store.put(Tree::Intents, &intent.key(), intent)?)
+    pub(crate) fn begin_intent(&self, intent: &Intent) -> Result<(), StoreError> {
+        self.store.put(Tree::Intents, &intent.key(), intent)
     }
 
     /// Removes `intent` when its step gave up and undid what it did.
-    pub(crate) fn drop_intent(&self, intent: &Intent) -> Result<()> {
-        Ok(self.store.remove(Tree::Intents, &intent.key())?)
+    pub(crate) fn drop_intent(&self, intent: &Intent) -> Result<(), StoreError> {
+        self.store.remove(Tree::Intents, &intent.key())
     }
 
     /// Removes `intent` in the commit `w` that records its step's outcome.

@@ -20,7 +20,7 @@ use interfaces::vhi::{NetworkMember, NetworkUpdate, VeeSpec, Vtep};
 use crate::core::Core;
 use crate::ipam::{self, Taken};
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
-use crate::store::Tree;
+use crate::store::{StoreError, Tree};
 
 /// The DNS domain of service `name`'s networks: `<name>.internal`, lower
 /// case (names of services with networks are DNS labels, checked at
@@ -40,6 +40,17 @@ pub fn dns_label(v: &VeeRec) -> String {
 /// component names, not in host names) as `-`.
 pub fn host_name(component: &str, instance: u32) -> String {
     format!("{}-{instance}", component.to_ascii_lowercase().replace('_', "-"))
+}
+
+/// Why a service's networks were not assigned: the site cannot give them
+/// ([`ipam::IpamError`]), or the networks live services hold could not be
+/// read.
+#[derive(Debug, thiserror::Error)]
+pub enum AssignError {
+    #[error(transparent)]
+    Ipam(#[from] ipam::IpamError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Service networks after IPAM (see the module doc): what admission assigns under one lock, the member tables pushed to hosts and peers, the peer sites a network is stretched to. Calls only the core, the hosts and the peers.
@@ -77,7 +88,7 @@ impl Networks {
     /// What the site's live services hold: the subnets and VNIs of every
     /// service with a VEE not terminated, and those VEEs' external
     /// addresses.
-    pub fn networks_taken(&self) -> Result<Taken> {
+    pub fn networks_taken(&self) -> Result<Taken, StoreError> {
         let live = |v: &VeeRec| !matches!(v.state, VeeState::Terminated | VeeState::Rejected);
         let vees = self.vees_where(live);
         let live_services: std::collections::HashSet<&str> = vees.iter().map(|v| v.service_id.as_str()).collect();
@@ -106,7 +117,7 @@ impl Networks {
         m: &Manifest,
         svc: &mut ServiceRec,
         vees: &mut [VeeRec],
-    ) -> Result<()> {
+    ) -> Result<(), AssignError> {
         if !m.networks.is_empty() {
             let order: Vec<&str> = vees.iter().map(|v| v.component.as_str()).collect();
             let (networks, nics) = ipam::assign(m, &self.cfg.networks, &self.networks_taken()?, &order)?;
@@ -126,7 +137,7 @@ impl Networks {
     pub fn admit_records(&self, m: &Manifest, svc: &mut ServiceRec, vees: &mut [VeeRec]) -> Result<()> {
         let one = self.ipam.try_lock()?;
         self.assign_networks(&one, m, svc, vees)?;
-        self.commit_admission(svc, vees)
+        Ok(self.commit_admission(svc, vees)?)
     }
 }
 

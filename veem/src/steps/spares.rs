@@ -324,11 +324,12 @@ impl Spares {
 
 /// Why no peer holds a spare, as admission's refusal.
 pub fn refusal(reasons: &[String]) -> anyhow::Error {
-    anyhow!(
-        "guarantee full needs spare capacity at a peer site and none holds it: {}",
-        reasons.join("; ")
-    )
+    anyhow!("{NO_SPARE}: {}", reasons.join("; "))
 }
+
+/// What Deploy and Scaling answer when no peer site holds a spare for
+/// the full guarantee (each peer's reason follows).
+pub const NO_SPARE: &str = "guarantee full needs spare capacity at a peer site and none holds it";
 
 #[cfg(test)]
 mod tests;

@@ -14,15 +14,31 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 use interfaces::manifest::Sla;
 
-use crate::core::Core;
+use crate::core::{Core, RecordError};
 use crate::domain::terms::{checkpoint_interval, DEFAULT_CHECKPOINT_COST_S};
 use crate::model::{ServiceRec, VeeRec};
-use crate::planner::Padding;
+use crate::planner::{Padding, PlanError};
 use crate::store::Writes;
+
+/// Why a service's window was not extended (VMI ExtendService): nothing
+/// changed. Each variant's status is in `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum WindowError {
+    /// No such service, or its records could not be read or written.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// None of its VEEs is live or admitted (FailedPrecondition).
+    #[error("service {service} has no VEE whose window could be extended")]
+    NothingLive { service: String },
+    /// The planner cannot keep a VEE on its host over the added slots, or
+    /// the end is not after the window's (FailedPrecondition).
+    #[error("the window of service {service} cannot end at {until_unix}: {reason}")]
+    NoRoom { service: String, until_unix: i64, reason: PlanError },
+}
 
 /// Service windows after admission (see the module doc): the padding a reservation holds, open-ended services renewed, windows extended. Calls only the core.
 pub struct Windows {
@@ -90,7 +106,7 @@ impl Windows {
     /// service is unknown, `until_unix` is not after its end, or the
     /// planner cannot keep a VEE on its host over the added slots (its
     /// reason).
-    pub async fn extend_window(&self, service_id: &str, until_unix: i64) -> Result<ServiceRec> {
+    pub async fn extend_window(&self, service_id: &str, until_unix: i64) -> Result<ServiceRec, WindowError> {
         let svc = self.service(service_id)?;
         let mut ids = svc.vees.clone();
         ids.sort_unstable();
@@ -104,7 +120,9 @@ impl Windows {
             .filter(|v| v.state.is_live() || v.state == crate::model::VeeState::Admitted)
             .collect();
         if vees.is_empty() {
-            bail!("service {service_id} has no VEE whose window could be extended");
+            return Err(WindowError::NothingLive {
+                service: service_id.into(),
+            });
         }
         // The reservations end the padding after the window (the largest
         // measured checkpoint cost of its VEEs).
@@ -113,8 +131,11 @@ impl Windows {
         let end = self.slots.slot_ceil(until_unix).saturating_add(after);
         let window = {
             let mut p = self.planner.lock().unwrap();
-            p.extend_service(service_id, end)
-                .map_err(|e| anyhow::anyhow!("the window of service {service_id} cannot end at {until_unix}: {e}"))?
+            p.extend_service(service_id, end).map_err(|reason| WindowError::NoRoom {
+                service: service_id.into(),
+                until_unix,
+                reason,
+            })?
         };
         let end_unix = self.slots.start_of(window.end.saturating_sub(after));
         for v in &mut vees {

@@ -22,18 +22,18 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
 use interfaces::manifest::{Component, Manifest};
 
 use crate::config::Role;
 use crate::core::{Core, PLAN_ATTEMPTS};
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
 use crate::planner::{Admission, AdmissionPlan, Admitted, PeerSpare, ServiceRequest, Stale};
+use crate::store::StoreError;
 use crate::steps::background::Background;
 use crate::steps::boot::Boot;
 use crate::steps::intents::Intent;
 use crate::steps::intents::Intents;
-use crate::steps::networks::Networks;
+use crate::steps::networks::{AssignError, Networks};
 use crate::steps::spares::Spares;
 use crate::steps::windows::Windows;
 use crate::workflows::federation::Federation;
@@ -100,7 +100,7 @@ impl Deploy {
     /// (or all of it there): its networks are assigned first, so that the
     /// VEEs at peers are on them (stretched there, E PIII §II). Errors
     /// carry the reasons; a refused manifest changes no state.
-    pub async fn deploy(self: &Arc<Self>, caller: &Role, toml: &str) -> Result<ServiceRec> {
+    pub async fn deploy(self: &Arc<Self>, caller: &Role, toml: &str) -> Result<ServiceRec, DeployError> {
         self.deploy_request(caller, toml, "").await
     }
 
@@ -108,18 +108,19 @@ impl Deploy {
     /// Deploy the caller already made with this ID and manifest answers
     /// the service it made ([`request`]). Errors: as Deploy's; InvalidArgument
     /// for a malformed ID; AlreadyExists for an ID used with another manifest.
-    pub async fn deploy_request(self: &Arc<Self>, caller: &Role, toml: &str, request_id: &str) -> Result<ServiceRec> {
+    pub async fn deploy_request(self: &Arc<Self>, caller: &Role, toml: &str, request_id: &str) -> Result<ServiceRec, DeployError> {
         let started = self.clock.now_ms();
         let answer = self.deploy_answer(caller, toml, request_id).await;
         let verdict = match &answer {
             Ok(_) => "admitted",
-            Err(e) => verdict_of(e),
+            Err(e) if e.unanswered() => "error",
+            Err(_) => "refused",
         };
         self.metrics.admission(verdict, self.clock.since_ms(started) as f64 / 1000.0);
         answer
     }
 
-    async fn deploy_answer(self: &Arc<Self>, caller: &Role, toml: &str, request_id: &str) -> Result<ServiceRec> {
+    async fn deploy_answer(self: &Arc<Self>, caller: &Role, toml: &str, request_id: &str) -> Result<ServiceRec, DeployError> {
         if request_id.is_empty() {
             return self.deploy_once(caller, toml, None).await;
         }
@@ -131,7 +132,12 @@ impl Deploy {
         self.deploy_once(caller, toml, Some(&request)).await
     }
 
-    async fn deploy_once(self: &Arc<Self>, caller: &Role, toml: &str, request: Option<&request::RequestKey>) -> Result<ServiceRec> {
+    async fn deploy_once(
+        self: &Arc<Self>,
+        caller: &Role,
+        toml: &str,
+        request: Option<&request::RequestKey>,
+    ) -> Result<ServiceRec, DeployError> {
         let m = match self.check_manifest(caller, toml).await {
             Ok(m) => m,
             Err(Refusal(reasons)) => return Err(crate::error::VeemError::ManifestRefused(reasons).into()),
@@ -155,7 +161,7 @@ impl Deploy {
                     .spares
                     .reserve_peer_spares(&needs, None)
                     .await
-                    .map_err(|reasons| crate::steps::spares::refusal(&reasons))?;
+                    .map_err(|reasons| DeployError::rejected(crate::steps::spares::NO_SPARE, &reasons))?;
                 req.peer_spare = PeerSpare::Offered { site: site.clone() };
                 spare_site = Some((site, needs.iter().map(|n| n.vee.clone()).collect::<Vec<_>>()));
                 verdict = self.planner.lock().unwrap().plan_admission(&req);
@@ -188,10 +194,10 @@ impl Deploy {
         if let Some((site, spared)) = &spare_site {
             self.spares.settle_peer_spares(site, spared, false).await;
         }
-        let stale = stale.expect("every attempt was stale");
-        Err(anyhow::Error::from(stale).context(format!(
-            "reject: the site's plan changed under each of {PLAN_ATTEMPTS} attempts (other admissions); try again"
-        )))
+        Err(DeployError::Contended {
+            attempts: PLAN_ATTEMPTS,
+            last: stale.expect("every attempt was stale"),
+        })
     }
 
     /// One attempt of Deploy on `verdict`, the plan of `req` made on the
@@ -208,7 +214,7 @@ impl Deploy {
         req: &ServiceRequest,
         verdict: Result<AdmissionPlan, Box<Admission>>,
         request: Option<&request::RequestKey>,
-    ) -> Result<Result<Deployed, Stale>> {
+    ) -> Result<Result<Deployed, Stale>, DeployError> {
         let service_id = &req.service_id;
         let federate = m.sla.migration.allows_peer_site() && !self.cfg.peers.is_empty();
         // What is admitted here, what goes to peer sites, and, when none of
@@ -224,7 +230,7 @@ impl Deploy {
             },
             Err(other) => {
                 let r = self.reply(req, *other);
-                bail!("{}: {}", r.verdict, r.reasons.join("; "));
+                return Err(DeployError::rejected(r.verdict.to_string(), &r.reasons));
             }
         };
         let admitted = plan.as_ref().map(|p| &p.admitted);
@@ -250,7 +256,10 @@ impl Deploy {
         let one_at_a_time = self.networks.ipam.lock().await;
         self.networks
             .assign_networks(&one_at_a_time, m, &mut svc, &mut vees)
-            .map_err(|e| e.context("reject"))?;
+            .map_err(|e| match e {
+                AssignError::Ipam(e) => DeployError::Networks(e),
+                AssignError::Store(e) => DeployError::Store(e),
+            })?;
         // VEEs placed at peers: an intent first (the peers boot them before
         // the commit here), ended by the commit.
         let intent = (!remote.is_empty()).then(|| Intent::RemotePlacement {
@@ -259,25 +268,30 @@ impl Deploy {
             created_ms: self.clock.now_ms(),
         });
         if let Some(intent) = &intent {
-            self.intents.begin_intent(intent).map_err(|e| e.context("reject"))?;
+            self.intents.begin_intent(intent)?;
             let placed = match self.federation.place_remote(&svc, &mut vees).await {
                 Ok(placed) => placed,
                 Err(e) => {
                     self.federation.unplace_remote(&vees).await;
                     self.intents.drop_intent(intent)?;
-                    return Err(e);
+                    return Err(e.into());
                 }
             };
             if let Err(why) = placed {
                 self.intents.drop_intent(intent)?;
                 match refused {
-                    Some(r) => bail!("{}: {}; {why}", r.verdict, r.reasons.join("; ")),
-                    None => bail!(
-                        "reject: {} VEEs fit at site {} and no peer site takes the other {}: {why}",
-                        vees.len() - remote.len(),
-                        self.cfg.site_id,
-                        remote.len()
-                    ),
+                    Some(r) => return Err(DeployError::rejected(r.verdict.to_string(), &[r.reasons.join("; "), why])),
+                    None => {
+                        return Err(DeployError::Rejected {
+                            verdict: "reject".into(),
+                            reasons: format!(
+                                "{} VEEs fit at site {} and no peer site takes the other {}: {why}",
+                                vees.len() - remote.len(),
+                                self.cfg.site_id,
+                                remote.len()
+                            ),
+                        })
+                    }
                 }
             }
             fail::fail_point!("deploy-after-remote-placement");
@@ -301,7 +315,7 @@ impl Deploy {
             }
             Err(e) => {
                 self.unplace_remote_intent(&vees, intent.as_ref()).await?;
-                return Err(e.context("reject"));
+                return Err(e.into());
             }
         };
         Ok(Ok(Deployed {
@@ -313,7 +327,7 @@ impl Deploy {
     }
 
     /// Takes back what an attempt placed at peer sites under `intent`.
-    async fn unplace_remote_intent(&self, vees: &[VeeRec], intent: Option<&Intent>) -> Result<()> {
+    async fn unplace_remote_intent(&self, vees: &[VeeRec], intent: Option<&Intent>) -> Result<(), StoreError> {
         if let Some(intent) = intent {
             self.federation.unplace_remote(vees).await;
             self.intents.drop_intent(intent)?;
@@ -492,21 +506,11 @@ impl VeeRec {
     }
 }
 
+mod error;
 mod negotiate;
 pub mod request;
-/// A failed Deploy's verdict for the metrics: `error` when the site could
-/// not answer (the plan changed under every attempt, a conflict with
-/// another VEEM, the store: the status map's Aborted and Unavailable),
-/// else `refused` (a bad manifest, no room: the site declined).
-fn verdict_of(e: &anyhow::Error) -> &'static str {
-    let unanswered =
-        e.chain().any(|c| c.is::<crate::planner::Stale>()) || crate::core::store_error_in(e).is_some_and(|s| s.is_transient());
-    if unanswered {
-        "error"
-    } else {
-        "refused"
-    }
-}
+
+pub use error::DeployError;
 
 #[cfg(test)]
 mod tests;

@@ -19,7 +19,7 @@ use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;
 
 use crate::core::Core;
-use crate::domain::StateMachine;
+use crate::domain::{InvalidTransition, StateMachine};
 use crate::domain::peer::{Incoming, IncomingVee};
 use crate::error::VeemError;
 use crate::model::{CheckpointRec, Location, ServiceRec, VeeRec, VeeState};
@@ -83,7 +83,7 @@ impl Federation {
     /// it. Records each placed VEE as running at its peer, or returns
     /// `Ok(Err(why))` (and nothing left at any peer) when some VEE finds no
     /// peer; `why` names each peer's refusal.
-    pub async fn place_remote(&self, svc: &ServiceRec, vees: &mut [VeeRec]) -> Result<std::result::Result<(), String>> {
+    pub async fn place_remote(&self, svc: &ServiceRec, vees: &mut [VeeRec]) -> Result<std::result::Result<(), String>, InvalidTransition> {
         self.place_remote_among(svc, vees, &[]).await
     }
 
@@ -96,7 +96,7 @@ impl Federation {
         svc: &ServiceRec,
         new: &mut [VeeRec],
         others: &[VeeRec],
-    ) -> Result<std::result::Result<(), String>> {
+    ) -> Result<std::result::Result<(), String>, InvalidTransition> {
         let constraints = svc.terms.as_ref().map(|t| t.constraints.clone()).unwrap_or_default();
         for i in 0..new.len() {
             if new[i].location != Location::Nowhere {

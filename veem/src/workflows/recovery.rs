@@ -364,7 +364,7 @@ impl Recovery {
             }
         }
         self.networks.sync_networks(&v.service_id).await;
-        restored
+        Ok(restored?)
     }
 
     /// Records a VEE lost because `lost` (e.g. "host a1 failed") that could

@@ -29,12 +29,11 @@ use std::net::Ipv4Addr;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
-
-use crate::core::{Core, PLAN_ATTEMPTS};
+use crate::core::{Core, RecordError, PLAN_ATTEMPTS};
 use crate::domain::rollout::RolloutState;
+use crate::domain::InvalidTransition;
 use crate::error::VeemError;
-use crate::ipam;
+use crate::ipam::{self, IpamError};
 use crate::model::{Location, ServiceRec, VeeRec, VeeState};
 use crate::planner::{Admission, PeerSpare};
 use crate::steps::background::Background;
@@ -43,8 +42,64 @@ use crate::steps::intents::{Intent, Intents};
 use crate::steps::networks::Networks;
 use crate::steps::spares::Spares;
 use crate::steps::stop::Stop;
-use crate::store::Writes;
+use crate::store::{StoreError, Writes};
 use crate::workflows::federation::Federation;
+
+/// Why a scaling did not happen (in full): nothing changed when growing;
+/// when shrinking, the instances named were not stopped (the others
+/// were). Each variant's status is in `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum ScaleError {
+    /// A request field: `service_id` (a service run here for a peer),
+    /// `component`, `instances`.
+    #[error(transparent)]
+    Request(#[from] VeemError),
+    /// No such service, or its records could not be read or written.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// A rolling update of the component is under way: scale it once the
+    /// rollout ends.
+    #[error("component {component} is being updated to {to_image} ({replaced} of {instances} replaced): scale it once the rollout ends")]
+    Rolling {
+        component: String,
+        to_image: String,
+        replaced: usize,
+        instances: u32,
+    },
+    /// The site (and its peers) cannot take the new instances: the
+    /// planner's reasons, each peer's refusal, a spare no peer holds.
+    #[error("reject: {0}")]
+    Rejected(String),
+    /// The service's networks have no address left for a new instance.
+    #[error("reject: {0}")]
+    Networks(#[from] IpamError),
+    /// The site's plan changed under each attempt: nothing written; ask
+    /// again.
+    #[error("reject: the site's plan changed under each of {attempts} attempts (other admissions); try again")]
+    Contended { attempts: u32 },
+    /// The store refused or failed: nothing written.
+    #[error("reject: {0}")]
+    Store(StoreError),
+    /// An instance placed at a peer could not be recorded as running there.
+    #[error("reject: {0}")]
+    Transition(InvalidTransition),
+    /// Shrinking: instances that could not be stopped, each named with
+    /// its reason (the others were stopped).
+    #[error("{failed} of {of} instances not stopped: {reasons}")]
+    NotStopped { failed: usize, of: usize, reasons: String },
+}
+
+impl From<StoreError> for ScaleError {
+    fn from(e: StoreError) -> Self {
+        ScaleError::Store(e)
+    }
+}
+
+impl From<InvalidTransition> for ScaleError {
+    fn from(e: InvalidTransition) -> Self {
+        ScaleError::Transition(e)
+    }
+}
 
 /// The most instances a component may be scaled to (as a manifest's
 /// `instances`).
@@ -86,34 +141,28 @@ impl Scaling {
     /// `instances`; a refusal with the planner's reasons (nothing changed);
     /// a shrink that could not stop an instance, naming it (the others
     /// stopped).
-    pub async fn scale(self: &Arc<Self>, service_id: &str, component: &str, instances: u32) -> Result<ServiceRec> {
+    pub async fn scale(self: &Arc<Self>, service_id: &str, component: &str, instances: u32) -> Result<ServiceRec, ScaleError> {
         let lock = interfaces::locks::entry(&mut self.locks.lock().unwrap(), service_id);
         let _one_at_a_time = lock.lock().await;
         let svc = self.service(service_id)?;
         if svc.for_peer.is_some() {
-            bail!(VeemError::field(
-                "service_id",
-                "is run here for a peer site: scale it at its primary site"
-            ));
+            return Err(VeemError::field("service_id", "is run here for a peer site: scale it at its primary site").into());
         }
         if instances > MAX_INSTANCES {
-            bail!(VeemError::field("instances", format!("{instances} is more than {MAX_INSTANCES}")));
+            return Err(VeemError::field("instances", format!("{instances} is more than {MAX_INSTANCES}")).into());
         }
         let all = self.vees_where(|v| v.service_id == service_id && v.component == component);
         let Some(mut template) = all.iter().max_by_key(|v| v.updated_ms).cloned() else {
-            bail!(VeemError::field(
-                "component",
-                format!("service {service_id} has no component {component:?}")
-            ));
+            return Err(VeemError::field("component", format!("service {service_id} has no component {component:?}")).into());
         };
         if let Some(r) = self.rollout(service_id, component)? {
             if r.state == RolloutState::Rolling {
-                bail!(
-                    "component {component} is being updated to {} ({} of {} replaced): scale it once the rollout ends",
-                    r.to_image,
-                    r.replaced.len(),
-                    r.instances
-                );
+                return Err(ScaleError::Rolling {
+                    component: component.into(),
+                    to_image: r.to_image,
+                    replaced: r.replaced.len(),
+                    instances: r.instances,
+                });
             }
             // New instances get the image the rollout left the component on.
             template.image = r.current_image().to_string();
@@ -131,7 +180,7 @@ impl Scaling {
         }
     }
 
-    async fn grow(self: &Arc<Self>, mut svc: ServiceRec, template: &VeeRec, current: &[VeeRec], n: u32) -> Result<ServiceRec> {
+    async fn grow(self: &Arc<Self>, mut svc: ServiceRec, template: &VeeRec, current: &[VeeRec], n: u32) -> Result<ServiceRec, ScaleError> {
         let taken: BTreeSet<u32> = current.iter().map(|v| v.instance).collect();
         let indices: Vec<u32> = (0..).filter(|i| !taken.contains(i)).take(n as usize).collect();
         let ids: Vec<String> = indices.iter().map(|_| uuid::Uuid::new_v4().to_string()).collect();
@@ -160,7 +209,7 @@ impl Scaling {
                             .spares
                             .reserve_peer_spares(&spares, None)
                             .await
-                            .map_err(|reasons| crate::steps::spares::refusal(&reasons))?;
+                            .map_err(|reasons| ScaleError::Rejected(format!("{}: {}", crate::steps::spares::NO_SPARE, reasons.join("; "))))?;
                         peer_spare = PeerSpare::Offered { site: site.clone() };
                         spare_site = Some(site);
                         continue;
@@ -177,7 +226,7 @@ impl Scaling {
                         if federate && !self.cfg.peers.is_empty() {
                             return self.grow_at_peers(svc, template, &indices, &ids, why).await;
                         }
-                        bail!("reject: {why}");
+                        return Err(ScaleError::Rejected(why));
                     }
                 },
             };
@@ -191,7 +240,7 @@ impl Scaling {
                 Err(e) => {
                     drop(one_at_a_time);
                     settle(false, spare_site).await;
-                    return Err(e.context("reject"));
+                    return Err(e);
                 }
             };
             let mut grown = svc.clone();
@@ -227,12 +276,12 @@ impl Scaling {
                 Err(e) => {
                     drop(one_at_a_time);
                     settle(false, spare_site).await;
-                    return Err(e.context("reject"));
+                    return Err(e.into());
                 }
             }
         }
         settle(false, spare_site).await;
-        bail!("reject: the site's plan changed under each of {PLAN_ATTEMPTS} attempts (other admissions); try again")
+        Err(ScaleError::Contended { attempts: PLAN_ATTEMPTS })
     }
 
     /// Places the new instances `indices` (VEE IDs `ids`) at peer sites,
@@ -241,30 +290,35 @@ impl Scaling {
     /// refused them here for `why`: their records and addresses, an intent
     /// while the peers boot them, one commit. Errors: no peer takes one
     /// (`why` and each peer's refusal; nothing left anywhere).
-    async fn grow_at_peers(&self, svc: ServiceRec, template: &VeeRec, indices: &[u32], ids: &[String], why: String) -> Result<ServiceRec> {
+    async fn grow_at_peers(
+        &self,
+        svc: ServiceRec,
+        template: &VeeRec,
+        indices: &[u32],
+        ids: &[String],
+        why: String,
+    ) -> Result<ServiceRec, ScaleError> {
         let one_at_a_time = self.networks.ipam.lock().await;
         let nowhere = vec![None; ids.len()];
-        let mut vees = self
-            .new_records(&svc, template, indices, ids, &nowhere)
-            .map_err(|e| e.context("reject"))?;
+        let mut vees = self.new_records(&svc, template, indices, ids, &nowhere)?;
         let intent = Intent::RemotePlacement {
             service_id: svc.id.clone(),
             vees: ids.to_vec(),
             created_ms: self.clock.now_ms(),
         };
-        self.intents.begin_intent(&intent).map_err(|e| e.context("reject"))?;
+        self.intents.begin_intent(&intent)?;
         let others = self.vees_where(|v| v.service_id == svc.id && live(v));
         let placed = match self.federation.place_remote_among(&svc, &mut vees, &others).await {
             Ok(placed) => placed,
             Err(e) => {
                 self.federation.unplace_remote(&vees).await;
                 self.intents.drop_intent(&intent)?;
-                return Err(e);
+                return Err(e.into());
             }
         };
         if let Err(peers) = placed {
             self.intents.drop_intent(&intent)?;
-            bail!("reject: {why}; and no peer site takes it: {peers}");
+            return Err(ScaleError::Rejected(format!("{why}; and no peer site takes it: {peers}")));
         }
         let mut grown = svc.clone();
         grown.vees.extend(ids.iter().cloned());
@@ -273,7 +327,7 @@ impl Scaling {
         if let Err(e) = self.commit_admission_with(&grown, &vees, with) {
             self.federation.unplace_remote(&vees).await;
             self.intents.drop_intent(&intent)?;
-            return Err(e.context("reject"));
+            return Err(e.into());
         }
         drop(one_at_a_time);
         self.federation.placed_remotely(&vees);
@@ -300,7 +354,7 @@ impl Scaling {
         indices: &[u32],
         ids: &[String],
         hosts: &[Option<String>],
-    ) -> Result<Vec<VeeRec>> {
+    ) -> Result<Vec<VeeRec>, ScaleError> {
         let live_vees = self.vees_where(live);
         let mut used: BTreeSet<Ipv4Addr> = live_vees
             .iter()
@@ -342,7 +396,7 @@ impl Scaling {
 
     /// Stops `victims` (VeeAction STOP, all at once), then the member
     /// tables lose them. Errors naming each that could not be stopped.
-    async fn shrink(&self, svc: &ServiceRec, victims: &[VeeRec]) -> Result<()> {
+    async fn shrink(&self, svc: &ServiceRec, victims: &[VeeRec]) -> Result<(), ScaleError> {
         let stops = victims.iter().map(|v| async move {
             let r = self.stop.stop(&v.id).await;
             if r.is_ok() {
@@ -357,7 +411,11 @@ impl Scaling {
             .collect();
         self.networks.sync_networks(&svc.id).await;
         if !failed.is_empty() {
-            bail!("{} of {} instances not stopped: {}", failed.len(), victims.len(), failed.join("; "));
+            return Err(ScaleError::NotStopped {
+                failed: failed.len(),
+                of: victims.len(),
+                reasons: failed.join("; "),
+            });
         }
         Ok(())
     }

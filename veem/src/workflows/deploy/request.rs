@@ -12,7 +12,7 @@ use super::Deploy;
 use crate::config::Role;
 use crate::error::VeemError;
 use crate::model::ServiceRec;
-use crate::store::{Tree, Writes};
+use crate::store::{StoreError, Tree, Writes};
 
 /// Longest request ID, in bytes.
 pub const MAX_REQUEST_ID_LEN: usize = 128;
@@ -72,7 +72,7 @@ impl RequestKey {
     }
 
     /// The record to commit with the admission of `service_id` from `toml`.
-    pub fn record(&self, service_id: &str, toml: &str, now_ms: i64) -> Result<Writes> {
+    pub fn record(&self, service_id: &str, toml: &str, now_ms: i64) -> Result<Writes, StoreError> {
         let mut w = Writes::default();
         w.put(
             Tree::Requests,
@@ -91,7 +91,7 @@ impl Deploy {
     /// The service an earlier Deploy of `request` made, if any. Errors:
     /// [`VeemError::RequestReused`] when that Deploy had another manifest;
     /// NotFound when its service has since been deleted.
-    pub(crate) fn requested(&self, request: &RequestKey, toml: &str) -> Result<Option<ServiceRec>> {
+    pub(crate) fn requested(&self, request: &RequestKey, toml: &str) -> Result<Option<ServiceRec>, super::DeployError> {
         let Some(r) = self.store.get::<RequestRec>(Tree::Requests, &request.key)? else {
             return Ok(None);
         };

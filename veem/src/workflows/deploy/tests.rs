@@ -5,6 +5,7 @@
 
 use tonic::Code;
 
+use super::DeployError;
 use crate::config::Role;
 use crate::model::VeeState;
 use crate::sim::{eventually, FakeSite, STANDARD};
@@ -87,8 +88,8 @@ async fn a_repository_that_is_down_refuses_the_manifest_and_nothing_is_reserved(
     let e = site.veem.deploy.deploy(&acme(), STANDARD).await.unwrap_err();
     let msg = format!("{e:#}");
     assert!(msg.contains("manifest field `component[0].image`: cannot check"), "{msg}");
-    assert!(matches!(e.downcast_ref(), Some(crate::error::VeemError::ManifestRefused(_))));
-    assert!(site.veem.vees().unwrap().is_empty(), "no VEE recorded");
+    assert!(matches!(e, DeployError::Request(crate::error::VeemError::ManifestRefused(_))), "{e}");
+    assert!(site.veem.vees().is_empty(), "no VEE recorded");
     assert!(site
         .veem
         .store
@@ -107,7 +108,7 @@ async fn an_image_the_repository_lacks_is_named_in_the_refusal() {
         e.contains(&format!("`component[0].image`: {IMAGE} is not in the image repository")),
         "{e}"
     );
-    assert!(site.veem.vees().unwrap().is_empty());
+    assert!(site.veem.vees().is_empty());
 }
 
 #[tokio::test]
@@ -147,7 +148,7 @@ async fn a_deploy_retried_with_its_request_id_deploys_once() {
     assert_eq!(b.unwrap().id, first.id);
     let again = site.veem.deploy.deploy_request(&acme(), STANDARD, "req-1").await.unwrap();
     assert_eq!((again.id.as_str(), &again.vees), (first.id.as_str(), &first.vees));
-    assert_eq!(site.veem.vees().unwrap().len(), first.vees.len(), "one set of VEEs");
+    assert_eq!(site.veem.vees().len(), first.vees.len(), "one set of VEEs");
     let reserved = usage(&site);
     assert_eq!(reserved as usize, first.vees.len(), "one vCPU per VEE, reserved once");
 

@@ -49,7 +49,13 @@ fn apart() -> String {
 
 /// Site A with one host (a1) and B (b1, refusing VEEs if `b_refuses`):
 /// `apart()` cannot run whole at A. Deploys it; the result.
-async fn one_host_at_a(b_refuses: bool) -> (FakeSite, FakeSite, anyhow::Result<crate::model::ServiceRec>) {
+async fn one_host_at_a(
+    b_refuses: bool,
+) -> (
+    FakeSite,
+    FakeSite,
+    Result<crate::model::ServiceRec, crate::workflows::deploy::DeployError>,
+) {
     let a = FakeSite::start_site("site-a", &["a1"], &format!("{A_PEERS_WITH_B}{OVERLAY_B}{POOLS}"));
     let b = FakeSite::start_site("site-b", &["b1"], &format!("{B_TRUSTS_A}{OVERLAY_A}"));
     a.peer_with(&b, "a-to-b-token");
@@ -156,14 +162,14 @@ async fn a_service_whose_peer_refuses_its_part_is_refused_whole_and_leaves_nothi
     let (a, b, svc) = one_host_at_a(true).await;
     let e = format!("{:#}", svc.unwrap_err());
     assert!(e.contains("no peer site takes the other 1") && e.contains("no room"), "{e}");
-    assert!(a.veem.vees().unwrap().is_empty(), "site A recorded {:?}", a.veem.vees().unwrap());
+    assert!(a.veem.vees().is_empty(), "site A recorded {:?}", a.veem.vees());
     assert!(a.veem.networks.networks_taken().unwrap().subnets.is_empty());
     assert!(
         a.host("a1").calls().iter().all(|c| !c.starts_with("prepare")),
         "{:?}",
         a.host("a1").calls()
     );
-    assert!(b.veem.vees().unwrap().is_empty(), "site B keeps {:?}", b.veem.vees().unwrap());
+    assert!(b.veem.vees().is_empty(), "site B keeps {:?}", b.veem.vees());
     // The same service deploys once B has room.
     b.host("b1").script.lock().unwrap().failing.clear();
     let svc = a.veem.deploy.deploy(&Role::Provider("acme".into()), &apart()).await.unwrap();
