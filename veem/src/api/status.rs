@@ -12,12 +12,9 @@ use tonic::{Code, Status};
 use crate::core::RecordError;
 use crate::domain::InvalidTransition;
 use crate::error::VeemError;
-use crate::ports::call::{CallError, Failure};
-use crate::steps::windows::WindowError;
-use crate::workflows::deploy::DeployError;
-use crate::workflows::resizing::ResizeError;
-use crate::workflows::scaling::ScaleError;
 use crate::store::StoreError;
+
+mod workflows;
 
 /// An error the VMI answers with (see the module doc).
 pub trait Coded {
@@ -97,110 +94,6 @@ impl Coded for RecordError {
     }
 }
 
-/// A host's or peer's failure, as this VEEM answers when it could not
-/// do what was asked because of it: the other party unreachable or unable
-/// to act now is Unavailable (another moment), its own failure Internal,
-/// any refusal of it a refusal.
-fn code_of_call(c: &CallError) -> Code {
-    match c.failure {
-        Failure::Unreachable | Failure::NotActing => Code::Unavailable,
-        Failure::Failed => Code::Internal,
-        Failure::NotFound | Failure::Refused | Failure::Invalid | Failure::Exists | Failure::Unsupported | Failure::Denied | Failure::Busy => {
-            Code::FailedPrecondition
-        }
-    }
-}
-
-impl Coded for ResizeError {
-    fn code(&self) -> Code {
-        match self {
-            ResizeError::Field { .. } => Code::InvalidArgument,
-            ResizeError::Record(r) => r.code(),
-            ResizeError::Abroad { .. } | ResizeError::NotRunning { .. } | ResizeError::NoRoom { .. } => Code::FailedPrecondition,
-            ResizeError::Host { call, .. } => code_of_call(call),
-            ResizeError::Store(s) => s.code(),
-        }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
-    }
-
-    fn read_only(&self) -> bool {
-        match self {
-            ResizeError::Record(r) => r.read_only(),
-            ResizeError::Store(s) => s.read_only(),
-            _ => false,
-        }
-    }
-}
-
-impl Coded for WindowError {
-    fn code(&self) -> Code {
-        match self {
-            WindowError::Record(r) => r.code(),
-            WindowError::NothingLive { .. } | WindowError::NoRoom { .. } => Code::FailedPrecondition,
-        }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
-    }
-
-    fn read_only(&self) -> bool {
-        matches!(self, WindowError::Record(r) if r.read_only())
-    }
-}
-
-impl Coded for DeployError {
-    fn code(&self) -> Code {
-        match self {
-            DeployError::Request(r) => r.code(),
-            DeployError::Rejected { .. } | DeployError::Networks(_) | DeployError::Transition(_) => Code::FailedPrecondition,
-            // The site's plan changed under every attempt: a conflict, to
-            // be retried by the caller.
-            DeployError::Contended { .. } => Code::Aborted,
-            DeployError::Store(s) => s.code(),
-        }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
-    }
-
-    fn read_only(&self) -> bool {
-        matches!(self, DeployError::Store(s) if s.read_only())
-    }
-}
-
-impl Coded for ScaleError {
-    fn code(&self) -> Code {
-        match self {
-            ScaleError::Request(r) => r.code(),
-            ScaleError::Record(r) => r.code(),
-            ScaleError::Rolling { .. }
-            | ScaleError::Rejected(_)
-            | ScaleError::Networks(_)
-            | ScaleError::Transition(_)
-            | ScaleError::NotStopped { .. } => Code::FailedPrecondition,
-            ScaleError::Contended { .. } => Code::Aborted,
-            ScaleError::Store(s) => s.code(),
-        }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
-    }
-
-    fn read_only(&self) -> bool {
-        match self {
-            ScaleError::Record(r) => r.read_only(),
-            ScaleError::Store(s) => s.read_only(),
-            _ => false,
-        }
-    }
-}
-
 impl Coded for VeemError {
     fn code(&self) -> Code {
         match self {
@@ -252,6 +145,8 @@ fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workflows::deploy::DeployError;
+    use crate::workflows::scaling::ScaleError;
     use crate::domain::StateMachine;
 
     #[test]

@@ -589,10 +589,20 @@ impl Core {
         self.slots.slot_at(self.clock.now())
     }
 
-    /// Peer site `site`. Errors when it is not a peer of this site or is
-    /// marked unavailable in the configuration.
-    pub fn peer(&self, site: &str) -> Result<crate::ports::peer_site::PeerSite> {
-        let peer = self.peer_directory.connect(crate::peers::peer(&self.cfg, site)?)?;
+    /// Peer site `site`. Errors, as a call that could not be made: not a
+    /// peer of this site ([`Failure::NotFound`](crate::ports::call::Failure::NotFound)), marked unavailable in the
+    /// configuration or not reachable (`Unreachable`).
+    pub fn peer(&self, site: &str) -> Result<crate::ports::peer_site::PeerSite, crate::ports::call::CallError> {
+        use crate::ports::call::{CallError, Failure};
+        let failed = |failure, e: anyhow::Error| CallError {
+            failure,
+            message: format!("{e:#}"),
+        };
+        let entry = crate::peers::peer(&self.cfg, site).map_err(|e| {
+            let known = self.cfg.peers.iter().any(|p| p.site_id == site);
+            failed(if known { Failure::Unreachable } else { Failure::NotFound }, e)
+        })?;
+        let peer = self.peer_directory.connect(entry).map_err(|e| failed(Failure::Unreachable, e))?;
         Ok(crate::ports::peer_site::PeerSite::new(
             peer,
             site,

@@ -5,11 +5,22 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{anyhow, Result};
-
-use crate::core::Core;
+use crate::core::{Core, RecordError};
 use crate::domain::{Action, StateMachine};
+use crate::ports::call::CallError;
 use crate::steps::checkpoints::{Checkpoints, Origin};
+
+/// Why an action forwarded to a peer site did not happen, or was not
+/// recorded here. Each variant's status is in `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum AbroadError {
+    /// The peer site refused, or could not be called.
+    #[error("site {site}: {}", .call.message)]
+    Peer { site: String, call: CallError },
+    /// The VEE's record (or its checkpoint's) could not be read or written.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
 
 /// Actions on VEEs at peer sites (see the module doc). Calls the core, its
 /// peers and checkpoint records.
@@ -36,13 +47,16 @@ impl Abroad {
     /// taken there is recorded here too, so that it can be restored at any
     /// site (both pull its blobs by ID: B §2; DESIGN.md §7). The peer's
     /// new state is taken when the VEE can make that change, ignored with a
-    /// warning when not. Errors: the peer's refusal, naming the site.
-    pub async fn forward_action(&self, site: &str, vee_id: &str, action: Action, checkpoint_id: &str) -> Result<()> {
+    /// warning when not. Errors: the peer's refusal, naming the site; the
+    /// records'.
+    pub async fn forward_action(&self, site: &str, vee_id: &str, action: Action, checkpoint_id: &str) -> Result<(), AbroadError> {
+        let peer_failed = |call| AbroadError::Peer { site: site.into(), call };
         let info = self
-            .peer(site)?
+            .peer(site)
+            .map_err(peer_failed)?
             .vee_action(vee_id, action, checkpoint_id)
             .await
-            .map_err(|s| anyhow!("site {site}: {}", s.message()))?;
+            .map_err(peer_failed)?;
         let mut v = self.vee(vee_id)?;
         if let Some(rec) = info.checkpoint.as_ref().filter(|_| action == Action::Checkpoint) {
             self.checkpoints

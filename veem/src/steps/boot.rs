@@ -64,7 +64,7 @@ impl Boot {
     /// if it has not) and says how it went: a clean shutdown, a power-off
     /// and why, or no domain. The caller removes the domain. Errors: the
     /// host is not one of the site's.
-    pub async fn shut_down(&self, host: &str, vee_id: &str) -> Result<String> {
+    pub async fn shut_down(&self, host: &str, vee_id: &str) -> Result<String, crate::ports::call::CallError> {
         let c = self.hosts.host(host)?;
         let timeout_s = self.cfg.stop_timeout.as_secs().max(1);
         let r = c

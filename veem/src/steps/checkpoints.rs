@@ -13,15 +13,39 @@ pub mod replication;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use interfaces::BlobId;
 
-use crate::core::Core;
+use crate::core::{Core, RecordError};
 use crate::domain::{Replication, ReplicationRec};
-use crate::error::VeemError;
 use crate::model::{CheckpointRec, VeeRec};
-use crate::store::{Tree, Writes};
+use crate::store::{StoreError, Tree, Writes};
 use replication::Replicator;
+
+/// Why a checkpoint was not found to restore from. Each variant's status
+/// is in `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// No checkpoint with that ID.
+    #[error("checkpoint {id} not found")]
+    NotFound { id: String },
+    /// The checkpoint named is another VEE's.
+    #[error("checkpoint {id} is not of VEE {vee}")]
+    NotOfVee { id: String, vee: String },
+    /// The checkpoint named is not in this site's repository yet: its copy
+    /// from `site` is awaited.
+    #[error("checkpoint {id} of VEE {vee} is not in this site's repository yet (its copy from {site} is awaited)")]
+    Awaited { id: String, vee: String, site: String },
+    /// The VEE has no checkpoint this site may restore.
+    #[error("VEE {vee} has no checkpoint")]
+    None { vee: String },
+    /// The checkpoint's record does not read (its format).
+    #[error("checkpoint {id}: {reason}")]
+    Unreadable { id: String, reason: String },
+    /// The records could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// A VEE's checkpoint records: recorded (blobs pinned, shared with the primary site of a VEE run for a peer), replicated where a peer needs them (in the background, `replication`) and looked up. A leaf lifecycle, federation and recovery share. Calls only the core.
 pub struct Checkpoints {
@@ -79,7 +103,7 @@ impl Checkpoints {
         rec: &interfaces::vhi::CheckpointRecord,
         where_: &str,
         origin: Origin,
-    ) -> Result<CheckpointRec> {
+    ) -> Result<CheckpointRec, RecordError> {
         let now = self.clock.now_ms();
         let replication = match (&origin, &v.for_peer) {
             (Origin::Here, Some(primary)) if self.cfg.replicate_checkpoints => ReplicationRec::new(Replication::LocalOnly, primary, now),
@@ -151,20 +175,24 @@ impl Checkpoints {
     /// one still `awaiting` its copy here), or the named one (refused
     /// while it awaits). Errors: no such checkpoint, another VEE's, one
     /// not here yet, or the store cannot be read.
-    pub fn checkpoint_of(&self, vee_id: &str, id: Option<&str>) -> Result<Option<CheckpointRec>> {
+    pub fn checkpoint_of(&self, vee_id: &str, id: Option<&str>) -> Result<Option<CheckpointRec>, CheckpointError> {
         if let Some(id) = id {
             let cp: CheckpointRec = self
                 .store
                 .get(Tree::Checkpoints, id)?
-                .ok_or_else(|| VeemError::not_found("checkpoint", id))?;
+                .ok_or_else(|| CheckpointError::NotFound { id: id.into() })?;
             if cp.vee_id != vee_id {
-                bail!("checkpoint {id} is not of VEE {vee_id}");
+                return Err(CheckpointError::NotOfVee {
+                    id: id.into(),
+                    vee: vee_id.into(),
+                });
             }
             if !cp.replication.state.usable_here() {
-                bail!(
-                    "checkpoint {id} of VEE {vee_id} is not in this site's repository yet (its copy from {} is awaited)",
-                    cp.replication.site
-                );
+                return Err(CheckpointError::Awaited {
+                    id: id.into(),
+                    vee: vee_id.into(),
+                    site: cp.replication.site,
+                });
             }
             return Ok(Some(cp));
         }

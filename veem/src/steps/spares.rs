@@ -305,7 +305,7 @@ impl Spares {
 
     /// A VEE abroad was stopped: its peer spare, kept while it ran there,
     /// is released (best effort at the peer).
-    pub(crate) async fn release_spare_of_stopped_abroad(&self, vee_id: &str) -> Result<()> {
+    pub(crate) async fn release_spare_of_stopped_abroad(&self, vee_id: &str) -> Result<(), crate::store::StoreError> {
         let spare = self.planner.lock().unwrap().take_peer_spare(vee_id);
         if let Some(s) = spare {
             self.persist_planner()?;

@@ -7,16 +7,36 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::Result;
 use interfaces::vhi::DestroyRequest;
 
-use crate::core::Core;
+use crate::core::{Core, RecordError};
 use crate::domain::Action;
 use crate::model::{Location, VeeRec, VeeState};
-use crate::steps::abroad::Abroad;
+use crate::ports::call::CallError;
+use crate::steps::abroad::{Abroad, AbroadError};
 use crate::steps::boot::Boot;
 use crate::steps::networks::Networks;
 use crate::steps::spares::Spares;
+use crate::store::StoreError;
+
+/// Why a VEE was not stopped. Each variant's status is in
+/// `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum StopError {
+    /// No such VEE, or its record could not be written.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// Its host could not destroy the domain (or is not one of this
+    /// site's).
+    #[error("{host}: {call}")]
+    Host { host: String, call: CallError },
+    /// The peer site running it refused, or could not be called.
+    #[error(transparent)]
+    Abroad(#[from] AbroadError),
+    /// The reservation's release could not be written.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// Stopping VEEs (see the module doc). Calls the core, booting (the clean
 /// shutdown), the networks, spares and actions abroad.
@@ -51,7 +71,7 @@ impl Stop {
     /// record: at the peer site that runs it, forwarded (then its anchor
     /// here and the spare kept for it may go), else [`Stop::stop_here`].
     /// Errors: a VEE not found, the peer's refusal, a store error.
-    pub async fn stop(&self, vee_id: &str) -> Result<VeeRec> {
+    pub async fn stop(&self, vee_id: &str) -> Result<VeeRec, StopError> {
         if let Location::Site(site) = self.vee(vee_id)?.location {
             self.abroad.forward_action(&site, vee_id, Action::Stop, "").await?;
             let v = self.vee(vee_id)?;
@@ -70,19 +90,22 @@ impl Stop {
     /// and its domain destroyed after `stop_timeout` if it has not; the
     /// `stopped` event says which; the VEE ends `terminated`. Errors: the
     /// host's refusal to destroy the domain, a store error.
-    pub async fn stop_here(&self, vee_id: &str) -> Result<()> {
+    pub async fn stop_here(&self, vee_id: &str) -> Result<(), StopError> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         let mut how = String::new();
         if let Location::Host(h) = &v.location {
-            how = self.boot.shut_down(h, vee_id).await?;
+            let failed = |call| StopError::Host { host: h.clone(), call };
+            how = self.boot.shut_down(h, vee_id).await.map_err(failed)?;
             self.hosts
-                .host(h)?
+                .host(h)
+                .map_err(failed)?
                 .destroy(DestroyRequest {
                     vee_id: vee_id.into(),
                     remove: true,
                 })
-                .await?;
+                .await
+                .map_err(failed)?;
         }
         if v.state != VeeState::Stopped {
             self.transition(&mut v, VeeState::Stopped, how)?;

@@ -197,7 +197,7 @@ impl Federation {
         };
         let r = match self.peer(site) {
             Ok(p) => p.prepare_incoming(incoming).await.map_err(|s| anyhow!("{}", s.message())),
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         };
         // Refused: not on its way any more. Booted or restored there, it
         // stays "on its way" until the caller records it at the peer; a

@@ -4,22 +4,75 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::anyhow;
 use interfaces::vhi::{self, CheckpointRequest, DestroyRequest, RestoreRequest};
 
-use crate::core::Core;
+use crate::core::{Core, RecordError};
 use crate::domain::Action;
 use crate::model::{CheckpointRec, Location, VeeRec, VeeState};
-use crate::steps::abroad::Abroad;
+use crate::ports::call::CallError;
+use crate::steps::abroad::{Abroad, AbroadError};
 use crate::steps::boot::Boot;
-use crate::steps::checkpoints::{Checkpoints, Origin};
+use crate::steps::checkpoints::{CheckpointError, Checkpoints, Origin};
 use crate::steps::networks::Networks;
 use crate::steps::sla::Sla;
 use crate::steps::spares::Spares;
-use crate::steps::stop::Stop;
+use crate::steps::stop::{Stop, StopError};
 use crate::steps::windows::Windows;
-use crate::workflows::migration::Migration;
+use crate::workflows::migration::{Migration, WithdrawError};
 use crate::workflows::recovery::Recovery;
+
+/// Why an action on a VEE (VMI VeeAction) or an undeploy did not happen
+/// (in full). Each variant's status is in `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    /// No such VEE or service, a change its state table forbids, or its
+    /// record could not be written.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The VEE does not run on a host here: `at` says where it is.
+    #[error("VEE {vee} {at}")]
+    NotHere { vee: String, at: String },
+    /// A checkpoint of a VEE that is not running.
+    #[error("VEE {vee} is {state}, not running")]
+    NotRunning { vee: String, state: &'static str },
+    /// Its host could not do it (`what`: suspend, resume, checkpoint,
+    /// destroy, restore).
+    #[error("{what} of {vee} on {host}: {}", .call.message)]
+    Host {
+        what: &'static str,
+        vee: String,
+        host: String,
+        call: CallError,
+    },
+    /// No checkpoint to restore from, or not the one named.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The peer site running it refused, or could not be called.
+    #[error(transparent)]
+    Abroad(#[from] AbroadError),
+    /// The VEE was not stopped.
+    #[error(transparent)]
+    Stop(#[from] StopError),
+    /// The VEE was not given back to its primary site.
+    #[error(transparent)]
+    Withdraw(#[from] WithdrawError),
+    /// An undeploy: VEEs that could not be stopped, each named with its
+    /// reason (the others were).
+    #[error("service {service}: {failed} of {of} VEEs not stopped: {reasons}")]
+    NotStopped {
+        service: String,
+        failed: usize,
+        of: usize,
+        reasons: String,
+    },
+}
+
+impl From<crate::store::StoreError> for ActionError {
+    fn from(e: crate::store::StoreError) -> Self {
+        ActionError::Record(e.into())
+    }
+}
 
 /// A VEE's life after admission (see the module doc): actions (stop, suspend, resume, checkpoint, restore, undeploy) and the scheduler's round. Calls the core, the steps (actions abroad, booting, checkpoint records, networks, the SLA, spares, stopping, windows), migration and recovery.
 pub struct Lifecycle {
@@ -46,36 +99,45 @@ impl Deref for Lifecycle {
 
 impl Lifecycle {
     /// The host a VEE runs on, or an error saying where it is instead.
-    fn local_host(v: &VeeRec) -> Result<String> {
-        match &v.location {
-            Location::Host(h) => Ok(h.clone()),
-            Location::Site(s) => bail!("VEE {} runs at site {s}", v.id),
-            Location::Nowhere => bail!("VEE {} is not placed", v.id),
-        }
+    fn local_host(v: &VeeRec) -> Result<String, ActionError> {
+        let at = match &v.location {
+            Location::Host(h) => return Ok(h.clone()),
+            Location::Site(s) => format!("runs at site {s}"),
+            Location::Nowhere => "is not placed".to_string(),
+        };
+        Err(ActionError::NotHere { vee: v.id.clone(), at })
     }
 
     /// Applies an action on a VEE (the VMI's VeeAction): stop | suspend | resume | checkpoint |
     /// restore (`checkpoint_id` empty = latest valid) | withdraw (operator of
     /// a site running the VEE for a peer: give it back, see
     /// [`Migration::withdraw`](crate::workflows::migration::Migration::withdraw)).
-    pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: Action, checkpoint_id: &str) -> Result<VeeRec> {
+    pub async fn vee_action(self: &Arc<Self>, vee_id: &str, action: Action, checkpoint_id: &str) -> Result<VeeRec, ActionError> {
         // A stop is the stop step's, here or abroad.
         if let (Location::Site(site), false) = (self.vee(vee_id)?.location, action == Action::Stop) {
             self.abroad.forward_action(&site, vee_id, action, checkpoint_id).await?;
             return Ok(self.vee(vee_id)?);
         }
         match action {
-            Action::Stop => return self.stop.stop(vee_id).await,
+            Action::Stop => return Ok(self.stop.stop(vee_id).await?),
             Action::Suspend | Action::Resume => {
                 let _g = self.lock_vee(vee_id).await;
                 let mut v = self.vee(vee_id)?;
-                let c = self.hosts.host(&Self::local_host(&v)?)?;
-                let vee_id = vee_id.to_string();
+                let host = Self::local_host(&v)?;
+                let what = if action == Action::Suspend { "suspend" } else { "resume" };
+                let failed = |call| ActionError::Host {
+                    what,
+                    vee: vee_id.into(),
+                    host: host.clone(),
+                    call,
+                };
+                let c = self.hosts.host(&host).map_err(failed)?;
+                let id = vee_id.to_string();
                 if action == Action::Suspend {
-                    c.suspend(vhi::SuspendRequest { vee_id }).await?;
+                    c.suspend(vhi::SuspendRequest { vee_id: id }).await.map_err(failed)?;
                     self.transition(&mut v, VeeState::Suspended, "")?;
                 } else {
-                    c.resume(vhi::ResumeRequest { vee_id }).await?;
+                    c.resume(vhi::ResumeRequest { vee_id: id }).await.map_err(failed)?;
                     self.transition(&mut v, VeeState::Running, "")?;
                 }
             }
@@ -95,7 +157,7 @@ impl Lifecycle {
     /// terminated yet (as VeeAction Stop: locally, or at the peer site that
     /// runs it), all at once, and returns the service. Errors, naming each
     /// VEE that could not be stopped, after the others were.
-    pub async fn undeploy(self: &Arc<Self>, service_id: &str) -> Result<crate::model::ServiceRec> {
+    pub async fn undeploy(self: &Arc<Self>, service_id: &str) -> Result<crate::model::ServiceRec, ActionError> {
         let service = self.service(service_id)?;
         let live = self.vees_where(|v| {
             v.service_id == service_id && !matches!(v.state, VeeState::Pending | VeeState::Terminated | VeeState::Rejected)
@@ -109,41 +171,52 @@ impl Lifecycle {
             .filter_map(|(id, r)| r.err().map(|e| format!("VEE {id}: {e:#}")))
             .collect();
         if !failed.is_empty() {
-            bail!(
-                "service {service_id}: {} of {} VEEs not stopped: {}",
-                failed.len(),
-                live.len(),
-                failed.join("; ")
-            );
+            return Err(ActionError::NotStopped {
+                service: service_id.into(),
+                failed: failed.len(),
+                of: live.len(),
+                reasons: failed.join("; "),
+            });
         }
         Ok(service)
     }
 
     /// Takes a whole-VM checkpoint of a running VEE (H §4.4) and records it;
     /// its blobs are pinned in the image repository.
-    pub async fn checkpoint_vee(&self, vee_id: &str) -> Result<CheckpointRec> {
+    pub async fn checkpoint_vee(&self, vee_id: &str) -> Result<CheckpointRec, ActionError> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         if v.state != VeeState::Running {
-            bail!("VEE {vee_id} is {}, not running", v.state.as_str());
+            return Err(ActionError::NotRunning {
+                vee: vee_id.into(),
+                state: v.state.as_str(),
+            });
         }
         let host = Self::local_host(&v)?;
+        let failed = |call| ActionError::Host {
+            what: "checkpoint",
+            vee: vee_id.into(),
+            host: host.clone(),
+            call,
+        };
         self.transition(&mut v, VeeState::Checkpointing, format!("on {host}"))?;
         fail::fail_point!("checkpoint-after-transition");
         let started = self.clock.now_ms();
-        let r = self
-            .hosts
-            .host(&host)?
-            .checkpoint(CheckpointRequest {
-                vee_id: vee_id.into(),
-                stop_after: false,
-            })
-            .await;
+        let r = match self.hosts.host(&host) {
+            Ok(c) => {
+                c.checkpoint(CheckpointRequest {
+                    vee_id: vee_id.into(),
+                    stop_after: false,
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
         let rec = match r {
             Ok(r) => r,
             Err(e) => {
                 self.transition(&mut v, VeeState::Running, format!("checkpoint failed: {}", e.message()))?;
-                bail!("checkpoint of {vee_id}: {}", e.message());
+                return Err(failed(e));
             }
         };
         fail::fail_point!("checkpoint-after-vhi");
@@ -191,20 +264,34 @@ impl Lifecycle {
     }
 
     /// Rolls a VEE back to a checkpoint on its current host.
-    pub async fn restore_vee(&self, vee_id: &str, checkpoint_id: Option<&str>) -> Result<()> {
+    pub async fn restore_vee(&self, vee_id: &str, checkpoint_id: Option<&str>) -> Result<(), ActionError> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         let host = Self::local_host(&v)?;
         let cp = self
             .checkpoints
             .checkpoint_of(vee_id, checkpoint_id)?
-            .ok_or_else(|| anyhow!("VEE {vee_id} has no checkpoint"))?;
-        let c = self.hosts.host(&host)?;
+            .ok_or_else(|| CheckpointError::None { vee: vee_id.into() })?;
+        let failed = |what| {
+            let host = host.clone();
+            move |call| ActionError::Host {
+                what,
+                vee: vee_id.into(),
+                host,
+                call,
+            }
+        };
+        let record = cp.record().map_err(|e| CheckpointError::Unreadable {
+            id: cp.id.clone(),
+            reason: format!("{e:#}"),
+        })?;
+        let c = self.hosts.host(&host).map_err(failed("restore"))?;
         c.destroy(DestroyRequest {
             vee_id: vee_id.into(),
             remove: false,
         })
-        .await?;
+        .await
+        .map_err(failed("destroy"))?;
         fail::fail_point!("restore-after-destroy");
         self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.id))?;
         // A checkpoint from before a rolling update brings its image back.
@@ -214,10 +301,11 @@ impl Lifecycle {
         }
         c.restore(RestoreRequest {
             spec: Some(self.networks.spec_of(&v)),
-            checkpoint: Some(cp.record()?),
+            checkpoint: Some(record),
             fence_owner: String::new(),
         })
-        .await?;
+        .await
+        .map_err(failed("restore"))?;
         self.transition(&mut v, VeeState::Running, format!("restored {} on {host}", cp.id))?;
         self.networks.sync_networks(&v.service_id).await;
         Ok(())
@@ -321,7 +409,7 @@ impl Lifecycle {
                     let veem = self.clone();
                     self.spawn(async move {
                         let r = match &v.location {
-                            Location::Site(s) => veem.abroad.forward_action(s, &v.id, Action::Checkpoint, "").await,
+                            Location::Site(s) => veem.abroad.forward_action(s, &v.id, Action::Checkpoint, "").await.map_err(ActionError::from),
                             _ => veem.checkpoint_vee(&v.id).await.map(|_| ()),
                         };
                         if let Err(e) = r {

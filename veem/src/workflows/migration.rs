@@ -42,6 +42,7 @@ mod settle;
 pub(crate) use settle::Running;
 
 pub use crate::domain::migration::{Dest, Proposer};
+pub use home::WithdrawError;
 
 fn location_text(l: &Location) -> String {
     match l {

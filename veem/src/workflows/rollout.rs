@@ -34,13 +34,13 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use interfaces::vhi::{DestroyRequest, ProbeRequest};
 
-use crate::core::Core;
+use crate::core::{Core, RecordError};
 use crate::domain::rollout::{RolloutRec, RolloutState, ROLLOUT_FORMAT};
 use crate::error::VeemError;
 use crate::model::{Location, VeeRec, VeeState};
 use crate::steps::boot::Boot;
 use crate::steps::checkpoints::Checkpoints;
-use crate::store::Tree;
+use crate::store::{StoreError, Tree};
 use crate::workflows::deploy::Deploy;
 use crate::workflows::scaling::{live, Scaling};
 
@@ -64,6 +64,39 @@ pub struct UpdateRequest {
     /// How long each replaced instance may take to run and answer (s); 0 =
     /// [`DEFAULT_READY_TIMEOUT_S`].
     pub ready_timeout_s: u64,
+}
+
+/// Why a rolling update did not start: nothing changed. Each variant's
+/// status is in `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    /// A request field: `service_id` (run here for a peer), `component`,
+    /// `image`, `ready_timeout`, `rollback`.
+    #[error(transparent)]
+    Request(#[from] VeemError),
+    /// No such service, or its records could not be read.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// A rollout of the component rolls already.
+    #[error("a rollout of {component} to {to_image} is under way ({replaced} of {instances} replaced)")]
+    Rolling {
+        component: String,
+        to_image: String,
+        replaced: usize,
+        instances: u32,
+    },
+    /// An instance does not run here: at a peer site, or stopped half-way
+    /// (withdraw it, or wait).
+    #[error("instance {instance} ({vee}) is {state} {place}: every instance must run at this site (withdraw it, or wait)")]
+    NotHere {
+        instance: u32,
+        vee: String,
+        state: &'static str,
+        place: &'static str,
+    },
+    /// The rollout's record could not be written.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// See the module documentation. Calls the core, booting, checkpoint
@@ -93,60 +126,49 @@ impl Rollouts {
     /// `max_unavailable`, `ready_timeout`, `rollback`: nothing to roll
     /// back); FailedPrecondition: a rollout of the component rolls, an
     /// instance is not running here (at a peer site, stopped half-way).
-    pub async fn update(self: &Arc<Self>, r: UpdateRequest) -> Result<RolloutRec> {
+    pub async fn update(self: &Arc<Self>, r: UpdateRequest) -> Result<RolloutRec, UpdateError> {
         let lock = interfaces::locks::entry(&mut self.scaling.locks.lock().unwrap(), &r.service_id);
         let _no_scaling = lock.lock().await;
         let svc = self.service(&r.service_id)?;
         if svc.for_peer.is_some() {
-            bail!(VeemError::field(
-                "service_id",
-                "is run here for a peer site: update it at its primary site"
-            ));
+            return Err(VeemError::field("service_id", "is run here for a peer site: update it at its primary site").into());
         }
         if r.ready_timeout_s > MAX_READY_TIMEOUT_S {
-            bail!(VeemError::field(
-                "ready_timeout",
-                format!("{} s is more than {MAX_READY_TIMEOUT_S} s", r.ready_timeout_s)
-            ));
+            return Err(VeemError::field("ready_timeout", format!("{} s is more than {MAX_READY_TIMEOUT_S} s", r.ready_timeout_s)).into());
         }
         let last = self.rollout(&r.service_id, &r.component)?;
         if let Some(l) = last.as_ref().filter(|l| l.state == RolloutState::Rolling) {
-            bail!(
-                "a rollout of {} to {} is under way ({} of {} replaced)",
-                l.component,
-                l.to_image,
-                l.replaced.len(),
-                l.instances
-            );
+            return Err(UpdateError::Rolling {
+                component: l.component.clone(),
+                to_image: l.to_image.clone(),
+                replaced: l.replaced.len(),
+                instances: l.instances,
+            });
         }
         let mut current: Vec<VeeRec> = self.vees_where(|v| v.service_id == r.service_id && v.component == r.component && live(v));
         current.sort_by_key(|v| v.instance);
         let Some(first) = current.first() else {
-            bail!(VeemError::field(
-                "component",
-                format!("service {} has no live instance of {:?}", r.service_id, r.component)
-            ));
+            return Err(VeemError::field("component", format!("service {} has no live instance of {:?}", r.service_id, r.component)).into());
         };
         if let Some(v) = current
             .iter()
             .find(|v| !matches!(v.location, Location::Host(_)) || v.state != VeeState::Running)
         {
-            bail!(
-                "instance {} ({}) is {} {}: every instance must run at this site (withdraw it, or wait)",
-                v.instance,
-                v.id,
-                v.state.as_str(),
-                match &v.location {
+            return Err(UpdateError::NotHere {
+                instance: v.instance,
+                vee: v.id.clone(),
+                state: v.state.as_str(),
+                place: match &v.location {
                     Location::Site(_) => "at a peer site",
                     _ => "here",
-                }
-            );
+                },
+            });
         }
         let from_image = first.image.clone();
         let to_image = match (r.rollback, last) {
             (true, Some(l)) => l.from_image,
-            (true, None) => bail!(VeemError::field("rollback", format!("component {} was never updated", r.component))),
-            (false, _) if r.image.is_empty() => bail!(VeemError::field("image", "is required (or ask for a rollback)")),
+            (true, None) => return Err(VeemError::field("rollback", format!("component {} was never updated", r.component)).into()),
+            (false, _) if r.image.is_empty() => return Err(VeemError::field("image", "is required (or ask for a rollback)").into()),
             (false, _) => self
                 .deploy
                 .checked_image(&r.image, &svc.provider)
@@ -154,10 +176,7 @@ impl Rollouts {
                 .map_err(|e| VeemError::field("image", e))?,
         };
         if current.iter().all(|v| v.image == to_image) {
-            bail!(VeemError::field(
-                "image",
-                format!("every instance of {} runs {to_image} already", r.component)
-            ));
+            return Err(VeemError::field("image", format!("every instance of {} runs {to_image} already", r.component)).into());
         }
         let rec = RolloutRec {
             format: ROLLOUT_FORMAT,

@@ -31,8 +31,17 @@ async fn a_suspend_the_host_refuses_changes_nothing() {
     let before = site.events(&vee).len();
     let e = site.veem.lifecycle.vee_action(&vee, Action::Suspend, "").await.unwrap_err();
     assert!(format!("{e:#}").contains("domain is not running"), "{e:#}");
+    assert_eq!(crate::api::status::status(e).code(), Code::FailedPrecondition, "the host's refusal is the site's");
     assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
     assert_eq!(site.events(&vee).len(), before, "no state event");
+
+    // A host that does not answer is not a refusal: another moment.
+    site.host(&host).fail("Suspend", Code::Unavailable, "connection refused");
+    let e = site.veem.lifecycle.vee_action(&vee, Action::Suspend, "").await.unwrap_err();
+    let status = crate::api::status::status(e);
+    assert_eq!(status.code(), Code::Unavailable, "{}", status.message());
+    assert!(status.message().contains(&format!("suspend of {vee} on {host}")), "{}", status.message());
+    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
 }
 
 /// What a host answers is quoted in the event and the error, bounded

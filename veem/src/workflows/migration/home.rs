@@ -13,6 +13,24 @@ use super::{Dest, Proposer};
 use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::store::Tree;
 
+/// Why a VEE run here for a peer was not given back. Each variant's
+/// status is in `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum WithdrawError {
+    /// No such VEE.
+    #[error(transparent)]
+    Record(#[from] crate::core::RecordError),
+    /// The VEE does not run here for a peer site.
+    #[error("VEE {vee} does not run here for a peer site: nothing to withdraw")]
+    NotForPeer { vee: String },
+    /// Its primary site refused, or could not be called.
+    #[error("site {site}: {}", .call.message)]
+    Primary {
+        site: String,
+        call: crate::ports::call::CallError,
+    },
+}
+
 impl Migration {
     /// Reserves local capacity on `host` for a VEE coming home from a peer
     /// site (a one-VEE reservation under the planner service `home-<id>`;
@@ -91,15 +109,16 @@ impl Migration {
     /// back to its primary site (Withdraw); the primary site migrates it
     /// away. Errors when the VEE does not run here for a peer, or the
     /// primary site refuses.
-    pub async fn withdraw(&self, vee_id: &str) -> Result<()> {
+    pub async fn withdraw(&self, vee_id: &str) -> Result<(), WithdrawError> {
         let v = self.vee(vee_id)?;
         let Some(primary) = v.for_peer.clone() else {
-            bail!("VEE {vee_id} does not run here for a peer site: nothing to withdraw")
+            return Err(WithdrawError::NotForPeer { vee: vee_id.into() });
         };
-        self.peer(&primary)?
-            .withdraw(vee_id)
-            .await
-            .map_err(|s| anyhow!("site {primary}: {}", s.message()))?;
+        let refused = |call| WithdrawError::Primary {
+            site: primary.clone(),
+            call,
+        };
+        self.peer(&primary).map_err(refused)?.withdraw(vee_id).await.map_err(refused)?;
         self.event(vee_id, &v.service_id, "withdrawn", format!("given back to {primary}"));
         Ok(())
     }
