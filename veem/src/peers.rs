@@ -69,23 +69,29 @@ pub fn peer<'a>(cfg: &'a VeemConfig, site: &str) -> Result<&'a PeerEntry> {
 /// site, a VEE of `vcpus` vCPUs and `memory_mib` MiB at `guarantee`:
 /// running it (PrepareIncoming) or holding its spare (ReserveSpare).
 /// Errors naming the bound it exceeds.
-pub fn admits(cfg: &VeemConfig, from: &str, vcpus: u32, memory_mib: u64, guarantee: GuaranteeLevel) -> Result<()> {
-    use anyhow::Context;
+pub fn admits(cfg: &VeemConfig, from: &str, vcpus: u32, memory_mib: u64, guarantee: GuaranteeLevel) -> Result<(), AgreementRefusal> {
     let agreement = &peer(cfg, from)
-        .with_context(|| format!("no framework agreement with {from}"))?
+        .map_err(|e| AgreementRefusal(format!("no framework agreement with {from}: {e:#}")))?
         .agreement;
     if vcpus > agreement.max_vcpus || memory_mib > agreement.max_memory_mib {
-        anyhow::bail!(
+        return Err(AgreementRefusal(format!(
             "the framework agreement with {from} admits at most {} vCPUs and {} MiB per VEE",
-            agreement.max_vcpus,
-            agreement.max_memory_mib
-        );
+            agreement.max_vcpus, agreement.max_memory_mib
+        )));
     }
     if !agreement.guarantee_levels.is_empty() && !agreement.guarantee_levels.contains(&guarantee) {
-        anyhow::bail!("the framework agreement with {from} does not admit guarantee {guarantee}");
+        return Err(AgreementRefusal(format!(
+            "the framework agreement with {from} does not admit guarantee {guarantee}"
+        )));
     }
     Ok(())
 }
+
+/// What a framework agreement does not admit, naming the peer and the
+/// bound (a refusal to the peer: FailedPrecondition).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AgreementRefusal(pub String);
 
 /// Available peers whose agreement admits a VEE of this size and guarantee,
 /// cheapest first (E Ch 3.4: the agreement's price decides).

@@ -78,7 +78,7 @@ impl VmiService {
 type R<T> = Result<Response<T>, Status>;
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
-fn ok<T>(r: anyhow::Result<T>) -> R<T> {
+fn ok<T, E: crate::api::status::Coded>(r: Result<T, E>) -> R<T> {
     r.map(Response::new).map_err(status)
 }
 
@@ -91,8 +91,7 @@ impl Vmi for VmiService {
             .veem
             .deploy
             .negotiate(&role, &r.get_ref().manifest_toml)
-            .await
-            .map_err(|e| self.refusal(&role, e))?;
+            .await;
         Ok(Response::new(NegotiateResponse {
             verdict: vmi::Verdict::from(offer.verdict) as i32,
             reasons: offer.reasons.iter().map(|r| redact(redactor.as_ref(), r)).collect(),
@@ -278,7 +277,7 @@ impl Vmi for VmiService {
 
     async fn vee_action(&self, r: Request<VeeActionRequest>) -> R<VeeInfo> {
         let role = self.caller(&r)?;
-        let action = crate::wire::action("action", r.get_ref().action).map_err(|e| status(anyhow::Error::from(e)))?;
+        let action = crate::wire::action("action", r.get_ref().action).map_err(status)?;
         if action == Action::Withdraw {
             self.operator(&r)?;
         }
@@ -430,7 +429,7 @@ impl Vmi for VmiService {
 
     async fn prepare_incoming(&self, r: Request<PrepareIncomingRequest>) -> R<interfaces::vhi::IncomingTarget> {
         let site = self.peer(&r)?;
-        let incoming = wire::incoming_vee(r.into_inner()).map_err(|e| status(anyhow::Error::from(e)))?;
+        let incoming = wire::incoming_vee(r.into_inner()).map_err(status)?;
         ok(self.veem.federation.accept_incoming(&site, incoming).await)
     }
 
@@ -478,7 +477,7 @@ impl Vmi for VmiService {
 
     async fn reserve_spare(&self, r: Request<ReserveSpareRequest>) -> R<ReserveSpareResponse> {
         let site = self.peer(&r)?;
-        let spare = wire::spare_request(r.into_inner()).map_err(|e| status(anyhow::Error::from(e)))?;
+        let spare = wire::spare_request(r.into_inner()).map_err(status)?;
         ok(self.veem.spares.hold_spare(&site, &spare).map(wire::spare_held))
     }
 

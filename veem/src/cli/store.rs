@@ -67,5 +67,5 @@ pub fn forget_peer_epoch(config: &Path, site: &str) -> Result<Option<i64>> {
         }
         crate::config::EngineKind::Etcd => Store::on(Arc::new(EtcdEngine::connect(&cfg.store.etcd(&cfg.site_id))?), "etcd")?,
     };
-    crate::workflows::peer_epochs::forget(&store, site)
+    Ok(crate::workflows::peer_epochs::forget(&store, site)?)
 }

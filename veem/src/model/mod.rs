@@ -523,7 +523,7 @@ pub struct EventRec {
 }
 
 /// Errors unless `value` is a UUID; names the field.
-pub fn check_uuid(field: &str, value: &str) -> anyhow::Result<()> {
+pub fn check_uuid(field: &str, value: &str) -> Result<(), crate::error::VeemError> {
     uuid::Uuid::parse_str(value).map_err(|_| crate::error::VeemError::field(field, format!("{value:?} is not a UUID")))?;
     Ok(())
 }

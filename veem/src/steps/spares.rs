@@ -23,7 +23,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::domain::peer::SpareRequest;
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, Result};
 use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +49,29 @@ pub struct HeldSpare {
 /// The planner's service (and VEE) ID of the spare for VEE `vee_id`.
 pub fn spare_id(vee_id: &str) -> String {
     format!("spare-{vee_id}")
+}
+
+/// Why a peer's spare was not held, confirmed or released (VMI
+/// ReserveSpare, ConfirmSpare, ReleaseSpare). Each variant's status is in
+/// `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum SpareError {
+    /// A request field (`vee_id`, `end_time`), or no spare held for that
+    /// VEE and peer.
+    #[error(transparent)]
+    Request(#[from] crate::error::VeemError),
+    /// The framework agreement with the peer does not admit it.
+    #[error(transparent)]
+    Agreement(#[from] crate::peers::AgreementRefusal),
+    /// A spare for that VEE is held here already.
+    #[error("a spare for VEE {vee} is held here already")]
+    Held { vee: String },
+    /// The planner has no room for it over its window.
+    #[error("site {site} has no room for the spare: {reasons}")]
+    NoRoom { site: String, reasons: String },
+    /// The records could not be read or written.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
 
 /// The full guarantee at both ends (see the module doc): spares held here for peers' VEEs, and held at peers for this site's. Calls only the core and the peers.
@@ -77,14 +100,14 @@ impl Spares {
     /// agreement admits `full` VEEs of that size and the planner has room
     /// over the window. Errors with the reason otherwise (nothing held).
     /// Returns when the hold lapses unless confirmed (Unix ms).
-    pub fn hold_spare(&self, from: &str, r: &SpareRequest) -> Result<i64> {
+    pub fn hold_spare(&self, from: &str, r: &SpareRequest) -> Result<i64, SpareError> {
         crate::model::check_uuid("vee_id", &r.vee_id)?;
         crate::peers::admits(&self.cfg, from, r.vcpus, r.memory_mib, GuaranteeLevel::Full)?;
         if r.end_unix <= r.start_unix {
             return Err(crate::error::VeemError::field("end_time", "must be after start_time").into());
         }
         if self.store.get::<HeldSpare>(Tree::Spares, &r.vee_id)?.is_some() {
-            bail!("a spare for VEE {} is held here already", r.vee_id);
+            return Err(SpareError::Held { vee: r.vee_id.clone() });
         }
         let id = spare_id(&r.vee_id);
         let window = self.slots.covering(r.start_unix.max(self.clock.now()), r.end_unix);
@@ -115,11 +138,12 @@ impl Spares {
         let admitted = self.planner.lock().unwrap().admit(&req);
         match admitted {
             Admission::Accepted(_) => {}
-            other => bail!(
-                "site {} has no room for the spare: {}",
-                self.cfg.site_id,
-                other.reasons().join("; ")
-            ),
+            other => {
+                return Err(SpareError::NoRoom {
+                    site: self.cfg.site_id.clone(),
+                    reasons: other.reasons().join("; "),
+                })
+            }
         }
         self.planner_store.save_with(&self.planner, w)?;
         self.event(&r.vee_id, "", "spare", format!("held for {from} until confirmed"));
@@ -127,7 +151,7 @@ impl Spares {
     }
 
     /// The spare held for `from`'s VEE `vee_id`; errors when there is none.
-    fn held(&self, from: &str, vee_id: &str) -> Result<HeldSpare> {
+    fn held(&self, from: &str, vee_id: &str) -> Result<HeldSpare, SpareError> {
         self.store
             .get::<HeldSpare>(Tree::Spares, vee_id)?
             .filter(|h| h.primary == from)
@@ -135,7 +159,7 @@ impl Spares {
     }
 
     /// `from` committed the admission its hold was for: it stays.
-    pub fn confirm_spare(&self, from: &str, vee_id: &str) -> Result<()> {
+    pub fn confirm_spare(&self, from: &str, vee_id: &str) -> Result<(), SpareError> {
         let mut h = self.held(from, vee_id)?;
         h.confirmed = true;
         self.store.put(Tree::Spares, vee_id, &h)?;
@@ -144,7 +168,7 @@ impl Spares {
 
     /// Drops the spare held for `from`'s VEE `vee_id` (its capacity is free
     /// again). Releasing one not held is not an error.
-    pub fn release_spare(&self, from: &str, vee_id: &str) -> Result<()> {
+    pub fn release_spare(&self, from: &str, vee_id: &str) -> Result<(), SpareError> {
         if self.held(from, vee_id).is_err() {
             return Ok(());
         }

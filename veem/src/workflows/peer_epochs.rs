@@ -14,7 +14,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use anyhow::Result;
 use tokio::sync::watch;
 
 use crate::core::Core;
@@ -27,6 +26,23 @@ pub enum Fenced {
     Older { site: String, epoch: i64, newest: i64 },
     #[error("fenced: this call carries no epoch, and VEEMs of {site} lead it with epochs (the newest seen: {newest})")]
     Unstamped { site: String, newest: i64 },
+}
+
+/// Why a peer's call was not admitted. Each variant's status is in
+/// `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum EpochError {
+    /// The call comes from an older leader of the peer, or carries no
+    /// epoch where one is due.
+    #[error(transparent)]
+    Fenced(#[from] Fenced),
+    /// Other calls' commits came between this one's read and write each
+    /// time: the caller tries again.
+    #[error("the epoch of {site}'s call: {tries} concurrent commits in a row; try again")]
+    Contended { site: String, tries: usize },
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// How often a conditional commit is tried again when another call's
@@ -59,7 +75,7 @@ impl PeerEpochs {
     /// (downcast) when an epoch newer than the call's was seen from
     /// `site`, or when the call has none and the peer's grace for
     /// calls without one has passed; the store's.
-    pub fn admit(&self, site: &str, epoch: Option<i64>) -> Result<i64> {
+    pub fn admit(&self, site: &str, epoch: Option<i64>) -> Result<i64, EpochError> {
         let store = &self.core.store;
         for _ in 0..TRIES {
             let rev = store.revision()?;
@@ -95,7 +111,10 @@ impl PeerEpochs {
                 Err(err) => return Err(err.into()),
             }
         }
-        anyhow::bail!("the epoch of {site}'s call: {TRIES} concurrent commits in a row; try again")
+        Err(EpochError::Contended {
+            site: site.into(),
+            tries: TRIES,
+        })
     }
 
     /// Resolves once this process admits an epoch of `site` newer than
@@ -132,7 +151,7 @@ impl PeerEpochs {
 /// Forgets the newest epoch kept of peer `site` in `store` (both keys):
 /// returns it, `None` when none was kept. The VEEM running over the store
 /// reads the store on each call, so the peer's next call is taken.
-pub fn forget(store: &crate::store::Store, site: &str) -> Result<Option<i64>> {
+pub fn forget(store: &crate::store::Store, site: &str) -> Result<Option<i64>, StoreError> {
     let newest: Option<i64> = store.get(Tree::Meta, &key(site))?;
     let mut w = Writes::default();
     w.remove(Tree::Meta, &key(site));

@@ -13,7 +13,6 @@ use crate::api::status::status;
 use crate::api::visibility::Redactor;
 use crate::config::Role;
 use crate::model::{ServiceRec, VeeRec};
-use crate::workflows::peer_epochs::Fenced;
 use futures::future::BoxFuture;
 use crate::workflows::migration::{Dest, Proposer};
 
@@ -51,10 +50,7 @@ impl VmiService {
     /// peer, or absent once epochs were seen (after the peer's
     /// `epochless_grace`). Returns the epoch the call runs under (0: none).
     pub(super) fn admit_peer_epoch(&self, site: &str, epoch: Option<i64>) -> Result<i64, Status> {
-        self.veem.peer_epochs.admit(site, epoch).map_err(|e| match e.downcast_ref::<Fenced>() {
-            Some(f) => Status::failed_precondition(f.to_string()),
-            None => status(e),
-        })
+        self.veem.peer_epochs.admit(site, epoch).map_err(status)
     }
 
     /// What ends a stream of `role` opened by `req` when its caller's

@@ -7,11 +7,13 @@ use super::{chain, Coded};
 use crate::ports::call::{CallError, Failure};
 use crate::steps::abroad::AbroadError;
 use crate::steps::checkpoints::CheckpointError;
+use crate::steps::spares::SpareError;
 use crate::steps::stop::StopError;
 use crate::steps::windows::WindowError;
 use crate::workflows::deploy::DeployError;
 use crate::workflows::lifecycle::ActionError;
 use crate::workflows::migration::WithdrawError;
+use crate::workflows::peer_epochs::EpochError;
 use crate::workflows::resizing::ResizeError;
 use crate::workflows::rollout::UpdateError;
 use crate::workflows::scaling::ScaleError;
@@ -247,5 +249,41 @@ impl Coded for ActionError {
             ActionError::Withdraw(w) => w.read_only(),
             ActionError::NotHere { .. } | ActionError::NotRunning { .. } | ActionError::Host { .. } | ActionError::NotStopped { .. } => false,
         }
+    }
+}
+
+impl Coded for SpareError {
+    fn code(&self) -> Code {
+        match self {
+            SpareError::Request(r) => r.code(),
+            SpareError::Agreement(_) | SpareError::Held { .. } | SpareError::NoRoom { .. } => Code::FailedPrecondition,
+            SpareError::Store(s) => s.code(),
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        matches!(self, SpareError::Store(s) if s.read_only())
+    }
+}
+
+impl Coded for EpochError {
+    fn code(&self) -> Code {
+        match self {
+            EpochError::Fenced(_) => Code::FailedPrecondition,
+            EpochError::Contended { .. } => Code::Aborted,
+            EpochError::Store(s) => s.code(),
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        matches!(self, EpochError::Store(s) if s.read_only())
     }
 }

@@ -118,20 +118,21 @@ impl Deploy {
     }
 
     /// Negotiate: accept, counter-offer (earliest feasible window) or reject
-    /// with reasons. Reserves nothing.
-    pub async fn negotiate(&self, caller: &Role, toml: &str) -> Result<Offer> {
+    /// with reasons (a refused manifest is a reject naming each field).
+    /// Reserves nothing.
+    pub async fn negotiate(&self, caller: &Role, toml: &str) -> Offer {
         let m = match self.check_manifest(caller, toml).await {
             Ok(m) => m,
             Err(Refusal(reasons)) => {
                 self.metrics.negotiation(crate::domain::offer::Verdict::Reject.as_str());
-                return Ok(Offer::reject(reasons));
+                return Offer::reject(reasons);
             }
         };
         let req = self.request(&m, &uuid::Uuid::new_v4().to_string());
         let verdict = self.planner.lock().unwrap().negotiate(&req);
         let offer = self.reply(&req, verdict);
         self.metrics.negotiation(offer.verdict.as_str());
-        Ok(offer)
+        offer
     }
 
     /// A refusal's extra reason when configured hosts do not answer (they

@@ -7,8 +7,11 @@ const PEER: &str = "[[tokens]]\ntoken = \"b-to-a-token\"\nrole = \"peer\"\nname 
     [[peers]]\nsite_id = \"site-b\"\nendpoint = \"http://127.0.0.1:1\"\ntoken = \"a-to-b-token\"\n\
     [peers.agreement]\nprice_per_vee_hour = 0.1\n";
 
-fn fenced(r: Result<i64>) -> Option<Fenced> {
-    r.err().and_then(|e| e.downcast_ref::<Fenced>().cloned())
+fn fenced(r: Result<i64, EpochError>) -> Option<Fenced> {
+    match r {
+        Err(EpochError::Fenced(f)) => Some(f),
+        _ => None,
+    }
 }
 
 fn stored(site: &FakeSite) -> Option<i64> {
