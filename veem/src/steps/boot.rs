@@ -7,12 +7,28 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
 use interfaces::vhi;
 
-use crate::core::Core;
+use crate::core::{Core, RecordError};
 use crate::model::{VeeRec, VeeState};
+use crate::ports::call::CallError;
 use crate::steps::networks::Networks;
+
+/// Why an admitted VEE was not booted on its host (it is `failed` then).
+/// Each variant's status is in `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    /// No such VEE, a change its state table forbids, or its record could
+    /// not be written.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The VEE has no planned host.
+    #[error("VEE {vee} has no host")]
+    NoHost { vee: String },
+    /// Its host could not prepare, create or start it.
+    #[error("{host}: {call}")]
+    Host { host: String, call: CallError },
+}
 
 /// Boots admitted VEEs on their hosts: a leaf Deploy, the scheduler, recovery, incoming VEEs and reconcile share. Calls the core and the networks.
 pub struct Boot {
@@ -50,7 +66,7 @@ impl Boot {
 
     /// Boots VEE `v` from its images on `host`: VHI Prepare (pull images,
     /// create the overlay), Create, Start.
-    pub async fn boot_on(&self, host: &str, v: &VeeRec) -> Result<()> {
+    pub async fn boot_on(&self, host: &str, v: &VeeRec) -> Result<(), CallError> {
         let c = self.hosts.host(host)?;
         let spec = self.networks.spec_of(v);
         c.prepare(vhi::PrepareRequest { spec: Some(spec.clone()) }).await?;
@@ -64,7 +80,7 @@ impl Boot {
     /// if it has not) and says how it went: a clean shutdown, a power-off
     /// and why, or no domain. The caller removes the domain. Errors: the
     /// host is not one of the site's.
-    pub async fn shut_down(&self, host: &str, vee_id: &str) -> Result<String, crate::ports::call::CallError> {
+    pub async fn shut_down(&self, host: &str, vee_id: &str) -> Result<String, CallError> {
         let c = self.hosts.host(host)?;
         let timeout_s = self.cfg.stop_timeout.as_secs().max(1);
         let r = c
@@ -83,14 +99,14 @@ impl Boot {
 
     /// Prepares, creates and starts one admitted VEE on its planned host.
     /// Idempotent: a VEE already running there is only marked running.
-    pub async fn deploy_vee(&self, vee_id: &str) -> Result<()> {
+    pub async fn deploy_vee(&self, vee_id: &str) -> Result<(), BootError> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         if !matches!(v.state, VeeState::Admitted | VeeState::Deploying) {
             return Ok(());
         }
         let Some(host) = v.host().map(str::to_string) else {
-            bail!("VEE {vee_id} has no host")
+            return Err(BootError::NoHost { vee: vee_id.into() });
         };
         if v.state == VeeState::Admitted {
             self.transition(&mut v, VeeState::Deploying, format!("on {host}"))?;
@@ -98,7 +114,7 @@ impl Boot {
         let result = self.boot_on(&host, &v).await;
         let result = match result {
             // Whatever failed, a VEE its host runs is running.
-            Err(e) => match self.hosts.host(&host)?.domains().await {
+            Err(e) => match self.hosts.host(&host).map_err(|call| BootError::Host { host: host.clone(), call })?.domains().await {
                 Ok(l)
                     if l.iter()
                         .any(|d| d.vee_id == vee_id && d.state() == interfaces::vhi::VeeState::Running) =>
@@ -115,9 +131,9 @@ impl Boot {
                 self.networks.sync_networks(&v.service_id).await;
                 Ok(())
             }
-            Err(e) => {
-                self.transition(&mut v, VeeState::Failed, format!("deploy on {host}: {e:#}"))?;
-                Err(e)
+            Err(call) => {
+                self.transition(&mut v, VeeState::Failed, format!("deploy on {host}: {call}"))?;
+                Err(BootError::Host { host, call })
             }
         }
     }

@@ -17,7 +17,7 @@ use crate::core::Core;
 use crate::domain::peer::UsageReceipt;
 use crate::model::{ServiceRec, UsageRec, ViolationRec};
 use crate::planner::{ConsumerUsage, Resources, SlotRange};
-use crate::store::{Tree, Writes};
+use crate::store::{StoreError, Tree, Writes};
 
 mod metering;
 pub mod metrics;
@@ -290,7 +290,11 @@ impl Accounting {
     /// peer sent them, or (record ID, why) for one the wire could not
     /// read, refused with that reason. Returns the receipt: accepted,
     /// duplicates, refused with a reason each.
-    pub fn receive_usage(&self, from: &str, records: Vec<std::result::Result<UsageRec, (String, String)>>) -> Result<UsageReceipt> {
+    pub fn receive_usage(
+        &self,
+        from: &str,
+        records: Vec<std::result::Result<UsageRec, (String, String)>>,
+    ) -> std::result::Result<UsageReceipt, StoreError> {
         let mut reply = UsageReceipt::default();
         let now = self.clock.now();
         for r in records {
@@ -425,14 +429,14 @@ impl Accounting {
 
     /// Every usage record of the usage tree, a host round's
     /// ([`rounds::HostRound`]) one by one, in key order.
-    pub fn usage_records(&self) -> Result<Vec<UsageRec>> {
+    pub fn usage_records(&self) -> std::result::Result<Vec<UsageRec>, StoreError> {
         let mut all = Vec::new();
         self.store.scan(Tree::Usage, |key, raw| Ok(rounds::decode_usage(key, raw, &mut all)?))?;
         Ok(all)
     }
 
     /// Local and remote usage of a service, and its SLA violations.
-    pub fn usage_report(&self, service_id: &str) -> Result<UsageReport> {
+    pub fn usage_report(&self, service_id: &str) -> std::result::Result<UsageReport, StoreError> {
         let mut records: Vec<UsageRec> = self.usage_records()?.into_iter().filter(|u| u.abc_id == service_id).collect();
         records.sort_by_key(|u| (u.start_unix, u.vee_id.clone()));
         let violations: Vec<ViolationRec> = self

@@ -13,25 +13,70 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
 use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;
 
-use crate::core::Core;
+use crate::core::{Core, RecordError};
 use crate::domain::{InvalidTransition, StateMachine};
 use crate::domain::peer::{Incoming, IncomingVee};
 use crate::error::VeemError;
 use crate::model::{CheckpointRec, Location, ServiceRec, VeeRec, VeeState};
 use crate::peers;
 use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
-use crate::steps::boot::Boot;
+use crate::ports::call::CallError;
+use crate::steps::boot::{Boot, BootError};
 use crate::steps::checkpoints::{Checkpoints, Origin};
 use crate::steps::networks::Networks;
 use crate::steps::site_constraints::SiteConstraints;
 use crate::steps::spares::Spares;
 use crate::steps::windows::Windows;
-use crate::store::{Tree, Writes};
+use crate::store::{StoreError, Tree, Writes};
+
+/// Why a primary site's VEE was not taken here, adopted or let go (VMI
+/// PrepareIncoming, CompleteIncoming, AbortIncoming). Each variant's
+/// status is in `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum IncomingError {
+    /// A request field: `primary_site`, `vee_id`, `service_id`, the spec.
+    #[error(transparent)]
+    Request(#[from] VeemError),
+    /// The framework agreement with the primary does not admit it.
+    #[error(transparent)]
+    Agreement(#[from] crate::peers::AgreementRefusal),
+    /// The VEE is on service networks and the agreement has no overlay.
+    #[error("VEE {vee} is on service networks and the framework agreement with {from} has no overlay ([peers.overlay]) to stretch them here")]
+    NoOverlay { vee: String, from: String },
+    /// The VEE runs here already.
+    #[error("VEE {vee} is already here")]
+    AlreadyHere { vee: String },
+    /// This site's planner has no room for it.
+    #[error("site {site} cannot admit VEE {vee}: {reasons}")]
+    NoRoom { site: String, vee: String, reasons: String },
+    /// No such VEE here, a change its state table forbids, or its records
+    /// could not be written.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// Its host refused or did not answer.
+    #[error("{host}: {}", .call.message)]
+    Host { host: String, call: CallError },
+    /// It was booted here and did not start.
+    #[error(transparent)]
+    Boot(#[from] BootError),
+    /// It arrived, but does not run.
+    #[error("VEE {vee} arrived but is {state}")]
+    NotRunning { vee: String, state: String },
+    /// The incoming VEE has no host here.
+    #[error("incoming VEE {vee} has no host")]
+    NoHost { vee: String },
+}
+
+impl From<StoreError> for IncomingError {
+    fn from(e: StoreError) -> Self {
+        IncomingError::Record(e.into())
+    }
+}
 
 /// Peer sites as this site's primary and as their host (see the module doc): remote placement, incoming VEEs, actions forwarded, recovery at a peer. Calls the core, the networks, site constraints, spares, windows, booting and checkpoint records.
 pub struct Federation {
@@ -273,7 +318,7 @@ impl Federation {
     /// agreement and this site's own planner; boots it, restores it from
     /// its checkpoint or prepares a VEEH to receive it by live migration
     /// (`r.how`).
-    pub async fn accept_incoming(self: &Arc<Self>, from: &str, r: IncomingVee) -> Result<IncomingTarget> {
+    pub async fn accept_incoming(self: &Arc<Self>, from: &str, r: IncomingVee) -> Result<IncomingTarget, IncomingError> {
         if r.primary_site != from {
             return Err(VeemError::field("primary_site", format!("{:?} is not the calling site {from:?}", r.primary_site)).into());
         }
@@ -281,10 +326,10 @@ impl Federation {
         peers::admits(&self.cfg, from, spec.vcpus, spec.memory_mib, guarantee)?;
         crate::model::check_uuid("vee_id", &spec.vee_id)?;
         if !spec.nics.is_empty() && self.networks.overlay(from).is_none() {
-            bail!(
-                "VEE {} is on service networks and the framework agreement with {from} has no overlay ([peers.overlay]) to stretch them here",
-                spec.vee_id
-            );
+            return Err(IncomingError::NoOverlay {
+                vee: spec.vee_id.clone(),
+                from: from.into(),
+            });
         }
         // What the peer runs here stays its own: an ID of a local VEE or
         // service (one it learned) does not let it join them.
@@ -293,7 +338,7 @@ impl Federation {
                 return Err(VeemError::field("vee_id", format!("{} is not a VEE site {from} runs here", spec.vee_id)).into());
             }
             if existing.state.is_live() || existing.state == VeeState::Migrating {
-                bail!("VEE {} is already here", spec.vee_id);
+                return Err(IncomingError::AlreadyHere { vee: spec.vee_id.clone() });
             }
         }
         let known: Option<ServiceRec> = self.store.get(Tree::Services, &spec.service_id)?;
@@ -331,12 +376,13 @@ impl Federation {
         // the spare stays held). Here it runs without a further peer spare.
         let (admitted, spare) = match self.spares.admit_into_spare(from, &req) {
             (Admission::Accepted(a), spare) => (a, spare),
-            (other, _) => bail!(
-                "site {} cannot admit VEE {}: {}",
-                self.cfg.site_id,
-                spec.vee_id,
-                other.reasons().join("; ")
-            ),
+            (other, _) => {
+                return Err(IncomingError::NoRoom {
+                    site: self.cfg.site_id.clone(),
+                    vee: spec.vee_id.clone(),
+                    reasons: other.reasons().join("; "),
+                })
+            }
         };
         let host = admitted.placements[0].host.clone();
         let mut svc: ServiceRec = known.unwrap_or(ServiceRec {
@@ -403,13 +449,15 @@ impl Federation {
                 }
                 Incoming::Migration => {}
             }
+            let failed = |call| IncomingError::Host { host: host.clone(), call };
             self.hosts
-                .host(&host)?
+                .host(&host)
+                .map_err(failed)?
                 .prepare_incoming(vhi::PrepareIncomingRequest {
                     spec: Some(self.networks.spec_of(&v)),
                 })
                 .await
-                .map_err(|s| anyhow!("{}", s.message()))
+                .map_err(failed)
         }
         .await;
         if result.is_err() {
@@ -435,18 +483,23 @@ impl Federation {
     /// The VEE arrived at its VEEH: adopt it. Idempotent: a VEE adopted
     /// already (the primary asks again after its restart) is answered as
     /// it runs.
-    pub async fn complete_incoming(&self, vee_id: &str) -> Result<VeeRec> {
+    pub async fn complete_incoming(&self, vee_id: &str) -> Result<VeeRec, IncomingError> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
-        let host = v.host().context("incoming VEE has no host")?.to_string();
+        let host = v.host().ok_or_else(|| IncomingError::NoHost { vee: vee_id.into() })?.to_string();
+        let failed = |call| IncomingError::Host { host: host.clone(), call };
         let st = self
             .hosts
-            .host(&host)?
+            .host(&host)
+            .map_err(failed)?
             .complete_incoming(vhi::CompleteIncomingRequest { vee_id: vee_id.into() })
             .await
-            .map_err(|s| anyhow!("{}", s.message()))?;
+            .map_err(failed)?;
         if st.state() != vhi::VeeState::Running {
-            bail!("VEE {vee_id} arrived but is {:?}", st.state());
+            return Err(IncomingError::NotRunning {
+                vee: vee_id.into(),
+                state: format!("{:?}", st.state()),
+            });
         }
         if v.state != VeeState::Running {
             self.transition(&mut v, VeeState::Running, format!("migrated in on {host}"))?;
@@ -456,29 +509,27 @@ impl Federation {
 
     /// Restores an admitted incoming VEE on `host` from checkpoint `cp`
     /// (taken at any site); the VEEH refuses an incompatible profile.
-    async fn restore_incoming(&self, vee_id: &str, host: &str, cp: vhi::CheckpointRecord) -> Result<()> {
+    async fn restore_incoming(&self, vee_id: &str, host: &str, cp: vhi::CheckpointRecord) -> Result<(), IncomingError> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         self.transition(&mut v, VeeState::Recovering, format!("restore {} on {host}", cp.checkpoint_id))?;
-        let r = self
-            .hosts
-            .host(host)?
+        let failed = |call| IncomingError::Host { host: host.into(), call };
+        let c = self.hosts.host(host).map_err(failed)?;
+        let r = c
             .restore(vhi::RestoreRequest {
                 spec: Some(self.networks.spec_of(&v)),
                 checkpoint: Some(cp.clone()),
                 fence_owner: String::new(),
             })
             .await;
-        if let Err(s) = r {
-            let _ = self
-                .hosts
-                .host(host)?
+        if let Err(call) = r {
+            let _ = c
                 .destroy(vhi::DestroyRequest {
                     vee_id: vee_id.into(),
                     remove: true,
                 })
                 .await;
-            bail!("{host}: {}", s.message());
+            return Err(failed(call));
         }
         self.checkpoints
             .record_checkpoint(&mut v, &cp, "restored here", Origin::Primary)
@@ -491,22 +542,23 @@ impl Federation {
     /// migration is aborted (the VEEH removes what it prepared), or a copy
     /// it recovered elsewhere while this site did not answer is destroyed
     /// (fencing: a VEE never runs in two places).
-    pub async fn abort_incoming(&self, vee_id: &str) -> Result<()> {
+    pub async fn abort_incoming(&self, vee_id: &str) -> Result<(), IncomingError> {
         let _g = self.lock_vee(vee_id).await;
         let v = self.vee(vee_id)?;
         if let Some(h) = v.host() {
-            let c = self.hosts.host(h)?;
+            let failed = |call| IncomingError::Host { host: h.into(), call };
+            let c = self.hosts.host(h).map_err(failed)?;
             if v.state == VeeState::Migrating {
                 c.abort_incoming(vhi::AbortIncomingRequest { vee_id: vee_id.into() })
                     .await
-                    .map_err(|s| anyhow!("{}", s.message()))?;
+                    .map_err(failed)?;
             } else {
                 c.destroy(vhi::DestroyRequest {
                     vee_id: vee_id.into(),
                     remove: true,
                 })
                 .await
-                .map_err(|s| anyhow!("{}", s.message()))?;
+                .map_err(failed)?;
                 tracing::warn!(vee = %vee_id, host = %h, "the primary site took this VEE back: destroyed the copy here");
             }
         }

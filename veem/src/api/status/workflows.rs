@@ -6,11 +6,13 @@ use tonic::Code;
 use super::{chain, Coded};
 use crate::ports::call::{CallError, Failure};
 use crate::steps::abroad::AbroadError;
+use crate::steps::boot::BootError;
 use crate::steps::checkpoints::CheckpointError;
 use crate::steps::spares::SpareError;
 use crate::steps::stop::StopError;
 use crate::steps::windows::WindowError;
 use crate::workflows::deploy::DeployError;
+use crate::workflows::federation::IncomingError;
 use crate::workflows::lifecycle::ActionError;
 use crate::workflows::migration::WithdrawError;
 use crate::workflows::peer_epochs::EpochError;
@@ -285,5 +287,52 @@ impl Coded for EpochError {
 
     fn read_only(&self) -> bool {
         matches!(self, EpochError::Store(s) if s.read_only())
+    }
+}
+
+impl Coded for BootError {
+    fn code(&self) -> Code {
+        match self {
+            BootError::Record(r) => r.code(),
+            BootError::NoHost { .. } => Code::FailedPrecondition,
+            BootError::Host { call, .. } => code_of_call(call),
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        matches!(self, BootError::Record(r) if r.read_only())
+    }
+}
+
+impl Coded for IncomingError {
+    fn code(&self) -> Code {
+        match self {
+            IncomingError::Request(r) => r.code(),
+            IncomingError::Record(r) => r.code(),
+            IncomingError::Agreement(_)
+            | IncomingError::NoOverlay { .. }
+            | IncomingError::AlreadyHere { .. }
+            | IncomingError::NoRoom { .. }
+            | IncomingError::NotRunning { .. }
+            | IncomingError::NoHost { .. } => Code::FailedPrecondition,
+            IncomingError::Host { call, .. } => code_of_call(call),
+            IncomingError::Boot(b) => b.code(),
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        match self {
+            IncomingError::Record(r) => r.read_only(),
+            IncomingError::Boot(b) => b.read_only(),
+            _ => false,
+        }
     }
 }
