@@ -296,7 +296,16 @@ impl Vmi for VmiService {
             // VEE, and learns how far its copy there got.
             if matches!(role, Role::Peer(_)) && action == Action::Checkpoint {
                 let cp = self.veem.checkpoints.checkpoint_of(&v.id, None).map_err(status)?;
-                info.checkpoint_record = cp.as_ref().map(|c| c.record()).transpose().map_err(status)?;
+                info.checkpoint_record = cp
+                    .as_ref()
+                    .map(|c| {
+                        c.record().map_err(|e| crate::steps::checkpoints::CheckpointError::Unreadable {
+                            id: c.id.clone(),
+                            reason: format!("{e:#}"),
+                        })
+                    })
+                    .transpose()
+                    .map_err(status)?;
                 if let Some(c) = &cp {
                     info.latest_checkpoint_replication = vmi::CheckpointReplication::from(c.replication.state) as i32;
                 }

@@ -2,15 +2,17 @@
 //! REST's HTTP statuses): each error type the VMI answers with is
 //! [`Coded`], its code chosen by its variant in a `match` over all of them
 //! (a new variant without a code does not compile), and the message is
-//! always the whole chain, so users read the field and the reason.
-//! Workflows that still return `anyhow` chains are coded by the first
-//! typed link of the chain; a chain with no typed link is a refusal
-//! (FailedPrecondition): the VEEM declined to do what was asked.
+//! always the whole chain, so users read the field and the reason. Every
+//! workflow the VMI calls answers such an error: there is no code for an
+//! `anyhow` chain, so a handler cannot answer one (it does not compile).
+//! A refusal of the site (its state, its room, a decision taken) is
+//! FailedPrecondition; a host or peer that does not answer, or a store
+//! that does not, Unavailable; another writer first or a plan gone stale,
+//! Aborted. The workflows' and steps' codes are in [`workflows`].
 
 use tonic::{Code, Status};
 
 use crate::core::RecordError;
-use crate::domain::InvalidTransition;
 use crate::error::VeemError;
 use crate::store::StoreError;
 
@@ -109,38 +111,6 @@ impl Coded for VeemError {
     }
 }
 
-/// A workflow that still returns an `anyhow` chain: coded by the chain's
-/// first typed link.
-impl Coded for anyhow::Error {
-    fn code(&self) -> Code {
-        interfaces::error::grpc_status(self, code_of, Code::FailedPrecondition).code()
-    }
-
-    fn message(&self) -> String {
-        format!("{self:#}")
-    }
-
-    fn read_only(&self) -> bool {
-        crate::core::store_error_in(self).is_some_and(Coded::read_only)
-    }
-}
-
-fn code_of(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
-    if let Some(v) = e.downcast_ref::<VeemError>() {
-        return Some(v.code());
-    }
-    if let Some(s) = e.downcast_ref::<StoreError>() {
-        return Some(s.code());
-    }
-    if let Some(r) = e.downcast_ref::<RecordError>() {
-        return Some(r.code());
-    }
-    if e.is::<crate::planner::Stale>() {
-        // The site's plan changed under every attempt: to be retried.
-        return Some(Code::Aborted);
-    }
-    e.is::<InvalidTransition>().then_some(Code::FailedPrecondition)
-}
 
 #[cfg(test)]
 mod tests {
@@ -150,49 +120,37 @@ mod tests {
     use crate::domain::StateMachine;
 
     #[test]
-    fn each_error_maps_to_one_code_whatever_its_context() {
-        let cases: Vec<(anyhow::Error, Code)> = vec![
+    fn each_error_maps_to_one_code_by_its_variant() {
+        let invalid = crate::domain::VeeState::Terminated
+            .transition("v", crate::domain::VeeState::Running)
+            .unwrap_err();
+        let cases: Vec<(Box<dyn Fn() -> Status>, Code)> = vec![
+            (Box::new(|| status(VeemError::not_found("VEE", "v1"))), Code::NotFound),
+            (Box::new(|| status(RecordError::not_found("VEE", "v1"))), Code::NotFound),
             (
-                anyhow::Error::from(VeemError::not_found("VEE", "v1")).context("restore"),
-                Code::NotFound,
-            ),
-            (
-                VeemError::field("to_host", "\"x\" is not a host of site a").into(),
+                Box::new(|| status(VeemError::field("to_host", "\"x\" is not a host of site a"))),
                 Code::InvalidArgument,
             ),
             (
-                VeemError::ManifestRefused(vec!["manifest field `sla.guarantee`: unknown".into()]).into(),
+                Box::new(|| status(VeemError::ManifestRefused(vec!["manifest field `sla.guarantee`: unknown".into()]))),
                 Code::InvalidArgument,
             ),
+            (Box::new(move || status(RecordError::from(invalid.clone()))), Code::FailedPrecondition),
+            (Box::new(|| status(VeemError::RequestReused("r1".into(), "s1".into()))), Code::AlreadyExists),
             (
-                crate::domain::VeeState::Terminated
-                    .transition("v", crate::domain::VeeState::Running)
-                    .unwrap_err()
-                    .into(),
-                Code::FailedPrecondition,
-            ),
-            (VeemError::RequestReused("r1".into(), "s1".into()).into(), Code::AlreadyExists),
-            (
-                anyhow::Error::from(crate::planner::Stale { planned: 1, now: 2 }).context("reject: the site's plan changed"),
+                Box::new(|| {
+                    status(RecordError::from(StoreError::from(crate::store::Conflict {
+                        tree: crate::store::Tree::Vees,
+                        key: "v1".into(),
+                        since: 3,
+                        written: 4,
+                    })))
+                }),
                 Code::Aborted,
             ),
-            (
-                anyhow::Error::from(StoreError::from(crate::store::Conflict {
-                    tree: crate::store::Tree::Vees,
-                    key: "v1".into(),
-                    since: 3,
-                    written: 4,
-                }))
-                .context("persist VEE"),
-                Code::Aborted,
-            ),
-            // A refusal, even one whose words say "not found" or "field".
-            (anyhow::anyhow!("reject: field `x` not found anywhere"), Code::FailedPrecondition),
         ];
-        for (e, code) in cases {
-            let msg = format!("{e:#}");
-            let s = status(e);
-            assert_eq!((s.code(), s.message()), (code, msg.as_str()));
+        for (s, code) in cases {
+            assert_eq!(s().code(), code, "{}", s().message());
         }
         assert_eq!(VeemError::not_found("VEE", "v1").to_string(), "VEE v1 not found");
     }
@@ -263,8 +221,8 @@ mod tests {
         assert_eq!(s.code(), Code::Unavailable);
         assert!(s.metadata().get(interfaces::fencing::READ_ONLY).is_some());
         assert!(s.message().starts_with("commit: the site's control plane store (etcd) does not answer: no quorum"), "{}", s.message());
-        // The same, reached through an anyhow chain with context.
-        let s = status(anyhow::Error::from(unavailable()).context("persist VEE"));
+        // The same, reached through a record call.
+        let s = status(RecordError::from(unavailable()));
         assert_eq!(s.code(), Code::Unavailable);
         assert!(s.metadata().get(interfaces::fencing::READ_ONLY).is_some());
         let s = status(StoreError::from(crate::store::Fenced { epoch: 7 }));

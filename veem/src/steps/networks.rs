@@ -53,6 +53,27 @@ pub enum AssignError {
     Store(#[from] StoreError),
 }
 
+/// Why a primary site's network update was not taken (VMI
+/// UpdateNetwork). Each variant's status is in `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkUpdateError {
+    /// A request field (`anchor`).
+    #[error(transparent)]
+    Request(#[from] crate::error::VeemError),
+    /// No overlay is agreed with the primary.
+    #[error("no overlay ([peers.overlay]) is agreed with {from}")]
+    NoOverlay { from: String },
+    /// A VEE's record could not be read or written.
+    #[error(transparent)]
+    Record(#[from] crate::core::RecordError),
+}
+
+impl From<StoreError> for NetworkUpdateError {
+    fn from(e: StoreError) -> Self {
+        NetworkUpdateError::Record(e.into())
+    }
+}
+
 /// Service networks after IPAM (see the module doc): what admission assigns under one lock, the member tables pushed to hosts and peers, the peer sites a network is stretched to. Calls only the core, the hosts and the peers.
 pub struct Networks {
     core: Arc<Core>,
@@ -278,9 +299,9 @@ impl Networks {
     /// hosts get it on the agreed overlay port. Errors when no overlay is
     /// agreed with `from`; a table with bad entries is refused by the
     /// hosts, which check it before use.
-    pub async fn primary_network_changed(&self, from: &str, u: NetworkUpdate) -> Result<()> {
+    pub async fn primary_network_changed(&self, from: &str, u: NetworkUpdate) -> Result<(), NetworkUpdateError> {
         let Some(port) = self.overlay(from).map(|o| u32::from(o.port)) else {
-            anyhow::bail!("no overlay ([peers.overlay]) is agreed with {from}");
+            return Err(NetworkUpdateError::NoOverlay { from: from.into() });
         };
         if u.anchor.is_some() {
             return Err(crate::error::VeemError::field("anchor", "a network's home part stays at its primary site").into());

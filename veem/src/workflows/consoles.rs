@@ -21,14 +21,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::Result;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Role;
-use crate::core::Core;
+use crate::core::{Core, RecordError};
+use crate::error::VeemError;
 use crate::model::{Location, VeeRec, VeeState};
 use crate::ports::call::CallError;
 use crate::ports::{ConsoleInput, ConsoleOutput, ConsoleStream};
@@ -39,6 +40,32 @@ pub const REATTACH_WITHIN: Duration = Duration::from_secs(600);
 
 /// How often the relay looks whether the VEE runs again.
 const REATTACH_POLL: Duration = Duration::from_millis(500);
+
+/// Why a console session was not opened (VMI AttachConsole). Each
+/// variant's status is in `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    /// No such VEE.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The caller is over its rate of sessions.
+    #[error(transparent)]
+    Request(#[from] VeemError),
+    /// The VEE does not run: its console is there while it runs.
+    #[error("VEE {vee} is {state}: its console is there while it runs")]
+    NotRunning { vee: String, state: &'static str },
+    /// Another session holds the console (`how`), and what takes it.
+    #[error("{how} the console of VEE {vee}: {then}")]
+    Held {
+        vee: String,
+        how: &'static str,
+        then: &'static str,
+    },
+    /// Its host or peer site refused the console, or did not answer (by
+    /// its message only: where the VEE runs is the caller's to redact).
+    #[error("the console of VEE {vee}: {}", .call.message)]
+    Unreached { vee: String, call: CallError },
+}
 
 /// The relays of VEEs' serial consoles (see the module doc). A leaf.
 pub struct Consoles {
@@ -112,11 +139,20 @@ impl Consoles {
     /// ResourceExhausted); another session holds the console (without
     /// `force`, or the operator's); the host's or peer's refusal, by its
     /// message.
-    pub async fn attach(self: &Arc<Self>, role: &Role, vee_id: &str, force: bool, input: ConsoleInput) -> Result<ConsoleStream> {
+    pub async fn attach(
+        self: &Arc<Self>,
+        role: &Role,
+        vee_id: &str,
+        force: bool,
+        input: ConsoleInput,
+    ) -> Result<ConsoleStream, ConsoleError> {
         let who = role.to_string();
         let v = self.vee(vee_id)?;
         if !matches!(v.state, VeeState::Running | VeeState::Checkpointing) {
-            bail!("VEE {vee_id} is {}: its console is there while it runs", v.state.as_str());
+            return Err(ConsoleError::NotRunning {
+                vee: vee_id.into(),
+                state: v.state.as_str(),
+            });
         }
         self.take_attach(&who)?;
         // The session this one takes the console from ends first (told it
@@ -128,9 +164,19 @@ impl Consoles {
             let mut holders = self.holders.lock().unwrap();
             match holders.get(vee_id) {
                 Some(h) if h.rank > rank(role) => {
-                    bail!("the site's operator holds the console of VEE {vee_id}: only the operator may take it")
+                    return Err(ConsoleError::Held {
+                        vee: vee_id.into(),
+                        how: "the site's operator holds",
+                        then: "only the operator may take it",
+                    });
                 }
-                Some(_) if !force => bail!("another session holds the console of VEE {vee_id}: `--force` takes it"),
+                Some(_) if !force => {
+                    return Err(ConsoleError::Held {
+                        vee: vee_id.into(),
+                        how: "another session holds",
+                        then: "`--force` takes it",
+                    })
+                }
                 _ => {}
             }
             let holder = Holder {
@@ -187,7 +233,7 @@ impl Consoles {
 
     /// Takes one of `who`'s console sessions; errors when it has none
     /// left this minute, saying when one is back.
-    fn take_attach(&self, who: &str) -> Result<()> {
+    fn take_attach(&self, who: &str) -> Result<(), VeemError> {
         let mut buckets = self.attaches.lock().unwrap();
         buckets.take(who, self.clock.now_ms()).map_err(|wait_ms| {
             crate::error::VeemError::RateLimited {
@@ -197,21 +243,31 @@ impl Consoles {
                 limit: "[events] console_attaches_per_minute",
                 retry_s: (wait_ms + 999) / 1000,
             }
-            .into()
         })
     }
 
     /// Attaches to `v`'s console where it runs now.
-    async fn open(&self, v: &VeeRec, force: bool) -> Result<Attachment> {
+    async fn open(&self, v: &VeeRec, force: bool) -> Result<Attachment, ConsoleError> {
         let (tx, rx) = mpsc::channel::<Vec<u8>>(16);
         let input: ConsoleInput = Box::pin(ReceiverStream::new(rx));
         let opened = match &v.location {
-            Location::Host(h) => self.hosts.vhi(h)?.open_console(&v.id, force, input).await.map_err(CallError::from),
-            Location::Site(s) => self.peer(s)?.attach_console(&v.id, force, input).await,
-            Location::Nowhere => bail!("VEE {} runs nowhere", v.id),
+            Location::Host(h) => match self.hosts.vhi(h) {
+                Ok(vhi) => vhi.open_console(&v.id, force, input).await.map_err(CallError::from),
+                Err(e) => Err(e),
+            },
+            Location::Site(s) => match self.peer(s) {
+                Ok(p) => p.attach_console(&v.id, force, input).await,
+                Err(e) => Err(e),
+            },
+            Location::Nowhere => {
+                return Err(ConsoleError::NotRunning {
+                    vee: v.id.clone(),
+                    state: "placed nowhere",
+                })
+            }
         };
         // The message only: where the VEE runs is the caller's to redact.
-        let out = opened.map_err(|s: CallError| anyhow!("the console of VEE {}: {}", v.id, s.message()))?;
+        let out = opened.map_err(|call| ConsoleError::Unreached { vee: v.id.clone(), call })?;
         Ok((out, tx))
     }
 

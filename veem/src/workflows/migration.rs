@@ -33,6 +33,40 @@ use crate::steps::spares::Spares;
 use crate::store::Tree;
 use crate::workflows::federation::Federation;
 
+/// Why a migration was not proposed, decided or sent on (VMI Migrate,
+/// ApproveMigration, RejectMigration, Drain, Withdraw at the primary,
+/// SendVee at a peer): nothing changed. Each variant's status is in
+/// `crate::api::status`.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrationError {
+    /// A request field (`to_host`, `to_site`, `to`, `reason`, `host`), or
+    /// no migration with that ID.
+    #[error(transparent)]
+    Request(#[from] VeemError),
+    /// No such VEE, or its record could not be written.
+    #[error(transparent)]
+    Record(#[from] crate::core::RecordError),
+    /// The site declines: the VEE's state or migration policy, an open
+    /// migration of it (or of its affinity set), the destination's room
+    /// or constraints, a decision already taken (the reason says which).
+    #[error("{0}")]
+    Refused(String),
+    /// A migration record's state table forbids the change.
+    #[error(transparent)]
+    Transition(#[from] crate::domain::InvalidTransition),
+    /// The migration's records could not be written.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// Returns [`MigrationError::Refused`] with the formatted reason (in
+/// scope in the submodules below).
+macro_rules! refuse {
+    ($($arg:tt)*) => {
+        return Err($crate::workflows::migration::MigrationError::Refused(format!($($arg)*)))
+    };
+}
+
 mod affinity;
 mod arrival;
 mod decide;
@@ -91,13 +125,14 @@ impl Migration {
 }
 
 impl Migration {
-    pub fn migration(&self, id: &str) -> Result<MigrationRec> {
-        self.store
+    pub fn migration(&self, id: &str) -> std::result::Result<MigrationRec, MigrationError> {
+        Ok(self
+            .store
             .get(Tree::Migrations, id)?
-            .ok_or_else(|| VeemError::not_found("migration", id).into())
+            .ok_or_else(|| VeemError::not_found("migration", id))?)
     }
 
-    fn save_migration(&self, m: &MigrationRec) -> Result<()> {
+    fn save_migration(&self, m: &MigrationRec) -> std::result::Result<(), crate::store::StoreError> {
         self.store.put(Tree::Migrations, &m.id, m)?;
         self.migration_event(m);
         Ok(())
@@ -466,7 +501,7 @@ fn running_again(v: &VeeRec, detail: String) -> Vec<(VeeState, String)> {
 }
 
 /// The write of migration record `m` (for a commit with other records).
-fn migration_write(m: &MigrationRec) -> Result<crate::store::Writes> {
+fn migration_write(m: &MigrationRec) -> std::result::Result<crate::store::Writes, crate::store::StoreError> {
     let mut w = crate::store::Writes::default();
     w.put(Tree::Migrations, &m.id, m)?;
     Ok(w)

@@ -8,13 +8,15 @@ use crate::ports::call::{CallError, Failure};
 use crate::steps::abroad::AbroadError;
 use crate::steps::boot::BootError;
 use crate::steps::checkpoints::CheckpointError;
+use crate::steps::networks::NetworkUpdateError;
 use crate::steps::spares::SpareError;
 use crate::steps::stop::StopError;
 use crate::steps::windows::WindowError;
+use crate::workflows::consoles::ConsoleError;
 use crate::workflows::deploy::DeployError;
 use crate::workflows::federation::IncomingError;
 use crate::workflows::lifecycle::ActionError;
-use crate::workflows::migration::WithdrawError;
+use crate::workflows::migration::{MigrationError, WithdrawError};
 use crate::workflows::peer_epochs::EpochError;
 use crate::workflows::resizing::ResizeError;
 use crate::workflows::rollout::UpdateError;
@@ -334,5 +336,65 @@ impl Coded for IncomingError {
             IncomingError::Boot(b) => b.read_only(),
             _ => false,
         }
+    }
+}
+
+impl Coded for MigrationError {
+    fn code(&self) -> Code {
+        match self {
+            MigrationError::Request(r) => r.code(),
+            MigrationError::Record(r) => r.code(),
+            MigrationError::Refused(_) | MigrationError::Transition(_) => Code::FailedPrecondition,
+            MigrationError::Store(s) => s.code(),
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        match self {
+            MigrationError::Record(r) => r.read_only(),
+            MigrationError::Store(s) => s.read_only(),
+            _ => false,
+        }
+    }
+}
+
+impl Coded for ConsoleError {
+    fn code(&self) -> Code {
+        match self {
+            ConsoleError::Record(r) => r.code(),
+            ConsoleError::Request(r) => r.code(),
+            ConsoleError::NotRunning { .. } | ConsoleError::Held { .. } => Code::FailedPrecondition,
+            ConsoleError::Unreached { call, .. } => code_of_call(call),
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        matches!(self, ConsoleError::Record(r) if r.read_only())
+    }
+}
+
+impl Coded for NetworkUpdateError {
+    fn code(&self) -> Code {
+        match self {
+            NetworkUpdateError::Request(r) => r.code(),
+            NetworkUpdateError::NoOverlay { .. } => Code::FailedPrecondition,
+            NetworkUpdateError::Record(r) => r.code(),
+        }
+    }
+
+    fn message(&self) -> String {
+        chain(self)
+    }
+
+    fn read_only(&self) -> bool {
+        matches!(self, NetworkUpdateError::Record(r) if r.read_only())
     }
 }

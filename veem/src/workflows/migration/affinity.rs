@@ -15,10 +15,10 @@
 
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use interfaces::manifest::ConstraintLevel;
 
-use super::Migration;
+use super::{Migration, MigrationError};
 use super::{location_text, migration_write, Dest, Proposer};
 use crate::model::{MigrationRec, MigrationState, VeeRec, VeeState};
 use crate::store::{Tree, Writes};
@@ -47,13 +47,13 @@ impl Migration {
         to: Dest,
         reason: &str,
         by: Proposer,
-    ) -> Result<MigrationRec> {
+    ) -> Result<MigrationRec, MigrationError> {
         let members: Vec<VeeRec> = set.iter().map(|id| self.vee(id)).collect::<Result<_, _>>()?;
         let there = |m: &VeeRec| location_text(&m.location) == to.to_string();
         let open = self.store.list::<MigrationRec>(Tree::Migrations)?;
         for m in &members {
             if m.state != VeeState::Running {
-                bail!(
+                refuse!(
                     "VEE {} moves with its affinity set, and VEE {} of the set is {}",
                     v.id,
                     m.id,
@@ -61,7 +61,7 @@ impl Migration {
                 );
             }
             if let Some(o) = open.iter().find(|o| o.vee_id == m.id && o.state.is_open()) {
-                bail!(
+                refuse!(
                     "VEE {} moves with its affinity set, and VEE {} of the set already has migration {}",
                     v.id,
                     m.id,
@@ -75,7 +75,7 @@ impl Migration {
                 let now = self.now_slot();
                 let mut plan = self.planner.lock().unwrap().clone();
                 if let Err(e) = plan.move_set(&set, h, now) {
-                    bail!("VEE {} cannot move to {h} with its affinity set ({names}): {e}", v.id);
+                    refuse!("VEE {} cannot move to {h} with its affinity set ({names}): {e}", v.id);
                 }
             }
             Dest::Site(s) => {
@@ -83,7 +83,7 @@ impl Migration {
                 let others = self.vees_where(|o| o.service_id == v.service_id && !set.contains(&o.id));
                 for m in &members {
                     if let Some(why) = self.site_constraints.site_refusal(m, s, &others, &constraints) {
-                        bail!(
+                        refuse!(
                             "VEE {} cannot move to {s} with its affinity set ({names}): VEE {}: {why}",
                             v.id,
                             m.id
@@ -91,7 +91,7 @@ impl Migration {
                     }
                 }
             }
-            Dest::ForPrimary(_) => bail!("site-of targets are chosen by a primary site"),
+            Dest::ForPrimary(_) => refuse!("site-of targets are chosen by a primary site"),
         }
         let moving: Vec<&VeeRec> = members.iter().filter(|m| !there(m)).collect();
         let ids: Vec<String> = moving.iter().map(|_| uuid::Uuid::new_v4().to_string()).collect();
@@ -128,7 +128,7 @@ impl Migration {
     }
 
     /// Writes the migrations of a set in one commit, then events them.
-    fn save_set(&self, recs: &[MigrationRec]) -> Result<()> {
+    fn save_set(&self, recs: &[MigrationRec]) -> Result<(), crate::store::StoreError> {
         let mut w = Writes::default();
         for m in recs {
             w.put(Tree::Migrations, &m.id, m)?;
@@ -143,7 +143,7 @@ impl Migration {
     /// An operator's decision on one migration of a set applies to all of
     /// them still proposed: approved (`approve`; the caller runs them,
     /// [`Migration::spawn_set`]) or rejected with `detail`.
-    pub(super) fn decide_set(&self, set: &[String], approve: bool, by: &str, detail: &str) -> Result<()> {
+    pub(super) fn decide_set(&self, set: &[String], approve: bool, by: &str, detail: &str) -> Result<(), MigrationError> {
         let mut recs = Vec::new();
         for id in set {
             let mut m = self.migration(id)?;
@@ -161,7 +161,7 @@ impl Migration {
             }
             recs.push(m);
         }
-        self.save_set(&recs)
+        Ok(self.save_set(&recs)?)
     }
 
     /// Runs the set's approved migrations one after the other, in the

@@ -6,10 +6,9 @@
 
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Result};
 use interfaces::manifest::MigrationPolicy;
 
-use super::{location_text, Dest, Migration, Proposer};
+use super::{location_text, Dest, Migration, MigrationError, Proposer};
 use crate::error::VeemError;
 use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::peers;
@@ -26,13 +25,13 @@ impl Migration {
     /// when the VEE's migration policy forbids it (`none`: never moved;
     /// `site`: no peer sites), or when the VEE already has an open
     /// (proposed, approved or running) migration.
-    pub fn propose(self: &Arc<Self>, vee_id: &str, to: Dest, reason: &str, by: Proposer) -> Result<MigrationRec> {
+    pub fn propose(self: &Arc<Self>, vee_id: &str, to: Dest, reason: &str, by: Proposer) -> Result<MigrationRec, MigrationError> {
         let v = self.vee(vee_id)?;
         if !matches!(v.state, VeeState::Running) {
-            bail!("VEE {vee_id} is {}, only running VEEs migrate", v.state.as_str());
+            refuse!("VEE {vee_id} is {}, only running VEEs migrate", v.state.as_str());
         }
         if v.migration_policy == MigrationPolicy::None {
-            bail!("VEE {vee_id}: its SLA's migration policy is \"none\" (never moved)");
+            refuse!("VEE {vee_id}: its SLA's migration policy is \"none\" (never moved)");
         }
         self.close_stale_proposals()?;
         let open = self
@@ -41,7 +40,7 @@ impl Migration {
             .into_iter()
             .find(|m| m.vee_id == vee_id && m.state.is_open());
         if let Some(m) = open {
-            bail!("VEE {vee_id} already has migration {} ({}, to {})", m.id, m.state, m.to);
+            refuse!("VEE {vee_id} already has migration {} ({}, to {})", m.id, m.state, m.to);
         }
         match &to {
             Dest::Host(h) => {
@@ -49,7 +48,7 @@ impl Migration {
                     return Err(VeemError::field("to_host", format!("{h:?} is not a host of site {}", self.cfg.site_id)).into());
                 }
                 if v.location == Location::Host(h.clone()) {
-                    bail!("VEE {vee_id} already runs on {h}");
+                    refuse!("VEE {vee_id} already runs on {h}");
                 }
                 if v.host().is_some() {
                     let now = self.now_slot();
@@ -59,7 +58,7 @@ impl Migration {
                         if set.len() > 1 {
                             return self.propose_set(&v, set, to, reason, by);
                         }
-                        bail!("VEE {vee_id} cannot move to {h}: {e}");
+                        refuse!("VEE {vee_id} cannot move to {h}: {e}");
                     }
                 }
             }
@@ -78,7 +77,7 @@ impl Migration {
                     }
                     let others = self.vees_where(|o| o.service_id == v.service_id);
                     if !v.migration_policy.allows_peer_site() {
-                        bail!(
+                        refuse!(
                             "VEE {vee_id}: its SLA's migration policy is \"{}\", not federation",
                             v.migration_policy.as_str()
                         );
@@ -91,11 +90,11 @@ impl Migration {
                         if set.len() > 1 {
                             return self.propose_set(&v, set, to, reason, by);
                         }
-                        bail!("VEE {vee_id} cannot move to {s}: {why}");
+                        refuse!("VEE {vee_id} cannot move to {s}: {why}");
                     }
                 }
                 if v.location == Location::Site(s.clone()) {
-                    bail!("VEE {vee_id} already runs at {s}");
+                    refuse!("VEE {vee_id} already runs at {s}");
                 }
             }
         }
@@ -133,10 +132,10 @@ impl Migration {
     /// other host can take the VEE.
     ///
     /// [`Planner::move_vee`]: crate::planner::Planner::move_vee
-    pub fn propose_anywhere(self: &Arc<Self>, vee_id: &str, reason: &str, by: Proposer) -> Result<MigrationRec> {
+    pub fn propose_anywhere(self: &Arc<Self>, vee_id: &str, reason: &str, by: Proposer) -> Result<MigrationRec, MigrationError> {
         let v = self.vee(vee_id)?;
         let Some(from) = v.host() else {
-            bail!("VEE {vee_id} does not run on a host of this site; an operator moves it")
+            refuse!("VEE {vee_id} does not run on a host of this site; an operator moves it")
         };
         let now = self.now_slot();
         let plan = self.planner.lock().unwrap().clone();
@@ -148,7 +147,7 @@ impl Migration {
             .into_iter()
             .filter(|h| h != from && self.hosts.health(h) != crate::hosts::Health::Failed)
             .find(|h| plan.clone().move_set(&set, h, now).is_ok())
-            .ok_or_else(|| anyhow!("VEE {vee_id}: no other host of the site can take it for the rest of its window"))?;
+            .ok_or_else(|| MigrationError::Refused(format!("VEE {vee_id}: no other host of the site can take it for the rest of its window")))?;
         self.propose(vee_id, Dest::Host(to), reason, by)
     }
 
@@ -157,7 +156,7 @@ impl Migration {
     /// found it (recovered elsewhere, moved, stopped, gone), or the host it
     /// was to go to has failed. Such a proposal would otherwise stay open
     /// and block every later migration of the VEE. Returns how many.
-    pub fn close_stale_proposals(&self) -> Result<usize> {
+    pub fn close_stale_proposals(&self) -> Result<usize, MigrationError> {
         let mut closed = 0;
         for mut m in self.store.list::<MigrationRec>(Tree::Migrations)? {
             if m.state != MigrationState::Proposed {
@@ -186,11 +185,11 @@ impl Migration {
 
     /// An operator approves a proposal: it runs now. A proposal whose
     /// premise is gone is closed instead ([`Migration::close_stale_proposals`]).
-    pub fn approve(self: &Arc<Self>, id: &str, by: &str) -> Result<MigrationRec> {
+    pub fn approve(self: &Arc<Self>, id: &str, by: &str) -> Result<MigrationRec, MigrationError> {
         self.close_stale_proposals()?;
         let mut m = self.migration(id)?;
         if m.state != MigrationState::Proposed {
-            bail!("migration {id} is {}, not proposed ({})", m.state, m.detail);
+            refuse!("migration {id} is {}, not proposed ({})", m.state, m.detail);
         }
         if !m.set.is_empty() {
             self.decide_set(&m.set, true, by, "")?;
@@ -206,13 +205,13 @@ impl Migration {
     }
 
     /// An operator rejects a proposal: nothing moves.
-    pub fn reject(&self, id: &str, by: &str, reason: &str) -> Result<MigrationRec> {
+    pub fn reject(&self, id: &str, by: &str, reason: &str) -> Result<MigrationRec, MigrationError> {
         if reason.trim().is_empty() {
             return Err(VeemError::field("reason", "say why the migration is rejected").into());
         }
         let mut m = self.migration(id)?;
         if m.state != MigrationState::Proposed {
-            bail!("migration {id} is {}, not proposed", m.state);
+            refuse!("migration {id} is {}, not proposed", m.state);
         }
         if !m.set.is_empty() {
             self.decide_set(&m.set, false, by, reason)?;
@@ -232,7 +231,7 @@ impl Migration {
     /// host with room for one). A VEE that cannot move, or already has an
     /// open migration, is skipped with a warning. Errors when `host` is not
     /// a host of this site.
-    pub fn drain(self: &Arc<Self>, host: &str) -> Result<Vec<MigrationRec>> {
+    pub fn drain(self: &Arc<Self>, host: &str) -> Result<Vec<MigrationRec>, MigrationError> {
         if !self.hosts.names().iter().any(|h| h == host) {
             return Err(VeemError::field("host", format!("{host:?} is not a host of site {}", self.cfg.site_id)).into());
         }

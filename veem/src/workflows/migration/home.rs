@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Result};
 use interfaces::vhi::IncomingTarget;
 
-use super::Migration;
+use super::{Migration, MigrationError};
 use super::{Dest, Proposer};
 use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::store::Tree;
@@ -84,14 +84,14 @@ impl Migration {
     /// home to the host [`Migration::home_host`] picks, without waiting for an
     /// operator. Errors when the VEE does not run at `site` or no local host
     /// can take it.
-    pub fn withdrawn(self: &Arc<Self>, site: &str, vee_id: &str) -> Result<MigrationRec> {
+    pub fn withdrawn(self: &Arc<Self>, site: &str, vee_id: &str) -> Result<MigrationRec, MigrationError> {
         let v = self.vee(vee_id)?;
         if v.location != Location::Site(site.to_string()) {
-            bail!("VEE {vee_id} does not run at {site}");
+            refuse!("VEE {vee_id} does not run at {site}");
         }
-        let host = self
-            .home_host(&v)
-            .ok_or_else(|| anyhow!("no local host can take VEE {vee_id} back from {site}"))?;
+        let Some(host) = self.home_host(&v) else {
+            refuse!("no local host can take VEE {vee_id} back from {site}");
+        };
         let mut m = self.propose(
             vee_id,
             Dest::Host(host),
@@ -173,13 +173,15 @@ impl Migration {
 
     /// Peer side of SendVee: the primary site `from` asks this site to
     /// live-migrate the VEE it runs for it to `target`.
-    pub async fn send_vee(&self, from: &str, vee_id: &str, target: IncomingTarget) -> Result<MigrationRec> {
+    pub async fn send_vee(&self, from: &str, vee_id: &str, target: IncomingTarget) -> Result<MigrationRec, MigrationError> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         if v.for_peer.as_deref() != Some(from) {
-            bail!("VEE {vee_id} does not run here for {from}");
+            refuse!("VEE {vee_id} does not run here for {from}");
         }
-        let src = v.host().context("VEE has no host here")?.to_string();
+        let Some(src) = v.host().map(str::to_string) else {
+            refuse!("VEE {vee_id} has no host here");
+        };
         let mut m = MigrationRec {
             id: uuid::Uuid::new_v4().to_string(),
             vee_id: vee_id.into(),

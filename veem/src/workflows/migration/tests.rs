@@ -317,7 +317,7 @@ fn migrations(site: &FakeSite) -> Vec<crate::model::MigrationRec> {
 }
 
 /// An operator's proposal to move `vee` to host `to`.
-fn propose(site: &FakeSite, vee: &str, to: &str) -> anyhow::Result<crate::model::MigrationRec> {
+fn propose(site: &FakeSite, vee: &str, to: &str) -> Result<crate::model::MigrationRec, super::MigrationError> {
     site.veem
         .migration
         .propose(vee, Dest::Host(to.into()), "maintenance", Proposer::Operator)
