@@ -19,11 +19,16 @@ use crate::store::StoreError;
 mod workflows;
 
 /// An error the VMI answers with (see the module doc).
-pub trait Coded {
+pub trait Coded: std::error::Error + 'static {
     /// Its gRPC code.
     fn code(&self) -> Code;
     /// Its message: the error and each of its causes, `: ` between them.
-    fn message(&self) -> String;
+    fn message(&self) -> String
+    where
+        Self: Sized,
+    {
+        chain(self)
+    }
     /// Whether it says the site's store does not answer, so that the
     /// caller reads the site as read-only.
     fn read_only(&self) -> bool {
@@ -69,10 +74,6 @@ impl Coded for StoreError {
         }
     }
 
-    fn message(&self) -> String {
-        chain(self)
-    }
-
     fn read_only(&self) -> bool {
         matches!(self, StoreError::Unavailable { .. })
     }
@@ -85,10 +86,6 @@ impl Coded for RecordError {
             RecordError::Transition(_) => Code::FailedPrecondition,
             RecordError::Store(s) => s.code(),
         }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
     }
 
     fn read_only(&self) -> bool {
@@ -104,10 +101,6 @@ impl Coded for VeemError {
             VeemError::RequestReused(..) | VeemError::ReplyReused { .. } => Code::AlreadyExists,
             VeemError::RateLimited { .. } => Code::ResourceExhausted,
         }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
     }
 }
 

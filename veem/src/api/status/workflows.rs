@@ -3,7 +3,7 @@
 
 use tonic::Code;
 
-use super::{chain, Coded};
+use super::Coded;
 use crate::ports::call::{CallError, Failure};
 use crate::steps::abroad::AbroadError;
 use crate::steps::boot::BootError;
@@ -47,10 +47,6 @@ impl Coded for ResizeError {
         }
     }
 
-    fn message(&self) -> String {
-        chain(self)
-    }
-
     fn read_only(&self) -> bool {
         match self {
             ResizeError::Record(r) => r.read_only(),
@@ -68,10 +64,6 @@ impl Coded for WindowError {
         }
     }
 
-    fn message(&self) -> String {
-        chain(self)
-    }
-
     fn read_only(&self) -> bool {
         matches!(self, WindowError::Record(r) if r.read_only())
     }
@@ -87,10 +79,6 @@ impl Coded for DeployError {
             DeployError::Contended { .. } => Code::Aborted,
             DeployError::Store(s) => s.code(),
         }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
     }
 
     fn read_only(&self) -> bool {
@@ -113,10 +101,6 @@ impl Coded for ScaleError {
         }
     }
 
-    fn message(&self) -> String {
-        chain(self)
-    }
-
     fn read_only(&self) -> bool {
         match self {
             ScaleError::Record(r) => r.read_only(),
@@ -134,10 +118,6 @@ impl Coded for UpdateError {
             UpdateError::Rolling { .. } | UpdateError::NotHere { .. } => Code::FailedPrecondition,
             UpdateError::Store(s) => s.code(),
         }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
     }
 
     fn read_only(&self) -> bool {
@@ -159,10 +139,6 @@ impl Coded for CheckpointError {
         }
     }
 
-    fn message(&self) -> String {
-        chain(self)
-    }
-
     fn read_only(&self) -> bool {
         matches!(self, CheckpointError::Store(s) if s.read_only())
     }
@@ -174,10 +150,6 @@ impl Coded for AbroadError {
             AbroadError::Peer { call, .. } => code_of_call(call),
             AbroadError::Record(r) => r.code(),
         }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
     }
 
     fn read_only(&self) -> bool {
@@ -193,10 +165,6 @@ impl Coded for StopError {
             StopError::Abroad(a) => a.code(),
             StopError::Store(s) => s.code(),
         }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
     }
 
     fn read_only(&self) -> bool {
@@ -218,10 +186,6 @@ impl Coded for WithdrawError {
         }
     }
 
-    fn message(&self) -> String {
-        chain(self)
-    }
-
     fn read_only(&self) -> bool {
         matches!(self, WithdrawError::Record(r) if r.read_only())
     }
@@ -238,10 +202,6 @@ impl Coded for ActionError {
             ActionError::Stop(s) => s.code(),
             ActionError::Withdraw(w) => w.code(),
         }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
     }
 
     fn read_only(&self) -> bool {
@@ -265,10 +225,6 @@ impl Coded for SpareError {
         }
     }
 
-    fn message(&self) -> String {
-        chain(self)
-    }
-
     fn read_only(&self) -> bool {
         matches!(self, SpareError::Store(s) if s.read_only())
     }
@@ -283,10 +239,6 @@ impl Coded for EpochError {
         }
     }
 
-    fn message(&self) -> String {
-        chain(self)
-    }
-
     fn read_only(&self) -> bool {
         matches!(self, EpochError::Store(s) if s.read_only())
     }
@@ -299,10 +251,6 @@ impl Coded for BootError {
             BootError::NoHost { .. } => Code::FailedPrecondition,
             BootError::Host { call, .. } => code_of_call(call),
         }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
     }
 
     fn read_only(&self) -> bool {
@@ -326,10 +274,6 @@ impl Coded for IncomingError {
         }
     }
 
-    fn message(&self) -> String {
-        chain(self)
-    }
-
     fn read_only(&self) -> bool {
         match self {
             IncomingError::Record(r) => r.read_only(),
@@ -347,10 +291,6 @@ impl Coded for MigrationError {
             MigrationError::Refused(_) | MigrationError::Transition(_) => Code::FailedPrecondition,
             MigrationError::Store(s) => s.code(),
         }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
     }
 
     fn read_only(&self) -> bool {
@@ -372,10 +312,6 @@ impl Coded for ConsoleError {
         }
     }
 
-    fn message(&self) -> String {
-        chain(self)
-    }
-
     fn read_only(&self) -> bool {
         matches!(self, ConsoleError::Record(r) if r.read_only())
     }
@@ -388,10 +324,6 @@ impl Coded for NetworkUpdateError {
             NetworkUpdateError::NoOverlay { .. } => Code::FailedPrecondition,
             NetworkUpdateError::Record(r) => r.code(),
         }
-    }
-
-    fn message(&self) -> String {
-        chain(self)
     }
 
     fn read_only(&self) -> bool {
