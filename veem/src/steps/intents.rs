@@ -89,7 +89,7 @@ impl Intents {
     /// before any step runs: every intent is a crash's); an intent whose
     /// undo did not complete (a peer unreachable) is left for
     /// [`Intents::retry_left`]. Returns how many remain.
-    pub async fn undo_intents(&self) -> Result<usize> {
+    pub async fn undo_intents(&self) -> Result<usize, StoreError> {
         let intents = self.store.list::<Intent>(Tree::Intents)?;
         self.undo(intents).await
     }
@@ -97,7 +97,7 @@ impl Intents {
     /// Undoes again what [`Intents::undo_intents`] left, and only that:
     /// an intent written since is a step under way (a Deploy placing VEEs
     /// at peers), not a crash's. Returns how many remain.
-    pub async fn retry_left(&self) -> Result<usize> {
+    pub async fn retry_left(&self) -> Result<usize, StoreError> {
         let left = self.left.lock().unwrap().clone();
         if left.is_empty() {
             return Ok(0);
@@ -113,7 +113,7 @@ impl Intents {
 
     /// Undoes `intents`; those whose undo did not complete are what is
     /// left. Returns how many.
-    async fn undo(&self, intents: Vec<Intent>) -> Result<usize> {
+    async fn undo(&self, intents: Vec<Intent>) -> Result<usize, StoreError> {
         let mut left = HashSet::new();
         for intent in intents {
             match &intent {

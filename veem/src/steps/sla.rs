@@ -26,7 +26,7 @@ use anyhow::Result;
 
 use crate::core::Core;
 use crate::model::{VeeRec, VeeState, ViolationRec, START_GRACE_S};
-use crate::store::{Tree, Writes};
+use crate::store::{StoreError, Tree, Writes};
 
 impl ViolationRec {
     /// A violation of `term` by VEE `vee_id` of service `service_id` from
@@ -120,7 +120,7 @@ impl Sla {
     /// Adds violations `viols` to write set `w` (committed by the caller
     /// with the change that caused them); [`Sla::violation_events`] after
     /// the commit.
-    pub(crate) fn put_violations(w: &mut Writes, viols: &[ViolationRec]) -> Result<()> {
+    pub(crate) fn put_violations(w: &mut Writes, viols: &[ViolationRec]) -> Result<(), StoreError> {
         for v in viols {
             w.put(Tree::Violations, &v.id, v)?;
         }
@@ -144,7 +144,7 @@ impl Sla {
     /// checkpoints and VEEs that never started in their window. Each
     /// breach's violation is created once (with an event) and then kept
     /// current. Errors only when the store cannot be written.
-    pub fn sla_round(&self) -> Result<()> {
+    pub fn sla_round(&self) -> Result<(), StoreError> {
         let now_ms = self.clock.now_ms();
         for v in self.due_vees(now_ms).into_iter().filter(|v| v.for_peer.is_none()) {
             let Some((id, term, start_ms)) = ongoing_breach(&v, now_ms) else {

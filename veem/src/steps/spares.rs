@@ -203,7 +203,7 @@ impl Spares {
 
     /// Drops holds whose confirmation did not come in time (a primary that
     /// crashed mid-admission). Returns how many.
-    pub fn lapse_spares(&self) -> Result<usize> {
+    pub fn lapse_spares(&self) -> Result<usize, SpareError> {
         let now = self.clock.now_ms();
         let mut n = 0;
         for h in self.store.list::<HeldSpare>(Tree::Spares)? {

@@ -169,7 +169,7 @@ impl Accounting {
     /// T_burst) of every consumer with a commitment usage SLA (D §3.3),
     /// from the usage records of what ran at this site. Consumers without
     /// such a limit cost nothing here.
-    pub fn update_consumer_usage(&self) -> Result<()> {
+    pub fn update_consumer_usage(&self) -> std::result::Result<(), StoreError> {
         let windows: Vec<(&String, u64, u64)> = self
             .cfg
             .usage_limits

@@ -40,7 +40,7 @@ use crate::core::Core;
 use crate::domain::Health;
 use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::planner::{Planner, Resources, Slot};
-use crate::store::Tree;
+use crate::store::{StoreError, Tree};
 use crate::workflows::migration::Migration;
 use crate::workflows::migration::{Dest, Proposer};
 
@@ -388,7 +388,7 @@ impl Proposals {
     /// host is the time this VEEM first saw it live there, kept with its
     /// record in memory ([`Core::live_vees_map`]; a restarted VEEM starts
     /// afresh, which only delays proposals).
-    pub fn proposal_snapshot(&self) -> Result<Snapshot> {
+    pub fn proposal_snapshot(&self) -> Result<Snapshot, StoreError> {
         let now = self.clock.now_ms();
         let slot = self.now_slot();
         let cfg = &self.cfg.proposals;
@@ -449,7 +449,7 @@ impl Proposals {
     /// planner (see [`PlannerMover`]) and proposes each move (by `planner`). Returns the proposals
     /// made; one that `propose` refuses (the VEE changed meanwhile) is
     /// logged and skipped. Errors only when the state cannot be read.
-    pub fn proposal_pass(self: &Arc<Self>) -> Result<Vec<MigrationRec>> {
+    pub fn proposal_pass(self: &Arc<Self>) -> Result<Vec<MigrationRec>, StoreError> {
         let snapshot = self.proposal_snapshot()?;
         let mut mover = PlannerMover {
             source: &self.planner,

@@ -281,7 +281,7 @@ impl Recovery {
             }
         };
         let text = format!("{exhausted}; attempts: {}", attempts_text(&attempts));
-        self.record_unrecovered(&vee, &why, &text)
+        Ok(self.record_unrecovered(&vee, &why, &text)?)
     }
 
     fn recovery_event(&self, vee_id: &str, detail: String) {
@@ -370,7 +370,7 @@ impl Recovery {
     /// Records a VEE lost because `lost` (e.g. "host a1 failed") that could
     /// not be recovered because `why`, with the manifest's penalty for the
     /// rest of its window; its reservation is released.
-    pub(crate) fn record_unrecovered(&self, vee_id: &str, lost: &str, why: &str) -> Result<()> {
+    pub(crate) fn record_unrecovered(&self, vee_id: &str, lost: &str, why: &str) -> Result<(), crate::core::RecordError> {
         let mut v = self.vee(vee_id)?;
         let svc = self.service(&v.service_id)?;
         let start = self.clock.now();
