@@ -23,7 +23,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::domain::peer::SpareRequest;
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
 use serde::{Deserialize, Serialize};
 
@@ -344,11 +344,6 @@ impl Spares {
             self.settle_peer_spares(&site, &[vee_id.to_string()], false).await;
         }
     }
-}
-
-/// Why no peer holds a spare, as admission's refusal.
-pub fn refusal(reasons: &[String]) -> anyhow::Error {
-    anyhow!("{NO_SPARE}: {}", reasons.join("; "))
 }
 
 /// What Deploy and Scaling answer when no peer site holds a spare for
