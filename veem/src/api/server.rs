@@ -298,12 +298,7 @@ impl Vmi for VmiService {
                 let cp = self.veem.checkpoints.checkpoint_of(&v.id, None).map_err(status)?;
                 info.checkpoint_record = cp
                     .as_ref()
-                    .map(|c| {
-                        c.record().map_err(|e| crate::steps::checkpoints::CheckpointError::Unreadable {
-                            id: c.id.clone(),
-                            reason: format!("{e:#}"),
-                        })
-                    })
+                    .map(crate::steps::checkpoints::CheckpointError::record_of)
                     .transpose()
                     .map_err(status)?;
                 if let Some(c) = &cp {

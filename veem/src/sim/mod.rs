@@ -383,8 +383,11 @@ impl FakeSite {
             other => panic!("not admitted: {other:?}"),
         };
         let (mut svc, mut vees) = self.veem.deploy.admission_records(&m, manifest, &req, Some(&admitted), None);
-        // As Deploy does.
-        self.veem.networks.admit_records(&m, &mut svc, &mut vees).unwrap();
+        // As Deploy does: the networks assigned, then the admission in one
+        // commit.
+        let one = self.veem.networks.ipam.try_lock().expect("no other admission under way");
+        self.veem.networks.assign_networks(&one, &m, &mut svc, &mut vees).unwrap();
+        self.veem.commit_admission(&svc, &vees).unwrap();
         for mut v in vees.clone() {
             v.state = VeeState::Running;
             let Location::Host(h) = &v.location else { panic!("{v:?}") };

@@ -13,7 +13,6 @@ pub mod replication;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
 use interfaces::BlobId;
 
 use crate::core::{Core, RecordError};
@@ -45,6 +44,47 @@ pub enum CheckpointError {
     /// The records could not be read.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Why a checkpoint's blobs were not shared with, copied to or pinned for
+/// a site.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    /// A blob ID that is neither an image repository blob nor a registry
+    /// image.
+    #[error("blob ID {id:?}: {reason}")]
+    BadId { id: String, reason: String },
+    /// The image repository did not do it (`what`): it is down, or it (or
+    /// the peer's) refused.
+    #[error("{what}: {reason}")]
+    Repository { what: String, reason: String },
+    /// The checkpoint's record does not read.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The records could not be written.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl BlobError {
+    /// [`BlobError::Repository`] for `what`, from the repository's error.
+    pub(crate) fn repository(what: String) -> impl FnOnce(anyhow::Error) -> BlobError {
+        move |e| BlobError::Repository {
+            what,
+            reason: format!("{e:#}"),
+        }
+    }
+}
+
+impl CheckpointError {
+    /// The VHI record of `cp` (see [`CheckpointRec::record`]), or
+    /// [`CheckpointError::Unreadable`] naming it and why.
+    pub fn record_of(cp: &CheckpointRec) -> Result<interfaces::vhi::CheckpointRecord, CheckpointError> {
+        cp.record().map_err(|e| CheckpointError::Unreadable {
+            id: cp.id.clone(),
+            reason: format!("{e:#}"),
+        })
+    }
 }
 
 /// A VEE's checkpoint records: recorded (blobs pinned, shared with the primary site of a VEE run for a peer), replicated where a peer needs them (in the background, `replication`) and looked up. A leaf lifecycle, federation and recovery share. Calls only the core.
@@ -264,7 +304,7 @@ impl Checkpoints {
     /// them through when it needs them). Errors:
     /// a blob is not replicated (this site's repository is down, or the
     /// peer's refused it).
-    pub(crate) async fn replicate_blobs(&self, blobs: Vec<String>, site: &str) -> Result<()> {
+    pub(crate) async fn replicate_blobs(&self, blobs: Vec<String>, site: &str) -> Result<(), BlobError> {
         if !self.cfg.replicate_checkpoints {
             return Ok(());
         }
@@ -272,7 +312,7 @@ impl Checkpoints {
             self.repo
                 .replicate(&id, site)
                 .await
-                .with_context(|| format!("replicating {id} to {site}'s repository"))?;
+                .map_err(BlobError::repository(format!("replicating {id} to {site}'s repository")))?;
         }
         Ok(())
     }
@@ -281,12 +321,12 @@ impl Checkpoints {
     /// image repository, so that its hosts can pull them (issue 13 S3).
     /// Errors: a blob cannot be shared (the repository is down, or this
     /// site may not read it).
-    pub(crate) async fn share_blobs(&self, blobs: Vec<String>, site: &str) -> Result<()> {
+    pub(crate) async fn share_blobs(&self, blobs: Vec<String>, site: &str) -> Result<(), BlobError> {
         for id in blob_ids(&blobs)? {
             self.repo
                 .share(&id, site)
                 .await
-                .with_context(|| format!("sharing {id} with {site} in the image repository"))?;
+                .map_err(BlobError::repository(format!("sharing {id} with {site} in the image repository")))?;
         }
         Ok(())
     }
@@ -300,10 +340,14 @@ pub(crate) fn checkpoint_pin(site: &str, id: &str) -> String {
 /// The IDs of `blobs`, the empty ones (no disk, no kernel) and registry
 /// images (a peer pulls them from the registry) skipped. Errors: one is
 /// neither, naming it.
-pub(crate) fn blob_ids(blobs: &[String]) -> Result<Vec<BlobId>> {
+pub(crate) fn blob_ids(blobs: &[String]) -> Result<Vec<BlobId>, BlobError> {
     let mut ids = Vec::new();
     for b in blobs.iter().filter(|b| !b.is_empty()) {
-        match b.parse().with_context(|| format!("blob ID {b:?}"))? {
+        let parsed = b.parse().map_err(|e: interfaces::manifest::Error| BlobError::BadId {
+            id: b.clone(),
+            reason: format!("{e:#}"),
+        })?;
+        match parsed {
             interfaces::manifest::ImageRef::Repository(id) => ids.push(id),
             interfaces::manifest::ImageRef::Registry(_) => {}
         }

@@ -15,7 +15,6 @@ use std::collections::HashSet;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
-use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::core::Core;

@@ -13,7 +13,6 @@ use std::collections::BTreeSet;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::Result;
 use interfaces::manifest::Manifest;
 use interfaces::vhi::{NetworkMember, NetworkUpdate, VeeSpec, Vtep};
 
@@ -148,17 +147,6 @@ impl Networks {
             }
         }
         Ok(())
-    }
-
-    /// [`Networks::assign_networks`], then the admission in one commit
-    /// ([`Core::commit_admission`](crate::core::Core::commit_admission)); nothing is written on error (the
-    /// caller releases the planner's reservation). For admissions made
-    /// outside Deploy (the fakes); errors if another admission is under
-    /// way.
-    pub fn admit_records(&self, m: &Manifest, svc: &mut ServiceRec, vees: &mut [VeeRec]) -> Result<()> {
-        let one = self.ipam.try_lock()?;
-        self.assign_networks(&one, m, svc, vees)?;
-        Ok(self.commit_admission(svc, vees)?)
     }
 }
 

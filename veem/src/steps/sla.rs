@@ -22,7 +22,6 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::Result;
 
 use crate::core::Core;
 use crate::model::{VeeRec, VeeState, ViolationRec, START_GRACE_S};

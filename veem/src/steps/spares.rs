@@ -23,7 +23,6 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::domain::peer::SpareRequest;
-use anyhow::Result;
 use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
 use serde::{Deserialize, Serialize};
 
@@ -297,7 +296,7 @@ impl Spares {
     /// is asked to hold a new one over the rest of its window, so that the
     /// full guarantee stays kept; an event says which, or why none does.
     /// Errors only when the planner cannot be saved.
-    pub(crate) async fn replace_used_spare(&self, vee_id: &str, site: &str, mut need: SpareNeed) -> Result<()> {
+    pub(crate) async fn replace_used_spare(&self, vee_id: &str, site: &str, mut need: SpareNeed) -> Result<(), crate::store::StoreError> {
         let service = self.vee(vee_id).map(|v| v.service_id).unwrap_or_default();
         need.range = need.range.from_slot(self.now_slot());
         need.site = None;

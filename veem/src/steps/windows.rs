@@ -14,7 +14,6 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Result;
 
 use interfaces::manifest::Sla;
 

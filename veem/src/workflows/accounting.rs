@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{anyhow, Result};
 use interfaces::vhi;
 
 use crate::config::UsageLimitEntry;
@@ -17,11 +16,14 @@ use crate::core::Core;
 use crate::domain::peer::UsageReceipt;
 use crate::model::{ServiceRec, UsageRec, ViolationRec};
 use crate::planner::{ConsumerUsage, Resources, SlotRange};
-use crate::store::{StoreError, Tree, Writes};
+use crate::store::{StoreError, Tree};
 
 mod metering;
 pub mod metrics;
+mod push;
 pub(crate) mod rounds;
+
+pub use push::PushError;
 
 /// The previous metering round of one VEE (its counters and host).
 pub(crate) type Last = metrics::Meter;
@@ -245,43 +247,6 @@ impl Accounting {
                 }
             })
             .collect()
-    }
-
-    /// Sends the usage records in the outbox (those of VEEs run for peers,
-    /// not yet sent) to their primary sites; a site's records leave the
-    /// outbox once that site answered. A round reads the outbox, not every
-    /// usage record.
-    pub async fn push_usage(&self) -> Result<()> {
-        let mut by_site: HashMap<String, Vec<UsageRec>> = HashMap::new();
-        let mut outbox: Vec<(String, String)> = Vec::new();
-        self.store.scan(Tree::UsageOutbox, |key, raw| {
-            outbox.push((key.to_string(), serde_json::from_slice(raw)?));
-            Ok(())
-        })?;
-        for (id, site) in outbox {
-            match self.store.get::<UsageRec>(Tree::Usage, &id)? {
-                Some(u) => by_site.entry(site).or_default().push(u),
-                None => self.store.remove(Tree::UsageOutbox, &id)?,
-            }
-        }
-        for (site, recs) in by_site {
-            let reply = self
-                .peer(&site)?
-                .push_usage(&self.cfg.site_id, &recs)
-                .await
-                .map_err(|s| anyhow!("{site}: {}", s.message()))?;
-            for why in &reply.reasons {
-                tracing::warn!(%site, reason = %why, "the primary site refused a usage record");
-            }
-            let mut w = Writes::default();
-            for mut u in recs {
-                u.sent = true;
-                w.put(Tree::Usage, &u.record_id, &u)?;
-                w.remove(Tree::UsageOutbox, &u.record_id);
-            }
-            self.store.commit(w)?;
-        }
-        Ok(())
     }
 
     /// Primary side of PushUsage: stores the records from peer `from` that

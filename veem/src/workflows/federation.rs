@@ -13,70 +13,29 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Result};
+use std::result::Result;
 use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
 use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;
 
-use crate::core::{Core, RecordError};
+use crate::core::Core;
 use crate::domain::{InvalidTransition, StateMachine};
 use crate::domain::peer::{Incoming, IncomingVee};
 use crate::error::VeemError;
-use crate::model::{CheckpointRec, Location, ServiceRec, VeeRec, VeeState};
+use crate::model::{Location, ServiceRec, VeeRec, VeeState};
 use crate::peers;
 use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
-use crate::ports::call::CallError;
-use crate::steps::boot::{Boot, BootError};
-use crate::steps::checkpoints::{Checkpoints, Origin};
+use crate::steps::boot::Boot;
+use crate::steps::checkpoints::{CheckpointError, Checkpoints, Origin};
 use crate::steps::networks::Networks;
 use crate::steps::site_constraints::SiteConstraints;
 use crate::steps::spares::Spares;
 use crate::steps::windows::Windows;
-use crate::store::{StoreError, Tree, Writes};
+use crate::store::{Tree, Writes};
 
-/// Why a primary site's VEE was not taken here, adopted or let go (VMI
-/// PrepareIncoming, CompleteIncoming, AbortIncoming). Each variant's
-/// status is in `crate::api::status`.
-#[derive(Debug, thiserror::Error)]
-pub enum IncomingError {
-    /// A request field: `primary_site`, `vee_id`, `service_id`, the spec.
-    #[error(transparent)]
-    Request(#[from] VeemError),
-    /// The framework agreement with the primary does not admit it.
-    #[error(transparent)]
-    Agreement(#[from] crate::peers::AgreementRefusal),
-    /// The VEE is on service networks and the agreement has no overlay.
-    #[error("VEE {vee} is on service networks and the framework agreement with {from} has no overlay ([peers.overlay]) to stretch them here")]
-    NoOverlay { vee: String, from: String },
-    /// The VEE runs here already.
-    #[error("VEE {vee} is already here")]
-    AlreadyHere { vee: String },
-    /// This site's planner has no room for it.
-    #[error("site {site} cannot admit VEE {vee}: {reasons}")]
-    NoRoom { site: String, vee: String, reasons: String },
-    /// No such VEE here, a change its state table forbids, or its records
-    /// could not be written.
-    #[error(transparent)]
-    Record(#[from] RecordError),
-    /// Its host refused or did not answer.
-    #[error("{host}: {}", .call.message)]
-    Host { host: String, call: CallError },
-    /// It was booted here and did not start.
-    #[error(transparent)]
-    Boot(#[from] BootError),
-    /// It arrived, but does not run.
-    #[error("VEE {vee} arrived but is {state}")]
-    NotRunning { vee: String, state: String },
-    /// The incoming VEE has no host here.
-    #[error("incoming VEE {vee} has no host")]
-    NoHost { vee: String },
-}
+mod error;
 
-impl From<StoreError> for IncomingError {
-    fn from(e: StoreError) -> Self {
-        IncomingError::Record(e.into())
-    }
-}
+pub use error::{IncomingError, PeerRecoveryError, SendError};
 
 /// Peer sites as this site's primary and as their host (see the module doc): remote placement, incoming VEEs, actions forwarded, recovery at a peer. Calls the core, the networks, site constraints, spares, windows, booting and checkpoint records.
 pub struct Federation {
@@ -128,7 +87,7 @@ impl Federation {
     /// it. Records each placed VEE as running at its peer, or returns
     /// `Ok(Err(why))` (and nothing left at any peer) when some VEE finds no
     /// peer; `why` names each peer's refusal.
-    pub async fn place_remote(&self, svc: &ServiceRec, vees: &mut [VeeRec]) -> Result<std::result::Result<(), String>, InvalidTransition> {
+    pub async fn place_remote(&self, svc: &ServiceRec, vees: &mut [VeeRec]) -> Result<Result<(), String>, InvalidTransition> {
         self.place_remote_among(svc, vees, &[]).await
     }
 
@@ -141,7 +100,7 @@ impl Federation {
         svc: &ServiceRec,
         new: &mut [VeeRec],
         others: &[VeeRec],
-    ) -> Result<std::result::Result<(), String>, InvalidTransition> {
+    ) -> Result<Result<(), String>, InvalidTransition> {
         let constraints = svc.terms.as_ref().map(|t| t.constraints.clone()).unwrap_or_default();
         for i in 0..new.len() {
             if new[i].location != Location::Nowhere {
@@ -218,12 +177,12 @@ impl Federation {
     /// (`[peers.overlay]`): its networks are stretched there first
     /// ([`Networks::stretch`](crate::steps::networks::Networks::stretch); a live migration's caller unstretches them when
     /// it ends, see [`Migration::run_migration`](crate::workflows::migration::Migration::run_migration)).
-    pub async fn send_incoming(&self, site: &str, v: &VeeRec, how: Incoming, spec: vhi::VeeSpec) -> Result<IncomingTarget> {
+    pub async fn send_incoming(&self, site: &str, v: &VeeRec, how: Incoming, spec: vhi::VeeSpec) -> Result<IncomingTarget, SendError> {
         if !v.nics.is_empty() && self.networks.overlay(site).is_none() {
-            bail!(
-                "VEE {} is on service networks and the framework agreement with {site} has no overlay ([peers.overlay]) to stretch them there",
-                v.id
-            );
+            return Err(SendError::NoOverlay {
+                vee: v.id.clone(),
+                site: site.into(),
+            });
         }
         let mut blobs = vec![spec.image.clone(), spec.kernel.clone(), spec.initrd.clone()];
         if let Incoming::Restore(cp) = &how {
@@ -241,9 +200,10 @@ impl Federation {
             how,
         };
         let r = match self.peer(site) {
-            Ok(p) => p.prepare_incoming(incoming).await.map_err(|s| anyhow!("{}", s.message())),
-            Err(e) => Err(e.into()),
-        };
+            Ok(p) => p.prepare_incoming(incoming).await,
+            Err(e) => Err(e),
+        }
+        .map_err(|call| SendError::Peer { site: site.into(), call });
         // Refused: not on its way any more. Booted or restored there, it
         // stays "on its way" until the caller records it at the peer; a
         // migration until it ends.
@@ -259,11 +219,11 @@ impl Federation {
     /// each applies its own admission and checks the checkpoint's
     /// compatibility profile. `skip` is a site not to try (the one that
     /// failed). Errors with every peer's refusal.
-    pub async fn recover_at_peer(&self, vee_id: &str, skip: Option<&str>) -> Result<()> {
+    pub async fn recover_at_peer(&self, vee_id: &str, skip: Option<&str>) -> Result<(), PeerRecoveryError> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         let cp = self.checkpoints.checkpoint_of(vee_id, None)?;
-        let record = cp.as_ref().map(CheckpointRec::record).transpose()?;
+        let record = cp.as_ref().map(CheckpointError::record_of).transpose()?;
         if v.state != VeeState::Failed {
             self.transition(&mut v, VeeState::Failed, "its host or site failed")?;
         }
@@ -307,9 +267,12 @@ impl Federation {
             }
         }
         if refusals.is_empty() {
-            bail!("VEE {vee_id}: no local host can take it and no peer site's framework agreement admits it");
+            return Err(PeerRecoveryError::NoPeer { vee: vee_id.into() });
         }
-        bail!("VEE {vee_id}: no local host can take it; {}", refusals.join("; "))
+        Err(PeerRecoveryError::Refused {
+            vee: vee_id.into(),
+            refusals: refusals.join("; "),
+        })
     }
 
     // ----- peer side -----

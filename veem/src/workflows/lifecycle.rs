@@ -281,10 +281,7 @@ impl Lifecycle {
                 call,
             }
         };
-        let record = cp.record().map_err(|e| CheckpointError::Unreadable {
-            id: cp.id.clone(),
-            reason: format!("{e:#}"),
-        })?;
+        let record = CheckpointError::record_of(&cp)?;
         let c = self.hosts.host(&host).map_err(failed("restore"))?;
         c.destroy(DestroyRequest {
             vee_id: vee_id.into(),

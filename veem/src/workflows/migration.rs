@@ -16,7 +16,8 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Result};
+use std::result::Result;
+
 use futures::StreamExt;
 use interfaces::retry::RetryPolicy;
 use interfaces::vhi::IncomingTarget;
@@ -33,32 +34,6 @@ use crate::steps::spares::Spares;
 use crate::store::Tree;
 use crate::workflows::federation::Federation;
 
-/// Why a migration was not proposed, decided or sent on (VMI Migrate,
-/// ApproveMigration, RejectMigration, Drain, Withdraw at the primary,
-/// SendVee at a peer): nothing changed. Each variant's status is in
-/// `crate::api::status`.
-#[derive(Debug, thiserror::Error)]
-pub enum MigrationError {
-    /// A request field (`to_host`, `to_site`, `to`, `reason`, `host`), or
-    /// no migration with that ID.
-    #[error(transparent)]
-    Request(#[from] VeemError),
-    /// No such VEE, or its record could not be written.
-    #[error(transparent)]
-    Record(#[from] crate::core::RecordError),
-    /// The site declines: the VEE's state or migration policy, an open
-    /// migration of it (or of its affinity set), the destination's room
-    /// or constraints, a decision already taken (the reason says which).
-    #[error("{0}")]
-    Refused(String),
-    /// A migration record's state table forbids the change.
-    #[error(transparent)]
-    Transition(#[from] crate::domain::InvalidTransition),
-    /// The migration's records could not be written.
-    #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
-}
-
 /// Returns [`MigrationError::Refused`] with the formatted reason (in
 /// scope in the submodules below).
 macro_rules! refuse {
@@ -70,8 +45,11 @@ macro_rules! refuse {
 mod affinity;
 mod arrival;
 mod decide;
+mod error;
 mod home;
 mod settle;
+
+pub use error::{LegError, MigrationError, RunError};
 
 pub(crate) use settle::Running;
 
@@ -125,14 +103,14 @@ impl Migration {
 }
 
 impl Migration {
-    pub fn migration(&self, id: &str) -> std::result::Result<MigrationRec, MigrationError> {
+    pub fn migration(&self, id: &str) -> Result<MigrationRec, MigrationError> {
         Ok(self
             .store
             .get(Tree::Migrations, id)?
             .ok_or_else(|| VeemError::not_found("migration", id))?)
     }
 
-    fn save_migration(&self, m: &MigrationRec) -> std::result::Result<(), crate::store::StoreError> {
+    fn save_migration(&self, m: &MigrationRec) -> Result<(), crate::store::StoreError> {
         self.store.put(Tree::Migrations, &m.id, m)?;
         self.migration_event(m);
         Ok(())
@@ -174,7 +152,7 @@ impl Migration {
     /// as the rest of their affinity set, in the set's order; each checks
     /// that its VEE still runs. Returns how many were started. Errors: the
     /// store's.
-    pub(crate) fn resume_approved(self: &Arc<Self>) -> Result<usize> {
+    pub(crate) fn resume_approved(self: &Arc<Self>) -> Result<usize, MigrationError> {
         let approved: Vec<MigrationRec> = self
             .store
             .list::<MigrationRec>(Tree::Migrations)?
@@ -195,18 +173,21 @@ impl Migration {
     }
 
     /// Runs an approved migration to its end (done or failed).
-    pub async fn run_migration(&self, id: &str) -> Result<()> {
+    pub async fn run_migration(&self, id: &str) -> Result<(), RunError> {
         let mut m = self.migration(id)?;
         let _g = self.lock_vee(&m.vee_id).await;
         let mut v = self.vee(&m.vee_id)?;
         if m.state != MigrationState::Approved {
-            bail!("migration {id} is {}", m.state);
+            return Err(RunError::NotApproved { id: id.into(), state: m.state });
         }
         if v.state != VeeState::Running {
+            let e = RunError::VeeNotRunning {
+                state: v.state.as_str().into(),
+            };
             m.advance(MigrationState::Failed)?;
-            m.detail = format!("VEE is {}, not running", v.state.as_str());
+            m.detail = e.to_string();
             self.save_migration(&m)?;
-            bail!("{}", m.detail);
+            return Err(e);
         }
         let dest = m.to.clone();
         // The migration runs and the VEE is migrating: one write.
@@ -222,11 +203,11 @@ impl Migration {
                 m.detail = format!("{e:#}");
                 self.save_migration(&m)?;
                 self.transition(&mut v, VeeState::Running, "migration failed; stays where it is")?;
-                return Err(e);
+                return Err(e.into());
             }
         }
         // 1. The destination prepares.
-        let prepared: Result<IncomingTarget> = match &dest {
+        let prepared: Result<IncomingTarget, LegError> = match &dest {
             Dest::Host(h) => {
                 async {
                     self.hosts
@@ -235,31 +216,41 @@ impl Migration {
                             spec: Some(self.networks.spec_of(&v)),
                         })
                         .await
-                        .map_err(|s| anyhow!("{h}: {}", s.message()))
                 }
                 .await
+                .map_err(LegError::call(h))
             }
-            Dest::Site(s) if s == &self.cfg.site_id => Err(anyhow!("migrating home needs a destination host: use --to-host")),
-            Dest::Site(s) => {
-                self.federation
-                    .send_incoming(s, &v, crate::domain::peer::Incoming::Migration, self.networks.spec_of(&v))
-                    .await
-            }
-            Dest::ForPrimary(s) => Err(anyhow!("site-of:{s} is not a destination this site can choose")),
+            Dest::Site(s) if s == &self.cfg.site_id => Err(LegError::NotADestination(
+                "migrating home needs a destination host: use --to-host".into(),
+            )),
+            Dest::Site(s) => self
+                .federation
+                .send_incoming(s, &v, crate::domain::peer::Incoming::Migration, self.networks.spec_of(&v))
+                .await
+                .map_err(LegError::from),
+            Dest::ForPrimary(s) => Err(LegError::NotADestination(format!(
+                "site-of:{s} is not a destination this site can choose"
+            ))),
         };
-        let outcome = match prepared {
-            Err(e) => Err(e.context("destination refused")),
+        let outcome: Result<(u64, u64), RunError> = match prepared {
+            Err(e) => Err(RunError::Prepare(e)),
             Ok(target) => {
                 fail::fail_point!("migration-after-prepare");
                 // 2. The source sends the VEE.
                 let sent = match v.location.clone() {
                     Location::Host(src) => self.migrate_out(&src, &v.id, target, v.max_downtime_ms, &mut m).await,
-                    Location::Site(src) => match self.peer(&src)?.send_vee(&v.id, target).await {
-                        Ok(MigrationOutcome::Done { total_ms, downtime_ms }) => Ok((total_ms, downtime_ms)),
-                        Ok(MigrationOutcome::NotDone { detail, .. }) => Err(anyhow!("site {src}: {detail}")),
-                        Err(s) => Err(anyhow!("site {src}: {}", s.message())),
-                    },
-                    Location::Nowhere => Err(anyhow!("VEE is not placed")),
+                    Location::Site(src) => {
+                        let who = format!("site {src}");
+                        match self.peer(&src) {
+                            Ok(p) => match p.send_vee(&v.id, target).await {
+                                Ok(MigrationOutcome::Done { total_ms, downtime_ms }) => Ok((total_ms, downtime_ms)),
+                                Ok(MigrationOutcome::NotDone { detail, .. }) => Err(LegError::Failed { who, detail }),
+                                Err(call) => Err(LegError::Call { who, call }),
+                            },
+                            Err(call) => Err(LegError::Call { who, call }),
+                        }
+                    }
+                    Location::Nowhere => Err(LegError::NotADestination("VEE is not placed".into())),
                 };
                 // 3. The destination completes, or removes what it prepared.
                 if sent.is_ok() {
@@ -267,7 +258,7 @@ impl Migration {
                 }
                 match sent {
                     Ok(times) => {
-                        let completed = self.complete_after_send(&dest, &v.id).await.map(|_| times);
+                        let completed = self.complete_after_send(&dest, &v.id).await.map(|_| times).map_err(RunError::from);
                         if completed.is_ok() {
                             fail::fail_point!("migration-after-complete");
                         }
@@ -277,13 +268,13 @@ impl Migration {
                     // (crate::workflows::migration::arrival).
                     Err(e) if self.arrived(&dest, &v.id).await => {
                         tracing::warn!(vee = %v.id, error = %format!("{e:#}"), "the send failed but the VEE runs at its destination: completed there");
-                        self.complete_at(&dest, &v.id).await.map(|_| (0, 0))
+                        self.complete_at(&dest, &v.id).await.map(|_| (0, 0)).map_err(RunError::from)
                     }
                     Err(e) => {
                         if let Err(a) = self.abort_at(&dest, &v.id).await {
                             tracing::warn!(error = %a, "destination cleanup failed");
                         }
-                        Err(e)
+                        Err(e.into())
                     }
                 }
             }
@@ -296,11 +287,11 @@ impl Migration {
         match outcome {
             Ok((total_ms, downtime_ms)) => {
                 let total_ms = if total_ms > 0 { total_ms } else { self.clock.since_ms(started) };
-                self.record_done(&mut m, &mut v, total_ms, downtime_ms).await
+                Ok(self.record_done(&mut m, &mut v, total_ms, downtime_ms).await?)
             }
             // Sent, not taken: neither where it was nor done; the leader
             // settles it (crate::workflows::migration::settle).
-            Err(e) if e.is::<arrival::NotTaken>() => {
+            Err(e @ RunError::NotTaken(_)) => {
                 self.event(&v.id, &v.service_id, "migration", format!("{}: {e:#}", m.id));
                 Err(e)
             }
@@ -318,7 +309,7 @@ impl Migration {
     /// downtime beyond the SLA's bound in one commit; then its networks
     /// follow it and a peer spare it used is replaced. The caller holds
     /// the VEE's lock. Errors: the store's.
-    pub(crate) async fn record_done(&self, m: &mut MigrationRec, v: &mut VeeRec, total_ms: u64, downtime_ms: u64) -> Result<()> {
+    pub(crate) async fn record_done(&self, m: &mut MigrationRec, v: &mut VeeRec, total_ms: u64, downtime_ms: u64) -> Result<(), MigrationError> {
         let dest = m.to.clone();
         let old = v.location.clone();
         let mut used_spare = None;
@@ -375,7 +366,7 @@ impl Migration {
     /// VEE and the migration in one commit; its networks unstretched from
     /// a destination that never got it. The caller holds the VEE's lock.
     /// Errors: the store's.
-    pub(crate) async fn record_failed(&self, m: &mut MigrationRec, v: &mut VeeRec, detail: String, homecoming: bool) -> Result<()> {
+    pub(crate) async fn record_failed(&self, m: &mut MigrationRec, v: &mut VeeRec, detail: String, homecoming: bool) -> Result<(), MigrationError> {
         if homecoming {
             let _ = self.planner.lock().unwrap().release_service(&format!("home-{}", v.id));
         }
@@ -400,93 +391,94 @@ impl Migration {
         target: vhi::IncomingTarget,
         max_downtime_ms: u64,
         m: &mut MigrationRec,
-    ) -> Result<(u64, u64)> {
+    ) -> Result<(u64, u64), LegError> {
         let req = MigrateOutRequest {
             vee_id: vee_id.into(),
             target: Some(target),
             max_downtime: interfaces::time::duration_ms(max_downtime_ms),
             bandwidth_mib_s: self.cfg.migration.bandwidth_mib_s,
         };
-        let mut stream = self
-            .hosts
-            .host(src)?
-            .migrate_out(req)
+        let mut stream = async { self.hosts.host(src)?.migrate_out(req).await }
             .await
-            .map_err(|s| anyhow!("{src}: {}", s.message()))?;
+            .map_err(LegError::call(src))?;
         let mut last = None;
         loop {
             let next = tokio::select! {
                 next = stream.next() => next,
                 _ = self.clock.sleep(std::time::Duration::from_secs(1)) => {
                     if self.hosts.health(src) == crate::hosts::Health::Failed {
-                        bail!("{src}: the source host failed during the migration (missed heartbeats)");
+                        return Err(LegError::SourceFailed { src: src.into() });
                     }
                     continue;
                 }
             };
             let Some(p) = next else { break };
-            let p = p.map_err(|s| anyhow!("{src}: {}", s.message()))?;
+            let p = p.map_err(LegError::call(src))?;
             if p.phase() == vhi::MigrationPhase::Copying {
                 m.detail = format!("copying {} / {} MiB", p.data_processed >> 20, p.data_total >> 20);
                 let _ = self.store.put(Tree::Migrations, &m.id, m);
             }
             last = Some(p);
         }
-        let p = last.ok_or_else(|| anyhow!("{src}: migration stream ended without a result"))?;
+        let p = last.ok_or_else(|| LegError::Failed {
+            who: src.into(),
+            detail: "migration stream ended without a result".into(),
+        })?;
         match p.phase() {
             vhi::MigrationPhase::Done => Ok((
                 interfaces::time::ms_of_duration(&p.total),
                 interfaces::time::ms_of_duration(&p.downtime),
             )),
-            _ => Err(anyhow!("{src}: {}", p.error)),
+            _ => Err(LegError::Failed {
+                who: src.into(),
+                detail: p.error,
+            }),
         }
     }
 
-    pub(crate) async fn complete_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
+    pub(crate) async fn complete_at(&self, dest: &Dest, vee_id: &str) -> Result<(), LegError> {
         match dest {
-            Dest::Host(h) => {
+            Dest::Host(h) => async {
                 self.hosts
                     .host(h)?
                     .complete_incoming(vhi::CompleteIncomingRequest { vee_id: vee_id.into() })
                     .await
-                    .map_err(|s| anyhow!("{h}: {}", s.message()))?;
             }
-            Dest::Site(s) => {
-                self.peer(s)?
-                    .complete_incoming(vee_id)
-                    .await
-                    .map_err(|e| anyhow!("{s}: {}", e.message()))?;
-            }
-            Dest::ForPrimary(s) => bail!("the destination belongs to primary site {s}"),
+            .await
+            .map(drop)
+            .map_err(LegError::call(h)),
+            Dest::Site(s) => async { self.peer(s)?.complete_incoming(vee_id).await }
+                .await
+                .map(drop)
+                .map_err(LegError::call(s)),
+            Dest::ForPrimary(s) => Err(LegError::NotADestination(format!("the destination belongs to primary site {s}"))),
         }
-        Ok(())
     }
 
     /// Tells the destination to remove what it prepared; retried three
     /// times a second apart (the destination may be busy or restarting).
-    pub(crate) async fn abort_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
+    pub(crate) async fn abort_at(&self, dest: &Dest, vee_id: &str) -> Result<(), LegError> {
         let policy = RetryPolicy::fixed(3, std::time::Duration::from_secs(1));
         crate::ports::retry(&*self.clock, policy, || self.abort_once(dest, vee_id)).await
     }
 
-    async fn abort_once(&self, dest: &Dest, vee_id: &str) -> Result<()> {
+    async fn abort_once(&self, dest: &Dest, vee_id: &str) -> Result<(), LegError> {
         match dest {
-            Dest::Host(h) => {
+            Dest::Host(h) => async {
                 self.hosts
                     .host(h)?
                     .abort_incoming(vhi::AbortIncomingRequest { vee_id: vee_id.into() })
                     .await
-                    .map_err(|s| anyhow!("{h}: {}", s.message()))?;
             }
-            Dest::Site(s) => {
-                self.peer(s)?
-                    .abort_incoming(vee_id)
-                    .await
-                    .map_err(|e| anyhow!("{s}: {}", e.message()))?;
-            }
-            Dest::ForPrimary(s) => bail!("the destination belongs to primary site {s}"),
+            .await
+            .map(drop)
+            .map_err(LegError::call(h)),
+            Dest::Site(s) => async { self.peer(s)?.abort_incoming(vee_id).await }
+                .await
+                .map(drop)
+                .map_err(LegError::call(s)),
+            Dest::ForPrimary(s) => Err(LegError::NotADestination(format!("the destination belongs to primary site {s}"))),
         }
-        Ok(())
     }
 }
 
@@ -501,7 +493,7 @@ fn running_again(v: &VeeRec, detail: String) -> Vec<(VeeState, String)> {
 }
 
 /// The write of migration record `m` (for a commit with other records).
-fn migration_write(m: &MigrationRec) -> std::result::Result<crate::store::Writes, crate::store::StoreError> {
+fn migration_write(m: &MigrationRec) -> Result<crate::store::Writes, crate::store::StoreError> {
     let mut w = crate::store::Writes::default();
     w.put(Tree::Migrations, &m.id, m)?;
     Ok(w)

@@ -20,7 +20,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Result};
+use crate::core::RecordError;
 
 use crate::core::Core;
 use crate::model::{FenceRec, Location, VeeRec, VeeState};
@@ -202,7 +202,7 @@ impl PeerWatch {
     /// it from its images without one), else at another peer site, else
     /// records an SLA violation. Errors only when the records cannot be
     /// written.
-    pub async fn recover_from_peer(self: &Arc<Self>, vee_id: &str, site: &str) -> Result<()> {
+    pub async fn recover_from_peer(self: &Arc<Self>, vee_id: &str, site: &str) -> Result<(), RecordError> {
         let v = self.vee(vee_id)?;
         if v.location != Location::Site(site.to_string()) || !v.state.is_live() {
             return Ok(());
@@ -218,24 +218,25 @@ impl PeerWatch {
         // Cut off the overlay there first (networks::fenced_at).
         self.networks.sync_networks(&v.service_id).await;
         let why = format!("site {site} lost it");
-        let local = match self.migration.home_host(&v) {
+        // Why it was not recovered locally, as the violation's text says.
+        let local: Result<(), String> = match self.migration.home_host(&v) {
             Some(host) => match self.migration.reserve_home(&v, &host) {
                 Ok(()) => match self.recovery.recover_vee_on(vee_id, &why, &host, None).await {
                     Ok(()) => Ok(()),
                     Err(e) => {
                         let _ = self.planner.lock().unwrap().release_service(&format!("home-{vee_id}"));
                         self.persist_planner()?;
-                        Err(e.context(format!("restore on {host}")))
+                        Err(format!("restore on {host}: {e}"))
                     }
                 },
-                Err(e) => Err(e),
+                Err(e) => Err(e.to_string()),
             },
-            None => Err(anyhow!("no local host can take it")),
+            None => Err("no local host can take it".into()),
         };
         let Err(local) = local else { return Ok(()) };
-        tracing::warn!(vee = %vee_id, error = %format!("{local:#}"), "cannot recover locally; trying other peer sites");
+        tracing::warn!(vee = %vee_id, error = %local, "cannot recover locally; trying other peer sites");
         if let Err(e) = self.federation.recover_at_peer(vee_id, Some(site)).await {
-            self.recovery.record_unrecovered(vee_id, &why, &format!("{local:#}; {e:#}"))?;
+            self.recovery.record_unrecovered(vee_id, &why, &format!("{local}; {e}"))?;
         }
         Ok(())
     }

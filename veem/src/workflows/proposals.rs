@@ -34,7 +34,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::Result;
 
 use crate::core::Core;
 use crate::domain::Health;

@@ -7,15 +7,14 @@ use std::collections::HashSet;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::Result;
 use interfaces::vhi::{self, DestroyRequest};
 
-use crate::core::Core;
+use crate::core::{Core, RecordError};
 use crate::domain::rollout::{RolloutRec, RolloutState};
 use crate::model::{Location, MigrationRec, MigrationState, VeeRec, VeeState};
 use crate::steps::boot::Boot;
 use crate::store::Tree;
-use crate::workflows::migration::{Migration, Running};
+use crate::workflows::migration::{Migration, MigrationError, Running};
 use crate::workflows::recovery::Recovery;
 
 /// What start-up reconciliation does with domains no record places on
@@ -27,6 +26,22 @@ pub enum Strays {
     /// Destroy them, unless the database has no records at all (new, or
     /// lost): then they are left alone until an operator decides.
     KeepWithoutRecords,
+}
+
+/// Why a start-up's reconciliation stopped: the migrations it settles or
+/// resumes, or the VEEs' records, could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Migrations(#[from] MigrationError),
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+impl From<crate::store::StoreError> for ReconcileError {
+    fn from(e: crate::store::StoreError) -> Self {
+        ReconcileError::Record(e.into())
+    }
 }
 
 /// Start-up and the domain watch (see the module doc): the records against what the VEEHs run, recoveries a restart cut short finished, a returning host fenced. Calls the core, booting, migration and recovery.
@@ -93,7 +108,7 @@ impl Reconcile {
     /// [`Strays::KeepWithoutRecords`] and no record at all (a new or lost
     /// database), domains are left alone, each logged and evented: an
     /// operator decides (`veem serve --destroy-strays`).
-    pub async fn reconcile(self: &Arc<Self>, strays: Strays) -> Result<()> {
+    pub async fn reconcile(self: &Arc<Self>, strays: Strays) -> Result<(), ReconcileError> {
         // Noted before any list: what the domain watch starts from.
         let noted: Vec<(String, u64)> = self
             .hosts
@@ -322,7 +337,7 @@ impl Reconcile {
 
     /// Whether an unrecovered violation was charged for `v` since it last
     /// changed state: its failure is final, not a recovery under way.
-    fn charged(&self, v: &VeeRec) -> Result<bool> {
+    fn charged(&self, v: &VeeRec) -> Result<bool, crate::store::StoreError> {
         let since = v.updated_ms.div_euclid(1000) - 1;
         Ok(self
             .store

@@ -35,17 +35,15 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::Result;
 use interfaces::vhi::{DestroyRequest, RestoreRequest};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::core::Core;
 use crate::model::{Location, VeeRec, VeeState, ViolationRec};
 use crate::planner::{RecoveryStep, RecoveryTarget};
-use crate::ports::call::{CallError, Failure};
 use crate::steps::background::Background;
 use crate::steps::boot::Boot;
-use crate::steps::checkpoints::Checkpoints;
+use crate::steps::checkpoints::{CheckpointError, Checkpoints};
 use crate::steps::networks::Networks;
 use crate::steps::sla::Sla;
 use crate::steps::windows::Windows;
@@ -54,8 +52,11 @@ use crate::workflows::federation::Federation;
 use crate::workflows::migration::Migration;
 use crate::workflows::remapping::Remapping;
 
+mod error;
 mod parallel;
 mod slots;
+
+pub use error::RecoveryError;
 
 pub(crate) use slots::RestoreSlots;
 
@@ -75,13 +76,6 @@ fn attempts_text(attempts: &[Attempt]) -> String {
         .map(|(i, a)| format!("{}. {}: {}", i + 1, a.place, a.error))
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// Whether a restore failed because the host refuses it whatever the retry
-/// (the VEEH refuses: a checkpoint of another compatibility profile, or a
-/// domain of the VEE already there), not for a passing cause.
-fn refuses_for_good(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<CallError>().is_some_and(|h| h.failure == Failure::Refused)
 }
 
 /// Recovery from a host failure (see the module doc): the failed host's VEEs restored from their checkpoints on the next place, retried, at a peer, or recorded unrecovered. Calls the core, background displacement, booting, checkpoint records, federation, migration, networks, remapping, the SLA and windows.
@@ -112,7 +106,7 @@ impl Deref for Recovery {
 impl Recovery {
     /// Handles the failure of `host`: recovers its VEEs, remaps future
     /// reservations within the remapping interval.
-    pub async fn recover_host(self: &Arc<Self>, host: &str) -> Result<()> {
+    pub async fn recover_host(self: &Arc<Self>, host: &str) -> Result<(), RecoveryError> {
         let started = self.clock.now_ms();
         // The host's VEEs are locked before the plan is made: nothing moves
         // them meanwhile, and no other write sees the plan before the VEEs
@@ -183,7 +177,7 @@ impl Recovery {
     /// for the first attempt, taken in priority order; every other attempt
     /// on a local host waits for one of its own. Errors only when the
     /// records cannot be written.
-    async fn recover_vee(&self, failed: &str, step: RecoveryStep, since_ms: i64, mut place: Option<OwnedSemaphorePermit>) -> Result<()> {
+    async fn recover_vee(&self, failed: &str, step: RecoveryStep, since_ms: i64, mut place: Option<OwnedSemaphorePermit>) -> Result<(), RecoveryError> {
         let vee = step.vee.clone();
         let why = format!("host {failed} failed");
         let per_host = self.cfg.recovery.per_host();
@@ -237,7 +231,7 @@ impl Recovery {
                         // A host that refuses the checkpoint (its compatibility
                         // profile differs, H §4.4) refuses it again: the next
                         // compatible host is tried at once.
-                        if refuses_for_good(&e) {
+                        if e.refused_for_good() {
                             break;
                         }
                     }
@@ -308,7 +302,7 @@ impl Recovery {
     /// is the failed VEEH whose copy, if `to`'s libvirtd still holds it, is
     /// destroyed first. Called again for a VEE already `recovering` (a
     /// retry).
-    pub(crate) async fn recover_vee_on(&self, vee_id: &str, why: &str, to: &str, fence: Option<&str>) -> Result<()> {
+    pub(crate) async fn recover_vee_on(&self, vee_id: &str, why: &str, to: &str, fence: Option<&str>) -> Result<(), RecoveryError> {
         let _g = self.lock_vee(vee_id).await;
         let mut v = self.vee(vee_id)?;
         let retry = v.state == VeeState::Recovering;
@@ -332,19 +326,23 @@ impl Recovery {
             self.commit_transitions(&mut [(&mut v, steps)], Writes::default())?;
         }
         fail::fail_point!("recovery-before-restore");
-        let c = self.hosts.host(to)?;
         let how = match self.checkpoints.checkpoint_of(vee_id, None)? {
             Some(cp) => {
-                c.restore(RestoreRequest {
+                let req = RestoreRequest {
                     spec: Some(self.networks.spec_of(&v)),
-                    checkpoint: Some(cp.record()?),
+                    checkpoint: Some(CheckpointError::record_of(&cp)?),
                     fence_owner: fence.unwrap_or_default().to_string(),
-                })
-                .await?;
+                };
+                async { self.hosts.host(to)?.restore(req).await }
+                    .await
+                    .map_err(|call| RecoveryError::Host { host: to.into(), call })?;
                 format!("restored from checkpoint {} on {to}", cp.id)
             }
             None => {
-                self.boot.boot_on(to, &v).await?;
+                self.boot
+                    .boot_on(to, &v)
+                    .await
+                    .map_err(|call| RecoveryError::Host { host: to.into(), call })?;
                 format!("restarted from its images on {to} (no checkpoint)")
             }
         };

@@ -15,13 +15,23 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::Result;
 
 use crate::core::Core;
 use crate::model::{Location, VeeState};
-use crate::planner::{RemapParams, RemapReport};
+use crate::planner::{PlanError, RemapParams, RemapReport};
 use crate::steps::background::Background;
 use crate::steps::windows::Windows;
+
+/// Why a remapping round did not run: the planner does not know the host
+/// (or its parameters are out of range), or the records could not be
+/// written.
+#[derive(Debug, thiserror::Error)]
+pub enum RemapError {
+    #[error("planner: {0}")]
+    Planner(#[from] PlanError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
 
 /// VRM applied while a host is down (see the module doc); owns the booking profile Deploy's admissions teach it. Calls the core, the windows and the background displacement.
 pub struct Remapping {
@@ -85,7 +95,7 @@ impl Remapping {
     /// for new reservations over the planning horizon, remaps what starts
     /// within the remapping interval and records where each VEE now goes.
     /// Returns the interval (slots) and the planner's report.
-    pub async fn remap_failed_host(self: &Arc<Self>, host: &str) -> Result<(u32, RemapReport)> {
+    pub async fn remap_failed_host(self: &Arc<Self>, host: &str) -> Result<(u32, RemapReport), RemapError> {
         let now = self.now_slot();
         let params = self.remap_params();
         let booking = self.booking.lock().unwrap().average(now);

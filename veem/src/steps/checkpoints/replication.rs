@@ -17,13 +17,22 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result};
-
-use super::{blob_ids, checkpoint_pin};
+use super::{blob_ids, checkpoint_pin, BlobError, CheckpointError};
 use crate::core::Core;
-use crate::domain::Replication;
+use crate::domain::{InvalidTransition, Replication};
 use crate::model::CheckpointRec;
-use crate::store::{Tree, Writes};
+use crate::store::{StoreError, Tree, Writes};
+
+/// Why a replication pass or attempt could not keep its records: the
+/// store's error, or a change of a replication's state its table forbids.
+/// (A copy that fails is not one: its record says so.)
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicationError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Transition(#[from] InvalidTransition),
+}
 
 /// The replications under way in this VEEM, and the pass that starts the
 /// ones due (see the module doc).
@@ -62,7 +71,7 @@ impl Replicator {
     /// no task here runs taken up again, settled or forgotten ones taken
     /// off the list; the gauge of unsettled checkpoints by state set.
     /// Errors: the store cannot be read or written.
-    pub async fn pass(self: &Arc<Self>) -> Result<()> {
+    pub async fn pass(self: &Arc<Self>) -> Result<(), ReplicationError> {
         let mut ids = Vec::new();
         self.core.store.scan(Tree::Replications, |key, _| {
             ids.push(key.to_string());
@@ -107,7 +116,7 @@ impl Replicator {
     /// the site that needs them, or (`awaiting`) looked for in this
     /// site's repository; the outcome in its record. Errors: the store
     /// cannot be read or written (the record then says what it said).
-    async fn attempt(&self, id: &str) -> Result<()> {
+    async fn attempt(&self, id: &str) -> Result<(), ReplicationError> {
         let Some(mut cp) = self.core.store.get::<CheckpointRec>(Tree::Checkpoints, id)? else {
             return Ok(());
         };
@@ -175,8 +184,8 @@ impl Replicator {
     /// needs them, or (`awaiting`) pins them in this site's, which holds
     /// them once they are pinned. Errors: a blob is not copied (this
     /// site's repository is down, the peer's refuses it) or not here yet.
-    async fn copy(&self, cp: &CheckpointRec, awaiting: bool) -> Result<()> {
-        let rec = cp.record()?;
+    async fn copy(&self, cp: &CheckpointRec, awaiting: bool) -> Result<(), BlobError> {
+        let rec = CheckpointError::record_of(cp)?;
         let blobs = blob_ids(&[rec.memory_blob, rec.disk_blob])?;
         let site = &cp.replication.site;
         for blob in blobs {
@@ -186,13 +195,13 @@ impl Replicator {
                     .repo
                     .pin(&blob, &pin)
                     .await
-                    .with_context(|| format!("{blob} from {site} is not in this site's repository yet"))?;
+                    .map_err(BlobError::repository(format!("{blob} from {site} is not in this site's repository yet")))?;
             } else {
                 self.core
                     .repo
                     .replicate(&blob, site)
                     .await
-                    .with_context(|| format!("replicating {blob} to {site}'s repository"))?;
+                    .map_err(BlobError::repository(format!("replicating {blob} to {site}'s repository")))?;
             }
         }
         Ok(())
@@ -200,7 +209,7 @@ impl Replicator {
 
     /// Writes record `cp`, listed in the `replications` tree while it is
     /// not settled and taken off it once it is, in one commit.
-    fn write(&self, cp: &CheckpointRec) -> Result<()> {
+    fn write(&self, cp: &CheckpointRec) -> Result<(), StoreError> {
         let mut w = Writes::default();
         w.put(Tree::Checkpoints, &cp.id, cp)?;
         if cp.replication.settled() {
@@ -208,6 +217,6 @@ impl Replicator {
         } else {
             w.put(Tree::Replications, &cp.id, &cp.vee_id)?;
         }
-        Ok(self.core.store.commit(w).map(drop)?)
+        self.core.store.commit(w).map(drop)
     }
 }

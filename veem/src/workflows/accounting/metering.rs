@@ -9,7 +9,6 @@
 use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
 
-use anyhow::Result;
 use interfaces::vhi;
 
 use super::rounds::{self, HostMeters, HostRound, RoundEntry};
@@ -17,7 +16,7 @@ use super::{metrics, Accounting, Last, LastMeters};
 use crate::model::{Location, UsageRec, VeeRec, VeeState};
 use crate::ports::call::Failure;
 use crate::ports::host::Host;
-use crate::store::{Tree, Writes};
+use crate::store::{StoreError, Tree, Writes};
 
 /// Hosts whose records and meters one commit writes.
 const COMMIT_HOSTS: usize = 10;
@@ -83,7 +82,7 @@ impl Accounting {
     /// in turn go with that turn; the rest (a VEE's own meter of a VEEM
     /// before host rounds, a host no longer configured) in a `sweep`, once
     /// per cycle over the hosts (and in every round of all hosts).
-    pub(super) async fn meter_round(&self, last: &mut LastMeters, only: Option<&HashSet<String>>, sweep: bool) -> Result<()> {
+    pub(super) async fn meter_round(&self, last: &mut LastMeters, only: Option<&HashSet<String>>, sweep: bool) -> Result<(), StoreError> {
         // Only what runs on a configured host.
         let hosts: HashSet<String> = self.hosts.names().into_iter().collect();
         // The host a VEE runs on, if it runs on one.

@@ -105,16 +105,42 @@ impl HostRound {
     }
 }
 
+/// A stored usage round, usage record or host's meters that does not
+/// read: not its JSON, or of a newer format than this VEEM's.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{what}: {source}")]
+    Json {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Format(#[from] interfaces::Error),
+}
+
+impl DecodeError {
+    fn json(what: String) -> impl FnOnce(serde_json::Error) -> DecodeError {
+        move |source| DecodeError::Json { what, source }
+    }
+}
+
+impl From<DecodeError> for crate::store::StoreError {
+    fn from(e: DecodeError) -> Self {
+        crate::store::StoreError::Failed(e.into())
+    }
+}
+
 /// Every usage record a value of the usage tree holds: a [`HostRound`]'s
 /// (key with [`ROUND_PREFIX`]) or one record. Errors: a value that does
 /// not decode, a round of a newer format.
-pub fn decode_usage(key: &str, raw: &[u8], out: &mut Vec<UsageRec>) -> anyhow::Result<()> {
+pub fn decode_usage(key: &str, raw: &[u8], out: &mut Vec<UsageRec>) -> Result<(), DecodeError> {
     if key.starts_with(ROUND_PREFIX) {
-        let round: HostRound = serde_json::from_slice(raw)?;
+        let round: HostRound = serde_json::from_slice(raw).map_err(DecodeError::json(format!("usage round {key}")))?;
         interfaces::Error::check_format(format!("usage round {key}"), round.format, ROUND_FORMAT)?;
         out.extend(round.records(key));
     } else {
-        out.push(serde_json::from_slice(raw)?);
+        out.push(serde_json::from_slice(raw).map_err(DecodeError::json(format!("usage record {key}")))?);
     }
     Ok(())
 }
@@ -135,8 +161,8 @@ pub struct HostMeters {
 impl HostMeters {
     /// The meters of host `host` stored as `raw`. Errors: a value that
     /// does not decode, a newer format.
-    pub fn decode(host: &str, raw: &[u8]) -> anyhow::Result<Self> {
-        let m: HostMeters = serde_json::from_slice(raw)?;
+    pub fn decode(host: &str, raw: &[u8]) -> Result<Self, DecodeError> {
+        let m: HostMeters = serde_json::from_slice(raw).map_err(DecodeError::json(format!("meters of host {host}")))?;
         interfaces::Error::check_format(format!("meters of host {host}"), m.format, ROUND_FORMAT)?;
         Ok(m)
     }

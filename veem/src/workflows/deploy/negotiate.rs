@@ -4,7 +4,6 @@
 //! VMI's reply (accept, counter-offer with the earliest window, reject with
 //! reasons).
 
-use anyhow::Result;
 use interfaces::manifest::{Component, ImageRef, Manifest};
 use interfaces::BlobId;
 

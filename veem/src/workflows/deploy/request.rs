@@ -5,7 +5,6 @@
 //! instead of a second one. IDs are scoped by caller: two providers may use
 //! the same ID.
 
-use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::Deploy;

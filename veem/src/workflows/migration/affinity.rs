@@ -15,10 +15,9 @@
 
 use std::sync::Arc;
 
-use anyhow::Result;
 use interfaces::manifest::ConstraintLevel;
 
-use super::{Migration, MigrationError};
+use super::{LegError, Migration, MigrationError, RunError};
 use super::{location_text, migration_write, Dest, Proposer};
 use crate::model::{MigrationRec, MigrationState, VeeRec, VeeState};
 use crate::store::{Tree, Writes};
@@ -175,7 +174,7 @@ impl Migration {
         });
     }
 
-    async fn run_set(self: &Arc<Self>, set: &[String]) -> Result<()> {
+    async fn run_set(self: &Arc<Self>, set: &[String]) -> Result<(), RunError> {
         let mut done: Vec<MigrationRec> = Vec::new();
         for (i, id) in set.iter().enumerate() {
             if let Err(e) = self.run_migration(id).await {
@@ -199,7 +198,7 @@ impl Migration {
 
     /// Moves the members of a set that did move (`done`) back where they
     /// came from, as a set of their own, approved by the VEEM.
-    async fn take_back(self: &Arc<Self>, done: &[MigrationRec], failed: &str) -> Result<()> {
+    async fn take_back(self: &Arc<Self>, done: &[MigrationRec], failed: &str) -> Result<(), RunError> {
         if done.is_empty() {
             return Ok(());
         }
@@ -210,7 +209,7 @@ impl Migration {
                 id: id.clone(),
                 vee_id: m.vee_id.clone(),
                 from: m.to.to_string(),
-                to: Dest::parse(&m.from)?,
+                to: Dest::parse(&m.from).map_err(|e| LegError::NotADestination(format!("{e:#}")))?,
                 reason: "affinity".into(),
                 state: MigrationState::Approved,
                 decided_by: "veem".into(),

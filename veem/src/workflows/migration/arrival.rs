@@ -43,11 +43,11 @@ impl Migration {
     /// Completes VEE `vee_id`, sent, at `dest`, retried as
     /// [`COMPLETION`] says (a destination site that will not complete it
     /// again but runs it counts as completed). Errors: [`NotTaken`].
-    pub(super) async fn complete_after_send(&self, dest: &Dest, vee_id: &str) -> anyhow::Result<()> {
+    pub(super) async fn complete_after_send(&self, dest: &Dest, vee_id: &str) -> Result<(), NotTaken> {
         let (attempts, wait) = COMPLETION;
         crate::ports::retry(&*self.clock, RetryPolicy::fixed(attempts, wait), || self.completed_at(dest, vee_id))
             .await
-            .map_err(|e| NotTaken(format!("{e:#}")).into())
+            .map_err(|e| NotTaken(e.to_string()))
     }
 
     /// Whether VEE `vee_id`, whose send to `dest` failed, runs there

@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
 use interfaces::vhi::IncomingTarget;
 
 use super::{Migration, MigrationError};
@@ -36,7 +35,7 @@ impl Migration {
     /// site (a one-VEE reservation under the planner service `home-<id>`;
     /// one left from an earlier homecoming, emptied when the VEE left
     /// again, is replaced).
-    pub(crate) fn reserve_home(&self, v: &crate::model::VeeRec, host: &str) -> Result<()> {
+    pub(crate) fn reserve_home(&self, v: &crate::model::VeeRec, host: &str) -> Result<(), MigrationError> {
         use crate::planner::{Admission, ComponentRequest, PeerSpare, Resources, ServiceRequest, SlotRange};
         let clock = self.slots;
         let now = self.now_slot();
@@ -66,12 +65,12 @@ impl Migration {
                 if a.placements[0].host != host {
                     if let Err(e) = p.move_vee(&v.id, host, now) {
                         let _ = p.release_service(&req.service_id);
-                        bail!("host {host} cannot take VEE {}: {e}", v.id);
+                        refuse!("host {host} cannot take VEE {}: {e}", v.id);
                     }
                 }
                 Ok(())
             }
-            other => bail!(
+            other => refuse!(
                 "site {} cannot take VEE {} back: {}",
                 self.cfg.site_id,
                 v.id,

@@ -6,10 +6,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use anyhow::Result;
 use interfaces::vhi;
 
-use super::{Dest, Migration};
+use super::{Dest, LegError, Migration, MigrationError};
 use crate::model::{Location, MigrationRec, MigrationState, VeeState};
 use crate::store::Tree;
 
@@ -73,7 +72,7 @@ impl Migration {
 
     /// The domains host `h` runs, once it answered as itself. Errors: it
     /// does not, or its ListDomains fails.
-    async fn host_domains(&self, h: &str) -> Result<Vec<vhi::DomainInfo>> {
+    async fn host_domains(&self, h: &str) -> anyhow::Result<Vec<vhi::DomainInfo>> {
         self.hosts.identify(h).await?;
         let c = self.hosts.host(h)?;
         c.domains()
@@ -83,7 +82,7 @@ impl Migration {
 
     /// The migrations recorded running whose VEE no operation of this
     /// VEEM holds: none of its tasks runs them.
-    fn left_running(&self) -> Result<Vec<MigrationRec>> {
+    fn left_running(&self) -> Result<Vec<MigrationRec>, MigrationError> {
         Ok(self
             .store
             .list::<MigrationRec>(Tree::Migrations)?
@@ -96,7 +95,7 @@ impl Migration {
     /// `report_unknown` as there) from what the hosts run (`running`): at
     /// start-up, every migration a restart or takeover cut short. Errors:
     /// the store's.
-    pub(crate) async fn settle_left_running(&self, running: &Running, report_unknown: bool) -> Result<()> {
+    pub(crate) async fn settle_left_running(&self, running: &Running, report_unknown: bool) -> Result<(), MigrationError> {
         for m in self.left_running()? {
             self.settle_cut_short(m, running, report_unknown).await?;
         }
@@ -111,7 +110,7 @@ impl Migration {
     /// leader: the migrations' tree (every migration ever made) and the
     /// hosts are read only while a VEE is migrating, which a running
     /// migration's VEE is. Errors: the store's.
-    pub(crate) async fn settle_left(&self) -> Result<()> {
+    pub(crate) async fn settle_left(&self) -> Result<(), MigrationError> {
         if self.vees_where(|v| v.state == VeeState::Migrating).is_empty() || self.left_running()?.is_empty() {
             return Ok(());
         }
@@ -140,7 +139,7 @@ impl Migration {
     ///
     /// `report_unknown`: an unknown outcome is logged and evented (at
     /// start-up; the periodic [`Migration::settle_left`] stays quiet).
-    pub(crate) async fn settle_cut_short(&self, mut m: MigrationRec, running: &Running, report_unknown: bool) -> Result<()> {
+    pub(crate) async fn settle_cut_short(&self, mut m: MigrationRec, running: &Running, report_unknown: bool) -> Result<(), MigrationError> {
         let _g = self.lock_vee(&m.vee_id).await;
         let mut v = self.vee(&m.vee_id)?;
         if let Dest::ForPrimary(_) = &m.to {
@@ -233,12 +232,12 @@ impl Migration {
     /// Completes the VEE's arrival at `dest`; a peer site that refuses
     /// (it completed it already, before the restart) but runs the VEE
     /// counts as completed.
-    pub(super) async fn completed_at(&self, dest: &Dest, vee_id: &str) -> Result<()> {
+    pub(super) async fn completed_at(&self, dest: &Dest, vee_id: &str) -> Result<(), LegError> {
         let Err(e) = self.complete_at(dest, vee_id).await else {
             return Ok(());
         };
         if let Dest::Site(s) = dest {
-            if let Ok(r) = self.peer(s)?.get_vee(vee_id).await {
+            if let Ok(r) = self.peer(s).map_err(LegError::call(s))?.get_vee(vee_id).await {
                 if r.state == Some(VeeState::Running) {
                     return Ok(());
                 }
@@ -250,7 +249,7 @@ impl Migration {
     /// A peer's record of a VEE it sent on for its primary site: done if
     /// the VEE left its source host here (the primary finishes what it
     /// received), failed if it runs there still.
-    fn settle_sent_for_primary(&self, mut m: MigrationRec, mut v: crate::model::VeeRec, running: &Running) -> Result<()> {
+    fn settle_sent_for_primary(&self, mut m: MigrationRec, mut v: crate::model::VeeRec, running: &Running) -> Result<(), MigrationError> {
         let Some(doms) = v.host().and_then(|h| running.get(h)) else {
             return Ok(());
         };

@@ -7,12 +7,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use anyhow::Result;
 use interfaces::manifest::GuaranteeLevel;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinHandle;
 
-use super::Recovery;
+use super::{Recovery, RecoveryError};
 use crate::model::VeeState;
 use crate::planner::{RecoveryStep, RecoveryTarget};
 
@@ -34,7 +33,7 @@ impl Recovery {
     /// peer site, or nowhere, start at once. The outage budget counts from
     /// `since_ms` (the clock's milliseconds). Errors (the first of them,
     /// once every task ended) only when records cannot be written.
-    pub(super) async fn recover_all(self: &Arc<Self>, failed: &str, mut steps: Vec<RecoveryStep>, since_ms: i64) -> Result<()> {
+    pub(super) async fn recover_all(self: &Arc<Self>, failed: &str, mut steps: Vec<RecoveryStep>, since_ms: i64) -> Result<(), RecoveryError> {
         steps.sort_by_key(|s| priority(s.guarantee));
         let mut queues: BTreeMap<String, Vec<RecoveryStep>> = BTreeMap::new();
         let mut tasks = Vec::with_capacity(steps.len());
@@ -72,7 +71,7 @@ impl Recovery {
     /// Starts the recoveries of `queue` (in its order), whose first choice
     /// is local host `host`, each as soon as `host` has a restore place for
     /// it; waits for all of them.
-    async fn dispatch(self: &Arc<Self>, failed: &str, host: &str, queue: Vec<RecoveryStep>, since_ms: i64) -> Result<()> {
+    async fn dispatch(self: &Arc<Self>, failed: &str, host: &str, queue: Vec<RecoveryStep>, since_ms: i64) -> Result<(), RecoveryError> {
         let mut tasks = Vec::with_capacity(queue.len());
         for step in queue {
             let place = self.restore_place(host).await;
@@ -94,10 +93,10 @@ impl Recovery {
 
 /// Waits for every task; the first error (a task's, or its panic), the
 /// others logged.
-async fn first_error(tasks: Vec<JoinHandle<Result<()>>>) -> Result<()> {
+async fn first_error(tasks: Vec<JoinHandle<Result<(), RecoveryError>>>) -> Result<(), RecoveryError> {
     let mut first = Ok(());
     for t in tasks {
-        let outcome = t.await.map_err(anyhow::Error::from).and_then(|r| r);
+        let outcome = t.await.map_err(RecoveryError::from).and_then(|r| r);
         if let Err(e) = outcome {
             if first.is_ok() {
                 first = Err(e);
