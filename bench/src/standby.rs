@@ -54,7 +54,7 @@ fn config(dir: &std::path::Path) -> Result<VeemConfig> {
 fn fill(cfg: &VeemConfig, store: &Store, vees: usize) -> Result<()> {
     let veem = Veem::open_leading(cfg.clone(), store.clone(), 0, None, Default::default())?;
     {
-        let mut p = veem.planner();
+        let mut p = veem.core.planner();
         for i in 0..HOSTS {
             p.add_host(HostSpec::new(
                 format!("h{i:05}"),
@@ -64,14 +64,14 @@ fn fill(cfg: &VeemConfig, store: &Store, vees: usize) -> Result<()> {
             ))?;
         }
     }
-    veem.persist_planner()?;
+    veem.core.persist_planner()?;
     let m = Manifest::from_toml(MANIFEST).map_err(|e| anyhow::anyhow!("bench manifest: {e}"))?;
     let services = vees / VEES_PER_SERVICE;
     let mut w = Writes::default();
     let mut last = None;
     for s in 0..services {
         let req = veem.deploy.request(&m, &uuid::Uuid::new_v4().to_string());
-        let verdict = veem.planner().admit(&req);
+        let verdict = veem.core.planner().admit(&req);
         let Admission::Accepted(a) = verdict else {
             bail!("service {s} of {services} not admitted: {verdict:?}")
         };
@@ -83,7 +83,7 @@ fn fill(cfg: &VeemConfig, store: &Store, vees: usize) -> Result<()> {
             // The batch's last service through the core (its planner
             // changes with it), the others' records beside.
             let (svc, vs) = last.take().expect("a service");
-            veem.commit_admission_with(&svc, &vs, std::mem::take(&mut w))?;
+            veem.core.commit_admission_with(&svc, &vs, std::mem::take(&mut w))?;
         }
     }
     Ok(())
@@ -147,8 +147,8 @@ pub async fn run(etcd: Arc<EtcdEngine>, sled: Store, dir: &std::path::Path, vees
     let (c, s) = (cfg.clone(), store.clone());
     let veem = tokio::task::spawn_blocking(move || Veem::open_leading(c, s, 0, Some(loaded), Default::default())).await??;
     let takeover = t.elapsed();
-    if veem.vee_count() != vees {
-        bail!("the copy holds {} VEEs, not {vees}", veem.vee_count());
+    if veem.core.vee_count() != vees {
+        bail!("the copy holds {} VEEs, not {vees}", veem.core.vee_count());
     }
     drop(veem);
     let (c, s) = (cfg.clone(), store.clone());

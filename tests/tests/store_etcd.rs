@@ -86,7 +86,10 @@ fn a_commit_fenced_by_an_election_key_its_holder_lost_writes_nothing() {
     rt.block_on(c.lease_revoke(lease)).unwrap();
     let err = e.commit(put(b"after the lease"), &[]).unwrap_err();
     assert!(matches!(err, StoreError::Fenced(_)), "{err:#}");
-    assert!(matches!(e.insert_new(Tree::Meta, b"m", b"1".to_vec()).unwrap_err(), StoreError::Fenced(_)));
+    assert!(matches!(
+        e.insert_new(Tree::Meta, b"m", b"1".to_vec()).unwrap_err(),
+        StoreError::Fenced(_)
+    ));
     assert_eq!(
         e.get(Tree::Vees, b"v1").unwrap().as_deref(),
         Some(&b"while leading"[..]),
@@ -219,21 +222,25 @@ async fn a_standby_copy_kept_by_the_watch_is_what_reading_the_store_gives() {
     let store = Store::on(Arc::new(engine(&cluster, "/vee/site-a")), "etcd").unwrap();
     let site = veem::sim::FakeSite::start_on("site-a", &["h1", "h2"], "", store.clone());
     let first = site.running_service(veem::sim::STANDARD);
-    site.veem.persist_planner().unwrap();
-    let cfg = site.veem.config().clone();
+    site.veem.core.persist_planner().unwrap();
+    let cfg = site.veem.core.config().clone();
     let standby = Arc::new(engine(&cluster, "/vee/site-a"));
-    let replica = Replica::follow(standby.clone(), veem::core::renew_ahead_s(&cfg), std::sync::Arc::new(veem::ports::SystemClock));
+    let replica = Replica::follow(
+        standby.clone(),
+        veem::core::renew_ahead_s(&cfg),
+        std::sync::Arc::new(veem::ports::SystemClock),
+    );
     assert!(
         replica.wait_for(store.revision().unwrap(), Duration::from_secs(10)).await,
         "the first read"
     );
     // The leader goes on: a second service, a VEE changed, one removed.
     let second = site.running_service(veem::sim::STANDARD);
-    let mut v = site.veem.vee(&first[0]).unwrap();
+    let mut v = site.veem.core.vee(&first[0]).unwrap();
     v.last_checkpoint_ms = Some(1234);
-    site.veem.save_vee(&v).unwrap();
-    site.veem.remove_vee(&second[0]).unwrap();
-    site.veem.persist_planner().unwrap();
+    site.veem.core.save_vee(&v).unwrap();
+    site.veem.core.remove_vee(&second[0]).unwrap();
+    site.veem.core.persist_planner().unwrap();
     let taken = replica
         .take(&store, 0, Duration::from_secs(10))
         .await
@@ -253,7 +260,11 @@ async fn a_standby_copy_kept_by_the_watch_is_what_reading_the_store_gives() {
 
     // A record the copy cannot decode: not taken (the leader reads the
     // store, which says what is wrong).
-    let replica = Replica::follow(standby, veem::core::renew_ahead_s(&cfg), std::sync::Arc::new(veem::ports::SystemClock));
+    let replica = Replica::follow(
+        standby,
+        veem::core::renew_ahead_s(&cfg),
+        std::sync::Arc::new(veem::ports::SystemClock),
+    );
     assert!(replica.wait_for(store.revision().unwrap(), Duration::from_secs(10)).await);
     let mut w = Writes::default();
     w.put_raw(Tree::Vees, "broken", b"{not json".to_vec());

@@ -125,7 +125,11 @@ pub async fn run(config: &Path, destroy_strays: bool) -> Result<()> {
         EngineKind::Sled => {
             let reading = Instant::now();
             let veem = Veem::open_measured(cfg, metrics)?;
-            tracing::info!(ms = reading.elapsed().as_millis() as u64, vees = veem.vee_count(), "database read");
+            tracing::info!(
+                ms = reading.elapsed().as_millis() as u64,
+                vees = veem.core.vee_count(),
+                "database read"
+            );
             // One set of handlers (and of peer CAs) for gRPC and REST, on
             // one port, over HTTP/2 and HTTP/1.1.
             let front = Front::of(veem.clone(), &limits).await?;
@@ -215,7 +219,7 @@ async fn act(veem: &Arc<Veem>, front: &Front, lost: &CancellationToken, stop: &C
     }
     front.started().await;
     let loops = Loops::start(veem);
-    tracing::info!(site = %veem.cfg.site_id, "VMI serving");
+    tracing::info!(site = %veem.core.cfg.site_id, "VMI serving");
     interfaces::daemon::notify_ready();
     tokio::select! {
         () = stop.cancelled() => {}
@@ -231,11 +235,11 @@ async fn act(veem: &Arc<Veem>, front: &Front, lost: &CancellationToken, stop: &C
 /// start (reconcile, intents).
 async fn wind_down(veem: &Arc<Veem>, front: &Front, loops: Option<Loops>, grace: Duration) {
     front.stopping().await;
-    veem.stopping.cancel();
+    veem.core.stopping.cancel();
     if let Some(loops) = loops {
         loops.shutdown(grace).await;
     }
-    let cut = veem.drain_tasks(grace).await;
+    let cut = veem.core.drain_tasks(grace).await;
     if cut > 0 {
         tracing::warn!(tasks = cut, ?grace, "background work still under way after the grace period: cut");
     }
@@ -302,7 +306,12 @@ async fn lead(
             }
             // The store stopped answering, or this VEEM lost the
             // leadership meanwhile: hand it over and stand by again.
-            Err(e) if matches!(crate::core::store_error_in(&e), Some(StoreError::Unavailable { .. } | StoreError::Fenced(_))) => {
+            Err(e)
+                if matches!(
+                    crate::core::store_error_in(&e),
+                    Some(StoreError::Unavailable { .. } | StoreError::Fenced(_))
+                ) =>
+            {
                 tracing::warn!(error = %format!("{e:#}"), "elected, but cannot open the site's state: standing by again");
                 engine.fence_with(None);
                 leader.resign().await;
@@ -350,13 +359,13 @@ async fn start_up(veem: &Arc<Veem>, start: Start) {
         // Not waited for: a host that answered, one failed already before
         // this start, and after a takeover one the planner knows.
         let settled = |h: &String| {
-            let p = veem.planner();
-            veem.hosts.health(h) == Health::Up || p.host_down(h).is_some() || !start.wait_for_known_hosts && p.host(h).is_some()
+            let p = veem.core.planner();
+            veem.core.hosts.health(h) == Health::Up || p.host_down(h).is_some() || !start.wait_for_known_hosts && p.host(h).is_some()
         };
-        if veem.hosts.names().iter().all(settled) {
+        if veem.core.hosts.names().iter().all(settled) {
             break;
         }
-        veem.clock.sleep(Duration::from_millis(500)).await;
+        veem.core.clock.sleep(Duration::from_millis(500)).await;
     }
     let heartbeats = began.elapsed();
     let strays = if start.destroy_strays {
@@ -386,9 +395,9 @@ async fn start_up(veem: &Arc<Veem>, start: Start) {
     // Hosts the site had before: from now on, silence counts against them
     // even if they never answered since this start (a host that died while
     // the VEEM was down is declared failed and its VEEs recovered).
-    for h in veem.hosts.names() {
-        if veem.planner.lock().unwrap().host(&h).is_some() {
-            veem.hosts.mark_known(&h);
+    for h in veem.core.hosts.names() {
+        if veem.core.planner.lock().unwrap().host(&h).is_some() {
+            veem.core.hosts.mark_known(&h);
         }
     }
     // What reading the database and reconciling freed goes back to the

@@ -39,9 +39,9 @@ impl Loops {
         let mut loops = Loops {
             stop: CancellationToken::new(),
             tasks: Vec::new(),
-            clock: veem.clock.clone(),
+            clock: veem.core.clock.clone(),
         };
-        let cfg = veem.config();
+        let cfg = veem.core.config();
         loops.spawn(veem, cfg.heartbeat_interval, 0usize, |veem, mut cursor| async move {
             heartbeat_turn(&veem, &mut cursor).await;
             cursor
@@ -104,7 +104,7 @@ impl Loops {
             misses
         });
         loops.spawn(veem, cfg.events.prune_interval, (), |veem, _| async move {
-            if let Err(e) = veem.prune_events().await {
+            if let Err(e) = veem.core.prune_events().await {
                 tracing::warn!(error = %format!("{e:#}"), "cannot prune the event log");
             }
         });
@@ -120,11 +120,11 @@ impl Loops {
         Fut: Future<Output = S> + Send,
     {
         let (veem, stop) = (veem.clone(), self.stop.clone());
-        self.tasks.push(veem.clone().spawn_task(async move {
+        self.tasks.push(veem.clone().core.spawn_task(async move {
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
-                    _ = veem.clock.sleep(period) => {}
+                    _ = veem.core.clock.sleep(period) => {}
                 }
                 state = round(veem.clone(), state).await;
             }
@@ -136,7 +136,10 @@ impl Loops {
     pub async fn shutdown(self, grace: Duration) {
         self.stop.cancel();
         let aborts: Vec<_> = self.tasks.iter().map(|t| t.abort_handle()).collect();
-        if crate::ports::within(&*self.clock, grace, futures::future::join_all(self.tasks)).await.is_none() {
+        if crate::ports::within(&*self.clock, grace, futures::future::join_all(self.tasks))
+            .await
+            .is_none()
+        {
             tracing::warn!(?grace, "loops still busy after the grace period: aborted");
             aborts.iter().for_each(|a| a.abort());
         }
@@ -145,20 +148,20 @@ impl Loops {
 
 /// The pacing of this VEEM's heartbeats ([`crate::hosts::pacing`]).
 pub(crate) fn pacing(veem: &Veem) -> Pacing {
-    let cfg = veem.config();
-    Pacing::new(veem.hosts.names().len(), cfg.heartbeat_interval, cfg.max_heartbeats_per_second)
+    let cfg = veem.core.config();
+    Pacing::new(veem.core.hosts.names().len(), cfg.heartbeat_interval, cfg.max_heartbeats_per_second)
 }
 
 /// One round of the heartbeat loop: the next hosts in turn from `cursor`
 /// on, as many as the pacing allows a round ([`heartbeat_hosts`]).
 pub(crate) async fn heartbeat_turn(veem: &Arc<Veem>, cursor: &mut usize) {
-    let names = crate::hosts::pacing::turn(&veem.hosts.names(), cursor, pacing(veem).per_round);
+    let names = crate::hosts::pacing::turn(&veem.core.hosts.names(), cursor, pacing(veem).per_round);
     heartbeat_hosts(veem, names).await;
 }
 
 /// One heartbeat to every host (at start-up, and in tests).
 pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
-    heartbeat_hosts(veem, veem.hosts.names()).await;
+    heartbeat_hosts(veem, veem.core.hosts.names()).await;
 }
 
 /// One heartbeat to each of `names`, all at once (each bounded by its own
@@ -166,25 +169,30 @@ pub(crate) async fn heartbeat_round(veem: &Arc<Veem>) {
 /// the planner, brings recovered hosts back, and sends failed hosts to
 /// recovery.
 async fn heartbeat_hosts(veem: &Arc<Veem>, names: Vec<String>) {
-    let before: Vec<Health> = names.iter().map(|h| veem.hosts.health(h)).collect();
-    let beats = futures::future::join_all(names.iter().map(|h| veem.hosts.heartbeat(h, veem.cfg.heartbeat_miss_limit))).await;
+    let before: Vec<Health> = names.iter().map(|h| veem.core.hosts.health(h)).collect();
+    let beats = futures::future::join_all(
+        names
+            .iter()
+            .map(|h| veem.core.hosts.heartbeat(h, veem.core.cfg.heartbeat_miss_limit)),
+    )
+    .await;
     for ((h, before), (after, info)) in names.into_iter().zip(before).zip(beats) {
         if info.is_none() && matches!(after, Health::Missing(_) | Health::Failed) {
-            veem.metrics.heartbeat_missed(&h);
+            veem.core.metrics.heartbeat_missed(&h);
         }
         if let Some(i) = info {
-            let known = veem.planner.lock().unwrap().host(&h).is_some();
+            let known = veem.core.planner.lock().unwrap().host(&h).is_some();
             if known {
                 // Load-aware rank follows what the host measures.
-                let _ = veem.planner.lock().unwrap().set_measured_load(&h, i.cpu_load);
+                let _ = veem.core.planner.lock().unwrap().set_measured_load(&h, i.cpu_load);
             }
             if !known {
                 let p = i.profile.unwrap_or_default();
                 let spec = HostSpec::new(
                     &h,
                     Resources::new(i.vcpus, i.memory_mib, i.disk_gib),
-                    &veem.cfg.site_id,
-                    veem.hosts.region(&h).unwrap_or_else(|| veem.cfg.site_id.clone()),
+                    &veem.core.cfg.site_id,
+                    veem.core.hosts.region(&h).unwrap_or_else(|| veem.core.cfg.site_id.clone()),
                 )
                 .with_profile(Profile {
                     arch: p.arch,
@@ -194,16 +202,16 @@ async fn heartbeat_hosts(veem: &Arc<Veem>, names: Vec<String>) {
                     accel: p.accel,
                     cpu_model: p.cpu_model,
                 });
-                if let Err(e) = veem.planner.lock().unwrap().add_host(spec) {
+                if let Err(e) = veem.core.planner.lock().unwrap().add_host(spec) {
                     tracing::warn!(host = %h, error = %e, "cannot add host to the planner");
                 }
-                let _ = veem.persist_planner();
-                veem.event("", "", "host-up", format!("{h} registered"));
-            } else if before == Health::Failed || veem.planner.lock().unwrap().host_down(&h).is_some() && before != Health::Up {
+                let _ = veem.core.persist_planner();
+                veem.core.event("", "", "host-up", format!("{h} registered"));
+            } else if before == Health::Failed || veem.core.planner.lock().unwrap().host_down(&h).is_some() && before != Health::Up {
                 veem.reconcile.fence_returning_host(&h).await;
-                let _ = veem.planner.lock().unwrap().set_host_up(&h);
-                let _ = veem.persist_planner();
-                veem.event("", "", "host-up", format!("{h} answers again"));
+                let _ = veem.core.planner.lock().unwrap().set_host_up(&h);
+                let _ = veem.core.persist_planner();
+                veem.core.event("", "", "host-up", format!("{h} answers again"));
             }
         }
         if after == Health::Failed && before == Health::Failed {
@@ -217,7 +225,7 @@ async fn heartbeat_hosts(veem: &Arc<Veem>, names: Vec<String>) {
         if after == Health::Failed && before != Health::Failed {
             tracing::error!(host = %h, "host missed its heartbeats: failed");
             let recovery = veem.recovery.clone();
-            veem.spawn(async move {
+            veem.core.spawn(async move {
                 if let Err(e) = recovery.recover_host(&h).await {
                     tracing::error!(host = %h, error = %format!("{e:#}"), "recovery failed");
                 }

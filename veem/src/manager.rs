@@ -1,9 +1,9 @@
 //! `Veem`, the VEE manager of one site: the [`Core`] every workflow shares
 //! and every workflow, each a value of its own (`crate::workflows`), built
-//! once in [`Veem::with_store`] after the workflows it calls; `Veem`
-//! reaches the core through `Deref`.
+//! once in [`Veem::with_store`] after the workflows it calls. The core is
+//! a field like the others (`veem.core`), not what `Veem` dereferences to:
+//! what a caller takes from it is written where it takes it.
 
-use std::ops::Deref;
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -42,7 +42,8 @@ use crate::workflows::scaling::Scaling;
 
 /// The VEE manager of one site.
 pub struct Veem {
-    core: Arc<Core>,
+    /// The records, planner, ports and clock every workflow shares.
+    pub core: Arc<Core>,
     /// The steps (`crate::steps`) and workflows (`crate::workflows`),
     /// each built once on the core and on the steps and workflows it calls.
     pub accounting: Arc<Accounting>,
@@ -72,14 +73,6 @@ pub struct Veem {
     pub intents: Arc<Intents>,
     pub site_constraints: Arc<SiteConstraints>,
     pub sla: Arc<Sla>,
-}
-
-impl Deref for Veem {
-    type Target = Core;
-
-    fn deref(&self) -> &Core {
-        &self.core
-    }
 }
 
 impl Veem {
@@ -146,7 +139,13 @@ impl Veem {
         let background = Arc::new(Background::new(core.clone(), checkpoints.clone()));
         let boot = Arc::new(Boot::new(core.clone(), networks.clone()));
         let abroad = Arc::new(Abroad::new(core.clone(), checkpoints.clone()));
-        let stop = Arc::new(Stop::new(core.clone(), abroad.clone(), boot.clone(), networks.clone(), spares.clone()));
+        let stop = Arc::new(Stop::new(
+            core.clone(),
+            abroad.clone(),
+            boot.clone(),
+            networks.clone(),
+            spares.clone(),
+        ));
         let remapping = Arc::new(Remapping::new(core.clone(), windows.clone(), background.clone()));
         let federation = Arc::new(Federation::new(
             core.clone(),

@@ -217,7 +217,7 @@ pub(crate) async fn answer(front: Arc<Front>, req: Request) -> Response {
         return resp;
     }
     if credentials {
-        let valid = bearer(&req).is_some_and(|t| front.veem.cfg.role_of(t).is_some());
+        let valid = bearer(&req).is_some_and(|t| front.veem.core.cfg.role_of(t).is_some());
         if let Some(wait) = front.throttle.admit(peer, valid) {
             let secs = wait.as_secs_f64().ceil().max(1.0);
             let status = Status::resource_exhausted(format!("too many failed authentications from this address: retry in {secs} s"));

@@ -110,7 +110,7 @@ impl SiteGauges {
         let Some(veem) = veem else { return };
         let mut counts: BTreeMap<(&'static str, String), i64> = BTreeMap::new();
         let mut live = std::collections::HashSet::new();
-        for v in veem.vees_where(|_| true) {
+        for v in veem.core.vees_where(|_| true) {
             *counts.entry((v.state.as_str(), v.guarantee.to_string())).or_default() += 1;
             if v.state.is_live() {
                 live.insert(v.id);

@@ -49,10 +49,11 @@ impl VmiService {
     /// The handlers of [`VmiService::new`] without the gRPC server (the
     /// REST routes call them).
     pub fn checked(veem: Arc<Veem>) -> anyhow::Result<Self> {
-        let peer_cas = match &veem.cfg.tls {
+        let peer_cas = match &veem.core.cfg.tls {
             None => None,
             Some(_) => Some(
-                veem.cfg
+                veem.core
+                    .cfg
                     .peers
                     .iter()
                     .map(|p| {
@@ -87,11 +88,7 @@ impl Vmi for VmiService {
     async fn negotiate(&self, r: Request<NegotiateRequest>) -> R<NegotiateResponse> {
         let role = self.user(&r)?;
         let redactor = self.redactor(&role);
-        let offer = self
-            .veem
-            .deploy
-            .negotiate(&role, &r.get_ref().manifest_toml)
-            .await;
+        let offer = self.veem.deploy.negotiate(&role, &r.get_ref().manifest_toml).await;
         Ok(Response::new(NegotiateResponse {
             verdict: vmi::Verdict::from(offer.verdict) as i32,
             reasons: offer.reasons.iter().map(|r| redact(redactor.as_ref(), r)).collect(),
@@ -231,6 +228,7 @@ impl Vmi for VmiService {
         let read = |after: Option<&str>, n: usize| {
             let mut page = Vec::new();
             self.veem
+                .core
                 .store
                 .scan_after(crate::store::Tree::Services, after, |key, raw| {
                     let s: ServiceRec = serde_json::from_slice(raw).with_context(|| format!("services record {key}"))?;
@@ -253,6 +251,7 @@ impl Vmi for VmiService {
         let id = &r.service_id;
         let vees = if id.is_empty() {
             self.veem
+                .core
                 .vees()
                 .iter()
                 .filter(|v| self.visible_service(&role, &v.service_id).is_ok())
@@ -353,7 +352,7 @@ impl Vmi for VmiService {
 
     async fn list_migrations(&self, r: Request<ListMigrationsRequest>) -> R<ListMigrationsResponse> {
         let role = self.user(&r)?;
-        let all: Vec<MigrationRec> = self.veem.store.list(crate::store::Tree::Migrations).map_err(status)?;
+        let all: Vec<MigrationRec> = self.veem.core.store.list(crate::store::Tree::Migrations).map_err(status)?;
         let redactor = self.redactor(&role);
         let migrations: Vec<MigrationInfo> = all
             .iter()
@@ -417,7 +416,7 @@ impl Vmi for VmiService {
         ok(self.veem.accounting.usage_report(&service_id).map(|u| {
             let mut u = info::usage_report(&service_id, u);
             for rec in &mut u.records {
-                rec.component = self.veem.vee(&rec.vee_id).map(|v| v.component).unwrap_or_default();
+                rec.component = self.veem.core.vee(&rec.vee_id).map(|v| v.component).unwrap_or_default();
             }
             if let Some(r) = &redactor {
                 for rec in &mut u.records {

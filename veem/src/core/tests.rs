@@ -8,12 +8,12 @@ use crate::sim::{FakeSite, STANDARD};
 async fn an_admissions_records_and_reservation_are_all_committed_and_read_back_after_a_restart() {
     let site = FakeSite::start(&["h1", "h2"], "").await;
     let vees = site.running_service(STANDARD);
-    let service = site.veem.vee(&vees[0]).unwrap().service_id;
+    let service = site.veem.core.vee(&vees[0]).unwrap().service_id;
     let site = site.restart();
-    assert_eq!(site.veem.service(&service).unwrap().vees, vees);
-    assert!(site.veem.vee(&vees[0]).is_ok());
+    assert_eq!(site.veem.core.service(&service).unwrap().vees, vees);
+    assert!(site.veem.core.vee(&vees[0]).is_ok());
     assert!(
-        site.veem.planner().placement(&vees[0]).is_some(),
+        site.veem.core.planner().placement(&vees[0]).is_some(),
         "the reservation was committed with them"
     );
 }
@@ -22,13 +22,26 @@ async fn an_admissions_records_and_reservation_are_all_committed_and_read_back_a
 async fn an_invalid_transition_is_refused_and_changes_nothing() {
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
-    let mut v = site.veem.vee(&vee).unwrap();
-    let events = || site.veem.store.events().unwrap().into_iter().filter(|e| e.vee_id == vee).count();
+    let mut v = site.veem.core.vee(&vee).unwrap();
+    let events = || {
+        site.veem
+            .core
+            .store
+            .events()
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.vee_id == vee)
+            .count()
+    };
     let before = events();
-    let e = site.veem.transition(&mut v, VeeState::Pending, "back to the start").unwrap_err();
+    let e = site
+        .veem
+        .core
+        .transition(&mut v, VeeState::Pending, "back to the start")
+        .unwrap_err();
     assert!(matches!(e, crate::core::RecordError::Transition(_)), "{e:#}");
     assert_eq!(v.state, VeeState::Running);
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running, "nothing stored");
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Running, "nothing stored");
     assert_eq!(events(), before, "no event");
 }
 
@@ -41,10 +54,14 @@ async fn a_record_another_veem_wrote_since_it_was_read_is_not_overwritten() {
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
     let other = site.another_veem();
-    let mut theirs = other.vee(&vee).unwrap();
-    other.transition(&mut theirs, VeeState::Suspended, "by the other VEEM").unwrap();
+    let mut theirs = other.core.vee(&vee).unwrap();
+    other
+        .core
+        .transition(&mut theirs, VeeState::Suspended, "by the other VEEM")
+        .unwrap();
     let stored = || {
         site.veem
+            .core
             .store
             .get::<crate::model::VeeRec>(crate::store::Tree::Vees, &vee)
             .unwrap()
@@ -52,37 +69,50 @@ async fn a_record_another_veem_wrote_since_it_was_read_is_not_overwritten() {
             .state
     };
 
-    let mut mine = site.veem.vee(&vee).unwrap();
+    let mut mine = site.veem.core.vee(&vee).unwrap();
     assert_eq!(mine.state, VeeState::Running, "this VEEM's copy is stale");
-    let e = site.veem.transition(&mut mine, VeeState::Stopped, "from a stale copy").unwrap_err();
-    assert!(matches!(e, crate::core::RecordError::Store(crate::store::StoreError::Conflict(_))), "{e:#}");
+    let e = site
+        .veem
+        .core
+        .transition(&mut mine, VeeState::Stopped, "from a stale copy")
+        .unwrap_err();
+    assert!(
+        matches!(e, crate::core::RecordError::Store(crate::store::StoreError::Conflict(_))),
+        "{e:#}"
+    );
     assert_eq!(mine.state, VeeState::Running, "the caller's copy as it was");
     assert_eq!(stored(), VeeState::Suspended, "the other VEEM's write stands");
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Suspended, "read again");
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Suspended, "read again");
 
     // The commit of several records (a VEE, the planner, a migration
     // record) is refused whole the same way.
-    let mut theirs = other.vee(&vee).unwrap();
+    let mut theirs = other.core.vee(&vee).unwrap();
     other
+        .core
         .transition(&mut theirs, VeeState::Running, "resumed by the other VEEM")
         .unwrap();
-    let mut mine = site.veem.vee(&vee).unwrap();
+    let mut mine = site.veem.core.vee(&vee).unwrap();
     let mut extra = crate::store::Writes::default();
     extra.put(crate::store::Tree::Meta, "marker", &1u32).unwrap();
     let e = site
         .veem
+        .core
         .transition_committing(&mut mine, VeeState::Stopped, "", extra)
         .unwrap_err();
-    assert!(matches!(e, crate::core::RecordError::Store(crate::store::StoreError::Conflict(_))), "{e:#}");
+    assert!(
+        matches!(e, crate::core::RecordError::Store(crate::store::StoreError::Conflict(_))),
+        "{e:#}"
+    );
     assert_eq!(
-        site.veem.store.get::<u32>(crate::store::Tree::Meta, "marker").unwrap(),
+        site.veem.core.store.get::<u32>(crate::store::Tree::Meta, "marker").unwrap(),
         None,
         "nothing of it written"
     );
     assert_eq!(stored(), VeeState::Running);
 
-    let mut current = site.veem.vee(&vee).unwrap();
+    let mut current = site.veem.core.vee(&vee).unwrap();
     site.veem
+        .core
         .transition(&mut current, VeeState::Stopped, "from what is stored")
         .unwrap();
     assert_eq!(stored(), VeeState::Stopped);
@@ -98,12 +128,12 @@ async fn a_stop_drains_the_background_work_and_cuts_it_after_the_grace_period() 
     let site = FakeSite::start(&["h1"], "").await;
     let done = Arc::new(AtomicBool::new(false));
     let d = done.clone();
-    site.veem.spawn(async move {
+    site.veem.core.spawn(async move {
         tokio::time::sleep(Duration::from_millis(200)).await;
         d.store(true, Ordering::SeqCst);
     });
-    site.veem.spawn(std::future::pending());
-    let cut = site.veem.drain_tasks(Duration::from_millis(500)).await;
+    site.veem.core.spawn(std::future::pending());
+    let cut = site.veem.core.drain_tasks(Duration::from_millis(500)).await;
     assert!(done.load(Ordering::SeqCst), "the finite task was waited for");
     assert_eq!(cut, 1, "the endless one is cut");
 }
@@ -119,18 +149,22 @@ async fn a_commit_under_way_does_not_hold_up_readers_of_the_records() {
     let vee = site.running_service(STANDARD).remove(0);
     let (entered, release) = engine.arm();
     let writer = {
-        let (veem, mut v) = (site.veem.clone(), site.veem.vee(&vee).unwrap());
-        std::thread::spawn(move || veem.transition(&mut v, VeeState::Suspended, "slowly written"))
+        let (veem, mut v) = (site.veem.clone(), site.veem.core.vee(&vee).unwrap());
+        std::thread::spawn(move || veem.core.transition(&mut v, VeeState::Suspended, "slowly written"))
     };
     entered.recv_timeout(std::time::Duration::from_secs(5)).expect("the commit waits");
     let (answer, read) = std::sync::mpsc::channel();
     {
         let (veem, vee) = (site.veem.clone(), vee.clone());
-        std::thread::spawn(move || answer.send(veem.vee(&vee).map(|v| v.state).ok()));
+        std::thread::spawn(move || answer.send(veem.core.vee(&vee).map(|v| v.state).ok()));
     }
     let during = read.recv_timeout(std::time::Duration::from_secs(2));
     release.send(()).unwrap();
     writer.join().unwrap().unwrap();
-    assert_eq!(during, Ok(Some(VeeState::Running)), "read while the commit waited: the record as it was");
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Suspended);
+    assert_eq!(
+        during,
+        Ok(Some(VeeState::Running)),
+        "read while the commit waited: the record as it was"
+    );
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Suspended);
 }

@@ -16,7 +16,7 @@ async fn a_host_that_stays_silent_gets_no_new_vee_after_its_remapping_block() {
     for _ in 0..3 {
         super::heartbeat_round(&site.veem).await;
     }
-    eventually("h1 failed", || site.veem.hosts.health("h1") == crate::domain::Health::Failed).await;
+    eventually("h1 failed", || site.veem.core.hosts.health("h1") == crate::domain::Health::Failed).await;
     // An hour later h1 still does not answer.
     for _ in 0..3 {
         site.clock.advance_ms(20 * 60 * 1000);
@@ -26,7 +26,11 @@ async fn a_host_that_stays_silent_gets_no_new_vee_after_its_remapping_block() {
     let provider = crate::config::Role::Provider("acme".into());
     let svc = site.veem.deploy.deploy(&provider, &two).await.unwrap();
     for id in &svc.vees {
-        assert_eq!(site.veem.vee(id).unwrap().host(), Some("h2"), "a VEE placed on the silent host");
+        assert_eq!(
+            site.veem.core.vee(id).unwrap().host(),
+            Some("h2"),
+            "a VEE placed on the silent host"
+        );
     }
 }
 
@@ -40,7 +44,7 @@ async fn load_aware_placement_follows_the_load_the_hosts_measure() {
         site.host(idle).script.lock().unwrap().cpu_load = 0.1;
         super::heartbeat_round(&site.veem).await;
         let svc = site.veem.deploy.deploy(&provider, crate::sim::STANDARD).await.unwrap();
-        let vee = site.veem.vee(&svc.vees[0]).unwrap();
+        let vee = site.veem.core.vee(&svc.vees[0]).unwrap();
         assert_eq!(vee.host(), Some(idle), "{busy} measured busy");
     }
     let vmi = crate::api::server::VmiService::handler(site.veem.clone());
@@ -68,11 +72,11 @@ async fn the_loops_run_each_period_and_stop_for_good_on_shutdown() {
 async fn the_loops_are_in_the_task_set_a_stop_drains() {
     let site = FakeSite::start(&["h1"], "heartbeat_interval = \"1s\"\n").await;
     let loops = Loops::start(&site.veem);
-    let running = site.veem.drain_tasks(Duration::from_millis(100)).await;
+    let running = site.veem.core.drain_tasks(Duration::from_millis(100)).await;
     assert!(running >= 7, "every loop is one of the core's tasks: {running} running");
     loops.shutdown(Duration::from_secs(5)).await;
     assert_eq!(
-        site.veem.drain_tasks(Duration::from_secs(1)).await,
+        site.veem.core.drain_tasks(Duration::from_secs(1)).await,
         0,
         "none left after the shutdown"
     );
@@ -109,11 +113,11 @@ async fn a_day_of_a_site_passes_on_the_virtual_clock() {
     let second = site.veem.deploy.deploy(&provider, &hourly).await.unwrap().vees.remove(0);
     tokio::time::sleep(4 * HOUR).await;
     for id in [&first, &second] {
-        assert_eq!(site.veem.vee(id).unwrap().state, VeeState::Running, "{id}");
+        assert_eq!(site.veem.core.vee(id).unwrap().state, VeeState::Running, "{id}");
     }
     let on_h1 = [&first, &second]
         .into_iter()
-        .find(|id| site.veem.vee(id).unwrap().host() == Some("h1"))
+        .find(|id| site.veem.core.vee(id).unwrap().host() == Some("h1"))
         .expect("packing puts a VEE on h1")
         .clone();
     // h1 stops answering in the afternoon.
@@ -124,8 +128,8 @@ async fn a_day_of_a_site_passes_on_the_virtual_clock() {
         site.clock.now_ms() - start_ms >= 24 * 3600 * 1000,
         "a day passed on the VEEM's clock"
     );
-    assert_eq!(site.veem.hosts.health("h1"), crate::domain::Health::Failed);
-    let moved = site.veem.vee(&on_h1).unwrap();
+    assert_eq!(site.veem.core.hosts.health("h1"), crate::domain::Health::Failed);
+    let moved = site.veem.core.vee(&on_h1).unwrap();
     assert_eq!(
         (moved.state, moved.host()),
         (VeeState::Running, Some("h2")),
@@ -135,7 +139,7 @@ async fn a_day_of_a_site_passes_on_the_virtual_clock() {
         site.host("h2").calls().iter().any(|c| c.starts_with(&format!("restore {on_h1} "))),
         "restored from its checkpoint, not rebooted"
     );
-    let checkpoints: Vec<CheckpointRec> = site.veem.store.list(Tree::Checkpoints).unwrap();
+    let checkpoints: Vec<CheckpointRec> = site.veem.core.store.list(Tree::Checkpoints).unwrap();
     for (id, hours) in [(&first, 24), (&second, 22)] {
         let n = checkpoints.iter().filter(|c| &c.vee_id == id).count();
         assert!((hours - 2..=hours + 1).contains(&n), "{id}: {n} checkpoints in {hours} hours");
@@ -151,21 +155,28 @@ async fn the_retention_round_leaves_at_most_keep_events_none_older_than_max_age(
     use crate::ports::Clock;
     let site = FakeSite::start(&["h1"], "[events]\nkeep = 50\nmax_age = \"1h\"\nprune_interval = \"1s\"\n").await;
     for i in 0..30 {
-        site.veem.event("v", "s", "old", format!("old {i}"));
+        site.veem.core.event("v", "s", "old", format!("old {i}"));
     }
     site.clock.advance_ms(2 * 3600 * 1000);
     for i in 0..20 {
-        site.veem.event("v", "s", "new", format!("new {i}"));
+        site.veem.core.event("v", "s", "new", format!("new {i}"));
     }
     let loops = Loops::start(&site.veem);
-    eventually("the old events pruned", || site.veem.store.event_count().unwrap() == 20).await;
+    eventually("the old events pruned", || site.veem.core.store.event_count().unwrap() == 20).await;
     let cut = site.clock.now_ms() - 3600 * 1000;
-    assert!(site.veem.store.events().unwrap().iter().all(|e| e.at_ms >= cut && e.kind == "new"));
+    assert!(site
+        .veem
+        .core
+        .store
+        .events()
+        .unwrap()
+        .iter()
+        .all(|e| e.at_ms >= cut && e.kind == "new"));
     for i in 20..120 {
-        site.veem.event("v", "s", "new", format!("new {i}"));
+        site.veem.core.event("v", "s", "new", format!("new {i}"));
     }
-    eventually("pruned to `keep`", || site.veem.store.event_count().unwrap() == 50).await;
-    let all = site.veem.store.events().unwrap();
+    eventually("pruned to `keep`", || site.veem.core.store.event_count().unwrap() == 50).await;
+    let all = site.veem.core.store.events().unwrap();
     assert_eq!(
         (all[0].detail.as_str(), all[49].detail.as_str()),
         ("new 70", "new 119"),
@@ -195,10 +206,10 @@ async fn paced_heartbeats_ask_the_hosts_in_turn_and_a_silent_one_fails_after_its
     for _ in 0..3 {
         super::heartbeat_turn(&site.veem, &mut cursor).await;
     }
-    assert_eq!(site.veem.hosts.health("h2"), crate::domain::Health::Missing(1));
+    assert_eq!(site.veem.core.hosts.health("h2"), crate::domain::Health::Missing(1));
     for _ in 0..3 {
         super::heartbeat_turn(&site.veem, &mut cursor).await;
     }
-    assert_eq!(site.veem.hosts.health("h2"), crate::domain::Health::Failed);
-    assert_eq!(site.veem.hosts.health("h1"), crate::domain::Health::Up);
+    assert_eq!(site.veem.core.hosts.health("h2"), crate::domain::Health::Failed);
+    assert_eq!(site.veem.core.hosts.health("h1"), crate::domain::Health::Up);
 }

@@ -273,7 +273,7 @@ impl FakeSite {
         let veem = crate::manager::Veem::with_store(cfg, Self::ports(&hosts, &repo_port, &peers, &clock), store.clone()).unwrap();
         for (n, capacity) in sized {
             let spec = crate::planner::HostSpec::new(*n, *capacity, site_id, site_id);
-            veem.planner.lock().unwrap().add_host(spec).unwrap();
+            veem.core.planner.lock().unwrap().add_host(spec).unwrap();
         }
         FakeSite {
             veem,
@@ -303,7 +303,7 @@ impl FakeSite {
     /// Another VEEM of this site beside this one, over the same database,
     /// hosts, repository, peers and clock (as a standby is).
     pub fn another_veem(&self) -> Arc<crate::manager::Veem> {
-        let cfg = self.veem.config().clone();
+        let cfg = self.veem.core.config().clone();
         crate::manager::Veem::with_store(
             cfg,
             Self::ports(&self.hosts, &self.repo_port, &self.peers, &self.clock),
@@ -315,7 +315,7 @@ impl FakeSite {
     /// A restart: this VEEM goes, another opens the same database over
     /// the same hosts, repository, peers and clock.
     pub fn restart(self) -> FakeSite {
-        let cfg = self.veem.config().clone();
+        let cfg = self.veem.core.config().clone();
         self.restart_as(cfg).unwrap()
     }
 
@@ -348,7 +348,7 @@ impl FakeSite {
     /// `other`'s site ID with token `token`, which `other` must map to
     /// role peer (its configuration's `[[tokens]]`).
     pub fn peer_with(&self, other: &FakeSite, token: &str) {
-        let id = other.veem.config().site_id.clone();
+        let id = other.veem.core.config().site_id.clone();
         let peer = local_peer(crate::api::server::VmiService::handler(other.veem.clone()), token);
         self.peers.0.lock().unwrap().insert(id, Arc::new(peer));
     }
@@ -356,7 +356,7 @@ impl FakeSite {
     /// Makes `other`'s repository the one this site's replicates to as
     /// `other`'s site ID (the image repository's `[[peers]]`).
     pub fn replicates_to(&self, other: &FakeSite) {
-        let id = other.veem.config().site_id.clone();
+        let id = other.veem.core.config().site_id.clone();
         self.repo.peers.lock().unwrap().insert(id, other.repo.clone());
     }
 
@@ -378,7 +378,7 @@ impl FakeSite {
         if m.sla.guarantee == interfaces::manifest::GuaranteeLevel::Full {
             req.peer_spare = PeerSpare::Offered { site: "site-z".into() };
         }
-        let admitted = match self.veem.planner.lock().unwrap().admit(&req) {
+        let admitted = match self.veem.core.planner.lock().unwrap().admit(&req) {
             Admission::Accepted(a) => a,
             other => panic!("not admitted: {other:?}"),
         };
@@ -387,12 +387,12 @@ impl FakeSite {
         // commit.
         let one = self.veem.networks.ipam.try_lock().expect("no other admission under way");
         self.veem.networks.assign_networks(&one, &m, &mut svc, &mut vees).unwrap();
-        self.veem.commit_admission(&svc, &vees).unwrap();
+        self.veem.core.commit_admission(&svc, &vees).unwrap();
         for mut v in vees.clone() {
             v.state = VeeState::Running;
             let Location::Host(h) = &v.location else { panic!("{v:?}") };
             self.host(h).script.lock().unwrap().running.insert(v.id.clone());
-            self.veem.save_vee(&v).unwrap();
+            self.veem.core.save_vee(&v).unwrap();
             let cp = CheckpointRec::new(&CheckpointRecord {
                 checkpoint_id: uuid::Uuid::new_v4().to_string(),
                 vee_id: v.id.clone(),
@@ -401,7 +401,7 @@ impl FakeSite {
                 host: h.clone(),
                 ..Default::default()
             });
-            self.veem.store.put(Tree::Checkpoints, &cp.id, &cp).unwrap();
+            self.veem.core.store.put(Tree::Checkpoints, &cp.id, &cp).unwrap();
         }
         vees.into_iter().map(|v| v.id).collect()
     }
@@ -424,6 +424,7 @@ impl FakeSite {
     /// when there is no such record).
     pub fn checkpoint_replication(&self, id: &str) -> crate::domain::ReplicationRec {
         self.veem
+            .core
             .store
             .get::<crate::model::CheckpointRec>(crate::store::Tree::Checkpoints, id)
             .unwrap()
@@ -433,7 +434,7 @@ impl FakeSite {
 
     /// The events of VEE `vee` as `kind: detail`, oldest first.
     pub fn events(&self, vee: &str) -> Vec<String> {
-        let all = self.veem.store.events().unwrap();
+        let all = self.veem.core.store.events().unwrap();
         all.into_iter()
             .filter(|e| e.vee_id == vee)
             .map(|e| format!("{}: {}", e.kind, e.detail))
@@ -459,9 +460,9 @@ impl FakeSite {
             .unwrap();
         m.advance(MigrationState::Approved).unwrap();
         m.advance(MigrationState::Running).unwrap();
-        self.veem.store.put(crate::store::Tree::Migrations, &m.id, &m).unwrap();
-        let mut v = self.veem.vee(vee).unwrap();
-        self.veem.transition(&mut v, VeeState::Migrating, "to the other host").unwrap();
+        self.veem.core.store.put(crate::store::Tree::Migrations, &m.id, &m).unwrap();
+        let mut v = self.veem.core.vee(vee).unwrap();
+        self.veem.core.transition(&mut v, VeeState::Migrating, "to the other host").unwrap();
         m
     }
 

@@ -396,7 +396,8 @@ impl Accounting {
     /// ([`rounds::HostRound`]) one by one, in key order.
     pub fn usage_records(&self) -> std::result::Result<Vec<UsageRec>, StoreError> {
         let mut all = Vec::new();
-        self.store.scan(Tree::Usage, |key, raw| Ok(rounds::decode_usage(key, raw, &mut all)?))?;
+        self.store
+            .scan(Tree::Usage, |key, raw| Ok(rounds::decode_usage(key, raw, &mut all)?))?;
         Ok(all)
     }
 
@@ -467,8 +468,8 @@ mod tests {
         // Stopped: its meter goes, and a start is not charged for the stop.
         next.stop.stop_here(&vee).await.unwrap();
         next.accounting.round(&mut LastMeters::default()).await;
-        assert_eq!(next.store.get::<Last>(Tree::Meters, &vee).unwrap(), None);
-        assert_eq!(next.store.get_raw(Tree::Meters, &rounds::meters_key("h1")).unwrap(), None);
+        assert_eq!(next.core.store.get::<Last>(Tree::Meters, &vee).unwrap(), None);
+        assert_eq!(next.core.store.get_raw(Tree::Meters, &rounds::meters_key("h1")).unwrap(), None);
     }
 
     /// A VEEM of format 5 kept a meter per VEE: the first round after the
@@ -486,17 +487,23 @@ mod tests {
                 ..Default::default()
             },
         };
-        site.veem.store.put(Tree::Meters, &vee, &old).unwrap();
+        site.veem.core.store.put(Tree::Meters, &vee, &old).unwrap();
         site.veem.accounting.round(&mut LastMeters::default()).await;
         let recs: Vec<UsageRec> = site.veem.accounting.usage_records().unwrap();
         assert_eq!(recs.len(), 1, "{recs:?}");
         assert_eq!((recs[0].vee_id.as_str(), recs[0].start_unix), (vee.as_str(), at_ms / 1000));
         assert_eq!(
-            site.veem.store.get::<Last>(Tree::Meters, &vee).unwrap(),
+            site.veem.core.store.get::<Last>(Tree::Meters, &vee).unwrap(),
             None,
             "moved into its host's"
         );
-        let raw = site.veem.store.get_raw(Tree::Meters, &rounds::meters_key("h1")).unwrap().unwrap();
+        let raw = site
+            .veem
+            .core
+            .store
+            .get_raw(Tree::Meters, &rounds::meters_key("h1"))
+            .unwrap()
+            .unwrap();
         assert!(rounds::HostMeters::decode("h1", &raw).unwrap().vees.contains_key(&vee));
     }
 
@@ -538,21 +545,21 @@ mod tests {
             networks: vec![],
             anchor: None,
         };
-        veem.store.put(Tree::Services, "svc", &service).unwrap();
+        veem.core.store.put(Tree::Services, "svc", &service).unwrap();
         let now = chrono::Utc::now().timestamp();
         // The last 100 s: 2 vCPUs busy, 512 MiB held, metered here.
         for i in 0..10 {
             let r = rec(now - 100 + i * 10, now - 90 + i * 10, 20.0, 5120.0);
-            veem.store.put(Tree::Usage, &r.record_id, &r).unwrap();
+            veem.core.store.put(Tree::Usage, &r.record_id, &r).unwrap();
         }
         // Used at site B: not this site's capacity.
         let mut remote = rec(now - 50, now - 40, 1000.0, 1e6);
         remote.record_id = "remote".into();
         remote.site_chain = vec!["site-b".into(), "site-a".into()];
-        veem.store.put(Tree::Usage, "remote", &remote).unwrap();
+        veem.core.store.put(Tree::Usage, "remote", &remote).unwrap();
 
         veem.accounting.update_consumer_usage().unwrap();
-        let p = veem.planner.lock().unwrap();
+        let p = veem.core.planner.lock().unwrap();
         let measured = p.usage_snapshot("acme", crate::planner::SlotRange::new(0, 1)).measured;
         assert_eq!(measured.burst_avg, Resources::new(2, 512, 0));
         assert_eq!(measured.epoch_avg, Resources::new(1, 128, 0), "the same use spread over 400 s");

@@ -37,15 +37,15 @@ async fn a_scrape_shows_the_sites_vees_hosts_and_what_the_veem_did() {
     let acme = Role::Provider("acme".into());
     let svc = site.veem.deploy.deploy(&acme, STANDARD).await.unwrap();
     let vee = svc.vees[0].clone();
-    eventually("the VEE runs", || site.veem.vee(&vee).unwrap().state == VeeState::Running).await;
+    eventually("the VEE runs", || site.veem.core.vee(&vee).unwrap().state == VeeState::Running).await;
     site.veem.deploy.negotiate(&acme, "not a manifest").await;
     site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
-    let from = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
+    let from = site.veem.core.vee(&vee).unwrap().host().unwrap().to_string();
     let to = if from == "h1" { "h2" } else { "h1" };
     assert_eq!(site.migrate_to_host(&vee, to).await.state, MigrationState::Done);
 
     let acting = Acting::default();
-    let x = exporter(&config(), site.veem.metrics.clone(), acting.clone()).unwrap();
+    let x = exporter(&config(), site.veem.core.metrics.clone(), acting.clone()).unwrap();
     let idle = x.scrape();
     assert_eq!(sample(&idle, "veem_leader"), Some(0.0));
     assert_eq!(
@@ -110,9 +110,9 @@ async fn the_operator_guides_veem_metrics_are_the_registered_ones() {
     let acme = Role::Provider("acme".into());
     let svc = site.veem.deploy.deploy(&acme, STANDARD).await.unwrap();
     let vee = svc.vees[0].clone();
-    eventually("the VEE runs", || site.veem.vee(&vee).unwrap().state == VeeState::Running).await;
+    eventually("the VEE runs", || site.veem.core.vee(&vee).unwrap().state == VeeState::Running).await;
     // A sample of every family, so that the scrape shows its labels.
-    let m = &site.veem.metrics;
+    let m = &site.veem.core.metrics;
     m.negotiation("accept");
     m.checkpoint(1.0, 0.1, 1 << 20);
     m.migration(&vee, true, true, 2.0, 0.2);

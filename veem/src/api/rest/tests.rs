@@ -70,7 +70,7 @@ async fn a_provider_lists_shows_and_acts_on_its_vees_and_sees_no_one_elses() {
     )
     .await;
     assert_eq!(code, 404, "another provider cannot undeploy it");
-    assert_eq!(site.veem.vee(&vee).unwrap().state, crate::model::VeeState::Suspended);
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, crate::model::VeeState::Suspended);
 
     // Its provider undeploys it: terminated, still listed.
     let (code, s) = call(
@@ -186,7 +186,7 @@ fn the_openapi_description_names_every_route_and_only_those() {
 async fn every_route_answers_as_the_description_says() {
     let site = FakeSite::start(&["h1"], TOKENS).await;
     let vee = site.running_service(STANDARD).remove(0);
-    let service = site.veem.vee(&vee).unwrap().service_id;
+    let service = site.veem.core.vee(&vee).unwrap().service_id;
     let doc: Value = serde_json::from_str(OPENAPI).unwrap();
     for route in ROUTES {
         let (method, path) = route.split_once(' ').unwrap();
@@ -258,7 +258,7 @@ fn the_described_schemas_have_the_fields_the_answers_have() {
 async fn events_are_read_a_page_at_a_time_over_rest() {
     let site = FakeSite::start(&["h1"], TOKENS).await;
     for i in 0..5 {
-        site.veem.event("v", "s-none", "test", format!("event {i}"));
+        site.veem.core.event("v", "s-none", "test", format!("event {i}"));
     }
     let (code, first) = call(&site, Some("operator-token"), Method::GET, "/v1/events?page_size=3", "").await;
     assert_eq!(code, 200, "{first}");
@@ -330,7 +330,7 @@ async fn what_the_extractors_refuse_is_a_json_error() {
 async fn a_provider_scales_a_component_over_rest() {
     let site = FakeSite::start(&["h1", "h2"], TOKENS).await;
     let vee = site.running_service(STANDARD).remove(0);
-    let service = site.veem.vee(&vee).unwrap().service_id;
+    let service = site.veem.core.vee(&vee).unwrap().service_id;
     let path = format!("/v1/services/{service}/components/vm/scale");
     let (code, s) = call(&site, Some("provider-token"), Method::POST, &path, r#"{"instances": 2}"#).await;
     assert_eq!(code, 200, "{s}");
@@ -346,7 +346,7 @@ async fn a_provider_scales_a_component_over_rest() {
     }
     let (code, e) = call(&site, Some("other-token"), Method::POST, &path, r#"{"instances": 3}"#).await;
     assert_eq!(code, 404, "{e}");
-    assert_eq!(site.veem.service(&service).unwrap().vees.len(), 2);
+    assert_eq!(site.veem.core.service(&service).unwrap().vees.len(), 2);
 }
 
 /// A change sent again with its `Idempotency-Key` (as `curl --retry`

@@ -54,7 +54,7 @@ impl Visible {
         }
         let (veem, role) = (&self.veem, &self.role);
         *self.seen.entry(e.service_id.clone()).or_insert_with(|| {
-            veem.service(&e.service_id).ok().is_some_and(|s| match role {
+            veem.core.service(&e.service_id).ok().is_some_and(|s| match role {
                 Role::Provider(p) => &s.provider == p && s.for_peer.is_none(),
                 Role::Peer(site) => s.for_peer.as_deref() == Some(site.as_str()),
                 Role::Operator => true,
@@ -120,14 +120,14 @@ impl VmiService {
         }
         let mut visible = self.visible(&role, &service_id)?;
         let redactor = self.redactor(&role);
-        let rx = self.veem.events.subscribe();
+        let rx = self.veem.core.events.subscribe();
         let stream = BroadcastStream::new(rx).filter_map(move |e| {
             let e = e.ok()?;
             visible.of(&e).then(|| Ok(shown(redactor.as_ref(), e)))
         });
         // A stop ends the stream (the client sees it end), so that no
         // follower holds the VEEM up.
-        let stream = futures::StreamExt::take_until(stream, self.veem.stopping.clone().cancelled_owned());
+        let stream = futures::StreamExt::take_until(stream, self.veem.core.stopping.clone().cancelled_owned());
         // A peer's stream ends when a newer leader of that peer is seen.
         let stream = futures::StreamExt::take_until(stream, fenced);
         Ok(Box::pin(stream))
@@ -175,7 +175,7 @@ impl VmiService {
         let (mut page, mut cursor, mut read) = (Vec::new(), after, 0);
         loop {
             let chunk = (size - page.len()).min(READ_AT_MOST - read);
-            let (events, more) = self.veem.store.events_after(cursor, chunk).map_err(status)?;
+            let (events, more) = self.veem.core.store.events_after(cursor, chunk).map_err(status)?;
             // With the one read to know whether more follow.
             read += events.len() + usize::from(more);
             for e in events {
@@ -199,7 +199,7 @@ impl VmiService {
     fn latest_page(&self, visible: &mut Visible, size: usize) -> Result<Vec<EventRec>, Status> {
         let mut page = Vec::new();
         for limit in [size, READ_AT_MOST] {
-            let newest = self.veem.store.latest_events(limit).map_err(status)?;
+            let newest = self.veem.core.store.latest_events(limit).map_err(status)?;
             let all = newest.len() < limit;
             page = newest.into_iter().filter(|e| visible.of(e)).take(size).collect();
             if page.len() == size || all {

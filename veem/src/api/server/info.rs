@@ -52,6 +52,7 @@ impl VmiService {
         };
         let cp: Option<crate::model::CheckpointRec> = self
             .veem
+            .core
             .store
             .get(crate::store::Tree::Checkpoints, id)
             .map_err(crate::api::status::status)?;
@@ -67,7 +68,7 @@ impl VmiService {
     }
 
     pub(super) fn service_info(&self, role: &Role, s: &ServiceRec) -> ServiceInfo {
-        let recs: Vec<VeeRec> = s.vees.iter().filter_map(|id| self.veem.vee(id).ok()).collect();
+        let recs: Vec<VeeRec> = s.vees.iter().filter_map(|id| self.veem.core.vee(id).ok()).collect();
         let state = vmi::ServiceState::from(ServiceState::of(recs.iter().map(|v| v.state)));
         let vees: Vec<VeeInfo> = recs.iter().map(|v| self.vee_info(role, v)).collect();
         ServiceInfo {
@@ -165,16 +166,17 @@ pub(super) fn usage_report(service_id: &str, u: crate::workflows::accounting::Us
 /// current slot, the VEEs placed on it and its accelerator. A host that
 /// never answered shows zero capacity.
 pub(crate) fn host_status(veem: &Veem) -> Vec<HostStatus> {
-    let now = veem.now_slot();
-    let placed = veem.vees_where(|v| v.host().is_some() && v.state.is_live());
-    let p = veem.planner.lock().unwrap();
-    veem.hosts
+    let now = veem.core.now_slot();
+    let placed = veem.core.vees_where(|v| v.host().is_some() && v.state.is_live());
+    let p = veem.core.planner.lock().unwrap();
+    veem.core
+        .hosts
         .names()
         .into_iter()
         .map(|h| {
             let cap = p.host(&h).map(|s| s.capacity).unwrap_or_default();
             let used = p.host_usage(&h, now).unwrap_or_default();
-            let (health, missed_heartbeats) = crate::wire::host_health(veem.hosts.health(&h));
+            let (health, missed_heartbeats) = crate::wire::host_health(veem.core.hosts.health(&h));
             HostStatus {
                 health: health as i32,
                 missed_heartbeats,
@@ -186,7 +188,7 @@ pub(crate) fn host_status(veem: &Veem) -> Vec<HostStatus> {
                 used_disk_gib: used.disk_gib,
                 vees: placed.iter().filter(|v| v.host() == Some(h.as_str())).count() as u32,
                 accel: p.host(&h).map(|s| s.profile.accel.clone()).unwrap_or_default(),
-                last_error: veem.hosts.last_error(&h).unwrap_or_default(),
+                last_error: veem.core.hosts.last_error(&h).unwrap_or_default(),
                 cpu_load: p.measured_load(&h).unwrap_or_default(),
                 name: h,
             }

@@ -80,15 +80,13 @@ impl VmiService {
         let fingerprint = sha256_hex(&r.get_ref().encode_to_vec());
         // Two calls of one ID at once: the second waits for the first's reply.
         let _g = self.veem.deploy.lock_request(&key).await;
-        let store = &self.veem.store;
+        let store = &self.veem.core.store;
         if let Some(kept) = store.get::<ReplyRec>(Tree::Replies, key.key()).map_err(status)? {
             if kept.method != method || kept.request_sha256 != fingerprint {
-                return Err(status(
-                    VeemError::ReplyReused {
-                        id: key.id().to_string(),
-                        method: kept.method,
-                    },
-                ));
+                return Err(status(VeemError::ReplyReused {
+                    id: key.id().to_string(),
+                    method: kept.method,
+                }));
             }
             tracing::info!(%method, request_id = %key.id(), "a call asked again: the first call's reply");
             let bytes = hex::decode(&kept.reply).map_err(|e| Status::internal(format!("the kept reply: {e}")))?;
@@ -97,7 +95,7 @@ impl VmiService {
                 .map_err(|e| Status::internal(format!("the kept reply: {e}")));
         }
         let reply = call(r).await?;
-        let now = self.veem.clock.now_ms();
+        let now = self.veem.core.clock.now_ms();
         let rec = ReplyRec {
             method: method.to_string(),
             request_sha256: fingerprint,
@@ -118,7 +116,7 @@ impl VmiService {
     /// Deletes the replies kept longer than [`KEPT_FOR_MS`] before `now_ms`.
     fn prune_replies(&self, now_ms: i64) {
         let mut old = Vec::new();
-        let scanned = self.veem.store.scan(Tree::Replies, |k, v| {
+        let scanned = self.veem.core.store.scan(Tree::Replies, |k, v| {
             if serde_json::from_slice::<ReplyRec>(v).is_ok_and(|r| now_ms - r.created_ms > KEPT_FOR_MS) {
                 old.push(k.to_string());
             }
@@ -128,7 +126,7 @@ impl VmiService {
         for k in &old {
             w.remove(Tree::Replies, k);
         }
-        if let Err(e) = scanned.and_then(|_| self.veem.store.commit(w).map(|_| ())) {
+        if let Err(e) = scanned.and_then(|_| self.veem.core.store.commit(w).map(|_| ())) {
             tracing::warn!(error = %format!("{e:#}"), "old replies not pruned");
         }
     }

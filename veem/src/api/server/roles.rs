@@ -13,8 +13,8 @@ use crate::api::status::status;
 use crate::api::visibility::Redactor;
 use crate::config::Role;
 use crate::model::{ServiceRec, VeeRec};
-use futures::future::BoxFuture;
 use crate::workflows::migration::{Dest, Proposer};
+use futures::future::BoxFuture;
 
 impl VmiService {
     /// The caller's role from `authorization: Bearer TOKEN`.
@@ -27,6 +27,7 @@ impl VmiService {
             .ok_or_else(|| Status::unauthenticated("missing `authorization: Bearer TOKEN`"))?;
         let role = self
             .veem
+            .core
             .cfg
             .role_of(token)
             .ok_or_else(|| Status::unauthenticated("unknown token"))?;
@@ -91,7 +92,7 @@ impl VmiService {
     /// The service, if `role` may see it (NotFound otherwise: a provider
     /// cannot even learn that another's service exists).
     pub(super) fn visible_service(&self, role: &Role, id: &str) -> Result<ServiceRec, Status> {
-        let s = self.veem.service(id).map_err(status)?;
+        let s = self.veem.core.service(id).map_err(status)?;
         if sees(role, &s) {
             Ok(s)
         } else {
@@ -100,7 +101,7 @@ impl VmiService {
     }
 
     pub(super) fn visible_vee(&self, role: &Role, id: &str) -> Result<VeeRec, Status> {
-        let v = self.veem.vee(id).map_err(status)?;
+        let v = self.veem.core.vee(id).map_err(status)?;
         self.visible_service(role, &v.service_id)
             .map_err(|_| Status::not_found(format!("VEE {id} not found")))?;
         Ok(v)
@@ -118,7 +119,7 @@ impl VmiService {
 
     /// What `role` may not see in free text ([`Redactor::for_role`]).
     pub(super) fn redactor(&self, role: &Role) -> Option<Redactor> {
-        Redactor::for_role(&self.veem.cfg, &self.veem.hosts.names(), role)
+        Redactor::for_role(&self.veem.core.cfg, &self.veem.core.hosts.names(), role)
     }
 
     /// A Migrate call of `role`: operators may name a host or a peer

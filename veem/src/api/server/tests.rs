@@ -63,7 +63,7 @@ async fn everything_seen(vmi: &VmiService, token: &str, svc: &str, vee: &str) ->
 async fn a_provider_never_learns_hosts_or_sites_and_cannot_name_them() {
     let site = FakeSite::start(&["h1", "h2"], TOKENS).await;
     let vee = site.running_service(STANDARD).remove(0);
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     let host = v.host().unwrap().to_string();
     let other = if host == "h1" { "h2" } else { "h1" };
     let vmi = VmiService::handler(site.veem.clone());
@@ -100,7 +100,7 @@ async fn a_provider_never_learns_hosts_or_sites_and_cannot_name_them() {
         end_unix: 2,
         penalty: 1.0,
     };
-    site.veem.store.put(Tree::Violations, "x", &violation).unwrap();
+    site.veem.core.store.put(Tree::Violations, "x", &violation).unwrap();
     let usage = UsageRec {
         record_id: "u".into(),
         abc_id: v.service_id.clone(),
@@ -115,7 +115,7 @@ async fn a_provider_never_learns_hosts_or_sites_and_cannot_name_them() {
         sent: false,
         kpis: Default::default(),
     };
-    site.veem.store.put(Tree::Usage, "u", &usage).unwrap();
+    site.veem.core.store.put(Tree::Usage, "u", &usage).unwrap();
 
     let provider = everything_seen(&vmi, "provider-token", &v.service_id, &vee).await;
     for name in ["h1", "h2", "site-a", "site-b"] {
@@ -204,7 +204,9 @@ async fn a_peers_stream_ends_when_a_newer_leader_of_it_calls() {
     let mut events = vmi.watch_events(watch).await.unwrap().into_inner();
     let still = tokio::time::timeout(Duration::from_millis(200), events.next()).await;
     assert!(still.is_err(), "the stream stays open: {still:?}");
-    let _ = vmi.release_spare(stamped(6, as_("b-to-a-token", ReleaseSpareRequest { vee_id: "v-nope".into() }))).await;
+    let _ = vmi
+        .release_spare(stamped(6, as_("b-to-a-token", ReleaseSpareRequest { vee_id: "v-nope".into() })))
+        .await;
     let end = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
     assert!(matches!(end, Ok(None)), "the stream ended: {end:?}");
 }
@@ -255,7 +257,7 @@ async fn a_change_asked_again_with_its_request_id_is_made_once() {
         "{}",
         e.message()
     );
-    assert_eq!(site.veem.vee(&vee).unwrap().state, crate::model::VeeState::Running);
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, crate::model::VeeState::Running);
     // Without an ID, or with another, a change is made each time.
     for id in [None, Some("cp-2")] {
         let r = match id {
@@ -286,9 +288,9 @@ async fn a_change_asked_again_with_its_request_id_is_made_once() {
 async fn the_operator_sees_the_latest_checkpoints_replication_and_a_provider_does_not() {
     let site = FakeSite::start_site("site-b", &["h1"], &format!("replicate_checkpoints = true\n{TOKENS}"));
     let vee = site.running_service(STANDARD).remove(0);
-    let mut v = site.veem.vee(&vee).unwrap();
+    let mut v = site.veem.core.vee(&vee).unwrap();
     v.for_peer = Some("site-a".into());
-    site.veem.save_vee(&v).unwrap();
+    site.veem.core.save_vee(&v).unwrap();
     site.repo.hold_replication.store(true, std::sync::atomic::Ordering::SeqCst);
     site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
     let vmi = VmiService::handler(site.veem.clone());

@@ -16,8 +16,8 @@ use serde::Deserialize;
 use super::session::{same, Session, CSRF_HEADER};
 use super::{call, page_error, refused, svg, Ctx, Web};
 use crate::api::model::{Migration, Service, SlaViolation, Usage};
-use crate::ports::call::Failure;
 use crate::config::Role;
+use crate::ports::call::Failure;
 
 /// A template rendered, or an error page if it cannot be.
 pub(crate) fn html(t: &impl Template) -> Html<String> {
@@ -121,12 +121,12 @@ pub(super) async fn site(State(web): State<Arc<Web>>, headers: HeaderMap) -> Res
         Ok(r) => r.into_inner().hosts,
         Err(s) => return refused(s),
     };
-    let cfg = &c.veem.cfg;
+    let cfg = &c.veem.core.cfg;
     let mut peers = Vec::new();
     for p in &cfg.peers {
         // A call with an ID no VEE has: any answer but Unavailable (or
         // none within 2 s) says the peer answers.
-        let answers = match c.veem.peer(&p.site_id) {
+        let answers = match c.veem.core.peer(&p.site_id) {
             Ok(peer) => matches!(
                 tokio::time::timeout(Duration::from_secs(2), peer.get_vee("00000000-0000-4000-8000-000000000000")).await,
                 Ok(Err(s)) if !matches!(s.failure, Failure::Unreachable | Failure::NotActing)

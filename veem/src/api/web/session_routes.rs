@@ -62,7 +62,7 @@ pub(super) async fn login(
     // The token first (hashed, compared in constant time): a right one
     // logs in even from an address whose failures are throttled.
     let token = f.token.trim().to_string();
-    let role = veem.cfg.role_of(&token);
+    let role = veem.core.cfg.role_of(&token);
     let valid = matches!(role, Some(Role::Operator | Role::Provider(_)));
     let addr = peer.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.0 .0.ip());
     if let Some(wait) = web.throttle.admit(addr, valid) {
@@ -76,7 +76,7 @@ pub(super) async fn login(
         Some(role @ (Role::Operator | Role::Provider(_))) => {
             let home = if role == Role::Operator { "/site" } else { "/services" };
             // Audited for the operator (a site event: no provider sees it).
-            veem.event("", "", "web", format!("login of {role} from {addr}"));
+            veem.core.event("", "", "web", format!("login of {role} from {addr}"));
             let id = web.sessions.start(role, token);
             let mut resp = Redirect::to(home).into_response();
             let h = resp.headers_mut();
@@ -107,7 +107,7 @@ pub(super) async fn logout(State(web): State<Arc<Web>>, headers: HeaderMap, Form
             return page_error(StatusCode::FORBIDDEN, "the form's CSRF token is missing or wrong");
         }
         if let Some((veem, _)) = web.acting.get() {
-            veem.event("", "", "web", format!("logout of {}", s.role));
+            veem.core.event("", "", "web", format!("logout of {}", s.role));
         }
     }
     web.sessions.end(&headers);

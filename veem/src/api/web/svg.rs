@@ -27,8 +27,8 @@ fn esc(text: &str) -> String {
 /// Every host's reservations from now (see the module doc).
 pub fn timeline(veem: &Veem) -> String {
     let moved = veem.remapping.moved_off();
-    let now = veem.now_slot();
-    let p = veem.planner.lock().unwrap();
+    let now = veem.core.now_slot();
+    let p = veem.core.planner.lock().unwrap();
     let clock = p.clock();
     let hosts: Vec<String> = p.hosts().map(|h| h.name.clone()).collect();
     let lanes: Vec<(String, Vec<crate::planner::Reservation>, Option<crate::planner::capacity::Down>)> = hosts

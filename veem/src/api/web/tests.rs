@@ -182,11 +182,11 @@ async fn the_operator_sees_the_site_and_decides_proposals_with_the_forms_token()
     }
     let res = c.get("/reservations", &cookie).await;
     assert!(res.body.contains(&format!("data-vee=\"{vee}\"")), "{}", res.body);
-    let svc = c.site.veem.vee(&vee).unwrap().service_id;
+    let svc = c.site.veem.core.vee(&vee).unwrap().service_id;
     let page = c.get(&format!("/services/{svc}"), &cookie).await;
     assert!(page.body.contains(&format!("/vees/{vee}/console")), "{}", page.body);
 
-    let from = c.site.veem.vee(&vee).unwrap().host().unwrap().to_string();
+    let from = c.site.veem.core.vee(&vee).unwrap().host().unwrap().to_string();
     let to = if from == "h1" { "h2" } else { "h1" };
     let propose = || {
         c.site
@@ -235,8 +235,8 @@ async fn a_provider_sees_its_own_services_only() {
     assert_eq!(c.get("/reservations", &cookie).await.status, StatusCode::FORBIDDEN);
     let list = c.get("/services", &cookie).await;
     let (my_svc, their_svc) = (
-        c.site.veem.vee(&mine).unwrap().service_id,
-        c.site.veem.vee(&theirs).unwrap().service_id,
+        c.site.veem.core.vee(&mine).unwrap().service_id,
+        c.site.veem.core.vee(&theirs).unwrap().service_id,
     );
     assert!(list.body.contains(&my_svc) && !list.body.contains(&their_svc), "{}", list.body);
     assert_eq!(
@@ -284,7 +284,10 @@ async fn the_event_stream_ends_with_its_session() {
     use http_body_util::BodyExt;
     let c = Console::new().await;
     let (cookie, csrf) = c.login("operator-token-for-tests").await;
-    let req = Request::get("/events/stream").header(header::COOKIE, &cookie).body(Body::empty()).unwrap();
+    let req = Request::get("/events/stream")
+        .header(header::COOKIE, &cookie)
+        .body(Body::empty())
+        .unwrap();
     let resp = c.app.clone().oneshot(req).await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     let mut body = resp.into_body();
@@ -298,7 +301,17 @@ async fn the_event_stream_ends_with_its_session() {
     let out = c.post("/logout", &cookie, &format!("csrf={csrf}")).await;
     assert!(out.status.is_redirection(), "{}", out.status);
     // Both audited, as site events.
-    let audit: Vec<String> = c.site.veem.store.events().unwrap().into_iter().filter(|e| e.kind == "web").map(|e| e.detail).collect();
+    let audit: Vec<String> = c
+        .site
+        .veem
+        .core
+        .store
+        .events()
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "web")
+        .map(|e| e.detail)
+        .collect();
     assert!(audit.iter().any(|d| d.starts_with("login of operator from ")), "{audit:?}");
     assert!(audit.iter().any(|d| d == "logout of operator"), "{audit:?}");
     let ended = tokio::time::timeout(Duration::from_secs(10), async {

@@ -17,9 +17,9 @@ use crate::store::Tree;
 fn site_b() -> (FakeSite, String) {
     let site = FakeSite::start_site("site-b", &["b1"], "replicate_checkpoints = true\n");
     let vee = site.running_service(STANDARD).remove(0);
-    let mut v = site.veem.vee(&vee).unwrap();
+    let mut v = site.veem.core.vee(&vee).unwrap();
     v.for_peer = Some("site-a".into());
-    site.veem.save_vee(&v).unwrap();
+    site.veem.core.save_vee(&v).unwrap();
     (site, vee)
 }
 
@@ -28,7 +28,7 @@ fn record(site: &FakeSite, id: &str) -> ReplicationRec {
 }
 
 fn unsettled(site: &FakeSite) -> Vec<String> {
-    site.veem.store.list::<String>(Tree::Replications).unwrap()
+    site.veem.core.store.list::<String>(Tree::Replications).unwrap()
 }
 
 fn replicated(site: &FakeSite) -> Vec<String> {
@@ -87,7 +87,7 @@ async fn a_refused_copy_is_retried_after_its_wait_and_the_checkpoint_is_kept_mea
         "{r:?}"
     );
     assert!(r.error.contains("refused"), "{r:?}");
-    assert_eq!(site.veem.vee(&vee).unwrap().latest_checkpoint.as_deref(), Some(cp.id.as_str()));
+    assert_eq!(site.veem.core.vee(&vee).unwrap().latest_checkpoint.as_deref(), Some(cp.id.as_str()));
     assert_eq!(
         site.veem.checkpoints.checkpoint_of(&vee, None).unwrap().unwrap().id,
         cp.id,
@@ -119,8 +119,8 @@ async fn a_copy_a_restart_cut_short_is_taken_up_again_by_the_next_veem() {
     let mut replication = ReplicationRec::new(Replication::LocalOnly, "site-a", site.clock.now_ms());
     replication.start("c-cut").unwrap();
     let cp = CheckpointRec::with_replication(&rec, replication);
-    site.veem.store.put(Tree::Checkpoints, &cp.id, &cp).unwrap();
-    site.veem.store.put(Tree::Replications, &cp.id, &vee).unwrap();
+    site.veem.core.store.put(Tree::Checkpoints, &cp.id, &cp).unwrap();
+    site.veem.core.store.put(Tree::Replications, &cp.id, &vee).unwrap();
     let site = site.restart();
     site.veem.checkpoints.replicator.pass().await.unwrap();
     eventually("replicated", || record(&site, "c-cut").state == Replication::Replicated).await;
@@ -132,9 +132,9 @@ async fn a_copy_a_restart_cut_short_is_taken_up_again_by_the_next_veem() {
 async fn without_replication_a_checkpoint_for_a_peer_needs_no_copy() {
     let site = FakeSite::start_site("site-b", &["b1"], "");
     let vee = site.running_service(STANDARD).remove(0);
-    let mut v = site.veem.vee(&vee).unwrap();
+    let mut v = site.veem.core.vee(&vee).unwrap();
     v.for_peer = Some("site-a".into());
-    site.veem.save_vee(&v).unwrap();
+    site.veem.core.save_vee(&v).unwrap();
     let cp = site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
     assert_eq!(record(&site, &cp.id).state, Replication::NotNeeded);
     assert!(unsettled(&site).is_empty() && replicated(&site).is_empty());

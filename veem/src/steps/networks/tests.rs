@@ -37,8 +37,8 @@ async fn deployed_vees_get_their_nics_and_keep_them_across_a_restart() {
     let svc = site.veem.deploy.deploy(&acme(), &networked()).await.unwrap();
     let nets: Vec<String> = svc.networks.iter().map(|n| format!("{} {} {}", n.name, n.cidr, n.vni)).collect();
     assert_eq!(nets, ["backend 10.240.0.0/24 100", "public 10.240.1.0/24 101"]);
-    let v0 = site.veem.vee(&svc.vees[0]).unwrap();
-    let v1 = site.veem.vee(&svc.vees[1]).unwrap();
+    let v0 = site.veem.core.vee(&svc.vees[0]).unwrap();
+    let v1 = site.veem.core.vee(&svc.vees[1]).unwrap();
     let show = |v: &crate::model::VeeRec| -> Vec<String> {
         v.nics
             .iter()
@@ -55,10 +55,10 @@ async fn deployed_vees_get_their_nics_and_keep_them_across_a_restart() {
     assert_eq!(v1.nics[1].external.unwrap().to_string(), "192.0.2.2");
     assert_eq!(v0.spec().nics[1].ports, [80], "the VEEH gets them in the spec");
     for id in &svc.vees {
-        eventually("running", || site.veem.vee(id).unwrap().state == VeeState::Running).await;
+        eventually("running", || site.veem.core.vee(id).unwrap().state == VeeState::Running).await;
     }
     let site = site.restart();
-    assert_eq!(show(&site.veem.vee(&svc.vees[0]).unwrap()), show(&v0));
+    assert_eq!(show(&site.veem.core.vee(&svc.vees[0]).unwrap()), show(&v0));
 }
 
 #[tokio::test]
@@ -66,7 +66,7 @@ async fn a_site_out_of_subnets_refuses_the_service_whole_and_an_ended_services_s
     // Room for one service's two /24s.
     let site = site(POOLS).await;
     let first = site.veem.deploy.deploy(&acme(), &networked()).await.unwrap();
-    let usage = |site: &FakeSite| site.veem.planner().host_usage("h1", site.veem.now_slot()).unwrap().vcpus;
+    let usage = |site: &FakeSite| site.veem.core.planner().host_usage("h1", site.veem.core.now_slot()).unwrap().vcpus;
     let before = usage(&site);
     let e = format!("{:#}", site.veem.deploy.deploy(&acme(), &networked()).await.unwrap_err());
     assert!(
@@ -74,14 +74,14 @@ async fn a_site_out_of_subnets_refuses_the_service_whole_and_an_ended_services_s
         "{e}"
     );
     assert_eq!(
-        site.veem.store.list::<ServiceRec>(Tree::Services).unwrap().len(),
+        site.veem.core.store.list::<ServiceRec>(Tree::Services).unwrap().len(),
         1,
         "no second service"
     );
-    assert_eq!(site.veem.vees().len(), 2, "no VEE of it");
+    assert_eq!(site.veem.core.vees().len(), 2, "no VEE of it");
     assert_eq!(usage(&site), before, "its reservation released");
     for id in &first.vees {
-        eventually("running", || site.veem.vee(id).unwrap().state == VeeState::Running).await;
+        eventually("running", || site.veem.core.vee(id).unwrap().state == VeeState::Running).await;
         site.veem.stop.stop_here(id).await.unwrap();
     }
     let again = site.veem.deploy.deploy(&acme(), &networked()).await.unwrap();
@@ -93,20 +93,20 @@ async fn an_external_network_at_a_site_without_external_addresses_is_refused() {
     let site = site("").await;
     let e = format!("{:#}", site.veem.deploy.deploy(&acme(), &networked()).await.unwrap_err());
     assert!(e.contains("`network[1].kind`: this site has no external addresses"), "{e}");
-    assert!(site.veem.vees().is_empty());
+    assert!(site.veem.core.vees().is_empty());
 }
 
 #[tokio::test]
 async fn each_host_gets_its_networks_member_tables_with_names_and_vteps() {
     let site = site(POOLS).await;
     for h in &site.hosts {
-        site.veem.hosts.heartbeat(&h.name, 3).await; // the VEEM learns each host's VTEP
+        site.veem.core.hosts.heartbeat(&h.name, 3).await; // the VEEM learns each host's VTEP
     }
     let svc = site.veem.deploy.deploy(&acme(), &networked()).await.unwrap();
     for id in &svc.vees {
-        eventually("running", || site.veem.vee(id).unwrap().state == VeeState::Running).await;
+        eventually("running", || site.veem.core.vee(id).unwrap().state == VeeState::Running).await;
     }
-    let vees: Vec<_> = svc.vees.iter().map(|id| site.veem.vee(id).unwrap()).collect();
+    let vees: Vec<_> = svc.vees.iter().map(|id| site.veem.core.vee(id).unwrap()).collect();
     let host = |v: &crate::model::VeeRec| site.hosts.iter().find(|h| Some(h.name.as_str()) == v.host()).unwrap().clone();
     // What every host carrying `backend` (VNI 100) must know: both VEEs,
     // by name, with the VTEP of the host each runs on.

@@ -30,12 +30,12 @@ fn free() -> String {
 /// `level`.
 fn admitted_apart(site: &FakeSite, level: &str) -> Vec<String> {
     let ids = site.running_service(&free());
-    let v = site.veem.vee(&ids[0]).unwrap();
-    let mut svc = site.veem.service(&v.service_id).unwrap();
+    let v = site.veem.core.vee(&ids[0]).unwrap();
+    let mut svc = site.veem.core.service(&v.service_id).unwrap();
     svc.manifest_toml = apart(level);
     let m = interfaces::manifest::Manifest::from_toml(&svc.manifest_toml).unwrap();
     svc.terms = Some(crate::domain::ServiceTerms::of(&m));
-    site.veem.store.put(crate::store::Tree::Services, &svc.id, &svc).unwrap();
+    site.veem.core.store.put(crate::store::Tree::Services, &svc.id, &svc).unwrap();
     ids
 }
 
@@ -43,7 +43,7 @@ fn admitted_apart(site: &FakeSite, level: &str) -> Vec<String> {
 async fn site_level_anti_affinity_never_puts_two_instances_at_one_peer() {
     let site = FakeSite::start(&["h1", "h2"], PEERS).await;
     let ids = admitted_apart(&site, "site");
-    let mut vees: Vec<_> = ids.iter().map(|id| site.veem.vee(id).unwrap()).collect();
+    let mut vees: Vec<_> = ids.iter().map(|id| site.veem.core.vee(id).unwrap()).collect();
     vees[0].location = Location::Site("site-b".into());
     let constraints = site.veem.site_constraints.constraints_of(&vees[1]);
     let why = site
@@ -57,7 +57,7 @@ async fn site_level_anti_affinity_never_puts_two_instances_at_one_peer() {
         None
     );
     // A manual move there is refused with the reason; another peer is not.
-    site.veem.save_vee(&vees[0]).unwrap();
+    site.veem.core.save_vee(&vees[0]).unwrap();
     let e = site
         .veem
         .migration
@@ -74,7 +74,7 @@ async fn site_level_anti_affinity_never_puts_two_instances_at_one_peer() {
 async fn region_level_constraints_read_the_peers_region_labels() {
     let site = FakeSite::start(&["h1", "h2"], PEERS).await;
     let ids = admitted_apart(&site, "region");
-    let mut vees: Vec<_> = ids.iter().map(|id| site.veem.vee(id).unwrap()).collect();
+    let mut vees: Vec<_> = ids.iter().map(|id| site.veem.core.vee(id).unwrap()).collect();
     vees[0].location = Location::Site("site-b".into());
     let constraints = site.veem.site_constraints.constraints_of(&vees[1]);
     // site-c shares site-b's region; site-d does not.

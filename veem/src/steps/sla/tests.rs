@@ -11,7 +11,7 @@ fn manifest(extra_sla: &str) -> String {
 }
 
 fn violations(site: &FakeSite, vee: &str) -> Vec<ViolationRec> {
-    let all: Vec<ViolationRec> = site.veem.store.list(Tree::Violations).unwrap();
+    let all: Vec<ViolationRec> = site.veem.core.store.list(Tree::Violations).unwrap();
     all.into_iter().filter(|v| v.vee_id == vee).collect()
 }
 
@@ -26,7 +26,7 @@ async fn a_migration_longer_than_max_downtime_is_a_violation_with_its_penalty() 
     let tight = site.running_service(&manifest("max_downtime_ms = 30")).remove(0);
     let loose = site.running_service(&manifest("max_downtime_ms = 50")).remove(0);
     for vee in [&tight, &loose] {
-        let to = if site.veem.vee(vee).unwrap().host() == Some("h1") {
+        let to = if site.veem.core.vee(vee).unwrap().host() == Some("h1") {
             "h2"
         } else {
             "h1"
@@ -46,9 +46,9 @@ async fn an_outage_beyond_max_outages_is_a_violation() {
     let site = FakeSite::start(&["h1", "h2", "h3"], "").await;
     crate::loops::heartbeat_round(&site.veem).await;
     let vee = site.running_service(&manifest("max_outages = 1")).remove(0);
-    let first = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
+    let first = site.veem.core.vee(&vee).unwrap().host().unwrap().to_string();
     site.veem.recovery.recover_host(&first).await.unwrap();
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.outages, v.down_since_ms), (VeeState::Running, 1, None));
     assert!(violations(&site, &vee).is_empty(), "the first outage is covered");
     let second = v.host().unwrap().to_string();
@@ -63,7 +63,7 @@ async fn an_outage_beyond_max_outages_is_a_violation() {
 
     // Its penalty is the outage's length at the manifest's rate; a restore
     // that took longer than max_downtime_ms is charged too.
-    let mut rec = site.veem.vee(&vee).unwrap();
+    let mut rec = site.veem.core.vee(&vee).unwrap();
     rec.max_downtime_ms = 1000;
     let out = site.veem.sla.outage_violations(&rec, (1_000_000, 1_090_000));
     assert_eq!(out.len(), 2, "{out:?}");
@@ -75,9 +75,9 @@ async fn an_outage_beyond_max_outages_is_a_violation() {
 async fn a_missed_checkpoint_is_one_violation_kept_current_until_one_is_taken() {
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(&manifest("checkpoint_interval = \"60s\"")).remove(0);
-    let mut v = site.veem.vee(&vee).unwrap();
+    let mut v = site.veem.core.vee(&vee).unwrap();
     v.last_checkpoint_ms = Some(site.clock.now_ms());
-    site.veem.save_vee(&v).unwrap();
+    site.veem.core.save_vee(&v).unwrap();
     let last = v.last_checkpoint_ms.unwrap();
     // Due after 60 s; missed by more than its interval after 120 s.
     site.clock.advance_ms(119_000);
@@ -105,10 +105,10 @@ async fn a_missed_checkpoint_is_one_violation_kept_current_until_one_is_taken() 
 async fn a_vee_that_never_starts_in_its_window_is_a_violation() {
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
-    let mut v = site.veem.vee(&vee).unwrap();
+    let mut v = site.veem.core.vee(&vee).unwrap();
     v.state = VeeState::Deploying;
     v.window_start_unix = site.clock.now() - START_GRACE_S - 30;
-    site.veem.save_vee(&v).unwrap();
+    site.veem.core.save_vee(&v).unwrap();
     site.veem.sla.sla_round().unwrap();
     let viol = violations(&site, &vee);
     assert_eq!(viol.len(), 1, "{viol:?}");

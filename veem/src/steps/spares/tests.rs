@@ -33,14 +33,14 @@ fn pair(levels: &str) -> (FakeSite, FakeSite) {
 }
 
 fn held(b: &FakeSite) -> Vec<HeldSpare> {
-    b.veem.store.list(Tree::Spares).unwrap()
+    b.veem.core.store.list(Tree::Spares).unwrap()
 }
 
 async fn deploy_full(a: &FakeSite) -> anyhow::Result<String> {
     let provider = crate::config::Role::Provider("acme".into());
     let svc = a.veem.deploy.deploy(&provider, &full()).await?;
     let vee = svc.vees[0].clone();
-    eventually("the full VEE runs", || a.veem.vee(&vee).unwrap().state == VeeState::Running).await;
+    eventually("the full VEE runs", || a.veem.core.vee(&vee).unwrap().state == VeeState::Running).await;
     Ok(vee)
 }
 
@@ -55,12 +55,12 @@ async fn a_full_vee_holds_a_spare_at_a_peer_until_it_stops() {
         (h[0].vee_id.as_str(), h[0].primary.as_str(), h[0].confirmed),
         (vee.as_str(), "site-a", true)
     );
-    let r = b.veem.planner().reservation(&spare_id(&vee)).unwrap().clone();
+    let r = b.veem.core.planner().reservation(&spare_id(&vee)).unwrap().clone();
     assert_eq!(r.resources, Resources::new(1, 512, 1));
     // Its VEE stops: the spare goes.
     a.veem.stop.stop_here(&vee).await.unwrap();
     assert!(held(&b).is_empty());
-    assert!(b.veem.planner().reservation(&spare_id(&vee)).is_none());
+    assert!(b.veem.core.planner().reservation(&spare_id(&vee)).is_none());
 }
 
 #[tokio::test]
@@ -72,7 +72,13 @@ async fn a_full_manifest_no_peer_holds_a_spare_for_is_refused_with_the_reason() 
             && e.contains("site-b refused a spare: the framework agreement with site-a does not admit guarantee full"),
         "{e}"
     );
-    assert!(a.veem.store.list::<crate::model::ServiceRec>(Tree::Services).unwrap().is_empty());
+    assert!(a
+        .veem
+        .core
+        .store
+        .list::<crate::model::ServiceRec>(Tree::Services)
+        .unwrap()
+        .is_empty());
     assert!(held(&b).is_empty());
 }
 
@@ -95,7 +101,7 @@ async fn an_unconfirmed_hold_lapses() {
     assert_eq!(b.veem.spares.lapse_spares().unwrap(), 0);
     b.clock.advance_ms((HOLD_SECONDS + 1) * 1000);
     assert_eq!(b.veem.spares.lapse_spares().unwrap(), 1);
-    assert!(held(&b).is_empty() && b.veem.planner().reservation(&spare_id(&vee)).is_none());
+    assert!(held(&b).is_empty() && b.veem.core.planner().reservation(&spare_id(&vee)).is_none());
 }
 
 #[tokio::test]
@@ -105,13 +111,13 @@ async fn with_no_local_room_a_failed_full_vee_is_restored_into_its_spare_at_the_
     a.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
     // a1 is site A's only host.
     a.veem.recovery.recover_host("a1").await.unwrap();
-    let v = a.veem.vee(&vee).unwrap();
+    let v = a.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.location.clone()), (VeeState::Running, Location::Site("site-b".into())));
     assert!(b.host("b1").runs(&vee));
     assert!(held(&b).is_empty(), "the spare made room for it");
-    assert!(b.veem.planner().reservation(&spare_id(&vee)).is_none());
-    assert!(b.veem.planner().reservation(&vee).is_some());
-    let at_b = b.veem.store.events().unwrap();
+    assert!(b.veem.core.planner().reservation(&spare_id(&vee)).is_none());
+    assert!(b.veem.core.planner().reservation(&vee).is_some());
+    let at_b = b.veem.core.store.events().unwrap();
     assert!(
         at_b.iter().any(|e| e.vee_id == vee && e.detail.contains("arrives into its spare")),
         "{at_b:?}"
@@ -123,7 +129,7 @@ async fn an_arrival_the_peer_cannot_admit_leaves_its_spare_held() {
     let (a, b) = pair("\"full\", \"standard\"");
     let vee = deploy_full(&a).await.unwrap();
     // The VEE arrives larger than any host of B (b1 has 4096 MiB).
-    let mut spec = a.veem.networks.spec_of(&a.veem.vee(&vee).unwrap());
+    let mut spec = a.veem.networks.spec_of(&a.veem.core.vee(&vee).unwrap());
     spec.memory_mib = 8192;
     let req = crate::domain::peer::IncomingVee {
         spec,
@@ -135,8 +141,8 @@ async fn an_arrival_the_peer_cannot_admit_leaves_its_spare_held() {
     assert!(e.contains("cannot admit VEE"), "{e}");
     let h = held(&b);
     assert_eq!((h.len(), h[0].confirmed), (1, true), "the spare is still held: {h:?}");
-    assert!(b.veem.planner().reservation(&spare_id(&vee)).is_some());
-    assert!(b.veem.planner().reservation(&vee).is_none());
+    assert!(b.veem.core.planner().reservation(&spare_id(&vee)).is_some());
+    assert!(b.veem.core.planner().reservation(&vee).is_none());
 }
 
 /// Sites A (host a1), B (b1, the cheaper agreement: spares go there first)
@@ -165,14 +171,14 @@ async fn a_vee_restored_into_its_spare_gets_a_new_spare_at_another_peer() {
     assert_eq!(a.veem.spares.spare_site(&vee).as_deref(), Some("site-b"));
     a.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
     a.veem.recovery.recover_host("a1").await.unwrap();
-    assert_eq!(a.veem.vee(&vee).unwrap().location, Location::Site("site-b".into()));
+    assert_eq!(a.veem.core.vee(&vee).unwrap().location, Location::Site("site-b".into()));
     assert!(held(&b).is_empty(), "B's spare made room for it");
     // The full guarantee is kept: C holds the new spare, confirmed.
     assert_eq!(a.veem.spares.spare_site(&vee).as_deref(), Some("site-c"));
     let h = held(&c);
     assert_eq!((h.len(), h[0].vee_id.as_str(), h[0].confirmed), (1, vee.as_str(), true));
-    assert!(c.veem.planner().reservation(&spare_id(&vee)).is_some());
-    let ev = a.veem.store.events().unwrap();
+    assert!(c.veem.core.planner().reservation(&spare_id(&vee)).is_some());
+    let ev = a.veem.core.store.events().unwrap();
     assert!(
         ev.iter()
             .any(|e| e.vee_id == vee && e.detail == "its spare at site-b was used; site-c holds a new one"),
@@ -204,5 +210,5 @@ async fn a_vee_migrated_to_another_peer_keeps_its_spare_until_it_stops() {
     // Stopped (wherever it runs), the spare goes.
     a.veem.lifecycle.vee_action(&vee, crate::domain::Action::Stop, "").await.unwrap();
     eventually("B's spare is released", || held(&b).is_empty()).await;
-    assert!(b.veem.planner().reservation(&spare_id(&vee)).is_none());
+    assert!(b.veem.core.planner().reservation(&spare_id(&vee)).is_none());
 }

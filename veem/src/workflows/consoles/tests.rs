@@ -43,7 +43,7 @@ async fn a_console_carries_both_ways_follows_a_migration_and_is_audited() {
     let site = FakeSite::start(&["h1", "h2"], "").await;
     site.clock.follow_runtime();
     let vee = site.running_service(STANDARD).remove(0);
-    let from = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
+    let from = site.veem.core.vee(&vee).unwrap().host().unwrap().to_string();
     let to = if from == "h1" { "h2" } else { "h1" };
     let (keys, input) = keyboard();
     let mut out = site.veem.consoles.attach(&acme(), &vee, false, input).await.unwrap();
@@ -95,7 +95,11 @@ async fn a_vee_that_does_not_run_has_no_console() {
 /// The end of a console stream (within 5 s).
 async fn ends(out: &mut ConsoleStream) {
     let end = tokio::time::timeout(std::time::Duration::from_secs(5), out.next()).await;
-    assert!(matches!(end, Ok(None)), "the session ended: {:?}", end.map(|o| o.map(|r| r.map(text))));
+    assert!(
+        matches!(end, Ok(None)),
+        "the session ended: {:?}",
+        end.map(|o| o.map(|r| r.map(text)))
+    );
 }
 
 #[tokio::test]
@@ -135,11 +139,15 @@ async fn a_session_taken_by_force_is_told_without_a_name_and_does_not_come_back(
     assert_eq!(text(next(&mut op).await), "ok\n");
     let events = site.events(&vee);
     assert!(
-        events.iter().any(|e| e == "console: attached by operator, forced, displacing provider acme"),
+        events
+            .iter()
+            .any(|e| e == "console: attached by operator, forced, displacing provider acme"),
         "{events:?}"
     );
     crate::sim::eventually("the taken session's end audited", || {
-        site.events(&vee).iter().any(|e| e.starts_with("console: detached (taken by another session): provider acme"))
+        site.events(&vee)
+            .iter()
+            .any(|e| e.starts_with("console: detached (taken by another session): provider acme"))
     })
     .await;
     // Its relay is gone: the operator's session alone holds the console,
@@ -166,13 +174,7 @@ async fn a_tenant_looping_console_attaches_is_refused_after_its_rate() {
         while out.next().await.is_some() {}
     }
     let (_keys, input) = keyboard();
-    let e = site
-        .veem
-        .consoles
-        .attach(&acme(), &vee, false, input)
-        .await
-        .err()
-        .expect("refused");
+    let e = site.veem.consoles.attach(&acme(), &vee, false, input).await.err().expect("refused");
     let s = crate::api::status::status(e);
     assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
     assert!(
@@ -181,7 +183,11 @@ async fn a_tenant_looping_console_attaches_is_refused_after_its_rate() {
         s.message()
     );
     let (keys, input) = keyboard();
-    let other = site.veem.consoles.attach(&crate::config::Role::Provider("other".into()), &vee, false, input).await;
+    let other = site
+        .veem
+        .consoles
+        .attach(&crate::config::Role::Provider("other".into()), &vee, false, input)
+        .await;
     assert!(other.is_ok(), "another caller's own bucket");
     drop(keys);
     let mut other = other.unwrap();
@@ -204,8 +210,8 @@ async fn a_stop_ends_an_open_session_and_waits_for_its_audit() {
     let (_keys, input) = keyboard();
     let mut out = site.veem.consoles.attach(&acme(), &vee, false, input).await.unwrap();
     assert!(text(next(&mut out).await).starts_with("console of"));
-    site.veem.stopping.cancel();
-    let cut = site.veem.drain_tasks(std::time::Duration::from_secs(5)).await;
+    site.veem.core.stopping.cancel();
+    let cut = site.veem.core.drain_tasks(std::time::Duration::from_secs(5)).await;
     assert_eq!(cut, 0, "the session ended within the grace");
     let events = site.events(&vee);
     assert!(

@@ -28,8 +28,8 @@ async fn a_deployed_vee_is_prepared_created_and_started_on_its_host() {
     let site = site().await;
     let svc = site.veem.deploy.deploy(&acme(), STANDARD).await.unwrap();
     let vee = svc.vees[0].clone();
-    eventually("running", || site.veem.vee(&vee).unwrap().state == VeeState::Running).await;
-    let host = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
+    eventually("running", || site.veem.core.vee(&vee).unwrap().state == VeeState::Running).await;
+    let host = site.veem.core.vee(&vee).unwrap().host().unwrap().to_string();
     assert_eq!(
         site.host(&host).calls(),
         [format!("prepare {vee}"), format!("create {vee}"), format!("start {vee}")]
@@ -45,8 +45,8 @@ async fn a_components_first_boot_data_reaches_each_vees_host_with_its_own_host_n
     let svc = site.veem.deploy.deploy(&acme(), &manifest).await.unwrap();
     let mut names = vec![];
     for vee in &svc.vees {
-        eventually("running", || site.veem.vee(vee).unwrap().state == VeeState::Running).await;
-        let host = site.veem.vee(vee).unwrap().host().unwrap().to_string();
+        eventually("running", || site.veem.core.vee(vee).unwrap().state == VeeState::Running).await;
+        let host = site.veem.core.vee(vee).unwrap().host().unwrap().to_string();
         let c = site.host(&host).spec(vee).unwrap().cloud_init.expect("a seed for the VEE");
         assert_eq!(
             (c.user_data.as_str(), c.ssh_authorized_keys.as_slice()),
@@ -58,8 +58,8 @@ async fn a_components_first_boot_data_reaches_each_vees_host_with_its_own_host_n
     assert_eq!(names, ["web-tier-0", "web-tier-1"], "DNS labels: `_` is not allowed in host names");
     // Without first-boot data, no seed.
     let plain = site.veem.deploy.deploy(&acme(), &STANDARD.replace("shop", "plain")).await.unwrap();
-    eventually("running", || site.veem.vee(&plain.vees[0]).unwrap().state == VeeState::Running).await;
-    let host = site.veem.vee(&plain.vees[0]).unwrap().host().unwrap().to_string();
+    eventually("running", || site.veem.core.vee(&plain.vees[0]).unwrap().state == VeeState::Running).await;
+    let host = site.veem.core.vee(&plain.vees[0]).unwrap().host().unwrap().to_string();
     assert_eq!(site.host(&host).spec(&plain.vees[0]).unwrap().cloud_init, None);
 }
 
@@ -68,7 +68,7 @@ async fn a_refusal_says_how_many_hosts_do_not_answer_without_naming_them() {
     let site = site().await;
     site.host("h2").fail("HostInfo", Code::Unavailable, "connection refused");
     for h in ["h1", "h2"] {
-        site.veem.hosts.heartbeat(h, 3).await;
+        site.veem.core.hosts.heartbeat(h, 3).await;
     }
     let huge = STANDARD.replace("memory_mib = 512", "memory_mib = 1048576");
     let r = site.veem.deploy.negotiate(&acme(), &huge).await;
@@ -88,15 +88,22 @@ async fn a_repository_that_is_down_refuses_the_manifest_and_nothing_is_reserved(
     let e = site.veem.deploy.deploy(&acme(), STANDARD).await.unwrap_err();
     let msg = format!("{e:#}");
     assert!(msg.contains("manifest field `component[0].image`: cannot check"), "{msg}");
-    assert!(matches!(e, DeployError::Request(crate::error::VeemError::ManifestRefused(_))), "{e}");
-    assert!(site.veem.vees().is_empty(), "no VEE recorded");
+    assert!(
+        matches!(e, DeployError::Request(crate::error::VeemError::ManifestRefused(_))),
+        "{e}"
+    );
+    assert!(site.veem.core.vees().is_empty(), "no VEE recorded");
     assert!(site
         .veem
+        .core
         .store
         .list::<crate::model::ServiceRec>(crate::store::Tree::Services)
         .unwrap()
         .is_empty());
-    assert_eq!(site.veem.planner().host_usage("h1", site.veem.now_slot()).unwrap().vcpus, 0);
+    assert_eq!(
+        site.veem.core.planner().host_usage("h1", site.veem.core.now_slot()).unwrap().vcpus,
+        0
+    );
     assert!(site.hosts.iter().all(|h| h.calls().is_empty()), "no host was called");
 }
 
@@ -108,7 +115,7 @@ async fn an_image_the_repository_lacks_is_named_in_the_refusal() {
         e.contains(&format!("`component[0].image`: {IMAGE} is not in the image repository")),
         "{e}"
     );
-    assert!(site.veem.vees().is_empty());
+    assert!(site.veem.core.vees().is_empty());
 }
 
 #[tokio::test]
@@ -119,7 +126,7 @@ async fn a_host_that_refuses_leaves_the_vee_failed_with_its_reason_and_nothing_r
     }
     let svc = site.veem.deploy.deploy(&acme(), STANDARD).await.unwrap();
     let vee = svc.vees[0].clone();
-    eventually("failed", || site.veem.vee(&vee).unwrap().state == VeeState::Failed).await;
+    eventually("failed", || site.veem.core.vee(&vee).unwrap().state == VeeState::Failed).await;
     assert!(
         site.events(&vee)
             .iter()
@@ -134,8 +141,8 @@ async fn a_host_that_refuses_leaves_the_vee_failed_with_its_reason_and_nothing_r
 async fn a_deploy_retried_with_its_request_id_deploys_once() {
     let site = site().await;
     let usage = |site: &FakeSite| {
-        let now = site.veem.now_slot();
-        let planner = site.veem.planner();
+        let now = site.veem.core.now_slot();
+        let planner = site.veem.core.planner();
         planner.host_usage("h1", now).unwrap().vcpus + planner.host_usage("h2", now).unwrap().vcpus
     };
     // Two at once and one after, as a client whose answers were lost.
@@ -148,7 +155,7 @@ async fn a_deploy_retried_with_its_request_id_deploys_once() {
     assert_eq!(b.unwrap().id, first.id);
     let again = site.veem.deploy.deploy_request(&acme(), STANDARD, "req-1").await.unwrap();
     assert_eq!((again.id.as_str(), &again.vees), (first.id.as_str(), &first.vees));
-    assert_eq!(site.veem.vees().len(), first.vees.len(), "one set of VEEs");
+    assert_eq!(site.veem.core.vees().len(), first.vees.len(), "one set of VEEs");
     let reserved = usage(&site);
     assert_eq!(reserved as usize, first.vees.len(), "one vCPU per VEE, reserved once");
 
@@ -207,15 +214,15 @@ async fn a_deploy_whose_commit_meets_a_changed_planner_plans_again_and_loses_not
     let whole_host = STANDARD.replace("vcpus = 1", "vcpus = 4");
     let m = interfaces::manifest::Manifest::from_toml(&whole_host).unwrap();
     let other = site.veem.deploy.request(&m, "other");
-    let taken = site.veem.planner().admit(&other);
+    let taken = site.veem.core.planner().admit(&other);
     let crate::planner::Admission::Accepted(taken) = taken else {
         panic!("{taken:?}")
     };
     assert_eq!(taken.placements[0].host, "h1", "the host the deploy planned on");
     drop(networks);
     let svc = deploy.await.unwrap().expect("deployed on the second plan");
-    let vee = site.veem.vee(&svc.vees[0]).unwrap();
-    let p = site.veem.planner();
+    let vee = site.veem.core.vee(&svc.vees[0]).unwrap();
+    let p = site.veem.core.planner();
     assert_eq!(vee.host(), Some("h2"));
     assert_eq!(
         p.placement(&vee.id).map(|x| x.host),
@@ -230,6 +237,7 @@ async fn a_deploy_whose_commit_meets_a_changed_planner_plans_again_and_loses_not
     p.check_invariants().unwrap();
     assert_eq!(
         site.veem
+            .core
             .store
             .list::<crate::model::ServiceRec>(crate::store::Tree::Services)
             .unwrap()

@@ -26,7 +26,11 @@ fn elastic(max: u32) -> String {
 /// Every live instance of `service` measured at `cpu` now.
 fn measure(site: &FakeSite, service: &str, cpu: f64) {
     let now = site.clock.now_ms();
-    for v in site.veem.vees_where(|v| v.service_id == service && v.state != VeeState::Terminated) {
+    for v in site
+        .veem
+        .core
+        .vees_where(|v| v.service_id == service && v.state != VeeState::Terminated)
+    {
         let values: BTreeMap<String, f64> = [("cpu_utilization".to_string(), cpu)].into();
         site.veem.accounting.samples.record(&v.id, now, values);
     }
@@ -34,13 +38,14 @@ fn measure(site: &FakeSite, service: &str, cpu: f64) {
 
 fn live(site: &FakeSite, service: &str) -> usize {
     site.veem
+        .core
         .vees_where(|v| v.service_id == service && v.state != VeeState::Terminated)
         .len()
 }
 
 /// The service's events of `kind`.
 fn events(site: &FakeSite, service: &str, kind: &str) -> Vec<String> {
-    let all = site.veem.store.events().unwrap();
+    let all = site.veem.core.store.events().unwrap();
     all.into_iter()
         .filter(|e| e.service_id == service && e.kind == kind)
         .map(|e| e.detail)
@@ -63,7 +68,7 @@ async fn a_busy_component_grows_after_for_and_shrinks_when_idle_after_the_cooldo
     let site = FakeSite::start(&["h1", "h2"], "").await;
     site.repo.blobs.lock().unwrap().insert(IMAGE.into());
     let svc = site.veem.deploy.deploy(&Role::Provider("acme".into()), &elastic(2)).await.unwrap();
-    eventually("running", || site.veem.vee(&svc.vees[0]).unwrap().state == VeeState::Running).await;
+    eventually("running", || site.veem.core.vee(&svc.vees[0]).unwrap().state == VeeState::Running).await;
     // Busy for 20 s: not yet (for = 30 s).
     rounds(&site, &svc.id, 0.9, 3).await;
     assert_eq!(live(&site, &svc.id), 1);
@@ -79,10 +84,10 @@ async fn a_busy_component_grows_after_for_and_shrinks_when_idle_after_the_cooldo
     rounds(&site, &svc.id, 0.9, 10).await;
     assert_eq!(live(&site, &svc.id), 2);
     // Idle: back to one after `for`, the new instance going.
-    let second = site.veem.vees_where(|v| v.service_id == svc.id && v.instance == 1).remove(0);
+    let second = site.veem.core.vees_where(|v| v.service_id == svc.id && v.instance == 1).remove(0);
     rounds(&site, &svc.id, 0.05, 4).await;
     assert_eq!(live(&site, &svc.id), 1);
-    assert_eq!(site.veem.vee(&second.id).unwrap().state, VeeState::Terminated);
+    assert_eq!(site.veem.core.vee(&second.id).unwrap().state, VeeState::Terminated);
     assert_eq!(events(&site, &svc.id, "elasticity").len(), 2);
 }
 
@@ -91,7 +96,7 @@ async fn a_refused_scale_out_is_an_event_and_waits_out_the_cooldown() {
     let site = FakeSite::start(&["h1", "h2"], "").await;
     site.repo.blobs.lock().unwrap().insert(IMAGE.into());
     let svc = site.veem.deploy.deploy(&Role::Provider("acme".into()), &elastic(3)).await.unwrap();
-    eventually("running", || site.veem.vee(&svc.vees[0]).unwrap().state == VeeState::Running).await;
+    eventually("running", || site.veem.core.vee(&svc.vees[0]).unwrap().state == VeeState::Running).await;
     rounds(&site, &svc.id, 0.9, 4).await;
     assert_eq!(live(&site, &svc.id), 2);
     // A third needs a third host: refused, named, the count as it was.
@@ -111,7 +116,11 @@ async fn a_refused_scale_out_is_an_event_and_waits_out_the_cooldown() {
 /// Every live instance of `service` measured with `memory_used` `mib`.
 fn measure_memory(site: &FakeSite, service: &str, mib: f64) {
     let now = site.clock.now_ms();
-    for v in site.veem.vees_where(|v| v.service_id == service && v.state != VeeState::Terminated) {
+    for v in site
+        .veem
+        .core
+        .vees_where(|v| v.service_id == service && v.state != VeeState::Terminated)
+    {
         let values: BTreeMap<String, f64> = [("memory_used".to_string(), mib)].into();
         site.veem.accounting.samples.record(&v.id, now, values);
     }
@@ -126,9 +135,9 @@ async fn a_resize_rule_grows_every_instance_a_step_at_a_time_up_to_its_max() {
            metric = \"memory_used\"\nscale_out_above = 400\nscale_in_below = 100\nfor = \"20s\"\ncooldown = \"30s\"\n";
     let svc = site.veem.deploy.deploy(&Role::Provider("acme".into()), &m).await.unwrap();
     for id in &svc.vees {
-        eventually("running", || site.veem.vee(id).unwrap().state == VeeState::Running).await;
+        eventually("running", || site.veem.core.vee(id).unwrap().state == VeeState::Running).await;
     }
-    let sizes = || -> Vec<u64> { svc.vees.iter().map(|id| site.veem.vee(id).unwrap().memory_mib).collect() };
+    let sizes = || -> Vec<u64> { svc.vees.iter().map(|id| site.veem.core.vee(id).unwrap().memory_mib).collect() };
     // 450 MiB used (above 400): after `for`, a step; after the cooldown,
     // another; then the max holds.
     let mut seen = vec![];
@@ -146,7 +155,7 @@ async fn a_resize_rule_grows_every_instance_a_step_at_a_time_up_to_its_max() {
         "{seen:?}"
     );
     assert_eq!(sizes(), [1024, 1024], "every instance");
-    let r = site.veem.planner.lock().unwrap().reservation(&svc.vees[1]).unwrap().resources;
+    let r = site.veem.core.planner.lock().unwrap().reservation(&svc.vees[1]).unwrap().resources;
     assert_eq!(r.memory_mib, 1024, "admitted by the planner");
     let why = events(&site, &svc.id, "elasticity");
     assert_eq!(why.len(), 2, "{why:?}");

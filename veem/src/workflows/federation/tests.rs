@@ -44,22 +44,22 @@ async fn a_cross_site_live_migration_hands_the_vee_to_the_peer() {
     let (a, b, vee) = two_sites(B_TRUSTS_A).await;
     let m = migrate_to_b(&a, &vee).await;
     assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
-    let at_a = a.veem.vee(&vee).unwrap();
+    let at_a = a.veem.core.vee(&vee).unwrap();
     assert_eq!((at_a.state, at_a.location), (VeeState::Running, Location::Site("site-b".into())));
-    let at_b = b.veem.vee(&vee).unwrap();
+    let at_b = b.veem.core.vee(&vee).unwrap();
     assert_eq!((at_b.state, at_b.for_peer.as_deref()), (VeeState::Running, Some("site-a")));
     assert!(b.host("b1").runs(&vee) && !a.host("a1").runs(&vee));
     assert!(
-        a.veem.planner().placement(&vee).is_none(),
+        a.veem.core.planner().placement(&vee).is_none(),
         "site A holds no local reservation for it"
     );
     // B committed the reservation, the service and the VEE together (A
     // lets go of B's VEEM first: one process opens a database at a time).
     a.peers.0.lock().unwrap().clear();
     let b = b.restart();
-    assert_eq!(b.veem.planner().placement(&vee).unwrap().host, "b1");
-    let service = b.veem.vee(&vee).unwrap().service_id;
-    assert_eq!(b.veem.service(&service).unwrap().vees, vec![vee]);
+    assert_eq!(b.veem.core.planner().placement(&vee).unwrap().host, "b1");
+    let service = b.veem.core.vee(&vee).unwrap().service_id;
+    assert_eq!(b.veem.core.service(&service).unwrap().vees, vec![vee]);
 }
 
 #[tokio::test]
@@ -70,10 +70,10 @@ async fn a_peer_without_an_agreement_refuses_and_the_vee_stays_home() {
     let m = migrate_to_b(&a, &vee).await;
     assert_eq!(m.state, MigrationState::Failed);
     assert!(m.detail.contains("no framework agreement with site-a"), "{}", m.detail);
-    let v = a.veem.vee(&vee).unwrap();
+    let v = a.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.location), (VeeState::Running, Location::Host("a1".into())));
     assert!(a.host("a1").runs(&vee));
-    assert!(b.veem.vee(&vee).is_err(), "nothing recorded at the peer");
+    assert!(b.veem.core.vee(&vee).is_err(), "nothing recorded at the peer");
     assert!(b.host("b1").calls().is_empty());
 }
 
@@ -84,7 +84,7 @@ async fn a_peer_that_does_not_answer_fails_the_migration_and_the_vee_stays_home(
     let m = migrate_to_b(&a, &vee).await;
     assert_eq!(m.state, MigrationState::Failed);
     assert!(m.detail.contains("does not answer"), "{}", m.detail);
-    let v = a.veem.vee(&vee).unwrap();
+    let v = a.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.location), (VeeState::Running, Location::Host("a1".into())));
     assert!(a.host("a1").runs(&vee));
     assert!(!a.host("a1").calls().iter().any(|c| c.starts_with("migrate_out")));
@@ -97,7 +97,7 @@ async fn a_peer_with_the_wrong_token_is_refused_by_the_peers_roles() {
     let m = migrate_to_b(&a, &vee).await;
     assert_eq!(m.state, MigrationState::Failed);
     assert!(m.detail.contains("unknown token"), "{}", m.detail);
-    assert_eq!(a.veem.vee(&vee).unwrap().location, Location::Host("a1".into()));
+    assert_eq!(a.veem.core.vee(&vee).unwrap().location, Location::Host("a1".into()));
 }
 
 #[tokio::test]
@@ -113,13 +113,13 @@ async fn a_silent_peers_vee_is_recovered_at_home_and_its_copy_fenced_when_the_pe
     let mut misses = Default::default();
     a.veem.peer_watch.watch_round(&mut misses).await;
     assert_eq!(
-        a.veem.vee(&vee).unwrap().location,
+        a.veem.core.vee(&vee).unwrap().location,
         Location::Site("site-b".into()),
         "one miss is not enough"
     );
     a.veem.peer_watch.watch_round(&mut misses).await;
     crate::sim::eventually("recovered at home", || {
-        let v = a.veem.vee(&vee).unwrap();
+        let v = a.veem.core.vee(&vee).unwrap();
         (v.state, v.location) == (VeeState::Running, Location::Host("a1".into()))
     })
     .await;
@@ -151,7 +151,7 @@ async fn a_vee_on_service_networks_never_goes_to_a_peer_without_an_agreed_overla
     // Nor when its host fails and no local host is left: the peer is not asked.
     let e = format!("{:#}", a.veem.federation.recover_at_peer(&vee, None).await.unwrap_err());
     assert!(e.contains("service networks"), "{e}");
-    assert!(b.veem.vees().is_empty(), "site B got the VEE");
+    assert!(b.veem.core.vees().is_empty(), "site B got the VEE");
     assert!(!b.host("b1").calls().iter().any(|c| c.contains(&vee)), "{:?}", b.host("b1").calls());
 }
 
@@ -164,7 +164,7 @@ async fn a_vee_comes_home_twice() {
         assert_eq!(migrate_to_b(&a, &vee).await.state, MigrationState::Done, "round {round}: out");
         let m = a.finished(&home(&a, &vee)).await;
         assert_eq!(m.state, MigrationState::Done, "round {round}: home: {}", m.detail);
-        assert_eq!(a.veem.vee(&vee).unwrap().location, Location::Host("a1".into()));
+        assert_eq!(a.veem.core.vee(&vee).unwrap().location, Location::Host("a1".into()));
     }
 }
 
@@ -179,10 +179,10 @@ async fn a_send_for_the_primary_is_recorded_before_the_vee_leaves() {
     b.host("b1").script.lock().unwrap().migrate_out_ms = 300;
     let m = home(&a, &vee);
     crate::sim::eventually("B's copy migrating", || {
-        b.veem.vee(&vee).is_ok_and(|v| v.state == crate::model::VeeState::Migrating)
+        b.veem.core.vee(&vee).is_ok_and(|v| v.state == crate::model::VeeState::Migrating)
     })
     .await;
-    let sends: Vec<crate::model::MigrationRec> = b.veem.store.list(crate::store::Tree::Migrations).unwrap();
+    let sends: Vec<crate::model::MigrationRec> = b.veem.core.store.list(crate::store::Tree::Migrations).unwrap();
     assert!(
         sends.iter().any(|s| s.vee_id == vee && s.state == MigrationState::Running),
         "B's send is not recorded while it runs: {sends:?}"
@@ -205,8 +205,8 @@ fn home(a: &FakeSite, vee: &str) -> String {
 #[tokio::test]
 async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
     let (a, _b, vee) = two_sites(B_TRUSTS_A).await;
-    let service = a.veem.vee(&vee).unwrap().service_id;
-    let arrived = a.veem.clock.now();
+    let service = a.veem.core.vee(&vee).unwrap().service_id;
+    let arrived = a.veem.core.clock.now();
     assert_eq!(migrate_to_b(&a, &vee).await.state, MigrationState::Done);
     let record = |id: &str, start: i64, end: i64, cpu: f64| interfaces::vmi::UsageRecord {
         record_id: id.into(),
@@ -222,7 +222,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         kpis: vec![],
         component: String::new(),
     };
-    let now = a.veem.clock.now();
+    let now = a.veem.core.clock.now();
     let mut bad = vec![
         record("nan", now, now + 3, f64::NAN),
         record("huge", now, now + 3, 1e15),
@@ -303,7 +303,7 @@ async fn a_peers_usage_records_are_checked_against_where_the_vee_ran() {
         .unwrap();
     a.veem.migration.approve(&m.id, "operator").unwrap();
     assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
-    let stays = a.veem.vee(&vee).unwrap().stays;
+    let stays = a.veem.core.vee(&vee).unwrap().stays;
     assert_eq!(stays.len(), 1);
     let left = stays[0].until_unix.expect("closed");
     let later = interfaces::vmi::PushUsageRequest {
@@ -331,6 +331,7 @@ async fn usage_metered_for_a_primary_is_pushed_once_and_waits_while_the_primary_
     let outbox = |site: &FakeSite| {
         let mut keys = Vec::new();
         site.veem
+            .core
             .store
             .scan(crate::store::Tree::UsageOutbox, |k, _| {
                 keys.push(k.to_string());
@@ -349,7 +350,7 @@ async fn usage_metered_for_a_primary_is_pushed_once_and_waits_while_the_primary_
     b.veem.accounting.push_usage().await.unwrap();
     assert_eq!(outbox(&b), Vec::<String>::new(), "sent");
     b.veem.accounting.push_usage().await.unwrap();
-    let service = a.veem.vee(&vee).unwrap().service_id;
+    let service = a.veem.core.vee(&vee).unwrap().service_id;
     let report = a.veem.accounting.usage_report(&service).unwrap();
     assert_eq!(report.records.len(), 1);
     assert_eq!(report.records[0].site_chain, ["site-b", "site-a"]);
@@ -379,7 +380,7 @@ async fn a_site_level_affinity_set_moves_to_the_peer_together() {
         assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
     }
     for v in &vees {
-        assert_eq!(a.veem.vee(v).unwrap().location, Location::Site("site-b".into()), "{v}");
+        assert_eq!(a.veem.core.vee(v).unwrap().location, Location::Site("site-b".into()), "{v}");
         assert!(b.host("b1").runs(v));
     }
 }

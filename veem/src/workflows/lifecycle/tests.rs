@@ -31,8 +31,12 @@ async fn a_suspend_the_host_refuses_changes_nothing() {
     let before = site.events(&vee).len();
     let e = site.veem.lifecycle.vee_action(&vee, Action::Suspend, "").await.unwrap_err();
     assert!(format!("{e:#}").contains("domain is not running"), "{e:#}");
-    assert_eq!(crate::api::status::status(e).code(), Code::FailedPrecondition, "the host's refusal is the site's");
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
+    assert_eq!(
+        crate::api::status::status(e).code(),
+        Code::FailedPrecondition,
+        "the host's refusal is the site's"
+    );
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Running);
     assert_eq!(site.events(&vee).len(), before, "no state event");
 
     // A host that does not answer is not a refusal: another moment.
@@ -40,8 +44,12 @@ async fn a_suspend_the_host_refuses_changes_nothing() {
     let e = site.veem.lifecycle.vee_action(&vee, Action::Suspend, "").await.unwrap_err();
     let status = crate::api::status::status(e);
     assert_eq!(status.code(), Code::Unavailable, "{}", status.message());
-    assert!(status.message().contains(&format!("suspend of {vee} on {host}")), "{}", status.message());
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
+    assert!(
+        status.message().contains(&format!("suspend of {vee} on {host}")),
+        "{}",
+        status.message()
+    );
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Running);
 }
 
 /// What a host answers is quoted in the event and the error, bounded
@@ -72,7 +80,7 @@ async fn a_hosts_huge_refusal_is_quoted_by_a_bounded_excerpt() {
 async fn a_checkpoint_is_recorded_and_its_blobs_pinned() {
     let (site, vee, _) = one_running_vee().await;
     let cp = site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.latest_checkpoint.as_deref()), (VeeState::Running, Some(cp.id.as_str())));
     assert_eq!(site.repo.pins.lock().unwrap().len(), 2, "memory and disk blobs");
 }
@@ -87,6 +95,7 @@ async fn checkpoints_beyond_the_kept_ones_are_forgotten_and_their_blobs_unpinned
     }
     let kept: std::collections::BTreeSet<String> = site
         .veem
+        .core
         .store
         .list::<crate::model::CheckpointRec>(crate::store::Tree::Checkpoints)
         .unwrap()
@@ -107,17 +116,20 @@ async fn checkpoints_beyond_the_kept_ones_are_forgotten_and_their_blobs_unpinned
         taken[1..].iter().all(|t| !forgotten.iter().any(|f| f.ends_with(t.as_str()))),
         "{calls:?}"
     );
-    assert_eq!(site.veem.vee(&vee).unwrap().latest_checkpoint.as_deref(), Some(taken[3].as_str()));
+    assert_eq!(
+        site.veem.core.vee(&vee).unwrap().latest_checkpoint.as_deref(),
+        Some(taken[3].as_str())
+    );
 }
 
 #[tokio::test]
 async fn a_failed_checkpoint_leaves_the_vee_running_with_its_previous_checkpoint() {
     let (site, vee, host) = one_running_vee().await;
-    let previous = site.veem.vee(&vee).unwrap().latest_checkpoint;
+    let previous = site.veem.core.vee(&vee).unwrap().latest_checkpoint;
     site.host(&host).fail("Checkpoint", Code::Internal, "snapshot: disk full");
     let e = site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap_err();
     assert!(e.to_string().contains("disk full"), "{e}");
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.latest_checkpoint), (VeeState::Running, previous));
     assert!(site
         .events(&vee)
@@ -129,17 +141,17 @@ async fn a_failed_checkpoint_leaves_the_vee_running_with_its_previous_checkpoint
 async fn the_scheduler_checkpoints_a_vee_once_its_period_has_passed_and_not_before() {
     use crate::ports::Clock;
     let (site, vee, host) = one_running_vee().await;
-    let mut v = site.veem.vee(&vee).unwrap();
+    let mut v = site.veem.core.vee(&vee).unwrap();
     v.checkpoint_interval_s = Some(60);
     v.last_checkpoint_ms = Some(site.clock.now_ms());
-    site.veem.save_vee(&v).unwrap();
+    site.veem.core.save_vee(&v).unwrap();
     site.clock.advance_ms(59_000);
     site.veem.lifecycle.scheduler_round();
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert!(site.host(&host).calls().is_empty(), "59 s: not due yet");
     site.clock.advance_ms(1_000);
     site.veem.lifecycle.scheduler_round();
-    crate::sim::eventually("checkpointed", || site.veem.vee(&vee).unwrap().latest_checkpoint.is_some()).await;
+    crate::sim::eventually("checkpointed", || site.veem.core.vee(&vee).unwrap().latest_checkpoint.is_some()).await;
     assert_eq!(site.host(&host).calls(), [format!("checkpoint {vee}")]);
 }
 
@@ -158,13 +170,13 @@ async fn an_auto_interval_follows_the_measured_checkpoint_cost() {
     site.clock.follow_runtime();
     site.host("h1").script.lock().unwrap().checkpoint_ms = 300;
     let vee = site.running_service(STANDARD).remove(0);
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     let m = interfaces::manifest::Manifest::from_toml(STANDARD).unwrap();
     let run = (v.window_end_unix - v.window_start_unix) as u64;
     let assumed = crate::domain::terms::checkpoint_interval(&m.sla, run, crate::domain::terms::DEFAULT_CHECKPOINT_COST_S);
     assert_eq!(v.checkpoint_interval_s, assumed, "before any: the default cost");
     site.veem.lifecycle.checkpoint_vee(&vee).await.unwrap();
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     let cost = v.checkpoint_cost_s.unwrap();
     assert!((0.3..1.0).contains(&cost), "measured {cost} s");
     let measured = crate::domain::terms::checkpoint_interval(&m.sla, run, cost);
@@ -187,16 +199,16 @@ async fn undeploy_stops_every_vee_of_the_service_and_releases_its_reservations_o
     let site = FakeSite::start(&["h1", "h2"], "").await;
     let gone = site.running_service(STANDARD).remove(0);
     let kept = site.running_service(STANDARD).remove(0);
-    let service = site.veem.vee(&gone).unwrap().service_id;
-    let host = site.veem.vee(&gone).unwrap().host().unwrap().to_string();
+    let service = site.veem.core.vee(&gone).unwrap().service_id;
+    let host = site.veem.core.vee(&gone).unwrap().host().unwrap().to_string();
     let used = |site: &FakeSite| {
-        let (planner, now) = (site.veem.planner(), site.veem.now_slot());
+        let (planner, now) = (site.veem.core.planner(), site.veem.core.now_slot());
         planner.host_usage("h1", now).unwrap().vcpus + planner.host_usage("h2", now).unwrap().vcpus
     };
     let before = used(&site);
 
     site.veem.lifecycle.undeploy(&service).await.unwrap();
-    assert_eq!(site.veem.vee(&gone).unwrap().state, VeeState::Terminated);
+    assert_eq!(site.veem.core.vee(&gone).unwrap().state, VeeState::Terminated);
     assert!(
         site.host(&host).calls().contains(&format!("destroy {gone}")),
         "{:?}",
@@ -204,7 +216,7 @@ async fn undeploy_stops_every_vee_of_the_service_and_releases_its_reservations_o
     );
     assert!(!site.host(&host).runs(&gone));
     assert_eq!(used(&site), before - 1, "its reservation released, the other's kept");
-    assert_eq!(site.veem.vee(&kept).unwrap().state, VeeState::Running);
+    assert_eq!(site.veem.core.vee(&kept).unwrap().state, VeeState::Running);
 
     // Again: nothing left to stop, no call to a host.
     let calls = site.host(&host).calls().len();
@@ -215,14 +227,14 @@ async fn undeploy_stops_every_vee_of_the_service_and_releases_its_reservations_o
 #[tokio::test]
 async fn an_undeploy_a_host_refuses_names_the_vee_left_running() {
     let (site, vee, host) = one_running_vee().await;
-    let service = site.veem.vee(&vee).unwrap().service_id;
+    let service = site.veem.core.vee(&vee).unwrap().service_id;
     site.host(&host).fail("Destroy", Code::Unavailable, "libvirtd is gone");
     let e = format!("{:#}", site.veem.lifecycle.undeploy(&service).await.unwrap_err());
     assert!(
         e.contains(&format!("1 of 1 VEEs not stopped: VEE {vee}")) && e.contains("libvirtd is gone"),
         "{e}"
     );
-    assert_ne!(site.veem.vee(&vee).unwrap().state, VeeState::Terminated);
+    assert_ne!(site.veem.core.vee(&vee).unwrap().state, VeeState::Terminated);
 }
 
 #[tokio::test]

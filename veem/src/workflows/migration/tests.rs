@@ -13,7 +13,7 @@ use crate::workflows::migration::{Dest, Proposer};
 async fn one_vee_two_hosts() -> (FakeSite, String, String, String) {
     let site = FakeSite::start(&["h1", "h2"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
-    let from = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
+    let from = site.veem.core.vee(&vee).unwrap().host().unwrap().to_string();
     let to = if from == "h1" { "h2" } else { "h1" }.to_string();
     (site, vee, from, to)
 }
@@ -23,10 +23,10 @@ async fn a_live_migration_moves_the_vee_and_its_reservation_to_the_destination()
     let (site, vee, from, to) = one_vee_two_hosts().await;
     let m = site.migrate_to_host(&vee, &to).await;
     assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(to.clone())));
     assert!(site.host(&to).runs(&vee) && !site.host(&from).runs(&vee));
-    assert_eq!(site.veem.planner().placement(&vee).unwrap().host, to);
+    assert_eq!(site.veem.core.planner().placement(&vee).unwrap().host, to);
     assert_eq!(
         site.host(&to).calls(),
         [format!("prepare_incoming {vee}"), format!("complete_incoming {vee}")]
@@ -45,14 +45,18 @@ async fn a_destination_that_refuses_leaves_the_vee_running_where_it_was() {
         "{}",
         m.detail
     );
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(from.clone())));
     assert!(site.host(&from).runs(&vee));
     assert!(
         !site.host(&from).calls().iter().any(|c| c.starts_with("migrate_out")),
         "nothing was sent"
     );
-    assert_eq!(site.veem.planner().placement(&vee).unwrap().host, from, "the reservation stays");
+    assert_eq!(
+        site.veem.core.planner().placement(&vee).unwrap().host,
+        from,
+        "the reservation stays"
+    );
 }
 
 #[tokio::test]
@@ -63,7 +67,7 @@ async fn a_source_that_fails_mid_way_keeps_the_vee_and_the_destination_is_cleane
     let m = site.migrate_to_host(&vee, &to).await;
     assert_eq!(m.state, MigrationState::Failed);
     assert!(m.detail.contains("connection reset by peer"), "{}", m.detail);
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(from.clone())));
     assert!(site.host(&from).runs(&vee));
     assert!(
@@ -86,11 +90,11 @@ async fn a_send_that_failed_while_the_vee_arrived_completes_at_the_destination()
     site.host(&to).set_running(&vee, true);
     let m = site.migrate_to_host(&vee, &to).await;
     assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(to.clone())));
     assert!(site.host(&to).runs(&vee), "{:?}", site.host(&to).calls());
     assert!(site.host(&to).calls().contains(&format!("complete_incoming {vee}")));
-    assert_eq!(site.veem.planner().placement(&vee).unwrap().host, to);
+    assert_eq!(site.veem.core.planner().placement(&vee).unwrap().host, to);
 }
 
 /// A destination that cannot take a VEE just sent (its VEEM in a
@@ -111,11 +115,11 @@ async fn a_vee_sent_is_completed_once_its_destination_takes_it() {
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     let open = site.veem.migration.migration(&m.id).unwrap();
     assert_eq!(open.state, MigrationState::Running, "{}", open.detail);
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Migrating);
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Migrating);
     site.host(&to).script.lock().unwrap().failing.remove("CompleteIncoming");
     let m = site.finished(&m.id).await;
     assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(to.clone())));
     assert!(site.host(&to).runs(&vee) && !site.host(&from).runs(&vee));
 }
@@ -131,14 +135,14 @@ async fn a_migration_left_running_is_settled_by_the_next_round() {
     // The hypervisor moved it; nobody recorded it.
     site.host(&from).set_running(&vee, false);
     site.host(&to).set_running(&vee, true);
-    let held = site.veem.lock_vee(&vee).await;
+    let held = site.veem.core.lock_vee(&vee).await;
     site.veem.migration.settle_left().await.unwrap();
     assert_eq!(site.veem.migration.migration(&m.id).unwrap().state, MigrationState::Running);
     drop(held);
     site.veem.migration.settle_left().await.unwrap();
     let m = site.veem.migration.migration(&m.id).unwrap();
     assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(to.clone())));
 }
 
@@ -157,7 +161,7 @@ async fn a_restart_waits_for_a_source_still_sending_and_settles_after() {
     let migration = &site.veem.migration;
     migration.settle_left_running(&migration.hosts_running().await, true).await.unwrap();
     assert_eq!(migration.migration(&m.id).unwrap().state, MigrationState::Running);
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Migrating);
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Migrating);
     assert!(
         !site.host(&to).calls().contains(&format!("abort_incoming {vee}")),
         "{:?}",
@@ -170,7 +174,7 @@ async fn a_restart_waits_for_a_source_still_sending_and_settles_after() {
     migration.settle_left().await.unwrap();
     let m = migration.migration(&m.id).unwrap();
     assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.location), (VeeState::Running, Location::Host(to.clone())));
 }
 
@@ -181,14 +185,14 @@ async fn a_restart_waits_for_a_source_still_sending_and_settles_after() {
 #[tokio::test]
 async fn a_send_for_the_primary_that_failed_while_the_source_still_sends_is_left_to_settle() {
     let (site, vee, from, _) = one_vee_two_hosts().await;
-    let mut v = site.veem.vee(&vee).unwrap();
+    let mut v = site.veem.core.vee(&vee).unwrap();
     v.for_peer = Some("site-a".into());
-    site.veem.save_vee(&v).unwrap();
+    site.veem.core.save_vee(&v).unwrap();
     site.host(&from).fail("MigrateOut", Code::Unavailable, "transport error");
     site.host(&from).script.lock().unwrap().migrating_out.insert(vee.clone());
     let m = site.veem.migration.send_vee("site-a", &vee, Default::default()).await.unwrap();
     assert_eq!(m.state, MigrationState::Running, "{}", m.detail);
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Migrating);
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Migrating);
 }
 
 #[tokio::test]
@@ -211,8 +215,8 @@ async fn after_a_restart_the_migration_the_vee_and_the_reservation_agree() {
     let m = site.migrate_to_host(&vee, &to).await;
     let site = site.restart();
     assert_eq!(site.veem.migration.migration(&m.id).unwrap().state, MigrationState::Done);
-    assert_eq!(site.veem.vee(&vee).unwrap().location, Location::Host(to.clone()));
-    assert_eq!(site.veem.planner().placement(&vee).unwrap().host, to, "committed with them");
+    assert_eq!(site.veem.core.vee(&vee).unwrap().location, Location::Host(to.clone()));
+    assert_eq!(site.veem.core.planner().placement(&vee).unwrap().host, to, "committed with them");
 }
 
 /// Runs VEEs of `vcpus` each until one lands on `host`; returns its ID.
@@ -220,7 +224,7 @@ fn vee_of_on(site: &FakeSite, vcpus: u32, host: &str) -> String {
     for _ in 0..4 {
         let m = STANDARD.replace("vcpus = 1", &format!("vcpus = {vcpus}"));
         let vee = site.running_service(&m).remove(0);
-        if site.veem.vee(&vee).unwrap().host() == Some(host) {
+        if site.veem.core.vee(&vee).unwrap().host() == Some(host) {
             return vee;
         }
     }
@@ -231,7 +235,7 @@ fn vee_of_on(site: &FakeSite, vcpus: u32, host: &str) -> String {
 async fn a_callers_reason_never_skips_the_operator_only_the_planners_does() {
     let site = FakeSite::start(&["h1", "h2"], "[migration]\nauto_approve = [\"consolidation\"]\n").await;
     let vee = site.running_service(STANDARD).remove(0);
-    let to = if site.veem.vee(&vee).unwrap().host() == Some("h1") {
+    let to = if site.veem.core.vee(&vee).unwrap().host() == Some("h1") {
         "h2"
     } else {
         "h1"
@@ -294,7 +298,7 @@ async fn without_a_destination_the_site_chooses_a_host_that_can_keep_the_vee() {
     assert_eq!((m.to.clone(), m.state), (Dest::Host("h3".into()), MigrationState::Proposed));
     site.veem.migration.approve(&m.id, "operator").unwrap();
     assert_eq!(site.finished(&m.id).await.state, MigrationState::Done);
-    assert_eq!(site.veem.vee(&vee).unwrap().location, Location::Host("h3".into()));
+    assert_eq!(site.veem.core.vee(&vee).unwrap().location, Location::Host("h3".into()));
 }
 
 /// STANDARD with a second instance, both bound to one host (instance-scope
@@ -305,15 +309,15 @@ async fn bound_pair() -> (FakeSite, Vec<String>, String, String) {
     let m = STANDARD.replace("disk_gib = 1", "disk_gib = 1\ninstances = 2")
         + "[[constraint]]\nkind = \"affinity\"\nlevel = \"host\"\nscope = \"instance\"\ncomponents = [\"vm\"]\n";
     let vees = site.running_service(&m);
-    let at = site.veem.vee(&vees[0]).unwrap().host().unwrap().to_string();
-    assert_eq!(site.veem.vee(&vees[1]).unwrap().host(), Some(at.as_str()));
+    let at = site.veem.core.vee(&vees[0]).unwrap().host().unwrap().to_string();
+    assert_eq!(site.veem.core.vee(&vees[1]).unwrap().host(), Some(at.as_str()));
     let to = if at == "h1" { "h2" } else { "h1" }.to_string();
     (site, vees, at, to)
 }
 
 /// Every migration record of the site.
 fn migrations(site: &FakeSite) -> Vec<crate::model::MigrationRec> {
-    site.veem.store.list(crate::store::Tree::Migrations).unwrap()
+    site.veem.core.store.list(crate::store::Tree::Migrations).unwrap()
 }
 
 /// An operator's proposal to move `vee` to host `to`.
@@ -337,8 +341,8 @@ async fn moving_one_vee_of_an_affinity_set_moves_the_set_together() {
         assert_eq!(done.state, MigrationState::Done, "{}", done.detail);
     }
     for v in &vees {
-        assert_eq!(site.veem.vee(v).unwrap().location, Location::Host(to.into()), "{v}");
-        assert_eq!(site.veem.planner().placement(v).unwrap().host, to, "the planner follows: {v}");
+        assert_eq!(site.veem.core.vee(v).unwrap().location, Location::Host(to.into()), "{v}");
+        assert_eq!(site.veem.core.planner().placement(v).unwrap().host, to, "the planner follows: {v}");
         assert!(site.host(to).runs(v));
     }
 }
@@ -361,12 +365,12 @@ async fn a_set_member_that_cannot_move_brings_the_moved_ones_back() {
     // The first comes back: the set is never left split.
     crate::sim::eventually("the set is together again", || {
         vees.iter()
-            .all(|v| site.veem.vee(v).unwrap().location == Location::Host(from.clone()))
+            .all(|v| site.veem.core.vee(v).unwrap().location == Location::Host(from.clone()))
     })
     .await;
     for v in &vees {
-        assert_eq!(site.veem.vee(v).unwrap().state, VeeState::Running);
-        assert_eq!(site.veem.planner().placement(v).unwrap().host, from);
+        assert_eq!(site.veem.core.vee(v).unwrap().state, VeeState::Running);
+        assert_eq!(site.veem.core.planner().placement(v).unwrap().host, from);
     }
     let back: Vec<_> = migrations(&site).into_iter().filter(|b| b.reason == "affinity").collect();
     assert_eq!(back.len(), 1);
@@ -386,7 +390,7 @@ async fn a_set_that_does_not_fit_whole_is_refused_with_the_reason() {
         .replace("name = \"shop\"", "name = \"big\"");
     loop {
         let v = site.running_service(&big).remove(0);
-        if site.veem.vee(&v).unwrap().host() == Some(to) {
+        if site.veem.core.vee(&v).unwrap().host() == Some(to) {
             break;
         }
     }

@@ -15,7 +15,7 @@ fn fenced(r: Result<i64, EpochError>) -> Option<Fenced> {
 }
 
 fn stored(site: &FakeSite) -> Option<i64> {
-    site.veem.store.get(Tree::Meta, "peer-epoch/site-b").unwrap()
+    site.veem.core.store.get(Tree::Meta, "peer-epoch/site-b").unwrap()
 }
 
 /// Calls of the peer's old and new leaders racing each other: the epoch
@@ -28,7 +28,7 @@ async fn racing_calls_never_store_an_older_epoch() {
     let epochs = site.veem.peer_epochs.clone();
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = {
-        let (store, stop) = (site.veem.store.clone(), stop.clone());
+        let (store, stop) = (site.veem.core.store.clone(), stop.clone());
         std::thread::spawn(move || {
             let mut seen = 0;
             while !stop.load(Ordering::Relaxed) {
@@ -66,11 +66,18 @@ async fn a_call_without_an_epoch_is_refused_once_the_peer_has_shown_one() {
     assert_eq!(epochs.admit("site-b", Some(3)).unwrap(), 3);
     assert_eq!(
         fenced(epochs.admit("site-b", None)),
-        Some(Fenced::Unstamped { site: "site-b".into(), newest: 3 })
+        Some(Fenced::Unstamped {
+            site: "site-b".into(),
+            newest: 3
+        })
     );
     assert_eq!(
         fenced(epochs.admit("site-b", Some(2))),
-        Some(Fenced::Older { site: "site-b".into(), epoch: 2, newest: 3 })
+        Some(Fenced::Older {
+            site: "site-b".into(),
+            epoch: 2,
+            newest: 3
+        })
     );
     assert_eq!(epochs.admit("site-b", Some(3)).unwrap(), 3, "the newest passes");
 }
@@ -97,7 +104,10 @@ async fn a_stream_admitted_under_an_epoch_ends_when_a_newer_one_is_admitted() {
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert!(!ends.is_finished(), "the same epoch again");
     epochs.admit("site-b", Some(5)).unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(5), ends).await.unwrap().unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), ends)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test]
@@ -106,8 +116,8 @@ async fn a_forgotten_epoch_lets_a_rebuilt_peers_leader_in() {
     let epochs = &site.veem.peer_epochs;
     epochs.admit("site-b", Some(900)).unwrap();
     assert!(fenced(epochs.admit("site-b", Some(2))).is_some(), "a rebuilt cluster's epoch");
-    assert_eq!(forget(&site.veem.store, "site-b").unwrap(), Some(900));
+    assert_eq!(forget(&site.veem.core.store, "site-b").unwrap(), Some(900));
     assert_eq!(epochs.admit("site-b", Some(2)).unwrap(), 2);
     assert_eq!(stored(&site), Some(2));
-    assert_eq!(forget(&site.veem.store, "site-c").unwrap(), None);
+    assert_eq!(forget(&site.veem.core.store, "site-c").unwrap(), None);
 }

@@ -412,10 +412,10 @@ async fn the_snapshot_views_only_the_vees_a_pass_may_move() {
     assert_eq!(ids.len(), 3);
     let now = crate::ports::Clock::now_ms(&*site.clock);
     // One VEE is checkpointed every minute, last an hour ago.
-    let mut v = site.veem.vee(&ids[0]).unwrap();
+    let mut v = site.veem.core.vee(&ids[0]).unwrap();
     v.checkpoint_interval_s = Some(60);
     v.last_checkpoint_ms = Some(now - 3_600_000);
-    site.veem.save_vee(&v).unwrap();
+    site.veem.core.save_vee(&v).unwrap();
     let snap = site.veem.proposals.proposal_snapshot().unwrap();
     assert!(snap.vees.is_empty(), "{:?}", snap.vees);
     // Once it has been on its host for more than twice its interval

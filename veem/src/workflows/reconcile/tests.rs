@@ -17,7 +17,7 @@ async fn a_domain_no_record_places_on_the_host_is_destroyed() {
     assert!(!site.host("h1").runs("stray"));
     assert!(site.host("h1").calls().contains(&"destroy stray".to_string()));
     assert!(site.host("h1").runs(&vee), "the recorded VEE is left alone");
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Running);
 }
 
 #[tokio::test]
@@ -32,7 +32,7 @@ async fn a_running_vee_its_host_does_not_run_is_failed_and_restored_there() {
         site.events(&vee)
     );
     crate::sim::eventually("restored on h1", || {
-        site.veem.vee(&vee).unwrap().state == VeeState::Running && site.host("h1").runs(&vee)
+        site.veem.core.vee(&vee).unwrap().state == VeeState::Running && site.host("h1").runs(&vee)
     })
     .await;
     assert!(
@@ -49,7 +49,11 @@ async fn a_host_that_cannot_be_asked_changes_no_record() {
     site.host("h1").script.lock().unwrap().running.remove(&vee);
     site.host("h1").fail("ListDomains", Code::Unavailable, "connection refused");
     site.veem.reconcile.reconcile(Strays::KeepWithoutRecords).await.unwrap();
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running, "not knowing is not failing");
+    assert_eq!(
+        site.veem.core.vee(&vee).unwrap().state,
+        VeeState::Running,
+        "not knowing is not failing"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -79,7 +83,7 @@ async fn the_hosts_are_listed_side_by_side_and_one_that_never_answers_holds_noth
         site.host("h4").runs("stray-h4"),
         "nothing is done on a host that did not list its domains"
     );
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Running);
 }
 
 #[tokio::test]
@@ -91,9 +95,9 @@ async fn a_host_that_answers_as_another_is_never_acted_on() {
         // Behind h1's endpoint answers another site's or another host's VEEH
         // (a port clash): no heartbeat counts, nothing is destroyed there.
         site.host("h1").script.lock().unwrap().answers_as = Some((host.into(), at.into()));
-        let (health, info) = site.veem.hosts.heartbeat("h1", 3).await;
+        let (health, info) = site.veem.core.hosts.heartbeat("h1", 3).await;
         assert_eq!((health, info.is_some()), (crate::hosts::Health::Unknown, false), "{host}@{at}");
-        let e = format!("{:#}", site.veem.hosts.identify("h1").await.unwrap_err());
+        let e = format!("{:#}", site.veem.core.hosts.identify("h1").await.unwrap_err());
         assert!(e.contains(&format!("answers as host \"{host}\" of site \"{at}\"")), "{e}");
         site.veem.reconcile.reconcile(Strays::Destroy).await.unwrap();
         assert!(site.host("h1").runs("stray") && site.host("h1").runs(&vee));
@@ -105,7 +109,7 @@ async fn a_host_that_answers_as_another_is_never_acted_on() {
     }
     // Itself again: heard, and reconciled.
     site.host("h1").script.lock().unwrap().answers_as = None;
-    assert_eq!(site.veem.hosts.heartbeat("h1", 3).await.0, crate::hosts::Health::Up);
+    assert_eq!(site.veem.core.hosts.heartbeat("h1", 3).await.0, crate::hosts::Health::Up);
     site.veem.reconcile.reconcile(Strays::KeepWithoutRecords).await.unwrap();
     assert!(!site.host("h1").runs("stray"));
 }
@@ -128,7 +132,7 @@ async fn an_empty_database_leaves_the_hosts_domains_alone_until_an_operator_says
 #[tokio::test]
 async fn another_sites_database_is_refused() {
     let site = FakeSite::start(&["h1"], "").await;
-    let mut cfg = site.veem.config().clone();
+    let mut cfg = site.veem.core.config().clone();
     cfg.site_id = "site-b".into();
     let e = format!("{:#}", site.restart_as(cfg).err().expect("refused"));
     assert!(e.contains("belongs to site \"site-a\", not to \"site-b\""), "{e}");
@@ -139,26 +143,26 @@ async fn a_vee_destroyed_behind_the_veems_back_is_restored_on_its_host_within_tw
     use crate::workflows::reconcile::DomainWatch;
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
-    site.veem.hosts.heartbeat("h1", 3).await;
+    site.veem.core.hosts.heartbeat("h1", 3).await;
     let mut watch = DomainWatch::default();
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     assert!(watch.missing.is_empty(), "its domain runs");
     site.host("h1").script.lock().unwrap().running.remove(&vee);
     // While an operation holds the VEE, its absence is not counted.
-    let held = site.veem.lock_vee(&vee).await;
+    let held = site.veem.core.lock_vee(&vee).await;
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     assert!(watch.missing.is_empty());
     drop(held);
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     assert_eq!(watch.missing(&vee), Some(1));
     assert_eq!(
-        site.veem.vee(&vee).unwrap().state,
+        site.veem.core.vee(&vee).unwrap().state,
         VeeState::Running,
         "one list may race an operation"
     );
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     crate::sim::eventually("restored", || {
-        site.host("h1").runs(&vee) && site.veem.vee(&vee).unwrap().state == VeeState::Running
+        site.host("h1").runs(&vee) && site.veem.core.vee(&vee).unwrap().state == VeeState::Running
     })
     .await;
     assert!(site.host("h1").calls().iter().any(|c| c.starts_with(&format!("restore {vee}"))));
@@ -178,11 +182,11 @@ async fn a_vee_destroyed_behind_the_veems_back_is_restored_on_its_host_within_tw
 async fn a_checkpoint_a_takeover_cut_short_leaves_the_vee_running_and_checkpointable() {
     let site = FakeSite::start(&["h1"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
-    let mut v = site.veem.vee(&vee).unwrap();
-    site.veem.transition(&mut v, VeeState::Checkpointing, "on h1").unwrap();
+    let mut v = site.veem.core.vee(&vee).unwrap();
+    site.veem.core.transition(&mut v, VeeState::Checkpointing, "on h1").unwrap();
     let site = site.restart();
     site.veem.reconcile.reconcile(Strays::Destroy).await.unwrap();
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Running);
     assert!(
         site.events(&vee).iter().any(|e| e.contains("a checkpoint cut short")),
         "{:?}",
@@ -198,12 +202,12 @@ async fn a_checkpoint_a_takeover_cut_short_leaves_the_vee_running_and_checkpoint
 async fn a_vee_migrating_without_a_running_migration_is_running_where_its_domain_is() {
     let site = FakeSite::start(&["h1", "h2"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
-    let mut v = site.veem.vee(&vee).unwrap();
-    site.veem.transition(&mut v, VeeState::Migrating, "to h2").unwrap();
+    let mut v = site.veem.core.vee(&vee).unwrap();
+    site.veem.core.transition(&mut v, VeeState::Migrating, "to h2").unwrap();
     let site = site.restart();
     site.veem.reconcile.reconcile(Strays::Destroy).await.unwrap();
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
-    let to = if site.veem.vee(&vee).unwrap().host() == Some("h1") {
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Running);
+    let to = if site.veem.core.vee(&vee).unwrap().host() == Some("h1") {
         "h2"
     } else {
         "h1"
@@ -220,7 +224,7 @@ async fn a_migration_approved_before_a_takeover_is_run_by_the_next_veem() {
     use crate::workflows::migration::{Dest, Proposer};
     let site = FakeSite::start(&["h1", "h2"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
-    let to = if site.veem.vee(&vee).unwrap().host() == Some("h1") {
+    let to = if site.veem.core.vee(&vee).unwrap().host() == Some("h1") {
         "h2"
     } else {
         "h1"
@@ -233,11 +237,11 @@ async fn a_migration_approved_before_a_takeover_is_run_by_the_next_veem() {
     // Approved as `approve` records it, with no task to run it (the VEEM
     // that approved it is gone).
     m.advance(MigrationState::Approved).unwrap();
-    site.veem.store.put(Tree::Migrations, &m.id, &m).unwrap();
+    site.veem.core.store.put(Tree::Migrations, &m.id, &m).unwrap();
     let site = site.restart();
     site.veem.reconcile.reconcile(Strays::Destroy).await.unwrap();
     assert_eq!(site.finished(&m.id).await.state, MigrationState::Done);
-    assert_eq!(site.veem.vee(&vee).unwrap().host(), Some(to));
+    assert_eq!(site.veem.core.vee(&vee).unwrap().host(), Some(to));
     assert!(site.host(to).runs(&vee));
 }
 
@@ -254,7 +258,7 @@ async fn a_migration_cut_short_after_the_send_is_done_and_the_vee_migrates_on() 
     use crate::model::MigrationState;
     let site = FakeSite::start(&["h1", "h2"], "").await;
     let vee = site.running_service(STANDARD).remove(0);
-    let from = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
+    let from = site.veem.core.vee(&vee).unwrap().host().unwrap().to_string();
     let to = if from == "h1" { "h2" } else { "h1" };
     // Running, the VEE migrating, sent and completed by the hosts, and
     // nothing more recorded (the VEEM died).
@@ -270,7 +274,7 @@ async fn a_migration_cut_short_after_the_send_is_done_and_the_vee_migrates_on() 
     site.veem.reconcile.reconcile(Strays::Destroy).await.unwrap();
     let m = site.veem.migration.migration(&m.id).unwrap();
     assert_eq!(m.state, MigrationState::Done, "{}", m.detail);
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, v.host()), (VeeState::Running, Some(to)));
     assert_eq!(site.migrate_to_host(&vee, &from).await.state, MigrationState::Done);
     assert!(site.host(&from).runs(&vee) && !site.host(to).runs(&vee));

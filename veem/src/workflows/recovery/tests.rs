@@ -10,15 +10,15 @@ use crate::sim::{FakeSite, STANDARD};
 const FAST: &str = "[recovery]\nattempts_per_host = 2\nbackoff = \"10ms\"\nbudget = \"1m\"\n";
 
 fn host_of(site: &FakeSite, vee: &str) -> String {
-    site.veem.vee(vee).unwrap().host().unwrap().to_string()
+    site.veem.core.vee(vee).unwrap().host().unwrap().to_string()
 }
 
 fn violations(site: &FakeSite) -> Vec<ViolationRec> {
-    site.veem.store.list(Tree::Violations).unwrap()
+    site.veem.core.store.list(Tree::Violations).unwrap()
 }
 
 fn events(site: &FakeSite, vee: &str) -> Vec<String> {
-    let all = site.veem.store.events().unwrap();
+    let all = site.veem.core.store.events().unwrap();
     all.into_iter()
         .filter(|e| e.vee_id == vee)
         .map(|e| format!("{}: {}", e.kind, e.detail))
@@ -32,8 +32,8 @@ fn restores(site: &FakeSite, host: &str) -> Vec<String> {
 /// Where the planner sends `vee` first when `failed` fails (the planner is
 /// deterministic: a copy answers as the VEEM's own will).
 fn first_choice(site: &FakeSite, vee: &str, failed: &str) -> String {
-    let mut p = site.veem.planner.lock().unwrap().clone();
-    let now = site.veem.now_slot();
+    let mut p = site.veem.core.planner.lock().unwrap().clone();
+    let now = site.veem.core.now_slot();
     p.set_host_down(failed, now, 1).unwrap();
     let report = p.recover_host(failed, now).unwrap();
     match &report.steps.iter().find(|s| s.vee == vee).unwrap().target {
@@ -54,7 +54,7 @@ async fn a_transient_restore_error_is_retried_and_the_vee_runs_without_a_violati
     }
     site.veem.recovery.recover_host(&failed).await.unwrap();
 
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!(v.state, VeeState::Running, "{:#?}", events(&site, &vee));
     let to = host_of(&site, &vee);
     assert_ne!(to, failed);
@@ -67,8 +67,7 @@ async fn a_transient_restore_error_is_retried_and_the_vee_runs_without_a_violati
     let ev = events(&site, &vee);
     assert!(
         ev.iter()
-            .any(|e| e.starts_with(&format!("recovery-attempt: attempt 1 on {to} failed:"))
-                && e.contains("not found: Domain not found")),
+            .any(|e| e.starts_with(&format!("recovery-attempt: attempt 1 on {to} failed:")) && e.contains("not found: Domain not found")),
         "{ev:#?}"
     );
     assert!(
@@ -86,7 +85,7 @@ async fn a_host_that_keeps_failing_is_left_for_the_next_compatible_host() {
     site.host(&bad).script.lock().unwrap().failing_restores = u32::MAX;
     site.veem.recovery.recover_host(&failed).await.unwrap();
 
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!(v.state, VeeState::Running, "{:#?}", events(&site, &vee));
     let good = host_of(&site, &vee);
     assert!(good != bad && good != failed, "{good}");
@@ -98,7 +97,7 @@ async fn a_host_that_keeps_failing_is_left_for_the_next_compatible_host() {
         "what the failed attempts left is removed"
     );
     assert_eq!(
-        site.veem.planner.lock().unwrap().placement(&vee).unwrap().host,
+        site.veem.core.planner.lock().unwrap().placement(&vee).unwrap().host,
         good,
         "the planner follows"
     );
@@ -119,7 +118,7 @@ async fn when_every_host_refuses_the_violation_lists_every_attempt() {
     }
     site.veem.recovery.recover_host(&failed).await.unwrap();
 
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!(v.state, VeeState::Failed);
     let viol = violations(&site);
     assert_eq!(viol.len(), 1, "{viol:?}");
@@ -238,10 +237,11 @@ async fn a_host_failure_is_one_commit_and_a_forbidden_step_writes_nothing() {
     let vee = vees[0].clone();
     // A step the table forbids (failed -> running skips the recovery):
     // neither VEE's valid steps are written, in the store or in memory.
-    let mut a = site.veem.vee(&vee).unwrap();
-    let mut b = site.veem.vee(&vees[1]).unwrap();
+    let mut a = site.veem.core.vee(&vee).unwrap();
+    let mut b = site.veem.core.vee(&vees[1]).unwrap();
     let e = site
         .veem
+        .core
         .commit_transitions(
             &mut [
                 (&mut a, vec![(VeeState::Failed, "x".into())]),
@@ -256,13 +256,14 @@ async fn a_host_failure_is_one_commit_and_a_forbidden_step_writes_nothing() {
         (VeeState::Running, VeeState::Running),
         "rolled back in the caller's copies"
     );
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
-    let stored: Vec<VeeRec> = site.veem.store.list(Tree::Vees).unwrap();
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Running);
+    let stored: Vec<VeeRec> = site.veem.core.store.list(Tree::Vees).unwrap();
     assert!(stored.iter().all(|v| v.state == VeeState::Running), "nothing written");
 
     // Failed then recovering, one write, both events in order.
-    let mut a = site.veem.vee(&vee).unwrap();
+    let mut a = site.veem.core.vee(&vee).unwrap();
     site.veem
+        .core
         .commit_transitions(
             &mut [(
                 &mut a,
@@ -271,7 +272,7 @@ async fn a_host_failure_is_one_commit_and_a_forbidden_step_writes_nothing() {
             Writes::default(),
         )
         .unwrap();
-    let stored: Vec<VeeRec> = site.veem.store.list(Tree::Vees).unwrap();
+    let stored: Vec<VeeRec> = site.veem.core.store.list(Tree::Vees).unwrap();
     assert_eq!(stored.iter().find(|v| v.id == vee).unwrap().state, VeeState::Recovering);
     let ev = events(&site, &vee);
     let n = ev.len();
@@ -300,7 +301,7 @@ async fn a_background_vee_displaced_for_a_recovery_is_saved_and_resumed_when_roo
     // its state saved and its domain gone (its memory really free).
     site.veem.recovery.recover_host("h1").await.unwrap();
     assert_eq!(host_of(&site, &std_vee), "h2");
-    let v = site.veem.vee(&bg).unwrap();
+    let v = site.veem.core.vee(&bg).unwrap();
     assert_eq!((v.state, v.location.clone()), (VeeState::Suspended, Location::Nowhere));
     let calls = site.host("h2").calls();
     assert!(
@@ -309,17 +310,20 @@ async fn a_background_vee_displaced_for_a_recovery_is_saved_and_resumed_when_roo
     );
     assert!(!site.host("h2").runs(&bg));
     let saved = v.latest_checkpoint.clone().unwrap();
-    assert!(site.veem.planner().placement(&bg).is_none());
+    assert!(site.veem.core.planner().placement(&bg).is_none());
     // No room yet: it waits.
     assert_eq!(site.veem.lifecycle.resume_displaced(), 0);
 
     // The standard VEE ends: the background VEE resumes from the saved state.
     site.veem.stop.stop_here(&std_vee).await.unwrap();
     assert_eq!(site.veem.lifecycle.resume_displaced(), 1);
-    crate::sim::eventually("background VEE resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
+    crate::sim::eventually("background VEE resumed", || {
+        site.veem.core.vee(&bg).unwrap().state == VeeState::Running
+    })
+    .await;
     assert_eq!(host_of(&site, &bg), "h2");
     assert!(site.host("h2").runs(&bg));
-    assert_eq!(site.veem.planner().placement(&bg).unwrap().host, "h2");
+    assert_eq!(site.veem.core.planner().placement(&bg).unwrap().host, "h2");
     let ev = events(&site, &bg);
     assert!(
         ev.iter().any(|e| e.contains("displaced to make room") && e.contains(&saved))
@@ -351,20 +355,20 @@ async fn the_levels_side_by_side_on_one_host_failure() {
     site.veem.recovery.recover_host(&x).await.unwrap();
     assert_eq!(host_of(&site, &enhanced), y);
     assert_eq!(host_of(&site, &standard), y);
-    assert_eq!(site.veem.vee(&legacy).unwrap().state, VeeState::Failed);
-    assert_eq!(site.veem.vee(&background).unwrap().state, VeeState::Suspended);
+    assert_eq!(site.veem.core.vee(&legacy).unwrap().state, VeeState::Failed);
+    assert_eq!(site.veem.core.vee(&background).unwrap().state, VeeState::Suspended);
     // The lost legacy VEE holds nothing any more (it held its failed
     // host's slots from the failure's slot on).
-    assert!(site.veem.planner().placement(&legacy).is_none());
+    assert!(site.veem.core.planner().placement(&legacy).is_none());
     site.veem.stop.stop_here(&standard).await.unwrap();
     assert_eq!(
         site.veem.lifecycle.resume_displaced(),
         1,
         "{:?}",
-        site.veem.planner().host_usage(&y, site.veem.now_slot())
+        site.veem.core.planner().host_usage(&y, site.veem.core.now_slot())
     );
     crate::sim::eventually("background resumed", || {
-        site.veem.vee(&background).unwrap().state == VeeState::Running
+        site.veem.core.vee(&background).unwrap().state == VeeState::Running
     })
     .await;
     // A VRM round in the failure's slot (the heartbeat loop's) finds
@@ -373,7 +377,7 @@ async fn the_levels_side_by_side_on_one_host_failure() {
     // the standard VEE stopped within the failure's minute.)
     let (_, report) = site.veem.remapping.remap_failed_host(&x).await.unwrap();
     assert!(report.remapped.is_empty() && report.preempted.is_empty(), "{report:?}");
-    assert_eq!(site.veem.vee(&background).unwrap().state, VeeState::Running);
+    assert_eq!(site.veem.core.vee(&background).unwrap().state, VeeState::Running);
 }
 
 #[tokio::test]
@@ -395,7 +399,7 @@ async fn a_resume_that_finds_its_host_silent_is_tried_again_later() {
     site.host("h2").script.lock().unwrap().failing.clear();
     crate::loops::heartbeat_round(&site.veem).await;
     assert_eq!(site.veem.lifecycle.resume_displaced(), 1, "tried again once h2 answers");
-    crate::sim::eventually("resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
+    crate::sim::eventually("resumed", || site.veem.core.vee(&bg).unwrap().state == VeeState::Running).await;
 }
 
 #[tokio::test]
@@ -417,7 +421,7 @@ async fn a_host_refusing_the_checkpoints_profile_is_not_retried_and_the_next_com
     }
     site.veem.recovery.recover_host(&failed).await.unwrap();
 
-    let v = site.veem.vee(&vee).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
     assert_eq!(v.state, VeeState::Running, "{:#?}", events(&site, &vee));
     let good = host_of(&site, &vee);
     assert!(good != bad && good != failed, "{good}");
@@ -445,21 +449,24 @@ async fn a_displaced_vee_saved_as_mapped_ram_resumes_only_on_a_host_that_reads_i
     // h1 fails: the standard VEE takes h2, the background VEE is saved
     // there as mapped-ram and gives way.
     site.veem.recovery.recover_host("h1").await.unwrap();
-    let saved = site.veem.vee(&bg).unwrap().latest_checkpoint.unwrap();
+    let saved = site.veem.core.vee(&bg).unwrap().latest_checkpoint.unwrap();
     let cp = site.veem.checkpoints.checkpoint_of(&bg, Some(&saved)).unwrap().unwrap();
     assert_eq!(cp.record().unwrap().save_format(), SaveFormat::MappedRam);
     // h1 is back with room, but cannot read the state: it is not placed there.
-    site.veem.planner().set_host_up("h1").unwrap();
+    site.veem.core.planner().set_host_up("h1").unwrap();
     assert_eq!(site.veem.lifecycle.resume_displaced(), 0);
     assert!(
         !site.host("h1").calls().iter().any(|c| c.starts_with(&format!("restore {bg}"))),
         "{:?}",
         site.host("h1").calls()
     );
-    assert!(site.veem.planner().placement(&bg).is_none());
+    assert!(site.veem.core.planner().placement(&bg).is_none());
     // Room on h2, which reads it: it resumes there.
     site.veem.stop.stop_here(&std_vee).await.unwrap();
     assert_eq!(site.veem.lifecycle.resume_displaced(), 1);
-    crate::sim::eventually("background VEE resumed", || site.veem.vee(&bg).unwrap().state == VeeState::Running).await;
+    crate::sim::eventually("background VEE resumed", || {
+        site.veem.core.vee(&bg).unwrap().state == VeeState::Running
+    })
+    .await;
     assert_eq!(host_of(&site, &bg), "h2");
 }

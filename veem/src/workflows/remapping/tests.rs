@@ -18,10 +18,10 @@ fn future_vee_on_h1(site: &FakeSite, ahead_s: i64) -> String {
         ),
     );
     let vee = site.running_service(&m).remove(0);
-    let mut v = site.veem.vee(&vee).unwrap();
+    let mut v = site.veem.core.vee(&vee).unwrap();
     assert_eq!(v.location, Location::Host("h1".into()));
     v.state = VeeState::Admitted;
-    site.veem.save_vee(&v).unwrap();
+    site.veem.core.save_vee(&v).unwrap();
     site.host("h1").script.lock().unwrap().running.remove(&vee);
     vee
 }
@@ -34,7 +34,7 @@ async fn a_reservation_that_starts_during_the_outage_moves_when_it_enters_the_in
     let vee = future_vee_on_h1(&site, 300);
     site.veem.recovery.recover_host("h1").await.unwrap();
     assert_eq!(
-        site.veem.vee(&vee).unwrap().location,
+        site.veem.core.vee(&vee).unwrap().location,
         Location::Host("h1".into()),
         "not yet: it starts in 5 slots"
     );
@@ -43,13 +43,13 @@ async fn a_reservation_that_starts_during_the_outage_moves_when_it_enters_the_in
     for minute in 1..=5 {
         site.clock.advance_ms(60_000);
         site.veem.remapping.remap_failed_host("h1").await.unwrap();
-        if site.veem.vee(&vee).unwrap().location == Location::Host("h2".into()) {
+        if site.veem.core.vee(&vee).unwrap().location == Location::Host("h2".into()) {
             moved_at = Some(minute);
             break;
         }
     }
     assert!(matches!(moved_at, Some(3..=5)), "moved after {moved_at:?} minutes");
-    assert_eq!(site.veem.planner().placement(&vee).unwrap().host, "h2");
+    assert_eq!(site.veem.core.planner().placement(&vee).unwrap().host, "h2");
     assert!(
         site.events(&vee)
             .iter()
@@ -71,7 +71,7 @@ async fn a_reservation_that_starts_during_the_outage_moves_when_it_enters_the_in
     let provider = crate::config::Role::Provider("acme".into());
     site.repo.blobs.lock().unwrap().insert(format!("sha256:{}", "5".repeat(64)));
     let svc = site.veem.deploy.deploy(&provider, later).await.unwrap();
-    assert_eq!(site.veem.vee(&svc.vees[0]).unwrap().host(), Some("h2"));
+    assert_eq!(site.veem.core.vee(&svc.vees[0]).unwrap().host(), Some("h2"));
 }
 
 #[tokio::test]
@@ -85,7 +85,7 @@ async fn eta_and_zeta_come_from_the_configuration() {
     );
     let vee = future_vee_on_h1(&site, 1800);
     site.veem.recovery.recover_host("h1").await.unwrap();
-    assert_eq!(site.veem.vee(&vee).unwrap().location, Location::Host("h2".into()));
+    assert_eq!(site.veem.core.vee(&vee).unwrap().location, Location::Host("h2".into()));
     let e = crate::config::VeemConfig::parse(
         "site_id = \"a\"\nlisten = \"127.0.0.1:1\"\ndb = \"/tmp/x\"\nimage_repo = \"http://127.0.0.1:1\"\n[recovery]\nremap_zeta = 0.5\n",
     )

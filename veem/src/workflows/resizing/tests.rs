@@ -24,7 +24,7 @@ async fn site(hosts: &[&str]) -> FakeSite {
 async fn running(site: &FakeSite, manifest: &str) -> String {
     let svc = site.veem.deploy.deploy(&Role::Provider("acme".into()), manifest).await.unwrap();
     let id = svc.vees[0].clone();
-    eventually("running", || site.veem.vee(&id).unwrap().state == VeeState::Running).await;
+    eventually("running", || site.veem.core.vee(&id).unwrap().state == VeeState::Running).await;
     id
 }
 
@@ -32,7 +32,7 @@ async fn running(site: &FakeSite, manifest: &str) -> String {
 async fn grows_and_shrinks_in_place_within_its_maxima() {
     let site = site(&["h1"]).await;
     let id = running(&site, &resizable()).await;
-    let v = site.veem.vee(&id).unwrap();
+    let v = site.veem.core.vee(&id).unwrap();
     assert_eq!((v.vcpus, v.memory_mib, v.max_vcpus, v.max_memory_mib), (1, 512, 2, 2048));
     let h = site.host(v.host().unwrap());
     let spec = h.spec(&id).unwrap();
@@ -49,7 +49,7 @@ async fn grows_and_shrinks_in_place_within_its_maxima() {
         "{:?}",
         h.calls()
     );
-    let r = site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources;
+    let r = site.veem.core.planner.lock().unwrap().reservation(&id).unwrap().resources;
     assert_eq!((r.vcpus, r.memory_mib), (2, 1536), "the planner holds the new size");
     assert!(site
         .events(&id)
@@ -66,7 +66,7 @@ async fn grows_and_shrinks_in_place_within_its_maxima() {
         assert_eq!(s.code(), tonic::Code::InvalidArgument);
         assert!(s.message().contains(&format!("field `{field}`")), "{}", s.message());
     }
-    assert_eq!(site.veem.vee(&id).unwrap().memory_mib, 512);
+    assert_eq!(site.veem.core.vee(&id).unwrap().memory_mib, 512);
 }
 
 #[tokio::test]
@@ -83,7 +83,7 @@ async fn no_room_on_its_host_or_a_host_that_cannot_changes_nothing() {
     let s = status(err);
     assert_eq!(s.code(), tonic::Code::FailedPrecondition);
     assert!(s.message().contains("no room for") && s.message().contains("h1"), "{}", s.message());
-    let r = site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources;
+    let r = site.veem.core.planner.lock().unwrap().reservation(&id).unwrap().resources;
     assert_eq!(r.memory_mib, 512);
 
     // The host refuses (a guest without the balloon driver, a machine
@@ -91,16 +91,24 @@ async fn no_room_on_its_host_or_a_host_that_cannot_changes_nothing() {
     site.hosts[0].fail("Resize", tonic::Code::FailedPrecondition, "unsupported: vCPU hot-plug");
     let s = status(site.veem.resizing.resize(&id, Some(2), None).await.unwrap_err());
     assert_eq!(s.code(), tonic::Code::FailedPrecondition, "the host's refusal is the site's");
-    assert!(s.message().contains("was not resized on h1") && s.message().contains("vCPU hot-plug"), "{}", s.message());
-    let r = site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources;
+    assert!(
+        s.message().contains("was not resized on h1") && s.message().contains("vCPU hot-plug"),
+        "{}",
+        s.message()
+    );
+    let r = site.veem.core.planner.lock().unwrap().reservation(&id).unwrap().resources;
     assert_eq!(r.vcpus, 1, "given back");
-    assert_eq!(site.veem.vee(&id).unwrap().vcpus, 1);
+    assert_eq!(site.veem.core.vee(&id).unwrap().vcpus, 1);
 
     // A host that does not answer: not a refusal, try again later.
     site.hosts[0].fail("Resize", tonic::Code::Unavailable, "connection refused");
     let s = status(site.veem.resizing.resize(&id, Some(2), None).await.unwrap_err());
     assert_eq!(s.code(), tonic::Code::Unavailable, "{}", s.message());
-    assert_eq!(site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources.vcpus, 1, "given back");
+    assert_eq!(
+        site.veem.core.planner.lock().unwrap().reservation(&id).unwrap().resources.vcpus,
+        1,
+        "given back"
+    );
 }
 
 /// A VEEM that died in the middle of a resize (its reservation resized,
@@ -110,12 +118,12 @@ async fn no_room_on_its_host_or_a_host_that_cannot_changes_nothing() {
 async fn a_resize_cut_short_by_a_takeover_is_rolled_back_to_the_record() {
     let site = site(&["h1"]).await;
     let id = running(&site, &resizable()).await;
-    let now = site.veem.now_slot();
-    site.veem.planner.lock().unwrap().resize_vee(&id, 2, 1024, now).unwrap();
-    site.veem.persist_planner().unwrap();
+    let now = site.veem.core.now_slot();
+    site.veem.core.planner.lock().unwrap().resize_vee(&id, 2, 1024, now).unwrap();
+    site.veem.core.persist_planner().unwrap();
     let site = site.restart();
     assert_eq!(site.veem.resizing.roll_back_cut_short().await, 1);
-    let held = site.veem.planner.lock().unwrap().reservation(&id).unwrap().resources;
+    let held = site.veem.core.planner.lock().unwrap().reservation(&id).unwrap().resources;
     assert_eq!((held.vcpus, held.memory_mib), (1, 512), "the reservation of the record's size");
     assert!(
         site.host("h1").calls().iter().any(|c| c.starts_with("resize")),

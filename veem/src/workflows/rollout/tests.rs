@@ -28,7 +28,7 @@ async fn deployed() -> (FakeSite, String, Vec<VeeRec>) {
     site.repo.blobs.lock().unwrap().extend([OLD.to_string(), NEW.to_string()]);
     let svc = site.veem.deploy.deploy(&Role::Provider("acme".into()), &web()).await.unwrap();
     for id in &svc.vees {
-        eventually("running", || site.veem.vee(id).unwrap().state == VeeState::Running).await;
+        eventually("running", || site.veem.core.vee(id).unwrap().state == VeeState::Running).await;
     }
     let vees = instances(&site, &svc.id);
     assert!(vees.iter().all(|v| v.image == OLD));
@@ -36,7 +36,10 @@ async fn deployed() -> (FakeSite, String, Vec<VeeRec>) {
 }
 
 fn instances(site: &FakeSite, service: &str) -> Vec<VeeRec> {
-    let mut v = site.veem.vees_where(|v| v.service_id == service && v.state != VeeState::Terminated);
+    let mut v = site
+        .veem
+        .core
+        .vees_where(|v| v.service_id == service && v.state != VeeState::Terminated);
     v.sort_by_key(|v| v.instance);
     v
 }
@@ -60,7 +63,7 @@ async fn ended(site: &FakeSite, service: &str) -> RolloutRec {
 
 /// Every event of the VEEs `ids`, in order, as `INDEX kind: detail`.
 fn log(site: &FakeSite, vees: &[VeeRec]) -> Vec<String> {
-    let all = site.veem.store.events().unwrap();
+    let all = site.veem.core.store.events().unwrap();
     all.into_iter()
         .filter_map(|e| {
             let v = vees.iter().find(|v| v.id == e.vee_id)?;
@@ -73,7 +76,7 @@ fn log(site: &FakeSite, vees: &[VeeRec]) -> Vec<String> {
 async fn replaces_each_instance_in_place_one_at_a_time_after_the_last_answers() {
     let (site, service, before) = deployed().await;
     let reservations = |vees: &[VeeRec]| -> Vec<String> {
-        let p = site.veem.planner.lock().unwrap();
+        let p = site.veem.core.planner.lock().unwrap();
         vees.iter().map(|v| format!("{:?}", p.reservation(&v.id))).collect()
     };
     let reserved = reservations(&before);
@@ -118,7 +121,7 @@ async fn replaces_each_instance_in_place_one_at_a_time_after_the_last_answers() 
     let third = instances(&site, &service)[2].clone();
     assert_eq!(third.image, NEW);
     // A rollout waits for every instance to run.
-    if site.veem.vee(&third.id).unwrap().state != VeeState::Running {
+    if site.veem.core.vee(&third.id).unwrap().state != VeeState::Running {
         let e = site
             .veem
             .rollouts
@@ -130,7 +133,7 @@ async fn replaces_each_instance_in_place_one_at_a_time_after_the_last_answers() 
             .unwrap_err();
         assert!(format!("{e:#}").contains("every instance must run at this site"), "{e:#}");
     }
-    eventually("running", || site.veem.vee(&third.id).unwrap().state == VeeState::Running).await;
+    eventually("running", || site.veem.core.vee(&third.id).unwrap().state == VeeState::Running).await;
 
     // Rollback: the old image again, everywhere.
     let back = site

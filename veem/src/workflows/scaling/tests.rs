@@ -29,7 +29,10 @@ async fn site(hosts: &[&str]) -> FakeSite {
 
 /// The live instances of `service`, by index: (index, host, addresses).
 fn instances(site: &FakeSite, service: &str) -> Vec<(u32, String, Vec<String>)> {
-    let mut v: Vec<VeeRec> = site.veem.vees_where(|v| v.service_id == service && v.state != VeeState::Terminated);
+    let mut v: Vec<VeeRec> = site
+        .veem
+        .core
+        .vees_where(|v| v.service_id == service && v.state != VeeState::Terminated);
     v.sort_by_key(|v| v.instance);
     v.iter()
         .map(|v| {
@@ -40,8 +43,12 @@ fn instances(site: &FakeSite, service: &str) -> Vec<(u32, String, Vec<String>)> 
 }
 
 async fn all_running(site: &FakeSite, service: &str) {
-    for v in site.veem.vees_where(|v| v.service_id == service && v.state != VeeState::Terminated) {
-        eventually("running", || site.veem.vee(&v.id).unwrap().state == VeeState::Running).await;
+    for v in site
+        .veem
+        .core
+        .vees_where(|v| v.service_id == service && v.state != VeeState::Terminated)
+    {
+        eventually("running", || site.veem.core.vee(&v.id).unwrap().state == VeeState::Running).await;
     }
 }
 
@@ -63,7 +70,7 @@ async fn grows_through_the_planner_and_shrinks_the_highest_indices() {
     // Each new one has its own addresses and its own host name.
     let addresses: std::collections::BTreeSet<&String> = three.iter().flat_map(|i| &i.2).collect();
     assert_eq!(addresses.len(), 6, "{three:?}");
-    let v2 = site.veem.vees_where(|v| v.service_id == svc.id && v.instance == 2).remove(0);
+    let v2 = site.veem.core.vees_where(|v| v.service_id == svc.id && v.instance == 2).remove(0);
     let spec = site.host(v2.host().unwrap()).spec(&v2.id).unwrap();
     assert_eq!(spec.cloud_init.unwrap().hostname, "web-2");
     // The member tables the hosts hold list all three.
@@ -76,20 +83,23 @@ async fn grows_through_the_planner_and_shrinks_the_highest_indices() {
     .await;
 
     // A fourth does not fit (one host each): refused, nothing changes.
-    let before = (instances(&site, &svc.id), site.veem.planner.lock().unwrap().revision());
+    let before = (instances(&site, &svc.id), site.veem.core.planner.lock().unwrap().revision());
     let e = site.veem.scaling.scale(&svc.id, "web", 4).await.unwrap_err();
     assert!(format!("{e:#}").contains("no host can take it"), "{e:#}");
-    assert_eq!((instances(&site, &svc.id), site.veem.planner.lock().unwrap().revision()), before);
+    assert_eq!(
+        (instances(&site, &svc.id), site.veem.core.planner.lock().unwrap().revision()),
+        before
+    );
 
     // Down to 1: instances 2 and 1 stop cleanly; 0 stays as it was.
-    let victims: Vec<VeeRec> = site.veem.vees_where(|v| v.service_id == svc.id && v.instance > 0);
+    let victims: Vec<VeeRec> = site.veem.core.vees_where(|v| v.service_id == svc.id && v.instance > 0);
     site.veem.scaling.scale(&svc.id, "web", 1).await.unwrap();
     assert_eq!(instances(&site, &svc.id), first);
     for v in &victims {
-        assert_eq!(site.veem.vee(&v.id).unwrap().state, VeeState::Terminated);
+        assert_eq!(site.veem.core.vee(&v.id).unwrap().state, VeeState::Terminated);
         let calls = site.host(v.host().unwrap()).calls();
         assert!(calls.contains(&format!("shutdown {}", v.id)), "{calls:?}");
-        assert!(site.veem.planner.lock().unwrap().reservation(&v.id).is_none());
+        assert!(site.veem.core.planner.lock().unwrap().reservation(&v.id).is_none());
     }
     // Up again: the free indices and addresses are reused.
     site.veem.scaling.scale(&svc.id, "web", 2).await.unwrap();
@@ -142,23 +152,24 @@ async fn a_scale_out_the_site_cannot_hold_goes_to_a_peer_site() {
     // One host, one instance per host: the second goes to site B.
     let grown = a.veem.scaling.scale(&svc.id, "web", 2).await.unwrap();
     assert_eq!(grown.vees.len(), 2);
-    let second = a.veem.vees_where(|v| v.service_id == svc.id && v.instance == 1).remove(0);
+    let second = a.veem.core.vees_where(|v| v.service_id == svc.id && v.instance == 1).remove(0);
     assert_eq!(
         (second.state, second.location.clone()),
         (VeeState::Running, crate::model::Location::Site("site-b".into()))
     );
     assert!(b.host("b1").runs(&second.id), "site B runs it");
-    let at_b = b.veem.vee(&second.id).unwrap();
+    let at_b = b.veem.core.vee(&second.id).unwrap();
     assert_eq!(at_b.for_peer.as_deref(), Some("site-a"));
     assert!(a
         .veem
+        .core
         .store
         .list::<crate::steps::intents::Intent>(crate::store::Tree::Intents)
         .unwrap()
         .is_empty());
     // Back to one: stopped at site B.
     a.veem.scaling.scale(&svc.id, "web", 1).await.unwrap();
-    assert_eq!(a.veem.vee(&second.id).unwrap().state, VeeState::Terminated);
+    assert_eq!(a.veem.core.vee(&second.id).unwrap().state, VeeState::Terminated);
     eventually("gone from B", || !b.host("b1").runs(&second.id)).await;
 
     // Without peer sites in its SLA: refused with the planner's reason,
@@ -168,8 +179,8 @@ async fn a_scale_out_the_site_cannot_hold_goes_to_a_peer_site() {
         .replace("name = \"vm\"", "name = \"web\"")
         .replace("memory_mib = 512", "memory_mib = 3000");
     let svc2 = a.veem.deploy.deploy(&Role::Provider("acme".into()), &local).await.unwrap();
-    let at_b = b.veem.vees_where(|_| true).len();
+    let at_b = b.veem.core.vees_where(|_| true).len();
     let e = format!("{:#}", a.veem.scaling.scale(&svc2.id, "web", 2).await.unwrap_err());
     assert!(e.contains("cannot grow") && !e.contains("peer site"), "{e}");
-    assert_eq!(b.veem.vees_where(|_| true).len(), at_b);
+    assert_eq!(b.veem.core.vees_where(|_| true).len(), at_b);
 }

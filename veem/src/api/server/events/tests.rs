@@ -82,7 +82,7 @@ fn site_with_events(n: usize) -> (FakeSite, Arc<Counting>) {
     let store = Store::on(engine.clone(), "counting").unwrap();
     let site = FakeSite::start_on("site-a", &["h1"], TOKENS, store);
     for i in 0..n {
-        site.veem.event("v", "s", "test", format!("event {i}"));
+        site.veem.core.event("v", "s", "test", format!("event {i}"));
     }
     engine.read.store(0, Ordering::SeqCst);
     (site, engine)
@@ -200,14 +200,14 @@ async fn a_provider_pages_through_its_own_events_reading_a_bound_each_call() {
     let engine = Arc::new(Counting::default());
     let site = FakeSite::start_on("site-a", &["h1"], &tokens, Store::on(engine.clone(), "counting").unwrap());
     let vee = site.running_service(crate::sim::STANDARD).remove(0);
-    let svc = site.veem.vee(&vee).unwrap().service_id;
+    let svc = site.veem.core.vee(&vee).unwrap().service_id;
     for i in 0..5_000 {
         let (v, s) = if i % 1_000 == 0 {
             (vee.as_str(), svc.as_str())
         } else {
             ("other", "other-service")
         };
-        site.veem.event(v, s, "test", format!("event {i}"));
+        site.veem.core.event(v, s, "test", format!("event {i}"));
     }
     let vmi = VmiService::handler(site.veem.clone());
     let (mut mine, mut token, mut calls) = (Vec::new(), String::new(), 0);

@@ -30,13 +30,13 @@ async fn sites(a_overlay: &str) -> (FakeSite, FakeSite, String, String) {
     a.peer_with(&b, "a-to-b-token");
     a.repo.blobs.lock().unwrap().insert(IMAGE.into());
     for h in &a.hosts {
-        a.veem.hosts.heartbeat(&h.name, 3).await;
+        a.veem.core.hosts.heartbeat(&h.name, 3).await;
     }
     let svc = a.veem.deploy.deploy(&Role::Provider("acme".into()), &networked()).await.unwrap();
     for id in &svc.vees {
-        eventually("running", || a.veem.vee(id).unwrap().state == VeeState::Running).await;
+        eventually("running", || a.veem.core.vee(id).unwrap().state == VeeState::Running).await;
     }
-    let vees: Vec<_> = svc.vees.iter().map(|id| a.veem.vee(id).unwrap()).collect();
+    let vees: Vec<_> = svc.vees.iter().map(|id| a.veem.core.vee(id).unwrap()).collect();
     let moving = vees.iter().find(|v| v.instance == 1).unwrap().id.clone();
     let other = vees.iter().find(|v| v.instance == 0).unwrap().host().unwrap().to_string();
     (a, b, moving, other)
@@ -60,7 +60,7 @@ async fn one_host_at_a(
     let b = FakeSite::start_site("site-b", &["b1"], &format!("{B_TRUSTS_A}{OVERLAY_A}"));
     a.peer_with(&b, "a-to-b-token");
     a.repo.blobs.lock().unwrap().insert(IMAGE.into());
-    a.veem.hosts.heartbeat("a1", 3).await;
+    a.veem.core.hosts.heartbeat("a1", 3).await;
     if b_refuses {
         b.host("b1").fail("Prepare", tonic::Code::ResourceExhausted, "no room");
     }
@@ -70,19 +70,19 @@ async fn one_host_at_a(
 
 #[tokio::test]
 async fn a_remote_placement_a_crash_cut_short_is_taken_back_from_the_peer() {
-    use crate::store::Tree;
     use crate::steps::intents::Intent;
+    use crate::store::Tree;
     let (a, b, svc) = one_host_at_a(false).await;
     let svc = svc.unwrap();
-    let intents = |a: &FakeSite| a.veem.store.list::<Intent>(Tree::Intents).unwrap();
+    let intents = |a: &FakeSite| a.veem.core.store.list::<Intent>(Tree::Intents).unwrap();
     assert!(intents(&a).is_empty(), "the admission's commit ends its intent");
     let at_b = svc
         .vees
         .iter()
-        .map(|id| a.veem.vee(id).unwrap())
+        .map(|id| a.veem.core.vee(id).unwrap())
         .find(|v| v.location == Location::Site("site-b".into()))
         .unwrap();
-    assert!(b.veem.vee(&at_b.id).is_ok());
+    assert!(b.veem.core.vee(&at_b.id).is_ok());
     // A Deploy under way writes its intent while the VEEM runs: the
     // periodic retry (of what start-up could not undo) leaves it, and the
     // VEE B booted for it.
@@ -93,7 +93,7 @@ async fn a_remote_placement_a_crash_cut_short_is_taken_back_from_the_peer() {
     };
     a.veem.intents.begin_intent(&under_way).unwrap();
     assert_eq!(a.veem.intents.retry_left().await.unwrap(), 0);
-    assert!(b.veem.vee(&at_b.id).is_ok(), "a step under way was taken for a crash's");
+    assert!(b.veem.core.vee(&at_b.id).is_ok(), "a step under way was taken for a crash's");
     assert_eq!(intents(&a), vec![under_way.clone()]);
     a.veem.intents.drop_intent(&under_way).unwrap();
     // As a VEEM killed after B booted the VEE and before its commit
@@ -107,7 +107,7 @@ async fn a_remote_placement_a_crash_cut_short_is_taken_back_from_the_peer() {
         })
         .unwrap();
     assert_eq!(a.veem.intents.undo_intents().await.unwrap(), 0);
-    assert!(b.veem.vee(&at_b.id).is_err(), "B took it back");
+    assert!(b.veem.core.vee(&at_b.id).is_err(), "B took it back");
     assert!(
         b.host("b1")
             .calls()
@@ -124,10 +124,10 @@ async fn a_service_placed_in_part_at_a_peer_has_its_networks_stretched_there() {
     let (a, b, svc) = one_host_at_a(false).await;
     let svc = svc.unwrap();
     assert_eq!(svc.networks.len(), 2);
-    let vees: Vec<_> = svc.vees.iter().map(|id| a.veem.vee(id).unwrap()).collect();
+    let vees: Vec<_> = svc.vees.iter().map(|id| a.veem.core.vee(id).unwrap()).collect();
     let (vm0, vm1) = (&vees[0], &vees[1]);
     assert_eq!((vm1.state, &vm1.location), (VeeState::Running, &Location::Site("site-b".into())));
-    eventually("vm-0 running", || a.veem.vee(&vm0.id).unwrap().state == VeeState::Running).await;
+    eventually("vm-0 running", || a.veem.core.vee(&vm0.id).unwrap().state == VeeState::Running).await;
     // B's host booted vm-1 on the primary's networks: its NICs as
     // assigned at A, the primary's tables (vm-0 behind a1's VTEP), on
     // the agreed port, without the external address.
@@ -143,7 +143,7 @@ async fn a_service_placed_in_part_at_a_peer_has_its_networks_stretched_there() {
         let at_a1 = nic.members.iter().find(|m| m.name == "vm-0").expect("vm-0 in the table");
         assert_eq!(at_a1.vtep, a.host("a1").vtep());
     }
-    assert_eq!(b.veem.vee(&vm1.id).unwrap().nics[0].primary_members.len(), 2);
+    assert_eq!(b.veem.core.vee(&vm1.id).unwrap().nics[0].primary_members.len(), 2);
     // a1 sends vm-1's frames and its external address to B.
     let script = a.host("a1").script.clone();
     eventually("a1's tables", || {
@@ -162,14 +162,14 @@ async fn a_service_whose_peer_refuses_its_part_is_refused_whole_and_leaves_nothi
     let (a, b, svc) = one_host_at_a(true).await;
     let e = format!("{:#}", svc.unwrap_err());
     assert!(e.contains("no peer site takes the other 1") && e.contains("no room"), "{e}");
-    assert!(a.veem.vees().is_empty(), "site A recorded {:?}", a.veem.vees());
+    assert!(a.veem.core.vees().is_empty(), "site A recorded {:?}", a.veem.core.vees());
     assert!(a.veem.networks.networks_taken().unwrap().subnets.is_empty());
     assert!(
         a.host("a1").calls().iter().all(|c| !c.starts_with("prepare")),
         "{:?}",
         a.host("a1").calls()
     );
-    assert!(b.veem.vees().is_empty(), "site B keeps {:?}", b.veem.vees());
+    assert!(b.veem.core.vees().is_empty(), "site B keeps {:?}", b.veem.core.vees());
     // The same service deploys once B has room.
     b.host("b1").script.lock().unwrap().failing.clear();
     let svc = a.veem.deploy.deploy(&Role::Provider("acme".into()), &apart()).await.unwrap();
@@ -184,7 +184,7 @@ async fn a_live_migration_to_a_peer_stretches_the_networks_there() {
     // The peer's host: the primary's tables, on the agreed port, no
     // external address (it stays at the primary).
     let spec = b.host("b1").spec(&vee).expect("b1 prepared the VEE");
-    let v = a.veem.vee(&vee).unwrap();
+    let v = a.veem.core.vee(&vee).unwrap();
     for (nic, rec) in spec.nics.iter().zip(&v.nics) {
         assert_eq!((nic.vni, nic.mac.as_str(), nic.overlay_port), (rec.vni, rec.mac.as_str(), 4790));
         assert_eq!(nic.members.len(), 2, "the primary's table: {:?}", nic.members);
@@ -213,7 +213,7 @@ async fn a_live_migration_to_a_peer_stretches_the_networks_there() {
 async fn a_vee_restored_at_a_peer_from_a_checkpoint_is_on_its_networks_there() {
     use interfaces::vhi::CheckpointRecord;
     let (a, b, vee, other) = sites(OVERLAY_B).await;
-    let host = a.veem.vee(&vee).unwrap().host().unwrap().to_string();
+    let host = a.veem.core.vee(&vee).unwrap().host().unwrap().to_string();
     let cp = crate::model::CheckpointRec::new(&CheckpointRecord {
         checkpoint_id: uuid::Uuid::new_v4().to_string(),
         vee_id: vee.clone(),
@@ -222,10 +222,10 @@ async fn a_vee_restored_at_a_peer_from_a_checkpoint_is_on_its_networks_there() {
         host,
         ..Default::default()
     });
-    a.veem.store.put(crate::store::Tree::Checkpoints, &cp.id, &cp).unwrap();
+    a.veem.core.store.put(crate::store::Tree::Checkpoints, &cp.id, &cp).unwrap();
     // Its host failed and no host here can take it.
     a.veem.federation.recover_at_peer(&vee, None).await.unwrap();
-    let v = a.veem.vee(&vee).unwrap();
+    let v = a.veem.core.vee(&vee).unwrap();
     assert_eq!((v.state, &v.location), (VeeState::Running, &Location::Site("site-b".into())));
     assert!(
         b.host("b1").calls().contains(&format!("restore {vee} fence=")),
@@ -249,7 +249,7 @@ async fn a_peer_that_refuses_leaves_nothing_stretched() {
     b.host("b1").fail("PrepareIncoming", tonic::Code::ResourceExhausted, "no room");
     let m = migrate_to_b(&a, &vee).await;
     assert_eq!(m.state, MigrationState::Failed);
-    let v = a.veem.vee(&vee).unwrap();
+    let v = a.veem.core.vee(&vee).unwrap();
     assert_eq!(v.state, VeeState::Running);
     assert!(matches!(v.location, Location::Host(_)));
     let script = a.host(&other).script.clone();
@@ -263,8 +263,8 @@ async fn a_peer_that_refuses_leaves_nothing_stretched() {
 #[tokio::test]
 async fn with_every_vee_abroad_a_host_here_anchors_the_networks_until_one_comes_home() {
     let (a, _b, vm1, _) = sites(OVERLAY_B).await;
-    let service = a.veem.vee(&vm1).unwrap().service_id;
-    let vm0 = a.veem.service(&service).unwrap().vees.into_iter().find(|v| v != &vm1).unwrap();
+    let service = a.veem.core.vee(&vm1).unwrap().service_id;
+    let vm0 = a.veem.core.service(&service).unwrap().vees.into_iter().find(|v| v != &vm1).unwrap();
     let anchored = |h: &str| a.host(h).script.lock().unwrap().anchored.get(&100).copied();
     assert_eq!(migrate_to_b(&a, &vm1).await.state, MigrationState::Done);
     assert_ne!(anchored("a1"), Some(true), "vm-0 still runs here: no anchor");
@@ -272,7 +272,7 @@ async fn with_every_vee_abroad_a_host_here_anchors_the_networks_until_one_comes_
     assert_eq!(migrate_to_b(&a, &vm0).await.state, MigrationState::Done);
     // All abroad: the first host up keeps the home part.
     assert_eq!((anchored("a1"), anchored("a2")), (Some(true), None));
-    assert_eq!(a.veem.service(&service).unwrap().anchor.as_deref(), Some("a1"));
+    assert_eq!(a.veem.core.service(&service).unwrap().anchor.as_deref(), Some("a1"));
     // vm-0 comes home to a2: a1 lets the network go.
     let m = a
         .veem
@@ -282,7 +282,7 @@ async fn with_every_vee_abroad_a_host_here_anchors_the_networks_until_one_comes_
     a.veem.migration.approve(&m.id, "operator").unwrap();
     assert_eq!(a.finished(&m.id).await.state, MigrationState::Done);
     assert_eq!((anchored("a1"), anchored("a2")), (Some(false), Some(false)));
-    assert_eq!(a.veem.service(&service).unwrap().anchor, None);
+    assert_eq!(a.veem.core.service(&service).unwrap().anchor, None);
 }
 
 #[tokio::test]
@@ -293,7 +293,7 @@ async fn a_silent_peers_copy_is_cut_off_the_overlay_before_the_vee_runs_here_aga
     let before = host.calls().len();
     // Site B went silent; site A recovers the VEE at home.
     a.veem.peer_watch.recover_from_peer(&vee, "site-b").await.unwrap();
-    let v = a.veem.vee(&vee).unwrap();
+    let v = a.veem.core.vee(&vee).unwrap();
     assert_eq!(v.state, VeeState::Running, "recovered at home");
     // The first update after the silence already drops site B: the
     // VEEM sends it before it asks any host to run the VEE again.
@@ -314,14 +314,14 @@ async fn a_peer_running_a_vee_of_the_service_learns_the_primarys_table_changes()
     let (a, b, vm1, other) = sites(OVERLAY_B).await;
     assert_eq!(migrate_to_b(&a, &vm1).await.state, MigrationState::Done);
     // vm-0 moves between site A's hosts: its VTEP changes.
-    let service = a.veem.vee(&vm1).unwrap().service_id;
-    let vm0 = a.veem.service(&service).unwrap().vees.into_iter().find(|v| v != &vm1).unwrap();
+    let service = a.veem.core.vee(&vm1).unwrap().service_id;
+    let vm0 = a.veem.core.service(&service).unwrap().vees.into_iter().find(|v| v != &vm1).unwrap();
     let to = if other == "a1" { "a2" } else { "a1" };
     assert_eq!(a.migrate_to_host(&vm0, to).await.state, MigrationState::Done);
     let vtep = a.host(to).vtep();
     let at_b = b.host("b1").script.lock().unwrap().networks[&100].clone();
     let vm0_there = at_b.iter().find(|m| m.name == "vm-0").expect("vm-0 in B's table");
     assert_eq!(vm0_there.vtep, vtep, "B's host sends vm-0's frames to its new host");
-    let kept = b.veem.vee(&vm1).unwrap();
+    let kept = b.veem.core.vee(&vm1).unwrap();
     assert_eq!(kept.nics[0].primary_members, at_b, "B's record keeps the table for later specs");
 }

@@ -30,7 +30,7 @@ async fn the_primary_restores_a_peers_checkpoint_only_once_its_repository_holds_
         .vee_action(&vee, Action::Checkpoint, "")
         .await
         .expect("B answers before its copy at A is made");
-    let taken = a.veem.vee(&vee).unwrap().latest_checkpoint.unwrap();
+    let taken = a.veem.core.vee(&vee).unwrap().latest_checkpoint.unwrap();
     assert_ne!(taken, before);
     assert_eq!(replication(&a, &taken), Replication::Awaiting);
     assert!(matches!(
@@ -44,7 +44,7 @@ async fn the_primary_restores_a_peers_checkpoint_only_once_its_repository_holds_
     // A looks for it in its repository: not there.
     a.veem.checkpoints.replicator.pass().await.unwrap();
     eventually("looked for once", || {
-        let c: CheckpointRec = a.veem.store.get(Tree::Checkpoints, &taken).unwrap().unwrap();
+        let c: CheckpointRec = a.veem.core.store.get(Tree::Checkpoints, &taken).unwrap().unwrap();
         c.replication.attempts == 1 && c.replication.retry_at_ms.is_some()
     })
     .await;

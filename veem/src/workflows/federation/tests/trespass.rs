@@ -8,7 +8,7 @@ use interfaces::manifest::GuaranteeLevel;
 
 /// Site A's running VEE as A would send it to B, with `edit` applied.
 fn incoming(a: &FakeSite, vee: &str, edit: impl FnOnce(&mut interfaces::vhi::VeeSpec)) -> IncomingVee {
-    let mut spec = a.veem.networks.spec_of(&a.veem.vee(vee).unwrap());
+    let mut spec = a.veem.networks.spec_of(&a.veem.core.vee(vee).unwrap());
     edit(&mut spec);
     IncomingVee {
         spec,
@@ -22,17 +22,17 @@ fn incoming(a: &FakeSite, vee: &str, edit: impl FnOnce(&mut interfaces::vhi::Vee
 async fn a_peer_cannot_place_its_vee_into_a_local_providers_service() {
     let (a, b, vee) = two_sites(B_TRUSTS_A).await;
     let local = b.running_service(STANDARD).remove(0);
-    let local_service = b.veem.vee(&local).unwrap().service_id;
-    let before: crate::model::ServiceRec = b.veem.store.get(Tree::Services, &local_service).unwrap().unwrap();
+    let local_service = b.veem.core.vee(&local).unwrap().service_id;
+    let before: crate::model::ServiceRec = b.veem.core.store.get(Tree::Services, &local_service).unwrap().unwrap();
 
     let req = incoming(&a, &vee, |s| s.service_id = local_service.clone());
     let e = format!("{:#}", b.veem.federation.accept_incoming("site-a", req).await.unwrap_err());
     assert!(e.contains("service_id") && e.contains("site-a"), "{e}");
 
-    let after: crate::model::ServiceRec = b.veem.store.get(Tree::Services, &local_service).unwrap().unwrap();
+    let after: crate::model::ServiceRec = b.veem.core.store.get(Tree::Services, &local_service).unwrap().unwrap();
     assert_eq!(after.vees, before.vees, "the local service gained no VEE");
-    assert!(b.veem.vee(&vee).is_err(), "no record of the peer's VEE");
-    assert!(b.veem.planner().reservation(&vee).is_none(), "nothing reserved");
+    assert!(b.veem.core.vee(&vee).is_err(), "no record of the peer's VEE");
+    assert!(b.veem.core.planner().reservation(&vee).is_none(), "nothing reserved");
 }
 
 #[tokio::test]
@@ -40,12 +40,15 @@ async fn a_peer_cannot_take_the_id_of_a_local_vee() {
     let (a, b, vee) = two_sites(B_TRUSTS_A).await;
     let local = b.running_service(STANDARD).remove(0);
     b.veem.stop.stop_here(&local).await.unwrap();
-    let before = b.veem.vee(&local).unwrap();
+    let before = b.veem.core.vee(&local).unwrap();
 
     let req = incoming(&a, &vee, |s| s.vee_id = local.clone());
     let e = format!("{:#}", b.veem.federation.accept_incoming("site-a", req).await.unwrap_err());
     assert!(e.contains("vee_id") && e.contains("site-a"), "{e}");
 
-    let after = b.veem.vee(&local).unwrap();
-    assert_eq!((after.service_id, after.for_peer, after.state), (before.service_id, None, before.state));
+    let after = b.veem.core.vee(&local).unwrap();
+    assert_eq!(
+        (after.service_id, after.for_peer, after.state),
+        (before.service_id, None, before.state)
+    );
 }

@@ -14,9 +14,9 @@ const PACED: &str = "heartbeat_interval = \"1s\"\nmax_heartbeats_per_second = 1\
 async fn paced_site(generation: u64) -> (FakeSite, String, String) {
     let site = FakeSite::start(&["h1", "h2"], PACED).await;
     let vee = site.running_service(STANDARD).remove(0);
-    let host = site.veem.vee(&vee).unwrap().host().unwrap().to_string();
+    let host = site.veem.core.vee(&vee).unwrap().host().unwrap().to_string();
     site.host(&host).script.lock().unwrap().domains_generation = generation;
-    site.veem.hosts.heartbeat(&host, 3).await;
+    site.veem.core.hosts.heartbeat(&host, 3).await;
     (site, vee, host)
 }
 
@@ -30,17 +30,17 @@ async fn a_host_whose_generation_did_not_change_is_not_listed_again_one_that_cha
     let mut watch = DomainWatch::default();
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     assert_eq!(lists(&site, &host), 1);
-    site.veem.hosts.heartbeat(&host, 3).await;
+    site.veem.core.hosts.heartbeat(&host, 3).await;
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     assert_eq!(lists(&site, &host), 1, "generation 7 again: its last list stands");
     site.host(&host).script.lock().unwrap().domains_generation = 8;
-    site.veem.hosts.heartbeat(&host, 3).await;
+    site.veem.core.hosts.heartbeat(&host, 3).await;
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     assert_eq!(lists(&site, &host), 2, "generation 8: listed again");
     // A VEEH that keeps no generation (0) is listed every round.
     site.host(&host).script.lock().unwrap().domains_generation = 0;
-    site.veem.hosts.heartbeat(&host, 3).await;
+    site.veem.core.hosts.heartbeat(&host, 3).await;
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     assert_eq!(lists(&site, &host), 4);
@@ -65,7 +65,7 @@ async fn the_watch_starts_from_the_reconciles_lists_and_a_domain_lost_since_is_s
     // Its domain destroyed behind the VEEM's back: the generation moves.
     site.host(&host).set_running(&vee, false);
     site.host(&host).script.lock().unwrap().domains_generation = 8;
-    site.veem.hosts.heartbeat(&host, 3).await;
+    site.veem.core.hosts.heartbeat(&host, 3).await;
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     assert_eq!((lists(&site, &host), watch.missing(&vee)), (2, Some(1)));
 }
@@ -74,7 +74,7 @@ async fn the_watch_starts_from_the_reconciles_lists_and_a_domain_lost_since_is_s
 async fn an_unpaced_site_lists_every_round_whatever_the_generation() {
     let site = FakeSite::start(&["h1"], "").await;
     site.host("h1").script.lock().unwrap().domains_generation = 7;
-    site.veem.hosts.heartbeat("h1", 3).await;
+    site.veem.core.hosts.heartbeat("h1", 3).await;
     let mut watch = DomainWatch::default();
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     site.veem.reconcile.domain_watch_round(&mut watch).await;
@@ -88,14 +88,14 @@ async fn a_domain_gone_behind_the_veems_back_is_restored_once_the_generation_mov
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     site.host(&host).set_running(&vee, false);
     site.host(&host).script.lock().unwrap().domains_generation = 8;
-    site.veem.hosts.heartbeat(&host, 3).await;
+    site.veem.core.hosts.heartbeat(&host, 3).await;
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     assert_eq!(watch.missing(&vee), Some(1));
     // The next round judges by the same list (generation 8 still).
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     assert_eq!(lists(&site, &host), 2);
     crate::sim::eventually("restored", || {
-        site.host(&host).runs(&vee) && site.veem.vee(&vee).unwrap().state == VeeState::Running
+        site.host(&host).runs(&vee) && site.veem.core.vee(&vee).unwrap().state == VeeState::Running
     })
     .await;
 }
@@ -111,8 +111,8 @@ async fn a_vee_recorded_running_after_its_hosts_list_is_not_judged_by_it() {
     // Then it runs (restored, say: the VEEH's generation has not moved
     // yet) and its record is written after the list.
     site.host(&host).set_running(&vee, true);
-    let v = site.veem.vee(&vee).unwrap();
-    site.veem.save_vee(&v).unwrap();
+    let v = site.veem.core.vee(&vee).unwrap();
+    site.veem.core.save_vee(&v).unwrap();
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     assert_eq!(watch.missing(&vee), None, "the list predates the record");
     assert_eq!(lists(&site, &host), 1);
@@ -120,6 +120,6 @@ async fn a_vee_recorded_running_after_its_hosts_list_is_not_judged_by_it() {
     site.veem.reconcile.domain_watch_round(&mut watch).await;
     assert_eq!(lists(&site, &host), 2);
     assert_eq!(watch.missing(&vee), None);
-    assert_eq!(site.veem.vee(&vee).unwrap().state, VeeState::Running);
+    assert_eq!(site.veem.core.vee(&vee).unwrap().state, VeeState::Running);
     assert!(!site.host(&host).calls().iter().any(|c| c.starts_with("restore")));
 }

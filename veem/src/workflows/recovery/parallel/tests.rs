@@ -36,14 +36,14 @@ fn vee_of(site: &FakeSite, level: &str) -> String {
     };
     let m = STANDARD.replace("guarantee = \"standard\"", &sla);
     let vee = site.running_service(&m).remove(0);
-    assert_eq!(site.veem.vee(&vee).unwrap().host(), Some("h1"));
+    assert_eq!(site.veem.core.vee(&vee).unwrap().host(), Some("h1"));
     vee
 }
 
 /// How long after its host's failure VEE `vee` ran again (its `state`
 /// event to running, against the `host-failed` event).
 fn back_after(site: &FakeSite, vee: &str) -> Duration {
-    let events = site.veem.store.events().unwrap();
+    let events = site.veem.core.store.events().unwrap();
     let failed = events.iter().find(|e| e.kind == "host-failed").unwrap().at_ms;
     let running = events
         .iter()
@@ -54,7 +54,7 @@ fn back_after(site: &FakeSite, vee: &str) -> Duration {
 }
 
 fn violations(site: &FakeSite) -> Vec<ViolationRec> {
-    site.veem.store.list(Tree::Violations).unwrap()
+    site.veem.core.store.list(Tree::Violations).unwrap()
 }
 
 /// When each restore on `host` started, from `t0`, and of which VEE.
@@ -73,7 +73,7 @@ async fn ten_vees_of_a_failed_host_are_back_in_about_the_time_of_one_restore() {
     let took = t0.elapsed();
 
     for v in &vees {
-        let rec = site.veem.vee(v).unwrap();
+        let rec = site.veem.core.vee(v).unwrap();
         assert_eq!((rec.state, rec.host()), (VeeState::Running, Some("d1")), "{:#?}", site.events(v));
         let back = back_after(&site, v);
         assert!(back < 2 * RESTORE, "{v} ran again after {back:?}, one restore takes {RESTORE:?}");
@@ -93,7 +93,7 @@ async fn a_destination_never_runs_more_restores_at_once_than_parallel_per_host()
     let took = t0.elapsed();
 
     for v in &vees {
-        assert_eq!(site.veem.vee(v).unwrap().state, VeeState::Running, "{:#?}", site.events(v));
+        assert_eq!(site.veem.core.vee(v).unwrap().state, VeeState::Running, "{:#?}", site.events(v));
     }
     assert_eq!(
         site.host("d1").script.lock().unwrap().max_restores_in_flight,
@@ -116,7 +116,7 @@ async fn without_parallel_per_host_a_destination_runs_half_its_vcpus_at_once() {
 
     site.veem.recovery.recover_host("h1").await.unwrap();
     for v in &vees {
-        assert_eq!(site.veem.vee(v).unwrap().state, VeeState::Running, "{:#?}", site.events(v));
+        assert_eq!(site.veem.core.vee(v).unwrap().state, VeeState::Running, "{:#?}", site.events(v));
     }
     assert_eq!(
         site.host("d1").script.lock().unwrap().max_restores_in_flight,
@@ -147,7 +147,7 @@ async fn queued_restores_start_full_first_then_enhanced_then_the_rest() {
         "{seen:?}"
     );
     for v in level_of.keys() {
-        assert_eq!(site.veem.vee(v).unwrap().state, VeeState::Running, "{:#?}", site.events(v));
+        assert_eq!(site.veem.core.vee(v).unwrap().state, VeeState::Running, "{:#?}", site.events(v));
     }
 }
 
@@ -158,8 +158,8 @@ async fn a_vee_that_cannot_be_restored_is_written_off_while_the_others_come_back
     // The planner's first: sequentially, everyone would wait for its four
     // failed attempts and their backoffs.
     let bad = {
-        let mut p = site.veem.planner.lock().unwrap().clone();
-        let now = site.veem.now_slot();
+        let mut p = site.veem.core.planner.lock().unwrap().clone();
+        let now = site.veem.core.now_slot();
         p.set_host_down("h1", now, 1).unwrap();
         p.recover_host("h1", now).unwrap().steps[0].vee.clone()
     };
@@ -174,11 +174,11 @@ async fn a_vee_that_cannot_be_restored_is_written_off_while_the_others_come_back
     // place given back while it backs off (one after the other, they
     // would have waited for its four attempts and two backoffs: 14 s).
     for v in vees.iter().filter(|v| **v != bad) {
-        assert_eq!(site.veem.vee(v).unwrap().state, VeeState::Running, "{:#?}", site.events(v));
+        assert_eq!(site.veem.core.vee(v).unwrap().state, VeeState::Running, "{:#?}", site.events(v));
         let back = back_after(&site, v);
         assert!(back <= 2 * RESTORE, "{v} ran again after {back:?}: it waited for {bad}");
     }
-    assert_eq!(site.veem.vee(&bad).unwrap().state, VeeState::Failed);
+    assert_eq!(site.veem.core.vee(&bad).unwrap().state, VeeState::Failed);
     let viol = violations(&site);
     assert_eq!(viol.len(), 1, "{viol:?}");
     assert_eq!(viol[0].vee_id, bad);
