@@ -107,6 +107,40 @@ fn scenario(hosts: usize, vees: usize) -> (Value, Planner) {
     (out, p)
 }
 
+/// What planning on a snapshot costs at the planner's size: a snapshot
+/// (`snapshot_us`, median of 101), and a service of 4 VEEs planned on a
+/// fresh snapshot each time (`plan_on_snapshot_us`, median of 101: the
+/// copies its changes make included), as a Deploy plans.
+fn snapshots(p: &mut Planner) -> Value {
+    p.take_changes();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let taken: Vec<f64> = (0..101)
+        .map(|_| {
+            let t = Instant::now();
+            let s = p.snapshot();
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            drop(s);
+            us
+        })
+        .collect();
+    let planned: Vec<f64> = (0..101)
+        .map(|i| {
+            let t = Instant::now();
+            let plan = p.snapshot().plan_admission(&request(1_000_000 + i));
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            assert!(plan.is_ok(), "a service fits at 100,000 VEEs");
+            us
+        })
+        .collect();
+    json!({
+        "snapshot_us": round1(median(taken)),
+        "plan_on_snapshot_us": round1(median(planned)),
+    })
+}
+
 pub(crate) fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
@@ -121,14 +155,17 @@ pub fn run() -> Value {
     drop(p);
     eprintln!("planner: {small}");
     eprintln!("planner: 10,000 hosts / 100,000 VEEs");
-    let (large, p) = scenario(10_000, 100_000);
+    let (large, mut p) = scenario(10_000, 100_000);
     let rss = rss_mib();
     eprintln!("planner: {large}; VmRSS {rss:.1} MiB");
     let reservations = p.reservation_count();
+    let snapshots = snapshots(&mut p);
+    eprintln!("planner: snapshots at 100,000 VEEs: {snapshots}");
     drop(p);
     json!({
         "hosts_1k_vees_10k": small,
         "hosts_10k_vees_100k": large,
+        "snapshot_100k": snapshots,
         "rss_mib_after_100k_vees": round1(rss),
         "rss_mib_at_start": round1(rss_start),
         "reservations_held_at_rss": reservations,

@@ -80,9 +80,10 @@ impl Planner {
         self.evaluate(req, Mode::Admit).0
     }
 
-    /// Answers as [`Planner::admit`] would, without reserving anything.
-    pub fn negotiate(&mut self, req: &ServiceRequest) -> Admission {
-        self.evaluate(req, Mode::Negotiate).0
+    /// Answers as [`Planner::admit`] would, without reserving anything:
+    /// tried on a [`snapshot`](Planner::snapshot).
+    pub fn negotiate(&self, req: &ServiceRequest) -> Admission {
+        self.snapshot().evaluate(req, Mode::Negotiate).0
     }
 
     /// Answers as [`Planner::admit`] and, for an acceptance, the steps
@@ -227,7 +228,7 @@ impl Planner {
             (std::cmp::Reverse((r.memory_mib, r.vcpus, r.disk_gib)), ci, i)
         });
         let mut placed: Vec<(usize, usize, HostIdx)> = Vec::with_capacity(order.len());
-        let cache = WindowCache::new(range, self.p.hosts.len());
+        let cache = WindowCache::new(range);
         for &(ci, ii) in &order {
             let comp = &req.components[ci];
             let Some(profile) = self.profile_id(comp.profile.as_ref()) else {

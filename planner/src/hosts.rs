@@ -1,8 +1,10 @@
 //! Hosts: registration, state (down / up, measured load) and usage queries.
 
+use std::sync::Arc;
+
 use super::capacity::{Down, HostIdx, HostRecord, HostSpec, Resources};
 use super::slots::Slot;
-use super::{intern, HostUsage, PlanError, Planner};
+use super::{intern, PlanError, Planner};
 
 impl Planner {
     /// Adds a host. Errors: [`PlanError::DuplicateHost`].
@@ -15,7 +17,7 @@ impl Planner {
         let region = intern(&mut self.p.regions, &mut self.d.region_ids, &spec.region);
         let idx = self.p.hosts.len() as HostIdx;
         self.d.host_names.insert(spec.name.clone(), idx);
-        self.p.hosts.push(HostRecord {
+        Arc::make_mut(&mut self.p.hosts).push(HostRecord {
             spec,
             profile,
             site,
@@ -24,7 +26,8 @@ impl Planner {
             measured_load: 0.0,
             removed: false,
         });
-        self.d.usage.push(HostUsage::default());
+        self.d.usage.push_back(Arc::default());
+        Arc::make_mut(&mut self.d.peaks).push(Resources::ZERO);
         self.reindex(idx);
         self.d.revision += 1;
         self.d.header_revision += 1;
@@ -42,12 +45,17 @@ impl Planner {
                 count,
             });
         }
-        self.p.hosts[h as usize].removed = true;
+        self.host_mut(h).removed = true;
         self.d.host_names.remove(name);
-        self.d.index.remove(h);
+        Arc::make_mut(&mut self.d.index).remove(h);
         self.d.revision += 1;
         self.d.header_revision += 1;
         Ok(())
+    }
+
+    /// Host `h`'s record, to change: copied first if a snapshot shares it.
+    fn host_mut(&mut self, h: HostIdx) -> &mut HostRecord {
+        &mut Arc::make_mut(&mut self.p.hosts)[h as usize]
     }
 
     /// Marks a host down at slot `now`: no new reservation may use it before
@@ -55,7 +63,7 @@ impl Planner {
     /// remapping interval only). Calling it again moves the block.
     pub fn set_host_down(&mut self, name: &str, now: Slot, block_slots: u32) -> Result<(), PlanError> {
         let h = self.host_idx(name)?;
-        let rec = &mut self.p.hosts[h as usize];
+        let rec = self.host_mut(h);
         let since = rec.down.map_or(now, |d| d.since);
         rec.down = Some(Down {
             since,
@@ -69,7 +77,7 @@ impl Planner {
     /// Marks a host up again.
     pub fn set_host_up(&mut self, name: &str) -> Result<(), PlanError> {
         let h = self.host_idx(name)?;
-        self.p.hosts[h as usize].down = None;
+        self.host_mut(h).down = None;
         self.d.revision += 1;
         self.d.header_revision += 1;
         Ok(())
@@ -81,7 +89,7 @@ impl Planner {
         let h = self.host_idx(name)?;
         let load = if load.is_finite() && load > 0.0 { load } else { 0.0 };
         if self.p.hosts[h as usize].measured_load != load {
-            self.p.hosts[h as usize].measured_load = load;
+            self.host_mut(h).measured_load = load;
             self.d.header_revision += 1;
         }
         self.reindex(h);

@@ -88,12 +88,12 @@ impl Planner {
         let p = &self.p;
         PlannerHeader {
             config: p.config.clone(),
-            hosts: p.hosts.clone(),
+            hosts: p.hosts.to_vec(),
             profiles: p.profiles.clone(),
             sites: p.sites.clone(),
             regions: p.regions.clone(),
-            usage_limits: p.usage_limits.clone(),
-            consumer_usage: p.consumer_usage.clone(),
+            usage_limits: p.usage_limits.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            consumer_usage: p.consumer_usage.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         }
     }
 
@@ -122,12 +122,12 @@ impl Planner {
     pub fn from_parts(header: PlannerHeader, entries: impl IntoIterator<Item = PlannerEntry>) -> Planner {
         let mut p = Persisted {
             config: header.config,
-            hosts: header.hosts,
+            hosts: std::sync::Arc::new(header.hosts),
             profiles: header.profiles,
             sites: header.sites,
             regions: header.regions,
-            usage_limits: header.usage_limits,
-            consumer_usage: header.consumer_usage,
+            usage_limits: header.usage_limits.into_iter().collect(),
+            consumer_usage: header.consumer_usage.into_iter().collect(),
             ..Persisted::default()
         };
         for e in entries {

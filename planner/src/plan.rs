@@ -75,11 +75,13 @@ impl AdmissionPlan {
 impl Planner {
     /// Plans the admission of `req` on the planner as it is: an acceptance
     /// as a plan to apply ([`Planner::apply`]), any other answer
-    /// (counter-offer, rejection, a peer spare needed) as `Err`. Reserves
-    /// nothing and leaves the revision as it was.
-    pub fn plan_admission(&mut self, req: &ServiceRequest) -> Result<AdmissionPlan, Box<Admission>> {
+    /// (counter-offer, rejection, a peer spare needed) as `Err`. Tries its
+    /// placements on a [`snapshot`](Planner::snapshot), never on this
+    /// planner: a caller may plan on a snapshot of its own, without the
+    /// planner's lock, and apply under it.
+    pub fn plan_admission(&self, req: &ServiceRequest) -> Result<AdmissionPlan, Box<Admission>> {
         let revision = self.d.revision;
-        match self.evaluate(req, Mode::Plan) {
+        match self.snapshot().evaluate(req, Mode::Plan) {
             (Admission::Accepted(admitted), steps) => Ok(AdmissionPlan { admitted, revision, steps }),
             (other, _) => Err(Box::new(other)),
         }

@@ -1,7 +1,9 @@
 //! Property tests of the planner's invariants: after any sequence of
 //! admissions, releases, failures, remaps and moves no host is overcommitted
 //! in any slot; a request that is not accepted changes nothing; instance-
-//! scope anti-affinity never puts two instances on one host.
+//! scope anti-affinity never puts two instances on one host; a snapshot
+//! taken before an operation is left as it was, whichever of the two the
+//! operation ran on.
 
 use std::collections::HashSet;
 
@@ -126,6 +128,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut services: Vec<String> = Vec::new();
     let mut vees: Vec<String> = Vec::new();
     for (n, op) in ops.into_iter().enumerate() {
+        // A snapshot before the operation; every other operation runs on
+        // the snapshot and the planner is the copy left behind.
+        let mut other = p.snapshot();
+        if n % 2 == 1 {
+            std::mem::swap(&mut p, &mut other);
+        }
+        let (other_was, other_revision) = (fingerprint(&other), other.revision());
         match op {
             Op::Admit {
                 comps,
@@ -301,6 +310,16 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         }
         if let Err(e) = p.check_invariants() {
             return Err(TestCaseError::fail(format!("after op {n}: {e}")));
+        }
+        prop_assert_eq!(fingerprint(&other), other_was, "after op {}: the change reached the other copy", n);
+        prop_assert_eq!(other.revision(), other_revision);
+        prop_assert!(
+            other.take_changes().is_empty(),
+            "after op {}: a snapshot with changes of its own",
+            n
+        );
+        if let Err(e) = other.check_invariants() {
+            return Err(TestCaseError::fail(format!("after op {n}, the other copy: {e}")));
         }
         if let Err(e) = anti_affinity_holds(&p) {
             return Err(TestCaseError::fail(format!("after op {n}: {e}")));

@@ -104,25 +104,26 @@ impl HostIndex {
 #[derive(Debug)]
 pub(crate) struct WindowCache {
     range: SlotRange,
-    total: RefCell<Vec<Option<Resources>>>,
-    firm: RefCell<Vec<Option<Resources>>>,
+    /// By host, only the hosts looked at (an admission looks at a few of
+    /// thousands: a table of every host cost more to allocate and zero
+    /// than the lookups it saved).
+    total: RefCell<HashMap<HostIdx, Resources>>,
+    firm: RefCell<HashMap<HostIdx, Resources>>,
 }
 
 impl WindowCache {
-    pub(crate) fn new(range: SlotRange, hosts: usize) -> Self {
+    pub(crate) fn new(range: SlotRange) -> Self {
         WindowCache {
             range,
-            total: RefCell::new(vec![None; hosts]),
-            firm: RefCell::new(vec![None; hosts]),
+            total: RefCell::default(),
+            firm: RefCell::default(),
         }
     }
 
     /// Forgets host `h` (its reservations changed).
     pub(crate) fn invalidate(&self, h: HostIdx) {
         for cell in [&self.total, &self.firm] {
-            if let Some(v) = cell.borrow_mut().get_mut(h as usize) {
-                *v = None;
-            }
+            cell.borrow_mut().remove(&h);
         }
     }
 }
@@ -166,7 +167,7 @@ impl Planner {
 
     /// Whether `need` fits on `h` even in its busiest slot.
     fn fits_at_peak(&self, h: HostIdx, need: &Need) -> bool {
-        (self.d.usage[h as usize].peak_total + need.demand).fits_in(&self.p.hosts[h as usize].spec.capacity)
+        (self.d.peaks[h as usize] + need.demand).fits_in(&self.p.hosts[h as usize].spec.capacity)
     }
 
     /// Maximum usage of `h` over the need's window (firm: without
@@ -178,13 +179,11 @@ impl Planner {
             return map.max_in(need.range);
         };
         let cell = if firm { &cache.firm } else { &cache.total };
-        if let Some(v) = cell.borrow().get(h as usize).copied().flatten() {
+        if let Some(v) = cell.borrow().get(&h).copied() {
             return v;
         }
         let v = map.max_in(need.range);
-        if let Some(slot) = cell.borrow_mut().get_mut(h as usize) {
-            *slot = Some(v);
-        }
+        cell.borrow_mut().insert(h, v);
         v
     }
 

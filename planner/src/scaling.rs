@@ -122,7 +122,7 @@ impl Planner {
             .flat_map(|c| c.vees.iter().map(move |v| (c.name.clone(), v)))
             .filter_map(|(c, v)| self.p.primaries.get(v).map(|r| (c, r.host)))
             .collect();
-        let cache = WindowCache::new(range, self.p.hosts.len());
+        let cache = WindowCache::new(range);
         let (mut placements, mut spares, mut preempted) = (Vec::new(), Vec::new(), Vec::new());
         let mut new_hosts = Vec::new();
         for (n, vee) in vees.iter().enumerate() {

@@ -170,7 +170,7 @@ fn admission_is_atomic() {
 
 #[test]
 fn negotiate_reserves_nothing() {
-    let mut p = planner(2, 1024, RankPolicy::Packing);
+    let p = planner(2, 1024, RankPolicy::Packing);
     let before = fingerprint(&p);
     let out = p.negotiate(&request("a", GuaranteeLevel::Enhanced, W, &[("vm", 2, res(1, 256))]));
     assert!(out.is_accepted(), "{out:?}");

@@ -52,3 +52,24 @@ fn a_plan_that_displaces_background_removes_its_reservation_when_applied() {
     assert!(p.take_changes().is_empty(), "written by the caller: not noted again");
     p.check_invariants().unwrap();
 }
+
+/// A snapshot is the planner as it was: an admission on it reserves
+/// nothing in the planner, one on the planner does not reach it, it has
+/// no pending changes of its own to save, and each keeps its invariants.
+#[test]
+fn a_snapshot_and_its_planner_change_apart() {
+    let mut p = planner(2, 1024, RankPolicy::Packing);
+    accepted(p.admit(&request("a", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 512))])));
+    let mut s = p.snapshot();
+    assert!(s.take_changes().is_empty(), "nothing of the planner's to save");
+    let planner_was = fingerprint(&p);
+    accepted(s.admit(&request("b", GuaranteeLevel::Standard, W, &[("vm", 2, res(1, 256))])));
+    assert_eq!(fingerprint(&p), planner_was, "the snapshot's admission reached the planner");
+    let snapshot_was = fingerprint(&s);
+    accepted(p.admit(&request("c", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 768))])));
+    assert_eq!(fingerprint(&s), snapshot_was, "the planner's admission reached the snapshot");
+    let saved: Vec<String> = p.take_changes().into_iter().map(|(k, _)| k).collect();
+    assert!(saved.iter().any(|k| k == "v/c") && !saved.iter().any(|k| k == "v/b"), "{saved:?}");
+    p.check_invariants().unwrap();
+    s.check_invariants().unwrap();
+}

@@ -148,7 +148,10 @@ impl Deploy {
         let mut spare_site = None;
         let mut stale = None;
         for attempt in 1..=PLAN_ATTEMPTS {
-            let mut verdict = self.planner.lock().unwrap().plan_admission(&req);
+            // Planned on a snapshot, the planner's lock held only to take
+            // it: the commit refuses a plan the planner moved past.
+            let snapshot = self.planner.lock().unwrap().snapshot();
+            let mut verdict = snapshot.plan_admission(&req);
             let needs = match (&verdict, &spare_site) {
                 (Err(no), None) => match &**no {
                     Admission::NeedsPeerSpare { spares } => Some(spares.clone()),
@@ -164,7 +167,8 @@ impl Deploy {
                     .map_err(|reasons| DeployError::rejected(crate::steps::spares::NO_SPARE, &reasons))?;
                 req.peer_spare = PeerSpare::Offered { site: site.clone() };
                 spare_site = Some((site, needs.iter().map(|n| n.vee.clone()).collect::<Vec<_>>()));
-                verdict = self.planner.lock().unwrap().plan_admission(&req);
+                let snapshot = self.planner.lock().unwrap().snapshot();
+                verdict = snapshot.plan_admission(&req);
             }
             let planned = self.deploy_planned(caller, toml, &m, &req, verdict, request).await;
             match planned {
@@ -428,6 +432,7 @@ impl Deploy {
     /// nothing.
     fn plan_in_part(&self, req: &ServiceRequest) -> Option<(AdmissionPlan, Vec<LeftOver>)> {
         let all = all_vees(req);
+        let snapshot = self.planner.lock().unwrap().snapshot();
         for k in (1..all.len()).rev() {
             let keep: std::collections::HashSet<&String> = all[..k].iter().map(|x| &x.2).collect();
             let mut sub = req.clone();
@@ -435,7 +440,7 @@ impl Deploy {
                 c.vees.retain(|v| keep.contains(v));
             }
             sub.components.retain(|c| !c.vees.is_empty());
-            if let Ok(plan) = self.planner.lock().unwrap().plan_admission(&sub) {
+            if let Ok(plan) = snapshot.plan_admission(&sub) {
                 return Some((plan, all[k..].to_vec()));
             }
         }

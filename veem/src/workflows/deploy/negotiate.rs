@@ -128,7 +128,8 @@ impl Deploy {
             }
         };
         let req = self.request(&m, &uuid::Uuid::new_v4().to_string());
-        let verdict = self.planner.lock().unwrap().negotiate(&req);
+        let snapshot = self.planner.lock().unwrap().snapshot();
+        let verdict = snapshot.negotiate(&req);
         let offer = self.reply(&req, verdict);
         self.metrics.negotiation(offer.verdict.as_str());
         offer

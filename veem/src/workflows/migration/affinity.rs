@@ -72,7 +72,7 @@ impl Migration {
         match &to {
             Dest::Host(h) => {
                 let now = self.now_slot();
-                let mut plan = self.planner.lock().unwrap().clone();
+                let mut plan = self.planner.lock().unwrap().snapshot();
                 if let Err(e) = plan.move_set(&set, h, now) {
                     refuse!("VEE {} cannot move to {h} with its affinity set ({names}): {e}", v.id);
                 }

@@ -52,7 +52,7 @@ impl Migration {
                 }
                 if v.host().is_some() {
                     let now = self.now_slot();
-                    let mut plan = self.planner.lock().unwrap().clone();
+                    let mut plan = self.planner.lock().unwrap().snapshot();
                     if let Err(e) = plan.move_vee(vee_id, h, now) {
                         let set = self.affinity_set_of(vee_id, &to);
                         if set.len() > 1 {
@@ -138,7 +138,7 @@ impl Migration {
             refuse!("VEE {vee_id} does not run on a host of this site; an operator moves it")
         };
         let now = self.now_slot();
-        let plan = self.planner.lock().unwrap().clone();
+        let plan = self.planner.lock().unwrap().snapshot();
         // The VEE and what host affinity binds to it go together.
         let set = plan.affinity_set(vee_id, interfaces::manifest::ConstraintLevel::Host);
         let to = self
@@ -146,7 +146,7 @@ impl Migration {
             .names()
             .into_iter()
             .filter(|h| h != from && self.hosts.health(h) != crate::hosts::Health::Failed)
-            .find(|h| plan.clone().move_set(&set, h, now).is_ok())
+            .find(|h| plan.snapshot().move_set(&set, h, now).is_ok())
             .ok_or_else(|| MigrationError::Refused(format!("VEE {vee_id}: no other host of the site can take it for the rest of its window")))?;
         self.propose(vee_id, Dest::Host(to), reason, by)
     }
@@ -242,7 +242,7 @@ impl Migration {
             .filter(|h| h != host && self.hosts.health(h) == crate::hosts::Health::Up)
             .collect();
         let now = self.now_slot();
-        let mut plan = self.planner.lock().unwrap().clone();
+        let mut plan = self.planner.lock().unwrap().snapshot();
         let mut out = Vec::new();
         for v in self.vees_where(|v| v.host() == Some(host) && v.state == VeeState::Running) {
             let Some(t) = targets.iter().find(|h| plan.move_vee(&v.id, h, now).is_ok()) else {
