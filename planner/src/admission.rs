@@ -50,8 +50,9 @@ pub(crate) enum Step {
     Service(ServiceRecord),
     /// A reservation (a VEE's or a spare's).
     Add(Reservation),
-    /// A displaced background VEE's reservation goes.
-    Remove(ReservationKey),
+    /// A displaced background VEE's reservation goes (as it was when
+    /// planned).
+    Remove(Reservation),
     /// The spare a peer site holds (full guarantee).
     PeerSpare(SpareNeed),
 }
@@ -425,7 +426,7 @@ impl Planner {
                 Undo::Service(id) => steps.extend(self.p.services.get(id).cloned().map(Step::Service)),
                 Undo::ServiceWas(old) => steps.extend(self.p.services.get(&old.id).cloned().map(Step::Service)),
                 Undo::Added(k) => steps.extend(self.get(k).cloned().map(Step::Add)),
-                Undo::Removed(r) => steps.push(Step::Remove(r.key())),
+                Undo::Removed(r) => steps.push(Step::Remove(r.clone())),
             }
         }
         steps.extend(peer_spares.iter().cloned().map(Step::PeerSpare));

@@ -366,8 +366,9 @@ impl Planner {
     /// The planner's revision: it moves with every change an admission
     /// depends on (reservations, services, peer spares, hosts added,
     /// removed, down or up, usage SLAs), not with measured inputs (load,
-    /// consumers' averages). A plan made at one revision is applied only
-    /// at that revision ([`plan`]). Not persisted: it starts at 0.
+    /// consumers' averages). A plan made at this revision applies as it is;
+    /// at an older one it is checked against the fresh state first
+    /// ([`plan`]). Not persisted: it starts at 0.
     pub fn revision(&self) -> u64 {
         self.d.revision
     }

@@ -4,18 +4,26 @@
 //!
 //! [`Planner::plan_admission`] answers as [`Planner::admit`] but reserves
 //! nothing: an acceptance comes as an [`AdmissionPlan`], holding the
-//! admission, the planner's [`revision`](Planner::revision) it was made at
-//! and the steps that reserve it. The caller writes the plan's
+//! admission, the planner's [`revision`](Planner::revision) it was made at,
+//! the steps that reserve it and what it read that another change could
+//! make wrong. The caller writes the plan's
 //! [`entries`](AdmissionPlan::entries) with its own records in one commit,
-//! then [`Planner::apply`]s it. A plan is applied only at the revision it
-//! was made at: a planner changed since refuses it with [`Stale`] (and is
-//! left as it was), and the caller plans again on the fresh state. No
-//! caller ever undoes an admission by hand.
+//! then [`Planner::apply`]s it. A planner changed since the plan checks it
+//! against its fresh state, as Nomad's plan applier does
+//! ([`Planner::check_plan`]): each reservation on a host that is still
+//! usable and still has the room in every slot of its range (after the
+//! plan's own earlier steps), each displaced background VEE where the plan
+//! found it, the service records it changes as it read them, and, for a
+//! consumer under a usage SLA (whose verdict depends on the whole site's
+//! usage), an unchanged planner. So admissions on other hosts and of other
+//! services do not conflict; a plan that no longer holds is refused with
+//! [`Stale`] (the planner left as it was), and the caller plans again on
+//! the fresh state. No caller ever undoes an admission by hand.
 
 use super::admission::{Mode, Step};
 use super::keys::{peer_spare_key, reservation_key, service_key};
 use super::request::{Admission, Admitted, ServiceRequest};
-use super::{Planner, PlannerEntry};
+use super::{Planner, PlannerEntry, ServiceId, ServiceRecord};
 
 /// An accepted admission, planned at one revision of the planner and not
 /// reserved yet.
@@ -25,22 +33,41 @@ pub struct AdmissionPlan {
     pub admitted: Admitted,
     revision: u64,
     steps: Vec<Step>,
+    reads: Reads,
 }
 
-/// A plan made at an older revision of the planner than the current one:
-/// plan again.
+/// What a plan read that a change since would make wrong (besides the
+/// hosts it reserves on, checked by their room): the records of the
+/// services it changes as they were (`None`: none), and whether its
+/// consumer is under a usage SLA (then only the revision it was made at
+/// will do).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Reads {
+    services: Vec<(ServiceId, Option<ServiceRecord>)>,
+    usage_limited: bool,
+}
+
+/// A plan that no longer holds on the planner as it is now (see the
+/// module doc): plan again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the planner changed since the plan was made (revision {planned}, now {now}): plan again")]
+#[error("the planner changed since the plan was made (revision {planned}, now {now}: {why}): plan again")]
 pub struct Stale {
     /// The revision the plan was made at.
     pub planned: u64,
     /// The planner's revision now.
     pub now: u64,
+    /// What changed under the plan.
+    pub why: String,
 }
 
 impl AdmissionPlan {
-    pub(crate) fn new(admitted: Admitted, revision: u64, steps: Vec<Step>) -> Self {
-        Self { admitted, revision, steps }
+    pub(crate) fn new(admitted: Admitted, revision: u64, steps: Vec<Step>, reads: Reads) -> Self {
+        Self {
+            admitted,
+            revision,
+            steps,
+            reads,
+        }
     }
 
     /// The planner's revision it was made at.
@@ -65,7 +92,7 @@ impl AdmissionPlan {
                         PlannerEntry::Primary(r.clone())
                     }),
                 ),
-                Step::Remove(k) => (reservation_key(&k.vee, k.spare), None),
+                Step::Remove(r) => (reservation_key(&r.vee, r.spare), None),
                 Step::PeerSpare(n) => (peer_spare_key(&n.vee), Some(PlannerEntry::PeerSpare(n.clone()))),
             })
             .collect()
@@ -82,9 +109,83 @@ impl Planner {
     pub fn plan_admission(&self, req: &ServiceRequest) -> Result<AdmissionPlan, Box<Admission>> {
         let revision = self.d.revision;
         match self.snapshot().evaluate(req, Mode::Plan) {
-            (Admission::Accepted(admitted), steps) => Ok(AdmissionPlan { admitted, revision, steps }),
+            (Admission::Accepted(admitted), steps) => {
+                let reads = self.reads_of(&steps, &req.service_id);
+                Ok(AdmissionPlan::new(admitted, revision, steps, reads))
+            }
             (other, _) => Err(Box::new(other)),
         }
+    }
+
+    /// What a plan of `steps` for service `service` read (see [`Reads`]),
+    /// from this planner as it was planned on.
+    pub(crate) fn reads_of(&self, steps: &[Step], service: &str) -> Reads {
+        let services = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Service(r) => Some((r.id.clone(), self.p.services.get(&r.id).cloned())),
+                _ => None,
+            })
+            .collect();
+        let consumer = steps.iter().find_map(|s| match s {
+            Step::Service(r) => Some(r.consumer.clone()),
+            _ => None,
+        });
+        let consumer = consumer.or_else(|| self.p.services.get(service).map(|s| s.consumer.clone()));
+        Reads {
+            services,
+            usage_limited: consumer.is_some_and(|c| self.p.usage_limits.contains_key(&c)),
+        }
+    }
+
+    /// Whether `plan` still holds on the planner as it is (see the module
+    /// doc): at the revision it was made at it does; else each of its steps
+    /// is checked, in order, on a snapshot. Errors: [`Stale`], naming what
+    /// changed under it.
+    pub fn check_plan(&self, plan: &AdmissionPlan) -> Result<(), Stale> {
+        if plan.revision == self.d.revision {
+            return Ok(());
+        }
+        let stale = |why: String| Stale {
+            planned: plan.revision,
+            now: self.d.revision,
+            why,
+        };
+        if plan.reads.usage_limited {
+            return Err(stale("its consumer is under a usage SLA, which the whole site's usage decides".into()));
+        }
+        for (id, was) in &plan.reads.services {
+            if self.p.services.get(id) != was.as_ref() {
+                return Err(stale(format!("service {id} changed")));
+            }
+        }
+        let mut s = self.snapshot();
+        for step in &plan.steps {
+            match step {
+                Step::Service(_) | Step::PeerSpare(_) => {}
+                Step::Remove(r) => match s.get(&r.key()) {
+                    Some(now) if now == r => {
+                        s.remove_reservation(&r.key());
+                    }
+                    Some(_) => return Err(stale(format!("the reservation of displaced VEE {} moved", r.vee))),
+                    None => {}
+                },
+                Step::Add(r) => {
+                    if s.get(&r.key()).is_some() {
+                        return Err(stale(format!("VEE {} has a reservation already", r.vee)));
+                    }
+                    let host = &s.p.hosts[r.host as usize];
+                    if !host.usable_for(r.range.start) {
+                        return Err(stale(format!("host {} is down or removed", host.spec.name)));
+                    }
+                    if let Some(slot) = s.d.usage[r.host as usize].total.first_conflict(r.range, &r.resources, &host.spec.capacity) {
+                        return Err(stale(format!("host {} has no room for VEE {} in slot {slot}", host.spec.name, r.vee)));
+                    }
+                    s.insert_reservation(r.clone());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Reserves what `plan` admits, when the planner is still at the
@@ -101,12 +202,7 @@ impl Planner {
     }
 
     fn apply_noting(&mut self, plan: AdmissionPlan, note: bool) -> Result<Admitted, Stale> {
-        if plan.revision != self.d.revision {
-            return Err(Stale {
-                planned: plan.revision,
-                now: self.d.revision,
-            });
-        }
+        self.check_plan(&plan)?;
         let pending = self.d.changed.len();
         for step in plan.steps {
             match step {
@@ -115,8 +211,8 @@ impl Planner {
                     self.p.services.insert(r.id.clone(), r);
                 }
                 Step::Add(r) => self.insert_reservation(r),
-                Step::Remove(k) => {
-                    self.remove_reservation(&k);
+                Step::Remove(r) => {
+                    self.remove_reservation(&r.key());
                 }
                 Step::PeerSpare(n) => {
                     self.note_change(peer_spare_key(&n.vee));

@@ -1,7 +1,9 @@
 //! Property tests of the planner's invariants: after any sequence of
 //! admissions, releases, failures, remaps and moves no host is overcommitted
 //! in any slot; a request that is not accepted changes nothing; instance-
-//! scope anti-affinity never puts two instances on one host; a snapshot
+//! scope anti-affinity never puts two instances on one host; a plan made
+//! before other operations either still holds and is applied or is stale
+//! and changes nothing (Nomad's plan applier); a snapshot
 //! taken before an operation is left as it was, whichever of the two the
 //! operation ran on.
 
@@ -127,6 +129,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     p.take_changes();
     let mut services: Vec<String> = Vec::new();
     let mut vees: Vec<String> = Vec::new();
+    // A plan held over to a later admission (see Op::Admit).
+    let mut held: Option<AdmissionPlan> = None;
     for (n, op) in ops.into_iter().enumerate() {
         // A snapshot before the operation; every other operation runs on
         // the snapshot and the planner is the copy left behind.
@@ -159,10 +163,36 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 if r.guarantee == GuaranteeLevel::Full && start % 2 == 0 {
                     r.peer_spare = PeerSpare::Offered { site: "peer".into() };
                 }
+                // A plan made at an earlier admission (of another service:
+                // another Deploy that waited), applied now, after whatever
+                // came between: it holds and its service is admitted, or it
+                // is stale and changes nothing; the invariants are checked
+                // below either way.
+                if !dry_run {
+                    if let Some(plan) = held.take() {
+                        let was = fingerprint(&p);
+                        let (sid, placed) = (plan.admitted.service.clone(), plan.admitted.placements.clone());
+                        match p.apply(plan) {
+                            Ok(_) => {
+                                services.push(sid);
+                                vees.extend(placed.into_iter().map(|x| x.vee));
+                            }
+                            Err(_) => prop_assert_eq!(fingerprint(&p), was, "a stale plan changed the planner"),
+                        }
+                    }
+                    let mut later = r.clone();
+                    later.service_id = format!("x{n}");
+                    for c in &mut later.components {
+                        for v in &mut c.vees {
+                            *v = format!("x{v}");
+                        }
+                    }
+                    held = p.plan_admission(&later).ok();
+                }
                 let before = fingerprint(&p);
-                // The same admission as a plan, on a copy: it reserves
+                // The same admission as a plan, on a snapshot: it reserves
                 // nothing, and applied it gives what admit gives.
-                let mut copy = p.clone();
+                let mut copy = p.snapshot();
                 let revision = copy.revision();
                 let plan = copy.plan_admission(&r);
                 prop_assert_eq!(fingerprint(&copy), before.clone());

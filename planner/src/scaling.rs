@@ -47,21 +47,22 @@ impl Planner {
     /// as `Err`: [`Admission::Rejected`] naming the field or the VEE and
     /// the reason (an unknown service or component, an ID in use, no host
     /// for an instance with why, the usage SLA), or
-    /// [`Admission::NeedsPeerSpare`]. Reserves nothing and leaves the
-    /// revision as it was.
+    /// [`Admission::NeedsPeerSpare`]. Reserves nothing.
     pub fn plan_scale_out(
-        &mut self,
+        &self,
         id: &str,
         component: &str,
         vees: &[VeeId],
         from: Slot,
         peer_spare: &PeerSpare,
     ) -> Result<AdmissionPlan, Box<Admission>> {
-        let (changed, revision) = (self.d.changed.len(), self.d.revision);
-        let answer = self.try_scale_out(id, component, vees, from, peer_spare);
-        self.d.changed.truncate(changed);
-        self.d.revision = revision;
-        answer.map(|(admitted, steps)| AdmissionPlan::new(admitted, revision, steps))
+        let revision = self.d.revision;
+        // Tried on a snapshot, never on this planner.
+        let answer = self.snapshot().try_scale_out(id, component, vees, from, peer_spare);
+        answer.map(|(admitted, steps)| {
+            let reads = self.reads_of(&steps, &admitted.service);
+            AdmissionPlan::new(admitted, revision, steps, reads)
+        })
     }
 
     fn try_scale_out(

@@ -1,6 +1,7 @@
 //! Unit tests of admission as a plan (issue 37, after Nomad's scheduler):
-//! a plan made on the planner as it was, applied only at the revision it
-//! was made at, its entries what applying it changes.
+//! a plan made on the planner as it was, applied at the revision it was
+//! made at or where it still holds on the fresh state, its entries what
+//! applying it changes.
 
 use vee_manifest::GuaranteeLevel;
 
@@ -72,4 +73,45 @@ fn a_snapshot_and_its_planner_change_apart() {
     assert!(saved.iter().any(|k| k == "v/c") && !saved.iter().any(|k| k == "v/b"), "{saved:?}");
     p.check_invariants().unwrap();
     s.check_invariants().unwrap();
+}
+
+/// Two plans made at the same revision that fit together are both
+/// applied (Nomad's plan applier: the second is checked against the
+/// fresh state, not refused for its revision); one whose host went down
+/// since, or whose host the first filled, is stale, naming why.
+#[test]
+fn plans_made_together_commit_unless_their_hosts_changed() {
+    let mut p = planner(2, 1024, RankPolicy::Striping);
+    let a = p
+        .plan_admission(&request("a", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 512))]))
+        .unwrap();
+    let b = p
+        .plan_admission(&request("b", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 512))]))
+        .unwrap();
+    p.apply(a).unwrap();
+    p.apply(b).unwrap();
+    assert_eq!(p.service_ids().count(), 2);
+    p.check_invariants().unwrap();
+    // Planned on a full host: the other's room is gone by the time it applies.
+    let mut p = planner(1, 1024, RankPolicy::Packing);
+    let c = p
+        .plan_admission(&request("c", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 768))]))
+        .unwrap();
+    let d = p
+        .plan_admission(&request("d", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 512))]))
+        .unwrap();
+    p.apply(c).unwrap();
+    let before = fingerprint(&p);
+    let stale = p.apply(d).unwrap_err();
+    assert!(stale.why.contains("host h0 has no room for VEE d-vm-0"), "{stale}");
+    assert_eq!(fingerprint(&p), before);
+    // Planned on a host that went down since.
+    let mut p = planner(2, 1024, RankPolicy::Packing);
+    let e = p
+        .plan_admission(&request("e", GuaranteeLevel::Standard, W, &[("vm", 1, res(1, 512))]))
+        .unwrap();
+    let host = e.admitted.placements[0].host.clone();
+    p.set_host_down(&host, 0, 100).unwrap();
+    let stale = p.apply(e).unwrap_err();
+    assert!(stale.why.contains(&format!("host {host} is down")), "{stale}");
 }

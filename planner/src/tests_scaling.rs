@@ -97,3 +97,18 @@ fn the_usage_sla_counts_new_instances() {
     let e = p.plan_scale_out("s", "web", &ids("s", 2, 1), 0, &PeerSpare::NotAsked).unwrap_err();
     assert!(e.reasons().join("").contains("usage SLA"), "{e:?}");
 }
+
+/// Two scale-outs of one service planned together: the first applies,
+/// the second read the service's record as it was and is stale.
+#[test]
+fn two_scale_outs_of_one_service_planned_together_do_not_both_apply() {
+    let mut p = planner(3, 4096, RankPolicy::Packing);
+    accepted(p.admit(&request("s", GuaranteeLevel::Standard, W, &[("web", 1, res(1, 256))])));
+    let first = p.plan_scale_out("s", "web", &ids("s", 1, 1), 10, &PeerSpare::NotAsked).unwrap();
+    let second = p.plan_scale_out("s", "web", &ids("s", 1, 1), 10, &PeerSpare::NotAsked).unwrap();
+    p.apply(first).unwrap();
+    let stale = p.apply(second).unwrap_err();
+    assert!(stale.why.contains("service s changed"), "{stale}");
+    assert_eq!(p.service("s").unwrap().components[0].vees, ids("s", 0, 2));
+    p.check_invariants().unwrap();
+}

@@ -130,14 +130,16 @@ impl PlannerStore {
 }
 
 impl PlannerStore {
-    /// Commits `plan` (Deploy's admission, made on the planner at an
-    /// earlier moment): when the planner is still at the plan's revision,
-    /// writes the plan's entries with `also` in one atomic commit, then
-    /// applies the plan to the planner; the planner's lock is held from
-    /// the check to the apply, so nothing comes between. `Ok(Err(Stale))`
-    /// when the planner changed since the plan (nothing written); else the
-    /// admission and the revision of the commit. Errors: the store's
-    /// (nothing written, nothing applied).
+    /// Commits `plan` (Deploy's admission, made on a snapshot of the
+    /// planner at an earlier moment): when the plan still holds on the
+    /// planner ([`Planner::check_plan`]: at its revision, or its hosts'
+    /// room, displaced VEEs and service records unchanged), writes the
+    /// plan's entries with `also` in one atomic commit, then applies the
+    /// plan to the planner; the planner's lock is held from the check to
+    /// the apply, so nothing comes between. `Ok(Err(Stale))` when it no
+    /// longer holds (nothing written); else the admission and the revision
+    /// of the commit. Errors: the store's (nothing written, nothing
+    /// applied).
     pub fn commit_plan(
         &self,
         planner: &Mutex<Planner>,
@@ -146,11 +148,8 @@ impl PlannerStore {
     ) -> crate::store::Result<Result<(Admitted, Revision), Stale>> {
         let _saves = self.written.lock().unwrap();
         let mut p = planner.lock().unwrap();
-        if p.revision() != plan.revision() {
-            return Ok(Err(Stale {
-                planned: plan.revision(),
-                now: p.revision(),
-            }));
+        if let Err(stale) = p.check_plan(&plan) {
+            return Ok(Err(stale));
         }
         let mut batch = also;
         put_entries(&mut batch, &plan.entries())?;

@@ -150,7 +150,11 @@ mod tests {
 
     #[test]
     fn a_deploys_error_is_coded_by_its_variant() {
-        let stale = crate::planner::Stale { planned: 1, now: 2 };
+        let stale = crate::planner::Stale {
+            planned: 1,
+            now: 2,
+            why: "host h1 has no room".into(),
+        };
         let cases = [
             (DeployError::Contended { attempts: 5, last: stale }, Code::Aborted),
             (DeployError::rejected("reject", &["no room".into()]), Code::FailedPrecondition),
