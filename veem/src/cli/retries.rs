@@ -58,22 +58,27 @@ pub const LEADER_RETRIES: u32 = 3;
 /// starting, after a takeover: marked `vee-not-acting`), so that the
 /// site's leader, now or soon another, is to be asked again; not when the
 /// site's store is read-only (asking again does not help), nor for the
-/// leader's own UNAVAILABLE (a host it could not reach: its answer).
+/// leader's own UNAVAILABLE (a host it could not reach: its answer, whose
+/// message may well speak of a connection). A failure of the connection
+/// is told by where the status was made: on this side, from the
+/// transport's error, which it keeps as its source; an answer of the VEEM
+/// has none.
 pub(crate) fn leader_lost(e: &anyhow::Error) -> bool {
     let Some(s) = e.chain().find_map(|c| c.downcast_ref::<tonic::Status>()) else {
         return false;
     };
     let m = s.message();
-    let transport = [
-        "transport error",
-        "connection",
-        "h2 protocol error",
-        "http2 error",
-        "keep-alive",
-        "broken pipe",
-    ]
-    .iter()
-    .any(|w| m.contains(w));
+    let transport = std::error::Error::source(s).is_some()
+        && [
+            "transport error",
+            "connection",
+            "h2 protocol error",
+            "http2 error",
+            "keep-alive",
+            "broken pipe",
+        ]
+        .iter()
+        .any(|w| m.contains(w));
     match s.code() {
         tonic::Code::Unavailable => !read_only(s) && (interfaces::fencing::not_acting(s) || transport),
         tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled => transport,
@@ -101,5 +106,38 @@ mod tests {
         assert!(!deploy_again(&read_only));
         assert!(!deploy_again(&tonic::Status::failed_precondition("rejected: no host fits")));
         assert!(!deploy_again(&tonic::Status::invalid_argument("field `sla`")));
+    }
+
+    /// The VEEM's own UNAVAILABLE (a host it could not reach), whatever
+    /// its words, is its answer: not asked again; a connection lost on
+    /// this side (the status made from the transport's error) is.
+    #[test]
+    fn only_a_connection_lost_on_this_side_asks_the_leader_again() {
+        let answer = tonic::Status::unavailable("host a1 did not answer: transport error: connection refused");
+        assert!(!leader_lost(&anyhow::Error::new(answer)));
+        let lost = tonic::Status::from_error(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset by peer",
+        )));
+        assert!(leader_lost(&anyhow::Error::new(lost)));
+        let mut not_acting = tonic::Status::unavailable("standing by");
+        not_acting
+            .metadata_mut()
+            .insert(interfaces::fencing::NOT_ACTING, tonic::metadata::MetadataValue::from_static("1"));
+        assert!(leader_lost(&anyhow::Error::new(not_acting)));
+    }
+
+    /// What [`leader_lost`] tells a failure of the connection by: a call
+    /// that fails on this side (here, a port nobody listens on) keeps the
+    /// transport's error as its status's source.
+    #[tokio::test]
+    async fn a_call_that_fails_on_this_side_keeps_the_transport_error() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let channel = tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{port}"))
+            .unwrap()
+            .connect_lazy();
+        let mut c = vmi::vmi_service_client::VmiServiceClient::new(channel);
+        let e = c.get_service(vmi::GetServiceRequest::default()).await.unwrap_err();
+        assert!(std::error::Error::source(&e).is_some(), "{e:?}");
     }
 }
