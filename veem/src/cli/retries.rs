@@ -59,31 +59,50 @@ pub const LEADER_RETRIES: u32 = 3;
 /// site's leader, now or soon another, is to be asked again; not when the
 /// site's store is read-only (asking again does not help), nor for the
 /// leader's own UNAVAILABLE (a host it could not reach: its answer, whose
-/// message may well speak of a connection). A failure of the connection
-/// is told by where the status was made: on this side, from the
-/// transport's error, which it keeps as its source; an answer of the VEEM
-/// has none.
+/// message may well speak of a connection). An UNAVAILABLE is a lost
+/// connection only when it was made on this side, from the transport's
+/// error, which it keeps as its source (an answer of the VEEM has none);
+/// an UNKNOWN, INTERNAL or CANCELLED one when it names the transport.
 pub(crate) fn leader_lost(e: &anyhow::Error) -> bool {
     let Some(s) = e.chain().find_map(|c| c.downcast_ref::<tonic::Status>()) else {
         return false;
     };
     let m = s.message();
-    let transport = std::error::Error::source(s).is_some()
-        && [
-            "transport error",
-            "connection",
-            "h2 protocol error",
-            "http2 error",
-            "keep-alive",
-            "broken pipe",
-        ]
-        .iter()
-        .any(|w| m.contains(w));
+    let transport = [
+        "transport error",
+        "connection",
+        "h2 protocol error",
+        "http2 error",
+        "keep-alive",
+        "broken pipe",
+    ]
+    .iter()
+    .any(|w| m.contains(w));
+    let made_here = std::error::Error::source(s).is_some();
     match s.code() {
-        tonic::Code::Unavailable => !read_only(s) && (interfaces::fencing::not_acting(s) || transport),
+        tonic::Code::Unavailable => !read_only(s) && (interfaces::fencing::not_acting(s) || (made_here && transport)),
         tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled => transport,
         _ => false,
     }
+}
+
+/// `s` as tonic makes a status on the client's side: from the
+/// transport's error, kept as its source (for tests).
+#[cfg(test)]
+pub(crate) fn made_here(s: tonic::Status) -> tonic::Status {
+    #[derive(Debug)]
+    struct Transport(tonic::Status);
+    impl std::fmt::Display for Transport {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "transport: {}", self.0.message())
+        }
+    }
+    impl std::error::Error for Transport {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+    tonic::Status::from_error(Box::new(Transport(s)))
 }
 
 #[cfg(test)]
@@ -120,6 +139,9 @@ mod tests {
             "connection reset by peer",
         )));
         assert!(leader_lost(&anyhow::Error::new(lost)));
+        assert!(leader_lost(&anyhow::Error::new(made_here(tonic::Status::unavailable(
+            "transport error: connection reset"
+        )))));
         let mut not_acting = tonic::Status::unavailable("standing by");
         not_acting
             .metadata_mut()

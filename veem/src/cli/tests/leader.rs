@@ -120,7 +120,12 @@ fn only_a_veem_gone_mid_call_is_asked_again() {
         .insert(interfaces::fencing::READ_ONLY, "etcd".parse().unwrap());
     assert!(leader_lost(&status(standby)));
     assert!(leader_lost(&status(Status::unknown("transport error"))));
-    assert!(leader_lost(&status(Status::unavailable("http2 error"))));
+    assert!(leader_lost(&status(crate::cli::retries::made_here(Status::unavailable(
+        "http2 error"
+    )))));
+    assert!(!leader_lost(&status(Status::unavailable(
+        "host h1: transport error: connection refused"
+    ))));
     assert!(!leader_lost(&status(read_only)));
     assert!(!leader_lost(&status(Status::unavailable("host h1 did not answer"))));
     assert!(!leader_lost(&status(Status::failed_precondition("no room"))));
