@@ -13,10 +13,11 @@
 //! ([`Planner::check_plan`]): each reservation on a host that is still
 //! usable and still has the room in every slot of its range (after the
 //! plan's own earlier steps), each displaced background VEE where the plan
-//! found it, the service records it changes as it read them, and, for a
-//! consumer under a usage SLA (whose verdict depends on the whole site's
-//! usage), an unchanged planner. So admissions on other hosts and of other
-//! services do not conflict; a plan that no longer holds is refused with
+//! found it, and the service it admits still unknown; for a scale-out
+//! (whose constraints depend on where the service's instances run now) or
+//! a consumer under a usage SLA (whose verdict depends on the whole site's
+//! usage), only an unchanged planner will do. So admissions on other hosts
+//! do not conflict; a plan that no longer holds is refused with
 //! [`Stale`] (the planner left as it was), and the caller plans again on
 //! the fresh state. No caller ever undoes an admission by hand.
 
@@ -158,6 +159,11 @@ impl Planner {
             if self.p.services.get(id) != was.as_ref() {
                 return Err(stale(format!("service {id} changed")));
             }
+            if was.is_some() {
+                // Where its instances run now decides its constraints
+                // (a scale-out's anti-affinity): only its revision will do.
+                return Err(stale(format!("service {id} had instances placed, which may have moved")));
+            }
         }
         let mut s = self.snapshot();
         for step in &plan.steps {
@@ -188,9 +194,9 @@ impl Planner {
         Ok(())
     }
 
-    /// Reserves what `plan` admits, when the planner is still at the
-    /// revision the plan was made at; its entries are noted as changed
-    /// (written at the next save). Errors: [`Stale`], and nothing changes.
+    /// Reserves what `plan` admits, when it still holds
+    /// ([`Planner::check_plan`]); its entries are noted as changed (written
+    /// at the next save). Errors: [`Stale`], and nothing changes.
     pub fn apply(&mut self, plan: AdmissionPlan) -> Result<Admitted, Stale> {
         self.apply_noting(plan, true)
     }

@@ -99,7 +99,9 @@ fn the_usage_sla_counts_new_instances() {
 }
 
 /// Two scale-outs of one service planned together: the first applies,
-/// the second read the service's record as it was and is stale.
+/// the second read the service's record as it was and is stale. So is
+/// one planned before an instance moved (its anti-affinity was decided
+/// by where the instances ran).
 #[test]
 fn two_scale_outs_of_one_service_planned_together_do_not_both_apply() {
     let mut p = planner(3, 4096, RankPolicy::Packing);
@@ -108,7 +110,17 @@ fn two_scale_outs_of_one_service_planned_together_do_not_both_apply() {
     let second = p.plan_scale_out("s", "web", &ids("s", 1, 1), 10, &PeerSpare::NotAsked).unwrap();
     p.apply(first).unwrap();
     let stale = p.apply(second).unwrap_err();
-    assert!(stale.why.contains("service s changed"), "{stale}");
+    assert!(stale.why.contains("service s"), "{stale}");
     assert_eq!(p.service("s").unwrap().components[0].vees, ids("s", 0, 2));
+    p.check_invariants().unwrap();
+    let mut r = request("t", GuaranteeLevel::Standard, W, &[("web", 1, res(1, 256))]);
+    r.constraints = vec![anti(ConstraintLevel::Host, ConstraintScope::Instance, &["web"])];
+    let placed = accepted(p.admit(&r)).placements[0].host.clone();
+    let plan = p.plan_scale_out("t", "web", &ids("t", 1, 1), 10, &PeerSpare::NotAsked).unwrap();
+    let planned = plan.admitted.placements[0].host.clone();
+    assert_ne!(planned, placed);
+    p.move_vee("t-web-0", &planned, 10).unwrap();
+    let stale = p.apply(plan).unwrap_err();
+    assert!(stale.why.contains("service t"), "{stale}");
     p.check_invariants().unwrap();
 }
