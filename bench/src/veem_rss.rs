@@ -221,8 +221,9 @@ fn write_config(dir: &Path, port: u16, hosts: &[(String, String)]) -> Result<Pat
 fn build_state(config: &Path, hosts: usize, vees: usize, capacity: Resources) -> Result<(Value, BTreeMap<String, Vec<String>>)> {
     let t_all = Instant::now();
     let veem = Veem::open(VeemConfig::load(config)?)?;
+    let core = &veem.core;
     {
-        let mut p = veem.core.planner();
+        let mut p = core.planner();
         let profile = Profile {
             arch: "x86_64".into(),
             machine: "pc-q35-8.2".into(),
@@ -241,7 +242,7 @@ fn build_state(config: &Path, hosts: usize, vees: usize, capacity: Resources) ->
     for s in 0..services {
         let req = veem.deploy.request(&m, &uuid::Uuid::new_v4().to_string());
         let t = Instant::now();
-        let verdict = veem.core.planner().admit(&req);
+        let verdict = core.planner().admit(&req);
         admit_s += t.elapsed().as_secs_f64();
         let Admission::Accepted(a) = verdict else {
             bail!("service {s} of {services} not admitted: {verdict:?}")
@@ -249,18 +250,17 @@ fn build_state(config: &Path, hosts: usize, vees: usize, capacity: Resources) ->
         let (svc, mut vs) = veem.deploy.admission_records(&m, MANIFEST, &req, Some(&a), None);
         // As `Veem::deploy`: VEE records, the service, `admitted` events.
         for v in &vs {
-            veem.core.save_vee(v)?;
+            core.save_vee(v)?;
         }
-        veem.core.store().put(Tree::Services, &svc.id, &svc)?;
+        core.store().put(Tree::Services, &svc.id, &svc)?;
         for v in &vs {
-            veem.core
-                .event(&v.id, &svc.id, "admitted", format!("on {}", v.host().unwrap_or("?")));
+            core.event(&v.id, &svc.id, "admitted", format!("on {}", v.host().unwrap_or("?")));
         }
         // As `Veem::deploy_vee` once the host started it.
         for v in &mut vs {
             let on = format!("on {}", v.host().unwrap_or("?"));
-            veem.core.transition(v, VeeState::Deploying, on.clone())?;
-            veem.core.transition(v, VeeState::Running, on)?;
+            core.transition(v, VeeState::Deploying, on.clone())?;
+            core.transition(v, VeeState::Running, on)?;
         }
         written += 1 + 6 * vs.len();
         if (s + 1) % 2500 == 0 {
@@ -272,7 +272,7 @@ fn build_state(config: &Path, hosts: usize, vees: usize, capacity: Resources) ->
         }
     }
     let t = Instant::now();
-    veem.core.persist_planner()?;
+    core.persist_planner()?;
     let persist_s = t.elapsed().as_secs_f64();
     // What one more Deploy writes, as Deploy does: its plan's planner
     // entries, its service and VEE records in one commit, the plan then
@@ -285,21 +285,19 @@ fn build_state(config: &Path, hosts: usize, vees: usize, capacity: Resources) ->
     for (k, times) in deploys.iter_mut().enumerate() {
         for round in 0..5 {
             if k == 1 {
-                let mut p = veem.core.planner();
+                let mut p = core.planner();
                 for i in 0..hosts {
                     let _ = p.set_measured_load(&format!("h{i:05}"), 0.2 + 0.01 * ((i + round) % 7) as f64);
                 }
             }
             let req = veem.deploy.request(&m, &uuid::Uuid::new_v4().to_string());
-            let plan = veem
-                .core
+            let plan = core
                 .planner()
                 .plan_admission(&req)
                 .map_err(|a| anyhow::anyhow!("one more service not admitted: {a:?}"))?;
             let (svc, vs) = veem.deploy.admission_records(&m, MANIFEST, &req, Some(&plan.admitted), None);
             let t = Instant::now();
-            veem.core
-                .commit_admission_plan(plan, &svc, &vs, veem::store::Writes::default())?
+            core.commit_admission_plan(plan, &svc, &vs, veem::store::Writes::default())?
                 .map_err(|s| anyhow::anyhow!("{s}"))?;
             times.push(t.elapsed().as_secs_f64());
         }
@@ -307,11 +305,11 @@ fn build_state(config: &Path, hosts: usize, vees: usize, capacity: Resources) ->
     }
     let [one, beaten] = deploys;
     let persist_one_s = one[one.len() / 2];
-    let planner_mib = serde_json::to_vec(&*veem.core.planner())?.len() as f64 / (1024.0 * 1024.0);
-    let reservations = veem.core.planner().reservation_count();
+    let planner_mib = serde_json::to_vec(&*core.planner())?.len() as f64 / (1024.0 * 1024.0);
+    let reservations = core.planner().reservation_count();
     let build_s = t_all.elapsed().as_secs_f64();
     let mut placed: BTreeMap<String, Vec<String>> = (0..hosts).map(|i| (format!("h{i:05}"), Vec::new())).collect();
-    for v in veem.core.vees() {
+    for v in core.vees() {
         if let Some(h) = v.host() {
             placed.entry(h.to_string()).or_default().push(v.id.clone());
         }

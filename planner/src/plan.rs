@@ -38,13 +38,15 @@ pub struct AdmissionPlan {
 }
 
 /// What a plan read that a change since would make wrong (besides the
-/// hosts it reserves on, checked by their room): the records of the
-/// services it changes as they were (`None`: none), and whether its
+/// hosts it reserves on, checked by their room): the services whose
+/// records it writes (none may be known to a planner that moved on: a new
+/// service admitted meanwhile, or an admitted one scaled out, whose
+/// constraints depend on where its instances run now), and whether its
 /// consumer is under a usage SLA (then only the revision it was made at
 /// will do).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Reads {
-    services: Vec<(ServiceId, Option<ServiceRecord>)>,
+    services: Vec<ServiceId>,
     usage_limited: bool,
 }
 
@@ -121,21 +123,18 @@ impl Planner {
     /// What a plan of `steps` for service `service` read (see [`Reads`]),
     /// from this planner as it was planned on.
     pub(crate) fn reads_of(&self, steps: &[Step], service: &str) -> Reads {
-        let services = steps
+        let changed: Vec<&ServiceRecord> = steps
             .iter()
             .filter_map(|s| match s {
-                Step::Service(r) => Some((r.id.clone(), self.p.services.get(&r.id).cloned())),
+                Step::Service(r) => Some(r),
                 _ => None,
             })
             .collect();
-        let consumer = steps.iter().find_map(|s| match s {
-            Step::Service(r) => Some(r.consumer.clone()),
-            _ => None,
-        });
-        let consumer = consumer.or_else(|| self.p.services.get(service).map(|s| s.consumer.clone()));
+        let consumer = changed.first().map(|r| r.consumer.as_str());
+        let consumer = consumer.or_else(|| self.p.services.get(service).map(|s| s.consumer.as_str()));
         Reads {
-            services,
-            usage_limited: consumer.is_some_and(|c| self.p.usage_limits.contains_key(&c)),
+            services: changed.iter().map(|r| r.id.clone()).collect(),
+            usage_limited: consumer.is_some_and(|c| self.p.usage_limits.contains_key(c)),
         }
     }
 
@@ -155,15 +154,10 @@ impl Planner {
         if plan.reads.usage_limited {
             return Err(stale("its consumer is under a usage SLA, which the whole site's usage decides".into()));
         }
-        for (id, was) in &plan.reads.services {
-            if self.p.services.get(id) != was.as_ref() {
-                return Err(stale(format!("service {id} changed")));
-            }
-            if was.is_some() {
-                // Where its instances run now decides its constraints
-                // (a scale-out's anti-affinity): only its revision will do.
-                return Err(stale(format!("service {id} had instances placed, which may have moved")));
-            }
+        if let Some(id) = plan.reads.services.iter().find(|id| self.p.services.contains_key(*id)) {
+            return Err(stale(format!(
+                "service {id} is admitted: where its instances run now decides its constraints"
+            )));
         }
         let mut s = self.snapshot();
         for step in &plan.steps {

@@ -13,7 +13,6 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use std::result::Result;
 use interfaces::manifest::{GuaranteeLevel, MigrationPolicy};
 use interfaces::vhi;
 use interfaces::vhi::IncomingTarget;

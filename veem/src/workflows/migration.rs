@@ -16,8 +16,6 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use std::result::Result;
-
 use futures::StreamExt;
 use interfaces::retry::RetryPolicy;
 use interfaces::vhi::IncomingTarget;
